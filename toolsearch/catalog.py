@@ -1,0 +1,107 @@
+"""An ordered, de-duplicated tool set with a content hash and deltas."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ._errors import DuplicateToolError
+from .tools import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogDelta:
+    """What changed between two catalogs, by tool name."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+
+class Catalog:
+    """Tools in insertion order, unique by name, hashed by content (order-independent)."""
+
+    __slots__ = ("_tools", "_hash")
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        items = list(tools)
+        counts = Counter(t.name for t in items)
+        dupes = sorted(name for name, n in counts.items() if n > 1)
+        if dupes:
+            shown = ", ".join(repr(d) for d in dupes[:10])
+            more = f" and {len(dupes) - 10} more" if len(dupes) > 10 else ""
+            raise DuplicateToolError(
+                f"{len(dupes)} tool name(s) defined more than once: {shown}{more}; "
+                "give each tool a unique name (or a namespace prefix)",
+                dupes,
+            )
+        self._tools: dict[str, Tool] = {t.name: t for t in items}
+        # Sorted fingerprints: the same tools in another order address the same index.
+        digest = hashlib.sha256()
+        for fp in sorted(t.fingerprint for t in items):
+            digest.update(fp.encode())
+        self._hash = digest.hexdigest()
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 over the canonical JSON of every tool, independent of order."""
+        return self._hash
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    @property
+    def namespaces(self) -> list[str]:
+        """Distinct namespaces in first-seen order."""
+        seen: dict[str, None] = {}
+        for tool in self._tools.values():
+            if tool.namespace is not None:
+                seen.setdefault(tool.namespace, None)
+        return list(seen)
+
+    def names_in(self, namespaces: Iterable[str]) -> frozenset[str]:
+        wanted = set(namespaces)
+        return frozenset(t.name for t in self._tools.values() if t.namespace in wanted)
+
+    def diff(self, newer: Catalog) -> CatalogDelta:
+        """Changes that turn this catalog into `newer`."""
+        old, new = self._tools, newer._tools
+        return CatalogDelta(
+            added=tuple(n for n in new if n not in old),
+            removed=tuple(n for n in old if n not in new),
+            changed=tuple(n for n in new if n in old and old[n].fingerprint != new[n].fingerprint),
+        )
+
+    def updated(self, upsert: Iterable[Tool] = (), remove: Iterable[str] = ()) -> Catalog:
+        """A new catalog with tools added or replaced by name and others removed."""
+        gone = set(remove)
+        tools = {n: t for n, t in self._tools.items() if n not in gone}
+        incoming = list(upsert)
+        Catalog(incoming)  # duplicate names inside one update are an error too
+        for tool in incoming:
+            tools[tool.name] = tool
+        return Catalog(tools.values())
+
+    def __repr__(self) -> str:
+        return f"Catalog({len(self)} tools, hash={self._hash[:12]})"

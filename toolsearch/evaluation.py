@@ -1,0 +1,81 @@
+"""Retrieval metrics and query-set loading shared by benchmarks and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import InvalidToolError
+
+
+@dataclass(frozen=True, slots=True)
+class LabeledQuery:
+    """A query and the names of the tools that answer it."""
+
+    id: str
+    query: str
+    relevant: tuple[str, ...]
+    subset: str = ""
+
+
+def load_queries(path: str | Path, *, limit: int | None = None, seed: int | None = None) -> list[LabeledQuery]:
+    """Read a dataset's queries.jsonl; with `seed`, shuffle before taking the first `limit`."""
+    path = Path(path)
+    out: list[LabeledQuery] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                out.append(LabeledQuery(str(row["id"]), row["query"], tuple(row["relevant"]), row.get("subset", "")))
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise InvalidToolError(f"{path}:{lineno}: not a query row ({exc})") from None
+    if seed is not None:
+        random.Random(seed).shuffle(out)
+    return out[:limit] if limit is not None else out
+
+
+def recall_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
+    rel = set(relevant)
+    return len(rel.intersection(ranked[:k])) / len(rel) if rel else 0.0
+
+
+def ndcg_at(ranked: Sequence[str], relevant: Iterable[str], k: int = 10) -> float:
+    rel = set(relevant)
+    dcg = sum(1.0 / math.log2(i + 2) for i, name in enumerate(ranked[:k]) if name in rel)
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(rel), k)))
+    return dcg / ideal if ideal else 0.0
+
+
+def mrr_at(ranked: Sequence[str], relevant: Iterable[str], k: int = 10) -> float:
+    rel = set(relevant)
+    for i, name in enumerate(ranked[:k]):
+        if name in rel:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+METRICS = ("R@1", "R@5", "R@10", "nDCG@10", "MRR@10")
+
+
+def score_rankings(rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQuery]) -> dict[str, float]:
+    """Mean Recall@1/5/10, nDCG@10 and MRR@10 over paired rankings and queries."""
+    n = len(queries) or 1
+    totals = dict.fromkeys(METRICS, 0.0)
+    for ranked, q in zip(rankings, queries, strict=True):
+        totals["R@1"] += recall_at(ranked, q.relevant, 1)
+        totals["R@5"] += recall_at(ranked, q.relevant, 5)
+        totals["R@10"] += recall_at(ranked, q.relevant, 10)
+        totals["nDCG@10"] += ndcg_at(ranked, q.relevant, 10)
+        totals["MRR@10"] += mrr_at(ranked, q.relevant, 10)
+    return {m: v / n for m, v in totals.items()}
+
+
+def evaluate(search: Callable[[str], Sequence[str]], queries: Sequence[LabeledQuery]) -> dict[str, float]:
+    """Run `search(query) -> ranked names (best first, >= 10)` over queries and score it."""
+    return score_rankings([list(search(q.query)) for q in queries], queries)

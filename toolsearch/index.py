@@ -1,0 +1,173 @@
+"""ToolIndex: a catalog plus one backend, with validated search, filters and updates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+from ._errors import InvalidQueryError
+from .backends import Backend, get_backend_spec
+from .catalog import Catalog
+from .results import SearchResult
+from .tools import Tool
+
+MAX_QUERY_CHARS = 1_000
+MAX_K = 1_000
+
+
+def index_key(catalog_hash: str, backend: str, description: dict[str, Any]) -> str:
+    """The content address of an index: catalog content plus everything that shapes the backend."""
+    payload = json.dumps([catalog_hash, backend, description], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def validate_query(query: object, *, max_chars: int = MAX_QUERY_CHARS) -> str:
+    """Return the query stripped, or raise InvalidQueryError saying what to send instead."""
+    if not isinstance(query, str):
+        raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
+    text = query.strip()
+    if not text:
+        raise InvalidQueryError("query is empty; describe the capability you need, e.g. 'send an email'")
+    if len(text) > max_chars:
+        raise InvalidQueryError(
+            f"query is {len(text)} characters; the limit is {max_chars}. Use a few keywords instead"
+        )
+    return text
+
+
+def validate_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidQueryError(f"k (max results) must be an integer, got {k!r}")
+    if k < 1 or k > MAX_K:
+        raise InvalidQueryError(f"k (max results) must be between 1 and {MAX_K}, got {k}")
+    return k
+
+
+class ToolIndex:
+    """A searchable catalog. Build it once per catalog and share it across sessions."""
+
+    def __init__(self, catalog: Catalog, backend: Backend) -> None:
+        self._catalog = catalog
+        self._backend = backend
+        # Backends are not required to be thread-safe for writes; searches run concurrently.
+        self._write_lock = threading.Lock()
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, tools: Iterable[Tool] | Catalog, backend: str = "auto", **options: Any) -> ToolIndex:
+        """Index tools with the named backend ("auto" = the best installed)."""
+        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
+        engine = get_backend_spec(backend).create(**options)
+        engine.add(list(catalog))
+        return cls(catalog, engine)
+
+    @classmethod
+    def load(cls, folder: str | Path, **options: Any) -> ToolIndex:
+        """Open an index saved with `save` (see toolsearch.store for the checks it makes)."""
+        from .store import load_index
+
+        return load_index(Path(folder), **options)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the index atomically: an interrupted save leaves any previous index intact."""
+        from .store import save_index
+
+        return save_index(self, Path(folder))
+
+    # --- properties ---------------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def backend_name(self) -> str:
+        return self._backend.name
+
+    @property
+    def key(self) -> str:
+        return index_key(self._catalog.hash, self._backend.name, self._backend.describe())
+
+    def __len__(self) -> int:
+        return len(self._catalog)
+
+    def __repr__(self) -> str:
+        return f"ToolIndex({self.backend_name}, {len(self)} tools, catalog={self._catalog.hash[:12]})"
+
+    # --- search -------------------------------------------------------------------------
+
+    def resolve_filter(
+        self, allowed: Collection[str] | None = None, namespaces: Collection[str] | None = None
+    ) -> frozenset[str] | None:
+        """Turn an allowed-name subset and a namespace filter into one name set (None = all)."""
+        result: frozenset[str] | None = None if allowed is None else frozenset(allowed)
+        if namespaces:
+            if isinstance(namespaces, str):
+                namespaces = [namespaces]
+            known = set(self._catalog.namespaces)
+            unknown = sorted(set(namespaces) - known)
+            if unknown:
+                listed = ", ".join(sorted(known)) or "none (this catalog has no namespaces)"
+                raise InvalidQueryError(f"unknown namespace {unknown[0]!r}; known namespaces: {listed}")
+            in_ns = self._catalog.names_in(namespaces)
+            result = in_ns if result is None else result & in_ns
+        return result
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        allowed: Collection[str] | None = None,
+        namespaces: Collection[str] | None = None,
+    ) -> SearchResult:
+        """Rank tools for a query, optionally only among `allowed` names and `namespaces`."""
+        text = validate_query(query)
+        k = validate_k(k)
+        names = self.resolve_filter(allowed, namespaces)
+        start = time.perf_counter()
+        if names is not None and not names:
+            hits, notes = [], ("no tools are visible under the given filter",)
+        else:
+            ranking = self._backend.search(text, k, names)
+            hits, notes = ranking.hits[:k], ranking.notes
+        elapsed = (time.perf_counter() - start) * 1000
+        tools = tuple(self._catalog[h.name] for h in hits)
+        return SearchResult(text, tuple(hits), tools, self.backend_name, elapsed, tuple(notes))
+
+    # --- incremental updates ------------------------------------------------------------
+
+    def upsert(self, tools: Iterable[Tool]) -> None:
+        """Add tools, replacing any with the same name, without a rebuild."""
+        incoming = list(tools)
+        with self._write_lock:
+            catalog = self._catalog.updated(upsert=incoming)
+            self._backend.add(incoming)
+            self._catalog = catalog
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove tools by name; unknown names are ignored."""
+        gone = [n for n in names if n in self._catalog]
+        with self._write_lock:
+            self._backend.remove(gone)
+            self._catalog = self._catalog.updated(remove=gone)
+
+    def sync(self, tools: Iterable[Tool] | Catalog) -> None:
+        """Bring the index to exactly `tools`, touching only what changed."""
+        newer = tools if isinstance(tools, Catalog) else Catalog(tools)
+        delta = self._catalog.diff(newer)
+        if delta.removed:
+            self.remove(delta.removed)
+        changed = [newer[n] for n in (*delta.added, *delta.changed)]
+        if changed:
+            self.upsert(changed)

@@ -1,0 +1,243 @@
+"""Persisted, content-addressed indexes: atomic writes and a versioned manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import (
+    IndexFormatError,
+    IndexNotFoundError,
+    InvalidIndexNameError,
+    InvalidToolError,
+    ToolSearchError,
+)
+from .backends import get_backend_spec
+from .catalog import Catalog
+from .index import ToolIndex, index_key
+from .tools import Tool, load_tools
+
+FORMAT = "toolsearch-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TOOLS_FILE = "tools.jsonl"
+BACKEND_DIR = "backend"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def default_root() -> Path:
+    """`$TOOLSEARCH_HOME/indexes` when set, else `./indexes`."""
+    home = os.environ.get("TOOLSEARCH_HOME")
+    return Path(home) / "indexes" if home else Path("indexes")
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What `manifest.json` records about a stored index."""
+
+    version: int
+    backend: str
+    options: dict[str, Any]
+    catalog_hash: str
+    key: str
+    tool_count: int
+    namespaces: list[str]
+    created_at: str
+    files: dict[str, int]
+
+    @property
+    def model(self) -> str | None:
+        model = self.options.get("model")
+        return model if isinstance(model, str) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **{f: getattr(self, f) for f in self.__dataclass_fields__}}
+
+
+def _file_sizes(folder: Path) -> dict[str, int]:
+    return {
+        p.relative_to(folder).as_posix(): p.stat().st_size
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+
+
+@contextmanager
+def _atomic_folder(target: Path) -> Iterator[Path]:
+    """Yield a scratch folder beside `target`; on success swap it in, on any error discard it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield scratch
+    except BaseException:  # KeyboardInterrupt included: never leave a half-written index
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    retired = target.parent / f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}"
+    if target.exists():
+        os.rename(target, retired)
+    try:
+        os.rename(scratch, target)
+    except BaseException:
+        if retired.exists() and not target.exists():
+            os.rename(retired, target)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def save_index(index: ToolIndex, folder: Path) -> Path:
+    """Write tools, backend files and manifest; the manifest is written last."""
+    with _atomic_folder(folder) as scratch:
+        with (scratch / TOOLS_FILE).open("w", encoding="utf-8") as fh:
+            for tool in index.catalog:
+                fh.write(json.dumps(tool.to_dict(), ensure_ascii=False) + "\n")
+        (scratch / BACKEND_DIR).mkdir()
+        index.backend.save(scratch / BACKEND_DIR)
+        manifest = Manifest(
+            version=FORMAT_VERSION,
+            backend=index.backend_name,
+            options=index.backend.describe(),
+            catalog_hash=index.catalog.hash,
+            key=index.key,
+            tool_count=len(index.catalog),
+            namespaces=index.catalog.namespaces,
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            files=_file_sizes(scratch),
+        )
+        (scratch / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+    return folder
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """Read and check a manifest; every problem names the folder and what to do."""
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise IndexNotFoundError(f"no index at {folder}; build one with `toolsearch build`")
+    if not path.is_file():
+        raise IndexFormatError(f"{folder} has no {MANIFEST}: not an index or an interrupted build; rebuild it")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexFormatError(f"{path} is corrupt ({exc}); rebuild the index") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise IndexFormatError(f"{path} is not a toolsearch manifest; rebuild the index")
+    version = data.get("version")
+    if not isinstance(version, int):
+        raise IndexFormatError(f"{path} has no format version; rebuild the index")
+    if version > FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{folder} was built by a newer toolsearch (index format {version}, this one reads "
+            f"{FORMAT_VERSION}); upgrade toolsearch or rebuild the index"
+        )
+    if version < FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{folder} uses the old index format {version}; rebuild it with `toolsearch build`"
+        )
+    try:
+        fields = {f: data[f] for f in Manifest.__dataclass_fields__}
+    except KeyError as exc:
+        raise IndexFormatError(f"{path} lacks the field {exc.args[0]!r}; rebuild the index") from None
+    return Manifest(**fields)
+
+
+def load_index(folder: Path, **options: Any) -> ToolIndex:
+    """Open a saved index after checking its manifest, files and catalog hash.
+
+    `options` reach the backend's loader (for example an `embedder` for the vector backend);
+    a loader raises IndexFormatError when they contradict what the index was built with.
+    """
+    manifest = read_manifest(folder)
+    for rel, size in manifest.files.items():
+        path = folder / rel
+        if not path.is_file():
+            raise IndexFormatError(f"{folder}: file {rel} is missing; rebuild the index")
+        if path.stat().st_size != size:
+            raise IndexFormatError(f"{folder}: file {rel} is truncated or altered; rebuild the index")
+    try:
+        tools: list[Tool] = load_tools(folder / TOOLS_FILE)
+    except InvalidToolError as exc:
+        raise IndexFormatError(f"{folder}: stored tools are corrupt ({exc}); rebuild the index") from None
+    catalog = Catalog(tools)
+    if catalog.hash != manifest.catalog_hash:
+        raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
+    spec = get_backend_spec(manifest.backend)
+    try:
+        backend = spec.load(folder / BACKEND_DIR, list(catalog), **{**manifest.options, **options})
+    except ToolSearchError:
+        raise
+    except Exception as exc:  # a backend's own error types never reach the caller
+        raise IndexFormatError(
+            f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
+            "rebuild the index"
+        ) from None
+    return ToolIndex(catalog, backend)
+
+
+class IndexStore:
+    """Named indexes under one root folder (default `./indexes`); names cannot escape it."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    def path(self, name: str) -> Path:
+        """The folder of a named index, after checking the name."""
+        if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+            raise InvalidIndexNameError(
+                f"invalid index name {name!r}: use letters, digits, '.', '_' and '-' only "
+                "(no path separators, no '..', at most 128 characters)"
+            )
+        return self.root / name
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
+        )
+
+    def manifest(self, name: str) -> Manifest:
+        return read_manifest(self.path(name))
+
+    def open(self, name: str, **options: Any) -> ToolIndex:
+        return load_index(self.path(name), **options)
+
+    def save(self, index: ToolIndex, name: str | None = None) -> str:
+        name = name or f"{index.backend_name}-{index.key[:12]}"
+        save_index(index, self.path(name))
+        return name
+
+    def remove(self, name: str) -> None:
+        path = self.path(name)
+        if not (path / MANIFEST).exists():
+            raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
+        shutil.rmtree(path)
+
+    def build(
+        self, tools: Iterable[Tool] | Catalog, backend: str = "auto", name: str | None = None, **options: Any
+    ) -> tuple[str, ToolIndex, bool]:
+        """Build and save, or reuse a stored index of the same content; returns (name, index, reused)."""
+        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
+        spec = get_backend_spec(backend)
+        probe = spec.create(**options)
+        key = index_key(catalog.hash, probe.name, probe.describe())
+        name = name or f"{probe.name}-{key[:12]}"
+        path = self.path(name)
+        if (path / MANIFEST).exists():
+            try:
+                if read_manifest(path).key == key:
+                    return name, load_index(path, **options), True
+            except IndexFormatError:
+                pass  # a broken or old index of this name is replaced below
+        probe.add(list(catalog))
+        index = ToolIndex(catalog, probe)
+        save_index(index, path)
+        return name, index, False

@@ -1,0 +1,368 @@
+"""The Tool record, converters from every provider's shape, and provider-safe names."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._errors import DuplicateToolError, InvalidToolError
+
+MAX_NAME_CHARS = 256
+MAX_DESCRIPTION_CHARS = 64_000
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool definition, provider-neutral; immutable and validated on creation."""
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: dict(_EMPTY_SCHEMA))
+    namespace: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"tool {self.name!r}" if isinstance(self.name, str) else "tool"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidToolError(f"{where}: 'name' must be a non-empty string, got {self.name!r}")
+        if len(self.name) > MAX_NAME_CHARS:
+            raise InvalidToolError(f"{where}: name is {len(self.name)} chars; the limit is {MAX_NAME_CHARS}")
+        if self.description is None:
+            object.__setattr__(self, "description", "")
+        if not isinstance(self.description, str):
+            raise InvalidToolError(
+                f"{where}: 'description' must be a string, got {type(self.description).__name__}"
+            )
+        if len(self.description) > MAX_DESCRIPTION_CHARS:
+            raise InvalidToolError(
+                f"{where}: description is {len(self.description)} chars; the limit is {MAX_DESCRIPTION_CHARS}"
+            )
+        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
+            raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None")
+        tags = self.tags
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise InvalidToolError(f"{where}: 'tags' must be a list of strings")
+        object.__setattr__(self, "tags", tuple(tags))
+        schema = _validated_schema(where, self.input_schema)
+        object.__setattr__(self, "input_schema", schema)
+        try:
+            metadata = json.loads(json.dumps(dict(self.metadata)))
+        except (TypeError, ValueError) as exc:
+            raise InvalidToolError(f"{where}: 'metadata' must be JSON-serialisable ({exc})") from None
+        object.__setattr__(self, "metadata", metadata)
+        digest = hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
+        object.__setattr__(self, "fingerprint", digest)
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dataset/JSONL shape, with namespace, tags and metadata when set."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+        if self.namespace is not None:
+            out["namespace"] = self.namespace
+        if self.tags:
+            out["tags"] = list(self.tags)
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+    def to_openai(self, *, name: str | None = None, responses: bool = False) -> dict[str, Any]:
+        """OpenAI function tool: Chat Completions shape, or Responses shape when `responses`."""
+        fn = {"name": name or self.name, "description": self.description, "parameters": self.input_schema}
+        if responses:
+            return {"type": "function", **fn}
+        return {"type": "function", "function": fn}
+
+    def to_anthropic(self, *, name: str | None = None) -> dict[str, Any]:
+        """Anthropic Messages tool definition."""
+        return {"name": name or self.name, "description": self.description, "input_schema": self.input_schema}
+
+    def to_mcp(self, *, name: str | None = None) -> dict[str, Any]:
+        """MCP `Tool` shape (camelCase inputSchema)."""
+        return {"name": name or self.name, "description": self.description, "inputSchema": self.input_schema}
+
+    # --- converters -----------------------------------------------------------------------
+
+    @classmethod
+    def from_openai(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
+        """From a Chat Completions (`{"type","function":{...}}`) or Responses function tool."""
+        _require_mapping(definition, "OpenAI tool")
+        fn = definition.get("function", definition)
+        _require_mapping(fn, "OpenAI tool 'function'")
+        return cls(
+            name=fn.get("name"),  # type: ignore[arg-type]
+            description=fn.get("description") or "",
+            input_schema=fn.get("parameters") or dict(_EMPTY_SCHEMA),
+            namespace=namespace or definition.get("namespace"),
+        )
+
+    @classmethod
+    def from_anthropic(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
+        """From an Anthropic Messages tool (`name`, `description`, `input_schema`)."""
+        _require_mapping(definition, "Anthropic tool")
+        return cls(
+            name=definition.get("name"),  # type: ignore[arg-type]
+            description=definition.get("description") or "",
+            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            namespace=namespace or definition.get("namespace"),
+        )
+
+    @classmethod
+    def from_mcp(cls, definition: Any, *, namespace: str | None = None) -> Tool:
+        """From an MCP `Tool` object or its JSON (`inputSchema`, optional `title`/`annotations`)."""
+        data = definition.model_dump(exclude_none=True) if hasattr(definition, "model_dump") else definition
+        _require_mapping(data, "MCP tool")
+        metadata: dict[str, Any] = {}
+        for key in ("title", "annotations"):
+            if data.get(key):
+                metadata[key] = data[key]
+        return cls(
+            name=data.get("name"),
+            description=data.get("description") or "",
+            input_schema=data.get("inputSchema") or data.get("input_schema") or dict(_EMPTY_SCHEMA),
+            namespace=namespace,
+            metadata=metadata,
+        )
+
+    @classmethod
+    def from_callable(
+        cls, fn: Callable[..., Any], *, name: str | None = None, namespace: str | None = None
+    ) -> Tool:
+        """From a Python function: schema from its type hints, text from its docstring."""
+        return _tool_from_callable(cls, fn, name=name, namespace=namespace)
+
+    @classmethod
+    def from_dict(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
+        """From any supported JSON shape, detected by its keys."""
+        _require_mapping(definition, "tool definition")
+        if "function" in definition or "parameters" in definition:
+            return cls.from_openai(definition, namespace=namespace)
+        if "inputSchema" in definition:
+            return cls.from_mcp(definition, namespace=namespace)
+        known = {"name", "description", "input_schema", "namespace", "tags", "metadata", "source"}
+        extra = {k: v for k, v in definition.items() if k not in known}
+        metadata = dict(definition.get("metadata") or {})
+        if definition.get("source"):
+            metadata["source"] = definition["source"]
+        metadata.update(extra)
+        return cls(
+            name=definition.get("name"),  # type: ignore[arg-type]
+            description=definition.get("description") or "",
+            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            namespace=namespace or definition.get("namespace"),
+            tags=tuple(definition.get("tags") or ()),
+            metadata=metadata,
+        )
+
+
+def _require_mapping(value: Any, what: str) -> None:
+    if not isinstance(value, Mapping):
+        raise InvalidToolError(f"{what} must be a JSON object, got {type(value).__name__}")
+
+
+def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise InvalidToolError(f"{where}: input schema must be a JSON object, got {type(schema).__name__}")
+    try:
+        copy: dict[str, Any] = json.loads(json.dumps(schema))
+    except (TypeError, ValueError) as exc:
+        raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
+    kind = copy.setdefault("type", "object")
+    if kind != "object":
+        raise InvalidToolError(f"{where}: input schema 'type' must be 'object', got {kind!r}")
+    props = copy.setdefault("properties", {})
+    if not isinstance(props, dict):
+        raise InvalidToolError(f"{where}: input schema 'properties' must be an object")
+    for pname, pschema in props.items():
+        if not isinstance(pschema, dict):
+            raise InvalidToolError(f"{where}: parameter {pname!r} schema must be an object")
+        ptype = pschema.get("type")
+        types = ptype if isinstance(ptype, list) else [ptype] if ptype is not None else []
+        bad = [t for t in types if t not in _JSON_TYPES]
+        if bad:
+            raise InvalidToolError(f"{where}: parameter {pname!r} has unknown JSON type {bad[0]!r}")
+    required = copy.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise InvalidToolError(f"{where}: input schema 'required' must be a list of parameter names")
+    return copy
+
+
+# --- callables -------------------------------------------------------------------------------
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$", re.IGNORECASE)
+_ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its summary and per-argument descriptions."""
+    lines = inspect.cleandoc(doc).splitlines() if doc else []
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    in_args = False
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args = True
+            continue
+        if in_args:
+            m = _ARG_LINE.match(line)
+            if m:
+                params[m.group(1)] = m.group(2).strip()
+            elif line.strip() and not line.startswith((" ", "\t")):
+                in_args = False
+            elif line.strip() and params:
+                last = next(reversed(params))
+                params[last] += " " + line.strip()
+            continue
+        if line.strip().endswith(":") and line.strip()[:-1].isalpha():
+            in_args = False
+            continue
+        summary.append(line)
+    return "\n".join(summary).strip(), params
+
+
+def _tool_from_callable(
+    cls: type[Tool], fn: Callable[..., Any], *, name: str | None, namespace: str | None
+) -> Tool:
+    from pydantic import Field, create_model
+
+    if not callable(fn):
+        raise InvalidToolError(f"{fn!r} is not callable")
+    summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = getattr(fn, "__annotations__", {})
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or pname in ("self", "cls"):
+            continue
+        annotation = hints.get(pname, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
+    tool_name = name or getattr(fn, "__name__", None) or "tool"
+    try:
+        model = create_model(f"{tool_name}_args", **fields)
+        schema = model.model_json_schema()
+    except Exception as exc:
+        raise InvalidToolError(f"tool {tool_name!r}: cannot derive a JSON schema from its signature ({exc})") from None
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return cls(name=tool_name, description=summary, input_schema=schema, namespace=namespace)
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
+    """Read tools from a JSON or JSONL file in the OpenAI, Anthropic, MCP or dataset shape."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidToolError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidToolError(f"{path}: cannot read ({exc})") from None
+    items: list[tuple[int, Any]] = []
+    stripped = text.lstrip()
+    if path.suffix == ".jsonl" or (stripped.startswith("{") and "\n{" in stripped and not _is_one_json(text)):
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise InvalidToolError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidToolError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
+            data = data["tools"]
+        if isinstance(data, Mapping):
+            data = [data]
+        if not isinstance(data, list):
+            raise InvalidToolError(f"{path}: expected a list of tools or an object with a 'tools' list")
+        items = [(0, item) for item in data]
+    tools: list[Tool] = []
+    for lineno, item in items:
+        try:
+            tools.append(Tool.from_dict(item, namespace=namespace))
+        except InvalidToolError as exc:
+            where = f"{path}:{lineno}" if lineno else f"{path} (item {len(tools) + 1})"
+            raise InvalidToolError(f"{where}: {exc}") from None
+    return tools
+
+
+def _is_one_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+# --- provider-safe names ---------------------------------------------------------------------
+
+
+def provider_safe_name(name: str) -> str:
+    """A name every LLM API accepts (`^[A-Za-z0-9_-]{1,64}$`), stable for a given input."""
+    if _PROVIDER_NAME.match(name):
+        return name
+    base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "tool"
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"{base[:55]}_{digest}"
+
+
+class NameMap:
+    """Reversible mapping between tool names and the provider-safe aliases sent to models."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._to_safe: dict[str, str] = {}
+        self._to_name: dict[str, str] = {}
+        for name in names:
+            self.add(name)
+
+    def add(self, name: str) -> str:
+        """Register a name and return its alias."""
+        if name in self._to_safe:
+            return self._to_safe[name]
+        safe = provider_safe_name(name)
+        other = self._to_name.get(safe)
+        if other is not None and other != name:
+            raise DuplicateToolError(
+                f"tools {other!r} and {name!r} map to the same provider name {safe!r}; rename one",
+                [other, name],
+            )
+        self._to_safe[name] = safe
+        self._to_name[safe] = name
+        return safe
+
+    def safe(self, name: str) -> str:
+        """The alias for a registered (or new) name."""
+        return self._to_safe.get(name) or self.add(name)
+
+    def original(self, alias: str) -> str | None:
+        """The tool name behind an alias, or None when the alias is unknown."""
+        return self._to_name.get(alias)
