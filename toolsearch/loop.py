@@ -1,0 +1,829 @@
+"""The agent loop that replaces a plain tool-calling loop: search, expose what was found, call, repeat.
+
+    sessions = SessionManager(ToolIndex.build(tools, backend="bm25"))
+    result = run(model, "What's the weather in Paris?", session=sessions.create("user-1"),
+                 functions={"get_weather": get_weather})
+    result.output, result.outcome, result.searches, result.requests
+
+Each request carries pinned + tool_search + discovered tools. Every tool_search call of a turn is
+run (before the turn's other calls, so a tool found in a turn is callable in that same turn); the
+other calls are validated against the tool's JSON schema and run (concurrently; sync callables in
+threads, async ones awaited) with a timeout. Errors, timeouts and bad arguments go back to the model
+as tool results; a tool outside the session never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .metatool import MetaToolOutcome, ToolSearchMetaTool, system_prompt_suffix
+from .providers._base import (
+    ChatModel,
+    ChatRequest,
+    Message,
+    ToolCall,
+    ToolSearchMode,
+    Usage,
+    is_async_callable,
+    parse_arguments,
+    tool_result_text,
+)
+from .results import Hit
+from .session import Session, SessionManager
+from .tokens import RequestTokens, request_tokens
+from .tools import Tool
+
+__all__ = [
+    "LoopConfig",
+    "LoopOutcome",
+    "LoopResult",
+    "ResultStatus",
+    "ToolResult",
+    "SearchRecord",
+    "RequestRecord",
+    "ToolExecutor",
+    "ToolSearchLoop",
+    "ToolFunctions",
+    "run",
+    "arun",
+]
+
+ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
+Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any] | str]
+
+
+class LoopOutcome(enum.StrEnum):
+    """Why a run stopped."""
+
+    COMPLETED = "completed"  # the model answered without tool calls
+    RETURN_DIRECT = "return_direct"  # a return_direct tool ran; its output is the answer
+    MAX_ITERATIONS = "max_iterations"  # the request limit was reached while the model still called tools
+    REPEATED_CALL = "repeated_call"  # the model repeated an identical call too often
+
+
+class ResultStatus(enum.StrEnum):
+    """What happened to one tool call."""
+
+    OK = "ok"
+    SEARCH = "search"  # a tool_search that ran (hits or none)
+    SEARCH_ERROR = "search_error"  # a tool_search with bad arguments or a bad query
+    ERROR = "error"  # the tool raised
+    INVALID_ARGUMENTS = "invalid_arguments"  # arguments not JSON or not valid for the schema
+    TIMEOUT = "timeout"
+    NOT_AVAILABLE = "not_available"  # unknown, outside the session, or without an implementation
+    NOT_DISCOVERED = "not_discovered"  # allowed but not found by a search yet (undiscovered="instruct")
+    SKIPPED = "skipped"  # not run because the loop stopped (repeated-call guard)
+
+    @property
+    def is_error(self) -> bool:
+        return self not in (ResultStatus.OK, ResultStatus.SEARCH)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """Loop settings.
+
+    - `max_iterations`: model requests per run.
+    - `tool_timeout`: seconds per tool call (None: no limit). A timed-out sync tool keeps running
+      in its worker thread; its result is discarded.
+    - `undiscovered`: a call to an allowed tool no search has found yet: "instruct" answers with how
+      to find it; "execute" runs it (and makes it visible).
+    - `return_direct`: tool names whose output ends the run as the answer (a tool whose
+      `metadata["return_direct"]` is true counts too).
+    - `max_identical_calls`: the same tool with the same arguments this many times in one run is
+      allowed; one more stops the run with `REPEATED_CALL`.
+    - `tool_search_mode`: "schema" (default, works everywhere) or "native" (see ChatRequest).
+    - `system_suffix`: add `system_prompt_suffix` to the system prompt; `list_namespaces` in it.
+    - `count_tokens` / `encoding`: exact token accounting of each request payload.
+    - `parallel_tool_calls`: run a turn's calls concurrently (else one after another, in order).
+    """
+
+    max_iterations: int = 10
+    tool_timeout: float | None = 60.0
+    undiscovered: Literal["instruct", "execute"] = "instruct"
+    return_direct: frozenset[str] = frozenset()
+    max_identical_calls: int = 3
+    validate_arguments: bool = True
+    tool_search_mode: ToolSearchMode = "schema"
+    system_suffix: bool = True
+    list_namespaces: bool = True
+    count_tokens: bool = True
+    encoding: str = "o200k_base"
+    parallel_tool_calls: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_iterations < 1:
+            raise ValueError("max_iterations must be at least 1")
+        if self.tool_timeout is not None and self.tool_timeout <= 0:
+            raise ValueError("tool_timeout must be positive (or None for no limit)")
+        if self.undiscovered not in ("instruct", "execute"):
+            raise ValueError("undiscovered must be 'instruct' or 'execute'")
+        if self.max_identical_calls < 1:
+            raise ValueError("max_identical_calls must be at least 1")
+        if self.tool_search_mode not in ("schema", "native"):
+            raise ValueError("tool_search_mode must be 'schema' or 'native'")
+        object.__setattr__(self, "return_direct", frozenset(self.return_direct))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRecord:
+    """One tool_search call: what was asked, what it found, how long the search took."""
+
+    query: str | None
+    hits: tuple[Hit, ...]
+    latency_ms: float
+    max_results: int | None = None
+    namespace: str | None = None
+    error: str | None = None
+    call_id: str = ""
+    iteration: int = 0
+    evicted: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hits]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "hits": [{"name": h.name, "score": h.score} for h in self.hits],
+            "latency_ms": self.latency_ms,
+            "max_results": self.max_results,
+            "namespace": self.namespace,
+            "error": self.error,
+            "iteration": self.iteration,
+            "evicted": list(self.evicted),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The result of one call, ready to send back (`to_message` or a provider's shape)."""
+
+    call: ToolCall
+    content: str
+    status: ResultStatus
+    elapsed_ms: float = 0.0
+    value: Any = field(default=None, repr=False, compare=False)
+    tool_references: tuple[Tool, ...] = ()
+    search: SearchRecord | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status.is_error
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    def to_message(self) -> Message:
+        return Message.tool(self.call, self.content, is_error=self.is_error, tool_references=self.tool_references)
+
+    def to_openai_chat(self) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
+
+    def to_openai_responses(self) -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": self.call.id, "output": self.content}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call.id, "content": self.content}
+        if self.is_error:
+            out["is_error"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One model request: which tools it carried, its exact token counts, the provider's usage."""
+
+    iteration: int
+    tool_names: tuple[str, ...]
+    tokens: RequestTokens | None
+    usage: Usage | None
+    latency_ms: float
+    stop_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "tools": list(self.tool_names),
+            "tokens": self.tokens.to_dict() if self.tokens else None,
+            "usage": self.usage.to_dict() if self.usage else None,
+            "latency_ms": self.latency_ms,
+            "stop_reason": self.stop_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """A finished run: the answer, why it stopped, the whole history, every search and request."""
+
+    output: str
+    outcome: LoopOutcome
+    messages: tuple[Message, ...]
+    searches: tuple[SearchRecord, ...]
+    requests: tuple[RequestRecord, ...]
+    tool_results: tuple[ToolResult, ...]
+    session_id: str
+    system: str | None = None
+
+    @property
+    def iterations(self) -> int:
+        return len(self.requests)
+
+    @property
+    def tool_tokens(self) -> list[int]:
+        """Tool-definition tokens of each request."""
+        return [r.tokens.tools if r.tokens else 0 for r in self.requests]
+
+    @property
+    def total_tokens(self) -> int:
+        """Input tokens summed over all requests (the counted payloads, not the provider's bill)."""
+        return sum(r.tokens.total for r in self.requests if r.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "outcome": self.outcome.value,
+            "session_id": self.session_id,
+            "messages": [m.to_dict() for m in self.messages],
+            "searches": [s.to_dict() for s in self.searches],
+            "requests": [r.to_dict() for r in self.requests],
+            "tool_results": [
+                {"call": r.call.to_dict(), "status": r.status.value, "content": r.content, "elapsed_ms": r.elapsed_ms}
+                for r in self.tool_results
+            ],
+        }
+
+
+# --- tool execution ------------------------------------------------------------------------
+
+
+def _functions_map(functions: ToolFunctions | None) -> dict[str, Callable[..., Any]]:
+    if functions is None:
+        return {}
+    if isinstance(functions, Mapping):
+        return dict(functions)
+    out: dict[str, Callable[..., Any]] = {}
+    for fn in functions:
+        name = getattr(fn, "__name__", None)
+        if not callable(fn) or not name:
+            raise TypeError(f"{fn!r} is not a named callable; pass a mapping of tool name to callable instead")
+        out[name] = fn
+    return out
+
+
+_validators: dict[str, Any] = {}
+_validators_lock = threading.Lock()
+
+
+def _validator(tool: Tool) -> Any:
+    found = _validators.get(tool.fingerprint)
+    if found is None:
+        import jsonschema
+
+        cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(tool.input_schema)
+            found = cls(tool.input_schema)
+        except jsonschema.SchemaError:
+            found = False  # a schema jsonschema cannot use: arguments are passed through unchecked
+        with _validators_lock:
+            _validators[tool.fingerprint] = found
+    return found
+
+
+def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    validator = _validator(tool)
+    if not validator:
+        return []
+    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    out = []
+    for err in errors[:5]:
+        where = "/".join(str(p) for p in err.absolute_path)
+        out.append(f"{where}: {err.message}" if where else err.message)
+    return out
+
+
+def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
+    """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
+    if isinstance(raw, ToolCall):
+        call = raw
+    else:
+        data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
+        if not isinstance(data, Mapping):
+            raise TypeError(f"cannot read a tool call from {type(raw).__name__}")
+        kind = data.get("type")
+        if "function" in data and isinstance(data["function"], Mapping):  # Chat Completions
+            fn = data["function"]
+            call = ToolCall.from_json(data.get("id") or "", fn.get("name") or "", fn.get("arguments"))
+        elif kind == "function_call":  # Responses
+            call = ToolCall.from_json(
+                data.get("call_id") or data.get("id") or "", data.get("name") or "", data.get("arguments")
+            )
+        elif kind == "tool_search_call":  # Responses, client-executed tool search
+            args, error = parse_arguments(data.get("arguments"))
+            call = ToolCall(data.get("call_id") or data.get("id") or "", search_name, args, error, kind="tool_search")
+        elif kind == "tool_use" or "input" in data:  # Anthropic
+            args, error = parse_arguments(data.get("input"))
+            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+        else:
+            args, error = parse_arguments(data.get("arguments"))
+            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+    if call.kind == "function" and call.name != search_name:
+        name = session.resolve_name(call.name)
+        if name != call.name:
+            call = replace(call, name=name)
+    return call
+
+
+class ToolExecutor:
+    """Runs one turn's tool calls for a session: searches first, then the rest (concurrently)."""
+
+    def __init__(
+        self,
+        functions: ToolFunctions | None = None,
+        *,
+        metatool: ToolSearchMetaTool | None = None,
+        config: LoopConfig | None = None,
+    ) -> None:
+        self.functions = _functions_map(functions)
+        self.metatool = metatool or ToolSearchMetaTool()
+        self.config = config or LoopConfig()
+
+    def is_return_direct(self, session: Session, name: str) -> bool:
+        if name in self.config.return_direct:
+            return True
+        tool = session.index.catalog.get(name)
+        return bool(tool is not None and tool.metadata.get("return_direct"))
+
+    # --- shared steps ---------------------------------------------------------------------
+
+    def _search(self, session: Session, call: ToolCall, iteration: int) -> ToolResult:
+        if call.arguments_error:
+            outcome = MetaToolOutcome(
+                text=f"{self.metatool.name} error: {call.arguments_error}. "
+                f'Call it with a JSON object like {{"query": "<what you need>"}}.',
+                error=call.arguments_error,
+            )
+        else:
+            outcome = self.metatool.run(session, call.arguments)
+        result = outcome.result
+        record = SearchRecord(
+            query=outcome.query if outcome.query is not None else _query_of(call),
+            hits=result.hits if result else (),
+            latency_ms=result.elapsed_ms if result else 0.0,
+            max_results=outcome.max_results,
+            namespace=outcome.namespace,
+            error=outcome.error,
+            call_id=call.id,
+            iteration=iteration,
+            evicted=outcome.update.evicted if outcome.update else (),
+        )
+        status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
+        return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
+
+    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
+        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+        name = call.name
+        if not session.is_allowed(name):
+            return ToolResult(
+                call,
+                f"Tool {name!r} is not available. Call {self.metatool.name} to find a tool for this task, "
+                "then call one of the names it returns.",
+                ResultStatus.NOT_AVAILABLE,
+            )
+        if not session.is_visible(name):
+            if self.config.undiscovered == "instruct":
+                return ToolResult(
+                    call,
+                    f"Tool {name!r} is not loaded yet. Call {self.metatool.name} first (for example with the "
+                    f"query {_suggest_query(name)!r}); once it is found, call {name!r} again.",
+                    ResultStatus.NOT_DISCOVERED,
+                )
+            session.discover([name])
+        fn = self.functions.get(name)
+        if fn is None:
+            return ToolResult(
+                call,
+                f"Tool {name!r} has no implementation in this application; use another tool.",
+                ResultStatus.NOT_AVAILABLE,
+            )
+        if call.arguments_error:
+            return ToolResult(
+                call, f"Invalid arguments for {name!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
+            )
+        if self.config.validate_arguments:
+            problems = _schema_errors(session.index.catalog[name], call.arguments)
+            if problems:
+                return ToolResult(
+                    call,
+                    f"Invalid arguments for {name!r}: "
+                    + "; ".join(problems)
+                    + ". Fix the arguments to match the tool's parameters and call it again.",
+                    ResultStatus.INVALID_ARGUMENTS,
+                )
+        session.touch([name])
+        return fn
+
+    def _finish(self, call: ToolCall, value: Any, started: float) -> ToolResult:
+        return ToolResult(call, tool_result_text(value), ResultStatus.OK, _ms(started), value=value)
+
+    def _timeout(self, call: ToolCall, started: float) -> ToolResult:
+        return ToolResult(
+            call,
+            f"Tool {call.name!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
+            "simpler arguments or another tool.",
+            ResultStatus.TIMEOUT,
+            _ms(started),
+        )
+
+    def _failure(self, call: ToolCall, exc: BaseException, started: float) -> ToolResult:
+        return ToolResult(
+            call,
+            f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}",
+            ResultStatus.ERROR,
+            _ms(started),
+        )
+
+    def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
+        return [_coerce_call(c, session, self.metatool.name) for c in calls]
+
+    def _is_search(self, call: ToolCall) -> bool:
+        return call.kind == "tool_search" or call.name == self.metatool.name
+
+    # --- sync -----------------------------------------------------------------------------
+
+    def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
+        """Run a batch; results come back in the calls' order."""
+        neutral = self._split(session, calls)
+        results: list[ToolResult | None] = [None] * len(neutral)
+        for i, call in enumerate(neutral):
+            if self._is_search(call):
+                results[i] = self._search(session, call, iteration)
+        pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
+        for i, call in enumerate(neutral):
+            if results[i] is None:
+                prepared = self._prepare(session, call)
+                if isinstance(prepared, ToolResult):
+                    results[i] = prepared
+                else:
+                    pending.append((i, call, prepared))
+        timeout = self.config.tool_timeout
+        if timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls):
+            for i, call, fn in pending:  # no timeout, nothing to overlap: run in this thread
+                started = time.perf_counter()
+                try:
+                    results[i] = self._finish(call, _call_sync(fn, call.arguments), started)
+                except Exception as exc:
+                    results[i] = self._failure(call, exc, started)
+        elif pending:
+            workers = len(pending) if self.config.parallel_tool_calls else 1
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-tool")
+            try:
+                if self.config.parallel_tool_calls:
+                    started = time.perf_counter()
+                    futures = [(i, call, pool.submit(_call_sync, fn, call.arguments)) for i, call, fn in pending]
+                    for i, call, future in futures:
+                        remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
+                        results[i] = self._wait(call, future, remaining, started)
+                else:
+                    for i, call, fn in pending:
+                        started = time.perf_counter()
+                        results[i] = self._wait(call, pool.submit(_call_sync, fn, call.arguments), timeout, started)
+            finally:
+                pool.shutdown(wait=False, cancel_futures=True)  # a timed-out tool keeps its thread; we move on
+        return [r for r in results if r is not None]
+
+    def _wait(
+        self, call: ToolCall, future: concurrent.futures.Future[Any], timeout: float | None, started: float
+    ) -> ToolResult:
+        try:
+            return self._finish(call, future.result(timeout=timeout), started)
+        except Exception as exc:
+            if not future.done():
+                return self._timeout(call, started)
+            return self._failure(call, exc, started)
+
+    # --- async ----------------------------------------------------------------------------
+
+    async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
+        """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
+        neutral = self._split(session, calls)
+        results: list[ToolResult | None] = [None] * len(neutral)
+        for i, call in enumerate(neutral):
+            if self._is_search(call):
+                results[i] = self._search(session, call, iteration)
+        pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
+        for i, call in enumerate(neutral):
+            if results[i] is None:
+                prepared = self._prepare(session, call)
+                if isinstance(prepared, ToolResult):
+                    results[i] = prepared
+                else:
+                    pending.append((i, call, prepared))
+
+        async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
+            started = time.perf_counter()
+            if is_async_callable(fn):
+                task = asyncio.ensure_future(fn(**call.arguments))
+            else:
+                task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
+            done, _ = await asyncio.wait({task}, timeout=self.config.tool_timeout)
+            if not done:
+                task.cancel()
+                return self._timeout(call, started)
+            exc = task.exception()
+            if exc is not None:
+                return self._failure(call, exc, started)
+            return self._finish(call, task.result(), started)
+
+        if self.config.parallel_tool_calls:
+            done = await asyncio.gather(*(one(call, fn) for _, call, fn in pending))
+        else:
+            done = [await one(call, fn) for _, call, fn in pending]
+        for (i, _, _), result in zip(pending, done, strict=True):
+            results[i] = result
+        return [r for r in results if r is not None]
+
+
+def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+    value = fn(**arguments)
+    if asyncio.iscoroutine(value):  # an async tool driven from sync code: run it in this worker thread
+        value = asyncio.run(value)
+    return value
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _query_of(call: ToolCall) -> str | None:
+    query = call.arguments.get("query") if isinstance(call.arguments, Mapping) else None
+    return query if isinstance(query, str) else None
+
+
+def _suggest_query(name: str) -> str:
+    from .text import split_identifier
+
+    return " ".join(split_identifier(name)) or name
+
+
+def _call_key(call: ToolCall) -> str:
+    return call.name + "\0" + json.dumps(dict(call.arguments), sort_keys=True, default=str)
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+def _initial_messages(prompt: Prompt) -> list[Message]:
+    if isinstance(prompt, (str, Message, Mapping)):
+        return [Message.coerce(prompt)]
+    return [Message.coerce(m) for m in prompt]
+
+
+class ToolSearchLoop:
+    """A reusable loop: one model, one session manager, one set of tool implementations.
+
+    `run(prompt, session_id=...)` / `arun(...)` get or create the session (creating it with
+    `allowed` / `pinned` when new) and drive the model until it answers or a guard stops it.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        sessions: SessionManager,
+        functions: ToolFunctions | None = None,
+        *,
+        system: str | None = None,
+        metatool: ToolSearchMetaTool | None = None,
+        config: LoopConfig | None = None,
+        **settings: Any,
+    ) -> None:
+        self.model = model
+        self.sessions = sessions
+        self.system = system
+        self.metatool = metatool or ToolSearchMetaTool()
+        base = config or LoopConfig()
+        self.config = replace(base, **settings) if settings else base
+        self.executor = ToolExecutor(functions, metatool=self.metatool, config=self.config)
+
+    def session(
+        self, session_id: str, *, allowed: Collection[str] | None = None, pinned: Collection[str] = ()
+    ) -> Session:
+        return self.sessions.get_or_create(session_id, allowed=allowed, pinned=pinned)
+
+    def run(
+        self,
+        prompt: Prompt,
+        *,
+        session_id: str,
+        allowed: Collection[str] | None = None,
+        pinned: Collection[str] = (),
+    ) -> LoopResult:
+        session = self.session(session_id, allowed=allowed, pinned=pinned)
+        return _Run(self, session, prompt).sync()
+
+    async def arun(
+        self,
+        prompt: Prompt,
+        *,
+        session_id: str,
+        allowed: Collection[str] | None = None,
+        pinned: Collection[str] = (),
+    ) -> LoopResult:
+        session = self.session(session_id, allowed=allowed, pinned=pinned)
+        return await _Run(self, session, prompt).asynchronous()
+
+    def system_prompt(self, session: Session) -> str | None:
+        parts = [self.system] if self.system else []
+        if self.config.system_suffix:
+            parts.append(
+                system_prompt_suffix(session, list_namespaces=self.config.list_namespaces, metatool=self.metatool)
+            )
+        return "\n\n".join(parts) or None
+
+
+class _Run:
+    """The state of one run (shared by the sync and async drivers)."""
+
+    def __init__(self, loop: ToolSearchLoop, session: Session, prompt: Prompt) -> None:
+        self.loop = loop
+        self.session = session
+        self.config = loop.config
+        self.messages = _initial_messages(prompt)
+        self.system = loop.system_prompt(session)
+        self.searches: list[SearchRecord] = []
+        self.requests: list[RequestRecord] = []
+        self.results: list[ToolResult] = []
+        self.seen: Counter[str] = Counter()
+
+    def request(self) -> ChatRequest:
+        return ChatRequest(
+            messages=tuple(self.messages),
+            system=self.system,
+            pinned=tuple(self.session.pinned_tools()),
+            search_tool=self.loop.metatool.definition(self.session),
+            discovered=tuple(self.session.discovered_tools()),
+            tool_search_mode=self.config.tool_search_mode,
+        )
+
+    def count(self, request: ChatRequest) -> RequestTokens | None:
+        if not self.config.count_tokens:
+            return None
+        return request_tokens(self.loop.model.payload(request), self.config.encoding)
+
+    def record(
+        self, iteration: int, request: ChatRequest, tokens: RequestTokens | None, turn: Any, started: float
+    ) -> None:
+        self.requests.append(
+            RequestRecord(
+                iteration, tuple(t.name for t in request.tools), tokens, turn.usage, _ms(started), turn.stop_reason
+            )
+        )
+        self.messages.append(turn.message)
+
+    def guard(self, calls: Sequence[ToolCall]) -> bool:
+        """Count identical calls; True when this turn repeats one too often (results are filled in)."""
+        keys = [_call_key(c) for c in calls]
+        self.seen.update(keys)
+        repeated = [c for c, k in zip(calls, keys, strict=True) if self.seen[k] > self.config.max_identical_calls]
+        if not repeated:
+            return False
+        names = ", ".join(sorted({c.name for c in repeated}))
+        for call in calls:
+            self.add(
+                ToolResult(
+                    call,
+                    f"Not run: the loop stopped because {names} was called with identical arguments more than "
+                    f"{self.config.max_identical_calls} times.",
+                    ResultStatus.SKIPPED,
+                )
+            )
+        return True
+
+    def add(self, result: ToolResult) -> None:
+        self.results.append(result)
+        if result.search is not None:
+            self.searches.append(result.search)
+        self.messages.append(result.to_message())
+
+    def direct_output(self, batch: Sequence[ToolResult]) -> str | None:
+        direct = [
+            r
+            for r in batch
+            if r.status is ResultStatus.OK and self.loop.executor.is_return_direct(self.session, r.call.name)
+        ]
+        return "\n".join(r.content for r in direct) if direct else None
+
+    def finish(self, output: str, outcome: LoopOutcome) -> LoopResult:
+        return LoopResult(
+            output=output,
+            outcome=outcome,
+            messages=tuple(self.messages),
+            searches=tuple(self.searches),
+            requests=tuple(self.requests),
+            tool_results=tuple(self.results),
+            session_id=self.session.id,
+            system=self.system,
+        )
+
+    def last_text(self) -> str:
+        return next((m.content for m in reversed(self.messages) if m.role == "assistant" and m.content), "")
+
+    def sync(self) -> LoopResult:
+        model = self.loop.model
+        for iteration in range(1, self.config.max_iterations + 1):
+            request = self.request()
+            tokens = self.count(request)
+            started = time.perf_counter()
+            turn = model.complete(request)
+            self.record(iteration, request, tokens, turn, started)
+            calls = turn.message.tool_calls
+            if not calls:
+                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
+            if self.guard(calls):
+                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
+            batch = self.loop.executor.execute(self.session, calls, iteration=iteration)
+            for result in batch:
+                self.add(result)
+            direct = self.direct_output(batch)
+            if direct is not None:
+                return self.finish(direct, LoopOutcome.RETURN_DIRECT)
+        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+
+    async def asynchronous(self) -> LoopResult:
+        model = self.loop.model
+        for iteration in range(1, self.config.max_iterations + 1):
+            request = self.request()
+            tokens = self.count(request)
+            started = time.perf_counter()
+            turn = await model.acomplete(request)
+            self.record(iteration, request, tokens, turn, started)
+            calls = turn.message.tool_calls
+            if not calls:
+                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
+            if self.guard(calls):
+                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
+            batch = await self.loop.executor.aexecute(self.session, calls, iteration=iteration)
+            for result in batch:
+                self.add(result)
+            direct = self.direct_output(batch)
+            if direct is not None:
+                return self.finish(direct, LoopOutcome.RETURN_DIRECT)
+        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+
+
+def _one_off(
+    model: ChatModel,
+    session: Session,
+    functions: ToolFunctions | None,
+    system: str | None,
+    metatool: ToolSearchMetaTool | None,
+    config: LoopConfig | None,
+    settings: dict[str, Any],
+) -> ToolSearchLoop:
+    return ToolSearchLoop(
+        model, session.manager, functions, system=system, metatool=metatool, config=config, **settings
+    )
+
+
+def run(
+    model: ChatModel,
+    prompt: Prompt,
+    *,
+    session: Session,
+    functions: ToolFunctions | None = None,
+    system: str | None = None,
+    metatool: ToolSearchMetaTool | None = None,
+    config: LoopConfig | None = None,
+    **settings: Any,
+) -> LoopResult:
+    """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5)."""
+    loop = _one_off(model, session, functions, system, metatool, config, settings)
+    return _Run(loop, session, prompt).sync()
+
+
+async def arun(
+    model: ChatModel,
+    prompt: Prompt,
+    *,
+    session: Session,
+    functions: ToolFunctions | None = None,
+    system: str | None = None,
+    metatool: ToolSearchMetaTool | None = None,
+    config: LoopConfig | None = None,
+    **settings: Any,
+) -> LoopResult:
+    """`run` for asyncio."""
+    loop = _one_off(model, session, functions, system, metatool, config, settings)
+    return await _Run(loop, session, prompt).asynchronous()

@@ -1,0 +1,309 @@
+"""The tool_search meta-tool: its definition per session, argument checks, and compact result text."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ._errors import InvalidQueryError
+from .results import SearchResult
+from .tools import Tool
+
+if TYPE_CHECKING:
+    from .session import DiscoveryUpdate, Session
+
+__all__ = ["ToolSearchMetaTool", "MetaToolOutcome", "QUERY_SYNTAX", "system_prompt_suffix", "one_line_summary"]
+
+# What each backend understands, told to the model in the `query` parameter's description.
+QUERY_SYNTAX: dict[str, str] = {
+    "regex": (
+        "A Python regular expression (the `regex` module, case-insensitive), matched against each tool's "
+        "name, namespace, description and parameters. Examples: `weather`, `send.*(mail|message)`, "
+        "`^github_`, `(create|open).*issue`. Escape special characters (`\\.`, `\\(`) to match them literally."
+    ),
+    "bm25": (
+        "Keywords describing the capability you need (BM25 ranking over tool names, descriptions and "
+        'parameters), e.g. `send email attachment`. Lucene syntax is understood: `"exact phrase"`, '
+        "`+required -excluded`, `AND` / `OR` / `NOT`, `prefix*`, `term^2` to boost, and fields such as "
+        "`name:issue` or `namespace:github`."
+    ),
+    "vector": (
+        "A natural-language description of what you want to do, e.g. `find the weather forecast for a city` "
+        "(semantic search: wording need not match the tool's)."
+    ),
+    "hybrid": (
+        "A natural-language description of what you want to do, with any specific keywords or tool-name "
+        "fragments you know, e.g. `create a github issue with labels` (semantic + keyword search)."
+    ),
+}
+_GENERIC_SYNTAX = "A few keywords describing the capability you need, e.g. `send email`."
+_SEARCH_HINT: dict[str, str] = {
+    "regex": "use a valid Python regular expression or plain words (escape special characters such as `(`, `[`, `*`)",
+    "bm25": "use a few plain keywords describing the action and the object, e.g. `create issue`",
+    "vector": "describe the task in a short natural-language sentence",
+    "hybrid": "describe the task in a short sentence, with any keywords you know",
+}
+_SUMMARY_CHARS = 160
+
+
+def one_line_summary(text: str, limit: int = _SUMMARY_CHARS) -> str:
+    """The first sentence (or line) of a description, cut to `limit` characters."""
+    text = " ".join(text.split())
+    if not text:
+        return "(no description)"
+    for stop in (". ", "? ", "! "):
+        cut = text.find(stop)
+        if 0 < cut < limit:
+            text = text[: cut + 1]
+            break
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text
+
+
+def _backend_syntax(session: Session) -> tuple[str, str]:
+    backend = session.index.backend
+    name = session.index.backend_name
+    custom = getattr(backend, "query_syntax", None)
+    syntax = custom if isinstance(custom, str) and custom else QUERY_SYNTAX.get(name, _GENERIC_SYNTAX)
+    hint = _SEARCH_HINT.get(name, "use a few plain keywords describing the capability")
+    return syntax, hint
+
+
+class _Arguments(BaseModel):
+    """tool_search arguments as models send them; extra keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    query: str
+    max_results: int | None = None
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetaToolOutcome:
+    """One tool_search call: the text for the model, and the search (None when the input was bad)."""
+
+    text: str
+    result: SearchResult | None = None
+    error: str | None = None
+    query: str | None = None
+    max_results: int | None = None
+    namespace: str | None = None
+    update: DiscoveryUpdate | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools the search found (for native `tool_reference` / `tool_search_output` results)."""
+        if self.result is None:
+            return ()
+        evicted = set(self.update.evicted) if self.update else set()
+        return tuple(t for t in self.result.tools if t.name not in evicted)
+
+
+class ToolSearchMetaTool:
+    """The `tool_search` tool: definition per session, argument validation, compact results.
+
+    `namespace_enum_limit`: the `namespace` parameter lists the session's namespaces as an enum
+    when there are at most this many (a free string otherwise; None hides the parameter).
+    `description` overrides the tool's description.
+    """
+
+    def __init__(
+        self,
+        name: str = "tool_search",
+        *,
+        default_results: int = 5,
+        max_results: int = 10,
+        namespace_enum_limit: int | None = 50,
+        description: str | None = None,
+    ) -> None:
+        if not 1 <= default_results <= max_results:
+            raise ValueError("default_results must be between 1 and max_results")
+        self.name = name
+        self.default_results = default_results
+        self.max_results = max_results
+        self.namespace_enum_limit = namespace_enum_limit
+        self.description = description or (
+            "Search the tool catalog for tools you do not have yet. Returns the best-matching tools' names "
+            "and one-line summaries; their full definitions are added to your tools so you can call them in "
+            "the next step. Call it whenever you need a capability none of your current tools provides; "
+            "you may call it several times (in parallel too) with different queries."
+        )
+        self._cache: dict[tuple[str, tuple[str, ...] | None], Tool] = {}
+        self._cache_lock = threading.Lock()
+
+    # --- definition -------------------------------------------------------------------------
+
+    def definition(self, session: Session) -> Tool:
+        """The tool definition for this session (its backend's syntax, its namespaces)."""
+        syntax, _ = _backend_syntax(session)
+        namespaces = session.namespaces if self.namespace_enum_limit is not None else []
+        enum = tuple(namespaces) if namespaces and len(namespaces) <= (self.namespace_enum_limit or 0) else None
+        key = (session.index.backend_name + "\0" + syntax + ("\0ns" if namespaces else ""), enum)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        properties: dict[str, Any] = {
+            "query": {"type": "string", "description": syntax},
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": self.max_results,
+                "default": self.default_results,
+                "description": f"How many tools to return (1-{self.max_results}, default {self.default_results}).",
+            },
+        }
+        if namespaces:
+            ns: dict[str, Any] = {"type": "string", "description": "Only search tools in this namespace."}
+            if enum is not None:
+                ns["enum"] = list(enum)
+            else:
+                ns["description"] += " Namespaces are listed in the system prompt."
+            properties["namespace"] = ns
+        tool = Tool(
+            name=self.name,
+            description=self.description,
+            input_schema={"type": "object", "properties": properties, "required": ["query"]},
+        )
+        with self._cache_lock:
+            self._cache[key] = tool
+        return tool
+
+    # --- running ----------------------------------------------------------------------------
+
+    def _usage(self) -> str:
+        return (
+            f'Call {self.name} with a JSON object like {{"query": "<what you need>", '
+            f'"max_results": {self.default_results}}}.'
+        )
+
+    def parse(self, session: Session, arguments: Mapping[str, Any] | str | None) -> tuple[_Arguments | None, str]:
+        """Validate arguments; returns (arguments, "") or (None, instructive error text)."""
+        if arguments is None:
+            arguments = {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError as exc:
+                return None, f"{self.name} error: the arguments are not valid JSON ({exc}). {self._usage()}"
+        if not isinstance(arguments, Mapping):
+            return None, f"{self.name} error: the arguments must be a JSON object. {self._usage()}"
+        try:
+            args = _Arguments.model_validate(dict(arguments))
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"]) or "arguments"
+                msg = "is required" if err["type"] == "missing" else err["msg"].lower()
+                problems.append(f"`{where}` {msg}")
+            return None, f"{self.name} error: {'; '.join(problems)}. {self._usage()}"
+        if not args.query.strip():
+            return None, (
+                f"{self.name} error: `query` is empty. Describe the capability you need, e.g. "
+                f'"send an email" or "weather forecast". {self._usage()}'
+            )
+        if args.max_results is not None and not 1 <= args.max_results <= self.max_results:
+            return None, (
+                f"{self.name} error: `max_results` must be between 1 and {self.max_results} "
+                f"(got {args.max_results}). {self._usage()}"
+            )
+        if args.namespace is not None:
+            args.namespace = args.namespace.strip() or None
+        if args.namespace is not None and args.namespace not in session.namespaces:
+            known = session.namespaces
+            listed = ", ".join(known[:50]) + (f" and {len(known) - 50} more" if len(known) > 50 else "")
+            advice = f"Use one of: {listed}." if known else "This catalog has no namespaces; leave it out."
+            return None, f"{self.name} error: unknown namespace {args.namespace!r}. {advice}"
+        return args, ""
+
+    def run(self, session: Session, arguments: Mapping[str, Any] | str | None) -> MetaToolOutcome:
+        """Validate, search within the session (recording hits as discovered) and render the result."""
+        args, problem = self.parse(session, arguments)
+        if args is None:
+            return MetaToolOutcome(text=problem, error=problem)
+        k = args.max_results or self.default_results
+        namespaces = [args.namespace] if args.namespace else None
+        query = args.query.strip()
+        try:
+            result = session.search(query, k, namespaces=namespaces, record=False)
+        except InvalidQueryError as exc:
+            _, hint = _backend_syntax(session)
+            text = f"{self.name} could not run the query {query!r}: {exc}. How to search instead: {hint}."
+            return MetaToolOutcome(text=text, error=str(exc), query=query, max_results=k, namespace=args.namespace)
+        update = session.discover(result.names) if result.hits else None
+        return MetaToolOutcome(
+            text=self.render(session, result, update, namespace=args.namespace),
+            result=result,
+            query=query,
+            max_results=k,
+            namespace=args.namespace,
+            update=update,
+        )
+
+    def render(
+        self, session: Session, result: SearchResult, update: DiscoveryUpdate | None, *, namespace: str | None = None
+    ) -> str:
+        """Compact text: one line per tool (name, score, one-line summary), plus any notes."""
+        where = f" in namespace {namespace!r}" if namespace else ""
+        notes = [f"Note: {n}" for n in result.notes]
+        if not result.hits:
+            _, hint = _backend_syntax(session)
+            lines = [
+                f"No tools matched {result.query!r}{where}. Try again with other words: synonyms, the action and "
+                f"the object (e.g. 'create invoice'), or fewer terms; {hint}."
+            ]
+            return "\n".join(lines + notes)
+        evicted = set(update.evicted) if update else set()
+        shown = [(h, t) for h, t in zip(result.hits, result.tools, strict=True) if h.name not in evicted]
+        lines = [f"Found {len(shown)} tool(s) for {result.query!r}{where}. They are now available: call them by name."]
+        for hit, tool in shown:
+            lines.append(f"- {hit.name} (score {hit.score:.3g}): {one_line_summary(tool.description)}")
+        if update is not None and update.evicted:
+            dropped = [n for n in update.evicted if n not in {h.name for h in result.hits}]
+            over = [n for n in update.evicted if n in {h.name for h in result.hits}]
+            if dropped:
+                lines.append(
+                    "Note: to stay within this session's tool budget these tools were unloaded: "
+                    + ", ".join(dropped)
+                    + " (search again to reload one)."
+                )
+            if over:
+                lines.append("Note: over this session's tool budget, not loaded: " + ", ".join(over) + ".")
+        return "\n".join(lines + notes)
+
+
+def system_prompt_suffix(
+    session: Session,
+    *,
+    list_namespaces: bool = True,
+    metatool: ToolSearchMetaTool | None = None,
+    template: str | None = None,
+    max_namespaces: int = 100,
+) -> str:
+    """A short addition to the system prompt telling the model to search when it lacks a tool.
+
+    `template` may use `{tool}` (the meta-tool's name) and `{namespaces}` (a sentence listing
+    them, or empty).
+    """
+    name = (metatool or ToolSearchMetaTool()).name
+    namespaces = ""
+    if list_namespaces and session.namespaces:
+        known = session.namespaces
+        listed = ", ".join(known[:max_namespaces])
+        more = f" and {len(known) - max_namespaces} more" if len(known) > max_namespaces else ""
+        namespaces = f" Tool namespaces: {listed}{more}."
+    text = template or (
+        "You have only a few tools loaded. When you need a capability that none of your tools provide, "
+        "call `{tool}` to find one; the tools it finds become callable in your next step.{namespaces}"
+    )
+    return text.format(tool=name, namespaces=namespaces)

@@ -1,0 +1,330 @@
+"""Provider-neutral chat records and the small ChatModel protocol every provider implements."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .._errors import ToolSearchError
+from ..tools import NameMap, Tool
+
+Role = Literal["system", "user", "assistant", "tool"]
+ToolSearchMode = Literal["schema", "native"]
+CallKind = Literal["function", "tool_search"]
+
+
+class ProviderError(ToolSearchError):
+    """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call a model asked for, with tool names as in the catalog (never provider aliases).
+
+    `arguments` is the parsed JSON object; when the model sent text that is not a JSON object,
+    `arguments` is empty and `arguments_error` says why (the loop answers with an instructive result).
+    `kind` is "tool_search" for a provider-native search call (OpenAI Responses `tool_search_call`).
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments_error: str | None = None
+    kind: CallKind = "function"
+
+    @classmethod
+    def from_json(cls, id: str, name: str, text: str | None, *, kind: CallKind = "function") -> ToolCall:
+        """Parse a JSON arguments string as providers send it (empty text means no arguments)."""
+        arguments, error = parse_arguments(text)
+        return cls(id=id, name=name, arguments=arguments, arguments_error=error, kind=kind)
+
+    def arguments_json(self) -> str:
+        return json.dumps(dict(self.arguments), ensure_ascii=False, separators=(",", ":"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        if self.arguments_error:
+            out["arguments_error"] = self.arguments_error
+        if self.kind != "function":
+            out["kind"] = self.kind
+        return out
+
+
+def parse_arguments(text: str | Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments as a dict plus an error text when they are not a JSON object."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return {}, None
+    if isinstance(text, Mapping):
+        return dict(text), None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        return {}, f"arguments are not valid JSON ({exc}); send a JSON object matching the tool's schema"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message in neutral form.
+
+    - user / system: `content`.
+    - assistant: `content` (may be empty) and `tool_calls`; `provider_items` keeps a provider's
+      own output (reasoning items, thinking blocks) so the same provider can replay it verbatim.
+    - tool: the result of one call: `tool_call_id`, `name`, `content`, `is_error`; a search result
+      also carries `tool_references`, the tools it found (rendered as Anthropic `tool_reference`
+      blocks or an OpenAI `tool_search_output` when the native form is on).
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+    call_kind: CallKind = "function"
+    tool_references: tuple[Tool, ...] = ()
+    provider: str | None = None
+    provider_items: tuple[Any, ...] = ()
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls("user", content)
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls("system", content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        return cls("assistant", content, tuple(tool_calls))
+
+    @classmethod
+    def tool(
+        cls,
+        call: ToolCall,
+        content: str,
+        *,
+        is_error: bool = False,
+        tool_references: Sequence[Tool] = (),
+    ) -> Message:
+        return cls(
+            "tool",
+            content,
+            tool_call_id=call.id,
+            name=call.name,
+            is_error=is_error,
+            call_kind=call.kind,
+            tool_references=tuple(tool_references),
+        )
+
+    @classmethod
+    def coerce(cls, value: Message | Mapping[str, Any] | str) -> Message:
+        """Accept a Message, a plain string (a user message) or a `{"role", "content"}` mapping."""
+        if isinstance(value, Message):
+            return value
+        if isinstance(value, str):
+            return cls.user(value)
+        if isinstance(value, Mapping):
+            role = value.get("role")
+            if role == "developer":
+                role = "system"
+            if role not in ("system", "user", "assistant", "tool"):
+                raise ValueError(f"message role must be system, user, assistant or tool; got {role!r}")
+            content = value.get("content") or ""
+            if not isinstance(content, str):
+                raise ValueError("only plain-text message content is supported in neutral messages")
+            calls = tuple(
+                c if isinstance(c, ToolCall) else ToolCall(c["id"], c["name"], dict(c.get("arguments") or {}))
+                for c in value.get("tool_calls") or ()
+            )
+            return cls(
+                role,
+                content,
+                calls,
+                tool_call_id=value.get("tool_call_id"),
+                name=value.get("name"),
+                is_error=bool(value.get("is_error", False)),
+            )
+        raise TypeError(f"cannot turn {type(value).__name__} into a Message")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (for logs and token accounting)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.is_error:
+            out["is_error"] = True
+        if self.tool_references:
+            out["tool_references"] = [t.name for t in self.tool_references]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as the provider reported it (None where it did not say)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_input_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """What one model request returned: the assistant message, usage, stop reason, raw response."""
+
+    message: Message
+    usage: Usage | None = None
+    stop_reason: str | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """Everything a provider needs to build one request.
+
+    Tools are kept in their roles so a provider can render them natively: `pinned` (always
+    visible), `search_tool` (the tool_search meta-tool, None to leave it out) and `discovered`
+    (found by searches). With `tool_search_mode="schema"` (default) the tools array is
+    pinned + search tool + discovered as plain function tools; "native" uses the provider's own
+    form where it has one (Anthropic `defer_loading` + `tool_reference`, OpenAI Responses
+    client-executed `tool_search`) and falls back to schema injection elsewhere.
+    """
+
+    messages: tuple[Message, ...]
+    system: str | None = None
+    pinned: tuple[Tool, ...] = ()
+    search_tool: Tool | None = None
+    discovered: tuple[Tool, ...] = ()
+    tool_search_mode: ToolSearchMode = "schema"
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """Every tool in request order: pinned, the search tool, discovered."""
+        search = (self.search_tool,) if self.search_tool is not None else ()
+        return (*self.pinned, *search, *self.discovered)
+
+    def name_map(self) -> NameMap:
+        """Provider-safe aliases for every tool name this request mentions (tools and history)."""
+        names = NameMap()
+        for tool in self.tools:
+            names.add(tool.name)
+        for message in self.messages:
+            for call in message.tool_calls:
+                names.add(call.name)
+            if message.name:
+                names.add(message.name)
+            for ref in message.tool_references:
+                names.add(ref.name)
+        return names
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model the loop can drive. Providers implement all three methods.
+
+    `payload(request)` returns the exact keyword arguments the provider would send for the
+    request (used for token accounting and tests); `complete` / `acomplete` send it.
+    """
+
+    format: str  # "openai_chat" | "openai_responses" | "anthropic" | any other label
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]: ...
+
+    def complete(self, request: ChatRequest) -> ModelTurn: ...
+
+    async def acomplete(self, request: ChatRequest) -> ModelTurn: ...
+
+
+def tool_result_text(value: Any) -> str:
+    """Turn whatever a tool returned into the text the model reads."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json")
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a coroutine from sync code (an async SDK client used through the sync `complete`)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise ProviderError("an async client cannot be used from sync code inside a running event loop; use arun()")
+
+
+def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> Exception:
+    """A ProviderError for an SDK/transport exception; other exceptions are returned unchanged."""
+    if isinstance(exc, ProviderError):
+        return exc
+    module = type(exc).__module__ or ""
+    if module.startswith(modules):
+        return ProviderError(f"{provider} request failed: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def is_async_callable(fn: Any) -> bool:
+    """True for coroutine functions, also behind decorators that hide it (the SDKs' `create`)."""
+    try:
+        target = inspect.unwrap(fn)
+    except ValueError:
+        target = fn
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+
+
+def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
+    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+    try:
+        response = create(**payload)
+        if inspect.isawaitable(response):
+            response = run_sync(response)
+    except Exception as exc:
+        err = translate_error(exc, provider, modules)
+        if err is exc:
+            raise
+        raise err from exc
+    return response
+
+
+async def call_async(
+    create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]
+) -> Any:
+    """Call an SDK endpoint from asyncio (a sync client runs in a worker thread)."""
+    try:
+        if is_async_callable(create):
+            response = await create(**payload)
+        else:
+            response = await asyncio.to_thread(create, **payload)
+            if inspect.isawaitable(response):
+                response = await response
+    except Exception as exc:
+        err = translate_error(exc, provider, modules)
+        if err is exc:
+            raise
+        raise err from exc
+    return response

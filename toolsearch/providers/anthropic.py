@@ -1,0 +1,189 @@
+"""Anthropic Messages through the official `anthropic` SDK (sync or async clients).
+
+Schema injection by default. With `tool_search_mode="native"` the discovered tools are sent with
+`defer_loading: true` and each tool_search result is a `tool_result` whose content is
+`tool_reference` blocks (`ToolReferenceBlockParam` in the SDK), which the API expands into the
+tools' definitions in place — keeping the tools prefix, and so the prompt cache, stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..tools import NameMap, Tool
+from ._base import (
+    ChatRequest,
+    Message,
+    ModelTurn,
+    ToolCall,
+    Usage,
+    call_async,
+    call_sync,
+    parse_arguments,
+)
+
+__all__ = ["AnthropicModel", "anthropic_payload", "parse_message"]
+
+DEFAULT_MAX_TOKENS = 4096
+_SDK_MODULES = ("anthropic", "httpx")
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _dump(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(exclude_none=True, mode="json")
+    return obj
+
+
+def anthropic_payload(
+    request: ChatRequest,
+    model: str,
+    names: NameMap | None = None,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **options: Any,
+) -> dict[str, Any]:
+    """The `client.messages.create(**payload)` arguments for a request.
+
+    Consecutive tool results are grouped into one user message, as the API requires.
+    """
+    names = names or request.name_map()
+    native = request.tool_search_mode == "native"
+    messages: list[dict[str, Any]] = []
+    system_parts = [request.system] if request.system else []
+    referenced: dict[str, Tool] = {}
+
+    def user_blocks() -> list[dict[str, Any]]:
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+            return last["content"]  # type: ignore[no-any-return]
+        blocks: list[dict[str, Any]] = []
+        messages.append({"role": "user", "content": blocks})
+        return blocks
+
+    for m in request.messages:
+        if m.role == "system":
+            system_parts.append(m.content)
+        elif m.role == "user":
+            user_blocks().append({"type": "text", "text": m.content})
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.provider == "anthropic":
+                blocks.extend(_dump(b) for b in m.provider_items)  # thinking blocks, replayed verbatim
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            for c in m.tool_calls:
+                blocks.append({"type": "tool_use", "id": c.id, "name": names.safe(c.name), "input": dict(c.arguments)})
+            messages.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
+        else:
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
+            if native and m.tool_references and not m.is_error:
+                block["content"] = [
+                    {"type": "tool_reference", "tool_name": names.safe(t.name)} for t in m.tool_references
+                ]
+                referenced.update((t.name, t) for t in m.tool_references)
+            else:
+                block["content"] = m.content
+            if m.is_error:
+                block["is_error"] = True
+            user_blocks().append(block)
+    # A plain user turn reads best as a string.
+    for msg in messages:
+        content = msg["content"]
+        if msg["role"] == "user" and len(content) == 1 and content[0].get("type") == "text":
+            msg["content"] = content[0]["text"]
+
+    tools: list[dict[str, Any]] = [t.to_anthropic(name=names.safe(t.name)) for t in request.pinned]
+    if request.search_tool is not None:
+        tools.append(request.search_tool.to_anthropic(name=names.safe(request.search_tool.name)))
+    if native:
+        # Every tool a tool_reference names must be in `tools`, deferred, or the API rejects the request.
+        deferred = {t.name: t for t in request.discovered}
+        for name, tool in referenced.items():
+            deferred.setdefault(name, tool)
+        pinned = {t.name for t in request.pinned}
+        tools.extend(
+            {**t.to_anthropic(name=names.safe(t.name)), "defer_loading": True}
+            for t in deferred.values()
+            if t.name not in pinned
+        )
+    else:
+        tools.extend(t.to_anthropic(name=names.safe(t.name)) for t in request.discovered)
+    payload: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
+    if system_parts:
+        payload["system"] = "\n\n".join(system_parts)
+    if tools:
+        payload["tools"] = tools
+    payload.update(options)
+    return payload
+
+
+def parse_message(response: Any, names: NameMap) -> ModelTurn:
+    """A ModelTurn from an Anthropic `Message` (object or dict); aliases mapped back to tool names."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    kept: list[Any] = []
+    for block in _get(response, "content") or ():
+        kind = _get(block, "type")
+        if kind == "text":
+            texts.append(_get(block, "text") or "")
+        elif kind == "tool_use":
+            alias = _get(block, "name") or ""
+            args, error = parse_arguments(_get(block, "input"))
+            calls.append(ToolCall(_get(block, "id") or "", names.original(alias) or alias, args, error))
+        elif kind in ("thinking", "redacted_thinking"):
+            kept.append(_dump(block))
+    usage = _get(response, "usage")
+    parsed_usage = None
+    if usage is not None:
+        inp = _get(usage, "input_tokens")
+        out = _get(usage, "output_tokens")
+        parsed_usage = Usage(
+            input_tokens=inp,
+            output_tokens=out,
+            total_tokens=(inp or 0) + (out or 0) if inp is not None or out is not None else None,
+            cached_input_tokens=_get(usage, "cache_read_input_tokens"),
+        )
+    message = Message("assistant", "".join(texts), tuple(calls), provider="anthropic", provider_items=tuple(kept))
+    return ModelTurn(message, parsed_usage, _get(response, "stop_reason"), response)
+
+
+class AnthropicModel:
+    """Anthropic Messages through `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
+
+    `options` go to every `messages.create` call (temperature, thinking, ...).
+    """
+
+    format = "anthropic"
+
+    def __init__(self, client: Any, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, **options: Any) -> None:
+        self.client = client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.options = options
+
+    def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
+        names = request.name_map()
+        payload = anthropic_payload(request, self.model, names, max_tokens=self.max_tokens, **self.options)
+        return payload, names
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        return self._build(request)[0]
+
+    def complete(self, request: ChatRequest) -> ModelTurn:
+        payload, names = self._build(request)
+        return parse_message(call_sync(self.client.messages.create, payload, "Anthropic", _SDK_MODULES), names)
+
+    async def acomplete(self, request: ChatRequest) -> ModelTurn:
+        payload, names = self._build(request)
+        response = await call_async(self.client.messages.create, payload, "Anthropic", _SDK_MODULES)
+        return parse_message(response, names)
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(model={self.model!r})"

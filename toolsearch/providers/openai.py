@@ -1,0 +1,305 @@
+"""OpenAI Chat Completions and Responses through the official `openai` SDK (sync or async clients).
+
+Payload builders (`chat_payload`, `responses_payload`) and response parsers are plain functions,
+so the scripted model can render the same requests without a client. Tool names are sent as
+provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..tools import NameMap, Tool
+from ._base import (
+    ChatRequest,
+    Message,
+    ModelTurn,
+    ProviderError,
+    ToolCall,
+    Usage,
+    call_async,
+    call_sync,
+    parse_arguments,
+)
+
+_SDK_MODULES = ("openai", "httpx")
+
+__all__ = [
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "chat_payload",
+    "responses_payload",
+    "parse_chat_completion",
+    "parse_response",
+]
+
+
+def _dump(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(exclude_none=True, mode="json")
+    return obj
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+# --- Chat Completions ------------------------------------------------------------------------
+
+
+def chat_payload(request: ChatRequest, model: str, names: NameMap | None = None, **options: Any) -> dict[str, Any]:
+    """The `client.chat.completions.create(**payload)` arguments for a request.
+
+    Chat Completions has no native tool search, so the tools are always schema-injected.
+    """
+    names = names or request.name_map()
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for m in request.messages:
+        if m.role in ("system", "user"):
+            messages.append({"role": m.role, "content": m.content})
+        elif m.role == "assistant":
+            item: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            if m.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": names.safe(c.name), "arguments": c.arguments_json()},
+                    }
+                    for c in m.tool_calls
+                ]
+            messages.append(item)
+        else:
+            messages.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+    payload: dict[str, Any] = {"model": model, "messages": messages}
+    tools = [t.to_openai(name=names.safe(t.name)) for t in request.tools]
+    if tools:
+        payload["tools"] = tools
+    payload.update(options)
+    return payload
+
+
+def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
+    """A ModelTurn from a `ChatCompletion` (object or dict); aliases mapped back to tool names."""
+    choices = _get(response, "choices") or []
+    if not choices:
+        raise ProviderError("the Chat Completions response has no choices")
+    choice = choices[0]
+    msg = _get(choice, "message")
+    calls: list[ToolCall] = []
+    for tc in _get(msg, "tool_calls") or ():
+        fn = _get(tc, "function")
+        alias = _get(fn, "name") or ""
+        args, error = parse_arguments(_get(fn, "arguments"))
+        calls.append(ToolCall(_get(tc, "id") or "", names.original(alias) or alias, args, error))
+    usage = _get(response, "usage")
+    parsed_usage = None
+    if usage is not None:
+        details = _get(usage, "prompt_tokens_details")
+        parsed_usage = Usage(
+            input_tokens=_get(usage, "prompt_tokens"),
+            output_tokens=_get(usage, "completion_tokens"),
+            total_tokens=_get(usage, "total_tokens"),
+            cached_input_tokens=_get(details, "cached_tokens") if details is not None else None,
+        )
+    message = Message("assistant", _get(msg, "content") or "", tuple(calls), provider="openai_chat")
+    return ModelTurn(message, parsed_usage, _get(choice, "finish_reason"), response)
+
+
+class _OpenAIBase:
+    format = "openai"
+
+    def __init__(self, client: Any, model: str, **options: Any) -> None:
+        self.client = client
+        self.model = model
+        self.options = options
+
+    def _endpoint(self) -> Any:
+        raise NotImplementedError
+
+    def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
+        raise NotImplementedError
+
+    def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
+        raise NotImplementedError
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        return self._build(request)[0]
+
+    def complete(self, request: ChatRequest) -> ModelTurn:
+        payload, names = self._build(request)
+        response = call_sync(self._endpoint(), payload, "OpenAI", _SDK_MODULES)
+        return self._parse(response, names, request)
+
+    async def acomplete(self, request: ChatRequest) -> ModelTurn:
+        payload, names = self._build(request)
+        response = await call_async(self._endpoint(), payload, "OpenAI", _SDK_MODULES)
+        return self._parse(response, names, request)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"
+
+
+class OpenAIChatModel(_OpenAIBase):
+    """Chat Completions through `openai.OpenAI` or `openai.AsyncOpenAI` (any base_url, proxies too).
+
+    `options` are passed to every `chat.completions.create` call (temperature, max_tokens, ...).
+    """
+
+    format = "openai_chat"
+
+    def _endpoint(self) -> Any:
+        return self.client.chat.completions.create
+
+    def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
+        names = request.name_map()
+        return chat_payload(request, self.model, names, **self.options), names
+
+    def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
+        return parse_chat_completion(response, names)
+
+
+# --- Responses -------------------------------------------------------------------------------
+
+
+def _native_search_tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "type": "tool_search",
+        "execution": "client",
+        "description": tool.description,
+        "parameters": tool.input_schema,
+    }
+
+
+def responses_payload(request: ChatRequest, model: str, names: NameMap | None = None, **options: Any) -> dict[str, Any]:
+    """The `client.responses.create(**payload)` arguments for a request.
+
+    With `tool_search_mode="native"` the meta-tool is sent as a client-executed `tool_search`
+    tool; its calls arrive as `tool_search_call` items and results go back as
+    `tool_search_output` items carrying the found tools' definitions, so those tools are not
+    repeated in `tools`.
+    """
+    names = names or request.name_map()
+    native = request.tool_search_mode == "native"
+    items: list[dict[str, Any]] = []
+    delivered: set[str] = set()
+    for m in request.messages:
+        if m.role in ("system", "user"):
+            items.append({"role": m.role, "content": m.content})
+        elif m.role == "assistant":
+            if m.provider == "openai_responses":
+                items.extend(_dump(i) for i in m.provider_items)  # reasoning items, replayed verbatim
+            if m.content:
+                items.append({"role": "assistant", "content": m.content})
+            for c in m.tool_calls:
+                if c.kind == "tool_search" and native:
+                    items.append(
+                        {
+                            "type": "tool_search_call",
+                            "call_id": c.id,
+                            "execution": "client",
+                            "arguments": dict(c.arguments),
+                        }
+                    )
+                else:
+                    items.append(
+                        {
+                            "type": "function_call",
+                            "call_id": c.id,
+                            "name": names.safe(c.name),
+                            "arguments": c.arguments_json(),
+                        }
+                    )
+        elif m.call_kind == "tool_search" and native:
+            delivered.update(t.name for t in m.tool_references)
+            items.append(
+                {
+                    "type": "tool_search_output",
+                    "call_id": m.tool_call_id,
+                    "execution": "client",
+                    "status": "completed",
+                    "tools": [t.to_openai(name=names.safe(t.name), responses=True) for t in m.tool_references],
+                }
+            )
+        else:
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
+    tools: list[dict[str, Any]] = [t.to_openai(name=names.safe(t.name), responses=True) for t in request.pinned]
+    if request.search_tool is not None:
+        st = request.search_tool
+        tools.append(_native_search_tool(st) if native else st.to_openai(name=names.safe(st.name), responses=True))
+    tools.extend(
+        t.to_openai(name=names.safe(t.name), responses=True) for t in request.discovered if t.name not in delivered
+    )
+    payload: dict[str, Any] = {"model": model, "input": items}
+    if request.system:
+        payload["instructions"] = request.system
+    if tools:
+        payload["tools"] = tools
+    payload.update(options)
+    return payload
+
+
+def parse_response(response: Any, names: NameMap, search_tool: str | None = None) -> ModelTurn:
+    """A ModelTurn from a Responses `Response` (object or dict); `tool_search_call` items become
+    ToolCalls of kind "tool_search" named after the meta-tool."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    kept: list[Any] = []
+    for item in _get(response, "output") or ():
+        kind = _get(item, "type")
+        if kind == "message":
+            for part in _get(item, "content") or ():
+                if _get(part, "type") == "output_text":
+                    texts.append(_get(part, "text") or "")
+                elif _get(part, "type") == "refusal":
+                    texts.append(_get(part, "refusal") or "")
+        elif kind == "function_call":
+            alias = _get(item, "name") or ""
+            args, error = parse_arguments(_get(item, "arguments"))
+            calls.append(ToolCall(_get(item, "call_id") or "", names.original(alias) or alias, args, error))
+        elif kind == "tool_search_call" and _get(item, "execution") == "client":
+            args, error = parse_arguments(_get(item, "arguments"))
+            call_id = _get(item, "call_id") or _get(item, "id") or ""
+            calls.append(ToolCall(call_id, search_tool or "tool_search", args, error, kind="tool_search"))
+        elif kind == "reasoning":
+            kept.append(_dump(item))
+    usage = _get(response, "usage")
+    parsed_usage = None
+    if usage is not None:
+        details = _get(usage, "input_tokens_details")
+        parsed_usage = Usage(
+            input_tokens=_get(usage, "input_tokens"),
+            output_tokens=_get(usage, "output_tokens"),
+            total_tokens=_get(usage, "total_tokens"),
+            cached_input_tokens=_get(details, "cached_tokens") if details is not None else None,
+        )
+    message = Message(
+        "assistant", "".join(texts), tuple(calls), provider="openai_responses", provider_items=tuple(kept)
+    )
+    return ModelTurn(message, parsed_usage, _get(response, "status"), response)
+
+
+class OpenAIResponsesModel(_OpenAIBase):
+    """The Responses API through `openai.OpenAI` or `openai.AsyncOpenAI`.
+
+    Stateless: the whole history is sent as `input` each time (no `previous_response_id`), so it
+    works through proxies and with `store=False`. `options` go to every `responses.create` call.
+    """
+
+    format = "openai_responses"
+
+    def _endpoint(self) -> Any:
+        return self.client.responses.create
+
+    def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
+        names = request.name_map()
+        return responses_payload(request, self.model, names, **self.options), names
+
+    def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
+        search = request.search_tool.name if request.search_tool is not None else None
+        return parse_response(response, names, search)

@@ -1,0 +1,159 @@
+"""Exact, offline token counts (o200k_base by default) for text, tool definitions and request payloads.
+
+How a request is counted (`count_request_tokens`): a provider payload is split into three parts
+and each is serialised the same way every time, then tokenised exactly with the named encoding:
+
+- **system**: the system text (`system` for Anthropic, `instructions` for OpenAI Responses, and the
+  content of `system` / `developer` messages for Chat Completions) — the text itself;
+- **messages**: every other message or input item — each as compact JSON (`ensure_ascii=False`,
+  separators `,` and `:`), so tool calls, tool results and content blocks all count;
+- **tools**: each tool definition as compact JSON, exactly as it would be sent.
+
+The figures are exact for that serialisation. They are not the provider's bill: providers render
+tools and messages into their own internal template (adding a few tokens per message and per
+tool), so use the provider-reported `usage` (kept next to these counts by the loop) for billing,
+and these counts to compare requests with each other (baseline vs tool search) reproducibly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ._errors import ToolSearchError
+from .tools import Tool
+
+DEFAULT_ENCODING = "o200k_base"
+ENCODINGS = ("o200k_base", "cl100k_base")
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "ENCODINGS",
+    "RequestTokens",
+    "count_tokens",
+    "count_json_tokens",
+    "tool_tokens",
+    "count_request_tokens",
+    "request_tokens",
+    "compact_json",
+]
+
+_lock = threading.Lock()
+_encoders: dict[str, Any] = {}
+
+
+def _encoder(encoding: str) -> Any:
+    enc = _encoders.get(encoding)
+    if enc is not None:
+        return enc
+    if encoding not in ENCODINGS:
+        raise ToolSearchError(f"unknown encoding {encoding!r}; choose one of: {', '.join(ENCODINGS)}")
+    with _lock:
+        enc = _encoders.get(encoding)
+        if enc is None:
+            import bpe_openai  # the tokenizer tables ship inside the package: no download
+
+            enc = bpe_openai.get_encoding(encoding)
+            _encoders[encoding] = enc
+    return enc
+
+
+def compact_json(value: Any) -> str:
+    """The one JSON serialisation every count uses."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
+    """Exact number of tokens of `text`; special-token strings count as ordinary text."""
+    if not text:
+        return 0
+    return len(_encoder(encoding).encode_ordinary(text))
+
+
+def count_json_tokens(value: Any, encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens of a JSON-able value in the compact serialisation."""
+    return count_tokens(compact_json(value), encoding)
+
+
+@lru_cache(maxsize=65_536)
+def _tool_tokens(fingerprint: str, text: str, encoding: str) -> int:
+    return count_tokens(text, encoding)
+
+
+def tool_tokens(tool: Tool, encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens of one tool's definition (Chat Completions function shape), cached per tool content."""
+    return _tool_tokens(tool.fingerprint, compact_json(tool.to_openai()), encoding)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTokens:
+    """Tokens of one request, by part (see the module docstring for the method)."""
+
+    system: int
+    messages: int
+    tools: int
+    encoding: str = DEFAULT_ENCODING
+
+    @property
+    def total(self) -> int:
+        return self.system + self.messages + self.tools
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "messages": self.messages,
+            "tools": self.tools,
+            "total": self.total,
+            "encoding": self.encoding,
+        }
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable) and not isinstance(content, Mapping):
+        parts = []
+        for block in content:
+            if isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            else:
+                parts.append(compact_json(block))
+        return "\n".join(parts)
+    return compact_json(content)
+
+
+def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING) -> RequestTokens:
+    """Count a provider request payload by part: system, messages (or Responses `input`), tools.
+
+    Understands Chat Completions (`messages` with system/developer roles), Responses
+    (`instructions` + `input`, a string or a list of items) and Anthropic Messages (`system` +
+    `messages`). Other keys (model, temperature, ...) are not counted.
+    """
+    system_parts: list[str] = []
+    for key in ("system", "instructions"):
+        if payload.get(key):
+            system_parts.append(_text_of(payload[key]))
+    items = payload.get("messages")
+    if items is None:
+        items = payload.get("input", [])
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    message_tokens = 0
+    for item in items:
+        data = item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
+        if isinstance(data, Mapping) and data.get("role") in ("system", "developer"):
+            system_parts.append(_text_of(data.get("content", "")))
+            continue
+        message_tokens += count_json_tokens(data, encoding)
+    system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
+    tools_tokens = sum(count_json_tokens(t, encoding) for t in payload.get("tools") or ())
+    return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
+
+
+def count_request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING) -> int:
+    """Total tokens of a request payload's system + messages + tools (see `request_tokens`)."""
+    return request_tokens(payload, encoding).total
