@@ -28,9 +28,9 @@ QUERY_SYNTAX: dict[str, str] = {
     ),
     "bm25": (
         "Keywords describing the capability you need (BM25 ranking over tool names, descriptions and "
-        'parameters), e.g. `send email attachment`. Lucene syntax is understood: `"exact phrase"`, '
-        "`+required -excluded`, `AND` / `OR` / `NOT`, `prefix*`, `term^2` to boost, and fields such as "
-        "`name:issue` or `namespace:github`."
+        "parameters), e.g. `send email attachment`. Lucene syntax is understood: `\"exact phrase\"`, "
+        "`+required -excluded`, `AND` / `OR` / `NOT`, `(groups)`, `prefix*`, `fuzzy~`, `term^2` to boost, and "
+        "fields `name:`, `description:`, `parameters:`, `namespace:`, `tags:` (e.g. `namespace:github issue`)."
     ),
     "vector": (
         "A natural-language description of what you want to do, e.g. `find the weather forecast for a city` "

@@ -165,6 +165,7 @@ class InMemorySessionStore:
 # --- manager ---------------------------------------------------------------------------------
 
 _LOCK_STRIPES = 64
+_MAX_INTERNED = 1024
 
 
 class SessionManager:
@@ -204,6 +205,9 @@ class SessionManager:
         self.encoding = encoding
         self._clock = clock
         self._stripes = [threading.RLock() for _ in range(_LOCK_STRIPES)]
+        self._names_cache: tuple[Any, frozenset[str]] | None = None
+        self._interned: dict[frozenset[str], frozenset[str]] = {}
+        self._intern_lock = threading.Lock()
 
     @property
     def index(self) -> ToolIndex:
@@ -212,6 +216,25 @@ class SessionManager:
     @property
     def store(self) -> SessionStore:
         return self._store
+
+    def _intern(self, names: frozenset[str]) -> frozenset[str]:
+        # Sessions of one tenant usually share an allowed subset: keep one copy of it, not one per session.
+        with self._intern_lock:
+            found = self._interned.get(names)
+            if found is None:
+                if len(self._interned) >= _MAX_INTERNED:
+                    self._interned.clear()
+                self._interned[names] = found = names
+        return found
+
+    def _catalog_names(self) -> frozenset[str]:
+        # One name set per catalog version, so checking a large allowed subset is a C-level subset test.
+        catalog = self._index.catalog
+        cached = self._names_cache
+        if cached is None or cached[0] is not catalog:
+            cached = (catalog, frozenset(catalog.names))
+            self._names_cache = cached
+        return cached[1]
 
     def lock(self, session_id: str) -> threading.RLock:
         """The lock that serialises changes to one session (striped: bounded memory)."""
@@ -238,10 +261,10 @@ class SessionManager:
         """Start a session; `allowed` limits what it can search, see and call (None = every tool)."""
         session_id = self._check_id(session_id)
         catalog = self._index.catalog
-        allowed_set = None if allowed is None else frozenset(allowed)
         if isinstance(allowed, str) or isinstance(pinned, str):
             raise SessionError("allowed and pinned take collections of tool names, not a single string")
-        if allowed_set is not None:
+        allowed_set = None if allowed is None else self._intern(frozenset(allowed))
+        if allowed_set is not None and not allowed_set <= self._catalog_names():
             unknown = [n for n in allowed_set if n not in catalog]
             if unknown:
                 raise SessionError(

@@ -1,0 +1,93 @@
+"""Exact token counts: text, tool definitions and whole provider payloads, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolsearch import Tool, ToolSearchError
+from toolsearch.tokens import (
+    compact_json,
+    count_json_tokens,
+    count_request_tokens,
+    count_tokens,
+    request_tokens,
+    tool_tokens,
+)
+
+WEATHER = Tool(
+    name="get_weather",
+    description="Current weather for a city.",
+    input_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+def test_known_token_ids_lengths() -> None:
+    # "hello world" is two tokens in both encodings; the counts are exact, not estimates.
+    assert count_tokens("hello world") == 2
+    assert count_tokens("hello world", "cl100k_base") == 2
+    assert count_tokens("") == 0
+
+
+def test_encodings_differ_on_non_english_text() -> None:
+    text = "Übersetze diesen Satz ins Japanische: 東京は日本の首都です。"
+    assert count_tokens(text, "o200k_base") != count_tokens(text, "cl100k_base")
+
+
+def test_special_token_text_is_ordinary_text() -> None:
+    assert count_tokens("<|endoftext|>") > 1
+
+
+def test_unknown_encoding_says_which_exist() -> None:
+    with pytest.raises(ToolSearchError, match="o200k_base"):
+        count_tokens("x", "p50k_edit")
+
+
+def test_tool_tokens_is_compact_json_of_the_openai_shape() -> None:
+    assert tool_tokens(WEATHER) == count_tokens(compact_json(WEATHER.to_openai()))
+    assert compact_json({"a": [1, "é"]}) == '{"a":[1,"é"]}'
+
+
+def test_chat_completions_payload_counts_system_messages_and_tools() -> None:
+    payload = {
+        "model": "gpt-x",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather in Paris?"},
+        ],
+        "tools": [WEATHER.to_openai()],
+    }
+    parts = request_tokens(payload)
+    assert parts.system == count_tokens("Be brief.")
+    assert parts.messages == count_json_tokens({"role": "user", "content": "Weather in Paris?"})
+    assert parts.tools == count_json_tokens(WEATHER.to_openai())
+    assert count_request_tokens(payload) == parts.system + parts.messages + parts.tools == parts.total
+
+
+def test_responses_payload_with_instructions_and_string_input() -> None:
+    payload = {"model": "m", "instructions": "Be brief.", "input": "Hi", "tools": [WEATHER.to_openai(responses=True)]}
+    parts = request_tokens(payload)
+    assert parts.system == count_tokens("Be brief.")
+    assert parts.messages == count_json_tokens({"role": "user", "content": "Hi"})
+    assert parts.tools == count_json_tokens(WEATHER.to_openai(responses=True))
+
+
+def test_anthropic_payload_with_block_system_and_model_keys_ignored() -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    payload = {
+        "model": "claude",
+        "max_tokens": 1024,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": messages,
+        "tools": [WEATHER.to_anthropic()],
+    }
+    parts = request_tokens(payload, "cl100k_base")
+    assert parts.encoding == "cl100k_base"
+    assert parts.system == count_tokens("Be brief.", "cl100k_base")
+    assert parts.messages == count_tokens(json.dumps(messages[0], separators=(",", ":")), "cl100k_base")
+    assert parts.to_dict()["total"] == parts.total
+
+
+def test_no_tools_counts_zero_tool_tokens() -> None:
+    assert request_tokens({"messages": [{"role": "user", "content": "x"}]}).tools == 0
