@@ -1,0 +1,472 @@
+"""The `toolsearch` command line, in-process through main(argv) and as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolsearch import IndexStore, default_backend
+from toolsearch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_USER_ERROR, main
+from toolsearch.store import MANIFEST
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = ["build", "query", "info", "list", "rm", "demo", "bench", "mcp"]
+
+OPENAI_TOOLS = [
+    {"type": "function", "function": {
+        "name": "send_email", "description": "Send an email message to one or more recipients.",
+        "parameters": {"type": "object", "properties": {
+            "to": {"type": "string", "description": "recipient address"},
+            "subject": {"type": "string"}, "body": {"type": "string"}}, "required": ["to"]}}},
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather and forecast for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "create_invoice", "description": "Create a customer invoice with line items.",
+        "parameters": {"type": "object", "properties": {"customer_id": {"type": "string"}}}}},
+]
+ANTHROPIC_TOOLS = [
+    {"name": "book_flight", "description": "Book a flight between two airports on a date.",
+     "input_schema": {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}}}},
+]
+MCP_TOOLS = [
+    {"name": "read_file", "description": "Read a text file from disk.",
+     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+]
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty TOOLSEARCH_HOME and working folder, with tool files in three provider shapes."""
+    monkeypatch.setenv("TOOLSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "openai.json").write_text(json.dumps(OPENAI_TOOLS, indent=2))
+    (tmp_path / "anthropic.json").write_text(json.dumps({"tools": ANTHROPIC_TOOLS}))
+    (tmp_path / "mcp.jsonl").write_text("\n".join(json.dumps(t) for t in MCP_TOOLS) + "\n")
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real command, in a new process."""
+    return subprocess.run(
+        [sys.executable, "-m", "toolsearch", *argv], cwd=cwd, env={**os.environ, **(env or {})},
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_line_error(code: int, err: str, *needles: str, exit_code: int = EXIT_USER_ERROR) -> None:
+    """The error is the last line on stderr and the only one; progress notes may come before it."""
+    lines = err.strip().splitlines()
+    assert code == exit_code, err
+    assert lines and lines[-1].startswith("toolsearch: error: "), err
+    assert sum("error" in line.lower() for line in lines) == 1, f"expected one error line, got:\n{err}"
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[-1], lines[-1]
+
+
+# --- help and usage ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS, "bench retrieval", "bench tokens", "bench scale", "mcp serve"])
+def test_every_command_has_help(command: str | None, tmp_path: Path) -> None:
+    argv = [*(command.split() if command else []), "--help"]
+    proc = cli(*argv, cwd=tmp_path)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert proc.stdout.startswith("usage: toolsearch"), proc.stdout
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import toolsearch
+
+    code, out, _ = run(capsys, "--version")
+    assert code == EXIT_OK
+    assert toolsearch.__version__ in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bogus"], ["query"], ["query", "idx"], ["query", "idx", "q", "-k", "many"], ["build"],
+     ["build", "x.json", "--name", "a", "--out", "b"], ["bench"], ["mcp"]],
+)
+def test_usage_errors_are_one_line_with_exit_2(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert_one_line_error(code, err, "--help", exit_code=EXIT_USAGE)
+    assert out == ""
+
+
+# --- build / query / info / list / rm ---------------------------------------------------------
+
+
+def test_build_query_info_list_rm_roundtrip(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "build", "openai.json", "anthropic.json", "mcp.jsonl", "--backend", "bm25",
+                         "--name", "mine", "--json")
+    assert code == EXIT_OK, err
+    built = json.loads(out)
+    assert built["name"] == "mine" and built["tools"] == 5 and built["backend"] == "bm25"
+    assert built["reused"] is False
+    assert Path(built["path"]) == home / "home" / "indexes" / "mine"
+    assert "5 tools" not in out  # --json prints only JSON on stdout
+    assert "openai.json: 3 tools" in err  # progress goes to stderr
+
+    code, out, err = run(capsys, "query", "mine", "send an email", "-k", "2", "--json")
+    assert code == EXIT_OK, err
+    result = json.loads(out)
+    assert result["backend"] == "bm25"
+    assert result["hits"][0]["name"] == "send_email"
+    assert result["hits"][0]["rank"] == 1 and isinstance(result["hits"][0]["score"], float)
+    assert len(result["hits"]) <= 2
+    assert result["elapsed_ms"] >= 0 and result["load_ms"] >= 0
+
+    code, out, _ = run(capsys, "query", "mine", "book a flight")
+    assert code == EXIT_OK
+    assert out.splitlines()[1].split()[2] == "book_flight"  # header, then rank 1
+    assert "bm25 backend, searched in" in out
+
+    code, out, _ = run(capsys, "info", "mine", "--json")
+    info = json.loads(out)
+    assert code == EXIT_OK
+    assert info["tool_count"] == 5 and info["backend"] == "bm25" and info["version"] >= 1
+    assert info["bytes"] > 0
+    code, out, _ = run(capsys, "info", "mine")
+    assert "query syntax" in out and "bm25" in out
+
+    code, out, _ = run(capsys, "list", "--json")
+    listed = json.loads(out)
+    assert code == EXIT_OK and [e["name"] for e in listed["indexes"]] == ["mine"]
+    code, out, _ = run(capsys, "list")
+    assert "mine" in out and "bm25" in out
+
+    code, out, _ = run(capsys, "rm", "mine", "--json")
+    assert code == EXIT_OK and json.loads(out)["removed"] == "mine"
+    code, out, _ = run(capsys, "list")
+    assert "no indexes" in out
+    code, _, err = run(capsys, "rm", "mine")
+    assert_one_line_error(code, err, "no index named 'mine'")
+
+
+def test_build_reuses_an_index_of_the_same_catalog(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "build", "openai.json", "--backend", "bm25")
+    assert code == EXIT_OK and out.startswith("built index")
+    code, out, _ = run(capsys, "build", "openai.json", "--backend", "bm25")
+    assert code == EXIT_OK and out.startswith("reused index"), out
+    code, out, _ = run(capsys, "build", "openai.json", "--backend", "bm25", "--json")
+    assert json.loads(out)["reused"] is True
+    # A different catalog under the default name is a different index.
+    code, out, _ = run(capsys, "build", "openai.json", "mcp.jsonl", "--backend", "bm25")
+    assert out.startswith("built index")
+    assert len(IndexStore(home / "home" / "indexes").names()) == 2
+
+
+def test_build_to_a_folder_and_query_it_by_path(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "build", "openai.json", "--backend", "regex", "--out", "out/idx")
+    assert code == EXIT_OK, err
+    assert (home / "out" / "idx" / MANIFEST).is_file()
+    code, out, err = run(capsys, "query", "out/idx", "weath|forecast", "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["hits"][0]["name"] == "get_weather"
+    code, out, _ = run(capsys, "query", str(home / "out" / "idx"), "invoice", "--json")
+    assert json.loads(out)["hits"][0]["name"] == "create_invoice"
+
+
+def test_root_option_before_or_after_the_command(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "--root", "r1", "build", "openai.json", "--backend", "bm25", "--name", "a")[0] == EXIT_OK
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "b", "--root", "r2")[0] == EXIT_OK
+    assert (home / "r1" / "a" / MANIFEST).is_file() and (home / "r2" / "b" / MANIFEST).is_file()
+    code, out, _ = run(capsys, "list", "--root", "r1", "--json")
+    assert [e["name"] for e in json.loads(out)["indexes"]] == ["a"]
+
+
+def test_query_filters_by_namespace(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--namespace", "office", "--backend", "bm25", "--name", "ns")[0] == 0
+    assert run(capsys, "build", "mcp.jsonl", "--backend", "bm25", "--name", "plain")[0] == 0
+    code, out, _ = run(capsys, "query", "ns", "email", "--namespace", "office", "--json")
+    assert code == EXIT_OK and json.loads(out)["hits"][0]["namespace"] == "office"
+    code, _, err = run(capsys, "query", "ns", "email", "--namespace", "nope")
+    assert_one_line_error(code, err, "unknown namespace 'nope'")
+
+
+def test_auto_backend_is_the_default(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "build", "openai.json", "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["backend"] == default_backend()
+
+
+def test_list_shows_an_unreadable_index_without_failing(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "good")
+    run(capsys, "build", "openai.json", "--backend", "regex", "--name", "bad")
+    manifest = home / "home" / "indexes" / "bad" / MANIFEST
+    manifest.write_text("{not json")
+    code, out, _ = run(capsys, "list", "--json")
+    entries = {e["name"]: e for e in json.loads(out)["indexes"]}
+    assert code == EXIT_OK and "error" in entries["bad"] and entries["good"]["backend"] == "bm25"
+    code, _, err = run(capsys, "query", "bad", "email")
+    assert_one_line_error(code, err, "corrupt")
+
+
+# --- bad input: one line, non-zero exit --------------------------------------------------------
+
+
+def test_missing_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "nope.json")
+    assert_one_line_error(code, err, "nope.json", "not found")
+
+
+def test_folder_instead_of_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", str(home))
+    assert_one_line_error(code, err, "is a folder")
+
+
+def test_unreadable_json_reports_file_and_line(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "broken.json").write_text('[\n  {"name": "a", "description": "x"},\n  {"name": "b",, }\n]\n')
+    code, _, err = run(capsys, "build", "broken.json")
+    assert_one_line_error(code, err, "broken.json:3", "invalid JSON")
+    (home / "broken.jsonl").write_text('{"name": "a"}\n{"name": "b"}\nnot json\n')
+    code, _, err = run(capsys, "build", "broken.jsonl")
+    assert_one_line_error(code, err, "broken.jsonl:3")
+    (home / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    code, _, err = run(capsys, "build", "binary.json")
+    assert_one_line_error(code, err, "binary.json")
+
+
+def test_invalid_tool_and_duplicates(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "noname.jsonl").write_text('{"name": "ok"}\n{"description": "no name"}\n')
+    code, _, err = run(capsys, "build", "noname.jsonl")
+    assert_one_line_error(code, err, "noname.jsonl:2", "name")
+    code, _, err = run(capsys, "build", "openai.json", "openai.json")
+    assert_one_line_error(code, err, "more than once")
+    (home / "empty.json").write_text("[]")
+    code, _, err = run(capsys, "build", "empty.json")
+    assert_one_line_error(code, err, "no tools")
+
+
+def test_unknown_backend(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "elastic")
+    assert_one_line_error(code, err, "unknown backend 'elastic'", "bm25")
+    code, _, err = run(capsys, "demo", "--backend", "elastic")
+    assert_one_line_error(code, err, "unknown backend 'elastic'")
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", ""])
+def test_index_names_cannot_escape_the_root(name: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", name)
+    assert_one_line_error(code, err, "invalid index name")
+    code, _, err = run(capsys, "rm", name)
+    assert_one_line_error(code, err, "invalid index name")
+    assert not (home / "escape").exists() and not (home / "home" / "escape").exists()
+
+
+def test_query_of_a_missing_index(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "query", "nothing", "email")
+    assert_one_line_error(code, err, "no index", "toolsearch build")
+    code, _, err = run(capsys, "info", "../elsewhere")
+    assert_one_line_error(code, err, "no index")
+
+
+def test_index_from_a_newer_format(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "future")
+    manifest = home / "home" / "indexes" / "future" / MANIFEST
+    data = json.loads(manifest.read_text())
+    data["version"] += 1
+    manifest.write_text(json.dumps(data))
+    for argv in (["query", "future", "email"], ["info", "future"]):
+        code, _, err = run(capsys, *argv)
+        assert_one_line_error(code, err, "newer toolsearch", "upgrade")
+
+
+def test_bad_query_arguments(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "build", "openai.json", "--backend", "regex", "--name", "rx")
+    code, _, err = run(capsys, "query", "rx", "email", "-k", "0")
+    assert_one_line_error(code, err, "between 1 and")
+    code, _, err = run(capsys, "query", "rx", "   ")
+    assert_one_line_error(code, err, "query is empty")
+    code, _, err = run(capsys, "query", "rx", "(unclosed")
+    assert_one_line_error(code, err)
+
+
+def test_debug_shows_the_traceback(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--debug", "build", "nope.json")
+    assert code == EXIT_USER_ERROR
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("toolsearch: error:")
+
+
+def test_subprocess_error_and_exit_code(home: Path) -> None:
+    proc = cli("build", "nope.json", cwd=home)
+    assert_one_line_error(proc.returncode, proc.stderr, "nope.json")
+    proc = cli("build", "openai.json", "--backend", "bm25", "--name", "sub", "--json", cwd=home)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads(proc.stdout)["tools"] == 3
+
+
+def test_console_script_runs(home: Path) -> None:
+    script = Path(sys.executable).parent / "toolsearch"
+    if not script.exists():
+        pytest.skip("the package is not installed with its console script in this environment")
+    proc = subprocess.run([str(script), "list", "--json"], cwd=home, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads(proc.stdout)["indexes"] == []
+
+
+# --- interrupted builds ------------------------------------------------------------------------
+
+# A third-party backend (the registry accepts any object with the Backend methods) that stops
+# mid-build: it either raises KeyboardInterrupt itself or waits to be interrupted by a signal.
+_SLOW_BACKEND = textwrap.dedent(
+    '''
+    import os, sys, time
+    from pathlib import Path
+    from toolsearch import BackendSpec, Ranking, register_backend
+    from toolsearch.cli import main
+
+    class Stalling:
+        name = "stalling"
+        def __init__(self, **options): self.mode = os.environ.get("STALL_MODE", "signal")
+        def add(self, tools): self.tools = list(tools)
+        def remove(self, names): pass
+        def search(self, query, k, allowed=None): return Ranking([])
+        def describe(self): return {}
+        def save(self, folder):
+            (Path(folder) / "partial.bin").write_bytes(b"half written")
+            if self.mode == "raise":
+                raise KeyboardInterrupt
+            print("SAVING", file=sys.stderr, flush=True)
+            time.sleep(60)
+
+    register_backend(BackendSpec("stalling", create=Stalling, load=lambda folder, tools, **o: Stalling()))
+    sys.exit(main(sys.argv[1:]))
+    '''
+)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["sigint", "raise"])
+def test_interrupted_build_leaves_the_old_index_intact(how: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "keep")[0] == EXIT_OK
+    indexes = home / "home" / "indexes"
+    before = _snapshot(indexes / "keep")
+    script = home / "stalling.py"
+    script.write_text(_SLOW_BACKEND)
+    argv = [sys.executable, str(script), "build", "openai.json", "mcp.jsonl", "--backend", "stalling", "--name", "keep"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if how == "raise":
+        env["STALL_MODE"] = "raise"
+        proc = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=60)
+        code, err = proc.returncode, proc.stderr
+    else:
+        child = subprocess.Popen(argv, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stderr is not None
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = child.stderr.readline()
+            seen.append(line)
+            if "SAVING" in line or not line:
+                break
+        assert any("SAVING" in s for s in seen), "".join(seen)
+        child.send_signal(signal.SIGINT)
+        _, rest = child.communicate(timeout=30)
+        code, err = child.returncode, rest
+    assert code == EXIT_INTERRUPTED, err
+    assert err.strip().splitlines()[-1] == "toolsearch: interrupted"
+    assert "Traceback" not in err
+    assert _snapshot(indexes / "keep") == before
+    assert sorted(p.name for p in indexes.iterdir()) == ["keep"]  # no scratch folder left behind
+    code, out, _ = run(capsys, "query", "keep", "send an email", "--json")
+    assert code == EXIT_OK and json.loads(out)["hits"][0]["name"] == "send_email"
+
+
+def test_keyboard_interrupt_in_process(home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same contract through main(argv): KeyboardInterrupt becomes exit 130 and one line.
+    from toolsearch import BackendSpec, Ranking
+    from toolsearch.backends import _REGISTRY
+
+    class Interrupting:
+        name = "interrupting"
+
+        def __init__(self, **options: Any) -> None:
+            pass
+
+        def add(self, tools: Any) -> None:
+            raise KeyboardInterrupt
+
+        def remove(self, names: Any) -> None:
+            pass
+
+        def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+            return Ranking([])
+
+        def save(self, folder: Path) -> None:
+            pass
+
+        def describe(self) -> dict[str, Any]:
+            return {}
+
+    spec = BackendSpec("interrupting", create=Interrupting, load=lambda f, t, **o: Interrupting())
+    monkeypatch.setitem(_REGISTRY, "interrupting", spec)  # registered for this test only
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "interrupting", "--name", "x")
+    assert code == EXIT_INTERRUPTED
+    assert err.strip().splitlines()[-1] == "toolsearch: interrupted"
+    assert not (home / "home" / "indexes" / "x").exists()
+
+
+# --- demo -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["openai_chat", "openai_responses", "anthropic"])
+def test_demo_json_reports_discovery_and_savings(fmt: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "demo", "--backend", "bm25", "--format", fmt, "--cache-dir", "cache", "--json")
+    assert code == EXIT_OK, err
+    report = json.loads(out)
+    searched, everything = report["tool_search"], report["all_tools"]
+    assert report["index"]["tools"] == 197 and report["format"] == fmt
+    # the model starts with tool_search alone, and every needed tool is found by a search and called
+    assert searched["requests"][0]["tools_sent"] == ["tool_search"]
+    found = {d["tool"]: d for d in searched["discovered"]}
+    for tool in report["needed_tools"]:
+        assert found[tool]["called"], tool
+    assert searched["outcome"] == "completed" and report["same_answer"]
+    # the baseline sends every tool on every request
+    assert all(r["tools_sent"] == 197 for r in everything["requests"])
+    assert searched["tool_tokens"] < everything["tool_tokens"] / 4
+    assert report["savings"]["input_tokens_percent"] > 50
+    assert report["savings"]["input_tokens_saved"] == everything["input_tokens"] - searched["input_tokens"]
+
+
+def test_demo_text_output_and_index_reuse(home: Path) -> None:
+    first = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
+    assert first.returncode == EXIT_OK, first.stderr
+    assert "Index: bm25 backend, built" in first.stdout
+    for expected in ("Request 1: 1 tool definition(s)", "tools sent: tool_search only", "-> tool_search #1",
+                     "Which search discovered", "email_send_message", "input tokens, all requests", "saved"):
+        assert expected in first.stdout, expected
+    again = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
+    assert "Index: bm25 backend, reused" in again.stdout
+    rebuilt = cli("demo", "--backend", "bm25", "--cache-dir", "cache", "--rebuild", cwd=home)
+    assert "Index: bm25 backend, built" in rebuilt.stdout
+
+
+def test_demo_with_the_default_backend(home: Path) -> None:
+    # "auto": hybrid (bm25 + the packaged embedding model) when the vector extra is installed
+    proc = cli("demo", "--json", "--cache-dir", "cache", cwd=home, timeout=600)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["index"]["backend"] == default_backend()
+    assert {d["tool"] for d in report["tool_search"]["discovered"]} >= set(report["needed_tools"])

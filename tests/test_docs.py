@@ -1,0 +1,212 @@
+"""Every command and code block in README.md and docs/*.md runs, and the README matches .ci/run.
+
+Blocks run in document order, each document in its own empty folder with TOOLSEARCH_HOME set:
+```console blocks run their `$ ` lines (continued by a trailing backslash), ```bash and ```sh
+blocks run whole, ```python blocks run in a fresh interpreter. A block is left out only by an
+explicit marker on the line before its fence, which must give a reason:
+
+    <!-- docs-test: skip (installs into a new venv; .ci/run runs these steps) -->
+
+and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. Provider examples reach a
+local server that speaks the OpenAI and Anthropic wire formats (OPENAI_BASE_URL /
+ANTHROPIC_BASE_URL point at it), never the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w+)?\s*$")
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit)\s*(?P<arg>.*?)\s*-->\s*$")
+RUNNABLE = {"console", "bash", "sh", "python"}
+BLOCK_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: Path
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+    skip: str | None = None
+    exit_code: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc.relative_to(ROOT)}:{self.line}"
+
+    def commands(self) -> list[str]:
+        """The `$ ` lines of a console block, with backslash continuations joined."""
+        out: list[str] = []
+        lines = iter(self.code.splitlines())
+        for line in lines:
+            if not line.startswith("$ "):
+                continue
+            command = line[2:]
+            while command.endswith("\\"):
+                command = command[:-1] + " " + next(lines, "").strip()
+            out.append(command)
+        return out
+
+
+def blocks(doc: Path) -> Iterator[Block]:
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        start, lang = i, (fence.group(1) or "")
+        marker = MARKER.match(lines[i - 1]) if i > 0 else None
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if lang not in RUNNABLE:
+            continue
+        skip, exit_code = None, 0
+        if marker and marker.group("what") == "skip":
+            skip = marker.group("arg").strip("() ")
+            assert skip, f"{doc}:{start + 1}: a docs-test skip marker must give its reason"
+        elif marker:
+            exit_code = int(marker.group("arg"))
+        yield Block(doc, start + 1, lang, "\n".join(body) + "\n", skip, exit_code)
+
+
+def _fake_llm_policy() -> Any:
+    """How the local model server answers the docs' provider examples: search, call, answer."""
+    from fakes import ToolCall, Turn
+
+    def policy(request: Any) -> Any:
+        results = request.tool_results()
+        names = request.tool_names
+        searched = any(r.name == "tool_search" for r in results) if results else False
+        called = [r for r in results if r.name != "tool_search"] if results else []
+        if "tool_search" in names and not searched:
+            return Turn(tool_calls=[ToolCall("tool_search", {"query": request.user_text})])
+        found = [n for n in names if n != "tool_search"]
+        if found and not called:
+            return Turn(tool_calls=[ToolCall(found[0], {})])
+        return Turn(text="Done: " + (called[0].content[:80] if called else "nothing to do"))
+
+    return policy
+
+
+@pytest.fixture(scope="module")
+def llm_server() -> Iterator[Any]:
+    try:
+        from fakes import FakeLLMServer
+    except ImportError as exc:  # pragma: no cover - the fake ships with the tests
+        pytest.skip(f"local model server unavailable: {exc}")
+    with FakeLLMServer(policy=_fake_llm_policy()) as server:
+        yield server
+
+
+def _env(folder: Path, server: Any) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TOOLSEARCH_HOME": str(folder / "home"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OPENAI_BASE_URL": server.openai_base_url,
+        "OPENAI_API_KEY": "sk-local-test",
+        "ANTHROPIC_BASE_URL": server.anthropic_base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-local-test",
+        "COLUMNS": "120",
+    }
+    return env
+
+
+def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
+    if block.lang == "console":
+        runs = [["bash", "-c", command] for command in block.commands()]
+        assert runs, f"{block.where}: console block without `$ ` lines"
+    elif block.lang in ("bash", "sh"):
+        runs = [["bash", "-euo", "pipefail", "-c", block.code]]
+    else:
+        runs = [[sys.executable, "-c", block.code]]
+    for argv in runs:
+        proc = subprocess.run(
+            argv, cwd=folder, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        shown = argv[-1] if block.lang == "console" else f"{block.lang} block"
+        assert proc.returncode == block.exit_code, (
+            f"{block.where}: `{shown}` exited {proc.returncode}, expected {block.exit_code}\n"
+            f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        )
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
+    found = list(blocks(doc))
+    runnable = [b for b in found if b.skip is None]
+    env = _env(tmp_path, llm_server)
+    for block in runnable:
+        _run_block(block, tmp_path, env)
+    if not found:
+        pytest.skip(f"{doc.name} has no code blocks")
+
+
+def test_docs_exist() -> None:
+    names = {p.name for p in DOCS}
+    assert {"README.md", "guide.md", "cli.md"} <= names
+
+
+def test_only_setup_commands_are_skipped() -> None:
+    skipped = [b for doc in DOCS for b in blocks(doc) if b.skip is not None]
+    for block in skipped:
+        assert re.search(r"\bpip install\b|\bvenv\b", block.code), (
+            f"{block.where}: only setup blocks (venv / pip) may be skipped; this one is: {block.code!r}"
+        )
+
+
+def _readme_commands() -> tuple[str, str]:
+    setup = [b for b in blocks(ROOT / "README.md") if b.skip is not None]
+    assert len(setup) >= 2, "README.md must open with the demo command and the test command"
+    demo, tests = setup[0].code.strip(), setup[1].code.strip()
+    assert "toolsearch demo" in demo and "pytest" in tests
+    return demo, tests
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    demo, tests = _readme_commands()
+    first_fence = text.index("```")
+    assert text.index(demo) < text.index(tests) < text.index("##", first_fence), "the two commands come first"
+    for command in (demo, tests):
+        assert "torch==2.13.0" in command, "torch must be installed pinned, before the extras"
+        assert command.index("torch==2.13.0") < command.index("-e '.[")
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    _, tests = _readme_commands()
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = [shlex.split(step) for step in tests.split("&&")]
+    for step in steps:
+        program = Path(step[0]).name
+        rest = " ".join(step[1:])
+        if program == "python3":
+            assert "-m venv" in ci
+            continue
+        assert re.search(rf"/{re.escape(program)}\"? {re.escape(rest)}".rstrip(), ci), f".ci/run lacks `{program} {rest}`"
+    assert "set -euo pipefail" in ci
+    assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"

@@ -1,0 +1,8 @@
+"""`python -m toolsearch`: the same command line as the `toolsearch` script."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

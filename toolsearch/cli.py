@@ -1,0 +1,580 @@
+"""The `toolsearch` command line: build, query and inspect indexes, benchmark, run the demo, serve MCP."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NoReturn, TextIO
+
+from ._errors import ToolSearchError
+
+# Exit codes scripts can rely on.
+EXIT_OK = 0
+EXIT_USER_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+PROG = "toolsearch"
+BENCHMARKS = {
+    "retrieval": "recall@k, MRR and nDCG of each backend on a labelled data set",
+    "tokens": "input tokens per task: all tools on every request vs tool search",
+    "scale": "build time, index size and query latency as the catalog grows",
+}
+
+
+class CommandError(ToolSearchError):
+    """A command cannot do what was asked; the message says what to do instead."""
+
+
+# --- output helpers ----------------------------------------------------------------------------
+
+
+class Console:
+    """Where a command writes: results to stdout, progress and notes to stderr."""
+
+    def __init__(self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self.quiet = quiet
+
+    def print(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def json(self, data: Any) -> None:
+        print(json.dumps(data, indent=2, ensure_ascii=False), file=self.out)
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.err, flush=True)
+
+    def progress(self, label: str) -> Progress:
+        return Progress(label, self.err, enabled=not self.quiet)
+
+
+class Progress:
+    """Announces work that may take a while on stderr and times it.
+
+    Long inner work draws its own bar (embedding shows one on a terminal); this line says what is
+    happening before it starts, so a pipe or CI log reads the same as a terminal.
+    """
+
+    def __init__(self, label: str, stream: TextIO, *, enabled: bool = True) -> None:
+        self.label = label
+        self.stream = stream
+        self.enabled = enabled
+        self.start = time.perf_counter()
+
+    def __enter__(self) -> Progress:
+        self.start = time.perf_counter()
+        if self.enabled:
+            print(f"{self.label} ...", file=self.stream, flush=True)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        return None
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _error_message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, ToolSearchError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _one_line(f"{where}{exc.strerror or exc}")
+    return _one_line(str(exc)) or type(exc).__name__
+
+
+def _truncate(text: str, width: int) -> str:
+    text = _one_line(text)
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def _first_sentence(text: str) -> str:
+    text = _one_line(text)
+    for end in (". ", "; "):
+        cut = text.find(end)
+        if 0 < cut < 160:
+            return text[: cut + 1]
+    return text
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str], *, wrap_last: bool = True) -> str:
+    """Plain left-aligned columns; the last column is cut to the terminal width."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    term = shutil.get_terminal_size((120, 24)).columns
+    lead = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    last = max(term - lead, 20) if wrap_last else widths[-1]
+    lines = []
+    for row in [list(headers), *[list(map(str, r)) for r in rows]]:
+        cells = [row[i].ljust(widths[i]) for i in range(len(row) - 1)]
+        cells.append(_truncate(row[-1], last))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _human_size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+# --- argument parsing --------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line and a pointer to --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{PROG}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _common(debug: bool = True) -> argparse.ArgumentParser:
+    # SUPPRESS: an option given before the command is not overwritten by the sub-parser's default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback on errors")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress output on stderr")
+    return common
+
+
+def _root_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
+                        help="folder of named indexes (default: $TOOLSEARCH_HOME/indexes, else ./indexes)")
+    return parent
+
+
+def _json_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    return parent
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The full parser; benchmark and MCP modules are imported only when their command is used."""
+    from . import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Index thousands of tool definitions and let an LLM agent search them.",
+        epilog="Exit codes: 0 ok, 1 error in input or environment, 2 bad usage, 130 interrupted.",
+        parents=[_common(), _root_option()],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    common, root, as_json = _common(), _root_option(), _json_option()
+
+    p = commands.add_parser(
+        "build", parents=[common, root, as_json], help="index tool definitions (reuses an identical index)",
+        description="Index tools from JSON/JSONL files (OpenAI, Anthropic, MCP or dataset shape, auto-detected) "
+        "or from an MCP servers config ({\"mcpServers\": {...}}). An index of the same tools and backend "
+        "options that already exists is reused, not rebuilt. Interrupting a build leaves the old index intact.",
+    )
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="tool file (.json/.jsonl) or MCP servers config")
+    p.add_argument("--backend", default="auto", metavar="NAME",
+                   help="auto (default: hybrid if the vector extra is installed, else bm25), bm25, regex, "
+                   "vector or hybrid")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--name", help="index name inside --root (default: <backend>-<content hash>)")
+    where.add_argument("--out", metavar="DIR", help="write the index to this folder instead of a named one")
+    p.add_argument("--namespace", metavar="NS",
+                   help="put every tool from the files into this namespace (files only, not MCP configs)")
+    p.set_defaults(func=cmd_build)
+
+    p = commands.add_parser(
+        "query", parents=[common, root, as_json], help="search an index",
+        description="Rank the tools of an index for a query. INDEX is a name inside --root or a path to an "
+        "index folder. Query syntax depends on the backend: see `toolsearch info INDEX`.",
+    )
+    p.add_argument("index", metavar="INDEX", help="index name or folder")
+    p.add_argument("text", metavar="QUERY", help="what you are looking for, e.g. 'send an email'")
+    p.add_argument("-k", type=int, default=5, metavar="N", help="how many tools to return (default 5)")
+    p.add_argument("--namespace", action="append", metavar="NS", help="only tools in this namespace (repeatable)")
+    p.set_defaults(func=cmd_query)
+
+    p = commands.add_parser("info", parents=[common, root, as_json], help="show what an index holds",
+                            description="Show an index's manifest: backend, options, tools, namespaces, size.")
+    p.add_argument("index", metavar="INDEX", help="index name or folder")
+    p.set_defaults(func=cmd_info)
+
+    p = commands.add_parser("list", parents=[common, root, as_json], help="list the indexes in --root",
+                            description="List the named indexes inside --root.")
+    p.set_defaults(func=cmd_list)
+
+    p = commands.add_parser("rm", parents=[common, root, as_json], help="delete a named index",
+                            description="Delete a named index from --root (names only, never arbitrary paths).")
+    p.add_argument("index", metavar="NAME", help="index name")
+    p.set_defaults(func=cmd_rm)
+
+    p = commands.add_parser(
+        "demo", parents=[common, as_json], help="run the built-in tool-search demo end to end",
+        description="Index the bundled catalog of tools, run a scripted multi-step agent session through the "
+        "tool-search loop, and show what the model saw on each request and the tokens saved against sending "
+        "every tool on every request.",
+    )
+    p.add_argument("--backend", default="auto", metavar="NAME", help="search backend (default: auto)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where the demo index is kept between runs (default: $TOOLSEARCH_CACHE_DIR/demo)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the demo index even if a cached one matches")
+    p.add_argument("--format", default="openai_chat", choices=["openai_chat", "openai_responses", "anthropic"],
+                   help="provider wire format the requests are rendered and counted in (default: openai_chat)")
+    p.set_defaults(func=cmd_demo)
+
+    p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale)",
+                            description="Run one of the reproducible benchmarks; see each one's --help.")
+    benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)
+    benches.required = True
+    load_plugins = "bench" in argv  # importing a benchmark costs time; only when it may run
+    for name, summary in BENCHMARKS.items():
+        sub = benches.add_parser(name, parents=[common], help=summary, description=summary)
+        module = _optional_module(f"toolsearch.bench.{name}") if load_plugins else None
+        if isinstance(module, ModuleType) and hasattr(module, "add_arguments") and hasattr(module, "main"):
+            module.add_arguments(sub)
+            sub.set_defaults(func=_run_plugin(module))
+        else:
+            sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            sub.set_defaults(func=_unavailable(f"bench {name}", f"toolsearch.bench.{name}", module, "bench"))
+
+    p = commands.add_parser("mcp", parents=[common], help="MCP gateway commands",
+                            description="Front many MCP servers with one tool-search gateway.")
+    mcp_commands = p.add_subparsers(dest="mcp_command", metavar="COMMAND", parser_class=_Parser)
+    mcp_commands.required = True
+    serve = mcp_commands.add_parser(
+        "serve", parents=[common],
+        help="serve an MCP gateway that exposes tool_search over the tools of many servers",
+        description="Start an MCP server (stdio or streamable HTTP) in front of the MCP servers of a config "
+        "file in the usual {\"mcpServers\": {...}} format. Its clients first see only tool_search; tools they "
+        "find are added to their tool list.",
+    )
+    module = _optional_module("toolsearch.mcp.cli") if "mcp" in argv else None
+    if isinstance(module, ModuleType) and hasattr(module, "add_arguments") and hasattr(module, "main"):
+        module.add_arguments(serve)
+        serve.set_defaults(func=_run_plugin(module))
+    else:
+        serve.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        serve.set_defaults(func=_unavailable("mcp serve", "toolsearch.mcp.cli", module, "mcp"))
+    return parser
+
+
+def _optional_module(name: str) -> ModuleType | BaseException | None:
+    """Import a module that may not be part of this installation.
+
+    Returns the module; None when the module itself does not exist; the ImportError when it
+    exists but one of its own dependencies is missing (so the message can name the extra).
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            return None
+        return exc
+    except ImportError as exc:
+        return exc
+
+
+def _run_plugin(module: ModuleType) -> Callable[[argparse.Namespace, Console], int]:
+    def run(args: argparse.Namespace, console: Console) -> int:
+        return int(module.main(args) or 0)
+
+    return run
+
+
+def _unavailable(
+    command: str, module_name: str, problem: ModuleType | BaseException | None, extra: str
+) -> Callable[[argparse.Namespace, Console], int]:
+    def run(args: argparse.Namespace, console: Console) -> int:
+        if isinstance(problem, BaseException):
+            raise CommandError(
+                f"`toolsearch {command}` needs packages that are not installed ({_error_message(problem)}); "
+                f"install them with: pip install 'toolsearch[{extra}]'"
+            )
+        raise CommandError(f"`toolsearch {command}` is not available in this installation ({module_name} is missing)")
+
+    return run
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _root(args: argparse.Namespace) -> Any:
+    from .store import IndexStore
+
+    return IndexStore(getattr(args, "root", None))
+
+
+def _resolve_index(args: argparse.Namespace) -> Path:
+    """INDEX is a folder when it looks like a path or holds a manifest, else a name inside --root."""
+    from .store import MANIFEST
+
+    given: str = args.index
+    path = Path(given)
+    if (path / MANIFEST).is_file() or "/" in given or os.sep in given or given.startswith("."):
+        return path
+    return Path(_root(args).path(given))
+
+
+def _is_mcp_config(path: Path) -> bool:
+    if path.suffix == ".jsonl":
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # load_tools reports the problem with the file and line
+    return isinstance(data, dict) and isinstance(data.get("mcpServers"), dict)
+
+
+def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
+    """Start the servers of an `mcpServers` config, list their tools (namespaced by server), stop them."""
+    found = _optional_module("toolsearch.mcp.source")
+    if not isinstance(found, ModuleType):
+        if isinstance(found, BaseException):
+            raise CommandError(
+                f"{path} is an MCP servers config, but MCP support needs packages that are not installed "
+                f"({_error_message(found)}); install them with: pip install 'toolsearch[mcp]'"
+            )
+        raise CommandError(f"{path} is an MCP servers config, but this installation has no MCP support")
+    with console.progress(f"listing the tools of the MCP servers in {path}"):
+        collected = found.collect_tools(path)
+    for server, reason in sorted(collected.failures.items()):
+        console.note(f"{path}: server {server!r} skipped: {_one_line(reason)}")
+    if not collected.tools and collected.failures:
+        raise CommandError(f"{path}: no MCP server answered ({len(collected.failures)} failed); see the notes above")
+    tools: list[Any] = collected.tools
+    return tools
+
+
+def load_sources(sources: Sequence[str], console: Console, *, namespace: str | None = None) -> list[Any]:
+    """Read every source into Tools: tool files through load_tools, MCP configs through toolsearch.mcp."""
+    from .tools import load_tools
+
+    tools: list[Any] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            raise CommandError(f"{path} is a folder; give a .json or .jsonl file of tool definitions")
+        if not path.exists():
+            raise CommandError(f"{path}: file not found")
+        if _is_mcp_config(path):
+            found = _tools_from_mcp_config(path, console)
+            console.note(f"{path}: {len(found)} tools from MCP servers")
+        else:
+            found = load_tools(path, namespace=namespace)
+            console.note(f"{path}: {len(found)} tools")
+        tools.extend(found)
+    return tools
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from .backends import get_backend_spec
+    from .catalog import Catalog
+    from .store import IndexStore
+
+    # An unknown backend or a bad name fails before any source is read.
+    spec = get_backend_spec(args.backend)
+    if args.out:
+        target = Path(args.out).resolve()
+        store, name = IndexStore(target.parent), target.name
+    else:
+        store, name = _root(args), args.name
+    if name is not None:
+        store.path(name)
+    catalog = Catalog(load_sources(args.sources, console, namespace=args.namespace))
+    if not len(catalog):
+        raise CommandError("the sources hold no tools; nothing to index")
+    with console.progress(f"indexing {len(catalog)} tools with the {spec.name} backend") as progress:
+        name, index, reused = store.build(catalog, args.backend, name)
+    path = store.path(name)
+    verb = "reused" if reused else "built"
+    if args.json:
+        console.json({
+            "name": name, "path": str(path), "backend": index.backend_name, "tools": len(index),
+            "catalog_hash": index.catalog.hash, "reused": reused, "seconds": round(progress.elapsed, 3),
+        })
+    else:
+        console.print(
+            f"{verb} index {name!r}: {len(index)} tools, {index.backend_name} backend, "
+            f"{progress.elapsed:.1f}s -> {path}"
+        )
+    return EXIT_OK
+
+
+def cmd_query(args: argparse.Namespace, console: Console) -> int:
+    from .store import load_index
+
+    path = _resolve_index(args)
+    start = time.perf_counter()
+    index = load_index(path)
+    load_ms = (time.perf_counter() - start) * 1000
+    result = index.search(args.text, args.k, namespaces=args.namespace)
+    if args.json:
+        console.json({
+            "index": str(path), "backend": result.backend, "query": result.query,
+            "elapsed_ms": round(result.elapsed_ms, 3), "load_ms": round(load_ms, 3), "notes": list(result.notes),
+            "hits": [
+                {"rank": i, "name": hit.name, "score": hit.score, "namespace": tool.namespace,
+                 "description": tool.description}
+                for i, (hit, tool) in enumerate(zip(result.hits, result.tools, strict=True), 1)
+            ],
+        })
+        return EXIT_OK
+    for note in result.notes:
+        console.note(f"note: {note}")
+    if not result.hits:
+        console.print(f"no tools match {result.query!r}")
+    else:
+        rows = [
+            (str(i), f"{hit.score:.3f}", hit.name, _first_sentence(tool.description))
+            for i, (hit, tool) in enumerate(zip(result.hits, result.tools, strict=True), 1)
+        ]
+        console.print(_table(rows, ["#", "score", "tool", "description"]))
+    console.print(
+        f"{len(result.hits)} of {len(index)} tools, {result.backend} backend, searched in {result.elapsed_ms:.1f} ms "
+        f"(index loaded in {load_ms:.0f} ms)"
+    )
+    return EXIT_OK
+
+
+def _folder_size(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
+    size, files = _folder_size(path)
+    data: dict[str, Any] = manifest.to_dict()
+    data.update({"name": path.name, "path": str(path), "bytes": size, "file_count": files})
+    return data
+
+
+def cmd_info(args: argparse.Namespace, console: Console) -> int:
+    from .metatool import QUERY_SYNTAX
+    from .store import read_manifest
+
+    path = _resolve_index(args)
+    manifest = read_manifest(path)
+    data = _manifest_dict(path, manifest)
+    if args.json:
+        console.json(data)
+        return EXIT_OK
+    options = ", ".join(
+        f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, dict | list) else v}"
+        for k, v in sorted(manifest.options.items())
+    ) or "defaults"
+    namespaces = ", ".join(manifest.namespaces) if manifest.namespaces else "none"
+    lines = [
+        ("index", f"{path.name}  ({path})"),
+        ("backend", f"{manifest.backend}  ({options})"),
+        ("query syntax", QUERY_SYNTAX.get(manifest.backend, "see the backend's documentation")),
+        ("tools", str(manifest.tool_count)),
+        ("namespaces", f"{len(manifest.namespaces)}: {namespaces}" if manifest.namespaces else namespaces),
+        ("catalog hash", manifest.catalog_hash),
+        ("format", f"{manifest.version}"),
+        ("created", manifest.created_at),
+        ("size", f"{_human_size(data['bytes'])} in {data['file_count']} files"),
+    ]
+    width = max(len(k) for k, _ in lines)
+    console.print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace, console: Console) -> int:
+    from .store import read_manifest
+
+    store = _root(args)
+    entries: list[dict[str, Any]] = []
+    for name in store.names():
+        path = store.path(name)
+        try:
+            entries.append(_manifest_dict(path, read_manifest(path)))
+        except ToolSearchError as exc:  # one unreadable index must not hide the others
+            entries.append({"name": name, "path": str(path), "error": _error_message(exc)})
+    if args.json:
+        console.json({"root": str(store.root), "indexes": entries})
+        return EXIT_OK
+    if not entries:
+        console.print(f"no indexes in {store.root}; create one with `toolsearch build FILE`")
+        return EXIT_OK
+    rows = [
+        (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"])
+        if "error" not in e else (e["name"], "?", "?", "?", f"unreadable: {e['error']}")
+        for e in entries
+    ]
+    console.print(_table(rows, ["name", "backend", "tools", "size", "created"]))
+    return EXIT_OK
+
+
+def cmd_rm(args: argparse.Namespace, console: Console) -> int:
+    store = _root(args)
+    path = store.path(args.index)  # names only: a path or '..' is refused here
+    store.remove(args.index)
+    if args.json:
+        console.json({"removed": args.index, "path": str(path)})
+    else:
+        console.print(f"removed index {args.index!r} ({path})")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from . import demo
+
+    return demo.main(args, console)
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    try:
+        parser = build_parser(args_list)
+        try:
+            args = parser.parse_args(args_list)
+        except SystemExit as exc:  # --help, --version and usage errors
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        debug = bool(getattr(args, "debug", False))
+        console = Console(quiet=bool(getattr(args, "quiet", False)))
+        code: int = args.func(args, console)
+        return code
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `toolsearch list | head`: not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except (ToolSearchError, OSError) as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: {_error_message(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:  # a bug: still one line, with the way to the traceback
+        if debug:
+            traceback.print_exc()
+        print(
+            f"{PROG}: error: unexpected {type(exc).__name__}: {_error_message(exc)} "
+            "(rerun with --debug for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
