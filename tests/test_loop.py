@@ -552,3 +552,29 @@ def test_names_are_mapped_to_provider_safe_aliases_and_back(sessions: SessionMan
     sent_call = model.payloads[2]["messages"][-2]["tool_calls"][0]["function"]["name"]
     assert sent_call.startswith("math_factorial_")
     assert result.tool_results[-1].content == "120"
+
+
+def test_openai_responses_native_form_explains_an_empty_search(sessions: SessionManager) -> None:
+    responses_types = pytest.importorskip("openai.types.responses")
+    from pydantic import TypeAdapter
+
+    model = ScriptedModel([search("zzzqqq", native=True), "ok"], format="openai_responses")
+    run(model, "x", session=_session(sessions), functions=EVERYTHING, tool_search_mode="native")
+    output, note = model.payloads[1]["input"][2:4]
+    assert output["type"] == "tool_search_output" and output["tools"] == []
+    assert note["role"] == "developer" and "No tools matched 'zzzqqq'" in note["content"]
+    TypeAdapter(responses_types.ResponseInputItemParam).validate_python(note)
+
+
+def test_history_can_be_given_as_plain_dicts_and_continued(sessions: SessionManager) -> None:
+    model = ScriptedModel(["first", "second"], format="anthropic")
+    session = _session(sessions)
+    first = run(
+        model, [{"role": "developer", "content": "Be kind."}, {"role": "user", "content": "hi"}], session=session
+    )
+    second = run(model, [*first.messages, Message.user("again")], session=session)
+    assert second.output == "second"
+    assert model.payloads[1]["system"].endswith("Be kind.")
+    assert [m["role"] for m in model.payloads[1]["messages"]] == ["user", "assistant", "user"]
+    with pytest.raises(ValueError, match="message role"):
+        run(model, [{"role": "robot", "content": "x"}], session=session)

@@ -182,7 +182,8 @@ def responses_payload(request: ChatRequest, model: str, names: NameMap | None = 
     With `tool_search_mode="native"` the meta-tool is sent as a client-executed `tool_search`
     tool; its calls arrive as `tool_search_call` items and results go back as
     `tool_search_output` items carrying the found tools' definitions, so those tools are not
-    repeated in `tools`.
+    repeated in `tools`. A search that found nothing (or had bad input) also gets a developer
+    message with the instructive text, since `tool_search_output` has no text field.
     """
     names = names or request.name_map()
     native = request.tool_search_mode == "native"
@@ -226,6 +227,9 @@ def responses_payload(request: ChatRequest, model: str, names: NameMap | None = 
                     "tools": [t.to_openai(name=names.safe(t.name), responses=True) for t in m.tool_references],
                 }
             )
+            if not m.tool_references:
+                # tool_search_output carries no text: say what went wrong (or that nothing matched) beside it
+                items.append({"role": "developer", "content": f"{m.name or 'tool_search'} result: {m.content}"})
         else:
             items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
     tools: list[dict[str, Any]] = [t.to_openai(name=names.safe(t.name), responses=True) for t in request.pinned]
