@@ -533,6 +533,10 @@ def test_openai_responses_native_form_uses_client_tool_search(sessions: SessionM
     assert next(t["name"] for t in output_item["tools"]) == "weather_forecast"
     for item in second["input"]:
         TypeAdapter(responses_types.ResponseInputItemParam).validate_python(item)
+    # the union above is lenient; check the found tools against the exact SDK types as well
+    TypeAdapter(responses_types.ResponseToolSearchOutputItemParamParam).validate_python(output_item)
+    for tool in output_item["tools"]:
+        TypeAdapter(responses_types.FunctionToolParam).validate_python(tool)
     # tools delivered by tool_search_output are not repeated in `tools`
     assert [t.get("name", t["type"]) for t in second["tools"]] == ["tool_search"]
 
@@ -578,3 +582,15 @@ def test_history_can_be_given_as_plain_dicts_and_continued(sessions: SessionMana
     assert [m["role"] for m in model.payloads[1]["messages"]] == ["user", "assistant", "user"]
     with pytest.raises(ValueError, match="message role"):
         run(model, [{"role": "robot", "content": "x"}], session=session)
+
+
+def test_guessed_alias_and_raw_name_in_one_history_do_not_collide(sessions: SessionManager) -> None:
+    from toolsearch import provider_safe_name
+
+    alias = provider_safe_name("math.factorial")
+    model = ScriptedModel([[call(alias, n=4), call("math.factorial", n=4)], "cannot"], format="openai_chat")
+    session = _session(sessions, allowed=["final_answer"])
+    result = run(model, "4!?", session=session, functions=EVERYTHING)
+    assert [r.status for r in result.tool_results] == [ResultStatus.NOT_AVAILABLE] * 2
+    sent = [c["function"]["name"] for c in model.payloads[1]["messages"][-3]["tool_calls"]]
+    assert sent == [alias, alias]

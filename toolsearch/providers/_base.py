@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .._errors import ToolSearchError
-from ..tools import NameMap, Tool
+from .._errors import DuplicateToolError, ToolSearchError
+from ..tools import NameMap, Tool, provider_safe_name
 
 Role = Literal["system", "user", "assistant", "tool"]
 ToolSearchMode = Literal["schema", "native"]
@@ -223,18 +223,33 @@ class ChatRequest:
         return (*self.pinned, *search, *self.discovered)
 
     def name_map(self) -> NameMap:
-        """Provider-safe aliases for every tool name this request mentions (tools and history)."""
-        names = NameMap()
+        """Provider-safe aliases for every tool name this request mentions (tools, then history).
+
+        The request's tools must map to distinct aliases (DuplicateToolError otherwise). Names in
+        the history are whatever the model sent, guesses included (an alias and the name behind
+        it, say); one that would collide is rendered with its alias but not registered, so the
+        way back always leads to the request's own tools.
+        """
+        names = _RequestNames()
         for tool in self.tools:
             names.add(tool.name)
         for message in self.messages:
-            for call in message.tool_calls:
-                names.add(call.name)
+            mentioned = [c.name for c in message.tool_calls] + [t.name for t in message.tool_references]
             if message.name:
-                names.add(message.name)
-            for ref in message.tool_references:
-                names.add(ref.name)
+                mentioned.append(message.name)
+            for name in mentioned:
+                names.safe(name)
         return names
+
+
+class _RequestNames(NameMap):
+    """A NameMap whose `safe` never fails: a colliding name gets its alias without being registered."""
+
+    def safe(self, name: str) -> str:
+        try:
+            return super().safe(name)
+        except DuplicateToolError:
+            return provider_safe_name(name)
 
 
 @runtime_checkable

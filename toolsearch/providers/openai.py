@@ -176,7 +176,9 @@ def _native_search_tool(tool: Tool) -> dict[str, Any]:
     }
 
 
-def responses_payload(request: ChatRequest, model: str, names: NameMap | None = None, **options: Any) -> dict[str, Any]:
+def responses_payload(
+    request: ChatRequest, model: str, names: NameMap | None = None, *, strict: bool | None = False, **options: Any
+) -> dict[str, Any]:
     """The `client.responses.create(**payload)` arguments for a request.
 
     With `tool_search_mode="native"` the meta-tool is sent as a client-executed `tool_search`
@@ -184,8 +186,15 @@ def responses_payload(request: ChatRequest, model: str, names: NameMap | None = 
     `tool_search_output` items carrying the found tools' definitions, so those tools are not
     repeated in `tools`. A search that found nothing (or had bad input) also gets a developer
     message with the instructive text, since `tool_search_output` has no text field.
+
+    Function tools carry `strict` (False by default: catalog schemas are rarely strict-compatible,
+    and the SDK's `FunctionToolParam` requires the key).
     """
     names = names or request.name_map()
+
+    def function(tool: Tool) -> dict[str, Any]:
+        return {**tool.to_openai(name=names.safe(tool.name), responses=True), "strict": strict}
+
     native = request.tool_search_mode == "native"
     items: list[dict[str, Any]] = []
     delivered: set[str] = set()
@@ -224,7 +233,7 @@ def responses_payload(request: ChatRequest, model: str, names: NameMap | None = 
                     "call_id": m.tool_call_id,
                     "execution": "client",
                     "status": "completed",
-                    "tools": [t.to_openai(name=names.safe(t.name), responses=True) for t in m.tool_references],
+                    "tools": [function(t) for t in m.tool_references],
                 }
             )
             if not m.tool_references:
@@ -232,13 +241,11 @@ def responses_payload(request: ChatRequest, model: str, names: NameMap | None = 
                 items.append({"role": "developer", "content": f"{m.name or 'tool_search'} result: {m.content}"})
         else:
             items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
-    tools: list[dict[str, Any]] = [t.to_openai(name=names.safe(t.name), responses=True) for t in request.pinned]
+    tools: list[dict[str, Any]] = [function(t) for t in request.pinned]
     if request.search_tool is not None:
         st = request.search_tool
-        tools.append(_native_search_tool(st) if native else st.to_openai(name=names.safe(st.name), responses=True))
-    tools.extend(
-        t.to_openai(name=names.safe(t.name), responses=True) for t in request.discovered if t.name not in delivered
-    )
+        tools.append(_native_search_tool(st) if native else function(st))
+    tools.extend(function(t) for t in request.discovered if t.name not in delivered)
     payload: dict[str, Any] = {"model": model, "input": items}
     if request.system:
         payload["instructions"] = request.system
@@ -292,17 +299,22 @@ class OpenAIResponsesModel(_OpenAIBase):
     """The Responses API through `openai.OpenAI` or `openai.AsyncOpenAI`.
 
     Stateless: the whole history is sent as `input` each time (no `previous_response_id`), so it
-    works through proxies and with `store=False`. `options` go to every `responses.create` call.
+    works through proxies and with `store=False`. `strict` is sent on every function tool;
+    `options` go to every `responses.create` call.
     """
 
     format = "openai_responses"
+
+    def __init__(self, client: Any, model: str, *, strict: bool | None = False, **options: Any) -> None:
+        super().__init__(client, model, **options)
+        self.strict = strict
 
     def _endpoint(self) -> Any:
         return self.client.responses.create
 
     def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
         names = request.name_map()
-        return responses_payload(request, self.model, names, **self.options), names
+        return responses_payload(request, self.model, names, strict=self.strict, **self.options), names
 
     def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
         search = request.search_tool.name if request.search_tool is not None else None
