@@ -36,7 +36,8 @@ OPENAI_TOOLS = [
 ]
 ANTHROPIC_TOOLS = [
     {"name": "book_flight", "description": "Book a flight between two airports on a date.",
-     "input_schema": {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}}}},
+     "input_schema": {"type": "object",
+                      "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}}}},
 ]
 MCP_TOOLS = [
     {"name": "read_file", "description": "Read a text file from disk.",
@@ -61,7 +62,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    *argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """The real command, in a new process."""
     return subprocess.run(
         [sys.executable, "-m", "toolsearch", *argv], cwd=cwd, env={**os.environ, **(env or {})},
@@ -188,7 +191,7 @@ def test_root_option_before_or_after_the_command(home: Path, capsys: pytest.Capt
     assert run(capsys, "--root", "r1", "build", "openai.json", "--backend", "bm25", "--name", "a")[0] == EXIT_OK
     assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "b", "--root", "r2")[0] == EXIT_OK
     assert (home / "r1" / "a" / MANIFEST).is_file() and (home / "r2" / "b" / MANIFEST).is_file()
-    code, out, _ = run(capsys, "list", "--root", "r1", "--json")
+    _, out, _ = run(capsys, "list", "--root", "r1", "--json")
     assert [e["name"] for e in json.loads(out)["indexes"]] == ["a"]
 
 
@@ -358,7 +361,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("how", ["sigint", "raise"])
-def test_interrupted_build_leaves_the_old_index_intact(how: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_interrupted_build_leaves_the_old_index_intact(
+    how: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "keep")[0] == EXIT_OK
     indexes = home / "home" / "indexes"
     before = _snapshot(indexes / "keep")
@@ -393,7 +398,9 @@ def test_interrupted_build_leaves_the_old_index_intact(how: str, home: Path, cap
     assert code == EXIT_OK and json.loads(out)["hits"][0]["name"] == "send_email"
 
 
-def test_keyboard_interrupt_in_process(home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyboard_interrupt_in_process(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The same contract through main(argv): KeyboardInterrupt becomes exit 130 and one line.
     from toolsearch import BackendSpec, Ranking
     from toolsearch.backends import _REGISTRY
@@ -470,3 +477,39 @@ def test_demo_with_the_default_backend(home: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["index"]["backend"] == default_backend()
     assert {d["tool"] for d in report["tool_search"]["discovered"]} >= set(report["needed_tools"])
+
+
+# --- MCP servers config as a source --------------------------------------------------------------
+
+
+def _time_server() -> str:
+    command = Path(sys.executable).parent / "mcp-server-time"
+    if not command.exists():
+        pytest.skip("mcp-server-time is not installed (it comes with the dev extra)")
+    return str(command)
+
+
+def test_build_from_an_mcp_servers_config(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"mcpServers": {
+        "time": {"command": _time_server(), "args": ["--local-timezone", "Europe/Lisbon"]},
+        "broken": {"command": "toolsearch-no-such-server"},
+    }}
+    (home / "servers.json").write_text(json.dumps(config))
+    # a real process: the servers' stderr goes to the command's own stderr
+    proc = cli("build", "servers.json", "openai.json", "--backend", "bm25", "--name", "mcp", "--json", cwd=home)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads(proc.stdout)["tools"] == 3 + 2
+    assert "'broken' skipped" in proc.stderr  # reported, and the other server still counts
+    code, out, _ = run(capsys, "query", "mcp", "current time in a timezone", "--namespace", "time", "--json")
+    assert code == EXIT_OK
+    assert json.loads(out)["hits"][0]["name"].startswith("time__")
+
+
+def test_mcp_config_where_no_server_answers(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("mcp")
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"broken": {"command": "toolsearch-no-such-server"}}}))
+    code, _, err = run(capsys, "build", "servers.json")
+    assert_one_line_error(code, err, "no MCP server answered")
+    (home / "bad.json").write_text(json.dumps({"mcpServers": {"x": {"url": "ftp://nowhere"}}}))
+    code, _, err = run(capsys, "build", "bad.json")
+    assert_one_line_error(code, err, "bad.json", "http")

@@ -2,7 +2,9 @@
 
 Blocks run in document order, each document in its own empty folder with TOOLSEARCH_HOME set:
 ```console blocks run their `$ ` lines (continued by a trailing backslash), ```bash and ```sh
-blocks run whole, ```python blocks run in a fresh interpreter. A block is left out only by an
+blocks run whole, ```python blocks run in a fresh interpreter. Each folder starts with
+`tools.json`, the bundled demo catalog as a JSON list, standing for "your tool definitions".
+A block is left out only by an
 explicit marker on the line before its fence, which must give a reason:
 
     <!-- docs-test: skip (installs into a new venv; .ci/run runs these steps) -->
@@ -14,6 +16,7 @@ ANTHROPIC_BASE_URL point at it), never the network.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -92,17 +95,20 @@ def _fake_llm_policy() -> Any:
     """How the local model server answers the docs' provider examples: search, call, answer."""
     from fakes import ToolCall, Turn
 
+    from toolsearch.providers.scripted import example_arguments
+
     def policy(request: Any) -> Any:
-        results = request.tool_results()
+        calls = request.history_calls()
         names = request.tool_names
-        searched = any(r.name == "tool_search" for r in results) if results else False
-        called = [r for r in results if r.name != "tool_search"] if results else []
+        searched = any(c.name == "tool_search" for c in calls)
+        called = [c for c in calls if c.name != "tool_search"]
         if "tool_search" in names and not searched:
             return Turn(tool_calls=[ToolCall("tool_search", {"query": request.user_text})])
         found = [n for n in names if n != "tool_search"]
         if found and not called:
-            return Turn(tool_calls=[ToolCall(found[0], {})])
-        return Turn(text="Done: " + (called[0].content[:80] if called else "nothing to do"))
+            return Turn(tool_calls=[ToolCall(found[0], example_arguments(request.parameters(found[0]) or {}))])
+        results = request.tool_results()
+        return Turn(text="Done: " + (results[-1].text[:80] if results else "nothing to do"))
 
     return policy
 
@@ -157,6 +163,10 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
+    from toolsearch.demo import demo_tools
+
+    tools = [tool.to_dict() for tool in demo_tools()]
+    (tmp_path / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False), encoding="utf-8")
     found = list(blocks(doc))
     runnable = [b for b in found if b.skip is None]
     env = _env(tmp_path, llm_server)
@@ -197,16 +207,30 @@ def test_readme_opens_with_the_two_commands() -> None:
         assert command.index("torch==2.13.0") < command.index("-e '.[")
 
 
+def _is_subsequence(needle: list[str], haystack: list[str]) -> bool:
+    rest = iter(haystack)
+    return all(any(token == other for other in rest) for token in needle)
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     _, tests = _readme_commands()
     ci = (ROOT / ".ci" / "run").read_text()
-    steps = [shlex.split(step) for step in tests.split("&&")]
-    for step in steps:
-        program = Path(step[0]).name
-        rest = " ".join(step[1:])
-        if program == "python3":
-            assert "-m venv" in ci
+    ci_commands = []
+    for line in ci.splitlines():
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
             continue
-        assert re.search(rf"/{re.escape(program)}\"? {re.escape(rest)}".rstrip(), ci), f".ci/run lacks `{program} {rest}`"
+        if tokens:
+            ci_commands.append([Path(tokens[0]).name, *tokens[1:]])
+    for step in tests.split("&&"):
+        tokens = shlex.split(step)
+        program, args = Path(tokens[0]).name, tokens[1:]
+        if program == "python3":  # the venv: .ci/run makes it with its own interpreter variable
+            assert any("venv" in c for c in ci_commands), ".ci/run does not create a venv"
+            continue
+        assert any(c[0] == program and _is_subsequence(args, c[1:]) for c in ci_commands), (
+            f".ci/run does not run the README's `{step.strip()}`"
+        )
     assert "set -euo pipefail" in ci
     assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn, TextIO
@@ -144,9 +146,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{PROG}: error: {_one_line(message)} (see '{self.prog} --help')\n")
 
 
-def _common(debug: bool = True) -> argparse.ArgumentParser:
+def _common() -> _Parser:
     # SUPPRESS: an option given before the command is not overwritten by the sub-parser's default.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the full traceback on errors")
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
@@ -154,15 +156,15 @@ def _common(debug: bool = True) -> argparse.ArgumentParser:
     return common
 
 
-def _root_option() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
+def _root_option() -> _Parser:
+    parent = _Parser(add_help=False)
     parent.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
                         help="folder of named indexes (default: $TOOLSEARCH_HOME/indexes, else ./indexes)")
     return parent
 
 
-def _json_option() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
+def _json_option() -> _Parser:
+    parent = _Parser(add_help=False)
     parent.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     return parent
 
@@ -351,14 +353,39 @@ def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
                 f"({_error_message(found)}); install them with: pip install 'toolsearch[mcp]'"
             )
         raise CommandError(f"{path} is an MCP servers config, but this installation has no MCP support")
-    with console.progress(f"listing the tools of the MCP servers in {path}"):
-        collected = found.collect_tools(path)
-    for server, reason in sorted(collected.failures.items()):
-        console.note(f"{path}: server {server!r} skipped: {_one_line(reason)}")
+    with console.progress(f"listing the tools of the MCP servers in {path}"), _library_warnings(console):
+        collected = found.collect_tools(path)  # a server that fails is logged as skipped; the others still count
     if not collected.tools and collected.failures:
         raise CommandError(f"{path}: no MCP server answered ({len(collected.failures)} failed); see the notes above")
     tools: list[Any] = collected.tools
     return tools
+
+
+class _ConsoleHandler(logging.Handler):
+    """Library log records (e.g. an MCP server skipped) as plain lines on the console's stderr."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.DEBUG)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.console.note(self.format(record))
+
+
+@contextmanager
+def _library_warnings(console: Console) -> Iterator[None]:
+    logger = logging.getLogger("toolsearch")
+    handler = _ConsoleHandler(console)
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def load_sources(sources: Sequence[str], console: Console, *, namespace: str | None = None) -> list[Any]:

@@ -242,7 +242,8 @@ def _arguments(tool: str, memory: _Memory) -> list[dict[str, Any]]:
                  "description": f"30 minutes to catch up. Friday in Lisbon: {weather}.", "add_video_conference": True}]
     if tool == "email_send_message":
         event = memory.first("calendar_create_event") or {}
-        names = [m["name"].split()[0] for r in memory.results.get("crm_lookup_contact", []) for m in r.get("matches", [])]
+        contacts = [m for r in memory.results.get("crm_lookup_contact", []) for m in r.get("matches", [])]
+        names = [m["name"].split()[0] for m in contacts]
         hello = " and ".join(names) or "all"
         body = (
             f"Hi {hello},\n\nI booked 30 minutes for us on Friday at {event.get('start', '?')[11:16]} "
@@ -370,9 +371,9 @@ def _tool_search_report(result: LoopResult) -> dict[str, Any]:
     searches = {s.call_id: s for s in result.searches}
     first_found: dict[str, int] = {}  # tool -> number of the search that first returned it
     search_numbers: dict[str, int] = {}
-    for number, record in enumerate(result.searches, 1):
-        search_numbers[record.call_id] = number
-        for name in record.names:
+    for number, found_by in enumerate(result.searches, 1):
+        search_numbers[found_by.call_id] = number
+        for name in found_by.names:
             first_found.setdefault(name, number)
     outcomes = {r.call.id: r for r in result.tool_results}
     assistant = [m for m in result.messages if m.role == "assistant"]
