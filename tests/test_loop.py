@@ -553,6 +553,9 @@ def test_names_are_mapped_to_provider_safe_aliases_and_back(sessions: SessionMan
     result = run(model, "x", session=_session(sessions), functions=EVERYTHING)
     names = [t["function"]["name"] for t in model.payloads[1]["tools"]]
     assert "math.factorial" not in names and any(n.startswith("math_factorial_") for n in names)
+    alias = next(n for n in names if n.startswith("math_factorial_"))
+    found_text = model.payloads[1]["messages"][-1]["content"]
+    assert f"- {alias} (score" in found_text and "math.factorial" not in found_text  # the callable name
     sent_call = model.payloads[2]["messages"][-2]["tool_calls"][0]["function"]["name"]
     assert sent_call.startswith("math_factorial_")
     assert result.tool_results[-1].content == "120"

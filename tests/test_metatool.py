@@ -222,3 +222,10 @@ def test_system_prompt_suffix(manager: SessionManager) -> None:
         session, metatool=ToolSearchMetaTool("find"), template="Use {tool}.{namespaces}", max_namespaces=1
     )
     assert custom == "Use find. Tool namespaces: weather and 1 more."
+
+
+def test_results_can_name_tools_by_the_alias_the_model_sees(manager: SessionManager) -> None:
+    session = manager.create("s")
+    outcome = ToolSearchMetaTool().run(session, {"query": "weather", "max_results": 1}, alias=str.upper)
+    assert "- WEATHER_" in outcome.text
+    assert outcome.result is not None and outcome.result.names[0].startswith("weather_")

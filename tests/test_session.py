@@ -394,8 +394,8 @@ def test_handle_tool_calls_with_provider_shaped_calls(manager: SessionManager) -
         {"id": "c1", "type": "function", "function": {"name": "tool_search", "arguments": '{"query": "factorial"}'}},
     ]
     [found] = s.handle_tool_calls(calls)
-    assert "math.factorial" in found.content and "math.factorial" in s.discovered
     alias = s.tools_for_request("openai_chat")[-1]["function"]["name"]
+    assert f"- {alias} (score" in found.content and "math.factorial" in s.discovered
     results = s.handle_tool_calls(
         [
             {"type": "tool_use", "id": "t1", "name": alias, "input": {"n": "5"}},

@@ -40,7 +40,7 @@ from .providers._base import (
 from .results import Hit
 from .session import Session, SessionManager
 from .tokens import RequestTokens, request_tokens
-from .tools import Tool
+from .tools import Tool, provider_safe_name
 
 __all__ = [
     "LoopConfig",
@@ -105,6 +105,8 @@ class LoopConfig:
     - `system_suffix`: add `system_prompt_suffix` to the system prompt; `list_namespaces` in it.
     - `count_tokens` / `encoding`: exact token accounting of each request payload.
     - `parallel_tool_calls`: run a turn's calls concurrently (else one after another, in order).
+    - `provider_names`: name tools in result texts by their provider-safe alias (what the model
+      sees in its tools array, e.g. `math_factorial_<hash>` for `math.factorial`).
     """
 
     max_iterations: int = 10
@@ -119,6 +121,7 @@ class LoopConfig:
     count_tokens: bool = True
     encoding: str = "o200k_base"
     parallel_tool_calls: bool = True
+    provider_names: bool = True
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
@@ -360,6 +363,10 @@ class ToolExecutor:
         self.metatool = metatool or ToolSearchMetaTool()
         self.config = config or LoopConfig()
 
+    def shown(self, name: str) -> str:
+        """The name the model knows a tool by (its provider-safe alias, unless configured otherwise)."""
+        return provider_safe_name(name) if self.config.provider_names else name
+
     def is_return_direct(self, session: Session, name: str) -> bool:
         if name in self.config.return_direct:
             return True
@@ -376,7 +383,8 @@ class ToolExecutor:
                 error=call.arguments_error,
             )
         else:
-            outcome = self.metatool.run(session, call.arguments)
+            alias = provider_safe_name if self.config.provider_names else None
+            outcome = self.metatool.run(session, call.arguments, alias=alias)
         result = outcome.result
         record = SearchRecord(
             query=outcome.query if outcome.query is not None else _query_of(call),
@@ -395,10 +403,11 @@ class ToolExecutor:
     def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
         """Everything before running a call: a ToolResult when it must not run, else the callable."""
         name = call.name
+        shown = self.shown(name)
         if not session.is_allowed(name):
             return ToolResult(
                 call,
-                f"Tool {name!r} is not available. Call {self.metatool.name} to find a tool for this task, "
+                f"Tool {shown!r} is not available. Call {self.metatool.name} to find a tool for this task, "
                 "then call one of the names it returns.",
                 ResultStatus.NOT_AVAILABLE,
             )
@@ -406,8 +415,8 @@ class ToolExecutor:
             if self.config.undiscovered == "instruct":
                 return ToolResult(
                     call,
-                    f"Tool {name!r} is not loaded yet. Call {self.metatool.name} first (for example with the "
-                    f"query {_suggest_query(name)!r}); once it is found, call {name!r} again.",
+                    f"Tool {shown!r} is not loaded yet. Call {self.metatool.name} first (for example with the "
+                    f"query {_suggest_query(name)!r}); once it is found, call {shown!r} again.",
                     ResultStatus.NOT_DISCOVERED,
                 )
             session.discover([name])
@@ -415,19 +424,19 @@ class ToolExecutor:
         if fn is None:
             return ToolResult(
                 call,
-                f"Tool {name!r} has no implementation in this application; use another tool.",
+                f"Tool {shown!r} has no implementation in this application; use another tool.",
                 ResultStatus.NOT_AVAILABLE,
             )
         if call.arguments_error:
             return ToolResult(
-                call, f"Invalid arguments for {name!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
+                call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
             )
         if self.config.validate_arguments:
             problems = _schema_errors(session.index.catalog[name], call.arguments)
             if problems:
                 return ToolResult(
                     call,
-                    f"Invalid arguments for {name!r}: "
+                    f"Invalid arguments for {shown!r}: "
                     + "; ".join(problems)
                     + ". Fix the arguments to match the tool's parameters and call it again.",
                     ResultStatus.INVALID_ARGUMENTS,
@@ -441,7 +450,7 @@ class ToolExecutor:
     def _timeout(self, call: ToolCall, started: float) -> ToolResult:
         return ToolResult(
             call,
-            f"Tool {call.name!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
+            f"Tool {self.shown(call.name)!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
             "simpler arguments or another tool.",
             ResultStatus.TIMEOUT,
             _ms(started),
@@ -450,7 +459,7 @@ class ToolExecutor:
     def _failure(self, call: ToolCall, exc: BaseException, started: float) -> ToolResult:
         return ToolResult(
             call,
-            f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}",
+            f"Tool {self.shown(call.name)!r} failed: {type(exc).__name__}: {exc}",
             ResultStatus.ERROR,
             _ms(started),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ QUERY_SYNTAX: dict[str, str] = {
     ),
     "bm25": (
         "Keywords describing the capability you need (BM25 ranking over tool names, descriptions and "
-        "parameters), e.g. `send email attachment`. Lucene syntax is understood: `\"exact phrase\"`, "
+        'parameters), e.g. `send email attachment`. Lucene syntax is understood: `"exact phrase"`, '
         "`+required -excluded`, `AND` / `OR` / `NOT`, `(groups)`, `prefix*`, `fuzzy~`, `term^2` to boost, and "
         "fields `name:`, `description:`, `parameters:`, `namespace:`, `tags:` (e.g. `namespace:github issue`)."
     ),
@@ -226,8 +226,18 @@ class ToolSearchMetaTool:
             return None, f"{self.name} error: unknown namespace {args.namespace!r}. {advice}"
         return args, ""
 
-    def run(self, session: Session, arguments: Mapping[str, Any] | str | None) -> MetaToolOutcome:
-        """Validate, search within the session (recording hits as discovered) and render the result."""
+    def run(
+        self,
+        session: Session,
+        arguments: Mapping[str, Any] | str | None,
+        *,
+        alias: Callable[[str], str] | None = None,
+    ) -> MetaToolOutcome:
+        """Validate, search within the session (recording hits as discovered) and render the result.
+
+        `alias` maps a tool name to the name the model sees (e.g. `provider_safe_name` when the
+        tools array carries provider-safe aliases), so the text names tools the way they can be called.
+        """
         args, problem = self.parse(session, arguments)
         if args is None:
             return MetaToolOutcome(text=problem, error=problem)
@@ -242,7 +252,7 @@ class ToolSearchMetaTool:
             return MetaToolOutcome(text=text, error=str(exc), query=query, max_results=k, namespace=args.namespace)
         update = session.discover(result.names) if result.hits else None
         return MetaToolOutcome(
-            text=self.render(session, result, update, namespace=args.namespace),
+            text=self.render(session, result, update, namespace=args.namespace, alias=alias),
             result=result,
             query=query,
             max_results=k,
@@ -251,7 +261,13 @@ class ToolSearchMetaTool:
         )
 
     def render(
-        self, session: Session, result: SearchResult, update: DiscoveryUpdate | None, *, namespace: str | None = None
+        self,
+        session: Session,
+        result: SearchResult,
+        update: DiscoveryUpdate | None,
+        *,
+        namespace: str | None = None,
+        alias: Callable[[str], str] | None = None,
     ) -> str:
         """Compact text: one line per tool (name, score, one-line summary), plus any notes."""
         where = f" in namespace {namespace!r}" if namespace else ""
@@ -263,22 +279,25 @@ class ToolSearchMetaTool:
                 f"the object (e.g. 'create invoice'), or fewer terms; {hint}."
             ]
             return "\n".join(lines + notes)
+        shown_name = alias or str
         evicted = set(update.evicted) if update else set()
         shown = [(h, t) for h, t in zip(result.hits, result.tools, strict=True) if h.name not in evicted]
         lines = [f"Found {len(shown)} tool(s) for {result.query!r}{where}. They are now available: call them by name."]
         for hit, tool in shown:
-            lines.append(f"- {hit.name} (score {hit.score:.3g}): {one_line_summary(tool.description)}")
+            lines.append(f"- {shown_name(hit.name)} (score {hit.score:.3g}): {one_line_summary(tool.description)}")
         if update is not None and update.evicted:
             dropped = [n for n in update.evicted if n not in {h.name for h in result.hits}]
             over = [n for n in update.evicted if n in {h.name for h in result.hits}]
             if dropped:
                 lines.append(
                     "Note: to stay within this session's tool budget these tools were unloaded: "
-                    + ", ".join(dropped)
+                    + ", ".join(map(shown_name, dropped))
                     + " (search again to reload one)."
                 )
             if over:
-                lines.append("Note: over this session's tool budget, not loaded: " + ", ".join(over) + ".")
+                lines.append(
+                    "Note: over this session's tool budget, not loaded: " + ", ".join(map(shown_name, over)) + "."
+                )
         return "\n".join(lines + notes)
 
 
