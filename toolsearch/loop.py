@@ -488,7 +488,8 @@ class ToolExecutor:
                 else:
                     pending.append((i, call, prepared))
         timeout = self.config.tool_timeout
-        if timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls):
+        inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
+        if inline and not any(is_async_callable(fn) for _, _, fn in pending):
             for i, call, fn in pending:  # no timeout, nothing to overlap: run in this thread
                 started = time.perf_counter()
                 try:
