@@ -22,7 +22,10 @@ from ._errors import (
 from .backends import BackendSpec, backend_names, default_backend, register_backend
 from .catalog import Catalog, CatalogDelta
 from .index import ToolIndex
+from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
+from .metatool import ToolSearchMetaTool, system_prompt_suffix
 from .results import Hit, Ranking, SearchResult
+from .session import InMemorySessionStore, Session, SessionManager, SessionStore
 from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
 
@@ -46,6 +49,19 @@ __all__ = [
     "register_backend",
     "backend_names",
     "default_backend",
+    # sessions and the agent loop
+    "SessionManager",
+    "Session",
+    "SessionStore",
+    "InMemorySessionStore",
+    "ToolSearchMetaTool",
+    "system_prompt_suffix",
+    "ToolSearchLoop",
+    "LoopConfig",
+    "LoopOutcome",
+    "LoopResult",
+    "run",
+    "arun",
     # errors
     "ToolSearchError",
     "InvalidToolError",
