@@ -1,0 +1,377 @@
+"""MCP gateway benchmark: tokens of the tools list a client sees, and latency the gateway adds per call.
+
+    python benchmarks/mcp_gateway.py                # writes benchmarks/results/mcp_gateway.{json,md}
+    python benchmarks/mcp_gateway.py --calls 50     # a quicker run
+
+Servers: the ones the tests use — mcp-server-time and mcp-server-git (PyPI), our toy server
+(tests/mcp_servers/toy_server.py) and @modelcontextprotocol/server-everything (npm) when
+.ci/setup.d installed it. Tokens are exact o200k_base counts of compact JSON, in two views:
+the MCP `tools/list` result as the client receives it, and the model-facing definitions a client
+turns it into (name, description, input schema in the Chat Completions function shape). Latency
+is wall time of sequential `tools/call` round trips measured in the client, after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from mcp_servers import (  # noqa: E402
+    GatewayProcess,
+    everything_command,
+    gateway_argv,
+    gateway_env,
+    git_server,
+    make_git_repo,
+    time_server,
+    toy,
+)
+
+from toolsearch import Tool  # noqa: E402
+from toolsearch.tokens import count_json_tokens, count_tokens, tool_tokens  # noqa: E402
+
+ENCODING = "o200k_base"
+SEARCHES = {  # one realistic search per server: what a client holds after finding what it needs
+    "time": "current time in a timezone",
+    "git": "show the working tree status of a git repository",
+    "toy": "echo text back",
+    "everything": "sum of two numbers",
+}
+
+
+def servers() -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {"time": time_server(), "git": git_server(), "toy": toy()}
+    command = everything_command()
+    if command:
+        found["everything"] = {"command": command, "args": ["stdio"]}
+    return found
+
+
+def wire(tools: list[types.Tool]) -> list[dict[str, Any]]:
+    return [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in tools]
+
+
+def model_tokens(tools: list[types.Tool]) -> int:
+    return sum(tool_tokens(Tool.from_mcp(t), ENCODING) for t in tools)
+
+
+@asynccontextmanager
+async def stdio_session(
+    command: str, args: list[str], env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=command, args=args, env=env)
+    with open(os.devnull, "w") as quiet:
+        async with stdio_client(params, errlog=quiet) as (r, w), ClientSession(r, w) as session:
+            await session.initialize()
+            yield session
+
+
+@asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
+        await session.initialize()
+        yield session
+
+
+async def list_all(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+# --- tokens ------------------------------------------------------------------------------------------
+
+
+async def measure_tokens(config: dict[str, dict[str, Any]], config_path: Path) -> dict[str, Any]:
+    direct: dict[str, Any] = {}
+    for name, entry in config.items():
+        async with stdio_session(entry["command"], entry.get("args", []), entry.get("env")) as session:
+            tools = await list_all(session)
+        direct[name] = {
+            "tools": len(tools),
+            "wire_tokens": count_json_tokens(wire(tools), ENCODING),
+            "model_tokens": model_tokens(tools),
+        }
+    total = {key: sum(d[key] for d in direct.values()) for key in ("tools", "wire_tokens", "model_tokens")}
+
+    argv = gateway_argv(config_path, "--quiet")
+    async with stdio_session(argv[0], argv[1:], gateway_env()) as session:
+        init = session.initialize_result
+        instructions = (init.instructions or "") if init else ""
+        start = await list_all(session)
+        stages = [
+            {
+                "after": "connect",
+                "tools": len(start),
+                "wire_tokens": count_json_tokens(wire(start), ENCODING),
+                "model_tokens": model_tokens(start),
+            }
+        ]
+        results: list[dict[str, Any]] = []
+        for server, query in SEARCHES.items():
+            if server not in config:
+                continue
+            found = await session.call_tool("tool_search", {"query": query, "max_results": 3})
+            text = "\n".join(c.text for c in found.content if isinstance(c, types.TextContent))
+            results.append({"query": query, "result_tokens": count_tokens(text, ENCODING)})
+            listed = await list_all(session)
+            stages.append(
+                {
+                    "after": f"search {query!r}",
+                    "tools": len(listed),
+                    "wire_tokens": count_json_tokens(wire(listed), ENCODING),
+                    "model_tokens": model_tokens(listed),
+                }
+            )
+    return {
+        "direct": direct,
+        "direct_total": total,
+        "gateway": stages,
+        "gateway_instructions_tokens": count_tokens(instructions, ENCODING),
+        "search_results": results,
+    }
+
+
+# --- latency -------------------------------------------------------------------------------------------
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+
+    def pct(p: float) -> float:
+        return ms[min(len(ms) - 1, round(p / 100 * (len(ms) - 1)))]
+
+    return {
+        "n": len(ms),
+        "p50_ms": round(statistics.median(ms), 3),
+        "p90_ms": round(pct(90), 3),
+        "p99_ms": round(pct(99), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
+
+
+async def interleaved(
+    calls_by_variant: dict[str, Callable[[], Awaitable[types.CallToolResult]]], calls: int, warmup: int
+) -> dict[str, list[float]]:
+    """Time every variant in rotating order, so machine noise falls on all of them alike."""
+    names = list(calls_by_variant)
+    for name in names:
+        for _ in range(warmup):
+            result = await calls_by_variant[name]()
+            assert not result.is_error, result
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(calls):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            start = time.perf_counter()
+            result = await calls_by_variant[name]()
+            samples[name].append(time.perf_counter() - start)
+            assert not result.is_error, result
+    return samples
+
+
+@asynccontextmanager
+async def toy_over_http() -> AsyncIterator[str]:
+    """Our toy server on streamable HTTP: the transport-matched baseline for the HTTP gateway."""
+    entry = toy()
+    proc = subprocess.Popen(
+        [entry["command"], *entry["args"]],
+        env={**os.environ, "TOY_HTTP_PORT": "0"},
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        yield line.strip().rsplit(" ", 1)[-1]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def measure_latency(config_path: Path, repo: Path, calls: int, warmup: int) -> list[dict[str, Any]]:
+    cases = [
+        ("toy", "echo", {"text": "ping"}, toy()),
+        ("time", "get_current_time", {"timezone": "UTC"}, time_server()),
+        ("git", "git_status", {"repo_path": str(repo)}, git_server()),
+    ]
+    rows: list[dict[str, Any]] = []
+    argv = gateway_argv(config_path, "--quiet")
+    http = GatewayProcess(config_path, "--quiet")
+    try:
+        url = http.wait_ready()
+        for server, tool, args, entry in cases:
+            name = f"{server}__{tool}"
+            async with AsyncExitStack() as stack:
+                direct = await stack.enter_async_context(
+                    stdio_session(entry["command"], entry["args"], entry.get("env"))
+                )
+                gw_stdio = await stack.enter_async_context(stdio_session(argv[0], argv[1:], gateway_env()))
+                gw_http = await stack.enter_async_context(http_session(url))
+                variants: dict[str, Callable[[], Awaitable[types.CallToolResult]]] = {
+                    "direct_stdio": partial(direct.call_tool, tool, args),
+                    "gateway_stdio": partial(gw_stdio.call_tool, name, args),
+                    "gateway_http": partial(gw_http.call_tool, name, args),
+                }
+                if server == "toy":
+                    toy_url = await stack.enter_async_context(toy_over_http())
+                    direct_http = await stack.enter_async_context(http_session(toy_url))
+                    variants["direct_http"] = partial(direct_http.call_tool, tool, args)
+                samples = await interleaved(variants, calls, warmup)
+            row: dict[str, Any] = {"tool": name, **{k: summary(v) for k, v in samples.items()}}
+            row["added_p50_ms_stdio"] = round(row["gateway_stdio"]["p50_ms"] - row["direct_stdio"]["p50_ms"], 3)
+            if "direct_http" in row:
+                row["added_p50_ms_http"] = round(row["gateway_http"]["p50_ms"] - row["direct_http"]["p50_ms"], 3)
+            rows.append(row)
+    finally:
+        http.stop()
+    return rows
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any]) -> str:
+    tokens = data["tokens"]
+    direct, total = tokens["direct"], tokens["direct_total"]
+    stages = tokens["gateway"]
+    first = stages[0]
+    lines = [
+        "# MCP gateway: tokens of the tools list, and latency per call",
+        "",
+        f"Measured {data['date']} on {data['machine']} (1-minute load average {data['load_average_1m']} "
+        f"at the end of the run), Python {data['python']}, mcp {data['mcp']}. "
+        "Reproduce with `python benchmarks/mcp_gateway.py`.",
+        "",
+        "## Tokens of the tools list a client sees",
+        "",
+        f"Exact {ENCODING} counts of compact JSON. *Wire*: the MCP `tools/list` result as the client receives "
+        "it (with output schemas and annotations). *Model*: the definitions the client sends the model on every "
+        "request (name, description, input schema; Chat Completions function shape).",
+        "",
+        "| without the gateway: server | tools | wire tokens | model tokens |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in direct.items():
+        lines.append(f"| {name} | {row['tools']} | {row['wire_tokens']:,} | {row['model_tokens']:,} |")
+    lines.append(
+        f"| **all servers** | **{total['tools']}** | **{total['wire_tokens']:,}** | **{total['model_tokens']:,}** |"
+    )
+    lines += [
+        "",
+        "| with the gateway: after | tools listed | wire tokens | model tokens | vs all servers (model) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for stage in stages:
+        share = stage["model_tokens"] / total["model_tokens"] if total["model_tokens"] else 0
+        lines.append(
+            f"| {stage['after']} | {stage['tools']} | {stage['wire_tokens']:,} | {stage['model_tokens']:,} | "
+            f"{share:.0%} |"
+        )
+    saved = 1 - first["model_tokens"] / total["model_tokens"] if total["model_tokens"] else 0
+    results = tokens["search_results"]
+    mean_result = statistics.fmean(r["result_tokens"] for r in results) if results else 0
+    lines += [
+        "",
+        f"At connect the client holds `tool_search` and `call_tool` only: {first['model_tokens']:,} model tokens "
+        f"instead of {total['model_tokens']:,} ({saved:.0%} fewer). Each search (3 results) then adds the found "
+        f"tools' definitions; a `tool_search` result costs {mean_result:.0f} tokens on average, and the "
+        f"gateway's `instructions` (a client may add them to the system prompt) "
+        f"{tokens['gateway_instructions_tokens']} tokens.",
+        "",
+        "## Latency the gateway adds per call",
+        "",
+        f"p50 of {data['calls']} sequential `tools/call` round trips per cell, after {data['warmup']} warm-up "
+        "calls, timed in the client, in milliseconds; the variants of a row take turns call by call, so "
+        "machine noise falls on all of them alike. *Direct stdio*: the client runs the upstream itself. "
+        "*Gateway stdio*: client → gateway (stdio) → upstream (stdio). *Direct HTTP*: our toy server on "
+        "streamable HTTP (127.0.0.1), the baseline for *gateway HTTP*: client → gateway (streamable HTTP) → "
+        "upstream (stdio). The real servers speak stdio only, so their HTTP baseline is n/a.",
+        "",
+        "| tool | direct stdio | gateway stdio | added (stdio) | direct HTTP | gateway HTTP | added (HTTP) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in data["latency"]:
+        direct_http = f"{row['direct_http']['p50_ms']:.2f}" if "direct_http" in row else "n/a"
+        added_http = f"{row['added_p50_ms_http']:+.2f}" if "added_p50_ms_http" in row else "n/a"
+        lines.append(
+            f"| {row['tool']} | {row['direct_stdio']['p50_ms']:.2f} | {row['gateway_stdio']['p50_ms']:.2f} | "
+            f"{row['added_p50_ms_stdio']:+.2f} | {direct_http} | {row['gateway_http']['p50_ms']:.2f} | "
+            f"{added_http} |"
+        )
+    lines += [
+        "",
+        "p90 / p99 and means are in `mcp_gateway.json`. The added time is one more JSON-RPC hop (parse, route, "
+        "re-serialise) plus the gateway's argument check against the tool's input schema.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    config = servers()
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path = Path(tmp) / "servers.json"
+        config_path.write_text(json.dumps({"mcpServers": config}))
+        repo = make_git_repo(Path(tmp) / "repo")
+        tokens = await measure_tokens(config, config_path)
+        latency = await measure_latency(config_path, repo, args.calls, args.warmup)
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "load_average_1m": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "mcp": version("mcp"),
+        "encoding": ENCODING,
+        "servers": list(config),
+        "calls": args.calls,
+        "warmup": args.warmup,
+        "tokens": tokens,
+        "latency": latency,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per cell (default 200)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed calls first (default 20)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="report folder")
+    args = parser.parse_args(argv)
+    data = anyio.run(run, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "mcp_gateway.json").write_text(json.dumps(data, indent=2) + "\n")
+    (args.out / "mcp_gateway.md").write_text(markdown(data))
+    print(markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

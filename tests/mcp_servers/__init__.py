@@ -1,0 +1,144 @@
+"""Helpers for the MCP tests: configs for real servers, a temp git repo, the gateway as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+TOY = HERE / "toy_server.py"
+PY = sys.executable
+
+
+def toy(**env: str) -> dict[str, Any]:
+    """A config entry for our toy server (see toy_server.py for the TOY_* switches)."""
+    entry: dict[str, Any] = {"command": PY, "args": [str(TOY)]}
+    if env:
+        entry["env"] = env
+    return entry
+
+
+def time_server() -> dict[str, Any]:
+    return {"command": PY, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+
+
+def git_server() -> dict[str, Any]:
+    return {"command": PY, "args": ["-m", "mcp_server_git"]}
+
+
+def everything_command() -> str | None:
+    """The npm reference server, when .ci/setup.d installed it (or it is on PATH) and node runs."""
+    if shutil.which("node") is None:
+        return None
+    local = ROOT / ".cache" / "node" / "node_modules" / ".bin" / "mcp-server-everything"
+    if local.exists():
+        return str(local)
+    return shutil.which("mcp-server-everything")
+
+
+def make_git_repo(path: Path) -> Path:
+    """A repository with one commit and one untracked file."""
+    path.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=env)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run(["git", "-C", str(path), "add", "README.md"], check=True, env=env)
+    subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", "first"], check=True, env=env)
+    (path / "notes.txt").write_text("untracked\n")
+    return path
+
+
+def write_config(path: Path, servers: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    return path
+
+
+def gateway_argv(config: Path, *extra: str) -> list[str]:
+    return [PY, "-m", "toolsearch.mcp", "--config", str(config), *extra]
+
+
+def gateway_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+class GatewayProcess:
+    """The gateway over streamable HTTP as a child process; stderr is collected for assertions."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            gateway_argv(config, "--transport", "http", "--port", "0", *extra),
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=gateway_env(),
+        )
+        self.lines: list[str] = []
+        self.url: str | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            found = re.search(r"listening on (\S+)", line)
+            if found:
+                self.url = found.group(1)
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout: float = 30) -> str:
+        self._ready.wait(timeout)
+        if self.url is None:
+            raise RuntimeError("gateway did not start:\n" + self.stderr)
+        return self.url
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+@contextmanager
+def http_gateway(config: Path, *extra: str) -> Iterator[GatewayProcess]:
+    gateway = GatewayProcess(config, *extra)
+    try:
+        gateway.wait_ready()
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False

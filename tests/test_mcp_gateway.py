@@ -1,0 +1,255 @@
+"""The gateway end to end: a real process in front of real MCP servers, driven by the real `mcp` client."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_servers import (
+    GatewayProcess,
+    everything_command,
+    gateway_argv,
+    gateway_env,
+    git_server,
+    http_gateway,
+    make_git_repo,
+    time_server,
+    toy,
+    write_config,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+pytestmark = pytest.mark.slow
+
+META = ["tool_search", "call_tool"]
+
+
+class Client_:
+    """A ClientSession plus the tools/list_changed notifications it received."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+        self.changes = 0
+        self._changed = anyio.Event()
+
+    async def on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.changes += 1
+            self._changed.set()
+
+    async def wait_changed(self, timeout: float = 10) -> None:
+        with anyio.fail_after(timeout):
+            await self._changed.wait()
+        self._changed = anyio.Event()
+
+    async def names(self) -> list[str]:
+        return [t.name for t in (await self.session.list_tools()).tools]
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
+        return await self.session.call_tool(name, arguments or {})
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@asynccontextmanager
+async def over_http(url: str) -> AsyncIterator[Client_]:
+    holder: list[Client_] = []
+
+    async def handler(message: Any) -> None:
+        if holder:
+            await holder[0].on_message(message)
+
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write, message_handler=handler) as s:
+        client = Client_(s)
+        holder.append(client)
+        await s.initialize()
+        yield client
+
+
+@asynccontextmanager
+async def over_stdio(config: Path, *extra: str) -> AsyncIterator[Client_]:
+    argv = gateway_argv(config, *extra)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
+    holder: list[Client_] = []
+
+    async def handler(message: Any) -> None:
+        if holder:
+            await holder[0].on_message(message)
+
+    async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=handler) as s:
+        client = Client_(s)
+        holder.append(client)
+        with anyio.fail_after(60):
+            await s.initialize()
+        yield client
+
+
+# --- stdio ---------------------------------------------------------------------------------------------
+
+
+async def test_stdio_gateway_search_notify_and_call_real_servers(tmp_path: Path) -> None:
+    repo = make_git_repo(tmp_path / "repo")
+    config = write_config(tmp_path / "servers.json", {"time": time_server(), "git": git_server()})
+    async with over_stdio(config) as client:
+        init = client.session.initialize_result
+        assert init is not None and init.capabilities.tools is not None and init.capabilities.tools.list_changed
+        assert "tool_search" in (init.instructions or "")
+        assert await client.names() == META
+
+        found = await client.call("tool_search", {"query": "current time in a timezone"})
+        assert not found.is_error and "time__get_current_time" in text(found)
+        await client.wait_changed()
+        names = await client.names()
+        assert names[:2] == META and "time__get_current_time" in names
+        listed = {t.name: t for t in (await client.session.list_tools()).tools}
+        assert listed["time__get_current_time"].output_schema is not None  # the upstream's schema, unchanged
+
+        now = await client.call("time__get_current_time", {"timezone": "UTC"})
+        assert not now.is_error and now.structured_content is not None
+        assert now.structured_content["timezone"] == "UTC"
+
+        # through the passthrough, without a search for git first
+        status = await client.call("call_tool", {"name": "git__git_status", "arguments": {"repo_path": str(repo)}})
+        assert not status.is_error and "notes.txt" in text(status)
+        await client.wait_changed()  # a tool called by name joins the session's list
+        assert "git__git_status" in await client.names()
+
+        # the upstream's own error comes back as a tool error
+        bad = await client.call("time__get_current_time", {"timezone": "Not/AZone"})
+        assert bad.is_error and "Not/AZone" in text(bad)
+
+
+async def test_stdio_gateway_pins_and_other_backends(tmp_path: Path) -> None:
+    if importlib.util.find_spec("toolsearch.backends.regex") is None:
+        pytest.skip("the regex backend is not part of this checkout yet")
+    config = write_config(tmp_path / "servers.json", {"time": time_server()})
+    async with over_stdio(config, "--pin", "time__convert_time", "--backend", "regex", "--no-call-tool") as client:
+        assert await client.names() == ["tool_search", "time__convert_time"]
+        found = await client.call("tool_search", {"query": "current_time$"})
+        assert "time__get_current_time" in text(found)
+        await client.wait_changed()
+        assert await client.names() == ["tool_search", "time__convert_time", "time__get_current_time"]
+        bad = await client.call("tool_search", {"query": "(unclosed"})
+        assert bad.is_error and "escape" in text(bad).lower()
+
+
+# --- streamable HTTP -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    folder = tmp_path_factory.mktemp("gateway")
+    servers: dict[str, Any] = {
+        "time": time_server(),
+        "toy": toy(),
+        "broken": {"command": str(folder / "no-such-server")},
+    }
+    command = everything_command()
+    if command:
+        servers["everything"] = {"command": command, "args": ["stdio"]}
+    with http_gateway(write_config(folder / "servers.json", servers), "--pin", "toy__echo") as process:
+        yield process
+
+
+async def test_http_gateway_skips_a_broken_server_and_serves_the_rest(gateway: GatewayProcess) -> None:
+    assert "'broken' skipped: command not found" in gateway.stderr
+    async with over_http(gateway.url or "") as client:
+        assert await client.names() == [*META, "toy__echo"]
+        echoed = await client.call("toy__echo", {"text": "pinned"})
+        assert text(echoed) == "pinned"
+        missing = await client.call("broken__anything", {})
+        assert missing.is_error and "tool_search" in text(missing)
+
+
+async def test_two_clients_are_isolated(gateway: GatewayProcess) -> None:
+    url = gateway.url or ""
+    async with over_http(url) as alice, over_http(url) as bob:
+        await alice.call("tool_search", {"query": "convert time between timezones", "max_results": 1})
+        await alice.wait_changed()
+        assert await alice.names() == [*META, "toy__echo", "time__convert_time"]
+        assert await bob.names() == [*META, "toy__echo"]
+        assert bob.changes == 0
+
+        await bob.call("tool_search", {"query": "add two integers sum", "max_results": 1})
+        await bob.wait_changed()
+        assert await bob.names() == [*META, "toy__echo", "toy__add_numbers"]
+        assert await alice.names() == [*META, "toy__echo", "time__convert_time"]
+        assert text(await bob.call("toy__add_numbers", {"a": 2, "b": 40})) == "42"
+    # a new connection is a new session
+    async with over_http(url) as carol:
+        assert await carol.names() == [*META, "toy__echo"]
+
+
+async def test_upstream_crash_mid_session_is_a_tool_error(gateway: GatewayProcess) -> None:
+    async with over_http(gateway.url or "") as client:
+        await client.call("tool_search", {"query": "terminate server process crash", "max_results": 1})
+        await client.wait_changed()
+        assert "toy__crash" in await client.names()
+        crashed = await client.call("toy__crash")
+        assert crashed.is_error and "stopped (connection closed)" in text(crashed)
+        # the gateway is still up, other servers answer, and the crashed one is restarted
+        assert "toy__crash" in await client.names()
+        now = await client.call("call_tool", {"name": "time__get_current_time", "arguments": {"timezone": "UTC"}})
+        assert not now.is_error and json.loads(text(now))["timezone"] == "UTC"
+        again = await client.call("toy__echo", {"text": "back"})
+        assert not again.is_error and text(again) == "back"
+
+
+async def test_errors_come_back_as_tool_errors(gateway: GatewayProcess) -> None:
+    async with over_http(gateway.url or "") as client:
+        failed = await client.call("call_tool", {"name": "toy__fail"})
+        assert failed.is_error and "always fails" in text(failed)
+        wrong = await client.call("call_tool", {"name": "toy__add_numbers", "arguments": {"a": "two"}})
+        assert wrong.is_error and "Schema: " in text(wrong) and '"b"' in text(wrong)
+        nameless = await client.call("call_tool", {"arguments": {}})
+        assert nameless.is_error and "needs" in text(nameless)
+        empty = await client.call("tool_search", {"query": "  "})
+        assert empty.is_error and "query" in text(empty)
+
+
+async def test_upstream_list_changes_reach_search_and_clients(gateway: GatewayProcess) -> None:
+    async with over_http(gateway.url or "") as watcher, over_http(gateway.url or "") as client:
+        await watcher.names()  # the gateway knows a connection after its first request
+        grown = await client.call("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka_census"}})
+        assert not grown.is_error
+        await watcher.wait_changed()  # every client hears that the catalog changed
+        found = await client.call("tool_search", {"query": "quokka census", "max_results": 1})
+        assert "toy__quokka_census" in text(found)
+
+
+async def test_high_level_client_falls_back_to_the_handshake(gateway: GatewayProcess) -> None:
+    # mcp.Client probes the stateless 2026 era first; the gateway needs per-connection sessions, so
+    # it answers with the initialize handshake, the era where list changes exist.
+    async with Client(gateway.url or "") as client:
+        assert client.session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        assert [t.name for t in (await client.list_tools()).tools][:2] == META
+        await client.call_tool("tool_search", {"query": "current time"})
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "time__get_current_time" in names
+
+
+async def test_npm_reference_server_through_the_gateway(gateway: GatewayProcess) -> None:
+    if everything_command() is None:
+        pytest.skip("@modelcontextprotocol/server-everything is not installed (needs node; see .ci/setup.d)")
+    async with over_http(gateway.url or "") as client:
+        found = await client.call("tool_search", {"query": "sum of two numbers", "namespace": "everything"})
+        assert "everything__get-sum" in text(found)
+        await client.wait_changed()
+        summed = await client.call("everything__get-sum", {"a": 19, "b": 23})
+        assert not summed.is_error and "42" in text(summed)
+        echoed = await client.call("call_tool", {"name": "everything__echo", "arguments": {"message": "hi"}})
+        assert "hi" in text(echoed)

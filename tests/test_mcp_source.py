@@ -1,0 +1,254 @@
+"""MCP servers as a tool source: config parsing, paging, namespacing, routing, list changes, failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp_servers import PY, git_server, make_git_repo, time_server, toy
+
+from toolsearch import ToolIndex
+from toolsearch.mcp import MCPConfigError, load_config, parse_config
+from toolsearch.mcp.source import (
+    MCPToolSource,
+    collect_tools,
+    mcp_definition,
+    namespaced_name,
+    tool_from_mcp,
+    upstream_of,
+)
+
+# --- config ------------------------------------------------------------------------------------
+
+
+def test_config_reads_stdio_and_http_entries(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC", "N": 3}},
+                    "remote": {"url": "https://example.test/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}},
+                    "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+                    "local": {"command": "./run.sh", "cwd": "sub", "startupTimeout": 5},
+                    "off": {"command": "nothing", "disabled": True},
+                    "extras": {"command": "x", "autoApprove": ["a"], "type": "stdio"},
+                }
+            }
+        )
+    )
+    config = load_config(path, environ={"TOKEN": "s3cret"})
+    assert config.names == ["time", "remote", "legacy", "local", "extras"]
+    assert config["time"].transport == "stdio"
+    assert config["time"].args == ("mcp-server-time",)
+    assert config["time"].env == {"TZ": "UTC", "N": "3"}
+    assert config["remote"].transport == "http"
+    assert config["remote"].headers == {"Authorization": "Bearer s3cret"}
+    assert config["legacy"].transport == "sse"
+    assert config["local"].cwd == str(tmp_path / "sub")
+    assert config["local"].startup_timeout == 5
+    assert "s3cret" not in config["remote"].describe()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, "no 'mcpServers'"),
+        ({"mcpServers": []}, "must be an object"),
+        ({"mcpServers": {}}, "no enabled servers"),
+        ({"mcpServers": {"a": {"args": ["x"]}}}, "needs 'url'"),
+        ({"mcpServers": {"a": {"type": "stdio"}}}, "needs 'command'"),
+        ({"mcpServers": {"a": {"type": "websocket", "url": "ws://x"}}}, "unknown type 'websocket'"),
+        ({"mcpServers": {"a": {"url": "ftp://x"}}}, "must start with http"),
+        ({"mcpServers": {"bad name": {"command": "x"}}}, "names must start"),
+        ({"mcpServers": {"a": {"command": "x", "args": "not-a-list"}}}, "args"),
+        ({"mcpServers": {"a": {"command": "${MISSING_VAR}"}}}, "MISSING_VAR is not set"),
+        ({"mcpServers": {"a": {"command": "x", "startupTimeout": 0}}}, "startupTimeout"),
+    ],
+)
+def test_config_errors_say_what_to_fix(data: Any, message: str) -> None:
+    with pytest.raises(MCPConfigError, match=message):
+        parse_config(data, environ={})
+
+
+def test_config_variable_defaults_and_file_errors(tmp_path: Path) -> None:
+    config = parse_config({"mcpServers": {"a": {"command": "${CMD:-python}", "args": ["${ARG:-}"]}}}, environ={})
+    assert config["a"].command == "python" and config["a"].args == ("",)
+    with pytest.raises(MCPConfigError, match="not found"):
+        load_config(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"mcpServers": {')
+    with pytest.raises(MCPConfigError, match=r"broken.json:1: invalid JSON"):
+        load_config(broken)
+
+
+# --- names and conversion ------------------------------------------------------------------------
+
+
+def test_namespaced_names_are_provider_safe() -> None:
+    assert namespaced_name("time", "get_current_time") == "time__get_current_time"
+    assert namespaced_name("my.server", "get-sum") == "my_server__get-sum"
+    long = namespaced_name("server", "x" * 100)
+    assert len(long) <= 64 and long.startswith("server__x")
+    assert namespaced_name("s", "a.b/c") != namespaced_name("s", "a_b_c")
+
+
+def test_tool_from_mcp_keeps_origin_and_output_schema() -> None:
+    definition = {
+        "name": "get-sum",
+        "title": "Sum",
+        "description": "Returns the sum of two numbers",
+        "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+        "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}},
+        "annotations": {"readOnlyHint": True},
+    }
+    tool = tool_from_mcp(definition, "everything")
+    assert tool.name == "everything__get-sum"
+    assert tool.namespace == "everything"
+    assert upstream_of(tool) == ("everything", "get-sum")
+    shown = mcp_definition(tool).model_dump(by_alias=True, exclude_none=True)
+    assert shown["name"] == "everything__get-sum"
+    assert shown["outputSchema"] == definition["outputSchema"]
+    assert shown["title"] == "Sum" and shown["annotations"]["readOnlyHint"] is True
+
+
+def test_pins_expand_names_servers_and_globs() -> None:
+    from toolsearch import Catalog
+    from toolsearch.mcp.gateway import resolve_pins
+
+    catalog = Catalog(
+        tool_from_mcp({"name": n, "inputSchema": {"type": "object"}}, server)
+        for server, n in [("git", "git_status"), ("git", "git_log"), ("github", "create_issue"), ("time", "now")]
+    )
+    pinned, unmatched = resolve_pins(["time__now", "git", "github__*", "nope", "git__git_log"], catalog)
+    assert pinned == ["time__now", "git__git_status", "git__git_log", "github__create_issue"]
+    assert unmatched == ["nope"]
+
+
+# --- real servers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_lists_every_page_and_namespaces_equal_names_apart() -> None:
+    config = {"mcpServers": {"a": toy(TOY_PAGE_SIZE="1", TOY_EXTRA_TOOLS="5"), "b": toy(TOY_PAGE_SIZE="4")}}
+    async with MCPToolSource(config) as source:
+        assert source.failures == {}
+        names = [t.name for t in source.tools()]
+        assert len([n for n in names if n.startswith("a__")]) == 12  # 7 tools + 5 fillers, one per page
+        assert "a__echo" in names and "b__echo" in names
+        assert source.route("b__echo") == ("b", "echo")
+        # equal names on two servers reach two different processes
+        pid_a = (await source.call_tool("a__pid")).content[0].text  # type: ignore[union-attr]
+        pid_b = (await source.call_tool("b__pid")).content[0].text  # type: ignore[union-attr]
+        assert pid_a != pid_b
+        echoed = await source.call_tool("b__echo", {"text": "hello"})
+        assert not echoed.is_error and echoed.content[0].text == "hello"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_real_time_and_git_servers(tmp_path: Path) -> None:
+    repo = make_git_repo(tmp_path / "repo")
+    async with MCPToolSource({"mcpServers": {"time": time_server(), "git": git_server()}}) as source:
+        names = {t.name for t in source.tools()}
+        assert {"time__get_current_time", "time__convert_time", "git__git_status", "git__git_log"} <= names
+        now = await source.call_tool("time__get_current_time", {"timezone": "UTC"})
+        assert not now.is_error and now.structured_content["timezone"] == "UTC"  # type: ignore[index]
+        status = await source.call_tool("git__git_status", {"repo_path": str(repo)})
+        assert not status.is_error
+        assert "notes.txt" in status.content[0].text  # type: ignore[union-attr]
+        # the upstream's own error is a tool error, not an exception
+        bad = await source.call_tool("time__get_current_time", {"timezone": "Not/AZone"})
+        assert bad.is_error and "Not/AZone" in bad.content[0].text  # type: ignore[union-attr]
+        unknown = await source.call_tool("time__nope", {})
+        assert unknown.is_error and "no MCP server offers" in unknown.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_list_changed_refreshes_the_catalog_and_the_index() -> None:
+    async with MCPToolSource({"mcpServers": {"toy": toy()}}) as source:
+        index = ToolIndex.build(source.catalog(), backend="bm25")
+        changed = anyio.Event()
+
+        async def listener(src: MCPToolSource, server: str) -> None:
+            index.sync(src.catalog())
+            changed.set()
+
+        source.add_listener(listener)
+        assert not index.search("zebra", 3).hits
+        await source.call_tool("toy__grow", {"name": "zebra_counter"})
+        with anyio.fail_after(10):
+            await changed.wait()
+        assert "toy__zebra_counter" in {t.name for t in source.tools()}
+        assert index.search("zebra counter", 3).names[0] == "toy__zebra_counter"
+        assert (await source.call_tool("toy__zebra_counter")).content[0].text == "zebra_counter did nothing"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_failing_servers_are_reported_and_skipped() -> None:
+    config = {
+        "mcpServers": {
+            "good": toy(),
+            "missing": {"command": "/nonexistent/mcp-server"},
+            "exits": toy(TOY_STARTUP="exit"),
+            "hangs": {**toy(TOY_STARTUP="hang"), "startupTimeout": 1},
+            "unreachable": {"url": "http://127.0.0.1:9/mcp", "startupTimeout": 5},
+        }
+    }
+    async with MCPToolSource(config) as source:
+        failures = source.failures
+        assert set(failures) == {"missing", "exits", "hangs", "unreachable"}
+        assert "command not found" in failures["missing"]
+        assert "before completing the MCP handshake" in failures["exits"]
+        assert "within 1 s" in failures["hangs"]
+        assert "127.0.0.1:9" in failures["unreachable"]
+        assert source.ready == ["good"]
+        assert {t.namespace for t in source.tools()} == {"good"}
+        assert (await source.call_tool("good__echo", {"text": "still here"})).content[0].text == "still here"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_upstream_crash_is_a_tool_error_and_the_server_restarts() -> None:
+    async with MCPToolSource({"mcpServers": {"toy": toy()}}) as source:
+        before = (await source.call_tool("toy__pid")).content[0].text  # type: ignore[union-attr]
+        crashed = await source.call_tool("toy__crash")
+        assert crashed.is_error
+        assert "stopped (connection closed) while running 'crash'" in crashed.content[0].text  # type: ignore[union-attr]
+        after = await source.call_tool("toy__pid")  # waits for the restart
+        assert not after.is_error and after.content[0].text != before  # type: ignore[union-attr]
+        failed = await source.call_tool("toy__fail")
+        assert failed.is_error and "always fails" in failed.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_without_restart_a_crashed_server_stays_down() -> None:
+    async with MCPToolSource({"mcpServers": {"toy": toy()}}, restart=False) as source:
+        await source.call_tool("toy__crash")
+        later = await source.call_tool("toy__echo", {"text": "x"})
+        assert later.is_error and "not available" in later.content[0].text  # type: ignore[union-attr]
+        assert "toy" in source.failures
+
+
+@pytest.mark.slow
+async def test_a_slow_call_times_out_as_a_tool_error() -> None:
+    async with MCPToolSource({"mcpServers": {"toy": {**toy(), "callTimeout": 0.5}}}) as source:
+        slow = await source.call_tool("toy__sleep", {"seconds": 5})
+        assert slow.is_error and "did not answer 'sleep' within 0.5 s" in slow.content[0].text  # type: ignore[union-attr]
+        quick = await source.call_tool("toy__echo", {"text": "still connected"})
+        assert quick.content[0].text == "still connected"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_collect_tools_is_a_one_shot_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps({"mcpServers": {"time": time_server(), "gone": {"command": PY, "args": ["-c", "pass"]}}})
+    )
+    collected = collect_tools(path)
+    assert [t.name for t in collected.tools] == ["time__get_current_time", "time__convert_time"]
+    assert list(collected.failures) == ["gone"]

@@ -1,0 +1,216 @@
+"""The `mcpServers` JSON config that MCP clients already use: stdio commands and HTTP endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .._errors import ToolSearchError
+
+__all__ = ["MCPConfigError", "ServerConfig", "MCPConfig", "load_config", "parse_config"]
+
+Transport = Literal["stdio", "http", "sse"]
+
+DEFAULT_STARTUP_TIMEOUT = 30.0
+DEFAULT_CALL_TIMEOUT = 300.0
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Spellings other clients write for the transport, mapped to ours.
+_TYPE_ALIASES = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamablehttp": "http",
+    "sse": "sse",
+}
+
+
+class MCPConfigError(ToolSearchError, ValueError):
+    """The servers config is unreadable or names a server it cannot describe."""
+
+
+class _ServerEntry(BaseModel):
+    """One `mcpServers` entry as written; unknown keys (client-specific extras) are ignored."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    type: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    disabled: bool = False
+    # toolsearch extras: seconds allowed for start + handshake + listing, and for one call
+    startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0, alias="startupTimeout")
+    call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0, alias="callTimeout")
+
+    @field_validator("env", "headers", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        # Numbers and booleans in env blocks are common; the process env only takes strings.
+        if isinstance(value, Mapping):
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How to reach one upstream MCP server."""
+
+    name: str
+    transport: Transport
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+
+    def describe(self) -> str:
+        """A short human description for messages (never includes headers or env values)."""
+        if self.transport == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return f"{self.url} ({self.transport})"
+
+
+@dataclass(frozen=True, slots=True)
+class MCPConfig:
+    """The enabled servers, in the order the config lists them."""
+
+    servers: tuple[ServerConfig, ...]
+    source: Path | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.servers]
+
+    def __len__(self) -> int:
+        return len(self.servers)
+
+    def __getitem__(self, name: str) -> ServerConfig:
+        for server in self.servers:
+            if server.name == name:
+                return server
+        raise KeyError(name)
+
+
+def _expand(value: str, where: str, environ: Mapping[str, str]) -> str:
+    """Substitute `${VAR}` and `${VAR:-default}` from the environment."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise MCPConfigError(f"{where} uses ${{{name}}} but {name} is not set; export it or write ${{{name}:-default}}")
+
+    return _VARIABLE.sub(replace, value)
+
+
+def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) -> ServerConfig | None:
+    where = f"server {name!r}"
+    if not isinstance(name, str) or not _SERVER_NAME.match(name):
+        raise MCPConfigError(
+            f"{where}: names must start with a letter or digit and use only letters, digits, '_', '-', '.' "
+            "(at most 64 characters); they become the tools' namespace"
+        )
+    if not isinstance(raw, Mapping):
+        raise MCPConfigError(f"{where}: expected an object with 'command' (stdio) or 'url' (HTTP)")
+    try:
+        entry = _ServerEntry.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "entry"
+        raise MCPConfigError(f"{where}: {loc}: {first['msg']}") from None
+    if entry.disabled:
+        return None
+    kind = entry.type.lower().replace(" ", "") if entry.type else ("stdio" if entry.command else "http")
+    transport = _TYPE_ALIASES.get(kind)
+    if transport is None:
+        raise MCPConfigError(f"{where}: unknown type {entry.type!r}; use 'stdio', 'http' (streamable HTTP) or 'sse'")
+    if transport == "stdio":
+        if not entry.command:
+            raise MCPConfigError(f"{where}: a stdio server needs 'command' (and optional 'args', 'env', 'cwd')")
+        cwd = None
+        if entry.cwd:
+            path = Path(os.path.expanduser(_expand(entry.cwd, f"{where} cwd", environ)))
+            if not path.is_absolute() and base is not None:
+                path = base / path
+            cwd = str(path)
+        return ServerConfig(
+            name=name,
+            transport="stdio",
+            command=_expand(entry.command, f"{where} command", environ),
+            args=tuple(_expand(a, f"{where} args", environ) for a in entry.args),
+            env={k: _expand(v, f"{where} env {k}", environ) for k, v in entry.env.items()},
+            cwd=cwd,
+            startup_timeout=entry.startup_timeout,
+            call_timeout=entry.call_timeout,
+        )
+    if not entry.url:
+        raise MCPConfigError(f"{where}: an HTTP server needs 'url' (and optional 'headers')")
+    url = _expand(entry.url, f"{where} url", environ)
+    if not url.startswith(("http://", "https://")):
+        raise MCPConfigError(f"{where}: url must start with http:// or https://, got {url!r}")
+    return ServerConfig(
+        name=name,
+        transport=transport,  # type: ignore[arg-type]
+        url=url,
+        headers={k: _expand(v, f"{where} header {k}", environ) for k, v in entry.headers.items()},
+        startup_timeout=entry.startup_timeout,
+        call_timeout=entry.call_timeout,
+    )
+
+
+def parse_config(
+    data: Mapping[str, Any], *, base: Path | None = None, environ: Mapping[str, str] | None = None
+) -> MCPConfig:
+    """Validate a config object: `{"mcpServers": {name: {command,args,env} | {url,headers}}}`.
+
+    `"servers"` (VS Code's key) is accepted too. `${VAR}` / `${VAR:-default}` are expanded from
+    `environ` (default: the process environment); relative `cwd` paths resolve against `base`.
+    """
+    if not isinstance(data, Mapping):
+        raise MCPConfigError("the config must be a JSON object with an 'mcpServers' object")
+    servers = data.get("mcpServers", data.get("servers"))
+    if servers is None:
+        raise MCPConfigError("the config has no 'mcpServers' object; see docs/mcp.md for the format")
+    if not isinstance(servers, Mapping):
+        raise MCPConfigError("'mcpServers' must be an object mapping server names to their settings")
+    env = os.environ if environ is None else environ
+    parsed = [_server(name, raw, base, env) for name, raw in servers.items()]
+    enabled = tuple(s for s in parsed if s is not None)
+    if not enabled:
+        raise MCPConfigError("the config lists no enabled servers")
+    return MCPConfig(enabled)
+
+
+def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> MCPConfig:
+    """Read and validate a servers config file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MCPConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MCPConfigError(f"{path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise MCPConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    try:
+        config = parse_config(data, base=path.resolve().parent, environ=environ)
+    except MCPConfigError as exc:
+        raise MCPConfigError(f"{path}: {exc}") from None
+    return MCPConfig(config.servers, source=path)

@@ -1,0 +1,522 @@
+"""The tool-search gateway: one MCP server in front of many, exposing tools as each client finds them."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND
+
+from .._errors import ToolSearchError
+from ..catalog import Catalog
+from ..index import ToolIndex
+from ..metatool import ToolSearchMetaTool
+from ..session import Session, SessionManager
+from ..tools import Tool
+from .source import MCPToolSource, _leaf, error_result, mcp_definition
+
+__all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "DEFAULT_BACKEND", "CALL_TOOL"]
+
+logger = logging.getLogger("toolsearch.mcp")
+
+DEFAULT_BACKEND = "bm25"  # starts in milliseconds; "auto" picks hybrid when the vector extra is present
+CALL_TOOL = "call_tool"
+_SESSION_KEY = "toolsearch.session"
+_CALL_TOOL_HINT = (
+    "If these tools do not appear in your tool list, call them through `{call}` with "
+    '{{"name": "<tool name>", "arguments": {{...}}}}.'
+)
+
+
+def _text(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+def _compact_schema(tool: Tool) -> str:
+    import json
+
+    return json.dumps(dict(tool.input_schema), separators=(",", ":"), ensure_ascii=False)
+
+
+def resolve_pins(patterns: Iterable[str], catalog: Catalog) -> tuple[list[str], list[str]]:
+    """Expand pins: an exact tool name, a server name (all its tools) or a glob (`time__*`).
+
+    Returns (pinned names, patterns that matched nothing).
+    """
+    names = catalog.names
+    pinned: dict[str, None] = {}
+    unmatched: list[str] = []
+    for pattern in patterns:
+        if pattern in catalog:
+            hits = [pattern]
+        elif pattern in catalog.namespaces:
+            members = catalog.names_in([pattern])
+            hits = [n for n in names if n in members]
+        else:
+            hits = fnmatch.filter(names, pattern)
+        if not hits:
+            unmatched.append(pattern)
+        for name in hits:
+            pinned.setdefault(name, None)
+    return list(pinned), unmatched
+
+
+class Gateway:
+    """An MCP server whose clients start with `tool_search` and gain the tools they find.
+
+    Each client connection is its own session over one shared index of every upstream tool. After a
+    search the found tools join that client's tool list and the gateway sends
+    `notifications/tools/list_changed`; `call_tool` reaches any tool for clients that ignore list
+    changes. Calls go to the owning upstream under its original name; failures are tool errors.
+    """
+
+    def __init__(
+        self,
+        source: MCPToolSource,
+        *,
+        backend: str = DEFAULT_BACKEND,
+        index: ToolIndex | None = None,
+        pinned: Iterable[str] = (),
+        max_discovered: int | None = None,
+        call_tool: bool = True,
+        metatool: ToolSearchMetaTool | None = None,
+        name: str = "toolsearch",
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.source = source
+        self.index = (
+            index if index is not None else ToolIndex.build(source.catalog(), backend, **dict(backend_options or {}))
+        )
+        self.sessions = SessionManager(self.index, max_sessions=10_000, max_discovered=max_discovered)
+        self.metatool = metatool or ToolSearchMetaTool()
+        self.call_tool_enabled = call_tool
+        self.pinned, unmatched = resolve_pins(pinned, self.index.catalog)
+        for pattern in unmatched:
+            logger.warning("pin %r matches no tool; it is ignored", pattern)
+        self._pin_patterns = list(pinned)
+        self._clients: dict[str, ServerSession] = {}
+        self._sync_lock = anyio.Lock()
+        source.add_listener(self._upstream_changed)
+        self.server: Server[Any] = Server(
+            name,
+            version=_version(),
+            instructions=self._instructions(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        # Progressive exposure needs per-connection state and list_changed notifications, which the
+        # stateless 2026-07-28 era does not carry; refusing `server/discover` makes modern clients
+        # fall back to the initialize handshake (up to 2025-11-25), which has both.
+        self.server.add_request_handler("server/discover", types.RequestParams, _no_discover)
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def _instructions(self) -> str:
+        servers = ", ".join(self.index.catalog.namespaces) or "none"
+        text = (
+            f"This server fronts {len(self.index)} tools from these MCP servers: {servers}. Only a few are loaded: "
+            f"call `{self.metatool.name}` with a short description of what you need; the tools it finds are "
+            "added to your tool list."
+        )
+        if self.call_tool_enabled:
+            text += f" If your tool list does not update, call found tools through `{CALL_TOOL}`."
+        return text
+
+    def _session(self, ctx: Any) -> Session:
+        """This connection's session, created on its first request and closed with the connection."""
+        connection = getattr(ctx.session, "_connection", None)
+        state = getattr(connection, "state", None)
+        if isinstance(state, dict):
+            session_id = state.get(_SESSION_KEY)
+            if session_id is None:
+                session_id = uuid.uuid4().hex
+                state[_SESSION_KEY] = session_id
+                connection.exit_stack.push_async_callback(self._close, session_id)  # type: ignore[union-attr]
+        else:  # an SDK without per-connection state: the transport's session id, else one shared session
+            headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
+            session_id = headers.get("mcp-session-id") or "default"
+        self._clients[session_id] = ctx.session
+        pins = [n for n in self.pinned if n in self.index.catalog]
+        return self.sessions.get_or_create(session_id, pinned=pins)
+
+    async def _close(self, session_id: str) -> None:
+        self._clients.pop(session_id, None)
+        self.sessions.close(session_id)
+
+    def _visible(self, session: Session) -> list[Tool]:
+        meta = [self.metatool.definition(session)]
+        if self.call_tool_enabled:
+            meta.append(self._call_tool_definition())
+        return meta + session.visible_tools()
+
+    def _call_tool_definition(self) -> Tool:
+        return Tool(
+            name=CALL_TOOL,
+            description=(
+                f"Call a tool that {self.metatool.name} found, by name. Use it when found tools do not appear "
+                "in your tool list; a call with wrong arguments returns the tool's input schema."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": f"The tool's name as {self.metatool.name} returned it"},
+                    "arguments": {"type": "object", "description": "The tool's arguments"},
+                },
+                "required": ["name"],
+            },
+        )
+
+    # --- MCP handlers -------------------------------------------------------------------------
+
+    async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        session = self._session(ctx)
+        tools: list[types.Tool] = []
+        for tool in self._visible(session):
+            tools.append(mcp_definition(tool) if tool.metadata.get("mcp") else types.Tool.model_validate(tool.to_mcp()))
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        session = self._session(ctx)
+        name, arguments = params.name, dict(params.arguments or {})
+        if name == self.metatool.name:
+            return await self._search(ctx, session, arguments)
+        if name == CALL_TOOL and self.call_tool_enabled:
+            target = arguments.get("name")
+            inner = arguments.get("arguments") or {}
+            if not isinstance(target, str) or not target:
+                return error_result(f'{CALL_TOOL} needs "name": the name of a tool {self.metatool.name} found.')
+            if not isinstance(inner, Mapping):
+                return error_result(f'{CALL_TOOL}: "arguments" must be a JSON object of the tool\'s arguments.')
+            return await self._forward(ctx, session, target, dict(inner), via_call_tool=True)
+        return await self._forward(ctx, session, name, arguments, via_call_tool=False)
+
+    async def _search(self, ctx: Any, session: Session, arguments: dict[str, Any]) -> types.CallToolResult:
+        before = session.discovered
+        try:
+            outcome = await anyio.to_thread.run_sync(self.metatool.run, session, arguments)
+        except ToolSearchError as exc:
+            return error_result(f"{self.metatool.name} failed: {exc}")
+        text = outcome.text
+        if outcome.ok and outcome.tools and self.call_tool_enabled:
+            text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
+        if session.discovered != before:
+            await self._notify_changed(ctx)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
+
+    async def _notify_changed(self, ctx: Any) -> None:
+        # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
+        try:
+            await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+        except Exception as exc:  # the call itself succeeded
+            logger.warning("could not send tools/list_changed: %s", exc)
+
+    async def _forward(
+        self, ctx: Any, session: Session, name: str, arguments: dict[str, Any], *, via_call_tool: bool
+    ) -> types.CallToolResult:
+        if via_call_tool and name in (self.metatool.name, CALL_TOOL):
+            return error_result(f"{name} cannot be called through {CALL_TOOL}; call it directly.")
+        tool = self.index.catalog.get(name)
+        if tool is None or not session.is_allowed(name):
+            return error_result(
+                f"There is no tool named {name!r}. Call {self.metatool.name} to find the tool you need, "
+                "then call it by the exact name it returns."
+            )
+        problem = _argument_problem(tool, arguments)
+        if problem is not None:
+            schema = _compact_schema(tool)
+            return error_result(f"Arguments for {name!r} do not match its input schema: {problem}. Schema: {schema}")
+        if session.is_visible(name):
+            session.touch([name])
+        else:  # a tool called by name joins this session's list, like a found one
+            session.discover([name])
+            await self._notify_changed(ctx)
+        result = await self.source.call_tool(name, arguments)
+        if via_call_tool and result.structured_content is not None and not result.content:
+            import json
+
+            text = json.dumps(result.structured_content, ensure_ascii=False)
+            result = result.model_copy(update={"content": [types.TextContent(type="text", text=text)]})
+        return result
+
+    # --- upstream changes ------------------------------------------------------------------------
+
+    async def _upstream_changed(self, source: MCPToolSource, server: str) -> None:
+        async with self._sync_lock:
+            await anyio.to_thread.run_sync(self.index.sync, source.catalog())
+            self.pinned, _ = resolve_pins(self._pin_patterns, self.index.catalog)
+        for session_id, client in list(self._clients.items()):
+            try:
+                with anyio.move_on_after(5):
+                    await client.send_tool_list_changed()
+            except Exception as exc:  # a gone client must not stop the others
+                logger.debug("could not notify session %s: %s", session_id, exc)
+
+    # --- transports -------------------------------------------------------------------------------
+
+    def initialization_options(self) -> Any:
+        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+
+    async def run_stdio(self) -> None:
+        """Serve one client over this process's stdin/stdout."""
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.initialization_options())
+
+    def http_app(self, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
+        """A Starlette app serving streamable HTTP at `path` (one session per client)."""
+        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+
+    async def run_http(
+        self, *, host: str = "127.0.0.1", port: int = 0, path: str = "/mcp", announce: Any = None
+    ) -> None:
+        """Serve streamable HTTP until cancelled; `announce(url)` is called once the socket listens."""
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield  # aserve handles signals, so the upstream servers are stopped cleanly too
+
+        app = self.http_app(path=path, host=host)
+        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+
+        failed: list[str] = []
+
+        async def run() -> None:
+            with anyio.CancelScope(shield=True):  # a cancel asks uvicorn to finish, it is not torn down
+                try:
+                    await server.serve()
+                except SystemExit:  # uvicorn's answer to a port it cannot bind (it logged why)
+                    failed.append("bind")
+                    server.should_exit = True
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                while not server.started:
+                    if server.should_exit or failed:
+                        raise ToolSearchError(
+                            f"cannot listen on {host}:{port} (is the port in use? --port 0 picks a free one)"
+                        )
+                    await anyio.sleep(0.01)
+                bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+                if announce is not None:
+                    announce(f"http://{host}:{bound}{path}")
+                await anyio.sleep_forever()
+            finally:
+                server.should_exit = True
+
+
+async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
+    raise MCPError(code=METHOD_NOT_FOUND, message="Method not found: this gateway speaks the initialize handshake")
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+
+_VALIDATORS: dict[str, Any] = {}  # by tool fingerprint: building a validator costs more than using it
+
+
+def _argument_problem(tool: Tool, arguments: Mapping[str, Any]) -> str | None:
+    """The first schema violation of `arguments`, or None (an unusable schema is not our problem)."""
+    import jsonschema
+
+    try:
+        validator = _VALIDATORS.get(tool.fingerprint)
+        if validator is None:
+            if len(_VALIDATORS) > 4096:
+                _VALIDATORS.clear()
+            validator = jsonschema.validators.validator_for(tool.input_schema)(tool.input_schema)
+            _VALIDATORS[tool.fingerprint] = validator
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    except Exception:  # the upstream server validates for itself
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+# --- entry points -----------------------------------------------------------------------------------
+
+
+async def aserve(
+    config_path: str | Path,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 0,
+    path: str = "/mcp",
+    backend: str = DEFAULT_BACKEND,
+    pinned: Sequence[str] = (),
+    max_discovered: int | None = None,
+    call_tool: bool = True,
+    announce: Any = None,
+) -> None:
+    """Start the upstream servers, index their tools, and serve the gateway until stopped."""
+    if transport not in ("stdio", "http"):
+        raise ToolSearchError(f"unknown transport {transport!r}; use 'stdio' or 'http'")
+    try:
+        await _serve(config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce)
+    except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
+        leaf = _leaf(group)
+        if isinstance(leaf, ToolSearchError | OSError):
+            raise leaf from None
+        raise
+
+
+async def _serve(
+    config_path: str | Path,
+    transport: str,
+    host: str,
+    port: int,
+    path: str,
+    backend: str,
+    pinned: Sequence[str],
+    max_discovered: int | None,
+    call_tool: bool,
+    announce: Any,
+) -> None:
+    async with MCPToolSource(config_path, errlog=sys.stderr) as source, anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        if not source.ready:
+            failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
+            raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
+        try:
+            gateway = await anyio.to_thread.run_sync(
+                lambda: Gateway(
+                    source, backend=backend, pinned=pinned, max_discovered=max_discovered, call_tool=call_tool
+                )
+            )
+        except ImportError as exc:
+            raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
+        logger.info(
+            "gateway ready: %d tools from %d servers (%s index)",
+            len(gateway.index),
+            len(source.ready),
+            gateway.index.backend_name,
+        )
+        if transport == "stdio":
+            await gateway.run_stdio()  # returns when the client closes stdin
+        else:
+            await gateway.run_http(host=host, port=port, path=path, announce=announce)
+        tg.cancel_scope.cancel()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGINT/SIGTERM end the serve loop, so the upstream servers are shut down in order."""
+    try:
+        receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+    except (NotImplementedError, ValueError):  # Windows, or not the main thread
+        return
+    with receiver as signals:
+        async for _ in signals:
+            logger.info("stopping")
+            scope.cancel()
+            return
+
+
+def serve(
+    config_path: str | Path,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 0,
+    path: str = "/mcp",
+    backend: str = DEFAULT_BACKEND,
+    pinned: Sequence[str] = (),
+    max_discovered: int | None = None,
+    call_tool: bool = True,
+    quiet: bool = False,
+) -> None:
+    """Blocking `aserve`; over HTTP the listening URL is printed to stderr."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.ERROR if quiet else logging.INFO,
+            stream=sys.stderr,
+            format="toolsearch: %(message)s",
+        )
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+    def announce(url: str) -> None:
+        print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
+
+    anyio.run(
+        lambda: aserve(
+            config_path,
+            transport=transport,
+            host=host,
+            port=port,
+            path=path,
+            backend=backend,
+            pinned=pinned,
+            max_discovered=max_discovered,
+            call_tool=call_tool,
+            announce=announce,
+        )
+    )
+
+
+def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `toolsearch mcp serve`."""
+    parser.add_argument(
+        "--config",
+        "-c",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help='servers config in the {"mcpServers": {...}} format',
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; for clients that launch the gateway) or streamable HTTP",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP: port (default 8000; 0 picks a free one)")
+    parser.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default /mcp)")
+    parser.add_argument(
+        "--backend", default=DEFAULT_BACKEND, help="search backend: bm25 (default), regex, vector, hybrid or auto"
+    )
+    parser.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="always show this tool: a name (time__get_current_time), a server name, or a glob; repeatable",
+    )
+    parser.add_argument(
+        "--max-discovered",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N found tools per client; the least recently used are unloaded",
+    )
+    parser.add_argument(
+        "--no-call-tool",
+        action="store_true",
+        help=f"do not offer the {CALL_TOOL} passthrough (for clients that follow list changes)",
+    )

@@ -1,0 +1,613 @@
+"""MCP servers as a tool source: connect, list every page, namespace the tools, route calls, follow changes."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from .._errors import InvalidToolError, ToolSearchError
+from ..catalog import Catalog
+from ..tools import Tool, provider_safe_name
+from .config import MCPConfig, ServerConfig, load_config, parse_config
+
+__all__ = [
+    "SEPARATOR",
+    "MCPToolSource",
+    "UpstreamServer",
+    "UpstreamError",
+    "CollectedTools",
+    "collect_tools",
+    "namespaced_name",
+    "tool_from_mcp",
+    "upstream_of",
+    "mcp_definition",
+    "error_result",
+]
+
+logger = logging.getLogger("toolsearch.mcp")
+
+SEPARATOR = "__"
+"""Between server and tool name: `time__get_current_time`. Provider-safe, and rare inside tool names."""
+
+MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+State = Literal["idle", "starting", "ready", "failed", "crashed", "stopped"]
+ChangeListener = Callable[["UpstreamServer"], Awaitable[None]]
+
+
+class UpstreamError(ToolSearchError):
+    """An upstream MCP server could not be started, reached or listed."""
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+
+def namespaced_name(server: str, tool: str, *, separator: str = SEPARATOR) -> str:
+    """The name a tool gets in the combined catalog: `<server><separator><tool>`, provider-safe."""
+    prefix = _UNSAFE.sub("_", server).strip("_") or "server"
+    return provider_safe_name(f"{prefix}{separator}{tool}")
+
+
+def tool_from_mcp(definition: Any, server: str, *, separator: str = SEPARATOR) -> Tool:
+    """Convert one upstream MCP tool; the original name and output schema stay in `metadata["mcp"]`."""
+    data = (
+        definition.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if hasattr(definition, "model_dump")
+        else dict(definition)
+    )
+    base = Tool.from_mcp(data, namespace=server)
+    origin: dict[str, Any] = {"server": server, "name": base.name}
+    if isinstance(data.get("outputSchema"), Mapping):
+        origin["outputSchema"] = data["outputSchema"]
+    return Tool(
+        name=namespaced_name(server, base.name, separator=separator),
+        description=base.description,
+        input_schema=base.input_schema,
+        namespace=server,
+        tags=base.tags,
+        metadata={**base.metadata, "mcp": origin},
+    )
+
+
+def upstream_of(tool: Tool) -> tuple[str, str] | None:
+    """(server, original tool name) for a tool that came from an MCP server, else None."""
+    origin = tool.metadata.get("mcp")
+    if isinstance(origin, Mapping) and isinstance(origin.get("server"), str) and isinstance(origin.get("name"), str):
+        return origin["server"], origin["name"]
+    return None
+
+
+def mcp_definition(tool: Tool) -> types.Tool:
+    """The MCP `Tool` a gateway client sees: our name, the upstream's schema, title, annotations."""
+    origin = tool.metadata.get("mcp")
+    extra: dict[str, Any] = {}
+    if isinstance(tool.metadata.get("title"), str):
+        extra["title"] = tool.metadata["title"]
+    if isinstance(tool.metadata.get("annotations"), Mapping):
+        extra["annotations"] = tool.metadata["annotations"]
+    if isinstance(origin, Mapping) and isinstance(origin.get("outputSchema"), Mapping):
+        extra["outputSchema"] = origin["outputSchema"]
+    data = {"name": tool.name, "description": tool.description, "inputSchema": dict(tool.input_schema), **extra}
+    return types.Tool.model_validate(data, by_name=False)
+
+
+def error_result(message: str) -> types.CallToolResult:
+    """A tool result the model reads as an error (`isError`), never a protocol failure."""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+# --- one upstream server ----------------------------------------------------------------------
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
+    exc = _leaf(exc)
+    if isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED:
+        if config.transport == "stdio":
+            return (
+                f"the process exited or closed its output before completing the MCP handshake; "
+                f"run `{config.describe()}` by hand to see its error"
+            )
+        return "the server closed the connection before completing the MCP handshake"
+    if isinstance(exc, FileNotFoundError) and config.transport == "stdio":
+        return f"command not found: {config.command!r} (check 'command' and PATH)"
+    if isinstance(exc, OSError) and config.transport == "stdio":
+        return f"cannot start `{config.describe()}`: {exc.strerror or exc}"
+    if isinstance(exc, MCPError):
+        return f"the server answered with an error: {exc.error.message} (code {exc.error.code})"
+    name = type(exc).__name__
+    if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
+        return f"cannot reach {config.url}: {exc or name}"
+    return f"{name}: {exc}" if str(exc) else name
+
+
+class UpstreamServer:
+    """One upstream MCP server: its connection, its current tools, and calls routed to it."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        separator: str = SEPARATOR,
+        restart: bool = True,
+        max_restarts: int = 3,
+        on_tools_changed: ChangeListener | None = None,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.separator = separator
+        self.restart_enabled = restart
+        self.max_restarts = max_restarts
+        self.state: State = "idle"
+        self.error: str | None = None
+        self.restarts = 0
+        self.tools: tuple[Tool, ...] = ()
+        self.skipped: list[str] = []  # upstream tools whose definitions we could not accept
+        self.server_info: types.Implementation | None = None
+        self._on_tools_changed = on_tools_changed
+        self._errlog = errlog
+        self._session: ClientSession | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stop = anyio.Event()
+        self._ready = anyio.Event()
+        self._done = anyio.Event()
+        self._done.set()
+        self._lifecycle = anyio.Lock()
+        self._refresh_lock = anyio.Lock()
+        self._refresh_pending = False
+        self._generation = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self._session is not None
+
+    def __repr__(self) -> str:
+        return f"UpstreamServer({self.name!r}, {self.state}, {len(self.tools)} tools)"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> bool:
+        """Connect, handshake and list tools within the startup timeout; False (with `error`) on failure."""
+        async with self._lifecycle:
+            return await self._start_locked(task_group)
+
+    async def _start_locked(self, task_group: anyio.abc.TaskGroup) -> bool:
+        self._task_group = task_group
+        self._generation += 1
+        self.state, self.error = "starting", None
+        self._stop, self._ready, self._done = anyio.Event(), anyio.Event(), anyio.Event()
+        self._scope = anyio.CancelScope()
+        task_group.start_soon(self._run, self._scope, self._stop, self._ready, self._done)
+        with anyio.move_on_after(self.config.startup_timeout):
+            await self._ready.wait()
+        if not self._ready.is_set():
+            self._scope.cancel()
+            self.state = "failed"
+            self.error = (
+                f"did not finish starting (connect, handshake, tools/list) within "
+                f"{self.config.startup_timeout:g} s; raise 'startupTimeout' if it is just slow"
+            )
+            with anyio.move_on_after(10):
+                await self._done.wait()
+        ok = self.ready  # the runner task moved the state on while we waited
+        if not ok:
+            logger.warning("MCP server %r skipped: %s", self.name, self.error)
+        return ok
+
+    async def stop(self) -> None:
+        """Close the connection (stdio: stdin closed, then the process tree is terminated)."""
+        async with self._lifecycle:
+            await self._stop_locked()
+            self.state = "stopped"
+
+    async def _stop_locked(self) -> None:
+        self._stop.set()
+        with anyio.move_on_after(10):
+            await self._done.wait()
+        if not self._done.is_set() and self._scope is not None:
+            self._scope.cancel()
+            with anyio.move_on_after(5):
+                await self._done.wait()
+
+    async def _run(self, scope: anyio.CancelScope, stop: anyio.Event, ready: anyio.Event, done: anyio.Event) -> None:
+        generation = self._generation  # a run that outlives its restart must not touch the next run's state
+
+        def current() -> bool:
+            return generation == self._generation
+
+        session: ClientSession | None = None
+        try:
+            with scope:
+                async with AsyncExitStack() as stack:
+                    read, write = await stack.enter_async_context(self._transport())
+                    session = await stack.enter_async_context(
+                        ClientSession(
+                            read,
+                            write,
+                            message_handler=self._on_message,
+                            client_info=types.Implementation(name="toolsearch", version=_version()),
+                        )
+                    )
+                    init = await session.initialize()
+                    listed = await self._list_all(session)
+                    if current():
+                        self.server_info = init.server_info
+                        self._apply(listed)
+                        self._session = session
+                        self.state = "ready"
+                    ready.set()
+                    await stop.wait()
+        except Exception as exc:  # any failure is reported, the other servers go on
+            if not ready.is_set() and current():
+                self.state, self.error = "failed", _describe_failure(self.config, exc)
+            elif not stop.is_set():
+                logger.warning("MCP server %r: connection ended with an error: %s", self.name, _leaf(exc))
+        finally:
+            if current():
+                if self._session is session:
+                    self._session = None
+                if not ready.is_set() and self.state == "starting":
+                    self.state, self.error = "failed", "startup was cancelled"
+            ready.set()
+            done.set()
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        config = self.config
+        if config.transport == "stdio":
+            params = StdioServerParameters(
+                command=config.command or "",
+                args=list(config.args),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            async with stdio_client(params, errlog=self._errlog or sys.stderr) as streams:
+                yield streams
+        elif config.transport == "http":
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            async with (
+                create_mcp_http_client(headers=dict(config.headers) or None) as client,
+                streamable_http_client(config.url or "", http_client=client) as streams,
+            ):
+                yield streams
+        else:
+            from mcp.client.sse import sse_client
+
+            async with sse_client(config.url or "", headers=dict(config.headers) or None) as streams:
+                yield streams
+
+    async def _list_all(self, session: ClientSession) -> list[types.Tool]:
+        """Every page of tools/list; a repeated cursor or too many pages is an error, not a hang."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+            if cursor in seen:
+                raise UpstreamError(f"tools/list repeated the cursor {cursor!r}; the server's pagination loops")
+            seen.add(cursor)
+        raise UpstreamError(f"tools/list returned more than {MAX_PAGES} pages")
+
+    def _apply(self, listed: list[types.Tool]) -> bool:
+        """Convert and store the listed tools; True when anything changed."""
+        converted: list[Tool] = []
+        skipped: list[str] = []
+        seen: set[str] = set()
+        for definition in listed:
+            try:
+                tool = tool_from_mcp(definition, self.name, separator=self.separator)
+            except InvalidToolError as exc:
+                skipped.append(str(exc))
+                continue
+            if tool.name in seen:
+                skipped.append(f"tool {definition.name!r} is listed more than once; the first definition is kept")
+                continue
+            seen.add(tool.name)
+            converted.append(tool)
+        for message in skipped:
+            if message not in self.skipped:
+                logger.warning("MCP server %r: skipped a tool: %s", self.name, message)
+        self.skipped = skipped
+        changed = [t.fingerprint for t in converted] != [t.fingerprint for t in self.tools]
+        self.tools = tuple(converted)
+        return changed
+
+    # --- list changes -----------------------------------------------------------------------
+
+    async def _on_message(self, message: Any) -> None:
+        # Runs inline in the session's receive loop: never do session I/O here, spawn it.
+        if isinstance(message, types.ToolListChangedNotification) and self._task_group is not None:
+            self._task_group.start_soon(self.refresh)
+
+    async def refresh(self) -> bool:
+        """Re-list the tools (as after tools/list_changed); True when they changed."""
+        if self._refresh_lock.locked():
+            self._refresh_pending = True  # coalesce a burst of notifications into one more listing
+            return False
+        changed = False
+        async with self._refresh_lock:
+            while True:
+                self._refresh_pending = False
+                session = self._session
+                if session is None:
+                    return changed
+                try:
+                    listed = await self._list_all(session)
+                except Exception as exc:
+                    logger.warning("MCP server %r: re-listing tools failed: %s", self.name, _leaf(exc))
+                    return changed
+                changed = self._apply(listed) or changed
+                if not self._refresh_pending:
+                    break
+        if changed and self._on_tools_changed is not None:
+            await self._on_tools_changed(self)
+        return changed
+
+    # --- calls --------------------------------------------------------------------------------
+
+    async def _restart(self) -> bool:
+        async with self._lifecycle:
+            if self.ready:
+                return True  # another caller restarted it already
+            if not self.restart_enabled or self._task_group is None or self.restarts >= self.max_restarts:
+                return False
+            self.restarts += 1
+            logger.warning("MCP server %r: restarting (%d of %d)", self.name, self.restarts, self.max_restarts)
+            await self._stop_locked()
+            before = [t.fingerprint for t in self.tools]
+            ok = await self._start_locked(self._task_group)
+        if ok and [t.fingerprint for t in self.tools] != before and self._on_tools_changed is not None:
+            await self._on_tools_changed(self)
+        return ok
+
+    async def _session_for_call(self) -> ClientSession | None:
+        if self.state == "starting":
+            with anyio.move_on_after(self.config.startup_timeout):
+                await self._ready.wait()
+        if not self.ready and self.state in ("crashed", "failed") and self.restart_enabled:
+            await self._restart()
+        return self._session if self.ready else None
+
+    async def call(self, tool: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        """Call `tool` (the upstream's own name). Every failure comes back as an `isError` result."""
+        session = await self._session_for_call()
+        if session is None:
+            return error_result(
+                f"MCP server {self.name!r} is not available ({self.error or self.state}), so {tool!r} cannot run now"
+            )
+        try:
+            result = await session.call_tool(
+                tool, dict(arguments) if arguments else None, read_timeout_seconds=self.config.call_timeout
+            )
+        except MCPError as exc:
+            code = exc.error.code
+            if code == CONNECTION_CLOSED:
+                return await self._crashed(tool)
+            if code == REQUEST_TIMEOUT:
+                return error_result(
+                    f"MCP server {self.name!r} did not answer {tool!r} within {self.config.call_timeout:g} s"
+                )
+            return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {exc.error.message}")
+        except Exception as exc:  # e.g. a result that fails its own output schema
+            return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_leaf(exc)}")
+        if not result.is_error:
+            self.restarts = 0  # it serves again: a later crash may restart it anew
+        return result
+
+    async def _crashed(self, tool: str) -> types.CallToolResult:
+        self.state = "crashed"
+        self.error = f"the connection closed while {tool!r} was running"
+        logger.warning("MCP server %r: connection lost during %r", self.name, tool)
+        message = (
+            f"MCP server {self.name!r} stopped (connection closed) while running {tool!r}; the call did not finish."
+        )
+        if self.restart_enabled and self._task_group is not None and self.restarts < self.max_restarts:
+            self._task_group.start_soon(self._restart)
+            message += " The server is being restarted; you may retry the call."
+        return error_result(message)
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+# --- many servers ---------------------------------------------------------------------------------
+
+
+SourceListener = Callable[["MCPToolSource", str], Awaitable[None]]
+
+
+class MCPToolSource:
+    """Tools from many MCP servers, namespaced by server, kept current, with calls routed back.
+
+    Use as an async context manager. Servers start concurrently; one that fails to start or times
+    out is logged and listed in `failures`, and the others still work.
+    """
+
+    def __init__(
+        self,
+        config: MCPConfig | Mapping[str, Any] | str | Path,
+        *,
+        separator: str = SEPARATOR,
+        restart: bool = True,
+        max_restarts: int = 3,
+        errlog: TextIO | None = None,
+    ) -> None:
+        if isinstance(config, str | Path):
+            config = load_config(config)
+        elif not isinstance(config, MCPConfig):
+            config = parse_config(config)
+        self.config = config
+        self.separator = separator
+        self._listeners: list[SourceListener] = []
+        self.servers: dict[str, UpstreamServer] = {
+            server.name: UpstreamServer(
+                server,
+                separator=separator,
+                restart=restart,
+                max_restarts=max_restarts,
+                on_tools_changed=self._server_changed,
+                errlog=errlog,
+            )
+            for server in config.servers
+        }
+        self._stack: AsyncExitStack | None = None
+        self._routes: dict[str, tuple[UpstreamServer, str]] = {}
+        self._tools: list[Tool] = []
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> MCPToolSource:
+        stack = AsyncExitStack()
+        task_group = await stack.enter_async_context(anyio.create_task_group())
+        stack.push_async_callback(self._stop_all)
+        self._stack = stack
+        try:
+            async with anyio.create_task_group() as starting:
+                for server in self.servers.values():
+                    starting.start_soon(server.start, task_group)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._rebuild()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    async def _stop_all(self) -> None:
+        async with anyio.create_task_group() as stopping:
+            for server in self.servers.values():
+                stopping.start_soon(server.stop)
+
+    # --- catalog --------------------------------------------------------------------------
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Servers that are not serving, with the reason."""
+        return {n: s.error or s.state for n, s in self.servers.items() if s.state in ("failed", "crashed")}
+
+    @property
+    def ready(self) -> list[str]:
+        return [n for n, s in self.servers.items() if s.ready]
+
+    def tools(self) -> list[Tool]:
+        """Every tool of every server, in config order then server order."""
+        return list(self._tools)
+
+    def catalog(self) -> Catalog:
+        return Catalog(self._tools)
+
+    def route(self, name: str) -> tuple[str, str] | None:
+        """(server, original name) for a namespaced tool name, or None when no server has it."""
+        hit = self._routes.get(name)
+        return (hit[0].name, hit[1]) if hit else None
+
+    def add_listener(self, listener: SourceListener) -> None:
+        """Call `listener(source, server_name)` after a server's tools changed."""
+        self._listeners.append(listener)
+
+    def _rebuild(self) -> None:
+        routes: dict[str, tuple[UpstreamServer, str]] = {}
+        tools: list[Tool] = []
+        for server in self.servers.values():
+            for tool in server.tools:
+                if tool.name in routes:
+                    other = routes[tool.name][0].name
+                    logger.warning(
+                        "tool %r of MCP server %r has the same name as one of %r; it is left out",
+                        tool.name,
+                        server.name,
+                        other,
+                    )
+                    continue
+                origin = upstream_of(tool)
+                routes[tool.name] = (server, origin[1] if origin else tool.name)
+                tools.append(tool)
+        self._routes, self._tools = routes, tools
+
+    async def _server_changed(self, server: UpstreamServer) -> None:
+        self._rebuild()
+        logger.info("MCP server %r: tool list changed (%d tools)", server.name, len(server.tools))
+        for listener in list(self._listeners):
+            try:
+                await listener(self, server.name)
+            except Exception:  # one listener's bug must not stop the others
+                logger.exception("tool-change listener failed")
+
+    async def refresh(self, server: str | None = None) -> None:
+        """Re-list one server's tools (or every server's)."""
+        targets = [self.servers[server]] if server else list(self.servers.values())
+        for upstream in targets:
+            await upstream.refresh()
+
+    # --- calls ----------------------------------------------------------------------------
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
+        """Call a tool by its namespaced name; unknown names and upstream failures are `isError` results."""
+        hit = self._routes.get(name)
+        if hit is None:
+            return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")
+        server, original = hit
+        return await server.call(original, arguments)
+
+
+# --- one-shot listing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedTools:
+    """Tools listed from every server that answered, and why the others did not."""
+
+    tools: list[Tool]
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+async def acollect_tools(
+    config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR
+) -> CollectedTools:
+    async with MCPToolSource(config, separator=separator, restart=False) as source:
+        return CollectedTools(source.tools(), source.failures)
+
+
+def collect_tools(config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR) -> CollectedTools:
+    """Start every configured server, list its tools, stop it: a snapshot for indexing."""
+    return anyio.run(lambda: acollect_tools(config, separator=separator))
