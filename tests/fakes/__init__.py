@@ -1,0 +1,29 @@
+"""Test doubles that speak real wire formats: a scripted OpenAI/Anthropic-compatible HTTP server."""
+
+from __future__ import annotations
+
+from .llm_server import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    ErrorTurn,
+    FakeLLMServer,
+    Policy,
+    Request,
+    ToolCall,
+    ToolResult,
+    Turn,
+)
+
+__all__ = [
+    "ANTHROPIC_MESSAGES",
+    "OPENAI_CHAT",
+    "OPENAI_RESPONSES",
+    "ErrorTurn",
+    "FakeLLMServer",
+    "Policy",
+    "Request",
+    "ToolCall",
+    "ToolResult",
+    "Turn",
+]
