@@ -323,14 +323,19 @@ def _root(args: argparse.Namespace) -> Any:
 
 
 def _resolve_index(args: argparse.Namespace) -> Path:
-    """INDEX is a folder when it looks like a path or holds a manifest, else a name inside --root."""
+    """INDEX is a path when it looks like one (a separator, a leading '.'), else a name inside --root.
+
+    A bare name that is not in --root but is an index folder in the working directory is that folder.
+    """
     from .store import MANIFEST
 
     given: str = args.index
-    path = Path(given)
-    if (path / MANIFEST).is_file() or "/" in given or os.sep in given or given.startswith("."):
-        return path
-    return Path(_root(args).path(given))
+    if "/" in given or os.sep in given or given.startswith("."):
+        return Path(given)
+    named = Path(_root(args).path(given))
+    if not (named / MANIFEST).is_file() and (Path(given) / MANIFEST).is_file():
+        return Path(given)
+    return named
 
 
 def _is_mcp_config(path: Path) -> bool:
@@ -449,6 +454,9 @@ def cmd_query(args: argparse.Namespace, console: Console) -> int:
     path = _resolve_index(args)
     start = time.perf_counter()
     index = load_index(path)
+    warm = getattr(index.backend, "warm", None)
+    if callable(warm):  # a backend that loads a model lazily loads it now, so the search is timed alone
+        warm()
     load_ms = (time.perf_counter() - start) * 1000
     result = index.search(args.text, args.k, namespaces=args.namespace)
     if args.json:
@@ -571,6 +579,8 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    # Loading the packaged embedding model draws a bar per model load: noise in a command's output.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     debug = "--debug" in args_list
     try:
         parser = build_parser(args_list)
