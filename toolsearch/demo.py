@@ -316,6 +316,12 @@ def open_index(backend: str, cache_dir: Path, *, rebuild: bool = False) -> tuple
         name, reused = store.save(index), False
     else:
         name, index, reused = store.build(tools, backend)
+    # Load a lazily loaded embedding model now, so the searches below are timed without it.
+    warm = getattr(index.backend, "warm", None)
+    if callable(warm):
+        warm()
+    else:
+        index.search("warm up", 1)
     return index, {
         "backend": index.backend_name,
         "tools": len(index),
@@ -546,7 +552,9 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
     ]
     for row in rows:
         lines.append(
-            "  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+            .rstrip()
+            .join(("  ", ""))
         )
     lines += [
         "",
@@ -563,8 +571,11 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     """The `toolsearch demo` command."""
+    from .backends import get_backend_spec
+
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    console.note(f"indexing the bundled catalog ({args.backend} backend; cached in {cache_dir}) ...")
+    backend = get_backend_spec(args.backend).name  # "auto" resolved; unknown names fail here
+    console.note(f"indexing the bundled catalog ({backend} backend, kept in {cache_dir}) ...")
     report = run_demo(args.backend, cache_dir=cache_dir, rebuild=args.rebuild, format=args.format)
     if args.json:
         console.json(report)
