@@ -10,6 +10,10 @@ run (before the turn's other calls, so a tool found in a turn is callable in tha
 other calls are validated against the tool's JSON schema and run (concurrently; sync callables in
 threads, async ones awaited) with a timeout. Errors, timeouts and bad arguments go back to the model
 as tool results; a tool outside the session never runs.
+
+Streaming: `run(..., on_text=print_piece)` (or `on_event=`, or `stream=True`) streams each model
+turn; text deltas reach the handler as they arrive, and the streamed turn is assembled into the
+same ModelTurn, so searches, tools and history behave exactly as without streaming.
 """
 
 from __future__ import annotations
@@ -29,13 +33,20 @@ from .metatool import MetaToolOutcome, ToolSearchMetaTool, system_prompt_suffix
 from .providers._base import (
     ChatModel,
     ChatRequest,
+    EventHandler,
     Message,
+    ModelTurn,
+    StreamEvent,
+    StreamingChatModel,
     ToolCall,
     ToolSearchMode,
     Usage,
+    adeliver_event,
+    deliver_event,
     is_async_callable,
     parse_arguments,
     tool_result_text,
+    turn_events,
 )
 from .results import Hit
 from .session import Session, SessionManager
@@ -53,12 +64,17 @@ __all__ = [
     "ToolExecutor",
     "ToolSearchLoop",
     "ToolFunctions",
+    "TextHandler",
+    "EventHandler",
+    "StreamEvent",
     "run",
     "arun",
 ]
 
 ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
 Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any] | str]
+# Gets each text delta as it arrives; an async one (awaited) only under arun.
+TextHandler = Callable[[str], object]
 
 
 class LoopOutcome(enum.StrEnum):
@@ -107,6 +123,10 @@ class LoopConfig:
     - `parallel_tool_calls`: run a turn's calls concurrently (else one after another, in order).
     - `provider_names`: name tools in result texts by their provider-safe alias (what the model
       sees in its tools array, e.g. `math_factorial_<hash>` for `math.factorial`).
+    - `stream`: stream every model turn (`model.stream` / `astream`). Giving `on_event` or
+      `on_text` to a run streams too; `stream=True` alone is for long turns behind proxies
+      that cut idle connections. A model without streaming methods is asked with `complete`
+      and its turn is replayed to the handlers in one piece.
     """
 
     max_iterations: int = 10
@@ -122,6 +142,7 @@ class LoopConfig:
     encoding: str = "o200k_base"
     parallel_tool_calls: bool = True
     provider_names: bool = True
+    stream: bool = False
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
@@ -467,6 +488,14 @@ class ToolExecutor:
     def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
         return [_coerce_call(c, session, self.metatool.name) for c in calls]
 
+    def _resolve(self, session: Session, call: ToolCall) -> ToolCall:
+        """Map an alias to its catalog name once the turn's searches ran: a dotted tool found by a
+        search in this very turn is called under an alias the session only learns from that search."""
+        if call.kind != "function" or call.name == self.metatool.name:
+            return call
+        name = session.resolve_name(call.name)
+        return call if name == call.name else replace(call, name=name)
+
     def _is_search(self, call: ToolCall) -> bool:
         return call.kind == "tool_search" or call.name == self.metatool.name
 
@@ -480,8 +509,9 @@ class ToolExecutor:
             if self._is_search(call):
                 results[i] = self._search(session, call, iteration)
         pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
-        for i, call in enumerate(neutral):
+        for i, raw in enumerate(neutral):
             if results[i] is None:
+                call = self._resolve(session, raw)  # after the searches: they may have found the alias
                 prepared = self._prepare(session, call)
                 if isinstance(prepared, ToolResult):
                     results[i] = prepared
@@ -534,8 +564,9 @@ class ToolExecutor:
             if self._is_search(call):
                 results[i] = self._search(session, call, iteration)
         pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
-        for i, call in enumerate(neutral):
+        for i, raw in enumerate(neutral):
             if results[i] is None:
+                call = self._resolve(session, raw)  # after the searches: they may have found the alias
                 prepared = self._prepare(session, call)
                 if isinstance(prepared, ToolResult):
                     results[i] = prepared
@@ -639,9 +670,13 @@ class ToolSearchLoop:
         session_id: str,
         allowed: Collection[str] | None = None,
         pinned: Collection[str] = (),
+        on_event: EventHandler | None = None,
+        on_text: TextHandler | None = None,
     ) -> LoopResult:
+        """Drive the model for one session; `on_text` / `on_event` stream each turn (sync handlers)."""
+        _check_sync_handlers(on_event, on_text)
         session = self.session(session_id, allowed=allowed, pinned=pinned)
-        return _Run(self, session, prompt).sync()
+        return _Run(self, session, prompt, on_event, on_text).sync()
 
     async def arun(
         self,
@@ -650,9 +685,12 @@ class ToolSearchLoop:
         session_id: str,
         allowed: Collection[str] | None = None,
         pinned: Collection[str] = (),
+        on_event: EventHandler | None = None,
+        on_text: TextHandler | None = None,
     ) -> LoopResult:
+        """`run` for asyncio; handlers may be sync or async (awaited), and run on the event loop."""
         session = self.session(session_id, allowed=allowed, pinned=pinned)
-        return await _Run(self, session, prompt).asynchronous()
+        return await _Run(self, session, prompt, on_event, on_text).asynchronous()
 
     def system_prompt(self, session: Session) -> str | None:
         parts = [self.system] if self.system else []
@@ -666,8 +704,18 @@ class ToolSearchLoop:
 class _Run:
     """The state of one run (shared by the sync and async drivers)."""
 
-    def __init__(self, loop: ToolSearchLoop, session: Session, prompt: Prompt) -> None:
+    def __init__(
+        self,
+        loop: ToolSearchLoop,
+        session: Session,
+        prompt: Prompt,
+        on_event: EventHandler | None = None,
+        on_text: TextHandler | None = None,
+    ) -> None:
         self.loop = loop
+        self.on_event = on_event
+        self.on_text = on_text
+        self.streaming = loop.config.stream or on_event is not None or on_text is not None
         self.session = session
         self.config = loop.config
         self.messages = _initial_messages(prompt)
@@ -747,16 +795,71 @@ class _Run:
             system=self.system,
         )
 
+    def stamp(self, event: StreamEvent, iteration: int) -> StreamEvent:
+        """The event with its request number and, for a call, the catalog name where it is known yet.
+
+        The provider maps the request's own tools back; an alias the session learned earlier is
+        mapped here. A dotted tool found by a search of this same turn keeps its alias: that
+        search runs after the turn (the executor maps the call then).
+        """
+        name = event.name
+        if event.type == "tool_call_start" and event.kind == "function" and name and name != self.loop.metatool.name:
+            name = self.session.resolve_name(name)
+        return replace(event, iteration=iteration, name=name)
+
+    def handlers(self, iteration: int) -> list[EventHandler]:
+        """The run's handlers as event handlers, for the events of request `iteration`."""
+        out: list[EventHandler] = []
+        on_event, on_text = self.on_event, self.on_text
+        if on_event is not None:
+            out.append(lambda event: on_event(self.stamp(event, iteration)))
+        if on_text is not None:
+            out.append(lambda event: on_text(event.text) if event.type == "text_delta" else None)
+        return out
+
+    def ask(self, request: ChatRequest, iteration: int) -> ModelTurn:
+        model = self.loop.model
+        if not self.streaming:
+            return model.complete(request)
+        handlers = self.handlers(iteration)
+
+        def emit(event: StreamEvent) -> None:
+            for handler in handlers:
+                deliver_event(handler, event)
+
+        if isinstance(model, StreamingChatModel):
+            return model.stream(request, emit)
+        turn = model.complete(request)
+        for event in turn_events(turn):
+            emit(event)
+        return turn
+
+    async def aask(self, request: ChatRequest, iteration: int) -> ModelTurn:
+        model = self.loop.model
+        if not self.streaming:
+            return await model.acomplete(request)
+        handlers = self.handlers(iteration)
+
+        async def emit(event: StreamEvent) -> None:
+            for handler in handlers:
+                await adeliver_event(handler, event)
+
+        if isinstance(model, StreamingChatModel):
+            return await model.astream(request, emit)
+        turn = await model.acomplete(request)
+        for event in turn_events(turn):
+            await emit(event)
+        return turn
+
     def last_text(self) -> str:
         return next((m.content for m in reversed(self.messages) if m.role == "assistant" and m.content), "")
 
     def sync(self) -> LoopResult:
-        model = self.loop.model
         for iteration in range(1, self.config.max_iterations + 1):
             request = self.request()
             tokens = self.count(request)
             started = time.perf_counter()
-            turn = model.complete(request)
+            turn = self.ask(request, iteration)
             self.record(iteration, request, tokens, turn, started)
             calls = turn.message.tool_calls
             if not calls:
@@ -772,12 +875,11 @@ class _Run:
         return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
 
     async def asynchronous(self) -> LoopResult:
-        model = self.loop.model
         for iteration in range(1, self.config.max_iterations + 1):
             request = self.request()
             tokens = self.count(request)
             started = time.perf_counter()
-            turn = await model.acomplete(request)
+            turn = await self.aask(request, iteration)
             self.record(iteration, request, tokens, turn, started)
             calls = turn.message.tool_calls
             if not calls:
@@ -816,11 +918,18 @@ def run(
     system: str | None = None,
     metatool: ToolSearchMetaTool | None = None,
     config: LoopConfig | None = None,
+    on_event: EventHandler | None = None,
+    on_text: TextHandler | None = None,
     **settings: Any,
 ) -> LoopResult:
-    """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5)."""
+    """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5).
+
+    `on_text(piece)` gets the model's text as it streams; `on_event(event)` every StreamEvent
+    (text deltas and tool-call starts, with the request number). Either one turns streaming on.
+    """
+    _check_sync_handlers(on_event, on_text)
     loop = _one_off(model, session, functions, system, metatool, config, settings)
-    return _Run(loop, session, prompt).sync()
+    return _Run(loop, session, prompt, on_event, on_text).sync()
 
 
 async def arun(
@@ -832,8 +941,15 @@ async def arun(
     system: str | None = None,
     metatool: ToolSearchMetaTool | None = None,
     config: LoopConfig | None = None,
+    on_event: EventHandler | None = None,
+    on_text: TextHandler | None = None,
     **settings: Any,
 ) -> LoopResult:
-    """`run` for asyncio."""
+    """`run` for asyncio; `on_event` / `on_text` may be sync or async (awaited on the event loop)."""
     loop = _one_off(model, session, functions, system, metatool, config, settings)
-    return await _Run(loop, session, prompt).asynchronous()
+    return await _Run(loop, session, prompt, on_event, on_text).asynchronous()
+
+
+def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
+    if any(h is not None and is_async_callable(h) for h in handlers):
+        raise TypeError("async on_event / on_text handlers need arun(); run() calls its handlers directly")

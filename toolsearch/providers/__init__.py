@@ -8,17 +8,28 @@ from __future__ import annotations
 from ._base import (
     ChatModel,
     ChatRequest,
+    EventHandler,
     Message,
     ModelTurn,
     ProviderError,
+    StreamEvent,
+    StreamingChatModel,
     ToolCall,
     ToolSearchMode,
     Usage,
     parse_arguments,
     tool_result_text,
+    turn_events,
 )
-from .anthropic import AnthropicModel, anthropic_payload
-from .openai import OpenAIChatModel, OpenAIResponsesModel, chat_payload, responses_payload
+from .anthropic import AnthropicModel, AnthropicStreamAssembler, anthropic_payload
+from .openai import (
+    ChatStreamAssembler,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+    ResponsesStreamAssembler,
+    chat_payload,
+    responses_payload,
+)
 from .scripted import ScriptedModel, call, example_arguments, reply, search, search_and_call
 
 __all__ = [
@@ -33,6 +44,14 @@ __all__ = [
     "ProviderError",
     "parse_arguments",
     "tool_result_text",
+    # streaming
+    "StreamingChatModel",
+    "StreamEvent",
+    "EventHandler",
+    "turn_events",
+    "ChatStreamAssembler",
+    "ResponsesStreamAssembler",
+    "AnthropicStreamAssembler",
     # providers
     "OpenAIChatModel",
     "OpenAIResponsesModel",

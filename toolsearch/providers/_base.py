@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+import queue
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._errors import DuplicateToolError, ToolSearchError
 from ..tools import NameMap, Tool, provider_safe_name
@@ -15,6 +17,7 @@ from ..tools import NameMap, Tool, provider_safe_name
 Role = Literal["system", "user", "assistant", "tool"]
 ToolSearchMode = Literal["schema", "native"]
 CallKind = Literal["function", "tool_search"]
+StreamEventType = Literal["text_delta", "tool_call_start"]
 
 
 class ProviderError(ToolSearchError):
@@ -198,6 +201,48 @@ class ModelTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """Something a streaming model produced while its turn was still arriving.
+
+    - "text_delta": `text` is the next piece of the assistant's text; a turn's pieces, in order,
+      concatenate to its final `Message.content`.
+    - "tool_call_start": the model began a tool call: `call_id`, `name` and `kind`; its arguments
+      are still streaming (the loop runs it after the turn). `name` is the catalog name of any tool
+      the request or session knows; a dotted tool the model calls in the same turn as the search
+      that finds it still shows the provider alias it was sent under (the loop maps it back to
+      the catalog name before running it, once that search ran).
+
+    `iteration` is the model request of the run the event belongs to (set by the loop; 0 outside it).
+    """
+
+    type: StreamEventType
+    text: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    kind: CallKind = "function"
+    iteration: int = 0
+
+    @classmethod
+    def text_delta(cls, text: str) -> StreamEvent:
+        return cls("text_delta", text)
+
+    @classmethod
+    def tool_call_start(cls, call_id: str, name: str, kind: CallKind = "function") -> StreamEvent:
+        return cls("tool_call_start", call_id=call_id, name=name, kind=kind)
+
+
+# A sync handler for `stream`; `astream` also awaits a handler that returns an awaitable.
+EventHandler = Callable[[StreamEvent], object]
+
+
+def turn_events(turn: ModelTurn) -> list[StreamEvent]:
+    """The events a turn that was not streamed stands for: its text as one delta, then each call's start."""
+    events = [StreamEvent.text_delta(turn.message.content)] if turn.message.content else []
+    events += [StreamEvent.tool_call_start(c.id, c.name, c.kind) for c in turn.message.tool_calls]
+    return events
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """Everything a provider needs to build one request.
 
@@ -269,6 +314,20 @@ class ChatModel(Protocol):
     async def acomplete(self, request: ChatRequest) -> ModelTurn: ...
 
 
+@runtime_checkable
+class StreamingChatModel(ChatModel, Protocol):
+    """A ChatModel that can also stream a turn (the loop uses this when streaming is on).
+
+    `stream` / `astream` send `payload(request)` with streaming switched on, pass each
+    StreamEvent to `on_event` as it arrives (`astream` awaits a handler returning an awaitable),
+    and return the same ModelTurn `complete` would have, assembled from the stream.
+    """
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn: ...
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn: ...
+
+
 def tool_result_text(value: Any) -> str:
     """Turn whatever a tool returned into the text the model reads."""
     if isinstance(value, str):
@@ -283,14 +342,40 @@ def tool_result_text(value: Any) -> str:
         return str(value)
 
 
-def run_sync(coro: Any) -> Any:
-    """Run a coroutine from sync code (an async SDK client used through the sync `complete`)."""
+class _ClientLoop:
+    """One long-lived event loop, in a daemon thread, for async clients driven from sync code.
+
+    `asyncio.run` per request would bind the client's pooled connections to a loop that is closed
+    by the next request ("Event loop is closed"); a loop that outlives the requests keeps them usable.
+    """
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="toolsearch-async-clients", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+def _refuse_inside_event_loop(coro: Any = None) -> None:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
+        return
+    if inspect.iscoroutine(coro):
+        coro.close()
     raise ProviderError("an async client cannot be used from sync code inside a running event loop; use arun()")
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a coroutine from sync code (an async SDK client used through the sync `complete`)."""
+    _refuse_inside_event_loop(coro)
+    return asyncio.run_coroutine_threadsafe(coro, _ClientLoop.get()).result()
 
 
 def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> Exception:
@@ -343,3 +428,221 @@ async def call_async(
             raise
         raise err from exc
     return response
+
+
+# --- streaming transport ---------------------------------------------------------------------
+
+
+class StreamAssembler(Protocol):
+    """Turns a provider's stream chunks into StreamEvents as they arrive, and the whole into a ModelTurn."""
+
+    def feed(self, chunk: Any) -> Iterable[StreamEvent]: ...
+
+    def finish(self) -> ModelTurn: ...
+
+
+def reject_stream_option(options: Mapping[str, Any]) -> None:
+    """`stream` belongs to the loop (or `model.stream`); sent through `complete` it would break parsing."""
+    if "stream" in options:
+        raise ValueError(
+            "do not pass stream= to the model: stream through the loop (run(..., stream=True) or on_text=...), "
+            "or call model.stream(request, on_event)"
+        )
+
+
+async def _close_async(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _raise_translated(exc: Exception, provider: str, modules: tuple[str, ...]) -> NoReturn:
+    err = translate_error(exc, provider, modules)
+    if err is exc:
+        raise exc
+    raise err from exc
+
+
+def stream_sync(
+    create: Callable[..., Any],
+    payload: Mapping[str, Any],
+    assembler: StreamAssembler,
+    on_event: EventHandler | None,
+    provider: str,
+    modules: tuple[str, ...],
+) -> ModelTurn:
+    """Send a streaming request from sync code, hand each event to `on_event`, return the assembled turn.
+
+    Handlers run in the calling thread; an async client's stream is read on the shared client loop.
+    """
+    try:
+        if is_async_callable(create):
+            _refuse_inside_event_loop()
+            chunks: Iterator[Any] = _client_loop_chunks(lambda: create(**payload))
+        else:
+            stream = create(**payload)
+            if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
+                _refuse_inside_event_loop(stream)
+                chunks = _client_loop_chunks(lambda: stream)
+            else:
+                chunks = _closing_iter(stream)
+        try:
+            for chunk in chunks:
+                for event in assembler.feed(chunk):
+                    if on_event is not None:
+                        deliver_event(on_event, event)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # also when a handler raised: the connection must not stay open
+        return assembler.finish()
+    except Exception as exc:
+        _raise_translated(exc, provider, modules)
+
+
+def _close_sync(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        close()
+
+
+def _closing_iter(stream: Any) -> Iterator[Any]:
+    try:
+        yield from stream
+    finally:
+        _close_sync(stream)
+
+
+_END = object()
+
+
+def _client_loop_chunks(open_stream: Callable[[], Any]) -> Iterator[Any]:
+    """Chunks of an async stream read on the shared client loop, handed to this thread through a queue."""
+    chunks: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    async def pump() -> None:
+        try:
+            stream = open_stream()
+            if inspect.isawaitable(stream):
+                stream = await stream
+            try:
+                async for chunk in stream:
+                    chunks.put((True, chunk))
+            finally:
+                await _close_async(stream)
+            chunks.put((True, _END))
+        except BaseException as exc:  # the reader must always wake up, even on cancellation
+            chunks.put((False, exc))
+            raise
+
+    future = asyncio.run_coroutine_threadsafe(pump(), _ClientLoop.get())
+    try:
+        while True:
+            ok, value = chunks.get()
+            if not ok:
+                raise value
+            if value is _END:
+                return
+            yield value
+    finally:
+        future.cancel()  # the reader stopped early: the pump closes the stream
+
+
+def deliver_event(on_event: EventHandler, event: StreamEvent) -> None:
+    """Call a handler from sync code (an async handler is refused: nothing could await it)."""
+    result = on_event(event)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise TypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
+
+
+async def adeliver_event(on_event: EventHandler, event: StreamEvent) -> None:
+    """Call a handler from asyncio, awaiting it when it returns an awaitable."""
+    result = on_event(event)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def _consume_async(stream: Any, assembler: StreamAssembler, on_event: EventHandler | None) -> ModelTurn:
+    if inspect.isawaitable(stream):
+        stream = await stream
+    try:
+        async for chunk in stream:
+            for event in assembler.feed(chunk):
+                if on_event is not None:
+                    await adeliver_event(on_event, event)
+    finally:
+        await _close_async(stream)
+    return assembler.finish()
+
+
+async def stream_async(
+    create: Callable[..., Any],
+    payload: Mapping[str, Any],
+    assembler: StreamAssembler,
+    on_event: EventHandler | None,
+    provider: str,
+    modules: tuple[str, ...],
+) -> ModelTurn:
+    """Send a streaming request from asyncio; handlers run on the event loop (awaited when async).
+
+    A sync client's stream is read in a worker thread, chunk by chunk, so the event loop keeps serving.
+    """
+    try:
+        if is_async_callable(create):
+            return await _consume_async(create(**payload), assembler, on_event)
+        chunks = _thread_chunks(create, payload)
+        try:
+            async for chunk in chunks:
+                for event in assembler.feed(chunk):
+                    if on_event is not None:
+                        await adeliver_event(on_event, event)
+        finally:
+            await chunks.aclose()
+        return assembler.finish()
+    except Exception as exc:
+        _raise_translated(exc, provider, modules)
+
+
+async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of a sync client's stream, read in a worker thread and handed over through a queue."""
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(ok: bool, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, (ok, value))
+        except RuntimeError:  # the event loop is gone: nobody is listening any more
+            stop.set()
+
+    def pump() -> None:
+        try:
+            stream = create(**payload)
+            try:
+                for chunk in stream:
+                    if stop.is_set():
+                        break
+                    put(True, chunk)
+            finally:
+                _close_sync(stream)
+            put(True, _END)
+        except BaseException as exc:
+            put(False, exc)
+
+    worker = threading.Thread(target=pump, name="toolsearch-stream", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, value = await inbox.get()
+            if not ok:
+                raise value
+            if value is _END:
+                return
+            yield value
+    finally:
+        # a handler failed or the task was cancelled: the worker stops and closes the stream at its next chunk
+        stop.set()

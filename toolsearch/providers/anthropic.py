@@ -14,16 +14,22 @@ from typing import Any
 from ..tools import NameMap, Tool
 from ._base import (
     ChatRequest,
+    EventHandler,
     Message,
     ModelTurn,
+    ProviderError,
+    StreamEvent,
     ToolCall,
     Usage,
     call_async,
     call_sync,
     parse_arguments,
+    reject_stream_option,
+    stream_async,
+    stream_sync,
 )
 
-__all__ = ["AnthropicModel", "anthropic_payload", "parse_message"]
+__all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "parse_message"]
 
 DEFAULT_MAX_TOKENS = 4096
 _SDK_MODULES = ("anthropic", "httpx")
@@ -154,15 +160,97 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
     return ModelTurn(message, parsed_usage, _get(response, "stop_reason"), response)
 
 
+class AnthropicStreamAssembler:
+    """Assembles Messages stream events (objects or dicts) into the turn `parse_message` would give.
+
+    Content blocks are rebuilt by index: text from `text_delta`s (passed on as they come),
+    tool_use input from the concatenated `input_json_delta`s (a call is announced at its block's
+    start), thinking blocks with their signature so they can be replayed. Usage: input from
+    `message_start`, output (and any later figures) from `message_delta`.
+    """
+
+    def __init__(self, names: NameMap) -> None:
+        self.names = names
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial_json: dict[int, list[str]] = {}
+        self.usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.stopped = False
+
+    def feed(self, event: Any) -> list[StreamEvent]:
+        kind = _get(event, "type")
+        if kind == "message_start":
+            self.message = dict(_dump(_get(event, "message")) or {})
+            self.usage.update(self.message.get("usage") or {})
+        elif kind == "content_block_start":
+            index = _get(event, "index") or 0
+            block = dict(_dump(_get(event, "content_block")) or {})
+            self.blocks[index] = block
+            if block.get("type") == "tool_use":
+                self.partial_json[index] = []
+                alias = block.get("name") or ""
+                return [StreamEvent.tool_call_start(block.get("id") or "", self.names.original(alias) or alias)]
+            if block.get("type") == "text" and block.get("text"):
+                return [StreamEvent.text_delta(block["text"])]
+        elif kind == "content_block_delta":
+            return self._delta(_get(event, "index") or 0, _get(event, "delta"))
+        elif kind == "content_block_stop":
+            index = _get(event, "index") or 0
+            parts = self.partial_json.pop(index, None)
+            if parts:  # the JSON text as sent; parse_message parses it (and explains when it is broken)
+                self.blocks[index]["input"] = "".join(parts)
+        elif kind == "message_delta":
+            self.stop_reason = _get(_get(event, "delta"), "stop_reason") or self.stop_reason
+            usage = _dump(_get(event, "usage")) or {}
+            self.usage.update({k: v for k, v in usage.items() if v is not None})
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "error":
+            error = _get(event, "error")
+            raise ProviderError(f"the Anthropic stream reported an error: {_get(error, 'message') or error}")
+        return []
+
+    def _delta(self, index: int, delta: Any) -> list[StreamEvent]:
+        block = self.blocks.setdefault(index, {})
+        kind = _get(delta, "type")
+        if kind == "text_delta":
+            text = _get(delta, "text") or ""
+            block["text"] = (block.get("text") or "") + text
+            return [StreamEvent.text_delta(text)] if text else []
+        if kind == "input_json_delta":
+            self.partial_json.setdefault(index, []).append(_get(delta, "partial_json") or "")
+        elif kind == "thinking_delta":
+            block["thinking"] = (block.get("thinking") or "") + (_get(delta, "thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = _get(delta, "signature")
+        return []
+
+    def finish(self) -> ModelTurn:
+        if not self.message:
+            raise ProviderError("the Anthropic stream ended before message_start; no turn was received")
+        for index, parts in self.partial_json.items():  # a block the stream never closed
+            self.blocks[index]["input"] = "".join(parts)
+        message = {
+            **self.message,
+            "content": [self.blocks[i] for i in sorted(self.blocks)],
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+        }
+        return parse_message(message, self.names)
+
+
 class AnthropicModel:
     """Anthropic Messages through `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
 
-    `options` go to every `messages.create` call (temperature, thinking, ...).
+    `options` go to every `messages.create` call (temperature, thinking, ...); `stream` / `astream`
+    send the same request with `stream=True`.
     """
 
     format = "anthropic"
 
     def __init__(self, client: Any, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, **options: Any) -> None:
+        reject_stream_option(options)
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
@@ -184,6 +272,20 @@ class AnthropicModel:
         payload, names = self._build(request)
         response = await call_async(self.client.messages.create, payload, "Anthropic", _SDK_MODULES)
         return parse_message(response, names)
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed (`messages.create(stream=True)`): `on_event` gets text deltas and tool-call starts."""
+        payload, names = self._build(request)
+        payload["stream"] = True
+        assembler = AnthropicStreamAssembler(names)
+        return stream_sync(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`acomplete`, streamed; an async `on_event` is awaited."""
+        payload, names = self._build(request)
+        payload["stream"] = True
+        assembler = AnthropicStreamAssembler(names)
+        return await stream_async(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r})"

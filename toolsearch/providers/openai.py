@@ -13,14 +13,20 @@ from typing import Any
 from ..tools import NameMap, Tool
 from ._base import (
     ChatRequest,
+    EventHandler,
     Message,
     ModelTurn,
     ProviderError,
+    StreamAssembler,
+    StreamEvent,
     ToolCall,
     Usage,
     call_async,
     call_sync,
     parse_arguments,
+    reject_stream_option,
+    stream_async,
+    stream_sync,
 )
 
 _SDK_MODULES = ("openai", "httpx")
@@ -32,6 +38,8 @@ __all__ = [
     "responses_payload",
     "parse_chat_completion",
     "parse_response",
+    "ChatStreamAssembler",
+    "ResponsesStreamAssembler",
 ]
 
 
@@ -111,10 +119,91 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
     return ModelTurn(message, parsed_usage, _get(choice, "finish_reason"), response)
 
 
+class ChatStreamAssembler:
+    """Assembles `ChatCompletionChunk`s (objects or dicts) into the turn `parse_chat_completion` would give.
+
+    Text deltas are passed on as they come; a tool call is announced once its name is known, and
+    its arguments are the concatenation of every fragment sent for its `index`. Usage comes from
+    the last chunk (`stream_options={"include_usage": True}`); only choice 0 is read.
+    """
+
+    def __init__(self, names: NameMap) -> None:
+        self.names = names
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self.texts: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+
+    def feed(self, chunk: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        self.response_id = self.response_id or _get(chunk, "id")
+        self.model = self.model or _get(chunk, "model")
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            self.usage = _dump(usage)
+        for choice in _get(chunk, "choices") or ():
+            if (_get(choice, "index") or 0) != 0:
+                continue
+            self.finish_reason = _get(choice, "finish_reason") or self.finish_reason
+            delta = _get(choice, "delta")
+            if delta is None:
+                continue
+            content = _get(delta, "content")
+            if content:
+                self.texts.append(content)
+                events.append(StreamEvent.text_delta(content))
+            for fragment in _get(delta, "tool_calls") or ():
+                index = _get(fragment, "index")
+                slot = self.calls.setdefault(
+                    len(self.calls) if index is None else index, {"id": "", "name": "", "arguments": []}
+                )
+                # id and name arrive whole in the first fragment; some servers repeat them later
+                slot["id"] = slot["id"] or _get(fragment, "id") or ""
+                fn = _get(fragment, "function")
+                name = _get(fn, "name") if fn is not None else None
+                if name and not slot["name"]:
+                    slot["name"] = name
+                    events.append(StreamEvent.tool_call_start(slot["id"], self.names.original(name) or name))
+                arguments = _get(fn, "arguments") if fn is not None else None
+                if arguments:
+                    slot["arguments"].append(arguments)
+        return events
+
+    def completion(self) -> dict[str, Any]:
+        """The assembled stream as a `ChatCompletion`-shaped dict."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.texts) or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": slot["id"],
+                    "type": "function",
+                    "function": {"name": slot["name"], "arguments": "".join(slot["arguments"])},
+                }
+                for _, slot in sorted(self.calls.items())
+            ]
+        out: dict[str, Any] = {
+            "id": self.response_id,
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
+
+    def finish(self) -> ModelTurn:
+        if self.finish_reason is None and not self.texts and not self.calls:
+            raise ProviderError("the Chat Completions stream ended without any choice")
+        return parse_chat_completion(self.completion(), self.names)
+
+
 class _OpenAIBase:
     format = "openai"
 
     def __init__(self, client: Any, model: str, **options: Any) -> None:
+        reject_stream_option(options)
         self.client = client
         self.model = model
         self.options = options
@@ -141,6 +230,26 @@ class _OpenAIBase:
         response = await call_async(self._endpoint(), payload, "OpenAI", _SDK_MODULES)
         return self._parse(response, names, request)
 
+    def _stream_options(self) -> dict[str, Any]:
+        return {"stream": True}
+
+    def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
+        raise NotImplementedError
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+        payload, names = self._build(request)
+        payload.update(self._stream_options())
+        assembler = self._assembler(names, request)
+        return stream_sync(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`acomplete`, streamed; an async `on_event` is awaited."""
+        payload, names = self._build(request)
+        payload.update(self._stream_options())
+        assembler = self._assembler(names, request)
+        return await stream_async(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
 
@@ -162,6 +271,14 @@ class OpenAIChatModel(_OpenAIBase):
 
     def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
         return parse_chat_completion(response, names)
+
+    def _stream_options(self) -> dict[str, Any]:
+        # without include_usage a streamed completion reports no usage at all
+        user = self.options.get("stream_options")
+        return {"stream": True, "stream_options": {"include_usage": True, **(user or {})}}
+
+    def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
+        return ChatStreamAssembler(names)
 
 
 # --- Responses -------------------------------------------------------------------------------
@@ -295,6 +412,45 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
     return ModelTurn(message, parsed_usage, _get(response, "status"), response)
 
 
+class ResponsesStreamAssembler:
+    """Assembles Responses stream events (objects or dicts) into the turn `parse_response` would give.
+
+    Text (and refusal) deltas and call starts (`function_call`, client `tool_search_call` items)
+    are passed on as they come; the turn itself is parsed from the final response that
+    `response.completed` (or `.incomplete` / `.failed`) carries, usage included.
+    """
+
+    def __init__(self, names: NameMap, search_tool: str | None = None) -> None:
+        self.names = names
+        self.search_tool = search_tool
+        self.response: Any = None
+
+    def feed(self, event: Any) -> list[StreamEvent]:
+        kind = _get(event, "type")
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            delta = _get(event, "delta")
+            return [StreamEvent.text_delta(delta)] if delta else []
+        if kind == "response.output_item.added":
+            item = _get(event, "item")
+            item_type = _get(item, "type")
+            call_id = _get(item, "call_id") or _get(item, "id") or ""
+            if item_type == "function_call":
+                alias = _get(item, "name") or ""
+                return [StreamEvent.tool_call_start(call_id, self.names.original(alias) or alias)]
+            if item_type == "tool_search_call" and _get(item, "execution") == "client":
+                return [StreamEvent.tool_call_start(call_id, self.search_tool or "tool_search", "tool_search")]
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.response = _get(event, "response")
+        elif kind == "error":
+            raise ProviderError(f"the Responses stream reported an error: {_get(event, 'message') or event}")
+        return []
+
+    def finish(self) -> ModelTurn:
+        if self.response is None:
+            raise ProviderError("the Responses stream ended before response.completed; the turn is incomplete")
+        return parse_response(self.response, self.names, self.search_tool)
+
+
 class OpenAIResponsesModel(_OpenAIBase):
     """The Responses API through `openai.OpenAI` or `openai.AsyncOpenAI`.
 
@@ -319,3 +475,6 @@ class OpenAIResponsesModel(_OpenAIBase):
     def _parse(self, response: Any, names: NameMap, request: ChatRequest) -> ModelTurn:
         search = request.search_tool.name if request.search_tool is not None else None
         return parse_response(response, names, search)
+
+    def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
+        return ResponsesStreamAssembler(names, request.search_tool.name if request.search_tool is not None else None)

@@ -15,12 +15,24 @@ scripted run measures real payloads.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..tools import Tool
-from ._base import ChatRequest, Message, ModelTurn, ProviderError, ToolCall, Usage
+from ._base import (
+    ChatRequest,
+    EventHandler,
+    Message,
+    ModelTurn,
+    ProviderError,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    adeliver_event,
+    deliver_event,
+)
 
 __all__ = [
     "ScriptedModel",
@@ -156,6 +168,12 @@ def search_and_call(
     return policy
 
 
+def _stream_events(turn: ModelTurn) -> list[StreamEvent]:
+    words = re.findall(r"\S+\s*|\s+", turn.message.content)
+    events = [StreamEvent.text_delta(w) for w in words]
+    return events + [StreamEvent.tool_call_start(c.id, c.name, c.kind) for c in turn.message.tool_calls]
+
+
 class ScriptedModel:
     """A ChatModel that plays back `turns` in order, or asks `policy(request)` for each turn.
 
@@ -231,6 +249,21 @@ class ScriptedModel:
     async def acomplete(self, request: ChatRequest) -> ModelTurn:
         await asyncio.sleep(0)  # yield like a real client would, so concurrent runs interleave
         return self.complete(request)
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, played back as a stream: the text word by word, then each call's start."""
+        turn = self.complete(request)
+        if on_event is not None:
+            for event in _stream_events(turn):
+                deliver_event(on_event, event)
+        return turn
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        turn = await self.acomplete(request)
+        if on_event is not None:
+            for event in _stream_events(turn):
+                await adeliver_event(on_event, event)
+        return turn
 
     def _to_turn(self, spec: Any, number: int) -> ModelTurn:
         if isinstance(spec, ModelTurn):
