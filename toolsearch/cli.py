@@ -454,9 +454,12 @@ def cmd_query(args: argparse.Namespace, console: Console) -> int:
     path = _resolve_index(args)
     start = time.perf_counter()
     index = load_index(path)
+    # A backend that loads a model lazily loads it now, so the search below is timed alone.
     warm = getattr(index.backend, "warm", None)
-    if callable(warm):  # a backend that loads a model lazily loads it now, so the search is timed alone
+    if callable(warm):
         warm()
+    elif index.backend_name in ("vector", "hybrid"):
+        index.search("warm up", 1)
     load_ms = (time.perf_counter() - start) * 1000
     result = index.search(args.text, args.k, namespaces=args.namespace)
     if args.json:
