@@ -513,3 +513,32 @@ def test_mcp_config_where_no_server_answers(home: Path, capsys: pytest.CaptureFi
     (home / "bad.json").write_text(json.dumps({"mcpServers": {"x": {"url": "ftp://nowhere"}}}))
     code, _, err = run(capsys, "build", "bad.json")
     assert_one_line_error(code, err, "bad.json", "http")
+
+
+# --- bench dispatch -------------------------------------------------------------------------------
+
+
+def test_bench_runs_a_benchmark_module(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("toolsearch.bench.retrieval")
+    data = home / "tiny"
+    data.mkdir()
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in OPENAI_TOOLS]
+    (data / "tools.jsonl").write_text("\n".join(json.dumps(t) for t in tools) + "\n")
+    queries = [{"id": "q1", "query": "email my boss", "relevant": ["send_email"], "subset": "tiny"},
+               {"id": "q2", "query": "is it raining in Oslo", "relevant": ["get_weather"], "subset": "tiny"}]
+    (data / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    code, out, err = run(capsys, "bench", "retrieval", "--dataset", str(data), "--backends", "bm25", "--peers", "none",
+                         "--no-plot", "--out", "results", "-q")
+    assert code == EXIT_OK, err
+    assert (home / "results" / "retrieval.json").is_file() and out.strip()
+
+
+def test_bench_that_is_not_installed(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "toolsearch.bench.scale", None)  # as if the module were not shipped
+    code, _, err = run(capsys, "bench", "scale")
+    assert_one_line_error(code, err, "not available")
+    code, out, _ = run(capsys, "bench", "scale", "--help")
+    assert code == EXIT_OK and "usage: toolsearch bench scale" in out
