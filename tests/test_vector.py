@@ -1,0 +1,185 @@
+"""The vector backend with the real MiniLM model and real faiss: search, filters, HNSW, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_embeddings import Counting, hashing_vectors
+
+from toolsearch import IndexFormatError, Tool, ToolIndex
+from toolsearch.backends import vector as vector_module
+from toolsearch.backends.vector import VectorBackend, query_clauses
+from toolsearch.embeddings import CallableEmbedder, SentenceTransformerEmbedder
+from toolsearch.text import embedding_text
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def minilm() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="module")
+def demo_index(demo_tools: list[Tool]) -> ToolIndex:
+    return ToolIndex.build(demo_tools, backend="vector")
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("reserve a conference space for my meeting", "calendar_book_room"),
+        ("will it rain in Lisbon tomorrow", "weather_get_forecast"),
+        ("give the customer their money back", "payments_refund_payment"),
+        ("ask for vacation days", "hr_request_time_off"),
+    ],
+)
+def test_paraphrases_find_the_tool(demo_index: ToolIndex, query: str, expected: str) -> None:
+    assert expected in demo_index.search(query, 3).names
+
+
+def test_scores_are_cosine_similarities_best_first(demo_index: ToolIndex) -> None:
+    hits = demo_index.search("send an email", 10).hits
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert all(-1.0 <= s <= 1.0 + 1e-5 for s in scores)
+    assert hits[0].name.startswith("email_")
+
+
+def test_multi_part_request_finds_every_part(demo_index: ToolIndex) -> None:
+    query = "Post a note in the team Slack channel. Also, open a GitHub issue about the login bug."
+    assert query_clauses(query) == ["Post a note in the team Slack channel", "open a GitHub issue about the login bug"]
+    top = demo_index.search(query, 5)
+    assert top.names[0] == "slack_post_message"
+    assert any(t.namespace == "github" for t in top.tools)  # one vector for both parts would miss it
+    assert query_clauses("find the weather in Paris") == []
+
+
+def test_filters_restrict_results(demo_index: ToolIndex, demo_tools: list[Tool]) -> None:
+    allowed = {t.name for t in demo_tools if not t.name.startswith("email_")}
+    names = demo_index.search("send an email", 5, allowed=allowed).names
+    assert names and not any(n.startswith("email_") for n in names)
+    assert set(demo_index.search("forecast", 10, namespaces=["weather"]).names) <= {
+        t.name for t in demo_tools if t.namespace == "weather"
+    }
+    assert demo_index.search("send an email", 5, allowed={"sms_send_text"}).names == ["sms_send_text"]
+
+
+def test_faiss_selector_path_matches_exact_subset_path(
+    demo_index: ToolIndex, demo_tools: list[Tool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowed = frozenset(t.name for t in demo_tools[::2] + demo_tools[1::4])  # > a quarter of the catalog
+    exact = demo_index.backend.search("create a calendar invite", 8, allowed)
+    monkeypatch.setattr(vector_module, "SUBSET_EXACT_MAX", 0)
+    via_faiss = demo_index.backend.search("create a calendar invite", 8, allowed)
+    assert [h.name for h in via_faiss.hits] == [h.name for h in exact.hits]
+    np.testing.assert_allclose([h.score for h in via_faiss.hits], [h.score for h in exact.hits], atol=1e-5)
+
+
+def test_hnsw_above_threshold_agrees_with_exact_search(demo_tools: list[Tool]) -> None:
+    flat = ToolIndex.build(demo_tools, backend="vector")
+    hnsw = ToolIndex.build(demo_tools, backend="vector", hnsw_threshold=50)
+    assert flat.backend.kind == "flat" and hnsw.backend.kind == "hnsw"
+    assert hnsw.backend.describe() == {"model": flat.backend.describe()["model"], "hnsw_threshold": 50}
+    for query in ("refund a charge", "list open pull requests", "book a flight to Rome"):
+        assert hnsw.search(query, 3).names == flat.search(query, 3).names
+    allowed = {t.name for t in demo_tools if t.namespace in ("github", "slack")}
+    assert set(hnsw.search("send a message", 5, allowed=allowed).names) <= allowed
+    # HNSW cannot delete: removed tools are tombstoned, replaced ones re-added under a new id.
+    hnsw.remove(["github_list_pull_requests"])
+    assert "github_list_pull_requests" not in hnsw.search("list open pull requests", 10).names
+    renamed = Tool("weather_get_forecast", "List open pull requests of a repository, newest first.")
+    hnsw.upsert([renamed])
+    assert hnsw.search("list open pull requests", 3).names[0] == "weather_get_forecast"
+    assert len(hnsw.backend) == len(demo_tools) - 1
+
+
+def test_hnsw_purges_tombstones_and_falls_back_to_flat(demo_tools: list[Tool]) -> None:
+    index = ToolIndex.build(demo_tools[:80], backend="vector", hnsw_threshold=60)
+    assert index.backend.kind == "hnsw"
+    index.remove([t.name for t in demo_tools[:40]])  # past the tombstone share: rebuilt, now small
+    assert index.backend.kind == "flat" and len(index.backend) == 40
+    assert set(index.search("calendar event", 10).names).isdisjoint(t.name for t in demo_tools[:40])
+
+
+def test_incremental_updates(demo_tools: list[Tool]) -> None:
+    index = ToolIndex.build(demo_tools[:20], backend="vector")
+    index.upsert([Tool("zz_translate", "Translate text between human languages, e.g. English to German.")])
+    assert index.search("translate this sentence into German", 1).names == ["zz_translate"]
+    index.remove(["zz_translate"])
+    assert "zz_translate" not in index.search("translate this sentence into German", 20).names
+    assert len(index.backend) == 20
+
+
+def test_save_load_round_trip_is_memory_mapped_and_never_re_embeds(
+    tmp_path: Path, demo_tools: list[Tool], minilm: SentenceTransformerEmbedder
+) -> None:
+    counting = Counting(minilm.embed)
+    embedder = CallableEmbedder(counting, minilm.model_id, 384)  # same id: the cache serves it
+    built = ToolIndex.build(demo_tools, backend="vector", embedder=embedder)
+    built.save(tmp_path / "ix")
+    counting.seen.clear()
+    loaded = ToolIndex.load(tmp_path / "ix", embedder=embedder)
+    assert counting.seen == []  # loading embeds nothing
+    for query in ("refund a charge", "who is on call this week"):
+        assert loaded.search(query, 5).names == built.search(query, 5).names
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert str(tmp_path / "ix" / "backend" / "vectors.faiss") in maps.read_text()
+    # A memory-mapped index still takes updates (faiss copies on write).
+    loaded.upsert([Tool("zz_sing", "Sing a lullaby to a sleepy child.")])
+    loaded.remove(["calendar_book_room"])
+    assert loaded.search("sing a song for the baby", 1).names == ["zz_sing"]
+    assert loaded.backend.describe() == {"model": minilm.model_id}
+
+
+def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm: SentenceTransformerEmbedder) -> None:
+    ToolIndex.build(demo_tools, backend="vector")  # warms the session cache
+    counting = Counting(minilm.embed)
+    ToolIndex.build(demo_tools, backend="vector", embedder=CallableEmbedder(counting, minilm.model_id, 384))
+    assert counting.seen == []
+
+
+def test_loading_with_another_model_names_both(tmp_path: Path, demo_tools: list[Tool]) -> None:
+    ToolIndex.build(demo_tools[:10], backend="vector").save(tmp_path / "ix")
+    with pytest.raises(IndexFormatError, match=r"all-MiniLM-L6-v2.*other/model"):
+        ToolIndex.load(tmp_path / "ix", model="other/model")
+    hashing = CallableEmbedder(hashing_vectors, "hash-64", 64)
+    with pytest.raises(IndexFormatError, match=r"all-MiniLM-L6-v2.*hash-64"):
+        ToolIndex.load(tmp_path / "ix", embedder=hashing)
+
+
+def test_stale_or_corrupt_files_are_index_format_errors(tmp_path: Path, demo_tools: list[Tool]) -> None:
+    backend = vector_module.create()
+    backend.add(demo_tools[:5])
+    folder = tmp_path / "v"
+    folder.mkdir()
+    backend.save(folder)
+    with pytest.raises(IndexFormatError, match="does not match the tools"):
+        vector_module.load(folder, demo_tools[:4])
+    (folder / "vectors.faiss").write_bytes(b"garbage")
+    with pytest.raises(IndexFormatError, match="cannot be read"):
+        vector_module.load(folder, demo_tools[:5])
+    (folder / "vector.json").write_text("{")
+    with pytest.raises(IndexFormatError, match="corrupt"):
+        vector_module.load(folder, demo_tools[:5])
+
+
+def test_custom_embedder_any_dimension(demo_tools: list[Tool]) -> None:
+    hashing = CallableEmbedder(hashing_vectors, "hash-64", 64)
+    backend = VectorBackend(hashing, cache=False)
+    backend.add(demo_tools)
+    top = backend.search(embedding_text(demo_tools[7]), 1).hits[0]
+    assert top.name == demo_tools[7].name and top.score == pytest.approx(1.0, abs=1e-5)
+    assert backend.describe() == {"model": "hash-64"}
+
+
+def test_empty_backend_and_unknown_options(tmp_path: Path) -> None:
+    backend = vector_module.create(embedder=CallableEmbedder(hashing_vectors, "hash-64", 64))
+    assert backend.search("anything", 5).hits == []
+    backend.save(tmp_path)
+    assert vector_module.load(tmp_path, [], embedder=backend.embedder).search("x", 3).hits == []
+    with pytest.raises(Exception, match="unknown vector backend option"):
+        vector_module.create(bogus=1)

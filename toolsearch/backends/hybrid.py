@@ -1,0 +1,148 @@
+"""Hybrid backend: bm25 and vector rankings fused by a score-normalised convex combination.
+
+Equal-weight reciprocal-rank fusion throws the scores away: a tool bm25 ranks first by a wide
+margin counts as much as one it barely ranks first. Here both rankers fill one candidate pool
+(their top `pool` tools each), every candidate gets its exact dense similarity, and
+
+    score = w * dense + (1 - w) * top_dense * bm25 / top_bm25
+
+bm25 is scaled relative to its best hit (its raw scale depends on query length and catalog)
+and mapped onto the dense scale of this query, so a strong lexical match carries the weight of
+the best semantic match and weak ones fade. Candidates bm25 did not return get no bm25 share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._errors import BackendError, IndexFormatError
+from ..results import Hit, Ranking
+from ..tools import Tool
+from . import bm25 as bm25_module
+from . import vector as vector_module
+from ._base import Backend
+
+__all__ = ["HybridBackend", "create", "load", "DEFAULT_DENSE_WEIGHT", "DEFAULT_POOL"]
+
+FORMAT_VERSION = 1
+META_FILE = "hybrid.json"
+BM25_DIR = "bm25"
+VECTOR_DIR = "vector"
+# Tuned once on bfcl / metatool / seal_tools together (see benchmarks/); the same for every catalog.
+DEFAULT_DENSE_WEIGHT = 0.65
+DEFAULT_POOL = 50
+
+
+class HybridBackend:
+    """bm25 (tantivy) and vector (faiss) over the same tools, searched together and fused."""
+
+    name = "hybrid"
+
+    def __init__(
+        self,
+        lexical: Backend,
+        dense: vector_module.VectorBackend,
+        *,
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        pool: int = DEFAULT_POOL,
+    ) -> None:
+        if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
+            raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
+            raise BackendError(f"pool must be a positive integer, got {pool!r}")
+        self.lexical = lexical
+        self.dense = dense
+        self.dense_weight = float(dense_weight)
+        self.pool = pool
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.dense.model_id}
+        if self.dense_weight != DEFAULT_DENSE_WEIGHT:
+            out["dense_weight"] = self.dense_weight
+        if self.pool != DEFAULT_POOL:
+            out["pool"] = self.pool
+        vector = {k: v for k, v in self.dense.describe().items() if k != "model"}
+        if vector:
+            out["vector"] = vector
+        out["bm25"] = self.lexical.describe()
+        return out
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        self.dense.add(tools)  # the slow half first: if embedding fails, bm25 is left untouched
+        self.lexical.add(tools)
+
+    def remove(self, names: Collection[str]) -> None:
+        self.lexical.remove(names)
+        self.dense.remove(names)
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        depth = max(self.pool, k)
+        lexical = self.lexical.search(query, depth, allowed)
+        lexical_scores = {h.name: h.score for h in lexical.hits}
+        dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
+        if bm25_module.looks_like_lucene(query) and lexical.hits and not lexical.notes:
+            # Operators such as +must, -not and name: are constraints: keep only tools bm25 let through.
+            dense = {n: s for n, s in dense.items() if n in lexical_scores}
+        fused = fuse(dense, lexical_scores, self.dense_weight)
+        hits = [Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+        notes = lexical.notes if lexical.hits or not hits else ()
+        return Ranking(hits, tuple(notes))
+
+    def save(self, folder: Path) -> None:
+        (folder / BM25_DIR).mkdir()
+        (folder / VECTOR_DIR).mkdir()
+        self.lexical.save(folder / BM25_DIR)
+        self.dense.save(folder / VECTOR_DIR)
+        meta = {"format": FORMAT_VERSION, "model": self.dense.model_id}
+        (folder / META_FILE).write_text(json.dumps(meta) + "\n")
+
+
+def fuse(dense: dict[str, float], lexical: dict[str, float], dense_weight: float) -> dict[str, float]:
+    """Convex combination of dense similarity and bm25 scaled to the best dense similarity."""
+    if not dense:
+        return {}
+    top_dense = max(dense.values())
+    top_lexical = max(lexical.values(), default=0.0)
+    scale = (1.0 - dense_weight) * max(top_dense, 0.0) / top_lexical if top_lexical > 0 else 0.0
+    return {n: dense_weight * s + scale * lexical.get(n, 0.0) for n, s in dense.items()}
+
+
+_OWN = ("dense_weight", "pool")
+_VECTOR = ("model", "embedder", "hnsw_threshold", "ef_search", "cache", "progress")
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    bm25 = options.pop("bm25", None) or {}
+    vector = dict(options.pop("vector", None) or {})
+    own = {k: options.pop(k) for k in _OWN if k in options}
+    for key in _VECTOR:
+        if key in options:
+            vector[key] = options.pop(key)
+    if options:
+        raise BackendError(
+            f"unknown hybrid backend option(s) {', '.join(sorted(options))}; use "
+            f"{', '.join((*_OWN, *_VECTOR))}, bm25={{...}} or vector={{...}}"
+        )
+    if not isinstance(bm25, dict):
+        raise BackendError("the hybrid option bm25 must be a dict of bm25 backend options")
+    return own, bm25, vector
+
+
+def create(**options: Any) -> HybridBackend:
+    """An empty hybrid backend; takes the vector options (model, embedder, ...) and bm25={...}."""
+    own, bm25, vector = _split(dict(options))
+    return HybridBackend(bm25_module.create(**bm25), vector_module.create(**vector), **own)
+
+
+def load(folder: Path, tools: Sequence[Tool], **options: Any) -> HybridBackend:
+    """Open both halves written by `save`; the embedding model must match the stored one."""
+    folder = Path(folder)
+    if not (folder / META_FILE).is_file():
+        raise IndexFormatError(f"{folder}: {META_FILE} is missing; rebuild the index")
+    own, bm25, vector = _split(dict(options))
+    lexical = bm25_module.load(folder / BM25_DIR, tools, **bm25)
+    dense = vector_module.load(folder / VECTOR_DIR, tools, **vector)
+    return HybridBackend(lexical, dense, **own)

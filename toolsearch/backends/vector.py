@@ -1,0 +1,403 @@
+"""Dense-vector backend: tool embeddings searched with faiss (exact when small, HNSW when large)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import BackendError, IndexFormatError, missing_dependency
+from ..embeddings import (
+    DEFAULT_MODEL_ID,
+    Embedder,
+    EmbeddingCache,
+    QueryCache,
+    _canonical_model,
+    embed_texts,
+    resolve_embedder,
+    shared_cache,
+)
+from ..results import Hit, Ranking
+from ..text import embedding_text
+from ..tools import Tool
+
+try:
+    import faiss
+except ImportError:  # pragma: no cover - exercised only without the extra
+    raise missing_dependency("faiss-cpu", "vector") from None
+
+__all__ = ["VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD"]
+
+FORMAT_VERSION = 1
+INDEX_FILE = "vectors.faiss"
+META_FILE = "vector.json"
+# Exact search over 20k x 384 floats is still a few milliseconds; past that HNSW pays off.
+DEFAULT_HNSW_THRESHOLD = 20_000
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+HNSW_EF_SEARCH = 128
+# An allowed subset up to this size is scored exactly from its own vectors (faster and exact
+# even on HNSW, where a small filter starves the graph walk).
+SUBSET_EXACT_MAX = 4_096
+_SUBSET_CACHE = 8
+# HNSW cannot delete; removed ids are tombstoned and the graph rebuilt past this share.
+_TOMBSTONE_REBUILD = 0.25
+# A request that asks for several things ("Find X. Also do Y, then Z") is embedded whole and
+# clause by clause; a tool scores its best match. One vector for a multi-part request blurs
+# every part (on Seal-Tools' multi-tool requests this lifts nDCG@10 from 0.69 to 0.88).
+_CLAUSE_BREAK = re.compile(
+    r"(?<=[.!?;])\s+|\s*\b(?:additionally|also|finally|furthermore|moreover|besides|after that|afterwards|then)\b,?\s*",
+    re.IGNORECASE,
+)
+_MIN_CLAUSE_WORDS = 3
+CLAUSE_LIFT = 0.5
+_MAX_CLAUSES = 8
+
+
+def query_clauses(query: str) -> list[str]:
+    """The parts of a multi-part request (empty when the query is a single request)."""
+    parts = [p.strip(" ,.") for p in _CLAUSE_BREAK.split(query) if p]
+    parts = [p for p in parts if len(p.split()) >= _MIN_CLAUSE_WORDS]
+    return parts[:_MAX_CLAUSES] if len(parts) >= 2 else []
+
+
+class VectorBackend:
+    """Tools embedded with `embedder`; inner product of normalised vectors = cosine similarity."""
+
+    name = "vector"
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        *,
+        hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
+        ef_search: int = HNSW_EF_SEARCH,
+        cache: EmbeddingCache | bool | str | Path = True,
+        progress: bool | None = None,
+    ) -> None:
+        if isinstance(hnsw_threshold, bool) or not isinstance(hnsw_threshold, int) or hnsw_threshold < 1:
+            raise BackendError(f"hnsw_threshold must be a positive integer, got {hnsw_threshold!r}")
+        self.embedder = embedder
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = ef_search
+        self.progress = progress
+        if cache is True:
+            self.cache: EmbeddingCache | None = shared_cache()
+        elif cache is False or cache is None:
+            self.cache = None
+        elif isinstance(cache, EmbeddingCache):
+            self.cache = cache
+        else:
+            self.cache = shared_cache(cache)
+        self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP or IndexHNSWFlat
+        self._mapped = False  # the index's vectors are a read-only view of a saved file
+        self._ids: dict[str, int] = {}
+        self._names: dict[int, str] = {}
+        self._dead: set[int] = set()  # tombstoned ids (HNSW only)
+        self._next_id = 0
+        self._lock = threading.RLock()
+        self._queries = QueryCache()
+        self._subsets: OrderedDict[frozenset[str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    # --- introspection ----------------------------------------------------------------------
+
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id
+
+    @property
+    def kind(self) -> str:
+        """Either "flat" (exact) or "hnsw" (approximate)."""
+        return "hnsw" if self._index is not None and _is_hnsw(self._index) else "flat"
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model_id}
+        if self.hnsw_threshold != DEFAULT_HNSW_THRESHOLD:
+            out["hnsw_threshold"] = self.hnsw_threshold
+        return out
+
+    # --- updates ----------------------------------------------------------------------------
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        if not tools:
+            return
+        latest = {t.name: t for t in tools}  # the last definition of a name wins
+        names = list(latest)
+        vectors = embed_texts(
+            self.embedder, [embedding_text(latest[n]) for n in names], cache=self.cache, progress=self.progress
+        )
+        with self._lock:
+            self._remove_locked([n for n in names if n in self._ids])
+            if self._index is None:
+                self._index = _flat(vectors.shape[1])
+            elif vectors.shape[1] != self._index.d:
+                got, want = vectors.shape[1], self._index.d
+                raise BackendError(f"embedder {self.model_id!r} returned {got}-d vectors; the index holds {want}-d")
+            self._own()
+            ids = np.arange(self._next_id, self._next_id + len(names), dtype=np.int64)
+            self._next_id += len(names)
+            for name, i in zip(names, ids.tolist(), strict=True):
+                self._ids[name] = i
+                self._names[i] = name
+            self._index.add_with_ids(vectors, ids)
+            if not _is_hnsw(self._index) and len(self._ids) > self.hnsw_threshold:
+                self._rebuild(hnsw=True)
+            self._subsets.clear()
+
+    def remove(self, names: Collection[str]) -> None:
+        with self._lock:
+            self._remove_locked([n for n in names if n in self._ids])
+            self._subsets.clear()
+
+    def _remove_locked(self, names: list[str]) -> None:
+        if not names:
+            return
+        ids = np.array([self._ids.pop(n) for n in names], dtype=np.int64)
+        for i in ids.tolist():
+            del self._names[i]
+        if _is_hnsw(self._index):
+            self._dead.update(ids.tolist())
+            if len(self._dead) > _TOMBSTONE_REBUILD * max(len(self._ids), 1):
+                self._rebuild(hnsw=len(self._ids) > self.hnsw_threshold)
+        else:
+            self._own()
+            self._index.remove_ids(ids)
+
+    def _own(self) -> None:
+        """Copy a memory-mapped index into memory before its first change (faiss cannot grow a view)."""
+        if self._mapped:
+            self._index = faiss.deserialize_index(faiss.serialize_index(self._index))
+            self._mapped = False
+
+    def _rebuild(self, *, hnsw: bool) -> None:
+        """Re-create the faiss index from the live vectors (kind switch or tombstone purge)."""
+        ids = np.fromiter(self._names, dtype=np.int64, count=len(self._names))
+        vectors = self._index.reconstruct_batch(ids) if len(ids) else np.zeros((0, self._index.d), np.float32)
+        index = _hnsw(self._index.d) if hnsw else _flat(self._index.d)
+        if len(ids):
+            index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+        self._index = index
+        self._mapped = False
+        self._dead.clear()
+
+    # --- search -----------------------------------------------------------------------------
+
+    def query_vectors(self, query: str) -> np.ndarray:
+        """The (cached) normalised embeddings of a query and of its clauses, one row each."""
+        return self._queries.get(self.embedder, query, query_clauses)
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        best = self.candidates(query, k, allowed)
+        return Ranking([Hit(n, s) for n, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]])
+
+    def candidates(
+        self, query: str, n: int, allowed: frozenset[str] | None = None, include: Collection[str] = ()
+    ) -> dict[str, float]:
+        """Scores of the top `n` tools within `allowed`, plus of every known name in `include`.
+
+        A single request scores by cosine similarity. A multi-part request scores each tool by
+        its best clause, each clause lifted halfway towards the best clause's top similarity, so
+        a part phrased unlike any tool still brings its tools up (Seal-Tools nDCG@10 +0.03 over
+        a plain maximum, the others unchanged).
+        """
+        if not self._ids or n < 1:
+            return {}
+        vectors = self.query_vectors(query)
+        with self._lock:
+            extra = [self._ids[m] for m in include if m in self._ids and (allowed is None or m in allowed)]
+            if allowed is not None and (len(allowed) <= SUBSET_EXACT_MAX or len(allowed) * 4 <= len(self._ids)):
+                ids, sims, tops = self._subset_sims(vectors, allowed)
+                if not len(ids):
+                    return {}
+                best = _clause_scores(sims, tops)
+                top = _top_k(best, n)
+                scored = dict(zip(ids[top].tolist(), best[top].tolist(), strict=True))
+            else:
+                found, tops = self._index_hits(vectors, n, allowed)
+                if found is None:
+                    return {}
+                scored = {}
+                extra.extend(found)
+            extra = [i for i in dict.fromkeys(extra) if i not in scored]
+            if extra:
+                ids = np.array(extra, dtype=np.int64)
+                sims = self._index.reconstruct_batch(ids) @ vectors.T
+                scored.update(zip(extra, _clause_scores(sims, tops).tolist(), strict=True))
+            return {self._names[i]: float(s) for i, s in scored.items()}
+
+    def _index_hits(
+        self, vectors: np.ndarray, n: int, allowed: frozenset[str] | None
+    ) -> tuple[list[int] | None, np.ndarray]:
+        """faiss search of every query row: the union of hit ids, and each row's top similarity."""
+        index = self._index
+        selector: Any = None
+        if allowed is not None:
+            ids = np.array([self._ids[a] for a in allowed if a in self._ids], dtype=np.int64)
+            if not len(ids):
+                return None, np.zeros(0)
+            selector = faiss.IDSelectorBatch(ids)
+        elif self._dead:
+            selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
+        n_eff = min(n, len(self._ids))
+        if _is_hnsw(index):
+            params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            params.efSearch = max(self.ef_search, 2 * n_eff)
+        else:
+            params = faiss.SearchParameters() if selector is not None else None
+        if selector is not None:
+            params.sel = selector
+        sims, found = index.search(vectors, n_eff, params=params)
+        hits = [i for i in dict.fromkeys(found.ravel().tolist()) if i in self._names]
+        return hits, sims[:, 0]
+
+    def _subset_sims(self, vectors: np.ndarray, allowed: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact similarities of every allowed tool to every query row (small subsets)."""
+        entry = self._subsets.get(allowed)
+        if entry is None:
+            ids = np.array(sorted(self._ids[a] for a in allowed if a in self._ids), dtype=np.int64)
+            matrix = self._index.reconstruct_batch(ids) if len(ids) else np.zeros((0, vectors.shape[1]), np.float32)
+            entry = (ids, np.ascontiguousarray(matrix, dtype=np.float32))
+            self._subsets[allowed] = entry  # sessions search the same allowed set over and over
+            while len(self._subsets) > _SUBSET_CACHE:
+                self._subsets.popitem(last=False)
+        else:
+            self._subsets.move_to_end(allowed)
+        ids, matrix = entry
+        sims = matrix @ vectors.T
+        tops = sims.max(axis=0) if len(ids) else np.zeros(len(vectors), np.float32)
+        return ids, sims, tops
+
+    # --- persistence ------------------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        with self._lock:
+            index = self._index if self._index is not None else _flat(self.embedder.dimension)
+            if self._dead:  # never persist tombstones
+                self._rebuild(hnsw=_is_hnsw(index))
+                index = self._index
+            faiss.write_index(index, str(folder / INDEX_FILE))
+            ids = list(self._names)
+            meta = {
+                "format": FORMAT_VERSION,
+                "model": self.model_id,
+                "dimension": int(index.d),
+                "kind": self.kind,
+                "count": len(ids),
+                "ids": ids,
+                "names": [self._names[i] for i in ids],
+            }
+        (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
+
+    @classmethod
+    def open(cls, folder: Path, tools: Sequence[Tool], embedder: Embedder, **options: Any) -> VectorBackend:
+        """Read a saved index (memory-mapped); never re-embeds. Checks model and tool names."""
+        try:
+            meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise IndexFormatError(f"{folder}: {META_FILE} is missing; rebuild the index") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexFormatError(f"{folder}/{META_FILE} is corrupt ({exc}); rebuild the index") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+            raise IndexFormatError(f"{folder}: unknown vector index format {meta.get('format')!r}; rebuild the index")
+        stored = meta.get("model")
+        if stored != embedder.model_id:
+            raise IndexFormatError(
+                f"{folder} was built with embedding model {stored!r} but {embedder.model_id!r} was requested; "
+                f"load it with model={stored!r} or rebuild the index with the new model"
+            )
+        ids, names = meta.get("ids"), meta.get("names")
+        if not isinstance(ids, list) or not isinstance(names, list) or len(ids) != len(names):
+            raise IndexFormatError(f"{folder}/{META_FILE} has no valid id map; rebuild the index")
+        expected = {t.name for t in tools}
+        if set(names) != expected:
+            missing = sorted(expected - set(names))[:3]
+            extra = sorted(set(names) - expected)[:3]
+            raise IndexFormatError(
+                f"{folder}: the vector index does not match the tools (missing {missing}, unexpected {extra}); "
+                "rebuild the index"
+            )
+        try:
+            index = faiss.read_index(str(folder / INDEX_FILE), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError as exc:
+            raise IndexFormatError(f"{folder}/{INDEX_FILE} cannot be read ({exc}); rebuild the index") from None
+        if index.ntotal != len(ids) or index.d != meta.get("dimension"):
+            raise IndexFormatError(f"{folder}: {INDEX_FILE} does not match {META_FILE}; rebuild the index")
+        backend = cls(embedder, **options)
+        backend._index = index
+        backend._mapped = True
+        backend._ids = dict(zip(names, ids, strict=True))
+        backend._names = dict(zip(ids, names, strict=True))
+        backend._next_id = max(ids, default=-1) + 1
+        return backend
+
+
+def _clause_scores(sims: np.ndarray, tops: np.ndarray) -> np.ndarray:
+    """Per tool (row of `sims`, one column per query row): the best lifted clause similarity."""
+    if sims.shape[1] == 1:
+        return np.asarray(sims[:, 0])
+    lift = CLAUSE_LIFT * (tops.max() - tops)
+    return np.asarray((sims + lift).max(axis=1))
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    if k >= len(scores):
+        return np.argsort(-scores, kind="stable")
+    part = np.argpartition(-scores, k - 1)[:k]
+    return part[np.argsort(-scores[part], kind="stable")]
+
+
+def _flat(d: int) -> Any:
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(d))
+
+
+def _hnsw(d: int) -> Any:
+    inner = faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    inner.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    inner.hnsw.efSearch = HNSW_EF_SEARCH
+    return faiss.IndexIDMap2(inner)
+
+
+def _is_hnsw(index: Any) -> bool:
+    return index is not None and isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
+
+
+def _split_options(options: dict[str, Any]) -> tuple[str | None, Embedder | None, dict[str, Any]]:
+    model = options.pop("model", None)
+    embedder = options.pop("embedder", None)
+    known = {"hnsw_threshold", "ef_search", "cache", "progress"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BackendError(
+            f"unknown vector backend option(s) {', '.join(unknown)}; use model, embedder, {', '.join(sorted(known))}"
+        )
+    return model, embedder, options
+
+
+def create(**options: Any) -> VectorBackend:
+    """An empty vector backend; the model loads only when something is embedded."""
+    model, embedder, rest = _split_options(dict(options))
+    return VectorBackend(resolve_embedder(model, embedder), **rest)
+
+
+def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
+    """Open a saved vector index; `model=` or `embedder=` must match the model it was built with."""
+    model, embedder, rest = _split_options(dict(options))
+    if embedder is not None:
+        if model is not None and _canonical_model(model) != embedder.model_id:
+            raise IndexFormatError(
+                f"{folder} was built with embedding model {model!r} but the embedder given is "
+                f"{embedder.model_id!r}; pass an embedder for {model!r} or rebuild the index"
+            )
+        chosen = resolve_embedder(None, embedder)
+    else:
+        chosen = resolve_embedder(model or DEFAULT_MODEL_ID, None)
+    return VectorBackend.open(Path(folder), tools, chosen, **rest)

