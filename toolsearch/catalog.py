@@ -26,7 +26,7 @@ class CatalogDelta:
 class Catalog:
     """Tools in insertion order, unique by name, hashed by content (order-independent)."""
 
-    __slots__ = ("_tools", "_hash")
+    __slots__ = ("_hash", "_tools")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         items = list(tools)

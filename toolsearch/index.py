@@ -135,14 +135,16 @@ class ToolIndex:
         text = validate_query(query)
         k = validate_k(k)
         names = self.resolve_filter(allowed, namespaces)
+        catalog = self._catalog  # one snapshot: an update may land while the backend searches
         start = time.perf_counter()
+        notes: tuple[str, ...]
         if names is not None and not names:
             hits, notes = [], ("no tools are visible under the given filter",)
         else:
             ranking = self._backend.search(text, k, names)
-            hits, notes = ranking.hits[:k], ranking.notes
+            hits, notes = [h for h in ranking.hits if h.name in catalog][:k], ranking.notes
         elapsed = (time.perf_counter() - start) * 1000
-        tools = tuple(self._catalog[h.name] for h in hits)
+        tools = tuple(catalog[h.name] for h in hits)
         return SearchResult(text, tuple(hits), tools, self.backend_name, elapsed, tuple(notes))
 
     # --- incremental updates ------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from .tools import Tool
 
-_WORD_CHUNKS = re.compile(r"[A-Za-z0-9]+")
+_WORD_CHUNKS = re.compile(r"[^\W_]+")  # letters and digits of any script
 # camelCase, PascalCase, acronyms (HTTPServer -> HTTP Server) and digit runs.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _MAX_PARAM_DEPTH = 3
@@ -21,7 +21,10 @@ def split_identifier(identifier: str) -> tuple[str, ...]:
     """`getUserById`, `get_user_by_id`, `math.factorial` -> lower-case words."""
     words: list[str] = []
     for chunk in _WORD_CHUNKS.findall(identifier):
-        words.extend(part.lower() for part in _CAMEL.findall(chunk))
+        if chunk.isascii():
+            words.extend(part.lower() for part in _CAMEL.findall(chunk))
+        else:  # case splitting is ASCII-only; other scripts keep the chunk whole, never drop letters
+            words.append(chunk.lower())
     return tuple(words)
 
 

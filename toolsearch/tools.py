@@ -218,24 +218,29 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     lines = inspect.cleandoc(doc).splitlines() if doc else []
     summary: list[str] = []
     params: dict[str, str] = {}
-    in_args = False
+    in_args = in_other_section = False
     for line in lines:
+        indented = line.startswith((" ", "\t"))
         if _ARGS_HEADER.match(line):
-            in_args = True
+            in_args, in_other_section = True, False
             continue
         if in_args:
-            m = _ARG_LINE.match(line)
-            if m:
-                params[m.group(1)] = m.group(2).strip()
-            elif line.strip() and not line.startswith((" ", "\t")):
-                in_args = False
-            elif line.strip() and params:
-                last = next(reversed(params))
-                params[last] += " " + line.strip()
+            if not line.strip() or indented:
+                m = _ARG_LINE.match(line)
+                if m:
+                    params[m.group(1)] = m.group(2).strip()
+                elif line.strip() and params:
+                    last = next(reversed(params))
+                    params[last] += " " + line.strip()
+                continue
+            in_args = False  # an unindented line ends the section and is read below
+        if line.strip().endswith(":") and line.strip()[:-1].isalpha():  # Returns:, Raises:, ...
+            in_other_section = True
             continue
-        if line.strip().endswith(":") and line.strip()[:-1].isalpha():
-            in_args = False
-            continue
+        if in_other_section:
+            if not line.strip() or indented:
+                continue  # that section's body is not part of the description
+            in_other_section = False
         summary.append(line)
     return "\n".join(summary).strip(), params
 

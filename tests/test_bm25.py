@@ -1,0 +1,344 @@
+"""The bm25 backend: field boosts, stemming, identifier splitting, the Lucene subset and its files."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex, load_tools
+from toolsearch.backends import bm25
+from toolsearch.backends.bm25 import looks_like_lucene, split_words
+from toolsearch.evaluation import evaluate, load_queries
+
+
+def _tool(name: str, description: str = "", namespace: str | None = None, **params: dict[str, object]) -> Tool:
+    return Tool(
+        name=name,
+        description=description,
+        input_schema={"type": "object", "properties": params},
+        namespace=namespace,
+    )
+
+
+TOOLS = [
+    _tool("getUserById", "Look up a user account record.", "accounts", user_id={"type": "string"}),
+    _tool("delete_user", "Remove a user account permanently.", "accounts"),
+    _tool("send_email", "Send an email message to recipients.", "mail", subject={"type": "string"}),
+    _tool("send_sms", "Send a text message to a phone number.", "phone", body={"type": "string"}),
+    _tool("weather.forecast", "Weather forecasts for the coming days.", "weather"),
+    _tool("weather.history", "Historical weather observations for past dates.", "weather"),
+    _tool(
+        "create_invoice",
+        "Create an invoice for a customer.",
+        "billing",
+        currency={"type": "string", "enum": ["USD", "EUR", "JPY"], "description": "Invoice currency"},
+    ),
+    _tool("email_stats", "Statistics about mailbox volume.", "mail"),
+]
+
+
+@pytest.fixture(scope="module")
+def index() -> ToolIndex:
+    return ToolIndex.build(TOOLS, backend="bm25")
+
+
+def names(index: ToolIndex, query: str, k: int = 5) -> list[str]:
+    return index.search(query, k).names
+
+
+# --- analysis ------------------------------------------------------------------------------------
+
+
+def test_split_words_matches_identifier_breaks() -> None:
+    assert split_words("getUserById") == "get User By Id"
+    assert split_words("HTTPServer utf8 v2Api") == "HTTP Server utf 8 v 2 Api"
+    assert split_words("plain words stay") == "plain words stay"
+
+
+def test_identifier_forms_meet(index: ToolIndex) -> None:
+    assert names(index, "get user by id")[0] == "getUserById"
+    assert names(index, "get_user_by_id")[0] == "getUserById"
+    assert names(index, "GetUserByID")[0] == "getUserById"
+    assert names(index, "weather forecast")[0] == "weather.forecast"
+
+
+def test_stemming(index: ToolIndex) -> None:
+    assert names(index, "forecasting")[0] == "weather.forecast"
+    assert names(index, "sending emails")[0] == "send_email"
+
+
+def test_parameters_and_enum_values_are_searchable(index: ToolIndex) -> None:
+    assert names(index, "jpy")[0] == "create_invoice"
+    assert names(index, "subject")[0] == "send_email"
+
+
+def test_exact_name_gets_a_bonus(index: ToolIndex) -> None:
+    # email_stats shares every word with the query's other tools; its exact name still wins.
+    assert names(index, "email_stats")[0] == "email_stats"
+    assert names(index, "weather.history")[0] == "weather.history"
+    assert names(index, "use `send_sms` please")[0] == "send_sms"
+
+
+def test_filler_words_do_not_rank(index: ToolIndex) -> None:
+    assert names(index, "could you please help me send an email")[0] == "send_email"
+    # only filler: its words are still searched (here they match nothing), never "no words"
+    assert index.search("what can you do", 5).notes == ("no tool matched these words; try other words or synonyms",)
+
+
+def test_non_english_and_symbols_do_not_raise(index: ToolIndex) -> None:
+    for query in ["天気予報", "météo demain", "¿¡!?", "::", "100%", "a/b\\c", "x^2 + 3x - 4 = 0"]:
+        result = index.search(query, 5)
+        assert not any("syntax" in n for n in result.notes)
+
+
+# --- query syntax --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What's the weather in Paris?",
+        "Find the roots of x^2 + 5x + 6 = 0 (a quadratic)",
+        'Train a model using the "Wine Quality" dataset.',
+        "Send an e-mail to bob@example.com: subject 'hi'",
+        "temperature -5 degrees and 3 - 2",
+        "I need to fix my C++ code; what's wrong?",
+        "Look up the user's name and address",
+        "1) book a flight 2) reserve a hotel",
+        "and or not",
+    ],
+)
+def test_sentences_are_plain(query: str) -> None:
+    assert not looks_like_lucene(query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "name:weather",
+        "description:invoice",
+        "+send -sms",
+        '+"send email"',
+        "emial~",
+        "forecast~1",
+        "weath*",
+        "send AND email",
+        "email OR sms",
+        "NOT weather",
+        "(send OR create) +email",
+    ],
+)
+def test_lucene_attempts_are_recognised(query: str) -> None:
+    assert looks_like_lucene(query)
+
+
+def test_field_restriction(index: ToolIndex) -> None:
+    # "email" is in send_email's name and in email_stats' name; description:mailbox only in one.
+    assert names(index, "description:mailbox") == ["email_stats"]
+    assert set(names(index, "name:email")) == {"send_email", "email_stats"}
+    assert names(index, "params:subject") == ["send_email"]
+    assert names(index, "parameters:jpy") == ["create_invoice"]
+    assert set(names(index, "namespace:weather")) == {"weather.forecast", "weather.history"}
+
+
+def test_must_and_must_not(index: ToolIndex) -> None:
+    assert names(index, "+send -sms") == ["send_email"]
+    assert set(names(index, "+user -delete")) == {"getUserById"}
+    assert names(index, "message NOT email") == ["send_sms"]
+    assert names(index, "send AND message AND phone") == ["send_sms"]
+    assert set(names(index, "sms OR invoice")) == {"send_sms", "create_invoice"}
+
+
+def test_phrase(index: ToolIndex) -> None:
+    assert names(index, '+"text message"') == ["send_sms"]
+    assert names(index, '+"message text"') == []  # word order matters
+    assert names(index, '+"message text"~2') == ["send_sms"]  # unless slop allows it
+    # a phrase keeps the gaps of removed stop words: "account permanently" != "remove ... account"
+    assert names(index, '+"remove a user account"') == ["delete_user"]
+
+
+def test_fuzzy_and_prefix(index: ToolIndex) -> None:
+    assert names(index, "emial~")[0] in {"send_email", "email_stats"}
+    assert names(index, "invoce~1") == ["create_invoice"]
+    assert names(index, "invoce") == []  # without ~ no match
+    assert names(index, "forec*")[0] == "weather.forecast"
+
+
+def test_groups_and_boosts(index: ToolIndex) -> None:
+    assert set(names(index, "+(sms OR invoice) +send")) == {"send_sms"}
+    assert names(index, "email^5 sms -invoice")[0] in {"send_email", "email_stats"}
+    assert names(index, "email sms^5 -invoice")[0] == "send_sms"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "name:",
+        "AND send",
+        "send AND NOT",
+        "+send OR",
+        "(send OR) -sms",
+        "+send description:",
+        '+"send email',
+        "(send OR email",
+        "send) +email",
+        'weather AND ("forecast',
+    ],
+)
+def test_syntax_errors_fall_back_with_a_note(index: ToolIndex, query: str) -> None:
+    result = index.search(query, 5)
+    assert any("syntax not understood" in n and "plain text" in n for n in result.notes), result.notes
+
+
+def test_syntax_error_still_searches_the_words(index: ToolIndex) -> None:
+    result = index.search("invoice AND OR", 5)
+    assert result.names[:1] == ["create_invoice"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"send email', "1) send email", "+ email", "name: email", 'name:"send email"', "send - email -sms"],
+)
+def test_forgiving_parsing_has_no_note(index: ToolIndex, query: str) -> None:
+    result = index.search(query, 5)
+    assert result.names and not result.notes, (result.names, result.notes)
+
+
+def test_only_excluded_words(index: ToolIndex) -> None:
+    result = index.search("-email -sms", 5)
+    assert result.names == [] and "only excludes" in result.notes[0]
+
+
+def test_no_match_is_never_silent(index: ToolIndex) -> None:
+    result = index.search("xylophone", 5)
+    assert result.names == [] and "no tool matched" in result.notes[0]
+
+
+def test_allowed_filter_combines_with_scoring(index: ToolIndex) -> None:
+    allowed = {"send_sms", "weather.history"}
+    assert index.search("send email message", 5, allowed=allowed).names == ["send_sms"]
+    # the same frozen set is cached; a different one is not confused with it
+    assert index.search("send email message", 5, allowed=allowed).names == ["send_sms"]
+    assert index.search("send email message", 5, allowed={"send_email"}).names == ["send_email"]
+    assert index.search("+send -sms", 5, allowed=allowed).names == []
+
+
+# --- options, persistence, updates ---------------------------------------------------------------
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(BackendError, match="unknown bm25 option 'boost'"):
+        bm25.create(boost={"name": 2})
+    with pytest.raises(BackendError, match="unknown bm25 field 'title'"):
+        bm25.create(boosts={"title": 2})
+    with pytest.raises(BackendError, match=">= 0"):
+        bm25.create(boosts={"name": -1})
+    with pytest.raises(BackendError, match="exact_name_boost"):
+        bm25.create(exact_name_boost="high")
+
+
+def test_boosts_shape_ranking_and_the_index_key() -> None:
+    tools = [
+        _tool("alpha", "ledger ledger ledger ledger"),
+        _tool("ledger_tool", "something else entirely"),
+    ]
+    by_name = ToolIndex.build(tools, backend="bm25", boosts={"name": 5.0, "all": 0.1, "description": 0.0})
+    by_text = ToolIndex.build(tools, backend="bm25", boosts={"name": 0.0, "all": 0.1, "description": 5.0})
+    assert by_name.search("ledger", 2).names[0] == "ledger_tool"
+    assert by_text.search("ledger", 2).names[0] == "alpha"
+    assert by_name.key != by_text.key
+    assert by_name.backend.describe()["boosts"]["name"] == 5.0
+
+
+def test_saved_index_is_memory_mapped_not_rebuilt(index: ToolIndex, tmp_path: Path) -> None:
+    folder = index.save(tmp_path / "idx")
+    files = sorted(p.name for p in (folder / "backend" / "tantivy").iterdir())
+    assert "meta.json" in files and not any(f.endswith(".lock") for f in files)
+    layout = json.loads((folder / "backend" / "bm25.json").read_text())
+    assert layout["layout"] == bm25.LAYOUT_VERSION
+    loaded = ToolIndex.load(folder)
+    assert loaded.backend._folder == folder / "backend" / "tantivy"  # type: ignore[attr-defined]
+    assert loaded.search("forecasting", 3).names == index.search("forecasting", 3).names
+
+
+def test_saving_an_empty_backend(tmp_path: Path) -> None:
+    empty = bm25.create()
+    empty.save(tmp_path)
+    loaded = bm25.load(tmp_path, [])
+    assert loaded.search("anything", 5).hits == []
+    loaded.add(TOOLS[:1])
+    assert [h.name for h in loaded.search("user", 5).hits] == ["getUserById"]
+
+
+def test_load_rejects_broken_files(index: ToolIndex, tmp_path: Path) -> None:
+    folder = tmp_path / "b"
+    folder.mkdir()
+    index.backend.save(folder)
+    with pytest.raises(IndexFormatError, match="holds 8 tools but the catalog has 2"):
+        bm25.load(folder, TOOLS[:2])
+    (folder / "bm25.json").write_text('{"layout": 99}')
+    with pytest.raises(IndexFormatError, match="layout 99"):
+        bm25.load(folder, TOOLS)
+    (folder / "bm25.json").write_text("{not json")
+    with pytest.raises(IndexFormatError, match="corrupt"):
+        bm25.load(folder, TOOLS)
+    (folder / "bm25.json").unlink()
+    with pytest.raises(IndexFormatError, match=r"bm25\.json is missing"):
+        bm25.load(folder, TOOLS)
+
+
+def test_corrupt_tantivy_files_give_a_clear_error(index: ToolIndex, tmp_path: Path) -> None:
+    folder = tmp_path / "b"
+    folder.mkdir()
+    index.backend.save(folder)
+    (folder / "tantivy" / "meta.json").write_text("garbage")
+    with pytest.raises(IndexFormatError, match="rebuild"):
+        bm25.load(folder, TOOLS)
+
+
+def test_updates_after_save_keep_working(tmp_path: Path) -> None:
+    built = ToolIndex.build(TOOLS, backend="bm25")
+    built.save(tmp_path / "one")
+    built.upsert([_tool("translate", "Translate text between languages.")])
+    built.save(tmp_path / "two")
+    assert ToolIndex.load(tmp_path / "one").search("translate", 3).names == []
+    assert ToolIndex.load(tmp_path / "two").search("translate", 3).names == ["translate"]
+
+
+def test_searches_run_while_tools_are_updated() -> None:
+    live = ToolIndex.build(TOOLS, backend="bm25")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def searcher() -> None:
+        try:
+            while not stop.is_set():
+                assert live.search("send email", 3).names
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=searcher)
+    thread.start()
+    try:
+        for i in range(20):
+            live.upsert([_tool(f"extra_{i}", f"Extra tool number {i} that sends email.")])
+            live.remove([f"extra_{i - 1}"])
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert "extra_19" in live.search("extra tool", 5).names
+
+
+# --- quality guard (the full comparison with peers lives in benchmarks/) -------------------------
+
+
+def test_quality_on_a_public_dataset(datasets_dir: Path) -> None:
+    tools = load_tools(datasets_dir / "seal_tools" / "tools.jsonl")
+    index = ToolIndex.build(tools, backend="bm25")
+    queries = load_queries(datasets_dir / "seal_tools" / "queries.jsonl", limit=300, seed=0)
+    scores = evaluate(lambda q: index.search(q[:1000], 10).names, queries)
+    assert scores["nDCG@10"] > 0.88 and scores["R@5"] > 0.85  # bm25s: 0.882 / 0.848 on 1,400 queries

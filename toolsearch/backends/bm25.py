@@ -1,0 +1,641 @@
+"""BM25 backend on tantivy: boosted tool fields, English stemming and lenient Lucene syntax.
+
+Plain natural language is the common case: its words are OR-ed over every field and ranked by
+BM25 with per-field boosts; a query word equal to a tool's whole name adds a fixed bonus. Queries
+that use Lucene syntax (`name:weather`, `+must`, `-not`, `+"a phrase"`, `word~`, `word*`,
+`AND`/`OR`/`NOT`, `(groups)`, `term^2`) are parsed by a small parser that forgives what a
+sentence would trip on (`name: x` means `name:x`, a lone `-` is punctuation). A syntax error (an
+unclosed quote or bracket, `name:` with nothing after it, a dangling `AND`) never reaches the
+model as an exception: the words are searched as plain text and `Ranking.notes` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import BackendError, IndexFormatError, MissingDependencyError
+from ..results import Hit, Ranking
+from ..text import tool_text
+from ..tools import Tool
+
+try:
+    import tantivy
+except ImportError:  # pragma: no cover - tantivy is a core dependency
+    raise MissingDependencyError("tantivy is not installed; run: pip install toolsearch") from None
+
+__all__ = ["Bm25Backend", "create", "load", "DEFAULT_BOOSTS", "QUERY_FIELDS"]
+
+LAYOUT_VERSION = 1
+LAYOUT_FILE = "bm25.json"
+TANTIVY_DIR = "tantivy"
+ANALYZER = "toolsearch_en"
+
+# Per-field weights. `all` holds every field's text in one bag (name words included), so words
+# spread over name, description and parameters are scored together; the single fields add a
+# bonus on top. Tuned on bfcl / metatool / seal_tools and kept general (see benchmarks/).
+DEFAULT_BOOSTS: dict[str, float] = {
+    "all": 1.0,
+    "name": 0.6,
+    "namespace": 0.6,
+    "description": 0.6,
+    "parameters": 0.3,
+    "tags": 0.6,
+}
+DEFAULT_EXACT_NAME_BOOST = 8.0
+# Conversational words that say nothing about a tool ("could you please ..."); dropped from plain
+# queries unless nothing else is left. Generic English stop words are removed on both sides.
+FILLER_WORDS = (
+    "i me my mine myself we our ours you your yours please pls could would can do does did should shall "
+    "what which who whom how hi hello hey thanks thank"
+)
+_TEXT_FIELDS = tuple(DEFAULT_BOOSTS)
+
+# Field names the query syntax accepts, and the index field each one searches.
+QUERY_FIELDS: dict[str, str] = {
+    "name": "name",
+    "description": "description",
+    "desc": "description",
+    "parameters": "parameters",
+    "parameter": "parameters",
+    "params": "parameters",
+    "param": "parameters",
+    "namespace": "namespace",
+    "server": "namespace",
+    "tags": "tags",
+    "tag": "tags",
+}
+
+# camelCase, acronym and letter/digit boundaries: the same word breaks as text.split_identifier,
+# applied to whole texts (index and query alike) so `getUserById` in a query meets `get_user_by_id`.
+_WORD_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
+# Characters trimmed from a query chunk before it is compared with whole tool names.
+_NAME_TRIM = "\"'`.,;:!?()[]{}<>"
+
+# What makes a query a Lucene attempt rather than a sentence; anything else is plain text. Quotes
+# alone are not enough: requests quote names and values ('the "Wine Quality" dataset'), and on
+# such sentences the plain bag of words ranks better. `+"a phrase"` or `name:"..."` is Lucene.
+_LUCENE_HINT = re.compile(
+    r"""(?:^|[\s(])(?:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):"""  # a known field prefix
+    r"""|(?:^|[\s(])[+-](?=[^\W\d_]|["(])"""  # +must / -not (not "-5" or "x - y")
+    r"""|(?:^|[\s(:])[^\W_]+~\d?(?=$|[\s)])"""  # fuzzy word~ / word~1
+    r"""|(?:^|[\s(:])[^\W_]+\*(?=$|[\s)])"""  # prefix word* (not "\n* item")
+    r"""|(?:^|\s)(?:AND|OR|NOT|&&|\|\|)(?=\s)"""  # boolean operators, upper case only
+)
+
+
+def split_words(text: str) -> str:
+    """Insert spaces at identifier word breaks (`getUserById` -> `get User By Id`)."""
+    return _WORD_BOUNDARY.sub(" ", text)
+
+
+def _analyzer() -> Any:
+    # tantivy's en_stem plus ASCII folding and English stop words, registered under our own name
+    # so that the query side analyses words with exactly the object the index used.
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .filter(tantivy.Filter.stopword("english"))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> Any:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")  # exact name: filters, deletes
+    builder.add_text_field("name_exact", tokenizer_name="raw")  # lower-cased whole name
+    for name in _TEXT_FIELDS:
+        builder.add_text_field(name, tokenizer_name=ANALYZER)
+    return builder.build()
+
+
+def _document(tool: Tool) -> Any:
+    text = tool_text(tool)
+    description, parameters, tags = split_words(text.description), split_words(text.parameters), split_words(text.tags)
+    # `all`: the parts of ToolText.joined(), each split once, so the name words count twice.
+    every = (split_words(tool.name), text.name_words, text.namespace, description, parameters, tags)
+    return tantivy.Document(
+        id=tool.name,
+        name_exact=tool.name.lower(),
+        name=text.name_words,
+        namespace=text.namespace,
+        description=description,
+        parameters=parameters,
+        tags=tags,
+        all="\n".join(part for part in every if part),
+    )
+
+
+# --- the query language -----------------------------------------------------------------------
+
+
+class _SyntaxProblem(Exception):
+    """A Lucene attempt that cannot be parsed; the search falls back to plain words."""
+
+
+@dataclass
+class _Literal:
+    text: str
+    field: str | None  # index field, None = all
+    phrase: bool = False
+    slop: int = 0
+    fuzzy: int | None = None  # edit distance; -1 = automatic by word length
+    prefix: bool = False
+    boost: float = 1.0
+
+
+@dataclass
+class _Group:
+    clauses: list[tuple[str, _Literal | _Group]] = field(default_factory=list)  # ("must"|"should"|"not", node)
+    boost: float = 1.0
+
+
+_OPERATOR = re.compile(r"(AND|OR|NOT|&&|\|\|)(?=[\s()\"]|$)")
+_FIELD_PREFIX = re.compile(r"([A-Za-z_]+):")
+_SUFFIX = re.compile(r"(?:~(\d*))?(?:\^(\d+(?:\.\d+)?|\.\d+))?")
+_WORD_SUFFIX = re.compile(
+    r"^(?P<body>.*?)(?P<star>\*)?(?:~(?P<fuzzy>\d*))?(?:\^(?P<boost>\d+(?:\.\d+)?|\.\d+))?$", re.S
+)
+
+
+class _Parser:
+    """Recursive-descent parser for the Lucene subset; forgiving where a sentence would trip it."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    def parse(self) -> _Group:
+        group = _Group(self._clauses(None, closing=False))
+        return group
+
+    def _skip_space(self) -> None:
+        while self.i < len(self.s) and self.s[self.i].isspace():
+            self.i += 1
+
+    def _clauses(self, fld: str | None, *, closing: bool) -> list[tuple[str, _Literal | _Group]]:
+        clauses: list[tuple[str, _Literal | _Group]] = []
+        conj: str | None = None
+        negate = False
+        s = self.s
+        while True:
+            self._skip_space()
+            if self.i >= len(s):
+                if closing:
+                    raise _SyntaxProblem("a '(' is never closed")
+                break
+            ch = s[self.i]
+            if ch == ")":
+                if not closing:
+                    raise _SyntaxProblem(f"the ')' at character {self.i + 1} closes nothing")
+                self.i += 1
+                break
+            op = _OPERATOR.match(s, self.i)
+            if op:
+                word = op.group(1)
+                self.i = op.end()
+                if word == "NOT":
+                    negate = True
+                    continue
+                if not clauses:
+                    raise _SyntaxProblem(f"{word} needs a term on its left")
+                conj = "and" if word in ("AND", "&&") else "or"
+                continue
+            occur = "should"
+            if ch in "+-!":
+                nxt = s[self.i + 1] if self.i + 1 < len(s) else ""
+                if not nxt or nxt.isspace() or nxt == ")":  # a lone sign, as in "x - y": just text
+                    self.i += 1
+                    continue
+                occur = "must" if ch == "+" else "not"
+                self.i += 1
+            node = self._atom(fld)
+            if negate:
+                occur, negate = "not", False
+            if conj == "and":
+                if occur == "should":
+                    occur = "must"
+                prev_occur, prev_node = clauses[-1]
+                if prev_occur == "should":
+                    clauses[-1] = ("must", prev_node)
+            conj = None
+            clauses.append((occur, node))
+        if conj is not None or negate:
+            raise _SyntaxProblem("the query ends with an operator (AND, OR or NOT) that has nothing on its right")
+        return clauses
+
+    def _atom(self, fld: str | None) -> _Literal | _Group:
+        s = self.s
+        prefix = _FIELD_PREFIX.match(s, self.i)
+        if prefix and prefix.group(1).lower() in QUERY_FIELDS:
+            fld = QUERY_FIELDS[prefix.group(1).lower()]
+            self.i = prefix.end()
+            self._skip_space()  # lenient: `name: weather` means name:weather
+            if self.i >= len(s) or s[self.i] == ")":
+                raise _SyntaxProblem(f"nothing follows '{prefix.group(1)}:'; write e.g. {prefix.group(1)}:weather")
+        ch = s[self.i]
+        if ch == "(":
+            self.i += 1
+            group = _Group(self._clauses(fld, closing=True))
+            _, boost = self._suffix()
+            group.boost = boost
+            return group
+        if ch == '"':
+            end = s.find('"', self.i + 1)
+            if end < 0:
+                raise _SyntaxProblem(f"the quote at character {self.i + 1} is never closed")
+            text = s[self.i + 1 : end]
+            self.i = end + 1
+            slop, boost = self._suffix()
+            return _Literal(text, fld, phrase=True, slop=min(slop or 0, 20), boost=boost)
+        start = self.i
+        chars: list[str] = []
+        while self.i < len(s) and not s[self.i].isspace() and s[self.i] not in '()"':
+            if s[self.i] == "\\" and self.i + 1 < len(s):
+                self.i += 1
+            chars.append(s[self.i])
+            self.i += 1
+        assert self.i > start  # callers stop on whitespace, '(', ')' and '"' before coming here
+        m = _WORD_SUFFIX.match("".join(chars))
+        assert m is not None  # the pattern matches every string
+        body = m.group("body")
+        if not body:
+            body = "".join(chars)  # a lone '~' or '*' is just text
+            return _Literal(body, fld)
+        fuzzy = None
+        if m.group("fuzzy") is not None:
+            fuzzy = min(int(m.group("fuzzy")), 2) if m.group("fuzzy") else -1
+        boost = float(m.group("boost")) if m.group("boost") else 1.0
+        return _Literal(body, fld, fuzzy=fuzzy, prefix=bool(m.group("star")), boost=boost)
+
+    def _suffix(self) -> tuple[int | None, float]:
+        m = _SUFFIX.match(self.s, self.i)
+        assert m is not None
+        self.i = m.end()
+        slop = int(m.group(1)) if m.group(1) else None
+        boost = float(m.group(2)) if m.group(2) else 1.0
+        return slop, boost
+
+
+def looks_like_lucene(query: str) -> bool:
+    """True when the query uses Lucene syntax rather than being a plain sentence."""
+    return _LUCENE_HINT.search(query) is not None
+
+
+# --- the backend ------------------------------------------------------------------------------
+
+
+_Occur = {"must": "Must", "should": "Should", "not": "MustNot"}
+
+
+class Bm25Backend:
+    """Tantivy index of tools; one document per tool, one field per part of its text."""
+
+    name = "bm25"
+
+    def __init__(
+        self,
+        *,
+        boosts: Mapping[str, float] | None = None,
+        exact_name_boost: float = DEFAULT_EXACT_NAME_BOOST,
+        _folder: Path | None = None,
+    ) -> None:
+        merged = dict(DEFAULT_BOOSTS)
+        for key, value in (boosts or {}).items():
+            if key not in DEFAULT_BOOSTS:
+                raise BackendError(f"unknown bm25 field {key!r} in boosts; fields are: {', '.join(DEFAULT_BOOSTS)}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise BackendError(f"bm25 boost for {key!r} must be a number >= 0, got {value!r}")
+            merged[key] = float(value)
+        if isinstance(exact_name_boost, bool) or not isinstance(exact_name_boost, int | float) or exact_name_boost < 0:
+            raise BackendError(f"exact_name_boost must be a number >= 0, got {exact_name_boost!r}")
+        self._boosts = merged
+        self._exact_boost = float(exact_name_boost)
+        self._fields = [(f, b) for f, b in merged.items() if b > 0]
+        self._analyzer = _analyzer()
+        self._filler = frozenset(self._analyzer.analyze(FILLER_WORDS))
+        self._schema = _schema()
+        self._lock = threading.Lock()  # writes
+        self._filters_lock = threading.Lock()
+        self._filters: OrderedDict[frozenset[str], Any] = OrderedDict()
+        self._index: Any = None
+        self._writer: Any = None
+        self._searcher: Any = None
+        self._folder: Path | None = None  # where the live index's files are
+        self._private = False  # True when the folder is our own scratch copy (writable, deleted at exit)
+        if _folder is not None:
+            self._open(_folder, private=False)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"boosts": dict(self._boosts), "exact_name_boost": self._exact_boost}
+
+    def _open(self, folder: Path, *, private: bool) -> None:
+        index = tantivy.Index.open(str(folder))
+        index.register_tokenizer(ANALYZER, self._analyzer)
+        index.config_reader("manual")  # we reload after our own commits; no file watcher thread
+        self._index, self._folder, self._private = index, folder, private
+        self._searcher = index.searcher()
+
+    def _scratch(self) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="toolsearch-bm25-"))
+        weakref.finalize(self, shutil.rmtree, str(path), True)
+        return path
+
+    def _writable(self) -> Any:
+        """The open writer; a loaded (read-only, memory-mapped) index is first copied privately."""
+        if self._writer is not None:
+            return self._writer
+        if self._index is None:
+            folder = self._scratch()
+            index = tantivy.Index(self._schema, path=str(folder))
+            index.register_tokenizer(ANALYZER, self._analyzer)
+            index.config_reader("manual")
+            self._index, self._folder, self._private = index, folder, True
+        elif not self._private:
+            assert self._folder is not None
+            copy = self._scratch()
+            _copy_index_files(self._folder, copy)
+            self._open(copy, private=True)
+        self._writer = self._index.writer(heap_size=50_000_000, num_threads=1)
+        return self._writer
+
+    def _commit(self) -> None:
+        self._writer.commit()
+        self._index.reload()
+        self._searcher = self._index.searcher()
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        if not tools:
+            return
+        docs = [_document(t) for t in tools]
+        with self._lock:
+            writer = self._writable()
+            for tool, doc in zip(tools, docs, strict=True):
+                writer.delete_documents_by_term("id", tool.name)
+                writer.add_document(doc)
+            self._commit()
+
+    def remove(self, names: Collection[str]) -> None:
+        if not names or self._index is None:
+            return
+        with self._lock:
+            writer = self._writable()
+            for name in names:
+                writer.delete_documents_by_term("id", name)
+            self._commit()
+
+    def save(self, folder: Path) -> None:
+        with self._lock:
+            if self._index is None:  # never given a tool: save an empty index
+                self._writable()
+                self._commit()
+            if self._writer is not None:
+                # Finish background merges so the files we copy are the ones meta.json names.
+                self._writer.wait_merging_threads()
+                self._writer = None
+                self._index.reload()
+                self._searcher = self._index.searcher()
+            assert self._folder is not None
+            _copy_index_files(self._folder, folder / TANTIVY_DIR)
+        layout = {"layout": LAYOUT_VERSION, "fields": ["id", "name_exact", *_TEXT_FIELDS], "analyzer": ANALYZER}
+        (folder / LAYOUT_FILE).write_text(json.dumps(layout) + "\n")
+
+    def __len__(self) -> int:
+        return 0 if self._searcher is None else int(self._searcher.num_docs)
+
+    # --- search -------------------------------------------------------------------------------
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        searcher = self._searcher
+        if searcher is None or searcher.num_docs == 0:
+            return Ranking([], ("the index holds no tools",))
+        if allowed is not None and not allowed:
+            return Ranking([], ("no tools are visible under the given filter",))
+        compiled, notes = self._compile(query)
+        if compiled is None:
+            return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
+        if allowed is not None:
+            compiled = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, compiled), (tantivy.Occur.Must, self._filter(allowed))]
+            )
+        found = searcher.search(compiled, k, count=False).hits
+        hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
+        if not hits:
+            notes = (*notes, "no tool matched these words; try other words or synonyms")
+        return Ranking(hits, tuple(notes))
+
+    def _filter(self, allowed: frozenset[str]) -> Any:
+        """A zero-score term-set query on exact names; sessions reuse theirs, so a few are cached."""
+        with self._filters_lock:
+            cached = self._filters.get(allowed)
+            if cached is not None:
+                self._filters.move_to_end(allowed)
+                return cached
+        query = tantivy.Query.const_score_query(tantivy.Query.term_set_query(self._schema, "id", list(allowed)), 0.0)
+        with self._filters_lock:
+            self._filters[allowed] = query
+            while len(self._filters) > 16:
+                self._filters.popitem(last=False)
+        return query
+
+    def _compile(self, query: str) -> tuple[Any | None, tuple[str, ...]]:
+        if looks_like_lucene(query):
+            try:
+                group = _Parser(query).parse()
+            except _SyntaxProblem as problem:
+                note = f"query syntax not understood ({problem}); searched its words as plain text instead"
+                return self._plain(query), (note,)
+            compiled = self._group(group)
+            if compiled is None and any(occur == "not" for occur, _ in group.clauses):
+                return None, ("the query only excludes words; add at least one word to search for",)
+            return compiled, ()
+        return self._plain(query), ()
+
+    # --- query building -----------------------------------------------------------------------
+
+    def _tokens(self, text: str, *, drop_filler: bool = False) -> list[str]:
+        """Distinct analysed words, without conversational filler when `drop_filler`."""
+        tokens = list(dict.fromkeys(self._analyzer.analyze(split_words(text))))
+        return [t for t in tokens if t not in self._filler] if drop_filler else tokens
+
+    def _positions(self, text: str) -> list[tuple[int, str]]:
+        """Analysed words with their positions, so a phrase keeps the gaps of removed stop words."""
+        return [(t.position, t.text) for t in self._analyzer.pre_tokenize(split_words(text)).tokens]
+
+    def _targets(self, fld: str | None) -> list[tuple[str, float]]:
+        if fld is None:
+            return self._fields
+        return [(fld, self._boosts[fld] or 1.0)]
+
+    def _exact_name(self, candidates: Sequence[str]) -> Any | None:
+        names = [c for c in dict.fromkeys(candidates) if c]
+        if not names or self._exact_boost <= 0:
+            return None
+        query = tantivy.Query.term_set_query(self._schema, "name_exact", names)
+        return tantivy.Query.boost_query(query, self._exact_boost)
+
+    def _terms(self, tokens: Sequence[str], targets: Sequence[tuple[str, float]]) -> list[Any]:
+        term_query, boost_query = tantivy.Query.term_query, tantivy.Query.boost_query
+        out = []
+        for token in tokens:
+            for fld, boost in targets:
+                q = term_query(self._schema, fld, token)
+                out.append(q if boost == 1.0 else boost_query(q, boost))
+        return out
+
+    def _plain(self, query: str) -> Any | None:
+        """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
+        tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
+        return self._bag(tokens, [query, *query.split()])
+
+    def _bag(self, tokens: Sequence[str], name_candidates: Sequence[str]) -> Any | None:
+        subqueries = self._terms(tokens, self._fields)
+        exact = self._exact_name([c.strip(_NAME_TRIM).lower() for c in name_candidates])
+        if exact is not None:
+            subqueries.append(exact)
+        return _any_of(subqueries) if subqueries else None
+
+    def _group(self, group: _Group) -> Any | None:
+        parts: list[tuple[Any, Any]] = []
+        # Optional plain words and phrases join one bag scored like a plain query (each word once,
+        # as a sentence with a quoted name in it should be); a phrase adds a bonus for its words
+        # standing together.
+        bag: dict[str, None] = {}
+        names: list[str] = []
+        for occur, node in group.clauses:
+            if (
+                occur == "should"
+                and isinstance(node, _Literal)
+                and node.field is None
+                and node.fuzzy is None
+                and not node.prefix
+                and node.boost == 1.0
+            ):
+                bag.update(dict.fromkeys(self._tokens(node.text, drop_filler=not node.phrase)))
+                if not any(c.isspace() for c in node.text.strip()):
+                    names.append(node.text)
+                if not node.phrase:
+                    continue
+            compiled = self._group(node) if isinstance(node, _Group) else self._literal(node)
+            if compiled is not None:
+                parts.append((getattr(tantivy.Occur, _Occur[occur]), compiled))
+        words = self._bag(list(bag), names) if bag or names else None
+        if words is not None:
+            parts.append((tantivy.Occur.Should, words))
+        if not any(occur != tantivy.Occur.MustNot for occur, _ in parts):
+            return None
+        query = tantivy.Query.boolean_query(parts)
+        return query if group.boost == 1.0 else tantivy.Query.boost_query(query, group.boost)
+
+    def _literal(self, lit: _Literal) -> Any | None:
+        tokens = self._tokens(lit.text)
+        schema, Q = self._schema, tantivy.Query
+        alternatives: list[Any] = []
+        if tokens:
+            for fld, boost in self._targets(lit.field):
+                if lit.fuzzy is not None or lit.prefix:
+                    per_token = [self._fuzzy_or_prefix(fld, t, lit) for t in tokens]
+                    q = (
+                        per_token[0]
+                        if len(per_token) == 1
+                        else Q.boolean_query([(tantivy.Occur.Must, p) for p in per_token])
+                    )
+                elif len(tokens) == 1:
+                    q = Q.term_query(schema, fld, tokens[0])
+                else:
+                    words = list[str | tuple[int, str]](self._positions(lit.text))
+                    q = Q.phrase_query(schema, fld, words, lit.slop)
+                alternatives.append(q if boost == 1.0 else Q.boost_query(q, boost))
+        if lit.field in (None, "name") and not any(c.isspace() for c in lit.text.strip()):
+            exact = self._exact_name([lit.text.strip(_NAME_TRIM).lower()])
+            if exact is not None:
+                alternatives.append(exact)
+        if not alternatives:
+            return None
+        query = _any_of(alternatives)
+        return query if lit.boost == 1.0 else Q.boost_query(query, lit.boost)
+
+    def _fuzzy_or_prefix(self, fld: str, token: str, lit: _Literal) -> Any:
+        if lit.prefix:
+            return tantivy.Query.regex_query(self._schema, fld, re.escape(token) + ".*")
+        distance = (
+            lit.fuzzy
+            if lit.fuzzy is not None and lit.fuzzy >= 0
+            else (0 if len(token) <= 2 else 1 if len(token) <= 5 else 2)
+        )
+        return tantivy.Query.fuzzy_term_query(self._schema, fld, token, distance)
+
+
+def _any_of(queries: Sequence[Any]) -> Any:
+    if len(queries) == 1:
+        return queries[0]
+    return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
+
+
+def _copy_index_files(source: Path, target: Path) -> None:
+    """Copy a tantivy folder without its lock files (they belong to the process that made them)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
+
+
+def _iter_layout_problems(folder: Path) -> Iterator[str]:
+    layout_path = folder / LAYOUT_FILE
+    if not layout_path.is_file():
+        yield f"{LAYOUT_FILE} is missing"
+        return
+    try:
+        layout = json.loads(layout_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        yield f"{LAYOUT_FILE} is corrupt ({exc})"
+        return
+    if not isinstance(layout, dict) or layout.get("layout") != LAYOUT_VERSION:
+        found = layout.get("layout") if isinstance(layout, dict) else None
+        yield f"{LAYOUT_FILE} describes bm25 layout {found!r}; this version reads layout {LAYOUT_VERSION}"
+    if not (folder / TANTIVY_DIR / "meta.json").is_file():
+        yield f"{TANTIVY_DIR}/meta.json is missing"
+
+
+_OPTIONS = ("boosts", "exact_name_boost")
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise BackendError(f"unknown bm25 option {unknown[0]!r}; bm25 accepts: {', '.join(_OPTIONS)}")
+
+
+def create(**options: Any) -> Bm25Backend:
+    """An empty bm25 backend (nothing is built until tools are added)."""
+    _check_options(options)
+    return Bm25Backend(**options)
+
+
+def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Bm25Backend:
+    """Open the tantivy files written by `save`, memory-mapped; nothing is re-indexed."""
+    folder = Path(folder)
+    problems = list(_iter_layout_problems(folder))
+    if problems:
+        raise IndexFormatError(f"{folder}: bm25 index unusable: {'; '.join(problems)}; rebuild the index")
+    _check_options(options)
+    try:
+        backend = Bm25Backend(**options, _folder=folder / TANTIVY_DIR)
+    except ValueError as exc:  # tantivy's own error for unreadable files
+        raise IndexFormatError(f"{folder}: the tantivy files cannot be opened ({exc}); rebuild the index") from None
+    if len(backend) != len(tools):
+        raise IndexFormatError(
+            f"{folder}: the bm25 index holds {len(backend)} tools but the catalog has {len(tools)}; rebuild the index"
+        )
+    return backend
