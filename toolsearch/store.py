@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,13 +19,12 @@ from ._errors import (
     IndexFormatError,
     IndexNotFoundError,
     InvalidIndexNameError,
-    InvalidToolError,
     ToolSearchError,
 )
 from .backends import get_backend_spec
 from .catalog import Catalog
 from .index import ToolIndex, index_key
-from .tools import Tool, load_tools
+from .tools import Tool
 
 FORMAT = "toolsearch-index"
 FORMAT_VERSION = 1
@@ -53,6 +53,7 @@ class Manifest:
     namespaces: list[str]
     created_at: str
     files: dict[str, int]
+    tools_sha256: str
 
     @property
     def model(self) -> str | None:
@@ -69,6 +70,29 @@ def _file_sizes(folder: Path) -> dict[str, int]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_stored_tools(path: Path, expected_sha256: str) -> list[Tool]:
+    """Read the tools an index stored, after checking the file is byte-for-byte what was written."""
+    if _sha256(path) != expected_sha256:
+        raise IndexFormatError(f"{path} does not match the manifest's checksum (altered or corrupt); rebuild the index")
+    tools: list[Tool] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            try:
+                row = json.loads(line)
+                tools.append(Tool._restore(row, row.pop("fingerprint")))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                raise IndexFormatError(f"{path}:{lineno}: not a stored tool ({exc}); rebuild the index") from None
+    return tools
 
 
 @contextmanager
@@ -99,7 +123,8 @@ def save_index(index: ToolIndex, folder: Path) -> Path:
     with _atomic_folder(folder) as scratch:
         with (scratch / TOOLS_FILE).open("w", encoding="utf-8") as fh:
             for tool in index.catalog:
-                fh.write(json.dumps(tool.to_dict(), ensure_ascii=False) + "\n")
+                row = {"fingerprint": tool.fingerprint, **tool.to_dict()}
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         (scratch / BACKEND_DIR).mkdir()
         index.backend.save(scratch / BACKEND_DIR)
         manifest = Manifest(
@@ -112,6 +137,7 @@ def save_index(index: ToolIndex, folder: Path) -> Path:
             namespaces=index.catalog.namespaces,
             created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             files=_file_sizes(scratch),
+            tools_sha256=_sha256(scratch / TOOLS_FILE),
         )
         (scratch / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return folder
@@ -162,11 +188,7 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
             raise IndexFormatError(f"{folder}: file {rel} is missing; rebuild the index")
         if path.stat().st_size != size:
             raise IndexFormatError(f"{folder}: file {rel} is truncated or altered; rebuild the index")
-    try:
-        tools: list[Tool] = load_tools(folder / TOOLS_FILE)
-    except InvalidToolError as exc:
-        raise IndexFormatError(f"{folder}: stored tools are corrupt ({exc}); rebuild the index") from None
-    catalog = Catalog(tools)
+    catalog = Catalog(_read_stored_tools(folder / TOOLS_FILE, manifest.tools_sha256))
     if catalog.hash != manifest.catalog_hash:
         raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
     spec = get_backend_spec(manifest.backend)

@@ -71,6 +71,26 @@ class Tool:
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
+    @classmethod
+    def _restore(cls, data: Mapping[str, Any], fingerprint: str) -> Tool:
+        """Rebuild a tool this library validated and stored itself, skipping validation.
+
+        Only for the index store, which checks the stored file's SHA-256 first: re-validating
+        10,000 tools costs about a second, which would make loading an index slow.
+        """
+        tool = object.__new__(cls)
+        for name, value in (
+            ("name", data["name"]),
+            ("description", data.get("description", "")),
+            ("input_schema", data.get("input_schema") or dict(_EMPTY_SCHEMA)),
+            ("namespace", data.get("namespace")),
+            ("tags", tuple(data.get("tags") or ())),
+            ("metadata", data.get("metadata") or {}),
+            ("fingerprint", fingerprint),
+        ):
+            object.__setattr__(tool, name, value)
+        return tool
+
     def to_dict(self) -> dict[str, Any]:
         """The dataset/JSONL shape, with namespace, tags and metadata when set."""
         out: dict[str, Any] = {
