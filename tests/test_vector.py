@@ -183,3 +183,17 @@ def test_empty_backend_and_unknown_options(tmp_path: Path) -> None:
     assert vector_module.load(tmp_path, [], embedder=backend.embedder).search("x", 3).hits == []
     with pytest.raises(Exception, match="unknown vector backend option"):
         vector_module.create(bogus=1)
+
+
+def test_hnsw_index_round_trip_and_updates_after_load(tmp_path: Path, demo_tools: list[Tool]) -> None:
+    built = ToolIndex.build(demo_tools, backend="vector", hnsw_threshold=50)
+    built.remove(["files_upload"])  # a tombstone is never saved
+    built.save(tmp_path / "ix")
+    loaded = ToolIndex.load(tmp_path / "ix")
+    assert loaded.backend.kind == "hnsw" and loaded.backend.describe()["hnsw_threshold"] == 50
+    for query in ("refund a charge", "upload a file to shared storage"):
+        assert loaded.search(query, 5).names == built.search(query, 5).names
+    loaded.upsert([Tool("zz_sing", "Sing a lullaby to a sleepy child.")])
+    loaded.remove(["files_download"])
+    assert loaded.search("sing a song for the baby", 1).names == ["zz_sing"]
+    assert "files_download" not in loaded.search("download a file", 10).names

@@ -108,7 +108,8 @@ def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
             except ImportError:
                 raise missing_dependency("sentence-transformers", "vector") from None
             try:
-                model = SentenceTransformer(source, device=device)
+                with _quiet_transformers():
+                    model = SentenceTransformer(source, device=device)
             except Exception as exc:
                 raise BackendError(
                     f"cannot load the embedding model {source!r} ({type(exc).__name__}: {exc}); "
@@ -116,6 +117,23 @@ def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
                 ) from None
             _MODELS[key] = model
     return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No "Loading weights" bar on stderr each time a process first embeds something."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+        yield
+        return
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _local_dimension(path: Path) -> int | None:
@@ -361,18 +379,12 @@ class EmbeddingCache:
             seen.add(shard)
         return table
 
-    def get(self, model_id: str, keys: Sequence[bytes], dimension: int | None = None) -> list[np.ndarray | None]:
-        """Cached vectors for `keys` (None where missing or of another dimension)."""
+    def get(self, model_id: str, keys: Sequence[bytes]) -> list[np.ndarray | None]:
+        """Cached vectors for `keys` (None where missing)."""
         with self._lock:
             table = self._refresh(model_id)
-        out: list[np.ndarray | None] = []
-        for key in keys:
-            hit = table.get(key)
-            if hit is None or (dimension is not None and hit[0].shape[1] != dimension):
-                out.append(None)
-            else:
-                out.append(hit[0][hit[1]])
-        return out
+        hits = [table.get(key) for key in keys]
+        return [None if hit is None else hit[0][hit[1]] for hit in hits]
 
     def put(self, model_id: str, keys: Sequence[bytes], vectors: np.ndarray) -> None:
         """Store vectors as one new shard (atomic); merges shards when there are many."""
@@ -481,25 +493,17 @@ def embed_texts(
     `progress=None` shows a bar for long runs on a terminal; True/False force it on/off.
     """
     n = len(texts)
-    dimension = embedder.dimension if cache is None else None
-    out: np.ndarray | None = np.zeros((n, dimension), dtype=np.float32) if dimension else None
-    missing: list[int] = list(range(n))
-    keys: list[bytes] = []
-    if cache is not None:
-        keys = [text_key(t) for t in texts]
-        cached = cache.get(embedder.model_id, keys)
-        missing = [i for i, vec in enumerate(cached) if vec is None]
-        first = next((vec for vec in cached if vec is not None), None)
-        dim = first.shape[0] if first is not None else embedder.dimension
-        out = np.zeros((n, dim), dtype=np.float32)
-        for i, vec in enumerate(cached):
-            if vec is not None:
-                if vec.shape[0] != dim:  # a shard of another dimension under the same id: re-embed
-                    missing.append(i)
-                else:
-                    out[i] = vec
-        missing.sort()
-    assert out is not None
+    cached = cache.get(embedder.model_id, [text_key(t) for t in texts]) if cache is not None else [None] * n
+    first = next((vec for vec in cached if vec is not None), None)
+    # A warm cache knows the dimension: a model named by hub id is then never loaded.
+    dim = first.shape[0] if first is not None else embedder.dimension
+    out = np.zeros((n, dim), dtype=np.float32)
+    missing: list[int] = []
+    for i, vec in enumerate(cached):
+        if vec is not None and vec.shape[0] == dim:
+            out[i] = vec
+        else:  # never seen, or a shard of another dimension under the same model id
+            missing.append(i)
     if not missing:
         return out
     # Embed distinct texts once, longest first so batches are similar in length.
