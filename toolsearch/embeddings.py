@@ -568,8 +568,10 @@ class QueryCache:
             if rows is not None:
                 self._items.move_to_end(query)
                 return rows
-        texts = [query, *(expand(query) if expand else ())]
-        rows = embed_queries(embedder, texts)
+        rows = embed_queries(embedder, [query])
+        extra = expand(query) if expand else []
+        if extra:  # apart from the whole query, so short clauses are not padded to its length
+            rows = np.vstack([rows, embed_queries(embedder, extra)])
         rows.setflags(write=False)
         with self._lock:
             self._items[query] = rows
