@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     BackendError,
     DuplicateToolError,
@@ -22,12 +25,35 @@ from ._errors import (
 from .backends import BackendSpec, backend_names, default_backend, register_backend
 from .catalog import Catalog, CatalogDelta
 from .index import ToolIndex
-from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
-from .metatool import ToolSearchMetaTool, system_prompt_suffix
 from .results import Hit, Ranking, SearchResult
-from .session import InMemorySessionStore, Session, SessionManager, SessionStore
 from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
+
+if TYPE_CHECKING:
+    from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
+    from .metatool import ToolSearchMetaTool, system_prompt_suffix
+    from .providers import StreamEvent
+    from .session import InMemorySessionStore, Session, SessionManager, SessionStore
+
+# The loop and sessions pull in asyncio, pydantic and jsonschema; a caller who only searches
+# an index should not pay for them at import time, so they load on first attribute access.
+_LAZY = {
+    **dict.fromkeys(
+        ("LoopConfig", "LoopOutcome", "LoopResult", "ToolSearchLoop", "run", "arun"), "toolsearch.loop"
+    ),
+    **dict.fromkeys(("ToolSearchMetaTool", "system_prompt_suffix"), "toolsearch.metatool"),
+    **dict.fromkeys(("SessionManager", "Session", "SessionStore", "InMemorySessionStore"), "toolsearch.session"),
+    "StreamEvent": "toolsearch.providers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolsearch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 
@@ -62,6 +88,7 @@ __all__ = [
     "LoopResult",
     "run",
     "arun",
+    "StreamEvent",
     # errors
     "ToolSearchError",
     "InvalidToolError",
