@@ -1,0 +1,425 @@
+"""The token-savings benchmark: exact counts, the policy's rules, the report, the live path via a fake server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolsearch import Tool, ToolIndex
+from toolsearch.bench import tokens as bench
+from toolsearch.bench.policy import (
+    AgentPolicy,
+    SearchStep,
+    content_words,
+    query_plan,
+    regex_pattern,
+    split_clauses,
+)
+from toolsearch.providers.scripted import ScriptedModel
+from toolsearch.session import SessionManager
+from toolsearch.tokens import count_tokens
+
+CATALOG = [
+    {
+        "name": "get_weather",
+        "description": "Get the current weather forecast for a city.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name"}},
+            "required": ["city"],
+        },
+    },
+    {
+        "name": "send_email",
+        "description": "Send an email message to a recipient.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}},
+            "required": ["to", "body"],
+        },
+    },
+    {
+        "name": "create_calendar_event",
+        "description": "Create an event in the user's calendar at a given time.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "start": {"type": "string", "format": "date-time"}},
+            "required": ["title", "start"],
+        },
+    },
+    {
+        "name": "convert_currency",
+        "description": "Convert an amount of money from one currency to another.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "source": {"type": "string", "enum": ["USD", "EUR", "GBP"]},
+                "target": {"type": "string", "enum": ["USD", "EUR", "GBP"]},
+            },
+            "required": ["amount", "source", "target"],
+        },
+    },
+    {
+        "name": "translate_text",
+        "description": "Translate text into another language.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "language": {"type": "string"}},
+            "required": ["text", "language"],
+        },
+    },
+    {
+        "name": "search_flights",
+        "description": "Search for flights between two airports on a date.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}, "date": {"type": "string"}},
+            "required": ["origin", "destination"],
+        },
+    },
+    {
+        "name": "get_stock_price",
+        "description": "Look up the latest stock price for a ticker symbol.",
+        "input_schema": {"type": "object", "properties": {"ticker": {"type": "string"}}, "required": ["ticker"]},
+    },
+    {
+        "name": "set_reminder",
+        "description": "Set a reminder with a message at a time.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"message": {"type": "string"}, "time": {"type": "string"}},
+            "required": ["message"],
+        },
+    },
+]
+TASKS = [
+    {"id": "t1", "query": "What is the weather forecast in Paris today?", "relevant": ["get_weather"]},
+    {
+        "id": "t2",
+        "query": "Convert 100 USD to EUR. Then send an email to Bob with the converted amount.",
+        "relevant": ["convert_currency", "send_email"],
+    },
+    {"id": "t3", "query": "Find flights from Boston to Denver next Friday.", "relevant": ["search_flights"]},
+]
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.fixture(scope="module")
+def tools() -> list[Tool]:
+    return [Tool.from_dict(t) for t in CATALOG]
+
+
+@pytest.fixture(scope="module")
+def sessions(tools: list[Tool]) -> SessionManager:
+    return SessionManager(ToolIndex.build(tools, backend="bm25"))
+
+
+@pytest.fixture()
+def dataset(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "tools.jsonl").write_text("".join(json.dumps(t) + "\n" for t in CATALOG), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in TASKS), encoding="utf-8")
+    return folder
+
+
+def stubs(tools: list[Tool]) -> dict[str, Any]:
+    return {t.name: bench._stub(t.name) for t in tools}
+
+
+def policy_model(task: bench.Task, style: str = "text") -> ScriptedModel:
+    return ScriptedModel(policy=AgentPolicy(task.query, task.needed, style=style))
+
+
+# --- exact counts ----------------------------------------------------------------------------------
+
+
+def test_baseline_tokens_equal_a_hand_computed_count(tools: list[Tool], sessions: SessionManager) -> None:
+    task = bench.Task("t1", TASKS[0]["query"], ("get_weather",))
+    stats = bench.run_task(
+        task,
+        "baseline",
+        sessions=sessions,
+        model=policy_model(task),
+        functions=stubs(tools),
+        allowed=None,
+        catalog_size=len(tools),
+        session_id="exact",
+    )
+    # Every tool in the Chat Completions function shape, counted one by one; no tool_search in the baseline.
+    tool_defs = sum(
+        count_tokens(
+            compact(
+                {
+                    "type": "function",
+                    "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
+                }
+            )
+        )
+        for t in CATALOG
+    )
+    system = count_tokens(bench.SYSTEM_PROMPT)  # no tool-search suffix in the baseline
+    user = count_tokens(compact({"role": "user", "content": task.query}))
+    assistant = count_tokens(
+        compact(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_0_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"example"}'},
+                    }
+                ],
+            }
+        )
+    )
+    result = count_tokens(
+        compact(
+            {
+                "role": "tool",
+                "tool_call_id": "call_0_1",
+                "content": '{"ok": true, "tool": "get_weather", "result": "done"}',
+            }
+        )
+    )
+    first = system + user + tool_defs
+    second = system + user + assistant + result + tool_defs
+    assert stats.requests == 2
+    assert stats.input_tokens == first + second
+    assert stats.tool_tokens == 2 * tool_defs
+    assert stats.success and stats.searches == 0
+
+
+def test_tool_search_run_starts_with_only_the_meta_tool(tools: list[Tool], sessions: SessionManager) -> None:
+    task = bench.Task("t1", TASKS[0]["query"], ("get_weather",))
+    stats = bench.run_task(
+        task,
+        "bm25",
+        sessions=sessions,
+        model=policy_model(task),
+        functions=stubs(tools),
+        allowed=None,
+        catalog_size=len(tools),
+        session_id="search",
+        keep_requests=True,
+    )
+    assert stats.success
+    assert stats.request_tokens[0]["tools_sent"] == 1  # tool_search alone
+    assert stats.requests == 3 and stats.searches == 1
+    assert stats.queries == [task.query]
+    assert stats.input_tokens == sum(r["input_tokens"] for r in stats.request_tokens)
+    assert stats.tool_tokens == sum(r["tool_tokens"] for r in stats.request_tokens)
+    assert "search" not in sessions  # the benchmark closes every session it opens
+
+
+def test_allowed_subset_limits_what_a_session_can_find(tools: list[Tool], sessions: SessionManager) -> None:
+    task = bench.Task("t1", TASKS[0]["query"], ("get_weather",))
+    allowed = ["send_email", "set_reminder"]  # the needed tool is outside the task's catalog
+    stats = bench.run_task(
+        task,
+        "bm25",
+        sessions=sessions,
+        model=policy_model(task),
+        functions=stubs(tools),
+        allowed=allowed,
+        catalog_size=len(allowed),
+        session_id="subset",
+    )
+    assert not stats.exposed and not stats.success
+
+
+# --- the policy ------------------------------------------------------------------------------------
+
+
+def test_policy_only_calls_tools_the_request_carries(tools: list[Tool], sessions: SessionManager) -> None:
+    # The intent names a tool the task's words cannot find: the policy searches every round, never calls it.
+    task = bench.Task("x", "Please book a table for two people tonight.", ("get_stock_price",))
+    model = policy_model(task)
+    stats = bench.run_task(
+        task,
+        "bm25",
+        sessions=sessions,
+        model=model,
+        functions=stubs(tools),
+        allowed=None,
+        catalog_size=len(tools),
+        session_id="invisible",
+    )
+    plan = query_plan(task.query)
+    assert not stats.called and not stats.success
+    assert stats.searches == sum(len(r) for r in plan)
+    for request in model.requests:
+        for message in request.messages:
+            for call in message.tool_calls:
+                assert call.name == "tool_search"
+
+
+def test_policy_queries_come_from_the_task_text_only() -> None:
+    task = "Convert 100 USD to EUR. Then send an email to Bob with the converted amount."
+    a = query_plan(task)
+    b = AgentPolicy(task, ["convert_currency", "send_email"]).plan
+    c = AgentPolicy(task, ["anything_else"]).plan
+    assert a == b == c  # the labels never shape a query
+    # two parts: searched part by part, then as a whole, then by keywords (both with 10 results)
+    assert [s.query for s in a[0]] == ["Convert 100 USD to EUR", "send an email to Bob with the converted amount"]
+    assert a[1] == [SearchStep(task, 10)]
+    assert a[2] == [SearchStep("convert usd eur send email bob converted amount", 10)]
+    one = query_plan("Find flights from Boston to Denver.")
+    assert one == [[SearchStep("Find flights from Boston to Denver.")], [SearchStep("find flights boston denver", 10)]]
+    assert "the" not in content_words(task) and "convert" in content_words(task)
+    assert split_clauses("Find the weather") == ["Find the weather"]
+
+
+def test_regex_plan_is_a_word_alternation_within_the_length_limit() -> None:
+    words = content_words("Find flights from Boston to Denver (next Friday)")
+    pattern = regex_pattern(words)
+    assert pattern == r"\b(?:find|flights|boston|denver|next|friday)\b"
+    long = regex_pattern([f"word{'x' * 20}{chr(97 + i)}" for i in range(20)])
+    assert len(long) <= 200
+    assert all(s.query.startswith(r"\b(?:") for r in query_plan("send an email to Bob", "regex") for s in r)
+
+
+# --- analysis --------------------------------------------------------------------------------------
+
+
+def test_break_even_interpolates_in_log_size() -> None:
+    result = bench.break_even([(5, -0.4), (50, 0.75), (1000, 0.99)])
+    expected = math.exp(math.log(5) + 0.4 * (math.log(50) - math.log(5)) / 1.15)
+    assert result["size"] == pytest.approx(expected, abs=0.1)
+    assert bench.break_even([(5, 0.1), (50, 0.5)])["size"] is None
+    assert "every size" in bench.break_even([(5, -0.5), (50, -0.1)])["note"]
+
+
+def test_catalogs_nest_and_keep_the_needed_tools() -> None:
+    order = {f"t{i}": i for i in range(20)}
+    distractors = [f"t{i}" for i in (7, 3, 15, 9, 1, 12)]
+    small = bench.catalog_names(["t5"], distractors, 3, order)
+    large = bench.catalog_names(["t5"], distractors, 6, order)
+    assert small == ["t3", "t5", "t7"]
+    assert set(small) < set(large) and len(large) == 6
+    assert bench.catalog_names(["t5", "t6"], distractors, 1, order) == ["t5", "t6"]
+    assert bench.catalog_names(["t5"], distractors, None, order) is None
+
+
+# --- the whole benchmark ---------------------------------------------------------------------------
+
+
+def _args(dataset: Path, out: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(["--dataset", str(dataset), "--out", str(out), "--backends", "bm25", *extra])
+
+
+def test_benchmark_writes_its_report(dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    assert bench.main(_args(dataset, out, "--sizes", "3,all", "--trace-size", "5", "--no-plot", "--seed", "1")) == 0
+    report = json.loads((out / "tokens.json").read_text())
+    ds = report["datasets"]["tiny"]
+    assert ds["tasks"] == 3 and [r["size"] for r in ds["by_size"]] == [3, "all"]
+    full = ds["by_size"][1]["methods"]
+    assert full["baseline"]["success"] == 1.0 and full["bm25"]["success"] == 1.0
+    assert full["baseline"]["requests"] == 2.0
+    assert 1.0 <= full["bm25"]["extra_requests"] <= 2.0
+    # at 3 tools the catalog is about as big as what a search exposes: tool search costs more there
+    assert ds["by_size"][0]["methods"]["bm25"]["savings"] < 0
+    assert report["trace"]["dataset"] == "tiny" and report["trace"]["needed"] == ["convert_currency", "send_email"]
+    text = (out / "tokens.md").read_text()
+    assert "## Break-even catalog size" in text and "| tiny | 8 | bm25 |" in text
+    assert "tiny" in capsys.readouterr().out
+
+
+def test_plots_are_written(dataset: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "results"
+    assert bench.main(_args(dataset, out, "--sizes", "3,all", "--limit", "1")) == 0
+    assert (out / "tokens_vs_size.png").stat().st_size > 0
+    assert (out / "tokens_savings.png").stat().st_size > 0
+    assert "![tokens_vs_size](tokens_vs_size.png)" in (out / "tokens.md").read_text()
+
+
+# --- live mode, through the real SDK clients against the fake server ----------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_live_mode_reports_the_providers_usage(
+    provider: str, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip(provider)
+    from fakes import FakeLLMServer, Turn
+
+    def model(request: Any) -> Turn:
+        names = request.tool_names
+        if "tool_search" in names and request.assistant_turns == 0:
+            return Turn(tool_calls=[("tool_search", {"query": request.user_text})])
+        if "get_weather" in names and not any(c.name == "get_weather" for c in request.history_calls()):
+            return Turn(tool_calls=[("get_weather", {"city": "Paris"})])
+        return Turn(text="It is sunny in Paris.")
+
+    (dataset / "queries.jsonl").write_text(json.dumps(TASKS[0]) + "\n", encoding="utf-8")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    out = tmp_path / "results"
+    with FakeLLMServer(policy=model) as server:
+        base_url = server.openai_base_url if provider == "openai" else server.anthropic_base_url
+        code = bench.main(
+            _args(
+                dataset,
+                out,
+                "--provider",
+                provider,
+                "--model",
+                "fake-model",
+                "--base-url",
+                base_url,
+                "--limit",
+                "1",
+                "--sizes",
+                "all",
+                "--trace-size",
+                "1000",
+                "--no-plot",
+            )
+        )
+        requests = server.requests
+    assert code == 0
+    report = json.loads((out / "tokens.json").read_text())
+    full = report["datasets"]["tiny"]["by_size"][0]["methods"]
+    billed = {"baseline": 0, "bm25": 0}
+    for request in requests:
+        billed["bm25" if "tool_search" in request.tool_names else "baseline"] += max(1, len(request.raw) // 4)
+    assert full["baseline"]["provider_input_tokens"] == billed["baseline"]
+    assert full["bm25"]["provider_input_tokens"] == billed["bm25"]
+    assert full["baseline"]["success"] == 1.0 and full["bm25"]["success"] == 1.0
+    assert sum("tool_search" not in r.tool_names for r in requests) == 2  # baseline: call, answer
+    assert report["settings"]["mode"] == f"live {provider} fake-model"
+
+
+# --- the session benchmark -----------------------------------------------------------------------------
+
+
+def test_session_benchmark_runs_small_and_checks_isolation(dataset: Path) -> None:
+    from toolsearch.bench import Dataset
+    from toolsearch.bench import sessions as session_bench
+
+    report = session_bench.run(
+        [Dataset(dataset)], ["bm25"], size=40, sessions=4, creations=50, queries=12, allowed_size=10
+    )
+    result = report["backends"]["bm25"]
+    assert report["settings"]["catalog"]["size"] == 40
+    assert all(row["n"] == 50 for row in result["creation"].values())
+    for rows in result["search"].values():
+        assert len(rows) == 4
+        for row in rows.values():
+            assert row["isolation_ok"] and row["queries"] == 3 and row["qps"] > 0
+    assert "## bm25" in session_bench.render_markdown(report)

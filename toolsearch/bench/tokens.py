@@ -1,0 +1,964 @@
+"""Token-savings benchmark: every tool on every request (baseline) vs tool search, per backend and catalog size.
+
+    toolsearch bench tokens                              # offline, deterministic policy model
+    toolsearch bench tokens --provider openai --model gpt-4.1-mini --limit 10 --sizes 50,200
+
+Both arms run the same tasks through the same loop (`toolsearch.loop`) over the same catalog:
+
+- **baseline**: the session pins every tool of the task's catalog and the model wrapper leaves the
+  `tool_search` meta-tool (and its system-prompt suffix) out, so each request carries all tools;
+- **tool search**: the session only allows the catalog; the model starts with `tool_search` and sees
+  what its searches found, for each backend.
+
+Catalogs: for each task and size N, its needed tools plus N - |needed| distractors drawn from a seeded
+per-task permutation of the data set (so smaller catalogs are subsets of larger ones), or the whole data
+set ("all"). One index per data set and backend is built once; a task's catalog is a session's `allowed`
+subset over it. Offline, the model is `AgentPolicy` (see `policy.py`) and the figures are exact token
+counts (`toolsearch.tokens`, o200k_base by default) of each request's system prompt, messages and tool
+definitions as rendered for the provider format; live (`--provider`), the same loop drives the real
+model and the provider's reported usage is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import os
+import random
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import Dataset, machine_info, machine_markdown, resolve_datasets, write_json
+from .policy import AgentPolicy, QueryStyle
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "SYSTEM_PROMPT",
+    "Task",
+    "TaskRun",
+    "WithoutToolSearch",
+    "add_arguments",
+    "break_even",
+    "catalog_names",
+    "main",
+    "run",
+    "run_task",
+]
+
+DEFAULT_SIZES = "5,10,20,50,200,1000,all"
+DEFAULT_LIMIT = 200
+DEFAULT_LIVE_LIMIT = 10
+SYSTEM_PROMPT = (
+    "You are an assistant that completes the user's task by calling tools. Call the tools the task needs "
+    "with suitable arguments, then answer briefly."
+)
+BASELINE = "baseline"
+TARGET_SAVINGS = 0.90
+TARGET_SUCCESS_RATIO = 0.95
+TARGET_EXTRA_REQUESTS = 1.5
+TARGET_DATASETS = ("bfcl", "seal_tools")
+MAX_ITERATIONS = 8
+FAILURE_EXAMPLES = 10
+
+
+# --- tasks and catalogs -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One benchmark task: the user's request and the tools it needs."""
+
+    id: str
+    query: str
+    needed: tuple[str, ...]
+    subset: str = ""
+
+
+def catalog_names(
+    needed: Sequence[str], distractors: Sequence[str], size: int | None, order: Mapping[str, int]
+) -> list[str] | None:
+    """The task's catalog at `size` (None = the whole data set): needed tools + the first distractors.
+
+    Names come back in data-set order, so a baseline request lists tools as the catalog holds them.
+    """
+    if size is None:
+        return None
+    extra = max(0, size - len(needed))
+    names = set(needed) | set(distractors[:extra])
+    return sorted(names, key=order.__getitem__)
+
+
+def _distractors(tools: Sequence[Any], task: Task, count: int, seed: str) -> list[str]:
+    """A seeded sample of `count` tools the task does not need, in sampled order (prefixes nest)."""
+    needed = set(task.needed)
+    others = [t.name for t in tools if t.name not in needed]
+    return random.Random(seed).sample(others, min(len(others), count))
+
+
+def _sizes(spec: str) -> list[int | None]:
+    out: list[int | None] = []
+    for part in spec.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        if part == "all":
+            out.append(None)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise SystemExit(f"--sizes: {part!r} is not a number or 'all'") from None
+        if value < 1:
+            raise SystemExit("--sizes: catalog sizes must be positive")
+        out.append(value)
+    if not out:
+        raise SystemExit("--sizes: give at least one size, e.g. 50,200,all")
+    return sorted(set(out), key=lambda s: math.inf if s is None else s)
+
+
+@functools.cache
+def _metatool() -> Any:
+    """One meta-tool for every run: it caches its per-backend definitions across sessions."""
+    from ..metatool import ToolSearchMetaTool
+
+    return ToolSearchMetaTool()
+
+
+def _stub(name: str) -> Callable[..., Any]:
+    def tool(**arguments: Any) -> dict[str, Any]:
+        return {"ok": True, "tool": name, "result": "done"}
+
+    return tool
+
+
+# --- the baseline's model ------------------------------------------------------------------------
+
+
+class WithoutToolSearch:
+    """A ChatModel wrapper for the baseline: the same provider, with the meta-tool left out of every request.
+
+    The baseline session pins every tool, so together they make a plain tool-calling loop that runs
+    through exactly the same loop, executor and token accounting as the tool-search arm.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.format = model.format
+
+    @staticmethod
+    def _plain(request: Any) -> Any:
+        return replace(request, search_tool=None)
+
+    def payload(self, request: Any) -> dict[str, Any]:
+        return self.model.payload(self._plain(request))  # type: ignore[no-any-return]
+
+    def complete(self, request: Any) -> Any:
+        return self.model.complete(self._plain(request))
+
+    async def acomplete(self, request: Any) -> Any:
+        return await self.model.acomplete(self._plain(request))
+
+
+# --- one run ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TaskRun:
+    """What one task cost and achieved in one arm (baseline or a backend) at one catalog size."""
+
+    method: str
+    catalog_size: int
+    requests: int = 0
+    input_tokens: int = 0  # exact counts of the rendered requests (system + messages + tools)
+    tool_tokens: int = 0  # the tool-definition part of input_tokens
+    provider_input_tokens: int | None = None  # what the provider billed (live runs)
+    provider_output_tokens: int | None = None
+    searches: int = 0
+    exposed: bool = False  # every needed tool was in some request's tools
+    called: bool = False  # every needed tool ran with valid arguments
+    outcome: str = ""
+    error: str | None = None
+    queries: list[str] = field(default_factory=list)
+    request_tokens: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return self.exposed and self.called and self.error is None
+
+
+def run_task(
+    task: Task,
+    method: str,
+    *,
+    sessions: Any,
+    model: Any,
+    functions: Mapping[str, Callable[..., Any]],
+    allowed: Sequence[str] | None,
+    catalog_size: int,
+    session_id: str,
+    max_iterations: int = MAX_ITERATIONS,
+    encoding: str = "o200k_base",
+    keep_requests: bool = False,
+) -> TaskRun:
+    """Run one task through the loop, as the baseline (`method="baseline"`) or with tool search."""
+    from ..loop import LoopConfig, ResultStatus
+    from ..loop import run as run_loop
+    from ..providers._base import ProviderError
+
+    baseline = method == BASELINE
+    search_name = _metatool().name
+    if baseline:
+        pinned = allowed if allowed is not None else sessions.index.catalog.names
+        session = sessions.create(session_id, allowed=allowed, pinned=pinned)
+        model = WithoutToolSearch(model)
+    else:
+        session = sessions.create(session_id, allowed=allowed)
+    config = LoopConfig(
+        max_iterations=max_iterations,
+        tool_timeout=None,
+        parallel_tool_calls=False,  # stubs return at once; threads would only add noise
+        system_suffix=not baseline,
+        encoding=encoding,
+    )
+    stats = TaskRun(method, catalog_size)
+    try:
+        result = run_loop(
+            model,
+            task.query,
+            session=session,
+            functions=functions,
+            system=SYSTEM_PROMPT,
+            metatool=_metatool(),
+            config=config,
+        )
+    except ProviderError as exc:
+        stats.error = f"{type(exc).__name__}: {exc}"[:300]
+        return stats
+    finally:
+        sessions.close(session_id)
+    seen: set[str] = set()
+    billed_in: list[int] = []
+    billed_out: list[int] = []
+    for record in result.requests:
+        seen.update(record.tool_names)
+        if record.tokens is not None:
+            stats.input_tokens += record.tokens.total
+            stats.tool_tokens += record.tokens.tools
+        if record.usage is not None:
+            if record.usage.input_tokens is not None:
+                billed_in.append(record.usage.input_tokens)
+            if record.usage.output_tokens is not None:
+                billed_out.append(record.usage.output_tokens)
+        if keep_requests:
+            tokens = record.tokens
+            stats.request_tokens.append(
+                {
+                    "iteration": record.iteration,
+                    "tools_sent": len(record.tool_names) - (1 if baseline and search_name in record.tool_names else 0),
+                    "system_tokens": tokens.system if tokens else None,
+                    "message_tokens": tokens.messages if tokens else None,
+                    "tool_tokens": tokens.tools if tokens else None,
+                    "input_tokens": tokens.total if tokens else None,
+                    "usage": record.usage.to_dict() if record.usage else None,
+                }
+            )
+    stats.requests = len(result.requests)
+    stats.provider_input_tokens = sum(billed_in) if billed_in else None
+    stats.provider_output_tokens = sum(billed_out) if billed_out else None
+    stats.searches = len(result.searches)
+    stats.queries = [s.query or "" for s in result.searches]
+    ran = {r.call.name for r in result.tool_results if r.status is ResultStatus.OK}
+    stats.exposed = all(n in seen for n in task.needed)
+    stats.called = all(n in ran for n in task.needed)
+    stats.outcome = result.outcome.value
+    return stats
+
+
+# --- the benchmark ---------------------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _aggregate(runs: Sequence[TaskRun], live: bool) -> dict[str, Any]:
+    done = [r for r in runs if r.error is None]
+    out: dict[str, Any] = {
+        "tasks": len(runs),
+        "errors": len(runs) - len(done),
+        "catalog_size": round(_mean([r.catalog_size for r in runs]), 1),
+        "input_tokens": round(_mean([r.input_tokens for r in done]), 1),
+        "tool_tokens": round(_mean([r.tool_tokens for r in done]), 1),
+        "requests": round(_mean([r.requests for r in done]), 3),
+        "searches": round(_mean([r.searches for r in done]), 3),
+        "exposed": round(_mean([float(r.exposed) for r in runs]), 4),
+        "success": round(_mean([float(r.success) for r in runs]), 4),
+    }
+    if live:
+        billed = [r.provider_input_tokens for r in done if r.provider_input_tokens is not None]
+        billed_out = [r.provider_output_tokens for r in done if r.provider_output_tokens is not None]
+        out["provider_input_tokens"] = round(_mean(billed), 1) if billed else None
+        out["provider_output_tokens"] = round(_mean(billed_out), 1) if billed_out else None
+    return out
+
+
+def _compare(method: dict[str, Any], base: dict[str, Any], live: bool) -> None:
+    """Add savings, extra requests and the success ratio against the baseline (in place)."""
+    key = "provider_input_tokens" if live and method.get("provider_input_tokens") is not None else "input_tokens"
+    b, m = base.get(key), method.get(key)
+    method["savings"] = round(1 - m / b, 4) if b and m is not None and not math.isnan(b) else None
+    method["extra_requests"] = round(method["requests"] - base["requests"], 3)
+    method["success_ratio"] = round(method["success"] / base["success"], 4) if base["success"] else None
+
+
+def break_even(points: Sequence[tuple[float, float | None]]) -> dict[str, Any]:
+    """Where savings cross zero, by linear interpolation in log(catalog size).
+
+    `points` are (mean catalog size, savings) in increasing size. Returns the size below which tool
+    search costs more than it saves, or says the crossing lies outside the sizes measured.
+    """
+    pts = [(s, v) for s, v in points if v is not None and s > 0]
+    if not pts:
+        return {"size": None, "note": "no data"}
+    if pts[0][1] > 0:
+        return {"size": None, "note": f"tool search already saves tokens at the smallest size measured ({pts[0][0]:g})"}
+    last_loss = max(i for i, (_, v) in enumerate(pts) if v <= 0)
+    if last_loss == len(pts) - 1:
+        return {"size": None, "note": f"tool search costs more at every size measured (up to {pts[-1][0]:g})"}
+    (s0, v0), (s1, v1) = pts[last_loss], pts[last_loss + 1]
+    x0, x1 = math.log(s0), math.log(s1)
+    x = x0 + (0 - v0) * (x1 - x0) / (v1 - v0)
+    return {"size": round(math.exp(x), 1), "note": f"between {s0:g} and {s1:g}"}
+
+
+def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> list[Task]:
+    from ..evaluation import load_queries
+
+    rows = load_queries(ds.queries_path, seed=seed)
+    tasks = [Task(q.id, q.query, tuple(dict.fromkeys(q.relevant)), q.subset) for q in rows]
+    tasks = [t for t in tasks if t.needed and all(n in names for n in t.needed) and t.query.strip()]
+    return tasks[:limit] if limit else tasks
+
+
+def _style(method: str) -> QueryStyle:
+    """How the policy writes queries for a backend: patterns for regex, words for the others."""
+    return "regex" if method == "regex" else "text"
+
+
+def _model_factory(provider: str | None, model_name: str | None, fmt: str, base_url: str | None) -> Any:
+    """(task, style) -> ChatModel: the offline policy model per task, or one live provider model."""
+    from ..providers.scripted import ScriptedModel
+
+    if provider is None:
+
+        def offline(task: Task, style: QueryStyle) -> Any:
+            return ScriptedModel(policy=AgentPolicy(task.query, task.needed, style=style), format=fmt)
+
+        return offline
+    if not model_name:
+        raise SystemExit("--provider needs --model NAME")
+    live = _live_model(provider, model_name, base_url)
+    return lambda task, style: live
+
+
+def _live_model(provider: str, model_name: str, base_url: str | None) -> Any:
+    if provider == "openai":
+        if not (os.environ.get("OPENAI_API_KEY")):
+            raise SystemExit("--provider openai needs OPENAI_API_KEY in the environment")
+        try:
+            import openai
+        except ImportError:
+            raise SystemExit("the openai package is not installed: pip install 'toolsearch[providers]'") from None
+        from ..providers.openai import OpenAIChatModel
+
+        client = openai.OpenAI(base_url=base_url) if base_url else openai.OpenAI()
+        return OpenAIChatModel(client, model_name)
+    if provider == "anthropic":
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise SystemExit("--provider anthropic needs ANTHROPIC_API_KEY in the environment")
+        try:
+            import anthropic
+        except ImportError:
+            raise SystemExit("the anthropic package is not installed: pip install 'toolsearch[providers]'") from None
+        from ..providers.anthropic import AnthropicModel
+
+        aclient = anthropic.Anthropic(base_url=base_url) if base_url else anthropic.Anthropic()
+        return AnthropicModel(aclient, model_name)
+    raise SystemExit(f"unknown provider {provider!r}; choose openai or anthropic")
+
+
+def run(
+    datasets: Sequence[Dataset],
+    backends: Sequence[str],
+    sizes: Sequence[int | None],
+    *,
+    limit: int | None = DEFAULT_LIMIT,
+    seed: int = 0,
+    fmt: str = "openai_chat",
+    encoding: str = "o200k_base",
+    provider: str | None = None,
+    model_name: str | None = None,
+    base_url: str | None = None,
+    trace_size: int = 1000,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape)."""
+    from ..index import ToolIndex
+    from ..session import SessionManager
+    from ..tools import load_tools
+
+    say = log or (lambda message: None)
+    live = provider is not None
+    make_model = _model_factory(provider, model_name, fmt, base_url)
+    report: dict[str, Any] = {
+        "benchmark": "tokens",
+        "machine": machine_info(),
+        "settings": {
+            "mode": f"live {provider} {model_name}" if live else "offline policy model",
+            "format": "anthropic" if provider == "anthropic" else ("openai_chat" if live else fmt),
+            "encoding": encoding,
+            "limit": limit,
+            "seed": seed,
+            "sizes": ["all" if s is None else s for s in sizes],
+            "backends": list(backends),
+            "system_prompt": SYSTEM_PROMPT,
+            "max_iterations": MAX_ITERATIONS,
+        },
+        "datasets": {},
+    }
+    started = time.perf_counter()
+    # the request-by-request example: a multi-tool seal_tools task when that set is run, else the first big set
+    trace_from = "seal_tools" if any(d.name == "seal_tools" for d in datasets) else None
+    report["trace"] = None
+    for ds in datasets:
+        tools = load_tools(ds.tools_path)
+        order = {t.name: i for i, t in enumerate(tools)}
+        tasks = _load_tasks(ds, limit, seed, set(order))
+        functions = {t.name: _stub(t.name) for t in tools}
+        ds_sizes = [s for s in sizes if s is None or s < len(tools)]
+        if None not in ds_sizes:
+            ds_sizes.append(None)
+        say(
+            f"[{ds.name}] {len(tools)} tools, {len(tasks)} tasks, sizes {['all' if s is None else s for s in ds_sizes]}"
+        )
+        managers: dict[str, Any] = {}
+        build_s: dict[str, float] = {}
+        for backend in backends:
+            t0 = time.perf_counter()
+            index = ToolIndex.build(tools, backend=backend)
+            build_s[backend] = round(time.perf_counter() - t0, 2)
+            managers[backend] = SessionManager(index, max_sessions=100)
+            say(f"[{ds.name}] built {backend} index in {build_s[backend]:.1f}s")
+        base_sessions = managers[backends[0]]
+        methods = [BASELINE, *backends]
+        runs: dict[tuple[int | None, str], list[TaskRun]] = {(s, m): [] for s in ds_sizes for m in methods}
+        failures: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+        biggest = max((s for s in ds_sizes if s is not None), default=0)
+        t_ds = time.perf_counter()
+        for number, task in enumerate(tasks, 1):
+            distractors = _distractors(tools, task, biggest, f"{seed}:{ds.name}:{task.id}")
+            for size in ds_sizes:
+                allowed = catalog_names(task.needed, distractors, size, order)
+                catalog_size = len(tools) if allowed is None else len(allowed)
+                for method in methods:
+                    sessions = base_sessions if method == BASELINE else managers[method]
+                    stats = run_task(
+                        task,
+                        method,
+                        sessions=sessions,
+                        model=make_model(task, _style(method)),
+                        functions=functions,
+                        allowed=allowed,
+                        catalog_size=catalog_size,
+                        session_id=f"{ds.name}:{task.id}:{size}:{method}",
+                        encoding=encoding,
+                    )
+                    runs[(size, method)].append(stats)
+                    missed = size is None and method != BASELINE and not stats.success
+                    if missed and len(failures[method]) < FAILURE_EXAMPLES:
+                        failures[method].append(
+                            {
+                                "task": task.id,
+                                "query": task.query[:300],
+                                "needed": list(task.needed),
+                                "queries": stats.queries,
+                                "error": stats.error,
+                            }
+                        )
+            if number % 25 == 0 or number == len(tasks):
+                say(f"[{ds.name}] {number}/{len(tasks)} tasks ({time.perf_counter() - t_ds:.0f}s)")
+        by_size: list[dict[str, Any]] = []
+        for size in ds_sizes:
+            row: dict[str, Any] = {"size": "all" if size is None else size, "methods": {}}
+            base = _aggregate(runs[(size, BASELINE)], live)
+            row["methods"][BASELINE] = base
+            for backend in backends:
+                agg = _aggregate(runs[(size, backend)], live)
+                _compare(agg, base, live)
+                row["methods"][backend] = agg
+            row["catalog_size"] = base["catalog_size"]
+            by_size.append(row)
+        if report.get("trace") is None and len(tools) >= trace_size and trace_from in (None, ds.name):
+            report["trace"] = _trace(
+                ds.name, tools, tasks, order, managers, backends, trace_size, seed, make_model, functions, encoding
+            )
+        report["datasets"][ds.name] = {
+            "path": str(ds.folder),
+            "tools": len(tools),
+            "tasks": len(tasks),
+            "multi_tool_tasks": sum(len(t.needed) > 1 for t in tasks),
+            "build_s": build_s,
+            "by_size": by_size,
+            "break_even": {
+                b: break_even([(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size]) for b in backends
+            },
+            "failures_at_full_catalog": failures,
+            "elapsed_s": round(time.perf_counter() - t_ds, 1),
+        }
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    report["targets"] = _targets(report)
+    return report
+
+
+def _trace(
+    dataset: str,
+    tools: Sequence[Any],
+    tasks: Sequence[Task],
+    order: Mapping[str, int],
+    managers: Mapping[str, Any],
+    backends: Sequence[str],
+    size: int,
+    seed: int,
+    make_model: Any,
+    functions: Mapping[str, Callable[..., Any]],
+    encoding: str,
+) -> dict[str, Any] | None:
+    """Per-request token figures of one multi-step task (the first needing 3+ tools) over `size` tools."""
+    task = next((t for t in tasks if len(t.needed) >= 3), None) or next((t for t in tasks if len(t.needed) >= 2), None)
+    if task is None:
+        return None
+    distractors = _distractors(tools, task, size, f"{seed}:{dataset}:{task.id}:trace")
+    allowed = catalog_names(task.needed, distractors, size, order)
+    out: dict[str, Any] = {
+        "dataset": dataset,
+        "task": task.id,
+        "query": task.query,
+        "needed": list(task.needed),
+        "catalog_size": len(allowed or ()),
+        "methods": {},
+    }
+    for method in [BASELINE, *backends]:
+        stats = run_task(
+            task,
+            method,
+            sessions=managers[backends[0] if method == BASELINE else method],
+            model=make_model(task, _style(method)),
+            functions=functions,
+            allowed=allowed,
+            catalog_size=len(allowed or ()),
+            session_id=f"trace:{method}",
+            encoding=encoding,
+            keep_requests=True,
+        )
+        out["methods"][method] = {
+            "requests": stats.request_tokens,
+            "input_tokens": stats.input_tokens,
+            "tool_tokens": stats.tool_tokens,
+            "queries": stats.queries,
+            "success": stats.success,
+        }
+    return out
+
+
+def _targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets at full catalogs of bfcl and seal_tools, per backend."""
+    out: dict[str, Any] = {
+        "savings_min": TARGET_SAVINGS,
+        "success_ratio_min": TARGET_SUCCESS_RATIO,
+        "extra_requests_max": TARGET_EXTRA_REQUESTS,
+        "results": {},
+    }
+    for name in TARGET_DATASETS:
+        ds = report["datasets"].get(name)
+        if not ds:
+            continue
+        full = next(r for r in ds["by_size"] if r["size"] == "all")
+        for backend, m in full["methods"].items():
+            if backend == BASELINE:
+                continue
+            checks = {
+                "savings": m["savings"] is not None and m["savings"] >= TARGET_SAVINGS,
+                "success_ratio": m["success_ratio"] is not None and m["success_ratio"] >= TARGET_SUCCESS_RATIO,
+                "extra_requests": m["extra_requests"] <= TARGET_EXTRA_REQUESTS,
+            }
+            out["results"].setdefault(backend, {})[name] = {
+                "savings": m["savings"],
+                "success_ratio": m["success_ratio"],
+                "extra_requests": m["extra_requests"],
+                "met": all(checks.values()),
+                "checks": checks,
+            }
+    for per_ds in out["results"].values():
+        per_ds["all_met"] = all(v["met"] for v in per_ds.values() if isinstance(v, dict))
+    return out
+
+
+# --- reports -----------------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.0f}"
+
+
+def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command: str = "") -> str:
+    """The human-readable report."""
+    s = report["settings"]
+    live = s["mode"] != "offline policy model"
+    token_word = "provider-reported input tokens" if live else f"exact {s['encoding']} input tokens"
+    lines = [
+        "# Token savings: every tool on every request vs tool search",
+        "",
+        f"Mean {token_word} per task (all requests of the task summed: system prompt, messages, tool "
+        f"definitions, rendered as `{s['format']}` requests), for a plain tool-calling loop that sends every "
+        "tool on every request (**baseline**) and for the tool-search loop with each backend, over the same "
+        "tasks, catalogs and model.",
+        "",
+        f"- Model: {s['mode']}; {s['limit'] or 'all'} tasks per data set (seed {s['seed']}); catalog sizes "
+        f"{', '.join(str(x) for x in s['sizes'])} (needed tools + seeded distractors; `all` = the whole data set)",
+        f"- Run time: {report['elapsed_s']:.0f} s",
+    ]
+    if command:
+        lines.append(f"- Command: `{command}`")
+    lines += machine_markdown(report["machine"])
+    lines += ["", "## At the full catalogs", ""]
+    lines.append(
+        "| data set | tools | method | input tokens / task | tool-definition tokens / task | savings | "
+        "requests / task | extra requests | success | success vs baseline |"
+    )
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, ds in report["datasets"].items():
+        full = next(r for r in ds["by_size"] if r["size"] == "all")
+        for method, m in full["methods"].items():
+            lines.append(
+                f"| {name} | {ds['tools']:,} | {method} | "
+                f"{_num(m.get('provider_input_tokens') or m['input_tokens'])} | "
+                f"{_num(m['tool_tokens'])} | {_pct(m.get('savings'))} | {m['requests']:.2f} | "
+                f"{'' if method == BASELINE else format(m['extra_requests'], '+.2f')} | {_pct(m['success'])} | "
+                f"{'' if method == BASELINE else _pct(m.get('success_ratio'))} |"
+            )
+    t = report["targets"]
+    if t["results"]:
+        lines += [
+            "",
+            f"### Targets (bfcl and seal_tools, full catalogs): ≥ {t['savings_min'] * 100:.0f}% fewer input tokens, "
+            f"success ≥ {t['success_ratio_min'] * 100:.0f}% of the baseline's, ≤ {t['extra_requests_max']} extra "
+            "requests per task",
+            "",
+            "| backend | data set | savings | success vs baseline | extra requests | met |",
+            "|---|---|---:|---:|---:|---|",
+        ]
+        for backend, per_ds in t["results"].items():
+            for name, v in per_ds.items():
+                if not isinstance(v, dict):
+                    continue
+                missed = [k for k, ok in v["checks"].items() if not ok]
+                verdict = "yes" if v["met"] else "no (" + ", ".join(missed) + ")"
+                lines.append(
+                    f"| {backend} | {name} | {_pct(v['savings'])} | {_pct(v['success_ratio'])} | "
+                    f"{v['extra_requests']:+.2f} | {verdict} |"
+                )
+    lines += [
+        "",
+        "## Break-even catalog size",
+        "",
+        "Below this many tools, tool search costs more input tokens per task than sending every tool "
+        "(interpolated in log size between the two measured sizes where savings change sign).",
+        "",
+        "| data set | " + " | ".join(s["backends"]) + " |",
+        "|---|" + "---|" * len(s["backends"]),
+    ]
+    for name, ds in report["datasets"].items():
+        cells = []
+        for b in s["backends"]:
+            be = ds["break_even"][b]
+            cells.append(f"~{be['size']:.0f} tools ({be['note']})" if be["size"] is not None else be["note"])
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for path in plots:
+        lines += ["", f"![{path.stem}]({path.name})"]
+    for name, ds in report["datasets"].items():
+        lines += [
+            "",
+            f"## {name}: {ds['tools']:,} tools, {ds['tasks']} tasks ({ds['multi_tool_tasks']} need several tools)",
+            "",
+            "Mean input tokens per task (savings vs baseline; extra requests; success).",
+            "",
+            "| catalog | baseline | " + " | ".join(s["backends"]) + " |",
+            "|---:|---:|" + "---:|" * len(s["backends"]),
+        ]
+        for r in ds["by_size"]:
+            base = r["methods"][BASELINE]
+            cells = [
+                f"{_num(base.get('provider_input_tokens') or base['input_tokens'])} "
+                f"({base['requests']:.2f} req; {_pct(base['success'])})"
+            ]
+            for b in s["backends"]:
+                m = r["methods"][b]
+                cells.append(
+                    f"{_num(m.get('provider_input_tokens') or m['input_tokens'])} ({_pct(m['savings'])}; "
+                    f"{m['extra_requests']:+.2f} req; {_pct(m['success'])})"
+                )
+            label = f"all ({r['catalog_size']:,.0f})" if r["size"] == "all" else f"{r['catalog_size']:,.0f}"
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        misses = {b: f for b, f in ds["failures_at_full_catalog"].items() if f}
+        if misses:
+            lines += ["", "Tasks tool search missed at the full catalog (first few per backend):", ""]
+            for b, items in misses.items():
+                for item in items[:3]:
+                    lines.append(
+                        f"- {b}: `{item['task']}` needs {', '.join(item['needed'])}; searched "
+                        + "; ".join(f"`{q[:80]}`" for q in item["queries"])
+                    )
+    tr = report.get("trace")
+    if tr:
+        lines += [
+            "",
+            f"## One multi-step task, request by request ({tr['dataset']}, catalog of {tr['catalog_size']:,} tools)",
+            "",
+            f"Task `{tr['task']}` needs {', '.join(f'`{n}`' for n in tr['needed'])}: {tr['query'][:300]}",
+            "",
+            "| method | request | tools sent | tool-definition tokens | input tokens |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for method, m in tr["methods"].items():
+            for req in m["requests"]:
+                lines.append(
+                    f"| {method} | {req['iteration']} | {req['tools_sent']} | {_num(req['tool_tokens'])} | "
+                    f"{_num(req['input_tokens'])} |"
+                )
+            lines.append(f"| {method} | **total** | | **{_num(m['tool_tokens'])}** | **{_num(m['input_tokens'])}** |")
+    lines += ["", "## Method", ""]
+    lines += [
+        "- Both arms use `toolsearch.loop.run` with the same system prompt, stub tool implementations (a small "
+        "JSON result) and argument validation. The baseline session pins the whole catalog and its model wrapper "
+        "drops the `tool_search` meta-tool and the system-prompt suffix, so its requests carry exactly the catalog.",
+        "- Offline, the model is a deterministic policy (`toolsearch/bench/policy.py`): it searches with the task "
+        "text (regex backend: an alternation of the task's content words), then, while a needed tool is missing, "
+        "once per clause of a multi-part task, then with the task's keywords and 10 results; it calls a needed tool "
+        "only when the request carries it, with arguments built from the tool's schema, then answers. Queries come "
+        "from the task text, never from the labels. The baseline policy calls the needed tools at once.",
+        "- Success: every needed tool appeared in a request's tools and ran with schema-valid arguments. Offline, "
+        "the baseline succeeds by construction (the policy is told the tools and sees them all), so the success "
+        "ratio measures what retrieval misses and gives tool search no credit for sparing the model a long list "
+        "of similar tools. Only the labelled tool counts: an equivalent tool under another name (common in bfcl, "
+        "which pools many function lists) is a miss, as is a query the policy cannot translate (bfcl has non-English "
+        "requests). A run that misses makes no call and so sends slightly fewer tokens; savings include those runs.",
+        "- Token counts are exact for the named encoding over the serialisation described in "
+        "`toolsearch/tokens.py` (system text; each message and each tool definition as compact JSON). Providers "
+        "add a few template tokens per message and tool, so billed figures differ slightly; `--provider` shows them.",
+        "- One index per data set and backend; a task's catalog is a session's allowed subset over it.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], out: Path, stem: str = "tokens") -> list[Path]:
+    """<stem>_vs_size.png and <stem>_savings.png; empty when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    names = list(report["datasets"])
+    backends = report["settings"]["backends"]
+    paths = []
+    for kind in ("tokens", "savings"):
+        fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+        for ax, name in zip(axes[0], names, strict=True):
+            rows = report["datasets"][name]["by_size"]
+            sizes = [r["catalog_size"] for r in rows]
+            for method in ([BASELINE] if kind == "tokens" else []) + list(backends):
+                if kind == "tokens":
+                    ys = [
+                        r["methods"][method].get("provider_input_tokens") or r["methods"][method]["input_tokens"]
+                        for r in rows
+                    ]
+                else:
+                    ys = [(r["methods"][method]["savings"] or 0) * 100 for r in rows]
+                style = {"color": "black", "linewidth": 2} if method == BASELINE else {}
+                ax.plot(sizes, ys, marker="o", label=method, **style)
+            ax.set_xscale("log")
+            ax.set_xlabel("catalog size (tools)")
+            if kind == "tokens":
+                ax.set_yscale("log")
+                ax.set_ylabel("input tokens per task")
+            else:
+                ax.axhline(0, color="grey", linewidth=1)
+                ax.axhline(TARGET_SAVINGS * 100, color="grey", linestyle="--", linewidth=1)
+                ax.set_ylabel("savings vs baseline (%)")
+                ax.set_ylim(bottom=max(-100, ax.get_ylim()[0]))
+            ax.set_title(f"{name} ({report['datasets'][name]['tasks']} tasks)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / (f"{stem}_vs_size.png" if kind == "tokens" else f"{stem}_savings.png")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    """A few lines for the terminal."""
+    out = []
+    for name, ds in report["datasets"].items():
+        full = next(r for r in ds["by_size"] if r["size"] == "all")
+        base = full["methods"][BASELINE]
+        parts = [f"{name} ({ds['tools']} tools): baseline {_num(base['input_tokens'])} tok/task"]
+        for b in report["settings"]["backends"]:
+            m = full["methods"][b]
+            parts.append(
+                f"{b} {_num(m['input_tokens'])} ({_pct(m['savings'])} saved, {m['extra_requests']:+.2f} req, "
+                f"success {_pct(m['success'])} vs {_pct(base['success'])})"
+            )
+        out.append("; ".join(parts))
+    return "\n".join(out)
+
+
+# --- command line ------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        metavar="PATH",
+        help="data set folder (tools.jsonl + queries.jsonl) or a name under $TOOLSEARCH_DATASETS "
+        "(else ../shared/datasets); repeatable (default: bfcl, metatool, seal_tools)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"tasks per data set after a seeded shuffle (default {DEFAULT_LIMIT}; "
+        f"{DEFAULT_LIVE_LIMIT} with --provider; 0 = all)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for the task sample and the distractors (default 0)")
+    parser.add_argument(
+        "--sizes",
+        default=DEFAULT_SIZES,
+        metavar="LIST",
+        help=f"catalog sizes, 'all' = the whole data set (default {DEFAULT_SIZES})",
+    )
+    parser.add_argument(
+        "--backends",
+        default="all",
+        metavar="LIST",
+        help="comma-separated backends for the tool-search arm (default: every installed one)",
+    )
+    parser.add_argument(
+        "--format",
+        default="openai_chat",
+        choices=["openai_chat", "openai_responses", "anthropic"],
+        help="wire format the offline requests are rendered and counted in (default openai_chat)",
+    )
+    parser.add_argument(
+        "--encoding",
+        default="o200k_base",
+        choices=["o200k_base", "cl100k_base"],
+        help="tokenizer for the exact counts (default o200k_base)",
+    )
+    parser.add_argument(
+        "--provider",
+        choices=["openai", "anthropic"],
+        help="run against a real model (needs OPENAI_API_KEY / ANTHROPIC_API_KEY) and report its usage",
+    )
+    parser.add_argument("--model", dest="model_name", metavar="NAME", help="the provider's model name")
+    parser.add_argument("--base-url", metavar="URL", help="provider API base URL (a proxy or compatible server)")
+    parser.add_argument(
+        "--trace-size",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="catalog size of the request-by-request example (default 1000)",
+    )
+    parser.add_argument(
+        "--out",
+        default="benchmarks/results",
+        metavar="DIR",
+        help="where tokens.md, tokens.json and the plots go (default benchmarks/results)",
+    )
+    parser.add_argument("--name", default="tokens", help="file name stem of the report (default tokens)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG charts")
+    parser.add_argument(
+        "--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR for this run)"
+    )
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _backends(spec: str) -> list[str]:
+    from .retrieval import _backend_list
+
+    names = _backend_list(spec)
+    if not names:
+        raise SystemExit("--backends: give at least one backend")
+    return names
+
+
+def _command_line(benchmark: str = "tokens") -> str:
+    """How this run was started, for the report (the CLI or the benchmarks/ entry point)."""
+    argv = sys.argv
+    if benchmark in argv[1:]:
+        rest = argv[argv.index(benchmark) + 1 :]
+        return f"toolsearch bench {benchmark} " + " ".join(shlex.quote(a) for a in rest)
+    if argv and argv[0].endswith(".py"):
+        return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]])
+    return ""
+
+
+def main(args: argparse.Namespace) -> int:
+    quiet = bool(getattr(args, "quiet", False))
+    if args.cache_dir:
+        os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    limit = args.limit if args.limit is not None else (DEFAULT_LIVE_LIMIT if args.provider else DEFAULT_LIMIT)
+    report = run(
+        resolve_datasets(args.dataset),
+        _backends(args.backends),
+        _sizes(args.sizes),
+        limit=limit or None,
+        seed=args.seed,
+        fmt=args.format,
+        encoding=args.encoding,
+        provider=args.provider,
+        model_name=args.model_name,
+        base_url=args.base_url,
+        trace_size=args.trace_size,
+        log=None if quiet else _log,
+    )
+    out = Path(args.out)
+    write_json(out / f"{args.name}.json", report)
+    plots = [] if args.no_plot else plot(report, out, args.name)
+    (out / f"{args.name}.md").write_text(render_markdown(report, plots, _command_line()), encoding="utf-8")
+    if not quiet:
+        _log(f"wrote {out / (args.name + '.md')} and {out / (args.name + '.json')}")
+    print(render_summary(report))
+    return 0
