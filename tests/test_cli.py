@@ -86,7 +86,10 @@ def assert_one_line_error(code: int, err: str, *needles: str, exit_code: int = E
 # --- help and usage ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [None, *COMMANDS, "bench retrieval", "bench tokens", "bench scale", "mcp serve"])
+BENCHES = ["bench retrieval", "bench tokens", "bench scale", "bench sessions"]
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS, *BENCHES, "mcp serve"])
 def test_every_command_has_help(command: str | None, tmp_path: Path) -> None:
     argv = [*(command.split() if command else []), "--help"]
     proc = cli(*argv, cwd=tmp_path)

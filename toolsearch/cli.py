@@ -30,6 +30,7 @@ BENCHMARKS = {
     "retrieval": "recall@k, MRR and nDCG of each backend on a labelled data set",
     "tokens": "input tokens per task: all tools on every request vs tool search",
     "scale": "build time, index size and query latency as the catalog grows",
+    "sessions": "session creation cost and concurrent search over one shared index",
 }
 
 
@@ -240,7 +241,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                    help="provider wire format the requests are rendered and counted in (default: openai_chat)")
     p.set_defaults(func=cmd_demo)
 
-    p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale)",
+    p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale, sessions)",
                             description="Run one of the reproducible benchmarks; see each one's --help.")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)
     benches.required = True
