@@ -24,6 +24,7 @@ from toolsearch import (
     MissingDependencyError,
     NameMap,
     Ranking,
+    StoredIndexError,
     Tool,
     ToolIndex,
     ToolSearchError,
@@ -674,3 +675,15 @@ def test_default_root_honours_toolsearch_home(tmp_path: Path, monkeypatch: pytes
     assert IndexStore().root == tmp_path / "indexes"
     monkeypatch.delenv("TOOLSEARCH_HOME")
     assert IndexStore().root == Path("indexes")
+
+
+def test_saving_over_a_folder_that_is_not_an_index_is_refused(tmp_path: Path) -> None:
+    precious = tmp_path / "important"
+    precious.mkdir()
+    (precious / "file.txt").write_text("precious")
+    index = ToolIndex.build([Tool("a_tool", "does a thing")], backend="bm25")
+    with pytest.raises(StoredIndexError, match="not a toolsearch index"):
+        index.save(precious)
+    assert (precious / "file.txt").read_text() == "precious"
+    index.save(tmp_path / "empty-is-fine")
+    index.save(tmp_path / "empty-is-fine")  # and an index may be replaced by a newer one

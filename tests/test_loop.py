@@ -258,6 +258,20 @@ def test_a_tool_that_raises_timeouterror_itself_is_an_error_not_a_timeout(sessio
     assert result.status is ResultStatus.ERROR and "upstream gateway" in result.content
 
 
+def test_an_async_tool_called_with_an_unknown_argument_is_an_error_result() -> None:
+    async def notify(to: str) -> str:
+        return f"notified {to}"
+
+    # The schema allows extra properties, so the call reaches the function and fails at call time.
+    tool = Tool("notify", "Notify someone", {"type": "object", "properties": {"to": {"type": "string"}}})
+    session = SessionManager(ToolIndex.build([tool], backend="bm25")).create("n")
+    session.discover(["notify"])
+    [result] = asyncio.run(
+        session.ahandle_tool_calls([call("notify", to="a", cc="b", id="c")], {"notify": notify})
+    )
+    assert result.status is ResultStatus.ERROR and "cc" in result.content
+
+
 # --- guards and outcomes -------------------------------------------------------------------------
 
 

@@ -165,3 +165,13 @@ def test_replaced_tool_is_matched_on_its_new_text() -> None:
     assert [h.name for h in backend.search("fan speed", 5).hits] == ["set_mode"]
     backend.remove(["set_mode", "unknown"])
     assert [h.name for h in backend.search("fan", 5).hits] == []
+
+
+@pytest.mark.parametrize("pattern", ["((((a{100}){100}){100}){100})", "a{5000}", "(x{40}){40}"])
+def test_counted_repeats_that_would_blow_up_at_compile_time_are_refused(index: ToolIndex, pattern: str) -> None:
+    with pytest.raises(InvalidQueryError, match="counted repeats"):
+        index.search(pattern)
+
+
+def test_small_counted_repeats_still_work(index: ToolIndex) -> None:
+    assert isinstance(index.search(r"\d{4}-\d{2}|weather").hits, tuple)

@@ -576,7 +576,11 @@ class ToolExecutor:
         async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
             started = time.perf_counter()
             if is_async_callable(fn):
-                task = asyncio.ensure_future(fn(**call.arguments))
+                try:  # a bad signature raises at call time, before there is a coroutine to await
+                    coroutine = fn(**call.arguments)
+                except Exception as call_error:
+                    return self._failure(call, call_error, started)
+                task = asyncio.ensure_future(coroutine)
             else:
                 task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
             done, _ = await asyncio.wait({task}, timeout=self.config.tool_timeout)

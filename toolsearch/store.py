@@ -19,6 +19,7 @@ from ._errors import (
     IndexFormatError,
     IndexNotFoundError,
     InvalidIndexNameError,
+    StoredIndexError,
     ToolSearchError,
 )
 from .backends import get_backend_spec
@@ -98,6 +99,10 @@ def _read_stored_tools(path: Path, expected_sha256: str) -> list[Tool]:
 @contextmanager
 def _atomic_folder(target: Path) -> Iterator[Path]:
     """Yield a scratch folder beside `target`; on success swap it in, on any error discard it."""
+    if target.exists() and not (target / MANIFEST).exists() and (not target.is_dir() or any(target.iterdir())):
+        raise StoredIndexError(
+            f"{target} exists and is not a toolsearch index; refusing to replace it. Choose another folder"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:

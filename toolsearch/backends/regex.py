@@ -64,8 +64,28 @@ class _Segment:
     text: str
 
 
+_REPEAT = regex.compile(r"(?<!\\)\{(\d*)(?:,(\d*))?\}")
+MAX_REPEAT_PRODUCT = 1_000
+
+
+def _check_repeats(pattern: str) -> None:
+    """Reject counted repeats whose product is large: compiling `((a{100}){100}){100}` alone exhausts memory.
+
+    The time budget only bounds matching, so a short pattern must not be able to blow up at compile time.
+    """
+    product = 1
+    for low, high in _REPEAT.findall(pattern):
+        product *= max(int(low or 0), int(high or 0), 1)
+        if product > MAX_REPEAT_PRODUCT:
+            raise InvalidQueryError(
+                f"the pattern's counted repeats ({{m,n}}) multiply to more than {MAX_REPEAT_PRODUCT}; "
+                "use + or * instead of large or nested counts, or search with plain words"
+            )
+
+
 @lru_cache(maxsize=256)
 def _compile(pattern: str) -> Any:
+    _check_repeats(pattern)
     return regex.compile(pattern, _FLAGS)
 
 
