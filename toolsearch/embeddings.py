@@ -407,14 +407,20 @@ class EmbeddingCache:
         shard = f"{os.getpid()}-{uuid.uuid4().hex}"
         tmp_npy = folder / f".{shard}.npy.tmp"
         tmp_keys = folder / f".{shard}.keys.tmp"
-        with tmp_npy.open("wb") as fh:
-            np.save(fh, vectors)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with tmp_keys.open("wb") as fh:
-            fh.write(keys)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with tmp_npy.open("wb") as fh:
+                np.save(fh, vectors)
+                fh.flush()
+                os.fsync(fh.fileno())
+            with tmp_keys.open("wb") as fh:
+                fh.write(keys)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:  # Ctrl-C or a full disk: leave no temporary files behind
+            for tmp in (tmp_npy, tmp_keys):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            raise
         os.replace(tmp_npy, folder / f"{shard}.npy")
         os.replace(tmp_keys, folder / f"{shard}.keys")  # the shard exists once its keys do
         return shard
@@ -427,12 +433,17 @@ class EmbeddingCache:
             if len(shards) <= _MAX_SHARDS:
                 return
             keys: dict[bytes, np.ndarray] = {}
+            merged: list[str] = []
             for shard in shards:
                 try:
                     raw = (folder / f"{shard}.keys").read_bytes()
                     matrix = np.load(folder / f"{shard}.npy", mmap_mode="r")
-                except (OSError, ValueError):
+                except OSError:
+                    continue  # perhaps passing (another process, a busy disk): keep the shard for later
+                except ValueError:
+                    merged.append(shard)  # unreadable for good: dropping it loses nothing usable
                     continue
+                merged.append(shard)
                 count = len(raw) // _KEY_BYTES
                 if matrix.ndim != 2 or matrix.shape[0] != count:
                     continue
@@ -443,7 +454,7 @@ class EmbeddingCache:
                 by_dim.setdefault(vec.shape[0], []).append(key)
             for group in by_dim.values():
                 self._write_shard(folder, b"".join(group), np.stack([keys[k] for k in group]))
-            for shard in shards:  # readers holding maps keep their data: unlinking is safe
+            for shard in merged:  # readers holding maps keep their data: unlinking is safe
                 for suffix in (".keys", ".npy"):
                     with contextlib.suppress(FileNotFoundError):
                         (folder / f"{shard}{suffix}").unlink()
