@@ -152,7 +152,7 @@ def search_and_call(
         searches = [m for m in request.messages if m.role == "tool" and m.name == search_tool]
         step = len(searches)
         last = next((m for m in reversed(request.messages) if m.role == "assistant"), None)
-        if last is not None and last.tool_calls and all(c.name == search_tool for c in last.tool_calls):
+        if searches and last is not None and last.tool_calls and all(c.name == search_tool for c in last.tool_calls):
             # the previous turn searched: call what it found
             visible = {t.name for t in request.tools}
             candidates = [t for t in searches[-1].tool_references if t.name in visible]
