@@ -146,9 +146,14 @@ class Gateway:
                 session_id = uuid.uuid4().hex
                 state[_SESSION_KEY] = session_id
                 connection.exit_stack.push_async_callback(self._close, session_id)  # type: ignore[union-attr]
-        else:  # an SDK without per-connection state: the transport's session id, else one shared session
-            headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
-            session_id = headers.get("mcp-session-id") or "default"
+        else:
+            # An SDK without per-connection state: key on the server-side session object, never on a
+            # client-supplied header, so one client cannot read or take over another's discoveries.
+            # Such sessions end by the manager's TTL/LRU bound; forget their clients with them.
+            session_id = f"connection-{id(ctx.session)}"
+            live = set(self.sessions.ids())
+            for stale in [s for s in self._clients if s not in live and s != session_id]:
+                del self._clients[stale]
         self._clients[session_id] = ctx.session
         pins = [n for n in self.pinned if n in self.index.catalog]
         return self.sessions.get_or_create(session_id, pinned=pins)
