@@ -499,10 +499,14 @@ class ToolExecutor:
     def _is_search(self, call: ToolCall) -> bool:
         return call.kind == "tool_search" or call.name == self.metatool.name
 
-    # --- sync -----------------------------------------------------------------------------
+    def _plan(
+        self, session: Session, calls: Sequence[Any], iteration: int
+    ) -> tuple[list[ToolResult | None], list[tuple[int, ToolCall, Callable[..., Any]]]]:
+        """Run the batch's searches first, then settle every call that needs no execution.
 
-    def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
-        """Run a batch; results come back in the calls' order."""
+        Returns a result slot per call (filled for searches and refused calls) and the calls
+        left to execute with their functions; shared by the sync and async paths.
+        """
         neutral = self._split(session, calls)
         results: list[ToolResult | None] = [None] * len(neutral)
         for i, call in enumerate(neutral):
@@ -517,6 +521,13 @@ class ToolExecutor:
                     results[i] = prepared
                 else:
                     pending.append((i, call, prepared))
+        return results, pending
+
+    # --- sync -----------------------------------------------------------------------------
+
+    def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
+        """Run a batch; results come back in the calls' order."""
+        results, pending = self._plan(session, calls, iteration)
         timeout = self.config.tool_timeout
         inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
         if inline and not any(is_async_callable(fn) for _, _, fn in pending):
@@ -558,20 +569,7 @@ class ToolExecutor:
 
     async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
         """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
-        neutral = self._split(session, calls)
-        results: list[ToolResult | None] = [None] * len(neutral)
-        for i, call in enumerate(neutral):
-            if self._is_search(call):
-                results[i] = self._search(session, call, iteration)
-        pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
-        for i, raw in enumerate(neutral):
-            if results[i] is None:
-                call = self._resolve(session, raw)  # after the searches: they may have found the alias
-                prepared = self._prepare(session, call)
-                if isinstance(prepared, ToolResult):
-                    results[i] = prepared
-                else:
-                    pending.append((i, call, prepared))
+        results, pending = self._plan(session, calls, iteration)
 
         async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
             started = time.perf_counter()
