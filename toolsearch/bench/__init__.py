@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,9 @@ from typing import Any
 __all__ = [
     "DEFAULT_DATASETS",
     "Dataset",
+    "backend_list",
+    "command_line",
+    "log",
     "default_datasets_root",
     "machine_info",
     "machine_markdown",
@@ -203,3 +207,41 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def log(message: str) -> None:
+    """Progress for a person watching: stderr, so stdout stays the summary."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def command_line(benchmark: str) -> str:
+    """How this run was started, for the report (the CLI or the benchmarks/ entry point)."""
+    argv = sys.argv
+    if benchmark in argv[1:]:
+        rest = argv[argv.index(benchmark) + 1 :]
+        return f"toolsearch bench {benchmark} " + " ".join(shlex.quote(a) for a in rest)
+    if argv and argv[0].endswith(".py"):
+        return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]])
+    return ""
+
+
+def backend_list(spec: str) -> list[str]:
+    """`--backends`: "none", "all" (every installed backend) or a comma-separated list of names."""
+    from .._errors import MissingDependencyError
+    from ..backends import backend_names, get_backend_spec
+
+    if spec == "none":
+        return []
+    if spec == "all":
+        installed = []
+        for name in backend_names():
+            try:
+                get_backend_spec(name)
+            except MissingDependencyError:
+                continue
+            installed.append(name)
+        return installed
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for name in names:
+        get_backend_spec(name)  # raises with the list of known backends
+    return names

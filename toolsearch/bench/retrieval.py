@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import backend_list, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
 
 __all__ = ["REFERENCE_PEERS", "add_arguments", "main", "run"]
 
@@ -117,9 +117,9 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     _set_threads(args.threads)
     datasets = resolve_datasets(args.dataset)
-    backends = _backend_list(args.backends)
+    backends = backend_list(args.backends)
     peers = _peer_list(args.peers)
-    report = run(datasets, backends, peers, limit=args.limit or None, seed=args.seed, log=None if quiet else _log)
+    report = run(datasets, backends, peers, limit=args.limit or None, seed=args.seed, log=None if quiet else log)
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
     plot = None
@@ -128,40 +128,12 @@ def main(args: argparse.Namespace) -> int:
         plot_ndcg(report, plot)
     (out / f"{args.name}.md").write_text(render_markdown(report, plot), encoding="utf-8")
     if not quiet:
-        _log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}" + (f", {plot}" if plot else ""))
+        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}" + (f", {plot}" if plot else ""))
     print(render_summary(report))
     return 0
 
 
 # --- running ----------------------------------------------------------------------------------
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _backend_list(spec: str) -> list[str]:
-    from ..backends import backend_names, get_backend_spec
-
-    if spec == "none":
-        return []
-    if spec == "all":
-        from ..backends import _REGISTRY
-
-        return [n for n in backend_names() if _REGISTRY[n].available() and _module_exists(n)]
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    for name in names:
-        get_backend_spec(name)  # raises with the list of known backends
-    return names
-
-
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(f"toolsearch.backends.{name}") is not None
-    except ImportError:
-        return False
 
 
 def _peer_list(spec: str) -> list[str]:

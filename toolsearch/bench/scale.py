@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import backend_list, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
 
 __all__ = ["add_arguments", "build_catalog", "main", "run", "sample_queries"]
 
@@ -113,9 +113,7 @@ def main(args: argparse.Namespace) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if not sizes or sizes[0] < 1:
         raise SystemExit("--sizes needs positive integers, e.g. 1000,5000,10000")
-    from .retrieval import _backend_list
-
-    backends = _backend_list(args.backends)
+    backends = backend_list(args.backends)
     report = run(
         datasets,
         backends,
@@ -128,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
         cache_dir=Path(args.cache_dir).resolve() if args.cache_dir else None,
         threads=args.threads,
         work_dir=Path(args.work_dir).resolve() if args.work_dir else None,
-        log=None if quiet else _log,
+        log=None if quiet else log,
     )
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
@@ -138,13 +136,9 @@ def main(args: argparse.Namespace) -> int:
         plot_latency(report, plot)
     (out / f"{args.name}.md").write_text(render_markdown(report, plot), encoding="utf-8")
     if not quiet:
-        _log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}" + (f", {plot}" if plot else ""))
+        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}" + (f", {plot}" if plot else ""))
     print(render_summary(report))
     return 0
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # --- catalog and queries ----------------------------------------------------------------------

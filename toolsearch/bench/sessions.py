@@ -23,14 +23,13 @@ import asyncio
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import command_line, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -364,13 +363,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR)")
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def main(args: argparse.Namespace) -> int:
-    from .tokens import _command_line
-
     quiet = bool(getattr(args, "quiet", False))
     if args.cache_dir:
         os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
@@ -386,11 +379,11 @@ def main(args: argparse.Namespace) -> int:
         allowed_size=args.allowed,
         queries=args.queries,
         seed=args.seed,
-        log=None if quiet else _log,
+        log=None if quiet else log,
     )
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
-    (out / f"{args.name}.md").write_text(render_markdown(report, _command_line("sessions")), encoding="utf-8")
+    (out / f"{args.name}.md").write_text(render_markdown(report, command_line("sessions")), encoding="utf-8")
     for backend, t in report["targets"].items():
         print(
             f"{backend}: session creation p50 {t['create_p50_ms'] * 1000:.1f} µs "

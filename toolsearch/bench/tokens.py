@@ -26,15 +26,13 @@ import functools
 import math
 import os
 import random
-import shlex
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import Dataset, machine_info, machine_markdown, resolve_datasets, write_json
+from . import Dataset, backend_list, command_line, log, machine_info, machine_markdown, resolve_datasets, write_json
 from .policy import AgentPolicy, QueryStyle
 
 __all__ = [
@@ -909,28 +907,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _backends(spec: str) -> list[str]:
-    from .retrieval import _backend_list
-
-    names = _backend_list(spec)
+    names = backend_list(spec)
     if not names:
         raise SystemExit("--backends: give at least one backend")
     return names
-
-
-def _command_line(benchmark: str = "tokens") -> str:
-    """How this run was started, for the report (the CLI or the benchmarks/ entry point)."""
-    argv = sys.argv
-    if benchmark in argv[1:]:
-        rest = argv[argv.index(benchmark) + 1 :]
-        return f"toolsearch bench {benchmark} " + " ".join(shlex.quote(a) for a in rest)
-    if argv and argv[0].endswith(".py"):
-        return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]])
-    return ""
 
 
 def main(args: argparse.Namespace) -> int:
@@ -952,13 +933,13 @@ def main(args: argparse.Namespace) -> int:
         model_name=args.model_name,
         base_url=args.base_url,
         trace_size=args.trace_size,
-        log=None if quiet else _log,
+        log=None if quiet else log,
     )
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
     plots = [] if args.no_plot else plot(report, out, args.name)
-    (out / f"{args.name}.md").write_text(render_markdown(report, plots, _command_line()), encoding="utf-8")
+    (out / f"{args.name}.md").write_text(render_markdown(report, plots, command_line("tokens")), encoding="utf-8")
     if not quiet:
-        _log(f"wrote {out / (args.name + '.md')} and {out / (args.name + '.json')}")
+        log(f"wrote {out / (args.name + '.md')} and {out / (args.name + '.json')}")
     print(render_summary(report))
     return 0
