@@ -190,6 +190,35 @@ def test_results_are_compact_and_hits_become_discovered(manager: SessionManager)
     assert [t.name for t in outcome.tools] == outcome.result.names  # type: ignore[union-attr]
 
 
+def test_a_repeated_search_pages_on_past_loaded_tools(manager: SessionManager) -> None:
+    session = manager.create("s", pinned=["email_send"])
+    first = ToolSearchMetaTool().run(session, {"query": "weather email", "max_results": 1})
+    assert first.result is not None and len(first.result.names) == 1
+    top = first.result.names[0]
+    assert top != "email_send"  # pinned: already loaded, so never repeated
+    again = ToolSearchMetaTool().run(session, {"query": "weather email", "max_results": 1})
+    assert again.result is not None and again.result.names != [top]
+    note = again.text.splitlines()[-1]
+    assert top in again.already_loaded and note.startswith("Already loaded, not repeated: ") and top in note
+    assert again.result.names[0] in session.discovered
+    # a search whose every match is loaded says so instead of "no tools matched"
+    for _ in range(5):
+        ToolSearchMetaTool().run(session, {"query": "weather email", "max_results": 1})
+    done = ToolSearchMetaTool().run(session, {"query": "weather email"})
+    assert done.result is not None and done.result.names == []
+    assert done.text.startswith("No new tools for 'weather email': its best matches are already loaded")
+    assert set(done.already_loaded) == {"weather_current", "weather_forecast", "email_send", "email_search"}
+
+
+def test_skip_loaded_can_be_turned_off(manager: SessionManager) -> None:
+    session = manager.create("s")
+    tool = ToolSearchMetaTool(skip_loaded=False)
+    first = tool.run(session, {"query": "weather", "max_results": 1})
+    again = tool.run(session, {"query": "weather", "max_results": 1})
+    assert first.result is not None and again.result is not None
+    assert again.result.names == first.result.names and again.already_loaded == ()
+
+
 def test_namespace_filter(manager: SessionManager) -> None:
     outcome = ToolSearchMetaTool().run(manager.create("s"), {"query": "search send", "namespace": "email"})
     assert outcome.result is not None and outcome.namespace == "email"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -49,6 +49,7 @@ _SEARCH_HINT: dict[str, str] = {
     "hybrid": "describe the task in a short sentence, with any keywords you know",
 }
 _SUMMARY_CHARS = 160
+_MAX_SKIPPED = 100  # most loaded tools a search over-fetches past
 
 
 def one_line_summary(text: str, limit: int = _SUMMARY_CHARS) -> str:
@@ -96,6 +97,7 @@ class MetaToolOutcome:
     max_results: int | None = None
     namespace: str | None = None
     update: DiscoveryUpdate | None = None
+    already_loaded: tuple[str, ...] = ()  # matches left out of `result` because the session already has them
 
     @property
     def ok(self) -> bool:
@@ -115,7 +117,9 @@ class ToolSearchMetaTool:
 
     `namespace_enum_limit`: the `namespace` parameter lists the session's namespaces as an enum
     when there are at most this many (a free string otherwise; None hides the parameter).
-    `description` overrides the tool's description.
+    `description` overrides the tool's description. With `skip_loaded` (the default), tools the
+    session already has (pinned or discovered) are not listed again: a repeated or reworded search
+    fills its `max_results` slots with new candidates and names the loaded matches in one line.
     """
 
     def __init__(
@@ -126,6 +130,7 @@ class ToolSearchMetaTool:
         max_results: int = 10,
         namespace_enum_limit: int | None = 50,
         description: str | None = None,
+        skip_loaded: bool = True,
     ) -> None:
         if not 1 <= default_results <= max_results:
             raise ValueError("default_results must be between 1 and max_results")
@@ -133,6 +138,7 @@ class ToolSearchMetaTool:
         self.default_results = default_results
         self.max_results = max_results
         self.namespace_enum_limit = namespace_enum_limit
+        self.skip_loaded = skip_loaded
         self.description = description or (
             "Search the tool catalog for tools you do not have yet. Returns the best-matching tools' names "
             "and one-line summaries; their full definitions are added to your tools so you can call them in "
@@ -244,20 +250,26 @@ class ToolSearchMetaTool:
         k = args.max_results or self.default_results
         namespaces = [args.namespace] if args.namespace else None
         query = args.query.strip()
+        loaded = session.loaded_names() if self.skip_loaded else frozenset()
+        # Over-fetch so that loaded matches do not use up the slots; the cap bounds the cost for
+        # sessions with many pinned tools (they may then get fewer than k new tools).
+        fetch = min(k + len(loaded), k + _MAX_SKIPPED)
         try:
-            result = session.search(query, k, namespaces=namespaces, record=False)
+            result = session.search(query, fetch, namespaces=namespaces, record=False)
         except InvalidQueryError as exc:
             _, hint = _backend_syntax(session)
             text = f"{self.name} could not run the query {query!r}: {exc}. How to search instead: {hint}."
             return MetaToolOutcome(text=text, error=str(exc), query=query, max_results=k, namespace=args.namespace)
+        result, already = _new_hits(result, loaded, k)
         update = session.discover(result.names) if result.hits else None
         return MetaToolOutcome(
-            text=self.render(session, result, update, namespace=args.namespace, alias=alias),
+            text=self.render(session, result, update, namespace=args.namespace, alias=alias, already_loaded=already),
             result=result,
             query=query,
             max_results=k,
             namespace=args.namespace,
             update=update,
+            already_loaded=already,
         )
 
     def render(
@@ -268,10 +280,23 @@ class ToolSearchMetaTool:
         *,
         namespace: str | None = None,
         alias: Callable[[str], str] | None = None,
+        already_loaded: Sequence[str] = (),
     ) -> str:
-        """Compact text: one line per tool (name, score, one-line summary), plus any notes."""
+        """Compact text: one line per tool (name, score, one-line summary), plus any notes.
+
+        `already_loaded` names matches the session already has, which the result leaves out.
+        """
         where = f" in namespace {namespace!r}" if namespace else ""
         notes = [f"Note: {n}" for n in result.notes]
+        shown_name = alias or str
+        if already_loaded:
+            notes.insert(0, "Already loaded, not repeated: " + ", ".join(map(shown_name, already_loaded)) + ".")
+        if not result.hits and already_loaded:
+            lines = [
+                f"No new tools for {result.query!r}{where}: its best matches are already loaded. Call one of them, "
+                "or search with other words for a different capability."
+            ]
+            return "\n".join(lines + notes)
         if not result.hits:
             _, hint = _backend_syntax(session)
             lines = [
@@ -279,7 +304,6 @@ class ToolSearchMetaTool:
                 f"the object (e.g. 'create invoice'), or fewer terms; {hint}."
             ]
             return "\n".join(lines + notes)
-        shown_name = alias or str
         evicted = set(update.evicted) if update else set()
         shown = [(h, t) for h, t in zip(result.hits, result.tools, strict=True) if h.name not in evicted]
         lines = [f"Found {len(shown)} tool(s) for {result.query!r}{where}. They are now available: call them by name."]
@@ -299,6 +323,20 @@ class ToolSearchMetaTool:
                     "Note: over this session's tool budget, not loaded: " + ", ".join(map(shown_name, over)) + "."
                 )
         return "\n".join(lines + notes)
+
+
+def _new_hits(result: SearchResult, loaded: frozenset[str], k: int) -> tuple[SearchResult, tuple[str, ...]]:
+    """The first `k` hits the session does not have yet, and the loaded hits ranked above the last kept one."""
+    kept: list[int] = []
+    skipped: list[int] = []
+    for i, hit in enumerate(result.hits):
+        if len(kept) == k:
+            break
+        (skipped if hit.name in loaded else kept).append(i)
+    if not skipped and len(result.hits) <= k:
+        return result, ()
+    trimmed = replace(result, hits=tuple(result.hits[i] for i in kept), tools=tuple(result.tools[i] for i in kept))
+    return trimmed, tuple(result.hits[i].name for i in skipped)
 
 
 def system_prompt_suffix(

@@ -397,6 +397,10 @@ class Session:
             return False
         return name in self.pinned or name in self._state().last_used
 
+    def loaded_names(self) -> frozenset[str]:
+        """Names of the tools the session currently exposes: pinned and discovered (not evicted)."""
+        return frozenset(self.pinned).union(self._state().last_used)
+
     def tool(self, name: str) -> Tool:
         """The full definition of an allowed tool; ToolNotAllowedError otherwise."""
         if not self.is_allowed(name):
