@@ -15,6 +15,7 @@ from toolsearch.bench import tokens as bench
 from toolsearch.bench.policy import (
     AgentPolicy,
     SearchStep,
+    capability_words,
     content_words,
     query_plan,
     regex_pattern,
@@ -271,14 +272,29 @@ def test_policy_queries_come_from_the_task_text_only() -> None:
     b = AgentPolicy(task, ["convert_currency", "send_email"]).plan
     c = AgentPolicy(task, ["anything_else"]).plan
     assert a == b == c  # the labels never shape a query
-    # two parts: searched part by part, then as a whole, then by keywords (both with 10 results)
-    assert [s.query for s in a[0]] == ["Convert 100 USD to EUR", "send an email to Bob with the converted amount"]
-    assert a[1] == [SearchStep(task, 10)]
+    # two parts: part by part, then each part's capability, the keywords and the parts again (10 results)
+    parts = ["Convert 100 USD to EUR", "send an email to Bob with the converted amount"]
+    assert [s.query for s in a[0]] == parts
+    assert a[1] == [SearchStep("convert", 10), SearchStep("send email converted amount", 10)]
     assert a[2] == [SearchStep("convert usd eur send email bob converted amount", 10)]
+    assert a[3] == [SearchStep(part, 10) for part in parts]
     one = query_plan("Find flights from Boston to Denver.")
-    assert one == [[SearchStep("Find flights from Boston to Denver.")], [SearchStep("find flights boston denver", 10)]]
+    assert one == [
+        [SearchStep("Find flights from Boston to Denver.")],
+        [SearchStep("find flights", 10)],
+        [SearchStep("find flights boston denver", 10)],
+        [SearchStep("Find flights from Boston to Denver.", 10)],
+    ]
     assert "the" not in content_words(task) and "convert" in content_words(task)
     assert split_clauses("Find the weather") == ["Find the weather"]
+
+
+def test_capability_words_drop_the_specifics_of_a_request() -> None:
+    text = "Could you check the weather conditions for Santa Rosa, CA on April 9th of 2023?"
+    assert capability_words(text) == ["check", "weather", "conditions"]
+    quoted = "I need to block out time for a 'Basketball Game' on Friday. Schedule it from 7 PM."
+    assert capability_words(quoted) == ["block", "time", "schedule"]  # a sentence's first word is kept
+    assert capability_words("I'm looking for users' posts about \"rock music\"") == ["looking", "users", "posts"]
 
 
 def test_regex_plan_is_a_word_alternation_within_the_length_limit() -> None:

@@ -6,8 +6,13 @@ answering carries. Its search queries come from the task text alone, never from 
 
 1. a task of several parts ("Do A. Then do B; and then C.") is searched part by part, in parallel;
    a one-part task with its text (for the regex backend: an alternation of its content words);
-2. while a needed tool is still missing: a multi-part task as a whole, with 10 results;
-3. then the task's keywords (content words minus stopwords), with 10 results.
+2. while a needed tool is still missing: each part's capability (its content words without the
+   specifics: quoted strings, names, numbers), with 10 results, as an agent rewords a query;
+3. then the task's keywords (content words minus stopwords), with 10 results;
+4. last, the first round's queries again with 10 results: "show me more".
+
+The meta-tool leaves tools the session already has out of its results, so a reworded or
+repeated search brings new candidates rather than the same ones.
 
 Needed tools that are visible are called in the same turn as any further search (parallel calls),
 once each, with arguments built from their schema; when nothing is left to call or search, it
@@ -24,13 +29,22 @@ from typing import Literal
 from ..providers._base import ChatRequest, ToolCall
 from ..providers.scripted import ScriptedTurn, call, example_arguments, search
 
-__all__ = ["AgentPolicy", "QueryStyle", "SearchStep", "content_words", "split_clauses", "regex_pattern", "query_plan"]
+__all__ = [
+    "AgentPolicy",
+    "QueryStyle",
+    "SearchStep",
+    "capability_words",
+    "content_words",
+    "split_clauses",
+    "regex_pattern",
+    "query_plan",
+]
 
 QueryStyle = Literal["regex", "text"]  # a pattern, or natural language / keywords
 
 MAX_QUERY_CHARS = 500  # a model writes a search query, not the whole prompt (Anthropic's BM25 limit)
 MAX_PATTERN_CHARS = 200  # Anthropic's regex tool-search limit
-MAX_CLAUSES = 8
+MAX_CLAUSES = 12
 MORE_RESULTS = 10
 
 # Function words and request fillers; capability verbs (find, get, send, ...) are kept on purpose.
@@ -48,6 +62,9 @@ _STOPWORD_TEXT = (
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A quoted span: the opening quote follows no word character, so "I'm" and "users'" open nothing.
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]+'(?!\w)|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019")
+_SENTENCE_START = re.compile(r"^\W*\w+")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 # Step connectives only: a bare "and" / "also" joins the parts of one request more often than two requests.
 _CONJUNCTION = re.compile(r",\s*(?:and\s+)?then\s+|\s+and\s+(?:then|also)\s+", re.I)
@@ -88,6 +105,20 @@ def split_clauses(text: str) -> list[str]:
     return parts[:MAX_CLAUSES]
 
 
+def capability_words(text: str) -> list[str]:
+    """`content_words` of `text` without its specifics: quoted strings and capitalised words past a sentence's first.
+
+    "Check the weather for Santa Rosa, CA on April 9th" gives `check weather`: what is asked, not for what.
+    """
+    kept: list[str] = []
+    for sentence in _SENTENCE.split(_QUOTED.sub(" ", text)):
+        first = _SENTENCE_START.match(sentence)
+        start = first.end() if first else 0
+        words = sentence[:start] + " " + " ".join(w for w in _WORD.findall(sentence[start:]) if not w[0].isupper())
+        kept.extend(content_words(words))
+    return list(dict.fromkeys(kept))
+
+
 def regex_pattern(words: Sequence[str], *, max_chars: int = MAX_PATTERN_CHARS) -> str:
     """An alternation of whole words, `\\b(?:w1|w2|...)\\b`, as long as fits in `max_chars`."""
     chosen: list[str] = []
@@ -118,17 +149,21 @@ def _query(text: str, style: QueryStyle) -> str:
 def query_plan(task: str, style: QueryStyle = "text") -> list[list[SearchStep]]:
     """The search rounds for a task, derived from its text only; empty queries and repeats are dropped.
 
-    A multi-part task is searched part by part (in parallel) first, then as a whole with more
-    results; a one-part task with its text first. The last round is the task's keywords with more results.
+    A multi-part task is searched part by part (in parallel) first, a one-part task with its text.
+    Then each part's capability words, the task's keywords, and the first round's queries again,
+    all with more results (the meta-tool skips tools already loaded, so a repeat pages on).
     """
     parts = split_clauses(task)
     keywords = " ".join(content_words(task))
     keyword_step = SearchStep(_query(keywords, style) if style == "regex" else _trim(keywords), MORE_RESULTS)
     if len(parts) >= 2:
-        rounds = [[SearchStep(_query(part, style)) for part in parts], [SearchStep(_query(task, style), MORE_RESULTS)]]
+        rounds = [[SearchStep(_query(part, style)) for part in parts]]
     else:
+        parts = [task]
         rounds = [[SearchStep(_query(task, style))]]
+    rounds.append([SearchStep(_query(" ".join(capability_words(part)), style), MORE_RESULTS) for part in parts])
     rounds.append([keyword_step])
+    rounds.append([SearchStep(_query(part, style), MORE_RESULTS) for part in parts])
     seen: set[tuple[str, int | None]] = set()
     plan: list[list[SearchStep]] = []
     for steps in rounds:
