@@ -334,10 +334,13 @@ def test_console_script_runs(home: Path) -> None:
 # mid-build: it either raises KeyboardInterrupt itself or waits to be interrupted by a signal.
 _SLOW_BACKEND = textwrap.dedent(
     '''
-    import os, sys, time
+    import os, signal, sys, time
     from pathlib import Path
     from toolsearch import BackendSpec, Ranking, register_backend
     from toolsearch.cli import main
+
+    # a child started from a background shell job inherits SIGINT ignored; the test needs Ctrl-C's handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     class Stalling:
         name = "stalling"
