@@ -400,6 +400,49 @@ def test_system_prompt_has_the_suffix(sessions: SessionManager) -> None:
     assert model.payloads[0]["messages"][0]["role"] == "user"
 
 
+# --- without tool search: "off" and "auto" -----------------------------------------------------------
+
+
+def test_tool_search_off_is_a_plain_loop_over_the_allowed_tools(sessions: SessionManager, index: ToolIndex) -> None:
+    model = ScriptedModel([call("create_issue", repo="a/b", title="t"), call("delete_all_users", confirm=True), "ok"])
+    session = _session(sessions)
+    result = run(model, "x", session=session, functions=EVERYTHING, system="Be brief.", tool_search="off")
+    names = [t.name for t in index.catalog if t.name in SAFE]  # catalog order, the subset only
+    assert [list(r.tool_names) for r in result.requests] == [names, names, names]
+    assert all(t["function"]["name"] != "tool_search" for t in model.payloads[0]["tools"])
+    assert result.system == "Be brief." and not result.tool_search and not result.searches
+    # an allowed tool runs without a search; a tool outside the session still never does
+    assert [r.status for r in result.tool_results] == [ResultStatus.OK, ResultStatus.NOT_AVAILABLE]
+    assert [name for name, _ in CALLS] == ["create_issue"]
+
+
+def test_tool_search_auto_sends_every_tool_only_below_the_token_limit(sessions: SessionManager) -> None:
+    from toolsearch.loop import session_tool_tokens
+
+    small = _session(sessions, "small", allowed=["weather_forecast", "send_email"])
+    cost = session_tool_tokens(small)
+    for limit, searches in ((cost, False), (cost - 1, True)):
+        model = ScriptedModel(["ok"])
+        result = run(model, "x", session=small, functions=EVERYTHING, tool_search="auto", direct_max_tokens=limit)
+        assert result.tool_search is searches
+        assert list(result.requests[0].tool_names) == (
+            ["tool_search"] if searches else ["weather_forecast", "send_email"]
+        )
+    # the whole (small) catalog fits under the default limit, so auto sends it all
+    model = ScriptedModel(["ok"])
+    everything = sessions.create("all")
+    assert not run(model, "x", session=everything, functions=EVERYTHING, tool_search="auto").tool_search
+    big = run(ScriptedModel(["ok"]), "x", session=everything, tool_search="auto", direct_max_tokens=10)
+    assert big.tool_search  # 10 tools cannot fit in 10 tokens: decided without counting them
+
+
+def test_tool_search_mode_is_validated() -> None:
+    with pytest.raises(ValueError, match="tool_search must be"):
+        LoopConfig(tool_search="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="direct_max_tokens"):
+        LoopConfig(direct_max_tokens=-1)
+
+
 # --- the policy model (for benchmarks) ------------------------------------------------------------
 
 

@@ -50,7 +50,7 @@ from .providers._base import (
 )
 from .results import Hit
 from .session import Session, SessionManager
-from .tokens import RequestTokens, request_tokens
+from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool, provider_safe_name
 
 __all__ = [
@@ -69,7 +69,15 @@ __all__ = [
     "StreamEvent",
     "run",
     "arun",
+    "allowed_tools",
+    "session_tool_tokens",
+    "DIRECT_MAX_TOKENS",
 ]
+
+# tool_search="auto" sends every tool while their definitions total at most this many tokens: the
+# token benchmark's break-even lies between ~1,900 (metatool) and ~3,900 (seal_tools) such tokens.
+DIRECT_MAX_TOKENS = 2_000
+_MIN_TOOL_TOKENS = 10  # the smallest possible function definition costs more than this
 
 ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
 Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any] | str]
@@ -118,6 +126,11 @@ class LoopConfig:
     - `max_identical_calls`: the same tool with the same arguments this many times in one run is
       allowed; one more stops the run with `REPEATED_CALL`.
     - `tool_search_mode`: "schema" (default, works everywhere) or "native" (see ChatRequest).
+    - `tool_search`: "on" (default) offers tool_search and the discovered tools; "off" sends every
+      tool the session allows on every request, without tool_search (a plain tool-calling loop,
+      with the same executor and accounting); "auto" is "off" while the allowed tools' definitions
+      total at most `direct_max_tokens` tokens and "on" above. Below that size searching costs
+      more tokens than it saves (see benchmarks/results/tokens.md for the measured break-even).
     - `system_suffix`: add `system_prompt_suffix` to the system prompt; `list_namespaces` in it.
     - `count_tokens` / `encoding`: exact token accounting of each request payload.
     - `parallel_tool_calls`: run a turn's calls concurrently (else one after another, in order).
@@ -136,6 +149,8 @@ class LoopConfig:
     max_identical_calls: int = 3
     validate_arguments: bool = True
     tool_search_mode: ToolSearchMode = "schema"
+    tool_search: Literal["on", "auto", "off"] = "on"
+    direct_max_tokens: int = DIRECT_MAX_TOKENS
     system_suffix: bool = True
     list_namespaces: bool = True
     count_tokens: bool = True
@@ -155,6 +170,10 @@ class LoopConfig:
             raise ValueError("max_identical_calls must be at least 1")
         if self.tool_search_mode not in ("schema", "native"):
             raise ValueError("tool_search_mode must be 'schema' or 'native'")
+        if self.tool_search not in ("on", "auto", "off"):
+            raise ValueError("tool_search must be 'on', 'auto' or 'off'")
+        if self.direct_max_tokens < 0:
+            raise ValueError("direct_max_tokens must be zero or more")
         object.__setattr__(self, "return_direct", frozenset(self.return_direct))
 
 
@@ -259,6 +278,7 @@ class LoopResult:
     tool_results: tuple[ToolResult, ...]
     session_id: str
     system: str | None = None
+    tool_search: bool = True  # False: the run sent every allowed tool instead (tool_search "off", or "auto" below)
 
     @property
     def iterations(self) -> int:
@@ -659,6 +679,10 @@ class ToolSearchLoop:
         base = config or LoopConfig()
         self.config = replace(base, **settings) if settings else base
         self.executor = ToolExecutor(functions, metatool=self.metatool, config=self.config)
+        # Without tool_search every allowed tool is on the request, so any allowed call may run.
+        self.direct_executor = ToolExecutor(
+            functions, metatool=self.metatool, config=replace(self.config, undiscovered="execute")
+        )
 
     def session(
         self, session_id: str, *, allowed: Collection[str] | None = None, pinned: Collection[str] = ()
@@ -694,9 +718,21 @@ class ToolSearchLoop:
         session = self.session(session_id, allowed=allowed, pinned=pinned)
         return await _Run(self, session, prompt, on_event, on_text).asynchronous()
 
-    def system_prompt(self, session: Session) -> str | None:
+    def sends_all_tools(self, session: Session) -> bool:
+        """True when a run for `session` sends every allowed tool instead of tool_search (see LoopConfig)."""
+        mode = self.config.tool_search
+        if mode != "auto":
+            return mode == "off"
+        limit = self.config.direct_max_tokens
+        count = len(session.allowed) if session.allowed is not None else len(session.index.catalog)
+        # Every definition costs at least _MIN_TOOL_TOKENS: a large subset is over the limit uncounted.
+        if count * _MIN_TOOL_TOKENS > limit:
+            return False
+        return session_tool_tokens(session, self.config.encoding) <= limit
+
+    def system_prompt(self, session: Session, *, direct: bool = False) -> str | None:
         parts = [self.system] if self.system else []
-        if self.config.system_suffix:
+        if self.config.system_suffix and not direct:
             parts.append(
                 system_prompt_suffix(session, list_namespaces=self.config.list_namespaces, metatool=self.metatool)
             )
@@ -720,14 +756,19 @@ class _Run:
         self.streaming = loop.config.stream or on_event is not None or on_text is not None
         self.session = session
         self.config = loop.config
+        self.direct = loop.sends_all_tools(session)
+        self.executor = loop.direct_executor if self.direct else loop.executor
+        self.all_tools = tuple(allowed_tools(session)) if self.direct else ()
         self.messages = _initial_messages(prompt)
-        self.system = loop.system_prompt(session)
+        self.system = loop.system_prompt(session, direct=self.direct)
         self.searches: list[SearchRecord] = []
         self.requests: list[RequestRecord] = []
         self.results: list[ToolResult] = []
         self.seen: Counter[str] = Counter()
 
     def request(self) -> ChatRequest:
+        if self.direct:
+            return ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
         return ChatRequest(
             messages=tuple(self.messages),
             system=self.system,
@@ -781,7 +822,7 @@ class _Run:
         direct = [
             r
             for r in batch
-            if r.status is ResultStatus.OK and self.loop.executor.is_return_direct(self.session, r.call.name)
+            if r.status is ResultStatus.OK and self.executor.is_return_direct(self.session, r.call.name)
         ]
         return "\n".join(r.content for r in direct) if direct else None
 
@@ -795,6 +836,7 @@ class _Run:
             tool_results=tuple(self.results),
             session_id=self.session.id,
             system=self.system,
+            tool_search=not self.direct,
         )
 
     def stamp(self, event: StreamEvent, iteration: int) -> StreamEvent:
@@ -868,7 +910,7 @@ class _Run:
                 return self.finish(turn.message.content, LoopOutcome.COMPLETED)
             if self.guard(calls):
                 return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
-            batch = self.loop.executor.execute(self.session, calls, iteration=iteration)
+            batch = self.executor.execute(self.session, calls, iteration=iteration)
             for result in batch:
                 self.add(result)
             direct = self.direct_output(batch)
@@ -888,7 +930,7 @@ class _Run:
                 return self.finish(turn.message.content, LoopOutcome.COMPLETED)
             if self.guard(calls):
                 return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
-            batch = await self.loop.executor.aexecute(self.session, calls, iteration=iteration)
+            batch = await self.executor.aexecute(self.session, calls, iteration=iteration)
             for result in batch:
                 self.add(result)
             direct = self.direct_output(batch)
@@ -950,6 +992,19 @@ async def arun(
     """`run` for asyncio; `on_event` / `on_text` may be sync or async (awaited on the event loop)."""
     loop = _one_off(model, session, functions, system, metatool, config, settings)
     return await _Run(loop, session, prompt, on_event, on_text).asynchronous()
+
+
+def allowed_tools(session: Session) -> list[Tool]:
+    """Every tool the session may use, in catalog order (what a run without tool_search sends)."""
+    catalog = session.index.catalog
+    if session.allowed is None:
+        return list(catalog)
+    return [catalog[n] for n in catalog.names if n in session.allowed]
+
+
+def session_tool_tokens(session: Session, encoding: str = "o200k_base") -> int:
+    """Tokens of the definitions of every tool the session allows (Chat Completions shape)."""
+    return sum(tool_tokens(t, encoding) for t in allowed_tools(session))
 
 
 def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
