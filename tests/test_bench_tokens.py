@@ -353,6 +353,28 @@ def test_benchmark_writes_its_report(dataset: Path, tmp_path: Path, capsys: pyte
     text = (out / "tokens.md").read_text()
     assert "## Break-even catalog size" in text and "| tiny | 8 | bm25 |" in text
     assert "tiny" in capsys.readouterr().out
+    assert "auto" not in full  # no hybrid run, no auto arm unless asked for
+
+
+def test_auto_arm_sends_small_catalogs_whole_and_searches_big_ones(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    args = _args(dataset, out, "--sizes", "3,all", "--no-plot", "--auto-backend", "bm25", "--trace-size", "50")
+    assert bench.main(args) == 0
+    report = json.loads((out / "tokens.json").read_text())
+    assert report["settings"]["methods"] == ["bm25", "auto"]
+    for row in report["datasets"]["tiny"]["by_size"]:
+        # 8 tiny tools are far below the limit: auto is exactly the plain loop, not tool search
+        m = row["methods"]
+        assert m["auto"]["input_tokens"] == m["baseline"]["input_tokens"] and m["auto"]["savings"] == 0
+        assert m["bm25"]["input_tokens"] != m["baseline"]["input_tokens"]
+    assert "| tiny | 8 | auto |" in (out / "tokens.md").read_text()
+    small = bench.run(
+        bench.resolve_datasets([str(dataset)]), ["bm25"], [None], limit=1, auto_backend="bm25", direct_max_tokens=0
+    )
+    full = small["datasets"]["tiny"]["by_size"][0]["methods"]
+    assert full["auto"]["input_tokens"] == full["bm25"]["input_tokens"]  # over the limit: auto searches
+    with pytest.raises(SystemExit, match="auto-backend"):
+        bench.main(_args(dataset, out, "--auto-backend", "vector"))
 
 
 def test_plots_are_written(dataset: Path, tmp_path: Path) -> None:

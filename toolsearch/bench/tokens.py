@@ -5,10 +5,14 @@
 
 Both arms run the same tasks through the same loop (`toolsearch.loop`) over the same catalog:
 
-- **baseline**: the session pins every tool of the task's catalog and the model wrapper leaves the
-  `tool_search` meta-tool (and its system-prompt suffix) out, so each request carries all tools;
-- **tool search**: the session only allows the catalog; the model starts with `tool_search` and sees
-  what its searches found, for each backend.
+- **baseline**: the loop with `tool_search="off"`: each request carries every tool of the task's
+  catalog, and no `tool_search` meta-tool or system-prompt suffix;
+- **tool search**: the loop with `tool_search="on"`: the model starts with `tool_search` and sees what
+  its searches found, for each backend;
+- **auto**: the loop with `tool_search="auto"` on one backend (hybrid when it runs): every tool while the
+  catalog's definitions total at most `DIRECT_MAX_TOKENS`, tool search above.
+
+In every arm the session's `allowed` subset is the task's catalog.
 
 Catalogs: for each task and size N, its needed tools plus N - |needed| distractors drawn from a seeded
 per-task permutation of the data set (so smaller catalogs are subsets of larger ones), or the whole data
@@ -28,10 +32,11 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..loop import DIRECT_MAX_TOKENS
 from . import Dataset, backend_list, command_line, log, machine_info, machine_markdown, resolve_datasets, write_json
 from .policy import AgentPolicy, QueryStyle
 
@@ -40,7 +45,6 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Task",
     "TaskRun",
-    "WithoutToolSearch",
     "add_arguments",
     "break_even",
     "catalog_names",
@@ -57,6 +61,7 @@ SYSTEM_PROMPT = (
     "with suitable arguments, then answer briefly."
 )
 BASELINE = "baseline"
+AUTO = "auto"
 TARGET_SAVINGS = 0.90
 TARGET_SUCCESS_RATIO = 0.95
 TARGET_EXTRA_REQUESTS = 1.5
@@ -138,31 +143,6 @@ def _stub(name: str) -> Callable[..., Any]:
 # --- the baseline's model ------------------------------------------------------------------------
 
 
-class WithoutToolSearch:
-    """A ChatModel wrapper for the baseline: the same provider, with the meta-tool left out of every request.
-
-    The baseline session pins every tool, so together they make a plain tool-calling loop that runs
-    through exactly the same loop, executor and token accounting as the tool-search arm.
-    """
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.format = model.format
-
-    @staticmethod
-    def _plain(request: Any) -> Any:
-        return replace(request, search_tool=None)
-
-    def payload(self, request: Any) -> dict[str, Any]:
-        return self.model.payload(self._plain(request))  # type: ignore[no-any-return]
-
-    def complete(self, request: Any) -> Any:
-        return self.model.complete(self._plain(request))
-
-    async def acomplete(self, request: Any) -> Any:
-        return await self.model.acomplete(self._plain(request))
-
-
 # --- one run ---------------------------------------------------------------------------------------
 
 
@@ -203,25 +183,22 @@ def run_task(
     max_iterations: int = MAX_ITERATIONS,
     encoding: str = "o200k_base",
     keep_requests: bool = False,
+    direct_max_tokens: int = DIRECT_MAX_TOKENS,
 ) -> TaskRun:
-    """Run one task through the loop, as the baseline (`method="baseline"`) or with tool search."""
+    """Run one task through the loop: as the baseline (`method="baseline"`, every tool on every
+    request), with `tool_search="auto"` (`method="auto"`), or with tool search (a backend's name)."""
     from ..loop import LoopConfig, ResultStatus
     from ..loop import run as run_loop
     from ..providers._base import ProviderError
 
     baseline = method == BASELINE
-    search_name = _metatool().name
-    if baseline:
-        pinned = allowed if allowed is not None else sessions.index.catalog.names
-        session = sessions.create(session_id, allowed=allowed, pinned=pinned)
-        model = WithoutToolSearch(model)
-    else:
-        session = sessions.create(session_id, allowed=allowed)
+    session = sessions.create(session_id, allowed=allowed)
     config = LoopConfig(
         max_iterations=max_iterations,
         tool_timeout=None,
         parallel_tool_calls=False,  # stubs return at once; threads would only add noise
-        system_suffix=not baseline,
+        tool_search="off" if baseline else ("auto" if method == AUTO else "on"),
+        direct_max_tokens=direct_max_tokens,
         encoding=encoding,
     )
     stats = TaskRun(method, catalog_size)
@@ -258,7 +235,7 @@ def run_task(
             stats.request_tokens.append(
                 {
                     "iteration": record.iteration,
-                    "tools_sent": len(record.tool_names) - (1 if baseline and search_name in record.tool_names else 0),
+                    "tools_sent": len(record.tool_names),
                     "system_tokens": tokens.system if tokens else None,
                     "message_tokens": tokens.messages if tokens else None,
                     "tool_tokens": tokens.tools if tokens else None,
@@ -404,9 +381,14 @@ def run(
     model_name: str | None = None,
     base_url: str | None = None,
     trace_size: int = 1000,
+    auto_backend: str | None = None,
+    direct_max_tokens: int = DIRECT_MAX_TOKENS,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape)."""
+    """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape).
+
+    `auto_backend` adds the `auto` arm (`tool_search="auto"`) on that backend, which must be one of `backends`.
+    """
     from ..index import ToolIndex
     from ..session import SessionManager
     from ..tools import load_tools
@@ -414,6 +396,9 @@ def run(
     say = log or (lambda message: None)
     live = provider is not None
     make_model = _model_factory(provider, model_name, fmt, base_url)
+    if auto_backend is not None and auto_backend not in backends:
+        raise ValueError(f"auto_backend {auto_backend!r} is not one of the backends run: {', '.join(backends)}")
+    arms = [*backends, *([AUTO] if auto_backend else [])]
     report: dict[str, Any] = {
         "benchmark": "tokens",
         "machine": machine_info(),
@@ -425,6 +410,9 @@ def run(
             "seed": seed,
             "sizes": ["all" if s is None else s for s in sizes],
             "backends": list(backends),
+            "methods": arms,
+            "auto_backend": auto_backend,
+            "direct_max_tokens": direct_max_tokens,
             "system_prompt": SYSTEM_PROMPT,
             "max_iterations": MAX_ITERATIONS,
         },
@@ -454,9 +442,11 @@ def run(
             managers[backend] = SessionManager(index, max_sessions=100)
             say(f"[{ds.name}] built {backend} index in {build_s[backend]:.1f}s")
         base_sessions = managers[backends[0]]
-        methods = [BASELINE, *backends]
+        if auto_backend:
+            managers[AUTO] = managers[auto_backend]
+        methods = [BASELINE, *arms]
         runs: dict[tuple[int | None, str], list[TaskRun]] = {(s, m): [] for s in ds_sizes for m in methods}
-        failures: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+        failures: dict[str, list[dict[str, Any]]] = {b: [] for b in arms}
         biggest = max((s for s in ds_sizes if s is not None), default=0)
         t_ds = time.perf_counter()
         for number, task in enumerate(tasks, 1):
@@ -470,12 +460,13 @@ def run(
                         task,
                         method,
                         sessions=sessions,
-                        model=make_model(task, _style(method)),
+                        model=make_model(task, _style(auto_backend if method == AUTO and auto_backend else method)),
                         functions=functions,
                         allowed=allowed,
                         catalog_size=catalog_size,
                         session_id=f"{ds.name}:{task.id}:{size}:{method}",
                         encoding=encoding,
+                        direct_max_tokens=direct_max_tokens,
                     )
                     runs[(size, method)].append(stats)
                     missed = size is None and method != BASELINE and not stats.success
@@ -496,7 +487,7 @@ def run(
             row: dict[str, Any] = {"size": "all" if size is None else size, "methods": {}}
             base = _aggregate(runs[(size, BASELINE)], live)
             row["methods"][BASELINE] = base
-            for backend in backends:
+            for backend in arms:
                 agg = _aggregate(runs[(size, backend)], live)
                 _compare(agg, base, live)
                 row["methods"][backend] = agg
@@ -514,7 +505,7 @@ def run(
             "build_s": build_s,
             "by_size": by_size,
             "break_even": {
-                b: break_even([(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size]) for b in backends
+                b: break_even([(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size]) for b in arms
             },
             "failures_at_full_catalog": failures,
             "elapsed_s": round(time.perf_counter() - t_ds, 1),
@@ -610,6 +601,11 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
 # --- reports -----------------------------------------------------------------------------------------
 
 
+def _arms(settings: Mapping[str, Any]) -> list[str]:
+    """The compared arms: each backend, then `auto` when it ran (older reports list backends only)."""
+    return list(settings.get("methods") or settings["backends"])
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
@@ -684,12 +680,12 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "Below this many tools, tool search costs more input tokens per task than sending every tool "
         "(interpolated in log size between the two measured sizes where savings change sign).",
         "",
-        "| data set | " + " | ".join(s["backends"]) + " |",
-        "|---|" + "---|" * len(s["backends"]),
+        "| data set | " + " | ".join(_arms(s)) + " |",
+        "|---|" + "---|" * len(_arms(s)),
     ]
     for name, ds in report["datasets"].items():
         cells = []
-        for b in s["backends"]:
+        for b in _arms(s):
             be = ds["break_even"][b]
             cells.append(f"~{be['size']:.0f} tools ({be['note']})" if be["size"] is not None else be["note"])
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -702,8 +698,8 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
             "",
             "Mean input tokens per task (savings vs baseline; extra requests; success).",
             "",
-            "| catalog | baseline | " + " | ".join(s["backends"]) + " |",
-            "|---:|---:|" + "---:|" * len(s["backends"]),
+            "| catalog | baseline | " + " | ".join(_arms(s)) + " |",
+            "|---:|---:|" + "---:|" * len(_arms(s)),
         ]
         for r in ds["by_size"]:
             base = r["methods"][BASELINE]
@@ -711,7 +707,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
                 f"{_num(base.get('provider_input_tokens') or base['input_tokens'])} "
                 f"({base['requests']:.2f} req; {_pct(base['success'])})"
             ]
-            for b in s["backends"]:
+            for b in _arms(s):
                 m = r["methods"][b]
                 cells.append(
                     f"{_num(m.get('provider_input_tokens') or m['input_tokens'])} ({_pct(m['savings'])}; "
@@ -748,14 +744,23 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
             lines.append(f"| {method} | **total** | | **{_num(m['tool_tokens'])}** | **{_num(m['input_tokens'])}** |")
     lines += ["", "## Method", ""]
     lines += [
-        "- Both arms use `toolsearch.loop.run` with the same system prompt, stub tool implementations (a small "
-        "JSON result) and argument validation. The baseline session pins the whole catalog and its model wrapper "
-        "drops the `tool_search` meta-tool and the system-prompt suffix, so its requests carry exactly the catalog.",
+        "- Every arm uses `toolsearch.loop.run` with the same system prompt, stub tool implementations (a small "
+        "JSON result) and argument validation. The baseline runs it with `tool_search=\"off\"`: its requests "
+        "carry exactly the catalog, with no `tool_search` meta-tool and no system-prompt suffix. The tool-search "
+        "arms run it with `tool_search=\"on\"`."
+        + (
+            f" The `auto` arm runs {s['auto_backend']} with `tool_search=\"auto\"`: the whole catalog while its "
+            f"definitions total at most {s['direct_max_tokens']:,} tokens, tool search above."
+            if s.get("auto_backend")
+            else ""
+        ),
         "- Offline, the model is a deterministic policy (`toolsearch/bench/policy.py`): it searches with the task "
-        "text (regex backend: an alternation of the task's content words), then, while a needed tool is missing, "
-        "once per clause of a multi-part task, then with the task's keywords and 10 results; it calls a needed tool "
-        "only when the request carries it, with arguments built from the tool's schema, then answers. Queries come "
-        "from the task text, never from the labels. The baseline policy calls the needed tools at once.",
+        "text, part by part for a multi-part task (regex backend: an alternation of the content words); while a "
+        "needed tool is missing, with each part's capability words (no quoted strings, names or numbers), then "
+        "the task's keywords, then the first queries again, each with 10 results (`tool_search` leaves tools the "
+        "session already has out of its results, so a repeat pages on). It calls a needed tool only when the "
+        "request carries it, with arguments built from the tool's schema, then answers. Queries come from the task "
+        "text, never from the labels. With every tool in view the policy calls the needed tools at once.",
         "- Success: every needed tool appeared in a request's tools and ran with schema-valid arguments. Offline, "
         "the baseline succeeds by construction (the policy is told the tools and sees them all), so the success "
         "ratio measures what retrieval misses and gives tool search no credit for sparing the model a long list "
@@ -780,7 +785,7 @@ def plot(report: dict[str, Any], out: Path, stem: str = "tokens") -> list[Path]:
     except ImportError:
         return []
     names = list(report["datasets"])
-    backends = report["settings"]["backends"]
+    backends = _arms(report["settings"])
     paths = []
     for kind in ("tokens", "savings"):
         fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
@@ -826,7 +831,7 @@ def render_summary(report: dict[str, Any]) -> str:
         full = next(r for r in ds["by_size"] if r["size"] == "all")
         base = full["methods"][BASELINE]
         parts = [f"{name} ({ds['tools']} tools): baseline {_num(base['input_tokens'])} tok/task"]
-        for b in report["settings"]["backends"]:
+        for b in _arms(report["settings"]):
             m = full["methods"][b]
             parts.append(
                 f"{b} {_num(m['input_tokens'])} ({_pct(m['savings'])} saved, {m['extra_requests']:+.2f} req, "
@@ -867,6 +872,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="all",
         metavar="LIST",
         help="comma-separated backends for the tool-search arm (default: every installed one)",
+    )
+    parser.add_argument(
+        "--auto-backend",
+        default=None,
+        metavar="NAME",
+        help="backend of the `auto` arm (tool_search='auto': every tool while their definitions total at most "
+        "--direct-max-tokens tokens); default hybrid when it runs, 'none' to leave the arm out",
+    )
+    parser.add_argument(
+        "--direct-max-tokens",
+        type=int,
+        default=DIRECT_MAX_TOKENS,
+        metavar="N",
+        help=f"the `auto` arm's limit on the catalog's definition tokens (default {DIRECT_MAX_TOKENS:,})",
     )
     parser.add_argument(
         "--format",
@@ -914,6 +933,16 @@ def _backends(spec: str) -> list[str]:
     return names
 
 
+def _auto_backend(spec: str | None, backends: Sequence[str]) -> str | None:
+    if spec is None:
+        return "hybrid" if "hybrid" in backends else None
+    if spec.strip().lower() == "none":
+        return None
+    if spec not in backends:
+        raise SystemExit(f"--auto-backend: {spec!r} is not among --backends ({', '.join(backends)})")
+    return spec
+
+
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     if args.cache_dir:
@@ -921,9 +950,10 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     limit = args.limit if args.limit is not None else (DEFAULT_LIVE_LIMIT if args.provider else DEFAULT_LIMIT)
+    backends = _backends(args.backends)
     report = run(
         resolve_datasets(args.dataset),
-        _backends(args.backends),
+        backends,
         _sizes(args.sizes),
         limit=limit or None,
         seed=args.seed,
@@ -933,6 +963,8 @@ def main(args: argparse.Namespace) -> int:
         model_name=args.model_name,
         base_url=args.base_url,
         trace_size=args.trace_size,
+        auto_backend=_auto_backend(args.auto_backend, backends),
+        direct_max_tokens=args.direct_max_tokens,
         log=None if quiet else log,
     )
     out = Path(args.out)
