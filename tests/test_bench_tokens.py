@@ -314,6 +314,8 @@ def test_break_even_interpolates_in_log_size() -> None:
     expected = math.exp(math.log(5) + 0.4 * (math.log(50) - math.log(5)) / 1.15)
     assert result["size"] == pytest.approx(expected, abs=0.1)
     assert bench.break_even([(5, 0.1), (50, 0.5)])["size"] is None
+    assert "never costs more" in bench.break_even([(5, 0.0), (10, 0.0), (50, 0.5)])["note"]  # auto: all tools, no loss
+    assert bench.break_even([(5, 0.0), (20, -0.1), (50, 0.5)])["note"] == "between 20 and 50"
     assert "every size" in bench.break_even([(5, -0.5), (50, -0.1)])["note"]
 
 

@@ -74,8 +74,9 @@ __all__ = [
     "DIRECT_MAX_TOKENS",
 ]
 
-# tool_search="auto" sends every tool while their definitions total at most this many tokens: the
-# token benchmark's break-even lies between ~1,900 (metatool) and ~3,900 (seal_tools) such tokens.
+# tool_search="auto" sends every tool while their definitions total at most this many tokens. In the
+# token benchmark, searching starts to pay at catalogs of ~1,100 (metatool), ~1,900 (bfcl) and ~2,900
+# (seal_tools) definition tokens: catalogs of many small tools break even sooner.
 DIRECT_MAX_TOKENS = 2_000
 _MIN_TOOL_TOKENS = 10  # the smallest possible function definition costs more than this
 

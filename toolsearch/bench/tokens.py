@@ -301,9 +301,9 @@ def break_even(points: Sequence[tuple[float, float | None]]) -> dict[str, Any]:
     pts = [(s, v) for s, v in points if v is not None and s > 0]
     if not pts:
         return {"size": None, "note": "no data"}
-    if pts[0][1] > 0:
-        return {"size": None, "note": f"tool search already saves tokens at the smallest size measured ({pts[0][0]:g})"}
-    last_loss = max(i for i, (_, v) in enumerate(pts) if v <= 0)
+    if all(v >= 0 for _, v in pts):  # `auto` sends small catalogs whole: it saves nothing there, and loses nothing
+        return {"size": None, "note": f"never costs more than sending every tool (sizes {pts[0][0]:g} and up)"}
+    last_loss = max(i for i, (_, v) in enumerate(pts) if v < 0)
     if last_loss == len(pts) - 1:
         return {"size": None, "note": f"tool search costs more at every size measured (up to {pts[-1][0]:g})"}
     (s0, v0), (s1, v1) = pts[last_loss], pts[last_loss + 1]
@@ -678,7 +678,9 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "## Break-even catalog size",
         "",
         "Below this many tools, tool search costs more input tokens per task than sending every tool "
-        "(interpolated in log size between the two measured sizes where savings change sign).",
+        "(interpolated in log size between the two measured sizes where savings change sign). `auto` sends "
+        "catalogs whose definitions fit its token limit whole, so it loses only between that limit and the "
+        "break-even.",
         "",
         "| data set | " + " | ".join(_arms(s)) + " |",
         "|---|" + "---|" * len(_arms(s)),
