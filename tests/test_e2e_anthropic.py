@@ -28,6 +28,7 @@ from fakes.e2e import (  # noqa: E402
     implementations,
     make_model,
     scenario_allowed_subset,
+    scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
     scenario_evicted_alias_called_again,
     scenario_eviction,
@@ -100,6 +101,10 @@ def test_evicted_dotted_tool_called_again_by_alias(server: FakeLLMServer, index:
 
 def test_session_outside_its_allowed_subset(server: FakeLLMServer, index: ToolIndex) -> None:
     scenario_allowed_subset(KIND, server, index)
+
+
+def test_auto_sends_a_small_subset_whole(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_auto_sends_a_small_subset_whole(KIND, server, index)
 
 
 def test_search_result_names_the_alias_the_model_can_call(server: FakeLLMServer, index: ToolIndex) -> None:

@@ -29,6 +29,7 @@ from fakes.e2e import (  # noqa: E402
     implementations,
     make_model,
     scenario_allowed_subset,
+    scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
     scenario_evicted_alias_called_again,
     scenario_eviction,
@@ -107,6 +108,11 @@ def test_evicted_dotted_tool_called_again_by_alias(kind: str, server: FakeLLMSer
 @pytest.mark.parametrize("kind", FORMATS)
 def test_session_outside_its_allowed_subset(kind: str, server: FakeLLMServer, index: ToolIndex) -> None:
     scenario_allowed_subset(kind, server, index)
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_auto_sends_a_small_subset_whole(kind: str, server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_auto_sends_a_small_subset_whole(kind, server, index)
 
 
 # --- concurrency --------------------------------------------------------------------------------

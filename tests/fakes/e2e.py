@@ -572,6 +572,51 @@ def scenario_allowed_subset(kind: str, server: FakeLLMServer, index: Any) -> Non
     _all_valid(server)
 
 
+def scenario_auto_sends_a_small_subset_whole(kind: str, server: FakeLLMServer, index: Any) -> None:
+    """tool_search="auto": a session whose allowed tools fit the token limit gets them all, no tool_search;
+    a bigger one gets tool_search alone. Either way only allowed tools run."""
+    from toolsearch.loop import ResultStatus, run, session_tool_tokens
+    from toolsearch.metatool import ToolSearchMetaTool
+    from toolsearch.session import SessionManager
+
+    catalog = _catalog(index)
+    small = ["math.factorial", "math.gcd", "weather_get_current"]
+    manager = SessionManager(index)
+    session = manager.create("small", allowed=small)
+    limit = session_tool_tokens(session)
+    calls = Calls()
+    server.enqueue(
+        call_found(("math.factorial", {"n": 5}), ("weather_get_current", {"location": "Oslo"})),
+        Turn(tool_calls=[("email_send_message", {"to": ["a@b.c"], "subject": "x", "body": "y"})]),
+        Turn(text="120, and 21C in Oslo."),
+    )
+    model = make_model(kind, server)
+    result = run(
+        model,
+        "5! and Oslo?",
+        session=session,
+        functions=implementations(calls),
+        tool_search="auto",
+        direct_max_tokens=limit,
+        system="Be brief.",
+    )
+    in_order = [t for t in catalog if t.name in small]  # catalog order
+    for request in server.requests:
+        assert_tools(request, pinned=in_order)
+        assert request.system is None or "tool_search" not in request.system
+    assert not result.tool_search and result.output == "120, and 21C in Oslo."
+    assert calls.names() == ["math.factorial", "weather_get_current"]  # the email tool is outside the subset
+    assert [r.status for r in result.tool_results][-1] is ResultStatus.NOT_AVAILABLE
+
+    before = len(server.requests)
+    server.enqueue(Turn(text="I would need to search."))
+    bigger = manager.create("bigger", allowed=[*small, "weather_get_forecast"])
+    result = run(model, "x", session=bigger, functions={}, tool_search="auto", direct_max_tokens=limit)
+    assert result.tool_search
+    assert_tools(server.requests[before], search=ToolSearchMetaTool().definition(bigger))
+    _all_valid(server)
+
+
 def scenario_evicted_alias_called_again(kind: str, server: FakeLLMServer, index: Any) -> None:
     """A dotted tool used, then evicted, then called again by its alias: an instructive result, no run."""
     from toolsearch.loop import ResultStatus, run
