@@ -226,6 +226,37 @@ def test_allowed_filter_combines_with_scoring(index: ToolIndex) -> None:
     assert index.search("+send -sms", 5, allowed=allowed).names == []
 
 
+@pytest.mark.parametrize("size", [1500, 300, 40, 3])
+def test_allowed_subset_ranks_exactly_as_the_whole_ranking_restricted(
+    bfcl_bm25: ToolIndex, datasets_dir: Path, size: int
+) -> None:
+    """Large subsets are searched by reading the unfiltered ranking deep enough, small ones with a filter
+    query: either way the hits are the whole catalog's ranking restricted to the subset."""
+    import random
+
+    index = bfcl_bm25
+    names = index.catalog.names
+    rng = random.Random(size)
+    allowed = frozenset(rng.sample(names, size))
+    labelled = load_queries(datasets_dir / "bfcl" / "queries.jsonl", limit=40, seed=size)
+    queries = [q.query for q in labelled] + ["weather", "get"]
+    for query in queries:
+        whole = index.backend.search(query, len(names)).hits
+        expected = [(h.name, round(h.score, 5)) for h in whole if h.name in allowed][:7]
+        got = [(h.name, round(h.score, 5)) for h in index.search(query, 7, allowed=allowed).hits]
+        assert got == expected, query
+    # a subset far down one query's ranking: the first pages read hold none of it
+    whole = [h.name for h in index.backend.search("get data", len(names)).hits]
+    deep = frozenset(whole[len(whole) // 2 :][:size])
+    expected_deep = [n for n in whole if n in deep][:7]
+    assert index.search("get data", 7, allowed=deep).names == expected_deep
+
+
+@pytest.fixture(scope="module")
+def bfcl_bm25(bfcl_tools: list[Tool]) -> ToolIndex:
+    return ToolIndex.build(bfcl_tools, backend="bm25")
+
+
 # --- options, persistence, updates ---------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ model as an exception: the words are searched as plain text and `Ranking.notes` 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import tempfile
@@ -52,6 +53,9 @@ DEFAULT_BOOSTS: dict[str, float] = {
     "tags": 0.6,
 }
 DEFAULT_EXACT_NAME_BOOST = 8.0
+# An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
+_POST_FILTER_MIN = 50
+_POST_FILTER_MAX = 2_000
 # Conversational words that say nothing about a tool ("could you please ..."); dropped from plain
 # queries unless nothing else is left. Generic English stop words are removed on both sides.
 FILLER_WORDS = (
@@ -428,15 +432,40 @@ class Bm25Backend:
         compiled, notes = self._compile(query)
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
-        if allowed is not None:
-            compiled = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Must, compiled), (tantivy.Occur.Must, self._filter(allowed))]
-            )
-        found = searcher.search(compiled, k, count=False).hits
-        hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
+        if allowed is None:
+            found = searcher.search(compiled, k, count=False).hits
+            hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
+        else:
+            hits = self._search_within(searcher, compiled, k, allowed)
         if not hits:
             notes = (*notes, "no tool matched these words; try other words or synonyms")
         return Ranking(hits, tuple(notes))
+
+    def _search_within(self, searcher: Any, compiled: Any, k: int, allowed: frozenset[str]) -> list[Hit]:
+        """The top `k` hits inside `allowed`: the same ranking as a filtered query, usually faster.
+
+        tantivy's term-set filter costs time in proportion to the allowed set (10 ms for 5,000 names),
+        while reading a hit's name costs under a microsecond. So the unfiltered ranking is read deep
+        enough to hold `k` allowed hits at the subset's share of the catalog, deeper while a full page
+        still falls short, and only past `_POST_FILTER_MAX` hits does the filter query take over.
+        """
+        total = int(searcher.num_docs)
+        limit = min(total, max(_POST_FILTER_MIN, math.ceil(k * total / len(allowed) * 2)))
+        while limit <= _POST_FILTER_MAX:
+            found = searcher.search(compiled, limit, count=False).hits
+            hits = []
+            for score, address in found:
+                name = searcher.doc(address).get_first("id")
+                if name in allowed:
+                    hits.append(Hit(name, float(score)))
+                    if len(hits) == k:
+                        return hits
+            if len(found) < limit or limit == total:  # every matching tool was read: fewer than k match
+                return hits
+            limit = min(total, limit * 4)
+        filtered = [(tantivy.Occur.Must, compiled), (tantivy.Occur.Must, self._filter(allowed))]
+        found = searcher.search(tantivy.Query.boolean_query(filtered), k, count=False).hits
+        return [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
 
     def _filter(self, allowed: frozenset[str]) -> Any:
         """A zero-score term-set query on exact names; sessions reuse theirs, so a few are cached."""
