@@ -719,17 +719,20 @@ class ToolSearchLoop:
         session = self.session(session_id, allowed=allowed, pinned=pinned)
         return await _Run(self, session, prompt, on_event, on_text).asynchronous()
 
-    def sends_all_tools(self, session: Session) -> bool:
-        """True when a run for `session` sends every allowed tool instead of tool_search (see LoopConfig)."""
+    def direct_tools(self, session: Session) -> tuple[Tool, ...] | None:
+        """Every allowed tool when a run for `session` sends them all instead of tool_search, else None."""
         mode = self.config.tool_search
-        if mode != "auto":
-            return mode == "off"
-        limit = self.config.direct_max_tokens
-        count = len(session.allowed) if session.allowed is not None else len(session.index.catalog)
-        # Every definition costs at least _MIN_TOOL_TOKENS: a large subset is over the limit uncounted.
-        if count * _MIN_TOOL_TOKENS > limit:
-            return False
-        return session_tool_tokens(session, self.config.encoding) <= limit
+        if mode == "on":
+            return None
+        if mode == "auto":
+            limit = self.config.direct_max_tokens
+            count = len(session.allowed) if session.allowed is not None else len(session.index.catalog)
+            # Every definition costs at least _MIN_TOOL_TOKENS: a large subset is over the limit uncounted.
+            if count * _MIN_TOOL_TOKENS > limit:
+                return None
+            tools = allowed_tools(session)
+            return tools if sum(tool_tokens(t, self.config.encoding) for t in tools) <= limit else None
+        return allowed_tools(session)
 
     def system_prompt(self, session: Session, *, direct: bool = False) -> str | None:
         parts = [self.system] if self.system else []
@@ -757,9 +760,9 @@ class _Run:
         self.streaming = loop.config.stream or on_event is not None or on_text is not None
         self.session = session
         self.config = loop.config
-        self.direct = loop.sends_all_tools(session)
+        self.all_tools = loop.direct_tools(session)  # None: the run searches
+        self.direct = self.all_tools is not None
         self.executor = loop.direct_executor if self.direct else loop.executor
-        self.all_tools = tuple(allowed_tools(session)) if self.direct else ()
         self.messages = _initial_messages(prompt)
         self.system = loop.system_prompt(session, direct=self.direct)
         self.searches: list[SearchRecord] = []
@@ -768,7 +771,7 @@ class _Run:
         self.seen: Counter[str] = Counter()
 
     def request(self) -> ChatRequest:
-        if self.direct:
+        if self.all_tools is not None:
             return ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
         return ChatRequest(
             messages=tuple(self.messages),
@@ -995,12 +998,12 @@ async def arun(
     return await _Run(loop, session, prompt, on_event, on_text).asynchronous()
 
 
-def allowed_tools(session: Session) -> list[Tool]:
+def allowed_tools(session: Session) -> tuple[Tool, ...]:
     """Every tool the session may use, in catalog order (what a run without tool_search sends)."""
     catalog = session.index.catalog
     if session.allowed is None:
-        return list(catalog)
-    return [catalog[n] for n in catalog.names if n in session.allowed]
+        return tuple(catalog)
+    return tuple(catalog[n] for n in catalog.names if n in session.allowed)
 
 
 def session_tool_tokens(session: Session, encoding: str = "o200k_base") -> int:
