@@ -23,6 +23,7 @@ __all__ = [
     "Dataset",
     "backend_list",
     "command_line",
+    "offline_environment",
     "log",
     "default_datasets_root",
     "machine_info",
@@ -223,6 +224,14 @@ def command_line(benchmark: str) -> str:
     if argv and argv[0].endswith(".py"):
         return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]])
     return ""
+
+
+def offline_environment(cache_dir: str | Path | None = None) -> None:
+    """Before a benchmark loads anything: no model-hub access, and the embedding cache in `cache_dir` if given."""
+    if cache_dir:
+        os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(cache_dir).resolve())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def backend_list(spec: str) -> list[str]:

@@ -17,7 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import backend_list, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import (
+    backend_list,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    percentile,
+    resolve_datasets,
+    write_json,
+)
 
 __all__ = ["REFERENCE_PEERS", "add_arguments", "main", "run"]
 
@@ -111,10 +120,7 @@ def _set_threads(n: int | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
-    if args.cache_dir:
-        os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    offline_environment(args.cache_dir)
     _set_threads(args.threads)
     datasets = resolve_datasets(args.dataset)
     backends = backend_list(args.backends)

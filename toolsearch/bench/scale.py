@@ -24,7 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import backend_list, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import (
+    backend_list,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    percentile,
+    resolve_datasets,
+    write_json,
+)
 
 __all__ = ["add_arguments", "build_catalog", "main", "run", "sample_queries"]
 
@@ -311,10 +320,7 @@ def _folder_bytes(folder: Path) -> int:
 def _worker(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     kind = spec["kind"]
-    if spec.get("cache_dir"):
-        os.environ["TOOLSEARCH_CACHE_DIR"] = spec["cache_dir"]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    offline_environment(spec.get("cache_dir"))
     queries = json.loads(Path(spec["queries"]).read_text()) if spec.get("queries") else []
     if spec.get("threads"):
         import importlib.util

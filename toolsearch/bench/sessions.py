@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import threading
@@ -29,7 +28,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import command_line, log, machine_info, machine_markdown, percentile, resolve_datasets, write_json
+from . import (
+    backend_list,
+    command_line,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    percentile,
+    resolve_datasets,
+    write_json,
+)
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -365,11 +374,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
-    if args.cache_dir:
-        os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    offline_environment(args.cache_dir)
+    backends = backend_list(args.backends)
     report = run(
         resolve_datasets(args.dataset),
         backends,
