@@ -317,6 +317,9 @@ def test_break_even_interpolates_in_log_size() -> None:
     assert "never costs more" in bench.break_even([(5, 0.0), (10, 0.0), (50, 0.5)])["note"]  # auto: all tools, no loss
     assert bench.break_even([(5, 0.0), (20, -0.1), (50, 0.5)])["note"] == "between 20 and 50"
     assert "every size" in bench.break_even([(5, -0.5), (50, -0.1)])["note"]
+    weighed = bench.break_even([(5, -0.4), (50, 0.75), (1000, 0.99)], [500, 5000, 100000])
+    assert weighed["size"] == result["size"] and weighed["definition_tokens"] == round(expected * 100)
+    assert "definition_tokens" not in result
 
 
 def test_catalogs_nest_and_keep_the_needed_tools() -> None:

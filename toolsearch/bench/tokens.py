@@ -37,7 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from ..loop import DIRECT_MAX_TOKENS
-from . import Dataset, backend_list, command_line, log, machine_info, machine_markdown, resolve_datasets, write_json
+from . import (
+    Dataset,
+    backend_list,
+    command_line,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    resolve_datasets,
+    write_json,
+)
 from .policy import AgentPolicy, QueryStyle
 
 __all__ = [
@@ -289,24 +299,36 @@ def _compare(method: dict[str, Any], base: dict[str, Any], live: bool) -> None:
     method["success_ratio"] = round(method["success"] / base["success"], 4) if base["success"] else None
 
 
-def break_even(points: Sequence[tuple[float, float | None]]) -> dict[str, Any]:
+def break_even(points: Sequence[tuple[float, float | None]], tokens: Sequence[float] | None = None) -> dict[str, Any]:
     """Where savings cross zero, by linear interpolation in log(catalog size).
 
-    `points` are (mean catalog size, savings) in increasing size. Returns the size below which tool
-    search costs more than it saves, or says the crossing lies outside the sizes measured.
+    `points` are (mean catalog size, savings) in increasing size; `tokens`, when given, the catalog's
+    tool-definition tokens at each size, interpolated the same way. Returns the size (and tokens) below
+    which tool search costs more than it saves, or says the crossing lies outside the sizes measured.
     """
-    pts = [(s, v) for s, v in points if v is not None and s > 0]
+    weights = list(tokens) if tokens is not None else [math.nan] * len(points)
+    pts = [(s, v, t) for (s, v), t in zip(points, weights, strict=True) if v is not None and s > 0]
     if not pts:
         return {"size": None, "note": "no data"}
-    if all(v >= 0 for _, v in pts):  # `auto` sends small catalogs whole: it saves nothing there, and loses nothing
+    if all(v >= 0 for _, v, _ in pts):  # `auto` sends small catalogs whole: it saves nothing there, and loses nothing
         return {"size": None, "note": f"never costs more than sending every tool (sizes {pts[0][0]:g} and up)"}
-    last_loss = max(i for i, (_, v) in enumerate(pts) if v < 0)
+    last_loss = max(i for i, (_, v, _) in enumerate(pts) if v < 0)
     if last_loss == len(pts) - 1:
         return {"size": None, "note": f"tool search costs more at every size measured (up to {pts[-1][0]:g})"}
-    (s0, v0), (s1, v1) = pts[last_loss], pts[last_loss + 1]
-    x0, x1 = math.log(s0), math.log(s1)
-    x = x0 + (0 - v0) * (x1 - x0) / (v1 - v0)
-    return {"size": round(math.exp(x), 1), "note": f"between {s0:g} and {s1:g}"}
+    (s0, v0, t0), (s1, v1, t1) = pts[last_loss], pts[last_loss + 1]
+    share = (0 - v0) / (v1 - v0)  # of the way from s0 to s1, in log size
+    out: dict[str, Any] = {
+        "size": round(math.exp(math.log(s0) + share * (math.log(s1) - math.log(s0))), 1),
+        "note": f"between {s0:g} and {s1:g}",
+    }
+    if t0 > 0 and t1 > 0:  # NaN compares false: no tokens given
+        out["definition_tokens"] = round(math.exp(math.log(t0) + share * (math.log(t1) - math.log(t0))))
+    return out
+
+
+def _catalog_tokens(base: Mapping[str, Any]) -> float:
+    """Tool-definition tokens of the catalog: the baseline sends all of it on each of its requests."""
+    return float(base["tool_tokens"] / base["requests"]) if base.get("requests") else math.nan
 
 
 def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> list[Task]:
@@ -502,7 +524,11 @@ def run(
             "build_s": build_s,
             "by_size": by_size,
             "break_even": {
-                b: break_even([(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size]) for b in arms
+                b: break_even(
+                    [(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size],
+                    [_catalog_tokens(r["methods"][BASELINE]) for r in by_size],
+                )
+                for b in arms
             },
             "failures_at_full_catalog": failures,
             "elapsed_s": round(time.perf_counter() - t_ds, 1),
@@ -675,7 +701,8 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "## Break-even catalog size",
         "",
         "Below this many tools, tool search costs more input tokens per task than sending every tool "
-        "(interpolated in log size between the two measured sizes where savings change sign). `auto` sends "
+        "(interpolated in log size between the two measured sizes where savings change sign; the catalog's "
+        "tool-definition tokens at that size are interpolated the same way). `auto` sends "
         "catalogs whose definitions fit its token limit whole, so it loses only between that limit and the "
         "break-even.",
         "",
@@ -686,7 +713,11 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         cells = []
         for b in _arms(s):
             be = ds["break_even"][b]
-            cells.append(f"~{be['size']:.0f} tools ({be['note']})" if be["size"] is not None else be["note"])
+            if be["size"] is None:
+                cells.append(be["note"])
+                continue
+            weight = f"~{be['definition_tokens']:,} definition tokens; " if be.get("definition_tokens") else ""
+            cells.append(f"~{be['size']:.0f} tools ({weight}{be['note']})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for path in plots:
         lines += ["", f"![{path.stem}]({path.name})"]
@@ -944,10 +975,7 @@ def _auto_backend(spec: str | None, backends: Sequence[str]) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
-    if args.cache_dir:
-        os.environ["TOOLSEARCH_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    offline_environment(args.cache_dir)
     limit = args.limit if args.limit is not None else (DEFAULT_LIVE_LIMIT if args.provider else DEFAULT_LIMIT)
     backends = _backends(args.backends)
     report = run(
