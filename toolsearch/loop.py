@@ -731,7 +731,7 @@ class ToolSearchLoop:
             if count * _MIN_TOOL_TOKENS > limit:
                 return None
             tools = allowed_tools(session)
-            return tools if sum(tool_tokens(t, self.config.encoding) for t in tools) <= limit else None
+            return tools if _definitions_tokens(tools, self.config.encoding) <= limit else None
         return allowed_tools(session)
 
     def system_prompt(self, session: Session, *, direct: bool = False) -> str | None:
@@ -1008,7 +1008,11 @@ def allowed_tools(session: Session) -> tuple[Tool, ...]:
 
 def session_tool_tokens(session: Session, encoding: str = "o200k_base") -> int:
     """Tokens of the definitions of every tool the session allows (Chat Completions shape)."""
-    return sum(tool_tokens(t, encoding) for t in allowed_tools(session))
+    return _definitions_tokens(allowed_tools(session), encoding)
+
+
+def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:
+    return sum(tool_tokens(t, encoding) for t in tools)
 
 
 def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
