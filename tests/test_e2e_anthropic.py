@@ -34,6 +34,7 @@ from fakes.e2e import (  # noqa: E402
     scenario_eviction,
     scenario_iteration_guard,
     scenario_multi_step_discovery,
+    scenario_native_eviction,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -259,3 +260,7 @@ def test_native_empty_or_failed_search_is_text(server: FakeLLMServer, index: Too
     assert empty.references == () and "No tools matched" in empty.text
     assert malformed.references == () and "query" in malformed.text and malformed.is_error
     assert server.requests[1].deferred_tool_names == []
+
+
+def test_native_mode_with_eviction_keeps_referenced_tools_defined(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_native_eviction(KIND, server, index)

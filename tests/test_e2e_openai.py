@@ -35,6 +35,7 @@ from fakes.e2e import (  # noqa: E402
     scenario_eviction,
     scenario_iteration_guard,
     scenario_multi_step_discovery,
+    scenario_native_eviction,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -321,3 +322,7 @@ def test_guessed_alias_and_dotted_name_in_one_history(kind: str, server: FakeLLM
     second = server.requests[1]
     assert [c.name for c in second.history_calls()] == [alias, alias]
     assert second.tool_names == ["tool_search"]
+
+
+def test_responses_native_mode_with_eviction(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_native_eviction("openai_responses", server, index)

@@ -544,6 +544,100 @@ def scenario_eviction(kind: str, server: FakeLLMServer, index: Any) -> None:
     _all_valid(server)
 
 
+def native_search_tool(session: Any) -> dict[str, Any]:
+    """The Responses API's client-executed `tool_search` tool, as toolsearch sends it in native mode."""
+    from toolsearch.metatool import ToolSearchMetaTool
+
+    definition = ToolSearchMetaTool().definition(session)
+    return {
+        "type": "tool_search",
+        "execution": "client",
+        "description": definition.description,
+        "parameters": dict(definition.input_schema),
+    }
+
+
+def scenario_native_eviction(kind: str, server: FakeLLMServer, index: Any) -> None:
+    """Native tool search with a cap on discovered tools: a tool found, then evicted, stays referenced by
+    the history's search result, so every request must still be one the API accepts (the strict server
+    checks it), the model is told what was unloaded, and a call to the evicted tool is refused."""
+    from toolsearch.loop import ResultStatus, run
+    from toolsearch.metatool import ToolSearchMetaTool
+    from toolsearch.session import SessionManager
+
+    catalog = _catalog(index)
+    session = SessionManager(index, max_discovered=2).create(f"native-evict-{kind}")
+    best, second_best = hits(index, "weather forecast", 2)
+    calls = Calls()
+    server.enqueue(
+        search("weather forecast", max_results=2),
+        search("factorial", max_results=1),
+        Turn(tool_calls=[(provider_safe_name(second_best), {"location": "Nice"})]),  # evicted by now
+        Turn(text="done"),
+    )
+    result = run(
+        make_model(kind, server),
+        "Weather and maths.",
+        session=session,
+        functions=implementations(calls),
+        tool_search_mode="native",
+    )
+    first, second, third, fourth = server.requests
+    assert result.searches[1].evicted == (second_best,)
+    assert session.discovered == (best, "math.factorial")
+    assert result.tool_results[-1].status == ResultStatus.NOT_DISCOVERED
+    assert calls.log == []
+    [first_search] = second.tool_results()
+    assert first_search.references == tuple(provider_safe_name(n) for n in (best, second_best))
+    # native results carry references only, so the model learns of the eviction when it calls the tool
+    assert (
+        second_best in fourth.tool_results()[0].text or provider_safe_name(second_best) in fourth.tool_results()[0].text
+    )
+    if kind == ANTHROPIC_FORMAT:
+        meta = ToolSearchMetaTool().definition(session)
+        assert_tools(first, search=meta)
+        assert_tools(second, search=meta, deferred=[catalog[best], catalog[second_best]])
+        # the evicted tool is no longer discovered, but the first search result still holds a
+        # tool_reference to it: its deferred definition must stay in `tools` or the API refuses
+        # the request ("Tool reference ... not found in available tools")
+        for request in (third, fourth):
+            assert_tools(
+                request, search=meta, deferred=[catalog[best], catalog["math.factorial"], catalog[second_best]]
+            )
+            references = {ref for r in _all_results(request) for ref in r.references}
+            assert provider_safe_name(second_best) in references
+            assert references <= set(request.deferred_tool_names)
+    else:
+        native = native_search_tool(session)
+        # found tools travel in the tool_search_output items of the history, never in `tools`
+        assert first.tools == second.tools == third.tools == fourth.tools == [native]
+        outputs = [i for i in fourth["input"] if i.get("type") == "tool_search_output"]
+        assert [[t["name"] for t in o["tools"]] for o in outputs] == [
+            [provider_safe_name(best), provider_safe_name(second_best)],
+            [provider_safe_name("math.factorial")],
+        ]
+    _all_valid(server)
+
+
+def _all_results(request: Request) -> list[Any]:
+    """Every tool result in a Messages request's history (not only the last turn's)."""
+    from .llm_server import ToolResult
+
+    out = []
+    for message in request.messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                refs = tuple(
+                    r["tool_name"]
+                    for r in (inner if isinstance(inner, list) else [])
+                    if r.get("type") == "tool_reference"
+                )
+                out.append(ToolResult(str(block.get("tool_use_id")), "", None, refs, block))
+    return out
+
+
 def scenario_allowed_subset(kind: str, server: FakeLLMServer, index: Any) -> None:
     """A session limited to some tools never sees, finds or runs the others."""
     from toolsearch.loop import ResultStatus, run
