@@ -35,6 +35,7 @@ from fakes.e2e import (  # noqa: E402
     scenario_iteration_guard,
     scenario_multi_step_discovery,
     scenario_native_eviction,
+    scenario_parallel_errors_and_timeouts,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -264,3 +265,10 @@ def test_native_empty_or_failed_search_is_text(server: FakeLLMServer, index: Too
 
 def test_native_mode_with_eviction_keeps_referenced_tools_defined(server: FakeLLMServer, index: ToolIndex) -> None:
     scenario_native_eviction(KIND, server, index)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+def test_parallel_calls_with_mixed_errors_and_timeouts(
+    asynchronous: bool, server: FakeLLMServer, index: ToolIndex
+) -> None:
+    scenario_parallel_errors_and_timeouts(KIND, server, index, asynchronous=asynchronous)

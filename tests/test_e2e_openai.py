@@ -36,6 +36,7 @@ from fakes.e2e import (  # noqa: E402
     scenario_iteration_guard,
     scenario_multi_step_discovery,
     scenario_native_eviction,
+    scenario_parallel_errors_and_timeouts,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -326,3 +327,11 @@ def test_guessed_alias_and_dotted_name_in_one_history(kind: str, server: FakeLLM
 
 def test_responses_native_mode_with_eviction(server: FakeLLMServer, index: ToolIndex) -> None:
     scenario_native_eviction("openai_responses", server, index)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+@pytest.mark.parametrize("kind", FORMATS)
+def test_parallel_calls_with_mixed_errors_and_timeouts(
+    kind: str, asynchronous: bool, server: FakeLLMServer, index: ToolIndex
+) -> None:
+    scenario_parallel_errors_and_timeouts(kind, server, index, asynchronous=asynchronous)
