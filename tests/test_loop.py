@@ -239,9 +239,9 @@ def test_timeouts_of_sync_and_async_tools(sessions: SessionManager) -> None:
             "too slow",
         ]
     )
-    started = time.perf_counter()
+    # That timeouts run together (not one after the other) is proven by order of events in
+    # tests/fakes/e2e.py (scenario_parallel_errors_and_timeouts), not by a clock here.
     result = run(model, "x", session=_session(sessions), functions=EVERYTHING, tool_timeout=0.3)
-    assert time.perf_counter() - started < 2.5  # both timed out together, not one after the other
     timeouts = result.tool_results[-2:]
     assert [r.status for r in timeouts] == [ResultStatus.TIMEOUT, ResultStatus.TIMEOUT]
     assert "timed out after 0.3 s" in timeouts[0].content
