@@ -11,12 +11,10 @@ import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import pytest
-
-anthropic = pytest.importorskip("anthropic")
-
-from fakes import ErrorTurn, FakeLLMServer, Turn  # noqa: E402
-from fakes.e2e import (  # noqa: E402
+from fakes import ErrorTurn, FakeLLMServer, Turn
+from fakes.e2e import (
     Calls,
     assert_tools,
     call_found,
@@ -43,11 +41,11 @@ from fakes.e2e import (  # noqa: E402
     search,
 )
 
-from toolsearch import Tool, ToolIndex, provider_safe_name  # noqa: E402
-from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run  # noqa: E402
-from toolsearch.metatool import ToolSearchMetaTool  # noqa: E402
-from toolsearch.providers import ProviderError  # noqa: E402
-from toolsearch.session import SessionManager  # noqa: E402
+from toolsearch import Tool, ToolIndex, provider_safe_name
+from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run
+from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.providers import ProviderError
+from toolsearch.session import SessionManager
 
 KIND = "anthropic"
 

@@ -8,9 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-
-pytest.importorskip("mcp")
-
 from mcp_servers import PY, git_server, make_git_repo, time_server, toy
 
 from toolsearch import ToolIndex
