@@ -28,6 +28,7 @@ from fakes.e2e import (
     scenario_allowed_subset,
     scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
+    scenario_empty_reply_then_continue,
     scenario_evicted_alias_called_again,
     scenario_eviction,
     scenario_iteration_guard,
@@ -270,3 +271,7 @@ def test_parallel_calls_with_mixed_errors_and_timeouts(
     asynchronous: bool, server: FakeLLMServer, index: ToolIndex
 ) -> None:
     scenario_parallel_errors_and_timeouts(KIND, server, index, asynchronous=asynchronous)
+
+
+def test_empty_reply_then_a_follow_up(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_empty_reply_then_continue(KIND, server, index)

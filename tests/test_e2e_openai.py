@@ -29,6 +29,7 @@ from fakes.e2e import (
     scenario_allowed_subset,
     scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
+    scenario_empty_reply_then_continue,
     scenario_evicted_alias_called_again,
     scenario_eviction,
     scenario_iteration_guard,
@@ -333,3 +334,8 @@ def test_parallel_calls_with_mixed_errors_and_timeouts(
     kind: str, asynchronous: bool, server: FakeLLMServer, index: ToolIndex
 ) -> None:
     scenario_parallel_errors_and_timeouts(kind, server, index, asynchronous=asynchronous)
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_empty_reply_then_a_follow_up(kind: str, server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_empty_reply_then_continue(kind, server, index)

@@ -700,6 +700,13 @@ RULE_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         "result-answers-call",
     ),
     ("chat-messages-required", OPENAI_CHAT, _CHAT, {**_CHAT, "messages": []}, "required-fields"),
+    (
+        "chat-assistant-content-required",
+        OPENAI_CHAT,
+        {**_CHAT, "messages": [*USER, {"role": "assistant", "content": ""}, *USER]},
+        {**_CHAT, "messages": [*USER, {"role": "assistant", "content": None}, *USER]},
+        "required-fields",
+    ),
     # OpenAI Responses
     (
         "responses-tool-name",

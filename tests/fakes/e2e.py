@@ -598,6 +598,23 @@ def scenario_parallel_errors_and_timeouts(
     _all_valid(server)
 
 
+def scenario_empty_reply_then_continue(kind: str, server: FakeLLMServer, index: Any) -> None:
+    """A model that answered with nothing, then a follow-up user turn: the history must still be a
+    request the API accepts (no empty text block, no null assistant content)."""
+    from toolsearch.loop import run
+    from toolsearch.providers import Message
+    from toolsearch.session import SessionManager
+
+    session = SessionManager(index).create(f"empty-{kind}")
+    server.enqueue(Turn(text=""), Turn(text="Here I am."))
+    first = run(make_model(kind, server), "Hello?", session=session)
+    assert first.output == ""
+    second = run(make_model(kind, server), [*first.messages, Message("user", "Still there?")], session=session)
+    assert second.output == "Here I am."
+    assert server.requests[-1].user_texts()[-1].endswith("Still there?")
+    _all_valid(server)
+
+
 def scenario_iteration_guard(kind: str, server: FakeLLMServer, index: Any) -> None:
     """The request limit stops a model that never answers; identical repeated calls stop it too."""
     from toolsearch.loop import LoopOutcome, ResultStatus, run

@@ -130,6 +130,13 @@ def _check_chat_messages(messages: list[Any]) -> None:
                 f"messages.[{open_turn}].role",
             )
         open_turn = None
+        if role == "assistant" and not message.get("tool_calls") and message.get("content") is None:
+            raise Violation(
+                "required-fields",
+                f"Invalid value for 'messages[{i}].content': an assistant message requires 'content' unless "
+                "'tool_calls' is specified.",
+                f"messages[{i}].content",
+            )
         if role == "assistant" and message.get("tool_calls"):
             for j, call in enumerate(_dicts(message.get("tool_calls"))):
                 fn = call.get("function") if isinstance(call.get("function"), dict) else {}
