@@ -26,12 +26,6 @@ def test_a_skip_fails_the_run_with_fail_on_skip() -> None:
     assert "1 passed, 1 skipped" in proc.stdout  # the usual summary line is still printed
 
 
-def test_without_the_option_a_skip_is_only_reported() -> None:
-    proc = _pytest()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed, 1 skipped" in proc.stdout
-
-
 def test_an_allowed_skip_needs_its_reason() -> None:
     assert allowed_skips("# comment\n\nsample reason  # the sample skips on purpose\n") == ["sample reason"]
     with pytest.raises(pytest.UsageError, match="needs `text  # reason`"):
