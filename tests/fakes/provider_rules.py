@@ -33,7 +33,7 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 
 def _check_name(rule: str, name: Any, where: str, pattern_text: str | None = None) -> None:
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise Violation(
             rule,
             pattern_text
