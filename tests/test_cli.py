@@ -321,8 +321,7 @@ def test_subprocess_error_and_exit_code(home: Path) -> None:
 
 def test_console_script_runs(home: Path) -> None:
     script = Path(sys.executable).parent / "toolsearch"
-    if not script.exists():
-        pytest.skip("the package is not installed with its console script in this environment")
+    assert script.exists(), f"{script}: the package is not installed with its console script (pip install -e .)"
     proc = subprocess.run([str(script), "list", "--json"], cwd=home, capture_output=True, text=True, timeout=60)
     assert proc.returncode == EXIT_OK, proc.stderr
     assert json.loads(proc.stdout)["indexes"] == []
@@ -490,8 +489,7 @@ def test_demo_with_the_default_backend(home: Path) -> None:
 
 def _time_server() -> str:
     command = Path(sys.executable).parent / "mcp-server-time"
-    if not command.exists():
-        pytest.skip("mcp-server-time is not installed (it comes with the dev extra)")
+    assert command.exists(), f"{command}: mcp-server-time is not installed (it comes with the dev extra)"
     return str(command)
 
 
@@ -512,7 +510,6 @@ def test_build_from_an_mcp_servers_config(home: Path, capsys: pytest.CaptureFixt
 
 
 def test_mcp_config_where_no_server_answers(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("mcp")
     (home / "servers.json").write_text(json.dumps({"mcpServers": {"broken": {"command": "toolsearch-no-such-server"}}}))
     code, _, err = run(capsys, "build", "servers.json")
     assert_one_line_error(code, err, "no MCP server answered")
@@ -525,7 +522,6 @@ def test_mcp_config_where_no_server_answers(home: Path, capsys: pytest.CaptureFi
 
 
 def test_bench_runs_a_benchmark_module(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("toolsearch.bench.retrieval")
     data = home / "tiny"
     data.mkdir()
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],

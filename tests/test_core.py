@@ -162,7 +162,7 @@ def test_mcp_dict_shape() -> None:
 
 
 def test_mcp_sdk_object() -> None:
-    types = pytest.importorskip("mcp.types")
+    import mcp.types as types
     sdk_tool = types.Tool(name="echo", description="Echo text back.", inputSchema=SCHEMA)
     tool = Tool.from_mcp(sdk_tool, namespace="srv")
     assert (tool.name, tool.description, tool.input_schema, tool.namespace) == (

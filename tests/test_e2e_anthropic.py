@@ -11,12 +11,10 @@ import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import pytest
-
-anthropic = pytest.importorskip("anthropic")
-
-from fakes import ErrorTurn, FakeLLMServer, Turn  # noqa: E402
-from fakes.e2e import (  # noqa: E402
+from fakes import ErrorTurn, FakeLLMServer, Turn
+from fakes.e2e import (
     Calls,
     assert_tools,
     call_found,
@@ -30,10 +28,13 @@ from fakes.e2e import (  # noqa: E402
     scenario_allowed_subset,
     scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
+    scenario_empty_reply_then_continue,
     scenario_evicted_alias_called_again,
     scenario_eviction,
     scenario_iteration_guard,
     scenario_multi_step_discovery,
+    scenario_native_eviction,
+    scenario_parallel_errors_and_timeouts,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -41,11 +42,11 @@ from fakes.e2e import (  # noqa: E402
     search,
 )
 
-from toolsearch import Tool, ToolIndex, provider_safe_name  # noqa: E402
-from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run  # noqa: E402
-from toolsearch.metatool import ToolSearchMetaTool  # noqa: E402
-from toolsearch.providers import ProviderError  # noqa: E402
-from toolsearch.session import SessionManager  # noqa: E402
+from toolsearch import Tool, ToolIndex, provider_safe_name
+from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run
+from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.providers import ProviderError
+from toolsearch.session import SessionManager
 
 KIND = "anthropic"
 
@@ -259,3 +260,18 @@ def test_native_empty_or_failed_search_is_text(server: FakeLLMServer, index: Too
     assert empty.references == () and "No tools matched" in empty.text
     assert malformed.references == () and "query" in malformed.text and malformed.is_error
     assert server.requests[1].deferred_tool_names == []
+
+
+def test_native_mode_with_eviction_keeps_referenced_tools_defined(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_native_eviction(KIND, server, index)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+def test_parallel_calls_with_mixed_errors_and_timeouts(
+    asynchronous: bool, server: FakeLLMServer, index: ToolIndex
+) -> None:
+    scenario_parallel_errors_and_timeouts(KIND, server, index, asynchronous=asynchronous)
+
+
+def test_empty_reply_then_a_follow_up(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_empty_reply_then_continue(KIND, server, index)

@@ -12,12 +12,10 @@ import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
-
-openai = pytest.importorskip("openai")
-
-from fakes import ErrorTurn, FakeLLMServer, Turn  # noqa: E402
-from fakes.e2e import (  # noqa: E402
+from fakes import ErrorTurn, FakeLLMServer, Turn
+from fakes.e2e import (
     Calls,
     assert_tools,
     call_found,
@@ -31,10 +29,13 @@ from fakes.e2e import (  # noqa: E402
     scenario_allowed_subset,
     scenario_auto_sends_a_small_subset_whole,
     scenario_dotted_names,
+    scenario_empty_reply_then_continue,
     scenario_evicted_alias_called_again,
     scenario_eviction,
     scenario_iteration_guard,
     scenario_multi_step_discovery,
+    scenario_native_eviction,
+    scenario_parallel_errors_and_timeouts,
     scenario_parallel_searches,
     scenario_same_turn_call,
     scenario_sdk_param_types,
@@ -42,11 +43,11 @@ from fakes.e2e import (  # noqa: E402
     search,
 )
 
-from toolsearch import Tool, ToolIndex, provider_safe_name  # noqa: E402
-from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run  # noqa: E402
-from toolsearch.metatool import ToolSearchMetaTool  # noqa: E402
-from toolsearch.providers import ProviderError  # noqa: E402
-from toolsearch.session import SessionManager  # noqa: E402
+from toolsearch import Tool, ToolIndex, provider_safe_name
+from toolsearch.loop import LoopOutcome, ToolSearchLoop, arun, run
+from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.providers import ProviderError
+from toolsearch.session import SessionManager
 
 FORMATS = ["openai_chat", "openai_responses"]
 
@@ -321,3 +322,20 @@ def test_guessed_alias_and_dotted_name_in_one_history(kind: str, server: FakeLLM
     second = server.requests[1]
     assert [c.name for c in second.history_calls()] == [alias, alias]
     assert second.tool_names == ["tool_search"]
+
+
+def test_responses_native_mode_with_eviction(server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_native_eviction("openai_responses", server, index)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+@pytest.mark.parametrize("kind", FORMATS)
+def test_parallel_calls_with_mixed_errors_and_timeouts(
+    kind: str, asynchronous: bool, server: FakeLLMServer, index: ToolIndex
+) -> None:
+    scenario_parallel_errors_and_timeouts(kind, server, index, asynchronous=asynchronous)
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_empty_reply_then_a_follow_up(kind: str, server: FakeLLMServer, index: ToolIndex) -> None:
+    scenario_empty_reply_then_continue(kind, server, index)

@@ -11,10 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
-
 from fakes import ErrorTurn, FakeLLMServer, Turn
 from fakes.e2e import (
     Calls,

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import threading
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
+import pydantic
 import pytest
-
-anthropic = pytest.importorskip("anthropic")
-openai = pytest.importorskip("openai")
-
-import pydantic  # noqa: E402
-from anthropic.types import Message, RawMessageStreamEvent  # noqa: E402
-from anthropic.types.shared import ErrorResponse  # noqa: E402
-from fakes import (  # noqa: E402
+from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types.shared import ErrorResponse
+from fakes import (
     ANTHROPIC_MESSAGES,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
@@ -27,8 +28,8 @@ from fakes import (  # noqa: E402
     ToolCall,
     Turn,
 )
-from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
-from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 
 WEATHER_CHAT = {
     "type": "function",
@@ -45,6 +46,12 @@ WEATHER_ANTHROPIC = {
     "input_schema": WEATHER_CHAT["function"]["parameters"],
 }
 USER = [{"role": "user", "content": "weather in Paris?"}]
+TIME_DEFERRED = {
+    "name": "get_time",
+    "description": "Current time in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "defer_loading": True,
+}
 
 
 @pytest.fixture
@@ -347,7 +354,13 @@ def test_anthropic_message_text_and_tool_use_parse_as_sdk_types(server: FakeLLMS
         max_tokens=100,
         messages=[
             *USER,
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+            {
+                "role": "assistant",
+                "content": [
+                    *(b.model_dump(exclude_none=True) for b in message.content),
+                    {"type": "tool_use", "id": "toolu_other", "name": "get_weather", "input": {"city": "Rome"}},
+                ],
+            },
             {
                 "role": "user",
                 "content": [
@@ -364,7 +377,7 @@ def test_anthropic_message_text_and_tool_use_parse_as_sdk_types(server: FakeLLMS
                 ],
             },
         ],
-        tools=[WEATHER_ANTHROPIC],
+        tools=[WEATHER_ANTHROPIC, TIME_DEFERRED],
     )
     assert answer.stop_reason == "end_turn" and answer.content[0].text == "Sunny."
     recorded = server.requests[1]
@@ -582,3 +595,332 @@ def test_stop_closes_keep_alive_connections() -> None:
     fake.stop()
     with pytest.raises(openai.APIConnectionError):
         client.chat.completions.create(model="m", messages=USER)
+
+
+# --- the provider rules: each invalid request is refused with the SDK's real error -------------
+#
+# Every case is a pair: a valid request, and the same request with one defect. The valid one must
+# be answered (so the rule, not something else, refuses the other); the invalid one must make the
+# real SDK raise its BadRequestError and be recorded as a violation of that rule.
+
+CHAT_CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
+}
+CHAT_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "22C"}
+RESP_CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+RESP_RESULT = {"type": "function_call_output", "call_id": "call_1", "output": "22C"}
+RESP_SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Find tools.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+RESP_SEARCH_CALL = {"type": "tool_search_call", "call_id": "ts_1", "execution": "client", "arguments": {"query": "x"}}
+RESP_SEARCH_OUTPUT = {
+    "type": "tool_search_output",
+    "call_id": "ts_1",
+    "execution": "client",
+    "status": "completed",
+    "tools": [{**WEATHER_RESPONSES, "strict": False}],
+}
+ANT_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+ANT_RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "22C"}
+ANT_CALL_TURNS = [*USER, {"role": "assistant", "content": [ANT_USE]}]
+
+
+def _renamed(tool: dict[str, Any], name: str) -> dict[str, Any]:
+    if "function" in tool:
+        return {**tool, "function": {**tool["function"], "name": name}}
+    return {**tool, "name": name}
+
+
+def _schema(tool: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    if "function" in tool:
+        return {**tool, "function": {**tool["function"], "parameters": schema}}
+    key = "input_schema" if "input_schema" in tool else "parameters"
+    return {**tool, key: schema}
+
+
+def _ant_results(*blocks: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*ANT_CALL_TURNS, {"role": "user", "content": list(blocks)}]
+
+
+_CHAT = {"model": "gpt-test", "messages": USER, "tools": [WEATHER_CHAT]}
+_RESP = {"model": "gpt-test", "input": USER, "tools": [WEATHER_RESPONSES]}
+_ANT = {"model": "claude-test", "max_tokens": 100, "messages": USER, "tools": [WEATHER_ANTHROPIC]}
+_DEFERRED_TIME = {**TIME_DEFERRED}
+_TIME_LOADED = {k: v for k, v in TIME_DEFERRED.items() if k != "defer_loading"}
+_REFERENCE = {**ANT_RESULT, "content": [{"type": "tool_reference", "tool_name": "get_time"}]}
+
+# (test id, provider, valid request, invalid request, rule)
+RULE_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
+    # OpenAI Chat Completions
+    (
+        "chat-tool-name",
+        OPENAI_CHAT,
+        _CHAT,
+        {**_CHAT, "tools": [_renamed(WEATHER_CHAT, "math.factorial & x")]},
+        "tool-name",
+    ),
+    (
+        "chat-tool-names-unique",
+        OPENAI_CHAT,
+        _CHAT,
+        {**_CHAT, "tools": [WEATHER_CHAT, WEATHER_CHAT]},
+        "tool-names-unique",
+    ),
+    (
+        "chat-parameters-object",
+        OPENAI_CHAT,
+        _CHAT,
+        {**_CHAT, "tools": [_schema(WEATHER_CHAT, {"type": "array", "items": {"type": "string"}})]},
+        "schema-object",
+    ),
+    (
+        "chat-tool-choice-exists",
+        OPENAI_CHAT,
+        {**_CHAT, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {**_CHAT, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+        "tool-choice",
+    ),
+    (
+        "chat-tool-call-answered",
+        OPENAI_CHAT,
+        {**_CHAT, "messages": [*USER, CHAT_CALL, CHAT_RESULT]},
+        {**_CHAT, "messages": [*USER, CHAT_CALL, {"role": "user", "content": "and?"}]},
+        "call-answered",
+    ),
+    (
+        "chat-result-answers-a-call",
+        OPENAI_CHAT,
+        {**_CHAT, "messages": [*USER, CHAT_CALL, CHAT_RESULT]},
+        {**_CHAT, "messages": [*USER, CHAT_CALL, CHAT_RESULT, {**CHAT_RESULT, "tool_call_id": "call_unknown"}]},
+        "result-answers-call",
+    ),
+    ("chat-messages-required", OPENAI_CHAT, _CHAT, {**_CHAT, "messages": []}, "required-fields"),
+    (
+        "chat-assistant-content-required",
+        OPENAI_CHAT,
+        {**_CHAT, "messages": [*USER, {"role": "assistant", "content": ""}, *USER]},
+        {**_CHAT, "messages": [*USER, {"role": "assistant", "content": None}, *USER]},
+        "required-fields",
+    ),
+    # OpenAI Responses
+    (
+        "responses-tool-name",
+        OPENAI_RESPONSES,
+        _RESP,
+        {**_RESP, "tools": [_renamed(WEATHER_RESPONSES, "math.factorial")]},
+        "tool-name",
+    ),
+    (
+        "responses-tool-names-unique",
+        OPENAI_RESPONSES,
+        _RESP,
+        {**_RESP, "tools": [WEATHER_RESPONSES, WEATHER_RESPONSES]},
+        "tool-names-unique",
+    ),
+    (
+        "responses-parameters-object",
+        OPENAI_RESPONSES,
+        _RESP,
+        {**_RESP, "tools": [_schema(WEATHER_RESPONSES, {"type": "array"})]},
+        "schema-object",
+    ),
+    (
+        "responses-tool-choice-exists",
+        OPENAI_RESPONSES,
+        {**_RESP, "tool_choice": {"type": "function", "name": "get_weather"}},
+        {**_RESP, "tool_choice": {"type": "function", "name": "get_time"}},
+        "tool-choice",
+    ),
+    (
+        "responses-call-answered",
+        OPENAI_RESPONSES,
+        {**_RESP, "input": [*USER, RESP_CALL, RESP_RESULT]},
+        {**_RESP, "input": [*USER, RESP_CALL]},
+        "call-answered",
+    ),
+    (
+        "responses-output-answers-a-call",
+        OPENAI_RESPONSES,
+        {**_RESP, "input": [*USER, RESP_CALL, RESP_RESULT]},
+        {**_RESP, "input": [*USER, RESP_CALL, RESP_RESULT, {**RESP_RESULT, "call_id": "call_unknown"}]},
+        "result-answers-call",
+    ),
+    (
+        "responses-search-output-answers-a-search",
+        OPENAI_RESPONSES,
+        {**_RESP, "tools": [RESP_SEARCH], "input": [*USER, RESP_SEARCH_CALL, RESP_SEARCH_OUTPUT]},
+        {**_RESP, "tools": [RESP_SEARCH], "input": [*USER, RESP_SEARCH_OUTPUT]},
+        "result-answers-call",
+    ),
+    (
+        "responses-search-call-needs-search-tool",
+        OPENAI_RESPONSES,
+        {**_RESP, "tools": [RESP_SEARCH], "input": [*USER, RESP_SEARCH_CALL, RESP_SEARCH_OUTPUT]},
+        {**_RESP, "tools": [WEATHER_RESPONSES], "input": [*USER, RESP_SEARCH_CALL, RESP_SEARCH_OUTPUT]},
+        "tool-search-declared",
+    ),
+    # Anthropic Messages
+    (
+        "anthropic-tool-name",
+        ANTHROPIC_MESSAGES,
+        _ANT,
+        {**_ANT, "tools": [_renamed(WEATHER_ANTHROPIC, "math.factorial & x")]},
+        "tool-name",
+    ),
+    (
+        "anthropic-tool-names-unique",
+        ANTHROPIC_MESSAGES,
+        _ANT,
+        {**_ANT, "tools": [WEATHER_ANTHROPIC, WEATHER_ANTHROPIC]},
+        "tool-names-unique",
+    ),
+    (
+        "anthropic-input-schema-object",
+        ANTHROPIC_MESSAGES,
+        _ANT,
+        {**_ANT, "tools": [_schema(WEATHER_ANTHROPIC, {"type": "array"})]},
+        "schema-object",
+    ),
+    (
+        "anthropic-tool-choice-exists",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "tool_choice": {"type": "tool", "name": "get_weather"}},
+        {**_ANT, "tool_choice": {"type": "tool", "name": "get_time"}},
+        "tool-choice",
+    ),
+    (
+        "anthropic-max-tokens-required",
+        ANTHROPIC_MESSAGES,
+        _ANT,
+        {k: v for k, v in _ANT.items() if k != "max_tokens"},
+        "required-fields",
+    ),
+    (
+        "anthropic-no-empty-text-block",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+        {
+            **_ANT,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": ""}]}],
+        },
+        "non-empty",
+    ),
+    (
+        "anthropic-roles-alternate",
+        ANTHROPIC_MESSAGES,
+        {
+            **_ANT,
+            "messages": [
+                *USER,
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "b"},
+                {"role": "assistant", "content": "c"},
+            ],
+        },
+        {**_ANT, "messages": [*USER, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "c"}]},
+        "alternation",
+    ),
+    (
+        "anthropic-tool-use-answered-next-turn",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": _ant_results(ANT_RESULT)},
+        {**_ANT, "messages": [*ANT_CALL_TURNS, {"role": "assistant", "content": "done"}]},
+        "call-answered",
+    ),
+    (
+        "anthropic-tool-results-first",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": _ant_results(ANT_RESULT, {"type": "text", "text": "here"})},
+        {**_ANT, "messages": _ant_results({"type": "text", "text": "here"}, ANT_RESULT)},
+        "results-first",
+    ),
+    (
+        "anthropic-result-id-in-previous-turn",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": _ant_results(ANT_RESULT)},
+        {**_ANT, "messages": _ant_results(ANT_RESULT, {**ANT_RESULT, "tool_use_id": "toolu_unknown"})},
+        "result-answers-call",
+    ),
+    (
+        "anthropic-one-result-per-call",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": _ant_results(ANT_RESULT)},
+        {**_ANT, "messages": _ant_results(ANT_RESULT, ANT_RESULT)},
+        "result-answers-call",
+    ),
+    (
+        "anthropic-tool-blocks-need-tools",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "messages": _ant_results(ANT_RESULT)},
+        {k: v for k, v in {**_ANT, "messages": _ant_results(ANT_RESULT)}.items() if k != "tools"},
+        "tools-defined",
+    ),
+    (
+        "anthropic-tool-reference-in-tools",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "tools": [WEATHER_ANTHROPIC, _DEFERRED_TIME], "messages": _ant_results(_REFERENCE)},
+        {**_ANT, "tools": [WEATHER_ANTHROPIC], "messages": _ant_results(_REFERENCE)},
+        "tool-reference",
+    ),
+    (
+        "anthropic-tool-reference-deferred",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "tools": [WEATHER_ANTHROPIC, _DEFERRED_TIME], "messages": _ant_results(_REFERENCE)},
+        {**_ANT, "tools": [WEATHER_ANTHROPIC, _TIME_LOADED], "messages": _ant_results(_REFERENCE)},
+        "tool-reference",
+    ),
+]
+
+
+def _send(server: FakeLLMServer, provider: str, body: dict[str, Any]) -> Any:
+    """Send `body` through the real SDK client; `post` so a body without a required field still goes out."""
+    if provider == ANTHROPIC_MESSAGES:
+        return server.anthropic().post("/v1/messages", cast_to=Message, body=body)
+    path = "/chat/completions" if provider == OPENAI_CHAT else "/responses"
+    cast = ChatCompletion if provider == OPENAI_CHAT else Response
+    return server.openai().post(path, cast_to=cast, body=body)
+
+
+@pytest.mark.parametrize(
+    ("valid", "invalid", "provider", "rule"),
+    [pytest.param(valid, invalid, provider, rule, id=name) for name, provider, valid, invalid, rule in RULE_CASES],
+)
+def test_the_provider_rule_refuses_the_invalid_request(
+    server: FakeLLMServer, provider: str, valid: dict[str, Any], invalid: dict[str, Any], rule: str
+) -> None:
+    server.enqueue(Turn(text="ok"))
+    assert _send(server, provider, valid) is not None
+    assert server.requests[-1].status == 200 and not server.violations
+
+    error_type = anthropic.BadRequestError if provider == ANTHROPIC_MESSAGES else openai.BadRequestError
+    with pytest.raises(error_type) as raised:
+        _send(server, provider, invalid)
+    assert raised.value.status_code == 400
+    body = raised.value.body
+    error = body["error"] if provider == ANTHROPIC_MESSAGES or "error" in body else body
+    assert error["type"] == "invalid_request_error"
+    if provider == ANTHROPIC_MESSAGES:
+        assert json.loads(raised.value.response.text)["type"] == "error"
+    [violation] = server.take_violations()
+    assert violation.rule == rule
+    assert server.requests[-1].violation is violation and server.requests[-1].status == 400
+
+
+def test_every_rule_has_a_test_and_a_row_in_the_docs() -> None:
+    source = (Path(__file__).parent / "fakes" / "provider_rules.py").read_text()
+    rules = set(re.findall(r'(?:Violation|_check_\w+)\(\s*"([a-z-]+)"', source))
+    tested = {rule for *_, rule in RULE_CASES}
+    assert rules <= tested, sorted(rules - tested)
+    docs = (Path(__file__).parents[1] / "docs" / "testing.md").read_text()
+    assert all(f"`{rule}`" in docs for rule in rules), sorted(r for r in rules if f"`{r}`" not in docs)
+
+
+def test_a_violation_the_client_swallowed_still_fails_the_with_block() -> None:
+    fake = FakeLLMServer(Turn(text="unused"))
+    with pytest.raises(AssertionError, match="real API refuses"), fake, contextlib.suppress(openai.BadRequestError):
+        fake.openai().chat.completions.create(model="gpt-test", messages=[])

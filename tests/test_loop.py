@@ -239,9 +239,9 @@ def test_timeouts_of_sync_and_async_tools(sessions: SessionManager) -> None:
             "too slow",
         ]
     )
-    started = time.perf_counter()
+    # That timeouts run together (not one after the other) is proven by order of events in
+    # tests/fakes/e2e.py (scenario_parallel_errors_and_timeouts), not by a clock here.
     result = run(model, "x", session=_session(sessions), functions=EVERYTHING, tool_timeout=0.3)
-    assert time.perf_counter() - started < 2.5  # both timed out together, not one after the other
     timeouts = result.tool_results[-2:]
     assert [r.status for r in timeouts] == [ResultStatus.TIMEOUT, ResultStatus.TIMEOUT]
     assert "timed out after 0.3 s" in timeouts[0].content
@@ -559,7 +559,7 @@ def _native_run(sessions: SessionManager, format: str) -> ScriptedModel:
 
 
 def test_anthropic_native_form_uses_tool_reference_and_defer_loading(sessions: SessionManager) -> None:
-    anthropic_types = pytest.importorskip("anthropic.types")
+    import anthropic.types as anthropic_types
     from pydantic import TypeAdapter
 
     model = _native_run(sessions, "anthropic")
@@ -577,7 +577,7 @@ def test_anthropic_native_form_uses_tool_reference_and_defer_loading(sessions: S
 
 
 def test_openai_responses_native_form_uses_client_tool_search(sessions: SessionManager) -> None:
-    responses_types = pytest.importorskip("openai.types.responses")
+    import openai.types.responses as responses_types
     from pydantic import TypeAdapter
 
     model = _native_run(sessions, "openai_responses")
@@ -619,7 +619,7 @@ def test_names_are_mapped_to_provider_safe_aliases_and_back(sessions: SessionMan
 
 
 def test_openai_responses_native_form_explains_an_empty_search(sessions: SessionManager) -> None:
-    responses_types = pytest.importorskip("openai.types.responses")
+    import openai.types.responses as responses_types
     from pydantic import TypeAdapter
 
     model = ScriptedModel([search("zzzqqq", native=True), "ok"], format="openai_responses")

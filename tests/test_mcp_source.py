@@ -8,9 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-
-pytest.importorskip("mcp")
-
 from mcp_servers import PY, git_server, make_git_repo, time_server, toy
 
 from toolsearch import ToolIndex
@@ -236,9 +233,11 @@ async def test_without_restart_a_crashed_server_stays_down() -> None:
 
 @pytest.mark.slow
 async def test_a_slow_call_times_out_as_a_tool_error() -> None:
-    async with MCPToolSource({"mcpServers": {"toy": {**toy(), "callTimeout": 0.5}}}) as source:
-        slow = await source.call_tool("toy__sleep", {"seconds": 5})
-        assert slow.is_error and "did not answer 'sleep' within 0.5 s" in slow.content[0].text  # type: ignore[union-attr]
+    # the slow call never answers, so it times out whatever the load; the timeout is wide enough that
+    # the quick call after it, which the same limit applies to, answers in time on a loaded machine
+    async with MCPToolSource({"mcpServers": {"toy": {**toy(), "callTimeout": 3}}}) as source:
+        slow = await source.call_tool("toy__sleep", {"seconds": 3600})
+        assert slow.is_error and "did not answer 'sleep' within 3 s" in slow.content[0].text  # type: ignore[union-attr]
         quick = await source.call_tool("toy__echo", {"text": "still connected"})
         assert quick.content[0].text == "still connected"  # type: ignore[union-attr]
 

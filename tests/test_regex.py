@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -129,10 +128,9 @@ def test_no_match_is_never_silent(index: ToolIndex) -> None:
 def test_catastrophic_pattern_times_out() -> None:
     index = ToolIndex.build([*TOOLS, _tool("long", "a" * 40_000 + "!")], backend="regex", timeout_seconds=0.1)
     for pattern in ["(a+)+$", "(a|aa)+$", r"(\w+\s?)+$"]:
-        start = time.monotonic()
+        # the raise is the proof the budget was enforced (the per-test timeout catches a hang)
         with pytest.raises(QueryTimeoutError, match="simpler pattern"):
             index.search(pattern, 5)
-        assert time.monotonic() - start < 5.0
     assert issubclass(QueryTimeoutError, InvalidQueryError)  # callers that catch bad queries catch it too
 
 

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import threading
-import time
+from typing import Any
 
 import pytest
 
 from toolsearch import (
+    BackendSpec,
+    Ranking,
     SessionError,
     SessionRequiredError,
     Tool,
     ToolIndex,
     ToolNotAllowedError,
     UnknownSessionError,
+    register_backend,
 )
 from toolsearch.session import InMemorySessionStore, SessionManager, SessionState, SessionStore
 from toolsearch.tokens import tool_tokens
@@ -301,19 +303,39 @@ def test_state_round_trip() -> None:
 
 
 def test_creating_a_session_does_no_indexing(index: ToolIndex) -> None:
+    # A backend that counts the tools it is asked to index: sessions must not add a single one.
+    # (How fast a session is created is measured by the benchmarks, not asserted here.)
+    added: list[int] = []
+
+    class Counting:
+        name = "counting-sessions"
+
+        def add(self, tools: Any) -> None:
+            added.append(len(list(tools)))
+
+        def remove(self, names: Any) -> None:
+            pass
+
+        def search(self, query: str, k: int, allowed: Any = None) -> Ranking:
+            return Ranking([])
+
+        def describe(self) -> dict[str, Any]:
+            return {}
+
+        def save(self, folder: Any) -> None:
+            pass
+
+    register_backend(BackendSpec(Counting.name, create=lambda **o: Counting(), load=lambda f, t, **o: Counting()))
     big = ToolIndex.build(
         [_tool(f"tool_{i}", f"Does task number {i} for widgets.", f"ns{i % 20}", x="An input") for i in range(2000)],
-        backend="bm25",
+        backend=Counting.name,
     )
+    assert added == [2000]
     manager = SessionManager(big, max_sessions=10_000)
     allowed = frozenset(f"tool_{i}" for i in range(1000))
-    timings = []
     for i in range(300):
-        start = time.perf_counter()
         manager.create(f"s{i}", allowed=allowed if i % 2 else None)
-        timings.append(time.perf_counter() - start)
-    # The benchmark measures p50 over 10,000 tools (target 1 ms); here a loose bound keeps CI stable.
-    assert statistics.median(timings) < 0.005
+    assert added == [2000]  # 300 sessions later, nothing was indexed again
     assert manager.get("s1").allowed is manager.get("s3").allowed  # one shared copy of the subset
 
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The npm reference MCP server for the gateway tests (tests/test_mcp_gateway.py), into .cache/node.
-# Without Node or the registry the tests that need it skip with the reason; this never fails CI.
-set -uo pipefail
+# The tests need it and do not skip without it: when Node or the install is missing, CI fails here,
+# at the cause, instead of later at the test.
+set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v npm >/dev/null 2>&1; then
-  echo "npm not found: the server-everything tests will skip"
-  exit 0
+  echo "npm not found: install Node.js (the MCP gateway tests run @modelcontextprotocol/server-everything)" >&2
+  exit 1
 fi
-npm install --no-audit --no-fund --loglevel=error --prefix .cache/node @modelcontextprotocol/server-everything \
-  || echo "npm install failed: the server-everything tests will skip"
-exit 0
+if ! npm install --no-audit --no-fund --loglevel=error --prefix .cache/node @modelcontextprotocol/server-everything; then
+  echo "npm install of @modelcontextprotocol/server-everything failed: the MCP gateway tests need it" >&2
+  exit 1
+fi

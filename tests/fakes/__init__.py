@@ -14,6 +14,7 @@ from .llm_server import (
     ToolResult,
     Turn,
 )
+from .provider_rules import Violation
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
@@ -26,4 +27,5 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Turn",
+    "Violation",
 ]

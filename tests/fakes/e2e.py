@@ -7,7 +7,7 @@ import asyncio
 import functools
 import json
 import re
-import time
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -58,12 +58,66 @@ def catalog_tools(demo_tools: Sequence[Tool]) -> list[Tool]:
     return [*demo_tools, *DOTTED_TOOLS]
 
 
+NEVER = threading.Event()  # never set: a tool waiting on it is always slower than its timeout
+
+
+class Rendezvous:
+    """Tool implementations that prove calls ran together by order of events, not by a clock.
+
+    Each tool of a pair waits until the other has started, records that it met it, then blocks
+    until the executor abandons it at its timeout. Run together, both meet; run one after another,
+    they never do: an async tool is cancelled at its timeout while still waiting, and a sync one
+    waits at a barrier for at most `patience` (less than the tool timeout), so it has given up,
+    breaking the barrier, before a sequential executor can even start the second call. `close()`
+    frees whatever is still blocked.
+    """
+
+    def __init__(self, *names: str, patience: float) -> None:
+        self.names = names
+        self.patience = patience
+        self.met: list[str] = []
+        self._lock = threading.Lock()
+        self._barrier = threading.Barrier(len(names))
+        self._release = threading.Event()
+        self._started: dict[str, asyncio.Event] = {}
+
+    def _meet(self, name: str) -> None:
+        with self._lock:
+            self.met.append(name)
+
+    def sync_tool(self, name: str) -> Callable[..., Any]:
+        def tool(**arguments: Any) -> str:
+            try:
+                self._barrier.wait(timeout=self.patience)
+            except threading.BrokenBarrierError:
+                return "never met"
+            self._meet(name)
+            self._release.wait(30)
+            return "released"
+
+        return tool
+
+    def async_tool(self, name: str) -> Callable[..., Any]:
+        async def tool(**arguments: Any) -> str:
+            started = {n: self._started.setdefault(n, asyncio.Event()) for n in self.names}
+            started[name].set()
+            for other in self.names:
+                await started[other].wait()
+            self._meet(name)
+            await asyncio.Event().wait()  # until the executor cancels it at its timeout
+            return "released"
+
+        return tool
+
+    def close(self) -> None:
+        self._barrier.abort()
+        self._release.set()
+
+
 class Calls:
     """Thread-safe log of the Python tool implementations that actually ran."""
 
     def __init__(self) -> None:
-        import threading
-
         self._lock = threading.Lock()
         self.log: list[tuple[str, dict[str, Any]]] = []
 
@@ -102,7 +156,7 @@ def implementations(calls: Calls) -> dict[str, Callable[..., Any]]:
 
     def weather_get_historical(**arguments: Any) -> str:
         calls.add("weather_get_historical", arguments)
-        time.sleep(2)
+        NEVER.wait(30)  # blocks past any tool timeout, whatever the machine's load
         return "too late"
 
     def sms_send_text(**arguments: Any) -> str:
@@ -466,7 +520,7 @@ def scenario_tool_errors(kind: str, server: FakeLLMServer, index: Any, *, raw_ar
         "Do it all.",
         session=session,
         functions=implementations(calls),
-        tool_timeout=0.3,
+        tool_timeout=1.0,  # the slow tool blocks until abandoned; the others finish well within this
     )
     assert result.output == "Sorry, several things failed."
     assert [r.status for r in result.tool_results] == expected
@@ -484,6 +538,80 @@ def scenario_tool_errors(kind: str, server: FakeLLMServer, index: Any, *, raw_ar
         assert [r.is_error for r in second.tool_results()] == [True] * len(expected)
     # only the valid calls ran: the failing one and the slow one
     assert sorted(calls.names()) == ["email_send_message", "weather_get_historical"]
+    _all_valid(server)
+
+
+def scenario_parallel_errors_and_timeouts(
+    kind: str, server: FakeLLMServer, index: Any, *, asynchronous: bool = False
+) -> None:
+    """One turn of parallel calls mixing a success, a raise, bad arguments, an undiscovered tool and two
+    calls that time out: every result comes back in call order, and the two timeouts ran together
+    (each met the other before the executor gave up on it; see `Rendezvous`)."""
+    from toolsearch.loop import ResultStatus, arun, run
+    from toolsearch.session import SessionManager
+
+    pinned = ["email_send_message", "weather_get_forecast", "weather_get_current", "weather_get_historical"]
+    session = SessionManager(index).create(f"parallel-errors-{kind}-{asynchronous}", pinned=pinned)
+    calls = Calls()
+    timeout = 2.0
+    slow = Rendezvous("weather_get_current", "weather_get_historical", patience=timeout / 2)
+    functions = implementations(calls)
+    make = slow.async_tool if asynchronous else slow.sync_tool
+    functions.update({name: make(name) for name in slow.names})
+    history = {"location": "Rome", "start_date": "2020-01-01", "end_date": "2020-01-02"}
+    server.enqueue(
+        Turn(
+            tool_calls=[
+                ("weather_get_current", {"location": "Rome"}),  # times out, after meeting the other slow call
+                ("email_send_message", {"to": ["a@example.com"], "subject": "Hi", "body": "Hello"}),  # raises
+                ("weather_get_forecast", {"location": "Rome", "days": 1}),  # succeeds
+                ("weather_get_forecast", {"days": 2}),  # required `location` missing
+                ("weather_get_historical", history),  # times out, after meeting the other slow call
+                ("crm_delete_contact", {"contact_id": "c1"}),  # never discovered
+            ]
+        ),
+        Turn(text="Partly done."),
+    )
+    options: dict[str, Any] = {"session": session, "functions": functions, "tool_timeout": timeout}
+    try:
+        if asynchronous:
+            result = asyncio.run(arun(make_model(kind, server, asynchronous=True), "Do it all.", **options))
+        else:
+            result = run(make_model(kind, server), "Do it all.", **options)
+    finally:
+        slow.close()
+    assert result.output == "Partly done."
+    assert [r.status for r in result.tool_results] == [
+        ResultStatus.TIMEOUT,
+        ResultStatus.ERROR,
+        ResultStatus.OK,
+        ResultStatus.INVALID_ARGUMENTS,
+        ResultStatus.TIMEOUT,
+        ResultStatus.NOT_DISCOVERED,
+    ]
+    # both slow calls were running at once: each met the other before the executor abandoned it
+    assert sorted(slow.met) == sorted(slow.names)
+    texts = [r.text for r in server.requests[1].tool_results()]
+    assert "timed out" in texts[0] and "timed out" in texts[4]
+    assert "SMTP server refused" in texts[1] and "Rome" in texts[2] and "location" in texts[3]
+    assert sorted(calls.names()) == ["email_send_message", "weather_get_forecast"]
+    _all_valid(server)
+
+
+def scenario_empty_reply_then_continue(kind: str, server: FakeLLMServer, index: Any) -> None:
+    """A model that answered with nothing, then a follow-up user turn: the history must still be a
+    request the API accepts (no empty text block, no null assistant content)."""
+    from toolsearch.loop import run
+    from toolsearch.providers import Message
+    from toolsearch.session import SessionManager
+
+    session = SessionManager(index).create(f"empty-{kind}")
+    server.enqueue(Turn(text=""), Turn(text="Here I am."))
+    first = run(make_model(kind, server), "Hello?", session=session)
+    assert first.output == ""
+    second = run(make_model(kind, server), [*first.messages, Message("user", "Still there?")], session=session)
+    assert second.output == "Here I am."
+    assert server.requests[-1].user_texts()[-1].endswith("Still there?")
     _all_valid(server)
 
 
@@ -542,6 +670,100 @@ def scenario_eviction(kind: str, server: FakeLLMServer, index: Any) -> None:
     assert calls.log == []
     assert session.discovered == (best, "math.factorial")
     _all_valid(server)
+
+
+def native_search_tool(session: Any) -> dict[str, Any]:
+    """The Responses API's client-executed `tool_search` tool, as toolsearch sends it in native mode."""
+    from toolsearch.metatool import ToolSearchMetaTool
+
+    definition = ToolSearchMetaTool().definition(session)
+    return {
+        "type": "tool_search",
+        "execution": "client",
+        "description": definition.description,
+        "parameters": dict(definition.input_schema),
+    }
+
+
+def scenario_native_eviction(kind: str, server: FakeLLMServer, index: Any) -> None:
+    """Native tool search with a cap on discovered tools: a tool found, then evicted, stays referenced by
+    the history's search result, so every request must still be one the API accepts (the strict server
+    checks it), the model is told what was unloaded, and a call to the evicted tool is refused."""
+    from toolsearch.loop import ResultStatus, run
+    from toolsearch.metatool import ToolSearchMetaTool
+    from toolsearch.session import SessionManager
+
+    catalog = _catalog(index)
+    session = SessionManager(index, max_discovered=2).create(f"native-evict-{kind}")
+    best, second_best = hits(index, "weather forecast", 2)
+    calls = Calls()
+    server.enqueue(
+        search("weather forecast", max_results=2),
+        search("factorial", max_results=1),
+        Turn(tool_calls=[(provider_safe_name(second_best), {"location": "Nice"})]),  # evicted by now
+        Turn(text="done"),
+    )
+    result = run(
+        make_model(kind, server),
+        "Weather and maths.",
+        session=session,
+        functions=implementations(calls),
+        tool_search_mode="native",
+    )
+    first, second, third, fourth = server.requests
+    assert result.searches[1].evicted == (second_best,)
+    assert session.discovered == (best, "math.factorial")
+    assert result.tool_results[-1].status == ResultStatus.NOT_DISCOVERED
+    assert calls.log == []
+    [first_search] = second.tool_results()
+    assert first_search.references == tuple(provider_safe_name(n) for n in (best, second_best))
+    # native results carry references only, so the model learns of the eviction when it calls the tool
+    assert (
+        second_best in fourth.tool_results()[0].text or provider_safe_name(second_best) in fourth.tool_results()[0].text
+    )
+    if kind == ANTHROPIC_FORMAT:
+        meta = ToolSearchMetaTool().definition(session)
+        assert_tools(first, search=meta)
+        assert_tools(second, search=meta, deferred=[catalog[best], catalog[second_best]])
+        # the evicted tool is no longer discovered, but the first search result still holds a
+        # tool_reference to it: its deferred definition must stay in `tools` or the API refuses
+        # the request ("Tool reference ... not found in available tools")
+        for request in (third, fourth):
+            assert_tools(
+                request, search=meta, deferred=[catalog[best], catalog["math.factorial"], catalog[second_best]]
+            )
+            references = {ref for r in _all_results(request) for ref in r.references}
+            assert provider_safe_name(second_best) in references
+            assert references <= set(request.deferred_tool_names)
+    else:
+        native = native_search_tool(session)
+        # found tools travel in the tool_search_output items of the history, never in `tools`
+        assert first.tools == second.tools == third.tools == fourth.tools == [native]
+        outputs = [i for i in fourth["input"] if i.get("type") == "tool_search_output"]
+        assert [[t["name"] for t in o["tools"]] for o in outputs] == [
+            [provider_safe_name(best), provider_safe_name(second_best)],
+            [provider_safe_name("math.factorial")],
+        ]
+    _all_valid(server)
+
+
+def _all_results(request: Request) -> list[Any]:
+    """Every tool result in a Messages request's history (not only the last turn's)."""
+    from .llm_server import ToolResult
+
+    out = []
+    for message in request.messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                refs = tuple(
+                    r["tool_name"]
+                    for r in (inner if isinstance(inner, list) else [])
+                    if r.get("type") == "tool_reference"
+                )
+                out.append(ToolResult(str(block.get("tool_use_id")), "", None, refs, block))
+    return out
 
 
 def scenario_allowed_subset(kind: str, server: FakeLLMServer, index: Any) -> None:

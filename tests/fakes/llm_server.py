@@ -14,6 +14,13 @@ with the provider's error body) or a callable `policy(request) -> Turn` that rea
 client sent; `request` is the recorded `Request`, which reads like the JSON body (`request["tools"]`)
 and adds provider-neutral helpers (`tool_names`, `find_tool`, `tool_results()`...).
 
+Strict by default: before answering, every request is checked against the rules the real API
+enforces (tests/fakes/provider_rules.py; the table with sources is in docs/testing.md). A request
+that breaks one gets HTTP 400 with the provider's error body, so the SDK raises its real
+`BadRequestError`; it is also kept in `violations`, and leaving the `with` block with one still
+there fails the test even when the client absorbed the error (`take_violations()` clears them
+for a test that expects the refusal).
+
 Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`,
 `POST /v1/messages/count_tokens`. Token counts are deterministic: input = len(raw body) // 4,
 output = len(rendered content) // 4 (at least 1 each).
@@ -35,6 +42,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
+
+from .provider_rules import Violation, check_anthropic, check_chat, check_responses
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
@@ -133,6 +142,7 @@ class ErrorTurn:
     code: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    param: str | None = None  # OpenAI: the request field the error is about
 
 
 Reply: TypeAlias = Turn | ErrorTurn
@@ -168,6 +178,7 @@ class Request(Mapping[str, Any]):
         )
         self.reply: Reply | None = None  # what the server answered with
         self.status: int | None = None
+        self.violation: Violation | None = None  # the API rule the request broke (answered with a 400)
 
     # Mapping over the body, so a policy can treat the request as the JSON it received.
     def __getitem__(self, key: str) -> Any:
@@ -809,7 +820,7 @@ def render_error(provider: str, error: ErrorTurn, request_id: str) -> dict[str, 
         return {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
     kind = error.type or _OPENAI_ERROR_TYPES.get(error.status, "server_error")
     code = error.code if error.code is not None else _OPENAI_ERROR_CODES.get(error.status)
-    return {"error": {"message": error.message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": code}}
 
 
 def _sse(data: Mapping[str, Any], event: str | None = None) -> str:
@@ -825,6 +836,16 @@ _RENDER = {
 
 
 # --- the server -------------------------------------------------------------------------------
+
+
+def check_request(provider: str, path: str, body: Mapping[str, Any]) -> None:
+    """Raise `Violation` when the real provider would refuse this request (see provider_rules)."""
+    if provider == OPENAI_CHAT:
+        check_chat(body)
+    elif provider == OPENAI_RESPONSES:
+        check_responses(body)
+    else:
+        check_anthropic(body, count_tokens=path.endswith("/count_tokens"))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -873,9 +894,13 @@ class FakeLLMServer:
     an HTTP 500 and the miss is recorded in `errors` (raised again when the `with` block exits).
     """
 
-    def __init__(self, *turns: Script, policy: Policy | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, *turns: Script, policy: Policy | None = None, host: str = "127.0.0.1", strict: bool = True
+    ) -> None:
         self._queue: deque[Script] = deque(turns)
         self.policy = policy
+        self.strict = strict
+        self.violations: list[Violation] = []
         self._host = host
         self._lock = threading.Lock()
         self._requests: list[Request] = []
@@ -918,6 +943,16 @@ class FakeLLMServer:
         self.stop()
         if exc_type is None and self.errors:
             raise AssertionError(f"fake LLM server: {self.errors[0]}") from self.errors[0]
+        if exc_type is None and self.violations:
+            # The client may have absorbed the 400; a request the real API refuses still fails the test.
+            first = self.violations[0]
+            raise AssertionError(f"a request the real API refuses was sent ({first.rule}): {first}") from first
+
+    def take_violations(self) -> list[Violation]:
+        """The rule violations refused so far, cleared (a test that expects a refusal takes it)."""
+        with self._lock:
+            taken, self.violations = self.violations, []
+        return taken
 
     def _track(self, conn: socket.socket, live: bool) -> None:
         with self._lock:
@@ -993,6 +1028,7 @@ class FakeLLMServer:
             self._queue.clear()
             self._requests.clear()
             self.errors.clear()
+            self.violations.clear()
 
     # --- request handling -----------------------------------------------------------------
 
@@ -1031,9 +1067,9 @@ class FakeLLMServer:
         request_id = self._ids("req_")
         id_header = "request-id" if provider == ANTHROPIC_MESSAGES else "x-request-id"
 
-        def fail(status: int, message: str) -> None:
+        def fail(status: int, message: str, param: str | None = None) -> None:
             request.status = status
-            error = ErrorTurn(status, message)
+            error = ErrorTurn(status, message, param=param)
             _send_json(handler, status, render_error(provider, error, request_id), {id_header: request_id})
 
         if handler.command != "POST" or path not in _ROUTES:
@@ -1042,6 +1078,15 @@ class FakeLLMServer:
         if parse_error is not None or not isinstance(body, dict):
             fail(400, parse_error or "request body must be a JSON object")
             return
+        if self.strict:
+            try:
+                check_request(provider, path, body)
+            except Violation as violation:
+                request.violation = violation
+                with self._lock:
+                    self.violations.append(violation)
+                fail(400, violation.message, violation.param)
+                return
         if path == "/v1/messages/count_tokens":
             request.status = 200
             _send_json(handler, 200, {"input_tokens": _input_tokens(None, request)}, {id_header: request_id})

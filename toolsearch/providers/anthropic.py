@@ -86,7 +86,8 @@ def anthropic_payload(
                 blocks.append({"type": "text", "text": m.content})
             for c in m.tool_calls:
                 blocks.append({"type": "tool_use", "id": c.id, "name": names.safe(c.name), "input": dict(c.arguments)})
-            messages.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
+            if blocks:  # an empty reply is left out: the API refuses empty text blocks
+                messages.append({"role": "assistant", "content": blocks})
         else:
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
             if native and m.tool_references and not m.is_error:

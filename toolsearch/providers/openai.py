@@ -71,7 +71,8 @@ def chat_payload(request: ChatRequest, model: str, names: NameMap | None = None,
         if m.role in ("system", "user"):
             messages.append({"role": m.role, "content": m.content})
         elif m.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            # content may be null only beside tool_calls; an empty reply stays an (empty) string
+            item: dict[str, Any] = {"role": "assistant", "content": (m.content or None) if m.tool_calls else m.content}
             if m.tool_calls:
                 item["tool_calls"] = [
                     {
