@@ -62,9 +62,9 @@ class CountingStore(InMemorySessionStore):
         self.calls.append("get")
         return super().get(session_id)
 
-    def update(self, session_id: str, fn: StateUpdate) -> SessionState:
-        self.calls.append("update")
-        return super().update(session_id, fn)
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        self.calls.append("update" if base is None else "update from the state read")
+        return super().update(session_id, fn, base=base)
 
 
 class FakeClock:
@@ -429,5 +429,5 @@ def test_a_turn_reads_the_session_once_and_writes_it_once(index: ToolIndex) -> N
     config = ExecutorConfig(undiscovered="execute")
     results = handle_tool_calls(s, calls, {"calculator": lambda expression: 2}, config=config)
     assert [r.status.value for r in results] == ["search", "search", "ok"]
-    assert store.calls == ["get", "update"]
+    assert store.calls == ["get", "update from the state read"]
     assert {"weather_current", "email_send", "calculator"} <= set(s.discovered)

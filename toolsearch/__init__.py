@@ -31,10 +31,10 @@ from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
 
 if TYPE_CHECKING:
+    from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
     from .metatool import ToolSearchMetaTool, system_prompt_suffix
     from .providers import StreamEvent
-    from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .session import InMemorySessionStore, Session, SessionManager, SessionStore
     from .stores import RedisSessionStore, SessionState, store_from_url
 

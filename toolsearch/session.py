@@ -277,6 +277,7 @@ class Session:
         self.allowed: frozenset[str] | None = state.allowed
         self._snapshot = state if snapshot else None
         self._pending: list[_Change] = []
+        self._base: SessionState | None = None  # a view's snapshot as read, for its commit
         self._namespaces: list[str] | None = None
         self._names: NameMap | None = None
 
@@ -314,7 +315,9 @@ class Session:
 
     def view(self) -> Session:
         """A handle on one snapshot of this session (one store read); see `commit`."""
-        view = Session(self._manager, self._state().copy(), snapshot=True)
+        state = self._state() if self._snapshot is None else self._snapshot.copy()
+        view = Session(self._manager, state.copy(), snapshot=True)
+        view._base = state
         view._names = self.name_map  # aliases learned in the view stay known to this handle
         view._namespaces = self._namespaces
         return view
@@ -330,7 +333,9 @@ class Session:
             for change in changes:
                 change(state)
 
-        self._snapshot = self._manager.store.update(self.id, replay)
+        # The first attempt replays on the state as read (no second read); a conflict re-reads.
+        self._snapshot = self._manager.store.update(self.id, replay, base=self._base)
+        self._base = self._snapshot.copy()
 
     def state(self) -> SessionState:
         """A snapshot of the stored state."""

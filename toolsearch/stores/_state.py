@@ -152,8 +152,12 @@ class SessionStore(Protocol):
         """Store a new session; False (and nothing written) when the id already exists."""
         ...
 
-    def update(self, session_id: str, fn: StateUpdate) -> SessionState:
-        """Apply `fn` atomically and return the state as stored; UnknownSessionError when absent."""
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        """Apply `fn` atomically and return the state as stored; UnknownSessionError when absent.
+
+        `base` is a state the caller read earlier: the first attempt applies `fn` to a copy of
+        it without reading again, and succeeds if the stored version is still `base.version`.
+        """
         ...
 
     def delete(self, session_id: str) -> bool:

@@ -108,25 +108,29 @@ class InMemorySessionStore:
                 self._items.popitem(last=False)
         return True
 
-    def update(self, session_id: str, fn: StateUpdate) -> SessionState:
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            with self._lock:
-                entry = self._live(session_id, self._clock())
-                if entry is None:
-                    raise _unknown(session_id)
-                base, value = entry.version, entry.value
-            state = self._unpack(value, session_id)
+            if base is not None:  # the caller's earlier read stands in for this attempt's read
+                state, base = base.copy(), None
+            else:
+                with self._lock:
+                    entry = self._live(session_id, self._clock())
+                    if entry is None:
+                        raise _unknown(session_id)
+                    value = entry.value
+                state = self._unpack(value, session_id)
+            read_version = state.version
             before = state.copy()
             fn(state)
             if state == before:  # nothing changed: no write, no conflict possible
                 return state
-            state.version = base + 1
+            state.version = read_version + 1
             packed = self._pack(state)
             with self._lock:
                 entry = self._live(session_id, self._clock())
                 if entry is None:
                     raise _unknown(session_id)
-                if entry.version != base:
+                if entry.version != read_version:
                     continue  # another writer won: run fn again on its result
                 entry.version, entry.value = state.version, packed
             return state

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import SessionStoreError, UnknownSessionError, missing_dependency
@@ -16,12 +15,14 @@ __all__ = ["RedisSessionStore", "redacted_url"]
 T = TypeVar("T")
 
 # Compare-and-set in one server-side step: the new state is written only when the key still
-# holds exactly the text this update read (its SHA-1 is sent instead of the text itself), so a
-# concurrent writer is detected and nothing is ever half written.
+# holds the version this update read, so a concurrent writer is detected (the caller retries)
+# and nothing is ever half written. Unreadable text counts as a conflict: the retry's read
+# reports it clearly.
 _CAS = """
 local current = redis.call('GET', KEYS[1])
 if not current then return -1 end
-if redis.sha1hex(current) ~= ARGV[1] then return 0 end
+local ok, state = pcall(cjson.decode, current)
+if not ok or type(state) ~= 'table' or state['version'] ~= tonumber(ARGV[1]) then return 0 end
 if ARGV[3] == '' then
   redis.call('SET', KEYS[1], ARGV[2])
 else
@@ -101,6 +102,8 @@ class RedisSessionStore:
         self._client = redis.Redis(connection_pool=self._pool)
         self._cas = self._client.register_script(_CAS)
 
+    # --- the store interface -------------------------------------------------------------------
+
     def key(self, session_id: str) -> str:
         """The Redis key of a session."""
         return f"{self.prefix}session:{session_id}"
@@ -114,7 +117,7 @@ class RedisSessionStore:
                 f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
             ) from None
 
-    def _read(self, session_id: str) -> tuple[bytes, SessionState] | None:
+    def get(self, session_id: str) -> SessionState | None:
         key = self.key(session_id)
         if self._ttl_ms is None:
             raw = self._call("read a session", self._client.get, key)
@@ -130,13 +133,7 @@ class RedisSessionStore:
             raise SessionStoreError(
                 f"{where} holds session {state.id!r}, not {session_id!r}; delete that key (the session starts over)"
             )
-        return raw, state
-
-    # --- the store interface -------------------------------------------------------------------
-
-    def get(self, session_id: str) -> SessionState | None:
-        found = self._read(session_id)
-        return None if found is None else found[1]
+        return state
 
     def create(self, state: SessionState) -> bool:
         created = self._call(
@@ -144,18 +141,19 @@ class RedisSessionStore:
         )
         return bool(created)
 
-    def update(self, session_id: str, fn: StateUpdate) -> SessionState:
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            found = self._read(session_id)
-            if found is None:
-                raise _unknown(session_id)
-            raw, state = found
+            if base is not None:  # the caller's earlier read stands in for this attempt's read
+                state, base = base.copy(), None
+            else:
+                state = self.get(session_id) or _raise(_unknown(session_id))
+            read_version = state.version
             before = state.copy()
             fn(state)
             if state == before:
                 return state
-            state.version += 1
-            args = [hashlib.sha1(raw).hexdigest(), encode_state(state), "" if self._ttl_ms is None else self._ttl_ms]
+            state.version = read_version + 1
+            args = [read_version, encode_state(state), "" if self._ttl_ms is None else self._ttl_ms]
             outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
             if outcome == 1:
                 return state
@@ -188,6 +186,10 @@ class RedisSessionStore:
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _raise(error: Exception) -> NoReturn:
+    raise error
 
 
 def _unknown(session_id: str) -> UnknownSessionError:
