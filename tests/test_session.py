@@ -233,6 +233,33 @@ def test_forget(manager: SessionManager) -> None:
     assert s.discovered == ()
 
 
+def test_pin_and_unpin_go_through_the_store(manager: SessionManager) -> None:
+    s = manager.create("p", allowed=["calculator", "email_send", "email_search"])
+    s.discover(["email_send", "email_search"])
+    s.pin(["email_send", "calculator"])  # a discovered tool becomes pinned instead
+    other = manager.get("p")  # another handle (another worker) sees the change
+    assert other.pinned == ("email_send", "calculator") and other.discovered == ("email_search",)
+    assert [t.name for t in other.visible_tools()] == ["email_send", "calculator", "email_search"]
+    other.unpin(["email_send"])
+    assert s.pinned == ("calculator",) and not s.is_visible("email_send")
+    with pytest.raises(ToolNotAllowedError, match="'weather_current' is not in the session's allowed tools"):
+        s.pin(["weather_current"])
+    with pytest.raises(SessionError, match="collection of tool names"):
+        s.pin("calculator")
+
+
+def test_a_view_answers_from_one_read_and_commits_once(manager: SessionManager) -> None:
+    s = manager.create("v")
+    view = s.view()
+    view.discover(["calculator"])
+    assert view.is_visible("calculator") and not s.is_visible("calculator")  # not written yet
+    s.discover(["email_send"])  # meanwhile, another change reaches the store
+    view.commit()
+    assert s.discovered == ("email_send", "calculator")  # both kept: the view replayed on the newer state
+    view.commit()  # nothing left to write
+    assert s.state().version == 2
+
+
 # --- expiry and bounds ---------------------------------------------------------------------------
 
 
