@@ -305,3 +305,26 @@ def test_stores_from_urls(redis_server: RedisServer, index: ToolIndex) -> None:
         store_from_url("postgres://admin:pw@db:5432/x")
     with pytest.raises(ValueError, match="timeout"):
         RedisSessionStore(redis_server.url, timeout=0)
+
+
+def test_a_large_allowed_subset_is_stored_once_and_shared(redis_server: RedisServer) -> None:
+    names = [f"tool_{i}" for i in range(200)]
+    big = ToolIndex.build([Tool(n, f"Does task {i}.") for i, n in enumerate(names)], backend="regex")
+    subset = names[:100]
+    worker_a = SessionManager(big, store=_store(redis_server))
+    worker_a.create("t1", allowed=subset).discover(["tool_5"])
+    worker_a.create("t2", allowed=list(reversed(subset)))
+    client = redis_server.client()
+    [subset_key] = client.keys("toolsearch:allowed:*")  # one copy for both sessions
+    assert len(client.get("toolsearch:session:t1")) < 400  # the session refers to it instead of holding it
+    worker_b = SessionManager(big, store=_store(redis_server))  # another worker, nothing cached yet
+    t1 = worker_b.get("t1")
+    assert t1.allowed == frozenset(subset) and t1.discovered == ("tool_5",)
+    assert worker_b.get("t2").allowed is t1.allowed  # one copy per worker too
+    call = {"type": "tool_use", "id": "x", "name": "tool_150", "input": {}}
+    [refused] = handle_tool_calls(t1, [call], {"tool_150": print})
+    assert refused.status.value == "not_available"  # outside the subset, as stored
+    client.delete(subset_key)
+    missing = r"refers to the allowed subset 'toolsearch:allowed:\w+', which is missing"
+    with pytest.raises(SessionStoreError, match=missing):
+        SessionManager(big, store=_store(redis_server)).get("t1")

@@ -9,7 +9,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._errors import SessionStoreError
 
-__all__ = ["SCHEMA_VERSION", "SessionState", "SessionStore", "StateUpdate", "decode_state", "encode_state"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "SessionState",
+    "SessionStore",
+    "StateUpdate",
+    "decode_state",
+    "encode_state",
+    "unreadable_state",
+]
 
 # Bumped when the JSON form changes incompatibly; a reader refuses a schema it does not know
 # rather than guess (a rolling deploy must not silently drop another version's sessions).
@@ -127,10 +135,15 @@ def decode_state(raw: str | bytes, where: str) -> SessionState:
     try:
         return SessionState.from_dict(json.loads(raw))
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise SessionStoreError(
-            f"{where} does not hold a readable session state: {exc}. "
-            "Delete that key (the session starts over) or point this deployment at its own key prefix."
-        ) from None
+        raise unreadable_state(where, exc) from None
+
+
+def unreadable_state(where: str, problem: object) -> SessionStoreError:
+    """The error for stored text that is not a session state this version reads."""
+    return SessionStoreError(
+        f"{where} does not hold a readable session state: {problem}. "
+        "Delete that key (the session starts over) or point this deployment at its own key prefix."
+    )
 
 
 @runtime_checkable

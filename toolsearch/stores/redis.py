@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import SessionStoreError, UnknownSessionError, missing_dependency
-from ._state import SessionState, StateUpdate, decode_state, encode_state
+from ._state import SessionState, StateUpdate, encode_state, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
 
 __all__ = ["RedisSessionStore", "redacted_url"]
 
 T = TypeVar("T")
+
+# An allowed subset larger than this is stored once under its content hash and referenced by
+# the sessions that use it: every read and write of such a session then moves a few hundred
+# bytes instead of the whole subset (each a 1,000-name subset is ~20 KB of JSON), and the
+# sessions of one tenant share one copy. Subsets never change, so workers cache them by hash.
+INLINE_ALLOWED = 64
+_CACHED_SUBSETS = 256
 
 # Compare-and-set in one server-side step: the new state is written only when the key still
 # holds the version this update read, so a concurrent writer is detected (the caller retries)
@@ -56,7 +66,10 @@ class RedisSessionStore:
       default the same); `max_connections` bounds the connection pool, and a caller waits at
       most `timeout` for a free connection. Errors are not retried, so a call fails within
       about the timeout with a SessionStoreError naming the URL (never its credentials).
-    Size bounds are Redis's job (`maxmemory` with a TTL-aware eviction policy).
+    Size bounds are Redis's job (`maxmemory` with a TTL-aware eviction policy). An allowed
+    subset of more than 64 tools is kept once per distinct subset under `{prefix}allowed:{hash}`
+    (without expiry: sessions that outlive any TTL still need it; there are as many such keys
+    as distinct subsets).
     """
 
     def __init__(
@@ -101,6 +114,9 @@ class RedisSessionStore:
         )
         self._client = redis.Redis(connection_pool=self._pool)
         self._cas = self._client.register_script(_CAS)
+        self._subsets_lock = threading.Lock()
+        self._refs: dict[frozenset[str], tuple[str, str]] = {}  # subset -> (hash, JSON text)
+        self._subsets: dict[str, frozenset[str]] = {}  # hash -> subset
 
     # --- the store interface -------------------------------------------------------------------
 
@@ -117,6 +133,61 @@ class RedisSessionStore:
                 f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
             ) from None
 
+    def subset_key(self, ref: str) -> str:
+        """The Redis key of a large allowed subset, by its content hash."""
+        return f"{self.prefix}allowed:{ref}"
+
+    def _subset_ref(self, allowed: frozenset[str]) -> tuple[str, str]:
+        with self._subsets_lock:
+            found = self._refs.get(allowed)
+        if found is None:
+            text = json.dumps(sorted(allowed), separators=(",", ":"), ensure_ascii=False)
+            found = (hashlib.sha256(text.encode()).hexdigest()[:32], text)
+            with self._subsets_lock:
+                if len(self._refs) >= _CACHED_SUBSETS:
+                    self._refs.clear()
+                self._refs[allowed] = found
+        return found
+
+    def _encode(self, state: SessionState) -> tuple[str, tuple[str, str] | None]:
+        """The state's JSON text, and (hash, text) of its allowed subset when that is kept apart."""
+        if state.allowed is None or len(state.allowed) <= INLINE_ALLOWED:
+            return encode_state(state), None
+        ref, text = self._subset_ref(state.allowed)
+        light = state.copy()
+        light.allowed = None
+        data = light.to_dict()
+        del data["allowed"]
+        data["allowed_ref"] = ref
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False), (ref, text)
+
+    def _subset(self, ref: object, where: str) -> frozenset[str]:
+        if not isinstance(ref, str):
+            raise unreadable_state(where, "field 'allowed_ref' must be a string")
+        with self._subsets_lock:
+            found = self._subsets.get(ref)
+        if found is not None:
+            return found
+        key = self.subset_key(ref)
+        raw = self._call("read an allowed subset", self._client.get, key)
+        if raw is None:
+            raise SessionStoreError(
+                f"{where} refers to the allowed subset {key!r}, which is missing from {self.url}; "
+                "close the session and create it again"
+            )
+        raw = raw if isinstance(raw, bytes) else raw.encode()
+        if hashlib.sha256(raw).hexdigest()[:32] != ref:
+            raise SessionStoreError(f"{key!r} in {self.url} does not match its hash; delete it and its sessions")
+        names = json.loads(raw)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise SessionStoreError(f"{key!r} in {self.url} is not a list of tool names; delete it and its sessions")
+        subset = frozenset(names)
+        with self._subsets_lock:
+            if len(self._subsets) >= _CACHED_SUBSETS:
+                self._subsets.clear()
+            self._subsets[ref] = subset
+        return subset
+
     def get(self, session_id: str) -> SessionState | None:
         key = self.key(session_id)
         if self._ttl_ms is None:
@@ -125,10 +196,15 @@ class RedisSessionStore:
             raw = self._call("read a session", self._client.getex, key, px=self._ttl_ms)
         if raw is None:
             return None
-        if isinstance(raw, str):  # a client made with decode_responses
-            raw = raw.encode()
         where = f"key {key!r} in {self.url}"
-        state = decode_state(raw, where)
+        try:
+            data = json.loads(raw)
+            ref = data.pop("allowed_ref", None) if isinstance(data, dict) else None
+            state = SessionState.from_dict(data)
+            if ref is not None:
+                state.allowed = self._subset(ref, where)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise unreadable_state(where, exc) from None
         if state.id != session_id:
             raise SessionStoreError(
                 f"{where} holds session {state.id!r}, not {session_id!r}; delete that key (the session starts over)"
@@ -136,10 +212,13 @@ class RedisSessionStore:
         return state
 
     def create(self, state: SessionState) -> bool:
-        created = self._call(
-            "create a session", self._client.set, self.key(state.id), encode_state(state), nx=True, px=self._ttl_ms
-        )
-        return bool(created)
+        text, subset = self._encode(state)
+        pipe = self._client.pipeline(transaction=False)
+        if subset is not None:  # content-addressed: written before any session refers to it
+            pipe.set(self.subset_key(subset[0]), subset[1], nx=True)
+        pipe.set(self.key(state.id), text, nx=True, px=self._ttl_ms)
+        results = self._call("create a session", pipe.execute)
+        return bool(results[-1])
 
     def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
         for _ in range(MAX_UPDATE_ATTEMPTS):
@@ -153,7 +232,7 @@ class RedisSessionStore:
             if state == before:
                 return state
             state.version = read_version + 1
-            args = [read_version, encode_state(state), "" if self._ttl_ms is None else self._ttl_ms]
+            args = [read_version, self._encode(state)[0], "" if self._ttl_ms is None else self._ttl_ms]
             outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
             if outcome == 1:
                 return state
