@@ -458,3 +458,11 @@ def test_a_turn_reads_the_session_once_and_writes_it_once(index: ToolIndex) -> N
     assert [r.status.value for r in results] == ["search", "search", "ok"]
     assert store.calls == ["get", "update from the state read"]
     assert {"weather_current", "email_send", "calculator"} <= set(s.discovered)
+
+
+def test_executor_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="tool_timeout"):
+        ExecutorConfig(tool_timeout=0)
+    with pytest.raises(ValueError, match="undiscovered"):
+        ExecutorConfig(undiscovered="run")  # type: ignore[arg-type]
+    assert ExecutorConfig(return_direct={"a"}).return_direct == frozenset({"a"})  # type: ignore[arg-type]

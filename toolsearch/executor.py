@@ -68,6 +68,13 @@ class ExecutorConfig:
     parallel_tool_calls: bool = True
     provider_names: bool = True
 
+    def __post_init__(self) -> None:
+        if self.tool_timeout is not None and self.tool_timeout <= 0:
+            raise ValueError("tool_timeout must be positive (or None for no limit)")
+        if self.undiscovered not in ("instruct", "execute"):
+            raise ValueError("undiscovered must be 'instruct' or 'execute'")
+        object.__setattr__(self, "return_direct", frozenset(self.return_direct))
+
 
 class ResultStatus(enum.StrEnum):
     """What happened to one tool call."""
