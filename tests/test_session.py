@@ -20,7 +20,9 @@ from toolsearch import (
     UnknownSessionError,
     register_backend,
 )
+from toolsearch.executor import ExecutorConfig, handle_tool_calls, tools_for_request
 from toolsearch.session import InMemorySessionStore, SessionManager, SessionState, SessionStore
+from toolsearch.stores import StateUpdate
 from toolsearch.tokens import tool_tokens
 
 
@@ -49,6 +51,22 @@ def index() -> ToolIndex:
 @pytest.fixture()
 def manager(index: ToolIndex) -> SessionManager:
     return SessionManager(index)
+
+
+class CountingStore(InMemorySessionStore):
+    """The in-memory store, recording which store operations a caller makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def get(self, session_id: str) -> SessionState | None:
+        self.calls.append("get")
+        return super().get(session_id)
+
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        self.calls.append("update" if base is None else "update from the state read")
+        return super().update(session_id, fn, base=base)
 
 
 class FakeClock:
@@ -217,6 +235,33 @@ def test_forget(manager: SessionManager) -> None:
     assert s.discovered == ()
 
 
+def test_pin_and_unpin_go_through_the_store(manager: SessionManager) -> None:
+    s = manager.create("p", allowed=["calculator", "email_send", "email_search"])
+    s.discover(["email_send", "email_search"])
+    s.pin(["email_send", "calculator"])  # a discovered tool becomes pinned instead
+    other = manager.get("p")  # another handle (another worker) sees the change
+    assert other.pinned == ("email_send", "calculator") and other.discovered == ("email_search",)
+    assert [t.name for t in other.visible_tools()] == ["email_send", "calculator", "email_search"]
+    other.unpin(["email_send"])
+    assert s.pinned == ("calculator",) and not s.is_visible("email_send")
+    with pytest.raises(ToolNotAllowedError, match="'weather_current' is not in the session's allowed tools"):
+        s.pin(["weather_current"])
+    with pytest.raises(SessionError, match="collection of tool names"):
+        s.pin("calculator")
+
+
+def test_a_view_answers_from_one_read_and_commits_once(manager: SessionManager) -> None:
+    s = manager.create("v")
+    view = s.view()
+    view.discover(["calculator"])
+    assert view.is_visible("calculator") and not s.is_visible("calculator")  # not written yet
+    s.discover(["email_send"])  # meanwhile, another change reaches the store
+    view.commit()
+    assert s.discovered == ("email_send", "calculator")  # both kept: the view replayed on the newer state
+    view.commit()  # nothing left to write
+    assert s.state().version == 2
+
+
 # --- expiry and bounds ---------------------------------------------------------------------------
 
 
@@ -256,28 +301,8 @@ def test_store_arguments_are_checked() -> None:
 # --- stores --------------------------------------------------------------------------------------
 
 
-class JsonStore:
-    """A shared-store stand-in: states are kept only as JSON text, as Redis would keep them."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, session_id: str) -> SessionState | None:
-        raw = self.data.get(session_id)
-        return None if raw is None else SessionState.from_dict(json.loads(raw))
-
-    def put(self, state: SessionState) -> None:
-        self.data[state.id] = json.dumps(state.to_dict())
-
-    def delete(self, session_id: str) -> bool:
-        return self.data.pop(session_id, None) is not None
-
-    def ids(self) -> list[str]:
-        return list(self.data)
-
-
 def test_a_serialising_store_works_through_the_same_interface(index: ToolIndex) -> None:
-    store = JsonStore()
+    store = InMemorySessionStore(serialize=True)  # states kept only as JSON text, as Redis keeps them
     assert isinstance(store, SessionStore)
     manager = SessionManager(index, store=store, max_discovered=2)
     s = manager.create("j", allowed=["calculator", "email_send", "email_search"], pinned=["calculator"])
@@ -288,14 +313,13 @@ def test_a_serialising_store_works_through_the_same_interface(index: ToolIndex) 
     assert other.discovered == ("email_send", "email_search")
     assert other.allowed == frozenset({"calculator", "email_send", "email_search"})
     assert other.pinned == ("calculator",)
-    state = json.loads(store.data["j"])
-    assert state["allowed"] == ["calculator", "email_search", "email_send"]
+    assert other.state().allowed == frozenset({"calculator", "email_search", "email_send"})
     manager.close("j")
-    assert store.data == {}
+    assert store.ids() == []
 
 
 def test_state_round_trip() -> None:
-    state = SessionState("x", frozenset({"a"}), ("p",), ["a"], {"a": 3}, 3, 1.5, {"user": "u"})
+    state = SessionState("x", frozenset({"a"}), ("p",), ["a"], {"a": 3}, 3, 1.5, {"user": "u"}, 7)
     assert SessionState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
@@ -396,18 +420,18 @@ def test_asyncio_tasks_keep_sessions_apart(index: ToolIndex) -> None:
 def test_tools_for_request_in_every_format_with_safe_names(manager: SessionManager) -> None:
     s = manager.create("f", pinned=["calculator"])
     s.discover(["math.factorial"])
-    chat = s.tools_for_request("openai_chat")
+    chat = tools_for_request(s, "openai_chat")
     names = [t["function"]["name"] for t in chat]
     assert names[0] == "calculator" and names[1] == "tool_search"
     alias = names[2]
     assert alias != "math.factorial" and alias.startswith("math_factorial")
     assert s.resolve_name(alias) == "math.factorial"
-    assert [t["name"] for t in s.tools_for_request("openai_responses")] == names
-    anthropic = s.tools_for_request("anthropic")
+    assert [t["name"] for t in tools_for_request(s, "openai_responses")] == names
+    anthropic = tools_for_request(s, "anthropic")
     assert [t["name"] for t in anthropic] == names and "input_schema" in anthropic[0]
-    assert "inputSchema" in s.tools_for_request("mcp")[0]
+    assert "inputSchema" in tools_for_request(s, "mcp")[0]
     with pytest.raises(ValueError, match="unknown tool format"):
-        s.tools_for_request("gemini")  # type: ignore[arg-type]
+        tools_for_request(s, "gemini")  # type: ignore[arg-type]
 
 
 def test_handle_tool_calls_with_provider_shaped_calls(manager: SessionManager) -> None:
@@ -415,10 +439,11 @@ def test_handle_tool_calls_with_provider_shaped_calls(manager: SessionManager) -
     calls = [
         {"id": "c1", "type": "function", "function": {"name": "tool_search", "arguments": '{"query": "factorial"}'}},
     ]
-    [found] = s.handle_tool_calls(calls)
-    alias = s.tools_for_request("openai_chat")[-1]["function"]["name"]
+    [found] = handle_tool_calls(s, calls)
+    alias = tools_for_request(s, "openai_chat")[-1]["function"]["name"]
     assert f"- {alias} (score" in found.content and "math.factorial" in s.discovered
-    results = s.handle_tool_calls(
+    results = handle_tool_calls(
+        s,
         [
             {"type": "tool_use", "id": "t1", "name": alias, "input": {"n": "5"}},
             {"type": "function_call", "call_id": "r1", "name": "calculator", "arguments": '{"expression": "1"}'},
@@ -428,3 +453,38 @@ def test_handle_tool_calls_with_provider_shaped_calls(manager: SessionManager) -
     assert results[0].content == "120" and results[0].to_anthropic()["tool_use_id"] == "t1"
     assert results[1].status.value == "not_discovered"
     assert results[1].to_openai_responses()["call_id"] == "r1"
+
+
+def test_the_session_methods_still_work_and_say_where_the_helpers_went(manager: SessionManager) -> None:
+    s = manager.create("old")
+    with pytest.warns(DeprecationWarning, match=r"toolsearch\.handle_tool_calls\(session"):
+        [found] = s.handle_tool_calls([{"type": "tool_use", "id": "t", "name": "tool_search", "input": {"query": "x"}}])
+    assert found.status.value == "search"
+    with pytest.warns(DeprecationWarning, match="tools_for_request"):
+        assert s.tools_for_request("anthropic")[0]["name"] == "tool_search"
+    with pytest.warns(DeprecationWarning, match="ahandle_tool_calls"):
+        assert asyncio.run(s.ahandle_tool_calls([])) == []
+
+
+def test_a_turn_reads_the_session_once_and_writes_it_once(index: ToolIndex) -> None:
+    store = CountingStore()
+    s = SessionManager(index, store=store).create("turn")
+    calls = [
+        {"type": "tool_use", "id": "a", "name": "tool_search", "input": {"query": "weather"}},
+        {"type": "tool_use", "id": "b", "name": "tool_search", "input": {"query": "email"}},
+        {"type": "tool_use", "id": "c", "name": "calculator", "input": {"expression": "1+1"}},
+    ]
+    store.calls.clear()
+    config = ExecutorConfig(undiscovered="execute")
+    results = handle_tool_calls(s, calls, {"calculator": lambda expression: 2}, config=config)
+    assert [r.status.value for r in results] == ["search", "search", "ok"]
+    assert store.calls == ["get", "update from the state read"]
+    assert {"weather_current", "email_send", "calculator"} <= set(s.discovered)
+
+
+def test_executor_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="tool_timeout"):
+        ExecutorConfig(tool_timeout=0)
+    with pytest.raises(ValueError, match="undiscovered"):
+        ExecutorConfig(undiscovered="run")  # type: ignore[arg-type]
+    assert ExecutorConfig(return_direct={"a"}).return_direct == frozenset({"a"})  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from ._errors import (
     QueryTimeoutError,
     SessionError,
     SessionRequiredError,
+    SessionStoreError,
     StoredIndexError,
     ToolNotAllowedError,
     ToolSearchError,
@@ -30,10 +31,12 @@ from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
 
 if TYPE_CHECKING:
+    from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
     from .metatool import ToolSearchMetaTool, system_prompt_suffix
     from .providers import StreamEvent
     from .session import InMemorySessionStore, Session, SessionManager, SessionStore
+    from .stores import RedisSessionStore, SessionState, store_from_url
 
 # The loop and sessions pull in asyncio, pydantic and jsonschema; a caller who only searches
 # an index should not pay for them at import time, so they load on first attribute access.
@@ -43,6 +46,10 @@ _LAZY = {
     ),
     **dict.fromkeys(("ToolSearchMetaTool", "system_prompt_suffix"), "toolsearch.metatool"),
     **dict.fromkeys(("SessionManager", "Session", "SessionStore", "InMemorySessionStore"), "toolsearch.session"),
+    **dict.fromkeys(("SessionState", "RedisSessionStore", "store_from_url"), "toolsearch.stores"),
+    **dict.fromkeys(
+        ("ToolExecutor", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls"), "toolsearch.executor"
+    ),
     "StreamEvent": "toolsearch.providers",
 }
 
@@ -80,6 +87,9 @@ __all__ = [
     "Session",
     "SessionStore",
     "InMemorySessionStore",
+    "RedisSessionStore",
+    "SessionState",
+    "store_from_url",
     "ToolSearchMetaTool",
     "system_prompt_suffix",
     "ToolSearchLoop",
@@ -88,6 +98,10 @@ __all__ = [
     "LoopResult",
     "run",
     "arun",
+    "ToolExecutor",
+    "tools_for_request",
+    "handle_tool_calls",
+    "ahandle_tool_calls",
     "StreamEvent",
     # errors
     "ToolSearchError",
@@ -103,6 +117,7 @@ __all__ = [
     "InvalidIndexNameError",
     "SessionError",
     "SessionRequiredError",
+    "SessionStoreError",
     "UnknownSessionError",
     "ToolNotAllowedError",
 ]

@@ -66,6 +66,10 @@ class UnknownSessionError(SessionError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class SessionStoreError(SessionError):
+    """A session store failed: unreachable or too slow, or it holds state this version cannot read."""
+
+
 class ToolNotAllowedError(SessionError, PermissionError):
     """A session tried to see or call a tool outside its allowed subset."""
 

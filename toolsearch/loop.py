@@ -18,18 +18,16 @@ same ModelTurn, so searches, tools and history behave exactly as without streami
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import enum
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .metatool import MetaToolOutcome, ToolSearchMetaTool, system_prompt_suffix
+from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms
+from .metatool import ToolSearchMetaTool, system_prompt_suffix
 from .providers._base import (
     ChatModel,
     ChatRequest,
@@ -44,14 +42,11 @@ from .providers._base import (
     adeliver_event,
     deliver_event,
     is_async_callable,
-    parse_arguments,
-    tool_result_text,
     turn_events,
 )
-from .results import Hit
 from .session import Session, SessionManager
 from .tokens import RequestTokens, request_tokens, tool_tokens
-from .tools import Tool, provider_safe_name
+from .tools import Tool
 
 __all__ = [
     "LoopConfig",
@@ -80,7 +75,6 @@ __all__ = [
 DIRECT_MAX_TOKENS = 2_000
 _MIN_TOOL_TOKENS = 10  # the smallest possible function definition costs more than this
 
-ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
 Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any] | str]
 # Gets each text delta as it arrives; an async one (awaited) only under arun.
 TextHandler = Callable[[str], object]
@@ -93,24 +87,6 @@ class LoopOutcome(enum.StrEnum):
     RETURN_DIRECT = "return_direct"  # a return_direct tool ran; its output is the answer
     MAX_ITERATIONS = "max_iterations"  # the request limit was reached while the model still called tools
     REPEATED_CALL = "repeated_call"  # the model repeated an identical call too often
-
-
-class ResultStatus(enum.StrEnum):
-    """What happened to one tool call."""
-
-    OK = "ok"
-    SEARCH = "search"  # a tool_search that ran (hits or none)
-    SEARCH_ERROR = "search_error"  # a tool_search with bad arguments or a bad query
-    ERROR = "error"  # the tool raised
-    INVALID_ARGUMENTS = "invalid_arguments"  # arguments not JSON or not valid for the schema
-    TIMEOUT = "timeout"
-    NOT_AVAILABLE = "not_available"  # unknown, outside the session, or without an implementation
-    NOT_DISCOVERED = "not_discovered"  # allowed but not found by a search yet (undiscovered="instruct")
-    SKIPPED = "skipped"  # not run because the loop stopped (repeated-call guard)
-
-    @property
-    def is_error(self) -> bool:
-        return self not in (ResultStatus.OK, ResultStatus.SEARCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,73 +155,6 @@ class LoopConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchRecord:
-    """One tool_search call: what was asked, what it found, how long the search took."""
-
-    query: str | None
-    hits: tuple[Hit, ...]
-    latency_ms: float
-    max_results: int | None = None
-    namespace: str | None = None
-    error: str | None = None
-    call_id: str = ""
-    iteration: int = 0
-    evicted: tuple[str, ...] = ()
-
-    @property
-    def names(self) -> list[str]:
-        return [h.name for h in self.hits]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "hits": [{"name": h.name, "score": h.score} for h in self.hits],
-            "latency_ms": self.latency_ms,
-            "max_results": self.max_results,
-            "namespace": self.namespace,
-            "error": self.error,
-            "iteration": self.iteration,
-            "evicted": list(self.evicted),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """The result of one call, ready to send back (`to_message` or a provider's shape)."""
-
-    call: ToolCall
-    content: str
-    status: ResultStatus
-    elapsed_ms: float = 0.0
-    value: Any = field(default=None, repr=False, compare=False)
-    tool_references: tuple[Tool, ...] = ()
-    search: SearchRecord | None = None
-
-    @property
-    def is_error(self) -> bool:
-        return self.status.is_error
-
-    @property
-    def name(self) -> str:
-        return self.call.name
-
-    def to_message(self) -> Message:
-        return Message.tool(self.call, self.content, is_error=self.is_error, tool_references=self.tool_references)
-
-    def to_openai_chat(self) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
-
-    def to_openai_responses(self) -> dict[str, Any]:
-        return {"type": "function_call_output", "call_id": self.call.id, "output": self.content}
-
-    def to_anthropic(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call.id, "content": self.content}
-        if self.is_error:
-            out["is_error"] = True
-        return out
-
-
-@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One model request: which tools it carried, its exact token counts, the provider's usage."""
 
@@ -308,338 +217,6 @@ class LoopResult:
                 for r in self.tool_results
             ],
         }
-
-
-# --- tool execution ------------------------------------------------------------------------
-
-
-def _functions_map(functions: ToolFunctions | None) -> dict[str, Callable[..., Any]]:
-    if functions is None:
-        return {}
-    if isinstance(functions, Mapping):
-        return dict(functions)
-    out: dict[str, Callable[..., Any]] = {}
-    for fn in functions:
-        name = getattr(fn, "__name__", None)
-        if not callable(fn) or not name:
-            raise TypeError(f"{fn!r} is not a named callable; pass a mapping of tool name to callable instead")
-        out[name] = fn
-    return out
-
-
-_validators: dict[str, Any] = {}
-_validators_lock = threading.Lock()
-
-
-def _validator(tool: Tool) -> Any:
-    found = _validators.get(tool.fingerprint)
-    if found is None:
-        import jsonschema
-
-        cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
-        try:
-            cls.check_schema(tool.input_schema)
-            found = cls(tool.input_schema)
-        except jsonschema.SchemaError:
-            found = False  # a schema jsonschema cannot use: arguments are passed through unchecked
-        with _validators_lock:
-            _validators[tool.fingerprint] = found
-    return found
-
-
-def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
-    validator = _validator(tool)
-    if not validator:
-        return []
-    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
-    out = []
-    for err in errors[:5]:
-        where = "/".join(str(p) for p in err.absolute_path)
-        out.append(f"{where}: {err.message}" if where else err.message)
-    return out
-
-
-def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
-    """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
-    if isinstance(raw, ToolCall):
-        call = raw
-    else:
-        data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
-        if not isinstance(data, Mapping):
-            raise TypeError(f"cannot read a tool call from {type(raw).__name__}")
-        kind = data.get("type")
-        if "function" in data and isinstance(data["function"], Mapping):  # Chat Completions
-            fn = data["function"]
-            call = ToolCall.from_json(data.get("id") or "", fn.get("name") or "", fn.get("arguments"))
-        elif kind == "function_call":  # Responses
-            call = ToolCall.from_json(
-                data.get("call_id") or data.get("id") or "", data.get("name") or "", data.get("arguments")
-            )
-        elif kind == "tool_search_call":  # Responses, client-executed tool search
-            args, error = parse_arguments(data.get("arguments"))
-            call = ToolCall(data.get("call_id") or data.get("id") or "", search_name, args, error, kind="tool_search")
-        elif kind == "tool_use" or "input" in data:  # Anthropic
-            args, error = parse_arguments(data.get("input"))
-            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
-        else:
-            args, error = parse_arguments(data.get("arguments"))
-            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
-    if call.kind == "function" and call.name != search_name:
-        name = session.resolve_name(call.name)
-        if name != call.name:
-            call = replace(call, name=name)
-    return call
-
-
-class ToolExecutor:
-    """Runs one turn's tool calls for a session: searches first, then the rest (concurrently)."""
-
-    def __init__(
-        self,
-        functions: ToolFunctions | None = None,
-        *,
-        metatool: ToolSearchMetaTool | None = None,
-        config: LoopConfig | None = None,
-    ) -> None:
-        self.functions = _functions_map(functions)
-        self.metatool = metatool or ToolSearchMetaTool()
-        self.config = config or LoopConfig()
-
-    def shown(self, name: str) -> str:
-        """The name the model knows a tool by (its provider-safe alias, unless configured otherwise)."""
-        return provider_safe_name(name) if self.config.provider_names else name
-
-    def is_return_direct(self, session: Session, name: str) -> bool:
-        if name in self.config.return_direct:
-            return True
-        tool = session.index.catalog.get(name)
-        return bool(tool is not None and tool.metadata.get("return_direct"))
-
-    # --- shared steps ---------------------------------------------------------------------
-
-    def _search(self, session: Session, call: ToolCall, iteration: int) -> ToolResult:
-        if call.arguments_error:
-            outcome = MetaToolOutcome(
-                text=f"{self.metatool.name} error: {call.arguments_error}. "
-                f'Call it with a JSON object like {{"query": "<what you need>"}}.',
-                error=call.arguments_error,
-            )
-        else:
-            alias = provider_safe_name if self.config.provider_names else None
-            outcome = self.metatool.run(session, call.arguments, alias=alias)
-        result = outcome.result
-        record = SearchRecord(
-            query=outcome.query if outcome.query is not None else _query_of(call),
-            hits=result.hits if result else (),
-            latency_ms=result.elapsed_ms if result else 0.0,
-            max_results=outcome.max_results,
-            namespace=outcome.namespace,
-            error=outcome.error,
-            call_id=call.id,
-            iteration=iteration,
-            evicted=outcome.update.evicted if outcome.update else (),
-        )
-        status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
-        return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
-
-    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
-        """Everything before running a call: a ToolResult when it must not run, else the callable."""
-        name = call.name
-        shown = self.shown(name)
-        if not session.is_allowed(name):
-            return ToolResult(
-                call,
-                f"Tool {shown!r} is not available. Call {self.metatool.name} to find a tool for this task, "
-                "then call one of the names it returns.",
-                ResultStatus.NOT_AVAILABLE,
-            )
-        if not session.is_visible(name):
-            if self.config.undiscovered == "instruct":
-                return ToolResult(
-                    call,
-                    f"Tool {shown!r} is not loaded yet. Call {self.metatool.name} first (for example with the "
-                    f"query {_suggest_query(name)!r}); once it is found, call {shown!r} again.",
-                    ResultStatus.NOT_DISCOVERED,
-                )
-            session.discover([name])
-        fn = self.functions.get(name)
-        if fn is None:
-            return ToolResult(
-                call,
-                f"Tool {shown!r} has no implementation in this application; use another tool.",
-                ResultStatus.NOT_AVAILABLE,
-            )
-        if call.arguments_error:
-            return ToolResult(
-                call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
-            )
-        if self.config.validate_arguments:
-            problems = _schema_errors(session.index.catalog[name], call.arguments)
-            if problems:
-                return ToolResult(
-                    call,
-                    f"Invalid arguments for {shown!r}: "
-                    + "; ".join(problems)
-                    + ". Fix the arguments to match the tool's parameters and call it again.",
-                    ResultStatus.INVALID_ARGUMENTS,
-                )
-        session.touch([name])
-        return fn
-
-    def _finish(self, call: ToolCall, value: Any, started: float) -> ToolResult:
-        return ToolResult(call, tool_result_text(value), ResultStatus.OK, _ms(started), value=value)
-
-    def _timeout(self, call: ToolCall, started: float) -> ToolResult:
-        return ToolResult(
-            call,
-            f"Tool {self.shown(call.name)!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
-            "simpler arguments or another tool.",
-            ResultStatus.TIMEOUT,
-            _ms(started),
-        )
-
-    def _failure(self, call: ToolCall, exc: BaseException, started: float) -> ToolResult:
-        return ToolResult(
-            call,
-            f"Tool {self.shown(call.name)!r} failed: {type(exc).__name__}: {exc}",
-            ResultStatus.ERROR,
-            _ms(started),
-        )
-
-    def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
-        return [_coerce_call(c, session, self.metatool.name) for c in calls]
-
-    def _resolve(self, session: Session, call: ToolCall) -> ToolCall:
-        """Map an alias to its catalog name once the turn's searches ran: a dotted tool found by a
-        search in this very turn is called under an alias the session only learns from that search."""
-        if call.kind != "function" or call.name == self.metatool.name:
-            return call
-        name = session.resolve_name(call.name)
-        return call if name == call.name else replace(call, name=name)
-
-    def _is_search(self, call: ToolCall) -> bool:
-        return call.kind == "tool_search" or call.name == self.metatool.name
-
-    def _plan(
-        self, session: Session, calls: Sequence[Any], iteration: int
-    ) -> tuple[list[ToolResult | None], list[tuple[int, ToolCall, Callable[..., Any]]]]:
-        """Run the batch's searches first, then settle every call that needs no execution.
-
-        Returns a result slot per call (filled for searches and refused calls) and the calls
-        left to execute with their functions; shared by the sync and async paths.
-        """
-        neutral = self._split(session, calls)
-        results: list[ToolResult | None] = [None] * len(neutral)
-        for i, call in enumerate(neutral):
-            if self._is_search(call):
-                results[i] = self._search(session, call, iteration)
-        pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
-        for i, raw in enumerate(neutral):
-            if results[i] is None:
-                call = self._resolve(session, raw)  # after the searches: they may have found the alias
-                prepared = self._prepare(session, call)
-                if isinstance(prepared, ToolResult):
-                    results[i] = prepared
-                else:
-                    pending.append((i, call, prepared))
-        return results, pending
-
-    # --- sync -----------------------------------------------------------------------------
-
-    def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
-        """Run a batch; results come back in the calls' order."""
-        results, pending = self._plan(session, calls, iteration)
-        timeout = self.config.tool_timeout
-        inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
-        if inline and not any(is_async_callable(fn) for _, _, fn in pending):
-            for i, call, fn in pending:  # no timeout, nothing to overlap: run in this thread
-                started = time.perf_counter()
-                try:
-                    results[i] = self._finish(call, _call_sync(fn, call.arguments), started)
-                except Exception as exc:
-                    results[i] = self._failure(call, exc, started)
-        elif pending:
-            workers = len(pending) if self.config.parallel_tool_calls else 1
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-tool")
-            try:
-                if self.config.parallel_tool_calls:
-                    started = time.perf_counter()
-                    futures = [(i, call, pool.submit(_call_sync, fn, call.arguments)) for i, call, fn in pending]
-                    for i, call, future in futures:
-                        remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
-                        results[i] = self._wait(call, future, remaining, started)
-                else:
-                    for i, call, fn in pending:
-                        started = time.perf_counter()
-                        results[i] = self._wait(call, pool.submit(_call_sync, fn, call.arguments), timeout, started)
-            finally:
-                pool.shutdown(wait=False, cancel_futures=True)  # a timed-out tool keeps its thread; we move on
-        return [r for r in results if r is not None]
-
-    def _wait(
-        self, call: ToolCall, future: concurrent.futures.Future[Any], timeout: float | None, started: float
-    ) -> ToolResult:
-        try:
-            return self._finish(call, future.result(timeout=timeout), started)
-        except Exception as exc:
-            if not future.done():
-                return self._timeout(call, started)
-            return self._failure(call, exc, started)
-
-    # --- async ----------------------------------------------------------------------------
-
-    async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
-        """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
-        results, pending = self._plan(session, calls, iteration)
-
-        async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
-            started = time.perf_counter()
-            if is_async_callable(fn):
-                try:  # a bad signature raises at call time, before there is a coroutine to await
-                    coroutine = fn(**call.arguments)
-                except Exception as call_error:
-                    return self._failure(call, call_error, started)
-                task = asyncio.ensure_future(coroutine)
-            else:
-                task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
-            done, _ = await asyncio.wait({task}, timeout=self.config.tool_timeout)
-            if not done:
-                task.cancel()
-                return self._timeout(call, started)
-            exc = task.exception()
-            if exc is not None:
-                return self._failure(call, exc, started)
-            return self._finish(call, task.result(), started)
-
-        if self.config.parallel_tool_calls:
-            done = await asyncio.gather(*(one(call, fn) for _, call, fn in pending))
-        else:
-            done = [await one(call, fn) for _, call, fn in pending]
-        for (i, _, _), result in zip(pending, done, strict=True):
-            results[i] = result
-        return [r for r in results if r is not None]
-
-
-def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
-    value = fn(**arguments)
-    if asyncio.iscoroutine(value):  # an async tool driven from sync code: run it in this worker thread
-        value = asyncio.run(value)
-    return value
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
-
-
-def _query_of(call: ToolCall) -> str | None:
-    query = call.arguments.get("query") if isinstance(call.arguments, Mapping) else None
-    return query if isinstance(query, str) else None
-
-
-def _suggest_query(name: str) -> str:
-    from .text import split_identifier
-
-    return " ".join(split_identifier(name)) or name
 
 
 def _call_key(call: ToolCall) -> str:
@@ -773,12 +350,13 @@ class _Run:
     def request(self) -> ChatRequest:
         if self.all_tools is not None:
             return ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
+        view = self.session.view()  # one read of the session for the request's tools
         return ChatRequest(
             messages=tuple(self.messages),
             system=self.system,
-            pinned=tuple(self.session.pinned_tools()),
-            search_tool=self.loop.metatool.definition(self.session),
-            discovered=tuple(self.session.discovered_tools()),
+            pinned=tuple(view.pinned_tools()),
+            search_tool=self.loop.metatool.definition(view),
+            discovered=tuple(view.discovered_tools()),
             tool_search_mode=self.config.tool_search_mode,
         )
 

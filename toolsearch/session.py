@@ -1,23 +1,29 @@
-"""Per-session views over a shared index: allowed subset, pinned tools, discovered tools, eviction."""
+"""Per-session views over a shared index: allowed subset, pinned and discovered tools, eviction.
+
+State only: a session's state is plain data in a store (`toolsearch.stores`), and every change
+is one atomic read-modify-write of that store, so threads, asyncio tasks and worker processes
+sharing a store never lose each other's discoveries. The rules of a turn (searches, calls,
+refusals) live in `toolsearch.executor`, above this module.
+"""
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
-from collections import OrderedDict
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._errors import SessionError, SessionRequiredError, ToolNotAllowedError, UnknownSessionError
 from .index import ToolIndex
 from .results import SearchResult
+from .stores import InMemorySessionStore, SessionState, SessionStore
 from .tools import NameMap, Tool
 
 if TYPE_CHECKING:
-    from .loop import LoopConfig, ToolFunctions, ToolResult
-    from .metatool import ToolSearchMetaTool
-    from .providers._base import ToolCall
+    from .executor import ToolResult
 
 __all__ = [
     "SessionState",
@@ -31,140 +37,12 @@ __all__ = [
 
 ToolFormat = Literal["openai_chat", "openai_responses", "anthropic", "mcp"]
 Clock = Callable[[], float]
-
-
-# --- state and stores ------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class SessionState:
-    """Everything a session remembers, as plain data a shared store can serialise.
-
-    `discovered` keeps first-discovery order (a stable order keeps provider prompt caches warm);
-    `last_used` holds a per-session tick for each discovered tool, for least-recently-used eviction.
-    """
-
-    id: str
-    allowed: frozenset[str] | None = None
-    pinned: tuple[str, ...] = ()
-    discovered: list[str] = field(default_factory=list)
-    last_used: dict[str, int] = field(default_factory=dict)
-    tick: int = 0
-    created_at: float = 0.0
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (allowed sorted, so equal states serialise equally)."""
-        return {
-            "id": self.id,
-            "allowed": None if self.allowed is None else sorted(self.allowed),
-            "pinned": list(self.pinned),
-            "discovered": list(self.discovered),
-            "last_used": dict(self.last_used),
-            "tick": self.tick,
-            "created_at": self.created_at,
-            "metadata": dict(self.metadata),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
-        allowed = data.get("allowed")
-        return cls(
-            id=data["id"],
-            allowed=None if allowed is None else frozenset(allowed),
-            pinned=tuple(data.get("pinned") or ()),
-            discovered=list(data.get("discovered") or ()),
-            last_used={str(k): int(v) for k, v in (data.get("last_used") or {}).items()},
-            tick=int(data.get("tick", 0)),
-            created_at=float(data.get("created_at", 0.0)),
-            metadata=dict(data.get("metadata") or {}),
-        )
-
-
-@runtime_checkable
-class SessionStore(Protocol):
-    """Where session states live. Expiry (TTL) and size bounds are the store's job.
-
-    `get` returns a state the caller may change and must `put` back to keep; the manager
-    serialises read-modify-write per session id, so a store only has to be safe for concurrent
-    calls on different ids. A shared store (Redis, a database) implements these four methods.
-    """
-
-    def get(self, session_id: str) -> SessionState | None: ...
-
-    def put(self, state: SessionState) -> None: ...
-
-    def delete(self, session_id: str) -> bool: ...
-
-    def ids(self) -> list[str]: ...
-
-
-class InMemorySessionStore:
-    """A process-local store with optional TTL (since last access) and an LRU bound on sessions."""
-
-    def __init__(
-        self, *, ttl_seconds: float | None = None, max_sessions: int | None = 1000, clock: Clock = time.monotonic
-    ) -> None:
-        if ttl_seconds is not None and ttl_seconds <= 0:
-            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
-        if max_sessions is not None and max_sessions < 1:
-            raise ValueError("max_sessions must be at least 1 (or None for no bound)")
-        self.ttl_seconds = ttl_seconds
-        self.max_sessions = max_sessions
-        self._clock = clock
-        self._lock = threading.Lock()
-        # id -> (state, last access); ordered oldest access first, so expiry and LRU pop from the front
-        self._items: OrderedDict[str, tuple[SessionState, float]] = OrderedDict()
-
-    def _expired(self, accessed: float, now: float) -> bool:
-        return self.ttl_seconds is not None and now - accessed > self.ttl_seconds
-
-    def _prune(self, now: float) -> None:
-        while self._items:
-            first = next(iter(self._items.values()))
-            if not self._expired(first[1], now):
-                break
-            self._items.popitem(last=False)
-
-    def get(self, session_id: str) -> SessionState | None:
-        now = self._clock()
-        with self._lock:
-            item = self._items.get(session_id)
-            if item is None:
-                return None
-            if self._expired(item[1], now):
-                del self._items[session_id]
-                return None
-            self._items[session_id] = (item[0], now)
-            self._items.move_to_end(session_id)
-            return item[0]
-
-    def put(self, state: SessionState) -> None:
-        now = self._clock()
-        with self._lock:
-            self._items[state.id] = (state, now)
-            self._items.move_to_end(state.id)
-            self._prune(now)
-            while self.max_sessions is not None and len(self._items) > self.max_sessions:
-                self._items.popitem(last=False)
-
-    def delete(self, session_id: str) -> bool:
-        with self._lock:
-            return self._items.pop(session_id, None) is not None
-
-    def ids(self) -> list[str]:
-        now = self._clock()
-        with self._lock:
-            self._prune(now)
-            return list(self._items)
-
-    def __len__(self) -> int:
-        return len(self.ids())
+T = TypeVar("T")
+_Change = Callable[[SessionState], Any]
 
 
 # --- manager ---------------------------------------------------------------------------------
 
-_LOCK_STRIPES = 64
 _MAX_INTERNED = 1024
 
 
@@ -172,10 +50,12 @@ class SessionManager:
     """Sessions keyed by id over one shared, already-built index; creating one does no indexing.
 
     `ttl_seconds`, `max_sessions` and `clock` configure the default in-memory store; a custom
-    `store` brings its own expiry. `max_discovered` / `max_discovered_tokens` cap each session's
-    discovered tools (by count, and by the tokens of their definitions), evicting the least
-    recently used. Thread-safe; every call is short and never awaits, so asyncio code may call it
-    directly.
+    `store` (e.g. `RedisSessionStore`, or `toolsearch.stores.store_from_url(...)`) brings its own
+    expiry. `max_discovered` / `max_discovered_tokens` cap each session's discovered tools (by
+    count, and by the tokens of their definitions), evicting the least recently used. Safe from
+    any number of threads, tasks and processes sharing the store: every change is one atomic
+    update of the store. With the in-memory store no call awaits or blocks for long, so asyncio
+    code may call it directly; a networked store's calls take one round trip each.
     """
 
     def __init__(
@@ -204,7 +84,6 @@ class SessionManager:
         self.max_discovered_tokens = max_discovered_tokens
         self.encoding = encoding
         self._clock = clock
-        self._stripes = [threading.RLock() for _ in range(_LOCK_STRIPES)]
         self._names_cache: tuple[Any, frozenset[str]] | None = None
         self._interned: dict[frozenset[str], frozenset[str]] = {}
         self._intern_lock = threading.Lock()
@@ -236,10 +115,6 @@ class SessionManager:
             self._names_cache = cached
         return cached[1]
 
-    def lock(self, session_id: str) -> threading.RLock:
-        """The lock that serialises changes to one session (striped: bounded memory)."""
-        return self._stripes[hash(session_id) % _LOCK_STRIPES]  # type: ignore[return-value]
-
     @staticmethod
     def _check_id(session_id: object) -> str:
         if session_id is None or (isinstance(session_id, str) and not session_id.strip()):
@@ -249,6 +124,18 @@ class SessionManager:
         if not isinstance(session_id, str):
             raise SessionRequiredError(f"session id must be a string, got {type(session_id).__name__}")
         return session_id
+
+    def _check_names(self, names: Collection[str], what: str, allowed: frozenset[str] | None) -> tuple[str, ...]:
+        if isinstance(names, str):
+            raise SessionError(f"{what} takes a collection of tool names, not a single string")
+        catalog = self._index.catalog
+        out = tuple(dict.fromkeys(names))
+        for name in out:
+            if name not in catalog:
+                raise SessionError(f"{what} tool {name!r} is not in the index")
+            if allowed is not None and name not in allowed:
+                raise ToolNotAllowedError(f"{what} tool {name!r} is not in the session's allowed tools")
+        return out
 
     def create(
         self,
@@ -261,8 +148,8 @@ class SessionManager:
         """Start a session; `allowed` limits what it can search, see and call (None = every tool)."""
         session_id = self._check_id(session_id)
         catalog = self._index.catalog
-        if isinstance(allowed, str) or isinstance(pinned, str):
-            raise SessionError("allowed and pinned take collections of tool names, not a single string")
+        if isinstance(allowed, str):
+            raise SessionError("allowed takes a collection of tool names, not a single string")
         allowed_set = None if allowed is None else self._intern(frozenset(allowed))
         if allowed_set is not None and not allowed_set <= self._catalog_names():
             unknown = [n for n in allowed_set if n not in catalog]
@@ -271,23 +158,15 @@ class SessionManager:
                     f"{len(unknown)} allowed tool(s) are not in the index, e.g. {sorted(unknown)[0]!r}; "
                     "allow only names the index holds"
                 )
-        pinned_names = tuple(dict.fromkeys(pinned))
-        for name in pinned_names:
-            if name not in catalog:
-                raise SessionError(f"pinned tool {name!r} is not in the index")
-            if allowed_set is not None and name not in allowed_set:
-                raise ToolNotAllowedError(f"pinned tool {name!r} is not in the session's allowed tools")
-        with self.lock(session_id):
-            if self._store.get(session_id) is not None:
-                raise SessionError(f"session {session_id!r} already exists; use get() or get_or_create()")
-            state = SessionState(
-                id=session_id,
-                allowed=allowed_set,
-                pinned=pinned_names,
-                created_at=self._clock(),
-                metadata=dict(metadata or {}),
-            )
-            self._store.put(state)
+        state = SessionState(
+            id=session_id,
+            allowed=allowed_set,
+            pinned=self._check_names(pinned, "pinned", allowed_set),
+            created_at=time.time(),
+            metadata=dict(metadata or {}),
+        )
+        if not self._store.create(state):
+            raise SessionError(f"session {session_id!r} already exists; use get() or get_or_create()")
         return Session(self, state)
 
     def get(self, session_id: str) -> Session:
@@ -310,17 +189,20 @@ class SessionManager:
     ) -> Session:
         """The existing session (its settings unchanged), or a new one with these settings."""
         session_id = self._check_id(session_id)
-        with self.lock(session_id):
-            state = self._store.get(session_id)
-            if state is not None:
-                return Session(self, state)
+        state = self._store.get(session_id)
+        if state is not None:
+            return Session(self, state)
+        try:
             return self.create(session_id, allowed=allowed, pinned=pinned, metadata=metadata)
+        except SessionError:
+            state = self._store.get(session_id)  # another worker created it first: use theirs
+            if state is None:
+                raise
+            return Session(self, state)
 
     def close(self, session_id: str) -> None:
         """Forget a session; closing an unknown id is not an error."""
-        session_id = self._check_id(session_id)
-        with self.lock(session_id):
-            self._store.delete(session_id)
+        self._store.delete(self._check_id(session_id))
 
     def __contains__(self, session_id: object) -> bool:
         return isinstance(session_id, str) and self._store.get(session_id) is not None
@@ -333,6 +215,38 @@ class SessionManager:
 
     def __repr__(self) -> str:
         return f"SessionManager({self._index!r}, {len(self)} sessions)"
+
+    def _enforce_caps(self, state: SessionState) -> list[str]:
+        """Evict least recently used discovered tools over the caps; the evicted names."""
+        evicted: list[str] = []
+        cap = self.max_discovered
+        budget = self.max_discovered_tokens
+        if cap is None and budget is None:
+            return evicted
+        by_age = sorted(state.last_used, key=state.last_used.__getitem__)  # least recent first
+
+        def evict(name: str) -> None:
+            evicted.append(name)
+            del state.last_used[name]
+
+        if cap is not None:
+            while len(state.last_used) > cap:
+                evict(by_age.pop(0))
+        if budget is not None:
+            from .tokens import tool_tokens
+
+            catalog = self._index.catalog
+            cost = {n: tool_tokens(catalog[n], self.encoding) if n in catalog else 0 for n in by_age}
+            total = sum(cost.values())
+            # The most recent tool always stays, even alone over budget: the model asked for it.
+            while total > budget and len(by_age) > 1:
+                name = by_age.pop(0)
+                total -= cost[name]
+                evict(name)
+        if evicted:
+            gone = set(evicted)
+            state.discovered = [n for n in state.discovered if n not in gone]
+        return evicted
 
 
 # --- session ---------------------------------------------------------------------------------
@@ -350,14 +264,20 @@ class DiscoveryUpdate:
 class Session:
     """A handle on one session: a view (allowed subset + pinned + discovered) over the shared index.
 
-    Handles are cheap; several handles on one id see the same state, which lives in the store.
+    Handles are cheap; several handles on one id (in any process sharing the store) see the same
+    state. A plain handle reads the store on each question and writes it on each change.
+    `view()` gives a handle on one snapshot instead: its questions are answered from that one
+    read, its changes apply to the snapshot at once and reach the store together, in one atomic
+    update, on `commit()` (what a turn of the executor does).
     """
 
-    def __init__(self, manager: SessionManager, state: SessionState) -> None:
+    def __init__(self, manager: SessionManager, state: SessionState, *, snapshot: bool = False) -> None:
         self._manager = manager
         self.id = state.id
         self.allowed: frozenset[str] | None = state.allowed
-        self.pinned: tuple[str, ...] = state.pinned
+        self._snapshot = state if snapshot else None
+        self._pending: list[_Change] = []
+        self._base: SessionState | None = None  # a view's snapshot as read, for its commit
         self._namespaces: list[str] | None = None
         self._names: NameMap | None = None
 
@@ -372,14 +292,59 @@ class Session:
         return self._manager.index
 
     def _state(self) -> SessionState:
+        if self._snapshot is not None:
+            return self._snapshot
         state = self._manager.store.get(self.id)
         if state is None:
             raise UnknownSessionError(f"session {self.id!r} has expired or was closed; create it again")
         return state
 
+    def _change(self, change: Callable[[SessionState], T]) -> T:
+        """Apply a change: to the snapshot (kept for `commit`) or to the store, atomically, now."""
+        if self._snapshot is not None:
+            result = change(self._snapshot)
+            self._pending.append(change)
+            return result
+        box: list[T] = []
+
+        def apply(state: SessionState) -> None:
+            box[:] = [change(state)]  # the store may retry: the last run is the one kept
+
+        self._manager.store.update(self.id, apply)
+        return box[0]
+
+    def view(self) -> Session:
+        """A handle on one snapshot of this session (one store read); see `commit`."""
+        state = self._state() if self._snapshot is None else self._snapshot.copy()
+        view = Session(self._manager, state.copy(), snapshot=True)
+        view._base = state
+        view._names = self.name_map  # aliases learned in the view stay known to this handle
+        view._namespaces = self._namespaces
+        return view
+
+    def commit(self) -> None:
+        """Write a view's changes in one atomic update (replayed on the newest state, so changes
+        made meanwhile by other handles or workers are kept); nothing to do when it has none."""
+        if self._snapshot is None or not self._pending:
+            return
+        changes, self._pending = self._pending, []
+
+        def replay(state: SessionState) -> None:
+            for change in changes:
+                change(state)
+
+        # The first attempt replays on the state as read (no second read); a conflict re-reads.
+        self._snapshot = self._manager.store.update(self.id, replay, base=self._base)
+        self._base = self._snapshot.copy()
+
     def state(self) -> SessionState:
         """A snapshot of the stored state."""
-        return SessionState.from_dict(self._state().to_dict())
+        return self._state().copy()
+
+    @property
+    def pinned(self) -> tuple[str, ...]:
+        """Pinned tool names: always visible, first, never evicted."""
+        return self._state().pinned
 
     @property
     def discovered(self) -> tuple[str, ...]:
@@ -395,11 +360,13 @@ class Session:
         """True when the tool is pinned or discovered (and still allowed)."""
         if not self.is_allowed(name):
             return False
-        return name in self.pinned or name in self._state().last_used
+        state = self._state()
+        return name in state.pinned or name in state.last_used
 
     def loaded_names(self) -> frozenset[str]:
         """Names of the tools the session currently exposes: pinned and discovered (not evicted)."""
-        return frozenset(self.pinned).union(self._state().last_used)
+        state = self._state()
+        return frozenset(state.pinned).union(state.last_used)
 
     def tool(self, name: str) -> Tool:
         """The full definition of an allowed tool; ToolNotAllowedError otherwise."""
@@ -409,15 +376,23 @@ class Session:
 
     def pinned_tools(self) -> list[Tool]:
         catalog = self.index.catalog
-        return [catalog[n] for n in self.pinned if n in catalog]
+        return [catalog[n] for n in self._state().pinned if n in catalog]
 
     def discovered_tools(self) -> list[Tool]:
-        catalog = self.index.catalog
-        return [catalog[n] for n in self.discovered if n not in self.pinned and n in catalog]
+        return self._visible(self._state())[1]
 
     def visible_tools(self) -> list[Tool]:
         """Pinned then discovered tools, full definitions, in a stable order."""
-        return self.pinned_tools() + self.discovered_tools()
+        pinned, discovered = self._visible(self._state())
+        return pinned + discovered
+
+    def _visible(self, state: SessionState) -> tuple[list[Tool], list[Tool]]:
+        catalog = self.index.catalog
+        pinned = set(state.pinned)
+        return (
+            [catalog[n] for n in state.pinned if n in catalog],
+            [catalog[n] for n in state.discovered if n not in pinned and n in catalog],
+        )
 
     @property
     def namespaces(self) -> list[str]:
@@ -436,7 +411,7 @@ class Session:
                 self._namespaces = sorted(seen, key=lambda ns: order.get(ns, len(order)))
         return self._namespaces
 
-    # --- search and discovery ------------------------------------------------------------
+    # --- search and changes --------------------------------------------------------------
 
     def search(
         self, query: str, k: int = 5, *, namespaces: Collection[str] | None = None, record: bool = True
@@ -457,15 +432,17 @@ class Session:
         for name in wanted:
             if not self.is_allowed(name):
                 raise ToolNotAllowedError(f"tool {name!r} is not available in session {self.id!r}")
-        wanted = [n for n in wanted if n not in self.pinned]
         if not wanted:
             return DiscoveryUpdate()
-        added: list[str] = []
-        refreshed: list[str] = []
-        with self._manager.lock(self.id):
-            state = self._state()
+        enforce_caps = self._manager._enforce_caps
+
+        def discover(state: SessionState) -> DiscoveryUpdate:
+            pinned = set(state.pinned)
+            todo = [n for n in wanted if n not in pinned]
+            added: list[str] = []
+            refreshed: list[str] = []
             # Later ticks are more recent: give the best-ranked name the newest tick.
-            for name in reversed(wanted):
+            for name in reversed(todo):
                 state.tick += 1
                 if name in state.last_used:
                     refreshed.append(name)
@@ -476,79 +453,72 @@ class Session:
             # `discovered` must follow best-first order for names added together
             if len(added) > 1:
                 new = set(added)
-                state.discovered[-len(added) :] = [n for n in wanted if n in new]
-            evicted = self._enforce_caps(state)
-            self._manager.store.put(state)
-        evicted_set = set(evicted)
-        return DiscoveryUpdate(
-            added=tuple(n for n in wanted if n in set(added) and n not in evicted_set),
-            refreshed=tuple(n for n in wanted if n in set(refreshed) and n not in evicted_set),
-            evicted=tuple(evicted),
-        )
+                state.discovered[-len(added) :] = [n for n in todo if n in new]
+            evicted = enforce_caps(state)
+            kept_new = set(added) - set(evicted)
+            kept_old = set(refreshed) - set(evicted)
+            return DiscoveryUpdate(
+                added=tuple(n for n in todo if n in kept_new),
+                refreshed=tuple(n for n in todo if n in kept_old),
+                evicted=tuple(evicted),
+            )
+
+        return self._change(discover)
 
     def touch(self, names: Iterable[str]) -> None:
         """Mark discovered tools as just used (a call keeps a tool from being evicted)."""
-        names = [n for n in names if n not in self.pinned]
+        names = list(names)
         if not names:
             return
-        with self._manager.lock(self.id):
-            state = self._state()
-            changed = False
+
+        def touch(state: SessionState) -> None:
             for name in names:
-                if name in state.last_used:
+                if name in state.last_used and name not in state.pinned:
                     state.tick += 1
                     state.last_used[name] = state.tick
-                    changed = True
-            if changed:
-                self._manager.store.put(state)
+
+        self._change(touch)
 
     def forget(self, names: Iterable[str] | None = None) -> None:
         """Hide discovered tools again (all of them when `names` is None)."""
-        with self._manager.lock(self.id):
-            state = self._state()
-            if names is None:
+        gone = None if names is None else set(names)
+
+        def forget(state: SessionState) -> None:
+            if gone is None:
                 state.discovered.clear()
                 state.last_used.clear()
             else:
-                gone = set(names)
                 state.discovered = [n for n in state.discovered if n not in gone]
                 for name in gone:
                     state.last_used.pop(name, None)
-            self._manager.store.put(state)
 
-    def _enforce_caps(self, state: SessionState) -> list[str]:
-        manager = self._manager
-        evicted: list[str] = []
-        cap = manager.max_discovered
-        budget = manager.max_discovered_tokens
-        if cap is None and budget is None:
-            return evicted
-        by_age = sorted(state.last_used, key=state.last_used.__getitem__)  # least recent first
+        self._change(forget)
 
-        def evict(name: str) -> None:
-            evicted.append(name)
-            del state.last_used[name]
+    def pin(self, names: Collection[str]) -> None:
+        """Pin more tools (appended in order; a discovered tool becomes pinned instead)."""
+        added = self._manager._check_names(names, "pinned", self.allowed)
 
-        if cap is not None:
-            while len(state.last_used) > cap:
-                evict(by_age.pop(0))
-        if budget is not None:
-            from .tokens import tool_tokens
+        def pin(state: SessionState) -> None:
+            state.pinned = tuple(dict.fromkeys((*state.pinned, *added)))
+            new = set(added)
+            state.discovered = [n for n in state.discovered if n not in new]
+            for name in new:
+                state.last_used.pop(name, None)
 
-            catalog = self.index.catalog
-            cost = {n: tool_tokens(catalog[n], manager.encoding) if n in catalog else 0 for n in by_age}
-            total = sum(cost.values())
-            # The most recent tool always stays, even alone over budget: the model asked for it.
-            while total > budget and len(by_age) > 1:
-                name = by_age.pop(0)
-                total -= cost[name]
-                evict(name)
-        if evicted:
-            gone = set(evicted)
-            state.discovered = [n for n in state.discovered if n not in gone]
-        return evicted
+        self._change(pin)
 
-    # --- bring-your-own-loop helpers --------------------------------------------------------
+    def unpin(self, names: Collection[str]) -> None:
+        """Unpin tools (they are hidden until a search finds them again)."""
+        if isinstance(names, str):
+            raise SessionError("unpin takes a collection of tool names, not a single string")
+        gone = set(names)
+
+        def unpin(state: SessionState) -> None:
+            state.pinned = tuple(n for n in state.pinned if n not in gone)
+
+        self._change(unpin)
+
+    # --- provider names ------------------------------------------------------------------
 
     @property
     def name_map(self) -> NameMap:
@@ -569,64 +539,31 @@ class Session:
                 return tool.name
         return alias
 
-    def tools_for_request(
-        self, format: ToolFormat = "openai_chat", *, metatool: ToolSearchMetaTool | None = None
-    ) -> list[dict[str, Any]]:
-        """The tools for this turn in a provider's format: pinned + tool_search + discovered.
+    # --- deprecated: the bring-your-own-loop helpers moved to toolsearch.executor --------------
 
-        Names are mapped to provider-safe aliases (see `resolve_name` / `handle_tool_calls`).
-        """
-        from .metatool import ToolSearchMetaTool
+    def tools_for_request(self, format: ToolFormat = "openai_chat", **options: Any) -> list[dict[str, Any]]:
+        """Deprecated: use `toolsearch.tools_for_request(session, format)`."""
+        return _byol("tools_for_request")(self, format, **options)  # type: ignore[no-any-return]
 
-        meta = metatool or ToolSearchMetaTool()
-        tools = [*self.pinned_tools(), meta.definition(self), *self.discovered_tools()]
-        names = self.name_map
-        out: list[dict[str, Any]] = []
-        for tool in tools:
-            alias = names.add(tool.name)
-            if format == "openai_chat":
-                out.append(tool.to_openai(name=alias))
-            elif format == "openai_responses":
-                out.append(tool.to_openai(name=alias, responses=True))
-            elif format == "anthropic":
-                out.append(tool.to_anthropic(name=alias))
-            elif format == "mcp":
-                out.append(tool.to_mcp(name=alias))
-            else:
-                raise ValueError(f"unknown tool format {format!r}; use openai_chat, openai_responses, anthropic or mcp")
-        return out
+    def handle_tool_calls(self, calls: Sequence[Any], *args: Any, **options: Any) -> list[ToolResult]:
+        """Deprecated: use `toolsearch.handle_tool_calls(session, calls, functions)`."""
+        return _byol("handle_tool_calls")(self, calls, *args, **options)  # type: ignore[no-any-return]
 
-    def handle_tool_calls(
-        self,
-        calls: Sequence[ToolCall | Mapping[str, Any] | Any],
-        functions: ToolFunctions | None = None,
-        *,
-        metatool: ToolSearchMetaTool | None = None,
-        config: LoopConfig | None = None,
-    ) -> list[ToolResult]:
-        """Run one batch of tool calls: every tool_search first, then the other calls.
-
-        `calls` may be neutral ToolCalls or provider objects/dicts (OpenAI Chat `tool_calls`,
-        Responses `function_call` items, Anthropic `tool_use` blocks). Each ToolResult has
-        `.to_openai_chat()`, `.to_openai_responses()`, `.to_anthropic()` for the reply message.
-        """
-        from .loop import ToolExecutor
-
-        return ToolExecutor(functions, metatool=metatool, config=config).execute(self, calls)
-
-    async def ahandle_tool_calls(
-        self,
-        calls: Sequence[ToolCall | Mapping[str, Any] | Any],
-        functions: ToolFunctions | None = None,
-        *,
-        metatool: ToolSearchMetaTool | None = None,
-        config: LoopConfig | None = None,
-    ) -> list[ToolResult]:
-        """`handle_tool_calls` for asyncio: async tools are awaited, sync ones run in threads."""
-        from .loop import ToolExecutor
-
-        return await ToolExecutor(functions, metatool=metatool, config=config).aexecute(self, calls)
+    async def ahandle_tool_calls(self, calls: Sequence[Any], *args: Any, **options: Any) -> list[ToolResult]:
+        """Deprecated: use `await toolsearch.ahandle_tool_calls(session, calls, functions)`."""
+        return await _byol("ahandle_tool_calls")(self, calls, *args, **options)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         allowed = "all" if self.allowed is None else len(self.allowed)
-        return f"Session({self.id!r}, allowed={allowed}, pinned={len(self.pinned)})"
+        return f"Session({self.id!r}, allowed={allowed})"
+
+
+def _byol(name: str) -> Callable[..., Any]:
+    # The executor sits above this module: it is looked up when a deprecated method is called,
+    # so importing the state layer never loads the loop, the meta-tool or the providers.
+    warnings.warn(
+        f"Session.{name}() is deprecated; call toolsearch.{name}(session, ...) instead",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return getattr(importlib.import_module("toolsearch.executor"), name)  # type: ignore[no-any-return]

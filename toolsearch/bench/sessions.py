@@ -1,7 +1,9 @@
-"""Session benchmark: creating a session over an already-built 10,000-tool index, and searching from 100 at once.
+"""Session benchmark: creating a session over an already-built 10,000-tool index, searching from 100 at once,
+and the cost of each session operation in the in-memory and the Redis store.
 
     python benchmarks/sessions.py                       # bm25; writes benchmarks/results/sessions.{md,json}
     python benchmarks/sessions.py --backends bm25,hybrid
+    python benchmarks/sessions.py --redis-url redis://host:6379/0   # else a local redis-server is started
 
 The index is built once (the catalog is pooled from the shared data sets, see `scale.build_catalog`);
 then, for each backend:
@@ -14,17 +16,28 @@ then, for each backend:
   `asyncio.to_thread`), each over all tools and over its own 1,000-tool allowed subset; queries/s and
   per-query latency, against one session searching alone. Afterwards every session's discovered tools
   are checked to be exactly its own hits and inside its allowed subset.
+- **store operations**: create, get, discover (one write), touch, and a turn's store work (`view()`, a
+  discovery, `commit()`: one read and one write), each timed per call, for sessions over all tools and
+  over a 1,000-tool allowed subset, with the in-memory store (objects, and JSON text) and with
+  `RedisSessionStore` over loopback TCP (a throwaway `redis-server` started for the run unless
+  `--redis-url` names one; without either, the Redis rows are left out and the report says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import shutil
+import socket
 import statistics
+import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +56,7 @@ from . import (
 __all__ = ["add_arguments", "main", "run"]
 
 TARGET_CREATE_P50_MS = 1.0
+TARGET_REDIS_EXTRA_P50_MS = 1.0  # what Redis may add to a session operation's p50 over the in-memory store
 ALLOWED_SIZE = 1000
 K = 5
 
@@ -217,6 +231,132 @@ def measure_search(
     return out
 
 
+# --- store operations ------------------------------------------------------------------------------
+
+STORE_OPS = ("create", "get", "discover", "touch", "turn (view + discover + commit)")
+
+
+@contextlib.contextmanager
+def local_redis() -> Iterator[str | None]:
+    """A throwaway redis-server on a free loopback port (None when the binary is not installed)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="toolsearch-redis-") as folder:
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder, "--save", "", "--appendonly", "no"]
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"redis://127.0.0.1:{port}/0"
+            _wait_for_redis(url, process)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:
+    from ..stores import RedisSessionStore
+
+    store = RedisSessionStore(url, timeout=0.5)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            store.ping()
+            store.close()
+            return
+        except Exception:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _redis_version(url: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2)
+    try:
+        return str(client.info("server").get("redis_version", "?"))
+    finally:
+        client.close()
+
+
+def measure_store_ops(
+    index: Any, names: Sequence[str], count: int, seed: int, allowed_size: int, redis_url: str | None
+) -> dict[str, Any]:
+    """Per-call latency of each session operation, per store and per kind of session."""
+    from ..session import SessionManager
+    from ..stores import InMemorySessionStore, RedisSessionStore
+
+    makers: dict[str, Callable[[], Any]] = {
+        "memory": lambda: InMemorySessionStore(max_sessions=None),
+        "memory (JSON)": lambda: InMemorySessionStore(max_sessions=None, serialize=True),
+    }
+    if redis_url is not None:
+        makers["redis"] = lambda: RedisSessionStore(redis_url, prefix=f"bench-{uuid.uuid4().hex[:8]}:", timeout=5)
+    rng = random.Random(seed)
+    subsets = [rng.sample(names, allowed_size) for _ in range(20)]
+    out: dict[str, Any] = {}
+    for store_name, make in makers.items():
+        store = make()
+        manager = SessionManager(index, store=store)
+        rows: dict[str, Any] = {}
+        for kind, subset in (("all tools", False), (f"allowed subset of {allowed_size:,}", True)):
+            allowed = [subsets[i % len(subsets)] if subset else None for i in range(count)]
+            pools = [a if a is not None else names for a in allowed]
+            picks = [(rng.choice(pool), rng.choice(pool)) for pool in pools]
+            ids = [f"{'a' if subset else 'n'}{i}" for i in range(count)]
+            samples: dict[str, list[float]] = {op: [] for op in STORE_OPS}
+            handles = []
+            for i in range(count):
+                t0 = time.perf_counter()
+                manager.create(ids[i], allowed=allowed[i])
+                samples["create"].append(_ms_since(t0))
+            for i in range(count):
+                t0 = time.perf_counter()
+                handles.append(manager.get(ids[i]))
+                samples["get"].append(_ms_since(t0))
+            for i, session in enumerate(handles):
+                t0 = time.perf_counter()
+                session.discover([picks[i][0]])
+                samples["discover"].append(_ms_since(t0))
+            for i, session in enumerate(handles):
+                t0 = time.perf_counter()
+                session.touch([picks[i][0]])
+                samples["touch"].append(_ms_since(t0))
+            for i, session in enumerate(handles):
+                t0 = time.perf_counter()
+                turn = session.view()
+                turn.discover([picks[i][1]])
+                turn.commit()
+                samples[STORE_OPS[-1]].append(_ms_since(t0))
+            rows[kind] = {op: _stats_ms(v) for op, v in samples.items()}
+            for session_id in ids:
+                manager.close(session_id)
+        out[store_name] = rows
+        if isinstance(store, RedisSessionStore):
+            store.close()
+    return out
+
+
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+def _redis_extra(stores: dict[str, Any]) -> dict[str, float] | None:
+    """Redis p50 minus in-memory p50, per operation and kind of session."""
+    if "redis" not in stores:
+        return None
+    extra: dict[str, float] = {}
+    for kind, ops in stores["redis"].items():
+        for op, row in ops.items():
+            extra[f"{kind}: {op}"] = round(row["p50_ms"] - stores["memory"][kind][op]["p50_ms"], 4)
+    return extra
+
+
 # --- the benchmark ---------------------------------------------------------------------------------
 
 
@@ -245,6 +385,8 @@ def run(
     allowed_size: int = ALLOWED_SIZE,
     queries: int = 2000,
     seed: int = 0,
+    store_ops: int = 2000,
+    redis_url: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     from ..index import ToolIndex
@@ -268,6 +410,7 @@ def run(
             "k": K,
             "allowed_size": allowed_size,
             "seed": seed,
+            "store_ops_per_operation": store_ops,
         },
         "backends": {},
     }
@@ -283,6 +426,22 @@ def run(
         say(f"[{backend}] concurrent search ...")
         search = measure_search(index, names, texts, sessions, seed, allowed_size, say)
         report["backends"][backend] = {"build_s": round(build_s, 2), "creation": creation, "search": search}
+    if store_ops and backends:
+        say(f"session store operations ({store_ops:,} calls each) ...")
+        index = ToolIndex.build(catalog, backend=backends[0])
+        with contextlib.ExitStack() as stack:
+            url = redis_url if redis_url is not None else stack.enter_context(local_redis())
+            stores = measure_store_ops(index, names, store_ops, seed, allowed_size, url)
+            report["stores"] = {
+                "backend": backends[0],
+                "redis": None if url is None else {"version": _redis_version(url), "given": redis_url is not None},
+                "operations": stores,
+                "redis_extra_p50_ms": _redis_extra(stores),
+            }
+        for store_name, kinds in stores.items():
+            for kind, ops in kinds.items():
+                timings = "  ".join(f"{op.split()[0]} {r['p50_ms'] * 1000:.0f} µs" for op, r in ops.items())
+                say(f"  {store_name:14s} {kind:26s} {timings}")
     report["targets"] = {
         b: {
             "create_p50_ms": r["creation"]["no allowed subset"]["p50_ms"],
@@ -336,6 +495,7 @@ def render_markdown(report: dict[str, Any], command: str = "") -> str:
                     f"| {scope} | {label} | {row['qps']:,.0f} | {row['latency_p50_ms']:.2f} ms | "
                     f"{row['latency_p95_ms']:.2f} ms | {'ok' if row['isolation_ok'] else 'VIOLATED'} |"
                 )
+    lines += _stores_markdown(report)
     lines += [
         "",
         "## Notes",
@@ -349,6 +509,54 @@ def render_markdown(report: dict[str, Any], command: str = "") -> str:
         "tantivy searches run in native code.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _stores_markdown(report: dict[str, Any]) -> list[str]:
+    stores = report.get("stores")
+    if not stores:
+        return []
+    ops = stores["operations"]
+    names = list(ops)
+    n = report["settings"]["store_ops_per_operation"]
+    redis = stores["redis"]
+    if redis is None:
+        where = "No Redis: `redis-server` was not installed and `--redis-url` not given, so Redis is left out."
+    elif redis["given"]:
+        where = f"Redis {redis['version']} on loopback TCP (the server given by `--redis-url`)."
+    else:
+        where = f"Redis {redis['version']} on loopback TCP (a throwaway `redis-server` started for the run)."
+    with_redis = "redis" in ops
+    header = "| session | operation | " + " | ".join(f"{s} p50" for s in names)
+    header += " | redis p99 | added by redis (p50) |" if with_redis else " |"
+    lines = [
+        "",
+        f"## Session store operations (target: Redis adds ≤ {TARGET_REDIS_EXTRA_P50_MS:g} ms p50 per operation)",
+        "",
+        f"{n:,} calls per operation and kind of session, each timed alone, over the {stores['backend']} index. "
+        + where,
+        "A turn is the store work of one `handle_tool_calls` batch: one read (`view()`) and one write "
+        "(`commit()`).",
+        "",
+        header,
+        "|---|---|" + "---:|" * len(names) + ("---:|---:|" if with_redis else ""),
+    ]
+    for kind in ops[names[0]]:
+        for op in STORE_OPS:
+            cells = [f"{ops[s][kind][op]['p50_ms'] * 1000:,.1f} µs" for s in names]
+            if with_redis:
+                extra = ops["redis"][kind][op]["p50_ms"] - ops["memory"][kind][op]["p50_ms"]
+                cells += [f"{ops['redis'][kind][op]['p99_ms'] * 1000:,.1f} µs", f"+{extra * 1000:,.1f} µs"]
+            lines.append(f"| {kind} | {op} | " + " | ".join(cells) + " |")
+    extra_all = stores.get("redis_extra_p50_ms")
+    if extra_all:
+        worst = max(extra_all, key=extra_all.__getitem__)
+        met = extra_all[worst] <= TARGET_REDIS_EXTRA_P50_MS
+        lines += [
+            "",
+            f"Largest p50 added by Redis: {extra_all[worst] * 1000:,.0f} µs ({worst}); "
+            f"target ≤ {TARGET_REDIS_EXTRA_P50_MS:g} ms **{'met' if met else 'not met'}**.",
+        ]
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -367,6 +575,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--queries", type=int, default=2000, help="queries per throughput run (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the catalog, subsets and queries (default 0)")
+    parser.add_argument(
+        "--store-ops", type=int, default=2000, help="calls per session-store operation (default 2000; 0 skips)"
+    )
+    parser.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="Redis for the store operations (default: start a local redis-server, if installed, for the run)",
+    )
     parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="output folder")
     parser.add_argument("--name", default="sessions", help="file name stem of the report (default sessions)")
     parser.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR)")
@@ -385,6 +601,8 @@ def main(args: argparse.Namespace) -> int:
         allowed_size=args.allowed,
         queries=args.queries,
         seed=args.seed,
+        store_ops=args.store_ops,
+        redis_url=args.redis_url,
         log=None if quiet else log,
     )
     out = Path(args.out)
@@ -396,5 +614,13 @@ def main(args: argparse.Namespace) -> int:
             f"({t['create_p50_ms_with_subset'] * 1000:.1f} µs with a "
             f"{report['settings']['allowed_size']:,}-tool subset); "
             f"target ≤ {TARGET_CREATE_P50_MS:g} ms {'met' if t['met'] else 'NOT met'}"
+        )
+    extra = (report.get("stores") or {}).get("redis_extra_p50_ms")
+    if extra:
+        worst = max(extra, key=extra.__getitem__)
+        verdict = "met" if extra[worst] <= TARGET_REDIS_EXTRA_P50_MS else "NOT met"
+        print(
+            f"redis store: adds at most {extra[worst] * 1000:.0f} µs p50 per session operation ({worst}); "
+            f"target ≤ {TARGET_REDIS_EXTRA_P50_MS:g} ms {verdict}"
         )
     return 0

@@ -1,0 +1,330 @@
+"""RedisSessionStore against a real redis-server: processes racing on one session, outages, TTL, prefixes, bad data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis_server import RedisServer, require_redis
+
+from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
+from toolsearch.executor import handle_tool_calls
+from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, store_from_url
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOOLS = [
+    Tool("weather_current", "Current weather conditions for a city."),
+    Tool("weather_forecast", "Multi-day weather forecast for a city."),
+    Tool("email_send", "Send an email message to recipients."),
+    Tool("email_search", "Search the mailbox for email messages."),
+    Tool("github_create_issue", "Open a new issue in a GitHub repository."),
+    Tool("calculator", "Evaluate an arithmetic expression."),
+]
+
+
+@pytest.fixture(scope="module")
+def index() -> ToolIndex:
+    return ToolIndex.build(TOOLS, backend="bm25")
+
+
+@pytest.fixture()
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _store(server: RedisServer, **options: object) -> RedisSessionStore:
+    return RedisSessionStore(server.url, **options)  # type: ignore[arg-type]
+
+
+# --- many workers, one session ------------------------------------------------------------------
+
+PROCESSES, THREADS, PER_THREAD = 2, 8, 8
+
+_WORKER = textwrap.dedent(
+    """
+    import sys, threading
+    from toolsearch import SessionManager, Tool, ToolIndex
+    from toolsearch.stores import RedisSessionStore
+
+    url, process, threads, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    names = [f"tool_{p}_{t}_{i}" for p in range(__PROCESSES__) for t in range(threads) for i in range(per)]
+    index = ToolIndex.build([Tool(n, "Does " + n.replace("_", " ") + ".") for n in names], backend="regex")
+    session = SessionManager(index, store=RedisSessionStore(url, timeout=10, max_connections=threads)).get("shared")
+    print("ready", flush=True)
+    sys.stdin.readline()  # every worker starts at once
+
+    def work(t):
+        for i in range(per):
+            session.discover([f"tool_{process}_{t}_{i}"])
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    print("done", flush=True)
+    """
+).replace("__PROCESSES__", str(PROCESSES))
+
+
+def test_two_processes_of_eight_threads_keep_every_discovery(redis_server: RedisServer, tmp_path: Path) -> None:
+    names = [f"tool_{p}_{t}_{i}" for p in range(PROCESSES) for t in range(THREADS) for i in range(PER_THREAD)]
+    index = ToolIndex.build([Tool(n, "Does " + n.replace("_", " ") + ".") for n in names], backend="regex")
+    manager = SessionManager(index, store=_store(redis_server))
+    manager.create("shared")
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(script), redis_server.url, str(p), str(THREADS), str(PER_THREAD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for p in range(PROCESSES)
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        for worker in workers:
+            out, _ = worker.communicate(timeout=120)
+            assert worker.returncode == 0 and out.strip() == "done"
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    state = manager.get("shared").state()
+    assert sorted(state.discovered) == sorted(names)  # every discovered name kept
+    assert state.tick == len(names)  # and every discovery counted once
+    assert state.version == len(names)  # one write each: no lost and no doubled update
+
+
+def test_threads_share_one_session_through_redis(redis_server: RedisServer, index: ToolIndex) -> None:
+    store = _store(redis_server, max_connections=4)  # fewer connections than threads: callers wait their turn
+    names = [t.name for t in TOOLS]
+    SessionManager(index, store=store).create("s")
+
+    def work(n: int) -> None:
+        session = SessionManager(index, store=store).get("s")
+        for _ in range(5):
+            session.discover([names[n % len(names)]])
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    state = store.get("s")
+    assert state is not None and sorted(state.discovered) == sorted(names) and state.tick == 60
+
+
+# --- a turn is one read and one write -----------------------------------------------------------
+
+
+def test_a_turn_is_one_read_and_one_compare_and_set_on_redis(redis_server: RedisServer, index: ToolIndex) -> None:
+    session = SessionManager(index, store=_store(redis_server)).create("turn")
+    session.discover(["calculator"])  # loads the compare-and-set script once
+    client = redis_server.client()
+    client.config_resetstat()
+    calls = [
+        {"type": "tool_use", "id": "a", "name": "tool_search", "input": {"query": "weather"}},
+        {"type": "tool_use", "id": "b", "name": "tool_search", "input": {"query": "send email"}},
+        {"type": "tool_use", "id": "c", "name": "calculator", "input": {}},
+    ]
+    results = handle_tool_calls(session, calls, {"calculator": lambda: 2})
+    stats = client.info("commandstats")
+    assert [r.status.value for r in results] == ["search", "search", "ok"]
+    commands = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+    # one GET by the turn, one EVALSHA (whose script runs one GET and one SET inside Redis)
+    assert commands == {"config|resetstat": 1, "get": 2, "evalsha": 1, "set": 1}
+    assert {"weather_current", "email_send", "calculator"} <= set(session.discovered)
+
+
+# --- Redis down or slow ---------------------------------------------------------------------------
+
+
+def test_redis_down_is_a_clear_error_and_the_session_comes_back_with_its_data(tmp_path: Path, index: ToolIndex) -> None:
+    server = RedisServer(tmp_path, persistent=True, password="s3cret-pass").start()
+    try:
+        store = RedisSessionStore(server.url, timeout=0.5)
+        session = SessionManager(index, store=store).create("survivor")
+        session.discover(["weather_current"])
+        server.kill()
+        with pytest.raises(SessionStoreError) as down:
+            session.discover(["email_send"])
+        message = str(down.value)
+        assert f"redis://127.0.0.1:{server.port}/0" in message and "reachable" in message
+        assert "s3cret" not in message and "s3cret" not in repr(store)
+        with pytest.raises(SessionStoreError):
+            SessionManager(index, store=store).create("newcomer")
+        server.start()  # same port, same folder: the append-only file brings the data back
+        assert session.discovered == ("weather_current",)  # the failed change was not half written
+        session.discover(["email_send"])
+        assert SessionManager(index, store=store).get("survivor").discovered == ("weather_current", "email_send")
+    finally:
+        server.stop()
+
+
+def test_a_hung_redis_fails_within_the_timeout_and_nothing_is_half_written(
+    redis_server: RedisServer, index: ToolIndex
+) -> None:
+    store = _store(redis_server, timeout=0.3)
+    session = SessionManager(index, store=store).create("hung")
+    session.discover(["calculator"])
+    redis_server.pause()
+    try:
+        with pytest.raises(SessionStoreError, match=r"TimeoutError.*timeout 0\.3 s"):
+            session.discover(["email_send"])
+    finally:
+        redis_server.resume()
+    assert SessionManager(index, store=_store(redis_server)).get("hung").discovered == ("calculator",)
+
+
+def test_an_unreachable_redis_at_start_is_a_clear_error(index: ToolIndex) -> None:
+    require_redis()
+    from redis_server import free_port
+
+    store = RedisSessionStore(f"redis://user:hunter2@127.0.0.1:{free_port()}/3", timeout=0.5)
+    with pytest.raises(SessionStoreError, match=r"redis://127\.0\.0\.1:\d+/3 failed to answer a ping") as error:
+        store.ping()
+    assert "hunter2" not in str(error.value)
+
+
+# --- isolation, expiry, prefixes --------------------------------------------------------------------
+
+
+def test_two_sessions_on_two_workers_never_see_each_others_tools(redis_server: RedisServer, index: ToolIndex) -> None:
+    worker_a = SessionManager(index, store=_store(redis_server))
+    worker_b = SessionManager(index, store=_store(redis_server))
+    alice = worker_a.create("alice", allowed=["weather_current", "weather_forecast", "calculator"])
+    bob = worker_b.create("bob")
+    handle_tool_calls(alice, [{"type": "tool_use", "id": "1", "name": "tool_search", "input": {"query": "weather"}}])
+    handle_tool_calls(bob, [{"type": "tool_use", "id": "2", "name": "tool_search", "input": {"query": "email"}}])
+    # each worker answers for the other's session too, and each session holds only its own tools
+    assert set(worker_b.get("alice").discovered) == {"weather_current", "weather_forecast"}
+    assert set(worker_a.get("bob").discovered) == {"email_send", "email_search"}
+    call = {"type": "tool_use", "id": "3", "name": "email_send", "input": {}}
+    [refused] = handle_tool_calls(worker_b.get("alice"), [call], {"email_send": print})
+    assert refused.status.value == "not_available"
+
+
+def test_idle_sessions_expire_with_redis_ttls_and_use_renews_them(redis_server: RedisServer, index: ToolIndex) -> None:
+    store = _store(redis_server, ttl_seconds=60)
+    manager = SessionManager(index, store=store)
+    session = manager.create("idle")
+    client = redis_server.client()
+    key = store.key("idle")
+    assert 0 < client.pttl(key) <= 60_000
+    client.pexpire(key, 5_000)
+    session.discover(["calculator"])  # a write renews the idle time
+    assert client.pttl(key) > 5_000
+    client.pexpire(key, 5_000)
+    assert session.discovered == ("calculator",)  # so does a read
+    assert client.pttl(key) > 5_000
+    client.pexpire(key, 1)  # let it lapse, then wait well past that millisecond
+    time.sleep(0.05)
+    with pytest.raises(UnknownSessionError):
+        manager.get("idle")
+    assert client.exists(key) == 0
+
+
+def test_a_key_prefix_separates_deployments(redis_server: RedisServer, index: ToolIndex) -> None:
+    blue = SessionManager(index, store=_store(redis_server, prefix="blue:"))
+    green = SessionManager(index, store=_store(redis_server, prefix="green:"))
+    blue.create("same-id").discover(["calculator"])
+    green.create("same-id").discover(["email_send"])
+    blue.create("only-blue")
+    assert blue.get("same-id").discovered == ("calculator",)
+    assert green.get("same-id").discovered == ("email_send",)
+    assert sorted(blue.ids()) == ["only-blue", "same-id"] and green.ids() == ["same-id"]
+    assert sorted(k.decode() for k in redis_server.client().keys("*")) == [
+        "blue:session:only-blue",
+        "blue:session:same-id",
+        "green:session:same-id",
+    ]
+    blue.close("same-id")
+    assert green.get("same-id").discovered == ("email_send",)
+
+
+# --- bad data ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"{not json", "Expecting property name"),
+        (b"\xff\xfe", "Expecting value"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"schema": 99, "id": "bad"}', f"state schema 99 is not the one this toolsearch reads ({SCHEMA_VERSION})"),
+        (b'{"schema": 1, "id": "bad", "discovered": "calculator"}', "field 'discovered' must be a list"),
+        (b'{"schema": 1, "id": "other"}', "holds session 'other', not 'bad'"),
+    ],
+)
+def test_an_unreadable_state_is_a_clear_error_never_a_silent_fresh_session(
+    redis_server: RedisServer, index: ToolIndex, raw: bytes, problem: str
+) -> None:
+    store = _store(redis_server, prefix="t:")
+    redis_server.client().set("t:session:bad", raw)
+    manager = SessionManager(index, store=store)
+    for attempt in (lambda: manager.get("bad"), lambda: manager.get_or_create("bad")):
+        with pytest.raises(SessionStoreError) as error:
+            attempt()
+        assert "key 't:session:bad'" in str(error.value) and problem in str(error.value)
+        assert "Delete that key" in str(error.value) or "delete that key" in str(error.value)
+    assert redis_server.client().get("t:session:bad") == raw  # left as found, for whoever investigates
+
+
+# --- construction -------------------------------------------------------------------------------------
+
+
+def test_stores_from_urls(redis_server: RedisServer, index: ToolIndex) -> None:
+    assert isinstance(store_from_url("memory://", ttl_seconds=5), InMemorySessionStore)
+    store = store_from_url(redis_server.url, prefix="u:", timeout=2)
+    assert isinstance(store, RedisSessionStore) and store.prefix == "u:" and store.timeout == 2
+    SessionManager(index, store=store).create("x")
+    assert redis_server.client().exists("u:session:x")
+    with pytest.raises(SessionStoreError, match=r"unknown session store URL 'postgres://db:5432/x'; use memory://"):
+        store_from_url("postgres://admin:pw@db:5432/x")
+    with pytest.raises(ValueError, match="timeout"):
+        RedisSessionStore(redis_server.url, timeout=0)
+
+
+def test_a_large_allowed_subset_is_stored_once_and_shared(redis_server: RedisServer) -> None:
+    names = [f"tool_{i}" for i in range(200)]
+    big = ToolIndex.build([Tool(n, f"Does task {i}.") for i, n in enumerate(names)], backend="regex")
+    subset = names[:100]
+    worker_a = SessionManager(big, store=_store(redis_server))
+    worker_a.create("t1", allowed=subset).discover(["tool_5"])
+    worker_a.create("t2", allowed=list(reversed(subset)))
+    client = redis_server.client()
+    [subset_key] = client.keys("toolsearch:allowed:*")  # one copy for both sessions
+    assert len(client.get("toolsearch:session:t1")) < 400  # the session refers to it instead of holding it
+    worker_b = SessionManager(big, store=_store(redis_server))  # another worker, nothing cached yet
+    t1 = worker_b.get("t1")
+    assert t1.allowed == frozenset(subset) and t1.discovered == ("tool_5",)
+    assert worker_b.get("t2").allowed is t1.allowed  # one copy per worker too
+    call = {"type": "tool_use", "id": "x", "name": "tool_150", "input": {}}
+    [refused] = handle_tool_calls(t1, [call], {"tool_150": print})
+    assert refused.status.value == "not_available"  # outside the subset, as stored
+    client.delete(subset_key)
+    missing = r"refers to the allowed subset 'toolsearch:allowed:\w+', which is missing"
+    with pytest.raises(SessionStoreError, match=missing):
+        SessionManager(big, store=_store(redis_server)).get("t1")

@@ -1,0 +1,564 @@
+"""The rules of a turn, in one place: searches first, then allow / discover / validate, refusals, execution.
+
+Every way of running tool calls goes through `ToolExecutor`: the agent loop, the
+bring-your-own-loop helpers below (`tools_for_request`, `handle_tool_calls`), and integrations.
+A turn reads its session once (`Session.view()`), settles every call against that snapshot, and
+writes the turn's discoveries and uses back in one atomic update before any tool runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from .metatool import MetaToolOutcome, ToolSearchMetaTool
+from .providers._base import Message, ToolCall, is_async_callable, parse_arguments, tool_result_text
+from .results import Hit
+from .session import Session, ToolFormat
+from .tools import NameMap, Tool, provider_safe_name
+
+__all__ = [
+    "ExecutorConfig",
+    "ExecutionSettings",
+    "ResultStatus",
+    "SearchRecord",
+    "ToolExecutor",
+    "ToolFunctions",
+    "ToolResult",
+    "ahandle_tool_calls",
+    "handle_tool_calls",
+    "render_tools",
+    "tools_for_request",
+]
+
+ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
+
+
+class ExecutionSettings(Protocol):
+    """The settings a turn reads (`LoopConfig` has them all, as does `ExecutorConfig`)."""
+
+    @property
+    def tool_timeout(self) -> float | None: ...
+    @property
+    def undiscovered(self) -> Literal["instruct", "execute"]: ...
+    @property
+    def return_direct(self) -> frozenset[str]: ...
+    @property
+    def validate_arguments(self) -> bool: ...
+    @property
+    def parallel_tool_calls(self) -> bool: ...
+    @property
+    def provider_names(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    """Executor settings for use without the loop; the fields mean what `LoopConfig`'s do."""
+
+    tool_timeout: float | None = 60.0
+    undiscovered: Literal["instruct", "execute"] = "instruct"
+    return_direct: frozenset[str] = frozenset()
+    validate_arguments: bool = True
+    parallel_tool_calls: bool = True
+    provider_names: bool = True
+
+    def __post_init__(self) -> None:
+        if self.tool_timeout is not None and self.tool_timeout <= 0:
+            raise ValueError("tool_timeout must be positive (or None for no limit)")
+        if self.undiscovered not in ("instruct", "execute"):
+            raise ValueError("undiscovered must be 'instruct' or 'execute'")
+        object.__setattr__(self, "return_direct", frozenset(self.return_direct))
+
+
+class ResultStatus(enum.StrEnum):
+    """What happened to one tool call."""
+
+    OK = "ok"
+    SEARCH = "search"  # a tool_search that ran (hits or none)
+    SEARCH_ERROR = "search_error"  # a tool_search with bad arguments or a bad query
+    ERROR = "error"  # the tool raised
+    INVALID_ARGUMENTS = "invalid_arguments"  # arguments not JSON or not valid for the schema
+    TIMEOUT = "timeout"
+    NOT_AVAILABLE = "not_available"  # unknown, outside the session, or without an implementation
+    NOT_DISCOVERED = "not_discovered"  # allowed but not found by a search yet (undiscovered="instruct")
+    SKIPPED = "skipped"  # not run because the loop stopped (repeated-call guard)
+
+    @property
+    def is_error(self) -> bool:
+        return self not in (ResultStatus.OK, ResultStatus.SEARCH)
+
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRecord:
+    """One tool_search call: what was asked, what it found, how long the search took."""
+
+    query: str | None
+    hits: tuple[Hit, ...]
+    latency_ms: float
+    max_results: int | None = None
+    namespace: str | None = None
+    error: str | None = None
+    call_id: str = ""
+    iteration: int = 0
+    evicted: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hits]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "hits": [{"name": h.name, "score": h.score} for h in self.hits],
+            "latency_ms": self.latency_ms,
+            "max_results": self.max_results,
+            "namespace": self.namespace,
+            "error": self.error,
+            "iteration": self.iteration,
+            "evicted": list(self.evicted),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The result of one call, ready to send back (`to_message` or a provider's shape)."""
+
+    call: ToolCall
+    content: str
+    status: ResultStatus
+    elapsed_ms: float = 0.0
+    value: Any = field(default=None, repr=False, compare=False)
+    tool_references: tuple[Tool, ...] = ()
+    search: SearchRecord | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status.is_error
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    def to_message(self) -> Message:
+        return Message.tool(self.call, self.content, is_error=self.is_error, tool_references=self.tool_references)
+
+    def to_openai_chat(self) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
+
+    def to_openai_responses(self) -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": self.call.id, "output": self.content}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call.id, "content": self.content}
+        if self.is_error:
+            out["is_error"] = True
+        return out
+
+
+
+# --- tool execution ------------------------------------------------------------------------
+
+
+def _functions_map(functions: ToolFunctions | None) -> dict[str, Callable[..., Any]]:
+    if functions is None:
+        return {}
+    if isinstance(functions, Mapping):
+        return dict(functions)
+    out: dict[str, Callable[..., Any]] = {}
+    for fn in functions:
+        name = getattr(fn, "__name__", None)
+        if not callable(fn) or not name:
+            raise TypeError(f"{fn!r} is not a named callable; pass a mapping of tool name to callable instead")
+        out[name] = fn
+    return out
+
+
+_validators: dict[str, Any] = {}
+_validators_lock = threading.Lock()
+
+
+def _validator(tool: Tool) -> Any:
+    found = _validators.get(tool.fingerprint)
+    if found is None:
+        import jsonschema
+
+        cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(tool.input_schema)
+            found = cls(tool.input_schema)
+        except jsonschema.SchemaError:
+            found = False  # a schema jsonschema cannot use: arguments are passed through unchecked
+        with _validators_lock:
+            _validators[tool.fingerprint] = found
+    return found
+
+
+def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    validator = _validator(tool)
+    if not validator:
+        return []
+    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    out = []
+    for err in errors[:5]:
+        where = "/".join(str(p) for p in err.absolute_path)
+        out.append(f"{where}: {err.message}" if where else err.message)
+    return out
+
+
+def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
+    """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
+    if isinstance(raw, ToolCall):
+        call = raw
+    else:
+        data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
+        if not isinstance(data, Mapping):
+            raise TypeError(f"cannot read a tool call from {type(raw).__name__}")
+        kind = data.get("type")
+        if "function" in data and isinstance(data["function"], Mapping):  # Chat Completions
+            fn = data["function"]
+            call = ToolCall.from_json(data.get("id") or "", fn.get("name") or "", fn.get("arguments"))
+        elif kind == "function_call":  # Responses
+            call = ToolCall.from_json(
+                data.get("call_id") or data.get("id") or "", data.get("name") or "", data.get("arguments")
+            )
+        elif kind == "tool_search_call":  # Responses, client-executed tool search
+            args, error = parse_arguments(data.get("arguments"))
+            call = ToolCall(data.get("call_id") or data.get("id") or "", search_name, args, error, kind="tool_search")
+        elif kind == "tool_use" or "input" in data:  # Anthropic
+            args, error = parse_arguments(data.get("input"))
+            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+        else:
+            args, error = parse_arguments(data.get("arguments"))
+            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+    if call.kind == "function" and call.name != search_name:
+        name = session.resolve_name(call.name)
+        if name != call.name:
+            call = replace(call, name=name)
+    return call
+
+
+class ToolExecutor:
+    """Runs one turn's tool calls for a session: searches first, then the rest (concurrently)."""
+
+    def __init__(
+        self,
+        functions: ToolFunctions | None = None,
+        *,
+        metatool: ToolSearchMetaTool | None = None,
+        config: ExecutionSettings | None = None,
+    ) -> None:
+        self.functions = _functions_map(functions)
+        self.metatool = metatool or ToolSearchMetaTool()
+        self.config: ExecutionSettings = config or ExecutorConfig()
+
+    def shown(self, name: str) -> str:
+        """The name the model knows a tool by (its provider-safe alias, unless configured otherwise)."""
+        return provider_safe_name(name) if self.config.provider_names else name
+
+    def is_return_direct(self, session: Session, name: str) -> bool:
+        if name in self.config.return_direct:
+            return True
+        tool = session.index.catalog.get(name)
+        return bool(tool is not None and tool.metadata.get("return_direct"))
+
+    # --- shared steps ---------------------------------------------------------------------
+
+    def _search(self, session: Session, call: ToolCall, iteration: int) -> ToolResult:
+        if call.arguments_error:
+            outcome = MetaToolOutcome(
+                text=f"{self.metatool.name} error: {call.arguments_error}. "
+                f'Call it with a JSON object like {{"query": "<what you need>"}}.',
+                error=call.arguments_error,
+            )
+        else:
+            alias = provider_safe_name if self.config.provider_names else None
+            outcome = self.metatool.run(session, call.arguments, alias=alias)
+        result = outcome.result
+        record = SearchRecord(
+            query=outcome.query if outcome.query is not None else _query_of(call),
+            hits=result.hits if result else (),
+            latency_ms=result.elapsed_ms if result else 0.0,
+            max_results=outcome.max_results,
+            namespace=outcome.namespace,
+            error=outcome.error,
+            call_id=call.id,
+            iteration=iteration,
+            evicted=outcome.update.evicted if outcome.update else (),
+        )
+        status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
+        return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
+
+    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
+        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+        name = call.name
+        shown = self.shown(name)
+        if not session.is_allowed(name):
+            return ToolResult(
+                call,
+                f"Tool {shown!r} is not available. Call {self.metatool.name} to find a tool for this task, "
+                "then call one of the names it returns.",
+                ResultStatus.NOT_AVAILABLE,
+            )
+        if not session.is_visible(name):
+            if self.config.undiscovered == "instruct":
+                return ToolResult(
+                    call,
+                    f"Tool {shown!r} is not loaded yet. Call {self.metatool.name} first (for example with the "
+                    f"query {_suggest_query(name)!r}); once it is found, call {shown!r} again.",
+                    ResultStatus.NOT_DISCOVERED,
+                )
+            session.discover([name])
+        fn = self.functions.get(name)
+        if fn is None:
+            return ToolResult(
+                call,
+                f"Tool {shown!r} has no implementation in this application; use another tool.",
+                ResultStatus.NOT_AVAILABLE,
+            )
+        if call.arguments_error:
+            return ToolResult(
+                call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
+            )
+        if self.config.validate_arguments:
+            problems = _schema_errors(session.index.catalog[name], call.arguments)
+            if problems:
+                return ToolResult(
+                    call,
+                    f"Invalid arguments for {shown!r}: "
+                    + "; ".join(problems)
+                    + ". Fix the arguments to match the tool's parameters and call it again.",
+                    ResultStatus.INVALID_ARGUMENTS,
+                )
+        session.touch([name])
+        return fn
+
+    def _finish(self, call: ToolCall, value: Any, started: float) -> ToolResult:
+        return ToolResult(call, tool_result_text(value), ResultStatus.OK, _ms(started), value=value)
+
+    def _timeout(self, call: ToolCall, started: float) -> ToolResult:
+        return ToolResult(
+            call,
+            f"Tool {self.shown(call.name)!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
+            "simpler arguments or another tool.",
+            ResultStatus.TIMEOUT,
+            _ms(started),
+        )
+
+    def _failure(self, call: ToolCall, exc: BaseException, started: float) -> ToolResult:
+        return ToolResult(
+            call,
+            f"Tool {self.shown(call.name)!r} failed: {type(exc).__name__}: {exc}",
+            ResultStatus.ERROR,
+            _ms(started),
+        )
+
+    def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
+        return [_coerce_call(c, session, self.metatool.name) for c in calls]
+
+    def _resolve(self, session: Session, call: ToolCall) -> ToolCall:
+        """Map an alias to its catalog name once the turn's searches ran: a dotted tool found by a
+        search in this very turn is called under an alias the session only learns from that search."""
+        if call.kind != "function" or call.name == self.metatool.name:
+            return call
+        name = session.resolve_name(call.name)
+        return call if name == call.name else replace(call, name=name)
+
+    def _is_search(self, call: ToolCall) -> bool:
+        return call.kind == "tool_search" or call.name == self.metatool.name
+
+    def _plan(
+        self, session: Session, calls: Sequence[Any], iteration: int
+    ) -> tuple[list[ToolResult | None], list[tuple[int, ToolCall, Callable[..., Any]]]]:
+        """Run the batch's searches first, then settle every call that needs no execution.
+
+        The whole plan works on one snapshot of the session (one store read) and writes what it
+        changed (discoveries, uses) in one atomic update, before any tool runs. Returns a result
+        slot per call (filled for searches and refused calls) and the calls left to execute with
+        their functions; shared by the sync and async paths.
+        """
+        turn = session.view()
+        neutral = self._split(turn, calls)
+        results: list[ToolResult | None] = [None] * len(neutral)
+        for i, call in enumerate(neutral):
+            if self._is_search(call):
+                results[i] = self._search(turn, call, iteration)
+        pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
+        for i, raw in enumerate(neutral):
+            if results[i] is None:
+                call = self._resolve(turn, raw)  # after the searches: they may have found the alias
+                prepared = self._prepare(turn, call)
+                if isinstance(prepared, ToolResult):
+                    results[i] = prepared
+                else:
+                    pending.append((i, call, prepared))
+        turn.commit()
+        return results, pending
+
+    # --- sync -----------------------------------------------------------------------------
+
+    def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
+        """Run a batch; results come back in the calls' order."""
+        results, pending = self._plan(session, calls, iteration)
+        timeout = self.config.tool_timeout
+        inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
+        if inline and not any(is_async_callable(fn) for _, _, fn in pending):
+            for i, call, fn in pending:  # no timeout, nothing to overlap: run in this thread
+                started = time.perf_counter()
+                try:
+                    results[i] = self._finish(call, _call_sync(fn, call.arguments), started)
+                except Exception as exc:
+                    results[i] = self._failure(call, exc, started)
+        elif pending:
+            workers = len(pending) if self.config.parallel_tool_calls else 1
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-tool")
+            try:
+                if self.config.parallel_tool_calls:
+                    started = time.perf_counter()
+                    futures = [(i, call, pool.submit(_call_sync, fn, call.arguments)) for i, call, fn in pending]
+                    for i, call, future in futures:
+                        remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
+                        results[i] = self._wait(call, future, remaining, started)
+                else:
+                    for i, call, fn in pending:
+                        started = time.perf_counter()
+                        results[i] = self._wait(call, pool.submit(_call_sync, fn, call.arguments), timeout, started)
+            finally:
+                pool.shutdown(wait=False, cancel_futures=True)  # a timed-out tool keeps its thread; we move on
+        return [r for r in results if r is not None]
+
+    def _wait(
+        self, call: ToolCall, future: concurrent.futures.Future[Any], timeout: float | None, started: float
+    ) -> ToolResult:
+        try:
+            return self._finish(call, future.result(timeout=timeout), started)
+        except Exception as exc:
+            if not future.done():
+                return self._timeout(call, started)
+            return self._failure(call, exc, started)
+
+    # --- async ----------------------------------------------------------------------------
+
+    async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
+        """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
+        results, pending = self._plan(session, calls, iteration)
+
+        async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
+            started = time.perf_counter()
+            if is_async_callable(fn):
+                try:  # a bad signature raises at call time, before there is a coroutine to await
+                    coroutine = fn(**call.arguments)
+                except Exception as call_error:
+                    return self._failure(call, call_error, started)
+                task = asyncio.ensure_future(coroutine)
+            else:
+                task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
+            done, _ = await asyncio.wait({task}, timeout=self.config.tool_timeout)
+            if not done:
+                task.cancel()
+                return self._timeout(call, started)
+            exc = task.exception()
+            if exc is not None:
+                return self._failure(call, exc, started)
+            return self._finish(call, task.result(), started)
+
+        if self.config.parallel_tool_calls:
+            done = await asyncio.gather(*(one(call, fn) for _, call, fn in pending))
+        else:
+            done = [await one(call, fn) for _, call, fn in pending]
+        for (i, _, _), result in zip(pending, done, strict=True):
+            results[i] = result
+        return [r for r in results if r is not None]
+
+
+def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+    value = fn(**arguments)
+    if asyncio.iscoroutine(value):  # an async tool driven from sync code: run it in this worker thread
+        value = asyncio.run(value)
+    return value
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _query_of(call: ToolCall) -> str | None:
+    query = call.arguments.get("query") if isinstance(call.arguments, Mapping) else None
+    return query if isinstance(query, str) else None
+
+
+def _suggest_query(name: str) -> str:
+    from .text import split_identifier
+
+    return " ".join(split_identifier(name)) or name
+
+
+
+# --- bring-your-own-loop helpers --------------------------------------------------------------
+
+
+def render_tools(tools: Iterable[Tool], format: ToolFormat, names: NameMap) -> list[dict[str, Any]]:
+    """Tool definitions in a provider's wire format, named by provider-safe aliases from `names`."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        alias = names.add(tool.name)
+        if format == "openai_chat":
+            out.append(tool.to_openai(name=alias))
+        elif format == "openai_responses":
+            out.append(tool.to_openai(name=alias, responses=True))
+        elif format == "anthropic":
+            out.append(tool.to_anthropic(name=alias))
+        elif format == "mcp":
+            out.append(tool.to_mcp(name=alias))
+        else:
+            raise ValueError(f"unknown tool format {format!r}; use openai_chat, openai_responses, anthropic or mcp")
+    return out
+
+
+def tools_for_request(
+    session: Session, format: ToolFormat = "openai_chat", *, metatool: ToolSearchMetaTool | None = None
+) -> list[dict[str, Any]]:
+    """The tools for this turn in a provider's format: pinned + tool_search + discovered.
+
+    Names are mapped to provider-safe aliases (`session.resolve_name` maps them back, and
+    `handle_tool_calls` does so for every call). One read of the session.
+    """
+    meta = metatool or ToolSearchMetaTool()
+    view = session.view()
+    pinned, discovered = view.pinned_tools(), view.discovered_tools()
+    return render_tools([*pinned, meta.definition(view), *discovered], format, session.name_map)
+
+
+def handle_tool_calls(
+    session: Session,
+    calls: Sequence[ToolCall | Mapping[str, Any] | Any],
+    functions: ToolFunctions | None = None,
+    *,
+    metatool: ToolSearchMetaTool | None = None,
+    config: ExecutionSettings | None = None,
+) -> list[ToolResult]:
+    """Run one batch of tool calls: every tool_search first, then the other calls.
+
+    `calls` may be neutral ToolCalls or provider objects/dicts (OpenAI Chat `tool_calls`,
+    Responses `function_call` items, Anthropic `tool_use` blocks). Each ToolResult has
+    `.to_openai_chat()`, `.to_openai_responses()`, `.to_anthropic()` for the reply message.
+    """
+    return ToolExecutor(functions, metatool=metatool, config=config).execute(session, calls)
+
+
+async def ahandle_tool_calls(
+    session: Session,
+    calls: Sequence[ToolCall | Mapping[str, Any] | Any],
+    functions: ToolFunctions | None = None,
+    *,
+    metatool: ToolSearchMetaTool | None = None,
+    config: ExecutionSettings | None = None,
+) -> list[ToolResult]:
+    """`handle_tool_calls` for asyncio: async tools are awaited, sync ones run in threads."""
+    return await ToolExecutor(functions, metatool=metatool, config=config).aexecute(session, calls)

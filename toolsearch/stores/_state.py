@@ -1,0 +1,182 @@
+"""Session state as plain data, its versioned JSON form, and the store interface with one atomic update."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .._errors import SessionStoreError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SessionState",
+    "SessionStore",
+    "StateUpdate",
+    "decode_state",
+    "encode_state",
+    "unreadable_state",
+]
+
+# Bumped when the JSON form changes incompatibly; a reader refuses a schema it does not know
+# rather than guess (a rolling deploy must not silently drop another version's sessions).
+SCHEMA_VERSION = 1
+
+# Changes one state in place. A store may call it more than once (after a conflict, on a fresh
+# copy), so it must depend only on the state it is given.
+StateUpdate = Callable[["SessionState"], object]
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Everything a session remembers, as plain data a shared store can serialise.
+
+    `discovered` keeps first-discovery order (a stable order keeps provider prompt caches warm);
+    `last_used` holds a per-session tick for each discovered tool, for least-recently-used eviction.
+    `version` counts the writes; stores set it and use it to detect concurrent updates.
+    """
+
+    id: str
+    allowed: frozenset[str] | None = None
+    pinned: tuple[str, ...] = ()
+    discovered: list[str] = field(default_factory=list)
+    last_used: dict[str, int] = field(default_factory=dict)
+    tick: int = 0
+    created_at: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    version: int = 0
+
+    def copy(self) -> SessionState:
+        """An independent copy (the immutable allowed set and pinned tuple are shared)."""
+        return SessionState(
+            self.id,
+            self.allowed,
+            self.pinned,
+            list(self.discovered),
+            dict(self.last_used),
+            self.tick,
+            self.created_at,
+            dict(self.metadata),
+            self.version,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (allowed sorted, so equal states serialise equally)."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "id": self.id,
+            "version": self.version,
+            "allowed": None if self.allowed is None else sorted(self.allowed),
+            "pinned": list(self.pinned),
+            "discovered": list(self.discovered),
+            "last_used": dict(self.last_used),
+            "tick": self.tick,
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
+        """The state of a `to_dict` form; ValueError (saying which field) for anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema", SCHEMA_VERSION)
+        if schema != SCHEMA_VERSION:
+            raise ValueError(
+                f"state schema {schema!r} is not the one this toolsearch reads ({SCHEMA_VERSION}); "
+                "run one toolsearch version against one key prefix"
+            )
+        allowed = data.get("allowed")
+        used = _typed(data, "last_used", dict, {})
+        if not all(isinstance(k, str) and isinstance(v, int) for k, v in used.items()):
+            raise ValueError("field 'last_used' must map tool names to integers")
+        try:
+            state = cls(
+                id=_typed(data, "id", str),
+                allowed=None if allowed is None else frozenset(_names(allowed, "allowed")),
+                pinned=tuple(_names(data.get("pinned") or [], "pinned")),
+                discovered=_names(data.get("discovered") or [], "discovered"),
+                last_used=dict(used),
+                tick=int(data.get("tick", 0)),
+                created_at=float(data.get("created_at", 0.0)),
+                metadata=dict(_typed(data, "metadata", dict, {})),
+                version=int(data.get("version", 0)),
+            )
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        return state
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any = ...) -> Any:
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise ValueError(f"field {key!r} is missing")
+        return default
+    value = data[key]
+    if not isinstance(value, kind):
+        raise ValueError(f"field {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _names(value: Any, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise ValueError(f"field {key!r} must be a list of tool names")
+    return value
+
+
+def encode_state(state: SessionState) -> str:
+    """The stored JSON text of a state."""
+    return json.dumps(state.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_state(raw: str | bytes, where: str) -> SessionState:
+    """The state in stored JSON text; SessionStoreError naming `where` when it is not one."""
+    try:
+        return SessionState.from_dict(json.loads(raw))
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise unreadable_state(where, exc) from None
+
+
+def unreadable_state(where: str, problem: object) -> SessionStoreError:
+    """The error for stored text that is not a session state this version reads."""
+    return SessionStoreError(
+        f"{where} does not hold a readable session state: {problem}. "
+        "Delete that key (the session starts over) or point this deployment at its own key prefix."
+    )
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where session states live; expiry (TTL) and size bounds are the store's job.
+
+    Every change goes through `update`, one atomic read-modify-write: the store gives `fn` a
+    private copy of the current state and keeps the result only if nobody wrote the session in
+    between (else it retries on the newer state), so concurrent writers from any number of
+    threads or processes never lose each other's changes. `get` returns a copy: changing it
+    changes nothing stored. Failures (store unreachable, unreadable state) raise SessionStoreError.
+    """
+
+    def get(self, session_id: str) -> SessionState | None:
+        """The state, or None when the session does not exist (or expired)."""
+        ...
+
+    def create(self, state: SessionState) -> bool:
+        """Store a new session; False (and nothing written) when the id already exists."""
+        ...
+
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        """Apply `fn` atomically and return the state as stored; UnknownSessionError when absent.
+
+        `base` is a state the caller read earlier: the first attempt applies `fn` to a copy of
+        it without reading again, and succeeds if the stored version is still `base.version`.
+        """
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Forget a session; True when it existed."""
+        ...
+
+    def ids(self) -> list[str]:
+        """The ids of the live sessions."""
+        ...

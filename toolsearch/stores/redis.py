@@ -1,0 +1,275 @@
+"""A session store in Redis, shared by worker processes: versioned JSON state, compare-and-set updates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
+
+from .._errors import SessionStoreError, UnknownSessionError, missing_dependency
+from ._state import SessionState, StateUpdate, encode_state, unreadable_state
+from .memory import MAX_UPDATE_ATTEMPTS
+
+__all__ = ["RedisSessionStore", "redacted_url"]
+
+T = TypeVar("T")
+
+# An allowed subset larger than this is stored once under its content hash and referenced by
+# the sessions that use it: every read and write of such a session then moves a few hundred
+# bytes instead of the whole subset (each a 1,000-name subset is ~20 KB of JSON), and the
+# sessions of one tenant share one copy. Subsets never change, so workers cache them by hash.
+INLINE_ALLOWED = 64
+_CACHED_SUBSETS = 256
+
+# Compare-and-set in one server-side step: the new state is written only when the key still
+# holds the version this update read, so a concurrent writer is detected (the caller retries)
+# and nothing is ever half written. Unreadable text counts as a conflict: the retry's read
+# reports it clearly.
+_CAS = """
+local current = redis.call('GET', KEYS[1])
+if not current then return -1 end
+local ok, state = pcall(cjson.decode, current)
+if not ok or type(state) ~= 'table' or state['version'] ~= tonumber(ARGV[1]) then return 0 end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"""
+
+
+def redacted_url(url: str) -> str:
+    """The URL without user name or password, for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+class RedisSessionStore:
+    """Sessions in Redis, one key per session (`{prefix}session:{id}`) holding the state's JSON.
+
+    - `update` reads the state, applies `fn` and writes it back with a server-side
+      compare-and-set; when another worker wrote in between it retries on the newer state.
+    - `ttl_seconds` expires idle sessions with Redis TTLs: every read or write renews it.
+    - `prefix` separates deployments (or tenants) sharing one Redis.
+    - `timeout` bounds each Redis command (and `connect_timeout` each connection attempt,
+      default the same); `max_connections` bounds the connection pool, and a caller waits at
+      most `timeout` for a free connection. Errors are not retried, so a call fails within
+      about the timeout with a SessionStoreError naming the URL (never its credentials).
+    Size bounds are Redis's job (`maxmemory` with a TTL-aware eviction policy). An allowed
+    subset of more than 64 tools is kept once per distinct subset under `{prefix}allowed:{hash}`
+    (without expiry: sessions that outlive any TTL still need it; there are as many such keys
+    as distinct subsets).
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        prefix: str = "toolsearch:",
+        ttl_seconds: float | None = None,
+        timeout: float = 1.0,
+        connect_timeout: float | None = None,
+        max_connections: int = 16,
+    ) -> None:
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise missing_dependency("redis", "redis") from None
+        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise SessionStoreError(
+                f"session store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db"
+            )
+        if ttl_seconds is not None and ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
+        if timeout <= 0 or (connect_timeout is not None and connect_timeout <= 0):
+            raise ValueError("timeout and connect_timeout must be positive seconds")
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.url = redacted_url(url)
+        self.prefix = prefix
+        self.ttl_seconds = ttl_seconds
+        self.timeout = timeout
+        self._ttl_ms = None if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
+        self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
+        self._pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=connect_timeout or timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._client = redis.Redis(connection_pool=self._pool)
+        self._cas = self._client.register_script(_CAS)
+        self._subsets_lock = threading.Lock()
+        self._refs: dict[frozenset[str], tuple[str, str]] = {}  # subset -> (hash, JSON text)
+        self._subsets: dict[str, frozenset[str]] = {}  # hash -> subset
+
+    # --- the store interface -------------------------------------------------------------------
+
+    def key(self, session_id: str) -> str:
+        """The Redis key of a session."""
+        return f"{self.prefix}session:{session_id}"
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except self._errors as exc:
+            raise SessionStoreError(
+                f"session store {self.url} failed to {what}: {type(exc).__name__}: {exc} "
+                f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
+            ) from None
+
+    def subset_key(self, ref: str) -> str:
+        """The Redis key of a large allowed subset, by its content hash."""
+        return f"{self.prefix}allowed:{ref}"
+
+    def _subset_ref(self, allowed: frozenset[str]) -> tuple[str, str]:
+        with self._subsets_lock:
+            found = self._refs.get(allowed)
+        if found is None:
+            text = json.dumps(sorted(allowed), separators=(",", ":"), ensure_ascii=False)
+            found = (hashlib.sha256(text.encode()).hexdigest()[:32], text)
+            with self._subsets_lock:
+                if len(self._refs) >= _CACHED_SUBSETS:
+                    self._refs.clear()
+                self._refs[allowed] = found
+        return found
+
+    def _encode(self, state: SessionState) -> tuple[str, tuple[str, str] | None]:
+        """The state's JSON text, and (hash, text) of its allowed subset when that is kept apart."""
+        if state.allowed is None or len(state.allowed) <= INLINE_ALLOWED:
+            return encode_state(state), None
+        ref, text = self._subset_ref(state.allowed)
+        light = state.copy()
+        light.allowed = None
+        data = light.to_dict()
+        del data["allowed"]
+        data["allowed_ref"] = ref
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False), (ref, text)
+
+    def _subset(self, ref: object, where: str) -> frozenset[str]:
+        if not isinstance(ref, str):
+            raise unreadable_state(where, "field 'allowed_ref' must be a string")
+        with self._subsets_lock:
+            found = self._subsets.get(ref)
+        if found is not None:
+            return found
+        key = self.subset_key(ref)
+        raw = self._call("read an allowed subset", self._client.get, key)
+        if raw is None:
+            raise SessionStoreError(
+                f"{where} refers to the allowed subset {key!r}, which is missing from {self.url}; "
+                "close the session and create it again"
+            )
+        raw = raw if isinstance(raw, bytes) else raw.encode()
+        if hashlib.sha256(raw).hexdigest()[:32] != ref:
+            raise SessionStoreError(f"{key!r} in {self.url} does not match its hash; delete it and its sessions")
+        names = json.loads(raw)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise SessionStoreError(f"{key!r} in {self.url} is not a list of tool names; delete it and its sessions")
+        subset = frozenset(names)
+        with self._subsets_lock:
+            if len(self._subsets) >= _CACHED_SUBSETS:
+                self._subsets.clear()
+            self._subsets[ref] = subset
+        return subset
+
+    def get(self, session_id: str) -> SessionState | None:
+        key = self.key(session_id)
+        if self._ttl_ms is None:
+            raw = self._call("read a session", self._client.get, key)
+        else:  # a read is activity: renew the idle TTL in the same command
+            raw = self._call("read a session", self._client.getex, key, px=self._ttl_ms)
+        if raw is None:
+            return None
+        where = f"key {key!r} in {self.url}"
+        try:
+            data = json.loads(raw)
+            ref = data.pop("allowed_ref", None) if isinstance(data, dict) else None
+            state = SessionState.from_dict(data)
+            if ref is not None:
+                state.allowed = self._subset(ref, where)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise unreadable_state(where, exc) from None
+        if state.id != session_id:
+            raise SessionStoreError(
+                f"{where} holds session {state.id!r}, not {session_id!r}; delete that key (the session starts over)"
+            )
+        return state
+
+    def create(self, state: SessionState) -> bool:
+        text, subset = self._encode(state)
+        pipe = self._client.pipeline(transaction=False)
+        if subset is not None:  # content-addressed: written before any session refers to it
+            pipe.set(self.subset_key(subset[0]), subset[1], nx=True)
+        pipe.set(self.key(state.id), text, nx=True, px=self._ttl_ms)
+        results = self._call("create a session", pipe.execute)
+        return bool(results[-1])
+
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            if base is not None:  # the caller's earlier read stands in for this attempt's read
+                state, base = base.copy(), None
+            else:
+                state = self.get(session_id) or _raise(_unknown(session_id))
+            read_version = state.version
+            before = state.copy()
+            fn(state)
+            if state == before:
+                return state
+            state.version = read_version + 1
+            args = [read_version, self._encode(state)[0], "" if self._ttl_ms is None else self._ttl_ms]
+            outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
+            if outcome == 1:
+                return state
+            if outcome == -1:
+                raise _unknown(session_id)
+        raise SessionStoreError(
+            f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
+        )
+
+    def delete(self, session_id: str) -> bool:
+        return bool(self._call("delete a session", self._client.delete, self.key(session_id)))
+
+    def ids(self) -> list[str]:
+        pattern = _glob_escape(self.prefix + "session:") + "*"
+        start = len(self.prefix + "session:")
+        keys = self._call("list sessions", lambda: list(self._client.scan_iter(match=pattern, count=1000)))
+        return [k.decode("utf-8", "replace")[start:] for k in keys]
+
+    def ping(self) -> None:
+        """Check that Redis answers (SessionStoreError otherwise); a worker can call it at start."""
+        self._call("answer a ping", self._client.ping)
+
+    def close(self) -> None:
+        """Close the pool's connections (the store reconnects if used again)."""
+        self._pool.disconnect()
+
+    def __repr__(self) -> str:
+        return f"RedisSessionStore({self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _raise(error: Exception) -> NoReturn:
+    raise error
+
+
+def _unknown(session_id: str) -> UnknownSessionError:
+    return UnknownSessionError(f"session {session_id!r} has expired or was closed; create it again")
