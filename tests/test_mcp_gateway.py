@@ -253,3 +253,12 @@ async def test_npm_reference_server_through_the_gateway(gateway: GatewayProcess)
         assert not summed.is_error and "42" in text(summed)
         echoed = await client.call("call_tool", {"name": "everything__echo", "arguments": {"message": "hi"}})
         assert "hi" in text(echoed)
+
+
+async def test_http_gateway_advertises_tool_list_changes(gateway: GatewayProcess) -> None:
+    # The gateway sends tools/list_changed over HTTP too, so it must say so: a client that follows
+    # the capability (the TypeScript SDK's `listChanged` option) refreshes only when it is true.
+    async with over_http(gateway.url or "") as client:
+        init = client.session.initialize_result
+        assert init is not None and init.capabilities.tools is not None
+        assert init.capabilities.tools.list_changed is True

@@ -111,7 +111,7 @@ class Gateway:
         self._clients: dict[str, ServerSession] = {}
         self._sync_lock = anyio.Lock()
         source.add_listener(self._upstream_changed)
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _GatewayServer(
             name,
             version=_version(),
             instructions=self._instructions(),
@@ -273,14 +273,29 @@ class Gateway:
     # --- transports -------------------------------------------------------------------------------
 
     def initialization_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options()
 
     async def run_stdio(self) -> None:
         """Serve one client over this process's stdin/stdout."""
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.initialization_options())
+            await self.serve_streams(read_stream, write_stream)
+
+    async def serve_streams(self, read_stream: Any, write_stream: Any) -> None:
+        """Serve one client over a stream pair, in the initialize-handshake era only.
+
+        `Server.run` lets the client's first request pick the connection's era for good, so a
+        client probing with `server/discover` would lock the pipe to the 2026 era and could not
+        fall back to `initialize`. `serve_loop` (what the HTTP session manager runs per session)
+        serves only the handshake era: the probe gets our -32601 and the fallback works.
+        """
+        from mcp.server.runner import serve_loop
+
+        async with self.server.lifespan(self.server) as state:
+            await serve_loop(
+                self.server, read_stream, write_stream, lifespan_state=state, init_options=self.initialization_options()
+            )
 
     def http_app(self, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
         """A Starlette app serving streamable HTTP at `path` (one session per client)."""
@@ -325,6 +340,24 @@ class Gateway:
                 await anyio.sleep_forever()
             finally:
                 server.should_exit = True
+
+
+class _GatewayServer(Server[Any]):
+    """The SDK's server, advertising `tools.listChanged` on every transport.
+
+    The streamable-HTTP session manager answers `initialize` with the server's default
+    initialization options (there is no way to pass ours), so the default must be the gateway's.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
 
 
 async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
