@@ -6,12 +6,13 @@ import argparse
 import contextlib
 import fnmatch
 import logging
+import os
 import signal
 import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 import anyio.to_thread
@@ -19,7 +20,7 @@ import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .._errors import ToolSearchError
 from ..catalog import Catalog
@@ -188,6 +189,12 @@ class Gateway:
     # --- MCP handlers -------------------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # The list is always one page, so any cursor is one we never issued.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
+            )
         session = self._session(ctx)
         tools: list[types.Tool] = []
         for tool in self._visible(session):
@@ -411,12 +418,18 @@ async def aserve(
     max_discovered: int | None = None,
     call_tool: bool = True,
     announce: Any = None,
+    errlog: TextIO | None = None,
 ) -> None:
-    """Start the upstream servers, index their tools, and serve the gateway until stopped."""
+    """Start the upstream servers, index their tools, and serve the gateway until stopped.
+
+    `errlog` receives the stdio upstream servers' stderr (default: this process's stderr).
+    """
     if transport not in ("stdio", "http"):
         raise ToolSearchError(f"unknown transport {transport!r}; use 'stdio' or 'http'")
     try:
-        await _serve(config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce)
+        await _serve(
+            config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce, errlog
+        )
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
         if isinstance(leaf, ToolSearchError | OSError):
@@ -435,8 +448,9 @@ async def _serve(
     max_discovered: int | None,
     call_tool: bool,
     announce: Any,
+    errlog: TextIO | None,
 ) -> None:
-    async with MCPToolSource(config_path, errlog=sys.stderr) as source, anyio.create_task_group() as tg:
+    async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         if not source.ready:
             failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
@@ -488,7 +502,10 @@ def serve(
     call_tool: bool = True,
     quiet: bool = False,
 ) -> None:
-    """Blocking `aserve`; over HTTP the listening URL is printed to stderr."""
+    """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
+
+    `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.ERROR if quiet else logging.INFO,
@@ -501,9 +518,10 @@ def serve(
     def announce(url: str) -> None:
         print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
 
-    anyio.run(
-        lambda: aserve(
-            config_path,
+    with contextlib.ExitStack() as stack:
+        # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
+        errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        options: dict[str, Any] = dict(
             transport=transport,
             host=host,
             port=port,
@@ -513,8 +531,9 @@ def serve(
             max_discovered=max_discovered,
             call_tool=call_tool,
             announce=announce,
+            errlog=errlog,
         )
-    )
+        anyio.run(lambda: aserve(config_path, **options))
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
