@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_servers import ROOT, PY, GatewayProcess, gateway_argv, gateway_env, http_gateway, time_server, write_config
+from mcp_servers import PY, ROOT, GatewayProcess, gateway_argv, gateway_env, http_gateway, time_server, write_config
 
 pytestmark = pytest.mark.slow
 
