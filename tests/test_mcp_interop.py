@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,3 +101,23 @@ async def test_auto_negotiating_clients_are_isolated_over_http(gateway: GatewayP
         assert await names(bob) == META and bob_changes.count == 0
         assert text(await alice.call_tool("toy__add_numbers", {"a": 2, "b": 40})) == "42"
         assert await names(bob) == META
+
+
+async def test_the_docs_config_works_from_a_venv_that_is_not_activated(tmp_path: Path) -> None:
+    # docs/mcp.md writes servers.json with the interpreter's absolute path; run the way a user of an
+    # unactivated venv (or a desktop app) does: the venv's `toolsearch` by path, the venv not on PATH.
+    from test_docs import ROOT, blocks
+
+    writer = next(b for b in blocks(ROOT / "docs" / "mcp.md") if b.lang == "python" and "servers.json" in b.code)
+    subprocess.run([sys.executable, "-c", writer.code], cwd=tmp_path, check=True, timeout=60)
+    toolsearch = Path(sys.executable).parent / "toolsearch"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    server = StdioServerParameters(
+        command=str(toolsearch), args=["mcp", "serve", "--config", "servers.json", "--quiet"], env=env, cwd=tmp_path
+    )
+    with anyio.fail_after(90):
+        async with Client(server) as client:
+            found = await client.call_tool("tool_search", {"query": "current time in a timezone", "max_results": 1})
+            assert "time__get_current_time" in text(found)
+            now = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
+            assert not now.is_error and now.structured_content is not None
