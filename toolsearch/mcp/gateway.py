@@ -521,19 +521,21 @@ def serve(
     with contextlib.ExitStack() as stack:
         # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
         errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
-        options: dict[str, Any] = dict(
-            transport=transport,
-            host=host,
-            port=port,
-            path=path,
-            backend=backend,
-            pinned=pinned,
-            max_discovered=max_discovered,
-            call_tool=call_tool,
-            announce=announce,
-            errlog=errlog,
+        anyio.run(
+            lambda: aserve(
+                config_path,
+                transport=transport,
+                host=host,
+                port=port,
+                path=path,
+                backend=backend,
+                pinned=pinned,
+                max_discovered=max_discovered,
+                call_tool=call_tool,
+                announce=announce,
+                errlog=errlog,
+            )
         )
-        anyio.run(lambda: aserve(config_path, **options))
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
