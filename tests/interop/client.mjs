@@ -46,10 +46,11 @@ function transport() {
   return new sdk.Stdio({ ...JSON.parse(opts.stdio), stderr: "inherit" });
 }
 
-function waiter(timeoutMs = 15000) {
+function waiter(timeoutMs = 60000) {
   let resolve;
   const promise = new Promise((r) => (resolve = r));
   const timer = setTimeout(() => resolve({ timedOut: true }), timeoutMs);
+  timer.unref(); // a wait nobody needs any more must not keep the process alive
   return { promise, done: (value) => (clearTimeout(timer), resolve(value)) };
 }
 
@@ -92,6 +93,7 @@ try {
   report.instructions = alice.getInstructions?.() ?? null;
   report.toolsAtStart = await names(alice);
 
+  state.next = waiter(); // from now: the connect may have taken a while (v2 over stdio spawns a probe process)
   const changed = state.next.promise;
   const found = await alice.callTool({
     name: "tool_search",
