@@ -2,8 +2,10 @@
 
 Blocks run in document order, each document in its own empty folder with TOOLSEARCH_HOME set:
 ```console blocks run their `$ ` lines (continued by a trailing backslash), ```bash and ```sh
-blocks run whole, ```python blocks run in a fresh interpreter. Each folder starts with
-`tools.json`, the bundled demo catalog as a JSON list, standing for "your tool definitions".
+blocks run whole, ```python blocks run in a fresh interpreter, ```js blocks run as ES modules in
+Node. Each folder starts with `tools.json`, the bundled demo catalog as a JSON list, standing for
+"your tool definitions", and `node_modules`, the npm packages .ci/setup.d installs into .cache/node,
+standing for "after `npm install ...`".
 A block is left out only by an
 explicit marker on the line before its fence, which must give a reason:
 
@@ -33,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)?\s*$")
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit)\s*(?P<arg>.*?)\s*-->\s*$")
-RUNNABLE = {"console", "bash", "sh", "python"}
+RUNNABLE = {"console", "bash", "sh", "python", "js"}
+NODE_MODULES = ROOT / ".cache" / "node" / "node_modules"
 BLOCK_TIMEOUT = 600
 
 
@@ -145,6 +148,8 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
         assert runs, f"{block.where}: console block without `$ ` lines"
     elif block.lang in ("bash", "sh"):
         runs = [["bash", "-euo", "pipefail", "-c", block.code]]
+    elif block.lang == "js":
+        runs = [["node", "--input-type=module", "-e", block.code]]
     else:
         runs = [[sys.executable, "-c", block.code]]
     for argv in runs:
@@ -166,6 +171,8 @@ def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
 
     tools = [tool.to_dict() for tool in demo_tools()]
     (tmp_path / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False), encoding="utf-8")
+    if NODE_MODULES.is_dir():
+        (tmp_path / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
     found = list(blocks(doc))
     runnable = [b for b in found if b.skip is None]
     env = _env(tmp_path, llm_server)

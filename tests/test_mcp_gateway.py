@@ -13,6 +13,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_servers import (
     GatewayProcess,
     everything_command,
@@ -141,6 +142,19 @@ async def test_stdio_gateway_pins_and_other_backends(tmp_path: Path) -> None:
         assert bad.is_error and "escape" in text(bad).lower()
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_also_quiets_the_upstream_servers(tmp_path: Path, quiet: bool) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy(TOY_STDERR="toy chatter on stderr")})
+    process = GatewayProcess(config, *(["--quiet"] if quiet else []))
+    try:
+        process.wait_ready()  # ready means the toy server has started, and written its line
+    finally:
+        process.stop()
+    assert ("toy chatter on stderr" in process.stderr) is not quiet
+    assert ("gateway ready" in process.stderr) is not quiet
+    assert "listening on" in process.stderr  # the URL is the one line a quiet HTTP gateway prints
+
+
 # --- streamable HTTP -----------------------------------------------------------------------------------
 
 
@@ -247,3 +261,39 @@ async def test_npm_reference_server_through_the_gateway(gateway: GatewayProcess)
         assert not summed.is_error and "42" in text(summed)
         echoed = await client.call("call_tool", {"name": "everything__echo", "arguments": {"message": "hi"}})
         assert "hi" in text(echoed)
+
+
+async def test_http_gateway_advertises_tool_list_changes(gateway: GatewayProcess) -> None:
+    # The gateway sends tools/list_changed over HTTP too, so it must say so: a client that follows
+    # the capability (the TypeScript SDK's `listChanged` option) refreshes only when it is true.
+    async with over_http(gateway.url or "") as client:
+        init = client.session.initialize_result
+        assert init is not None and init.capabilities.tools is not None
+        assert init.capabilities.tools.list_changed is True
+
+
+async def test_tool_search_input_is_checked_like_its_schema_says(gateway: GatewayProcess) -> None:
+    async with over_http(gateway.url or "") as client:
+        listed = {t.name: t for t in (await client.session.list_tools()).tools}
+        schema = listed["tool_search"].input_schema
+        limit = schema["properties"]["query"]["maxLength"]
+        assert schema["properties"]["max_results"]["type"] == "integer"
+
+        huge = "quokka " * 3000
+        long_query = await client.call("tool_search", {"query": huge})
+        said = text(long_query)
+        assert long_query.is_error and f"{len(huge.strip())} characters" in said and f"limit is {limit}" in said
+        assert "quokka quokka" not in said and len(said) < 500  # the query is not repeated back
+
+        for wrong in ("3", True, 2.5):
+            result = await client.call("tool_search", {"query": "current time", "max_results": wrong})
+            assert result.is_error and "`max_results`" in text(result) and "integer" in text(result)
+        assert client.changes == 0  # nothing was searched, so nothing was added
+
+
+async def test_tools_list_with_an_unknown_cursor_is_invalid_params(gateway: GatewayProcess) -> None:
+    async with over_http(gateway.url or "") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.session.list_tools(params=types.PaginatedRequestParams(cursor="not-a-cursor"))
+        assert raised.value.error.code == types.INVALID_PARAMS and "cursor" in raised.value.error.message
+        assert await client.names() == [*META, "toy__echo"]  # the connection is still fine

@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from ._errors import InvalidQueryError
+from .index import MAX_QUERY_CHARS
 from .results import SearchResult
 from .tools import Tool
 
@@ -82,7 +83,7 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=False)
 
     query: str
-    max_results: int | None = None
+    max_results: StrictInt | None = None  # the schema says integer: "3" and true are mistakes to report
     namespace: str | None = None
 
 
@@ -160,7 +161,7 @@ class ToolSearchMetaTool:
         if cached is not None:
             return cached
         properties: dict[str, Any] = {
-            "query": {"type": "string", "description": syntax},
+            "query": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": syntax},
             "max_results": {
                 "type": "integer",
                 "minimum": 1,
@@ -217,6 +218,11 @@ class ToolSearchMetaTool:
             return None, (
                 f"{self.name} error: `query` is empty. Describe the capability you need, e.g. "
                 f'"send an email" or "weather forecast". {self._usage()}'
+            )
+        if len(args.query.strip()) > MAX_QUERY_CHARS:  # never echo it back: it may be huge
+            return None, (
+                f"{self.name} error: `query` is {len(args.query.strip())} characters; the limit is {MAX_QUERY_CHARS}. "
+                f"Use a few keywords describing the capability you need. {self._usage()}"
             )
         if args.max_results is not None and not 1 <= args.max_results <= self.max_results:
             return None, (

@@ -92,7 +92,8 @@ class GatewayProcess:
         self.lines: list[str] = []
         self.url: str | None = None
         self._ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -122,6 +123,7 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        self._reader.join(5)  # every line the process wrote is in `stderr` once it has stopped
         return self.proc.returncode
 
 

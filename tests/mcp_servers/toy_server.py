@@ -5,6 +5,7 @@ Run it as ``python tests/mcp_servers/toy_server.py``; behaviour is set with envi
 - ``TOY_PAGE_SIZE``: tools per ``tools/list`` page (default 2, so listing always paginates)
 - ``TOY_EXTRA_TOOLS``: how many filler tools (``filler_0``...) to add to the catalog
 - ``TOY_STARTUP``: ``hang`` never answers ``initialize``; ``exit`` exits before speaking
+- ``TOY_STDERR``: write this line to stderr at startup (to check who gets to see it)
 - ``TOY_HTTP_PORT``: serve streamable HTTP on 127.0.0.1 at this port (0 picks one) instead of stdio;
   the URL is printed to stderr as ``toy server listening on <url>``
 """
@@ -102,6 +103,9 @@ server = Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=cal
 
 async def main() -> None:
     startup = os.environ.get("TOY_STARTUP", "")
+    if "TOY_STDERR" in os.environ:
+        sys.stderr.write(os.environ["TOY_STDERR"] + "\n")
+        sys.stderr.flush()
     if startup == "exit":
         sys.stderr.write("toy server: exiting at startup on request\n")
         sys.exit(2)

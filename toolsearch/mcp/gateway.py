@@ -6,12 +6,13 @@ import argparse
 import contextlib
 import fnmatch
 import logging
+import os
 import signal
 import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 import anyio.to_thread
@@ -19,7 +20,7 @@ import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .._errors import ToolSearchError
 from ..catalog import Catalog
@@ -111,7 +112,7 @@ class Gateway:
         self._clients: dict[str, ServerSession] = {}
         self._sync_lock = anyio.Lock()
         source.add_listener(self._upstream_changed)
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _GatewayServer(
             name,
             version=_version(),
             instructions=self._instructions(),
@@ -188,6 +189,12 @@ class Gateway:
     # --- MCP handlers -------------------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # The list is always one page, so any cursor is one we never issued.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
+            )
         session = self._session(ctx)
         tools: list[types.Tool] = []
         for tool in self._visible(session):
@@ -273,14 +280,29 @@ class Gateway:
     # --- transports -------------------------------------------------------------------------------
 
     def initialization_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options()
 
     async def run_stdio(self) -> None:
         """Serve one client over this process's stdin/stdout."""
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.initialization_options())
+            await self.serve_streams(read_stream, write_stream)
+
+    async def serve_streams(self, read_stream: Any, write_stream: Any) -> None:
+        """Serve one client over a stream pair, in the initialize-handshake era only.
+
+        `Server.run` lets the client's first request pick the connection's era for good, so a
+        client probing with `server/discover` would lock the pipe to the 2026 era and could not
+        fall back to `initialize`. `serve_loop` (what the HTTP session manager runs per session)
+        serves only the handshake era: the probe gets our -32601 and the fallback works.
+        """
+        from mcp.server.runner import serve_loop
+
+        async with self.server.lifespan(self.server) as state:
+            await serve_loop(
+                self.server, read_stream, write_stream, lifespan_state=state, init_options=self.initialization_options()
+            )
 
     def http_app(self, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
         """A Starlette app serving streamable HTTP at `path` (one session per client)."""
@@ -325,6 +347,24 @@ class Gateway:
                 await anyio.sleep_forever()
             finally:
                 server.should_exit = True
+
+
+class _GatewayServer(Server[Any]):
+    """The SDK's server, advertising `tools.listChanged` on every transport.
+
+    The streamable-HTTP session manager answers `initialize` with the server's default
+    initialization options (there is no way to pass ours), so the default must be the gateway's.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
 
 
 async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
@@ -378,12 +418,18 @@ async def aserve(
     max_discovered: int | None = None,
     call_tool: bool = True,
     announce: Any = None,
+    errlog: TextIO | None = None,
 ) -> None:
-    """Start the upstream servers, index their tools, and serve the gateway until stopped."""
+    """Start the upstream servers, index their tools, and serve the gateway until stopped.
+
+    `errlog` receives the stdio upstream servers' stderr (default: this process's stderr).
+    """
     if transport not in ("stdio", "http"):
         raise ToolSearchError(f"unknown transport {transport!r}; use 'stdio' or 'http'")
     try:
-        await _serve(config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce)
+        await _serve(
+            config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce, errlog
+        )
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
         if isinstance(leaf, ToolSearchError | OSError):
@@ -402,8 +448,9 @@ async def _serve(
     max_discovered: int | None,
     call_tool: bool,
     announce: Any,
+    errlog: TextIO | None,
 ) -> None:
-    async with MCPToolSource(config_path, errlog=sys.stderr) as source, anyio.create_task_group() as tg:
+    async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         if not source.ready:
             failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
@@ -455,7 +502,10 @@ def serve(
     call_tool: bool = True,
     quiet: bool = False,
 ) -> None:
-    """Blocking `aserve`; over HTTP the listening URL is printed to stderr."""
+    """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
+
+    `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.ERROR if quiet else logging.INFO,
@@ -468,20 +518,24 @@ def serve(
     def announce(url: str) -> None:
         print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
 
-    anyio.run(
-        lambda: aserve(
-            config_path,
-            transport=transport,
-            host=host,
-            port=port,
-            path=path,
-            backend=backend,
-            pinned=pinned,
-            max_discovered=max_discovered,
-            call_tool=call_tool,
-            announce=announce,
+    with contextlib.ExitStack() as stack:
+        # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
+        errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        anyio.run(
+            lambda: aserve(
+                config_path,
+                transport=transport,
+                host=host,
+                port=port,
+                path=path,
+                backend=backend,
+                pinned=pinned,
+                max_discovered=max_discovered,
+                call_tool=call_tool,
+                announce=announce,
+                errlog=errlog,
+            )
         )
-    )
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
