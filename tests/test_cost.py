@@ -40,7 +40,7 @@ def _tools(*keys: str, tokens: int = 400) -> list[Block]:
 
 def test_openai_reuses_the_longest_earlier_prefix_in_128_token_steps() -> None:
     cache = PromptCache(OPENAI, GPT, "openai_chat")
-    first = _tools("a", "b", "c") + [_b("system", "s", 100), _b("messages", "u", 50)]
+    first = [*_tools("a", "b", "c"), _b("system", "s", 100), _b("messages", "u", 50)]
     use = cache.blocks(first)
     assert (use.fresh, use.cache_read, use.cache_write) == (1350, 0, 0)
     second = [*first, _b("messages", "call", 30), _b("messages", "result", 30)]
@@ -53,18 +53,18 @@ def test_openai_reuses_the_longest_earlier_prefix_in_128_token_steps() -> None:
 
 def test_openai_caches_nothing_below_its_minimum() -> None:
     cache = PromptCache(OPENAI, GPT, "openai_chat")
-    short = _tools("a") + [_b("messages", "u", 100)]
+    short = [*_tools("a"), _b("messages", "u", 100)]
     cache.blocks(short)
     assert cache.blocks([*short, _b("messages", "x", 10)]).cache_read == 0
 
 
 def test_a_changed_tools_array_loses_everything_after_the_change() -> None:
     cache = PromptCache(OPENAI, GPT, "openai_chat")
-    cache.blocks(_tools("a", "b", "c") + [_b("system", "s", 100)])
+    cache.blocks([*_tools("a", "b", "c"), _b("system", "s", 100)])
     # a tool inserted in the middle: only the first tool's prefix matches, below the minimum
-    assert cache.blocks(_tools("a", "new", "b", "c") + [_b("system", "s", 100)]).cache_read == 0
+    assert cache.blocks([*_tools("a", "new", "b", "c"), _b("system", "s", 100)]).cache_read == 0
     # a tool appended at the end: the old tools prefix (1,200 tokens) is still a prefix
-    grown = cache.blocks(_tools("a", "b", "c", "d") + [_b("system", "s", 100)])
+    grown = cache.blocks([*_tools("a", "b", "c", "d"), _b("system", "s", 100)])
     assert grown.cache_read == 1152  # 1,200 in 128-token steps
 
 
@@ -78,12 +78,12 @@ def test_the_cache_expires_after_its_lifetime() -> None:
 
 def test_anthropic_writes_at_breakpoints_and_reads_the_tools_prefix_after_a_discovery() -> None:
     cache = PromptCache(ANTHROPIC, CLAUDE, "anthropic")
-    first = _tools("a", "b", "c") + [_b("system", "s", 100), _b("messages", "u", 50)]
+    first = [*_tools("a", "b", "c"), _b("system", "s", 100), _b("messages", "u", 50)]
     use = cache.blocks(first)
     assert (use.fresh, use.cache_write, use.cache_read) == (0, 1350, 0)
     # the injected form appends a discovered tool: the entry at the end of the old tools is read,
     # the system text and the messages after it are written again
-    second = _tools("a", "b", "c", "d") + [_b("system", "s", 100), _b("messages", "u", 50), _b("messages", "r", 20)]
+    second = [*_tools("a", "b", "c", "d"), _b("system", "s", 100), _b("messages", "u", 50), _b("messages", "r", 20)]
     use = cache.blocks(second)
     assert (use.cache_read, use.cache_write, use.fresh) == (1200, 1770 - 1200, 0)
     assert use.price_usd == pytest.approx((1200 * 0.3 + 570 * 3.75) / 1e6)
