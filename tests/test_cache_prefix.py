@@ -19,13 +19,15 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-from fakes import FakeLLMServer, Request, Turn  # noqa: E402
+import itertools
 
-from toolsearch import Tool, ToolIndex, provider_safe_name  # noqa: E402
-from toolsearch.cost import CacheRules, ModelPrice, PromptCache  # noqa: E402
-from toolsearch.loop import run  # noqa: E402
-from toolsearch.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel  # noqa: E402
-from toolsearch.session import SessionManager  # noqa: E402
+from fakes import FakeLLMServer, Request, Turn
+
+from toolsearch import Tool, ToolIndex, provider_safe_name
+from toolsearch.cost import CacheRules, ModelPrice, PromptCache
+from toolsearch.loop import run
+from toolsearch.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from toolsearch.session import SessionManager
 
 FORMS = [
     ("openai_chat", "schema"),
@@ -96,7 +98,7 @@ def test_each_request_extends_the_previous_one(fmt: str, mode: str, server: Fake
     assert all(d == search_definitions[0] for d in search_definitions)  # the meta-tool never changes
     assert len({r.system for r in requests}) == 1  # nor the system text
 
-    for number, (prev, cur) in enumerate(zip(requests, requests[1:], strict=False), 2):
+    for number, (prev, cur) in enumerate(itertools.pairwise(requests), 2):
         where = f"{fmt}/{mode}, request {number}"
         if mode == "native":
             # the loaded tools never change; Anthropic appends deferred tools, which are not in the prompt
@@ -132,11 +134,11 @@ def test_the_cost_model_reads_back_what_each_form_kept(
     )
     cache = PromptCache(rules, ModelPrice("m", rules.provider, input=1.0, cache_read=0.1, cache_write=1.25), fmt)
     uses = [cache.request(r.body) for r in server.requests]
-    for number, (prev, cur) in enumerate(zip(uses, uses[1:], strict=False), 2):
+    for number, (prev, cur) in enumerate(itertools.pairwise(uses), 2):
         # the tools prefix is always kept; a fixed tools array (native, or no discovery) keeps the whole request
         assert cur.cache_read > 0, f"request {number}"
         if mode == "native":
             assert cur.cache_read == prev.total, f"{fmt}/{mode}, request {number}: the whole previous request is read"
     if mode == "schema":
         # a search that adds tools changes the tools array: what follows it is paid again
-        assert any(cur.cache_read < prev.total for prev, cur in zip(uses, uses[1:], strict=False))
+        assert any(cur.cache_read < prev.total for prev, cur in itertools.pairwise(uses))
