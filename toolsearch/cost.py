@@ -34,7 +34,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -283,6 +283,17 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+@lru_cache(maxsize=65_536)
+def _text_tokens(text: str, encoding: str) -> int:
+    # A loop sends the same tool definitions on every request: tokenise and hash each text once.
+    return count_tokens(text, encoding)
+
+
+@lru_cache(maxsize=65_536)
+def _text_digest(text: str) -> str:
+    return _digest(text)
+
+
 def _plain(item: Any) -> Any:
     return item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
 
@@ -323,15 +334,16 @@ def request_blocks(
     definitions: dict[str, int] = {}
     for raw in payload.get("tools") or ():
         tool = dict(_plain(raw))
+        sent = compact_json(tool)
         deferred = bool(tool.pop("defer_loading", False))
-        text = compact_json(tool)
-        tokens = count_tokens(text, encoding)
+        text = compact_json(tool) if deferred else sent
+        tokens = _text_tokens(text, encoding)
         name = tool.get("name") or (tool.get("function") or {}).get("name")
         if isinstance(name, str):
             definitions[name] = tokens
         if deferred and skip_deferred:
             continue
-        tools.append(Block("tools", _digest(compact_json(_plain(raw))), tokens))
+        tools.append(Block("tools", _text_digest(sent), tokens))
     system: list[str] = []
     for key in ("system", "instructions"):
         if payload.get(key):
