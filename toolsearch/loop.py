@@ -796,6 +796,7 @@ class _Run:
         self.seen: Counter[str] = Counter()
         self.prompt_cache = _prompt_cache(loop.model, self.config.encoding) if self.config.count_tokens else None
         self.cache_use: CacheUse | None = None
+        self.started = time.perf_counter()  # request times for the cache lifetime (a slow tool can outlast it)
 
     def request(self) -> ChatRequest:
         if self.all_tools is not None:
@@ -813,7 +814,8 @@ class _Run:
         if not self.config.count_tokens:
             return None
         payload = self.loop.model.payload(request)
-        self.cache_use = self.prompt_cache.request(payload) if self.prompt_cache is not None else None
+        if self.prompt_cache is not None:
+            self.cache_use = self.prompt_cache.request(payload, at=time.perf_counter() - self.started)
         return request_tokens(payload, self.config.encoding)
 
     def record(
