@@ -468,3 +468,44 @@ def test_session_benchmark_runs_small_and_checks_isolation(dataset: Path) -> Non
         for row in rows.values():
             assert row["isolation_ok"] and row["queries"] == 3 and row["qps"] > 0
     assert "## bm25" in session_bench.render_markdown(report)
+
+
+# --- cost with prompt caching ---------------------------------------------------------------------
+
+
+def test_report_prices_each_arm_with_and_without_caching(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    args = _args(dataset, out, "--sizes", "3,all", "--no-plot", "--format", "anthropic", "--native-backend", "bm25")
+    assert bench.main(args) == 0
+    report = json.loads((out / "tokens.json").read_text())
+    assert report["settings"]["methods"] == ["bm25", "bm25+native"]
+    assert report["settings"]["prices"]["model"] == "claude-sonnet-4-6"
+    full = report["datasets"]["tiny"]["by_size"][-1]["methods"]
+    for name, m in full.items():
+        billed = m["fresh_tokens"] + m["cache_write_tokens"] + m["cache_read_tokens"]
+        assert billed > 0 and 0 < m["price_usd"] <= m["uncached_price_usd"], name
+    # 8 tiny tools stay below Anthropic's 1,024-token minimum: nothing is cached, every token is fresh
+    assert (
+        full["baseline"]["cache_read_tokens"] == 0
+        and full["baseline"]["price_usd"] == full["baseline"]["uncached_price_usd"]
+    )
+    assert full["bm25"]["cost_savings"] == full["bm25"]["uncached_cost_savings"]
+    assert "bm25+native" in report["datasets"]["tiny"]["break_even_cached"]
+    text = (out / "tokens.md").read_text()
+    assert "## Cost with prompt caching" in text and "| tiny | bm25+native |" in text
+    with pytest.raises(SystemExit, match="no native tool-search form"):
+        bench.main(_args(dataset, out, "--native-backend", "bm25"))  # openai_chat has none
+
+
+def test_a_user_price_table_changes_the_caching_rules(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a cache from the first token on: the baseline's repeated tools array is read back on its second request
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"providers": {"openai": {"min_cacheable_tokens": 1, "increment_tokens": 1}}}))
+    monkeypatch.setenv("TOOLSEARCH_PRICES", str(table))
+    report = bench.run(bench.resolve_datasets([str(dataset)]), ["bm25"], [None], limit=3, fmt="openai_chat")
+    m = report["datasets"]["tiny"]["by_size"][0]["methods"]
+    assert m["baseline"]["cache_read_tokens"] > 0
+    assert m["baseline"]["price_usd"] < m["baseline"]["uncached_price_usd"]
+    assert m["bm25"]["cost_savings"] != m["bm25"]["uncached_cost_savings"]

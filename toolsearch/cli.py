@@ -31,6 +31,7 @@ BENCHMARKS = {
     "tokens": "input tokens per task: all tools on every request vs tool search",
     "scale": "build time, index size and query latency as the catalog grows",
     "sessions": "session creation cost and concurrent search over one shared index",
+    "data": "build the data sets the benchmarks use from their public sources (fetch NAME, list)",
 }
 
 

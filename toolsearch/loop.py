@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms
 from .metatool import ToolSearchMetaTool, system_prompt_suffix
 from .providers._base import (
@@ -164,6 +165,7 @@ class RequestRecord:
     usage: Usage | None
     latency_ms: float
     stop_reason: str | None = None
+    cache: CacheUse | None = None  # fresh / cache-write / cache-read tokens and price (toolsearch.cost)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +175,7 @@ class RequestRecord:
             "usage": self.usage.to_dict() if self.usage else None,
             "latency_ms": self.latency_ms,
             "stop_reason": self.stop_reason,
+            "cache": self.cache.to_dict() if self.cache else None,
         }
 
 
@@ -203,6 +206,28 @@ class LoopResult:
     def total_tokens(self) -> int:
         """Input tokens summed over all requests (the counted payloads, not the provider's bill)."""
         return sum(r.tokens.total for r in self.requests if r.tokens)
+
+    @property
+    def cache(self) -> CacheUse:
+        """Input tokens of the run by billing class under prompt caching, with their price (`toolsearch.cost`)."""
+        return sum((r.cache for r in self.requests if r.cache), CacheUse())
+
+    @property
+    def fresh_tokens(self) -> int:
+        return self.cache.fresh
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.cache.cache_write
+
+    @property
+    def cache_read_tokens(self) -> int:
+        return self.cache.cache_read
+
+    @property
+    def price_usd(self) -> float:
+        """Input price of the run in USD with prompt caching (model: the provider's, else the table's default)."""
+        return self.cache.price_usd
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -346,6 +371,9 @@ class _Run:
         self.requests: list[RequestRecord] = []
         self.results: list[ToolResult] = []
         self.seen: Counter[str] = Counter()
+        self.prompt_cache = _prompt_cache(loop.model, self.config.encoding) if self.config.count_tokens else None
+        self.cache_use: CacheUse | None = None
+        self.started = time.perf_counter()  # request times for the cache lifetime (a slow tool can outlast it)
 
     def request(self) -> ChatRequest:
         if self.all_tools is not None:
@@ -363,14 +391,23 @@ class _Run:
     def count(self, request: ChatRequest) -> RequestTokens | None:
         if not self.config.count_tokens:
             return None
-        return request_tokens(self.loop.model.payload(request), self.config.encoding)
+        payload = self.loop.model.payload(request)
+        if self.prompt_cache is not None:
+            self.cache_use = self.prompt_cache.request(payload, at=time.perf_counter() - self.started)
+        return request_tokens(payload, self.config.encoding)
 
     def record(
         self, iteration: int, request: ChatRequest, tokens: RequestTokens | None, turn: Any, started: float
     ) -> None:
         self.requests.append(
             RequestRecord(
-                iteration, tuple(t.name for t in request.tools), tokens, turn.usage, _ms(started), turn.stop_reason
+                iteration,
+                tuple(t.name for t in request.tools),
+                tokens,
+                turn.usage,
+                _ms(started),
+                turn.stop_reason,
+                self.cache_use,
             )
         )
         self.messages.append(turn.message)
@@ -587,6 +624,18 @@ def allowed_tools(session: Session) -> tuple[Tool, ...]:
 def session_tool_tokens(session: Session, encoding: str = "o200k_base") -> int:
     """Tokens of the definitions of every tool the session allows (Chat Completions shape)."""
     return _definitions_tokens(allowed_tools(session), encoding)
+
+
+def _prompt_cache(model: ChatModel, encoding: str) -> PromptCache | None:
+    """The run's prompt-cache model for the provider's wire format (None for a format it has no rules for)."""
+    from .cost import load_prices
+
+    prices = load_prices()
+    if model.format not in prices.formats:
+        return None
+    name = getattr(model, "model", None)
+    model_name = name if isinstance(name, str) else None
+    return PromptCache.for_format(model.format, model_name, prices=prices, encoding=encoding)
 
 
 def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:

@@ -72,6 +72,8 @@ SYSTEM_PROMPT = (
 )
 BASELINE = "baseline"
 AUTO = "auto"
+NATIVE = "+native"  # suffix of an arm that runs a backend with tool_search_mode="native"
+NATIVE_FORMATS = ("anthropic", "openai_responses")  # formats with a provider-native tool-search form
 TARGET_SAVINGS = 0.90
 TARGET_SUCCESS_RATIO = 0.95
 TARGET_EXTRA_REQUESTS = 1.5
@@ -171,6 +173,12 @@ class TaskRun:
     error: str | None = None
     queries: list[str] = field(default_factory=list)
     request_tokens: list[dict[str, Any]] = field(default_factory=list)
+    # under prompt caching (toolsearch.cost): input tokens by billing class, and their price in USD
+    fresh_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    price_usd: float = 0.0
+    uncached_price_usd: float = 0.0
 
     @property
     def success(self) -> bool:
@@ -193,7 +201,8 @@ def run_task(
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
 ) -> TaskRun:
     """Run one task through the loop: as the baseline (`method="baseline"`, every tool on every
-    request), with `tool_search="auto"` (`method="auto"`), or with tool search (a backend's name)."""
+    request), with `tool_search="auto"` (`method="auto"`), or with tool search (a backend's name;
+    `<backend>+native` for the provider's native form, `tool_search_mode="native"`)."""
     from ..loop import LoopConfig, ResultStatus
     from ..loop import run as run_loop
     from ..providers._base import ProviderError
@@ -207,6 +216,7 @@ def run_task(
         tool_search="off" if baseline else ("auto" if method == AUTO else "on"),
         direct_max_tokens=direct_max_tokens,
         encoding=encoding,
+        tool_search_mode="native" if method.endswith(NATIVE) else "schema",
     )
     stats = TaskRun(method, catalog_size)
     try:
@@ -241,6 +251,7 @@ def run_task(
             tokens = record.tokens
             stats.request_tokens.append(
                 {
+                    "cache": record.cache.to_dict() if record.cache else None,
                     "iteration": record.iteration,
                     "tools_sent": len(record.tool_names),
                     "system_tokens": tokens.system if tokens else None,
@@ -251,6 +262,13 @@ def run_task(
                 }
             )
     stats.requests = len(result.requests)
+    cache = result.cache
+    stats.fresh_tokens, stats.cache_write_tokens, stats.cache_read_tokens = (
+        cache.fresh,
+        cache.cache_write,
+        cache.cache_read,
+    )
+    stats.price_usd, stats.uncached_price_usd = cache.price_usd, cache.uncached_price_usd
     stats.provider_input_tokens = sum(billed_in) if billed_in else None
     stats.provider_output_tokens = sum(billed_out) if billed_out else None
     stats.searches = len(result.searches)
@@ -279,6 +297,11 @@ def _aggregate(runs: Sequence[TaskRun], live: bool) -> dict[str, Any]:
         "tool_tokens": round(_mean([r.tool_tokens for r in done]), 1),
         "requests": round(_mean([r.requests for r in done]), 3),
         "searches": round(_mean([r.searches for r in done]), 3),
+        "fresh_tokens": round(_mean([r.fresh_tokens for r in done]), 1),
+        "cache_write_tokens": round(_mean([r.cache_write_tokens for r in done]), 1),
+        "cache_read_tokens": round(_mean([r.cache_read_tokens for r in done]), 1),
+        "price_usd": _mean([r.price_usd for r in done]),
+        "uncached_price_usd": _mean([r.uncached_price_usd for r in done]),
         "exposed": round(_mean([float(r.exposed) for r in runs]), 4),
         "success": round(_mean([float(r.success) for r in runs]), 4),
     }
@@ -295,8 +318,18 @@ def _compare(method: dict[str, Any], base: dict[str, Any], live: bool) -> None:
     key = "provider_input_tokens" if live and method.get("provider_input_tokens") is not None else "input_tokens"
     b, m = base.get(key), method.get(key)
     method["savings"] = round(1 - m / b, 4) if b and m is not None and not math.isnan(b) else None
+    # the price with caching against the baseline with caching on, and against the baseline without caching
+    method["cost_savings"] = _ratio_savings(method.get("price_usd"), base.get("price_usd"))
+    method["cost_savings_vs_uncached"] = _ratio_savings(method.get("price_usd"), base.get("uncached_price_usd"))
+    method["uncached_cost_savings"] = _ratio_savings(method.get("uncached_price_usd"), base.get("uncached_price_usd"))
     method["extra_requests"] = round(method["requests"] - base["requests"], 3)
     method["success_ratio"] = round(method["success"] / base["success"], 4) if base["success"] else None
+
+
+def _ratio_savings(value: float | None, base: float | None) -> float | None:
+    if value is None or not base or math.isnan(base) or math.isnan(value):
+        return None
+    return round(1 - value / base, 4)
 
 
 def break_even(points: Sequence[tuple[float, float | None]], tokens: Sequence[float] | None = None) -> dict[str, Any]:
@@ -338,6 +371,13 @@ def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> l
     tasks = [Task(q.id, q.query, tuple(dict.fromkeys(q.relevant)), q.subset) for q in rows]
     tasks = [t for t in tasks if t.needed and all(n in names for n in t.needed) and t.query.strip()]
     return tasks[:limit] if limit else tasks
+
+
+def _backend_of(method: str, auto_backend: str | None) -> str:
+    """The search backend behind an arm's name (`auto` -> its backend, `<backend>+native` -> the backend)."""
+    if method == AUTO and auto_backend:
+        return auto_backend
+    return method.removesuffix(NATIVE)
 
 
 def _style(method: str) -> QueryStyle:
@@ -402,12 +442,15 @@ def run(
     trace_size: int = 1000,
     auto_backend: str | None = None,
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
+    native_backend: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape).
 
-    `auto_backend` adds the `auto` arm (`tool_search="auto"`) on that backend, which must be one of `backends`.
+    `auto_backend` adds the `auto` arm (`tool_search="auto"`) on that backend, which must be one of `backends`;
+    `native_backend` adds `<backend>+native`, the provider's native form (`fmt` anthropic or openai_responses).
     """
+    from ..cost import load_prices
     from ..index import ToolIndex
     from ..session import SessionManager
     from ..tools import load_tools
@@ -417,7 +460,13 @@ def run(
     make_model = _model_factory(provider, model_name, fmt, base_url)
     if auto_backend is not None and auto_backend not in backends:
         raise ValueError(f"auto_backend {auto_backend!r} is not one of the backends run: {', '.join(backends)}")
-    arms = [*backends, *([AUTO] if auto_backend else [])]
+    if native_backend is not None and (native_backend not in backends or fmt not in NATIVE_FORMATS):
+        raise ValueError(f"native_backend needs one of the backends run and a format among {NATIVE_FORMATS}")
+    arms = [*backends, *([AUTO] if auto_backend else []), *([native_backend + NATIVE] if native_backend else [])]
+    prices = load_prices()
+    price_fmt = "anthropic" if provider == "anthropic" else ("openai_chat" if live else fmt)
+    price = prices.model_for(price_fmt, model_name)
+    rules = prices.rules_for(price_fmt, model_name)
     report: dict[str, Any] = {
         "benchmark": "tokens",
         "machine": machine_info(),
@@ -432,6 +481,24 @@ def run(
             "methods": arms,
             "auto_backend": auto_backend,
             "direct_max_tokens": direct_max_tokens,
+            "native_backend": native_backend,
+            "prices": {
+                "model": price.model,
+                "input": price.input,
+                "cache_write": price.cache_write,
+                "cache_read": price.cache_read,
+                "source": price.source,
+                "retrieved": prices.retrieved,
+                "rules": {
+                    "provider": rules.provider,
+                    "min_cacheable_tokens": rules.min_cacheable_tokens,
+                    "increment_tokens": rules.increment_tokens,
+                    "lifetime_seconds": rules.lifetime_seconds,
+                    "breakpoints": list(rules.breakpoints) if rules.breakpoints is not None else None,
+                    "lookback_blocks": rules.lookback_blocks,
+                    "deferred_tools_in_prefix": rules.deferred_tools_in_prefix,
+                },
+            },
             "system_prompt": SYSTEM_PROMPT,
             "max_iterations": MAX_ITERATIONS,
         },
@@ -463,6 +530,8 @@ def run(
         base_sessions = managers[backends[0]]
         if auto_backend:
             managers[AUTO] = managers[auto_backend]
+        if native_backend:
+            managers[native_backend + NATIVE] = managers[native_backend]
         methods = [BASELINE, *arms]
         runs: dict[tuple[int | None, str], list[TaskRun]] = {(s, m): [] for s in ds_sizes for m in methods}
         failures: dict[str, list[dict[str, Any]]] = {b: [] for b in arms}
@@ -479,7 +548,7 @@ def run(
                         task,
                         method,
                         sessions=sessions,
-                        model=make_model(task, _style(auto_backend if method == AUTO and auto_backend else method)),
+                        model=make_model(task, _style(_backend_of(method, auto_backend))),
                         functions=functions,
                         allowed=allowed,
                         catalog_size=catalog_size,
@@ -526,6 +595,13 @@ def run(
             "break_even": {
                 b: break_even(
                     [(r["catalog_size"], r["methods"][b]["savings"]) for r in by_size],
+                    [_catalog_tokens(r["methods"][BASELINE]) for r in by_size],
+                )
+                for b in arms
+            },
+            "break_even_cached": {
+                b: break_even(
+                    [(r["catalog_size"], r["methods"][b]["cost_savings"]) for r in by_size],
                     [_catalog_tokens(r["methods"][BASELINE]) for r in by_size],
                 )
                 for b in arms
@@ -659,6 +735,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
     if command:
         lines.append(f"- Command: `{command}`")
     lines += machine_markdown(report["machine"])
+    lines += _cost_markdown(report)
     lines += ["", "## At the full catalogs", ""]
     lines.append(
         "| data set | tools | method | input tokens / task | tool-definition tokens / task | savings | "
@@ -805,6 +882,110 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
     return "\n".join(lines) + "\n"
 
 
+def _usd(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"${value:,.2f}"
+
+
+def _cost_markdown(report: dict[str, Any]) -> list[str]:
+    """Prices with prompt caching per arm and size, break-even, and where caching narrows the savings."""
+    s = report["settings"]
+    p = s.get("prices")
+    if not p:
+        return []  # a report from before the cost model
+    r = p["rules"]
+    if r["breakpoints"] is None:
+        how = (
+            f"automatic prefix caching from {r['min_cacheable_tokens']:,} tokens in {r['increment_tokens']}-token "
+            "steps; cache writes " + ("free" if p["cache_write"] is None else f"${p['cache_write']:g}/MTok")
+        )
+    else:
+        how = (
+            f"cache breakpoints at the end of {', '.join(r['breakpoints'])}, a {r['lookback_blocks']}-block lookback, "
+            f"minimum {r['min_cacheable_tokens']:,} tokens; writes ${p['cache_write']:g}/MTok"
+            + ("; tools sent with `defer_loading` stay out of the prompt" if not r["deferred_tools_in_prefix"] else "")
+        )
+    lines = [
+        "",
+        "## Cost with prompt caching",
+        "",
+        f"Input price per 1,000 tasks at **{p['model']}** prices (input ${p['input']:g}/MTok, cache read "
+        f"${p['cache_read']:g}/MTok; {how}; lifetime {r['lifetime_seconds']:.0f} s; figures from "
+        f"`toolsearch/data/prices.json`, retrieved {p['retrieved']}). Each task is one conversation: a request "
+        "reads from cache the longest prefix (tools, system, messages, in that order) an earlier request of the "
+        "same task left there (`toolsearch/cost.py`). Tokens here are counted per rendered block the same way as "
+        "the raw counts below, except that deferred tools are left out and a `tool_reference` costs the definition "
+        "it expands to.",
+        "",
+        "| data set | method | fresh / task | cache write / task | cache read / task | $ / 1k tasks cached | "
+        "$ / 1k tasks uncached | saved vs all tools, cached | saved vs all tools, uncached | raw token savings |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, ds in report["datasets"].items():
+        full = next(row for row in ds["by_size"] if row["size"] == "all")
+        for method, m in full["methods"].items():
+            base = method == BASELINE
+            lines.append(
+                f"| {name} | {method} | {_num(m['fresh_tokens'])} | {_num(m['cache_write_tokens'])} | "
+                f"{_num(m['cache_read_tokens'])} | {_usd(m['price_usd'] * 1000)} | "
+                f"{_usd(m['uncached_price_usd'] * 1000)} | {'' if base else _pct(m.get('cost_savings'))} | "
+                f"{'' if base else _pct(m.get('cost_savings_vs_uncached'))} | "
+                f"{'' if base else _pct(m.get('savings'))} |"
+            )
+    arms = _arms(s)
+    lines += [
+        "",
+        "Saved against the all-tools loop, both with caching on (raw token savings in brackets), by catalog size:",
+        "",
+        "| data set | catalog | " + " | ".join(arms) + " |",
+        "|---|---:|" + "---:|" * len(arms),
+    ]
+    for name, ds in report["datasets"].items():
+        for row in ds["by_size"]:
+            label = f"all ({row['catalog_size']:,.0f})" if row["size"] == "all" else f"{row['catalog_size']:,.0f}"
+            cells = [f"{_pct(row['methods'][a].get('cost_savings'))} ({_pct(row['methods'][a].get('savings'))})"
+                     for a in arms]
+            lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Break-even catalog size with caching (below it, tool search costs more than sending every tool):",
+        "",
+        "| data set | " + " | ".join(arms) + " |",
+        "|---|" + "---|" * len(arms),
+    ]
+    for name, ds in report["datasets"].items():
+        cells = []
+        for a in arms:
+            be = (ds.get("break_even_cached") or {}).get(a) or {"size": None, "note": "n/a"}
+            if be["size"] is None:
+                cells.append(be["note"])
+            else:
+                weight = f"~{be['definition_tokens']:,} definition tokens; " if be.get("definition_tokens") else ""
+                cells.append(f"~{be['size']:.0f} tools ({weight}{be['note']})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Where tool search saves less than the raw counts suggest:", ""]
+    lines += _narrowed(report) or ["- nowhere in this run: savings with caching are within 5 points of raw savings"]
+    return lines
+
+
+def _narrowed(report: dict[str, Any]) -> list[str]:
+    """Plain sentences for the sizes where caching takes 5+ points off tool search's savings."""
+    out = []
+    for name, ds in report["datasets"].items():
+        for row in ds["by_size"]:
+            base = row["methods"][BASELINE]
+            for arm, m in row["methods"].items():
+                raw, cached = m.get("savings"), m.get("cost_savings")
+                if arm == BASELINE or raw is None or cached is None or raw - cached < 0.05:
+                    continue
+                share = base["cache_read_tokens"] / max(1.0, base["fresh_tokens"] + base["cache_write_tokens"]
+                                                        + base["cache_read_tokens"])
+                out.append(
+                    f"- {name}, {row['catalog_size']:,.0f} tools, {arm}: {_pct(cached)} cheaper with caching vs "
+                    f"{_pct(raw)} fewer raw tokens (the all-tools loop reads {_pct(share)} of its input from cache)"
+                )
+    return out
+
+
 def plot(report: dict[str, Any], out: Path, stem: str = "tokens") -> list[Path]:
     """<stem>_vs_size.png and <stem>_savings.png; empty when matplotlib is missing."""
     try:
@@ -918,6 +1099,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"the `auto` arm's limit on the catalog's definition tokens (default {DIRECT_MAX_TOKENS:,})",
     )
     parser.add_argument(
+        "--native-backend",
+        default=None,
+        metavar="NAME",
+        help="backend of the `<backend>+native` arm, the provider's native tool-search form "
+        "(tool_search_mode='native'; --format anthropic or openai_responses only); default hybrid there, "
+        "'none' to leave it out",
+    )
+    parser.add_argument(
         "--format",
         default="openai_chat",
         choices=["openai_chat", "openai_responses", "anthropic"],
@@ -973,6 +1162,19 @@ def _auto_backend(spec: str | None, backends: Sequence[str]) -> str | None:
     return spec
 
 
+def _native_backend(spec: str | None, backends: Sequence[str], fmt: str, provider: str | None) -> str | None:
+    if provider is not None or (spec is not None and spec.strip().lower() == "none"):
+        return None
+    if spec is None:
+        return "hybrid" if "hybrid" in backends and fmt in NATIVE_FORMATS else None
+    if fmt not in NATIVE_FORMATS:
+        raise SystemExit(f"--native-backend: --format {fmt} has no native tool-search form; use anthropic or "
+                         "openai_responses")
+    if spec not in backends:
+        raise SystemExit(f"--native-backend: {spec!r} is not among --backends ({', '.join(backends)})")
+    return spec
+
+
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     offline_environment(args.cache_dir)
@@ -992,6 +1194,7 @@ def main(args: argparse.Namespace) -> int:
         trace_size=args.trace_size,
         auto_backend=_auto_backend(args.auto_backend, backends),
         direct_max_tokens=args.direct_max_tokens,
+        native_backend=_native_backend(args.native_backend, backends, args.format, args.provider),
         log=None if quiet else log,
     )
     out = Path(args.out)
