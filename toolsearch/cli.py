@@ -32,6 +32,7 @@ BENCHMARKS = {
     "tokens": "input tokens per task: all tools on every request vs tool search",
     "scale": "build time, index size and query latency as the catalog grows",
     "sessions": "session creation cost and concurrent search over one shared index",
+    "frameworks": "LangChain, Pydantic AI and Agents SDK built-in tool selection vs toolsearch's plug-ins",
 }
 
 

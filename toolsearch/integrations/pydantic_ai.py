@@ -13,6 +13,7 @@ the catalog's content hash, so every run and every agent over the same tools sha
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -64,23 +65,36 @@ class ToolSearchStrategy:
         self.options = options
         self.cache_size = cache_size
         self._indexes: OrderedDict[str, ToolIndex] = OrderedDict()
+        self._keys: dict[str, str] = {}  # JSON of the definitions -> catalog hash
         self._lock = threading.Lock()
         self.builds = 0  # how many indexes were built (a cache hit builds none)
 
     def index_for(self, tools: Sequence[ToolDefinition]) -> ToolIndex:
         """The index over these tools: cached by the catalog's content hash, built on a miss."""
+        # The search function gets the definitions on every call; one JSON dump of them finds a
+        # known tool set without validating and hashing each tool again.
+        seen = json.dumps(
+            [[t.name, t.description, t.parameters_json_schema] for t in tools], sort_keys=True, default=str
+        )
+        with self._lock:
+            key = self._keys.get(seen)
+            index = self._indexes.get(key) if key is not None else None
+            if index is not None and key is not None:
+                self._indexes.move_to_end(key)
+                return index
         catalog = Catalog(tool_from_definition(t) for t in tools)
         with self._lock:
             index = self._indexes.get(catalog.hash)
-            if index is not None:
-                self._indexes.move_to_end(catalog.hash)
-                return index
-        index = ToolIndex.build(catalog, self.backend, **self.options)
+        if index is None:
+            index = ToolIndex.build(catalog, self.backend, **self.options)
+            with self._lock:
+                self.builds += 1
         with self._lock:
-            self.builds += 1
             self._indexes[catalog.hash] = index
+            self._keys[seen] = catalog.hash
             while len(self._indexes) > self.cache_size:
-                self._indexes.popitem(last=False)
+                gone, _ = self._indexes.popitem(last=False)
+                self._keys = {k: v for k, v in self._keys.items() if v != gone}
         return index
 
     def search(self, queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
