@@ -98,7 +98,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self.pinned = tuple(dict.fromkeys(pinned))
         self.metatool = metatool or ToolSearchMetaTool()
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
-        self.sessions = SessionManager(self.index, max_sessions=1_000_000)
+        self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, ()) as session:
             definition = self.metatool.definition(session)
         self.search_tool = StructuredTool.from_function(
@@ -139,20 +139,20 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
     # --- tool calls -------------------------------------------------------------------------
 
-    def _check(self, request: Any) -> ToolResult | None:
-        """None when the call may run; else the search's result or the refusal to send back."""
+    def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
+        """None when the call may run; else what to send back (a search's result or a refusal) and
+        the thread's discovered names after it."""
         call = request.tool_call
         name = call["name"]
         if name != self.search_tool.name and name not in self.index.catalog:
             return None  # not a catalog tool: the agent's own business
         with scratch_session(self.sessions, self.pinned, _discovered_in(request.state)) as session:
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool)
-            if result.search is not None and result.status is ResultStatus.SEARCH:
-                result = ToolResult(result.call, result.content, result.status, value=list(session.discovered),
-                                    search=result.search, tool_references=result.tool_references)
-        return None if allowed(result) else result
+            discovered = list(session.discovered)
+        return None if allowed(result) else (result, discovered)
 
-    def _answer(self, request: Any, result: ToolResult) -> ToolMessage | Command[Any]:
+    def _answer(self, request: Any, checked: tuple[ToolResult, list[str]]) -> ToolMessage | Command[Any]:
+        result, discovered = checked
         call = request.tool_call
         message = ToolMessage(
             content=result.content,
@@ -161,17 +161,17 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             status="error" if result.is_error else "success",
         )
         if result.status is ResultStatus.SEARCH:
-            return Command(update={STATE_KEY: result.value, "messages": [message]})
+            return Command(update={STATE_KEY: discovered, "messages": [message]})
         return message
 
     def wrap_tool_call(
         self, request: Any, handler: Callable[[Any], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
-        result = self._check(request)
-        return handler(request) if result is None else self._answer(request, result)
+        checked = self._check(request)
+        return handler(request) if checked is None else self._answer(request, checked)
 
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
-        result = self._check(request)
-        return await handler(request) if result is None else self._answer(request, result)
+        checked = self._check(request)
+        return await handler(request) if checked is None else self._answer(request, checked)
