@@ -161,3 +161,20 @@ def test_middleware_needs_the_index_to_hold_its_tools() -> None:
     index = ToolIndex.build([tool_from_langchain(get_time)], backend="bm25")
     with pytest.raises(InvalidToolError, match="does not hold the tool"):
         ToolSearchMiddleware(CATALOG, index=index)
+
+
+def test_allowed_limits_what_the_thread_can_find_and_call(server: FakeLLMServer) -> None:
+    model = ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                       max_retries=0, use_responses_api=False)
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"], allowed=["get_time", "get_weather"])
+    agent = create_agent(model, middleware=[middleware])
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send an email"}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1")]),
+        Turn(text="I cannot send email."),
+    )
+    state = agent.invoke({"messages": [{"role": "user", "content": "email Bob"}]})
+    assert [r.tool_names for r in server.requests] == [FIRST, FIRST, FIRST]
+    assert "send_email" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert RAN == [] and not state.get(STATE_KEY)

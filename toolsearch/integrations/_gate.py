@@ -21,11 +21,14 @@ GATE_CONFIG = LoopConfig(tool_timeout=None, undiscovered="instruct", parallel_to
 
 @contextmanager
 def scratch_session(
-    sessions: SessionManager, pinned: Collection[str], discovered: Sequence[str]
+    sessions: SessionManager,
+    pinned: Collection[str],
+    discovered: Sequence[str],
+    allowed: Collection[str] | None = None,
 ) -> Iterator[Session]:
     """A short-lived session holding a conversation's discovered tools, for frameworks that keep
     the discovered set in their own state (a LangGraph checkpoint, say); closed on exit."""
-    session = sessions.create(f"scratch-{uuid.uuid4().hex}", pinned=pinned)
+    session = sessions.create(f"scratch-{uuid.uuid4().hex}", pinned=pinned, allowed=allowed)
     try:
         known = [n for n in discovered if session.is_allowed(n)]
         if known:

@@ -71,8 +71,9 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
     The catalog's tools are registered with the agent by the middleware (pass them here, not
     also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
-    through untouched. `backend` picks the search backend (or pass a built `index` over the same
-    tools); `metatool` configures the tool_search tool (name, result count, description).
+    through untouched. `allowed` limits what the agent can find and call (None: every catalog
+    tool). `backend` picks the search backend (or pass a built `index` over the same tools);
+    `metatool` configures the tool_search tool (name, result count, description).
     """
 
     state_schema = ToolSearchState
@@ -82,6 +83,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         tools: Sequence[BaseTool | Callable[..., Any]],
         *,
         pinned: Collection[str] = (),
+        allowed: Collection[str] | None = None,
         backend: str = "bm25",
         index: ToolIndex | None = None,
         metatool: ToolSearchMetaTool | None = None,
@@ -96,10 +98,11 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         if missing:
             raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
         self.pinned = tuple(dict.fromkeys(pinned))
+        self.allowed = None if allowed is None else frozenset(allowed)
         self.metatool = metatool or ToolSearchMetaTool()
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
-        with scratch_session(self.sessions, self.pinned, ()) as session:
+        with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
             definition = self.metatool.definition(session)
         self.search_tool = StructuredTool.from_function(
             func=_never_called,
@@ -123,7 +126,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         discovered = [
             offered.get(n) or self._by_name[n]
             for n in _discovered_in(request.state)
-            if n in self._by_name and n not in self.pinned
+            if n in self._by_name and n not in self.pinned and (self.allowed is None or n in self.allowed)
         ]
         return [*passthrough, *pinned, self.search_tool, *discovered]
 
@@ -146,7 +149,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         name = call["name"]
         if name != self.search_tool.name and name not in self.index.catalog:
             return None  # not a catalog tool: the agent's own business
-        with scratch_session(self.sessions, self.pinned, _discovered_in(request.state)) as session:
+        discovered = _discovered_in(request.state)
+        with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool)
             discovered = list(session.discovered)
         return None if allowed(result) else (result, discovered)
