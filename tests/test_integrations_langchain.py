@@ -162,6 +162,14 @@ def test_middleware_needs_the_index_to_hold_its_tools() -> None:
     with pytest.raises(InvalidToolError, match="does not hold the tool"):
         ToolSearchMiddleware(CATALOG, index=index)
 
+    @tool
+    def tool_search(query: str) -> str:
+        """A catalog tool that happens to share the search tool's name."""
+        return query
+
+    with pytest.raises(InvalidToolError, match="named 'tool_search' like the search tool"):
+        ToolSearchMiddleware([*CATALOG, tool_search])
+
 
 def test_allowed_limits_what_the_thread_can_find_and_call(server: FakeLLMServer) -> None:
     model = ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]

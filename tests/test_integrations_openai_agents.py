@@ -119,3 +119,17 @@ def test_a_run_without_a_session_is_told_how_to_give_one(server: FakeLLMServer) 
     with pytest.raises(SessionRequiredError, match=r"context=search\.session"):
         Runner.run_sync(agent, "hi")
     assert server.requests == []
+
+
+def test_a_catalog_tool_may_not_take_the_search_tool_name() -> None:
+    from toolsearch import InvalidToolError
+
+    @function_tool
+    def tool_search(query: str) -> str:
+        """A catalog tool that happens to share the search tool's name."""
+        return query
+
+    with pytest.raises(InvalidToolError, match="named 'tool_search' like the search tool"):
+        AgentToolSearch([get_time, tool_search])
+    with pytest.raises(InvalidToolError, match="pinned tool"):
+        AgentToolSearch([get_time], pinned=["get_weather"])

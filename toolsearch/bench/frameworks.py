@@ -10,7 +10,8 @@ Two parts, on the shared data sets:
   each asked the data set's queries over the whole catalog; nDCG@10 and Recall@5 as in `bench retrieval`.
 - **tokens**: one task per query (call its first relevant tool, then answer), run through each
   framework's real agent loop and real OpenAI client, at the catalog sizes of `bench tokens` (the
-  task's tool plus seeded distractors). The model is a deterministic policy behind an
+  task's tool plus seeded distractors; a data set tool named `tool_search` or `search_tools` is left
+  out, as it would stand in for the search tool). The model is a deterministic policy behind an
   `httpx.MockTransport` that answers in the Chat Completions wire format: it searches with the task's
   text when it has a search tool, calls the task's tool when it sees it (else the first tool it was
   given), then answers; LangChain's selector call is answered with the task's tool alone (the best a
@@ -220,7 +221,8 @@ def _safe_tools(ds: Dataset) -> tuple[list[Any], dict[str, str]]:
     """The data set's tools under provider-safe names (every framework sends names as they are)."""
     from ..tools import Tool, load_tools, provider_safe_name
 
-    tools = load_tools(ds.tools_path)
+    # a data set tool named like a framework's search tool (bfcl has a `tool_search`) would stand in for it
+    tools = [t for t in load_tools(ds.tools_path) if provider_safe_name(t.name) not in SEARCH_NAMES]
     renamed = {t.name: provider_safe_name(t.name) for t in tools}
     safe = [Tool(renamed[t.name], t.description, t.input_schema) for t in tools]
     return safe, renamed
@@ -385,6 +387,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append(cells)
         lines.append("")
     lines += machine_markdown(report["machine"])
+    for part in report.get("runs", ()):  # data sets run one at a time and merged: when and how loaded
+        m = part["machine"]
+        lines.append(f"- {part['dataset']}: `toolsearch {' '.join((m.get('argv') or [''])[1:])}` at {m['date']}, "
+                     f"load average {m['load_average_at_start']}")
     return "\n".join(lines) + "\n"
 
 

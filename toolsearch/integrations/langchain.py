@@ -100,6 +100,11 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self.pinned = tuple(dict.fromkeys(pinned))
         self.allowed = None if allowed is None else frozenset(allowed)
         self.metatool = metatool or ToolSearchMetaTool()
+        if self.metatool.name in self._by_name:
+            raise InvalidToolError(
+                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
+                "metatool=ToolSearchMetaTool(name=...)"
+            )
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:

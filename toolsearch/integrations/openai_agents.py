@@ -84,6 +84,11 @@ class AgentToolSearch:
         self.sessions = sessions or SessionManager(self.index)
         self.pinned = tuple(dict.fromkeys(pinned))
         self.metatool = metatool or ToolSearchMetaTool()
+        if any(t.name == self.metatool.name for t in tools):
+            raise InvalidToolError(
+                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
+                "metatool=ToolSearchMetaTool(name=...)"
+            )
         self.session_of: SessionOf = session_of or _context_session
         by_name = {t.name: t for t in tools}
         unknown = [n for n in self.pinned if n not in by_name]
