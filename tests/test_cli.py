@@ -86,7 +86,7 @@ def assert_one_line_error(code: int, err: str, *needles: str, exit_code: int = E
 # --- help and usage ---------------------------------------------------------------------------
 
 
-BENCHES = ["bench retrieval", "bench tokens", "bench scale", "bench sessions"]
+BENCHES = ["bench retrieval", "bench tokens", "bench scale", "bench sessions", "bench frameworks"]
 
 
 @pytest.mark.parametrize("command", [None, *COMMANDS, *BENCHES, "mcp serve"])

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ["torch", "sentence_transformers", "transformers", "faiss", "tantivy", "openai", "anthropic", "mcp",
-         "bm25s", "fastmcp", "matplotlib", "tqdm"]
+         "bm25s", "fastmcp", "matplotlib", "tqdm", "langchain", "langchain_core", "langgraph", "pydantic_ai", "agents"]
 
 
 def _modules_after(code: str) -> set[str]:
@@ -31,6 +31,8 @@ def _modules_after(code: str) -> set[str]:
         "from toolsearch import ToolIndex, IndexStore, Tool, load_tools, Catalog",
         # the CLI starts fast: parsing and --help import no backend, model or SDK
         "import toolsearch.cli; toolsearch.cli.build_parser(['build'])",
+        # the integrations package itself imports no framework (each module imports its own)
+        "import toolsearch.integrations",
     ],
 )
 def test_import_is_light(code: str) -> None:
@@ -80,7 +82,8 @@ def test_shipped_files() -> None:
 def test_pyproject_extras_and_core_dependencies() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    assert {"vector", "providers", "mcp", "bench", "dev", "all"} <= set(extras)
+    frameworks = {"langchain", "pydantic-ai", "openai-agents"}
+    assert {"vector", "providers", "mcp", "bench", "dev", "all", *frameworks} <= set(extras)
     core = {re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
     # the core install stays light: no torch, model or provider SDK
     assert not core & {"torch", "sentence-transformers", "faiss-cpu", "openai", "anthropic", "mcp"}, core

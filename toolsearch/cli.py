@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from ._errors import ToolSearchError
+from .providers.registry import chat_format_names
 
 # Exit codes scripts can rely on.
 EXIT_OK = 0
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "scale": "build time, index size and query latency as the catalog grows",
     "sessions": "session creation cost and concurrent search over one shared index",
     "data": "build the data sets the benchmarks use from their public sources (fetch NAME, list)",
+    "frameworks": "LangChain, Pydantic AI and Agents SDK built-in tool selection vs toolsearch's plug-ins",
 }
 
 
@@ -238,7 +240,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where the demo index is kept between runs (default: $TOOLSEARCH_CACHE_DIR/demo)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the demo index even if a cached one matches")
-    p.add_argument("--format", default="openai_chat", choices=["openai_chat", "openai_responses", "anthropic"],
+    p.add_argument("--format", default="openai_chat", choices=chat_format_names(),
                    help="provider wire format the requests are rendered and counted in (default: openai_chat)")
     p.set_defaults(func=cmd_demo)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .providers.registry import chat_format_names, get_format
 from .tools import Tool, load_tools
 
 if TYPE_CHECKING:
@@ -45,12 +46,8 @@ TASK = (
 SYSTEM = "You are a helpful assistant that schedules meetings and handles email for the user."
 SEARCH_TOOL = "tool_search"
 RESULTS_PER_SEARCH = 3
-FORMATS = ("openai_chat", "openai_responses", "anthropic")
-FORMAT_LABELS = {
-    "openai_chat": "OpenAI Chat Completions",
-    "openai_responses": "OpenAI Responses",
-    "anthropic": "Anthropic Messages",
-}
+FORMATS = tuple(chat_format_names())
+FORMAT_LABELS = {name: get_format(name).label for name in FORMATS}
 
 
 def demo_tools() -> list[Tool]:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
-from .providers._base import Message, ToolCall, is_async_callable, parse_arguments, tool_result_text
+from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
+from .providers.registry import parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat
-from .tools import NameMap, Tool, provider_safe_name
+from .tools import Tool, provider_safe_name
 
 __all__ = [
     "ExecutorConfig",
@@ -149,17 +150,18 @@ class ToolResult:
     def to_message(self) -> Message:
         return Message.tool(self.call, self.content, is_error=self.is_error, tool_references=self.tool_references)
 
+    def render(self, format: str) -> dict[str, Any]:
+        """This result in a registered wire format (see `toolsearch.providers.registry`)."""
+        return render_result(format, self.call, self.content, is_error=self.is_error)
+
     def to_openai_chat(self) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
+        return self.render("openai_chat")
 
     def to_openai_responses(self) -> dict[str, Any]:
-        return {"type": "function_call_output", "call_id": self.call.id, "output": self.content}
+        return self.render("openai_responses")
 
     def to_anthropic(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call.id, "content": self.content}
-        if self.is_error:
-            out["is_error"] = True
-        return out
+        return self.render("anthropic")
 
 
 
@@ -214,29 +216,7 @@ def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
 
 def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
     """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
-    if isinstance(raw, ToolCall):
-        call = raw
-    else:
-        data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
-        if not isinstance(data, Mapping):
-            raise TypeError(f"cannot read a tool call from {type(raw).__name__}")
-        kind = data.get("type")
-        if "function" in data and isinstance(data["function"], Mapping):  # Chat Completions
-            fn = data["function"]
-            call = ToolCall.from_json(data.get("id") or "", fn.get("name") or "", fn.get("arguments"))
-        elif kind == "function_call":  # Responses
-            call = ToolCall.from_json(
-                data.get("call_id") or data.get("id") or "", data.get("name") or "", data.get("arguments")
-            )
-        elif kind == "tool_search_call":  # Responses, client-executed tool search
-            args, error = parse_arguments(data.get("arguments"))
-            call = ToolCall(data.get("call_id") or data.get("id") or "", search_name, args, error, kind="tool_search")
-        elif kind == "tool_use" or "input" in data:  # Anthropic
-            args, error = parse_arguments(data.get("input"))
-            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
-        else:
-            args, error = parse_arguments(data.get("arguments"))
-            call = ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+    call = parse_tool_call(raw, search_name=search_name)
     if call.kind == "function" and call.name != search_name:
         name = session.resolve_name(call.name)
         if name != call.name:
@@ -503,24 +483,6 @@ def _suggest_query(name: str) -> str:
 # --- bring-your-own-loop helpers --------------------------------------------------------------
 
 
-def render_tools(tools: Iterable[Tool], format: ToolFormat, names: NameMap) -> list[dict[str, Any]]:
-    """Tool definitions in a provider's wire format, named by provider-safe aliases from `names`."""
-    out: list[dict[str, Any]] = []
-    for tool in tools:
-        alias = names.add(tool.name)
-        if format == "openai_chat":
-            out.append(tool.to_openai(name=alias))
-        elif format == "openai_responses":
-            out.append(tool.to_openai(name=alias, responses=True))
-        elif format == "anthropic":
-            out.append(tool.to_anthropic(name=alias))
-        elif format == "mcp":
-            out.append(tool.to_mcp(name=alias))
-        else:
-            raise ValueError(f"unknown tool format {format!r}; use openai_chat, openai_responses, anthropic or mcp")
-    return out
-
-
 def tools_for_request(
     session: Session, format: ToolFormat = "openai_chat", *, metatool: ToolSearchMetaTool | None = None
 ) -> list[dict[str, Any]]:
@@ -532,7 +494,7 @@ def tools_for_request(
     meta = metatool or ToolSearchMetaTool()
     view = session.view()
     pinned, discovered = view.pinned_tools(), view.discovered_tools()
-    return render_tools([*pinned, meta.definition(view), *discovered], format, session.name_map)
+    return render_tools(format, [*pinned, meta.definition(view), *discovered], session.name_map)
 
 
 def handle_tool_calls(

@@ -1,4 +1,4 @@
-"""Adapters that run peer retrievers (FastMCP BM25, bm25s, flat dense MiniLM, RRF) over our tools.
+"""Adapters that run peer retrievers (FastMCP BM25, bm25s, dense MiniLM, RRF, Pydantic AI keywords) over our tools.
 
 Each peer is used the way its own users would use it, over the same `Tool` objects the
 toolsearch backends index; none of them reuses toolsearch's text builder, so the comparison
@@ -24,6 +24,7 @@ __all__ = [
     "BM25sPeer",
     "DensePeer",
     "FastMCPBM25Peer",
+    "PydanticAIKeywordsPeer",
     "Peer",
     "RRFPeer",
     "make_peers",
@@ -31,7 +32,7 @@ __all__ = [
     "rrf_fuse",
 ]
 
-PEER_NAMES = ("fastmcp-bm25", "bm25s", "bm25s-stem", "dense-minilm", "rrf-bm25s-dense")
+PEER_NAMES = ("fastmcp-bm25", "bm25s", "bm25s-stem", "dense-minilm", "rrf-bm25s-dense", "pydantic-ai-keywords")
 RRF_K = 60  # the constant from Cormack et al. (2009), the usual default
 RRF_DEPTH = 50  # ranks taken from each input list before fusing
 
@@ -320,6 +321,41 @@ class RRFPeer:
         return [rrf_fuse([a, b], k) for a, b in zip(lex, den, strict=True)]
 
 
+# --- Pydantic AI ------------------------------------------------------------------------------
+
+
+class PydanticAIKeywordsPeer:
+    """Pydantic AI's `keywords_search_fn`: the local search its `ToolSearch` capability runs when the
+    provider has no native tool search (keyword overlap with name + description, most overlap first).
+
+    Called exactly as the capability calls it, with Pydantic AI `ToolDefinition`s of our tools.
+    """
+
+    name = "pydantic-ai-keywords"
+
+    def __init__(self) -> None:
+        try:
+            from pydantic_ai.tools import ToolDefinition
+            from pydantic_ai.toolsets._tool_search import keywords_search_fn
+        except ImportError:
+            raise missing_dependency("pydantic_ai", "pydantic-ai") from None
+        self._definition = ToolDefinition
+        self._search = keywords_search_fn
+        self._tools: list[Any] = []
+
+    def build(self, tools: Sequence[Tool]) -> None:
+        self._tools = [
+            self._definition(name=t.name, description=t.description, parameters_json_schema=dict(t.input_schema))
+            for t in tools
+        ]
+
+    def search(self, query: str, k: int) -> list[str]:
+        return list(self._search(None, [query], self._tools))[:k]  # type: ignore[arg-type]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[str]]:
+        return [self.search(q, k) for q in queries]
+
+
 def make_peers(
     names: Sequence[str] = PEER_NAMES, *, model_path: str | None = None, skip_unavailable: bool = False
 ) -> tuple[list[Any], dict[str, str]]:
@@ -343,6 +379,8 @@ def make_peers(
             peer = BM25sPeer(stem=True)
         elif name == "dense-minilm":
             peer = DensePeer(model_path)
+        elif name == "pydantic-ai-keywords":
+            peer = PydanticAIKeywordsPeer()
         else:
             peer = RRFPeer(make("bm25s"), make("dense-minilm"))
         shared[name] = peer

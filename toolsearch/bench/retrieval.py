@@ -82,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--peers",
         default="all",
         metavar="LIST",
-        help="comma-separated peers: fastmcp-bm25, bm25s, bm25s-stem, dense-minilm, rrf-bm25s-dense; "
+        help="comma-separated peers: fastmcp-bm25, bm25s, bm25s-stem, dense-minilm, rrf-bm25s-dense, "
+        "pydantic-ai-keywords; "
         "'all' (default) or 'none'",
     )
     parser.add_argument(

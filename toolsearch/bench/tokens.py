@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..loop import DIRECT_MAX_TOKENS
+from ..providers.registry import chat_format_names
 from . import (
     Dataset,
     backend_list,
@@ -1109,7 +1110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format",
         default="openai_chat",
-        choices=["openai_chat", "openai_responses", "anthropic"],
+        choices=chat_format_names(),
         help="wire format the offline requests are rendered and counted in (default openai_chat)",
     )
     parser.add_argument(

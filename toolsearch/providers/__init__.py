@@ -30,6 +30,16 @@ from .openai import (
     chat_payload,
     responses_payload,
 )
+from .registry import (
+    WireFormat,
+    chat_format_names,
+    format_names,
+    get_format,
+    parse_tool_call,
+    register_format,
+    render_result,
+    render_tools,
+)
 from .scripted import ScriptedModel, call, example_arguments, reply, search, search_and_call
 
 __all__ = [
@@ -59,6 +69,15 @@ __all__ = [
     "chat_payload",
     "responses_payload",
     "anthropic_payload",
+    # wire formats
+    "WireFormat",
+    "register_format",
+    "get_format",
+    "format_names",
+    "chat_format_names",
+    "render_tools",
+    "render_result",
+    "parse_tool_call",
     # scripted
     "ScriptedModel",
     "call",

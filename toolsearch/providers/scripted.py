@@ -33,6 +33,7 @@ from ._base import (
     adeliver_event,
     deliver_event,
 )
+from .registry import chat_format_names, request_payload
 
 __all__ = [
     "ScriptedModel",
@@ -180,8 +181,8 @@ class ScriptedModel:
     A turn may be a ModelTurn, an assistant Message, a string (a final answer), a ToolCall or a
     list of ToolCalls, or a callable taking the ChatRequest and returning one of those. Calls
     without an id get `call_<turn>_<i>`. Every request is kept in `requests` (and its rendered
-    provider payload in `payloads`). `format` picks the payload rendering: "openai_chat",
-    "openai_responses" or "anthropic".
+    provider payload in `payloads`). `format` picks the payload rendering: any chat format of the
+    provider registry ("openai_chat", "openai_responses", "anthropic").
     """
 
     def __init__(
@@ -195,8 +196,8 @@ class ScriptedModel:
     ) -> None:
         if (turns is None) == (policy is None):
             raise ValueError("give either turns or a policy")
-        if format not in ("openai_chat", "openai_responses", "anthropic"):
-            raise ValueError("format must be openai_chat, openai_responses or anthropic")
+        if format not in chat_format_names():
+            raise ValueError(f"format must be one of {', '.join(chat_format_names())}; got {format!r}")
         self.format = format
         self.model = model
         self._turns = list(turns) if turns is not None else None
@@ -207,17 +208,7 @@ class ScriptedModel:
         self.payloads: list[dict[str, Any]] = []
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
-        if self.format == "openai_chat":
-            from .openai import chat_payload
-
-            return chat_payload(request, self.model)
-        if self.format == "openai_responses":
-            from .openai import responses_payload
-
-            return responses_payload(request, self.model)
-        from .anthropic import anthropic_payload
-
-        return anthropic_payload(request, self.model)
+        return request_payload(self.format, request, self.model)
 
     @property
     def remaining(self) -> int:

@@ -1,0 +1,188 @@
+"""LangChain: ToolSearchMiddleware inside a real `create_agent`, through `ChatOpenAI` and the real `openai`
+client against the local wire-format server; every request's exact tools array is checked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fakes import FakeLLMServer, Turn
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+
+from toolsearch.integrations.langchain import STATE_KEY, ToolSearchMiddleware
+
+RAN: list[str] = []
+
+
+@tool
+def get_time(timezone: str) -> str:
+    """Current time in an IANA timezone."""
+    RAN.append("get_time")
+    return f"12:00 in {timezone}"
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Weather forecast for a city: temperature, rain and wind."""
+    RAN.append("get_weather")
+    return f"sunny in {city}"
+
+
+@tool
+def send_email(to: str, subject: str) -> str:
+    """Send an email message to a recipient."""
+    RAN.append("send_email")
+    return "sent"
+
+
+@tool
+def create_invoice(customer: str, amount: float) -> str:
+    """Create an invoice for a customer."""
+    RAN.append("create_invoice")
+    return "invoice created"
+
+
+@tool
+def translate_text(text: str, language: str) -> str:
+    """Translate text into another language."""
+    RAN.append("translate_text")
+    return text
+
+
+CATALOG = [get_time, get_weather, send_email, create_invoice, translate_text]
+FIRST = ["get_time", "tool_search"]
+AFTER_SEARCH = ["get_time", "tool_search", "get_weather"]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    RAN.clear()
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+def _agent(server: FakeLLMServer, *, streaming: bool = False) -> Any:
+    model = ChatOpenAI(
+        model="gpt-test", base_url=server.openai_base_url, api_key="test-key", max_retries=0,  # type: ignore[arg-type]
+        streaming=streaming, use_responses_api=False,
+    )
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"])
+    return create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+
+
+def _script(server: FakeLLMServer) -> None:
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+        # send_email was never found: refused; get_weather was: it runs
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),
+                         ("get_weather", {"city": "Paris"}, "c2")]),
+        Turn(text="Sunny in Paris."),
+    )
+
+
+def _drive(agent: Any, mode: str, text: str, thread: str) -> dict[str, Any]:
+    config: Any = {"configurable": {"thread_id": thread}}
+    payload = {"messages": [{"role": "user", "content": text}]}
+    if mode == "invoke":
+        return dict(agent.invoke(payload, config))
+    if mode == "ainvoke":
+        return dict(asyncio.run(agent.ainvoke(payload, config)))
+    if mode == "stream":
+        chunks = list(agent.stream(payload, config, stream_mode="messages"))
+        assert any(getattr(c[0], "content", "") for c in chunks)  # tokens streamed as they came
+    else:
+
+        async def collect() -> list[Any]:
+            return [c async for c in agent.astream(payload, config, stream_mode="messages")]
+
+        assert asyncio.run(collect())
+    return dict(agent.get_state(config).values)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
+def test_agent_sees_pinned_and_search_then_what_it_found(server: FakeLLMServer, mode: str) -> None:
+    agent = _agent(server, streaming=mode.endswith("stream"))
+    _script(server)
+    state = _drive(agent, mode, "What's the weather in Paris?", "t1")
+
+    requests = server.requests
+    assert [r.tool_names for r in requests] == [FIRST, AFTER_SEARCH, AFTER_SEARCH]
+    assert all(r.stream == mode.endswith("stream") for r in requests)
+    assert state[STATE_KEY] == ["get_weather"]
+    assert state["messages"][-1].content == "Sunny in Paris."
+    # the search result, the refusal and the real result went back to the model
+    search_result = requests[1].tool_results()
+    assert "get_weather" in search_result[0].text
+    refused, ran = requests[2].tool_results()
+    assert "not loaded yet" in refused.text and "tool_search" in refused.text
+    assert ran.text == "sunny in Paris"
+    assert RAN == ["get_weather"]  # the undiscovered tool never ran
+    server.assert_consumed()
+
+
+def test_discovered_tools_persist_per_thread(server: FakeLLMServer) -> None:
+    agent = _agent(server)
+    _script(server)
+    _drive(agent, "invoke", "What's the weather in Paris?", "t1")
+    server.enqueue(Turn(text="Still sunny."), Turn(text="Hello."))
+    _drive(agent, "invoke", "And tomorrow?", "t1")  # the checkpoint remembers get_weather
+    state = _drive(agent, "invoke", "Hi", "t2")  # another thread starts from scratch
+    assert [r.tool_names for r in server.requests[3:]] == [AFTER_SEARCH, FIRST]
+    assert STATE_KEY not in state or state[STATE_KEY] == []
+
+
+def test_parallel_searches_merge_and_bad_search_is_instructive(server: FakeLLMServer) -> None:
+    agent = _agent(server)
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1"),
+                         ("tool_search", {"query": "send email", "max_results": 1}, "s2"),
+                         ("tool_search", {"max_results": 1}, "s3")]),
+        Turn(tool_calls=[("create_invoice", {"customer": "ACME", "amount": 3}, "c1")]),
+        Turn(text="Done."),
+    )
+    state = _drive(agent, "invoke", "weather and mail", "t3")
+    assert sorted(state[STATE_KEY]) == ["get_weather", "send_email"]
+    assert sorted(server.requests[1].tool_names[2:]) == ["get_weather", "send_email"]
+    bad = server.requests[1].tool_results()[2]
+    assert "`query` is required" in bad.text
+    assert "not loaded yet" in server.requests[2].tool_results()[0].text
+    assert RAN == []
+
+
+def test_middleware_needs_the_index_to_hold_its_tools() -> None:
+    from toolsearch import InvalidToolError, ToolIndex
+    from toolsearch.integrations.langchain import tool_from_langchain
+
+    index = ToolIndex.build([tool_from_langchain(get_time)], backend="bm25")
+    with pytest.raises(InvalidToolError, match="does not hold the tool"):
+        ToolSearchMiddleware(CATALOG, index=index)
+
+    @tool
+    def tool_search(query: str) -> str:
+        """A catalog tool that happens to share the search tool's name."""
+        return query
+
+    with pytest.raises(InvalidToolError, match="named 'tool_search' like the search tool"):
+        ToolSearchMiddleware([*CATALOG, tool_search])
+
+
+def test_allowed_limits_what_the_thread_can_find_and_call(server: FakeLLMServer) -> None:
+    model = ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                       max_retries=0, use_responses_api=False)
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"], allowed=["get_time", "get_weather"])
+    agent = create_agent(model, middleware=[middleware])
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send an email"}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1")]),
+        Turn(text="I cannot send email."),
+    )
+    state = agent.invoke({"messages": [{"role": "user", "content": "email Bob"}]})
+    assert [r.tool_names for r in server.requests] == [FIRST, FIRST, FIRST]
+    assert "send_email" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert RAN == [] and not state.get(STATE_KEY)

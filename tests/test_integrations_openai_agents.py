@@ -1,0 +1,135 @@
+"""OpenAI Agents SDK: AgentToolSearch in a real Agent run, through `OpenAIChatCompletionsModel` and the real
+`openai` client against the local wire-format server; every request's exact tools array is checked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from fakes import FakeLLMServer, Turn
+
+from toolsearch import SessionRequiredError
+from toolsearch.integrations.openai_agents import AgentToolSearch
+
+set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
+RAN: list[str] = []
+
+
+@function_tool
+def get_time(timezone: str) -> str:
+    """Current time in an IANA timezone."""
+    RAN.append("get_time")
+    return f"12:00 in {timezone}"
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """Weather forecast for a city: temperature, rain and wind."""
+    RAN.append("get_weather")
+    return f"sunny in {city}"
+
+
+@function_tool
+def send_email(to: str, subject: str) -> str:
+    """Send an email message to a recipient."""
+    RAN.append("send_email")
+    return "sent"
+
+
+@function_tool
+def create_invoice(customer: str, amount: float) -> str:
+    """Create an invoice for a customer."""
+    RAN.append("create_invoice")
+    return "invoice created"
+
+
+FIRST = ["get_time", "tool_search"]
+AFTER_SEARCH = ["get_time", "tool_search", "get_weather"]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    RAN.clear()
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+def _setup(server: FakeLLMServer) -> tuple[AgentToolSearch, Agent[Any]]:
+    search = AgentToolSearch([get_time, get_weather, send_email, create_invoice], pinned=["get_time"])
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    return search, Agent(name="assistant", model=model, tools=list(search.tools))
+
+
+def _script(server: FakeLLMServer) -> None:
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),
+                         ("get_weather", {"city": "Paris"}, "c2")]),
+        Turn(text="Sunny in Paris."),
+    )
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_run_sees_pinned_and_search_then_what_it_found(server: FakeLLMServer, mode: str) -> None:
+    search, agent = _setup(server)
+    _script(server)
+    session = search.session("user-1")
+    prompt = "What's the weather in Paris?"
+    if mode == "sync":
+        output = Runner.run_sync(agent, prompt, context=session, run_config=search.run_config()).final_output
+    elif mode == "async":
+        output = asyncio.run(Runner.run(agent, prompt, context=session, run_config=search.run_config())).final_output
+    else:
+
+        async def streamed() -> Any:
+            run = Runner.run_streamed(agent, prompt, context=session, run_config=search.run_config())
+            events = [e async for e in run.stream_events()]
+            assert any(e.type == "raw_response_event" for e in events)
+            return run.final_output
+
+        output = asyncio.run(streamed())
+    assert output == "Sunny in Paris."
+    requests = server.requests
+    assert [r.tool_names for r in requests] == [FIRST, AFTER_SEARCH, AFTER_SEARCH]
+    assert all(r.stream == (mode == "stream") for r in requests)
+    assert "get_weather" in requests[1].tool_results()[0].text
+    results = {r.call_id: r.text for r in requests[2].tool_results()}  # the SDK answers found tools first
+    refused, ran = results["c1"], results["c2"]
+    assert "not loaded yet" in refused and "tool_search" in refused
+    assert ran == "sunny in Paris"
+    assert RAN == ["get_weather"]
+    assert session.discovered == ("get_weather",)
+
+
+def test_sessions_keep_discoveries_apart_and_across_runs(server: FakeLLMServer) -> None:
+    search, agent = _setup(server)
+    _script(server)
+    Runner.run_sync(agent, "weather?", context=search.session("a"), run_config=search.run_config())
+    server.enqueue(Turn(text="again"), Turn(text="fresh"))
+    Runner.run_sync(agent, "and tomorrow?", context=search.session("a"), run_config=search.run_config())
+    Runner.run_sync(agent, "hello", context=search.session("b"), run_config=search.run_config())
+    assert [r.tool_names for r in server.requests[3:]] == [AFTER_SEARCH, FIRST]
+
+
+def test_a_run_without_a_session_is_told_how_to_give_one(server: FakeLLMServer) -> None:
+    _, agent = _setup(server)
+    with pytest.raises(SessionRequiredError, match=r"context=search\.session"):
+        Runner.run_sync(agent, "hi")
+    assert server.requests == []
+
+
+def test_a_catalog_tool_may_not_take_the_search_tool_name() -> None:
+    from toolsearch import InvalidToolError
+
+    @function_tool
+    def tool_search(query: str) -> str:
+        """A catalog tool that happens to share the search tool's name."""
+        return query
+
+    with pytest.raises(InvalidToolError, match="named 'tool_search' like the search tool"):
+        AgentToolSearch([get_time, tool_search])
+    with pytest.raises(InvalidToolError, match="pinned tool"):
+        AgentToolSearch([get_time], pinned=["get_weather"])

@@ -1,0 +1,118 @@
+"""Pydantic AI: toolsearch as the ToolSearch strategy of a real Agent, through `OpenAIChatModel` and the
+real `openai` client against the local wire-format server; every request's exact tools array is checked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from fakes import FakeLLMServer, Turn
+from pydantic_ai import Agent, Tool
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.tools import ToolDefinition
+
+from toolsearch.integrations.pydantic_ai import ToolSearchStrategy, tool_search
+
+RAN: list[str] = []
+
+
+def get_time(timezone: str) -> str:
+    """Current time in an IANA timezone."""
+    RAN.append("get_time")
+    return f"12:00 in {timezone}"
+
+
+def get_weather(city: str) -> str:
+    """Weather forecast for a city: temperature, rain and wind."""
+    RAN.append("get_weather")
+    return f"sunny in {city}"
+
+
+def send_email(to: str, subject: str) -> str:
+    """Send an email message to a recipient."""
+    RAN.append("send_email")
+    return "sent"
+
+
+def create_invoice(customer: str, amount: float) -> str:
+    """Create an invoice for a customer."""
+    RAN.append("create_invoice")
+    return "invoice created"
+
+
+DEFERRED = [get_weather, send_email, create_invoice]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    RAN.clear()
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+def _agent(server: FakeLLMServer, capability: object) -> Agent[None, str]:
+    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=server.async_openai()))
+    tools = [Tool(get_time), *(Tool(f, defer_loading=True) for f in DEFERRED)]
+    return Agent(model, tools=tools, capabilities=[capability])  # type: ignore[list-item]
+
+
+def _script(server: FakeLLMServer) -> None:
+    server.enqueue(
+        Turn(tool_calls=[("search_tools", {"queries": ["weather forecast"]}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),
+                         ("get_weather", {"city": "Paris"}, "c2")]),
+        Turn(text="Sunny in Paris."),
+    )
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_agent_searches_with_toolsearch(server: FakeLLMServer, mode: str) -> None:
+    capability = tool_search(max_results=1)
+    agent = _agent(server, capability)
+    _script(server)
+    if mode == "sync":
+        output = agent.run_sync("What's the weather in Paris?").output
+    elif mode == "async":
+        output = asyncio.run(agent.run("What's the weather in Paris?")).output
+    else:
+
+        async def streamed() -> str:
+            async with agent.run_stream("What's the weather in Paris?") as run:
+                return "".join([piece async for piece in run.stream_text(delta=True)])
+
+        output = asyncio.run(streamed())
+    assert output == "Sunny in Paris."
+    requests = server.requests
+    assert [r.tool_names for r in requests] == [
+        ["get_time", "search_tools"],
+        ["get_time", "get_weather", "search_tools"],
+        ["get_time", "get_weather", "search_tools"],
+    ]
+    # our index ranked get_weather first; with max_results=1 it alone was found
+    assert '"get_weather"' in requests[1].tool_results()[0].text
+    refused, ran = requests[2].tool_results()
+    assert "send_email" in refused.text and "not available" in refused.text
+    assert ran.text == "sunny in Paris"
+    assert RAN == ["get_weather"]
+    strategy = capability.strategy
+    assert isinstance(strategy, ToolSearchStrategy) and strategy.builds == 1
+
+
+def test_index_is_built_once_per_tool_set() -> None:
+    strategy = ToolSearchStrategy(max_results=2)
+    defs = [ToolDefinition(name=f.__name__, description=f.__doc__, parameters_json_schema={
+        "type": "object", "properties": {}}) for f in DEFERRED]
+    ctx: object = None
+    assert strategy(ctx, ["send an email"], defs) == ["send_email"]  # type: ignore[arg-type]
+    assert sorted(strategy(ctx, ["invoice", "weather"], list(reversed(defs)))) == [  # type: ignore[arg-type]
+        "create_invoice",
+        "get_weather",
+    ]
+    assert strategy.builds == 1  # same tools in another order: same catalog hash, same index
+    strategy(ctx, ["weather"], defs[:1])  # type: ignore[arg-type]
+    assert strategy.builds == 2
+    assert strategy(ctx, ["   "], defs) == []  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_results"):
+        ToolSearchStrategy(max_results=0)

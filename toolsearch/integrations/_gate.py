@@ -1,0 +1,63 @@
+"""What every framework plug-in shares: scratch sessions seeded from framework state, and the call gate."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..loop import LoopConfig, ResultStatus, ToolExecutor, ToolResult
+from ..metatool import ToolSearchMetaTool
+from ..providers._base import ToolCall
+from ..session import Session, SessionManager
+
+# The executor decides whether a call may run; the framework runs it (its own error handling,
+# interrupts and streaming stay intact), so the executor only ever "runs" this marker.
+_ALLOWED = object()
+# One call at a time, no worker thread: the gate must run in the framework's own thread/context.
+GATE_CONFIG = LoopConfig(tool_timeout=None, undiscovered="instruct", parallel_tool_calls=False, provider_names=False)
+
+
+@contextmanager
+def scratch_session(
+    sessions: SessionManager,
+    pinned: Collection[str],
+    discovered: Sequence[str],
+    allowed: Collection[str] | None = None,
+) -> Iterator[Session]:
+    """A short-lived session holding a conversation's discovered tools, for frameworks that keep
+    the discovered set in their own state (a LangGraph checkpoint, say); closed on exit."""
+    session = sessions.create(f"scratch-{uuid.uuid4().hex}", pinned=pinned, allowed=allowed)
+    try:
+        known = [n for n in discovered if session.is_allowed(n)]
+        if known:
+            session.discover(known)
+        yield session
+    finally:
+        sessions.close(session.id)
+
+
+def gate(
+    session: Session,
+    call_id: str,
+    name: str,
+    arguments: Mapping[str, Any] | str | None,
+    metatool: ToolSearchMetaTool,
+) -> ToolResult:
+    """Run a tool_search, or check a tool call: status OK means the framework may run the tool.
+
+    Everything else (a search's result text, a refusal of an undiscovered or unknown tool, invalid
+    arguments) is a ToolResult whose `content` goes back to the model as the tool's answer.
+    """
+    call = ToolCall.from_json(call_id, name, arguments) if isinstance(arguments, str) or arguments is None else (
+        ToolCall(call_id, name, dict(arguments))
+    )
+    executor = ToolExecutor({name: lambda **_: _ALLOWED}, metatool=metatool, config=GATE_CONFIG)
+    (result,) = executor.execute(session, [call])
+    return result
+
+
+def allowed(result: ToolResult) -> bool:
+    """True when the gate let the call through (the framework should run the tool now)."""
+    return result.status is ResultStatus.OK and result.value is _ALLOWED

@@ -1,0 +1,186 @@
+"""LangChain 1.x: a `create_agent` middleware that gives the model tool_search instead of every tool.
+
+    from langchain.agents import create_agent
+    from toolsearch.integrations.langchain import ToolSearchMiddleware
+
+    agent = create_agent(model, middleware=[ToolSearchMiddleware(tools, pinned=["get_time"])],
+                         checkpointer=InMemorySaver())
+
+Each model call carries the pinned tools, `tool_search` and the tools this thread discovered;
+the discovered names live in the agent state (key `toolsearch_discovered`), so a LangGraph
+checkpointer keeps them per thread. A call to a catalog tool the thread has not discovered is
+answered with an instructive error and never runs. Sync, async and streaming agents alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Annotated, Any, NotRequired
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.types import Command
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    from .._errors import missing_dependency
+
+    raise missing_dependency("langchain", "langchain") from exc
+
+from .._errors import InvalidToolError
+from ..index import ToolIndex
+from ..loop import ResultStatus, ToolResult
+from ..metatool import ToolSearchMetaTool
+from ..session import SessionManager
+from ..tools import Tool
+from ._gate import allowed, gate, scratch_session
+
+__all__ = ["STATE_KEY", "ToolSearchMiddleware", "ToolSearchState", "tool_from_langchain"]
+
+STATE_KEY = "toolsearch_discovered"
+
+
+def _merge_discovered(left: list[str] | None, right: list[str] | None) -> list[str]:
+    # Parallel tool_search calls of one turn each report what they found: keep every name, in order.
+    return list(dict.fromkeys([*(left or ()), *(right or ())]))
+
+
+class ToolSearchState(AgentState[Any]):
+    """The agent state plus the names of the tools this thread discovered."""
+
+    toolsearch_discovered: NotRequired[Annotated[list[str], _merge_discovered]]
+
+
+def tool_from_langchain(tool: BaseTool) -> Tool:
+    """A toolsearch Tool from a LangChain tool (name, description and argument schema)."""
+    return Tool.from_openai(convert_to_openai_tool(tool))
+
+
+def _discovered_in(state: Any) -> list[str]:
+    value = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
+    return list(value or ())
+
+
+def _never_called(**_: Any) -> str:
+    raise RuntimeError("tool_search runs inside ToolSearchMiddleware; add the middleware to create_agent")
+
+
+class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
+    """Search-then-call for a LangChain agent: `tools` are the catalog, `pinned` always sent.
+
+    The catalog's tools are registered with the agent by the middleware (pass them here, not
+    also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
+    through untouched. `allowed` limits what the agent can find and call (None: every catalog
+    tool). `backend` picks the search backend (or pass a built `index` over the same tools);
+    `metatool` configures the tool_search tool (name, result count, description).
+    """
+
+    state_schema = ToolSearchState
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        pinned: Collection[str] = (),
+        allowed: Collection[str] | None = None,
+        backend: str = "bm25",
+        index: ToolIndex | None = None,
+        metatool: ToolSearchMetaTool | None = None,
+    ) -> None:
+        super().__init__()
+        from langchain_core.tools import tool as as_tool
+
+        catalog_tools = [t if isinstance(t, BaseTool) else as_tool(t) for t in tools]
+        self._by_name: dict[str, BaseTool] = {t.name: t for t in catalog_tools}
+        self.index = index or ToolIndex.build([tool_from_langchain(t) for t in catalog_tools], backend)
+        missing = sorted(set(self._by_name) - set(self.index.catalog.names))
+        if missing:
+            raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
+        self.pinned = tuple(dict.fromkeys(pinned))
+        self.allowed = None if allowed is None else frozenset(allowed)
+        self.metatool = metatool or ToolSearchMetaTool()
+        if self.metatool.name in self._by_name:
+            raise InvalidToolError(
+                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
+                "metatool=ToolSearchMetaTool(name=...)"
+            )
+        # sessions here are scratch views (created and closed per hook); the thread's state is the truth
+        self.sessions = SessionManager(self.index, max_sessions=100_000)
+        with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
+            definition = self.metatool.definition(session)
+        self.search_tool = StructuredTool.from_function(
+            func=_never_called,
+            name=definition.name,
+            description=definition.description,
+            args_schema=dict(definition.input_schema),
+        )
+        self.tools = [self.search_tool, *catalog_tools]
+
+    # --- model calls ------------------------------------------------------------------------
+
+    def _tools_for(self, request: ModelRequest[Any]) -> list[BaseTool | dict[str, Any]]:
+        """Pinned (and non-catalog) tools, tool_search, then this thread's discovered tools."""
+        catalog = self.index.catalog
+        offered = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
+        passthrough = [
+            t for t in request.tools
+            if not (isinstance(t, BaseTool) and (t.name in catalog or t.name == self.search_tool.name))
+        ]
+        pinned = [offered.get(n) or self._by_name[n] for n in self.pinned if n in self._by_name]
+        discovered = [
+            offered.get(n) or self._by_name[n]
+            for n in _discovered_in(request.state)
+            if n in self._by_name and n not in self.pinned and (self.allowed is None or n in self.allowed)
+        ]
+        return [*passthrough, *pinned, self.search_tool, *discovered]
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
+        return handler(request.override(tools=self._tools_for(request)))
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> ModelResponse[Any]:
+        return await handler(request.override(tools=self._tools_for(request)))
+
+    # --- tool calls -------------------------------------------------------------------------
+
+    def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
+        """None when the call may run; else what to send back (a search's result or a refusal) and
+        the thread's discovered names after it."""
+        call = request.tool_call
+        name = call["name"]
+        if name != self.search_tool.name and name not in self.index.catalog:
+            return None  # not a catalog tool: the agent's own business
+        discovered = _discovered_in(request.state)
+        with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
+            result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool)
+            discovered = list(session.discovered)
+        return None if allowed(result) else (result, discovered)
+
+    def _answer(self, request: Any, checked: tuple[ToolResult, list[str]]) -> ToolMessage | Command[Any]:
+        result, discovered = checked
+        call = request.tool_call
+        message = ToolMessage(
+            content=result.content,
+            tool_call_id=call.get("id") or "",
+            name=call["name"],
+            status="error" if result.is_error else "success",
+        )
+        if result.status is ResultStatus.SEARCH:
+            return Command(update={STATE_KEY: discovered, "messages": [message]})
+        return message
+
+    def wrap_tool_call(
+        self, request: Any, handler: Callable[[Any], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
+        checked = self._check(request)
+        return handler(request) if checked is None else self._answer(request, checked)
+
+    async def awrap_tool_call(
+        self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
+    ) -> ToolMessage | Command[Any]:
+        checked = self._check(request)
+        return await handler(request) if checked is None else self._answer(request, checked)

@@ -1,0 +1,150 @@
+"""OpenAI Agents SDK: tool_search as a FunctionTool and the catalog's tools gated by a toolsearch session.
+
+    from agents import Agent, Runner
+    from toolsearch.integrations.openai_agents import AgentToolSearch
+
+    search = AgentToolSearch([get_weather, send_email, ...], pinned=["get_time"])
+    agent = Agent(name="assistant", model=model, tools=search.tools)
+    Runner.run_sync(agent, "...", context=search.session("user-1"), run_config=search.run_config())
+
+Each tool's `is_enabled` asks the run's session whether the tool is pinned or discovered, so the
+model is sent the pinned tools, `tool_search` and what it found; the session (any SessionStore:
+memory, Redis) remembers discoveries across runs. A call to a tool the session has not found is
+answered with an instructive error (`run_config()` turns the SDK's "tool not found" into it) and
+never runs. The run's `context` is the toolsearch Session, or any object with a
+`toolsearch_session` attribute (pass `session_of` to find it elsewhere).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+try:
+    from agents import FunctionTool, RunConfig, RunContextWrapper
+    from agents.run_config import ToolErrorFormatterArgs
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    from .._errors import missing_dependency
+
+    raise missing_dependency("agents", "openai-agents") from exc
+
+from .._errors import InvalidToolError, SessionRequiredError
+from ..index import ToolIndex
+from ..metatool import ToolSearchMetaTool
+from ..session import Session, SessionManager
+from ..tools import Tool
+from ._gate import allowed, gate
+
+__all__ = ["AgentToolSearch", "tool_from_function_tool"]
+
+SessionOf = Callable[[RunContextWrapper[Any]], Session]
+
+
+def tool_from_function_tool(tool: FunctionTool) -> Tool:
+    """A toolsearch Tool from an Agents SDK FunctionTool."""
+    return Tool(name=tool.name, description=tool.description or "", input_schema=tool.params_json_schema)
+
+
+def _context_session(ctx: RunContextWrapper[Any]) -> Session:
+    context = ctx.context
+    session = context if isinstance(context, Session) else getattr(context, "toolsearch_session", None)
+    if not isinstance(session, Session):
+        raise SessionRequiredError(
+            "the run has no toolsearch session: pass context=search.session('<conversation id>') to Runner.run "
+            "(or a context object with a `toolsearch_session` attribute)"
+        )
+    return session
+
+
+class AgentToolSearch:
+    """tool_search plus the catalog's FunctionTools, each enabled only once the run's session found it.
+
+    `sessions` shares a SessionManager (and its store) with the rest of the application; by
+    default one is made over an index of `tools` (`backend`, or a built `index`).
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[FunctionTool],
+        *,
+        pinned: Collection[str] = (),
+        backend: str = "bm25",
+        index: ToolIndex | None = None,
+        sessions: SessionManager | None = None,
+        metatool: ToolSearchMetaTool | None = None,
+        session_of: SessionOf | None = None,
+    ) -> None:
+        if sessions is not None:
+            index = sessions.index
+        self.index = index or ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
+        missing = sorted({t.name for t in tools} - set(self.index.catalog.names))
+        if missing:
+            raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
+        self.sessions = sessions or SessionManager(self.index)
+        self.pinned = tuple(dict.fromkeys(pinned))
+        self.metatool = metatool or ToolSearchMetaTool()
+        if any(t.name == self.metatool.name for t in tools):
+            raise InvalidToolError(
+                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
+                "metatool=ToolSearchMetaTool(name=...)"
+            )
+        self.session_of: SessionOf = session_of or _context_session
+        by_name = {t.name: t for t in tools}
+        unknown = [n for n in self.pinned if n not in by_name]
+        if unknown:
+            raise InvalidToolError(f"pinned tool(s) {unknown} are not among the tools given")
+        first = [self._gated(by_name[n]) for n in self.pinned]
+        rest = [self._gated(t) for t in tools if t.name not in self.pinned]
+        self.tools: list[FunctionTool] = [*first, self._search_tool(), *rest]
+
+    def session(self, session_id: str, *, allowed: Collection[str] | None = None) -> Session:
+        """The session for a conversation (created with the pinned tools on first use)."""
+        return self.sessions.get_or_create(session_id, allowed=allowed, pinned=self.pinned)
+
+    def run_config(self, **options: Any) -> RunConfig:
+        """A RunConfig whose "tool not found" answers say how to find the tool (`options` go to RunConfig)."""
+        return RunConfig(
+            tool_not_found_behavior="return_error_to_model", tool_error_formatter=self.format_error, **options
+        )
+
+    def format_error(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        """The instructive answer to a call of a tool the session does not expose (the SDK's text otherwise)."""
+        if args.kind != "tool_not_found":
+            return None
+        result = gate(self.session_of(args.run_context), args.call_id, args.tool_name, {}, self.metatool)
+        return None if allowed(result) else result.content
+
+    # --- tools ------------------------------------------------------------------------------
+
+    def _search_tool(self) -> FunctionTool:
+        probe = self.sessions.create("agents-probe-" + str(id(self)), pinned=self.pinned)
+        try:
+            definition = self.metatool.definition(probe)
+        finally:
+            self.sessions.close(probe.id)
+
+        async def invoke(ctx: Any, arguments: str) -> str:
+            session = self.session_of(ctx)
+            return gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool).content
+
+        return FunctionTool(
+            name=definition.name,
+            description=definition.description,
+            params_json_schema=dict(definition.input_schema),
+            on_invoke_tool=invoke,
+            strict_json_schema=False,  # max_results and namespace are optional
+        )
+
+    def _gated(self, tool: FunctionTool) -> FunctionTool:
+        name = tool.name
+        run = tool.on_invoke_tool
+
+        def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            return self.session_of(ctx).is_visible(name)
+
+        async def invoke(ctx: Any, arguments: str) -> Any:
+            result = gate(self.session_of(ctx), ctx.tool_call_id, name, arguments, self.metatool)
+            return await run(ctx, arguments) if allowed(result) else result.content
+
+        return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke)

@@ -1,0 +1,124 @@
+"""Pydantic AI: toolsearch's retrieval as the search strategy of the `ToolSearch` capability.
+
+    from pydantic_ai import Agent, Tool
+    from toolsearch.integrations.pydantic_ai import tool_search
+
+    agent = Agent(model, tools=[Tool(f, defer_loading=True) for f in functions], capabilities=[tool_search()])
+
+Tools marked `defer_loading=True` stay hidden until the model's `search_tools` call finds them;
+the finding is done by a toolsearch index (BM25 by default, any backend by name) instead of the
+built-in keyword-overlap count. The index is built once per set of deferred tools and cached by
+the catalog's content hash, so every run and every agent over the same tools shares it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai.capabilities import ToolSearch
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    from .._errors import missing_dependency
+
+    raise missing_dependency("pydantic_ai", "pydantic-ai") from exc
+
+from .._errors import InvalidQueryError
+from ..catalog import Catalog
+from ..index import ToolIndex
+from ..tools import Tool
+
+__all__ = ["ToolSearchStrategy", "tool_search", "tool_from_definition"]
+
+_RRF_K = 60  # reciprocal-rank fusion constant for several queries (the usual value from the RRF paper)
+
+
+def tool_from_definition(definition: ToolDefinition) -> Tool:
+    """A toolsearch Tool from a Pydantic AI tool definition."""
+    return Tool(
+        name=definition.name,
+        description=definition.description or "",
+        input_schema=definition.parameters_json_schema or {"type": "object", "properties": {}},
+    )
+
+
+class ToolSearchStrategy:
+    """A `ToolSearch(strategy=...)` search function backed by a toolsearch index.
+
+    `backend` names the search backend ("bm25", "vector", "hybrid", "regex", "auto"); `options`
+    go to its constructor. Several queries in one call are fused by reciprocal rank. Indexes are
+    cached by catalog hash (at most `cache_size` tool sets, least recently used dropped).
+    """
+
+    def __init__(self, backend: str = "bm25", *, max_results: int = 10, cache_size: int = 8, **options: Any) -> None:
+        if max_results < 1:
+            raise ValueError("max_results must be at least 1")
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        self.backend = backend
+        self.max_results = max_results
+        self.options = options
+        self.cache_size = cache_size
+        self._indexes: OrderedDict[str, ToolIndex] = OrderedDict()
+        self._keys: dict[str, str] = {}  # JSON of the definitions -> catalog hash
+        self._lock = threading.Lock()
+        self.builds = 0  # how many indexes were built (a cache hit builds none)
+
+    def index_for(self, tools: Sequence[ToolDefinition]) -> ToolIndex:
+        """The index over these tools: cached by the catalog's content hash, built on a miss."""
+        # The search function gets the definitions on every call; one JSON dump of them finds a
+        # known tool set without validating and hashing each tool again.
+        seen = json.dumps(
+            [[t.name, t.description, t.parameters_json_schema] for t in tools], sort_keys=True, default=str
+        )
+        with self._lock:
+            key = self._keys.get(seen)
+            index = self._indexes.get(key) if key is not None else None
+            if index is not None and key is not None:
+                self._indexes.move_to_end(key)
+                return index
+        catalog = Catalog(tool_from_definition(t) for t in tools)
+        with self._lock:
+            index = self._indexes.get(catalog.hash)
+        if index is None:
+            index = ToolIndex.build(catalog, self.backend, **self.options)
+            with self._lock:
+                self.builds += 1
+        with self._lock:
+            self._indexes[catalog.hash] = index
+            self._keys[seen] = catalog.hash
+            while len(self._indexes) > self.cache_size:
+                gone, _ = self._indexes.popitem(last=False)
+                self._keys = {k: v for k, v in self._keys.items() if v != gone}
+        return index
+
+    def search(self, queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
+        """Tool names for the queries, best first (at most `max_results`)."""
+        texts = [q.strip() for q in queries if isinstance(q, str) and q.strip()]
+        if not texts or not tools:
+            return []
+        index = self.index_for(tools)
+        scores: dict[str, float] = {}
+        for text in texts:
+            try:
+                result = index.search(text, self.max_results)
+            except InvalidQueryError:
+                continue  # one unparsable query must not lose the others' results
+            for rank, name in enumerate(result.names):
+                scores[name] = scores.get(name, 0.0) + 1.0 / (_RRF_K + rank + 1)
+        ranked = sorted(scores, key=lambda name: -scores[name])
+        return ranked[: self.max_results]
+
+    def __call__(self, ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
+        return self.search(queries, tools)
+
+
+def tool_search(backend: str = "bm25", *, max_results: int = 5, **options: Any) -> ToolSearch[Any]:
+    """The `ToolSearch` capability with toolsearch retrieval: `Agent(..., capabilities=[tool_search()])`."""
+    strategy = ToolSearchStrategy(backend, max_results=max_results, **options)
+    return ToolSearch(strategy=strategy, max_results=max_results)

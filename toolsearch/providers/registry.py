@@ -1,0 +1,242 @@
+"""The one registry of wire formats: how each renders a tool, reads a call, renders a result.
+
+    render_tools("anthropic", tools, name_map)        # the request's tools array
+    parse_tool_call(raw_call)                         # a neutral ToolCall from any format's call
+    render_result("openai_chat", call, "42")          # the message/block that answers a call
+
+Adding a format means one `register_format(WireFormat(...))` here (plus its tests); no other
+module branches on format names. A format with a `payload` renders whole chat requests and can
+drive a `ScriptedModel`, the demo and the token benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..tools import NameMap, Tool
+from ._base import ChatRequest, ToolCall, parse_arguments
+
+__all__ = [
+    "WireFormat",
+    "register_format",
+    "get_format",
+    "format_names",
+    "chat_format_names",
+    "render_tools",
+    "render_result",
+    "parse_tool_call",
+    "request_payload",
+]
+
+RenderTool = Callable[[Tool, str], dict[str, Any]]
+ParseCall = Callable[[Mapping[str, Any], str], ToolCall | None]
+RenderResult = Callable[[ToolCall, str, bool], dict[str, Any]]
+Payload = Callable[[ChatRequest, str], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class WireFormat:
+    """One provider wire format.
+
+    - `render_tool(tool, alias)`: the tool's definition as the format sends it, under `alias`.
+    - `parse_call(data, search_name)`: a neutral ToolCall from one call in this format's shape
+      (a JSON mapping), or None when `data` is not in this format's shape.
+    - `render_result(call, content, is_error)`: what answers the call in this format.
+    - `payload(request, model)`: the whole request's arguments for the provider SDK; None for
+      formats that are not chat APIs (MCP, plain JSON).
+    """
+
+    name: str
+    label: str
+    render_tool: RenderTool
+    parse_call: ParseCall
+    render_result: RenderResult
+    payload: Payload | None = None
+
+
+_FORMATS: dict[str, WireFormat] = {}
+
+
+def register_format(fmt: WireFormat) -> None:
+    """Add (or replace) a format; calls are parsed by trying formats in registration order."""
+    _FORMATS[fmt.name] = fmt
+
+
+def format_names() -> list[str]:
+    """Every registered format, in registration order."""
+    return list(_FORMATS)
+
+
+def chat_format_names() -> list[str]:
+    """Formats that render whole chat requests (usable by ScriptedModel, the demo and benchmarks)."""
+    return [name for name, fmt in _FORMATS.items() if fmt.payload is not None]
+
+
+def get_format(name: str) -> WireFormat:
+    """The format called `name`; ValueError naming the known formats otherwise."""
+    found = _FORMATS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"unknown tool format {name!r}; use one of: {', '.join(_FORMATS)}")
+    return found
+
+
+def render_tools(format: str, tools: Iterable[Tool], name_map: NameMap | None = None) -> list[dict[str, Any]]:
+    """The tools array in `format`, each tool under its provider-safe alias from `name_map`."""
+    fmt = get_format(format)
+    names = name_map if name_map is not None else NameMap()
+    return [fmt.render_tool(tool, names.add(tool.name)) for tool in tools]
+
+
+def render_result(format: str, call: ToolCall, content: str, *, is_error: bool = False) -> dict[str, Any]:
+    """The message or block that answers `call` in `format`."""
+    return get_format(format).render_result(call, content, is_error)
+
+
+def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
+    """A neutral ToolCall from a neutral call, or any registered format's call object or dict.
+
+    Names are returned as sent (aliases are resolved by the session, which knows them).
+    """
+    if isinstance(raw, ToolCall):
+        return raw
+    data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
+    if not isinstance(data, Mapping):
+        raise TypeError(f"cannot read a tool call from {type(raw).__name__}; pass a ToolCall or a provider's call")
+    for fmt in _FORMATS.values():
+        call = fmt.parse_call(data, search_name)
+        if call is not None:
+            return call
+    raise TypeError(f"a tool call needs at least a 'name'; got keys {sorted(data)}")
+
+
+def request_payload(format: str, request: ChatRequest, model: str) -> dict[str, Any]:
+    """The provider SDK arguments for a whole chat request in `format`."""
+    fmt = get_format(format)
+    if fmt.payload is None:
+        raise ValueError(f"format {format!r} is not a chat API; use one of: {', '.join(chat_format_names())}")
+    return fmt.payload(request, model)
+
+
+# --- the built-in formats -----------------------------------------------------------------------
+
+
+def _chat_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
+    fn = data.get("function")
+    if not isinstance(fn, Mapping):
+        return None
+    return ToolCall.from_json(data.get("id") or "", fn.get("name") or "", fn.get("arguments"))
+
+
+def _responses_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
+    kind = data.get("type")
+    call_id = data.get("call_id") or data.get("id") or ""
+    if kind == "function_call":
+        return ToolCall.from_json(call_id, data.get("name") or "", data.get("arguments"))
+    if kind == "tool_search_call":  # client-executed tool search
+        args, error = parse_arguments(data.get("arguments"))
+        return ToolCall(call_id, search_name, args, error, kind="tool_search")
+    return None
+
+
+def _anthropic_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
+    if data.get("type") != "tool_use" and "input" not in data:
+        return None
+    args, error = parse_arguments(data.get("input"))
+    return ToolCall(data.get("id") or "", data.get("name") or "", args, error)
+
+
+def _plain_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
+    # MCP `tools/call` params and the plain JSON shape are both {"name", "arguments"} (+ "id")
+    if not data.get("name"):
+        return None
+    args, error = parse_arguments(data.get("arguments"))
+    return ToolCall(data.get("id") or "", data["name"], args, error)
+
+
+def _anthropic_result(call: ToolCall, content: str, is_error: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": content}
+    if is_error:
+        out["is_error"] = True
+    return out
+
+
+def _chat_payload(request: ChatRequest, model: str) -> dict[str, Any]:
+    from .openai import chat_payload
+
+    return chat_payload(request, model)
+
+
+def _responses_payload(request: ChatRequest, model: str) -> dict[str, Any]:
+    from .openai import responses_payload
+
+    return responses_payload(request, model)
+
+
+def _anthropic_payload(request: ChatRequest, model: str) -> dict[str, Any]:
+    from .anthropic import anthropic_payload
+
+    return anthropic_payload(request, model)
+
+
+register_format(
+    WireFormat(
+        name="openai_chat",
+        label="OpenAI Chat Completions",
+        render_tool=lambda tool, alias: tool.to_openai(name=alias),
+        parse_call=_chat_call,
+        render_result=lambda call, content, is_error: {"role": "tool", "tool_call_id": call.id, "content": content},
+        payload=_chat_payload,
+    )
+)
+register_format(
+    WireFormat(
+        name="openai_responses",
+        label="OpenAI Responses",
+        render_tool=lambda tool, alias: tool.to_openai(name=alias, responses=True),
+        parse_call=_responses_call,
+        render_result=lambda call, content, is_error: {
+            "type": "function_call_output",
+            "call_id": call.id,
+            "output": content,
+        },
+        payload=_responses_payload,
+    )
+)
+register_format(
+    WireFormat(
+        name="anthropic",
+        label="Anthropic Messages",
+        render_tool=lambda tool, alias: tool.to_anthropic(name=alias),
+        parse_call=_anthropic_call,
+        render_result=_anthropic_result,
+        payload=_anthropic_payload,
+    )
+)
+register_format(
+    WireFormat(
+        name="mcp",
+        label="MCP",
+        render_tool=lambda tool, alias: tool.to_mcp(name=alias),
+        parse_call=_plain_call,
+        render_result=lambda call, content, is_error: {
+            "content": [{"type": "text", "text": content}],
+            "isError": is_error,
+        },
+    )
+)
+register_format(
+    WireFormat(
+        name="json",
+        label="plain JSON",
+        render_tool=lambda tool, alias: {**tool.to_dict(), "name": alias},
+        parse_call=_plain_call,
+        render_result=lambda call, content, is_error: {
+            "tool_call_id": call.id,
+            "name": call.name,
+            "content": content,
+            "is_error": is_error,
+        },
+    )
+)
