@@ -31,6 +31,7 @@ BENCHMARKS = {
     "tokens": "input tokens per task: all tools on every request vs tool search",
     "scale": "build time, index size and query latency as the catalog grows",
     "sessions": "session creation cost and concurrent search over one shared index",
+    "learning": "replay of past searches: how much ranking learns from successful calls",
 }
 
 
@@ -226,6 +227,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                             description="Delete a named index from --root (names only, never arbitrary paths).")
     p.add_argument("index", metavar="NAME", help="index name")
     p.set_defaults(func=cmd_rm)
+
+    from .usage_cli import add_usage_command
+
+    add_usage_command(commands, [common, root], cmd_usage)
 
     p = commands.add_parser(
         "demo", parents=[common, as_json], help="run the built-in tool-search demo end to end",
@@ -569,6 +574,12 @@ def cmd_rm(args: argparse.Namespace, console: Console) -> int:
     else:
         console.print(f"removed index {args.index!r} ({path})")
     return EXIT_OK
+
+
+def cmd_usage(args: argparse.Namespace, console: Console) -> int:
+    from .usage_cli import cmd_usage as run_usage
+
+    return run_usage(args, console, _resolve_index(args))
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
