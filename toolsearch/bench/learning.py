@@ -266,7 +266,14 @@ def run(
 ) -> dict[str, Any]:
     from ..evaluation import load_queries
     from ..index import ToolIndex
-    from ..learning import DEFAULT_DEPTH, DEFAULT_MIN_SIMILARITY, DEFAULT_NEIGHBOURS, DEFAULT_PRIOR, DEFAULT_WEIGHT
+    from ..learning import (
+        DEFAULT_MIN_SIMILARITY,
+        DEFAULT_NEIGHBOURS,
+        DEFAULT_PRIOR,
+        DEFAULT_WEIGHT,
+        STOP_MIN_QUERIES,
+        STOP_SHARE,
+    )
     from ..tools import load_tools
 
     log = log or (lambda message: None)
@@ -276,8 +283,10 @@ def run(
         "settings": {
             "test": test_size, "seed": seed, "k": K, "backends": list(backends), "fractions": list(FRACTIONS),
             "noise": NOISE,
-            "ranker": {"weight": DEFAULT_WEIGHT, "prior": DEFAULT_PRIOR, "min_similarity": DEFAULT_MIN_SIMILARITY,
-                       "neighbours": DEFAULT_NEIGHBOURS, "depth": DEFAULT_DEPTH},
+            "ranker": {
+                "weight": DEFAULT_WEIGHT, "prior": DEFAULT_PRIOR, "min_similarity": DEFAULT_MIN_SIMILARITY,
+                "neighbours": DEFAULT_NEIGHBOURS, "stop_share": STOP_SHARE, "stop_min_queries": STOP_MIN_QUERIES,
+            },
         },
         "datasets": {},
     }
