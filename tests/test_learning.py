@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -169,3 +170,17 @@ def test_the_loop_feeds_the_log_and_the_next_run_searches_better(index: ToolInde
         session=sessions.create("second"),
     )
     assert second.searches[0].names[0] == "payments_refund"
+
+
+def test_a_growing_log_is_recompiled_in_the_background(index: ToolIndex) -> None:
+    log = UsageLog()
+    log.add("write to my accountant", "herramienta_correo")
+    ranker = LearnedRanker(log, refresh_seconds=1e-9)
+    first = ranker.snapshot()
+    log.add("write a note to my accountant", "herramienta_correo")
+    assert ranker.snapshot() is first or ranker.snapshot().version == log.version  # never blocks on a compile
+    deadline = time.monotonic() + 30
+    while ranker.snapshot().version != log.version and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ranker.snapshot().version == log.version
+    assert len(ranker.snapshot().votes) == 2

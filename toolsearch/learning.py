@@ -35,11 +35,11 @@ from .usage import UsageLog
 
 __all__ = ["LearnedRanker", "LearningIndex", "Signal"]
 
-# The same for every catalog (see docs/learning.md for why each value).
-DEFAULT_WEIGHT = 1.0
-DEFAULT_PRIOR = 1.0
-DEFAULT_MIN_SIMILARITY = 0.1
-DEFAULT_NEIGHBOURS = 32
+# The same for every catalog; chosen by what each means, not fitted to a data set.
+DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals the backend's best hit
+DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confidence 1/2
+DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
+DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
 DEFAULT_REFRESH_SECONDS = 5.0
 STOP_SHARE = 0.05
 STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long and every word counts
@@ -98,7 +98,7 @@ class Signal:
 
 
 class LearnedRanker:
-    """Learned tool probabilities for a query, from a UsageLog (compiled lazily, refreshed as it grows).
+    """The learned signal for a query, from a UsageLog (compiled lazily, refreshed as it grows).
 
     `refresh_seconds`: a changed log is recompiled at most this often (0 = on every change), so a
     busy log does not recompile on every search.
