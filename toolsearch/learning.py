@@ -171,9 +171,9 @@ class LearnedRanker:
         lists = [snap.postings[t] for t in found]
         ids = np.concatenate(lists) if len(lists) > 1 else lists[0]
         weights = np.repeat(np.array([snap.idf_sq[t] for t in found]), [len(x) for x in lists])
-        dots = np.bincount(ids, weights=weights)
-        touched = np.flatnonzero(dots)
-        sims = dots[touched] / (q_norm * snap.norms[touched])
+        # Sums over the touched past queries only: the postings are short, the log may be long.
+        touched, inverse = np.unique(ids, return_inverse=True)
+        sims = np.bincount(inverse, weights=weights) / (q_norm * snap.norms[touched])
         close = sims >= self.min_similarity
         touched, sims = touched[close], sims[close]
         if len(touched) > self.neighbours:
