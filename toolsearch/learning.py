@@ -41,7 +41,7 @@ DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confid
 DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
 DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
 DEFAULT_REFRESH_SECONDS = 5.0
-STOP_SHARE = 0.05
+STOP_SHARE = 0.01
 STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long and every word counts
 
 
@@ -73,8 +73,9 @@ def _compile(log: UsageLog) -> _Snapshot:
         for term in terms:
             lists.setdefault(term, []).append(key_id)
     n = len(keys)
-    # A word in more than STOP_SHARE of a large log is a stop word here: its idf is below ln 21, it
-    # says next to nothing about the tool, and its long postings list would dominate the lookup cost.
+    # A word in more than STOP_SHARE of a large log is a stop word here: its idf is below ln 101, it
+    # says little about the tool, and its long postings list would dominate the lookup cost. Below
+    # 100,000 distinct queries the floor of 1,000 applies, so the replay benchmark's logs are unaffected.
     limit = max(STOP_MIN_QUERIES, STOP_SHARE * n)
     stop = frozenset(t for t, ids in lists.items() if len(ids) > limit)
     idf_sq = {t: math.log(1.0 + n / len(ids)) ** 2 for t, ids in lists.items() if t not in stop}
