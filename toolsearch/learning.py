@@ -136,7 +136,10 @@ class LearnedRanker:
         thread (a 100,000-entry log takes seconds) while searches go on with the previous snapshot,
         except with refresh_seconds=0, where every change is compiled before the next lookup."""
         snap = self._snapshot
-        if snap is None or (self.refresh_seconds <= 0 and snap.version != self.log.version):
+        # Compiled before the next lookup: the first time, with refresh_seconds=0, and while nothing
+        # was learned yet (a young log is small, and its first entries should count at once).
+        changed = snap is not None and snap.version != self.log.version
+        if snap is None or (changed and (self.refresh_seconds <= 0 or snap.empty)):
             with self._lock:  # one thread compiles; the others wait and use its result
                 snap = self._snapshot
                 if snap is None or snap.version != self.log.version:
