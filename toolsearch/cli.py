@@ -34,6 +34,7 @@ BENCHMARKS = {
     "sessions": "session creation cost and concurrent search over one shared index",
     "data": "build the data sets the benchmarks use from their public sources (fetch NAME, list)",
     "frameworks": "LangChain, Pydantic AI and Agents SDK built-in tool selection vs toolsearch's plug-ins",
+    "learning": "replay of past searches: how much ranking learns from successful calls",
 }
 
 
@@ -229,6 +230,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                             description="Delete a named index from --root (names only, never arbitrary paths).")
     p.add_argument("index", metavar="NAME", help="index name")
     p.set_defaults(func=cmd_rm)
+
+    from .usage_cli import add_usage_command
+
+    add_usage_command(commands, [common, root], cmd_usage)
 
     p = commands.add_parser(
         "demo", parents=[common, as_json], help="run the built-in tool-search demo end to end",
@@ -572,6 +577,12 @@ def cmd_rm(args: argparse.Namespace, console: Console) -> int:
     else:
         console.print(f"removed index {args.index!r} ({path})")
     return EXIT_OK
+
+
+def cmd_usage(args: argparse.Namespace, console: Console) -> int:
+    from .usage_cli import cmd_usage as run_usage
+
+    return run_usage(args, console, _resolve_index(args))
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:

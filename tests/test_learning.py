@@ -1,0 +1,186 @@
+"""The learned ranking signal over a real bm25 index: identity without evidence, learning, filters, noise, the loop."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import toolsearch
+from toolsearch import SearchResult, Tool, ToolIndex
+from toolsearch.learning import LearnedRanker, LearningIndex
+from toolsearch.providers import ScriptedModel, call, search
+from toolsearch.session import SessionManager
+from toolsearch.usage import UsageLog, UsageRecorder
+
+TOOLS = [
+    Tool("payments_refund", "Return the funds of a captured card charge.", namespace="payments"),
+    Tool("payments_charge", "Charge a customer card.", namespace="payments"),
+    Tool("mail_send", "Send an email message to a customer.", namespace="mail"),
+    Tool("mail_draft", "Draft an email message without sending it.", namespace="mail"),
+    Tool("weather_now", "Current weather conditions for a city.", namespace="weather"),
+    Tool("herramienta_correo", "Envía un correo electrónico."),
+]
+QUERIES = [
+    "give the customer their money back",
+    "customer wants money back for the card",
+    "mail the customer the weather",
+    "send an email message",
+    "charge",
+    "nothing in common whatsoever",
+]
+
+
+@pytest.fixture(scope="module")
+def index() -> ToolIndex:
+    return ToolIndex.build(TOOLS, backend="bm25")
+
+
+def learning(index: ToolIndex, log: UsageLog) -> LearningIndex:
+    return LearningIndex(index, LearnedRanker(log, refresh_seconds=0))
+
+
+def same(a: SearchResult, b: SearchResult) -> bool:
+    return (a.query, a.hits, a.tools, a.backend, a.notes) == (b.query, b.hits, b.tools, b.backend, b.notes)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+@pytest.mark.parametrize("filters", [{}, {"allowed": ["mail_send", "payments_charge"]}, {"namespaces": ["mail"]}])
+def test_an_empty_log_changes_nothing(index: ToolIndex, k: int, filters: dict[str, Any]) -> None:
+    plain_and_learning = learning(index, UsageLog())
+    for query in QUERIES:
+        assert same(plain_and_learning.search(query, k, **filters), index.search(query, k, **filters))
+
+
+def test_a_log_of_unrelated_queries_changes_nothing(index: ToolIndex) -> None:
+    log = UsageLog()
+    log.add("translate this paragraph into french", "herramienta_correo")
+    log.add("book a flight to lisbon", "weather_now")
+    learned = learning(index, log)
+    for query in QUERIES[:5]:
+        assert same(learned.search(query, 5), index.search(query, 5))
+
+
+def test_learning_off_is_the_plain_index(index: ToolIndex) -> None:
+    log = UsageLog()
+    log.add("give the customer their money back", "payments_refund")
+    learned = LearningIndex(index, log, enabled=False)
+    assert same(learned.search(QUERIES[0], 5), index.search(QUERIES[0], 5))
+
+
+def test_a_successful_call_lifts_its_tool_for_similar_queries(index: ToolIndex) -> None:
+    query = "customer wants their money back"
+    assert "payments_refund" not in index.search(query, 5).names
+    log = UsageLog()
+    log.add("give the customer their money back", "payments_refund")
+    log.add("the customer wants the money back", "payments_refund")
+    result = learning(index, log).search(query, 5)
+    assert result.names[0] == "payments_refund"
+    assert result.tools[0].name == "payments_refund"
+
+
+def test_words_only_users_use_reach_a_tool_described_in_another_language(index: ToolIndex) -> None:
+    assert "herramienta_correo" not in index.search("write to my accountant", 5).names
+    log = UsageLog()
+    for text in ("write to my accountant", "write a note to my accountant", "write to accountant today"):
+        log.add(text, "herramienta_correo")
+    assert learning(index, log).search("write to the accountant", 3).names[0] == "herramienta_correo"
+
+
+def test_learned_tools_never_escape_the_session_filter(index: ToolIndex) -> None:
+    log = UsageLog()
+    for _ in range(5):
+        log.add("give the customer their money back", "payments_refund")
+    learned = learning(index, log)
+    assert learned.search("give the customer their money back", 5).names[0] == "payments_refund"
+    assert "payments_refund" not in learned.search("give the customer their money back", 5, namespaces=["mail"]).names
+    sessions = SessionManager(learned)
+    session = sessions.create("limited", allowed=["mail_send", "mail_draft", "payments_charge"])
+    found = session.search("give the customer their money back", 5)
+    assert "payments_refund" not in found.names
+    assert set(found.names) <= {"mail_send", "mail_draft", "payments_charge"}
+    assert "payments_refund" not in session.discovered
+
+
+def test_a_removed_tool_is_not_brought_back_by_old_votes(index: ToolIndex) -> None:
+    log = UsageLog()
+    for _ in range(3):
+        log.add("write to my accountant", "herramienta_correo")
+    learned = learning(ToolIndex.build(TOOLS, backend="bm25"), log)
+    learned.remove(["herramienta_correo"])
+    assert "herramienta_correo" not in learned.search("write to my accountant", 5).names
+
+
+def test_a_few_wrong_calls_do_not_bury_the_right_tool(index: ToolIndex) -> None:
+    log = UsageLog()
+    for text, tool in [("weather in lisbon now", "weather_now"), ("email the team the agenda", "mail_send"),
+                       ("draft a message to the board", "mail_draft"), ("charge the card on file", "payments_charge")]:
+        log.add(text, tool)
+    for _ in range(2):
+        for text in ("customer wants the money back", "money back for a customer", "customer money back please",
+                     "give a customer money back"):
+            log.add(text, "payments_refund")
+    log.add("the customer wants money back today", "weather_now")  # 2 wrong calls among 10
+    log.add("customer asks for money back", "mail_draft")
+    ranked = learning(index, log).search("customer wants their money back", 5).names
+    assert ranked[0] == "payments_refund"
+    assert ranked.index("weather_now") > 2 and ranked.index("mail_draft") > 2
+
+
+def test_a_weakly_similar_wrong_call_leaves_a_strong_match_on_top(index: ToolIndex) -> None:
+    log = UsageLog()
+    log.add("weather message for lisbon", "weather_now")  # shares one word with the query below
+    assert learning(index, log).search("send an email message", 5).names[0] == "mail_send"
+
+
+def test_the_ranker_picks_up_new_entries(index: ToolIndex) -> None:
+    log = UsageLog()
+    learned = learning(index, log)
+    assert not learned.ranker.signal("write to my accountant")
+    log.add("write to my accountant", "herramienta_correo")
+    signal = learned.ranker.signal("write to my accountant")
+    assert set(signal.shares) == {"herramienta_correo"} and 0 < signal.confidence < 1
+
+
+def test_the_loop_feeds_the_log_and_the_next_run_searches_better(index: ToolIndex) -> None:
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    sessions = SessionManager(learning(index, log))
+    recorder = UsageRecorder(log)
+    refunds: list[str] = []
+
+    def payments_refund() -> str:
+        refunds.append("done")
+        return "refunded"
+
+    first = toolsearch.run(
+        ScriptedModel([search("customer wants money back for the card"), call("payments_refund"), "Refunded."]),
+        "The customer wants their money back",
+        session=sessions.create("first"),
+        functions={"payments_refund": payments_refund},
+    )
+    assert refunds == ["done"]
+    assert first.searches[0].names.index("payments_refund") > 0  # found, but not first
+    assert recorder.record_run(first) == 1
+    assert [(e.query, e.called) for e in log] == [("customer wants money back for the card", "payments_refund")]
+
+    second = toolsearch.run(
+        ScriptedModel([search("customer wants money back for the card"), "Found it."]),
+        "Another refund",
+        session=sessions.create("second"),
+    )
+    assert second.searches[0].names[0] == "payments_refund"
+
+
+def test_a_growing_log_is_recompiled_in_the_background(index: ToolIndex) -> None:
+    log = UsageLog()
+    log.add("write to my accountant", "herramienta_correo")
+    ranker = LearnedRanker(log, refresh_seconds=1e-9)
+    first = ranker.snapshot()
+    log.add("write a note to my accountant", "herramienta_correo")
+    assert ranker.snapshot() is first or ranker.snapshot().version == log.version  # never blocks on a compile
+    deadline = time.monotonic() + 30
+    while ranker.snapshot().version != log.version and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ranker.snapshot().version == log.version
+    assert len(ranker.snapshot().votes) == 2

@@ -1,0 +1,219 @@
+"""The usage log: terms and privacy, the size cap, joining calls to searches, stores and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from toolsearch import Tool, ToolIndex, ToolSearchError
+from toolsearch.cli import main as cli_main
+from toolsearch.usage import (
+    FileUsageStore,
+    InMemoryUsageStore,
+    UsageEntry,
+    UsageError,
+    UsageLog,
+    UsageRecorder,
+    UsageStore,
+    query_terms,
+    usage_path,
+)
+
+
+def test_query_terms_split_identifiers_and_drop_repeats() -> None:
+    assert query_terms("Send an e-mail: sendEmail send_email!") == (
+        "an", "e", "email", "mail", "send", "sendemail",
+    )
+    assert query_terms("  ...  ") == ()
+
+
+@pytest.mark.parametrize("privacy", ["hashed", "tokens", "raw"])
+def test_privacy_settings_keep_only_what_they_promise(privacy: str) -> None:
+    log = UsageLog("cat", privacy=privacy)  # type: ignore[arg-type]
+    log.add("Refund the Contoso invoice", "billing_refund", ["billing_refund", "send_email"])
+    text = json.dumps(log.to_dict())
+    assert ("Refund the Contoso invoice" in text) is (privacy == "raw")
+    assert ("contoso" in text) is (privacy != "hashed")
+    # Every setting can match a later query with the same words.
+    assert log.terms("contoso REFUND invoice the") == log.entries()[0].terms
+
+
+def test_hashed_terms_depend_on_the_salt() -> None:
+    a, b = UsageLog(salt="one"), UsageLog(salt="two")
+    assert a.terms("refund") != b.terms("refund")
+    assert UsageLog(salt="one").terms("refund") == a.terms("refund")
+
+
+def test_the_log_keeps_only_the_newest_entries() -> None:
+    log = UsageLog(max_entries=3)
+    for i in range(5):
+        log.add(f"query number {i}", f"tool_{i}")
+    assert [e.called for e in log] == ["tool_2", "tool_3", "tool_4"]
+    before = log.version
+    log.clear()
+    assert len(log) == 0 and log.version > before
+
+
+def test_bad_settings_are_refused_with_the_allowed_values() -> None:
+    with pytest.raises(UsageError, match="max_entries must be a positive integer"):
+        UsageLog(max_entries=0)
+    with pytest.raises(UsageError, match="privacy must be one of hashed, tokens, raw"):
+        UsageLog(privacy="plain")  # type: ignore[arg-type]
+    assert issubclass(UsageError, ToolSearchError)
+
+
+def test_a_query_without_words_is_not_recorded() -> None:
+    log = UsageLog()
+    assert log.add("?!", "tool") is None
+    assert len(log) == 0
+
+
+def test_the_recorder_credits_a_successful_call_to_the_search_that_showed_it() -> None:
+    log = UsageLog(privacy="raw")
+    rec = UsageRecorder(log)
+    rec.record_search("s1", "weather in paris", ["weather_now", "weather_forecast"])
+    rec.record_search("s1", "email bob", ["send_email"])
+    assert rec.record_call("s1", "weather_forecast", ok=False) is None  # a failure teaches nothing
+    entry = rec.record_call("s1", "weather_forecast", ok=True)
+    assert entry is not None and entry.query == "weather in paris"
+    assert entry.shown == ("weather_now", "weather_forecast")
+    assert rec.record_call("s1", "weather_forecast", ok=True) is None  # once per search and tool
+    assert rec.record_call("s1", "create_issue", ok=True) is None  # no search showed it
+    assert rec.record_call("s2", "send_email", ok=True) is None  # another session's search
+    assert rec.record_call("s1", "send_email", ok=True) is not None
+    assert [(e.query, e.called) for e in log] == [("weather in paris", "weather_forecast"), ("email bob", "send_email")]
+
+
+def test_a_disabled_recorder_records_nothing() -> None:
+    log = UsageLog()
+    rec = UsageRecorder(log, enabled=False)
+    rec.record_search("s", "weather", ["weather_now"])
+    assert rec.record_call("s", "weather_now", ok=True) is None
+    assert len(log) == 0
+
+
+def test_pending_searches_are_bounded_per_session_and_in_sessions() -> None:
+    log = UsageLog()
+    rec = UsageRecorder(log, max_sessions=2, max_searches=2)
+    rec.record_search("a", "first search", ["tool_a"])
+    rec.record_search("a", "second search", ["tool_b"])
+    rec.record_search("a", "third search", ["tool_c"])
+    assert rec.record_call("a", "tool_a", ok=True) is None  # pushed out by newer searches
+    rec.record_search("b", "weather", ["weather_now"])
+    rec.record_search("c", "email", ["send_email"])
+    assert rec.record_call("a", "tool_b", ok=True) is None  # session a was the least recent
+    assert rec.record_call("c", "send_email", ok=True) is not None
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_stores_round_trip_one_log_per_catalog(kind: str, tmp_path: Path) -> None:
+    store: UsageStore = InMemoryUsageStore() if kind == "memory" else FileUsageStore(tmp_path / "x.usage.json")
+    assert isinstance(store, UsageStore)
+    assert store.load("cat-1") is None
+    log = UsageLog("cat-1", privacy="tokens", max_entries=10)
+    log.add("refund an invoice", "billing_refund", ["billing_refund"], at=1.5)
+    store.save(log)
+    store.save(UsageLog("cat-2"))
+    loaded = store.load("cat-1")
+    assert loaded is not None
+    assert loaded.entries() == log.entries()
+    assert (loaded.privacy, loaded.salt, loaded.max_entries) == ("tokens", log.salt, 10)
+    store.delete("cat-1")
+    assert store.load("cat-1") is None and store.load("cat-2") is not None
+
+
+def test_the_file_store_writes_atomically_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    path = tmp_path / "idx.usage.json"
+    store = FileUsageStore(path)
+    log = UsageLog("cat")
+    for i in range(3):
+        log.add(f"query {i}", "tool")
+        store.save(log)
+    assert sorted(os.listdir(tmp_path)) == ["idx.usage.json"]
+    assert store.catalogs() == ["cat"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "is not a readable usage log"),
+        ('{"format": "something-else"}', "is not a toolsearch usage file"),
+        ('{"format": "toolsearch-usage-store", "logs": {"cat": {"format": "toolsearch-usage", "version": 99}}}',
+         "format 99"),
+        ('{"format": "toolsearch-usage-store", "logs": {"cat": {"format": "toolsearch-usage", "version": 1, '
+         '"salt": "s", "entries": [{"terms": "oops"}]}}}', "entry 0: not a usage entry"),
+    ],
+)
+def test_a_corrupt_file_is_a_clear_error_and_is_not_overwritten(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "idx.usage.json"
+    path.write_text(content)
+    store = FileUsageStore(path)
+    with pytest.raises(UsageError, match=message) as info:
+        store.load("cat")
+    assert str(path) in str(info.value)
+    if "entry 0" not in message and "format 99" not in message:  # an unreadable file is never overwritten
+        with pytest.raises(UsageError, match=message):
+            store.save(UsageLog("cat"))
+    assert path.read_text() == content
+
+
+def test_merging_hashed_logs_needs_the_same_salt() -> None:
+    a, b = UsageLog(salt="one"), UsageLog(salt="two")
+    b.add("refund", "billing_refund")
+    with pytest.raises(UsageError, match="different salts"):
+        a.merge(b)
+    c = UsageLog(salt="two")
+    assert c.merge(b) == 1 and c.entries() == b.entries()
+
+
+def test_merging_into_a_less_revealing_log_drops_the_query_text() -> None:
+    raw, tokens = UsageLog(privacy="raw"), UsageLog(privacy="tokens")
+    raw.add("Refund Contoso", "billing_refund")
+    tokens.merge(raw)
+    assert tokens.entries()[0].query is None
+
+
+def test_entries_round_trip_through_dicts() -> None:
+    entry = UsageEntry(("a", "b"), "tool", ("tool", "other"), "a b", 3.0)
+    assert UsageEntry.from_dict(entry.to_dict(), "here") == entry
+
+
+def test_usage_path_is_beside_the_index_folder() -> None:
+    assert usage_path("indexes/tools") == Path("indexes/tools.usage.json")
+
+
+def test_the_cli_shows_exports_imports_and_clears_a_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
+    folder = tmp_path / "idx"
+    index = ToolIndex.build(tools, backend="bm25")
+    index.save(folder)
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    log.add("give the customer their money back", "billing_refund", ["billing_refund"])
+    FileUsageStore(usage_path(folder)).save(log)
+
+    assert cli_main(["usage", "show", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "1 usage entries" in out and "give the customer their money back" in out and "billing_refund" in out
+
+    export = tmp_path / "export.json"
+    assert cli_main(["usage", "export", str(folder), str(export)]) == 0
+    assert cli_main(["usage", "clear", str(folder)]) == 0
+    capsys.readouterr()
+    assert cli_main(["usage", "show", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 0
+
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0  # a second import adds again
+    capsys.readouterr()
+    assert cli_main(["usage", "show", str(folder), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["entries"] == 2 and shown["top_tools"] == [{"name": "billing_refund", "calls": 2}]
+
+    (tmp_path / "bad.json").write_text("[]")
+    assert cli_main(["usage", "import", str(folder), str(tmp_path / "bad.json")]) == 1
+    assert "is not a toolsearch usage log" in capsys.readouterr().err

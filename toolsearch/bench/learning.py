@@ -1,0 +1,445 @@
+"""Offline replay of the usage log: how much search learns from past successful calls.
+
+For each data set a seeded sample of queries is split in two halves: the second half is the
+test set (the same for every row), the first half is the pool history is drawn from. History of
+0%, 10%, 25% and 50% of the sample is replayed into a UsageLog as if each query had led to a
+successful call of each of its labelled tools; then the test queries are searched with the
+plain backend and through a LearningIndex, in one run. A noisy variant replaces 20% of the
+history's calls by a random wrong tool. A latency part measures what learning adds to one
+search at 10,000 tools with a 100,000-entry log. Writes `<out>/<name>.md` and `<out>/<name>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from . import (
+    backend_list,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    percentile,
+    resolve_datasets,
+    write_json,
+)
+
+__all__ = ["add_arguments", "main", "run"]
+
+K = 10
+FRACTIONS = (0.0, 0.10, 0.25, 0.50)
+NOISE = 0.20
+TARGET_METATOOL = 0.85
+NOISE_TOLERANCE = 0.01
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", action="append", metavar="PATH",
+                        help="data set folder or name under the shared datasets folder; repeatable "
+                        "(default: bfcl, metatool, seal_tools)")
+    parser.add_argument("--test", type=int, default=1000, metavar="N",
+                        help="held-out test queries per data set, the last N after a seeded shuffle (at most half "
+                        "the data set; default 1000); history is drawn from the other queries")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle and noise seed (default 0)")
+    parser.add_argument("--backends", default="bm25", metavar="LIST",
+                        help="comma-separated backends to learn over (default bm25; e.g. bm25,hybrid)")
+    parser.add_argument("--latency-tools", type=int, default=10_000, metavar="N",
+                        help="catalog size of the latency part (default 10000; 0 skips it)")
+    parser.add_argument("--latency-log", type=int, default=100_000, metavar="N",
+                        help="usage-log entries of the latency part (default 100000)")
+    parser.add_argument("--latency-queries", type=int, default=1000, metavar="N",
+                        help="timed searches per variant in the latency part (default 1000)")
+    parser.add_argument("--no-replay", action="store_true", help="only the latency part")
+    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="report folder")
+    parser.add_argument("--name", default="learning", help="file name stem of the outputs (default learning)")
+    parser.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR)")
+
+
+def main(args: argparse.Namespace) -> int:
+    quiet = bool(getattr(args, "quiet", False))
+    offline_environment(args.cache_dir)
+    datasets = resolve_datasets(args.dataset)
+    backends = backend_list(args.backends)
+    report = run(
+        datasets,
+        backends,
+        test_size=args.test,
+        seed=args.seed,
+        latency_tools=args.latency_tools,
+        latency_log=args.latency_log,
+        latency_queries=args.latency_queries,
+        replay=not args.no_replay,
+        log=None if quiet else log,
+    )
+    out = Path(args.out)
+    write_json(out / f"{args.name}.json", report)
+    (out / f"{args.name}.md").write_text(render_markdown(report), encoding="utf-8")
+    if not quiet:
+        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}")
+    print(render_summary(report))
+    return 0
+
+
+# --- replay ------------------------------------------------------------------------------------
+
+
+def history_calls(
+    pool: Sequence[Any], count: int, tool_names: Sequence[str], *, noise: float, seed: int
+) -> list[tuple[str, str]]:
+    """(query, called tool) pairs of the first `count` pool queries; `noise` of them get a wrong tool."""
+    calls = [(q.query, tool, q.relevant) for q in pool[:count] for tool in q.relevant]
+    if noise <= 0:
+        return [(query, tool) for query, tool, _ in calls]
+    rng = random.Random(seed)
+    wrong = set(rng.sample(range(len(calls)), round(noise * len(calls))))
+    out = []
+    for i, (query, tool, relevant) in enumerate(calls):
+        while i in wrong and tool in relevant:  # a wrong tool: any tool the query is not labelled with
+            tool = tool_names[rng.randrange(len(tool_names))]
+        out.append((query, tool))
+    return out
+
+
+def _rankings(search: Callable[[str], Any], queries: Sequence[Any]) -> tuple[list[list[str]], list[Any], list[float]]:
+    rankings, results, latencies = [], [], []
+    for q in queries:
+        t0 = time.perf_counter()
+        result = search(q.query[:1000])
+        latencies.append((time.perf_counter() - t0) * 1000)
+        rankings.append(result.names)
+        results.append(result)
+    return rankings, results, latencies
+
+
+def _metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[str, float]:
+    from ..evaluation import score_rankings
+
+    return {m: round(v, 4) for m, v in score_rankings(rankings, queries).items()}
+
+
+def _replay(
+    index: Any, pool: list[Any], test: list[Any], sample: int, tool_names: list[str], seed: int, log: Any, label: str
+) -> dict[str, Any]:
+    from ..learning import LearnedRanker, LearningIndex
+    from ..usage import UsageLog
+
+    base_rankings, base_results, base_lat = _rankings(lambda q: index.search(q, K), test)
+    rows: dict[str, Any] = {
+        "no learning": {"history": 0, "noise": 0.0, **_metrics(base_rankings, test),
+                        "query_ms_p50": round(percentile(base_lat, 50), 3)}
+    }
+    log(f"[{label}] no learning: nDCG@10={rows['no learning']['nDCG@10']:.3f} R@5={rows['no learning']['R@5']:.3f}")
+    for fraction in FRACTIONS:
+        count = min(round(fraction * sample), len(pool))
+        for noise in (0.0, NOISE) if fraction > 0 else (0.0,):
+            usage = UsageLog(privacy="hashed")
+            for query, tool in history_calls(pool, count, tool_names, noise=noise, seed=seed):
+                usage.add(query, tool)
+            learning = LearningIndex(index, LearnedRanker(usage, refresh_seconds=0))
+            rankings, results, lat = _rankings(partial(learning.search, k=K), test)
+            name = f"{fraction:.0%} history" + (f", {noise:.0%} wrong" if noise else "")
+            row: dict[str, Any] = {"history": count, "history_fraction": fraction, "noise": noise,
+                                   "log_entries": len(usage), **_metrics(rankings, test),
+                                   "query_ms_p50": round(percentile(lat, 50), 3)}
+            if fraction == 0:
+                row["identical_to_no_learning"] = all(
+                    a.hits == b.hits and a.tools == b.tools for a, b in zip(results, base_results, strict=True)
+                )
+            row["delta_nDCG@10"] = round(row["nDCG@10"] - rows["no learning"]["nDCG@10"], 4)
+            row["delta_R@5"] = round(row["R@5"] - rows["no learning"]["R@5"], 4)
+            rows[name] = row
+            log(f"[{label}] {name}: nDCG@10={row['nDCG@10']:.3f} ({row['delta_nDCG@10']:+.3f}) "
+                f"R@5={row['R@5']:.3f} ({row['delta_R@5']:+.3f})")
+    return rows
+
+
+# --- latency -----------------------------------------------------------------------------------
+
+
+def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int, seed: int) -> Any:
+    """`entries` usage entries: every data set's queries with their tools (prefixed as in the catalog),
+    repeated with one word dropped or one word of another query added, so most entries differ."""
+    from ..evaluation import load_queries
+    from ..usage import UsageLog
+
+    names = [t.name for t in catalog]
+    present = set(names)
+    base: list[tuple[str, str]] = []
+    for ds in datasets:
+        for q in load_queries(ds.queries_path):
+            for tool in q.relevant:
+                name = f"{ds.name}_{tool}"
+                base.append((q.query[:1000], name if name in present else names[hash(name) % len(names)]))
+    rng = random.Random(seed)
+    rng.shuffle(base)
+    usage = UsageLog(max_entries=entries)
+    entries_made = 0
+    round_no = 0
+    while entries_made < entries:
+        for query, tool in base:
+            if entries_made >= entries:
+                break
+            if round_no:
+                words = query.split()
+                if words and rng.random() < 0.5:
+                    words.pop(rng.randrange(len(words)))
+                else:
+                    donor = base[rng.randrange(len(base))][0].split()
+                    words.append(donor[rng.randrange(len(donor))] if donor else "")
+                query = " ".join(words) or query
+            usage.add(query, tool)
+            entries_made += 1
+        round_no += 1
+    return usage
+
+
+def _latency(
+    datasets: Sequence[Any], backend: str, tools: int, entries: int, queries: int, seed: int, log: Any
+) -> dict[str, Any]:
+    from ..index import ToolIndex
+    from ..learning import LearnedRanker, LearningIndex
+    from .scale import build_catalog, sample_queries
+
+    catalog, info = build_catalog(datasets, tools, seed=seed)
+    log(f"[latency] building a {backend} index of {len(catalog)} tools ...")
+    index = ToolIndex.build(catalog, backend=backend)
+    log(f"[latency] making a {entries}-entry usage log ...")
+    usage = synthetic_log(datasets, catalog, entries, seed)
+    ranker = LearnedRanker(usage, refresh_seconds=3600)
+    t0 = time.perf_counter()
+    ranker.snapshot()
+    compile_s = time.perf_counter() - t0
+    learning = LearningIndex(index, ranker)
+    texts = sample_queries(datasets, queries, seed=seed + 1)
+    for text in texts[:50]:  # warm both paths (model load, caches)
+        index.search(text, 5)
+        learning.search(text, 5)
+    plain, learned, signal = [], [], []
+    plain_cpu, learned_cpu, signal_cpu = [], [], []
+    voted = 0
+    cpu = time.thread_time  # CPU time of this thread: what a search costs, without waiting for a busy core
+    for text in texts[50 : 50 + queries]:  # interleaved, so machine load hits both alike
+        t, c = time.perf_counter(), cpu()
+        index.search(text, 5)
+        plain.append((time.perf_counter() - t) * 1000)
+        plain_cpu.append((cpu() - c) * 1000)
+        t, c = time.perf_counter(), cpu()
+        learning.search(text, 5)
+        learned.append((time.perf_counter() - t) * 1000)
+        learned_cpu.append((cpu() - c) * 1000)
+        t, c = time.perf_counter(), cpu()
+        voted += bool(ranker.signal(text))
+        signal.append((time.perf_counter() - t) * 1000)
+        signal_cpu.append((cpu() - c) * 1000)
+    p50_plain, p50_learned = percentile(plain, 50), percentile(learned, 50)
+    return {
+        "backend": backend,
+        "tools": len(catalog),
+        "catalog": info,
+        "log_entries": len(usage),
+        "distinct_queries": len(ranker.snapshot().votes),
+        "compile_s": round(compile_s, 2),
+        "queries": len(plain),
+        "queries_with_learned_votes": voted,
+        "plain_ms_p50": round(p50_plain, 3),
+        "learning_ms_p50": round(p50_learned, 3),
+        "added_ms_p50": round(p50_learned - p50_plain, 3),
+        "plain_ms_p95": round(percentile(plain, 95), 3),
+        "learning_ms_p95": round(percentile(learned, 95), 3),
+        "signal_ms_p50": round(percentile(signal, 50), 3),
+        "cpu_plain_ms_p50": round(percentile(plain_cpu, 50), 3),
+        "cpu_learning_ms_p50": round(percentile(learned_cpu, 50), 3),
+        "cpu_added_ms_p50": round(percentile(learned_cpu, 50) - percentile(plain_cpu, 50), 3),
+        "cpu_signal_ms_p50": round(percentile(signal_cpu, 50), 3),
+        "cpu_signal_ms_p95": round(percentile(signal_cpu, 95), 3),
+        "signal_ms_p95": round(percentile(signal, 95), 3),
+    }
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+def run(
+    datasets: Sequence[Any],
+    backends: Sequence[str],
+    *,
+    test_size: int = 1000,
+    seed: int = 0,
+    latency_tools: int = 10_000,
+    latency_log: int = 100_000,
+    latency_queries: int = 1000,
+    replay: bool = True,
+    log: Any = None,
+) -> dict[str, Any]:
+    from ..evaluation import load_queries
+    from ..index import ToolIndex
+    from ..learning import (
+        DEFAULT_MIN_SIMILARITY,
+        DEFAULT_NEIGHBOURS,
+        DEFAULT_PRIOR,
+        DEFAULT_WEIGHT,
+        STOP_MIN_QUERIES,
+        STOP_SHARE,
+    )
+    from ..tools import load_tools
+
+    log = log or (lambda message: None)
+    report: dict[str, Any] = {
+        "benchmark": "learning",
+        "machine": machine_info(),
+        "settings": {
+            "test": test_size, "seed": seed, "k": K, "backends": list(backends), "fractions": list(FRACTIONS),
+            "noise": NOISE,
+            "ranker": {
+                "weight": DEFAULT_WEIGHT, "prior": DEFAULT_PRIOR, "min_similarity": DEFAULT_MIN_SIMILARITY,
+                "neighbours": DEFAULT_NEIGHBOURS, "stop_share": STOP_SHARE, "stop_min_queries": STOP_MIN_QUERIES,
+            },
+        },
+        "datasets": {},
+    }
+    started = time.perf_counter()
+    for ds in datasets if replay else ():
+        tools = load_tools(ds.tools_path)
+        sample = load_queries(ds.queries_path, seed=seed)
+        cut = len(sample) - min(test_size, len(sample) // 2)
+        pool, test = sample[:cut], sample[cut:]
+        tool_names = [t.name for t in tools]
+        entry: dict[str, Any] = {"path": str(ds.folder), "tools": len(tools), "queries": len(sample),
+                                 "test_queries": len(test), "backends": {}}
+        for backend in backends:
+            log(f"[{ds.name}] building {backend} over {len(tools)} tools ...")
+            index = ToolIndex.build(tools, backend=backend)
+            entry["backends"][backend] = _replay(index, pool, test, len(sample), tool_names, seed, log,
+                                                 f"{ds.name} {backend}")
+        report["datasets"][ds.name] = entry
+    if latency_tools:
+        report["latency"] = [
+            _latency(datasets, backend, latency_tools, latency_log, latency_queries, seed, log)
+            for backend in backends
+        ]
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    report["targets"] = analyse(report)
+    return report
+
+
+def analyse(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, per backend."""
+    out: dict[str, Any] = {}
+    backends = report["settings"]["backends"]
+    for backend in backends:
+        per = {n: d["backends"][backend] for n, d in report["datasets"].items() if backend in d["backends"]}
+        if not per:
+            continue
+        half = {n: rows.get("50% history") for n, rows in per.items()}
+        noisy = {n: [r for name, r in rows.items() if "wrong" in name] for n, rows in per.items()}
+        checks: dict[str, Any] = {}
+        if half.get("metatool"):
+            checks["metatool_50%_nDCG@10>=0.85"] = half["metatool"]["nDCG@10"] >= TARGET_METATOOL
+        checks["no_set_worse_at_50%"] = all(r is not None and r["delta_nDCG@10"] >= 0 and r["delta_R@5"] >= 0
+                                            for r in half.values())
+        checks["noise_no_set_worse_by_0.01"] = all(r["delta_nDCG@10"] >= -NOISE_TOLERANCE
+                                                   for rows in noisy.values() for r in rows)
+        checks["identical_with_empty_log"] = all(rows["0% history"].get("identical_to_no_learning")
+                                                 for rows in per.values())
+        out[backend] = checks
+    for row in report.get("latency", []):
+        out.setdefault(row["backend"], {})["added_ms_p50<=1"] = row["added_ms_p50"] <= 1.0
+        out[row["backend"]]["added_cpu_ms_p50<=1"] = row["cpu_added_ms_p50"] <= 1.0
+    return out
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _yes(ok: Any) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    lines = ["# Learning from use: offline replay", ""]
+    lines.append(
+        f"Each data set's queries are shuffled with `random.Random({s['seed']})`; the last {s['test']} (at most "
+        "half the set) are the test set, the same for every row. History is the first 0%, 10%, 25% or 50% of "
+        "the data set's queries (the test queries are never history). A history query is "
+        "replayed as one successful call of each of its labelled tools into a `UsageLog` (privacy \"hashed\"); "
+        f"the noisy rows replace {s['noise']:.0%} of those calls by a random wrong tool. Every row searches the "
+        f"same test queries through `LearningIndex(index, log).search(query, {s['k']})`; *no learning* is "
+        f"`index.search` on the same index. Ranker settings (the same for every data set): {s['ranker']}. "
+        f"Run time {report.get('elapsed_s', 0):.0f} s."
+    )
+    lines += ["", *machine_markdown(report["machine"]), ""]
+    lines += ["## Targets", ""]
+    for backend, checks in report["targets"].items():
+        for name, ok in checks.items():
+            lines.append(f"- `{backend}` {name}: {_yes(ok)}")
+    lines.append("")
+    for backend in s["backends"] if report["datasets"] else ():
+        lines += [f"## {backend}: nDCG@10 / R@5 (Δ against no learning)", ""]
+        names = [n for n, d in report["datasets"].items() if backend in d["backends"]]
+        rows = list(report["datasets"][names[0]]["backends"][backend]) if names else []
+        header = "| history | " + " | ".join(
+            f"{n} ({report['datasets'][n]['test_queries']} test q, {report['datasets'][n]['tools']} tools)"
+            for n in names
+        ) + " |"
+        lines += [header, "|---|" + "---|" * len(names)]
+        for row in rows:
+            cells = []
+            for n in names:
+                r = report["datasets"][n]["backends"][backend][row]
+                cell = f"{r['nDCG@10']:.3f} / {r['R@5']:.3f}"
+                if row != "no learning":
+                    cell += f" ({r['delta_nDCG@10']:+.3f} / {r['delta_R@5']:+.3f})"
+                if r.get("identical_to_no_learning") is not None:
+                    cell += ", identical" if r["identical_to_no_learning"] else ", DIFFERENT"
+                cells.append(cell)
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if report.get("latency"):
+        lines += ["## Latency at scale", ""]
+        lines.append(
+            "One catalog pooled from the data sets (as in scale.md), a usage log of every data set's queries "
+            "with their tools, repeated with one word dropped or added so most entries differ. Plain and "
+            "learning searches (k=5) alternate over the same held-out queries; *signal* is the ranker's "
+            "lookup alone."
+        )
+        lines += ["", "| backend | tools | log entries (distinct queries) | compile s | plain p50 ms | learning "
+                  "p50 ms | added p50 ms | signal p50 / p95 ms | queries with votes |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in report["latency"]:
+            lines.append(
+                f"| {r['backend']} | {r['tools']} | {r['log_entries']} ({r['distinct_queries']}) | {r['compile_s']} | "
+                f"{r['plain_ms_p50']} | {r['learning_ms_p50']} | **{r['added_ms_p50']}** | "
+                f"{r['signal_ms_p50']} / {r['signal_ms_p95']} | {r['queries_with_learned_votes']}/{r['queries']} |"
+            )
+        lines.append("")
+        lines += ["CPU time of the searching thread (`time.thread_time`), the cost of a search without the time "
+                  "it waits for a core on a busy machine:", ""]
+        lines += ["| backend | plain p50 ms | learning p50 ms | added p50 ms | signal p50 / p95 ms |",
+                  "|---|---|---|---|---|"]
+        for r in report["latency"]:
+            if "cpu_added_ms_p50" in r:
+                lines.append(f"| {r['backend']} | {r['cpu_plain_ms_p50']} | {r['cpu_learning_ms_p50']} | "
+                             f"**{r['cpu_added_ms_p50']}** | {r['cpu_signal_ms_p50']} / {r['cpu_signal_ms_p95']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    lines = []
+    for n, d in report["datasets"].items():
+        for backend, rows in d["backends"].items():
+            lines.append(f"{n} {backend}:")
+            for row, r in rows.items():
+                lines.append(f"  {row:24s} nDCG@10 {r['nDCG@10']:.3f}  R@5 {r['R@5']:.3f}")
+    for r in report.get("latency", []):
+        lines.append(f"latency {r['backend']}: +{r['added_ms_p50']} ms p50 at {r['tools']} tools, "
+                     f"{r['log_entries']} log entries")
+    lines.append(f"targets: {report['targets']}")
+    return "\n".join(lines)

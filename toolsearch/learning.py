@@ -1,0 +1,251 @@
+"""A ranking signal learned from the usage log: past queries like this one vote for the tools they led to.
+
+For a new query the log's nearest past queries are found by TF-IDF cosine over their words (an
+inverted index from word to distinct past queries, so the cost grows with the postings of the
+query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
+`neighbours` closest) votes s**2 times its success count for each tool it led to. The votes give
+each tool a share, and the evidence a confidence with a prior worth one exact-match vote:
+
+    share(tool) = votes(tool) / V        confidence c = V / (V + prior)        (V = all votes)
+
+The result is a mixture of the two estimates, the backend's score scaled to its best hit and the
+learned share, weighted by that confidence:
+
+    score = (1 - c) * backend / top_backend + c * share(tool)
+
+So little or dissimilar evidence leaves the backend's order almost untouched, a few wrong calls
+among many right ones take only their share, and with no neighbour the backend's own result is
+returned unchanged. The candidates are the backend's k hits plus the voted tools, restricted to
+what the caller may see.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+
+from .index import ToolIndex, validate_k, validate_query
+from .results import Hit, SearchResult
+from .usage import UsageLog
+
+__all__ = ["LearnedRanker", "LearningIndex", "Signal"]
+
+# The same for every catalog; chosen by what each means, not fitted to a data set.
+DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals the backend's best hit
+DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confidence 1/2
+DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
+DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
+DEFAULT_REFRESH_SECONDS = 5.0
+STOP_SHARE = 0.01
+STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long and every word counts
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The log compiled for lookups; immutable, replaced whole when the log has changed."""
+
+    version: int
+    postings: dict[str, np.ndarray]  # term -> ids of the distinct past queries holding it
+    stop: frozenset[str]  # terms too common to be evidence (see STOP_SHARE)
+    idf_sq: dict[str, float]
+    unknown_idf_sq: float
+    norms: np.ndarray  # per distinct past query
+    votes: list[tuple[tuple[str, ...], tuple[float, ...]]]  # per past query: tools and success counts
+
+    @property
+    def empty(self) -> bool:
+        return not self.votes
+
+
+def _compile(log: UsageLog) -> _Snapshot:
+    version = log.version
+    keys: dict[tuple[str, ...], dict[str, float]] = {}
+    for entry in log.entries():
+        tools = keys.setdefault(entry.terms, {})
+        tools[entry.called] = tools.get(entry.called, 0.0) + 1.0
+    lists: dict[str, list[int]] = {}
+    for key_id, terms in enumerate(keys):
+        for term in terms:
+            lists.setdefault(term, []).append(key_id)
+    n = len(keys)
+    # A word in more than STOP_SHARE of a large log is a stop word here: its idf is below ln 101, it
+    # says little about the tool, and its long postings list would dominate the lookup cost. Below
+    # 100,000 distinct queries the floor of 1,000 applies, so the replay benchmark's logs are unaffected.
+    limit = max(STOP_MIN_QUERIES, STOP_SHARE * n)
+    stop = frozenset(t for t, ids in lists.items() if len(ids) > limit)
+    idf_sq = {t: math.log(1.0 + n / len(ids)) ** 2 for t, ids in lists.items() if t not in stop}
+    norms = np.array(
+        [math.sqrt(sum(idf_sq[t] for t in terms if t not in stop)) or 1.0 for terms in keys], dtype=np.float64
+    )
+    votes = [(tuple(tools), tuple(tools.values())) for tools in keys.values()]
+    postings = {t: np.asarray(ids, dtype=np.int32) for t, ids in lists.items() if t not in stop}
+    return _Snapshot(version, postings, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, norms, votes)
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """What the log says about one query: each voted tool's share of the votes, and how much to trust them."""
+
+    shares: dict[str, float]  # votes(tool) / all votes, for visible tools with a vote
+    confidence: float  # all votes / (all votes + prior), in [0, 1)
+
+    def __bool__(self) -> bool:
+        return bool(self.shares)
+
+
+class LearnedRanker:
+    """The learned signal for a query, from a UsageLog (compiled lazily, refreshed as it grows).
+
+    `refresh_seconds`: a changed log is recompiled at most this often (0 = on every change), so a
+    busy log does not recompile on every search.
+    """
+
+    def __init__(
+        self,
+        log: UsageLog,
+        *,
+        weight: float = DEFAULT_WEIGHT,
+        prior: float = DEFAULT_PRIOR,
+        min_similarity: float = DEFAULT_MIN_SIMILARITY,
+        neighbours: int = DEFAULT_NEIGHBOURS,
+        refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+    ) -> None:
+        self.log = log
+        self.weight = weight
+        self.prior = prior
+        self.min_similarity = min_similarity
+        self.neighbours = neighbours
+        self.refresh_seconds = refresh_seconds
+        self._snapshot: _Snapshot | None = None
+        self._compiled_at = 0.0
+        self._lock = threading.Lock()
+        self._compiling = threading.Event()
+
+    def _stale(self, snap: _Snapshot | None) -> bool:
+        if snap is None:
+            return True
+        return snap.version != self.log.version and time.monotonic() - self._compiled_at >= self.refresh_seconds
+
+    def snapshot(self) -> _Snapshot:
+        """The compiled log. The first call compiles; later changes are compiled in a background
+        thread (a 100,000-entry log takes seconds) while searches go on with the previous snapshot,
+        except with refresh_seconds=0, where every change is compiled before the next lookup."""
+        snap = self._snapshot
+        # Compiled before the next lookup: the first time, with refresh_seconds=0, and while nothing
+        # was learned yet (a young log is small, and its first entries should count at once).
+        changed = snap is not None and snap.version != self.log.version
+        if snap is None or (changed and (self.refresh_seconds <= 0 or snap.empty)):
+            with self._lock:  # one thread compiles; the others wait and use its result
+                snap = self._snapshot
+                if snap is None or snap.version != self.log.version:
+                    snap = self._compile()
+            return snap
+        if self._stale(snap) and not self._compiling.is_set():
+            self._compiling.set()
+            threading.Thread(target=self._compile_in_background, name="toolsearch-learning", daemon=True).start()
+        return snap
+
+    def _compile(self) -> _Snapshot:
+        snap = _compile(self.log)
+        self._snapshot, self._compiled_at = snap, time.monotonic()
+        return snap
+
+    def _compile_in_background(self) -> None:
+        try:
+            with self._lock:
+                self._compile()
+        finally:
+            self._compiling.clear()
+
+    def signal(self, query: str, visible: Collection[str] | None = None) -> Signal:
+        """The learned signal for tools in `visible` (None = any); empty without evidence."""
+        snap = self.snapshot()
+        if snap.empty:
+            return Signal({}, 0.0)
+        terms = [t for t in self.log.terms(query) if t not in snap.stop]
+        found = [t for t in terms if t in snap.postings]
+        if not found:
+            return Signal({}, 0.0)
+        q_norm = math.sqrt(sum(snap.idf_sq.get(t, snap.unknown_idf_sq) for t in terms))
+        lists = [snap.postings[t] for t in found]
+        ids = np.concatenate(lists) if len(lists) > 1 else lists[0]
+        weights = np.repeat(np.array([snap.idf_sq[t] for t in found]), [len(x) for x in lists])
+        # Sums over the touched past queries only: the postings are short, the log may be long.
+        touched, inverse = np.unique(ids, return_inverse=True)
+        sims = np.bincount(inverse, weights=weights) / (q_norm * snap.norms[touched])
+        close = sims >= self.min_similarity
+        touched, sims = touched[close], sims[close]
+        if len(touched) > self.neighbours:
+            top = np.argpartition(-sims, self.neighbours - 1)[: self.neighbours]
+            touched, sims = touched[top], sims[top]
+        votes: dict[str, float] = {}
+        total = 0.0
+        for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
+            tools, counts = snap.votes[key_id]
+            strength = sim * sim
+            for tool, count in zip(tools, counts, strict=True):
+                vote = strength * count
+                total += vote  # votes for tools the caller cannot see still count as evidence
+                if visible is None or tool in visible:
+                    votes[tool] = votes.get(tool, 0.0) + vote
+        if not votes:
+            return Signal({}, 0.0)
+        return Signal({tool: v / total for tool, v in votes.items()}, total / (total + self.prior))
+
+
+class LearningIndex(ToolIndex):
+    """A ToolIndex whose search adds the learned signal of a usage log; use it in place of `index`.
+
+    It shares the index's catalog and backend (no copy, no rebuild). With an empty log, with
+    `enabled` False, or when no past query is similar, `search` returns exactly what the plain
+    index returns. Session filters apply to learned tools as to every other tool.
+    """
+
+    def __init__(self, index: ToolIndex, log: UsageLog | LearnedRanker, *, enabled: bool = True) -> None:
+        super().__init__(index.catalog, index.backend)
+        self.ranker = log if isinstance(log, LearnedRanker) else LearnedRanker(log)
+        self.enabled = enabled
+
+    @property
+    def log(self) -> UsageLog:
+        return self.ranker.log
+
+    def __repr__(self) -> str:
+        return f"LearningIndex({self.backend_name}, {len(self)} tools, {len(self.log)} usage entries)"
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        allowed: Collection[str] | None = None,
+        namespaces: Collection[str] | None = None,
+    ) -> SearchResult:
+        if not self.enabled:
+            return super().search(query, k, allowed=allowed, namespaces=namespaces)
+        start = time.perf_counter()
+        text = validate_query(query)
+        k = validate_k(k)
+        names = self.resolve_filter(allowed, namespaces)
+        catalog = self.catalog
+        signal = self.ranker.signal(text, names)
+        learned = {t: p for t, p in signal.shares.items() if t in catalog}
+        base = super().search(text, k, allowed=allowed, namespaces=namespaces)
+        if not learned:
+            return base
+        # Only the k hits a plain search returns get a backend share: a deeper search would cost
+        # the backend more than the whole learned lookup (bm25 at 10,000 tools: k=50 is 5x k=5).
+        top = max((h.score for h in base.hits), default=0.0)
+        trust = signal.confidence
+        scores = {h.name: (1.0 - trust) * (h.score / top if top > 0 else 0.0) for h in base.hits}
+        for tool, share in learned.items():
+            scores[tool] = scores.get(tool, 0.0) + self.ranker.weight * trust * share
+        order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        hits = tuple(Hit(n, s) for n, s in order)
+        elapsed = (time.perf_counter() - start) * 1000
+        return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, base.notes)

@@ -1,0 +1,100 @@
+"""`toolsearch usage show|export|import|clear INDEX`: inspect and manage the usage log beside an index."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .usage import FileUsageStore, UsageError, UsageLog, usage_path
+
+__all__ = ["add_usage_command", "cmd_usage"]
+
+
+def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
+    """Register `usage` on the CLI's sub-parsers; `handler(args, console)` is what the CLI dispatches to."""
+    p = commands.add_parser(
+        "usage", parents=parents, help="inspect, export, import or clear the usage log that search learns from",
+        description="The usage log of an index records which tools were called successfully after which "
+        "search (see docs/learning.md). It is kept beside the index folder as <INDEX>.usage.json.",
+    )
+    p.add_argument("action", choices=["show", "export", "import", "clear"], help="what to do")
+    p.add_argument("index", metavar="INDEX", help="index name or folder")
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="export: write here instead of stdout; import: the exported log to add")
+    p.add_argument("--json", action="store_true", help="show: print machine-readable JSON on stdout")
+    p.set_defaults(func=handler)
+
+
+def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
+    """Run one usage action for the index in `folder` (resolved by the CLI like every INDEX)."""
+    from .store import read_manifest
+
+    catalog = read_manifest(folder).catalog_hash
+    store = FileUsageStore(usage_path(folder))
+    log = store.load(catalog)
+    if args.action == "show":
+        return _show(console, store, catalog, log, as_json=args.json)
+    if args.action == "export":
+        data = json.dumps((log or UsageLog(catalog)).to_dict(), ensure_ascii=False, indent=1)
+        if args.file:
+            Path(args.file).write_text(data + "\n", encoding="utf-8")
+            console.note(f"wrote {len(log or ())} usage entries to {args.file}")
+        else:
+            console.print(data)
+        return 0
+    if args.action == "import":
+        if not args.file:
+            raise UsageError("usage import needs the FILE to import, e.g. `toolsearch usage import INDEX usage.json`")
+        incoming = _read_export(args.file)
+        if log is None or not len(log):
+            # An empty log takes the imported one whole (salt and privacy), so hashed terms still match.
+            incoming.catalog = catalog
+            log, added = incoming, len(incoming)
+        else:
+            added = log.merge(incoming)
+        store.save(log)
+        console.print(f"imported {added} usage entries into {store.path} ({len(log)} in total)")
+        return 0
+    store.delete(catalog)
+    console.print(f"cleared the usage log of {folder.name} ({store.path})")
+    return 0
+
+
+def _read_export(path: str) -> UsageLog:
+    source = sys.stdin if path == "-" else None
+    try:
+        text = source.read() if source else Path(path).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"{path} is not a readable usage export ({exc}); export one with `toolsearch usage export`"
+        ) from None
+    return UsageLog.from_dict(data, path)
+
+
+def _show(console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, *, as_json: bool) -> int:
+    entries = log.entries() if log else []
+    top = Counter(e.called for e in entries).most_common(10)
+    if as_json:
+        console.json({
+            "path": str(store.path), "catalog": catalog, "entries": len(entries),
+            "max_entries": log.max_entries if log else None, "privacy": log.privacy if log else None,
+            "top_tools": [{"name": n, "calls": c} for n, c in top],
+            "latest": [e.to_dict() for e in entries[-10:]],
+        })
+        return 0
+    if not entries:
+        console.print(f"no usage recorded for this index ({store.path})")
+        return 0
+    assert log is not None
+    console.print(f"{len(entries)} usage entries (cap {log.max_entries}, privacy {log.privacy}) in {store.path}")
+    console.print("most called after a search: " + ", ".join(f"{n} ({c})" for n, c in top))
+    for e in entries[-10:]:
+        shown = e.query if e.query is not None else " ".join(e.terms) if log.privacy == "tokens" else "(hashed)"
+        console.print(f"  {shown!s:60.60}  -> {e.called}")
+    return 0
