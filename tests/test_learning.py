@@ -172,6 +172,42 @@ def test_the_loop_feeds_the_log_and_the_next_run_searches_better(index: ToolInde
     assert second.searches[0].names[0] == "payments_refund"
 
 
+def test_a_loop_given_a_recorder_feeds_the_log_itself(index: ToolIndex) -> None:
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    sessions = SessionManager(learning(index, log))
+    result = toolsearch.run(
+        ScriptedModel([search("customer wants money back for the card"), call("payments_refund"), "Refunded."]),
+        "The customer wants their money back",
+        session=sessions.create("fed-by-the-loop"),
+        functions={"payments_refund": lambda: "refunded"},
+        usage=UsageRecorder(log),
+    )
+    assert result.output == "Refunded."
+    assert [(e.query, e.called) for e in log] == [("customer wants money back for the card", "payments_refund")]
+
+
+def test_failed_and_refused_calls_teach_nothing(index: ToolIndex) -> None:
+    from toolsearch.executor import handle_tool_calls
+    from toolsearch.providers import ToolCall
+
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    recorder = UsageRecorder(log)
+    session = SessionManager(index).create("byol")
+
+    def payments_refund() -> str:
+        raise RuntimeError("gateway down")
+
+    calls = [ToolCall("s1", "tool_search", {"query": "customer wants money back for the card"})]
+    handle_tool_calls(session, calls, {"payments_refund": payments_refund}, usage=recorder)
+    handle_tool_calls(session, [ToolCall("c1", "payments_refund", {})], {"payments_refund": payments_refund},
+                      usage=recorder)  # raised: not a success
+    handle_tool_calls(session, [ToolCall("c2", "email_send_message", {})], {}, usage=recorder)  # never shown
+    assert list(log) == []
+    handle_tool_calls(session, [ToolCall("c3", "payments_refund", {})], {"payments_refund": lambda: "ok"},
+                      usage=recorder)  # the same shown tool, now working: that is what is learned
+    assert [(e.query, e.called) for e in log] == [("customer wants money back for the card", "payments_refund")]
+
+
 def test_a_growing_log_is_recompiled_in_the_background(index: ToolIndex) -> None:
     log = UsageLog()
     log.add("write to my accountant", "herramienta_correo")

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
@@ -23,6 +23,9 @@ from .providers.registry import parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat
 from .tools import Tool, provider_safe_name
+
+if TYPE_CHECKING:
+    from .usage import UsageRecorder
 
 __all__ = [
     "ExecutorConfig",
@@ -224,6 +227,12 @@ def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
     return call
 
 
+# Outcomes that say whether a tool worked; refusals (not available, not discovered) say nothing about it.
+_CALL_OUTCOMES = frozenset(
+    {ResultStatus.OK, ResultStatus.ERROR, ResultStatus.INVALID_ARGUMENTS, ResultStatus.TIMEOUT}
+)
+
+
 class ToolExecutor:
     """Runs one turn's tool calls for a session: searches first, then the rest (concurrently)."""
 
@@ -233,10 +242,24 @@ class ToolExecutor:
         *,
         metatool: ToolSearchMetaTool | None = None,
         config: ExecutionSettings | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         self.functions = _functions_map(functions)
         self.metatool = metatool or ToolSearchMetaTool()
         self.config: ExecutionSettings = config or ExecutorConfig()
+        # Feeds the usage log (toolsearch.usage): what each search showed and which shown tools then worked.
+        self.usage = usage
+
+    def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
+        if self.usage is None:
+            return list(results)
+        for result in results:  # searches first: a call in the same batch may use what they showed
+            if result.search is not None and result.search.error is None:
+                self.usage.record_search(session.id, result.search.query, result.search.names)
+        for result in results:
+            if result.search is None and result.status in _CALL_OUTCOMES:
+                self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
+        return list(results)
 
     def shown(self, name: str) -> str:
         """The name the model knows a tool by (its provider-safe alias, unless configured otherwise)."""
@@ -411,7 +434,7 @@ class ToolExecutor:
                         results[i] = self._wait(call, pool.submit(_call_sync, fn, call.arguments), timeout, started)
             finally:
                 pool.shutdown(wait=False, cancel_futures=True)  # a timed-out tool keeps its thread; we move on
-        return [r for r in results if r is not None]
+        return self._record_usage(session, [r for r in results if r is not None])
 
     def _wait(
         self, call: ToolCall, future: concurrent.futures.Future[Any], timeout: float | None, started: float
@@ -454,7 +477,7 @@ class ToolExecutor:
             done = [await one(call, fn) for _, call, fn in pending]
         for (i, _, _), result in zip(pending, done, strict=True):
             results[i] = result
-        return [r for r in results if r is not None]
+        return self._record_usage(session, [r for r in results if r is not None])
 
 
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
@@ -504,6 +527,7 @@ def handle_tool_calls(
     *,
     metatool: ToolSearchMetaTool | None = None,
     config: ExecutionSettings | None = None,
+    usage: UsageRecorder | None = None,
 ) -> list[ToolResult]:
     """Run one batch of tool calls: every tool_search first, then the other calls.
 
@@ -511,7 +535,7 @@ def handle_tool_calls(
     Responses `function_call` items, Anthropic `tool_use` blocks). Each ToolResult has
     `.to_openai_chat()`, `.to_openai_responses()`, `.to_anthropic()` for the reply message.
     """
-    return ToolExecutor(functions, metatool=metatool, config=config).execute(session, calls)
+    return ToolExecutor(functions, metatool=metatool, config=config, usage=usage).execute(session, calls)
 
 
 async def ahandle_tool_calls(
@@ -521,6 +545,7 @@ async def ahandle_tool_calls(
     *,
     metatool: ToolSearchMetaTool | None = None,
     config: ExecutionSettings | None = None,
+    usage: UsageRecorder | None = None,
 ) -> list[ToolResult]:
     """`handle_tool_calls` for asyncio: async tools are awaited, sync ones run in threads."""
-    return await ToolExecutor(functions, metatool=metatool, config=config).aexecute(session, calls)
+    return await ToolExecutor(functions, metatool=metatool, config=config, usage=usage).aexecute(session, calls)

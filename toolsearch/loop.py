@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms
@@ -48,6 +48,9 @@ from .providers._base import (
 from .session import Session, SessionManager
 from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .usage import UsageRecorder
 
 __all__ = [
     "LoopConfig",
@@ -273,6 +276,7 @@ class ToolSearchLoop:
         system: str | None = None,
         metatool: ToolSearchMetaTool | None = None,
         config: LoopConfig | None = None,
+        usage: UsageRecorder | None = None,
         **settings: Any,
     ) -> None:
         self.model = model
@@ -281,10 +285,10 @@ class ToolSearchLoop:
         self.metatool = metatool or ToolSearchMetaTool()
         base = config or LoopConfig()
         self.config = replace(base, **settings) if settings else base
-        self.executor = ToolExecutor(functions, metatool=self.metatool, config=self.config)
+        self.executor = ToolExecutor(functions, metatool=self.metatool, config=self.config, usage=usage)
         # Without tool_search every allowed tool is on the request, so any allowed call may run.
         self.direct_executor = ToolExecutor(
-            functions, metatool=self.metatool, config=replace(self.config, undiscovered="execute")
+            functions, metatool=self.metatool, config=replace(self.config, undiscovered="execute"), usage=usage
         )
 
     def session(
@@ -586,6 +590,8 @@ def run(
     **settings: Any,
 ) -> LoopResult:
     """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5).
+
+    `usage=UsageRecorder(...)` feeds the usage log (see docs/learning.md) with the run's searches and calls.
 
     `on_text(piece)` gets the model's text as it streams; `on_event(event)` every StreamEvent
     (text deltas and tool-call starts, with the request number). Either one turns streaming on.
