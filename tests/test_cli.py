@@ -263,17 +263,17 @@ def test_invalid_tool_and_duplicates(home: Path, capsys: pytest.CaptureFixture[s
 
 def test_unknown_backend(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "build", "openai.json", "--backend", "elastic")
-    assert_one_line_error(code, err, "unknown backend 'elastic'", "bm25")
+    assert_one_line_error(code, err, "unknown backend 'elastic'", "bm25", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "demo", "--backend", "elastic")
-    assert_one_line_error(code, err, "unknown backend 'elastic'")
+    assert_one_line_error(code, err, "unknown backend 'elastic'", exit_code=EXIT_USAGE)
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", ""])
 def test_index_names_cannot_escape_the_root(name: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", name)
-    assert_one_line_error(code, err, "invalid index name")
+    assert_one_line_error(code, err, "invalid index name", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "rm", name)
-    assert_one_line_error(code, err, "invalid index name")
+    assert_one_line_error(code, err, "invalid index name", exit_code=EXIT_USAGE)
     assert not (home / "escape").exists() and not (home / "home" / "escape").exists()
 
 
@@ -298,9 +298,9 @@ def test_index_from_a_newer_format(home: Path, capsys: pytest.CaptureFixture[str
 def test_bad_query_arguments(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "build", "openai.json", "--backend", "regex", "--name", "rx")
     code, _, err = run(capsys, "query", "rx", "email", "-k", "0")
-    assert_one_line_error(code, err, "between 1 and")
+    assert_one_line_error(code, err, "between 1 and", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "query", "rx", "   ")
-    assert_one_line_error(code, err, "query is empty")
+    assert_one_line_error(code, err, "query is empty", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "query", "rx", "(unclosed")
     assert_one_line_error(code, err)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import DuplicateToolError, InvalidToolError
+from .text import clean_text
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
@@ -48,6 +49,7 @@ class Tool:
             raise InvalidToolError(
                 f"{where}: 'description' must be a string, got {type(self.description).__name__}"
             )
+        object.__setattr__(self, "description", clean_text(self.description))
         if len(self.description) > MAX_DESCRIPTION_CHARS:
             raise InvalidToolError(
                 f"{where}: description is {len(self.description)} chars; the limit is {MAX_DESCRIPTION_CHARS}"
@@ -179,6 +181,8 @@ class Tool:
             return cls.from_openai(definition, namespace=namespace)
         if "inputSchema" in definition:
             return cls.from_mcp(definition, namespace=namespace)
+        if "name" not in definition:
+            raise InvalidToolError(f"unrecognised tool shape (keys: {_some_keys(definition)}); {ACCEPTED_SHAPES}")
         known = {"name", "description", "input_schema", "namespace", "tags", "metadata", "source"}
         extra = {k: v for k, v in definition.items() if k not in known}
         metadata = dict(definition.get("metadata") or {})
@@ -195,6 +199,18 @@ class Tool:
         )
 
 
+ACCEPTED_SHAPES = (
+    'accepted shapes: OpenAI {"type": "function", "function": {"name", "description", "parameters"}} or '
+    '{"type": "function", "name", "parameters"}; Anthropic {"name", "description", "input_schema"}; '
+    'MCP {"name", "description", "inputSchema"}; dataset rows {"name", "description", "input_schema", "namespace"?}'
+)
+
+
+def _some_keys(definition: Mapping[str, Any]) -> str:
+    keys = [repr(str(k)[:40]) for k in list(definition)[:8]]
+    return ", ".join(keys) + (", ..." if len(definition) > 8 else "") if keys else "none"
+
+
 def _require_mapping(value: Any, what: str) -> None:
     if not isinstance(value, Mapping):
         raise InvalidToolError(f"{what} must be a JSON object, got {type(value).__name__}")
@@ -207,6 +223,10 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(schema))
     except (TypeError, ValueError) as exc:
         raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
+    except RecursionError:
+        raise InvalidToolError(f"{where}: input schema is nested too deeply") from None
+    if not _clean_descriptions(copy, 0):
+        raise InvalidToolError(f"{where}: input schema is nested deeper than {_MAX_SCHEMA_DEPTH} levels")
     kind = copy.setdefault("type", "object")
     if kind != "object":
         raise InvalidToolError(f"{where}: input schema 'type' must be 'object', got {kind!r}")
@@ -225,6 +245,27 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise InvalidToolError(f"{where}: input schema 'required' must be a list of parameter names")
     return copy
+
+
+_MAX_SCHEMA_DEPTH = 64
+
+
+def _clean_descriptions(node: Any, depth: int) -> bool:
+    """Clean every `description` and `title` string in a schema (the model reads them too).
+
+    False when the schema is nested deeper than any real one, which later recursive walks would choke on.
+    """
+    if depth > _MAX_SCHEMA_DEPTH:
+        return False
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("description", "title") and isinstance(value, str):
+                node[key] = clean_text(value)
+            elif not _clean_descriptions(value, depth + 1):
+                return False
+    elif isinstance(node, list):
+        return all(_clean_descriptions(item, depth + 1) for item in node)
+    return True
 
 
 # --- callables -------------------------------------------------------------------------------
@@ -303,7 +344,7 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
     """Read tools from a JSON or JSONL file in the OpenAI, Anthropic, MCP or dataset shape."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not content
     except FileNotFoundError:
         raise InvalidToolError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -318,11 +359,15 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
                 items.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise InvalidToolError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise InvalidToolError(f"{path}:{lineno}: JSON nested too deeply") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InvalidToolError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InvalidToolError(f"{path}: JSON nested too deeply") from None
         if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
             data = data["tools"]
         if isinstance(data, Mapping):
@@ -343,7 +388,7 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
 def _is_one_json(text: str) -> bool:
     try:
         json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return True
 
