@@ -548,3 +548,141 @@ def test_bench_that_is_not_installed(
     assert_one_line_error(code, err, "not available")
     code, out, _ = run(capsys, "bench", "scale", "--help")
     assert code == EXIT_OK and "usage: toolsearch bench scale" in out
+
+
+# --- the exit-code table of docs/cli.md, walked ---------------------------------------------------
+
+LONG_QUERY = "weather " * 700  # 4,900 characters: over the 1,000 limit
+# (argv, code): every command, each code of the table that applies to it. 130 is walked by the
+# interrupted-build tests above. "kw" is a bm25 index built first; "nothing" does not exist.
+EXIT_TABLE: list[tuple[list[str], int]] = [
+    (["list"], EXIT_OK),
+    (["build", "openai.json", "--backend", "bm25", "--name", "kw2"], EXIT_OK),
+    (["query", "kw", "email"], EXIT_OK),
+    (["info", "kw"], EXIT_OK),
+    (["rm", "kw"], EXIT_OK),
+    (["bench", "--help"], EXIT_OK),
+    (["mcp", "serve", "--help"], EXIT_OK),
+    (["build", "missing.json"], EXIT_USER_ERROR),
+    (["build", "shapeless.json"], EXIT_USER_ERROR),
+    (["query", "nothing", "email"], EXIT_USER_ERROR),
+    (["info", "nothing"], EXIT_USER_ERROR),
+    (["rm", "nothing"], EXIT_USER_ERROR),
+    (["mcp", "serve", "--config", "missing.json"], EXIT_USER_ERROR),
+    ([], EXIT_USAGE),
+    (["bogus"], EXIT_USAGE),
+    (["build"], EXIT_USAGE),
+    (["build", "openai.json", "--bogus"], EXIT_USAGE),
+    (["build", "openai.json", "--backend", "elastic"], EXIT_USAGE),
+    (["build", "openai.json", "--name", "../x"], EXIT_USAGE),
+    (["build", "openai.json", "--out", "a b"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "abc"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "0"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "1001"], EXIT_USAGE),
+    (["query", "kw", "  "], EXIT_USAGE),
+    (["query", "kw", LONG_QUERY], EXIT_USAGE),
+    # checked before the index is even looked for: the argument is wrong whatever the index
+    (["query", "nothing", LONG_QUERY], EXIT_USAGE),
+    (["query", "kw", "email", "--namespace", " "], EXIT_USAGE),
+    (["query", "bad name", "email"], EXIT_USAGE),
+    (["info", "bad name"], EXIT_USAGE),
+    (["info"], EXIT_USAGE),
+    (["list", "--bogus"], EXIT_USAGE),
+    (["rm", "../x"], EXIT_USAGE),
+    (["demo", "--backend", "elastic"], EXIT_USAGE),
+    (["demo", "--format", "morse"], EXIT_USAGE),
+    (["bench", "nope"], EXIT_USAGE),
+    (["bench", "retrieval", "--bogus"], EXIT_USAGE),
+    (["mcp", "serve"], EXIT_USAGE),
+    (["mcp", "serve", "--config", "servers.json", "--transport", "pigeon"], EXIT_USAGE),
+]
+
+
+def test_the_exit_table_covers_every_code_and_command() -> None:
+    import re
+
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)}
+    assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERRUPTED}
+    walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: test_interrupted_build_*
+    assert walked == documented
+    usage_commands = {argv[0] for argv, code in EXIT_TABLE if code == EXIT_USAGE and argv}
+    assert set(COMMANDS) <= usage_commands
+
+
+@pytest.mark.parametrize(("argv", "expected"), EXIT_TABLE, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
+def test_exit_table(argv: list[str], expected: int, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "shapeless.json").write_text(json.dumps([{"tool": "x", "about": "no name key"}]))
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    code, out, err = run(capsys, *argv)
+    assert code == expected, err
+    if expected != EXIT_OK:
+        assert_one_line_error(code, err, exit_code=expected)
+        assert out == ""
+    if expected == EXIT_USAGE:
+        assert "--help" in err
+
+
+# --- input files -----------------------------------------------------------------------------------
+
+
+def test_files_with_a_byte_order_mark_load(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(OPENAI_TOOLS).encode())
+    (home / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (home / "mcp.jsonl").read_bytes())
+    code, out, err = run(capsys, "build", "bom.json", "bom.jsonl", "--backend", "bm25", "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["tools"] == 4
+
+
+def test_an_unrecognised_tool_shape_names_the_accepted_shapes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "odd.json").write_text(json.dumps([{"tool_name": "x", "summary": "no name key"}]))
+    code, _, err = run(capsys, "build", "odd.json")
+    assert_one_line_error(code, err, "odd.json", "unrecognised tool shape", "'tool_name'", "OpenAI", "Anthropic",
+                          "MCP", "inputSchema")
+
+
+def test_counts_read_right(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "build", "mcp.jsonl", "--backend", "bm25", "--name", "one")
+    assert code == EXIT_OK
+    assert "mcp.jsonl: 1 tool\n" in err and "indexing 1 tool with" in err and ": 1 tool," in out
+    code, out, _ = run(capsys, "query", "one", "read a file")
+    assert "1 of 1 tool," in out
+
+
+# --- the missing-extra hint, for every command that needs an extra --------------------------------
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """As on an installation without these packages (an import of them fails)."""
+    for name in list(sys.modules):
+        backend_module = name.startswith("toolsearch.backends.") and name != "toolsearch.backends._base"
+        if name.startswith("toolsearch.mcp") or backend_module:
+            monkeypatch.delitem(sys.modules, name)
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing", "extra"),
+    [
+        (["mcp", "serve", "--config", "servers.json"], ("mcp", "mcp_types"), "mcp"),
+        (["mcp", "serve", "--config", "servers.json", "--transport", "http"], ("mcp", "mcp_types"), "mcp"),
+        (["build", "servers.json"], ("mcp", "mcp_types"), "mcp"),
+        (["build", "openai.json", "--backend", "vector"], ("faiss", "sentence_transformers"), "vector"),
+        (["build", "openai.json", "--backend", "hybrid"], ("faiss", "sentence_transformers"), "vector"),
+        (["demo", "--backend", "vector"], ("faiss", "sentence_transformers"), "vector"),
+        (["query", "vec", "email"], ("faiss", "sentence_transformers"), "vector"),
+    ],
+)
+def test_missing_extra_hint(
+    argv: list[str], missing: tuple[str, ...], extra: str, home: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"t": {"command": "mcp-server-time"}}}))
+    # an index whose manifest says vector (the files are a regex index's: the check comes first)
+    assert run(capsys, "build", "openai.json", "--backend", "regex", "--name", "vec")[0] == EXIT_OK
+    manifest = home / "home" / "indexes" / "vec" / MANIFEST
+    manifest.write_text(manifest.read_text().replace('"backend": "regex"', '"backend": "vector"'))
+    _without(monkeypatch, *missing)
+    code, _, err = run(capsys, *argv)
+    assert_one_line_error(code, err, f"pip install 'toolsearch[{extra}]'")
+    assert "unrecognized arguments" not in err

@@ -145,7 +145,8 @@ def _foreign_files(target: Path) -> list[str]:
         rel = path.relative_to(target).as_posix()
         if rel == MANIFEST:
             continue
-        ours = rel in listed if listed is not None else (rel == TOOLS_FILE or rel.startswith(BACKEND_DIR + "/"))
+        # The backend folder is the backend's own: some write there when loading (tantivy's lock file).
+        ours = rel in (listed or ()) or rel == TOOLS_FILE or rel.startswith(BACKEND_DIR + "/")
         if not ours:
             foreign.append(rel)
     return foreign
