@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ._errors import InvalidQueryError
+from .index import MAX_QUERY_CHARS
 from .results import SearchResult
 from .tools import Tool
 
@@ -217,6 +218,11 @@ class ToolSearchMetaTool:
             return None, (
                 f"{self.name} error: `query` is empty. Describe the capability you need, e.g. "
                 f'"send an email" or "weather forecast". {self._usage()}'
+            )
+        if len(args.query.strip()) > MAX_QUERY_CHARS:  # checked here so no backend or model is touched
+            return None, (
+                f"{self.name} error: `query` is {len(args.query.strip())} characters; the limit is "
+                f"{MAX_QUERY_CHARS}. Use a few keywords describing the capability. {self._usage()}"
             )
         if args.max_results is not None and not 1 <= args.max_results <= self.max_results:
             return None, (

@@ -325,6 +325,8 @@ class IndexStore:
         A stored index is reused only when its key matches and every file passes its checks; one
         that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case.
         """
+        if name is not None:
+            self.path(name)  # a bad name fails before any tool is checked or backend created
         catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
         spec = get_backend_spec(backend)
         probe = spec.create(**options)

@@ -19,8 +19,8 @@ _MAX_ENUM_VALUES = 30
 
 
 # Terminal escape sequences: CSI (`ESC [ ... m`, colours and cursor moves), OSC (`ESC ] ... BEL`,
-# e.g. hyperlinks and window titles) and the two-byte escapes.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|\x9b[0-?]*[ -/]*[@-~]")
+# e.g. hyperlinks and window titles) and the other escapes (`ESC c` reset, `ESC ( B` charsets).
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
 _KEEP_CONTROLS = frozenset("\t\n")
 
 
