@@ -450,6 +450,7 @@ def test_demo_json_reports_discovery_and_savings(fmt: str, home: Path, capsys: p
     report = json.loads(out)
     searched, everything = report["tool_search"], report["all_tools"]
     assert report["index"]["tools"] == 197 and report["format"] == fmt
+    assert "not an LLM" in report["model"]
     # the model starts with tool_search alone, and every needed tool is found by a search and called
     assert searched["requests"][0]["tools_sent"] == ["tool_search"]
     found = {d["tool"]: d for d in searched["discovered"]}
@@ -467,9 +468,15 @@ def test_demo_text_output_and_index_reuse(home: Path) -> None:
     first = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert first.returncode == EXIT_OK, first.stderr
     assert "Index: bm25 backend, built" in first.stdout
-    for expected in ("Request 1: 1 tool definition(s)", "tools sent: tool_search only", "-> tool_search #1",
-                     "Which search discovered", "email_send_message", "input tokens, all requests", "saved"):
+    for expected in ("Request 1: 1 tool definition,", "tools sent: tool_search only", "-> tool_search #1",
+                     "Which search discovered", "email_send_message", "input tokens, all requests", "saved",
+                     "scripted stand-in, not an LLM", "no LLM is called"):
         assert expected in first.stdout, expected
+    # it says what it is doing while it works, on stderr
+    for expected in ("not an LLM", "read the bundled catalog: 197 tools in 18 namespaces",
+                     "indexing them with the bm25 backend", "index built in", "running the task with tool search",
+                     "running it again with all 197 tools"):
+        assert expected in first.stderr, expected
     again = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert "Index: bm25 backend, reused" in again.stdout
     rebuilt = cli("demo", "--backend", "bm25", "--cache-dir", "cache", "--rebuild", cwd=home)
