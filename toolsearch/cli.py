@@ -356,7 +356,7 @@ def _is_mcp_config(path: Path) -> bool:
         return False
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False  # load_tools reports the problem with the file and line
     return isinstance(data, dict) and isinstance(data.get("mcpServers"), dict)
 

@@ -240,6 +240,11 @@ def read_manifest(folder: Path) -> Manifest:
         fields = {f: data[f] for f in Manifest.__dataclass_fields__}
     except KeyError as exc:
         raise IndexFormatError(f"{path} lacks the field {exc.args[0]!r}; rebuild the index") from None
+    kinds: dict[str, type] = {"backend": str, "options": dict, "catalog_hash": str, "key": str, "tool_count": int,
+                              "namespaces": list, "created_at": str}
+    for name, kind in kinds.items():
+        if not isinstance(fields[name], kind) or isinstance(fields[name], bool):
+            raise IndexFormatError(f"{path}: the field {name!r} is not a {kind.__name__}; rebuild the index")
     files = fields["files"]
     if not isinstance(files, dict) or TOOLS_FILE not in files or not all(
         isinstance(r, dict) and isinstance(r.get("bytes"), int) and isinstance(r.get("blake2b"), str)
