@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolsearch import (
@@ -135,6 +135,10 @@ suffixes = st.sampled_from([".json", ".jsonl", ".txt", ""])
 
 @settings(max_examples=max(settings().max_examples // 2, 10))  # the big-file cases cost a second each
 @given(content=file_contents, prefix=bom, suffix=suffixes)
+# found by the deep profile: a non-object 'metadata' raised ValueError from dict()
+@example(content='[{"name": "", "metadata": "0"}]', prefix="", suffix=".json")
+@example(content='[{"name": "a", "tags": "abc"}]', prefix="", suffix=".json")
+@example(content=_deep(5_000), prefix="\ufeff", suffix=".json")
 def test_fuzz_load_tools(content: str, prefix: str, suffix: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"tools{suffix}"
@@ -165,6 +169,8 @@ def _check_valid_tool(tool: Tool) -> None:
 
 
 @given(definition=any_tool, namespace=st.none() | names)
+@example(definition={"input_schema": {}, "name": "", "tags": "", "metadata": "0"}, namespace=None)
+@example(definition={"name": "a", "tags": 5, "description": 0, "input_schema": []}, namespace=None)
 def test_fuzz_tool_converters(definition: Any, namespace: str | None) -> None:
     for convert in (Tool.from_dict, Tool.from_openai, Tool.from_anthropic, Tool.from_mcp):
         try:

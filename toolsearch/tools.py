@@ -57,7 +57,7 @@ class Tool:
         if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
             raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None")
         tags = self.tags
-        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
             raise InvalidToolError(f"{where}: 'tags' must be a list of strings")
         object.__setattr__(self, "tags", tuple(tags))
         schema = _validated_schema(where, self.input_schema)
@@ -66,6 +66,8 @@ class Tool:
             metadata = json.loads(json.dumps(dict(self.metadata)))
         except (TypeError, ValueError) as exc:
             raise InvalidToolError(f"{where}: 'metadata' must be JSON-serialisable ({exc})") from None
+        except RecursionError:
+            raise InvalidToolError(f"{where}: 'metadata' is nested too deeply") from None
         object.__setattr__(self, "metadata", metadata)
         digest = hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
         object.__setattr__(self, "fingerprint", digest)
@@ -133,8 +135,8 @@ class Tool:
         _require_mapping(fn, "OpenAI tool 'function'")
         return cls(
             name=fn.get("name"),  # type: ignore[arg-type]
-            description=fn.get("description") or "",
-            input_schema=fn.get("parameters") or dict(_EMPTY_SCHEMA),
+            description=_given(fn.get("description"), ""),
+            input_schema=_given(fn.get("parameters"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
         )
 
@@ -144,8 +146,8 @@ class Tool:
         _require_mapping(definition, "Anthropic tool")
         return cls(
             name=definition.get("name"),  # type: ignore[arg-type]
-            description=definition.get("description") or "",
-            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(definition.get("description"), ""),
+            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
         )
 
@@ -160,8 +162,8 @@ class Tool:
                 metadata[key] = data[key]
         return cls(
             name=data.get("name"),
-            description=data.get("description") or "",
-            input_schema=data.get("inputSchema") or data.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(data.get("description"), ""),
+            input_schema=_given(data.get("inputSchema", data.get("input_schema")), dict(_EMPTY_SCHEMA)),
             namespace=namespace,
             metadata=metadata,
         )
@@ -185,16 +187,22 @@ class Tool:
             raise InvalidToolError(f"unrecognised tool shape (keys: {_some_keys(definition)}); {ACCEPTED_SHAPES}")
         known = {"name", "description", "input_schema", "namespace", "tags", "metadata", "source"}
         extra = {k: v for k, v in definition.items() if k not in known}
-        metadata = dict(definition.get("metadata") or {})
+        raw_metadata = definition.get("metadata")
+        if raw_metadata is not None and not isinstance(raw_metadata, Mapping):
+            raise InvalidToolError(
+                f"tool {str(definition.get('name'))[:80]!r}: 'metadata' must be a JSON object, got "
+                f"{type(raw_metadata).__name__}"
+            )
+        metadata = dict(raw_metadata or {})
         if definition.get("source"):
             metadata["source"] = definition["source"]
         metadata.update(extra)
         return cls(
             name=definition.get("name"),  # type: ignore[arg-type]
-            description=definition.get("description") or "",
-            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(definition.get("description"), ""),
+            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
-            tags=tuple(definition.get("tags") or ()),
+            tags=_given(definition.get("tags"), ()),
             metadata=metadata,
         )
 
@@ -209,6 +217,11 @@ ACCEPTED_SHAPES = (
 def _some_keys(definition: Mapping[str, Any]) -> str:
     keys = [repr(str(k)[:40]) for k in list(definition)[:8]]
     return ", ".join(keys) + (", ..." if len(definition) > 8 else "") if keys else "none"
+
+
+def _given(value: Any, default: Any) -> Any:
+    """`default` for an absent (null) field; any other value is checked by Tool, never silently replaced."""
+    return default if value is None else value
 
 
 def _require_mapping(value: Any, what: str) -> None:
