@@ -332,8 +332,8 @@ class IndexStore:
         """
         if name is not None:
             self.path(name)  # a bad name fails before any tool is checked or backend created
-        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
         spec = get_backend_spec(backend)
+        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
         probe = spec.create(**options)
         key = index_key(catalog.hash, probe.name, probe.describe())
         name = name or f"{probe.name}-{key[:12]}"
