@@ -561,7 +561,8 @@ def test_bench_that_is_not_installed(
 
 LONG_QUERY = "weather " * 700  # 4,900 characters: over the 1,000 limit
 # (argv, code): every command, each code of the table that applies to it. 130 is walked by the
-# interrupted-build tests above. "kw" is a bm25 index built first; "nothing" does not exist.
+# interrupted-build tests above and test_ctrl_c_on_mcp_serve_exits_130 below. "kw" is a bm25 index
+# built first; "nothing" does not exist.
 EXIT_TABLE: list[tuple[list[str], int]] = [
     (["list"], EXIT_OK),
     (["build", "openai.json", "--backend", "bm25", "--name", "kw2"], EXIT_OK),
@@ -610,7 +611,7 @@ def test_the_exit_table_covers_every_code_and_command() -> None:
 
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)}
     assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERRUPTED}
-    walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: test_interrupted_build_*
+    walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: build and mcp serve, below
     assert walked == documented
     usage_commands = {argv[0] for argv, code in EXIT_TABLE if code == EXIT_USAGE and argv}
     assert set(COMMANDS) <= usage_commands
@@ -693,3 +694,30 @@ def test_missing_extra_hint(
     code, _, err = run(capsys, *argv)
     assert_one_line_error(code, err, f"pip install 'toolsearch[{extra}]'")
     assert "unrecognized arguments" not in err
+
+
+def test_ctrl_c_on_mcp_serve_exits_130(home: Path) -> None:
+    # Ctrl-C stops the gateway cleanly (its upstream servers too) and exits 130, as the table says.
+    time_server = Path(sys.executable).parent / "mcp-server-time"
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"time": {"command": str(time_server)}}}))
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from toolsearch.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "mcp", "serve", "--config", "servers.json", "--backend", "bm25"],
+        cwd=home, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert child.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = child.stderr.readline()
+        seen.append(line)
+        if "gateway ready" in line or not line:
+            break
+    assert any("gateway ready" in s for s in seen), "".join(seen)
+    child.send_signal(signal.SIGINT)
+    _, rest = child.communicate(timeout=30)
+    assert child.returncode == EXIT_INTERRUPTED, rest
+    assert rest.strip().splitlines()[-1] == "toolsearch: interrupted" and "Traceback" not in rest

@@ -8,6 +8,7 @@ import fnmatch
 import logging
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -429,6 +430,9 @@ async def _serve(
         tg.cancel_scope.cancel()
 
 
+_INTERRUPTED = threading.Event()  # set when SIGINT (not SIGTERM) stopped the serve loop
+
+
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     """SIGINT/SIGTERM end the serve loop, so the upstream servers are shut down in order."""
     try:
@@ -436,8 +440,10 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     except (NotImplementedError, ValueError):  # Windows, or not the main thread
         return
     with receiver as signals:
-        async for _ in signals:
+        async for signum in signals:
             logger.info("stopping")
+            if signum == signal.SIGINT:  # Ctrl-C: serve() raises KeyboardInterrupt, so the CLI exits 130
+                _INTERRUPTED.set()
             scope.cancel()
             return
 
@@ -468,6 +474,7 @@ def serve(
     def announce(url: str) -> None:
         print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
 
+    _INTERRUPTED.clear()
     anyio.run(
         lambda: aserve(
             config_path,
@@ -482,6 +489,8 @@ def serve(
             announce=announce,
         )
     )
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
