@@ -178,7 +178,7 @@ def render(report: dict[str, Any]) -> str:
         ci = report["fuzz_ci"]["targets"].get(name, {})
         lines.append(f"| `{name}` | {row['passing'] + row['failing']:,} | {row['failing']} | "
                      f"{ci.get('passing', 0) + ci.get('failing', 0):,} |")
-    lines += ["", "What the fuzzing found (each fixed, with the failing example kept as a test or a strategy):", ""]
+    lines += ["", "What the fuzzing found (the failing inputs are kept as `@example`s or tests):", ""]
     lines += [f"- {finding}" for finding in report["findings"]]
     lines += [
         "",
