@@ -263,17 +263,17 @@ def test_invalid_tool_and_duplicates(home: Path, capsys: pytest.CaptureFixture[s
 
 def test_unknown_backend(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "build", "openai.json", "--backend", "elastic")
-    assert_one_line_error(code, err, "unknown backend 'elastic'", "bm25")
+    assert_one_line_error(code, err, "unknown backend 'elastic'", "bm25", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "demo", "--backend", "elastic")
-    assert_one_line_error(code, err, "unknown backend 'elastic'")
+    assert_one_line_error(code, err, "unknown backend 'elastic'", exit_code=EXIT_USAGE)
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", ""])
 def test_index_names_cannot_escape_the_root(name: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", name)
-    assert_one_line_error(code, err, "invalid index name")
+    assert_one_line_error(code, err, "invalid index name", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "rm", name)
-    assert_one_line_error(code, err, "invalid index name")
+    assert_one_line_error(code, err, "invalid index name", exit_code=EXIT_USAGE)
     assert not (home / "escape").exists() and not (home / "home" / "escape").exists()
 
 
@@ -298,9 +298,9 @@ def test_index_from_a_newer_format(home: Path, capsys: pytest.CaptureFixture[str
 def test_bad_query_arguments(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "build", "openai.json", "--backend", "regex", "--name", "rx")
     code, _, err = run(capsys, "query", "rx", "email", "-k", "0")
-    assert_one_line_error(code, err, "between 1 and")
+    assert_one_line_error(code, err, "between 1 and", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "query", "rx", "   ")
-    assert_one_line_error(code, err, "query is empty")
+    assert_one_line_error(code, err, "query is empty", exit_code=EXIT_USAGE)
     code, _, err = run(capsys, "query", "rx", "(unclosed")
     assert_one_line_error(code, err)
 
@@ -449,6 +449,7 @@ def test_demo_json_reports_discovery_and_savings(fmt: str, home: Path, capsys: p
     report = json.loads(out)
     searched, everything = report["tool_search"], report["all_tools"]
     assert report["index"]["tools"] == 197 and report["format"] == fmt
+    assert "not an LLM" in report["model"]
     # the model starts with tool_search alone, and every needed tool is found by a search and called
     assert searched["requests"][0]["tools_sent"] == ["tool_search"]
     found = {d["tool"]: d for d in searched["discovered"]}
@@ -466,9 +467,15 @@ def test_demo_text_output_and_index_reuse(home: Path) -> None:
     first = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert first.returncode == EXIT_OK, first.stderr
     assert "Index: bm25 backend, built" in first.stdout
-    for expected in ("Request 1: 1 tool definition(s)", "tools sent: tool_search only", "-> tool_search #1",
-                     "Which search discovered", "email_send_message", "input tokens, all requests", "saved"):
+    for expected in ("Request 1: 1 tool definition,", "tools sent: tool_search only", "-> tool_search #1",
+                     "Which search discovered", "email_send_message", "input tokens, all requests", "saved",
+                     "scripted stand-in, not an LLM", "no LLM is called"):
         assert expected in first.stdout, expected
+    # it says what it is doing while it works, on stderr
+    for expected in ("not an LLM", "read the bundled catalog: 197 tools in 18 namespaces",
+                     "indexing them with the bm25 backend", "index built in", "running the task with tool search",
+                     "running it again with all 197 tools"):
+        assert expected in first.stderr, expected
     again = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert "Index: bm25 backend, reused" in again.stdout
     rebuilt = cli("demo", "--backend", "bm25", "--cache-dir", "cache", "--rebuild", cwd=home)
@@ -544,3 +551,169 @@ def test_bench_that_is_not_installed(
     assert_one_line_error(code, err, "not available")
     code, out, _ = run(capsys, "bench", "scale", "--help")
     assert code == EXIT_OK and "usage: toolsearch bench scale" in out
+
+
+# --- the exit-code table of docs/cli.md, walked ---------------------------------------------------
+
+LONG_QUERY = "weather " * 700  # 4,900 characters: over the 1,000 limit
+# (argv, code): every command, each code of the table that applies to it. 130 is walked by the
+# interrupted-build tests above and test_ctrl_c_on_mcp_serve_exits_130 below. "kw" is a bm25 index
+# built first; "nothing" does not exist.
+EXIT_TABLE: list[tuple[list[str], int]] = [
+    (["list"], EXIT_OK),
+    (["build", "openai.json", "--backend", "bm25", "--name", "kw2"], EXIT_OK),
+    (["query", "kw", "email"], EXIT_OK),
+    (["info", "kw"], EXIT_OK),
+    (["rm", "kw"], EXIT_OK),
+    (["bench", "--help"], EXIT_OK),
+    (["mcp", "serve", "--help"], EXIT_OK),
+    (["build", "missing.json"], EXIT_USER_ERROR),
+    (["build", "shapeless.json"], EXIT_USER_ERROR),
+    (["query", "nothing", "email"], EXIT_USER_ERROR),
+    (["info", "nothing"], EXIT_USER_ERROR),
+    (["rm", "nothing"], EXIT_USER_ERROR),
+    (["mcp", "serve", "--config", "missing.json"], EXIT_USER_ERROR),
+    ([], EXIT_USAGE),
+    (["bogus"], EXIT_USAGE),
+    (["build"], EXIT_USAGE),
+    (["build", "openai.json", "--bogus"], EXIT_USAGE),
+    (["build", "openai.json", "--backend", "elastic"], EXIT_USAGE),
+    (["build", "openai.json", "--name", "../x"], EXIT_USAGE),
+    (["build", "openai.json", "--out", "a b"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "abc"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "0"], EXIT_USAGE),
+    (["query", "kw", "email", "-k", "1001"], EXIT_USAGE),
+    (["query", "kw", "  "], EXIT_USAGE),
+    (["query", "kw", LONG_QUERY], EXIT_USAGE),
+    # checked before the index is even looked for: the argument is wrong whatever the index
+    (["query", "nothing", LONG_QUERY], EXIT_USAGE),
+    (["query", "kw", "email", "--namespace", " "], EXIT_USAGE),
+    (["query", "bad name", "email"], EXIT_USAGE),
+    (["info", "bad name"], EXIT_USAGE),
+    (["info"], EXIT_USAGE),
+    (["list", "--bogus"], EXIT_USAGE),
+    (["rm", "../x"], EXIT_USAGE),
+    (["demo", "--backend", "elastic"], EXIT_USAGE),
+    (["demo", "--format", "morse"], EXIT_USAGE),
+    (["bench", "nope"], EXIT_USAGE),
+    (["bench", "retrieval", "--bogus"], EXIT_USAGE),
+    (["mcp", "serve"], EXIT_USAGE),
+    (["mcp", "serve", "--config", "servers.json", "--transport", "pigeon"], EXIT_USAGE),
+]
+
+
+def test_the_exit_table_covers_every_code_and_command() -> None:
+    import re
+
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)}
+    assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERRUPTED}
+    walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: build and mcp serve, below
+    assert walked == documented
+    usage_commands = {argv[0] for argv, code in EXIT_TABLE if code == EXIT_USAGE and argv}
+    assert set(COMMANDS) <= usage_commands
+
+
+@pytest.mark.parametrize(("argv", "expected"), EXIT_TABLE, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
+def test_exit_table(argv: list[str], expected: int, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "shapeless.json").write_text(json.dumps([{"tool": "x", "about": "no name key"}]))
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    code, out, err = run(capsys, *argv)
+    assert code == expected, err
+    if expected != EXIT_OK:
+        assert_one_line_error(code, err, exit_code=expected)
+        assert out == ""
+    if expected == EXIT_USAGE:
+        assert "--help" in err
+
+
+# --- input files -----------------------------------------------------------------------------------
+
+
+def test_files_with_a_byte_order_mark_load(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(OPENAI_TOOLS).encode())
+    (home / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (home / "mcp.jsonl").read_bytes())
+    code, out, err = run(capsys, "build", "bom.json", "bom.jsonl", "--backend", "bm25", "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["tools"] == 4
+
+
+def test_an_unrecognised_tool_shape_names_the_accepted_shapes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "odd.json").write_text(json.dumps([{"tool_name": "x", "summary": "no name key"}]))
+    code, _, err = run(capsys, "build", "odd.json")
+    assert_one_line_error(code, err, "odd.json", "unrecognised tool shape", "'tool_name'", "OpenAI", "Anthropic",
+                          "MCP", "inputSchema")
+
+
+def test_counts_read_right(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "build", "mcp.jsonl", "--backend", "bm25", "--name", "one")
+    assert code == EXIT_OK
+    assert "mcp.jsonl: 1 tool\n" in err and "indexing 1 tool with" in err and ": 1 tool," in out
+    code, out, _ = run(capsys, "query", "one", "read a file")
+    assert "1 of 1 tool," in out
+
+
+# --- the missing-extra hint, for every command that needs an extra --------------------------------
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """As on an installation without these packages (an import of them fails)."""
+    for name in list(sys.modules):
+        backend_module = name.startswith("toolsearch.backends.") and name != "toolsearch.backends._base"
+        if name.startswith("toolsearch.mcp") or backend_module:
+            monkeypatch.delitem(sys.modules, name)
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing", "extra"),
+    [
+        (["mcp", "serve", "--config", "servers.json"], ("mcp", "mcp_types"), "mcp"),
+        (["mcp", "serve", "--config", "servers.json", "--transport", "http"], ("mcp", "mcp_types"), "mcp"),
+        (["build", "servers.json"], ("mcp", "mcp_types"), "mcp"),
+        (["build", "openai.json", "--backend", "vector"], ("faiss", "sentence_transformers"), "vector"),
+        (["build", "openai.json", "--backend", "hybrid"], ("faiss", "sentence_transformers"), "vector"),
+        (["demo", "--backend", "vector"], ("faiss", "sentence_transformers"), "vector"),
+        (["query", "vec", "email"], ("faiss", "sentence_transformers"), "vector"),
+    ],
+)
+def test_missing_extra_hint(
+    argv: list[str], missing: tuple[str, ...], extra: str, home: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"t": {"command": "mcp-server-time"}}}))
+    # an index whose manifest says vector (the files are a regex index's: the check comes first)
+    assert run(capsys, "build", "openai.json", "--backend", "regex", "--name", "vec")[0] == EXIT_OK
+    manifest = home / "home" / "indexes" / "vec" / MANIFEST
+    manifest.write_text(manifest.read_text().replace('"backend": "regex"', '"backend": "vector"'))
+    _without(monkeypatch, *missing)
+    code, _, err = run(capsys, *argv)
+    assert_one_line_error(code, err, f"pip install 'toolsearch[{extra}]'")
+    assert "unrecognized arguments" not in err
+
+
+def test_ctrl_c_on_mcp_serve_exits_130(home: Path) -> None:
+    # Ctrl-C stops the gateway cleanly (its upstream servers too) and exits 130, as the table says.
+    time_server = Path(sys.executable).parent / "mcp-server-time"
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"time": {"command": str(time_server)}}}))
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from toolsearch.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "mcp", "serve", "--config", "servers.json", "--backend", "bm25"],
+        cwd=home, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert child.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = child.stderr.readline()
+        seen.append(line)
+        if "gateway ready" in line or not line:
+            break
+    assert any("gateway ready" in s for s in seen), "".join(seen)
+    child.send_signal(signal.SIGINT)
+    _, rest = child.communicate(timeout=30)
+    assert child.returncode == EXIT_INTERRUPTED, rest
+    assert rest.strip().splitlines()[-1] == "toolsearch: interrupted" and "Traceback" not in rest

@@ -687,3 +687,68 @@ def test_saving_over_a_folder_that_is_not_an_index_is_refused(tmp_path: Path) ->
     assert (precious / "file.txt").read_text() == "precious"
     index.save(tmp_path / "empty-is-fine")
     index.save(tmp_path / "empty-is-fine")  # and an index may be replaced by a newer one
+
+
+# --- untrusted descriptions are cleaned before they are indexed or shown ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "dirty", "clean"),
+    [
+        ("zero-width space", "Send\u200b an\u200c email\u200d now\u2060\ufeff", "Send an email now"),
+        ("bidi override", "Pay \u202eeciovni\u202c the \u2066invoice\u2069 \u200fnow\u200e",
+         "Pay eciovni the invoice now"),
+        ("ANSI escape", "\x1b[31mRed\x1b[0m \x1b]8;;http://evil\x07link\x1b]8;;\x07 \x1b[2J\x1bcok", "Red link ok"),
+        ("control character", "bell\x07 back\x08space\x00 nul\x7f del\x85 nel", "bell backspace nul del nel"),
+        ("invisible tag characters", "weather\U000e0049\U000e0067\U000e006e\U000e006f\U000e0072\U000e0065", "weather"),
+        ("soft hyphen", "in\u00advisible", "invisible"),
+        ("line ends", "one\r\ntwo\rthree\tfour", "one\ntwo\nthree\tfour"),
+    ],
+)
+def test_descriptions_are_cleaned_of_invisible_characters(kind: str, dirty: str, clean: str) -> None:
+    schema = {"type": "object", "title": dirty,
+              "properties": {"to": {"type": "string", "description": dirty,
+                                    "items": {"type": "object", "description": dirty}}}}
+    tool = Tool("send_email", dirty, schema)
+    assert tool.description == clean, kind
+    assert tool.input_schema["title"] == clean
+    assert tool.input_schema["properties"]["to"]["description"] == clean
+    assert tool.input_schema["properties"]["to"]["items"]["description"] == clean
+    for shown in (tool.to_openai(), tool.to_anthropic(), tool.to_mcp(), tool_text(tool).joined()):
+        text = json.dumps(shown, ensure_ascii=False) if not isinstance(shown, str) else shown
+        assert not any(c in text for c in "\u200b\u202e\u2066\x1b\x07\x00\U000e0049\u00ad"), kind
+    # what is indexed is what is shown: a search for the visible word finds the tool
+    index = ToolIndex.build([tool, Tool("other", "Something unrelated.")], backend="bm25")
+    assert index.search(clean.split()[0], 1).names == ["send_email"]
+
+
+def test_clean_text_keeps_every_visible_script() -> None:
+    from toolsearch.text import clean_text
+
+    text = "Envía un correo · 发送邮件 · إرسال بريد · отправить письмо · 📧 emoji\tand\nlines"
+    assert clean_text(text) == text
+
+
+def test_cheap_checks_come_before_the_backend() -> None:
+    # A backend that fails if asked anything: argument checks must answer without it (for the
+    # vector and hybrid backends, without loading the model).
+    from toolsearch import SessionManager, ToolSearchMetaTool
+
+    class Untouchable(ListBackend):
+        def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+            raise AssertionError("the backend was asked before the arguments were checked")
+
+    backend = Untouchable()
+    backend.add([weather()])
+    index = ToolIndex(Catalog([weather()]), backend)
+    for query, k in [("x" * (MAX_QUERY_CHARS + 1), 5), ("  ", 5), ("ok", 0), ("ok", MAX_K + 1), ("ok", "5")]:
+        with pytest.raises(InvalidQueryError):
+            index.search(query, k)  # type: ignore[arg-type]
+    session = SessionManager(index).create("s1")
+    meta = ToolSearchMetaTool()
+    for arguments in [{"query": "x" * (MAX_QUERY_CHARS + 1)}, {"query": ""}, {"query": "ok", "max_results": 0},
+                      {"query": "ok", "max_results": "many"}, {"max_results": 3}, "not json", [1, 2]]:
+        outcome = meta.run(session, arguments)  # type: ignore[arg-type]
+        assert not outcome.ok and "tool_search" in outcome.text
+    with pytest.raises(InvalidIndexNameError):
+        IndexStore(Path("unused")).build([Tool("bad name is fine")], "list-never-created", name="../x")

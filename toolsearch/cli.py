@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
-from ._errors import ToolSearchError
+from ._errors import BackendError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
 from .providers.registry import chat_format_names
 
 # Exit codes scripts can rely on.
@@ -40,6 +40,10 @@ BENCHMARKS = {
 
 class CommandError(ToolSearchError):
     """A command cannot do what was asked; the message says what to do instead."""
+
+
+# Errors the argument checks raise: the command line itself is wrong (exit 2), not the files it names.
+_USAGE_ERRORS = (InvalidQueryError, InvalidIndexNameError, BackendError)
 
 
 # --- output helpers ----------------------------------------------------------------------------
@@ -204,7 +208,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     where.add_argument("--out", metavar="DIR", help="write the index to this folder instead of a named one")
     p.add_argument("--namespace", metavar="NS",
                    help="put every tool from the files into this namespace (files only, not MCP configs)")
-    p.set_defaults(func=cmd_build)
+    p.add_argument("--rebuild", action="store_true",
+                   help="build anew even when an identical index exists (a damaged one is always rebuilt)")
+    p.set_defaults(func=cmd_build, check=check_build)
 
     p = commands.add_parser(
         "query", parents=[common, root, as_json], help="search an index",
@@ -215,12 +221,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("text", metavar="QUERY", help="what you are looking for, e.g. 'send an email'")
     p.add_argument("-k", type=int, default=5, metavar="N", help="how many tools to return (default 5)")
     p.add_argument("--namespace", action="append", metavar="NS", help="only tools in this namespace (repeatable)")
-    p.set_defaults(func=cmd_query)
+    p.set_defaults(func=cmd_query, check=check_query)
 
     p = commands.add_parser("info", parents=[common, root, as_json], help="show what an index holds",
                             description="Show an index's manifest: backend, options, tools, namespaces, size.")
     p.add_argument("index", metavar="INDEX", help="index name or folder")
-    p.set_defaults(func=cmd_info)
+    p.set_defaults(func=cmd_info, check=check_index_argument)
 
     p = commands.add_parser("list", parents=[common, root, as_json], help="list the indexes in --root",
                             description="List the named indexes inside --root.")
@@ -229,7 +235,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p = commands.add_parser("rm", parents=[common, root, as_json], help="delete a named index",
                             description="Delete a named index from --root (names only, never arbitrary paths).")
     p.add_argument("index", metavar="NAME", help="index name")
-    p.set_defaults(func=cmd_rm)
+    p.set_defaults(func=cmd_rm, check=check_index_argument)
 
     from .usage_cli import add_usage_command
 
@@ -247,7 +253,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("--rebuild", action="store_true", help="rebuild the demo index even if a cached one matches")
     p.add_argument("--format", default="openai_chat", choices=chat_format_names(),
                    help="provider wire format the requests are rendered and counted in (default: openai_chat)")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, check=check_demo)
 
     p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale, sessions)",
                             description="Run one of the reproducible benchmarks; see each one's --help.")
@@ -261,8 +267,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             module.add_arguments(sub)
             sub.set_defaults(func=_run_plugin(module))
         else:
-            sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-            sub.set_defaults(func=_unavailable(f"bench {name}", f"toolsearch.bench.{name}", module, "bench"))
+            sub.set_defaults(
+                func=_unavailable(f"bench {name}", f"toolsearch.bench.{name}", module, "bench"), any_arguments=True
+            )
 
     p = commands.add_parser("mcp", parents=[common], help="MCP gateway commands",
                             description="Front many MCP servers with one tool-search gateway.")
@@ -280,8 +287,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         module.add_arguments(serve)
         serve.set_defaults(func=_run_plugin(module))
     else:
-        serve.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-        serve.set_defaults(func=_unavailable("mcp serve", "toolsearch.mcp.cli", module, "mcp"))
+        serve.set_defaults(func=_unavailable("mcp serve", "toolsearch.mcp.cli", module, "mcp"), any_arguments=True)
     return parser
 
 
@@ -306,6 +312,8 @@ def _run_plugin(module: ModuleType) -> Callable[[argparse.Namespace, Console], i
         return int(module.main(args) or 0)
 
     return run
+
+
 
 
 def _unavailable(
@@ -339,7 +347,7 @@ def _resolve_index(args: argparse.Namespace) -> Path:
     from .store import MANIFEST
 
     given: str = args.index
-    if "/" in given or os.sep in given or given.startswith("."):
+    if _looks_like_path(given):
         return Path(given)
     named = Path(_root(args).path(given))
     if not (named / MANIFEST).is_file() and (Path(given) / MANIFEST).is_file():
@@ -347,12 +355,16 @@ def _resolve_index(args: argparse.Namespace) -> Path:
     return named
 
 
+def _looks_like_path(given: str) -> bool:
+    return "/" in given or os.sep in given or given.startswith(".")
+
+
 def _is_mcp_config(path: Path) -> bool:
     if path.suffix == ".jsonl":
         return False
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False  # load_tools reports the problem with the file and line
     return isinstance(data, dict) and isinstance(data.get("mcpServers"), dict)
 
@@ -415,33 +427,74 @@ def load_sources(sources: Sequence[str], console: Console, *, namespace: str | N
             raise CommandError(f"{path}: file not found")
         if _is_mcp_config(path):
             found = _tools_from_mcp_config(path, console)
-            console.note(f"{path}: {len(found)} tools from MCP servers")
+            console.note(f"{path}: {_count(len(found), 'tool')} from MCP servers")
         else:
             found = load_tools(path, namespace=namespace)
-            console.note(f"{path}: {len(found)} tools")
+            console.note(f"{path}: {_count(len(found), 'tool')}")
         tools.extend(found)
     return tools
+
+
+# --- argument checks: run before any file is read or model loaded; a failure exits 2 ------------
+
+
+def check_build(args: argparse.Namespace) -> None:
+    from .backends import get_backend_spec
+
+    get_backend_spec(args.backend)
+    store, name = _build_target(args)
+    if name is not None:
+        store.path(name)
+
+
+def check_query(args: argparse.Namespace) -> None:
+    from .index import validate_k, validate_query
+
+    validate_query(args.text)
+    validate_k(args.k)
+    for namespace in args.namespace or ():
+        if not namespace.strip():
+            raise InvalidQueryError("--namespace is empty; give a namespace name (see `toolsearch info INDEX`)")
+    check_index_argument(args)
+
+
+def check_index_argument(args: argparse.Namespace) -> None:
+    if not _looks_like_path(args.index) or args.command == "rm":
+        _root(args).path(args.index)
+
+
+def check_demo(args: argparse.Namespace) -> None:
+    from .backends import get_backend_spec
+
+    get_backend_spec(args.backend)
+
+
+def _build_target(args: argparse.Namespace) -> tuple[Any, str | None]:
+    from .store import IndexStore
+
+    if args.out:
+        target = Path(args.out).resolve()
+        return IndexStore(target.parent), target.name
+    return _root(args), args.name
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 tool`, `2 tools`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from .backends import get_backend_spec
     from .catalog import Catalog
-    from .store import IndexStore
 
-    # An unknown backend or a bad name fails before any source is read.
     spec = get_backend_spec(args.backend)
-    if args.out:
-        target = Path(args.out).resolve()
-        store, name = IndexStore(target.parent), target.name
-    else:
-        store, name = _root(args), args.name
-    if name is not None:
-        store.path(name)
+    store, name = _build_target(args)
     catalog = Catalog(load_sources(args.sources, console, namespace=args.namespace))
     if not len(catalog):
         raise CommandError("the sources hold no tools; nothing to index")
-    with console.progress(f"indexing {len(catalog)} tools with the {spec.name} backend") as progress:
-        name, index, reused = store.build(catalog, args.backend, name)
+    with console.progress(f"indexing {_count(len(catalog), 'tool')} with the {spec.name} backend") as progress, \
+            _library_warnings(console):
+        name, index, reused = store.build(catalog, args.backend, name, rebuild=args.rebuild)
     path = store.path(name)
     verb = "reused" if reused else "built"
     if args.json:
@@ -451,7 +504,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         })
     else:
         console.print(
-            f"{verb} index {name!r}: {len(index)} tools, {index.backend_name} backend, "
+            f"{verb} index {name!r}: {_count(len(index), 'tool')}, {index.backend_name} backend, "
             f"{progress.elapsed:.1f}s -> {path}"
         )
     return EXIT_OK
@@ -493,8 +546,8 @@ def cmd_query(args: argparse.Namespace, console: Console) -> int:
         ]
         console.print(_table(rows, ["#", "score", "tool", "description"]))
     console.print(
-        f"{len(result.hits)} of {len(index)} tools, {result.backend} backend, searched in {result.elapsed_ms:.1f} ms "
-        f"(index loaded in {load_ms:.0f} ms)"
+        f"{len(result.hits)} of {_count(len(index), 'tool')}, {result.backend} backend, "
+        f"searched in {result.elapsed_ms:.1f} ms (index loaded in {load_ms:.0f} ms)"
     )
     return EXIT_OK
 
@@ -505,9 +558,18 @@ def _folder_size(path: Path) -> tuple[int, int]:
 
 
 def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
+    """The manifest, the folder's size, and its health: "ok" or what fails its checks."""
+    from ._errors import IndexFormatError
+    from .store import verify_files
+
     size, files = _folder_size(path)
     data: dict[str, Any] = manifest.to_dict()
     data.update({"name": path.name, "path": str(path), "bytes": size, "file_count": files})
+    try:
+        verify_files(path, manifest)
+        data["health"] = "ok"
+    except IndexFormatError as exc:
+        data["health"] = f"damaged: {_error_message(exc)}"
     return data
 
 
@@ -535,7 +597,8 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
         ("catalog hash", manifest.catalog_hash),
         ("format", f"{manifest.version}"),
         ("created", manifest.created_at),
-        ("size", f"{_human_size(data['bytes'])} in {data['file_count']} files"),
+        ("size", f"{_human_size(data['bytes'])} in {_count(data['file_count'], 'file')}"),
+        ("health", data["health"]),
     ]
     width = max(len(k) for k, _ in lines)
     console.print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
@@ -560,11 +623,11 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         console.print(f"no indexes in {store.root}; create one with `toolsearch build FILE`")
         return EXIT_OK
     rows = [
-        (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"])
-        if "error" not in e else (e["name"], "?", "?", "?", f"unreadable: {e['error']}")
+        (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"], e["health"])
+        if "error" not in e else (e["name"], "?", "?", "?", "?", f"unreadable: {e['error']}")
         for e in entries
     ]
-    console.print(_table(rows, ["name", "backend", "tools", "size", "created"]))
+    console.print(_table(rows, ["name", "backend", "tools", "size", "created", "health"]))
     return EXIT_OK
 
 
@@ -603,11 +666,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(args_list)
         try:
-            args = parser.parse_args(args_list)
+            args, unknown = parser.parse_known_args(args_list)
+            # A command that is not installed takes any arguments, so that its message (which extra to
+            # install) is what the user sees, not "unrecognized arguments".
+            if unknown and not getattr(args, "any_arguments", False):
+                parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         except SystemExit as exc:  # --help, --version and usage errors
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         debug = bool(getattr(args, "debug", False))
         console = Console(quiet=bool(getattr(args, "quiet", False)))
+        check = getattr(args, "check", None)
+        if check is not None:
+            try:
+                check(args)  # cheap checks first: nothing is read or loaded before the arguments are sound
+            except _USAGE_ERRORS as exc:
+                if debug:
+                    traceback.print_exc()
+                print(f"{PROG}: error: {_error_message(exc)} (see '{PROG} {args.command} --help')", file=sys.stderr)
+                return EXIT_USAGE
         code: int = args.func(args, console)
         return code
     except KeyboardInterrupt:

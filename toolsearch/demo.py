@@ -294,17 +294,40 @@ def demo_policy(request: ChatRequest) -> Sequence[ToolCall] | str:
 # --- the two runs ----------------------------------------------------------------------------------
 
 
-def open_index(backend: str, cache_dir: Path, *, rebuild: bool = False) -> tuple[ToolIndex, dict[str, Any]]:
-    """The demo index, built once per catalog and backend under `cache_dir` and reused after."""
+MODEL_NOTE = (
+    "The model is a scripted stand-in, not an LLM: a fixed policy plays the agent (it searches for each "
+    "capability in its own words and calls what it finds); no LLM is called. The tool search, the loop, the "
+    "tool calls and the token counts are real."
+)
+
+
+def _quiet(text: str) -> None:
+    return None
+
+
+def open_index(
+    backend: str, cache_dir: Path, *, rebuild: bool = False, progress: Callable[[str], None] = _quiet
+) -> tuple[ToolIndex, dict[str, Any]]:
+    """The demo index, built once per catalog and backend under `cache_dir` and reused after.
+
+    `progress` receives one line per stage (the CLI prints them on stderr).
+    """
     import time
 
     from .backends import get_backend_spec
     from .store import IndexStore
 
-    get_backend_spec(backend)  # unknown backend or missing extra: fail before any work
     store = IndexStore(cache_dir)
     started = time.perf_counter()
     tools = demo_tools()
+    namespaces = len({t.namespace for t in tools if t.namespace})
+    progress(f"read the bundled catalog: {len(tools)} tools in {namespaces} namespaces")
+    resolved = get_backend_spec(backend).name
+    dense = resolved in ("vector", "hybrid")  # these embed every tool on a cold cache (~20 s on 2 cores)
+    progress(
+        f"indexing them with the {resolved} backend in {cache_dir}"
+        + (" (embedding every tool the first time takes a while; later runs reuse the index) ..." if dense else " ...")
+    )
     if rebuild:
         from .catalog import Catalog
         from .index import ToolIndex as _ToolIndex
@@ -313,6 +336,9 @@ def open_index(backend: str, cache_dir: Path, *, rebuild: bool = False) -> tuple
         name, reused = store.save(index), False
     else:
         name, index, reused = store.build(tools, backend)
+    progress(f"index {'reused' if reused else 'built'} in {time.perf_counter() - started:.1f}s")
+    if dense:
+        progress("loading the embedding model ...")
     # Load a lazily loaded embedding model now, so the searches below are timed without it.
     warm = getattr(index.backend, "warm", None)
     if callable(warm):
@@ -423,7 +449,12 @@ def _tool_search_report(result: LoopResult) -> dict[str, Any]:
 
 
 def run_demo(
-    backend: str = "auto", *, cache_dir: Path | None = None, rebuild: bool = False, format: str = "openai_chat"
+    backend: str = "auto",
+    *,
+    cache_dir: Path | None = None,
+    rebuild: bool = False,
+    format: str = "openai_chat",
+    progress: Callable[[str], None] = _quiet,
 ) -> dict[str, Any]:
     """Build or reuse the demo index, run the task both ways and return the whole report (JSON-able)."""
     from .loop import run
@@ -432,12 +463,14 @@ def run_demo(
 
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
-    index, index_info = open_index(backend, cache_dir or default_cache_dir(), rebuild=rebuild)
+    index, index_info = open_index(backend, cache_dir or default_cache_dir(), rebuild=rebuild, progress=progress)
     functions = demo_functions()
     sessions = SessionManager(index)
     model = ScriptedModel(policy=demo_policy, format=format)
+    progress("running the task with tool search (scripted model) ...")
     result = run(model, TASK, session=sessions.create("demo"), functions=functions, system=SYSTEM)
     searched = _tool_search_report(result)
+    progress(f"running it again with all {len(index)} tools on every request ...")
     baseline = _baseline(ScriptedModel(policy=demo_policy, format=format), index, functions)
     needed = [need.tool for step in PLAN for need in step]
 
@@ -446,6 +479,7 @@ def run_demo(
 
     return {
         "task": TASK,
+        "model": MODEL_NOTE,
         "needed_tools": needed,
         "index": index_info,
         "format": format,
@@ -483,6 +517,10 @@ def _sent(names: Sequence[str], before: Sequence[str]) -> str:
     return f"tool_search + {len(found)} found ({len(new)} new: " + ", ".join(new) + ")"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
     """The report as the demo prints it."""
     width = width or min(shutil.get_terminal_size((100, 24)).columns, 110)
@@ -492,6 +530,7 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
         f"toolsearch demo: one agent task over {index['tools']} tools in {len(index['namespaces'])} namespaces",
         "",
         *_wrap(f"Task: {report['task']}", "", width),
+        *_wrap(MODEL_NOTE, "", width),
         (
             f"Index: {index['backend']} backend, {'reused' if index['reused'] else 'built'} in "
             f"{index['seconds']:.2f}s at {index['path']}"
@@ -506,7 +545,7 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
         tokens = request["tokens"]
         lines.append("")
         lines.append(
-            f"Request {request['request']}: {len(request['tools_sent'])} tool definition(s), "
+            f"Request {request['request']}: {_count(len(request['tools_sent']), 'tool definition')}, "
             f"{tokens['tools']:,} tokens of tools, {tokens['total']:,} tokens in all"
         )
         lines.extend(_wrap(f"tools sent: {_sent(request['tools_sent'], before)}", "  ", width))
@@ -571,9 +610,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .backends import get_backend_spec
 
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    backend = get_backend_spec(args.backend).name  # "auto" resolved; unknown names fail here
-    console.note(f"indexing the bundled catalog ({backend} backend, kept in {cache_dir}) ...")
-    report = run_demo(args.backend, cache_dir=cache_dir, rebuild=args.rebuild, format=args.format)
+    get_backend_spec(args.backend)  # unknown names and missing extras fail here, before any work
+    console.note("toolsearch demo: " + MODEL_NOTE)
+    report = run_demo(
+        args.backend, cache_dir=cache_dir, rebuild=args.rebuild, format=args.format, progress=console.note
+    )
     if args.json:
         console.json(report)
     else:

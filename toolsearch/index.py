@@ -62,8 +62,9 @@ class ToolIndex:
     @classmethod
     def build(cls, tools: Iterable[Tool] | Catalog, backend: str = "auto", **options: Any) -> ToolIndex:
         """Index tools with the named backend ("auto" = the best installed)."""
+        spec = get_backend_spec(backend)  # an unknown backend fails before 10,000 tools are validated
         catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
-        engine = get_backend_spec(backend).create(**options)
+        engine = spec.create(**options)
         engine.add(list(catalog))
         return cls(catalog, engine)
 

@@ -219,10 +219,10 @@ class ToolSearchMetaTool:
                 f"{self.name} error: `query` is empty. Describe the capability you need, e.g. "
                 f'"send an email" or "weather forecast". {self._usage()}'
             )
-        if len(args.query.strip()) > MAX_QUERY_CHARS:  # never echo it back: it may be huge
+        if len(args.query.strip()) > MAX_QUERY_CHARS:  # checked here so no backend or model is touched
             return None, (
-                f"{self.name} error: `query` is {len(args.query.strip())} characters; the limit is {MAX_QUERY_CHARS}. "
-                f"Use a few keywords describing the capability you need. {self._usage()}"
+                f"{self.name} error: `query` is {len(args.query.strip())} characters; the limit is "
+                f"{MAX_QUERY_CHARS}. Use a few keywords describing the capability. {self._usage()}"
             )
         if args.max_results is not None and not 1 <= args.max_results <= self.max_results:
             return None, (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import DuplicateToolError, InvalidToolError
+from .text import clean_text
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
@@ -48,6 +49,7 @@ class Tool:
             raise InvalidToolError(
                 f"{where}: 'description' must be a string, got {type(self.description).__name__}"
             )
+        object.__setattr__(self, "description", clean_text(self.description))
         if len(self.description) > MAX_DESCRIPTION_CHARS:
             raise InvalidToolError(
                 f"{where}: description is {len(self.description)} chars; the limit is {MAX_DESCRIPTION_CHARS}"
@@ -55,7 +57,7 @@ class Tool:
         if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
             raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None")
         tags = self.tags
-        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
             raise InvalidToolError(f"{where}: 'tags' must be a list of strings")
         object.__setattr__(self, "tags", tuple(tags))
         schema = _validated_schema(where, self.input_schema)
@@ -64,6 +66,8 @@ class Tool:
             metadata = json.loads(json.dumps(dict(self.metadata)))
         except (TypeError, ValueError) as exc:
             raise InvalidToolError(f"{where}: 'metadata' must be JSON-serialisable ({exc})") from None
+        except RecursionError:
+            raise InvalidToolError(f"{where}: 'metadata' is nested too deeply") from None
         object.__setattr__(self, "metadata", metadata)
         digest = hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
         object.__setattr__(self, "fingerprint", digest)
@@ -131,8 +135,8 @@ class Tool:
         _require_mapping(fn, "OpenAI tool 'function'")
         return cls(
             name=fn.get("name"),  # type: ignore[arg-type]
-            description=fn.get("description") or "",
-            input_schema=fn.get("parameters") or dict(_EMPTY_SCHEMA),
+            description=_given(fn.get("description"), ""),
+            input_schema=_given(fn.get("parameters"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
         )
 
@@ -142,8 +146,8 @@ class Tool:
         _require_mapping(definition, "Anthropic tool")
         return cls(
             name=definition.get("name"),  # type: ignore[arg-type]
-            description=definition.get("description") or "",
-            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(definition.get("description"), ""),
+            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
         )
 
@@ -158,8 +162,8 @@ class Tool:
                 metadata[key] = data[key]
         return cls(
             name=data.get("name"),
-            description=data.get("description") or "",
-            input_schema=data.get("inputSchema") or data.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(data.get("description"), ""),
+            input_schema=_given(data.get("inputSchema", data.get("input_schema")), dict(_EMPTY_SCHEMA)),
             namespace=namespace,
             metadata=metadata,
         )
@@ -179,20 +183,45 @@ class Tool:
             return cls.from_openai(definition, namespace=namespace)
         if "inputSchema" in definition:
             return cls.from_mcp(definition, namespace=namespace)
+        if "name" not in definition:
+            raise InvalidToolError(f"unrecognised tool shape (keys: {_some_keys(definition)}); {ACCEPTED_SHAPES}")
         known = {"name", "description", "input_schema", "namespace", "tags", "metadata", "source"}
         extra = {k: v for k, v in definition.items() if k not in known}
-        metadata = dict(definition.get("metadata") or {})
+        raw_metadata = definition.get("metadata")
+        if raw_metadata is not None and not isinstance(raw_metadata, Mapping):
+            raise InvalidToolError(
+                f"tool {str(definition.get('name'))[:80]!r}: 'metadata' must be a JSON object, got "
+                f"{type(raw_metadata).__name__}"
+            )
+        metadata = dict(raw_metadata or {})
         if definition.get("source"):
             metadata["source"] = definition["source"]
         metadata.update(extra)
         return cls(
             name=definition.get("name"),  # type: ignore[arg-type]
-            description=definition.get("description") or "",
-            input_schema=definition.get("input_schema") or dict(_EMPTY_SCHEMA),
+            description=_given(definition.get("description"), ""),
+            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
-            tags=tuple(definition.get("tags") or ()),
+            tags=_given(definition.get("tags"), ()),
             metadata=metadata,
         )
+
+
+ACCEPTED_SHAPES = (
+    'accepted shapes: OpenAI {"type": "function", "function": {"name", "description", "parameters"}} or '
+    '{"type": "function", "name", "parameters"}; Anthropic {"name", "description", "input_schema"}; '
+    'MCP {"name", "description", "inputSchema"}; dataset rows {"name", "description", "input_schema", "namespace"?}'
+)
+
+
+def _some_keys(definition: Mapping[str, Any]) -> str:
+    keys = [repr(str(k)[:40]) for k in list(definition)[:8]]
+    return ", ".join(keys) + (", ..." if len(definition) > 8 else "") if keys else "none"
+
+
+def _given(value: Any, default: Any) -> Any:
+    """`default` for an absent (null) field; any other value is checked by Tool, never silently replaced."""
+    return default if value is None else value
 
 
 def _require_mapping(value: Any, what: str) -> None:
@@ -207,6 +236,10 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(schema))
     except (TypeError, ValueError) as exc:
         raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
+    except RecursionError:
+        raise InvalidToolError(f"{where}: input schema is nested too deeply") from None
+    if not _clean_descriptions(copy, 0):
+        raise InvalidToolError(f"{where}: input schema is nested deeper than {_MAX_SCHEMA_DEPTH} levels")
     kind = copy.setdefault("type", "object")
     if kind != "object":
         raise InvalidToolError(f"{where}: input schema 'type' must be 'object', got {kind!r}")
@@ -225,6 +258,27 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise InvalidToolError(f"{where}: input schema 'required' must be a list of parameter names")
     return copy
+
+
+_MAX_SCHEMA_DEPTH = 64
+
+
+def _clean_descriptions(node: Any, depth: int) -> bool:
+    """Clean every `description` and `title` string in a schema (the model reads them too).
+
+    False when the schema is nested deeper than any real one, which later recursive walks would choke on.
+    """
+    if depth > _MAX_SCHEMA_DEPTH:
+        return False
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("description", "title") and isinstance(value, str):
+                node[key] = clean_text(value)
+            elif not _clean_descriptions(value, depth + 1):
+                return False
+    elif isinstance(node, list):
+        return all(_clean_descriptions(item, depth + 1) for item in node)
+    return True
 
 
 # --- callables -------------------------------------------------------------------------------
@@ -303,7 +357,7 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
     """Read tools from a JSON or JSONL file in the OpenAI, Anthropic, MCP or dataset shape."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not content
     except FileNotFoundError:
         raise InvalidToolError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -318,11 +372,15 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
                 items.append((lineno, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise InvalidToolError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise InvalidToolError(f"{path}:{lineno}: JSON nested too deeply") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InvalidToolError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InvalidToolError(f"{path}: JSON nested too deeply") from None
         if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
             data = data["tools"]
         if isinstance(data, Mapping):
@@ -343,7 +401,7 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
 def _is_one_json(text: str) -> bool:
     try:
         json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return True
 

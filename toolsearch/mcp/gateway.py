@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -476,6 +477,9 @@ async def _serve(
         tg.cancel_scope.cancel()
 
 
+_INTERRUPTED = threading.Event()  # set when SIGINT (not SIGTERM) stopped the serve loop
+
+
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     """SIGINT/SIGTERM end the serve loop, so the upstream servers are shut down in order."""
     try:
@@ -483,8 +487,10 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     except (NotImplementedError, ValueError):  # Windows, or not the main thread
         return
     with receiver as signals:
-        async for _ in signals:
+        async for signum in signals:
             logger.info("stopping")
+            if signum == signal.SIGINT:  # Ctrl-C: serve() raises KeyboardInterrupt, so the CLI exits 130
+                _INTERRUPTED.set()
             scope.cancel()
             return
 
@@ -518,6 +524,7 @@ def serve(
     def announce(url: str) -> None:
         print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
 
+    _INTERRUPTED.clear()
     with contextlib.ExitStack() as stack:
         # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
         errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
@@ -536,6 +543,8 @@ def serve(
                 errlog=errlog,
             )
         )
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
