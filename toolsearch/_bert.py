@@ -57,7 +57,9 @@ class BertEncoder:
             raise missing_dependency(exc.name or "safetensors and tokenizers", "vector") from None
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         if config.get("model_type") != "bert" or config.get("hidden_act", "gelu") != "gelu":
-            raise BackendError(f"{folder} is not a BERT model with GELU activations; use the sentence-transformers embedder")
+            raise BackendError(
+                f"{folder} is not a BERT model with GELU activations; use the sentence-transformers embedder"
+            )
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config.get("layer_norm_eps", 1e-12))
@@ -176,7 +178,8 @@ class BertEncoder:
             _layer_norm(x, layer.ln2_g, layer.ln2_b, self.eps)
         states = x.reshape(batch, length, self.hidden)
         summed = np.einsum("bl,blh->bh", mask, states)
-        return summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled: np.ndarray = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        return pooled
 
 
 def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> None:

