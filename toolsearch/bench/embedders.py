@@ -29,7 +29,7 @@ TARGETS = {
     "fresh_query_process_s": 1.0,
     "document_throughput_ratio": 0.8,
 }
-DOCUMENTS = 1000
+DOCUMENTS = 500
 QUERIES = 100
 FRESH_RUNS = 5
 DEMO_QUERY = "send an email with an attachment"
