@@ -32,7 +32,7 @@ _MAX_BATCH = 64
 
 @dataclass(frozen=True)
 class _Layer:
-    qkv_w: np.ndarray  # (hidden, 3 * hidden), query part pre-scaled by 1/sqrt(head size)
+    qkv_w: np.ndarray  # (3 * hidden, hidden), query part pre-scaled by 1/sqrt(head size)
     qkv_b: np.ndarray
     out_w: np.ndarray
     out_b: np.ndarray
@@ -82,7 +82,7 @@ class BertEncoder:
             p = f"encoder.layer.{i}."
 
             def t(name: str, p: str = p) -> np.ndarray:
-                return np.ascontiguousarray(get(p + name).T)
+                return get(p + name)  # (out, in), as stored: see _linear
 
             self.layers.append(
                 _Layer(
@@ -90,7 +90,7 @@ class BertEncoder:
                         np.concatenate(
                             [t("attention.self.query.weight") * scale, t("attention.self.key.weight"),
                              t("attention.self.value.weight")],
-                            axis=1,
+                            axis=0,
                         )
                     ),
                     qkv_b=np.concatenate(
@@ -156,7 +156,7 @@ class BertEncoder:
         bias = None if mask.all() else ((1.0 - mask) * np.float32(-1e30))[:, None, None, :]
         heads, size = self.heads, self.hidden // self.heads
         for layer in self.layers:
-            qkv = x @ layer.qkv_w
+            qkv = _linear(x, layer.qkv_w)
             qkv += layer.qkv_b
             # Contiguous per-head blocks: numpy's stacked matmul uses BLAS only on contiguous ones.
             qkv = np.ascontiguousarray(qkv.reshape(batch, length, 3, heads, size).transpose(2, 0, 3, 1, 4))
@@ -165,14 +165,14 @@ class BertEncoder:
                 scores += bias
             _softmax(scores)
             context = (scores @ qkv[2]).transpose(0, 2, 1, 3).reshape(batch * length, self.hidden)
-            attended = context @ layer.out_w
+            attended = _linear(context, layer.out_w)
             attended += layer.out_b
             attended += x
             _layer_norm(attended, layer.ln1_g, layer.ln1_b, self.eps)
-            inner = attended @ layer.up_w
+            inner = _linear(attended, layer.up_w)
             inner += layer.up_b
             _gelu(inner)
-            x = inner @ layer.down_w
+            x = _linear(inner, layer.down_w)
             x += layer.down_b
             x += attended
             _layer_norm(x, layer.ln2_g, layer.ln2_b, self.eps)
@@ -180,6 +180,19 @@ class BertEncoder:
         summed = np.einsum("bl,blh->bh", mask, states)
         pooled: np.ndarray = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         return pooled
+
+
+# Below this many rows, OpenBLAS multiplies W @ x.T faster than x @ W.T (1.7x for a 12-token query,
+# the same from a few hundred rows on): its packing favours the small operand on the right.
+_FEW_ROWS = 64
+
+
+def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """x @ weight.T for weight stored (out, in), as a C-contiguous (rows, out) array."""
+    if x.shape[0] <= _FEW_ROWS:
+        return np.ascontiguousarray((weight @ x.T).T)
+    out: np.ndarray = x @ weight.T
+    return out
 
 
 def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> None:
