@@ -29,9 +29,9 @@ TARGETS = {
     "fresh_query_process_s": 1.0,
     "document_throughput_ratio": 0.8,
 }
-DOCUMENTS = 500
-QUERIES = 100
-FRESH_RUNS = 5
+DOCUMENTS = 300
+QUERIES = 40
+FRESH_RUNS = 3
 DEMO_QUERY = "send an email with an attachment"
 
 
