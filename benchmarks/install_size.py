@@ -53,6 +53,10 @@ VARIANTS = [
 ]
 
 
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
 def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -79,7 +83,19 @@ def measure(name: str, steps: list[tuple[list[str], bool]], scratch: Path) -> di
             check=True,
         )
         packages.update(p.name.split("-")[0].lower() for p in folder.iterdir())
-    download = sum(p.stat().st_size for p in wheels.rglob("*") if p.is_file())
+    # A later step's `pip download` also fetches what an earlier step installed (pip download ignores the
+    # venv), possibly another version (sentence-transformers would pull a CUDA torch): count only the
+    # files of the distributions that ended up installed.
+    listed = subprocess.run([*pip, "list", "--format", "json"], check=True, capture_output=True, text=True).stdout
+    installed_set = {(_norm(d["name"]), d["version"]) for d in json.loads(listed)}
+    seen: set[tuple[str, str]] = set()
+    download = 0
+    for wheel in sorted(wheels.rglob("*")):
+        parts = wheel.name.split("-")
+        key = (_norm(parts[0]), parts[1]) if len(parts) > 1 else ("", "")
+        if wheel.is_file() and key in installed_set and key not in seen:
+            seen.add(key)
+            download += wheel.stat().st_size
     installed = _du(_site(venv)) - empty
     torch = any(p.startswith(("torch", "nvidia")) for p in packages)
     return {
