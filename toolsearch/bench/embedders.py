@@ -93,7 +93,7 @@ def _cli(work: Path, embedders: Sequence[str]) -> dict[str, Any]:
         out["demo_error"] = proc.stderr.strip()[-400:]
         return out
     _, listed = _run([sys.executable, "-m", "toolsearch", "--root", str(demo_dir), "list", "--json"], env)
-    names = [row["name"] for row in json.loads(listed.stdout or "[]")]
+    names = [row["name"] for row in json.loads(listed.stdout or "{}").get("indexes", [])]
     if not names:
         out["query_error"] = f"no demo index in {demo_dir}: {listed.stderr.strip()[-200:]}"
         return out
