@@ -206,9 +206,10 @@ def test_readme_opens_with_the_two_commands() -> None:
     demo, tests = _readme_commands()
     first_fence = text.index("```")
     assert text.index(demo) < text.index(tests) < text.index("##", first_fence), "the two commands come first"
-    for command in (demo, tests):
-        assert "torch==2.13.0" in command, "torch must be installed pinned, before the extras"
-        assert command.index("torch==2.13.0") < command.index("-e '.[")
+    assert "torch" not in demo, "the demo command installs no torch (the default embedder is numpy)"
+    assert "toolsearch model install" in demo
+    assert "torch==2.13.0" in tests, "torch (for the parity test) must be installed pinned, before the extras"
+    assert tests.index("torch==2.13.0") < tests.index("-e '.[")
 
 
 def _is_subsequence(needle: list[str], haystack: list[str]) -> bool:

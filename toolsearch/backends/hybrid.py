@@ -70,6 +70,10 @@ class HybridBackend:
         out["bm25"] = self.lexical.describe()
         return out
 
+    def warm(self) -> None:
+        """Load the embedding model now (it otherwise loads on the first search or add)."""
+        self.dense.warm()
+
     def add(self, tools: Sequence[Tool]) -> None:
         self.dense.add(tools)  # the slow half first: if embedding fails, bm25 is left untouched
         self.lexical.add(tools)

@@ -20,6 +20,7 @@ from ..embeddings import (
     EmbeddingCache,
     QueryCache,
     _canonical_model,
+    embed_queries,
     embed_texts,
     resolve_embedder,
     shared_cache,
@@ -191,6 +192,10 @@ class VectorBackend:
         self._dead.clear()
 
     # --- search -----------------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """Load the embedding model now (it otherwise loads on the first search or add)."""
+        embed_queries(self.embedder, ["warm up"])
 
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each."""

@@ -106,6 +106,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+    parser.add_argument(
+        "--embedders",
+        default="numpy",
+        metavar="LIST",
+        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default), "
+        "sentence-transformers (the same model through torch), e5; with more than one, each runs as its own "
+        "system (`hybrid@sentence-transformers`) with its own fresh embedding cache (default: numpy)",
+    )
+
+
 def _set_threads(n: int | None) -> None:
     if not n:
         return
@@ -126,7 +136,11 @@ def main(args: argparse.Namespace) -> int:
     datasets = resolve_datasets(args.dataset)
     backends = backend_list(args.backends)
     peers = _peer_list(args.peers)
-    report = run(datasets, backends, peers, limit=args.limit or None, seed=args.seed, log=None if quiet else log)
+    embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
+    report = run(
+        datasets, backends, peers, limit=args.limit or None, seed=args.seed, log=None if quiet else log,
+        embedders=embedders,
+    )
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
     plot = None
@@ -179,12 +193,14 @@ def _error_reason(exc: Exception) -> str:
     return text.split(";")[0].split(". ")[0][:90]
 
 
-def _run_backend(name: str, tools: list[Any], queries: list[Any]) -> dict[str, Any]:
+def _run_backend(
+    name: str, tools: list[Any], queries: list[Any], options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     from .._errors import ToolSearchError
     from ..index import MAX_QUERY_CHARS, ToolIndex
 
     start = time.perf_counter()
-    index = ToolIndex.build(tools, backend=name)
+    index = ToolIndex.build(tools, backend=name, **(options or {}))
     build_s = time.perf_counter() - start
     rankings: list[list[str]] = []
     latencies: list[float] = []
@@ -265,9 +281,13 @@ def run(
     limit: int | None = 2000,
     seed: int = 0,
     log: Any = None,
+    embedders: Sequence[str] = ("numpy",),
 ) -> dict[str, Any]:
     """Run every backend and peer over every data set; returns the JSON-able report."""
+    import tempfile
+
     from ..backends import default_backend
+    from ..embeddings import EmbeddingCache, embedder_for
     from ..evaluation import load_queries
     from ..tools import load_tools
     from .peers import make_peers
@@ -283,19 +303,30 @@ def run(
             "backends": list(backends),
             "peers": list(peers),
             "default_backend": default_backend(),
+            "embedders": list(embedders),
         },
         "datasets": {},
     }
     started = time.perf_counter()
+    # Side by side, each embedder gets its own empty cache: they share a model id, and a shared
+    # cache would hand one the other's vectors.
+    arms: list[tuple[str, dict[str, Any]]] = [("numpy", {})]
+    scratch = tempfile.TemporaryDirectory(prefix="toolsearch-embedders-") if list(embedders) != ["numpy"] else None
+    if scratch is not None:
+        arms = [(e, {"embedder": embedder_for(e), "cache": EmbeddingCache(Path(scratch.name) / e)}) for e in embedders]
     for ds in datasets:
         tools = load_tools(ds.tools_path)
         queries = load_queries(ds.queries_path, limit=limit, seed=seed)
         log(f"[{ds.name}] {len(tools)} tools, {len(queries)} queries")
         systems: dict[str, Any] = {}
         for name in backends:
-            log(f"[{ds.name}] toolsearch {name} ...")
-            systems[name] = _run_backend(name, tools, queries)
-            _log_row(log, ds.name, name, systems[name])
+            for arm, options in arms if name in _EMBEDDING_BACKENDS else [("numpy", {})]:
+                label = name if arm == "numpy" else f"{name}@{arm}"
+                log(f"[{ds.name}] toolsearch {label} ...")
+                systems[label] = _run_backend(name, tools, queries, options)
+                if options:
+                    systems[label]["embedder"] = arm
+                _log_row(log, ds.name, label, systems[label])
         peer_objects, skipped = make_peers(peers, skip_unavailable=True) if peers else ([], {})
         for name, why in skipped.items():
             log(f"[{ds.name}] peer {name} skipped: {why}")
@@ -313,10 +344,17 @@ def run(
             "queries": len(queries),
             "systems": systems,
         }
+    if scratch is not None:
+        scratch.cleanup()
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["settings"]["torch_threads"] = _torch_threads()
     report["analysis"] = analyse(report)
     return report
+
+
+_EMBEDDING_BACKENDS = ("vector", "hybrid")
+# Issue #14: the numpy embedder must leave retrieval unchanged against sentence-transformers.
+EMBEDDER_PARITY_NDCG = 0.002
 
 
 def _torch_threads() -> int | None:
@@ -388,12 +426,64 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
                 if n in peers
             }
         out["per_dataset"][ds_name] = entry
+    parity = _embedder_parity(report)
+    if parity:
+        out["embedder_parity"] = parity
     out["targets"] = {
+        "numpy_embedder_ndcg_within_0.002_of_sentence_transformers": (
+            all(abs(row["delta"]) <= EMBEDDER_PARITY_NDCG for rows in parity.values() for row in rows.values())
+            if parity
+            else None
+        ),
         "default_beats_best_peer_by_0.03": (all(default_ok) if default_ok else None),
         "bm25_beats_fastmcp_and_bm25s": (all(bm25_ok) if bm25_ok else None),
         "datasets_checked": len(default_ok),
     }
     return out
+
+
+def _embedder_parity(report: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per data set and embedding backend: nDCG@10 with the numpy embedder minus with sentence-transformers."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for ds_name, ds in report["datasets"].items():
+        systems = ds["systems"]
+        for name in _EMBEDDING_BACKENDS:
+            other = systems.get(f"{name}@sentence-transformers")
+            if name in systems and other is not None:
+                ours, theirs = systems[name]["metrics"]["nDCG@10"], other["metrics"]["nDCG@10"]
+                out.setdefault(ds_name, {})[name] = {
+                    "numpy": ours, "sentence_transformers": theirs, "delta": round(ours - theirs, 4),
+                    "query_ms_p50_numpy": systems[name]["query_ms_p50"],
+                    "query_ms_p50_sentence_transformers": other["query_ms_p50"],
+                    "build_s_numpy": systems[name]["build_s"],
+                    "build_s_sentence_transformers": other["build_s"],
+                }
+    return out
+
+
+def _parity_markdown(analysis: dict[str, Any]) -> list[str]:
+    parity = analysis.get("embedder_parity")
+    if not parity:
+        return []
+    lines = [
+        "## Embedders: numpy vs sentence-transformers (same model, same run)",
+        "",
+        "Each embedder with its own fresh embedding cache; build includes embedding every tool. "
+        f"Target: nDCG@10 within ±{EMBEDDER_PARITY_NDCG} on every data set.",
+        "",
+        "| data set | backend | nDCG@10 numpy | nDCG@10 sentence-transformers | Δ | query p50 ms numpy / "
+        "sentence-transformers | build s numpy / sentence-transformers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for ds_name, rows in parity.items():
+        for name, row in rows.items():
+            lines.append(
+                f"| {ds_name} | {name} | {row['numpy']:.4f} | {row['sentence_transformers']:.4f} | "
+                f"{row['delta']:+.4f} | {row['query_ms_p50_numpy']:.1f} / "
+                f"{row['query_ms_p50_sentence_transformers']:.1f} | {row['build_s_numpy']:.1f} / "
+                f"{row['build_s_sentence_transformers']:.1f} |"
+            )
+    return [*lines, ""]
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -462,6 +552,8 @@ def render_markdown(report: dict[str, Any], plot: Path | None = None) -> str:
     lines.append("")
     if plot is not None:
         lines += [f"![nDCG@10 per data set]({plot.name})", ""]
+
+    lines += _parity_markdown(analysis)
 
     # Targets.
     targets = analysis["targets"]
@@ -620,6 +712,9 @@ def render_summary(report: dict[str, Any]) -> str:
     t = report["analysis"]["targets"]
     lines.append(f"default beats best peer by >= {TARGET_MARGIN}: {t['default_beats_best_peer_by_0.03']}")
     lines.append(f"bm25 beats fastmcp-bm25 and bm25s: {t['bm25_beats_fastmcp_and_bm25s']}")
+    for ds_name, rows in report["analysis"].get("embedder_parity", {}).items():
+        for name, row in rows.items():
+            lines.append(f"{ds_name} {name}: nDCG@10 numpy - sentence-transformers = {row['delta']:+.4f}")
     return "\n".join(lines)
 
 

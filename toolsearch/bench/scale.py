@@ -111,6 +111,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch/OpenMP threads in every worker (default: the libraries' own choice)",
     )
     parser.add_argument("--work-dir", metavar="DIR", help="keep catalogs and saved indexes here (default: a temp dir)")
+    parser.add_argument(
+        "--embedders",
+        default="numpy",
+        metavar="LIST",
+        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default), "
+        "sentence-transformers (the same model through torch), e5. With more than one, the embedding backends "
+        "run once per embedder (`hybrid@sentence-transformers`) and an embedder section times model load, query "
+        "and document embedding, 300-600-character hybrid queries, a fresh `toolsearch query` process and a "
+        "cold `toolsearch demo` (default: numpy)",
+    )
+    parser.add_argument(
+        "--embed-threads", type=int, default=2, metavar="N",
+        help="threads for the document-embedding throughput comparison (default 2)",
+    )
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
 
 
@@ -136,6 +150,8 @@ def main(args: argparse.Namespace) -> int:
         threads=args.threads,
         work_dir=Path(args.work_dir).resolve() if args.work_dir else None,
         log=None if quiet else log,
+        embedders=[e.strip() for e in args.embedders.split(",") if e.strip()],
+        embed_threads=args.embed_threads,
     )
     out = Path(args.out)
     write_json(out / f"{args.name}.json", report)
@@ -233,6 +249,19 @@ def sample_queries(datasets: Sequence[Any], n: int, *, seed: int = 0, max_chars:
                 break
         buckets.append(bucket)
     out = [q for group in zip(*buckets, strict=False) for q in group]  # interleave the data sets
+    rest = [q for bucket in buckets for q in bucket if q not in set(out)]
+    return (out + rest)[: n + WARMUP_QUERIES]
+
+
+def sample_long_queries(datasets: Sequence[Any], n: int, *, seed: int = 0) -> list[str]:
+    """Up to `n` (+ warm-up) distinct real queries of 300-600 characters (multi-part requests)."""
+    from ..evaluation import load_queries
+
+    buckets = [
+        [q.query.strip() for q in load_queries(ds.queries_path, seed=seed) if 300 <= len(q.query.strip()) <= 600]
+        for ds in datasets
+    ]
+    out = list(dict.fromkeys(q for group in zip(*buckets, strict=False) for q in group))
     rest = [q for bucket in buckets for q in bucket if q not in set(out)]
     return (out + rest)[: n + WARMUP_QUERIES]
 
@@ -336,6 +365,8 @@ def _worker(spec_path: Path) -> int:
         result.update(_work_load(spec, queries))
     elif kind == "fastmcp":
         result.update(_work_fastmcp(spec, queries))
+    elif kind == "embedding":
+        result.update(_work_embedding(spec, queries))
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
     Path(spec["result"]).write_text(json.dumps(result))
@@ -350,7 +381,7 @@ def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
     rss0 = _rss_kib()
     reset = _reset_peak()
     t0 = time.perf_counter()
-    index = ToolIndex.build(tools, backend=spec["backend"])
+    index = ToolIndex.build(tools, backend=spec["backend"], **_embedder_options(spec))
     build_s = time.perf_counter() - t0
     peak_build = _peak_kib()
     out: dict[str, Any] = {
@@ -375,6 +406,10 @@ def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
         peak_all = _peak_kib()
         out["peak_rss_after_queries_mib"] = _mib(peak_all)
         out["peak_rss_after_queries_delta_mib"] = _mib(peak_all - rss0) if (peak_all and rss0 and reset) else None
+    if spec.get("long_queries"):
+        long = json.loads(Path(spec["long_queries"]).read_text())
+        timed = _timed_queries(_searcher(index, out), long)
+        out["long_queries"] = {k: timed[k] for k in ("queries_timed", "p50_ms", "p95_ms", "mean_ms")}
     if spec.get("save"):
         folder = Path(spec["save"])
         if folder.exists():
@@ -387,7 +422,7 @@ def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
     if spec.get("rebuild"):
         # A second build in the same process: models loaded, embedding cache warm.
         t0 = time.perf_counter()
-        ToolIndex.build(tools, backend=spec["backend"])
+        ToolIndex.build(tools, backend=spec["backend"], **_embedder_options(spec))
         out["rebuild_same_process_s"] = round(time.perf_counter() - t0, 3)
     return out
 
@@ -400,7 +435,7 @@ def _work_load(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
 
     import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    index = ToolIndex.load(spec["folder"])
+    index = ToolIndex.load(spec["folder"], **_embedder_options(spec, cache=False))
     load_s = time.perf_counter() - t0
     peak = _peak_kib()
     out: dict[str, Any] = {
@@ -417,6 +452,58 @@ def _work_load(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
         peak_all = _peak_kib()
         out["peak_rss_after_queries_delta_mib"] = _mib(peak_all - rss0) if (peak_all and rss0 and reset) else None
     return out
+
+
+def _embedder_options(spec: dict[str, Any], *, cache: bool = True) -> dict[str, Any]:
+    """Backend options for the worker's embedder arm (none for the default embedder)."""
+    name = spec.get("embedder")
+    if not name or name == "numpy":
+        return {}
+    from ..embeddings import embedder_for
+
+    options: dict[str, Any] = {"embedder": embedder_for(name)}
+    if cache and spec.get("cache_dir"):
+        options["cache"] = spec["cache_dir"]
+    return options
+
+
+def _work_embedding(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
+    """One embedder alone: model load, documents per second (no cache), single-query latency."""
+    import contextlib
+
+    from ..embeddings import embed_queries, embed_texts, embedder_for
+
+    texts = json.loads(Path(spec["texts"]).read_text())
+    t0 = time.perf_counter()
+    embedder = embedder_for(spec["embedder"])
+    embedder.embed(["warm up"])
+    load_s = time.perf_counter() - t0
+    threads = int(spec.get("threads") or 0)
+    limit: Any = contextlib.nullcontext()
+    if threads and spec["embedder"] == "numpy":
+        from threadpoolctl import threadpool_limits
+
+        limit = threadpool_limits(threads, user_api="blas")
+    with limit:
+        t0 = time.perf_counter()
+        embed_texts(embedder, texts, cache=None, progress=False)
+        docs_s = time.perf_counter() - t0
+    latencies = []
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        embed_queries(embedder, [q])
+        if i >= WARMUP_QUERIES:
+            latencies.append((time.perf_counter() - t0) * 1000)
+    return {
+        "embedder": spec["embedder"],
+        "model_load_s": round(load_s, 3),
+        "documents": len(texts),
+        "threads": threads or None,
+        "documents_s": round(docs_s, 3),
+        "documents_per_s": round(len(texts) / docs_s, 1),
+        "query_embed_p50_ms": round(percentile(latencies, 50), 3),
+        "query_embed_p95_ms": round(percentile(latencies, 95), 3),
+    }
 
 
 def _work_fastmcp(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
@@ -525,6 +612,8 @@ def run(
     threads: int | None = None,
     work_dir: Path | None = None,
     log: Any = None,
+    embedders: Sequence[str] = ("numpy",),
+    embed_threads: int = 2,
 ) -> dict[str, Any]:
     """Measure every backend (and FastMCP BM25) at every size; returns the JSON-able report."""
     from ..tools import Tool
@@ -548,9 +637,15 @@ def run(
             "k": K,
             "embedding_cache": str(cache_dir) if cache_dir else "fresh per embedding backend",
             "threads": threads,
+            "embedders": list(embedders),
         },
         "targets": TARGETS,
     }
+    systems = [
+        (b, arm, b if arm == "numpy" else f"{b}@{arm}")
+        for b in backends
+        for arm in (embedders if b in _EMBEDDING_BACKENDS else ["numpy"])
+    ]
     try:
         catalog, catalog_info = build_catalog(datasets, largest, seed=seed)
         report["catalog"] = catalog_info
@@ -565,13 +660,17 @@ def run(
         report["import"] = _measure_import(import_runs)
         log(f"  import: {report['import']}")
 
+        long_path = work / "queries-long.json"
+        long_queries = sample_long_queries(datasets, n_queries, seed=seed)
+        long_path.write_text(json.dumps(long_queries))
+
         caches: dict[str, str] = {}
-        for b in backends:
+        for _, _, label in systems:
             if cache_dir is not None:
-                caches[b] = str(cache_dir)
+                caches[label] = str(cache_dir)
             else:
-                caches[b] = str(work / f"cache-{b}")
-                shutil.rmtree(caches[b], ignore_errors=True)
+                caches[label] = str(work / f"cache-{label}")
+                shutil.rmtree(caches[label], ignore_errors=True)
 
         results: dict[str, dict[str, Any]] = {}
         # Largest first: its builds are the cold ones; smaller catalogs are subsets and reuse caches.
@@ -582,16 +681,18 @@ def run(
                 for t in subset:
                     fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
             per_size: dict[str, Any] = {}
-            for b in backends:
-                label = f"{b}-{size}"
-                log(f"[{size}] {b}: build + {n_queries} queries ...")
+            for b, arm, system in systems:
+                label = f"{system}-{size}"
+                log(f"[{size}] {system}: build + {n_queries} queries ...")
                 save_dir = work / f"index-{label}"
                 spec = {
                     "kind": "build",
                     "backend": b,
+                    "embedder": arm,
                     "catalog": str(cat_path),
                     "queries": str(queries_path),
-                    "cache_dir": caches[b],
+                    "long_queries": str(long_path) if b == "hybrid" and size == largest else None,
+                    "cache_dir": caches[system],
                     "save": str(save_dir),
                     "rebuild": size == largest,
                 }
@@ -601,12 +702,12 @@ def run(
                     if b not in _EMBEDDING_BACKENDS
                     else ("given" if cache_dir else ("cold" if size == largest else "warm"))
                 )
-                _log_row(log, size, b, row)
+                _log_row(log, size, system, row)
                 if size == largest and "error" not in row:
                     if b in _EMBEDDING_BACKENDS:
-                        log(f"[{size}] {b}: warm-cache build in a new process ...")
+                        log(f"[{size}] {system}: warm-cache build in a new process ...")
                         warm = _spawn(
-                            {**spec, "queries": None, "save": None, "rebuild": False},
+                            {**spec, "queries": None, "long_queries": None, "save": None, "rebuild": False},
                             work,
                             f"{label}-warm",
                             log,
@@ -615,9 +716,10 @@ def run(
                         row["warm_build_s"] = warm.get("build_s")
                         row["warm_build_peak_rss_delta_mib"] = warm.get("peak_rss_build_delta_mib")
                         log(f"  warm build {row['warm_build_s']} s")
-                    log(f"[{size}] {b}: load from disk + queries ...")
+                    log(f"[{size}] {system}: load from disk + queries ...")
                     loaded = _spawn(
-                        {"kind": "load", "folder": str(save_dir), "queries": str(queries_path), "cache_dir": caches[b]},
+                        {"kind": "load", "folder": str(save_dir), "queries": str(queries_path),
+                         "cache_dir": caches[system], "embedder": arm},
                         work,
                         f"{label}-load",
                         log,
@@ -625,7 +727,7 @@ def run(
                     )
                     row["load"] = loaded
                     log(f"  load {loaded.get('load_s')} s, first query {loaded.get('first_query_after_load_ms')} ms")
-                per_size[b] = row
+                per_size[system] = row
                 if size != largest:
                     shutil.rmtree(save_dir, ignore_errors=True)
             if fastmcp:
@@ -641,6 +743,12 @@ def run(
                 per_size["fastmcp-bm25"] = row
             results[str(size)] = per_size
         report["results"] = {str(s): results[str(s)] for s in sorted(sizes)}
+        if list(embedders) != ["numpy"]:
+            from .embedders import compare_embedders
+
+            report["embedders"] = compare_embedders(
+                embedders, catalog, queries, work, threads=embed_threads, spawn=_spawn, log=log
+            )
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -852,6 +960,10 @@ def render_markdown(report: dict[str, Any], plot: Path | None = None) -> str:
         )
         lines.append("")
 
+    if report.get("embedders"):
+        from .embedders import render_markdown as embedder_markdown
+
+        lines += embedder_markdown(report)
     lines += ["## Method", ""]
     lines += [f"- {line}" for line in METHOD_NOTES]
     lines.append("")
@@ -893,6 +1005,12 @@ def render_summary(report: dict[str, Any]) -> str:
     for key, t in report["analysis"]["targets"].items():
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
         lines.append(f"{_TARGET_TEXT.get(key, key)}: {t['value']} -> {verdict}")
+    if report.get("embedders"):
+        from .embedders import analyse as embedder_targets
+
+        for key, t in embedder_targets(report).items():
+            verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
+            lines.append(f"issue 14 {key}: {t['value']} -> {verdict}")
     return "\n".join(lines)
 
 
