@@ -19,7 +19,8 @@ def require_redis() -> str:
     """The redis-server binary, or a skip that says how to get it (CI installs it: .ci/setup.d)."""
     if BINARY is None:
         pytest.skip("redis-server not found: install Debian's redis-server package (.ci/setup.d/redis-server.sh)")
-    pytest.importorskip("redis", reason="redis-py is not installed: pip install 'toolsearch[redis]'")
+    import redis  # noqa: F401  (a required test dependency: the `redis` extra; fail loudly when it is missing)
+
     return BINARY
 
 

@@ -11,16 +11,11 @@ array fixed. The cost model, run over the recorded bodies, reads back exactly wh
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
-
-import itertools
-
 from fakes import FakeLLMServer, Request, Turn
 
 from toolsearch import Tool, ToolIndex, provider_safe_name
