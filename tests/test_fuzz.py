@@ -364,14 +364,18 @@ def test_fuzz_mcp_configs(content: str, environ: dict[str, str]) -> None:
         assert loaded.servers
 
 
-@pytest.mark.xfail(raises=RecursionError, strict=True, reason=(
-    "found by test_fuzz_mcp_configs: toolsearch.mcp.config.load_config lets json's RecursionError out on a "
-    "config nested ~2,000 deep (it should be an MCPConfigError); strict, so the fix turns this red to be removed"))
-def test_known_defect_deeply_nested_mcp_config(tmp_path: Path) -> None:
+def test_a_deeply_nested_mcp_config_is_a_config_error(tmp_path: Path) -> None:
+    # found by test_fuzz_mcp_configs: json's RecursionError used to escape load_config
     path = tmp_path / "servers.json"
     path.write_text(_deep(100_000))
-    with pytest.raises(ToolSearchError):
+    with pytest.raises(ToolSearchError, match="nested too deeply"):
         load_config(path)
+
+
+def test_an_mcp_config_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"mcpServers": {"a": {"command": "true"}}}).encode())
+    assert [s.name for s in load_config(path).servers] == ["a"]
 
 
 def test_the_fuzz_strategies_reach_their_targets() -> None:

@@ -202,13 +202,15 @@ def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -
     """Read and validate a servers config file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: editors on Windows write a BOM
     except FileNotFoundError:
         raise MCPConfigError(f"{path}: config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MCPConfigError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise MCPConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise MCPConfigError(f"{path}: JSON nested too deeply to be a servers config") from None
     try:
         config = parse_config(data, base=path.resolve().parent, environ=environ)
     except MCPConfigError as exc:
