@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from toolsearch import Tool, ToolIndex
+from toolsearch.executor import ahandle_tool_calls, handle_tool_calls
 from toolsearch.loop import LoopConfig, LoopOutcome, ResultStatus, ToolSearchLoop, arun, run
 from toolsearch.providers import (
     ChatRequest,
@@ -254,7 +255,7 @@ def test_a_tool_that_raises_timeouterror_itself_is_an_error_not_a_timeout(sessio
     index = ToolIndex.build([Tool.from_callable(upstream)], backend="bm25")
     session = SessionManager(index).create("u")
     session.discover(["upstream"])
-    [result] = session.handle_tool_calls([call("upstream", x="1", id="c")], {"upstream": upstream})
+    [result] = handle_tool_calls(session, [call("upstream", x="1", id="c")], {"upstream": upstream})
     assert result.status is ResultStatus.ERROR and "upstream gateway" in result.content
 
 
@@ -267,7 +268,7 @@ def test_an_async_tool_called_with_an_unknown_argument_is_an_error_result() -> N
     session = SessionManager(ToolIndex.build([tool], backend="bm25")).create("n")
     session.discover(["notify"])
     [result] = asyncio.run(
-        session.ahandle_tool_calls([call("notify", to="a", cc="b", id="c")], {"notify": notify})
+        ahandle_tool_calls(session, [call("notify", to="a", cc="b", id="c")], {"notify": notify})
     )
     assert result.status is ResultStatus.ERROR and "cc" in result.content
 

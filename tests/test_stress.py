@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from toolsearch import SessionManager, Tool, ToolIndex, ToolSearchMetaTool, UnknownSessionError
-from toolsearch.loop import ToolResult
+from toolsearch.executor import ToolResult, ahandle_tool_calls, handle_tool_calls
 from toolsearch.providers import ToolCall
 from toolsearch.session import Session
 
@@ -112,10 +112,10 @@ def drive_sync(world: World, sid: str) -> None:
             search, forbidden, _ = _plan(world, session, next(queries), n)
             if session.discovered != expected:
                 world.fail(f"{sid} lost discovered tools between rounds")
-            results = session.handle_tool_calls(search, functions, metatool=world.meta)
+            results = handle_tool_calls(session, search, functions, metatool=world.meta)
             expected = session.discovered
             calls = [ToolCall(f"{sid}-c{n}-{i}", name, {"item": "x"}) for i, name in enumerate(expected)]
-            results += session.handle_tool_calls([*calls, *forbidden], functions, metatool=world.meta)
+            results += handle_tool_calls(session, [*calls, *forbidden], functions, metatool=world.meta)
             world.count("searches")
             world.count("calls", len(calls))
             world.count("forbidden calls", len(forbidden))
@@ -132,10 +132,10 @@ async def drive_async(world: World, sid: str) -> None:
             search, forbidden, _ = _plan(world, session, next(queries), n)
             if session.discovered != expected:
                 world.fail(f"{sid} lost discovered tools between rounds")
-            results = await session.ahandle_tool_calls(search, functions, metatool=world.meta)
+            results = await ahandle_tool_calls(session, search, functions, metatool=world.meta)
             expected = session.discovered
             calls = [ToolCall(f"{sid}-c{n}-{i}", name, {"item": "x"}) for i, name in enumerate(expected)]
-            results += await session.ahandle_tool_calls([*calls, *forbidden], functions, metatool=world.meta)
+            results += await ahandle_tool_calls(session, [*calls, *forbidden], functions, metatool=world.meta)
             world.count("searches")
             world.count("calls", len(calls))
             world.count("forbidden calls", len(forbidden))
