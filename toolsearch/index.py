@@ -133,9 +133,10 @@ class ToolIndex:
         namespaces: Collection[str] | None = None,
     ) -> SearchResult:
         """Rank tools for a query, optionally only among `allowed` names and `namespaces`."""
-        text = validate_query(query)
-        k = validate_k(k)
-        names = self.resolve_filter(allowed, namespaces)
+        return self.search_checked(validate_query(query), validate_k(k), self.resolve_filter(allowed, namespaces))
+
+    def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:
+        """`search` for a query, k and filter already checked and resolved (by `search` or a wrapper)."""
         catalog = self._catalog  # one snapshot: an update may land while the backend searches
         start = time.perf_counter()
         notes: tuple[str, ...]

@@ -235,7 +235,7 @@ class LearningIndex(ToolIndex):
         catalog = self.catalog
         signal = self.ranker.signal(text, names)
         learned = {t: p for t, p in signal.shares.items() if t in catalog}
-        base = super().search(text, k, allowed=allowed, namespaces=namespaces)
+        base = self.search_checked(text, k, names)  # checked and resolved once, above
         if not learned:
             return base
         # Only the k hits a plain search returns get a backend share: a deeper search would cost
