@@ -210,6 +210,15 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Sequence[Path] = (),
+                 quiet: bool = False) -> None:
+    """Write a benchmark's `<name>.json` and `<name>.md` under `out` and say so (plots in `extra` are named too)."""
+    write_json(out / f"{name}.json", report)
+    (out / f"{name}.md").write_text(markdown, encoding="utf-8")
+    if not quiet:
+        log("wrote " + ", ".join(str(p) for p in (out / f"{name}.md", out / f"{name}.json", *extra)))
+
+
 def log(message: str) -> None:
     """Progress for a person watching: stderr, so stdout stays the summary."""
     print(message, file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import Dataset, log, machine_info, machine_markdown, offline_environment, resolve_datasets, write_json
+from . import Dataset, log, machine_info, machine_markdown, offline_environment, resolve_datasets, write_report
 
 __all__ = ["ARMS", "add_arguments", "main", "render_markdown", "run"]
 
@@ -434,10 +434,7 @@ def main(args: argparse.Namespace) -> int:
         log=None if quiet else log,
     )
     out = Path(args.out)
-    write_json(out / f"{args.name}.json", report)
-    (out / f"{args.name}.md").write_text(render_markdown(report), encoding="utf-8")
-    if not quiet:
-        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}")
+    write_report(out, args.name, report, render_markdown(report), quiet=quiet)
     for name, ds in report["datasets"].items():
         last = ds["tokens"][-1]
         ratios = ", ".join(f"{f} {last['frameworks'][f]['ratio']}x" for f in frameworks)

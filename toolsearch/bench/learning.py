@@ -27,7 +27,7 @@ from . import (
     offline_environment,
     percentile,
     resolve_datasets,
-    write_json,
+    write_report,
 )
 
 __all__ = ["add_arguments", "main", "run"]
@@ -78,10 +78,7 @@ def main(args: argparse.Namespace) -> int:
         log=None if quiet else log,
     )
     out = Path(args.out)
-    write_json(out / f"{args.name}.json", report)
-    (out / f"{args.name}.md").write_text(render_markdown(report), encoding="utf-8")
-    if not quiet:
-        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}")
+    write_report(out, args.name, report, render_markdown(report), quiet=quiet)
     print(render_summary(report))
     return 0
 

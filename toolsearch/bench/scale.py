@@ -32,7 +32,7 @@ from . import (
     offline_environment,
     percentile,
     resolve_datasets,
-    write_json,
+    write_report,
 )
 
 __all__ = ["add_arguments", "build_catalog", "main", "run", "sample_queries"]
@@ -154,14 +154,11 @@ def main(args: argparse.Namespace) -> int:
         embed_threads=args.embed_threads,
     )
     out = Path(args.out)
-    write_json(out / f"{args.name}.json", report)
     plot = None
     if not args.no_plot:
         plot = out / f"{args.name}_latency.png"
         plot_latency(report, plot)
-    (out / f"{args.name}.md").write_text(render_markdown(report, plot), encoding="utf-8")
-    if not quiet:
-        log(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.json')}" + (f", {plot}" if plot else ""))
+    write_report(out, args.name, report, render_markdown(report, plot), extra=[plot] if plot else [], quiet=quiet)
     print(render_summary(report))
     return 0
 

@@ -50,7 +50,7 @@ from . import (
     offline_environment,
     percentile,
     resolve_datasets,
-    write_json,
+    write_report,
 )
 
 __all__ = ["add_arguments", "main", "run"]
@@ -606,8 +606,7 @@ def main(args: argparse.Namespace) -> int:
         log=None if quiet else log,
     )
     out = Path(args.out)
-    write_json(out / f"{args.name}.json", report)
-    (out / f"{args.name}.md").write_text(render_markdown(report, command_line("sessions")), encoding="utf-8")
+    write_report(out, args.name, report, render_markdown(report, command_line("sessions")), quiet=quiet)
     for backend, t in report["targets"].items():
         print(
             f"{backend}: session creation p50 {t['create_p50_ms'] * 1000:.1f} µs "

@@ -47,7 +47,7 @@ from . import (
     machine_markdown,
     offline_environment,
     resolve_datasets,
-    write_json,
+    write_report,
 )
 from .policy import AgentPolicy, QueryStyle
 
@@ -1199,10 +1199,7 @@ def main(args: argparse.Namespace) -> int:
         log=None if quiet else log,
     )
     out = Path(args.out)
-    write_json(out / f"{args.name}.json", report)
     plots = [] if args.no_plot else plot(report, out, args.name)
-    (out / f"{args.name}.md").write_text(render_markdown(report, plots, command_line("tokens")), encoding="utf-8")
-    if not quiet:
-        log(f"wrote {out / (args.name + '.md')} and {out / (args.name + '.json')}")
+    write_report(out, args.name, report, render_markdown(report, plots, command_line("tokens")), quiet=quiet)
     print(render_summary(report))
     return 0
