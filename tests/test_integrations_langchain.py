@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fakes import FakeLLMServer, Turn
+from fakes import FakeLLMServer, Turn, toy_tools
+from fakes.toy_tools import RAN
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -16,42 +17,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from toolsearch.integrations.langchain import STATE_KEY, ToolSearchMiddleware
 
-RAN: list[str] = []
-
-
-@tool
-def get_time(timezone: str) -> str:
-    """Current time in an IANA timezone."""
-    RAN.append("get_time")
-    return f"12:00 in {timezone}"
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Weather forecast for a city: temperature, rain and wind."""
-    RAN.append("get_weather")
-    return f"sunny in {city}"
-
-
-@tool
-def send_email(to: str, subject: str) -> str:
-    """Send an email message to a recipient."""
-    RAN.append("send_email")
-    return "sent"
-
-
-@tool
-def create_invoice(customer: str, amount: float) -> str:
-    """Create an invoice for a customer."""
-    RAN.append("create_invoice")
-    return "invoice created"
-
-
-@tool
-def translate_text(text: str, language: str) -> str:
-    """Translate text into another language."""
-    RAN.append("translate_text")
-    return text
+get_time = tool(toy_tools.get_time)
+get_weather = tool(toy_tools.get_weather)
+send_email = tool(toy_tools.send_email)
+create_invoice = tool(toy_tools.create_invoice)
+translate_text = tool(toy_tools.translate_text)
 
 
 CATALOG = [get_time, get_weather, send_email, create_invoice, translate_text]

@@ -9,41 +9,17 @@ from typing import Any
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
-from fakes import FakeLLMServer, Turn
+from fakes import FakeLLMServer, Turn, toy_tools
+from fakes.toy_tools import RAN
 
 from toolsearch import SessionRequiredError
 from toolsearch.integrations.openai_agents import AgentToolSearch
 
 set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
-RAN: list[str] = []
-
-
-@function_tool
-def get_time(timezone: str) -> str:
-    """Current time in an IANA timezone."""
-    RAN.append("get_time")
-    return f"12:00 in {timezone}"
-
-
-@function_tool
-def get_weather(city: str) -> str:
-    """Weather forecast for a city: temperature, rain and wind."""
-    RAN.append("get_weather")
-    return f"sunny in {city}"
-
-
-@function_tool
-def send_email(to: str, subject: str) -> str:
-    """Send an email message to a recipient."""
-    RAN.append("send_email")
-    return "sent"
-
-
-@function_tool
-def create_invoice(customer: str, amount: float) -> str:
-    """Create an invoice for a customer."""
-    RAN.append("create_invoice")
-    return "invoice created"
+get_time = function_tool(toy_tools.get_time)
+get_weather = function_tool(toy_tools.get_weather)
+send_email = function_tool(toy_tools.send_email)
+create_invoice = function_tool(toy_tools.create_invoice)
 
 
 FIRST = ["get_time", "tool_search"]

@@ -8,39 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 from fakes import FakeLLMServer, Turn
+from fakes.toy_tools import RAN, create_invoice, get_time, get_weather, send_email
 from pydantic_ai import Agent, Tool
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.tools import ToolDefinition
 
 from toolsearch.integrations.pydantic_ai import ToolSearchStrategy, tool_search
-
-RAN: list[str] = []
-
-
-def get_time(timezone: str) -> str:
-    """Current time in an IANA timezone."""
-    RAN.append("get_time")
-    return f"12:00 in {timezone}"
-
-
-def get_weather(city: str) -> str:
-    """Weather forecast for a city: temperature, rain and wind."""
-    RAN.append("get_weather")
-    return f"sunny in {city}"
-
-
-def send_email(to: str, subject: str) -> str:
-    """Send an email message to a recipient."""
-    RAN.append("send_email")
-    return "sent"
-
-
-def create_invoice(customer: str, amount: float) -> str:
-    """Create an invoice for a customer."""
-    RAN.append("create_invoice")
-    return "invoice created"
-
 
 DEFERRED = [get_weather, send_email, create_invoice]
 
