@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ToolSearchError
-from .tokens import DEFAULT_ENCODING, compact_json, count_json_tokens, count_tokens
+from .tokens import DEFAULT_ENCODING, compact_json, count_json_tokens, count_tokens, payload_parts, text_of
 
 __all__ = [
     "Block",
@@ -298,16 +298,6 @@ def _plain(item: Any) -> Any:
     return item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(
-            b["text"] if isinstance(b, Mapping) and isinstance(b.get("text"), str) else compact_json(b) for b in content
-        )
-    return compact_json(content)
-
-
 def _references(value: Any) -> list[str]:
     """Names of the `tool_reference` blocks anywhere inside a message."""
     if isinstance(value, Mapping):
@@ -344,20 +334,11 @@ def request_blocks(
         if deferred and skip_deferred:
             continue
         tools.append(Block("tools", _text_digest(sent), tokens))
-    system: list[str] = []
-    for key in ("system", "instructions"):
-        if payload.get(key):
-            system.append(_text(payload[key]))
-    items = payload.get("messages")
-    if items is None:
-        items = payload.get("input", [])
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
+    system, items = payload_parts(payload)
     messages: list[Block] = []
-    for raw in items:
-        item = _plain(raw)
+    for item in items:
         if not messages and isinstance(item, Mapping) and item.get("role") in ("system", "developer"):
-            system.append(_text(item.get("content", "")))  # a leading system message is the system text
+            system.append(text_of(item.get("content", "")))  # a leading system message is the system text
             continue
         text = compact_json(item)
         tokens = count_json_tokens(item, encoding)

@@ -113,7 +113,8 @@ class RequestTokens:
         }
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A message content as text: a string as is, text blocks joined, anything else as compact JSON."""
     if isinstance(content, str):
         return content
     if isinstance(content, Iterable) and not isinstance(content, Mapping):
@@ -127,6 +128,21 @@ def _text_of(content: Any) -> str:
     return compact_json(content)
 
 
+def payload_parts(payload: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    """A request's system texts (`system` / `instructions`) and its message items as plain data.
+
+    Items are Chat / Messages `messages` or the Responses `input` (a string is one user message);
+    system-role items are left among them for the caller to place.
+    """
+    system = [text_of(payload[key]) for key in ("system", "instructions") if payload.get(key)]
+    items = payload.get("messages")
+    if items is None:
+        items = payload.get("input", [])
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    return system, [item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item for item in items]
+
+
 def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING) -> RequestTokens:
     """Count a provider request payload by part: system, messages (or Responses `input`), tools.
 
@@ -134,20 +150,11 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
     (`instructions` + `input`, a string or a list of items) and Anthropic Messages (`system` +
     `messages`). Other keys (model, temperature, ...) are not counted.
     """
-    system_parts: list[str] = []
-    for key in ("system", "instructions"):
-        if payload.get(key):
-            system_parts.append(_text_of(payload[key]))
-    items = payload.get("messages")
-    if items is None:
-        items = payload.get("input", [])
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
+    system_parts, items = payload_parts(payload)
     message_tokens = 0
-    for item in items:
-        data = item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
+    for data in items:
         if isinstance(data, Mapping) and data.get("role") in ("system", "developer"):
-            system_parts.append(_text_of(data.get("content", "")))
+            system_parts.append(text_of(data.get("content", "")))
             continue
         message_tokens += count_json_tokens(data, encoding)
     system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
