@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # tools.py imports clean_text from here
     from .tools import Tool
 
-_WORD_CHUNKS = re.compile(r"[^\W_]+")  # letters and digits of any script
+WORD_CHUNKS = re.compile(r"[^\W_]+")  # letters and digits of any script
 # camelCase, PascalCase, acronyms (HTTPServer -> HTTP Server) and digit runs.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _MAX_PARAM_DEPTH = 3
@@ -48,7 +48,7 @@ def clean_text(text: str) -> str:
 def split_identifier(identifier: str) -> tuple[str, ...]:
     """`getUserById`, `get_user_by_id`, `math.factorial` -> lower-case words."""
     words: list[str] = []
-    for chunk in _WORD_CHUNKS.findall(identifier):
+    for chunk in WORD_CHUNKS.findall(identifier):
         if chunk.isascii():
             words.extend(part.lower() for part in _CAMEL.findall(chunk))
         else:  # case splitting is ASCII-only; other scripts keep the chunk whole, never drop letters

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._errors import ToolSearchError
+from .text import WORD_CHUNKS, split_identifier
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -54,8 +54,6 @@ MAX_TERMS = 32  # words kept per query: a pasted document must not become a gian
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 
-_WORDS = re.compile(r"[^\W_]+")
-_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
 class UsageError(ToolSearchError):
@@ -65,12 +63,9 @@ class UsageError(ToolSearchError):
 def query_terms(query: str) -> tuple[str, ...]:
     """The distinct lower-case words of a query (identifiers split), sorted, at most MAX_TERMS."""
     words: set[str] = set()
-    for chunk in _WORDS.findall(query):
-        if chunk.isascii():
-            words.update(part.lower() for part in _CAMEL.findall(chunk))
-            words.add(chunk.lower())  # `getUser` also matches a later `getuser`
-        else:
-            words.add(chunk.lower())
+    for chunk in WORD_CHUNKS.findall(query):
+        words.update(split_identifier(chunk))  # the same identifier splitting as the tools' text
+        words.add(chunk.lower())  # `getUser` also matches a later `getuser`
     return tuple(sorted(words)[:MAX_TERMS])
 
 
