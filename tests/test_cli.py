@@ -365,6 +365,22 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _interrupt_after(child: subprocess.Popen[str], marker: str) -> tuple[int, str]:
+    """Wait for `marker` on the child's stderr, press Ctrl-C, and return its exit code and the rest of stderr."""
+    assert child.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = child.stderr.readline()
+        seen.append(line)
+        if marker in line or not line:
+            break
+    assert any(marker in s for s in seen), "".join(seen)
+    child.send_signal(signal.SIGINT)
+    _, rest = child.communicate(timeout=30)
+    return child.returncode, rest
+
+
 @pytest.mark.parametrize("how", ["sigint", "raise"])
 def test_interrupted_build_leaves_the_old_index_intact(
     how: str, home: Path, capsys: pytest.CaptureFixture[str]
@@ -382,18 +398,7 @@ def test_interrupted_build_leaves_the_old_index_intact(
         code, err = proc.returncode, proc.stderr
     else:
         child = subprocess.Popen(argv, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert child.stderr is not None
-        seen = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = child.stderr.readline()
-            seen.append(line)
-            if "SAVING" in line or not line:
-                break
-        assert any("SAVING" in s for s in seen), "".join(seen)
-        child.send_signal(signal.SIGINT)
-        _, rest = child.communicate(timeout=30)
-        code, err = child.returncode, rest
+        code, err = _interrupt_after(child, "SAVING")
     assert code == EXIT_INTERRUPTED, err
     assert err.strip().splitlines()[-1] == "toolsearch: interrupted"
     assert "Traceback" not in err
@@ -704,16 +709,6 @@ def test_ctrl_c_on_mcp_serve_exits_130(home: Path) -> None:
         [sys.executable, "-c", code, "mcp", "serve", "--config", "servers.json", "--backend", "bm25"],
         cwd=home, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert child.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = child.stderr.readline()
-        seen.append(line)
-        if "gateway ready" in line or not line:
-            break
-    assert any("gateway ready" in s for s in seen), "".join(seen)
-    child.send_signal(signal.SIGINT)
-    _, rest = child.communicate(timeout=30)
-    assert child.returncode == EXIT_INTERRUPTED, rest
+    code, rest = _interrupt_after(child, "gateway ready")
+    assert code == EXIT_INTERRUPTED, rest
     assert rest.strip().splitlines()[-1] == "toolsearch: interrupted" and "Traceback" not in rest
