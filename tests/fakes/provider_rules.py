@@ -144,12 +144,16 @@ def _check_chat_messages(messages: list[Any]) -> None:
                 pending[str(call.get("id"))] = i
             open_turn = i
     if pending:
-        raise Violation(
-            "call-answered",
-            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}",
-            f"messages.[{open_turn}].role",
-        )
+        raise _unanswered_chat_calls(pending, open_turn)
+
+
+def _unanswered_chat_calls(pending: dict[str, int], open_turn: int | None) -> Violation:
+    return Violation(
+        "call-answered",
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}",
+        f"messages.[{open_turn}].role",
+    )
 
 
 # --- OpenAI Responses --------------------------------------------------------------------------
