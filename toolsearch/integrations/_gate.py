@@ -7,7 +7,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..loop import LoopConfig, ResultStatus, ToolExecutor, ToolResult
+from .._errors import InvalidToolError
+from ..executor import ExecutorConfig, ResultStatus, ToolExecutor, ToolResult
+from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..providers._base import ToolCall
 from ..session import Session, SessionManager
@@ -16,7 +18,21 @@ from ..session import Session, SessionManager
 # interrupts and streaming stay intact), so the executor only ever "runs" this marker.
 _ALLOWED = object()
 # One call at a time, no worker thread: the gate must run in the framework's own thread/context.
-GATE_CONFIG = LoopConfig(tool_timeout=None, undiscovered="instruct", parallel_tool_calls=False, provider_names=False)
+GATE_CONFIG = ExecutorConfig(
+    tool_timeout=None, undiscovered="instruct", parallel_tool_calls=False, provider_names=False
+)
+
+
+def check_catalog(index: ToolIndex, names: Collection[str], metatool: ToolSearchMetaTool) -> None:
+    """The framework's tools must all be in the index, and none may take the search tool's name."""
+    missing = sorted(set(names) - set(index.catalog.names))
+    if missing:
+        raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
+    if metatool.name in names:
+        raise InvalidToolError(
+            f"a catalog tool is named {metatool.name!r} like the search tool; rename it or pass "
+            "metatool=ToolSearchMetaTool(name=...)"
+        )
 
 
 @contextmanager

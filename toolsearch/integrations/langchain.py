@@ -28,13 +28,12 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("langchain", "langchain") from exc
 
-from .._errors import InvalidToolError
 from ..index import ToolIndex
 from ..loop import ResultStatus, ToolResult
 from ..metatool import ToolSearchMetaTool
 from ..session import SessionManager
 from ..tools import Tool
-from ._gate import allowed, gate, scratch_session
+from ._gate import allowed, check_catalog, gate, scratch_session
 
 __all__ = ["STATE_KEY", "ToolSearchMiddleware", "ToolSearchState", "tool_from_langchain"]
 
@@ -94,17 +93,10 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         catalog_tools = [t if isinstance(t, BaseTool) else as_tool(t) for t in tools]
         self._by_name: dict[str, BaseTool] = {t.name: t for t in catalog_tools}
         self.index = index or ToolIndex.build([tool_from_langchain(t) for t in catalog_tools], backend)
-        missing = sorted(set(self._by_name) - set(self.index.catalog.names))
-        if missing:
-            raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
+        self.metatool = metatool or ToolSearchMetaTool()
+        check_catalog(self.index, self._by_name.keys(), self.metatool)
         self.pinned = tuple(dict.fromkeys(pinned))
         self.allowed = None if allowed is None else frozenset(allowed)
-        self.metatool = metatool or ToolSearchMetaTool()
-        if self.metatool.name in self._by_name:
-            raise InvalidToolError(
-                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
-                "metatool=ToolSearchMetaTool(name=...)"
-            )
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:

@@ -34,7 +34,7 @@ from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
 from ..tools import Tool
-from ._gate import allowed, gate
+from ._gate import allowed, check_catalog, gate
 
 __all__ = ["AgentToolSearch", "tool_from_function_tool"]
 
@@ -78,17 +78,10 @@ class AgentToolSearch:
         if sessions is not None:
             index = sessions.index
         self.index = index or ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
-        missing = sorted({t.name for t in tools} - set(self.index.catalog.names))
-        if missing:
-            raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
+        self.metatool = metatool or ToolSearchMetaTool()
+        check_catalog(self.index, {t.name for t in tools}, self.metatool)
         self.sessions = sessions or SessionManager(self.index)
         self.pinned = tuple(dict.fromkeys(pinned))
-        self.metatool = metatool or ToolSearchMetaTool()
-        if any(t.name == self.metatool.name for t in tools):
-            raise InvalidToolError(
-                f"a catalog tool is named {self.metatool.name!r} like the search tool; rename it or pass "
-                "metatool=ToolSearchMetaTool(name=...)"
-            )
         self.session_of: SessionOf = session_of or _context_session
         by_name = {t.name: t for t in tools}
         unknown = [n for n in self.pinned if n not in by_name]
