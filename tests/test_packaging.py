@@ -90,3 +90,19 @@ def test_pyproject_extras_and_core_dependencies() -> None:
     # torch is never pinned by the package: the user's environment chooses the build
     assert not any(dep.startswith("torch") for group in extras.values() for dep in group)
     assert project["scripts"]["toolsearch"] == "toolsearch.cli:main"
+
+
+def test_the_default_backend_needs_no_torch() -> None:
+    # A torch-free install (`pip install 'toolsearch[vector]'` + `toolsearch model install`) must get the hybrid
+    # default and a working vector search; sys.modules[name] = None makes both imports fail as if not installed.
+    probe = (
+        "import sys\n"
+        "sys.modules['torch'] = sys.modules['sentence_transformers'] = None\n"
+        "from toolsearch import Tool, ToolIndex, default_backend\n"
+        "tools = [Tool('send_email', 'Send an email message'), Tool('get_weather', 'Weather forecast for a city')]\n"
+        "index = ToolIndex.build(tools)\n"
+        "print(default_backend(), index.backend_name, index.search('will it rain tomorrow', 1).names[0])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["hybrid", "hybrid", "get_weather"]

@@ -51,20 +51,23 @@ def register_backend(spec: BackendSpec, *, replace: bool = False) -> None:
     _REGISTRY[spec.name] = spec
 
 
+# What the default (numpy) embedder needs; sentence-transformers is only for other models.
+_VECTOR_PACKAGES = ("faiss", "safetensors", "tokenizers")
+
 for _spec in (
     _lazy("toolsearch.backends.regex", "regex", ("regex",), "", "model-written regular expressions"),
     _lazy("toolsearch.backends.bm25", "bm25", ("tantivy",), "", "tantivy BM25 with Lucene query syntax"),
     _lazy(
         "toolsearch.backends.vector",
         "vector",
-        ("faiss", "sentence_transformers"),
+        _VECTOR_PACKAGES,
         "vector",
         "dense embeddings searched with faiss",
     ),
     _lazy(
         "toolsearch.backends.hybrid",
         "hybrid",
-        ("tantivy", "faiss", "sentence_transformers"),
+        ("tantivy", *_VECTOR_PACKAGES),
         "vector",
         "bm25 and vector fused",
     ),
