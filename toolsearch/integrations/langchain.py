@@ -28,8 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("langchain", "langchain") from exc
 
+from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
-from ..loop import ResultStatus, ToolResult
 from ..metatool import ToolSearchMetaTool
 from ..session import SessionManager
 from ..tools import Tool
