@@ -208,13 +208,13 @@ def test_failed_and_refused_calls_teach_nothing(index: ToolIndex) -> None:
     assert [(e.query, e.called) for e in log] == [("customer wants money back for the card", "payments_refund")]
 
 
-def test_a_growing_log_is_recompiled_in_the_background(index: ToolIndex) -> None:
+def test_a_growing_log_is_recompiled(index: ToolIndex) -> None:
     log = UsageLog()
     log.add("write to my accountant", "herramienta_correo")
     ranker = LearnedRanker(log, refresh_seconds=1e-9)
     first = ranker.snapshot()
     log.add("write a note to my accountant", "herramienta_correo")
-    assert ranker.snapshot() is first or ranker.snapshot().version == log.version  # never blocks on a compile
+    assert first.version != log.version
     deadline = time.monotonic() + 30
     while ranker.snapshot().version != log.version and time.monotonic() < deadline:
         time.sleep(0.01)
