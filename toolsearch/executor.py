@@ -73,11 +73,16 @@ class ExecutorConfig:
     provider_names: bool = True
 
     def __post_init__(self) -> None:
-        if self.tool_timeout is not None and self.tool_timeout <= 0:
-            raise ValueError("tool_timeout must be positive (or None for no limit)")
-        if self.undiscovered not in ("instruct", "execute"):
-            raise ValueError("undiscovered must be 'instruct' or 'execute'")
-        object.__setattr__(self, "return_direct", frozenset(self.return_direct))
+        check_execution_settings(self)
+
+
+def check_execution_settings(config: ExecutionSettings) -> None:
+    """Refuse settings a turn cannot run with; a frozen config's `return_direct` becomes a frozenset."""
+    if config.tool_timeout is not None and config.tool_timeout <= 0:
+        raise ValueError("tool_timeout must be positive (or None for no limit)")
+    if config.undiscovered not in ("instruct", "execute"):
+        raise ValueError("undiscovered must be 'instruct' or 'execute'")
+    object.__setattr__(config, "return_direct", frozenset(config.return_direct))
 
 
 class ResultStatus(enum.StrEnum):

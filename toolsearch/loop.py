@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .cost import CacheUse, PromptCache
-from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms
+from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
 from .metatool import ToolSearchMetaTool, system_prompt_suffix
 from .providers._base import (
     ChatModel,
@@ -143,10 +143,7 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
-        if self.tool_timeout is not None and self.tool_timeout <= 0:
-            raise ValueError("tool_timeout must be positive (or None for no limit)")
-        if self.undiscovered not in ("instruct", "execute"):
-            raise ValueError("undiscovered must be 'instruct' or 'execute'")
+        check_execution_settings(self)
         if self.max_identical_calls < 1:
             raise ValueError("max_identical_calls must be at least 1")
         if self.tool_search_mode not in ("schema", "native"):
@@ -155,7 +152,6 @@ class LoopConfig:
             raise ValueError("tool_search must be 'on', 'auto' or 'off'")
         if self.direct_max_tokens < 0:
             raise ValueError("direct_max_tokens must be zero or more")
-        object.__setattr__(self, "return_direct", frozenset(self.return_direct))
 
 
 @dataclass(frozen=True, slots=True)
