@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ToolSearchError
-from .tokens import DEFAULT_ENCODING, compact_json, count_json_tokens, count_tokens, payload_parts, text_of
+from .tokens import (
+    DEFAULT_ENCODING,
+    compact_json,
+    count_json_tokens,
+    count_tokens,
+    definition_tokens,
+    payload_parts,
+    text_of,
+)
 
 __all__ = [
     "Block",
@@ -284,12 +292,6 @@ def _digest(text: str) -> str:
 
 
 @lru_cache(maxsize=65_536)
-def _text_tokens(text: str, encoding: str) -> int:
-    # A loop sends the same tool definitions on every request: tokenise and hash each text once.
-    return count_tokens(text, encoding)
-
-
-@lru_cache(maxsize=65_536)
 def _text_digest(text: str) -> str:
     return _digest(text)
 
@@ -327,7 +329,7 @@ def request_blocks(
         sent = compact_json(tool)
         deferred = bool(tool.pop("defer_loading", False))
         text = compact_json(tool) if deferred else sent
-        tokens = _text_tokens(text, encoding)
+        tokens = definition_tokens(text, encoding)
         name = tool.get("name") or (tool.get("function") or {}).get("name")
         if isinstance(name, str):
             definitions[name] = tokens

@@ -80,14 +80,14 @@ def count_json_tokens(value: Any, encoding: str = DEFAULT_ENCODING) -> int:
 
 
 @lru_cache(maxsize=65_536)
-def _definition_tokens(text: str, encoding: str) -> int:
-    # The same tool definitions go out on every request of a loop: tokenise each text once.
+def definition_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
+    """`count_tokens` for a tool definition's text, cached: a loop sends the same ones on every request."""
     return count_tokens(text, encoding)
 
 
 def tool_tokens(tool: Tool, encoding: str = DEFAULT_ENCODING) -> int:
     """Tokens of one tool's definition (Chat Completions function shape), cached per definition."""
-    return _definition_tokens(compact_json(tool.to_openai()), encoding)
+    return definition_tokens(compact_json(tool.to_openai()), encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +158,7 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
             continue
         message_tokens += count_json_tokens(data, encoding)
     system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
-    tools_tokens = sum(_definition_tokens(compact_json(t), encoding) for t in payload.get("tools") or ())
+    tools_tokens = sum(definition_tokens(compact_json(t), encoding) for t in payload.get("tools") or ())
     return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
 
 
