@@ -227,15 +227,22 @@ class Gateway:
         """
         if ctx.method not in _SESSION_METHODS:
             return await call_next(ctx)
+        answered = False
         try:
             session = await self._store_call(self._open, self._session_id(ctx))
             token = _CURRENT.set(session)
             try:
                 result = await call_next(ctx)
-                await self._commit(session)
+                answered = True
             finally:
                 _CURRENT.reset(token)
+            await self._commit(session)
         except SessionError as exc:
+            if answered and ctx.method == "tools/call":
+                # The tool ran: an error now would invite the model to run it again. What is lost is
+                # bookkeeping (last-use ticks); a change the client was told of was written before.
+                logger.warning("tools/call answered, but its session update was not saved: %s", exc)
+                return result
             logger.warning("%s failed: %s", ctx.method, exc)
             raise MCPError(code=INTERNAL_ERROR, message=_store_failure(exc)) from None
         return result
@@ -621,7 +628,9 @@ def open_store(settings: WorkerSettings) -> SessionStore | None:
             if ttl is None and settings.session_header is None
             else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
         )
-    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL)
+    # More connections than the threads that may call the store at once (anyio's default limit is 40),
+    # so a burst of requests waits for Redis, not for a free connection.
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_connections=48)
     ping = getattr(store, "ping", None)
     if ping is not None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import socket
@@ -199,10 +200,8 @@ def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             if worker.url is None:
                 code = None
                 if worker.proc is not None:
-                    try:
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # alive but silent past the deadline
                         code = worker.proc.wait(5)
-                    except subprocess.TimeoutExpired:  # alive but silent past the deadline
-                        pass
                 raise ToolSearchError(
                     f"gateway worker {worker.number} did not start (exit code {code}); see its messages above"
                 )
