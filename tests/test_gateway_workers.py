@@ -201,6 +201,18 @@ async def test_two_clients_on_different_workers_never_see_each_others_tools(pair
         assert "toy__echo" in await alice.names() and "toy__add_numbers" in await bob.names()
 
 
+async def test_stateless_sessions_expire_by_the_store_ttl_or_end_with_the_client(
+    pair: list[int], redis: RedisServer
+) -> None:
+    client = redis.client()
+    async with connect(pair) as alice:
+        await alice.search("echo text back")
+        keys = client.keys("toolsearch:session:*")
+        assert len(keys) == 1
+        assert 0 < client.pttl(keys[0]) <= 3600 * 1000  # no connection close to end it: Redis's TTL does
+    assert client.keys("toolsearch:session:*") == []  # the client ended its MCP session (HTTP DELETE)
+
+
 async def test_the_gateway_issues_the_session_id_and_rejects_a_standalone_stream(pair: list[int]) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
         url = f"http://127.0.0.1:{pair[0]}/mcp"
@@ -343,15 +355,20 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
-async def test_workers_share_one_port_and_a_killed_worker_is_replaced(redis: RedisServer, tmp_path: Path) -> None:
+async def test_workers_share_one_port_and_a_killed_worker_is_replaced(tmp_path: Path) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
-    parent = GatewayProcess(config, *shared_flags(redis, tmp_path / "indexes", "--workers", "2", "--pin", "toy__pid"))
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis", password="s3cret-pw").start()
+    flags = shared_flags(redis, tmp_path / "indexes", "--workers", "2", "--pin", "toy__pid")
+    parent = GatewayProcess(config, *flags)
     try:
         url = parent.wait_ready(180)
         assert "(2 workers)" in parent.stderr
         port = port_of(url)
         workers = [p for p in children(parent.proc.pid) if "toolsearch.mcp" in Path(f"/proc/{p}/cmdline").read_text()]
         assert len(workers) == 2
+        # the store URL reaches the workers by environment: a password on a command line is visible to `ps`
+        assert not [p for p in workers if "s3cret" in Path(f"/proc/{p}/cmdline").read_text()]
         # one connection per request, so the kernel spreads them: each worker has its own toy upstream
         async with connect([port], keepalive=False) as client:
             await client.search("echo text back")
@@ -366,7 +383,10 @@ async def test_workers_share_one_port_and_a_killed_worker_is_replaced(redis: Red
             )
             assert "exited" in parent.stderr and "restarting" in parent.stderr
     finally:
-        assert parent.stop() in (0, -signal.SIGTERM)
+        code = parent.stop()
+        redis.stop()
+    assert code in (0, -signal.SIGTERM)
+    assert "s3cret" not in parent.stderr
     assert not [
         p for p in workers if Path(f"/proc/{p}").exists() and "toolsearch" in Path(f"/proc/{p}/cmdline").read_text()
     ]
@@ -383,6 +403,15 @@ def test_workers_need_a_shared_store(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "--workers N needs a shared --session-store (redis://host:port/db)" in done.stderr
+    done = subprocess.run(
+        gateway_argv(config, "--transport", "http", "--session-store", "postgres://u:pw@db/x"),
+        capture_output=True,
+        text=True,
+        env=gateway_env(),
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "'postgres://db/x' is not a store this gateway knows; use memory or redis://" in done.stderr
 
 
 # --- a deployment's own session header -----------------------------------------------------------------

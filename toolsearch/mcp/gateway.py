@@ -457,7 +457,7 @@ class Gateway:
         if self.session_header is None:
             return self.server.streamable_http_app(streamable_http_path=path, host=host)
         app = self.server.streamable_http_app(streamable_http_path=path, host=host, stateless_http=True)
-        return SessionIdentity(app, header=self.session_header, on_delete=self._delete_session)
+        return SessionIdentity(app, header=self.session_header, path=path, on_delete=self._delete_session)
 
     async def run_http(
         self,
@@ -543,6 +543,12 @@ def _reuse_port_socket(host: str, port: int) -> Any:
         raise ToolSearchError(f"cannot listen on {host}:{port}: {exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def _redacted(url: str) -> str:
+    from ..stores.redis import redacted_url
+
+    return url if _is_memory(url) else redacted_url(url)
 
 
 def _store_failure(exc: BaseException) -> str:
@@ -741,7 +747,7 @@ async def _serve(
             len(gateway.index),
             len(source.ready),
             gateway.index.backend_name,
-            "stateless, " + settings.session_store if gateway.stateless else "per-connection",
+            f"stateless, {_redacted(settings.session_store)}" if gateway.stateless else "per-connection",
         )
         if settings.shared_store:
             tg.start_soon(gateway.watch_catalog, settings.catalog_poll)
@@ -775,6 +781,18 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
+def configure_logging(quiet: bool) -> None:
+    """Log to stderr as `toolsearch: ...` (only errors when quiet), unless the host configured logging."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.ERROR if quiet else logging.INFO,
+            stream=sys.stderr,
+            format="toolsearch: %(message)s",
+        )
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+
 def serve(
     config_path: str | Path,
     *,
@@ -794,14 +812,7 @@ def serve(
 
     `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
     """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.ERROR if quiet else logging.INFO,
-            stream=sys.stderr,
-            format="toolsearch: %(message)s",
-        )
-        logging.getLogger("mcp").setLevel(logging.WARNING)
-        logging.getLogger("httpx2").setLevel(logging.WARNING)
+    configure_logging(quiet)
     child = workers is not None and workers.reuse_port
 
     def announce(url: str) -> None:
