@@ -541,7 +541,6 @@ def _reuse_port_socket(host: str, port: int) -> Any:
     except OSError as exc:
         sock.close()
         raise ToolSearchError(f"cannot listen on {host}:{port}: {exc}") from None
-    sock.set_inheritable(True)
     return sock
 
 

@@ -92,7 +92,11 @@ class SessionIdentity:
                     {"allow": "POST"},
                 )
                 return
-            await self._on_delete(session_key(self.header, present))
+            try:
+                await self._on_delete(session_key(self.header, present))
+            except Exception as exc:  # the store is down: the session ends by its idle expiry instead
+                await _respond(send, 503, f"could not end the session: {exc}")
+                return
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
