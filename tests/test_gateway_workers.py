@@ -442,3 +442,23 @@ async def test_a_session_named_by_a_proxy_header_follows_the_user_across_workers
         # the header's value never becomes a key: a proxy may put a credential there
         keys = [k.decode() for k in redis.client().keys("*")]
         assert keys and not [k for k in keys if "alice" in k or "bob" in k]
+
+
+def test_a_worker_gets_every_option_of_its_parent_but_the_port_and_the_store_url() -> None:
+    import argparse
+
+    from toolsearch.mcp.cli import add_arguments
+    from toolsearch.mcp.workers import child_argv
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--config", "s.json", "--transport", "http", "--port", "0", "--pin", "a__*", "--pin", "b"]
+    argv += ["--no-call-tool", "--max-discovered", "7", "--session-store", "redis://:pw@h:1/0", "--workers", "3"]
+    argv += ["--session-header", "X-User", "--index-dir", "idx", "--catalog-poll", "0.5"]
+    parent = parser.parse_args(argv)
+    child = child_argv(parser, parent, 4321)
+    assert child[1:3] == ["-m", "toolsearch.mcp"] and "pw" not in " ".join(child)
+    worker = parser.parse_args(child[3:])
+    differs = {k for k in vars(parent) if getattr(parent, k) != getattr(worker, k)}
+    assert differs == {"port", "workers", "reuse_port", "session_store"}
+    assert (worker.port, worker.workers, worker.reuse_port) == (4321, 1, True)
