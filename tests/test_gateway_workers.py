@@ -328,7 +328,9 @@ async def test_a_catalog_change_seen_by_one_worker_reaches_the_other(redis: Redi
         config = write_config(tmp_path / "servers.json", {"shared": {"url": upstream}})
         with gateways(config, 2, *shared_flags(redis, index_dir, "--pin", "shared__grow")) as (a, b):
             ports = [port_of(a.wait_ready()), port_of(b.wait_ready())]
-            assert len(IndexStore(index_dir).names()) == 1  # one worker built it, the other loaded it
+            assert len(IndexStore(index_dir).names()) == 1
+            built = [g for g in (a, b) if "built and saved" in g.stderr]
+            assert len(built) == 1 and "loaded in" in (b if built[0] is a else a).stderr  # one built, one loaded
             async with connect(ports) as grower, connect(ports) as other:
                 other.via(1)
                 assert "shared__brand_new_widget" not in await other.search("brand_new_widget")
