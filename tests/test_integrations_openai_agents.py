@@ -115,6 +115,7 @@ def test_a_catalog_tool_may_not_take_the_search_tool_name() -> None:
 @function_tool
 def convert_currency(amount: float, currency: str) -> str:
     """Convert an amount of money into another currency."""
+    RAN.append("convert_currency")
     raise RuntimeError("the exchange rate service is down")
 
 
@@ -146,11 +147,11 @@ def test_searches_and_successful_calls_land_in_the_usage_log(server: FakeLLMServ
         asyncio.run(streamed())
     results = {r.call_id: r.text for r in server.requests[2].tool_results()}
     assert set(session.discovered) == {"get_weather", "convert_currency"}
-    assert "exchange rate service is down" in results["c3"]  # it ran, failed, and the SDK said so
+    assert "error" in results["c3"].lower() and "not loaded yet" not in results["c3"]  # it ran and failed
     assert [(e.query, e.called, e.shown) for e in usage.log] == [
         ("weather forecast", "get_weather", ("get_weather",))
     ]
-    assert sorted(RAN) == ["get_time", "get_weather"]
+    assert sorted(RAN) == ["convert_currency", "get_time", "get_weather"]
 
 
 def test_a_switched_off_recorder_logs_nothing(server: FakeLLMServer) -> None:

@@ -136,11 +136,11 @@ class ToolSearchStrategy:
         if self.usage is not None:
             # One search of all its queries: the words of each may be what found the tool.
             text = "; ".join(q.strip() for q in queries if isinstance(q, str) and q.strip())
-            self.usage.record_search(conversation_of(ctx), text, names)
+            self.usage.record_search(_conversation_of(ctx), text, names)
         return names
 
 
-def conversation_of(ctx: RunContext[Any]) -> str:
+def _conversation_of(ctx: RunContext[Any]) -> str:
     """The key joining a conversation's searches to its calls: Pydantic AI's conversation id (kept
     across runs that continue a message history), else the run's id."""
     return str(getattr(ctx, "conversation_id", None) or getattr(ctx, "run_id", None) or "pydantic-ai")
@@ -160,7 +160,7 @@ class LearningToolSearch(ToolSearch[Any]):
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any, result: Any
     ) -> Any:
         if self.usage is not None:
-            self.usage.record_call(conversation_of(ctx), call.tool_name, True)
+            self.usage.record_call(_conversation_of(ctx), call.tool_name, True)
         return result
 
 
