@@ -11,11 +11,12 @@ import pytest
 from fakes import FakeLLMServer, Turn, toy_tools
 from fakes.toy_tools import RAN
 from langchain.agents import create_agent
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
 from toolsearch.integrations.langchain import STATE_KEY, ToolSearchMiddleware
+from toolsearch.usage import UsageLog, UsageRecorder
 
 get_time = tool(toy_tools.get_time)
 get_weather = tool(toy_tools.get_weather)
@@ -156,3 +157,54 @@ def test_allowed_limits_what_the_thread_can_find_and_call(server: FakeLLMServer)
     assert "send_email" not in server.requests[1].tool_results()[0].text
     assert "is not available" in server.requests[2].tool_results()[0].text
     assert RAN == [] and not state.get(STATE_KEY)
+
+
+def _learning_agent(server: FakeLLMServer, usage: UsageRecorder, tools: list[Any]) -> Any:
+    model = ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                       max_retries=0, use_responses_api=False)
+    middleware = ToolSearchMiddleware(tools, pinned=["get_time"], usage=usage)
+    return create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("mode", ["invoke", "astream"])
+def test_searches_and_successful_calls_land_in_the_usage_log(server: FakeLLMServer, mode: str) -> None:
+    usage = UsageRecorder(UsageLog(privacy="raw"))
+    agent = _learning_agent(server, usage, CATALOG)
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),  # not found: refused
+                         ("get_weather", {"city": "Paris"}, "c2")]),
+        Turn(tool_calls=[("get_weather", {"city": "Rome"}, "c3"),  # the same search: credited once
+                         ("get_time", {"timezone": "UTC"}, "c4")]),  # pinned, never searched: teaches nothing
+        Turn(text="Sunny in Paris and Rome at noon."),
+    )
+    _drive(agent, mode, "What's the weather in Paris and Rome?", "t-log")
+    assert [(e.query, e.called, e.shown) for e in usage.log] == [
+        ("weather forecast", "get_weather", ("get_weather",))
+    ]
+    assert sorted(RAN) == ["get_time", "get_weather", "get_weather"]
+
+
+def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMServer) -> None:
+    @tool
+    def convert_currency(amount: float, currency: str) -> str:
+        """Convert an amount of money into another currency."""
+        raise ToolException("the exchange rate service is down")
+
+    convert_currency.handle_tool_error = True  # the error goes back to the model as a ToolMessage
+    usage = UsageRecorder(UsageLog())
+    agent = _learning_agent(server, usage, [*CATALOG, convert_currency])
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "convert currency", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("convert_currency", {"amount": 3, "currency": "EUR"}, "c1")]),
+        Turn(text="The service is down."),
+    )
+    _drive(agent, "invoke", "3 dollars in euros?", "t-fail")
+    assert "exchange rate service is down" in server.requests[2].tool_results()[0].text
+    assert len(usage.log) == 0
+
+    off = UsageRecorder(UsageLog(), enabled=False)
+    agent = _learning_agent(server, off, CATALOG)
+    _script(server)
+    _drive(agent, "invoke", "What's the weather in Paris?", "t-off")
+    assert RAN == ["get_weather"] and len(off.log) == 0

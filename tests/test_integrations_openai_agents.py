@@ -14,6 +14,7 @@ from fakes.toy_tools import RAN
 
 from toolsearch import SessionRequiredError
 from toolsearch.integrations.openai_agents import AgentToolSearch
+from toolsearch.usage import UsageLog, UsageRecorder
 
 set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
 get_time = function_tool(toy_tools.get_time)
@@ -109,3 +110,55 @@ def test_a_catalog_tool_may_not_take_the_search_tool_name() -> None:
         AgentToolSearch([get_time, tool_search])
     with pytest.raises(InvalidToolError, match="pinned tool"):
         AgentToolSearch([get_time], pinned=["get_weather"])
+
+
+@function_tool
+def convert_currency(amount: float, currency: str) -> str:
+    """Convert an amount of money into another currency."""
+    RAN.append("convert_currency")
+    raise RuntimeError("the exchange rate service is down")
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream"])
+def test_searches_and_successful_calls_land_in_the_usage_log(server: FakeLLMServer, mode: str) -> None:
+    usage = UsageRecorder(UsageLog(privacy="raw"))
+    search = AgentToolSearch([get_time, get_weather, send_email, convert_currency], pinned=["get_time"], usage=usage)
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1"),
+                         ("tool_search", {"query": "convert currency", "max_results": 1}, "s2")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),  # not found: refused
+                         ("get_weather", {"city": "Paris"}, "c2"),
+                         ("convert_currency", {"amount": 3, "currency": "EUR"}, "c3"),  # fails: not learned
+                         ("get_time", {"timezone": "UTC"}, "c4")]),  # pinned, never searched: teaches nothing
+        Turn(text="Sunny in Paris."),
+    )
+    session = search.session("user-log")
+    if mode == "sync":
+        Runner.run_sync(agent, "weather and euros?", context=session, run_config=search.run_config())
+    else:
+
+        async def streamed() -> None:
+            run = Runner.run_streamed(agent, "weather and euros?", context=session, run_config=search.run_config())
+            async for _ in run.stream_events():
+                pass
+
+        asyncio.run(streamed())
+    results = {r.call_id: r.text for r in server.requests[2].tool_results()}
+    assert set(session.discovered) == {"get_weather", "convert_currency"}
+    assert "error" in results["c3"].lower() and "not loaded yet" not in results["c3"]  # it ran and failed
+    assert [(e.query, e.called, e.shown) for e in usage.log] == [
+        ("weather forecast", "get_weather", ("get_weather",))
+    ]
+    assert sorted(RAN) == ["convert_currency", "get_time", "get_weather"]
+
+
+def test_a_switched_off_recorder_logs_nothing(server: FakeLLMServer) -> None:
+    usage = UsageRecorder(UsageLog(), enabled=False)
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_time"], usage=usage)
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    _script(server)
+    Runner.run_sync(agent, "weather?", context=search.session("off"), run_config=search.run_config())
+    assert RAN == ["get_weather"] and len(usage.log) == 0

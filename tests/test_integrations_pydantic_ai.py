@@ -14,7 +14,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.tools import ToolDefinition
 
-from toolsearch.integrations.pydantic_ai import ToolSearchStrategy, tool_search
+from toolsearch.integrations.pydantic_ai import LearningToolSearch, ToolSearchStrategy, tool_search
+from toolsearch.usage import UsageLog, UsageRecorder
 
 DEFERRED = [get_weather, send_email, create_invoice]
 
@@ -26,8 +27,12 @@ def server() -> Iterator[FakeLLMServer]:
         yield fake
 
 
+def _model(server: FakeLLMServer) -> OpenAIChatModel:
+    return OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=server.async_openai()))
+
+
 def _agent(server: FakeLLMServer, capability: object) -> Agent[None, str]:
-    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=server.async_openai()))
+    model = _model(server)
     tools = [Tool(get_time), *(Tool(f, defer_loading=True) for f in DEFERRED)]
     return Agent(model, tools=tools, capabilities=[capability])  # type: ignore[list-item]
 
@@ -90,3 +95,55 @@ def test_index_is_built_once_per_tool_set() -> None:
     assert strategy(ctx, ["   "], defs) == []  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_results"):
         ToolSearchStrategy(max_results=0)
+
+
+def convert_currency(amount: float, currency: str) -> str:
+    """Convert an amount of money into another currency."""
+    raise RuntimeError("the exchange rate service is down")
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream"])
+def test_searches_and_successful_calls_land_in_the_usage_log(server: FakeLLMServer, mode: str) -> None:
+    usage = UsageRecorder(UsageLog(privacy="raw"))
+    capability = tool_search(max_results=1, usage=usage)
+    assert isinstance(capability, LearningToolSearch)
+    agent = _agent(server, capability)
+    server.enqueue(
+        Turn(tool_calls=[("search_tools", {"queries": ["weather forecast"]}, "s1")]),
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),  # not found: refused
+                         ("get_weather", {"city": "Paris"}, "c2"),
+                         ("get_time", {"timezone": "UTC"}, "c3")]),  # not deferred, never searched
+        Turn(text="Sunny in Paris."),
+    )
+    if mode == "sync":
+        agent.run_sync("What's the weather in Paris?")
+    else:
+
+        async def streamed() -> str:
+            async with agent.run_stream("What's the weather in Paris?") as run:
+                return "".join([piece async for piece in run.stream_text(delta=True)])
+
+        asyncio.run(streamed())
+    assert [(e.query, e.called, e.shown) for e in usage.log] == [
+        ("weather forecast", "get_weather", ("get_weather",))
+    ]
+    assert sorted(RAN) == ["get_time", "get_weather"]
+
+
+def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMServer) -> None:
+    usage = UsageRecorder(UsageLog())
+    tools = [Tool(f, defer_loading=True) for f in (convert_currency, *DEFERRED)]
+    agent = Agent(_model(server), tools=tools, capabilities=[tool_search(max_results=1, usage=usage)])
+    server.enqueue(
+        Turn(tool_calls=[("search_tools", {"queries": ["convert currency"]}, "s1")]),
+        Turn(tool_calls=[("convert_currency", {"amount": 3, "currency": "EUR"}, "c1")]),
+    )
+    with pytest.raises(RuntimeError, match="exchange rate service is down"):
+        agent.run_sync("3 dollars in euros?")
+    assert '"convert_currency"' in server.requests[1].tool_results()[0].text  # found, then it failed
+    assert len(usage.log) == 0
+
+    off = UsageRecorder(UsageLog(), enabled=False)
+    _script(server)
+    _agent(server, tool_search(max_results=1, usage=off)).run_sync("What's the weather in Paris?")
+    assert RAN == ["get_weather"] and len(off.log) == 0

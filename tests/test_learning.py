@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -220,3 +221,33 @@ def test_a_growing_log_is_recompiled(index: ToolIndex) -> None:
         time.sleep(0.01)
     assert ranker.snapshot().version == log.version
     assert len(ranker.snapshot().votes) == 2
+
+
+def test_similarity_is_the_cosine_of_the_words_and_only_shared_words_vote() -> None:
+    log = UsageLog(privacy="tokens")
+    log.add("refund the card charge", "payments_refund")
+    log.add("weather in lisbon", "weather_now")
+    for _ in range(3):  # repeats of one query are one past query with three successes
+        log.add("send invoice", "mail_send")
+    everyone = LearnedRanker(log, min_similarity=0.0, refresh_seconds=0)
+    # a query sharing no word with a past query gets no vote from it, even with no similarity floor
+    signal = everyone.signal("refund a card")
+    assert set(signal.shares) == {"payments_refund"}
+    vote = refund_vote(everyone, "refund a card")
+    assert 0 < vote < 1 and signal.confidence == pytest.approx(vote / (1 + vote))
+    # the same query as a past one is similarity 1: one vote of weight 1 per success
+    assert everyone.signal("send invoice").confidence == pytest.approx(3 / 4)
+    # a floor above the query's similarity to every past query leaves the backend alone
+    assert not LearnedRanker(log, min_similarity=0.99, refresh_seconds=0).signal("refund a card")
+
+
+def refund_vote(ranker: LearnedRanker, query: str) -> float:
+    """The vote of the one past query sharing words with `query`: its TF-IDF cosine, squared."""
+    snap = ranker.snapshot()
+    terms = ranker.log.terms(query)
+    past = ranker.log.terms("refund the card charge")
+    shared = set(terms) & set(past)
+    dot = sum(snap.idf_sq[t] for t in shared)
+    q_norm = math.sqrt(sum(snap.idf_sq.get(t, snap.unknown_idf_sq) for t in terms))
+    p_norm = math.sqrt(sum(snap.idf_sq[t] for t in past))
+    return float((dot / (q_norm * p_norm)) ** 2)

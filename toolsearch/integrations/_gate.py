@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidToolError
 from ..executor import ExecutorConfig, ResultStatus, ToolExecutor, ToolResult
@@ -13,6 +13,9 @@ from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..providers._base import ToolCall
 from ..session import Session, SessionManager
+
+if TYPE_CHECKING:
+    from ..usage import UsageRecorder
 
 # The executor decides whether a call may run; the framework runs it (its own error handling,
 # interrupts and streaming stay intact), so the executor only ever "runs" this marker.
@@ -77,3 +80,19 @@ def gate(
 def allowed(result: ToolResult) -> bool:
     """True when the gate let the call through (the framework should run the tool now)."""
     return result.status is ResultStatus.OK and result.value is _ALLOWED
+
+
+def record_search(usage: UsageRecorder | None, conversation: str, result: ToolResult) -> None:
+    """Tell the usage log what a tool_search showed (nothing for a refused or failed search).
+
+    Only the search is recorded here: the gate lets a call through before the framework runs it,
+    so whether the call worked is known only afterwards (`record_call`)."""
+    search = result.search
+    if usage is not None and search is not None and search.error is None:
+        usage.record_search(conversation, search.query, search.names)
+
+
+def record_call(usage: UsageRecorder | None, conversation: str, name: str, ok: bool) -> None:
+    """Tell the usage log how a call the framework ran went; it is credited to the search that showed it."""
+    if usage is not None:
+        usage.record_call(conversation, name, ok)

@@ -15,7 +15,7 @@ answered with an instructive error and never runs. Sync, async and streaming age
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Annotated, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -33,7 +33,10 @@ from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import SessionManager
 from ..tools import Tool
-from ._gate import allowed, check_catalog, gate, scratch_session
+from ._gate import allowed, check_catalog, gate, record_call, record_search, scratch_session
+
+if TYPE_CHECKING:
+    from ..usage import UsageRecorder
 
 __all__ = ["STATE_KEY", "ToolSearchMiddleware", "ToolSearchState", "tool_from_langchain"]
 
@@ -61,6 +64,25 @@ def _discovered_in(state: Any) -> list[str]:
     return list(value or ())
 
 
+def _conversation(request: Any) -> str:
+    """The key that joins a thread's searches to its calls in the usage log: the LangGraph thread id,
+    else (no checkpointer) the id of the conversation's first message, which add_messages assigns."""
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None) or {}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is not None:
+        return f"thread:{thread}"
+    state = request.state
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    first = getattr(messages[0], "id", None) if messages else None
+    return f"message:{first}" if first else "langchain"
+
+
+def _succeeded(outcome: Any) -> bool:
+    # A tool's exception comes back as a ToolMessage with status "error" (or is raised, see below).
+    return not (isinstance(outcome, ToolMessage) and outcome.status == "error")
+
+
 def _never_called(**_: Any) -> str:
     raise RuntimeError("tool_search runs inside ToolSearchMiddleware; add the middleware to create_agent")
 
@@ -72,7 +94,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
     through untouched. `allowed` limits what the agent can find and call (None: every catalog
     tool). `backend` picks the search backend (or pass a built `index` over the same tools);
-    `metatool` configures the tool_search tool (name, result count, description).
+    `metatool` configures the tool_search tool (name, result count, description). `usage` feeds
+    a usage log (see docs/learning.md): each search and the catalog tools then called successfully.
     """
 
     state_schema = ToolSearchState
@@ -86,8 +109,10 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         backend: str = "bm25",
         index: ToolIndex | None = None,
         metatool: ToolSearchMetaTool | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         super().__init__()
+        self.usage = usage
         from langchain_core.tools import tool as as_tool
 
         catalog_tools = [t if isinstance(t, BaseTool) else as_tool(t) for t in tools]
@@ -150,7 +175,13 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool)
             discovered = list(session.discovered)
+        record_search(self.usage, _conversation(request), result)
         return None if allowed(result) else (result, discovered)
+
+    def _ran(self, request: Any, ok: bool) -> None:
+        name = request.tool_call["name"]
+        if self.usage is not None and name in self.index.catalog:
+            record_call(self.usage, _conversation(request), name, ok)
 
     def _answer(self, request: Any, checked: tuple[ToolResult, list[str]]) -> ToolMessage | Command[Any]:
         result, discovered = checked
@@ -169,10 +200,26 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self, request: Any, handler: Callable[[Any], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
         checked = self._check(request)
-        return handler(request) if checked is None else self._answer(request, checked)
+        if checked is not None:
+            return self._answer(request, checked)
+        try:
+            outcome = handler(request)
+        except Exception:
+            self._ran(request, False)
+            raise
+        self._ran(request, _succeeded(outcome))
+        return outcome
 
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
         checked = self._check(request)
-        return await handler(request) if checked is None else self._answer(request, checked)
+        if checked is not None:
+            return self._answer(request, checked)
+        try:
+            outcome = await handler(request)
+        except Exception:
+            self._ran(request, False)
+            raise
+        self._ran(request, _succeeded(outcome))
+        return outcome

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from agents import FunctionTool, RunConfig, RunContextWrapper
@@ -34,11 +34,19 @@ from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
 from ..tools import Tool
-from ._gate import allowed, check_catalog, gate
+from ._gate import allowed, check_catalog, gate, record_call, record_search
+
+if TYPE_CHECKING:
+    from ..usage import UsageRecorder
 
 __all__ = ["AgentToolSearch", "tool_from_function_tool"]
 
 SessionOf = Callable[[RunContextWrapper[Any]], Session]
+
+# Set on the tool context by the SDK when its default failure handler turned a tool's exception into
+# the error text the model gets (read, not consumed: the SDK reads it after us). A custom
+# failure_error_function leaves no such mark, so those failures count as calls that worked.
+_SDK_HANDLED_FAILURE = "_function_tool_default_failure_handled"
 
 
 def tool_from_function_tool(tool: FunctionTool) -> Tool:
@@ -61,7 +69,9 @@ class AgentToolSearch:
     """tool_search plus the catalog's FunctionTools, each enabled only once the run's session found it.
 
     `sessions` shares a SessionManager (and its store) with the rest of the application; by
-    default one is made over an index of `tools` (`backend`, or a built `index`).
+    default one is made over an index of `tools` (`backend`, or a built `index`). `usage` feeds a
+    usage log (see docs/learning.md): each search and the tools then called successfully, joined
+    by session id.
     """
 
     def __init__(
@@ -74,7 +84,9 @@ class AgentToolSearch:
         sessions: SessionManager | None = None,
         metatool: ToolSearchMetaTool | None = None,
         session_of: SessionOf | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
+        self.usage = usage
         if sessions is not None:
             index = sessions.index
         self.index = index or ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
@@ -119,7 +131,9 @@ class AgentToolSearch:
 
         async def invoke(ctx: Any, arguments: str) -> str:
             session = self.session_of(ctx)
-            return gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool).content
+            result = gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool)
+            record_search(self.usage, session.id, result)
+            return result.content
 
         return FunctionTool(
             name=definition.name,
@@ -137,7 +151,16 @@ class AgentToolSearch:
             return self.session_of(ctx).is_visible(name)
 
         async def invoke(ctx: Any, arguments: str) -> Any:
-            result = gate(self.session_of(ctx), ctx.tool_call_id, name, arguments, self.metatool)
-            return await run(ctx, arguments) if allowed(result) else result.content
+            session = self.session_of(ctx)
+            result = gate(session, ctx.tool_call_id, name, arguments, self.metatool)
+            if not allowed(result):
+                return result.content
+            try:
+                output = await run(ctx, arguments)
+            except Exception:
+                record_call(self.usage, session.id, name, False)
+                raise
+            record_call(self.usage, session.id, name, not getattr(ctx, _SDK_HANDLED_FAILURE, False))
+            return output
 
         return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke)

@@ -9,6 +9,8 @@ Tools marked `defer_loading=True` stay hidden until the model's `search_tools` c
 the finding is done by a toolsearch index (BM25 by default, any backend by name) instead of the
 built-in keyword-overlap count. The index is built once per set of deferred tools and cached by
 the catalog's content hash, so every run and every agent over the same tools shares it.
+`tool_search(usage=recorder)` feeds a usage log: each search and the found tools then called
+successfully, joined by the run's conversation id.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 try:
     from pydantic_ai import RunContext
     from pydantic_ai.capabilities import ToolSearch
+    from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     from .._errors import missing_dependency
@@ -33,7 +37,10 @@ from ..catalog import Catalog
 from ..index import ToolIndex
 from ..tools import Tool
 
-__all__ = ["ToolSearchStrategy", "tool_search", "tool_from_definition"]
+if TYPE_CHECKING:
+    from ..usage import UsageRecorder
+
+__all__ = ["LearningToolSearch", "ToolSearchStrategy", "tool_search", "tool_from_definition"]
 
 _RRF_K = 60  # reciprocal-rank fusion constant for several queries (the usual value from the RRF paper)
 
@@ -53,9 +60,19 @@ class ToolSearchStrategy:
     `backend` names the search backend ("bm25", "vector", "hybrid", "regex", "auto"); `options`
     go to its constructor. Several queries in one call are fused by reciprocal rank. Indexes are
     cached by catalog hash (at most `cache_size` tool sets, least recently used dropped).
+    `usage` is told what each search showed (the calls that follow are told by LearningToolSearch).
     """
 
-    def __init__(self, backend: str = "bm25", *, max_results: int = 10, cache_size: int = 8, **options: Any) -> None:
+    def __init__(
+        self,
+        backend: str = "bm25",
+        *,
+        max_results: int = 10,
+        cache_size: int = 8,
+        usage: UsageRecorder | None = None,
+        **options: Any,
+    ) -> None:
+        self.usage = usage
         if max_results < 1:
             raise ValueError("max_results must be at least 1")
         if cache_size < 1:
@@ -115,10 +132,46 @@ class ToolSearchStrategy:
         return ranked[: self.max_results]
 
     def __call__(self, ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
-        return self.search(queries, tools)
+        names = self.search(queries, tools)
+        if self.usage is not None:
+            # One search of all its queries: the words of each may be what found the tool.
+            text = "; ".join(q.strip() for q in queries if isinstance(q, str) and q.strip())
+            self.usage.record_search(_conversation_of(ctx), text, names)
+        return names
 
 
-def tool_search(backend: str = "bm25", *, max_results: int = 5, **options: Any) -> ToolSearch[Any]:
-    """The `ToolSearch` capability with toolsearch retrieval: `Agent(..., capabilities=[tool_search()])`."""
-    strategy = ToolSearchStrategy(backend, max_results=max_results, **options)
-    return ToolSearch(strategy=strategy, max_results=max_results)
+def _conversation_of(ctx: RunContext[Any]) -> str:
+    """The key joining a conversation's searches to its calls: Pydantic AI's conversation id (kept
+    across runs that continue a message history), else the run's id."""
+    return str(getattr(ctx, "conversation_id", None) or getattr(ctx, "run_id", None) or "pydantic-ai")
+
+
+@dataclass
+class LearningToolSearch(ToolSearch[Any]):
+    """`ToolSearch` that also tells a usage log which found tools were then called successfully.
+
+    A call that raised (or asked the model to retry) never reaches `after_tool_execute`, so only
+    calls that returned are credited, each to the latest search of its conversation that showed it.
+    """
+
+    usage: UsageRecorder | None = None
+
+    async def after_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any, result: Any
+    ) -> Any:
+        if self.usage is not None:
+            self.usage.record_call(_conversation_of(ctx), call.tool_name, True)
+        return result
+
+
+def tool_search(
+    backend: str = "bm25", *, max_results: int = 5, usage: UsageRecorder | None = None, **options: Any
+) -> ToolSearch[Any]:
+    """The `ToolSearch` capability with toolsearch retrieval: `Agent(..., capabilities=[tool_search()])`.
+
+    `usage` feeds a usage log (see docs/learning.md) with each search and the calls it led to.
+    """
+    strategy = ToolSearchStrategy(backend, max_results=max_results, usage=usage, **options)
+    if usage is None:
+        return ToolSearch(strategy=strategy, max_results=max_results)
+    return LearningToolSearch(strategy=strategy, max_results=max_results, usage=usage)
