@@ -36,6 +36,7 @@ __all__ = [
     "ToolFunctions",
     "ToolResult",
     "ahandle_tool_calls",
+    "argument_problems",
     "handle_tool_calls",
     "render_tools",
     "tools_for_request",
@@ -214,12 +215,24 @@ def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     validator = _validator(tool)
     if not validator:
         return []
-    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: [str(p) for p in e.absolute_path])
+    except Exception:  # a schema that breaks while checking (e.g. a bad regex `pattern`): the tool checks
+        return []
     out = []
     for err in errors[:5]:
         where = "/".join(str(p) for p in err.absolute_path)
         out.append(f"{where}: {err.message}" if where else err.message)
     return out
+
+
+def argument_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `arguments` for `tool`'s input schema (at most 5 lines; [] when they fit).
+
+    The one argument check of every way of calling tools (the executor, the MCP gateway). A schema
+    that jsonschema cannot use passes everything through: the tool checks for itself.
+    """
+    return _schema_errors(tool, arguments)
 
 
 def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:

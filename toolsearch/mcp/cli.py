@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .gateway import add_mcp_arguments, serve
+from .options import GatewayOptions
 
 __all__ = ["add_arguments", "main"]
 
@@ -25,5 +26,6 @@ def main(args: argparse.Namespace) -> int:
         max_discovered=args.max_discovered,
         call_tool=not args.no_call_tool,
         quiet=bool(getattr(args, "quiet", False)),
+        options=GatewayOptions.from_args(args),
     )
     return 0

@@ -25,11 +25,15 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .._errors import ToolSearchError
 from ..catalog import Catalog
+from ..executor import argument_problems
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
 from ..tools import Tool
-from .source import MCPToolSource, _leaf, error_result, mcp_definition
+from .options import GatewayOptions, add_option_arguments
+from .pinning import DefinitionPins
+from .source import MCPToolSource, _leaf, error_result, mcp_definition, upstream_of
+from .usage_feed import GatewayUsage
 
 __all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "DEFAULT_BACKEND", "CALL_TOOL"]
 
@@ -98,6 +102,7 @@ class Gateway:
         metatool: ToolSearchMetaTool | None = None,
         name: str = "toolsearch",
         backend_options: Mapping[str, Any] | None = None,
+        options: GatewayOptions | None = None,
     ) -> None:
         self.source = source
         self.index = (
@@ -110,6 +115,7 @@ class Gateway:
         for pattern in unmatched:
             logger.warning("pin %r matches no tool; it is ignored", pattern)
         self._pin_patterns = list(pinned)
+        self._set_guards(options or GatewayOptions())
         self._clients: dict[str, ServerSession] = {}
         self._sync_lock = anyio.Lock()
         source.add_listener(self._upstream_changed)
@@ -197,9 +203,17 @@ class Gateway:
                 message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
             )
         session = self._session(ctx)
+        return await anyio.to_thread.run_sync(self._listing, session)  # store reads and writes: off the loop
+
+    def _listing(self, session: Session) -> types.ListToolsResult:
+        visible = self._visible(session)
+        pins = self.pins.record(session, [t for t in visible if t.metadata.get("mcp")])
         tools: list[types.Tool] = []
-        for tool in self._visible(session):
-            tools.append(mcp_definition(tool) if tool.metadata.get("mcp") else types.Tool.model_validate(tool.to_mcp()))
+        for tool in visible:
+            if tool.metadata.get("mcp"):  # an upstream tool: the definition this session saw (see pinning)
+                tools.append(mcp_definition(self.pins.view(tool, pins).shown))
+            else:
+                tools.append(types.Tool.model_validate(tool.to_mcp()))
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -220,15 +234,29 @@ class Gateway:
     async def _search(self, ctx: Any, session: Session, arguments: dict[str, Any]) -> types.CallToolResult:
         before = session.discovered
         try:
-            outcome = await anyio.to_thread.run_sync(self.metatool.run, session, arguments)
+            outcome, repinned = await anyio.to_thread.run_sync(self._run_search, session, arguments)
         except ToolSearchError as exc:
             return error_result(f"{self.metatool.name} failed: {exc}")
         text = outcome.text
         if outcome.ok and outcome.tools and self.call_tool_enabled:
             text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
-        if session.discovered != before:
+        if session.discovered != before or repinned:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
+
+    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        """Search, then re-pin the session's tools to their current definitions (it is shown them
+        again) and feed the usage log; True as the second value when a definition it saw changed."""
+        outcome = self.metatool.run(session, arguments)
+        if not outcome.ok:
+            return outcome, False
+        loaded = [t for t in session.visible_tools() if t.metadata.get("mcp")]
+        before = self.pins.pins_of(session.state())
+        after = self.pins.record(session, loaded, refresh=True)
+        repinned = any(name in before and before[name] != after.get(name) for name in (t.name for t in loaded))
+        self.usage.catalog_changed(self.index.catalog.hash)
+        self.usage.searched(session.id, outcome.query, [t.name for t in outcome.tools] + list(outcome.already_loaded))
+        return outcome, repinned
 
     async def _notify_changed(self, ctx: Any) -> None:
         # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
@@ -242,28 +270,67 @@ class Gateway:
     ) -> types.CallToolResult:
         if via_call_tool and name in (self.metatool.name, CALL_TOOL):
             return error_result(f"{name} cannot be called through {CALL_TOOL}; call it directly.")
-        tool = self.index.catalog.get(name)
-        if tool is None or not session.is_allowed(name):
-            return error_result(
-                f"There is no tool named {name!r}. Call {self.metatool.name} to find the tool you need, "
-                "then call it by the exact name it returns."
-            )
-        problem = _argument_problem(tool, arguments)
-        if problem is not None:
-            schema = _compact_schema(tool)
-            return error_result(f"Arguments for {name!r} do not match its input schema: {problem}. Schema: {schema}")
-        if session.is_visible(name):
-            session.touch([name])
-        else:  # a tool called by name joins this session's list, like a found one
-            session.discover([name])
+        admitted = await anyio.to_thread.run_sync(self._admit, session, name, arguments)
+        if isinstance(admitted, types.CallToolResult):
+            return admitted
+        if admitted:  # a tool called by name joins this session's list, like a found one
             await self._notify_changed(ctx)
-        result = await self.source.call_tool(name, arguments)
+        result = await self.source.call_tool(name, arguments, max_result_bytes=self.options.max_result_bytes)
+        self.usage.called(session.id, name, not result.is_error)
         if via_call_tool and result.structured_content is not None and not result.content:
             import json
 
             text = json.dumps(result.structured_content, ensure_ascii=False)
             result = result.model_copy(update={"content": [types.TextContent(type="text", text=text)]})
         return result
+
+    def _admit(self, session: Session, name: str, arguments: dict[str, Any]) -> types.CallToolResult | bool:
+        """The rules before a call: allowed, not blocked as changed, arguments valid; then the tool is
+        marked used (or joins the session). A refusal as a tool error, else True when it joined."""
+        tool = self.index.catalog.get(name)
+        if tool is None or not session.is_allowed(name):
+            return error_result(
+                f"There is no tool named {name!r}. Call {self.metatool.name} to find the tool you need, "
+                "then call it by the exact name it returns."
+            )
+        pinned = self.pins.view(tool, self.pins.record(session, [tool]))  # a first call is a first sighting
+        if pinned.blocked:
+            return self._blocked(tool, pinned.shown)
+        problems = argument_problems(tool, arguments)
+        if problems:
+            return error_result(
+                f"Arguments for {name!r} do not match its input schema: {'; '.join(problems)}. Fix them and call "
+                f"it again. Schema: {_compact_schema(tool)}"
+            )
+        if session.is_visible(name):
+            session.touch([name])
+            return False
+        session.discover([name])
+        return True
+
+    def _blocked(self, tool: Tool, seen: Tool) -> types.CallToolResult:
+        from .source import definition_changes
+
+        server, original = upstream_of(tool) or ("?", tool.name)
+        what = " and ".join(definition_changes(seen, tool)) if seen is not tool else "definition"
+        logger.warning(
+            "refused a call to %r of MCP server %r: its %s changed after the session loaded it (changedTools: block)",
+            original,
+            server,
+            what,
+        )
+        return error_result(
+            f"Tool {tool.name!r} (MCP server {server!r}) changed its {what} after you loaded it, and this gateway "
+            f"does not call changed tools unseen. Call {self.metatool.name} to see its current definition "
+            "(your tool list is updated), then decide whether to call it."
+        )
+
+    def _set_guards(self, options: GatewayOptions) -> None:
+        """Result size cap, pinned definitions and the usage log (see toolsearch.mcp.options)."""
+        self.options = options
+        per_server = {server.name: server.changed_tools for server in self.source.config.servers}
+        self.pins = DefinitionPins(options.changed_tools, per_server)
+        self.usage = GatewayUsage.from_file(self.index.catalog.hash, options.usage_file, enabled=options.usage_log)
 
     # --- upstream changes ------------------------------------------------------------------------
 
@@ -372,32 +439,6 @@ async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverR
     raise MCPError(code=METHOD_NOT_FOUND, message="Method not found: this gateway speaks the initialize handshake")
 
 
-# --- arguments ------------------------------------------------------------------------------------
-
-
-_VALIDATORS: dict[str, Any] = {}  # by tool fingerprint: building a validator costs more than using it
-
-
-def _argument_problem(tool: Tool, arguments: Mapping[str, Any]) -> str | None:
-    """The first schema violation of `arguments`, or None (an unusable schema is not our problem)."""
-    import jsonschema
-
-    try:
-        validator = _VALIDATORS.get(tool.fingerprint)
-        if validator is None:
-            if len(_VALIDATORS) > 4096:
-                _VALIDATORS.clear()
-            validator = jsonschema.validators.validator_for(tool.input_schema)(tool.input_schema)
-            _VALIDATORS[tool.fingerprint] = validator
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
-    except Exception:  # the upstream server validates for itself
-        return None
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
-
-
 def _version() -> str:
     from .. import __version__
 
@@ -420,6 +461,7 @@ async def aserve(
     call_tool: bool = True,
     announce: Any = None,
     errlog: TextIO | None = None,
+    options: GatewayOptions | None = None,
 ) -> None:
     """Start the upstream servers, index their tools, and serve the gateway until stopped.
 
@@ -429,7 +471,8 @@ async def aserve(
         raise ToolSearchError(f"unknown transport {transport!r}; use 'stdio' or 'http'")
     try:
         await _serve(
-            config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce, errlog
+            config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce, errlog,
+            options,
         )
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
@@ -450,6 +493,7 @@ async def _serve(
     call_tool: bool,
     announce: Any,
     errlog: TextIO | None,
+    options: GatewayOptions | None = None,
 ) -> None:
     async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
@@ -459,7 +503,8 @@ async def _serve(
         try:
             gateway = await anyio.to_thread.run_sync(
                 lambda: Gateway(
-                    source, backend=backend, pinned=pinned, max_discovered=max_discovered, call_tool=call_tool
+                    source, backend=backend, pinned=pinned, max_discovered=max_discovered, call_tool=call_tool,
+                    options=options,
                 )
             )
         except ImportError as exc:
@@ -507,6 +552,7 @@ def serve(
     max_discovered: int | None = None,
     call_tool: bool = True,
     quiet: bool = False,
+    options: GatewayOptions | None = None,
 ) -> None:
     """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
 
@@ -541,6 +587,7 @@ def serve(
                 call_tool=call_tool,
                 announce=announce,
                 errlog=errlog,
+                options=options,
             )
         )
     if _INTERRUPTED.is_set():
@@ -588,3 +635,4 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"do not offer the {CALL_TOOL} passthrough (for clients that follow list changes)",
     )
+    add_option_arguments(parser)
