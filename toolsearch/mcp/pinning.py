@@ -91,6 +91,8 @@ class DefinitionPins:
 
         One atomic update of the store, and none when nothing would change; returns the pins.
         """
+        tools = list(tools)
+        self.archive.add(tools)  # what a session sees now is what it may be shown later
         wanted = {t.name: t.fingerprint for t in tools}
         state = session.state()
         pins = self.pins_of(state)
