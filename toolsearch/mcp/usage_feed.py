@@ -71,8 +71,12 @@ class GatewayUsage:
             return
         self.save()
         log = self.store.load(catalog) or UsageLog(catalog, privacy=old.privacy, salt=old.salt)
+        newest = max((e.at for e in log.entries()), default=float("-inf"))
+        carried = UsageLog(old.catalog, privacy=old.privacy, salt=old.salt, max_entries=old.max_entries)
+        # back to an earlier catalog: only what is newer than its log (stored times are rounded to 1 ms)
+        carried.extend(e for e in old.entries() if round(e.at, 3) > newest)
         try:
-            log.merge(old)
+            log.merge(carried)
         except UsageError as exc:  # a stored log of that catalog with another salt: keep it as it is
             logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
         self.recorder.log = log
