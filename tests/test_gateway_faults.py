@@ -81,6 +81,14 @@ async def test_an_answer_after_the_timeout_is_dropped(gateway: GatewayProcess) -
             assert not echoed.is_error and text(echoed) == word
 
 
+async def test_a_result_that_is_not_a_tool_result_is_a_clear_error(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url or "") as client:
+        bad = await client.call("call_tool", {"name": "faulty__garbage"})
+        said = text(bad)
+        assert bad.is_error and "MCP server 'faulty': calling 'garbage' failed" in said and len(said) < 500
+        assert text(await client.call("call_tool", {"name": "faulty__echo", "arguments": {"text": "ok"}})) == "ok"
+
+
 async def test_a_10_mb_result_is_a_clear_error(gateway: GatewayProcess) -> None:
     async with connect(gateway.url or "") as client:
         huge = await client.call("call_tool", {"name": "faulty__huge", "arguments": {"bytes": 10_000_000}})

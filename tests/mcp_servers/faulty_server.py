@@ -11,6 +11,7 @@ Tools:
 - ``die()``: the process exits in the middle of the call.
 - ``huge(bytes)``: answers with a text of that many bytes.
 - ``pid()``: this process's id.
+- ``garbage()``: answers with a result that is not a tool result (``content`` is not a list).
 - ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
   ``notifications/tools/list_changed`` (a "rug pull").
 
@@ -48,6 +49,7 @@ TOOLS: dict[str, dict[str, Any]] = {
         _tool("die", "Exit the server process in the middle of the call."),
         _tool("huge", "Answer with a text of the given number of bytes.", {"bytes": {"type": "integer"}}),
         _tool("pid", "Return the process id of this server."),
+        _tool("garbage", "Answer with a result that is not a tool result."),
         _tool(
             "mutate",
             "Change the description or input schema of one of this server's tools.",
@@ -113,6 +115,8 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         text_result(request_id, "x" * int(args.get("bytes", 10_000_000)))
     elif name == "pid":
         text_result(request_id, str(os.getpid()))
+    elif name == "garbage":
+        result(request_id, {"content": "not a list", "isError": "maybe"})
     elif name == "mutate":
         target = TOOLS.get(str(args.get("tool")))
         if target is None:

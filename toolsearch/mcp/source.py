@@ -532,6 +532,13 @@ class UpstreamServer:
                     "Do not assume it worked: check its effect, or retry with a smaller request."
                 )
             return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {exc.error.message}")
+        except ValidationError as exc:  # an answer that is not a tool result at all
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "result"
+            return error_result(
+                f"MCP server {self.name!r}: calling {tool!r} failed: it answered with a malformed result "
+                f"({where}: {first['msg']}). The tool may have run, but its result cannot be read; use another tool."
+            )
         except Exception as exc:  # e.g. a result that fails its own output schema
             return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_short(_leaf(exc))}")
         limit = self.config.max_result_bytes or max_result_bytes or DEFAULT_MAX_RESULT_BYTES
