@@ -316,8 +316,9 @@ class ToolExecutor:
         status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
         return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
 
-    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
-        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+    def admit(self, session: Session, call: ToolCall) -> ToolResult | None:
+        """The allow and discover rules of one call: its refusal, or None when it may go on (a tool
+        not loaded yet is discovered when `undiscovered="execute"`). The MCP gateway shares them."""
         name = call.name
         shown = self.shown(name)
         if not session.is_allowed(name):
@@ -336,6 +337,15 @@ class ToolExecutor:
                     ResultStatus.NOT_DISCOVERED,
                 )
             session.discover([name])
+        return None
+
+    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
+        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+        refused = self.admit(session, call)
+        if refused is not None:
+            return refused
+        name = call.name
+        shown = self.shown(name)
         fn = self.functions.get(name)
         if fn is None:
             return ToolResult(
@@ -348,7 +358,7 @@ class ToolExecutor:
                 call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
             )
         if self.config.validate_arguments:
-            problems = _schema_errors(session.index.catalog[name], call.arguments)
+            problems = argument_problems(session.index.catalog[name], call.arguments)
             if problems:
                 return ToolResult(
                     call,

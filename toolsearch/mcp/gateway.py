@@ -25,9 +25,10 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .._errors import ToolSearchError
 from ..catalog import Catalog
-from ..executor import argument_problems
+from ..executor import ExecutorConfig, ToolExecutor, argument_problems
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
+from ..providers import ToolCall
 from ..session import Session, SessionManager
 from ..tools import Tool
 from .options import GatewayOptions, add_option_arguments
@@ -285,14 +286,14 @@ class Gateway:
         return result
 
     def _admit(self, session: Session, name: str, arguments: dict[str, Any]) -> types.CallToolResult | bool:
-        """The rules before a call: allowed, not blocked as changed, arguments valid; then the tool is
-        marked used (or joins the session). A refusal as a tool error, else True when it joined."""
-        tool = self.index.catalog.get(name)
-        if tool is None or not session.is_allowed(name):
-            return error_result(
-                f"There is no tool named {name!r}. Call {self.metatool.name} to find the tool you need, "
-                "then call it by the exact name it returns."
-            )
+        """The rules before a call: the executor's allow and discover rules (a tool called by name
+        joins the session), not blocked as changed, arguments valid (the executor's check). A refusal
+        as a tool error, else True when the tool joined the session's list."""
+        joined = not session.is_visible(name)
+        refused = self.rules.admit(session, ToolCall("", name, arguments))
+        if refused is not None:
+            return error_result(refused.content)
+        tool = self.index.catalog[name]
         pinned = self.pins.view(tool, self.pins.record(session, [tool]))  # a first call is a first sighting
         if pinned.blocked:
             return self._blocked(tool, pinned.shown)
@@ -302,11 +303,9 @@ class Gateway:
                 f"Arguments for {name!r} do not match its input schema: {'; '.join(problems)}. Fix them and call "
                 f"it again. Schema: {_compact_schema(tool)}"
             )
-        if session.is_visible(name):
+        if not joined:
             session.touch([name])
-            return False
-        session.discover([name])
-        return True
+        return joined
 
     def _blocked(self, tool: Tool, seen: Tool) -> types.CallToolResult:
         from .source import definition_changes
@@ -328,6 +327,11 @@ class Gateway:
     def _set_guards(self, options: GatewayOptions) -> None:
         """Result size cap, pinned definitions and the usage log (see toolsearch.mcp.options)."""
         self.options = options
+        # the executor's allow/discover rules, as the gateway applies them: a tool called by name joins
+        self.rules = ToolExecutor(
+            metatool=self.metatool,
+            config=ExecutorConfig(tool_timeout=None, undiscovered="execute", provider_names=False),
+        )
         per_server = {server.name: server.changed_tools for server in self.source.config.servers}
         self.pins = DefinitionPins(options.changed_tools, per_server)
         self.usage = GatewayUsage.from_file(self.index.catalog.hash, options.usage_file, enabled=options.usage_log)
