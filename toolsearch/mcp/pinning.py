@@ -17,6 +17,7 @@ still refuses the call).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,13 +43,15 @@ class DefinitionArchive:
     def __init__(self, limit: int = 20_000) -> None:
         self.limit = limit
         self._tools: OrderedDict[str, Tool] = OrderedDict()
+        self._lock = threading.Lock()  # the gateway's handlers run in worker threads
 
     def add(self, tools: Iterable[Tool]) -> None:
-        for tool in tools:
-            self._tools[tool.fingerprint] = tool
-            self._tools.move_to_end(tool.fingerprint)
-        while len(self._tools) > self.limit:
-            self._tools.popitem(last=False)
+        with self._lock:
+            for tool in tools:
+                self._tools[tool.fingerprint] = tool
+                self._tools.move_to_end(tool.fingerprint)
+            while len(self._tools) > self.limit:
+                self._tools.popitem(last=False)
 
     def get(self, fingerprint: str) -> Tool | None:
         return self._tools.get(fingerprint)

@@ -41,6 +41,7 @@ class GatewayUsage:
         log = self.store.load(catalog) if enabled else None
         self.recorder = UsageRecorder(log or UsageLog(catalog, privacy=privacy), enabled=enabled)
         self._lock = threading.Lock()
+        self._switch = threading.Lock()  # searches run in worker threads: one catalog switch at a time
         self._timer: threading.Timer | None = None
         if enabled:
             atexit.register(_save_at_exit, weakref.ref(self))  # a weak reference: a finished gateway can go
@@ -64,11 +65,14 @@ class GatewayUsage:
 
     def catalog_changed(self, catalog: str) -> None:
         """Carry the log over to the new catalog hash (a no-op when it is the same catalog)."""
-        if not self.enabled:
+        if not self.enabled or catalog == self.recorder.log.catalog:
             return
+        with self._switch:
+            if catalog != self.recorder.log.catalog:
+                self._switch_to(catalog)
+
+    def _switch_to(self, catalog: str) -> None:
         old = self.recorder.log
-        if catalog == old.catalog:
-            return
         self.save()
         log = self.store.load(catalog) or UsageLog(catalog, privacy=old.privacy, salt=old.salt)
         newest = max((e.at for e in log.entries()), default=float("-inf"))
