@@ -6,13 +6,17 @@ answers late, exits mid-call, sends 10 MB, or lists malformed tool definitions o
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp_servers import GatewayProcess, http_gateway, toy, write_config
+from mcp_servers import GatewayProcess, gateway_argv, gateway_env, http_gateway, toy, write_config
 from mcp_servers.clients import connect, faulty, text
+
+from toolsearch.mcp.config import MCPConfigError, load_config
 
 pytestmark = pytest.mark.slow
 
@@ -149,3 +153,25 @@ async def test_an_upstream_that_keeps_dying_is_marked_down(gateway: GatewayProce
         assert "Use a tool of another server" in text(down)
         ok = await client.call("call_tool", {"name": "toy__echo", "arguments": {"text": "others serve"}})
         assert text(ok) == "others serve"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-result-bytes", "0"], "--max-result-bytes: must be at least 1"),
+        (["--max-result-bytes", "1MB"], "expected a whole number of bytes"),
+        (["--changed-tools", "ignore"], "invalid choice: 'ignore'"),
+    ],
+)
+def test_bad_guard_flags_are_usage_errors(tmp_path: Path, flags: list[str], said: str) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    done = subprocess.run(gateway_argv(config, *flags), env=gateway_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr
+
+
+def test_bad_guard_settings_in_the_config_name_the_server(tmp_path: Path) -> None:
+    for key, value, said in (("maxResultBytes", 0, "greater than 0"), ("changedTools", "warn", "'keep' or 'block'")):
+        path = write_config(tmp_path / "servers.json", {"toy": {**toy(), key: value}})
+        with pytest.raises(MCPConfigError, match=f"server 'toy': {key}") as raised:
+            load_config(path)
+        assert said in str(raised.value)

@@ -27,13 +27,13 @@ from .._errors import ToolSearchError
 from ..catalog import Catalog
 from ..executor import ExecutorConfig, ToolExecutor, argument_problems
 from ..index import ToolIndex
-from ..metatool import ToolSearchMetaTool
+from ..metatool import MetaToolOutcome, ToolSearchMetaTool
 from ..providers import ToolCall
 from ..session import Session, SessionManager
 from ..tools import Tool
 from .options import GatewayOptions, add_option_arguments
 from .pinning import DefinitionPins
-from .source import MCPToolSource, _leaf, error_result, mcp_definition, upstream_of
+from .source import MCPToolSource, _leaf, definition_changes, error_result, mcp_definition, upstream_of
 from .usage_feed import GatewayUsage
 
 __all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "DEFAULT_BACKEND", "CALL_TOOL"]
@@ -245,7 +245,7 @@ class Gateway:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
-    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[Any, bool]:
+    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[MetaToolOutcome, bool]:
         """Search, then re-pin the session's tools to their current definitions (it is shown them
         again) and feed the usage log; True as the second value when a definition it saw changed."""
         outcome = self.metatool.run(session, arguments)
@@ -293,7 +293,9 @@ class Gateway:
         refused = self.rules.admit(session, ToolCall("", name, arguments))
         if refused is not None:
             return error_result(refused.content)
-        tool = self.index.catalog[name]
+        tool = self.index.catalog.get(name)
+        if tool is None:  # removed by an upstream change a moment ago
+            return error_result(f"Tool {name!r} is no longer offered. Call {self.metatool.name} to find another.")
         pinned = self.pins.view(tool, self.pins.record(session, [tool]))  # a first call is a first sighting
         if pinned.blocked:
             return self._blocked(tool, pinned.shown)
@@ -308,8 +310,6 @@ class Gateway:
         return joined
 
     def _blocked(self, tool: Tool, seen: Tool) -> types.CallToolResult:
-        from .source import definition_changes
-
         server, original = upstream_of(tool) or ("?", tool.name)
         what = " and ".join(definition_changes(seen, tool)) if seen is not tool else "definition"
         logger.warning(

@@ -88,8 +88,7 @@ class GatewayUsage:
 
     def _save_soon(self) -> None:
         if isinstance(self.store, InMemoryUsageStore):
-            self.store.save(self.recorder.log)
-            return
+            return  # `log` is the live log; copying it into the store on every entry would cost O(entries)
         with self._lock:
             if self._timer is not None:
                 return
