@@ -148,7 +148,14 @@ async def _list_page(
         absorb = getattr(session, "_absorb_tool_listing", None)
         if send_raw is None or absorb is None:  # an SDK without these internals: fail as before
             raise strict_error from None
-    raw = await send_raw("tools/list", params.model_dump(by_alias=True, exclude_none=True) if params else None, {})
+    data: dict[str, Any] = {"method": "tools/list"}
+    if params is not None:
+        data["params"] = params.model_dump(by_alias=True, exclude_none=True)
+    opts: dict[str, Any] = {}
+    stamp = getattr(session, "_stamp", None)
+    if stamp is not None:  # the protocol-version header (and _meta) the SDK adds to every request
+        stamp(data, opts)
+    raw = await send_raw(data["method"], data.get("params"), opts)
     entries = raw.get("tools") if isinstance(raw, Mapping) else None
     if not isinstance(entries, list):
         raise UpstreamError("tools/list answered without a 'tools' list")
