@@ -29,6 +29,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     folder = tmp_path_factory.mktemp("faults")
     servers: dict[str, Any] = {
         "faulty": faulty(callTimeout=CALL_TIMEOUT),
+        # a long timeout: 10 MB must be refused for its size, not for its time in a busy pipe
+        "bulky": faulty(callTimeout=300),
         "fragile": faulty(callTimeout=CALL_TIMEOUT),
         "malformed": faulty(FAULTY_MALFORMED=1),
         "small": faulty(maxResultBytes=5_000),
@@ -95,16 +97,16 @@ async def test_a_result_that_is_not_a_tool_result_is_a_clear_error(gateway: Gate
 
 async def test_a_10_mb_result_is_a_clear_error(gateway: GatewayProcess) -> None:
     async with connect(gateway.url or "") as client:
-        huge = await client.call("call_tool", {"name": "faulty__huge", "arguments": {"bytes": 10_000_000}})
+        huge = await client.call("call_tool", {"name": "bulky__huge", "arguments": {"bytes": 10_000_000}})
         said = text(huge)
         assert huge.is_error and len(said) < 1_000
-        assert "'huge'" in said and "'faulty'" in said and f"({LIMIT:,} bytes)" in said and "ask for less" in said
-        fits = await client.call("call_tool", {"name": "faulty__huge", "arguments": {"bytes": 900_000}})
+        assert "'huge'" in said and "'bulky'" in said and f"({LIMIT:,} bytes)" in said and "ask for less" in said
+        fits = await client.call("call_tool", {"name": "bulky__huge", "arguments": {"bytes": 900_000}})
         assert not fits.is_error and len(text(fits)) == 900_000
         # a server's own maxResultBytes wins over the gateway's --max-result-bytes
         small = await client.call("call_tool", {"name": "small__huge", "arguments": {"bytes": 10_000}})
         assert small.is_error and "(5,000 bytes)" in text(small)
-        ok = await client.call("call_tool", {"name": "faulty__echo", "arguments": {"text": "fine"}})
+        ok = await client.call("call_tool", {"name": "bulky__echo", "arguments": {"text": "fine"}})
         assert text(ok) == "fine"
     assert "the result of 'huge' (10,000,0" in gateway.stderr  # logged with server and tool
 
