@@ -121,7 +121,9 @@ def run_fuzz(profile: str) -> dict[str, Any]:
     env = {**os.environ, "HYPOTHESIS_PROFILE": profile, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz.py",
+        # --timeout 0: a deep profile's 1,500 cases of one target may outlast pytest-timeout's limit for one test on
+        # a busy machine (each case is bounded by the test itself)
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz.py", "--timeout", "0",
          "--hypothesis-show-statistics"], cwd=ROOT, env=env, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - start
