@@ -275,7 +275,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"Profile `{fuzz['profile']}`: {fuzz['cases']:,} cases in {fuzz['seconds']} s; pytest: `{fuzz['summary']}`. "
         f"The `ci` profile that every test run uses runs {report['fuzz_ci']['cases']:,} cases in "
-        f"{report['fuzz_ci']['seconds']} s.",
+        f"{report['fuzz_ci']['seconds']} s."
+        + (f" Command: `{fuzz_run['command']}` ({fuzz_run['note']})." if (fuzz_run := report.get("fuzz_run")) else ""),
         "",
         "| target | cases (deep) | failing | cases (ci) |",
         "|---|---:|---:|---:|",
@@ -408,6 +409,7 @@ def main() -> int:
     if args.only_gateway:
         report["date"] = json.loads((out / "reliability.json").read_text())["date"]  # of the other sections
         return _write(out, _with_gateway(report, args))
+    report["fuzz_run"] = _run_note()
     print("fuzzing (ci profile) ...", file=sys.stderr, flush=True)
     report["fuzz_ci"] = run_fuzz("ci")
     print(f"fuzzing ({args.fuzz_profile} profile) ...", file=sys.stderr, flush=True)
@@ -426,14 +428,20 @@ def main() -> int:
 
 def _with_gateway(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     print("injecting gateway faults ...", file=sys.stderr, flush=True)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    run = _run_note()
     report["gateway"] = gateway_faults(args.gateway_rounds)
-    report["gateway_run"] = {
+    report["gateway_run"] = run
+    return report
+
+
+def _run_note() -> dict[str, str]:
+    """When, how and under what load a section was produced."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
         "date": time.strftime("%Y-%m-%d"),
         "command": "python " + " ".join(["benchmarks/reliability.py", *sys.argv[1:]]),
         "note": f"load average {load:.1f} at the start" if load is not None else "",
     }
-    return report
 
 
 def _write(out: Path, report: dict[str, Any]) -> int:
