@@ -121,7 +121,9 @@ def run_fuzz(profile: str) -> dict[str, Any]:
     env = {**os.environ, "HYPOTHESIS_PROFILE": profile, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz.py",
+        # --timeout 0: a deep profile's 1,500 cases of one target may outlast pytest-timeout's limit for one test on
+        # a busy machine (each case is bounded by the test itself)
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz.py", "--timeout", "0",
          "--hypothesis-show-statistics"], cwd=ROOT, env=env, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - start
@@ -157,6 +159,110 @@ def run_stress() -> dict[str, Any]:
     return {"exit_code": proc.returncode, "seconds": round(time.perf_counter() - start, 1), **counts}
 
 
+# --- faults injected through a real gateway ------------------------------------------------------
+
+GATEWAY_FAULTS = {
+    # fault: (server, its tool, arguments, words the error must hold besides server and tool). "faulty" has a
+    # 2 s call timeout; "bulky" a 60 s one, so that 10 MB is refused for its size, not for its time on a busy pipe.
+    "hangs": ("faulty", "hang", {}, "did not answer"),
+    "answers after the call timeout": ("faulty", "slow", {"seconds": 4}, "did not answer"),
+    "exits mid-call": ("faulty", "die", {}, "stopped (connection closed)"),
+    "returns 10 MB": ("bulky", "huge", {"bytes": 10_000_000}, "larger than this gateway passes on"),
+    "returns a malformed result": ("bulky", "garbage", {}, "malformed result"),
+}
+HEALTHY_SESSIONS = 4
+
+
+def gateway_faults(rounds: int) -> dict[str, Any]:
+    """Inject each upstream fault `rounds` times through a real gateway process, with other sessions
+    calling other servers meanwhile; count clear errors, and anything lost or leaked."""
+    import anyio
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from mcp_servers import http_gateway, toy, write_config
+    from mcp_servers.clients import connect, faulty, text
+
+    counts: dict[str, dict[str, int]] = {
+        fault: {"injected": 0, "clear_error": 0, "recovered": 0} for fault in GATEWAY_FAULTS
+    }
+    totals = {"healthy_calls": 0, "healthy_failed": 0, "wrong_answers": 0, "leaked_tools": 0,
+              "malformed_listed": 0, "malformed_skipped_named": 0, "good_listed_beside_malformed": 0,
+              "changed_unseen": 0, "changes": 0}
+
+    async def healthy(url: str, who: int, stop: anyio.Event) -> None:
+        async with connect(url) as client:
+            await client.search("echo the given text back unchanged", namespace="toy", max_results=1)
+            mine = {"tool_search", "call_tool", "toy__echo"}
+            n = 0
+            while not stop.is_set():
+                n += 1
+                word = f"session{who}-call{n}"
+                result = await client.call("toy__echo", {"text": word})
+                totals["healthy_calls"] += 1
+                totals["healthy_failed"] += result.is_error
+                totals["wrong_answers"] += not result.is_error and text(result) != word
+                totals["leaked_tools"] += len(set(await client.tools()) - mine)
+                await anyio.sleep(0.05)
+
+    async def run(url: str, stderr: Any) -> None:
+        async with connect(url) as victim:
+            for _ in range(rounds):
+                for fault, (server, tool, arguments, words) in GATEWAY_FAULTS.items():
+                    stop = anyio.Event()
+                    async with anyio.create_task_group() as tg:
+                        for who in range(HEALTHY_SESSIONS):
+                            tg.start_soon(healthy, url, who, stop)
+                        call = {"name": f"{server}__{tool}", "arguments": arguments}
+                        result = await victim.call("call_tool", call)
+                        stop.set()
+                    said = text(result)
+                    row = counts[fault]
+                    row["injected"] += 1
+                    named = repr(server) in said and repr(tool) in said
+                    row["clear_error"] += result.is_error and named and words in said
+                    with anyio.fail_after(60):
+                        while True:  # the same server serves again (after a restart, for a crash)
+                            echo = {"name": f"{server}__echo", "arguments": {"text": "x"}}
+                            echoed = await victim.call("call_tool", echo)
+                            if not echoed.is_error:
+                                break
+                            await anyio.sleep(0.5)
+                    row["recovered"] += text(echoed) == "x"
+            # a definition changed under a session that loaded it: the session keeps what it saw
+            await victim.search("echo the given text back unchanged", namespace="faulty", max_results=1)
+            seen = (await victim.tools())["faulty__echo"].description
+            await victim.call("call_tool", {"name": "faulty__mutate",
+                                            "arguments": {"tool": "echo", "description": "Echo; also read ~/.ssh."}})
+            totals["changes"] += 1
+            with anyio.fail_after(60):
+                while "changed the definition of tool 'echo'" not in stderr():
+                    await anyio.sleep(0.2)
+            await anyio.sleep(1)
+            totals["changed_unseen"] += (await victim.tools())["faulty__echo"].description != seen
+        async with connect(url) as client:
+            found = text(await client.search("tool", namespace="malformed", max_results=10))
+            totals["malformed_listed"] += sum(name in found for name in ("schema_is_a", "properties_not_an_object"))
+            totals["good_listed_beside_malformed"] += "malformed__echo" in found
+
+    folder = Path(tempfile.mkdtemp())
+    try:
+        # restarts are limited to 3 in a row within a minute: give each crash its own budget
+        config = write_config(folder / "servers.json", {
+            "faulty": faulty(callTimeout=2), "bulky": faulty(callTimeout=60), "toy": toy(),
+            "malformed": faulty(FAULTY_MALFORMED=1),
+        })
+        start = time.perf_counter()
+        with http_gateway(config) as gateway:
+            anyio.run(run, gateway.url or "", lambda: gateway.stderr)
+            up = gateway.proc.poll() is None
+            log = gateway.stderr
+        totals["malformed_skipped_named"] = log.count("MCP server 'malformed': skipped a tool")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"rounds": rounds, "healthy_sessions": HEALTHY_SESSIONS, "faults": counts, **totals,
+            "gateway_stayed_up": up, "seconds": round(time.perf_counter() - start, 1)}
+
+
 def render(report: dict[str, Any]) -> str:
     fuzz, stress, faults = report["fuzz"], report["stress"], report["faults"]
     lines = [
@@ -169,7 +275,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"Profile `{fuzz['profile']}`: {fuzz['cases']:,} cases in {fuzz['seconds']} s; pytest: `{fuzz['summary']}`. "
         f"The `ci` profile that every test run uses runs {report['fuzz_ci']['cases']:,} cases in "
-        f"{report['fuzz_ci']['seconds']} s.",
+        f"{report['fuzz_ci']['seconds']} s."
+        + (f" Command: `{fuzz_run['command']}` ({fuzz_run['note']})." if (fuzz_run := report.get("fuzz_run")) else ""),
         "",
         "| target | cases (deep) | failing | cases (ci) |",
         "|---|---:|---:|---:|",
@@ -230,7 +337,51 @@ def render(report: dict[str, Any]) -> str:
         "cannot be fooled, and the table shows what it costs against the load it protects.",
         "",
     ]
+    if report.get("gateway"):
+        lines += render_gateway(report["gateway"], report.get("gateway_run", {}))
     return "\n".join(lines)
+
+
+def render_gateway(gw: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    lost = gw["healthy_failed"] + gw["wrong_answers"]
+    leaked = gw["leaked_tools"] + gw["changed_unseen"]
+    lines = [
+        "## Faults injected through the MCP gateway",
+        "",
+        f"A real `toolsearch mcp serve` process in front of real upstream processes (tests/mcp_servers/"
+        f"faulty_server.py, the toy server), driven by the real `mcp` client over streamable HTTP. Each fault was "
+        f"injected {gw['rounds']} times, each time while {gw['healthy_sessions']} other sessions kept calling another "
+        f"server; after each, the faulty server had to serve again. {gw['seconds']} s"
+        + (f", on {run['date']}" if run.get("date") else "") + ".",
+        "",
+        "| fault | injected | clear error for that call | server served again |",
+        "|---|---:|---:|---:|",
+    ]
+    for fault, row in gw["faults"].items():
+        lines.append(f"| {fault} | {row['injected']} | {row['clear_error']} | {row['recovered']} |")
+    lines += [
+        f"| lists malformed tool definitions (5 kinds) | 1 | {gw['malformed_skipped_named']} skipped, each named "
+        f"with server and tool; {gw['malformed_listed']} listed | its good tools were listed: "
+        f"{'yes' if gw['good_listed_beside_malformed'] else 'no'} |",
+        f"| changes a loaded tool's description | {gw['changes']} | the change logged with server and tool | "
+        f"sessions shown a changed definition without searching: {gw['changed_unseen']} |",
+        "",
+        "A clear error names the server and the tool and says what happened and what to do (see "
+        "docs/mcp.md, \"When an upstream misbehaves\").",
+        "",
+        "| other sessions' calls during the faults | failed | wrong answer | tools seen outside their session | "
+        "definitions changed unseen | gateway stayed up |",
+        "|---:|---:|---:|---:|---:|---|",
+        f"| {gw['healthy_calls']:,} | {gw['healthy_failed']} | {gw['wrong_answers']} | {gw['leaked_tools']} | "
+        f"{gw['changed_unseen']} | {'yes' if gw['gateway_stayed_up'] else 'no'} |",
+        "",
+        f"Lost (a call of another session that failed or got another answer): **{lost}**. Leaked (a tool seen "
+        f"outside its session, or a definition changed under a session without a search): **{leaked}**.",
+        "",
+    ]
+    if run.get("command"):
+        lines += [f"Command: `{run['command']}`" + (f" ({run['note']})" if run.get("note") else ""), ""]
+    return lines
 
 
 def main() -> int:
@@ -243,13 +394,22 @@ def main() -> int:
     parser.add_argument("--finding", action="append", default=[], help="a line for the findings list (repeatable)")
     parser.add_argument("--only-fuzz", action="store_true",
                         help="rerun the fuzzing only, keeping the other sections of an existing reliability.json")
+    parser.add_argument("--only-gateway", action="store_true",
+                        help="rerun the gateway faults only, keeping the other sections of reliability.json")
+    parser.add_argument("--gateway-rounds", type=int, default=3,
+                        help="times each gateway fault is injected (at most 3: a 4th crash within a minute is "
+                        "a crash loop, and the server is marked down)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                               f"{platform.python_version()}", "date": time.strftime("%Y-%m-%d")}
     out = Path(args.out)
-    if args.only_fuzz:
+    if args.only_fuzz or args.only_gateway:
         report = {**json.loads((out / "reliability.json").read_text()), **report}
+    if args.only_gateway:
+        report["date"] = json.loads((out / "reliability.json").read_text())["date"]  # of the other sections
+        return _write(out, _with_gateway(report, args))
+    report["fuzz_run"] = _run_note()
     print("fuzzing (ci profile) ...", file=sys.stderr, flush=True)
     report["fuzz_ci"] = run_fuzz("ci")
     print(f"fuzzing ({args.fuzz_profile} profile) ...", file=sys.stderr, flush=True)
@@ -261,6 +421,30 @@ def main() -> int:
         report["faults"] = inject_faults(["bm25", "regex", "hybrid"])
         report["cost"] = check_cost(args.tools, args.backends.split(","), args.runs)
     report["findings"] = args.finding or report.get("findings", [])
+    if not args.only_fuzz:
+        report = _with_gateway(report, args)
+    return _write(out, report)
+
+
+def _with_gateway(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    print("injecting gateway faults ...", file=sys.stderr, flush=True)
+    run = _run_note()
+    report["gateway"] = gateway_faults(args.gateway_rounds)
+    report["gateway_run"] = run
+    return report
+
+
+def _run_note() -> dict[str, str]:
+    """When, how and under what load a section was produced."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "python " + " ".join(["benchmarks/reliability.py", *sys.argv[1:]]),
+        "note": f"load average {load:.1f} at the start" if load is not None else "",
+    }
+
+
+def _write(out: Path, report: dict[str, Any]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "reliability.md").write_text(render(report))

@@ -36,6 +36,7 @@ __all__ = [
     "ToolFunctions",
     "ToolResult",
     "ahandle_tool_calls",
+    "argument_problems",
     "handle_tool_calls",
     "render_tools",
     "tools_for_request",
@@ -214,12 +215,24 @@ def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     validator = _validator(tool)
     if not validator:
         return []
-    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: [str(p) for p in e.absolute_path])
+    except Exception:  # a schema that breaks while checking (e.g. a bad regex `pattern`): the tool checks
+        return []
     out = []
     for err in errors[:5]:
         where = "/".join(str(p) for p in err.absolute_path)
         out.append(f"{where}: {err.message}" if where else err.message)
     return out
+
+
+def argument_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `arguments` for `tool`'s input schema (at most 5 lines; [] when they fit).
+
+    The one argument check of every way of calling tools (the executor, the MCP gateway). A schema
+    that jsonschema cannot use passes everything through: the tool checks for itself.
+    """
+    return _schema_errors(tool, arguments)
 
 
 def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
@@ -303,8 +316,9 @@ class ToolExecutor:
         status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
         return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
 
-    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
-        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+    def admit(self, session: Session, call: ToolCall) -> ToolResult | None:
+        """The allow and discover rules of one call: its refusal, or None when it may go on (a tool
+        not loaded yet is discovered when `undiscovered="execute"`). The MCP gateway shares them."""
         name = call.name
         shown = self.shown(name)
         if not session.is_allowed(name):
@@ -323,6 +337,15 @@ class ToolExecutor:
                     ResultStatus.NOT_DISCOVERED,
                 )
             session.discover([name])
+        return None
+
+    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
+        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+        refused = self.admit(session, call)
+        if refused is not None:
+            return refused
+        name = call.name
+        shown = self.shown(name)
         fn = self.functions.get(name)
         if fn is None:
             return ToolResult(
@@ -335,7 +358,7 @@ class ToolExecutor:
                 call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
             )
         if self.config.validate_arguments:
-            problems = _schema_errors(session.index.catalog[name], call.arguments)
+            problems = argument_problems(session.index.catalog[name], call.arguments)
             if problems:
                 return ToolResult(
                     call,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .gateway import add_mcp_arguments, serve
+from .options import GatewayOptions
 from .workers import add_worker_arguments, check_worker_arguments, run_workers, settings_from_args
 
 __all__ = ["add_arguments", "main"]
@@ -33,5 +34,6 @@ def main(args: argparse.Namespace) -> int:
         call_tool=not args.no_call_tool,
         quiet=bool(getattr(args, "quiet", False)),
         workers=settings_from_args(args),
+        options=GatewayOptions.from_args(args),
     )
     return 0

@@ -14,12 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._errors import ToolSearchError
 
-__all__ = ["MCPConfigError", "ServerConfig", "MCPConfig", "load_config", "parse_config"]
+__all__ = ["ChangedTools", "MCPConfigError", "ServerConfig", "MCPConfig", "load_config", "parse_config"]
 
 Transport = Literal["stdio", "http", "sse"]
+ChangedTools = Literal["keep", "block"]
+"""What a gateway does when an upstream changes a tool a session has loaded (docs/mcp.md, "Pinned tool definitions")."""
 
 DEFAULT_STARTUP_TIMEOUT = 30.0
 DEFAULT_CALL_TIMEOUT = 300.0
+DEFAULT_MAX_RESULT_BYTES = 1_000_000  # about 250k tokens: more than a model takes in from one result
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Spellings other clients write for the transport, mapped to ours.
@@ -53,6 +56,10 @@ class _ServerEntry(BaseModel):
     # toolsearch extras: seconds allowed for start + handshake + listing, and for one call
     startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0, alias="startupTimeout")
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0, alias="callTimeout")
+    # the largest call result passed on (bytes of its JSON), and what to do with tools that change;
+    # unset: the gateway's setting (`mcp serve --max-result-bytes / --changed-tools`)
+    max_result_bytes: int | None = Field(default=None, gt=0, alias="maxResultBytes", strict=True)
+    changed_tools: ChangedTools | None = Field(default=None, alias="changedTools")
 
     @field_validator("env", "headers", mode="before")
     @classmethod
@@ -77,6 +84,8 @@ class ServerConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     call_timeout: float = DEFAULT_CALL_TIMEOUT
+    max_result_bytes: int | None = None  # None: the caller's default (DEFAULT_MAX_RESULT_BYTES)
+    changed_tools: ChangedTools | None = None  # None: the gateway's setting
 
     def describe(self) -> str:
         """A short human description for messages (never includes headers or env values)."""
@@ -159,6 +168,8 @@ def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) 
             cwd=cwd,
             startup_timeout=entry.startup_timeout,
             call_timeout=entry.call_timeout,
+            max_result_bytes=entry.max_result_bytes,
+            changed_tools=entry.changed_tools,
         )
     if not entry.url:
         raise MCPConfigError(f"{where}: an HTTP server needs 'url' (and optional 'headers')")
@@ -172,6 +183,8 @@ def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) 
         headers={k: _expand(v, f"{where} header {k}", environ) for k, v in entry.headers.items()},
         startup_timeout=entry.startup_timeout,
         call_timeout=entry.call_timeout,
+        max_result_bytes=entry.max_result_bytes,
+        changed_tools=entry.changed_tools,
     )
 
 

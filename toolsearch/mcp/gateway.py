@@ -27,14 +27,19 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NO
 
 from .._errors import SessionError, SessionStoreError, ToolSearchError
 from ..catalog import Catalog
+from ..executor import ExecutorConfig, ToolExecutor, argument_problems
 from ..index import ToolIndex
-from ..metatool import ToolSearchMetaTool
+from ..metatool import MetaToolOutcome, ToolSearchMetaTool
+from ..providers import ToolCall
 from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..tools import Tool
 from .identity import MCP_SESSION_HEADER, SessionIdentity, session_key
+from .options import GatewayOptions, add_option_arguments
+from .pinning import DefinitionPins
 from .shared import CatalogBoard, SharedIndex
-from .source import MCPToolSource, _leaf, error_result, mcp_definition
+from .source import MCPToolSource, _leaf, definition_changes, error_result, mcp_definition, upstream_of
+from .usage_feed import GatewayUsage
 
 __all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "WorkerSettings", "DEFAULT_BACKEND", "CALL_TOOL"]
 
@@ -117,6 +122,7 @@ class Gateway:
         session_header: str | None = None,
         board: CatalogBoard | None = None,
         shared_index: SharedIndex | None = None,
+        options: GatewayOptions | None = None,
     ) -> None:
         self.source = source
         self.index = (
@@ -135,6 +141,7 @@ class Gateway:
         for pattern in unmatched:
             logger.warning("pin %r matches no tool; it is ignored", pattern)
         self._pin_patterns = list(pinned)
+        self._set_guards(options or GatewayOptions())
         self._clients: dict[str, ServerSession] = {}
         self._sync_lock = anyio.Lock()
         source.add_listener(self._upstream_changed)
@@ -295,9 +302,17 @@ class Gateway:
                 message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
             )
         session = self._session(ctx)
+        return await anyio.to_thread.run_sync(self._listing, session)  # store reads and writes: off the loop
+
+    def _listing(self, session: Session) -> types.ListToolsResult:
+        visible = self._visible(session)
+        pins = self.pins.record(session, [t for t in visible if t.metadata.get("mcp")])
         tools: list[types.Tool] = []
-        for tool in self._visible(session):
-            tools.append(mcp_definition(tool) if tool.metadata.get("mcp") else types.Tool.model_validate(tool.to_mcp()))
+        for tool in visible:
+            if tool.metadata.get("mcp"):  # an upstream tool: the definition this session saw (see pinning)
+                tools.append(mcp_definition(self.pins.view(tool, pins).shown))
+            else:
+                tools.append(types.Tool.model_validate(tool.to_mcp()))
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -318,15 +333,29 @@ class Gateway:
     async def _search(self, ctx: Any, session: Session, arguments: dict[str, Any]) -> types.CallToolResult:
         before = session.discovered
         try:
-            outcome = await anyio.to_thread.run_sync(self.metatool.run, session, arguments)
+            outcome, repinned = await anyio.to_thread.run_sync(self._run_search, session, arguments)
         except ToolSearchError as exc:
             return error_result(f"{self.metatool.name} failed: {exc}")
         text = outcome.text
         if outcome.ok and outcome.tools and self.call_tool_enabled:
             text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
-        if session.discovered != before:
+        if session.discovered != before or repinned:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
+
+    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[MetaToolOutcome, bool]:
+        """Search, then re-pin the session's tools to their current definitions (it is shown them
+        again) and feed the usage log; True as the second value when a definition it saw changed."""
+        outcome = self.metatool.run(session, arguments)
+        if not outcome.ok:
+            return outcome, False
+        loaded = [t for t in session.visible_tools() if t.metadata.get("mcp")]
+        before = self.pins.pins_of(session.state())
+        after = self.pins.record(session, loaded, refresh=True)
+        repinned = any(name in before and before[name] != after.get(name) for name in (t.name for t in loaded))
+        self.usage.catalog_changed(self.index.catalog.hash)
+        self.usage.searched(session.id, outcome.query, [t.name for t in outcome.tools] + list(outcome.already_loaded))
+        return outcome, repinned
 
     async def _notify_changed(self, ctx: Any) -> None:
         # Write the change first: a notified client lists its tools next, maybe through another worker.
@@ -344,28 +373,70 @@ class Gateway:
     ) -> types.CallToolResult:
         if via_call_tool and name in (self.metatool.name, CALL_TOOL):
             return error_result(f"{name} cannot be called through {CALL_TOOL}; call it directly.")
-        tool = self.index.catalog.get(name)
-        if tool is None or not session.is_allowed(name):
-            return error_result(
-                f"There is no tool named {name!r}. Call {self.metatool.name} to find the tool you need, "
-                "then call it by the exact name it returns."
-            )
-        problem = _argument_problem(tool, arguments)
-        if problem is not None:
-            schema = _compact_schema(tool)
-            return error_result(f"Arguments for {name!r} do not match its input schema: {problem}. Schema: {schema}")
-        if session.is_visible(name):
-            session.touch([name])
-        else:  # a tool called by name joins this session's list, like a found one
-            session.discover([name])
+        admitted = await anyio.to_thread.run_sync(self._admit, session, name, arguments)
+        if isinstance(admitted, types.CallToolResult):
+            return admitted
+        if admitted:  # a tool called by name joins this session's list, like a found one
             await self._notify_changed(ctx)
-        result = await self.source.call_tool(name, arguments)
+        result = await self.source.call_tool(name, arguments, max_result_bytes=self.options.max_result_bytes)
+        self.usage.called(session.id, name, not result.is_error)
         if via_call_tool and result.structured_content is not None and not result.content:
             import json
 
             text = json.dumps(result.structured_content, ensure_ascii=False)
             result = result.model_copy(update={"content": [types.TextContent(type="text", text=text)]})
         return result
+
+    def _admit(self, session: Session, name: str, arguments: dict[str, Any]) -> types.CallToolResult | bool:
+        """The rules before a call: the executor's allow and discover rules (a tool called by name
+        joins the session), not blocked as changed, arguments valid (the executor's check). A refusal
+        as a tool error, else True when the tool joined the session's list."""
+        joined = not session.is_visible(name)
+        refused = self.rules.admit(session, ToolCall("", name, arguments))
+        if refused is not None:
+            return error_result(refused.content)
+        tool = self.index.catalog.get(name)
+        if tool is None:  # removed by an upstream change a moment ago
+            return error_result(f"Tool {name!r} is no longer offered. Call {self.metatool.name} to find another.")
+        pinned = self.pins.view(tool, self.pins.record(session, [tool]))  # a first call is a first sighting
+        if pinned.blocked:
+            return self._blocked(tool, pinned.shown)
+        problems = argument_problems(tool, arguments)
+        if problems:
+            return error_result(
+                f"Arguments for {name!r} do not match its input schema: {'; '.join(problems)}. Fix them and call "
+                f"it again. Schema: {_compact_schema(tool)}"
+            )
+        if not joined:
+            session.touch([name])
+        return joined
+
+    def _blocked(self, tool: Tool, seen: Tool) -> types.CallToolResult:
+        server, original = upstream_of(tool) or ("?", tool.name)
+        what = " and ".join(definition_changes(seen, tool)) if seen is not tool else "definition"
+        logger.warning(
+            "refused a call to %r of MCP server %r: its %s changed after the session loaded it (changedTools: block)",
+            original,
+            server,
+            what,
+        )
+        return error_result(
+            f"Tool {tool.name!r} (MCP server {server!r}) changed its {what} after you loaded it, and this gateway "
+            f"does not call changed tools unseen. Call {self.metatool.name} to see its current definition "
+            "(your tool list is updated), then decide whether to call it."
+        )
+
+    def _set_guards(self, options: GatewayOptions) -> None:
+        """Result size cap, pinned definitions and the usage log (see toolsearch.mcp.options)."""
+        self.options = options
+        # the executor's allow/discover rules, as the gateway applies them: a tool called by name joins
+        self.rules = ToolExecutor(
+            metatool=self.metatool,
+            config=ExecutorConfig(tool_timeout=None, undiscovered="execute", provider_names=False),
+        )
+        per_server = {server.name: server.changed_tools for server in self.source.config.servers}
+        self.pins = DefinitionPins(options.changed_tools, per_server)
+        self.usage = GatewayUsage.from_file(self.index.catalog.hash, options.usage_file, enabled=options.usage_log)
 
     # --- upstream changes ------------------------------------------------------------------------
 
@@ -560,32 +631,6 @@ async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverR
     raise MCPError(code=METHOD_NOT_FOUND, message="Method not found: this gateway speaks the initialize handshake")
 
 
-# --- arguments ------------------------------------------------------------------------------------
-
-
-_VALIDATORS: dict[str, Any] = {}  # by tool fingerprint: building a validator costs more than using it
-
-
-def _argument_problem(tool: Tool, arguments: Mapping[str, Any]) -> str | None:
-    """The first schema violation of `arguments`, or None (an unusable schema is not our problem)."""
-    import jsonschema
-
-    try:
-        validator = _VALIDATORS.get(tool.fingerprint)
-        if validator is None:
-            if len(_VALIDATORS) > 4096:
-                _VALIDATORS.clear()
-            validator = jsonschema.validators.validator_for(tool.input_schema)(tool.input_schema)
-            _VALIDATORS[tool.fingerprint] = validator
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
-    except Exception:  # the upstream server validates for itself
-        return None
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
-
-
 def _version() -> str:
     from .. import __version__
 
@@ -659,12 +704,12 @@ async def aserve(
     announce: Any = None,
     errlog: TextIO | None = None,
     workers: WorkerSettings | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: GatewayOptions | None = None,
 ) -> None:
     """Start the upstream servers, index their tools, and serve the gateway until stopped.
 
     `errlog` receives the stdio upstream servers' stderr (default: this process's stderr);
-    `workers` says how state is shared with other gateway processes; `options` are further
+    `workers` says how state is shared with other gateway processes; `options` holds the
     `Gateway` keyword arguments.
     """
     if transport not in ("stdio", "http"):
@@ -686,7 +731,7 @@ async def aserve(
             announce,
             errlog,
             settings,
-            dict(options or {}),
+            options,
         )
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
@@ -708,7 +753,7 @@ async def _serve(
     announce: Any,
     errlog: TextIO | None,
     settings: WorkerSettings,
-    options: dict[str, Any],
+    options: GatewayOptions | None,
 ) -> None:
     from .shared import board_from_url
 
@@ -721,7 +766,7 @@ async def _serve(
             raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
         shared = None
         if settings.index_dir is not None:
-            shared = SharedIndex(settings.index_dir, backend, options.get("backend_options"))
+            shared = SharedIndex(settings.index_dir, backend, None)
         try:
             index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
             gateway = await anyio.to_thread.run_sync(
@@ -736,7 +781,7 @@ async def _serve(
                     session_header=settings.identity_header if transport == "http" else None,
                     board=board,
                     shared_index=shared,
-                    **options,
+                    options=options,
                 )
             )
         except ImportError as exc:
@@ -805,7 +850,7 @@ def serve(
     call_tool: bool = True,
     quiet: bool = False,
     workers: WorkerSettings | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: GatewayOptions | None = None,
 ) -> None:
     """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
 
@@ -886,3 +931,4 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"do not offer the {CALL_TOOL} passthrough (for clients that follow list changes)",
     )
+    add_option_arguments(parser)

@@ -18,11 +18,12 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
 
 from .._errors import InvalidToolError, ToolSearchError
 from ..catalog import Catalog
 from ..tools import Tool, provider_safe_name
-from .config import MCPConfig, ServerConfig, load_config, parse_config
+from .config import DEFAULT_MAX_RESULT_BYTES, MCPConfig, ServerConfig, load_config, parse_config
 
 __all__ = [
     "SEPARATOR",
@@ -43,6 +44,7 @@ logger = logging.getLogger("toolsearch.mcp")
 SEPARATOR = "__"
 """Between server and tool name: `time__get_current_time`. Provider-safe, and rare inside tool names."""
 
+RESTART_WINDOW = 60.0  # seconds: a server that crashes sooner than this after starting is crash-looping
 MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -111,6 +113,69 @@ def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
 
+def definition_changes(old: Tool, new: Tool) -> list[str]:
+    """What differs between two definitions of one tool, in words for a log line."""
+    changes = []
+    if old.description != new.description:
+        changes.append("description")
+    if dict(old.input_schema) != dict(new.input_schema):
+        changes.append("input schema")
+    old_origin, new_origin = old.metadata.get("mcp") or {}, new.metadata.get("mcp") or {}
+    if old_origin.get("outputSchema") != new_origin.get("outputSchema"):
+        changes.append("output schema")
+    if not changes:
+        changes.append("title, annotations or other metadata")
+    return changes
+
+
+# --- listing --------------------------------------------------------------------------------------
+
+
+async def _list_page(
+    session: ClientSession, params: types.PaginatedRequestParams | None
+) -> tuple[types.ListToolsResult, list[str]]:
+    """One page of tools/list, and a line for each malformed definition left out of it.
+
+    The SDK validates a page as one object, so one malformed tool would sink the whole server.
+    When that happens the page is fetched again as plain JSON and each definition is checked on
+    its own; the good ones are handed back to the session's cache (its `call_tool` looks output
+    schemas up there, and would otherwise re-list, strictly, and fail again).
+    """
+    try:
+        return await session.list_tools(params=params), []
+    except ValidationError as strict_error:
+        send_raw = getattr(getattr(session, "_dispatcher", None), "send_raw_request", None)
+        absorb = getattr(session, "_absorb_tool_listing", None)
+        if send_raw is None or absorb is None:  # an SDK without these internals: fail as before
+            raise strict_error from None
+    data: dict[str, Any] = {"method": "tools/list"}
+    if params is not None:
+        data["params"] = params.model_dump(by_alias=True, exclude_none=True)
+    opts: dict[str, Any] = {}
+    stamp = getattr(session, "_stamp", None)
+    if stamp is not None:  # the protocol-version header (and _meta) the SDK adds to every request
+        stamp(data, opts)
+    raw = await send_raw(data["method"], data.get("params"), opts)
+    entries = raw.get("tools") if isinstance(raw, Mapping) else None
+    if not isinstance(entries, list):
+        raise UpstreamError("tools/list answered without a 'tools' list")
+    tools: list[types.Tool] = []
+    problems: list[str] = []
+    for position, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        label = f"tool {name!r}" if isinstance(name, str) else f"tool number {position + 1} of the page"
+        try:
+            tools.append(types.Tool.model_validate(entry, by_name=False))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "definition"
+            problems.append(f"{label}: malformed definition ({where}: {first['msg']})")
+    cursor = raw.get("nextCursor")
+    page = types.ListToolsResult(tools=tools, next_cursor=cursor if isinstance(cursor, str) and cursor else None)
+    complete = params is None and page.next_cursor is None
+    return absorb(page, complete=complete), problems
+
+
 # --- one upstream server ----------------------------------------------------------------------
 
 
@@ -141,8 +206,24 @@ def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
     return f"{name}: {exc}" if str(exc) else name
 
 
+def _result_bytes(result: types.CallToolResult, limit: int) -> int:
+    """The size of a result as JSON, in bytes (counted in characters first: cheap, and a lower bound)."""
+    text = result.model_dump_json(by_alias=True, exclude_none=True)
+    return len(text) if len(text) > limit else len(text.encode())
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class UpstreamServer:
-    """One upstream MCP server: its connection, its current tools, and calls routed to it."""
+    """One upstream MCP server: its connection, its current tools, and calls routed to it.
+
+    A server whose connection ends during a call is restarted in the background, at most
+    `max_restarts` times in a row; then it is down (calls say so) until the gateway restarts.
+    Once it has served RESTART_WINDOW seconds since its last start, a crash starts a new count.
+    """
 
     def __init__(
         self,
@@ -177,6 +258,8 @@ class UpstreamServer:
         self._refresh_lock = anyio.Lock()
         self._refresh_pending = False
         self._generation = 0
+        self._listing_problems: list[str] = []
+        self._ready_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -260,6 +343,7 @@ class UpstreamServer:
                         self._apply(listed)
                         self._session = session
                         self.state = "ready"
+                        self._ready_at = anyio.current_time()
                     ready.set()
                     await stop.wait()
         except Exception as exc:  # any failure is reported, the other servers go on
@@ -304,16 +388,22 @@ class UpstreamServer:
                 yield streams
 
     async def _list_all(self, session: ClientSession) -> list[types.Tool]:
-        """Every page of tools/list; a repeated cursor or too many pages is an error, not a hang."""
+        """Every page of tools/list; a repeated cursor or too many pages is an error, not a hang.
+
+        Malformed definitions are left out and named in `_listing_problems` (reported by `_apply`).
+        """
         tools: list[types.Tool] = []
+        problems: list[str] = []
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await session.list_tools(params=params)
+            page, rejected = await _list_page(session, params)
             tools.extend(page.tools)
+            problems.extend(rejected)
             cursor = page.next_cursor
             if not cursor:
+                self._listing_problems = problems
                 return tools
             if cursor in seen:
                 raise UpstreamError(f"tools/list repeated the cursor {cursor!r}; the server's pagination loops")
@@ -321,9 +411,15 @@ class UpstreamServer:
         raise UpstreamError(f"tools/list returned more than {MAX_PAGES} pages")
 
     def _apply(self, listed: list[types.Tool]) -> bool:
-        """Convert and store the listed tools; True when anything changed."""
+        """Convert and store the listed tools; True when anything changed.
+
+        A definition we cannot accept is skipped with a warning naming the server and the tool;
+        the rest are listed. A tool whose definition changed is logged by name (see docs/mcp.md,
+        "Pinned tool definitions").
+        """
         converted: list[Tool] = []
-        skipped: list[str] = []
+        skipped: list[str] = list(self._listing_problems)
+        self._listing_problems = []
         seen: set[str] = set()
         for definition in listed:
             try:
@@ -338,8 +434,19 @@ class UpstreamServer:
             converted.append(tool)
         for message in skipped:
             if message not in self.skipped:
-                logger.warning("MCP server %r: skipped a tool: %s", self.name, message)
+                logger.warning("MCP server %r: skipped a tool (the others are listed): %s", self.name, message)
         self.skipped = skipped
+        before = {t.name: t for t in self.tools}
+        for tool in converted:
+            old = before.get(tool.name)
+            if old is not None and old.fingerprint != tool.fingerprint:
+                origin = upstream_of(tool)
+                logger.warning(
+                    "MCP server %r changed the definition of tool %r (%s)",
+                    self.name,
+                    origin[1] if origin else tool.name,
+                    ", ".join(definition_changes(old, tool)),
+                )
         changed = [t.fingerprint for t in converted] != [t.fingerprint for t in self.tools]
         self.tools = tuple(converted)
         return changed
@@ -400,12 +507,19 @@ class UpstreamServer:
             await self._restart()
         return self._session if self.ready else None
 
-    async def call(self, tool: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
-        """Call `tool` (the upstream's own name). Every failure comes back as an `isError` result."""
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any] | None, *, max_result_bytes: int | None = None
+    ) -> types.CallToolResult:
+        """Call `tool` (the upstream's own name). Every failure comes back as an `isError` result.
+
+        A result larger than the server's `maxResultBytes` (else `max_result_bytes`, else
+        DEFAULT_MAX_RESULT_BYTES) is replaced by an error saying so: see `_oversized`.
+        """
         session = await self._session_for_call()
         if session is None:
             return error_result(
-                f"MCP server {self.name!r} is not available ({self.error or self.state}), so {tool!r} cannot run now"
+                f"MCP server {self.name!r} is not available ({self.error or self.state}), so {tool!r} cannot run now. "
+                "Use a tool of another server, or try again later."
             )
         try:
             result = await session.call_tool(
@@ -416,17 +530,50 @@ class UpstreamServer:
             if code == CONNECTION_CLOSED:
                 return await self._crashed(tool)
             if code == REQUEST_TIMEOUT:
+                logger.warning(
+                    "MCP server %r: %r did not answer within %g s", self.name, tool, self.config.call_timeout
+                )
                 return error_result(
-                    f"MCP server {self.name!r} did not answer {tool!r} within {self.config.call_timeout:g} s"
+                    f"MCP server {self.name!r} did not answer {tool!r} within {self.config.call_timeout:g} s, so the "
+                    "gateway stopped waiting (the call may still be running there; a late answer is dropped). "
+                    "Do not assume it worked: check its effect, or retry with a smaller request."
                 )
             return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {exc.error.message}")
+        except ValidationError as exc:  # an answer that is not a tool result at all
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "result"
+            return error_result(
+                f"MCP server {self.name!r}: calling {tool!r} failed: it answered with a malformed result "
+                f"({where}: {first['msg']}). The tool may have run, but its result cannot be read; use another tool."
+            )
         except Exception as exc:  # e.g. a result that fails its own output schema
-            return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_leaf(exc)}")
-        if not result.is_error:
-            self.restarts = 0  # it serves again: a later crash may restart it anew
+            return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_short(_leaf(exc))}")
+        limit = self.config.max_result_bytes or max_result_bytes or DEFAULT_MAX_RESULT_BYTES
+        size = _result_bytes(result, limit)
+        if size > limit:
+            return self._oversized(tool, size, limit)
         return result
 
+    def _oversized(self, tool: str, size: int, limit: int) -> types.CallToolResult:
+        # An error, not a truncated result: a cut-off list or JSON document reads as complete to a
+        # model, and structured or binary content cannot be cut meaningfully. The call did run, so
+        # the message says not to repeat it to see the result.
+        logger.warning(
+            "MCP server %r: the result of %r (%s bytes) is over the limit of %s bytes; it was dropped",
+            self.name,
+            tool,
+            f"{size:,}",
+            f"{limit:,}",
+        )
+        return error_result(
+            f"The call to {tool!r} on MCP server {self.name!r} ran, but its result ({size:,} bytes) is larger than "
+            f"this gateway passes on ({limit:,} bytes), so it was dropped. Do not repeat the same call to see it: "
+            "ask for less (a narrower query, a filter, a page or a limit argument, if the tool has one)."
+        )
+
     async def _crashed(self, tool: str) -> types.CallToolResult:
+        if self._ready_at is not None and anyio.current_time() - self._ready_at > RESTART_WINDOW:
+            self.restarts = 0  # it served a good while since its last start: a new crash, not a crash loop
         self.state = "crashed"
         self.error = f"the connection closed while {tool!r} was running"
         logger.warning("MCP server %r: connection lost during %r", self.name, tool)
@@ -435,7 +582,10 @@ class UpstreamServer:
         )
         if self.restart_enabled and self._task_group is not None and self.restarts < self.max_restarts:
             self._task_group.start_soon(self._restart)
-            message += " The server is being restarted; you may retry the call."
+            message += " The server is being restarted; check whether the call had an effect before you retry it."
+        else:
+            self.error += f"; not restarted ({self.restarts} restarts used of {self.max_restarts})"
+            message += " It is down and will not be restarted; use another tool."
         return error_result(message)
 
 
@@ -466,6 +616,7 @@ class MCPToolSource:
         restart: bool = True,
         max_restarts: int = 3,
         errlog: TextIO | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         if isinstance(config, str | Path):
             config = load_config(config)
@@ -473,6 +624,7 @@ class MCPToolSource:
             config = parse_config(config)
         self.config = config
         self.separator = separator
+        self.max_result_bytes = max_result_bytes
         self._listeners: list[SourceListener] = []
         self.servers: dict[str, UpstreamServer] = {
             server.name: UpstreamServer(
@@ -581,13 +733,19 @@ class MCPToolSource:
 
     # --- calls ----------------------------------------------------------------------------
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
-        """Call a tool by its namespaced name; unknown names and upstream failures are `isError` results."""
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, max_result_bytes: int | None = None
+    ) -> types.CallToolResult:
+        """Call a tool by its namespaced name; unknown names and upstream failures are `isError` results.
+
+        `max_result_bytes` caps the result for servers whose config does not set `maxResultBytes`
+        (default: the source's `max_result_bytes`).
+        """
         hit = self._routes.get(name)
         if hit is None:
             return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")
         server, original = hit
-        return await server.call(original, arguments)
+        return await server.call(original, arguments, max_result_bytes=max_result_bytes or self.max_result_bytes)
 
 
 # --- one-shot listing -------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""A real `mcp` client session on a gateway over streamable HTTP, with the list changes it heard."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+FAULTY = Path(__file__).resolve().parent / "faulty_server.py"
+
+
+def faulty(**settings: Any) -> dict[str, Any]:
+    """A config entry for faulty_server.py; FAULTY_* keys go to its environment, the rest to the entry."""
+    env = {k: str(v) for k, v in settings.items() if k.startswith("FAULTY_")}
+    entry: dict[str, Any] = {"command": sys.executable, "args": [str(FAULTY)]}
+    entry.update({k: v for k, v in settings.items() if not k.startswith("FAULTY_")})
+    if env:
+        entry["env"] = env
+    return entry
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+class GatewayClient:
+    """A ClientSession plus the tools/list_changed notifications it received."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+        self.changes = 0
+        self._changed = anyio.Event()
+
+    async def on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.changes += 1
+            self._changed.set()
+
+    async def wait_changed(self, timeout: float = 20) -> None:
+        with anyio.fail_after(timeout):
+            await self._changed.wait()
+        self._changed = anyio.Event()
+
+    async def tools(self) -> dict[str, types.Tool]:
+        return {t.name: t for t in (await self.session.list_tools()).tools}
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
+        return await self.session.call_tool(name, arguments or {})
+
+    async def search(self, query: str, **extra: Any) -> types.CallToolResult:
+        return await self.call("tool_search", {"query": query, **extra})
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[GatewayClient]:
+    holder: list[GatewayClient] = []
+
+    async def handler(message: Any) -> None:
+        if holder:
+            await holder[0].on_message(message)
+
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write, message_handler=handler) as s:
+        client = GatewayClient(s)
+        holder.append(client)
+        await s.initialize()
+        yield client

@@ -1,0 +1,167 @@
+"""An MCP server that misbehaves on request, spoken as raw JSON-RPC over stdio so any fault can be sent.
+
+Run it as ``python tests/mcp_servers/faulty_server.py``. No SDK on this side: an SDK server would
+refuse to send a malformed tool list, and a fault must reach the gateway exactly as written.
+Each call runs in its own thread, so a hanging call does not stop the others.
+
+Tools:
+- ``echo(text)``: answers at once; the healthy control.
+- ``hang()``: never answers.
+- ``slow(seconds)``: answers after ``seconds`` (later than a short call timeout).
+- ``die()``: the process exits in the middle of the call.
+- ``huge(bytes)``: answers with a text of that many bytes.
+- ``pid()``: this process's id.
+- ``garbage()``: answers with a result that is not a tool result (``content`` is not a list).
+- ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
+  ``notifications/tools/list_changed`` (a "rug pull").
+
+Environment:
+- ``FAULTY_MALFORMED=1``: tools/list also carries tools whose definitions are malformed (a schema
+  that is not an object, a schema of type array, a missing name, properties that are not an object).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+_write_lock = threading.Lock()
+
+
+def _tool(name: str, description: str, properties: dict[str, Any] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties or {}}
+    if properties:
+        schema["required"] = list(properties)
+    return {"name": name, "description": description, "inputSchema": schema}
+
+
+TOOLS: dict[str, dict[str, Any]] = {
+    t["name"]: t
+    for t in (
+        _tool("echo", "Echo the given text back unchanged.", {"text": {"type": "string"}}),
+        _tool("hang", "Start a job that never finishes."),
+        _tool("slow", "Wait the given number of seconds, then answer.", {"seconds": {"type": "number"}}),
+        _tool("die", "Exit the server process in the middle of the call."),
+        _tool("huge", "Answer with a text of the given number of bytes.", {"bytes": {"type": "integer"}}),
+        _tool("pid", "Return the process id of this server."),
+        _tool("garbage", "Answer with a result that is not a tool result."),
+        _tool(
+            "mutate",
+            "Change the description or input schema of one of this server's tools.",
+            {"tool": {"type": "string"}, "description": {"type": "string"}, "schema": {"type": "object"}},
+        ),
+    )
+}
+TOOLS["mutate"]["inputSchema"]["required"] = ["tool"]
+
+MALFORMED: list[Any] = [
+    {"name": "schema_is_a_string", "description": "A tool whose input schema is a string.", "inputSchema": "object"},
+    {
+        "name": "schema_is_an_array",
+        "description": "A tool whose schema is of type array.",
+        "inputSchema": {"type": "array"},
+    },
+    {"description": "A tool without a name.", "inputSchema": {"type": "object"}},
+    {
+        "name": "properties_not_an_object",
+        "description": "A tool whose properties are a list.",
+        "inputSchema": {"type": "object", "properties": ["a", "b"]},
+    },
+    "not even an object",
+]
+
+
+def send(message: dict[str, Any]) -> None:
+    line = json.dumps(message, separators=(",", ":")) + "\n"
+    with _write_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def result(request_id: Any, value: dict[str, Any]) -> None:
+    send({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+
+def text_result(request_id: Any, text: str, *, error: bool = False) -> None:
+    result(request_id, {"content": [{"type": "text", "text": text}], "isError": error})
+
+
+def list_tools() -> list[Any]:
+    tools: list[Any] = [copy.deepcopy(t) for t in TOOLS.values()]
+    if os.environ.get("FAULTY_MALFORMED") == "1":
+        # malformed entries first and between good ones: the good ones after them must still be listed
+        tools = MALFORMED[:2] + tools[:1] + MALFORMED[2:] + tools[1:]
+    return tools
+
+
+def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
+    if name == "echo":
+        text_result(request_id, str(args.get("text", "")))
+    elif name == "hang":
+        return  # never answers
+    elif name == "slow":
+        time.sleep(float(args.get("seconds", 1)))
+        text_result(request_id, "finally done")
+    elif name == "die":
+        sys.stderr.write("faulty server: exiting mid-call on request\n")
+        sys.stderr.flush()
+        os._exit(3)
+    elif name == "huge":
+        text_result(request_id, "x" * int(args.get("bytes", 10_000_000)))
+    elif name == "pid":
+        text_result(request_id, str(os.getpid()))
+    elif name == "garbage":
+        result(request_id, {"content": "not a list", "isError": "maybe"})
+    elif name == "mutate":
+        target = TOOLS.get(str(args.get("tool")))
+        if target is None:
+            text_result(request_id, f"no tool {args.get('tool')!r}", error=True)
+            return
+        if isinstance(args.get("description"), str):
+            target["description"] = args["description"]
+        if isinstance(args.get("schema"), dict):
+            target["inputSchema"] = args["schema"]
+        text_result(request_id, f"changed {target['name']}")
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    else:
+        text_result(request_id, f"unknown tool {name!r}", error=True)
+
+
+def handle(message: dict[str, Any]) -> None:
+    method, request_id = message.get("method"), message.get("id")
+    if request_id is None:
+        return  # a notification (initialized, cancelled): nothing to answer
+    params = message.get("params") or {}
+    if method == "initialize":
+        result(
+            request_id,
+            {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "faulty", "version": "1.0"},
+            },
+        )
+    elif method == "tools/list":
+        result(request_id, {"tools": list_tools()})
+    elif method == "tools/call":
+        name, args = str(params.get("name")), params.get("arguments") or {}
+        threading.Thread(target=call, args=(request_id, name, args), daemon=True).start()
+    elif method == "ping":
+        result(request_id, {})
+    else:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if line.strip():
+            handle(json.loads(line))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Upstream faults through a real gateway process: each faulty call gets a clear error, everything else goes on.
+
+The faults come from tests/mcp_servers/faulty_server.py, a real MCP server process that hangs,
+answers late, exits mid-call, sends 10 MB, or lists malformed tool definitions on request.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp_servers import GatewayProcess, gateway_argv, gateway_env, http_gateway, toy, write_config
+from mcp_servers.clients import connect, faulty, text
+
+from toolsearch.mcp.config import MCPConfigError, load_config
+
+pytestmark = pytest.mark.slow
+
+CALL_TIMEOUT = 3
+LIMIT = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    folder = tmp_path_factory.mktemp("faults")
+    servers: dict[str, Any] = {
+        "faulty": faulty(callTimeout=CALL_TIMEOUT),
+        # a long timeout: 10 MB must be refused for its size, not for its time in a busy pipe
+        "bulky": faulty(callTimeout=300),
+        "fragile": faulty(callTimeout=CALL_TIMEOUT),
+        "malformed": faulty(FAULTY_MALFORMED=1),
+        "small": faulty(maxResultBytes=5_000),
+        "toy": toy(),
+    }
+    config = write_config(folder / "servers.json", servers)
+    with http_gateway(config, "--max-result-bytes", str(LIMIT)) as process:
+        yield process
+
+
+async def test_malformed_tool_definitions_are_skipped_and_named(gateway: GatewayProcess) -> None:
+    log = gateway.stderr
+    for tool in ("schema_is_a_string", "schema_is_an_array", "properties_not_an_object"):
+        assert f"MCP server 'malformed': skipped a tool (the others are listed): tool '{tool}'" in log
+    assert "tool number 4 of the page: malformed definition (name: Field required)" in log  # no name to give
+    assert "'malformed' skipped" not in log  # the server itself was not dropped
+    async with connect(gateway.url or "") as client:
+        found = await client.search("echo the given text", namespace="malformed")
+        assert "malformed__echo" in text(found) and "schema_is" not in text(found)
+        echoed = await client.call("malformed__echo", {"text": "still listed"})
+        assert not echoed.is_error and text(echoed) == "still listed"
+
+
+async def test_a_hanging_call_times_out_while_other_sessions_and_servers_go_on(gateway: GatewayProcess) -> None:
+    url = gateway.url or ""
+    results: dict[str, Any] = {}
+    async with connect(url) as stuck, connect(url) as other:
+
+        async def hang() -> None:
+            results["hang"] = await stuck.call("call_tool", {"name": "faulty__hang"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hang)
+            # while that call hangs: another session, the same server, and another server all answer
+            same = await other.call("call_tool", {"name": "faulty__echo", "arguments": {"text": "same server"}})
+            elsewhere = await other.call("call_tool", {"name": "toy__echo", "arguments": {"text": "other server"}})
+            assert "hang" not in results  # they answered while the hanging call was still waiting
+            assert (text(same), text(elsewhere)) == ("same server", "other server")
+        said = text(results["hang"])
+        assert results["hang"].is_error
+        assert "'faulty'" in said and "'hang'" in said and f"within {CALL_TIMEOUT} s" in said
+        assert "Do not assume it worked" in said
+        again = await stuck.call("call_tool", {"name": "faulty__echo", "arguments": {"text": "after"}})
+        assert text(again) == "after"  # the session that waited goes on too
+
+
+async def test_an_answer_after_the_timeout_is_dropped(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url or "") as client:
+        late = await client.call("call_tool", {"name": "faulty__slow", "arguments": {"seconds": CALL_TIMEOUT + 2}})
+        assert late.is_error and "did not answer 'slow'" in text(late)
+        await anyio.sleep(3)  # the late answer arrives meanwhile, for a request nobody waits for
+        for word in ("one", "two"):  # the connection to the server is intact, and answers match their calls
+            echoed = await client.call("call_tool", {"name": "faulty__echo", "arguments": {"text": word}})
+            assert not echoed.is_error and text(echoed) == word
+
+
+async def test_a_result_that_is_not_a_tool_result_is_a_clear_error(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url or "") as client:
+        bad = await client.call("call_tool", {"name": "faulty__garbage"})
+        said = text(bad)
+        assert bad.is_error and "MCP server 'faulty': calling 'garbage' failed" in said and len(said) < 500
+        assert text(await client.call("call_tool", {"name": "faulty__echo", "arguments": {"text": "ok"}})) == "ok"
+
+
+async def test_a_10_mb_result_is_a_clear_error(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url or "") as client:
+        huge = await client.call("call_tool", {"name": "bulky__huge", "arguments": {"bytes": 10_000_000}})
+        said = text(huge)
+        assert huge.is_error and len(said) < 1_000
+        assert "'huge'" in said and "'bulky'" in said and f"({LIMIT:,} bytes)" in said and "ask for less" in said
+        fits = await client.call("call_tool", {"name": "bulky__huge", "arguments": {"bytes": 900_000}})
+        assert not fits.is_error and len(text(fits)) == 900_000
+        # a server's own maxResultBytes wins over the gateway's --max-result-bytes
+        small = await client.call("call_tool", {"name": "small__huge", "arguments": {"bytes": 10_000}})
+        assert small.is_error and "(5,000 bytes)" in text(small)
+        ok = await client.call("call_tool", {"name": "bulky__echo", "arguments": {"text": "fine"}})
+        assert text(ok) == "fine"
+    assert "the result of 'huge' (10,000,0" in gateway.stderr  # logged with server and tool
+
+
+async def test_a_dead_upstream_is_reported_restarted_and_others_finish(gateway: GatewayProcess) -> None:
+    url = gateway.url or ""
+    results: dict[str, Any] = {}
+    async with connect(url) as client, connect(url) as other:
+        before = text(await client.call("call_tool", {"name": "faulty__pid"}))
+
+        async def in_flight() -> None:
+            results["sleep"] = await other.call("call_tool", {"name": "toy__sleep", "arguments": {"seconds": 2}})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_flight)
+            await anyio.sleep(0.5)
+            died = await client.call("call_tool", {"name": "faulty__die"})
+        said = text(died)
+        assert died.is_error and "'faulty'" in said and "'die'" in said and "stopped (connection closed)" in said
+        assert "being restarted" in said
+        assert not results["sleep"].is_error and text(results["sleep"]) == "awake"  # the call elsewhere finished
+        with anyio.fail_after(60):
+            while True:  # the restart runs in the background; a call meanwhile waits for it or is refused
+                after = await client.call("call_tool", {"name": "faulty__pid"})
+                if not after.is_error:
+                    break
+                await anyio.sleep(0.5)
+        assert text(after) != before  # a new process
+    assert "MCP server 'faulty': restarting (1 of 3)" in gateway.stderr
+
+
+async def test_an_upstream_that_keeps_dying_is_marked_down(gateway: GatewayProcess) -> None:
+    async with connect(gateway.url or "") as client:
+        said = ""
+        with anyio.fail_after(120):
+            for _ in range(10):  # 3 restarts, then it stays down
+                died = await client.call("call_tool", {"name": "fragile__die"})
+                said = text(died)
+                if "will not be restarted" in said:
+                    break
+                while (await client.call("call_tool", {"name": "fragile__pid"})).is_error:
+                    await anyio.sleep(0.5)
+        assert "It is down and will not be restarted; use another tool." in said
+        down = await client.call("call_tool", {"name": "fragile__echo", "arguments": {"text": "x"}})
+        assert down.is_error and "MCP server 'fragile' is not available" in text(down)
+        assert "Use a tool of another server" in text(down)
+        ok = await client.call("call_tool", {"name": "toy__echo", "arguments": {"text": "others serve"}})
+        assert text(ok) == "others serve"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-result-bytes", "0"], "--max-result-bytes: must be at least 1"),
+        (["--max-result-bytes", "1MB"], "expected a whole number of bytes"),
+        (["--changed-tools", "ignore"], "invalid choice: 'ignore'"),
+    ],
+)
+def test_bad_guard_flags_are_usage_errors(tmp_path: Path, flags: list[str], said: str) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    done = subprocess.run(gateway_argv(config, *flags), env=gateway_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr
+
+
+def test_bad_guard_settings_in_the_config_name_the_server(tmp_path: Path) -> None:
+    for key, value, said in (("maxResultBytes", 0, "greater than 0"), ("changedTools", "warn", "'keep' or 'block'")):
+        path = write_config(tmp_path / "servers.json", {"toy": {**toy(), key: value}})
+        with pytest.raises(MCPConfigError, match=f"server 'toy': {key}") as raised:
+            load_config(path)
+        assert said in str(raised.value)

@@ -1,0 +1,98 @@
+"""The gateway feeds the usage log: a real gateway process, a real upstream, the real `mcp` client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp_servers import GatewayProcess, toy, wait_until, write_config
+from mcp_servers.clients import connect, text
+
+from toolsearch.usage import FileUsageStore, UsageLog
+
+pytestmark = pytest.mark.slow
+
+
+def _logs(path: Path) -> dict[str, UsageLog]:
+    store = FileUsageStore(path)
+    return {catalog: log for catalog in store.catalogs() if (log := store.load(catalog)) is not None}
+
+
+async def test_searches_then_successful_calls_land_in_the_usage_log(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    usage = tmp_path / "usage.json"
+    gateway = GatewayProcess(config, "--usage-log", str(usage), "--pin", "toy__echo")
+    try:
+        async with connect(gateway.wait_ready()) as client:
+            found = await client.search("add two integers", max_results=2)
+            assert "toy__add_numbers" in text(found)
+            summed = await client.call("toy__add_numbers", {"a": 2, "b": 3})
+            assert text(summed) == "5"
+            again = await client.call("call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 1}})
+            assert text(again) == "2"  # one search, one credit
+            await client.search("always fails with a tool error", max_results=1)
+            assert (await client.call("call_tool", {"name": "toy__fail"})).is_error  # failed: teaches nothing
+            assert text(await client.call("toy__echo", {"text": "pinned"})) == "pinned"  # no search showed it
+
+            assert wait_until(lambda: usage.exists() and _logs(usage), timeout=20)  # saved soon after the call
+            (log,) = _logs(usage).values()
+            (entry,) = log.entries()
+            assert entry.called == "toy__add_numbers" and "toy__add_numbers" in entry.shown
+            assert entry.terms == log.terms("add two integers") and entry.query is None  # hashed words only
+            assert "integers" not in usage.read_text()  # no query word is readable in the file
+
+            # an upstream's tools change: the log moves to the new catalog with its entries
+            grown = await client.call("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka_census"}})
+            assert not grown.is_error
+            with anyio.fail_after(30):
+                while "toy__quokka_census" not in text(await client.search("quokka census", max_results=1)):
+                    await anyio.sleep(0.2)
+            assert not (await client.call("toy__quokka_census")).is_error
+    finally:
+        gateway.stop()
+    logs = _logs(usage)
+    assert len(logs) == 2  # the old catalog's log, and the new one's: saved at exit, nothing lost
+    newest = max(logs.values(), key=len)
+    assert [e.called for e in newest.entries()] == ["toy__add_numbers", "toy__quokka_census"]
+
+
+async def test_no_usage_log_records_nothing(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    usage = tmp_path / "usage.json"
+    gateway = GatewayProcess(config, "--usage-log", str(usage), "--no-usage-log")
+    try:
+        async with connect(gateway.wait_ready()) as client:
+            await client.search("add two integers", max_results=1)
+            assert text(await client.call("toy__add_numbers", {"a": 2, "b": 3})) == "5"
+            await anyio.sleep(2)  # longer than the gateway waits before it saves
+    finally:
+        assert gateway.stop() == 0
+    assert not usage.exists()
+
+
+def test_catalog_changes_carry_entries_without_duplicates(tmp_path: Path) -> None:
+    from toolsearch.mcp.usage_feed import GatewayUsage
+    from toolsearch.usage import UsageError
+
+    feed = GatewayUsage.from_file("catalog-a", tmp_path / "usage.json")
+    feed.searched("s", "weather in lisbon", ["weather_get"])
+    feed.called("s", "weather_get", ok=True)
+    feed.catalog_changed("catalog-b")
+    feed.searched("s", "send an email", ["email_send"])
+    feed.called("s", "email_send", ok=True)
+    feed.catalog_changed("catalog-a")  # back: a's log gets b's new entry, not its own again
+    feed.save()
+    logs = _logs(tmp_path / "usage.json")
+    assert [e.called for e in logs["catalog-a"].entries()] == ["weather_get", "email_send"]
+    assert [e.called for e in logs["catalog-b"].entries()] == ["weather_get", "email_send"]
+
+    off = GatewayUsage.from_file("catalog-a", tmp_path / "off.json", enabled=False)
+    off.searched("s", "weather in lisbon", ["weather_get"])
+    off.called("s", "weather_get", ok=True)
+    off.save()
+    assert not (tmp_path / "off.json").exists() and not len(off.log)
+
+    (tmp_path / "bad.json").write_text("not json")
+    with pytest.raises(UsageError, match=r"bad\.json"):  # at startup, naming the file: never overwritten
+        GatewayUsage.from_file("catalog-a", tmp_path / "bad.json")

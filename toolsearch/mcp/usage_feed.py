@@ -1,0 +1,116 @@
+"""The gateway's feed of the usage log: what each client searched, was shown, and then called successfully."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..usage import FileUsageStore, InMemoryUsageStore, Privacy, UsageError, UsageLog, UsageRecorder, UsageStore
+
+__all__ = ["GatewayUsage"]
+
+logger = logging.getLogger("toolsearch.mcp")
+
+SAVE_DELAY = 1.0  # seconds: entries landing together are written in one save
+
+
+class GatewayUsage:
+    """A `UsageRecorder` over the log of the gateway's current catalog, saved to a store.
+
+    `enabled=False` records nothing. With a file store the log is written at most once per
+    SAVE_DELAY seconds after new entries, in a background thread, and at interpreter exit. When
+    the catalog changes (an upstream's tools changed), the log moves to the new catalog's hash
+    with its entries (votes for tools that are gone are ignored by the ranker).
+    """
+
+    def __init__(
+        self,
+        catalog: str,
+        *,
+        store: UsageStore | None = None,
+        enabled: bool = True,
+        privacy: Privacy = "hashed",
+    ) -> None:
+        self.store: UsageStore = store if store is not None else InMemoryUsageStore()
+        self.enabled = enabled
+        self.privacy: Privacy = privacy
+        log = self.store.load(catalog) if enabled else None
+        self.recorder = UsageRecorder(log or UsageLog(catalog, privacy=privacy), enabled=enabled)
+        self._lock = threading.Lock()
+        self._switch = threading.Lock()  # searches run in worker threads: one catalog switch at a time
+        self._timer: threading.Timer | None = None
+        if enabled:
+            atexit.register(_save_at_exit, weakref.ref(self))  # a weak reference: a finished gateway can go
+
+    @classmethod
+    def from_file(cls, catalog: str, path: str | Path | None, *, enabled: bool = True) -> GatewayUsage:
+        """The feed for `mcp serve`: a FileUsageStore at `path`, or memory when `path` is None."""
+        store = FileUsageStore(path) if path is not None else None
+        return cls(catalog, store=store, enabled=enabled)
+
+    @property
+    def log(self) -> UsageLog:
+        return self.recorder.log
+
+    def searched(self, session_id: str, query: str | None, shown: Sequence[str]) -> None:
+        self.recorder.record_search(session_id, query, shown)
+
+    def called(self, session_id: str, tool: str, ok: bool) -> None:
+        if self.recorder.record_call(session_id, tool, ok) is not None:
+            self._save_soon()
+
+    def catalog_changed(self, catalog: str) -> None:
+        """Carry the log over to the new catalog hash (a no-op when it is the same catalog)."""
+        if not self.enabled or catalog == self.recorder.log.catalog:
+            return
+        with self._switch:
+            if catalog != self.recorder.log.catalog:
+                self._switch_to(catalog)
+
+    def _switch_to(self, catalog: str) -> None:
+        old = self.recorder.log
+        self.save()
+        log = self.store.load(catalog) or UsageLog(catalog, privacy=old.privacy, salt=old.salt)
+        newest = max((e.at for e in log.entries()), default=float("-inf"))
+        carried = UsageLog(old.catalog, privacy=old.privacy, salt=old.salt, max_entries=old.max_entries)
+        # back to an earlier catalog: only what is newer than its log (stored times are rounded to 1 ms)
+        carried.extend(e for e in old.entries() if round(e.at, 3) > newest)
+        try:
+            log.merge(carried)
+        except UsageError as exc:  # a stored log of that catalog with another salt: keep it as it is
+            logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
+        self.recorder.log = log
+        self._save_soon()
+
+    def _save_soon(self) -> None:
+        if isinstance(self.store, InMemoryUsageStore):
+            return  # `log` is the live log; copying it into the store on every entry would cost O(entries)
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(SAVE_DELAY, self.save)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def save(self) -> None:
+        """Write the log to its store now (errors are logged: the gateway goes on serving)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        if not self.enabled or not len(self.recorder.log):
+            return
+        try:
+            self.store.save(self.recorder.log)
+        except (OSError, UsageError) as exc:
+            logger.warning("could not save the usage log: %s", exc)
+
+
+def _save_at_exit(ref: weakref.ReferenceType[GatewayUsage]) -> None:
+    feed = ref()
+    if feed is not None:
+        feed.save()
