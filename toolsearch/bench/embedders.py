@@ -3,8 +3,9 @@
 Each measurement runs in fresh processes: model load, document embedding throughput on a fixed
 number of threads (no cache), single-query embedding latency, the wall and CPU time of a search
 at the largest size, `toolsearch demo` from a cold cache, and a fresh `toolsearch query` process
-on the demo's hybrid index (wall time, query included). The scale rows `vector@sentence-transformers` / `hybrid@sentence-transformers` give
-search latency with query embedding included; this module also renders the issue #14 targets.
+on the demo's hybrid index (wall time, query included). The scale rows
+`vector@sentence-transformers` / `hybrid@sentence-transformers` give search latency with query
+embedding included; this module also renders the issue #14 targets.
 """
 
 from __future__ import annotations
