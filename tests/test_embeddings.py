@@ -100,6 +100,24 @@ def test_numpy_embedder_batches_texts_of_any_length_like_one_at_a_time(minilm: N
     np.testing.assert_allclose(minilm.embed([long]), minilm.embed([long + " and delete the repository"]), atol=1e-6)
 
 
+@pytest.mark.slow
+def test_numpy_embedder_packs_batches_and_threads_without_changing_vectors(
+    minilm: NumpyEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Over 4,096 tokens in all: several packed batches, texts of every length side by side.
+    texts = [f"item {i}: " + "search the catalog for tools that send email " * (1 + i % 12) for i in range(60)]
+    alone = np.vstack([minilm.embed([t]) for t in texts[::7]])
+    together = minilm.embed(texts)
+    np.testing.assert_allclose(together[::7], alone, atol=1e-5)
+    # A query runs on one BLAS thread on a busy machine and on every core on an idle one: same vectors.
+    queries = ["send an email with an attachment", "weather in Paris tomorrow. Also book a table for two"]
+    monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    busy = minilm.embed(queries)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    idle = minilm.embed(queries)
+    np.testing.assert_allclose(busy, idle, atol=1e-5)
+
+
 def test_numpy_embedder_runs_only_what_it_can(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="not a local model folder"):
         NumpyEmbedder("someone/some-hub-model")

@@ -135,6 +135,7 @@ class NumpyEmbedder:
             self.model_id = str(self._folder)
             _check_numpy_model(self._folder)
         self._dimension: int | None = None
+        self._encoder: Any = None  # kept once loaded: each query would otherwise re-read the model's config
 
     def __repr__(self) -> str:
         return f"NumpyEmbedder({self.model_id!r})"
@@ -148,9 +149,11 @@ class NumpyEmbedder:
     @property
     def encoder(self) -> Any:
         """The loaded numpy encoder (loads the weights on first access)."""
-        from ._bert import load_encoder
+        if self._encoder is None:
+            from ._bert import load_encoder
 
-        return load_encoder(self.folder, _max_seq_length(self.folder))
+            self._encoder = load_encoder(self.folder, _max_seq_length(self.folder))
+        return self._encoder
 
     @property
     def dimension(self) -> int:

@@ -1,10 +1,11 @@
 """The embedder section of `bench scale`: numpy MiniLM against sentence-transformers, side by side in one run.
 
 Each measurement runs in fresh processes: model load, document embedding throughput on a fixed
-number of threads (no cache), single-query embedding latency, `toolsearch demo` from a cold
-cache, and a fresh `toolsearch query` process on the demo's hybrid index (wall time, query
-included). The scale rows `vector@sentence-transformers` / `hybrid@sentence-transformers` give
-search latency with query embedding included; this module also renders the issue #14 targets.
+number of threads (no cache), single-query embedding latency, the wall and CPU time of a search
+at the largest size, `toolsearch demo` from a cold cache, and a fresh `toolsearch query` process
+on the demo's hybrid index (wall time, query included). The scale rows
+`vector@sentence-transformers` / `hybrid@sentence-transformers` give search latency with query
+embedding included; this module also renders the issue #14 targets.
 """
 
 from __future__ import annotations
@@ -59,9 +60,60 @@ def compare_embedders(
         row = spawn(spec, work, f"embed-{name}", log, threads)
         log(f"  {row}")
         out["per_embedder"][name] = row
+    log(f"search cost at {len(catalog):,} tools: wall and CPU time per search, a fresh process per row ...")
+    out["search_cost"] = _search_cost(work, embedders, len(catalog), log)
     log("toolsearch demo from a cold cache, then fresh `toolsearch query` processes ...")
     out["cli"] = _cli(work, embedders)
     log(f"  {out['cli']}")
+    return out
+
+
+# Wall time on a shared machine measures the machine's load as much as the search; the CPU time
+# a search costs (every thread of the process) does not wait for the scheduler.
+_SEARCH_COST = """
+import json, os, sys, time
+from toolsearch import ToolIndex
+from toolsearch.embeddings import embedder_for
+folder, arm, *paths = sys.argv[1:]
+index = ToolIndex.load(folder, **({} if arm == "numpy" else {"embedder": embedder_for(arm)}))
+index.backend.warm()
+out = {"load_average": list(os.getloadavg())}
+for label, path in zip(("short", "long"), paths):
+    queries = json.load(open(path))
+    for query in queries[:5]:
+        index.search(query, 10)
+    walls, cpus = [], []
+    for query in queries[5:]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        index.search(query, 10)
+        cpus.append((time.process_time() - c0) * 1000)
+        walls.append((time.perf_counter() - w0) * 1000)
+    walls.sort()
+    cpus.sort()
+    out[label] = {"queries": len(walls), "wall_p50_ms": walls[len(walls) // 2], "cpu_p50_ms": cpus[len(cpus) // 2],
+                  "cpu_p95_ms": cpus[int(0.95 * (len(cpus) - 1))]}
+print(json.dumps(out))
+"""
+
+
+def _search_cost(work: Path, embedders: Sequence[str], size: int, log: Any) -> dict[str, Any]:
+    """Per backend and embedder: the saved index at `size` tools, searched in a fresh process with
+    the scale run's queries (and, for hybrid, its 300-600-character ones); wall and CPU p50."""
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    out: dict[str, Any] = {}
+    for backend in ("vector", "hybrid"):
+        for arm in embedders:
+            system = backend if arm == "numpy" else f"{backend}@{arm}"
+            folder = work / f"index-{system}-{size}"
+            if not folder.is_dir():
+                continue
+            paths = [str(work / "queries.json")] + ([str(work / "queries-long.json")] if backend == "hybrid" else [])
+            _, proc = _run([sys.executable, "-c", _SEARCH_COST, str(folder), arm, *paths], env)
+            if proc.returncode != 0:
+                out[system] = {"error": proc.stderr.strip()[-400:]}
+            else:
+                out[system] = json.loads(proc.stdout.strip().splitlines()[-1])
+            log(f"  {system}: {out[system]}")
     return out
 
 
@@ -214,6 +266,20 @@ def render_markdown(report: dict[str, Any]) -> list[str]:
             f"| {name} | {row['model_load_s']:.2f} | {row['documents_per_s']:.1f} | "
             f"{row['query_embed_p50_ms']:.2f} / {row['query_embed_p95_ms']:.2f} |"
         )
+    cost = section.get("search_cost") or {}
+    if cost:
+        lines += ["", f"Search cost at {int(largest):,} tools, query embedding included: the saved index searched in a "
+                  "fresh process per row, same queries; CPU = the process's CPU time (every thread) per search, "
+                  "which waits for no other process (p50 wall / p50 CPU / p95 CPU ms):", ""]
+        lines += ["| system | queries | load average at start | short queries | 300-600-character queries |",
+                  "|---|---|---|---|---|"]
+        for system, row in cost.items():
+            if "error" in row:
+                lines.append(f"| {system} | error: {row['error'][:100]} | | | |")
+                continue
+            cells = [_cost(row.get(key)) for key in ("short", "long")]
+            load = ", ".join(f"{v:.1f}" for v in row["load_average"])
+            lines.append(f"| {system} | {row['short']['queries']} | {load} | {cells[0]} | {cells[1]} |")
     cli = section.get("cli", {})
     lines += ["", "CLI, fresh processes (wall time, interpreter start and imports included):", ""]
     lines.append(f"- `toolsearch demo` from a cold embedding cache: {cli.get('demo_cold_s', '-')} s; "
@@ -239,3 +305,9 @@ def render_markdown(report: dict[str, Any]) -> list[str]:
 
 def _pair(row: dict[str, Any]) -> str:
     return f"{row['p50_ms']:.2f} / {row['p95_ms']:.2f}" if "p50_ms" in row else "-"
+
+
+def _cost(row: dict[str, Any] | None) -> str:
+    if not row:
+        return "-"
+    return f"{row['wall_p50_ms']:.2f} / {row['cpu_p50_ms']:.2f} / {row['cpu_p95_ms']:.2f}"
