@@ -1,0 +1,76 @@
+"""`toolsearch bench gateway`: a small real run (worker processes, MCP clients), the report, its error checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from toolsearch.bench import gateway as bench
+
+CLIENTS, LOOPS, WARMUP = 3, 2, 1
+
+
+def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "toolsearch", "bench", "gateway", *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = _bench(
+        "--workers", "1,2", "--stores", "memory", "--clients", str(CLIENTS), "--loops", str(LOOPS),
+        "--warmup", str(WARMUP), "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "errors: 0 (target 0) met" in proc.stdout
+    report = json.loads((out / "gateway.json").read_text())
+    assert report["benchmark"] == "gateway"
+    assert [(c["workers"], c["store"], c["routing"]) for c in report["configurations"]] == [
+        (1, "memory", "sticky"),
+        (2, "memory", "sticky"),
+    ]
+    for config in report["configurations"]:
+        assert config["error_total"] == 0, config["error_samples"]
+        assert config["loops"] == CLIENTS * LOOPS  # every timed loop completed, none dropped
+        for op in bench.OPERATIONS:
+            row = config["operations"][op]
+            assert row["n"] == CLIENTS * LOOPS
+            assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert config["ops_per_s"] > 0
+    assert report["targets"]["errors"] == 0 and report["targets"]["errors_met"]
+    markdown = (out / "gateway.md").read_text()
+    assert "| workers | store | routing |" in markdown
+    assert "- Command: `toolsearch bench gateway --workers 1,2 --stores memory" in markdown
+    assert (out / "gateway.png").stat().st_size > 0
+
+
+def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
+    # A query that matches no tool: every search must be reported as failed, and no loop as timed.
+    config = bench.write_config(tmp_path)
+    with bench.gateway_workers(1, config, None, ["--quiet"]) as urls:
+        records, _ = anyio.run(bench.drive_clients, urls, "sticky", 2, ["zzqx vvkq"], WARMUP, LOOPS, None)
+    summary = bench.summarise(records, 1.0)
+    assert summary["errors"]["search"] == 2 * (WARMUP + LOOPS)
+    assert summary["loops"] == 0
+    assert "zzqx vvkq" in summary["error_samples"][0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workers", "0"], "worker counts of at least 1"),
+        (["--workers", "two"], "worker counts as integers"),
+        (["--stores", "memcached"], "stores are memory, redis"),
+        (["--clients", "0"], "must be at least 1"),
+    ],
+)
+def test_bad_arguments_say_what_to_give(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = _bench(*args, "--out", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert not (tmp_path / "gateway.json").exists()

@@ -1,0 +1,743 @@
+"""Gateway benchmark: K concurrent MCP clients over streamable HTTP against 1, 2 and 4 gateway workers.
+
+    toolsearch bench gateway                          # writes benchmarks/results/gateway.{md,json,png}
+    toolsearch bench gateway --clients 4 --loops 5 --workers 1,2   # a quick run
+
+Each configuration starts N `toolsearch mcp serve --transport http` worker processes in front of one
+upstream MCP server per worker (`toolsearch.bench.gateway_upstream`: the bundled 197-tool demo catalog
+over stdio, answering at once, so the figures are the gateway's). K clients, each a real `mcp`
+`ClientSession` over streamable HTTP, all in this process, loop `tool_search` -> `tools/list` ->
+`tools/call` (a tool the search found, with arguments that satisfy its schema), after a warm-up. The
+configurations, in one run:
+
+- **memory** store: a session lives in the worker that created it, so each client is routed to one
+  worker (sticky: client i to worker i mod N), as a load balancer with session affinity would;
+- **redis** store (`--session-store redis://...`, a throwaway `redis-server` on a free port unless
+  `--redis-url` names one): every request goes to the next worker, round-robin per client, through a
+  client-side load balancer (an HTTP transport that rewrites each request's port), so with 2 or more
+  workers no two consecutive requests of a session reach the same worker: the cross-worker path is
+  what is measured.
+
+Every operation is checked: the search must succeed and name tools, the next `tools/list` must hold
+every tool that search found (the session's state followed it to whichever worker answered), and the
+call must reach the upstream with the arguments sent. Anything else counts as an error (target 0).
+Reported per configuration: loops/s and operations/s over the timed phase, and p50/p99 per operation
+as each client measured it; and, per worker count, what Redis adds to each operation's p50 over the
+in-memory store (target: at most 1 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import command_line, log, machine_info, machine_markdown, offline_environment, percentile, write_report
+
+__all__ = ["add_arguments", "main", "run", "render_markdown", "plot_report"]
+
+TARGET_REDIS_EXTRA_P50_MS = 1.0  # what Redis may add to an operation's p50 over the in-memory store
+OPERATIONS = ("search", "list", "call")
+STORES = ("memory", "redis")
+SERVER = "demo"  # the upstream's name in the gateway config: tools are listed as demo__<tool>
+SEARCH_TOOL = "tool_search"
+RESULTS_PER_SEARCH = 3
+_FOUND_LINE = re.compile(r"^- (\S+) \(score", re.MULTILINE)
+_LISTENING = re.compile(r"listening on (\S+)")
+
+
+# --- gateway workers ----------------------------------------------------------------------------------
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment with this toolsearch first on the path, so children run the same code."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": _package_root() + (os.pathsep + path if path else "")}
+
+
+def write_config(folder: Path) -> Path:
+    """The gateway config: one upstream, the bundled demo catalog over stdio."""
+    entry = {
+        "command": sys.executable,
+        "args": ["-m", "toolsearch.bench.gateway_upstream"],
+        "env": {"PYTHONPATH": _package_root()},  # stdio upstreams inherit only a safe subset of the environment
+    }
+    path = folder / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {SERVER: entry}}, indent=2), encoding="utf-8")
+    return path
+
+
+class GatewayWorker:
+    """One `toolsearch mcp serve --transport http` process on a free port; stderr kept for error reports."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.argv = list(argv)
+        self.process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_child_env(),
+        )
+        self.lines: list[str] = []
+        self.url: str | None = None
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip("\n"))
+            found = _LISTENING.search(line)
+            if found and self.url is None:
+                self.url = found.group(1)
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout: float) -> str:
+        self._ready.wait(timeout)
+        if self.url is None:
+            tail = "\n".join(self.lines[-20:])
+            raise RuntimeError(f"gateway worker did not start ({' '.join(self.argv)}):\n{tail}")
+        return self.url
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._reader.join(5)
+
+
+def worker_argv(config: Path, store_url: str | None, options: Sequence[str]) -> list[str]:
+    argv = [sys.executable, "-m", "toolsearch", "mcp", "serve", "--config", str(config)]
+    argv += ["--transport", "http", "--host", "127.0.0.1", "--port", "0", *options]
+    if store_url is not None:
+        argv += ["--session-store", store_url]
+    return argv
+
+
+@contextlib.contextmanager
+def gateway_workers(
+    count: int, config: Path, store_url: str | None, options: Sequence[str], timeout: float = 120
+) -> Iterator[list[str]]:
+    """`count` workers started together; yields their URLs, stops them all on the way out."""
+    workers = [GatewayWorker(worker_argv(config, store_url, options)) for _ in range(count)]
+    try:
+        yield [w.wait_ready(timeout) for w in workers]
+    finally:
+        for w in workers:
+            w.stop()
+
+
+# --- clients ------------------------------------------------------------------------------------------
+
+
+def search_queries(seed: int) -> list[str]:
+    """One query per demo tool: the first clause of its description, as a person would ask for it."""
+    from ..demo import demo_tools
+
+    queries = []
+    for tool in demo_tools():
+        first = re.split(r"[.;:(]", tool.description, maxsplit=1)[0]
+        queries.append(" ".join(first.split()[:8]).lower())
+    random.Random(seed).shuffle(queries)
+    return queries
+
+
+def _round_robin_transport(ports: Sequence[int], start: int) -> Any:
+    """An httpx2 transport that sends each request to the next worker's port: a client-side load balancer."""
+    import httpx2
+
+    class RoundRobin(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.AsyncHTTPTransport()
+            self.turn = itertools.count(start)
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            port = ports[next(self.turn) % len(ports)]
+            request.url = request.url.copy_with(port=port)
+            request.headers["host"] = f"{request.url.host}:{port}"
+            return await self.inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return RoundRobin()
+
+
+@dataclass
+class ClientRecord:
+    """What one client measured: per-operation latencies (ms), loop latencies, and its errors."""
+
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPERATIONS})
+    loops: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=lambda: {op: 0 for op in (*OPERATIONS, "connect")})
+    messages: list[str] = field(default_factory=list)
+
+    def fail(self, op: str, message: str) -> None:
+        self.errors[op] += 1
+        if len(self.messages) < 5:
+            self.messages.append(f"{op}: {message[:300]}")
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+async def run_client(
+    index: int,
+    urls: Sequence[str],
+    routing: str,
+    queries: Sequence[str],
+    warmup: int,
+    loops: int,
+    started: Any,
+    go: Any,
+    record: ClientRecord,
+    session_header: str | None,
+) -> None:
+    """One MCP client: connect, `warmup` untimed loops, wait for the others, `loops` timed loops."""
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from ..providers.scripted import example_arguments
+    from .gateway_upstream import reply_text
+
+    headers = {session_header: f"bench-client-{index}-{uuid.uuid4().hex[:8]}"} if session_header else None
+    timeout = httpx2.Timeout(60.0, read=300.0)
+    if routing == "round-robin":
+        ports = [int(httpx2.URL(u).port or 80) for u in urls]
+        client = httpx2.AsyncClient(transport=_round_robin_transport(ports, index), timeout=timeout, headers=headers)
+        url = urls[index % len(urls)]
+    else:
+        client = httpx2.AsyncClient(timeout=timeout, headers=headers)
+        url = urls[index % len(urls)]
+    turn = itertools.count(index * 7)
+    waiting = [True]
+
+    def arrived() -> None:
+        if waiting[0]:
+            waiting[0] = False
+            started()
+
+    async def one_loop(timed: bool) -> None:
+        query = queries[next(turn) % len(queries)]
+        t0 = time.perf_counter()
+        try:
+            found = await session.call_tool(SEARCH_TOOL, {"query": query, "max_results": RESULTS_PER_SEARCH})
+        except Exception as exc:
+            record.fail("search", f"{type(exc).__name__}: {exc}")
+            return
+        t1 = time.perf_counter()
+        names = _FOUND_LINE.findall(_text(found))
+        if found.is_error or not names:
+            record.fail("search", f"query {query!r}: {_text(found)}")
+            return
+        try:
+            listed = await session.list_tools()
+        except Exception as exc:
+            record.fail("list", f"{type(exc).__name__}: {exc}")
+            return
+        t2 = time.perf_counter()
+        schemas = {tool.name: tool.input_schema for tool in listed.tools}
+        missing = [n for n in names if n not in schemas]
+        if missing:
+            record.fail("list", f"tools/list lacks {missing} that the search just found")
+            return
+        target = names[0]
+        arguments = example_arguments(schemas[target])
+        try:
+            result = await session.call_tool(target, arguments)
+        except Exception as exc:
+            record.fail("call", f"{type(exc).__name__}: {exc}")
+            return
+        t3 = time.perf_counter()
+        expected = reply_text(target.split("__", 1)[-1], arguments)
+        if result.is_error or _text(result) != expected:
+            record.fail("call", f"{target}: {_text(result)}")
+            return
+        if timed:
+            for op, (a, b) in zip(OPERATIONS, ((t0, t1), (t1, t2), (t2, t3)), strict=True):
+                record.latencies[op].append((b - a) * 1000)
+            record.loops.append((t3 - t0) * 1000)
+
+    try:
+        async with (
+            client,
+            streamable_http_client(url, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            for _ in range(warmup):
+                await one_loop(False)
+            arrived()
+            await go.wait()
+            for _ in range(loops):
+                await one_loop(True)
+    except Exception as exc:  # a client that could not connect, or whose connection broke
+        record.fail("connect", f"{type(exc).__name__}: {exc}")
+        arrived()
+
+
+async def drive_clients(
+    urls: Sequence[str],
+    routing: str,
+    clients: int,
+    queries: Sequence[str],
+    warmup: int,
+    loops: int,
+    session_header: str | None,
+) -> tuple[list[ClientRecord], float]:
+    """Run `clients` clients together; the timed phase starts once every client has warmed up."""
+    import anyio
+
+    records = [ClientRecord() for _ in range(clients)]
+    go = anyio.Event()
+    ready = [0]
+    t_start = [0.0]
+
+    def started() -> None:
+        ready[0] += 1
+        if ready[0] == clients:
+            t_start[0] = time.perf_counter()
+            go.set()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(clients):
+            tg.start_soon(run_client, i, urls, routing, queries, warmup, loops, started, go, records[i], session_header)
+    return records, time.perf_counter() - t_start[0]
+
+
+# --- one configuration ------------------------------------------------------------------------------
+
+
+def _stats(samples: Sequence[float]) -> dict[str, Any]:
+    return {
+        "n": len(samples),
+        "p50_ms": round(percentile(samples, 50), 3) if samples else None,
+        "p99_ms": round(percentile(samples, 99), 3) if samples else None,
+        "mean_ms": round(statistics.fmean(samples), 3) if samples else None,
+    }
+
+
+def summarise(records: Sequence[ClientRecord], elapsed: float) -> dict[str, Any]:
+    loops = sum(len(r.loops) for r in records)
+    errors = {op: sum(r.errors[op] for r in records) for op in records[0].errors} if records else {}
+    return {
+        "elapsed_s": round(elapsed, 3),
+        "loops": loops,
+        "loops_per_s": round(loops / elapsed, 2) if elapsed > 0 else None,
+        "ops_per_s": round(len(OPERATIONS) * loops / elapsed, 2) if elapsed > 0 else None,
+        "operations": {op: _stats([x for r in records for x in r.latencies[op]]) for op in OPERATIONS},
+        "loop": _stats([x for r in records for x in r.loops]),
+        "errors": errors,
+        "error_total": sum(errors.values()),
+        "error_samples": [m for r in records for m in r.messages][:10],
+    }
+
+
+def run_configuration(
+    workers: int,
+    store: str,
+    store_url: str | None,
+    config: Path,
+    options: Sequence[str],
+    clients: int,
+    queries: Sequence[str],
+    warmup: int,
+    loops: int,
+    session_header: str | None,
+) -> dict[str, Any]:
+    import anyio
+
+    routing = "round-robin" if store == "redis" else "sticky"
+    with gateway_workers(workers, config, store_url, options) as urls:
+        records, elapsed = anyio.run(drive_clients, urls, routing, clients, queries, warmup, loops, session_header)
+    return {"workers": workers, "store": store, "routing": routing, **summarise(records, elapsed)}
+
+
+# --- the benchmark ----------------------------------------------------------------------------------
+
+
+def _flush(url: str) -> None:
+    """Empty the run's own throwaway Redis between configurations, so each starts alike."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def redis_extra(configs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per worker count: redis p50 minus memory p50, per operation (ms)."""
+    by_key = {(c["workers"], c["store"]): c for c in configs}
+    out: dict[str, dict[str, float]] = {}
+    for (workers, store), row in sorted(by_key.items()):
+        memory = by_key.get((workers, "memory"))
+        if store != "redis" or memory is None:
+            continue
+        extra: dict[str, float] = {}
+        for op in OPERATIONS:
+            a, b = row["operations"][op]["p50_ms"], memory["operations"][op]["p50_ms"]
+            if a is not None and b is not None:
+                extra[op] = round(a - b, 3)
+        out[str(workers)] = extra
+    return out
+
+
+def run(
+    *,
+    workers: Sequence[int] = (1, 2, 4),
+    stores: Sequence[str] = STORES,
+    clients: int = 16,
+    loops: int = 20,
+    warmup: int = 2,
+    seed: int = 0,
+    redis_url: str | None = None,
+    session_header: str | None = None,
+    max_discovered: int | None = 12,
+    log: Any = None,
+) -> dict[str, Any]:
+    """Every (workers, store) configuration in turn; returns the report."""
+    from .sessions import _redis_version, local_redis
+
+    say = log or (lambda message: None)
+    queries = search_queries(seed)
+    options = ["--quiet"]
+    if max_discovered is not None:
+        options += ["--max-discovered", str(max_discovered)]
+    if session_header:
+        options += ["--session-header", session_header]
+    report: dict[str, Any] = {
+        "benchmark": "gateway",
+        "machine": machine_info(),
+        "settings": {
+            "workers": list(workers),
+            "stores": list(stores),
+            "clients": clients,
+            "loops_per_client": loops,
+            "warmup_loops_per_client": warmup,
+            "results_per_search": RESULTS_PER_SEARCH,
+            "max_discovered": max_discovered,
+            "session_header": session_header,
+            "queries": len(queries),
+            "seed": seed,
+            "upstream": "`toolsearch.bench.gateway_upstream`: the demo catalog, 197 tools, over stdio",
+        },
+        "configurations": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="toolsearch-bench-gateway-") as folder, contextlib.ExitStack() as stack:
+        config = write_config(Path(folder))
+        url: str | None = None
+        if "redis" in stores:
+            url = redis_url if redis_url is not None else stack.enter_context(local_redis())
+            if url is None:
+                raise SystemExit(
+                    "bench gateway: the redis store needs a Redis: install redis-server (Debian: apt-get install "
+                    "redis-server) or pass --redis-url; or run --stores memory"
+                )
+            report["redis"] = {"version": _redis_version(url), "given": redis_url is not None}
+        for count in workers:
+            for store in stores:
+                if store == "redis" and redis_url is None and url is not None:
+                    _flush(url)
+                say(f"[{count} worker(s), {store}] {clients} clients x {loops} loops ...")
+                row = run_configuration(
+                    count,
+                    store,
+                    url if store == "redis" else None,
+                    config,
+                    options,
+                    clients,
+                    queries,
+                    warmup,
+                    loops,
+                    session_header,
+                )
+                ops = row["operations"]
+                say(
+                    f"  {row['ops_per_s'] or 0:8.1f} ops/s  "
+                    + "  ".join(f"{op} p50 {ops[op]['p50_ms'] or float('nan'):.2f} ms" for op in OPERATIONS)
+                    + f"  errors {row['error_total']}"
+                )
+                report["configurations"].append(row)
+    report["redis_extra_p50_ms"] = redis_extra(report["configurations"])
+    report["targets"] = targets(report)
+    return report
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    extra = report["redis_extra_p50_ms"]
+    worst = max((v for ops in extra.values() for v in ops.values()), default=None)
+    errors = sum(c["error_total"] for c in report["configurations"])
+    return {
+        "redis_extra_p50_ms_max": worst,
+        "redis_extra_met": None if worst is None else worst <= TARGET_REDIS_EXTRA_P50_MS,
+        "errors": errors,
+        "errors_met": errors == 0,
+    }
+
+
+# --- report -----------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None = None) -> str:
+    s = report["settings"]
+    lines = [
+        "# MCP gateway under concurrent clients: workers and session stores",
+        "",
+        f"{s['clients']} concurrent MCP clients (the `mcp` SDK's `ClientSession` over streamable HTTP, all in the "
+        f"benchmark's process), each looping `tool_search` ({s['results_per_search']} results) -> `tools/list` -> "
+        f"`tools/call` of a found tool: {s['warmup_loops_per_client']} untimed loops, then "
+        f"{s['loops_per_client']} timed loops per client, started together. Gateway workers are separate "
+        "`toolsearch mcp serve --transport http` processes, each with its own upstream "
+        f"({s['upstream']}, answering at once)"
+        + (f", at most {s['max_discovered']} found tools per session" if s["max_discovered"] else "")
+        + ".",
+        "",
+        "- **memory**: in-memory session store, each client sticky to one worker (client i -> worker i mod N).",
+        "- **redis**: `--session-store redis://...`, every request of a client sent to the next worker "
+        "(round-robin, a client-side load balancer), so with 2+ workers consecutive requests of one session "
+        "always change worker.",
+        "",
+    ]
+    if command:
+        lines.append(f"- Command: `{command}`")
+    lines += machine_markdown(report["machine"])
+    redis = report.get("redis")
+    if redis:
+        where = "given by `--redis-url`" if redis["given"] else "a throwaway `redis-server` started for the run"
+        lines.append(f"- Redis {redis['version']} on loopback TCP ({where})")
+    lines += [
+        "",
+        "## Throughput and latency per operation",
+        "",
+        "Latency is wall time in the client per request, in ms; under load it includes queueing in the workers "
+        "and in the client process. Throughput counts timed loops (3 operations each) over the timed phase.",
+        "",
+        "| workers | store | routing | loops/s | ops/s | search p50 / p99 | list p50 / p99 | call p50 / p99 "
+        "| loop p50 | errors |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in report["configurations"]:
+        ops = c["operations"]
+        cells = " | ".join(f"{_ms(ops[op]['p50_ms'])} / {_ms(ops[op]['p99_ms'])}" for op in OPERATIONS)
+        lines.append(
+            f"| {c['workers']} | {c['store']} | {c['routing']} | {c['loops_per_s'] or 0:,.1f} | "
+            f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {c['error_total']} |"
+        )
+    extra = report["redis_extra_p50_ms"]
+    t = report["targets"]
+    if extra:
+        lines += [
+            "",
+            f"## What Redis adds (target: at most {TARGET_REDIS_EXTRA_P50_MS:g} ms p50 per session operation)",
+            "",
+            "Redis p50 minus in-memory p50 at the same worker count, in ms (negative: Redis was faster in this "
+            "run; the difference is then within the run's noise). At 1 worker both route alike; with more, "
+            "the Redis rows also pay for changing worker on every request.",
+            "",
+            "| workers | " + " | ".join(OPERATIONS) + " |",
+            "|---:|" + "---:|" * len(OPERATIONS),
+        ]
+        for workers, ops in extra.items():
+            lines.append(
+                f"| {workers} | " + " | ".join(f"{ops.get(op, float('nan')):+.2f}" for op in OPERATIONS) + " |"
+            )
+        verdict = "met" if t["redis_extra_met"] else "**not met**"
+        lines += ["", f"Largest p50 added by Redis: {t['redis_extra_p50_ms_max']:+.2f} ms; target {verdict}."]
+    lines += [
+        "",
+        "## Errors (target: 0)",
+        "",
+        f"{t['errors']} error(s) in all configurations. An error is a failed request, a search that found nothing, "
+        "a `tools/list` missing a tool the session's search had just found, or a call whose answer was not the "
+        "upstream's answer to the arguments sent.",
+    ]
+    samples = [m for c in report["configurations"] for m in c["error_samples"]]
+    if samples:
+        lines += ["", "First errors:", ""] + [f"- `{m}`" for m in samples[:10]]
+    if plot is not None:
+        lines += ["", f"![throughput and p50 per operation]({plot.name})"]
+    lines += [
+        "",
+        "## Notes",
+        "",
+        f"- The clients share one process and the machine's {report['machine']['cores']} cores with the workers, "
+        "their upstreams and Redis; more workers than cores adds processes to schedule, not parallel speed.",
+        "- Each worker builds its own index of the upstream's tools at start (197 tools, bm25); the timed phase "
+        "starts after every client's warm-up.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(report: dict[str, Any], path: Path) -> None:
+    """Throughput vs workers, and p50 per operation vs workers, one line per store."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = report["configurations"]
+    stores = [s for s in STORES if any(c["store"] == s for c in configs)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for i, store in enumerate(stores):
+        rows = sorted((c for c in configs if c["store"] == store), key=lambda c: c["workers"])
+        xs = [c["workers"] for c in rows]
+        left.plot(xs, [c["ops_per_s"] or 0 for c in rows], marker="o", color=f"C{i}", label=store)
+        for style, op in zip(("-", "--", ":"), OPERATIONS, strict=True):
+            ys = [c["operations"][op]["p50_ms"] for c in rows]
+            right.plot(xs, ys, style, marker="o", color=f"C{i}", label=f"{store}: {op}")
+    workers = sorted({c["workers"] for c in configs})
+    for ax in (left, right):
+        ax.set_xticks(workers)
+        ax.set_xlabel("gateway workers")
+        ax.grid(True, alpha=0.25)
+    left.set_ylabel("operations per second (higher is better)")
+    left.set_title(f"Throughput, {report['settings']['clients']} clients")
+    left.set_ylim(bottom=0)
+    right.set_ylabel("p50 latency, ms (lower is better)")
+    right.set_title("p50 per operation")
+    right.set_ylim(bottom=0)
+    left.legend(fontsize=8, frameon=False)
+    right.legend(fontsize=7, frameon=False, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+# --- command line -------------------------------------------------------------------------------------
+
+
+def _int_list(spec: str) -> list[int]:
+    try:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{spec!r}: give worker counts as integers, e.g. 1,2,4") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{spec!r}: give one or more worker counts of at least 1, e.g. 1,2,4")
+    return values
+
+
+def _store_list(spec: str) -> list[str]:
+    values = [x.strip() for x in spec.split(",") if x.strip()]
+    unknown = [v for v in values if v not in STORES]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(f"{spec!r}: stores are {', '.join(STORES)} (comma-separated)")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers", type=_int_list, default=[1, 2, 4], metavar="LIST", help="worker counts (default 1,2,4)"
+    )
+    parser.add_argument(
+        "--stores", type=_store_list, default=list(STORES), metavar="LIST", help="session stores (default memory,redis)"
+    )
+    parser.add_argument("--clients", type=_positive, default=16, help="concurrent MCP clients (default 16)")
+    parser.add_argument(
+        "--loops", type=_positive, default=20, help="timed search-list-call loops per client (default 20)"
+    )
+    parser.add_argument("--warmup", type=int, default=2, help="untimed loops per client first (default 2)")
+    parser.add_argument(
+        "--max-discovered",
+        type=int,
+        default=12,
+        metavar="N",
+        help="the workers' --max-discovered, bounding each session's tool list (default 12; 0: unbounded)",
+    )
+    parser.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="key sessions by this request header (the workers' --session-header; each client sends its own "
+        "value) instead of the MCP session id",
+    )
+    parser.add_argument(
+        "--redis-url", metavar="URL", help="Redis for the redis store (default: start a local redis-server for the run)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for the query order (default 0)")
+    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="output folder")
+    parser.add_argument("--name", default="gateway", help="file name stem of the report (default gateway)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG chart")
+
+
+def main(args: argparse.Namespace) -> int:
+    quiet = bool(getattr(args, "quiet", False))
+    offline_environment()
+    report = run(
+        workers=args.workers,
+        stores=args.stores,
+        clients=args.clients,
+        loops=args.loops,
+        warmup=max(0, args.warmup),
+        seed=args.seed,
+        redis_url=args.redis_url,
+        session_header=args.session_header,
+        max_discovered=args.max_discovered or None,
+        log=None if quiet else log,
+    )
+    out = Path(args.out)
+    plot = None if args.no_plot else out / f"{args.name}.png"
+    if plot is not None:
+        plot_report(report, plot)
+    markdown = render_markdown(report, command_line("gateway"), plot)
+    write_report(out, args.name, report, markdown, extra=[plot] if plot else [], quiet=quiet)
+    t = report["targets"]
+    for c in report["configurations"]:
+        ops = c["operations"]
+        print(
+            f"{c['workers']} worker(s), {c['store']:6s}: {c['ops_per_s'] or 0:8.1f} ops/s  "
+            + "  ".join(f"{op} p50 {_ms(ops[op]['p50_ms'])} p99 {_ms(ops[op]['p99_ms'])} ms" for op in OPERATIONS)
+            + f"  errors {c['error_total']}"
+        )
+    if t["redis_extra_p50_ms_max"] is not None:
+        verdict = "met" if t["redis_extra_met"] else "NOT met"
+        print(
+            f"redis adds at most {t['redis_extra_p50_ms_max']:+.2f} ms p50 per operation; "
+            f"target <= {TARGET_REDIS_EXTRA_P50_MS:g} ms {verdict}"
+        )
+    print(f"errors: {t['errors']} (target 0) {'met' if t['errors_met'] else 'NOT met'}")
+    return 0 if t["errors_met"] else 1
