@@ -12,7 +12,7 @@ import pytest
 
 from toolsearch.bench import gateway as bench
 
-CLIENTS, LOOPS, WARMUP = 3, 2, 1
+CLIENTS, LOOPS, WARMUP = (1, 3), 2, 1
 
 
 def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -23,23 +23,22 @@ def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = _bench(
-        "--workers", "1,2", "--stores", "memory", "--clients", str(CLIENTS), "--loops", str(LOOPS),
+        "--workers", "1,2", "--stores", "memory", "--clients", ",".join(map(str, CLIENTS)), "--loops", str(LOOPS),
         "--warmup", str(WARMUP), "--out", str(out), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "errors: 0 (target 0) met" in proc.stdout
     report = json.loads((out / "gateway.json").read_text())
     assert report["benchmark"] == "gateway"
-    assert [(c["workers"], c["store"], c["routing"]) for c in report["configurations"]] == [
-        (1, "memory", "sticky"),
-        (2, "memory", "sticky"),
+    assert [(c["workers"], c["store"], c["routing"], c["clients"]) for c in report["configurations"]] == [
+        (workers, "memory", "sticky", clients) for workers in (1, 2) for clients in CLIENTS
     ]
     for config in report["configurations"]:
         assert config["error_total"] == 0, config["error_samples"]
-        assert config["loops"] == CLIENTS * LOOPS  # every timed loop completed, none dropped
+        assert config["loops"] == config["clients"] * LOOPS  # every timed loop completed, none dropped
         for op in bench.OPERATIONS:
             row = config["operations"][op]
-            assert row["n"] == CLIENTS * LOOPS
+            assert row["n"] == config["clients"] * LOOPS
             assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert config["ops_per_s"] > 0
     assert report["targets"]["errors"] == 0 and report["targets"]["errors_met"]
@@ -66,7 +65,8 @@ def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
         (["--workers", "0"], "worker counts of at least 1"),
         (["--workers", "two"], "worker counts as integers"),
         (["--stores", "memcached"], "stores are memory, redis"),
-        (["--clients", "0"], "must be at least 1"),
+        (["--clients", "0"], "client counts of at least 1"),
+        (["--loops", "0"], "must be at least 1"),
     ],
 )
 def test_bad_arguments_say_what_to_give(tmp_path: Path, args: list[str], message: str) -> None:
