@@ -11,9 +11,11 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -21,23 +23,31 @@ import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 
-from .._errors import ToolSearchError
+from .._errors import SessionError, SessionStoreError, ToolSearchError
 from ..catalog import Catalog
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
+from ..stores import InMemorySessionStore, SessionStore
 from ..tools import Tool
+from .identity import MCP_SESSION_HEADER, SessionIdentity, session_key
+from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource, _leaf, error_result, mcp_definition
 
-__all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "DEFAULT_BACKEND", "CALL_TOOL"]
+__all__ = ["Gateway", "serve", "aserve", "add_mcp_arguments", "WorkerSettings", "DEFAULT_BACKEND", "CALL_TOOL"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
 DEFAULT_BACKEND = "bm25"  # starts in milliseconds; "auto" picks hybrid when the vector extra is present
 CALL_TOOL = "call_tool"
+DEFAULT_SESSION_TTL = 3600.0  # stateless sessions have no connection to close them: they end when idle this long
 _SESSION_KEY = "toolsearch.session"
+_SESSION_METHODS = frozenset({"tools/list", "tools/call"})
+# The session view of the request being served: read once before the handler, written once after.
+_CURRENT: ContextVar[Session | None] = ContextVar("toolsearch_gateway_session", default=None)
+T = TypeVar("T")
 _CALL_TOOL_HINT = (
     "If these tools do not appear in your tool list, call them through `{call}` with "
     '{{"name": "<tool name>", "arguments": {{...}}}}.'
@@ -84,6 +94,11 @@ class Gateway:
     search the found tools join that client's tool list and the gateway sends
     `notifications/tools/list_changed`; `call_tool` reaches any tool for clients that ignore list
     changes. Calls go to the owning upstream under its original name; failures are tool errors.
+
+    Stateless workers: with `session_header` set, the HTTP transport keeps nothing per connection;
+    each request names its session by that header (the gateway issues `mcp-session-id` itself when
+    that is the header) and the session lives in `store` (e.g. Redis), so any worker sharing the
+    store answers any request. `board` spreads catalog changes between workers.
     """
 
     def __init__(
@@ -98,12 +113,22 @@ class Gateway:
         metatool: ToolSearchMetaTool | None = None,
         name: str = "toolsearch",
         backend_options: Mapping[str, Any] | None = None,
+        store: SessionStore | None = None,
+        session_header: str | None = None,
+        board: CatalogBoard | None = None,
+        shared_index: SharedIndex | None = None,
     ) -> None:
         self.source = source
         self.index = (
             index if index is not None else ToolIndex.build(source.catalog(), backend, **dict(backend_options or {}))
         )
-        self.sessions = SessionManager(self.index, max_sessions=10_000, max_discovered=max_discovered)
+        self.sessions = SessionManager(self.index, store=store, max_sessions=10_000, max_discovered=max_discovered)
+        self.session_header = None if session_header is None else session_header.strip().lower()
+        self.board = board or CatalogBoard()
+        self.shared_index = shared_index
+        # A networked store's calls block for a round trip: they run on a worker thread, off the event loop.
+        self._offload = not isinstance(self.sessions.store, InMemorySessionStore)
+        self._epoch_seen: str | None = None
         self.metatool = metatool or ToolSearchMetaTool()
         self.call_tool_enabled = call_tool
         self.pinned, unmatched = resolve_pins(pinned, self.index.catalog)
@@ -124,6 +149,12 @@ class Gateway:
         # stateless 2026-07-28 era does not carry; refusing `server/discover` makes modern clients
         # fall back to the initialize handshake (up to 2025-11-25), which has both.
         self.server.add_request_handler("server/discover", types.RequestParams, _no_discover)
+        self.server.middleware.append(self._session_middleware)
+
+    @property
+    def stateless(self) -> bool:
+        """True when sessions are named by a request header rather than kept per connection."""
+        return self.session_header is not None
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -138,8 +169,23 @@ class Gateway:
             text += f" If your tool list does not update, call found tools through `{CALL_TOOL}`."
         return text
 
-    def _session(self, ctx: Any) -> Session:
-        """This connection's session, created on its first request and closed with the connection."""
+    async def _store_call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._offload:
+            return await anyio.to_thread.run_sync(fn, *args)
+        return fn(*args)
+
+    def _session_id(self, ctx: Any) -> str:
+        """The store id of the session a request belongs to."""
+        if self.session_header is not None:
+            headers = getattr(getattr(ctx, "request", None), "headers", None)
+            value = headers.get(self.session_header) if headers is not None else None
+            if not isinstance(value, str) or not value.strip():
+                raise MCPError(
+                    code=INVALID_REQUEST,
+                    message=f"this gateway identifies sessions by the {self.session_header!r} header, which the "
+                    "request lacks; send it on every request",
+                )
+            return session_key(self.session_header, value.strip())
         connection = getattr(ctx.session, "_connection", None)
         state = getattr(connection, "state", None)
         if isinstance(state, dict):
@@ -157,12 +203,57 @@ class Gateway:
             for stale in [s for s in self._clients if s not in live and s != session_id]:
                 del self._clients[stale]
         self._clients[session_id] = ctx.session
-        pins = [n for n in self.pinned if n in self.index.catalog]
-        return self.sessions.get_or_create(session_id, pinned=pins)
+        return str(session_id)
+
+    def _open(self, session_id: str) -> Session:
+        """A view of the session: one store read (two more on its first request, to create it)."""
+        sessions = self.sessions
+        state = sessions.store.get(session_id)
+        if state is None:
+            pins = [n for n in self.pinned if n in self.index.catalog]
+            return sessions.get_or_create(session_id, pinned=pins).view()
+        return Session(sessions, state, snapshot=True).view()
+
+    async def _commit(self, session: Session) -> None:
+        if session._pending:  # nothing changed: no thread hop, no store round trip
+            await self._store_call(session.commit)
+
+    async def _session_middleware(self, ctx: Any, call_next: Any) -> Any:
+        """Around tools/list and tools/call: read the session once before, write it once after.
+
+        The handler works on a view; its changes reach the store in one atomic update (earlier
+        when it notifies the client, see `_notify_changed`). A store that fails leaves the session
+        as it was, and the client gets an error naming the store and saying what to do.
+        """
+        if ctx.method not in _SESSION_METHODS:
+            return await call_next(ctx)
+        try:
+            session = await self._store_call(self._open, self._session_id(ctx))
+            token = _CURRENT.set(session)
+            try:
+                result = await call_next(ctx)
+                await self._commit(session)
+            finally:
+                _CURRENT.reset(token)
+        except SessionError as exc:
+            logger.warning("%s failed: %s", ctx.method, exc)
+            raise MCPError(code=INTERNAL_ERROR, message=_store_failure(exc)) from None
+        return result
+
+    def _session(self, ctx: Any) -> Session:
+        """The session view of the request being served (the middleware opened it)."""
+        current = _CURRENT.get()
+        if current is not None:
+            return current
+        pins = [n for n in self.pinned if n in self.index.catalog]  # outside a request: a plain handle
+        return self.sessions.get_or_create(self._session_id(ctx), pinned=pins)
 
     async def _close(self, session_id: str) -> None:
         self._clients.pop(session_id, None)
-        self.sessions.close(session_id)
+        try:
+            await self._store_call(self.sessions.close, session_id)
+        except SessionStoreError as exc:  # the store's idle expiry ends it instead
+            logger.warning("could not close session %s: %s", session_id, exc)
 
     def _visible(self, session: Session) -> list[Tool]:
         meta = [self.metatool.definition(session)]
@@ -231,6 +322,10 @@ class Gateway:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
     async def _notify_changed(self, ctx: Any) -> None:
+        # Write the change first: a notified client lists its tools next, maybe through another worker.
+        current = _CURRENT.get()
+        if current is not None:
+            await self._commit(current)
         # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
         try:
             await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
@@ -269,14 +364,55 @@ class Gateway:
 
     async def _upstream_changed(self, source: MCPToolSource, server: str) -> None:
         async with self._sync_lock:
-            await anyio.to_thread.run_sync(self.index.sync, source.catalog())
-            self.pinned, _ = resolve_pins(self._pin_patterns, self.index.catalog)
+            await self._apply_catalog(source)
+        try:  # every other worker re-lists its upstreams when it sees this
+            epoch = await anyio.to_thread.run_sync(self.board.publish, self.index.catalog.hash)
+            self._epoch_seen = epoch.token
+        except SessionStoreError as exc:
+            logger.warning("could not tell the other workers about the catalog change: %s", exc)
         for session_id, client in list(self._clients.items()):
             try:
                 with anyio.move_on_after(5):
                     await client.send_tool_list_changed()
             except Exception as exc:  # a gone client must not stop the others
                 logger.debug("could not notify session %s: %s", session_id, exc)
+
+    async def _apply_catalog(self, source: MCPToolSource) -> None:
+        catalog = source.catalog()
+        if self.shared_index is None:
+            await anyio.to_thread.run_sync(self.index.sync, catalog)
+        else:  # the first worker to see the new catalog builds its index; the others load that one
+            shared = self.shared_index
+            index, _ = await anyio.to_thread.run_sync(shared.open, catalog)
+            sessions = self.sessions
+            self.sessions = SessionManager(
+                index, store=sessions.store, max_sessions=10_000, max_discovered=sessions.max_discovered
+            )
+            self.index = index
+        self.pinned, _ = resolve_pins(self._pin_patterns, self.index.catalog)
+
+    async def watch_catalog(self, interval: float = 1.0) -> None:
+        """Poll the board; when another worker saw a catalog change, re-list this worker's upstreams."""
+        failing = False
+        while True:
+            await anyio.sleep(interval)
+            try:
+                epoch = await anyio.to_thread.run_sync(self.board.read)
+            except SessionStoreError as exc:
+                if not failing:
+                    logger.warning("cannot check for catalog changes: %s", exc)
+                failing = True
+                continue
+            failing = False
+            if epoch is None or epoch.token == self._epoch_seen:
+                continue
+            self._epoch_seen = epoch.token
+            if epoch.catalog_hash != self.index.catalog.hash:
+                logger.info("another worker saw the tool catalog change; re-listing the upstream servers")
+                await self.source.refresh()  # a change found calls _upstream_changed
+
+    async def _delete_session(self, session_id: str) -> None:
+        await self._store_call(self.sessions.close, session_id)
 
     # --- transports -------------------------------------------------------------------------------
 
@@ -306,13 +442,30 @@ class Gateway:
             )
 
     def http_app(self, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
-        """A Starlette app serving streamable HTTP at `path` (one session per client)."""
-        return self.server.streamable_http_app(streamable_http_path=path, host=host)
+        """An ASGI app serving streamable HTTP at `path`.
+
+        Per connection (one session per client) by default; stateless when sessions are named by
+        a header, so that any worker sharing the session store can answer any request.
+        """
+        if self.session_header is None:
+            return self.server.streamable_http_app(streamable_http_path=path, host=host)
+        app = self.server.streamable_http_app(streamable_http_path=path, host=host, stateless_http=True)
+        return SessionIdentity(app, header=self.session_header, on_delete=self._delete_session)
 
     async def run_http(
-        self, *, host: str = "127.0.0.1", port: int = 0, path: str = "/mcp", announce: Any = None
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        path: str = "/mcp",
+        announce: Any = None,
+        reuse_port: bool = False,
     ) -> None:
-        """Serve streamable HTTP until cancelled; `announce(url)` is called once the socket listens."""
+        """Serve streamable HTTP until cancelled; `announce(url)` is called once the socket listens.
+
+        `reuse_port` binds with SO_REUSEPORT, so several worker processes listen on one port and
+        the kernel spreads connections between them.
+        """
         import uvicorn
 
         class _Server(uvicorn.Server):
@@ -322,13 +475,14 @@ class Gateway:
 
         app = self.http_app(path=path, host=host)
         server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+        sockets = [_reuse_port_socket(host, port)] if reuse_port else None
 
         failed: list[str] = []
 
         async def run() -> None:
             with anyio.CancelScope(shield=True):  # a cancel asks uvicorn to finish, it is not torn down
                 try:
-                    await server.serve()
+                    await server.serve(sockets=sockets)
                 except SystemExit:  # uvicorn's answer to a port it cannot bind (it logged why)
                     failed.append("bind")
                     server.should_exit = True
@@ -366,6 +520,28 @@ class _GatewayServer(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
+
+
+def _reuse_port_socket(host: str, port: int) -> Any:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ToolSearchError(f"cannot listen on {host}:{port}: {exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _store_failure(exc: BaseException) -> str:
+    if isinstance(exc, SessionStoreError):
+        return f"toolsearch gateway: {exc}. This request changed nothing; retry once the session store answers."
+    return f"toolsearch gateway: {exc}"
 
 
 async def _no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
@@ -407,6 +583,54 @@ def _version() -> str:
 # --- entry points -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a gateway process shares its state: session store, session identity, index folder, workers."""
+
+    session_store: str = "memory"
+    session_header: str | None = None
+    session_ttl: float | None = None
+    index_dir: Path | None = None
+    catalog_poll: float = 1.0
+    reuse_port: bool = False  # set in the worker processes of `--workers N`
+
+    @property
+    def shared_store(self) -> bool:
+        return not _is_memory(self.session_store)
+
+    @property
+    def identity_header(self) -> str | None:
+        """The header naming each request's session, or None for one session per connection."""
+        if self.session_header:
+            return self.session_header
+        return MCP_SESSION_HEADER if self.shared_store else None
+
+
+def _is_memory(url: str) -> bool:
+    return url in ("memory", "memory://")
+
+
+def open_store(settings: WorkerSettings) -> SessionStore | None:
+    """The session store the settings name (None: the gateway's default in-memory store)."""
+    from ..stores import store_from_url
+
+    ttl = settings.session_ttl
+    if not settings.shared_store:
+        return (
+            None
+            if ttl is None and settings.session_header is None
+            else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
+        )
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL)
+    ping = getattr(store, "ping", None)
+    if ping is not None:
+        try:
+            ping()
+        except SessionStoreError as exc:  # start anyway: requests fail clearly until the store is back
+            logger.warning("%s", exc)
+    return store
+
+
 async def aserve(
     config_path: str | Path,
     *,
@@ -420,16 +644,35 @@ async def aserve(
     call_tool: bool = True,
     announce: Any = None,
     errlog: TextIO | None = None,
+    workers: WorkerSettings | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
     """Start the upstream servers, index their tools, and serve the gateway until stopped.
 
-    `errlog` receives the stdio upstream servers' stderr (default: this process's stderr).
+    `errlog` receives the stdio upstream servers' stderr (default: this process's stderr);
+    `workers` says how state is shared with other gateway processes; `options` are further
+    `Gateway` keyword arguments.
     """
     if transport not in ("stdio", "http"):
         raise ToolSearchError(f"unknown transport {transport!r}; use 'stdio' or 'http'")
+    settings = workers or WorkerSettings()
+    if settings.session_header and transport != "http":
+        raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
     try:
         await _serve(
-            config_path, transport, host, port, path, backend, pinned, max_discovered, call_tool, announce, errlog
+            config_path,
+            transport,
+            host,
+            port,
+            path,
+            backend,
+            pinned,
+            max_discovered,
+            call_tool,
+            announce,
+            errlog,
+            settings,
+            dict(options or {}),
         )
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
@@ -450,30 +693,58 @@ async def _serve(
     call_tool: bool,
     announce: Any,
     errlog: TextIO | None,
+    settings: WorkerSettings,
+    options: dict[str, Any],
 ) -> None:
+    from .shared import board_from_url
+
+    store = open_store(settings)
+    board = board_from_url(settings.session_store) if settings.shared_store else CatalogBoard()
     async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         if not source.ready:
             failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
             raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
+        shared = None
+        if settings.index_dir is not None:
+            shared = SharedIndex(settings.index_dir, backend, options.get("backend_options"))
         try:
+            index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
             gateway = await anyio.to_thread.run_sync(
                 lambda: Gateway(
-                    source, backend=backend, pinned=pinned, max_discovered=max_discovered, call_tool=call_tool
+                    source,
+                    backend=backend,
+                    index=index,
+                    pinned=pinned,
+                    max_discovered=max_discovered,
+                    call_tool=call_tool,
+                    store=store,
+                    session_header=settings.identity_header if transport == "http" else None,
+                    board=board,
+                    shared_index=shared,
+                    **options,
                 )
             )
         except ImportError as exc:
             raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
         logger.info(
-            "gateway ready: %d tools from %d servers (%s index)",
+            "gateway ready: %d tools from %d servers (%s index, %s sessions)",
             len(gateway.index),
             len(source.ready),
             gateway.index.backend_name,
+            "stateless, " + settings.session_store if gateway.stateless else "per-connection",
         )
-        if transport == "stdio":
-            await gateway.run_stdio()  # returns when the client closes stdin
-        else:
-            await gateway.run_http(host=host, port=port, path=path, announce=announce)
+        if settings.shared_store:
+            tg.start_soon(gateway.watch_catalog, settings.catalog_poll)
+        try:
+            if transport == "stdio":
+                await gateway.run_stdio()  # returns when the client closes stdin
+            else:
+                await gateway.run_http(
+                    host=host, port=port, path=path, announce=announce, reuse_port=settings.reuse_port
+                )
+        finally:
+            board.close()
         tg.cancel_scope.cancel()
 
 
@@ -507,6 +778,8 @@ def serve(
     max_discovered: int | None = None,
     call_tool: bool = True,
     quiet: bool = False,
+    workers: WorkerSettings | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
     """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
 
@@ -520,9 +793,13 @@ def serve(
         )
         logging.getLogger("mcp").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)
+    child = workers is not None and workers.reuse_port
 
     def announce(url: str) -> None:
-        print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
+        if child:  # one of `--workers N`: the parent announces the port once every worker listens
+            print(f"ready {url}", flush=True)
+        else:
+            print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
 
     _INTERRUPTED.clear()
     with contextlib.ExitStack() as stack:
@@ -541,6 +818,8 @@ def serve(
                 call_tool=call_tool,
                 announce=announce,
                 errlog=errlog,
+                workers=workers,
+                options=options,
             )
         )
     if _INTERRUPTED.is_set():

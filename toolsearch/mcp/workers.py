@@ -1,0 +1,228 @@
+"""`mcp serve --workers N`: N gateway processes on one port (SO_REUSEPORT), started and kept running."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .._errors import ToolSearchError
+from .gateway import WorkerSettings
+
+__all__ = ["add_worker_arguments", "settings_from_args", "check_worker_arguments", "run_workers", "child_argv"]
+
+logger = logging.getLogger("toolsearch.mcp")
+
+_READY_TIMEOUT = 120.0  # a worker builds or loads the index before it listens
+_RESTART_PAUSE = 1.0  # between restarts of a worker that keeps dying
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `mcp serve` that share state between gateway processes."""
+    parser.add_argument(
+        "--session-store",
+        default="memory",
+        metavar="URL",
+        help="where sessions live: memory (default; this process, one session per connection) or "
+        "redis://host:port/db (shared by every worker: any worker answers any request)",
+    )
+    parser.add_argument(
+        "--session-header",
+        default=None,
+        metavar="NAME",
+        help="HTTP: the request header naming a session (default with a shared store: mcp-session-id, "
+        "issued by the gateway; or e.g. a user id header set by an authenticating proxy)",
+    )
+    parser.add_argument(
+        "--session-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end sessions idle this long (default 3600 when sessions outlive connections)",
+    )
+    parser.add_argument(
+        "--index-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a folder shared by the workers: the first builds the index of the catalog there, the others load it",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="HTTP: run N gateway processes on one port (needs a shared --session-store)",
+    )
+    parser.add_argument(
+        "--catalog-poll",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="with a shared store: how often a worker checks whether another saw the tool catalog change",
+    )
+    parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set in worker processes
+
+
+def check_worker_arguments(args: argparse.Namespace) -> None:
+    """Refuse combinations that cannot work, saying what to use instead."""
+    if args.workers < 1:
+        raise ToolSearchError(f"--workers must be at least 1, got {args.workers}")
+    if args.workers > 1 and args.transport != "http":
+        raise ToolSearchError("--workers N serves HTTP: add --transport http")
+    if args.workers > 1 and args.session_store in ("memory", "memory://"):
+        raise ToolSearchError(
+            "--workers N needs a shared --session-store (redis://host:port/db): with the memory store each "
+            "worker would keep its own sessions, and a client's next request could land on a worker that never saw it"
+        )
+    if args.session_header is not None and args.transport != "http":
+        raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
+    if args.session_ttl is not None and args.session_ttl <= 0:
+        raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
+    if args.catalog_poll <= 0:
+        raise ToolSearchError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
+
+
+def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+    return WorkerSettings(
+        session_store=args.session_store,
+        session_header=args.session_header,
+        session_ttl=args.session_ttl,
+        index_dir=args.index_dir,
+        catalog_poll=args.catalog_poll,
+        reuse_port=bool(args.reuse_port),
+    )
+
+
+def child_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, port: int) -> list[str]:
+    """The command line of one worker: the parent's options (all of them, whoever added them), one worker."""
+    argv = [sys.executable, "-m", "toolsearch.mcp"]
+    for action in parser._actions:  # every option, so a flag added later is passed on without a change here
+        if not action.option_strings or action.dest in ("help", "workers", "port", "reuse_port"):
+            continue
+        value = getattr(args, action.dest, None)
+        flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv += [flag] if value else []
+        elif isinstance(action, argparse._StoreFalseAction):
+            argv += [flag] if not value else []
+        elif isinstance(action, argparse._AppendAction):
+            for item in value or []:
+                argv += [flag, str(item)]
+        elif value is not None and value != action.default:
+            argv += [flag, str(value)]
+    if getattr(args, "quiet", False):
+        argv.append("--quiet")
+    return [*argv, "--port", str(port), "--reuse-port"]
+
+
+class _Worker:
+    def __init__(self, argv: Sequence[str], number: int) -> None:
+        self.argv = list(argv)
+        self.number = number
+        self.proc: subprocess.Popen[str] | None = None
+        self.url: str | None = None
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        self.ready.clear()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("ready "):
+                self.url = line.split(" ", 1)[1].strip()
+                self.ready.set()
+        self.ready.set()  # exited: the waiter looks at the return code
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """Bind (without listening) so the port is ours for the workers' lifetime, and learn it when 0."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ToolSearchError(
+            f"cannot listen on {host}:{port}: {exc} (is the port in use? --port 0 picks a free one)"
+        ) from None
+    return sock
+
+
+def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Start `args.workers` gateway processes on one port, restart any that dies, stop them all on a signal.
+
+    A non-listening socket bound with SO_REUSEPORT holds the port; each worker binds its own
+    listening socket to it and the kernel spreads connections between them.
+    """
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ToolSearchError("--workers needs SO_REUSEPORT (Linux, BSD, macOS); run one gateway per port instead")
+    reserved = _reserve_port(args.host, args.port)
+    port = int(reserved.getsockname()[1])
+    argv = child_argv(parser, args, port)
+    workers = [_Worker(argv, i) for i in range(args.workers)]
+    stopping = threading.Event()
+    interrupted: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + _READY_TIMEOUT
+        for worker in workers:
+            worker.ready.wait(max(0.0, deadline - time.monotonic()))
+            if worker.url is None:
+                code = worker.proc.poll() if worker.proc is not None else None
+                raise ToolSearchError(
+                    f"gateway worker {worker.number} did not start (exit code {code}); see its messages above"
+                )
+        url = workers[0].url
+        print(f"toolsearch gateway listening on {url} ({len(workers)} workers)", file=sys.stderr, flush=True)
+        while not stopping.wait(0.2):
+            for worker in workers:
+                if not worker.alive() and not stopping.is_set():
+                    code = worker.proc.returncode if worker.proc is not None else None
+                    logger.warning("gateway worker %d exited (code %s); restarting it", worker.number, code)
+                    time.sleep(_RESTART_PAUSE)
+                    worker.start()
+    finally:
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            if worker.proc is not None:
+                try:
+                    worker.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    worker.proc.kill()
+                    worker.proc.wait(5)
+        reserved.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if signal.SIGINT in interrupted:
+        raise KeyboardInterrupt
+    return 0
