@@ -1,4 +1,4 @@
-"""Gateway benchmark: K concurrent MCP clients over streamable HTTP against 1, 2 and 4 gateway workers.
+"""Gateway benchmark: concurrent MCP clients over streamable HTTP against 1, 2 and 4 gateway workers, per session store.
 
     toolsearch bench gateway                          # writes benchmarks/results/gateway.{md,json,png}
     toolsearch bench gateway --clients 4 --loops 5 --workers 1,2   # a quick run
@@ -10,7 +10,9 @@ over stdio, answering at once, so the figures are the gateway's). K clients, eac
 `tools/call` (a tool the search found, with arguments that satisfy its schema), after a warm-up. The
 configurations, in one run:
 
-- **memory** store: a session lives in the worker that created it, so each client is routed to one
+- **memory** (`mcp serve`'s default: one session per HTTP connection) and **memory-stateless** (the
+  in-memory store, sessions named by the `mcp-session-id` header the gateway issues, the transport of
+  the Redis workers): a session lives in the worker that created it, so each client is routed to one
   worker (sticky: client i to worker i mod N), as a load balancer with session affinity would;
 - **redis** store (`--session-store redis://...`, a throwaway `redis-server` on a free port unless
   `--redis-url` names one): every request goes to the next worker, round-robin per client, through a
@@ -18,12 +20,14 @@ configurations, in one run:
   workers no two consecutive requests of a session reach the same worker: the cross-worker path is
   what is measured.
 
+For each worker count the workers of every configuration run side by side, and the configurations'
+clients take turns (`--rounds`, alternating order), so load from elsewhere falls on all of them alike.
 Every operation is checked: the search must succeed and name tools, the next `tools/list` must hold
 every tool that search found (the session's state followed it to whichever worker answered), and the
 call must reach the upstream with the arguments sent. Anything else counts as an error (target 0).
 Reported per configuration: loops/s and operations/s over the timed phase, and p50/p99 per operation
-as each client measured it; and, per worker count, what Redis adds to each operation's p50 over the
-in-memory store (target: at most 1 ms).
+as each client measured it; and, per worker and client count, what Redis adds to each operation's p50
+over memory-stateless (target: at most 1 ms).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ __all__ = ["add_arguments", "main", "run", "render_markdown", "plot_report"]
 
 TARGET_REDIS_EXTRA_P50_MS = 1.0  # what Redis may add to an operation's p50 over the in-memory store
 OPERATIONS = ("search", "list", "call")
-STORES = ("memory", "redis")
+STORES = ("memory", "memory-stateless", "redis")  # how sessions are kept; see store_arguments
+ROUTING = {"memory": "sticky", "memory-stateless": "sticky", "redis": "round-robin"}
 SERVER = "demo"  # the upstream's name in the gateway config: tools are listed as demo__<tool>
 SEARCH_TOOL = "tool_search"
 RESULTS_PER_SEARCH = 3
@@ -133,25 +138,44 @@ class GatewayWorker:
         self._reader.join(5)
 
 
-def worker_argv(config: Path, store_url: str | None, options: Sequence[str]) -> list[str]:
+def store_arguments(store: str, redis_url: str | None, session_header: str | None) -> list[str]:
+    """The `mcp serve` options of a store configuration.
+
+    memory: the default, one session per HTTP connection (the SDK's stateful streamable HTTP);
+    memory-stateless: the in-memory store with sessions named by a request header (the gateway issues
+    `mcp-session-id`), the transport the Redis workers use, so it is the like-for-like baseline for Redis;
+    redis: sessions in Redis, named by the same header, shared by every worker.
+    """
+    if store == "memory":
+        return []
+    header = ["--session-header", session_header or "mcp-session-id"]
+    if store == "memory-stateless":
+        return header
+    if redis_url is None:
+        raise ValueError("the redis store needs a Redis URL")
+    return ["--session-store", redis_url, *header]
+
+
+def worker_argv(config: Path, store_options: Sequence[str], options: Sequence[str]) -> list[str]:
     argv = [sys.executable, "-m", "toolsearch", "mcp", "serve", "--config", str(config)]
-    argv += ["--transport", "http", "--host", "127.0.0.1", "--port", "0", *options]
-    if store_url is not None:
-        argv += ["--session-store", store_url]
-    return argv
+    return [*argv, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *options, *store_options]
 
 
 @contextlib.contextmanager
 def gateway_workers(
-    count: int, config: Path, store_url: str | None, options: Sequence[str], timeout: float = 120
-) -> Iterator[list[str]]:
-    """`count` workers started together; yields their URLs, stops them all on the way out."""
-    workers = [GatewayWorker(worker_argv(config, store_url, options)) for _ in range(count)]
+    count: int, config: Path, stores: dict[str, list[str]], options: Sequence[str], timeout: float = 120
+) -> Iterator[dict[str, list[str]]]:
+    """`count` workers per store configuration (name -> its `mcp serve` options), all started together;
+    yields each configuration's worker URLs and stops every worker on the way out."""
+    workers: dict[str, list[GatewayWorker]] = {}
     try:
-        yield [w.wait_ready(timeout) for w in workers]
+        for store, store_options in stores.items():
+            workers[store] = [GatewayWorker(worker_argv(config, store_options, options)) for _ in range(count)]
+        yield {store: [w.wait_ready(timeout) for w in group] for store, group in workers.items()}
     finally:
-        for w in workers:
-            w.stop()
+        for group in workers.values():
+            for w in group:
+                w.stop()
 
 
 # --- clients ------------------------------------------------------------------------------------------
@@ -209,19 +233,58 @@ def _text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
+class Phases:
+    """The timed phase in turns: each group of clients (one per store) runs its share of the loops while the
+    others wait, the groups alternating round by round, so machine noise falls on every store alike."""
+
+    def __init__(self, groups: Sequence[str], clients: int, rounds: int) -> None:
+        import anyio
+
+        self.groups, self.clients, self.rounds = list(groups), clients, rounds
+        self.all_ready = anyio.Event()
+        self._arrived = 0
+        self.start = {(g, r): anyio.Event() for g in groups for r in range(rounds)}
+        self.done = {(g, r): anyio.Event() for g in groups for r in range(rounds)}
+        self._finished = dict.fromkeys(self.done, 0)
+        self.elapsed = dict.fromkeys(groups, 0.0)
+
+    def arrived(self) -> None:
+        self._arrived += 1
+        if self._arrived == self.clients * len(self.groups):
+            self.all_ready.set()
+
+    def finished(self, group: str, round_: int) -> None:
+        self._finished[group, round_] += 1
+        if self._finished[group, round_] == self.clients:
+            self.done[group, round_].set()
+
+    async def conduct(self) -> None:
+        await self.all_ready.wait()
+        for r in range(self.rounds):
+            for group in self.groups if r % 2 == 0 else self.groups[::-1]:
+                t0 = time.perf_counter()
+                self.start[group, r].set()
+                await self.done[group, r].wait()
+                self.elapsed[group] += time.perf_counter() - t0
+
+
+def _share(loops: int, rounds: int, r: int) -> int:
+    return loops // rounds + (1 if r < loops % rounds else 0)
+
+
 async def run_client(
     index: int,
+    group: str,
     urls: Sequence[str],
     routing: str,
     queries: Sequence[str],
     warmup: int,
     loops: int,
-    started: Any,
-    go: Any,
+    phases: Phases,
     record: ClientRecord,
     session_header: str | None,
 ) -> None:
-    """One MCP client: connect, `warmup` untimed loops, wait for the others, `loops` timed loops."""
+    """One MCP client: connect, `warmup` untimed loops, then its share of `loops` timed loops in each of its turns."""
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -229,22 +292,16 @@ async def run_client(
     from ..providers.scripted import example_arguments
     from .gateway_upstream import reply_text
 
-    headers = {session_header: f"bench-client-{index}-{uuid.uuid4().hex[:8]}"} if session_header else None
+    headers = {session_header: f"bench-{group}-{index}-{uuid.uuid4().hex[:8]}"} if session_header else None
     timeout = httpx2.Timeout(60.0, read=300.0)
     if routing == "round-robin":
         ports = [int(httpx2.URL(u).port or 80) for u in urls]
         client = httpx2.AsyncClient(transport=_round_robin_transport(ports, index), timeout=timeout, headers=headers)
-        url = urls[index % len(urls)]
     else:
         client = httpx2.AsyncClient(timeout=timeout, headers=headers)
-        url = urls[index % len(urls)]
-    turn = itertools.count(index * 7)
-    waiting = [True]
-
-    def arrived() -> None:
-        if waiting[0]:
-            waiting[0] = False
-            started()
+    url = urls[index % len(urls)]
+    turn = itertools.count(index * 7)  # every group asks the same queries in the same order
+    progress = {"arrived": False, "rounds": 0}
 
     async def one_loop(timed: bool) -> None:
         query = queries[next(turn) % len(queries)]
@@ -296,42 +353,49 @@ async def run_client(
             await session.initialize()
             for _ in range(warmup):
                 await one_loop(False)
-            arrived()
-            await go.wait()
-            for _ in range(loops):
-                await one_loop(True)
+            progress["arrived"] = True
+            phases.arrived()
+            for r in range(phases.rounds):
+                await phases.start[group, r].wait()
+                for _ in range(_share(loops, phases.rounds, r)):
+                    await one_loop(True)
+                progress["rounds"] += 1
+                phases.finished(group, r)
     except Exception as exc:  # a client that could not connect, or whose connection broke
         record.fail("connect", f"{type(exc).__name__}: {exc}")
-        arrived()
+    finally:  # a client that stopped early must not hold up the turns of the others
+        if not progress["arrived"]:
+            phases.arrived()
+        for r in range(int(progress["rounds"]), phases.rounds):
+            phases.finished(group, r)
 
 
 async def drive_clients(
-    urls: Sequence[str],
-    routing: str,
+    groups: dict[str, tuple[list[str], str]],
     clients: int,
     queries: Sequence[str],
     warmup: int,
     loops: int,
+    rounds: int,
     session_header: str | None,
-) -> tuple[list[ClientRecord], float]:
-    """Run `clients` clients together; the timed phase starts once every client has warmed up."""
+) -> dict[str, tuple[list[ClientRecord], float]]:
+    """`clients` clients per group (name -> worker URLs and routing), connected together, timed in turns.
+
+    Returns per group its clients' records and the wall time of its turns.
+    """
     import anyio
 
-    records = [ClientRecord() for _ in range(clients)]
-    go = anyio.Event()
-    ready = [0]
-    t_start = [0.0]
-
-    def started() -> None:
-        ready[0] += 1
-        if ready[0] == clients:
-            t_start[0] = time.perf_counter()
-            go.set()
-
+    phases = Phases(list(groups), clients, max(1, min(rounds, loops)))
+    records = {g: [ClientRecord() for _ in range(clients)] for g in groups}
     async with anyio.create_task_group() as tg:
-        for i in range(clients):
-            tg.start_soon(run_client, i, urls, routing, queries, warmup, loops, started, go, records[i], session_header)
-    return records, time.perf_counter() - t_start[0]
+        tg.start_soon(phases.conduct)
+        for group, (urls, routing) in groups.items():
+            for i in range(clients):
+                tg.start_soon(
+                    run_client, i, group, urls, routing, queries, warmup, loops, phases, records[group][i],
+                    session_header,
+                )  # fmt: skip
+    return {g: (records[g], phases.elapsed[g]) for g in groups}
 
 
 # --- one configuration ------------------------------------------------------------------------------
@@ -362,29 +426,31 @@ def summarise(records: Sequence[ClientRecord], elapsed: float) -> dict[str, Any]
     }
 
 
-def run_configuration(
+def run_worker_count(
     workers: int,
-    store: str,
-    store_url: str | None,
+    stores: dict[str, list[str]],
     config: Path,
     options: Sequence[str],
     clients: Sequence[int],
     queries: Sequence[str],
     warmup: int,
     loops: int,
+    rounds: int,
     session_header: str | None,
 ) -> list[dict[str, Any]]:
-    """Start `workers` workers once and run each client count against them in turn (fresh sessions each)."""
+    """`workers` workers per store (name -> session store URL), all started at once; each client count runs
+    against every store in alternating turns, with new sessions."""
     import anyio
 
-    routing = "round-robin" if store == "redis" else "sticky"
+    routing = {store: ROUTING[store] for store in stores}
     rows: list[dict[str, Any]] = []
-    with gateway_workers(workers, config, store_url, options) as urls:
+    with gateway_workers(workers, config, stores, options) as urls:
+        groups = {store: (urls[store], routing[store]) for store in stores}
         for count in clients:
-            records, elapsed = anyio.run(drive_clients, urls, routing, count, queries, warmup, loops, session_header)
-            rows.append(
-                {"workers": workers, "store": store, "routing": routing, "clients": count} | summarise(records, elapsed)
-            )
+            measured = anyio.run(drive_clients, groups, count, queries, warmup, loops, rounds, session_header)
+            for store, (records, elapsed) in measured.items():
+                base = {"workers": workers, "store": store, "routing": routing[store], "clients": count}
+                rows.append(base | summarise(records, elapsed))
     return rows
 
 
@@ -407,16 +473,21 @@ def _label(workers: int, clients: int) -> str:
 
 
 def redis_extra(configs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per worker and client count: redis p50 minus memory p50, per operation (ms)."""
+    """Per worker and client count: redis p50 minus the in-memory baseline's p50, per operation (ms).
+
+    The baseline is memory-stateless when it was run (same transport, same session identity: only the
+    store and the routing differ), else memory.
+    """
     by_key = {(c["workers"], c["clients"], c["store"]): c for c in configs}
     out: dict[str, dict[str, Any]] = {}
     for (workers, clients, store), row in sorted(by_key.items()):
-        memory = by_key.get((workers, clients, "memory"))
-        if store != "redis" or memory is None:
+        base_name = next((b for b in ("memory-stateless", "memory") if (workers, clients, b) in by_key), None)
+        if store != "redis" or base_name is None:
             continue
-        extra: dict[str, Any] = {"workers": workers, "clients": clients}
+        base = by_key[workers, clients, base_name]
+        extra: dict[str, Any] = {"workers": workers, "clients": clients, "baseline": base_name}
         for op in OPERATIONS:
-            a, b = row["operations"][op]["p50_ms"], memory["operations"][op]["p50_ms"]
+            a, b = row["operations"][op]["p50_ms"], base["operations"][op]["p50_ms"]
             if a is not None and b is not None:
                 extra[op] = round(a - b, 3)
         out[_label(workers, clients)] = extra
@@ -430,6 +501,7 @@ def run(
     clients: Sequence[int] = (1, 16),
     loops: int = 20,
     warmup: int = 2,
+    rounds: int = 4,
     seed: int = 0,
     redis_url: str | None = None,
     session_header: str | None = None,
@@ -444,8 +516,6 @@ def run(
     options = ["--quiet"]
     if max_discovered is not None:
         options += ["--max-discovered", str(max_discovered)]
-    if session_header:
-        options += ["--session-header", session_header]
     report: dict[str, Any] = {
         "benchmark": "gateway",
         "machine": machine_info(),
@@ -455,6 +525,7 @@ def run(
             "clients": list(clients),
             "loops_per_client": loops,
             "warmup_loops_per_client": warmup,
+            "rounds": rounds,
             "results_per_search": RESULTS_PER_SEARCH,
             "max_discovered": max_discovered,
             "session_header": session_header,
@@ -466,6 +537,9 @@ def run(
     }
     with tempfile.TemporaryDirectory(prefix="toolsearch-bench-gateway-") as folder, contextlib.ExitStack() as stack:
         config = write_config(Path(folder))
+        # one index folder for every worker of the run, as a deployment shares it: the first worker builds, the
+        # others load (the catalog is the same in every configuration, so later configurations all load)
+        options += ["--index-dir", str(Path(folder) / "indexes")]
         url: str | None = None
         if "redis" in stores:
             url = redis_url if redis_url is not None else stack.enter_context(local_redis())
@@ -476,30 +550,29 @@ def run(
                 )
             report["redis"] = {"version": _redis_version(url), "given": redis_url is not None}
         for count in workers:
-            for store in stores:
-                if store == "redis" and redis_url is None and url is not None:
-                    _flush(url)
-                say(f"[{count} worker(s), {store}] {'/'.join(map(str, clients))} clients x {loops} loops ...")
-                rows = run_configuration(
-                    count,
-                    store,
-                    url if store == "redis" else None,
-                    config,
-                    options,
-                    clients,
-                    queries,
-                    warmup,
-                    loops,
-                    session_header,
+            if "redis" in stores and redis_url is None and url is not None:
+                _flush(url)
+            say(f"[{count} worker(s) per store] {'/'.join(map(str, clients))} clients x {loops} loops ...")
+            rows = run_worker_count(
+                count,
+                {store: store_arguments(store, url, session_header) for store in stores},
+                config,
+                options,
+                clients,
+                queries,
+                warmup,
+                loops,
+                rounds,
+                session_header,
+            )
+            for row in rows:
+                ops = row["operations"]
+                say(
+                    f"  {row['clients']:3d} clients {row['store']:6s} {row['ops_per_s'] or 0:8.1f} ops/s  "
+                    + "  ".join(f"{op} p50 {_ms(ops[op]['p50_ms'])} ms" for op in OPERATIONS)
+                    + f"  errors {row['error_total']}"
                 )
-                for row in rows:
-                    ops = row["operations"]
-                    say(
-                        f"  {row['clients']:3d} clients {row['ops_per_s'] or 0:8.1f} ops/s  "
-                        + "  ".join(f"{op} p50 {_ms(ops[op]['p50_ms'])} ms" for op in OPERATIONS)
-                        + f"  errors {row['error_total']}"
-                    )
-                report["configurations"].extend(rows)
+            report["configurations"].extend(rows)
     report["redis_extra_p50_ms"] = redis_extra(report["configurations"])
     report["targets"] = targets(report)
     return report
@@ -538,16 +611,22 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
     lines = [
         "# MCP gateway under concurrent clients: workers and session stores",
         "",
-        f"{counts} concurrent MCP clients (the `mcp` SDK's `ClientSession` over streamable HTTP, all in the "
-        f"benchmark's process), each looping `tool_search` ({s['results_per_search']} results) -> `tools/list` -> "
-        f"`tools/call` of a found tool: {s['warmup_loops_per_client']} untimed loops, then "
-        f"{s['loops_per_client']} timed loops per client, started together. Gateway workers are separate "
-        "`toolsearch mcp serve --transport http` processes, each with its own upstream "
-        f"({s['upstream']}, answering at once)"
+        f"{counts} concurrent MCP clients per store configuration (the `mcp` SDK's `ClientSession` over "
+        f"streamable HTTP, all in the benchmark's process), each looping `tool_search` "
+        f"({s['results_per_search']} results) -> `tools/list` -> `tools/call` of a found tool: "
+        f"{s['warmup_loops_per_client']} untimed loops, then {s['loops_per_client']} timed loops per client. "
+        "Gateway workers are separate `toolsearch mcp serve --transport http` processes, each with its own "
+        f"upstream ({s['upstream']}, answering at once)"
         + (f", at most {s['max_discovered']} found tools per session" if s["max_discovered"] else "")
-        + "; each client count runs on the same workers, with new sessions.",
+        + ". For each worker count, the workers of every store configuration run side by side and their clients "
+        f"take turns ({s['rounds']} turns each, alternating order), so load from elsewhere on the machine falls on "
+        "every configuration alike; each client count starts new sessions on the same workers.",
         "",
-        "- **memory**: in-memory session store, each client sticky to one worker (client i -> worker i mod N).",
+        "- **memory**: `mcp serve`'s default: the in-memory store, one session per HTTP connection (the SDK's "
+        "stateful streamable HTTP); each client sticky to one worker (client i -> worker i mod N).",
+        "- **memory-stateless**: the in-memory store with sessions named by the `mcp-session-id` header the "
+        "gateway issues (`--session-header mcp-session-id`), the transport Redis workers use; sticky. The "
+        "like-for-like baseline for Redis.",
         "- **redis**: `--session-store redis://...`, every request of a client sent to the next worker "
         "(round-robin, a client-side load balancer), so with 2+ workers consecutive requests of one session "
         "always change worker.",
@@ -585,8 +664,9 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
             "",
             f"## What Redis adds (target: at most {TARGET_REDIS_EXTRA_P50_MS:g} ms p50 per session operation)",
             "",
-            "Redis p50 minus in-memory p50 at the same worker and client count, in ms (negative: Redis was faster "
-            "in this run, i.e. the difference is within the run's noise). At 1 worker both route alike; with more, "
+            "Redis p50 minus the in-memory baseline's p50 (memory-stateless when it ran) at the same worker and "
+            "client count, in ms (negative: Redis was faster in this run, i.e. the difference is within the run's "
+            "noise). At 1 worker both route alike; with more, "
             "the Redis rows also pay for changing worker on every request. One client measures the added latency "
             "itself; many clients add queueing, which Redis lengthens by its own CPU time.",
             "",
@@ -717,7 +797,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="worker counts (default 1,2,4)",
     )
     parser.add_argument(
-        "--stores", type=_store_list, default=list(STORES), metavar="LIST", help="session stores (default memory,redis)"
+        "--stores",
+        type=_store_list,
+        default=list(STORES),
+        metavar="LIST",
+        help="store configurations: memory (per connection), memory-stateless, redis (default: all three)",
     )
     parser.add_argument(
         "--clients",
@@ -730,6 +814,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--loops", type=_positive, default=20, help="timed search-list-call loops per client (default 20)"
     )
     parser.add_argument("--warmup", type=int, default=2, help="untimed loops per client first (default 2)")
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=4,
+        help="turns per store: the stores' clients take turns, each running its share of the loops (default 4)",
+    )
     parser.add_argument(
         "--max-discovered",
         type=int,
@@ -761,6 +851,7 @@ def main(args: argparse.Namespace) -> int:
         clients=args.clients,
         loops=args.loops,
         warmup=max(0, args.warmup),
+        rounds=args.rounds,
         seed=args.seed,
         redis_url=args.redis_url,
         session_header=args.session_header,
