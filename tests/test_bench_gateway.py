@@ -9,10 +9,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from redis_server import require_redis
 
 from toolsearch.bench import gateway as bench
 
 CLIENTS, LOOPS, WARMUP = (1, 3), 2, 1
+STORES = ("memory", "memory-stateless", "redis")
 
 
 def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -21,18 +23,20 @@ def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
+    require_redis()  # the bench starts its own redis-server from this binary
     out = tmp_path / "results"
     proc = _bench(
-        "--workers", "1,2", "--stores", "memory", "--clients", ",".join(map(str, CLIENTS)), "--loops", str(LOOPS),
-        "--warmup", str(WARMUP), "--out", str(out), cwd=tmp_path,
+        "--workers", "1,2", "--clients", ",".join(map(str, CLIENTS)), "--loops", str(LOOPS),
+        "--warmup", str(WARMUP), "--rounds", "2", "--out", str(out), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "errors: 0 (target 0) met" in proc.stdout
     report = json.loads((out / "gateway.json").read_text())
     assert report["benchmark"] == "gateway"
-    assert [(c["workers"], c["store"], c["routing"], c["clients"]) for c in report["configurations"]] == [
-        (workers, "memory", "sticky", clients) for workers in (1, 2) for clients in CLIENTS
-    ]
+    assert report["redis"]["given"] is False
+    expected = {(w, store, bench.ROUTING[store], k) for w in (1, 2) for store in STORES for k in CLIENTS}
+    got = [(c["workers"], c["store"], c["routing"], c["clients"]) for c in report["configurations"]]
+    assert sorted(got) == sorted(expected)
     for config in report["configurations"]:
         assert config["error_total"] == 0, config["error_samples"]
         assert config["loops"] == config["clients"] * LOOPS  # every timed loop completed, none dropped
@@ -41,18 +45,30 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
             assert row["n"] == config["clients"] * LOOPS
             assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert config["ops_per_s"] > 0
+        served = config["requests_per_worker"]
+        assert len(served) == config["workers"]
+        if config["routing"] == "round-robin" or config["clients"] > 1:  # every worker took part
+            assert all(n > 0 for n in served), served
+    # what Redis adds is reported against the like-for-like baseline, per worker and client count
+    extra = report["redis_extra_p50_ms"]
+    assert {(r["workers"], r["clients"]) for r in extra.values()} == {(w, k) for w in (1, 2) for k in CLIENTS}
+    assert {r["baseline"] for r in extra.values()} == {"memory-stateless"}
+    assert set(report["targets"]["redis_extra_p50_ms_max_by_clients"]) == {str(k) for k in CLIENTS}
     assert report["targets"]["errors"] == 0 and report["targets"]["errors_met"]
     markdown = (out / "gateway.md").read_text()
-    assert "| workers | store | routing |" in markdown
-    assert "- Command: `toolsearch bench gateway --workers 1,2 --stores memory" in markdown
+    assert "| clients | workers | store | routing |" in markdown
+    assert "## What Redis adds" in markdown
+    assert "- Command: `toolsearch bench gateway --workers 1,2 --clients 1,3" in markdown
     assert (out / "gateway.png").stat().st_size > 0
 
 
 def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
     # A query that matches no tool: every search must be reported as failed, and no loop as timed.
     config = bench.write_config(tmp_path)
-    with bench.gateway_workers(1, config, None, ["--quiet"]) as urls:
-        records, _ = anyio.run(bench.drive_clients, urls, "sticky", 2, ["zzqx vvkq"], WARMUP, LOOPS, None)
+    with bench.gateway_workers(1, config, {"memory": []}, ["--quiet"]) as urls:
+        groups = {"memory": (urls["memory"], "sticky")}
+        measured = anyio.run(bench.drive_clients, groups, 2, ["zzqx vvkq"], WARMUP, LOOPS, 2, None)
+    records, _, _ = measured["memory"]
     summary = bench.summarise(records, 1.0)
     assert summary["errors"]["search"] == 2 * (WARMUP + LOOPS)
     assert summary["loops"] == 0
@@ -64,7 +80,7 @@ def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
     [
         (["--workers", "0"], "worker counts of at least 1"),
         (["--workers", "two"], "worker counts as integers"),
-        (["--stores", "memcached"], "stores are memory, redis"),
+        (["--stores", "memcached"], "stores are memory, memory-stateless, redis"),
         (["--clients", "0"], "client counts of at least 1"),
         (["--loops", "0"], "must be at least 1"),
     ],

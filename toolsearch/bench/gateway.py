@@ -193,25 +193,30 @@ def search_queries(seed: int) -> list[str]:
     return queries
 
 
-def _round_robin_transport(ports: Sequence[int], start: int) -> Any:
-    """An httpx2 transport that sends each request to the next worker's port: a client-side load balancer."""
+def _routing_transport(ports: Sequence[int], start: int, round_robin: bool, served: list[int]) -> Any:
+    """An httpx2 transport that picks each request's worker: a client-side load balancer.
+
+    Round-robin sends each request to the next worker's port; sticky sends all of a client's requests to
+    worker `start mod N`. `served[i]` counts the HTTP requests sent to worker i.
+    """
     import httpx2
 
-    class RoundRobin(httpx2.AsyncBaseTransport):
+    class Balancer(httpx2.AsyncBaseTransport):
         def __init__(self) -> None:
             self.inner = httpx2.AsyncHTTPTransport()
             self.turn = itertools.count(start)
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            port = ports[next(self.turn) % len(ports)]
-            request.url = request.url.copy_with(port=port)
-            request.headers["host"] = f"{request.url.host}:{port}"
+            i = (next(self.turn) if round_robin else start) % len(ports)
+            served[i] += 1
+            request.url = request.url.copy_with(port=ports[i])
+            request.headers["host"] = f"{request.url.host}:{ports[i]}"
             return await self.inner.handle_async_request(request)
 
         async def aclose(self) -> None:
             await self.inner.aclose()
 
-    return RoundRobin()
+    return Balancer()
 
 
 @dataclass
@@ -283,6 +288,7 @@ async def run_client(
     phases: Phases,
     record: ClientRecord,
     session_header: str | None,
+    served: list[int],
 ) -> None:
     """One MCP client: connect, `warmup` untimed loops, then its share of `loops` timed loops in each of its turns."""
     import httpx2
@@ -294,11 +300,9 @@ async def run_client(
 
     headers = {session_header: f"bench-{group}-{index}-{uuid.uuid4().hex[:8]}"} if session_header else None
     timeout = httpx2.Timeout(60.0, read=300.0)
-    if routing == "round-robin":
-        ports = [int(httpx2.URL(u).port or 80) for u in urls]
-        client = httpx2.AsyncClient(transport=_round_robin_transport(ports, index), timeout=timeout, headers=headers)
-    else:
-        client = httpx2.AsyncClient(timeout=timeout, headers=headers)
+    ports = [int(httpx2.URL(u).port or 80) for u in urls]
+    transport = _routing_transport(ports, index, routing == "round-robin", served)
+    client = httpx2.AsyncClient(transport=transport, timeout=timeout, headers=headers)
     url = urls[index % len(urls)]
     turn = itertools.count(index * 7)  # every group asks the same queries in the same order
     progress = {"arrived": False, "rounds": 0}
@@ -378,24 +382,25 @@ async def drive_clients(
     loops: int,
     rounds: int,
     session_header: str | None,
-) -> dict[str, tuple[list[ClientRecord], float]]:
+) -> dict[str, tuple[list[ClientRecord], float, list[int]]]:
     """`clients` clients per group (name -> worker URLs and routing), connected together, timed in turns.
 
-    Returns per group its clients' records and the wall time of its turns.
+    Returns per group its clients' records, the wall time of its turns, and the HTTP requests each worker got.
     """
     import anyio
 
     phases = Phases(list(groups), clients, max(1, min(rounds, loops)))
     records = {g: [ClientRecord() for _ in range(clients)] for g in groups}
+    served = {g: [0] * len(urls) for g, (urls, _) in groups.items()}
     async with anyio.create_task_group() as tg:
         tg.start_soon(phases.conduct)
         for group, (urls, routing) in groups.items():
             for i in range(clients):
                 tg.start_soon(
                     run_client, i, group, urls, routing, queries, warmup, loops, phases, records[group][i],
-                    session_header,
+                    session_header, served[group],
                 )  # fmt: skip
-    return {g: (records[g], phases.elapsed[g]) for g in groups}
+    return {g: (records[g], phases.elapsed[g], served[g]) for g in groups}
 
 
 # --- one configuration ------------------------------------------------------------------------------
@@ -448,9 +453,9 @@ def run_worker_count(
         groups = {store: (urls[store], routing[store]) for store in stores}
         for count in clients:
             measured = anyio.run(drive_clients, groups, count, queries, warmup, loops, rounds, session_header)
-            for store, (records, elapsed) in measured.items():
+            for store, (records, elapsed, served) in measured.items():
                 base = {"workers": workers, "store": store, "routing": routing[store], "clients": count}
-                rows.append(base | summarise(records, elapsed))
+                rows.append(base | summarise(records, elapsed) | {"requests_per_worker": served})
     return rows
 
 
@@ -647,15 +652,16 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
         "workers and in the client process. Throughput counts timed loops (3 operations each) over the timed phase.",
         "",
         "| clients | workers | store | routing | loops/s | ops/s | search p50 / p99 | list p50 / p99 "
-        "| call p50 / p99 | loop p50 | errors |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| call p50 / p99 | loop p50 | errors | HTTP requests per worker |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c in sorted(report["configurations"], key=lambda c: (c["clients"], c["workers"], STORES.index(c["store"]))):
         ops = c["operations"]
         cells = " | ".join(f"{_ms(ops[op]['p50_ms'])} / {_ms(ops[op]['p99_ms'])}" for op in OPERATIONS)
         lines.append(
             f"| {c['clients']} | {c['workers']} | {c['store']} | {c['routing']} | {c['loops_per_s'] or 0:,.1f} | "
-            f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {c['error_total']} |"
+            f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {c['error_total']} | "
+            f"{' / '.join(str(n) for n in c.get('requests_per_worker', []))} |"
         )
     extra = report["redis_extra_p50_ms"]
     t = report["targets"]
