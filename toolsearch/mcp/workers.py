@@ -197,7 +197,12 @@ def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         for worker in workers:
             worker.ready.wait(max(0.0, deadline - time.monotonic()))
             if worker.url is None:
-                code = worker.proc.poll() if worker.proc is not None else None
+                code = None
+                if worker.proc is not None:
+                    try:
+                        code = worker.proc.wait(5)
+                    except subprocess.TimeoutExpired:  # alive but silent past the deadline
+                        pass
                 raise ToolSearchError(
                     f"gateway worker {worker.number} did not start (exit code {code}); see its messages above"
                 )
