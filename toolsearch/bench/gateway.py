@@ -504,9 +504,9 @@ def run(
     workers: Sequence[int] = (1, 2, 4),
     stores: Sequence[str] = STORES,
     clients: Sequence[int] = (1, 16),
-    loops: int = 20,
+    loops: int = 30,
     warmup: int = 2,
-    rounds: int = 4,
+    rounds: int = 10,
     seed: int = 0,
     redis_url: str | None = None,
     session_header: str | None = None,
@@ -578,6 +578,8 @@ def run(
                     + f"  errors {row['error_total']}"
                 )
             report["configurations"].extend(rows)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    report["load_average_at_end"] = [round(x, 2) for x in load] if load else None
     report["redis_extra_p50_ms"] = redis_extra(report["configurations"])
     report["targets"] = targets(report)
     return report
@@ -644,6 +646,8 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
     if redis:
         where = "given by `--redis-url`" if redis["given"] else "a throwaway `redis-server` started for the run"
         lines.append(f"- Redis {redis['version']} on loopback TCP ({where})")
+    if report.get("load_average_at_end"):
+        lines.append(f"- Load average at the end (1/5/15 min): {report['load_average_at_end']}")
     lines += [
         "",
         "## Throughput and latency per operation",
@@ -817,14 +821,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="concurrent MCP clients, one run per count on the same workers (default 1,16)",
     )
     parser.add_argument(
-        "--loops", type=_positive, default=20, help="timed search-list-call loops per client (default 20)"
+        "--loops", type=_positive, default=30, help="timed search-list-call loops per client (default 30)"
     )
     parser.add_argument("--warmup", type=int, default=2, help="untimed loops per client first (default 2)")
     parser.add_argument(
         "--rounds",
         type=_positive,
-        default=4,
-        help="turns per store: the stores' clients take turns, each running its share of the loops (default 4)",
+        default=10,
+        help="turns per store: the stores' clients take turns, each running its share of the loops (default 10)",
     )
     parser.add_argument(
         "--max-discovered",
