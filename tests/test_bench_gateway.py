@@ -65,10 +65,10 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
 def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
     # A query that matches no tool: every search must be reported as failed, and no loop as timed.
     config = bench.write_config(tmp_path)
-    with bench.gateway_workers(1, config, {"memory": []}, ["--quiet"]) as urls:
-        groups = {"memory": (urls["memory"], "sticky")}
+    with bench.gateway_workers(1, config, {"memory": []}, ["--quiet"]) as started:
+        groups = {"memory": ([w.url or "" for w in started["memory"]], "sticky")}
         measured = anyio.run(bench.drive_clients, groups, 2, ["zzqx vvkq"], WARMUP, LOOPS, 2, None)
-    records, _, _ = measured["memory"]
+    records, _, _, _ = measured["memory"]
     summary = bench.summarise(records, 1.0)
     assert summary["errors"]["search"] == 2 * (WARMUP + LOOPS)
     assert summary["loops"] == 0

@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,10 @@ class GatewayWorker:
             raise RuntimeError(f"gateway worker did not start ({' '.join(self.argv)}):\n{tail}")
         return self.url
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -164,14 +168,17 @@ def worker_argv(config: Path, store_options: Sequence[str], options: Sequence[st
 @contextlib.contextmanager
 def gateway_workers(
     count: int, config: Path, stores: dict[str, list[str]], options: Sequence[str], timeout: float = 120
-) -> Iterator[dict[str, list[str]]]:
+) -> Iterator[dict[str, list[GatewayWorker]]]:
     """`count` workers per store configuration (name -> its `mcp serve` options), all started together;
-    yields each configuration's worker URLs and stops every worker on the way out."""
+    yields each configuration's workers once they listen (`url`) and stops every worker on the way out."""
     workers: dict[str, list[GatewayWorker]] = {}
     try:
         for store, store_options in stores.items():
             workers[store] = [GatewayWorker(worker_argv(config, store_options, options)) for _ in range(count)]
-        yield {store: [w.wait_ready(timeout) for w in group] for store, group in workers.items()}
+        for group in workers.values():
+            for w in group:
+                w.wait_ready(timeout)
+        yield workers
     finally:
         for group in workers.values():
             for w in group:
@@ -238,11 +245,43 @@ def _text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process (all its threads), from /proc; None where there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def redis_cpu_seconds(url: str) -> float | None:
+    """The Redis server's own CPU time (INFO cpu: used_cpu_user + used_cpu_sys)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        info = client.info("cpu")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    return float(info.get("used_cpu_user", 0.0)) + float(info.get("used_cpu_sys", 0.0))
+
+
+CpuProbe = Callable[[], dict[str, float | None]]
+
+
 class Phases:
     """The timed phase in turns: each group of clients (one per store) runs its share of the loops while the
     others wait, the groups alternating round by round, so machine noise falls on every store alike."""
 
-    def __init__(self, groups: Sequence[str], clients: int, rounds: int) -> None:
+    def __init__(
+        self, groups: Sequence[str], clients: int, rounds: int, cpu: dict[str, CpuProbe] | None = None
+    ) -> None:
         import anyio
 
         self.groups, self.clients, self.rounds = list(groups), clients, rounds
@@ -252,6 +291,8 @@ class Phases:
         self.done = {(g, r): anyio.Event() for g in groups for r in range(rounds)}
         self._finished = dict.fromkeys(self.done, 0)
         self.elapsed = dict.fromkeys(groups, 0.0)
+        self.cpu_probes = cpu or {}
+        self.cpu: dict[str, dict[str, float | None]] = {g: {} for g in groups}
 
     def arrived(self) -> None:
         self._arrived += 1
@@ -267,10 +308,18 @@ class Phases:
         await self.all_ready.wait()
         for r in range(self.rounds):
             for group in self.groups if r % 2 == 0 else self.groups[::-1]:
+                probe = self.cpu_probes.get(group)
+                before = probe() if probe else {}
                 t0 = time.perf_counter()
                 self.start[group, r].set()
                 await self.done[group, r].wait()
                 self.elapsed[group] += time.perf_counter() - t0
+                # CPU the group's processes spent during its turn (the other groups' clients were idle)
+                after = probe() if probe else {}
+                for key, value in after.items():
+                    start, total = before.get(key), self.cpu[group].get(key, 0.0)
+                    ok = value is not None and start is not None and total is not None
+                    self.cpu[group][key] = total + value - start if ok else None  # type: ignore[operator]
 
 
 def _share(loops: int, rounds: int, r: int) -> int:
@@ -382,14 +431,16 @@ async def drive_clients(
     loops: int,
     rounds: int,
     session_header: str | None,
-) -> dict[str, tuple[list[ClientRecord], float, list[int]]]:
+    cpu: dict[str, CpuProbe] | None = None,
+) -> dict[str, tuple[list[ClientRecord], float, list[int], dict[str, float | None]]]:
     """`clients` clients per group (name -> worker URLs and routing), connected together, timed in turns.
 
-    Returns per group its clients' records, the wall time of its turns, and the HTTP requests each worker got.
+    Returns per group its clients' records, the wall time of its turns, the HTTP requests each worker got, and
+    the CPU seconds its `cpu` probe measured over its turns.
     """
     import anyio
 
-    phases = Phases(list(groups), clients, max(1, min(rounds, loops)))
+    phases = Phases(list(groups), clients, max(1, min(rounds, loops)), cpu)
     records = {g: [ClientRecord() for _ in range(clients)] for g in groups}
     served = {g: [0] * len(urls) for g, (urls, _) in groups.items()}
     async with anyio.create_task_group() as tg:
@@ -400,7 +451,7 @@ async def drive_clients(
                     run_client, i, group, urls, routing, queries, warmup, loops, phases, records[group][i],
                     session_header, served[group],
                 )  # fmt: skip
-    return {g: (records[g], phases.elapsed[g], served[g]) for g in groups}
+    return {g: (records[g], phases.elapsed[g], served[g], phases.cpu[g]) for g in groups}
 
 
 # --- one configuration ------------------------------------------------------------------------------
@@ -431,6 +482,29 @@ def summarise(records: Sequence[ClientRecord], elapsed: float) -> dict[str, Any]
     }
 
 
+def _cpu_probe(workers: Sequence[GatewayWorker], redis_url: str | None) -> CpuProbe:
+    pids = [w.pid for w in workers]
+
+    def probe() -> dict[str, float | None]:
+        times = [process_cpu_seconds(pid) for pid in pids]
+        out: dict[str, float | None] = {"gateway": None if None in times else sum(t or 0.0 for t in times)}
+        if redis_url is not None:
+            out["redis"] = redis_cpu_seconds(redis_url)
+        return out
+
+    return probe
+
+
+def _cpu_per_operation(cpu: dict[str, float | None], operations: int) -> dict[str, float | None]:
+    """CPU seconds over the turns -> ms per operation, per process kind, and their total."""
+    out: dict[str, float | None] = {}
+    for key, seconds in cpu.items():
+        out[f"{key}_ms_per_op"] = round(seconds * 1000 / operations, 3) if seconds is not None and operations else None
+    parts = list(out.values())
+    out["total_ms_per_op"] = None if not parts or None in parts else round(sum(p or 0.0 for p in parts), 3)
+    return out
+
+
 def run_worker_count(
     workers: int,
     stores: dict[str, list[str]],
@@ -442,6 +516,7 @@ def run_worker_count(
     loops: int,
     rounds: int,
     session_header: str | None,
+    redis_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """`workers` workers per store (name -> session store URL), all started at once; each client count runs
     against every store in alternating turns, with new sessions."""
@@ -449,13 +524,15 @@ def run_worker_count(
 
     routing = {store: ROUTING[store] for store in stores}
     rows: list[dict[str, Any]] = []
-    with gateway_workers(workers, config, stores, options) as urls:
-        groups = {store: (urls[store], routing[store]) for store in stores}
+    with gateway_workers(workers, config, stores, options) as started:
+        groups = {store: ([w.url or "" for w in started[store]], routing[store]) for store in stores}
+        probes = {store: _cpu_probe(started[store], redis_url if store == "redis" else None) for store in stores}
         for count in clients:
-            measured = anyio.run(drive_clients, groups, count, queries, warmup, loops, rounds, session_header)
-            for store, (records, elapsed, served) in measured.items():
-                base = {"workers": workers, "store": store, "routing": routing[store], "clients": count}
-                rows.append(base | summarise(records, elapsed) | {"requests_per_worker": served})
+            measured = anyio.run(drive_clients, groups, count, queries, warmup, loops, rounds, session_header, probes)
+            for store, (records, elapsed, served, cpu) in measured.items():
+                base: dict[str, Any] = {"workers": workers, "store": store, "routing": routing[store], "clients": count}
+                row = base | summarise(records, elapsed) | {"requests_per_worker": served}
+                rows.append(row | {"cpu": _cpu_per_operation(cpu, row["loops"] * len(OPERATIONS))})
     return rows
 
 
@@ -495,6 +572,8 @@ def redis_extra(configs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             a, b = row["operations"][op]["p50_ms"], base["operations"][op]["p50_ms"]
             if a is not None and b is not None:
                 extra[op] = round(a - b, 3)
+        cpu, base_cpu = row.get("cpu", {}).get("total_ms_per_op"), base.get("cpu", {}).get("total_ms_per_op")
+        extra["cpu_ms_per_op"] = None if cpu is None or base_cpu is None else round(cpu - base_cpu, 3)
         out[_label(workers, clients)] = extra
     return out
 
@@ -569,6 +648,7 @@ def run(
                 loops,
                 rounds,
                 session_header,
+                url,
             )
             for row in rows:
                 ops = row["operations"]
@@ -596,7 +676,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             by_clients[key] = max(by_clients.get(key, worst), worst)
     overall = max(by_clients.values(), default=None)
     errors = sum(c["error_total"] for c in report["configurations"])
+    cpu = [
+        row["cpu_ms_per_op"] for row in report["redis_extra_p50_ms"].values() if row.get("cpu_ms_per_op") is not None
+    ]
     return {
+        "redis_extra_cpu_ms_per_op_max": max(cpu, default=None),
         "redis_extra_p50_ms_max": overall,
         "redis_extra_p50_ms_max_by_clients": by_clients,
         "redis_extra_met": None if overall is None else overall <= TARGET_REDIS_EXTRA_P50_MS,
@@ -610,6 +694,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def _cpu_cell(cpu: dict[str, Any]) -> str:
+    gateway, redis = cpu.get("gateway_ms_per_op"), cpu.get("redis_ms_per_op")
+    if gateway is None:
+        return "n/a"
+    return f"{gateway:.2f}" + (f" + {redis:.2f}" if redis is not None else "")
 
 
 def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None = None) -> str:
@@ -656,15 +747,16 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
         "workers and in the client process. Throughput counts timed loops (3 operations each) over the timed phase.",
         "",
         "| clients | workers | store | routing | loops/s | ops/s | search p50 / p99 | list p50 / p99 "
-        "| call p50 / p99 | loop p50 | errors | HTTP requests per worker |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| call p50 / p99 | loop p50 | CPU ms / op (gateway + redis) | errors | HTTP requests per worker |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c in sorted(report["configurations"], key=lambda c: (c["clients"], c["workers"], STORES.index(c["store"]))):
         ops = c["operations"]
         cells = " | ".join(f"{_ms(ops[op]['p50_ms'])} / {_ms(ops[op]['p99_ms'])}" for op in OPERATIONS)
         lines.append(
             f"| {c['clients']} | {c['workers']} | {c['store']} | {c['routing']} | {c['loops_per_s'] or 0:,.1f} | "
-            f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {c['error_total']} | "
+            f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {_cpu_cell(c.get('cpu', {}))} | "
+            f"{c['error_total']} | "
             f"{' / '.join(str(n) for n in c.get('requests_per_worker', []))} |"
         )
     extra = report["redis_extra_p50_ms"]
@@ -675,17 +767,21 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
             f"## What Redis adds (target: at most {TARGET_REDIS_EXTRA_P50_MS:g} ms p50 per session operation)",
             "",
             "Redis p50 minus the in-memory baseline's p50 (memory-stateless when it ran) at the same worker and "
-            "client count, in ms (negative: Redis was faster in this run, i.e. the difference is within the run's "
-            "noise). At 1 worker both route alike; with more, "
+            "client count, in ms (negative: Redis was faster in this run; on a busy machine latency depends on how "
+            "the scheduler treats each process as much as on its work: see CPU per operation). At 1 worker both "
+            "route alike; with more, "
             "the Redis rows also pay for changing worker on every request. One client measures the added latency "
             "itself; many clients add queueing, which Redis lengthens by its own CPU time.",
             "",
-            "| clients | workers | " + " | ".join(OPERATIONS) + " |",
-            "|---:|---:|" + "---:|" * len(OPERATIONS),
+            "| clients | workers | " + " | ".join(f"{op} p50" for op in OPERATIONS) + " | CPU per operation |",
+            "|---:|---:|" + "---:|" * (len(OPERATIONS) + 1),
         ]
         for row in sorted(extra.values(), key=lambda r: (r["clients"], r["workers"])):
             cells = " | ".join(f"{row[op]:+.2f}" if op in row else "n/a" for op in OPERATIONS)
-            lines.append(f"| {row['clients']} | {row['workers']} | {cells} |")
+            cpu = row.get("cpu_ms_per_op")
+            lines.append(
+                f"| {row['clients']} | {row['workers']} | {cells} | {'n/a' if cpu is None else f'{cpu:+.2f}'} |"
+            )
         per = "; ".join(
             f"{k} client{'s' if k != '1' else ''}: {v:+.2f} ms"
             for k, v in t["redis_extra_p50_ms_max_by_clients"].items()
@@ -695,6 +791,14 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
             "",
             f"Largest p50 added by Redis over all operations and worker counts: {per}; target {verdict}.",
         ]
+        if t.get("redis_extra_cpu_ms_per_op_max") is not None:
+            lines += [
+                "",
+                "CPU per operation is the user + system time of the configuration's gateway processes (and, for "
+                "Redis, of `redis-server`, from `INFO cpu`) during its clients' turns, divided by the operations "
+                "they completed; it does not depend on how busy the machine is, where the latencies above do. "
+                f"Redis adds at most {t['redis_extra_cpu_ms_per_op_max']:+.2f} ms of CPU per operation.",
+            ]
     lines += [
         "",
         "## Errors (target: 0)",
