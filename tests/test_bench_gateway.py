@@ -49,6 +49,11 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
         assert len(served) == config["workers"]
         if config["routing"] == "round-robin" or config["clients"] > 1:  # every worker took part
             assert all(n > 0 for n in served), served
+    # CPU per operation: the gateway processes of every configuration, and redis-server for the Redis one
+    cpu = {(c["workers"], c["store"], c["clients"]): c["cpu"] for c in report["configurations"]}
+    assert all(v["gateway_ms_per_op"] is not None for v in cpu.values())
+    assert sum(v["gateway_ms_per_op"] for v in cpu.values()) > 0
+    assert all((v.get("redis_ms_per_op") is not None) == (key[1] == "redis") for key, v in cpu.items())
     # what Redis adds is reported against the like-for-like baseline, per worker and client count
     extra = report["redis_extra_p50_ms"]
     assert {(r["workers"], r["clients"]) for r in extra.values()} == {(w, k) for w in (1, 2) for k in CLIENTS}
