@@ -293,6 +293,7 @@ class Phases:
         self.elapsed = dict.fromkeys(groups, 0.0)
         self.cpu_probes = cpu or {}
         self.cpu: dict[str, dict[str, float | None]] = {g: {} for g in groups}
+        self.completed = False
 
     def arrived(self) -> None:
         self._arrived += 1
@@ -320,6 +321,7 @@ class Phases:
                     start, total = before.get(key), self.cpu[group].get(key, 0.0)
                     ok = value is not None and start is not None and total is not None
                     self.cpu[group][key] = total + value - start if ok else None  # type: ignore[operator]
+        self.completed = True
 
 
 def _share(loops: int, rounds: int, r: int) -> int:
@@ -451,6 +453,8 @@ async def drive_clients(
                     run_client, i, group, urls, routing, queries, warmup, loops, phases, records[group][i],
                     session_header, served[group],
                 )  # fmt: skip
+    if not phases.completed:  # cancelled (Ctrl-C): the event loop swallows the interrupt, so raise it again
+        raise KeyboardInterrupt
     return {g: (records[g], phases.elapsed[g], served[g], phases.cpu[g]) for g in groups}
 
 
