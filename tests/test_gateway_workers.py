@@ -201,6 +201,18 @@ async def test_two_clients_on_different_workers_never_see_each_others_tools(pair
         assert "toy__echo" in await alice.names() and "toy__add_numbers" in await bob.names()
 
 
+async def test_stateless_sessions_expire_by_the_store_ttl_or_end_with_the_client(
+    pair: list[int], redis: RedisServer
+) -> None:
+    client = redis.client()
+    async with connect(pair) as alice:
+        await alice.search("echo text back")
+        keys = client.keys("toolsearch:session:*")
+        assert len(keys) == 1
+        assert 0 < client.pttl(keys[0]) <= 3600 * 1000  # no connection close to end it: Redis's TTL does
+    assert client.keys("toolsearch:session:*") == []  # the client ended its MCP session (HTTP DELETE)
+
+
 async def test_the_gateway_issues_the_session_id_and_rejects_a_standalone_stream(pair: list[int]) -> None:
     async with httpx2.AsyncClient(timeout=30) as http:
         url = f"http://127.0.0.1:{pair[0]}/mcp"
@@ -316,7 +328,9 @@ async def test_a_catalog_change_seen_by_one_worker_reaches_the_other(redis: Redi
         config = write_config(tmp_path / "servers.json", {"shared": {"url": upstream}})
         with gateways(config, 2, *shared_flags(redis, index_dir, "--pin", "shared__grow")) as (a, b):
             ports = [port_of(a.wait_ready()), port_of(b.wait_ready())]
-            assert len(IndexStore(index_dir).names()) == 1  # one worker built it, the other loaded it
+            assert len(IndexStore(index_dir).names()) == 1
+            built = [g for g in (a, b) if "built and saved" in g.stderr]
+            assert len(built) == 1 and "loaded in" in (b if built[0] is a else a).stderr  # one built, one loaded
             async with connect(ports) as grower, connect(ports) as other:
                 other.via(1)
                 assert "shared__brand_new_widget" not in await other.search("brand_new_widget")
@@ -343,15 +357,20 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
-async def test_workers_share_one_port_and_a_killed_worker_is_replaced(redis: RedisServer, tmp_path: Path) -> None:
+async def test_workers_share_one_port_and_a_killed_worker_is_replaced(tmp_path: Path) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
-    parent = GatewayProcess(config, *shared_flags(redis, tmp_path / "indexes", "--workers", "2", "--pin", "toy__pid"))
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis", password="s3cret-pw").start()
+    flags = shared_flags(redis, tmp_path / "indexes", "--workers", "2", "--pin", "toy__pid")
+    parent = GatewayProcess(config, *flags)
     try:
         url = parent.wait_ready(180)
         assert "(2 workers)" in parent.stderr
         port = port_of(url)
         workers = [p for p in children(parent.proc.pid) if "toolsearch.mcp" in Path(f"/proc/{p}/cmdline").read_text()]
         assert len(workers) == 2
+        # the store URL reaches the workers by environment: a password on a command line is visible to `ps`
+        assert not [p for p in workers if "s3cret" in Path(f"/proc/{p}/cmdline").read_text()]
         # one connection per request, so the kernel spreads them: each worker has its own toy upstream
         async with connect([port], keepalive=False) as client:
             await client.search("echo text back")
@@ -366,7 +385,10 @@ async def test_workers_share_one_port_and_a_killed_worker_is_replaced(redis: Red
             )
             assert "exited" in parent.stderr and "restarting" in parent.stderr
     finally:
-        assert parent.stop() in (0, -signal.SIGTERM)
+        code = parent.stop()
+        redis.stop()
+    assert code in (0, -signal.SIGTERM)
+    assert "s3cret" not in parent.stderr
     assert not [
         p for p in workers if Path(f"/proc/{p}").exists() and "toolsearch" in Path(f"/proc/{p}/cmdline").read_text()
     ]
@@ -383,6 +405,15 @@ def test_workers_need_a_shared_store(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "--workers N needs a shared --session-store (redis://host:port/db)" in done.stderr
+    done = subprocess.run(
+        gateway_argv(config, "--transport", "http", "--session-store", "postgres://u:pw@db/x"),
+        capture_output=True,
+        text=True,
+        env=gateway_env(),
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "'postgres://db/x' is not a store this gateway knows; use memory or redis://" in done.stderr
 
 
 # --- a deployment's own session header -----------------------------------------------------------------
@@ -413,3 +444,23 @@ async def test_a_session_named_by_a_proxy_header_follows_the_user_across_workers
         # the header's value never becomes a key: a proxy may put a credential there
         keys = [k.decode() for k in redis.client().keys("*")]
         assert keys and not [k for k in keys if "alice" in k or "bob" in k]
+
+
+def test_a_worker_gets_every_option_of_its_parent_but_the_port_and_the_store_url() -> None:
+    import argparse
+
+    from toolsearch.mcp.cli import add_arguments
+    from toolsearch.mcp.workers import child_argv
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--config", "s.json", "--transport", "http", "--port", "0", "--pin", "a__*", "--pin", "b"]
+    argv += ["--no-call-tool", "--max-discovered", "7", "--session-store", "redis://:pw@h:1/0", "--workers", "3"]
+    argv += ["--session-header", "X-User", "--index-dir", "idx", "--catalog-poll", "0.5"]
+    parent = parser.parse_args(argv)
+    child = child_argv(parser, parent, 4321)
+    assert child[1:3] == ["-m", "toolsearch.mcp"] and "pw" not in " ".join(child)
+    worker = parser.parse_args(child[3:])
+    differs = {k for k in vars(parent) if getattr(parent, k) != getattr(worker, k)}
+    assert differs == {"port", "workers", "reuse_port", "session_store"}
+    assert (worker.port, worker.workers, worker.reuse_port) == (4321, 1, True)

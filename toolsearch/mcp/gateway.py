@@ -227,15 +227,22 @@ class Gateway:
         """
         if ctx.method not in _SESSION_METHODS:
             return await call_next(ctx)
+        answered = False
         try:
             session = await self._store_call(self._open, self._session_id(ctx))
             token = _CURRENT.set(session)
             try:
                 result = await call_next(ctx)
-                await self._commit(session)
+                answered = True
             finally:
                 _CURRENT.reset(token)
+            await self._commit(session)
         except SessionError as exc:
+            if answered and ctx.method == "tools/call":
+                # The tool ran: an error now would invite the model to run it again. What is lost is
+                # bookkeeping (last-use ticks); a change the client was told of was written before.
+                logger.warning("tools/call answered, but its session update was not saved: %s", exc)
+                return result
             logger.warning("%s failed: %s", ctx.method, exc)
             raise MCPError(code=INTERNAL_ERROR, message=_store_failure(exc)) from None
         return result
@@ -450,7 +457,7 @@ class Gateway:
         if self.session_header is None:
             return self.server.streamable_http_app(streamable_http_path=path, host=host)
         app = self.server.streamable_http_app(streamable_http_path=path, host=host, stateless_http=True)
-        return SessionIdentity(app, header=self.session_header, on_delete=self._delete_session)
+        return SessionIdentity(app, header=self.session_header, path=path, on_delete=self._delete_session)
 
     async def run_http(
         self,
@@ -534,8 +541,13 @@ def _reuse_port_socket(host: str, port: int) -> Any:
     except OSError as exc:
         sock.close()
         raise ToolSearchError(f"cannot listen on {host}:{port}: {exc}") from None
-    sock.set_inheritable(True)
     return sock
+
+
+def _redacted(url: str) -> str:
+    from ..stores.redis import redacted_url
+
+    return url if _is_memory(url) else redacted_url(url)
 
 
 def _store_failure(exc: BaseException) -> str:
@@ -621,7 +633,9 @@ def open_store(settings: WorkerSettings) -> SessionStore | None:
             if ttl is None and settings.session_header is None
             else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
         )
-    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL)
+    # More connections than the threads that may call the store at once (anyio's default limit is 40),
+    # so a burst of requests waits for Redis, not for a free connection.
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_connections=48)
     ping = getattr(store, "ping", None)
     if ping is not None:
         try:
@@ -732,7 +746,7 @@ async def _serve(
             len(gateway.index),
             len(source.ready),
             gateway.index.backend_name,
-            "stateless, " + settings.session_store if gateway.stateless else "per-connection",
+            f"stateless, {_redacted(settings.session_store)}" if gateway.stateless else "per-connection",
         )
         if settings.shared_store:
             tg.start_soon(gateway.watch_catalog, settings.catalog_poll)
@@ -766,6 +780,18 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
+def configure_logging(quiet: bool) -> None:
+    """Log to stderr as `toolsearch: ...` (only errors when quiet), unless the host configured logging."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.ERROR if quiet else logging.INFO,
+            stream=sys.stderr,
+            format="toolsearch: %(message)s",
+        )
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+
 def serve(
     config_path: str | Path,
     *,
@@ -785,14 +811,7 @@ def serve(
 
     `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
     """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.ERROR if quiet else logging.INFO,
-            stream=sys.stderr,
-            format="toolsearch: %(message)s",
-        )
-        logging.getLogger("mcp").setLevel(logging.WARNING)
-        logging.getLogger("httpx2").setLevel(logging.WARNING)
+    configure_logging(quiet)
     child = workers is not None and workers.reuse_port
 
     def announce(url: str) -> None:

@@ -44,9 +44,15 @@ class SessionIdentity:
     """
 
     def __init__(
-        self, app: ASGIApp, *, header: str = MCP_SESSION_HEADER, on_delete: Callable[[str], Awaitable[None]]
+        self,
+        app: ASGIApp,
+        *,
+        header: str = MCP_SESSION_HEADER,
+        path: str = "/mcp",
+        on_delete: Callable[[str], Awaitable[None]],
     ) -> None:
         self.app = app
+        self.path = path
         self.header = header.lower()
         self._raw = self.header.encode("latin-1")
         self._on_delete = on_delete
@@ -63,7 +69,7 @@ class SessionIdentity:
         return value.strip() or None if isinstance(value, str) else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("type") != "http":
+        if scope.get("type") != "http" or scope.get("path", "").rstrip("/") != self.path.rstrip("/"):
             await self.app(scope, receive, send)
             return
         method = scope.get("method", "GET")
@@ -86,7 +92,11 @@ class SessionIdentity:
                     {"allow": "POST"},
                 )
                 return
-            await self._on_delete(session_key(self.header, present))
+            try:
+                await self._on_delete(session_key(self.header, present))
+            except Exception as exc:  # the store is down: the session ends by its idle expiry instead
+                await _respond(send, 503, f"could not end the session: {exc}")
+                return
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return

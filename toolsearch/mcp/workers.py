@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -15,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ToolSearchError
-from .gateway import WorkerSettings
+from .gateway import WorkerSettings, configure_logging
 
 __all__ = ["add_worker_arguments", "settings_from_args", "check_worker_arguments", "run_workers", "child_argv"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
+STORE_VARIABLE = "TOOLSEARCH_SESSION_STORE"
+_STORE_SCHEMES = ("memory", "redis", "rediss", "unix")
 _READY_TIMEOUT = 120.0  # a worker builds or loads the index before it listens
 _RESTART_PAUSE = 1.0  # between restarts of a worker that keeps dying
 
@@ -29,10 +33,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `mcp serve` that share state between gateway processes."""
     parser.add_argument(
         "--session-store",
-        default="memory",
+        default=os.environ.get(STORE_VARIABLE) or "memory",
         metavar="URL",
         help="where sessions live: memory (default; this process, one session per connection) or "
-        "redis://host:port/db (shared by every worker: any worker answers any request)",
+        "redis://host:port/db (shared by every worker: any worker answers any request); a URL with a "
+        f"password is better given in ${STORE_VARIABLE}, which is read when this option is absent",
     )
     parser.add_argument(
         "--session-header",
@@ -83,6 +88,14 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             "--workers N needs a shared --session-store (redis://host:port/db): with the memory store each "
             "worker would keep its own sessions, and a client's next request could land on a worker that never saw it"
         )
+    scheme = args.session_store.split("://", 1)[0] if "://" in args.session_store else args.session_store
+    if scheme not in _STORE_SCHEMES:
+        from ..stores.redis import redacted_url
+
+        raise ToolSearchError(
+            f"--session-store {redacted_url(args.session_store)!r} is not a store this gateway knows; "
+            "use memory or redis://host:port/db (rediss://, unix:///path/redis.sock)"
+        )
     if args.session_header is not None and args.transport != "http":
         raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
     if args.session_ttl is not None and args.session_ttl <= 0:
@@ -106,7 +119,8 @@ def child_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, port: 
     """The command line of one worker: the parent's options (all of them, whoever added them), one worker."""
     argv = [sys.executable, "-m", "toolsearch.mcp"]
     for action in parser._actions:  # every option, so a flag added later is passed on without a change here
-        if not action.option_strings or action.dest in ("help", "workers", "port", "reuse_port"):
+        # The store URL goes by environment (see run_workers): a password on a command line is visible to `ps`.
+        if not action.option_strings or action.dest in ("help", "workers", "port", "reuse_port", "session_store"):
             continue
         value = getattr(args, action.dest, None)
         flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
@@ -125,8 +139,9 @@ def child_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, port: 
 
 
 class _Worker:
-    def __init__(self, argv: Sequence[str], number: int) -> None:
+    def __init__(self, argv: Sequence[str], number: int, env: dict[str, str]) -> None:
         self.argv = list(argv)
+        self.env = env
         self.number = number
         self.proc: subprocess.Popen[str] | None = None
         self.url: str | None = None
@@ -134,7 +149,9 @@ class _Worker:
 
     def start(self) -> None:
         self.ready.clear()
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=self.env
+        )
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
@@ -178,10 +195,12 @@ def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     """
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ToolSearchError("--workers needs SO_REUSEPORT (Linux, BSD, macOS); run one gateway per port instead")
+    configure_logging(bool(getattr(args, "quiet", False)))
     reserved = _reserve_port(args.host, args.port)
     port = int(reserved.getsockname()[1])
     argv = child_argv(parser, args, port)
-    workers = [_Worker(argv, i) for i in range(args.workers)]
+    env = {**os.environ, STORE_VARIABLE: args.session_store}
+    workers = [_Worker(argv, i, env) for i in range(args.workers)]
     stopping = threading.Event()
     interrupted: list[int] = []
 
@@ -199,10 +218,8 @@ def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             if worker.url is None:
                 code = None
                 if worker.proc is not None:
-                    try:
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # alive but silent past the deadline
                         code = worker.proc.wait(5)
-                    except subprocess.TimeoutExpired:  # alive but silent past the deadline
-                        pass
                 raise ToolSearchError(
                     f"gateway worker {worker.number} did not start (exit code {code}); see its messages above"
                 )
