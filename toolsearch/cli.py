@@ -35,6 +35,7 @@ BENCHMARKS = {
     "data": "build the data sets the benchmarks use from their public sources (fetch NAME, list)",
     "frameworks": "LangChain, Pydantic AI and Agents SDK built-in tool selection vs toolsearch's plug-ins",
     "learning": "replay of past searches: how much ranking learns from successful calls",
+    "gateway": "concurrent MCP clients against 1, 2 and 4 gateway workers, in-memory and Redis session stores",
 }
 
 
