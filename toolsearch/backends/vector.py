@@ -273,7 +273,8 @@ class VectorBackend:
         """`search` for query vectors already embedded (a request's row, then its clauses' rows)."""
         rows = np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
         if self._index is not None and rows.shape[1] != self._index.d:
-            raise BackendError(f"search_vectors: got {rows.shape[1]}-d query vectors; the index holds {self._index.d}-d")
+            got, want = rows.shape[1], self._index.d
+            raise BackendError(f"search_vectors: got {got}-d query vectors; the index holds {want}-d")
         best = self.vector_candidates(rows, k, allowed) if self._ids and k >= 1 else {}
         return Ranking([Hit(n, s) for n, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]])
 

@@ -111,7 +111,9 @@ class SynthPlan:
             description = clean_text(f"{base.description} {sentences[int(self.donor_of[i])]}".strip())
             name = self.name(i)
             data = {"name": name, "description": description, "input_schema": base.input_schema}
-            canonical = f'{{"description":{_canonical(description)},"input_schema":{schemas[b]},"name":{_canonical(name)}'
+            canonical = (
+                f'{{"description":{_canonical(description)},"input_schema":{schemas[b]},"name":{_canonical(name)}'
+            )
             if base.namespace is not None:
                 data["namespace"] = base.namespace
                 canonical += f',"namespace":{_canonical(base.namespace)}'
@@ -156,7 +158,8 @@ def plan_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> SynthP
 def random_base_vectors(n: int, dimension: int = 384, *, seed: int = 0) -> np.ndarray:
     """Seeded random unit vectors, one per real tool (when embedding the real tools is not wanted)."""
     rows = np.random.default_rng([seed, 7]).standard_normal((n, dimension)).astype(np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
 
 
 def derived_vectors(plan: SynthPlan, base_vectors: np.ndarray, start: int = 0, stop: int | None = None) -> np.ndarray:
