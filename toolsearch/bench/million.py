@@ -230,8 +230,14 @@ def run(
     spawn: Callable[..., dict[str, Any]],
     log: Callable[[str], None] | None = None,
     vector_options: dict[str, Any] | None = None,
+    parts: Sequence[str] = ("bm25", "vector"),
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Measure bm25 (build, queries, sessions, load) and the vector index (build, search, recall) per size."""
+    """Measure bm25 (build, queries, sessions, load) and the vector index (build, search, recall) per size.
+
+    With `resume`, a worker whose result file is already in `work_dir` (from an earlier run over the
+    same folder and settings) is not run again: a long run can be finished by a second invocation.
+    """
     from .scale import sample_queries
 
     say = log or (lambda message: None)
@@ -253,6 +259,8 @@ def run(
             "threads": threads,
             "session_creates": SESSION_CREATES,
             "vector_options": dict(vector_options or {}),
+            "parts": list(parts),
+            "resumed": [],
         },
         "targets": TARGETS,
         "results": {},
@@ -262,27 +270,39 @@ def run(
         qpath = work / "queries.json"
         qpath.write_text(json.dumps(queries))
         common = {"datasets": [str(d.folder) for d in datasets], "seed": seed, "queries": str(qpath)}
+
+        def worker(spec: dict[str, Any], label: str) -> dict[str, Any]:
+            done = work / f"result-{label}.json"
+            if resume and done.is_file():
+                report["settings"]["resumed"].append(label)
+                say(f"  {label}: result reused from {done}")
+                result: dict[str, Any] = json.loads(done.read_text())
+                return result
+            return spawn(spec, work, label, say, threads)
+
         for size in sizes:
             row: dict[str, Any] = {}
             save = work / f"bm25-{size}"
-            say(f"[{size:,}] bm25: generate, build, {n_queries} queries, sessions, save ...")
-            row["bm25"] = spawn({"kind": "million-bm25", **common, "size": size, "save": str(save)},
-                                work, f"million-bm25-{size}", say, threads)
-            say(f"  {_short(row['bm25'])}")
-            if "error" not in row["bm25"]:
-                say(f"[{size:,}] bm25: load in a new process + queries ...")
-                row["bm25_load"] = spawn({"kind": "million-load", **common, "folder": str(save)},
-                                         work, f"million-load-{size}", say, threads)
-                say(f"  {_short(row['bm25_load'])}")
-            shutil.rmtree(save, ignore_errors=True)
-            say(f"[{size:,}] vector: {vectors} vectors, build, search, recall ...")
-            row["vector"] = spawn(
-                {"kind": "million-vector", **common, "size": size, "vectors": vectors, "save": str(work / "vec"),
-                 "recall_queries": recall_queries, "cache_dir": str(cache_dir) if cache_dir else None,
-                 "options": dict(vector_options or {})},
-                work, f"million-vector-{size}", say, threads,
-            )
-            say(f"  {_short(row['vector'])}")
+            if "bm25" in parts:
+                say(f"[{size:,}] bm25: generate, build, {n_queries} queries, sessions, save ...")
+                row["bm25"] = worker({"kind": "million-bm25", **common, "size": size, "save": str(save)},
+                                     f"million-bm25-{size}")
+                say(f"  {_short(row['bm25'])}")
+                if "error" not in row["bm25"]:
+                    say(f"[{size:,}] bm25: load in a new process + queries ...")
+                    row["bm25_load"] = worker({"kind": "million-load", **common, "folder": str(save)},
+                                              f"million-load-{size}")
+                    say(f"  {_short(row['bm25_load'])}")
+                shutil.rmtree(save, ignore_errors=True)
+            if "vector" in parts:
+                say(f"[{size:,}] vector: {vectors} vectors, build, search, recall ...")
+                row["vector"] = worker(
+                    {"kind": "million-vector", **common, "size": size, "vectors": vectors,
+                     "save": str(work / f"vec-{size}"), "recall_queries": recall_queries,
+                     "cache_dir": str(cache_dir) if cache_dir else None, "options": dict(vector_options or {})},
+                    f"million-vector-{size}",
+                )
+                say(f"  {_short(row['vector'])}")
             report["results"][str(size)] = row
     finally:
         if own:
@@ -348,6 +368,11 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
 
     lines = ["# A million tools: bm25 and the vector backend's approximate index", ""]
     lines.append(f"Command: `{command}` (run time {report['elapsed_s'] / 60:.0f} min).")
+    if s.get("resumed"):
+        lines.append(
+            f"Finished with `--resume`: the results of {', '.join(f'`{r}`' for r in s['resumed'])} were written by "
+            "the same workers in an earlier invocation over the same work folder and settings."
+        )
     lines += ["", *machine_markdown(report["machine"]), ""]
     lines += [f"## Targets at {a['largest']:,} tools", "", "| target | measured | verdict |", "|---|---|---|"]
     for key, t in a["targets"].items():

@@ -144,6 +144,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--recall-queries", type=int, default=200, metavar="N",
         help="with --million: queries whose vector recall@10 is measured against exact search (default 200)",
     )
+    parser.add_argument(
+        "--parts", default="bm25,vector", metavar="LIST",
+        help="with --million: which measurements, comma-separated: bm25, vector (default both)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="with --million and --work-dir: reuse worker results already in the work folder (finish a long run)",
+    )
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
 
 
@@ -192,6 +200,9 @@ def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list
     from .million import render_summary as million_summary
     from .million import run as run_million
 
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - {"bm25", "vector"}:
+        raise SystemExit(f"--parts takes bm25 and/or vector, got {args.parts!r}")
     report = run_million(
         datasets,
         sizes=sizes,
@@ -204,6 +215,8 @@ def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list
         threads=args.threads,
         spawn=_spawn,
         log=None if quiet else log,
+        parts=parts,
+        resume=bool(args.resume and args.work_dir),
     )
     name = args.name if args.name != "scale" else "scale_million"
     command = command_line("scale") or "toolsearch bench scale --million"
