@@ -371,7 +371,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
     if s.get("resumed"):
         lines.append(
             f"Finished with `--resume`: the results of {', '.join(f'`{r}`' for r in s['resumed'])} were written by "
-            "the same workers in an earlier invocation over the same work folder and settings."
+            "the same workers in an earlier invocation over the same work folder and settings (the load average "
+            "above is the finishing invocation's; the workers ran under the load of their own time)."
         )
     lines += ["", *machine_markdown(report["machine"]), ""]
     lines += [f"## Targets at {a['largest']:,} tools", "", "| target | measured | verdict |", "|---|---|---|"]
@@ -389,6 +390,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
     ]
     for size, row in report["results"].items():
         b, ld = row.get("bm25", {}), row.get("bm25_load", {})
+        if not b:
+            continue
         if "error" in b:
             lines.append(f"| {int(size):,} | error: {b['error'][:200]} |" + " |" * 9)
             continue
@@ -411,6 +414,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
     ]
     for size, row in report["results"].items():
         v = row.get("vector", {})
+        if not v:
+            continue
         if "error" in v:
             lines.append(f"| {int(size):,} | error: {v['error'][:200]} |" + " |" * 8)
             continue
@@ -452,6 +457,11 @@ METHOD_NOTES = (
     "Gaussian noise (standard deviation 0.015 per component), normalised; query rows are the real queries' "
     "embeddings (the request and, for multi-part requests, its clauses, as a search embeds them). `random` "
     "uses random unit vectors for the real tools instead.",
+    "Why bm25 slows down with size: a plain query ORs each of its words over six boosted fields plus an "
+    "exact-name bonus, and tantivy scores every tool in the union of those postings (block-max WAND pruning "
+    "needs a union of plain term queries, which the exact-name clause is not). With ~167 variants of each real "
+    "tool, a common word's postings hold hundreds of thousands of tools, so the work grows with the catalog; "
+    "index build, size and session creation do not limit it.",
     "Recall@10 = share of the exact top 10 (inner product over every vector, computed chunk by chunk) that "
     "the index returns, for each query's own row, over the recall sample.",
     "Peak RSS = the process's high-water mark (VmHWM) at that point, imports and the generated catalog "
