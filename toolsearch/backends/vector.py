@@ -46,8 +46,8 @@ HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
 # Past this many tools an inverted-file index (IVF) replaces HNSW: an HNSW graph over a million
 # 384-d vectors takes tens of minutes to build on 2 cores, IVF (k-means on a sample, then one
-# assignment per vector) a few minutes, and with `nprobe` lists scanned per query it stays within
-# a few milliseconds (recall against exact search: benchmarks/results/scale_million.md).
+# assignment per vector) about two, and a query reads only `nprobe` of its ~2*sqrt(n) lists
+# (latency, and recall against exact search: benchmarks/results/scale_million.md).
 DEFAULT_IVF_THRESHOLD = 200_000
 IVF_NPROBE = 48
 _IVF_TRAIN_PER_LIST = 40  # k-means sample: faiss asks for 39 points per centroid at least
