@@ -385,12 +385,16 @@ class Bm25Backend:
     def add(self, tools: Sequence[Tool]) -> None:
         if not tools:
             return
-        docs = [_document(t) for t in tools]
         with self._lock:
             writer = self._writable()
-            for tool, doc in zip(tools, docs, strict=True):
-                writer.delete_documents_by_term("id", tool.name)
-                writer.add_document(doc)
+            # Into an empty index, unique names replace nothing: a million deletes would cost build time.
+            empty = self._searcher is None or self._searcher.num_docs == 0
+            replace = not empty or len({t.name for t in tools}) != len(tools)
+            # Each document is made as it is added: a million tantivy documents held at once cost gigabytes.
+            for tool in tools:
+                if replace:
+                    writer.delete_documents_by_term("id", tool.name)
+                writer.add_document(_document(tool))
             self._commit()
 
     def remove(self, names: Collection[str]) -> None:

@@ -1,4 +1,4 @@
-"""Dense-vector backend: tool embeddings searched with faiss (exact when small, HNSW when large)."""
+"""Dense-vector backend: tool embeddings searched with faiss (exact when small, HNSW, then IVF, when large)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
-__all__ = ["VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD"]
+__all__ = ["VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"]
 
 FORMAT_VERSION = 1
 INDEX_FILE = "vectors.faiss"
@@ -44,6 +44,16 @@ DEFAULT_HNSW_THRESHOLD = 20_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
+# Past this many tools an inverted-file index (IVF) replaces HNSW: an HNSW graph over a million
+# 384-d vectors takes tens of minutes to build on 2 cores, IVF (k-means on a sample, then one
+# assignment per vector) about two, and a query reads only `nprobe` of its ~2*sqrt(n) lists
+# (latency, and recall against exact search: benchmarks/results/scale_million.md).
+DEFAULT_IVF_THRESHOLD = 200_000
+IVF_NPROBE = 48
+_IVF_TRAIN_PER_LIST = 40  # k-means sample: faiss asks for 39 points per centroid at least
+# faiss trains with 25 k-means rounds by default; 10 cost 2.5x less time, and the recall this
+# gives is measured against exact search in the million-tool benchmark.
+_IVF_TRAIN_ITERATIONS = 10
 # An allowed subset up to this size is scored exactly from its own vectors (faster and exact
 # even on HNSW, where a small filter starves the graph walk).
 SUBSET_EXACT_MAX = 4_096
@@ -80,14 +90,21 @@ class VectorBackend:
         *,
         hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
         ef_search: int = HNSW_EF_SEARCH,
+        ivf_threshold: int = DEFAULT_IVF_THRESHOLD,
+        nprobe: int = IVF_NPROBE,
         cache: EmbeddingCache | bool | str | Path = True,
         progress: bool | None = None,
     ) -> None:
         if isinstance(hnsw_threshold, bool) or not isinstance(hnsw_threshold, int) or hnsw_threshold < 1:
             raise BackendError(f"hnsw_threshold must be a positive integer, got {hnsw_threshold!r}")
+        for option, value in (("ivf_threshold", ivf_threshold), ("nprobe", nprobe)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BackendError(f"{option} must be a positive integer, got {value!r}")
         self.embedder = embedder
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
+        self.ivf_threshold = ivf_threshold
+        self.nprobe = nprobe
         self.progress = progress
         if cache is True:
             self.cache: EmbeddingCache | None = shared_cache()
@@ -97,11 +114,11 @@ class VectorBackend:
             self.cache = cache
         else:
             self.cache = shared_cache(cache)
-        self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP or IndexHNSWFlat
+        self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP, IndexHNSWFlat or IndexIVFFlat
         self._mapped = False  # the index's vectors are a read-only view of a saved file
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
-        self._dead: set[int] = set()  # tombstoned ids (HNSW only)
+        self._dead: set[int] = set()  # tombstoned ids (HNSW and IVF)
         self._next_id = 0
         self._lock = threading.RLock()
         self._queries = QueryCache()
@@ -115,8 +132,8 @@ class VectorBackend:
 
     @property
     def kind(self) -> str:
-        """Either "flat" (exact) or "hnsw" (approximate)."""
-        return "hnsw" if self._index is not None and _is_hnsw(self._index) else "flat"
+        """"flat" (exact), "hnsw" or "ivf" (both approximate)."""
+        return _kind(self._index)
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -125,6 +142,10 @@ class VectorBackend:
         out: dict[str, Any] = {"model": self.model_id}
         if self.hnsw_threshold != DEFAULT_HNSW_THRESHOLD:
             out["hnsw_threshold"] = self.hnsw_threshold
+        if self.ivf_threshold != DEFAULT_IVF_THRESHOLD:
+            out["ivf_threshold"] = self.ivf_threshold
+        if self.nprobe != IVF_NPROBE:
+            out["nprobe"] = self.nprobe
         return out
 
     # --- updates ----------------------------------------------------------------------------
@@ -137,12 +158,34 @@ class VectorBackend:
         vectors = embed_texts(
             self.embedder, [embedding_text(latest[n]) for n in names], cache=self.cache, progress=self.progress
         )
+        self._add_vectors(names, vectors, what=f"embedder {self.model_id!r} returned")
+
+    def add_vectors(self, names: Sequence[str], vectors: np.ndarray) -> None:
+        """Insert or replace tools by name with vectors computed elsewhere (one unit-norm row per name).
+
+        For callers that embed outside the backend (a batch job, another service) and for
+        benchmarks that measure search alone; the rows must come from this backend's model.
+        """
+        if len(set(names)) != len(names):
+            raise BackendError("add_vectors: a name appears more than once; give each vector its own tool name")
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != len(names):
+            raise BackendError(
+                f"add_vectors: expected one row per name ({len(names)} x dimension), got shape {matrix.shape}"
+            )
+        if names:
+            self._add_vectors(list(names), matrix, what="add_vectors was given")
+
+    def _add_vectors(self, names: list[str], vectors: np.ndarray, *, what: str) -> None:
         with self._lock:
-            if self._index is None:
-                self._index = _flat(vectors.shape[1])
+            if self._index is None or (self._index.ntotal == 0 and len(names) > self.ivf_threshold):
+                # A large first batch goes straight into IVF: no flat copy of a million vectors first.
+                big = len(names) > self.ivf_threshold
+                self._index = _ivf(vectors, self.nprobe) if big else _flat(vectors.shape[1])
+                self._mapped = False
             elif vectors.shape[1] != self._index.d:
                 got, want = vectors.shape[1], self._index.d
-                raise BackendError(f"embedder {self.model_id!r} returned {got}-d vectors; the index holds {want}-d")
+                raise BackendError(f"{what} {got}-d vectors; the index holds {want}-d")
             self._remove_locked([n for n in names if n in self._ids])
             self._own()
             ids = np.arange(self._next_id, self._next_id + len(names), dtype=np.int64)
@@ -151,9 +194,13 @@ class VectorBackend:
                 self._ids[name] = i
                 self._names[i] = name
             self._index.add_with_ids(vectors, ids)
-            if not _is_hnsw(self._index) and len(self._ids) > self.hnsw_threshold:
-                self._rebuild(hnsw=True)
+            wanted = self._wanted_kind(len(self._ids))
+            if _RANK[_kind(self._index)] < _RANK[wanted]:
+                self._rebuild(kind=wanted)
             self._subsets.clear()
+
+    def _wanted_kind(self, count: int) -> str:
+        return "ivf" if count > self.ivf_threshold else "hnsw" if count > self.hnsw_threshold else "flat"
 
     def remove(self, names: Collection[str]) -> None:
         with self._lock:
@@ -166,10 +213,10 @@ class VectorBackend:
         ids = np.array([self._ids.pop(n) for n in names], dtype=np.int64)
         for i in ids.tolist():
             del self._names[i]
-        if _is_hnsw(self._index):
+        if _kind(self._index) != "flat":
             self._dead.update(ids.tolist())
             if len(self._dead) > _TOMBSTONE_REBUILD * max(len(self._ids), 1):
-                self._rebuild(hnsw=len(self._ids) > self.hnsw_threshold)
+                self._rebuild(kind=self._wanted_kind(len(self._ids)))
         else:
             self._own()
             self._index.remove_ids(ids)
@@ -180,11 +227,14 @@ class VectorBackend:
             self._index = faiss.deserialize_index(faiss.serialize_index(self._index))
             self._mapped = False
 
-    def _rebuild(self, *, hnsw: bool) -> None:
+    def _rebuild(self, *, kind: str) -> None:
         """Re-create the faiss index from the live vectors (kind switch or tombstone purge)."""
         ids = np.fromiter(self._names, dtype=np.int64, count=len(self._names))
         vectors = self._index.reconstruct_batch(ids) if len(ids) else np.zeros((0, self._index.d), np.float32)
-        index = _hnsw(self._index.d) if hnsw else _flat(self._index.d)
+        if kind == "ivf" and len(ids):
+            index = _ivf(vectors, self.nprobe)
+        else:
+            index = _hnsw(self._index.d) if kind == "hnsw" else _flat(self._index.d)
         if len(ids):
             index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
         self._index = index
@@ -217,7 +267,21 @@ class VectorBackend:
         """
         if not self._ids or n < 1:
             return {}
-        vectors = self.query_vectors(query)
+        return self.vector_candidates(self.query_vectors(query), n, allowed, include)
+
+    def search_vectors(self, vectors: np.ndarray, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        """`search` for query vectors already embedded (a request's row, then its clauses' rows)."""
+        rows = np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
+        if self._index is not None and rows.shape[1] != self._index.d:
+            got, want = rows.shape[1], self._index.d
+            raise BackendError(f"search_vectors: got {got}-d query vectors; the index holds {want}-d")
+        best = self.vector_candidates(rows, k, allowed) if self._ids and k >= 1 else {}
+        return Ranking([Hit(n, s) for n, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]])
+
+    def vector_candidates(
+        self, vectors: np.ndarray, n: int, allowed: frozenset[str] | None = None, include: Collection[str] = ()
+    ) -> dict[str, float]:
+        """`candidates` for query rows already embedded."""
         with self._lock:
             extra = [self._ids[m] for m in include if m in self._ids and (allowed is None or m in allowed)]
             if allowed is not None and (len(allowed) <= SUBSET_EXACT_MAX or len(allowed) * 4 <= len(self._ids)):
@@ -254,9 +318,13 @@ class VectorBackend:
         elif self._dead:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
         n_eff = min(n, len(self._ids))
-        if _is_hnsw(index):
+        kind = _kind(index)
+        if kind == "hnsw":
             params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
             params.efSearch = max(self.ef_search, 2 * n_eff)
+        elif kind == "ivf":
+            params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+            params.nprobe = self.nprobe
         else:
             params = faiss.SearchParameters() if selector is not None else None
         if selector is not None:
@@ -289,7 +357,7 @@ class VectorBackend:
         with self._lock:
             index = self._index if self._index is not None else _flat(self.embedder.dimension)
             if self._dead:  # never persist tombstones
-                self._rebuild(hnsw=_is_hnsw(index))
+                self._rebuild(kind=_kind(index))
                 index = self._index
             faiss.write_index(index, str(folder / INDEX_FILE))
             ids = list(self._names)
@@ -388,14 +456,39 @@ def _hnsw(d: int) -> Any:
     return faiss.IndexIDMap2(inner)
 
 
+def _ivf(sample: np.ndarray, nprobe: int) -> Any:
+    """An IVF index of about 2 * sqrt(n) lists, k-means trained on a seeded sample of `sample`."""
+    n, d = sample.shape
+    nlist = max(1, min(n // _IVF_TRAIN_PER_LIST, 1 << round(np.log2(2 * np.sqrt(n)))))
+    inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+    inner.nprobe = nprobe
+    inner.cp.seed = 1234  # the same vectors give the same lists
+    inner.cp.niter = _IVF_TRAIN_ITERATIONS
+    take = min(n, nlist * _IVF_TRAIN_PER_LIST)
+    rows = np.sort(np.random.default_rng(0).choice(n, size=take, replace=False)) if take < n else slice(None)
+    inner.train(np.ascontiguousarray(sample[rows], dtype=np.float32))
+    inner.make_direct_map()  # reconstruct() by id: subsets, includes and rebuilds read stored vectors
+    return faiss.IndexIDMap2(inner)
+
+
+_RANK = {"flat": 0, "hnsw": 1, "ivf": 2}
+
+
+def _kind(index: Any) -> str:
+    if index is None:
+        return "flat"
+    inner = faiss.downcast_index(index.index)
+    return "hnsw" if isinstance(inner, faiss.IndexHNSW) else "ivf" if isinstance(inner, faiss.IndexIVF) else "flat"
+
+
 def _is_hnsw(index: Any) -> bool:
-    return index is not None and isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
+    return _kind(index) == "hnsw"
 
 
 def _split_options(options: dict[str, Any]) -> tuple[str | None, Embedder | None, dict[str, Any]]:
     model = options.pop("model", None)
     embedder = options.pop("embedder", None)
-    known = {"hnsw_threshold", "ef_search", "cache", "progress"}
+    known = {"hnsw_threshold", "ef_search", "ivf_threshold", "nprobe", "cache", "progress"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise BackendError(

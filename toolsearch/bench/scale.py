@@ -6,7 +6,8 @@ fresh subprocess so peak memory and load times are clean: one per backend and ca
 (build, then timed queries, then save), one per backend that loads the saved index back, a
 warm-cache rebuild for the embedding backends, FastMCP's BM25 search transform on the same
 catalog and queries, and `import toolsearch` itself. Writes `<out>/<name>.md`, `.json` and
-`<name>_latency.png`.
+`<name>_latency.png`. With `--million` it measures bm25 and the vector backend's approximate index
+at up to a million generated tools instead (toolsearch.bench.million).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sizes",
-        default="1000,5000,10000",
+        default=None,
         metavar="LIST",
-        help="catalog sizes, comma-separated (default 1000,5000,10000); the largest gets the full set of measurements",
+        help="catalog sizes, comma-separated (default 1000,5000,10000; with --million 1000000); the largest gets "
+        "the full set of measurements",
     )
     parser.add_argument(
         "--queries", type=int, default=300, metavar="N", help="timed queries per system and size (default 300)"
@@ -125,6 +127,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--embed-threads", type=int, default=2, metavar="N",
         help="threads for the document-embedding throughput comparison (default 2)",
     )
+    parser.add_argument(
+        "--million",
+        action="store_true",
+        help="bm25 and the vector backend's approximate index at up to a million generated tools: build, size "
+        "on disk, peak memory, query p50/p99, session creation, vector recall against exact search "
+        "(report name default scale_million; about 30-60 minutes at 1,000,000 on 2 cores)",
+    )
+    parser.add_argument(
+        "--vectors",
+        choices=("derived", "random"),
+        default="derived",
+        help="with --million: variants' vectors derived from the real tools' embeddings (default), or random",
+    )
+    parser.add_argument(
+        "--recall-queries", type=int, default=200, metavar="N",
+        help="with --million: queries whose vector recall@10 is measured against exact search (default 200)",
+    )
+    parser.add_argument(
+        "--parts", default="bm25,vector", metavar="LIST",
+        help="with --million: which measurements, comma-separated: bm25, vector (default both)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="with --million and --work-dir: reuse worker results already in the work folder (finish a long run)",
+    )
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
 
 
@@ -133,9 +160,13 @@ def main(args: argparse.Namespace) -> int:
         return _worker(Path(args.worker))
     quiet = bool(getattr(args, "quiet", False))
     datasets = resolve_datasets(args.dataset)
-    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    million = bool(getattr(args, "million", False))
+    sizes_text = args.sizes or ("1000000" if million else "1000,5000,10000")
+    sizes = sorted({int(s) for s in sizes_text.split(",") if s.strip()})
     if not sizes or sizes[0] < 1:
         raise SystemExit("--sizes needs positive integers, e.g. 1000,5000,10000")
+    if million:
+        return _main_million(args, datasets, sizes, quiet)
     backends = backend_list(args.backends)
     report = run(
         datasets,
@@ -160,6 +191,37 @@ def main(args: argparse.Namespace) -> int:
         plot_latency(report, plot)
     write_report(out, args.name, report, render_markdown(report, plot), extra=[plot] if plot else [], quiet=quiet)
     print(render_summary(report))
+    return 0
+
+
+def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list[int], quiet: bool) -> int:
+    from . import command_line
+    from .million import render_markdown as million_markdown
+    from .million import render_summary as million_summary
+    from .million import run as run_million
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - {"bm25", "vector"}:
+        raise SystemExit(f"--parts takes bm25 and/or vector, got {args.parts!r}")
+    report = run_million(
+        datasets,
+        sizes=sizes,
+        n_queries=args.queries,
+        recall_queries=args.recall_queries,
+        vectors=args.vectors,
+        seed=args.seed,
+        work_dir=Path(args.work_dir).resolve() if args.work_dir else None,
+        cache_dir=Path(args.cache_dir).resolve() if args.cache_dir else None,
+        threads=args.threads,
+        spawn=_spawn,
+        log=None if quiet else log,
+        parts=parts,
+        resume=bool(args.resume and args.work_dir),
+    )
+    name = args.name if args.name != "scale" else "scale_million"
+    command = command_line("scale") or "toolsearch bench scale --million"
+    write_report(Path(args.out), name, report, million_markdown(report, command), quiet=quiet)
+    print(million_summary(report))
     return 0
 
 
@@ -364,6 +426,12 @@ def _worker(spec_path: Path) -> int:
         result.update(_work_fastmcp(spec, queries))
     elif kind == "embedding":
         result.update(_work_embedding(spec, queries))
+    elif kind.startswith("million-"):
+        from . import million
+
+        work = {"million-bm25": million.work_bm25, "million-load": million.work_load,
+                "million-vector": million.work_vector}
+        result.update(work[kind](spec))
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
     Path(spec["result"]).write_text(json.dumps(result))

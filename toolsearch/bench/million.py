@@ -1,0 +1,482 @@
+"""`bench scale --million`: bm25 and the vector backend's approximate index at up to a million tools.
+
+Every size runs in fresh subprocesses (so each peak RSS is that process's own high-water mark):
+bm25 builds over a generated catalog (toolsearch.bench.synth), times queries and session
+creation, and saves; a second process loads the saved index and queries it; the vector process
+adds derived unit vectors directly (`VectorBackend.add_vectors`: embedding a million texts on
+2 cores would take hours, so search is measured alone, query embedding excluded) and measures
+recall@10 of the approximate index against exact search on a sample of queries.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import machine_info, percentile
+
+__all__ = ["TARGETS", "render_markdown", "render_summary", "run", "work_bm25", "work_load", "work_vector"]
+
+K = 10
+WARMUP = 5
+SESSION_CREATES = 2_000
+NPROBE_SWEEP = (8, 16, 32, 48, 64, 128)
+TARGETS = {"bm25_p50_ms": 10.0, "vector_p50_ms": 10.0, "peak_rss_gib": 4.0, "session_create_ms": 1.0}
+
+
+def _latencies(fn: Callable[[Any], Any], items: Sequence[Any]) -> dict[str, Any]:
+    for item in items[:WARMUP]:
+        fn(item)
+    times = []
+    for item in items[WARMUP:]:
+        t0 = time.perf_counter()
+        fn(item)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {
+        "timed": len(times),
+        "p50_ms": round(percentile(times, 50), 3),
+        "p99_ms": round(percentile(times, 99), 3),
+        "mean_ms": round(sum(times) / max(len(times), 1), 3),
+    }
+
+
+def _peak_gib() -> float | None:
+    from .scale import _peak_kib
+
+    peak = _peak_kib()
+    return round(peak / 1024 / 1024, 3) if peak else None
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _plan(spec: dict[str, Any]) -> Any:
+    from . import Dataset
+    from .synth import plan_catalog
+
+    return plan_catalog([Dataset(Path(p)) for p in spec["datasets"]], int(spec["size"]), seed=int(spec["seed"]))
+
+
+def work_bm25(spec: dict[str, Any]) -> dict[str, Any]:
+    """Generate the catalog, build bm25, time queries and session creation, save."""
+    from ..catalog import Catalog
+    from ..index import ToolIndex
+    from ..session import SessionManager
+
+    queries = json.loads(Path(spec["queries"]).read_text())
+    t0 = time.perf_counter()
+    plan = _plan(spec)
+    catalog = Catalog(plan.tools())
+    out: dict[str, Any] = {"tools": len(catalog), "generate_s": round(time.perf_counter() - t0, 1)}
+    out["peak_rss_after_catalog_gib"] = _peak_gib()
+    t0 = time.perf_counter()
+    index = ToolIndex.build(catalog, backend="bm25")
+    out["build_s"] = round(time.perf_counter() - t0, 1)
+    out["peak_rss_after_build_gib"] = _peak_gib()
+    out["queries"] = _latencies(lambda q: index.search(q, K), queries)
+    manager = SessionManager(index, max_sessions=SESSION_CREATES + 10)
+    ids = [f"s{i}" for i in range(SESSION_CREATES + WARMUP)]
+    out["session_create"] = _latencies(manager.create, ids)
+    subset = frozenset(catalog.names[:1_000])
+    manager_subset = SessionManager(index, max_sessions=SESSION_CREATES + 10)
+    out["session_create_1000_allowed"] = _latencies(lambda i: manager_subset.create(i, allowed=subset), ids)
+    session = manager.get("s1")
+    out["session_search"] = _latencies(lambda q: session.search(q, K), queries[:105])
+    folder = Path(spec["save"])
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    index.save(folder)
+    out["save_s"] = round(time.perf_counter() - t0, 1)
+    out["index_bytes"] = _folder_bytes(folder)
+    out["tools_file_bytes"] = (folder / "tools.jsonl").stat().st_size
+    out["backend_bytes"] = _folder_bytes(folder / "backend")
+    out["peak_rss_gib"] = _peak_gib()
+    return out
+
+
+def work_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open a saved bm25 index in a fresh process and query it."""
+    from ..index import ToolIndex
+    from ..session import SessionManager
+
+    queries = json.loads(Path(spec["queries"]).read_text())
+    t0 = time.perf_counter()
+    index = ToolIndex.load(spec["folder"])
+    out: dict[str, Any] = {"load_s": round(time.perf_counter() - t0, 1), "peak_rss_after_load_gib": _peak_gib()}
+    out["queries"] = _latencies(lambda q: index.search(q, K), queries)
+    manager = SessionManager(index)
+    out["session_create"] = _latencies(manager.create, [f"s{i}" for i in range(505)])
+    out["peak_rss_gib"] = _peak_gib()
+    return out
+
+
+def _base_vectors(spec: dict[str, Any], plan: Any) -> tuple[np.ndarray, Any]:
+    """One vector per real tool (embedded, or random), and a query embedder (None for random)."""
+    from .synth import random_base_vectors
+
+    if spec["vectors"] == "random":
+        return random_base_vectors(len(plan.bases), seed=int(spec["seed"])), None
+    from ..embeddings import embed_texts, resolve_embedder, shared_cache
+    from ..text import embedding_text
+
+    embedder = resolve_embedder(None, None)
+    cache = shared_cache(spec["cache_dir"]) if spec.get("cache_dir") else shared_cache()
+    texts = [embedding_text(t) for t in plan.bases]
+    return np.asarray(embed_texts(embedder, texts, cache=cache, progress=False), dtype=np.float32), embedder
+
+
+def work_vector(spec: dict[str, Any]) -> dict[str, Any]:
+    """Derived vectors added directly; search timed without the query embedding; recall vs exact."""
+    from ..backends import vector as vector_module
+    from .synth import derived_vectors
+
+    queries = json.loads(Path(spec["queries"]).read_text())
+    t0 = time.perf_counter()
+    plan = _plan(spec)
+    bases, embedder = _base_vectors(spec, plan)
+    out: dict[str, Any] = {"vectors": spec["vectors"], "base_vectors_s": round(time.perf_counter() - t0, 1)}
+    backend = vector_module.create(**spec.get("options", {}))
+    # Query rows as a search would embed them (the request, then its clauses), computed up front.
+    if embedder is not None:
+        query_rows = [backend.query_vectors(q) for q in queries]
+    else:
+        rng = np.random.default_rng([int(spec["seed"]), 5])
+        picks = rng.integers(0, len(bases), len(queries))
+        rows = bases[picks] + 0.05 * rng.standard_normal((len(queries), bases.shape[1]), dtype=np.float32)
+        query_rows = [r[None, :] / np.linalg.norm(r) for r in rows]
+    t0 = time.perf_counter()
+    names = plan.names()
+    vectors = derived_vectors(plan, bases)
+    out["generate_s"] = round(time.perf_counter() - t0, 1)
+    out["peak_rss_before_build_gib"] = _peak_gib()
+    t0 = time.perf_counter()
+    backend.add_vectors(names, vectors)
+    out["build_s"] = round(time.perf_counter() - t0, 1)
+    out["index_kind"] = backend.kind
+    out["peak_rss_after_build_gib"] = _peak_gib()
+    del vectors
+    gc.collect()
+    inner = backend._index.index  # the faiss index under the id map: its list count, for the report
+    out["nlist"] = int(getattr(__import__("faiss").downcast_index(inner), "nlist", 0)) or None
+    out["nprobe"] = backend.nprobe
+    out["search"] = _latencies(lambda rows: backend.search_vectors(rows, K), query_rows)
+    out["search_single_row"] = _latencies(lambda rows: backend.search_vectors(rows[:1], K), query_rows)
+    # Recall@10 of the index against exact inner-product search over the same vectors (each query's
+    # own row), the exact top 10 found chunk by chunk so the million vectors are never held twice.
+    sample = np.stack([rows[0] for rows in query_rows[WARMUP : WARMUP + int(spec["recall_queries"])]])
+    exact = _exact_top(plan, bases, sample)
+    sweep = []
+    for nprobe in NPROBE_SWEEP if out["index_kind"] == "ivf" else (backend.nprobe,):
+        backend.nprobe = nprobe
+        found = [[h.name for h in backend.search_vectors(row[None, :], K).hits] for row in sample]
+        recall = float(np.mean([len(set(f) & set(e)) / K for f, e in zip(found, exact, strict=True)]))
+        timing = _latencies(lambda rows: backend.search_vectors(rows[:1], K), query_rows)
+        sweep.append({"nprobe": nprobe, "recall_at_10": round(recall, 4), **timing})
+    backend.nprobe = int(out["nprobe"])
+    out["recall_sweep"] = sweep
+    out["recall_at_10"] = next(s["recall_at_10"] for s in sweep if s["nprobe"] == backend.nprobe)
+    folder = Path(spec["save"])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    t0 = time.perf_counter()
+    backend.save(folder)
+    out["save_s"] = round(time.perf_counter() - t0, 1)
+    out["index_bytes"] = _folder_bytes(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    out["peak_rss_gib"] = _peak_gib()
+    return out
+
+
+def _exact_top(plan: Any, bases: np.ndarray, sample: np.ndarray) -> list[list[str]]:
+    from .synth import derived_vectors
+
+    best_scores = np.full((len(sample), K), -np.inf, dtype=np.float32)
+    best_ids = np.zeros((len(sample), K), dtype=np.int64)
+    step = 131_072
+    for lo in range(0, len(plan), step):
+        hi = min(lo + step, len(plan))
+        sims = sample @ derived_vectors(plan, bases, lo, hi).T
+        scores = np.concatenate([best_scores, sims], axis=1)
+        ids = np.concatenate([best_ids, np.broadcast_to(np.arange(lo, hi), sims.shape)], axis=1)
+        top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
+        best_scores = np.take_along_axis(scores, top, axis=1)
+        best_ids = np.take_along_axis(ids, top, axis=1)
+    return [[plan.name(int(i)) for i in row] for row in best_ids]
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+def run(
+    datasets: Sequence[Any],
+    *,
+    sizes: Sequence[int] = (1_000_000,),
+    n_queries: int = 300,
+    recall_queries: int = 200,
+    vectors: str = "derived",
+    seed: int = 0,
+    work_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    threads: int | None = None,
+    spawn: Callable[..., dict[str, Any]],
+    log: Callable[[str], None] | None = None,
+    vector_options: dict[str, Any] | None = None,
+    parts: Sequence[str] = ("bm25", "vector"),
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Measure bm25 (build, queries, sessions, load) and the vector index (build, search, recall) per size.
+
+    With `resume`, a worker whose result file is already in `work_dir` (from an earlier run over the
+    same folder and settings) is not run again: a long run can be finished by a second invocation.
+    """
+    from .scale import sample_queries
+
+    say = log or (lambda message: None)
+    started = time.perf_counter()
+    own = work_dir is None
+    work = Path(tempfile.mkdtemp(prefix="toolsearch-million-")) if work_dir is None else work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "benchmark": "scale_million",
+        "machine": machine_info(),
+        "settings": {
+            "sizes": list(sizes),
+            "queries": n_queries,
+            "warmup_queries": WARMUP,
+            "recall_queries": recall_queries,
+            "vectors": vectors,
+            "seed": seed,
+            "k": K,
+            "threads": threads,
+            "session_creates": SESSION_CREATES,
+            "vector_options": dict(vector_options or {}),
+            "parts": list(parts),
+            "resumed": [],
+        },
+        "targets": TARGETS,
+        "results": {},
+    }
+    try:
+        queries = sample_queries(datasets, n_queries, seed=seed)
+        qpath = work / "queries.json"
+        qpath.write_text(json.dumps(queries))
+        common = {"datasets": [str(d.folder) for d in datasets], "seed": seed, "queries": str(qpath)}
+
+        def worker(spec: dict[str, Any], label: str) -> dict[str, Any]:
+            done = work / f"result-{label}.json"
+            if resume and done.is_file():
+                report["settings"]["resumed"].append(label)
+                say(f"  {label}: result reused from {done}")
+                result: dict[str, Any] = json.loads(done.read_text())
+                return result
+            return spawn(spec, work, label, say, threads)
+
+        for size in sizes:
+            row: dict[str, Any] = {}
+            save = work / f"bm25-{size}"
+            if "bm25" in parts:
+                say(f"[{size:,}] bm25: generate, build, {n_queries} queries, sessions, save ...")
+                row["bm25"] = worker({"kind": "million-bm25", **common, "size": size, "save": str(save)},
+                                     f"million-bm25-{size}")
+                say(f"  {_short(row['bm25'])}")
+                if "error" not in row["bm25"]:
+                    say(f"[{size:,}] bm25: load in a new process + queries ...")
+                    row["bm25_load"] = worker({"kind": "million-load", **common, "folder": str(save)},
+                                              f"million-load-{size}")
+                    say(f"  {_short(row['bm25_load'])}")
+                shutil.rmtree(save, ignore_errors=True)
+            if "vector" in parts:
+                say(f"[{size:,}] vector: {vectors} vectors, build, search, recall ...")
+                row["vector"] = worker(
+                    {"kind": "million-vector", **common, "size": size, "vectors": vectors,
+                     "save": str(work / f"vec-{size}"), "recall_queries": recall_queries,
+                     "cache_dir": str(cache_dir) if cache_dir else None, "options": dict(vector_options or {})},
+                    f"million-vector-{size}",
+                )
+                say(f"  {_short(row['vector'])}")
+            report["results"][str(size)] = row
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    report["analysis"] = analyse(report)
+    return report
+
+
+def _short(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"ERROR {row['error'][:300]}"
+    keep = ("build_s", "load_s", "peak_rss_gib", "recall_at_10", "index_bytes")
+    parts = [f"{k}={row[k]}" for k in keep if k in row]
+    for key in ("queries", "search", "session_create"):
+        if key in row:
+            parts.append(f"{key} p50={row[key]['p50_ms']} ms p99={row[key]['p99_ms']} ms")
+    return ", ".join(parts)
+
+
+def analyse(report: dict[str, Any]) -> dict[str, Any]:
+    sizes = report["settings"]["sizes"]
+    row = report["results"].get(str(max(sizes)), {})
+    bm25, load, vec = row.get("bm25", {}), row.get("bm25_load", {}), row.get("vector", {})
+
+    def check(value: float | None, limit: float) -> dict[str, Any]:
+        return {"value": value, "limit": limit, "met": None if value is None else value <= limit}
+
+    peaks = [r.get("peak_rss_gib") for r in (bm25, load, vec) if r.get("peak_rss_gib") is not None]
+    return {
+        "largest": max(sizes),
+        "targets": {
+            "bm25_p50_ms": check((bm25.get("queries") or {}).get("p50_ms"), TARGETS["bm25_p50_ms"]),
+            "vector_p50_ms": check((vec.get("search") or {}).get("p50_ms"), TARGETS["vector_p50_ms"]),
+            "peak_rss_gib": check(max(peaks) if peaks else None, TARGETS["peak_rss_gib"]),
+            "session_create_ms": check((bm25.get("session_create") or {}).get("p50_ms"), TARGETS["session_create_ms"]),
+        },
+    }
+
+
+_TARGET_TEXT = {
+    "bm25_p50_ms": "bm25 query p50 ≤ 10 ms",
+    "vector_p50_ms": "vector search p50 ≤ 10 ms, query embedding excluded",
+    "peak_rss_gib": "peak memory ≤ 4 GB (largest of the processes' peak RSS)",
+    "session_create_ms": "a session over the index created in ≤ 1 ms (p50)",
+}
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _mb(n: Any) -> str:
+    return f"{n / 1e6:,.0f} MB" if isinstance(n, int) else "-"
+
+
+def render_markdown(report: dict[str, Any], command: str) -> str:
+    s = report["settings"]
+    a = report["analysis"]
+    from . import machine_markdown
+
+    lines = ["# A million tools: bm25 and the vector backend's approximate index", ""]
+    lines.append(f"Command: `{command}` (run time {report['elapsed_s'] / 60:.0f} min).")
+    if s.get("resumed"):
+        lines.append(
+            f"Finished with `--resume`: the results of {', '.join(f'`{r}`' for r in s['resumed'])} were written by "
+            "the same workers in an earlier invocation over the same work folder and settings (the load average "
+            "above is the finishing invocation's; the workers ran under the load of their own time)."
+        )
+    lines += ["", *machine_markdown(report["machine"]), ""]
+    lines += [f"## Targets at {a['largest']:,} tools", "", "| target | measured | verdict |", "|---|---|---|"]
+    for key, t in a["targets"].items():
+        unit = " GiB" if key.endswith("gib") else " ms"
+        verdict = "n/a" if t["met"] is None else ("**met**" if t["met"] else "**not met**")
+        shown = "-" if t["value"] is None else f"{_f(t['value'], 3)}{unit}"
+        lines.append(f"| {_TARGET_TEXT[key]} | {shown} | {verdict} |")
+    lines += ["", "## bm25 (tantivy)", ""]
+    lines += [
+        "| tools | generate s | build s | query p50 / p99 ms | session.search p50 ms | session create p50 / p99 ms "
+        "(all tools; 1,000 allowed) | index on disk (tools.jsonl + backend) | save s | peak RSS GiB: catalog / "
+        "build / process | load s (new process) | after load: query p50 / p99 ms, peak RSS GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size, row in report["results"].items():
+        b, ld = row.get("bm25", {}), row.get("bm25_load", {})
+        if not b:
+            continue
+        if "error" in b:
+            lines.append(f"| {int(size):,} | error: {b['error'][:200]} |" + " |" * 9)
+            continue
+        q, sc, sa = b["queries"], b["session_create"], b["session_create_1000_allowed"]
+        lq = ld.get("queries", {})
+        lines.append(
+            f"| {int(size):,} | {_f(b['generate_s'], 1)} | {_f(b['build_s'], 1)} | {_f(q['p50_ms'])} / "
+            f"{_f(q['p99_ms'])} | {_f(b['session_search']['p50_ms'])} | {_f(sc['p50_ms'], 4)} / {_f(sc['p99_ms'], 4)}; "
+            f"{_f(sa['p50_ms'], 4)} | {_mb(b['index_bytes'])} ({_mb(b['tools_file_bytes'])} + "
+            f"{_mb(b['backend_bytes'])}) | {_f(b['save_s'], 1)} | {_f(b['peak_rss_after_catalog_gib'], 2)} / "
+            f"{_f(b['peak_rss_after_build_gib'], 2)} / {_f(b['peak_rss_gib'], 2)} | {_f(ld.get('load_s'), 1)} | "
+            f"{_f(lq.get('p50_ms'))} / {_f(lq.get('p99_ms'))}, {_f(ld.get('peak_rss_gib'), 2)} |"
+        )
+    lines += ["", f"## vector backend, {s['vectors']} vectors given directly (search alone)", ""]
+    lines += [
+        "| tools | index | base vectors s | generate s | build s | search p50 / p99 ms (request + clause rows) | "
+        "one row p50 / p99 ms | recall@10 vs exact | index on disk | peak RSS GiB: before build / after build / "
+        "process |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size, row in report["results"].items():
+        v = row.get("vector", {})
+        if not v:
+            continue
+        if "error" in v:
+            lines.append(f"| {int(size):,} | error: {v['error'][:200]} |" + " |" * 8)
+            continue
+        kind = v["index_kind"] + (f", nlist {v['nlist']}, nprobe {v['nprobe']}" if v.get("nlist") else "")
+        lines.append(
+            f"| {int(size):,} | {kind} | {_f(v['base_vectors_s'], 1)} | {_f(v['generate_s'], 1)} | "
+            f"{_f(v['build_s'], 1)} | {_f(v['search']['p50_ms'])} / {_f(v['search']['p99_ms'])} | "
+            f"{_f(v['search_single_row']['p50_ms'])} / {_f(v['search_single_row']['p99_ms'])} | "
+            f"{_f(v['recall_at_10'], 3)} | {_mb(v['index_bytes'])} | {_f(v['peak_rss_before_build_gib'], 2)} / "
+            f"{_f(v['peak_rss_after_build_gib'], 2)} / {_f(v['peak_rss_gib'], 2)} |"
+        )
+    largest = report["results"].get(str(a["largest"]), {}).get("vector", {})
+    if largest.get("recall_sweep") and len(largest["recall_sweep"]) > 1:
+        lines += ["", f"Recall and latency by `nprobe` at {a['largest']:,} tools (one query row):", ""]
+        lines += ["| nprobe | recall@10 | p50 ms | p99 ms |", "|---|---|---|---|"]
+        for r in largest["recall_sweep"]:
+            lines.append(f"| {r['nprobe']} | {r['recall_at_10']:.3f} | {_f(r['p50_ms'])} | {_f(r['p99_ms'])} |")
+    lines += ["", "## Method", ""]
+    lines += [f"- {n}" for n in METHOD_NOTES]
+    lines.append("")
+    return "\n".join(lines)
+
+
+METHOD_NOTES = (
+    "Catalog: the ~6,000 real tools of the data sets (names prefixed by data set), then variants until the size "
+    "is reached: a real tool renamed `<name>_v<n>`, its description followed by the first sentence of a randomly "
+    "chosen real tool's description, its schema shared with the real tool (toolsearch.bench.synth, seeded). At a "
+    "million tools each real tool has about 167 variants, so many tools share most of their words: a harder "
+    "ranking workload than a million unrelated tools, whose postings would be shorter.",
+    "bm25: `ToolIndex.build(Catalog(tools), backend=\"bm25\")` timed alone; queries are the data sets' real "
+    "queries (sampled evenly, up to 1,000 characters) through `ToolIndex.search(q, 10)` after 5 warm-up "
+    "queries; sessions are `SessionManager(index).create(id)` (and with a 1,000-tool allowed subset); "
+    "`session.search` is a search through a session with every tool allowed. Load = `ToolIndex.load` in a "
+    "new process (it reads and checks every stored tool).",
+    "Vector: embedding a million texts on 2 cores would take hours, so the vectors are given directly "
+    "(`VectorBackend.add_vectors`) and search is timed alone (`search_vectors`, the query rows embedded "
+    "beforehand). With `derived` vectors the ~6,000 real tools are embedded with the default model "
+    "(all-MiniLM-L6-v2, cached) and each variant's vector is its real tool's plus 0.3 of its donor's plus "
+    "Gaussian noise (standard deviation 0.015 per component), normalised; query rows are the real queries' "
+    "embeddings (the request and, for multi-part requests, its clauses, as a search embeds them). `random` "
+    "uses random unit vectors for the real tools instead.",
+    "Why bm25 slows down with size: a plain query ORs each of its words over six boosted fields plus an "
+    "exact-name bonus, and tantivy scores every tool in the union of those postings (block-max WAND pruning "
+    "needs a union of plain term queries, which the exact-name clause is not). With ~167 variants of each real "
+    "tool, a common word's postings hold hundreds of thousands of tools, so the work grows with the catalog; "
+    "index build, size and session creation do not limit it.",
+    "Recall@10 = share of the exact top 10 (inner product over every vector, computed chunk by chunk) that "
+    "the index returns, for each query's own row, over the recall sample.",
+    "Peak RSS = the process's high-water mark (VmHWM) at that point, imports and the generated catalog "
+    "included; every row is a fresh process. Index on disk = every file `save` writes.",
+    "The machine has 2 cores shared with other work; the load average at the start is shown above, and "
+    "latencies under load are higher than on a quiet machine.",
+)
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    lines = []
+    for key, t in report["analysis"]["targets"].items():
+        verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
+        lines.append(f"{_TARGET_TEXT[key]}: {t['value']} -> {verdict}")
+    for size, row in report["results"].items():
+        for name, r in row.items():
+            lines.append(f"{int(size):>9,} {name:10s} {_short(r)}")
+    return "\n".join(lines)
