@@ -263,3 +263,32 @@ def test_anthropic_marks_the_last_loaded_tool_not_a_deferred_one() -> None:
     )
     tools = anthropic_payload(request, "m")["tools"]
     assert [("cache_control" in t, bool(t.get("defer_loading"))) for t in tools] == [(True, False), (False, True)]
+
+
+def test_anthropic_usage_counts_the_part_of_the_prompt_served_from_or_written_to_the_cache() -> None:
+    from anthropic.types import Message as AnthropicMessage
+
+    from toolsearch.providers.anthropic import parse_message
+    from toolsearch.tools import NameMap
+
+    response = AnthropicMessage.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [{"type": "text", "text": "hi"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            # Anthropic reports the uncached tail apart from the cache reads and writes
+            "usage": {
+                "input_tokens": 12,
+                "output_tokens": 3,
+                "cache_creation_input_tokens": 100,
+                "cache_read_input_tokens": 2000,
+            },
+        }
+    )
+    usage = parse_message(response, NameMap()).usage
+    assert usage is not None
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.total_tokens) == (2112, 2000, 2115)
