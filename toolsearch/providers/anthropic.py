@@ -154,7 +154,7 @@ def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool) -> None:
     loaded = [i for i, t in enumerate(tools) if not t.get("defer_loading")]
     if loaded:
         tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": dict(_EPHEMERAL)}
-    if payload.get("system"):
+    if isinstance(payload.get("system"), str) and payload["system"]:  # a caller's own system blocks stay as given
         payload["system"] = [{"type": "text", "text": payload["system"], "cache_control": dict(_EPHEMERAL)}]
     messages: list[dict[str, Any]] = payload["messages"]
     if not conversation or not messages:
