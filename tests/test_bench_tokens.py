@@ -509,3 +509,26 @@ def test_a_user_price_table_changes_the_caching_rules(
     assert m["baseline"]["cache_read_tokens"] > 0
     assert m["baseline"]["price_usd"] < m["baseline"]["uncached_price_usd"]
     assert m["bm25"]["cost_savings"] != m["bm25"]["uncached_cost_savings"]
+
+
+def test_learn_arms_feed_a_usage_log_from_earlier_tasks(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "tools.jsonl").write_text("".join(json.dumps(t) + "\n" for t in CATALOG), encoding="utf-8")
+    again = {**TASKS[0], "id": "t4"}  # a later task like an earlier one
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in [*TASKS, again]), encoding="utf-8")
+    out = tmp_path / "results"
+    assert bench.main(_args(folder, out, "--sizes", "all", "--no-plot", "--learn")) == 0
+    report = json.loads((out / "tokens.json").read_text())
+    assert report["settings"]["methods"] == ["bm25", "bm25+learn"] and report["settings"]["learn"]
+    [row] = report["datasets"]["tiny"]["learning"]
+    assert row["backend"] == "bm25" and [q["tasks"] for q in row["quarters"]] == ["1-1", "2-2", "3-3", "4-4"]
+    before = [q["log_before"] for q in row["quarters"]]
+    # the log starts empty and each task's successful calls (one per needed tool) feed the next ones
+    assert before[0] == 0 and before == sorted(before) and len(set(before)) == 4
+    assert row["log_entries"] == sum(len(t["relevant"]) for t in [*TASKS, again])
+    first = row["quarters"][0]
+    assert first["with"]["input_tokens"] == first["without"]["input_tokens"]  # an empty log changes nothing
+    assert all(q["with"]["success"] == 1.0 for q in row["quarters"])
+    text = (out / "tokens.md").read_text()
+    assert "## Learning from earlier tasks" in text and "| tiny | all (8) | bm25 | 4-4 |" in text

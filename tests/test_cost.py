@@ -15,7 +15,7 @@ from toolsearch.providers import ChatRequest, Message, ScriptedModel, call, sear
 from toolsearch.providers.anthropic import anthropic_payload
 from toolsearch.providers.openai import chat_payload
 from toolsearch.session import SessionManager
-from toolsearch.tokens import count_json_tokens, request_tokens
+from toolsearch.tokens import count_json_tokens, request_tokens, without_cache_markers
 
 OPENAI = CacheRules("openai", min_cacheable_tokens=1024, increment_tokens=128, lifetime_seconds=300)
 ANTHROPIC = CacheRules(
@@ -144,7 +144,8 @@ def test_anthropic_native_leaves_deferred_tools_out_and_prices_tool_references_w
     assert [b.part for b in blocks] == ["tools", "messages", "messages", "messages"]
     definition = count_json_tokens(found.to_anthropic())
     result_message = payload["messages"][-1]
-    assert blocks[-1].tokens == count_json_tokens(result_message) + definition
+    assert blocks[-1].marked  # the provider's breakpoint at the end of the conversation
+    assert blocks[-1].tokens == count_json_tokens(without_cache_markers(result_message)) + definition
     # with a rule set that keeps deferred tools in the prefix (OpenAI), the tool is a block of its own
     assert [b.part for b in request_blocks(payload, "anthropic", rules=OPENAI)].count("tools") == 2
 
@@ -204,3 +205,90 @@ def test_loop_result_reports_cache_tokens_and_price_per_request() -> None:
     )
     assert 0 < result.price_usd < result.cache.uncached_price_usd
     assert result.requests[1].to_dict()["cache"]["cache_read"] == second.cache_read
+
+
+def _anthropic_request(*messages: Message, discovered: tuple[Tool, ...] = ()) -> ChatRequest:
+    return ChatRequest(
+        messages=messages, system="Use the tools. " * 400, search_tool=_tool("tool_search"), discovered=discovered
+    )
+
+
+def test_anthropic_breakpoints_are_the_blocks_a_request_marks() -> None:
+    request = _anthropic_request(Message.user("find alpha"), discovered=(_tool("alpha"), _tool("beta")))
+    payload = anthropic_payload(request, "m")
+    blocks = request_blocks(payload, "anthropic", rules=ANTHROPIC)
+    # the last tool, the system text and the last message: where cost.py's default rules put them
+    assert [b.part for b in blocks if b.marked] == ["tools", "system", "messages"]
+    assert [b.marked for b in blocks if b.part == "tools"] == [False, False, True]
+    # markers are not content: the same request without them counts and matches the same
+    unmarked = request_blocks(anthropic_payload(request, "m", prompt_caching=False), "anthropic", rules=ANTHROPIC)
+    assert [(b.key, b.tokens) for b in unmarked] == [(b.key, b.tokens) for b in blocks]
+    assert not any(b.marked for b in unmarked)
+    assert request_tokens(payload) == request_tokens(anthropic_payload(request, "m", prompt_caching=False))
+
+
+def test_anthropic_caches_only_what_a_request_marks() -> None:
+    first = _anthropic_request(Message.user("find alpha"))
+    call_ = call("alpha", id="c1")
+    second = _anthropic_request(
+        Message.user("find alpha"), Message.assistant(tool_calls=[call_]), Message.tool(call_, "ok")
+    )
+    marked = PromptCache(ANTHROPIC, CLAUDE, "anthropic")
+    assert marked.request(anthropic_payload(first, "m")).cache_write > 1024
+    assert marked.request(anthropic_payload(second, "m")).cache_read > 1024  # the whole first request
+    # without cache_control the API caches nothing, and neither does the model of it
+    plain = PromptCache(ANTHROPIC, CLAUDE, "anthropic")
+    for request in (first, second):
+        use = plain.request(anthropic_payload(request, "m", prompt_caching=False))
+        assert (use.cache_write, use.cache_read) == (0, 0) and use.fresh == use.total > 1024
+    # a top-level cache_control (the API's automatic caching) is a breakpoint on the last block
+    auto = PromptCache(ANTHROPIC, CLAUDE, "anthropic")
+    options = {"cache_control": {"type": "ephemeral"}}
+    auto.request(anthropic_payload(first, "m", prompt_caching=False, **options))
+    assert auto.request(anthropic_payload(second, "m", prompt_caching=False, **options)).cache_read > 1024
+
+
+def test_anthropic_marks_the_last_loaded_tool_not_a_deferred_one() -> None:
+    found = _tool("alpha")
+    call_ = search("alpha", id="c1")
+    request = ChatRequest(
+        messages=(
+            Message.user("find alpha"),
+            Message.assistant(tool_calls=[call_]),
+            Message.tool(call_, "found alpha", tool_references=[found]),
+        ),
+        search_tool=_tool("tool_search"),
+        discovered=(found,),
+        tool_search_mode="native",
+    )
+    tools = anthropic_payload(request, "m")["tools"]
+    assert [("cache_control" in t, bool(t.get("defer_loading"))) for t in tools] == [(True, False), (False, True)]
+
+
+def test_anthropic_usage_counts_the_part_of_the_prompt_served_from_or_written_to_the_cache() -> None:
+    from anthropic.types import Message as AnthropicMessage
+
+    from toolsearch.providers.anthropic import parse_message
+    from toolsearch.tools import NameMap
+
+    response = AnthropicMessage.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [{"type": "text", "text": "hi"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            # Anthropic reports the uncached tail apart from the cache reads and writes
+            "usage": {
+                "input_tokens": 12,
+                "output_tokens": 3,
+                "cache_creation_input_tokens": 100,
+                "cache_read_input_tokens": 2000,
+            },
+        }
+    )
+    usage = parse_message(response, NameMap()).usage
+    assert usage is not None
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.total_tokens) == (2112, 2000, 2115)

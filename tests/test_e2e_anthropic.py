@@ -174,7 +174,7 @@ def test_messages_wire_format(server: FakeLLMServer, index: ToolIndex) -> None:
     session = SessionManager(index).create("wire")
     run(make_model(KIND, server), "4!", session=session, system="Be brief.", functions=implementations(Calls()))
     third = server.requests[2]
-    assert third["system"].startswith("Be brief.") and "tool_search" in third["system"]
+    assert third.system.startswith("Be brief.") and "tool_search" in third.system  # one cached text block
     assert third["max_tokens"] == 512 and third["model"] == "claude-test"
     messages = third["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
@@ -183,7 +183,8 @@ def test_messages_wire_format(server: FakeLLMServer, index: ToolIndex) -> None:
     assert messages[1]["content"][0]["text"] == "Searching."
     tool_use = messages[3]["content"][0]
     assert tool_use["name"] == provider_safe_name("math.factorial") and tool_use["input"] == {"n": 4}
-    assert messages[4]["content"] == [{"type": "tool_result", "tool_use_id": tool_use["id"], "content": "24"}]
+    cached = {"cache_control": {"type": "ephemeral"}}  # prompt caching: a breakpoint on the conversation's last block
+    assert messages[4]["content"] == [{"type": "tool_result", "tool_use_id": tool_use["id"], "content": "24", **cached}]
 
 
 def test_messages_bodies_match_sdk_param_types(server: FakeLLMServer, index: ToolIndex) -> None:

@@ -653,6 +653,8 @@ _ANT = {"model": "claude-test", "max_tokens": 100, "messages": USER, "tools": [W
 _DEFERRED_TIME = {**TIME_DEFERRED}
 _TIME_LOADED = {k: v for k, v in TIME_DEFERRED.items() if k != "defer_loading"}
 _REFERENCE = {**ANT_RESULT, "content": [{"type": "tool_reference", "tool_name": "get_time"}]}
+_CACHE = {"type": "ephemeral"}
+_CACHED_SYSTEM = [{"type": "text", "text": "Be brief.", "cache_control": _CACHE}]
 
 # (test id, provider, valid request, invalid request, rule)
 RULE_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
@@ -866,6 +868,22 @@ RULE_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         {**_ANT, "tools": [WEATHER_ANTHROPIC, _DEFERRED_TIME], "messages": _ant_results(_REFERENCE)},
         {**_ANT, "tools": [WEATHER_ANTHROPIC], "messages": _ant_results(_REFERENCE)},
         "tool-reference",
+    ),
+    (
+        "anthropic-at-most-four-cache-breakpoints",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "tools": [{**WEATHER_ANTHROPIC, "cache_control": _CACHE}], "system": _CACHED_SYSTEM * 2,
+         "messages": _ant_results({**ANT_RESULT, "cache_control": _CACHE})},
+        {**_ANT, "tools": [{**WEATHER_ANTHROPIC, "cache_control": _CACHE}], "system": _CACHED_SYSTEM * 2,
+         "messages": _ant_results({**ANT_RESULT, "cache_control": _CACHE}), "cache_control": _CACHE},
+        "cache-breakpoints",
+    ),
+    (
+        "anthropic-no-cache-control-on-a-deferred-tool",
+        ANTHROPIC_MESSAGES,
+        {**_ANT, "tools": [{**WEATHER_ANTHROPIC, "cache_control": _CACHE}, _DEFERRED_TIME]},
+        {**_ANT, "tools": [WEATHER_ANTHROPIC, {**_DEFERRED_TIME, "cache_control": _CACHE}]},
+        "cache-control-deferred",
     ),
     (
         "anthropic-tool-reference-deferred",

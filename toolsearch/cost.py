@@ -9,10 +9,12 @@ each message), each counted exactly like `toolsearch.tokens` counts it. The toke
 cache are the longest prefix of blocks this request shares with an earlier request of the same
 conversation that the provider would have cached, within the cache lifetime:
 
-- **Anthropic**: entries are written at cache breakpoints only (by default at the end of the tools,
-  the end of the system text and the last block: three of the four `cache_control` breakpoints
-  allowed), and only for prefixes of at least the model's minimum cacheable length; a breakpoint
-  finds an entry at most `lookback_blocks` blocks before it. Tokens up to the entry found are
+- **Anthropic**: entries are written at cache breakpoints only, and only for prefixes of at least
+  the model's minimum cacheable length; a breakpoint finds an entry at most `lookback_blocks`
+  blocks before it. The breakpoints are the blocks a request marks with `cache_control` (a
+  top-level `cache_control` marks the last block); toolsearch's Anthropic provider marks the end of
+  the tools, the end of the system text and the last block (three of the four allowed), the
+  price table's default `breakpoints`. A request without markers caches nothing. Tokens up to the entry found are
   read, tokens from there to the last cacheable breakpoint are written, the rest are fresh. A
   tool sent with `defer_loading` is not part of the prompt; a `tool_reference` block costs the
   definition it expands to, where it stands in the messages.
@@ -20,7 +22,8 @@ conversation that the provider would have cached, within the cache lifetime:
   128-token steps; writes cost nothing extra unless the price table gives a `cache_write` rate.
 
 Matching is per block (a tool definition, the system text, one message), not per token: a block
-that differs anywhere counts as differing from its start. Prices (USD per million tokens) and the
+that differs anywhere counts as differing from its start. `cache_control` markers are not content:
+a block matches an earlier one with or without them. Prices (USD per million tokens) and the
 rules come from `toolsearch/data/prices.json`, which cites the providers' pages; point
 `TOOLSEARCH_PRICES` (or `load_prices(path)`) at a file of the same shape to override them. The
 prices cover input tokens only: both arms of a comparison produce about the same output.
@@ -48,6 +51,7 @@ from .tokens import (
     definition_tokens,
     payload_parts,
     text_of,
+    without_cache_markers,
 )
 
 __all__ = [
@@ -285,6 +289,7 @@ class Block:
     part: Part
     key: str  # a digest of the block's content
     tokens: int
+    marked: bool = False  # it carries a cache_control breakpoint
 
 
 def _digest(text: str) -> str:
@@ -311,13 +316,22 @@ def _references(value: Any) -> list[str]:
     return []
 
 
+def _marked(item: Mapping[str, Any]) -> bool:
+    """Whether a tool, a system block or a message carries a cache_control breakpoint."""
+    if "cache_control" in item:
+        return True
+    content = item.get("content")
+    return isinstance(content, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in content)
+
+
 def request_blocks(
     payload: Mapping[str, Any], fmt: str, encoding: str = DEFAULT_ENCODING, *, rules: CacheRules | None = None
 ) -> list[Block]:
     """A provider payload as blocks in render order: tools, system text, messages.
 
     With `rules.deferred_tools_in_prefix` false (Anthropic), tools sent with `defer_loading` are left
-    out and each `tool_reference` costs the definition of the tool it names.
+    out and each `tool_reference` costs the definition of the tool it names. A block that carries a
+    `cache_control` marker is `marked` (counted and matched without it).
     """
     if fmt not in _FORMATS:
         raise PriceTableError(f"unknown wire format {fmt!r}; choose one of: {', '.join(_FORMATS)}")
@@ -326,6 +340,8 @@ def request_blocks(
     definitions: dict[str, int] = {}
     for raw in payload.get("tools") or ():
         tool = dict(_plain(raw))
+        marked = "cache_control" in tool
+        tool = without_cache_markers(tool)
         sent = compact_json(tool)
         deferred = bool(tool.pop("defer_loading", False))
         text = compact_json(tool) if deferred else sent
@@ -335,23 +351,32 @@ def request_blocks(
             definitions[name] = tokens
         if deferred and skip_deferred:
             continue
-        tools.append(Block("tools", _text_digest(sent), tokens))
+        tools.append(Block("tools", _text_digest(sent), tokens, marked))
     system, items = payload_parts(payload)
+    raw_system = payload.get("system")
+    system_marked = isinstance(raw_system, list) and any(isinstance(b, Mapping) and _marked(b) for b in raw_system)
     messages: list[Block] = []
     for item in items:
         if not messages and isinstance(item, Mapping) and item.get("role") in ("system", "developer"):
             system.append(text_of(item.get("content", "")))  # a leading system message is the system text
+            system_marked = system_marked or _marked(item)
             continue
+        marked = isinstance(item, Mapping) and _marked(item)
+        item = without_cache_markers(item)
         text = compact_json(item)
         tokens = count_json_tokens(item, encoding)
         if skip_deferred:
             tokens += sum(definitions.get(n, 0) for n in _references(item))
-        messages.append(Block("messages", _digest(text), tokens))
+        messages.append(Block("messages", _digest(text), tokens, marked))
     out = tools
     if system:
         joined = "\n\n".join(system)
-        out.append(Block("system", _digest(joined), count_tokens(joined, encoding)))
-    return out + messages
+        out.append(Block("system", _digest(joined), count_tokens(joined, encoding), system_marked))
+    out += messages
+    if payload.get("cache_control") and out:  # automatic caching: a breakpoint on the last block
+        last = out[-1]
+        out[-1] = Block(last.part, last.key, last.tokens, True)
+    return out
 
 
 # --- the cache -------------------------------------------------------------------------------------
@@ -376,10 +401,18 @@ class PromptCache:
         return cls(table.rules_for(fmt, model), table.model_for(fmt, model), fmt, encoding)
 
     def request(self, payload: Mapping[str, Any], *, at: float | None = None) -> CacheUse:
-        """Bill one request (sent at `at` seconds; default: right after the previous one) and update the cache."""
-        return self.blocks(request_blocks(payload, self.fmt, self.encoding, rules=self.rules), at=at)
+        """Bill one request (sent at `at` seconds; default: right after the previous one) and update the cache.
 
-    def blocks(self, blocks: Sequence[Block], *, at: float | None = None) -> CacheUse:
+        Under breakpoint rules (Anthropic) the request's `cache_control` markers are its breakpoints,
+        and a request without any caches nothing, as the API does.
+        """
+        blocks = request_blocks(payload, self.fmt, self.encoding, rules=self.rules)
+        explicit = self.rules.breakpoints is not None
+        return self.blocks(blocks, at=at, unmarked_cache=not explicit)
+
+    def blocks(self, blocks: Sequence[Block], *, at: float | None = None, unmarked_cache: bool = True) -> CacheUse:
+        """Bill one request given as blocks. Under breakpoint rules, marked blocks are the breakpoints;
+        without any, the rules' default breakpoints, or none when `unmarked_cache` is false."""
         now = self.clock if at is None else at
         self.clock = now
         self.entries = {k: v for k, v in self.entries.items() if v[1] >= now}
@@ -394,7 +427,7 @@ class PromptCache:
         if self.rules.breakpoints is None:
             read, write, stored = self._automatic(prefixes, ends, total)
         else:
-            read, write, stored = self._breakpoints(blocks, prefixes, ends)
+            read, write, stored = self._breakpoints(blocks, prefixes, ends, unmarked_cache)
         expiry = now + self.rules.lifetime_seconds
         for i in stored:
             self.entries[prefixes[i]] = (ends[i], expiry)
@@ -414,11 +447,13 @@ class PromptCache:
         write = total - read if self.price.cache_write is not None else 0
         return read, write, list(range(len(prefixes)))
 
-    def _breakpoints(self, blocks: Sequence[Block], prefixes: list[str], ends: list[int]) -> tuple[int, int, list[int]]:
+    def _breakpoints(
+        self, blocks: Sequence[Block], prefixes: list[str], ends: list[int], unmarked_cache: bool
+    ) -> tuple[int, int, list[int]]:
         """Anthropic: entries at breakpoints only; each breakpoint looks back a limited number of blocks."""
         n = len(blocks)
-        points: set[int] = set()  # index of the last block of each breakpoint's prefix
-        wanted = self.rules.breakpoints or ()
+        points: set[int] = {i for i, b in enumerate(blocks) if b.marked}  # last block of each breakpoint's prefix
+        wanted = (self.rules.breakpoints or ()) if not points and unmarked_cache else ()
         tools_end = sum(1 for b in blocks if b.part == "tools") - 1
         system_end = tools_end + sum(1 for b in blocks if b.part == "system")
         if "tools" in wanted and tools_end >= 0:

@@ -9,6 +9,9 @@ and each is serialised the same way every time, then tokenised exactly with the 
   separators `,` and `:`), so tool calls, tool results and content blocks all count;
 - **tools**: each tool definition as compact JSON, exactly as it would be sent.
 
+Anthropic's `cache_control` markers are left out of every count: they say where the prompt cache
+ends, they are not prompt text (`without_cache_markers`).
+
 The figures are exact for that serialisation. They are not the provider's bill: providers render
 tools and messages into their own internal template (adding a few tokens per message and per
 tool), so use the provider-reported `usage` (kept next to these counts by the loop) for billing,
@@ -40,6 +43,7 @@ __all__ = [
     "count_request_tokens",
     "request_tokens",
     "compact_json",
+    "without_cache_markers",
 ]
 
 _lock = threading.Lock()
@@ -143,6 +147,30 @@ def payload_parts(payload: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     return system, [item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item for item in items]
 
 
+def without_cache_markers(item: Any) -> Any:
+    """A tool definition or message without its `cache_control` markers (on it or its content blocks).
+
+    A content of one marked text block comes back as the string it stands for (how the Anthropic
+    provider sends an unmarked plain turn), so a turn counts and matches the same marked or not.
+    """
+    if not isinstance(item, Mapping):
+        return item
+    content = item.get("content")
+    marked_blocks = isinstance(content, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in content)
+    if "cache_control" not in item and not marked_blocks:
+        return item  # the common case: no copy
+    out = {k: v for k, v in item.items() if k != "cache_control"}
+    if marked_blocks and isinstance(content, list):
+        blocks = [
+            {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b for b in content
+        ]
+        only = blocks[0] if len(blocks) == 1 else None
+        # a string content is one text block to the API: a turn marked as a block is the same turn as a string
+        plain = isinstance(only, dict) and only.keys() == {"type", "text"} and only["type"] == "text"
+        out["content"] = only["text"] if plain and only is not None else blocks
+    return out
+
+
 def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING) -> RequestTokens:
     """Count a provider request payload by part: system, messages (or Responses `input`), tools.
 
@@ -156,9 +184,10 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
         if isinstance(data, Mapping) and data.get("role") in ("system", "developer"):
             system_parts.append(text_of(data.get("content", "")))
             continue
-        message_tokens += count_json_tokens(data, encoding)
+        message_tokens += count_json_tokens(without_cache_markers(data), encoding)
     system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
-    tools_tokens = sum(definition_tokens(compact_json(t), encoding) for t in payload.get("tools") or ())
+    tools = payload.get("tools") or ()
+    tools_tokens = sum(definition_tokens(compact_json(without_cache_markers(t)), encoding) for t in tools)
     return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
 
 

@@ -261,11 +261,47 @@ def check_anthropic(body: Mapping[str, Any], *, count_tokens: bool = False) -> N
         names.append(tool["name"])
         if tool.get("defer_loading"):
             deferred.add(tool["name"])
+            if "cache_control" in tool:
+                raise Violation(
+                    "cache-control-deferred",
+                    f"Tool '{tool['name']}' cannot have both defer_loading=true and cache_control set. Tools with "
+                    "defer_loading cannot use prompt caching.",
+                    f"tools.{i}",
+                )
     _check_unique("tool-names-unique", names, "tools: Tool names must be unique.", "tools")
+    _check_cache_breakpoints(body)
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "tool" and choice.get("name") not in names:
         raise Violation("tool-choice", f"tool_choice: Tool '{choice.get('name')}' not found in 'tools'", "tool_choice")
     _check_anthropic_messages(body["messages"], names, deferred, "tools" in body)
+
+
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _count_markers(value: Any) -> int:
+    """cache_control markers on a tool, a system block, a content block or a block nested in a tool_result."""
+    if isinstance(value, list):
+        return sum(_count_markers(v) for v in value)
+    if not isinstance(value, dict):
+        return 0
+    return int("cache_control" in value) + _count_markers(value.get("content"))
+
+
+def _check_cache_breakpoints(body: Mapping[str, Any]) -> None:
+    system = body.get("system")
+    messages = body.get("messages")
+    found = (
+        _count_markers(body.get("tools"))
+        + (_count_markers(system) if isinstance(system, list) else 0)
+        + sum(_count_markers(m.get("content")) for m in _dicts(messages))
+        + int(body.get("cache_control") is not None)  # top-level (automatic) caching places one more
+    )
+    if found > MAX_CACHE_BREAKPOINTS:
+        raise Violation(
+            "cache-breakpoints",
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {found}.",
+        )
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

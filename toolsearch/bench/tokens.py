@@ -14,6 +14,12 @@ Both arms run the same tasks through the same loop (`toolsearch.loop`) over the 
 
 In every arm the session's `allowed` subset is the task's catalog.
 
+With `--learn`, each tool-search backend also runs as `<backend>+learn`: its index is a
+`LearningIndex` over a usage log that the run's own earlier tasks feed (the loop's `usage=`
+recorder: a search whose shown tool was then called successfully), one log per backend and
+catalog size, filled in task order. The report compares each quarter of the tasks with and
+without learning: what the log of the tasks before them changed in extra requests and success.
+
 Catalogs: for each task and size N, its needed tools plus N - |needed| distractors drawn from a seeded
 per-task permutation of the data set (so smaller catalogs are subsets of larger ones), or the whole data
 set ("all"). One index per data set and backend is built once; a task's catalog is a session's `allowed`
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
 import os
 import random
@@ -75,6 +82,8 @@ BASELINE = "baseline"
 AUTO = "auto"
 NATIVE = "+native"  # suffix of an arm that runs a backend with tool_search_mode="native"
 NATIVE_FORMATS = ("anthropic", "openai_responses")  # formats with a provider-native tool-search form
+LEARN = "+learn"  # suffix of an arm whose index learns from the run's earlier tasks (--learn)
+LEARN_BUCKETS = 4  # the tasks in order, in quarters, for the learning comparison
 TARGET_SAVINGS = 0.90
 TARGET_SUCCESS_RATIO = 0.95
 TARGET_EXTRA_REQUESTS = 1.5
@@ -200,10 +209,12 @@ def run_task(
     encoding: str = "o200k_base",
     keep_requests: bool = False,
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
+    usage: Any = None,
 ) -> TaskRun:
     """Run one task through the loop: as the baseline (`method="baseline"`, every tool on every
     request), with `tool_search="auto"` (`method="auto"`), or with tool search (a backend's name;
-    `<backend>+native` for the provider's native form, `tool_search_mode="native"`)."""
+    `<backend>+native` for the provider's native form, `tool_search_mode="native"`). `usage`, a
+    `UsageRecorder`, is fed the run's searches and calls."""
     from ..loop import LoopConfig, ResultStatus
     from ..loop import run as run_loop
     from ..providers._base import ProviderError
@@ -229,12 +240,15 @@ def run_task(
             system=SYSTEM_PROMPT,
             metatool=_metatool(),
             config=config,
+            usage=usage,
         )
     except ProviderError as exc:
         stats.error = f"{type(exc).__name__}: {exc}"[:300]
         return stats
     finally:
         sessions.close(session_id)
+        if usage is not None:
+            usage.forget(session_id)
     seen: set[str] = set()
     billed_in: list[int] = []
     billed_out: list[int] = []
@@ -375,10 +389,10 @@ def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> l
 
 
 def _backend_of(method: str, auto_backend: str | None) -> str:
-    """The search backend behind an arm's name (`auto` -> its backend, `<backend>+native` -> the backend)."""
+    """The search backend behind an arm's name (`auto` -> its backend, `<backend>+native` / `+learn` -> the backend)."""
     if method == AUTO and auto_backend:
         return auto_backend
-    return method.removesuffix(NATIVE)
+    return method.removesuffix(NATIVE).removesuffix(LEARN)
 
 
 def _style(method: str) -> QueryStyle:
@@ -444,12 +458,14 @@ def run(
     auto_backend: str | None = None,
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
     native_backend: str | None = None,
+    learn: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape).
 
     `auto_backend` adds the `auto` arm (`tool_search="auto"`) on that backend, which must be one of `backends`;
-    `native_backend` adds `<backend>+native`, the provider's native form (`fmt` anthropic or openai_responses).
+    `native_backend` adds `<backend>+native`, the provider's native form (`fmt` anthropic or openai_responses);
+    `learn` adds `<backend>+learn` for each backend, whose index learns from the run's earlier tasks.
     """
     from ..cost import load_prices
     from ..index import ToolIndex
@@ -463,7 +479,12 @@ def run(
         raise ValueError(f"auto_backend {auto_backend!r} is not one of the backends run: {', '.join(backends)}")
     if native_backend is not None and (native_backend not in backends or fmt not in NATIVE_FORMATS):
         raise ValueError(f"native_backend needs one of the backends run and a format among {NATIVE_FORMATS}")
-    arms = [*backends, *([AUTO] if auto_backend else []), *([native_backend + NATIVE] if native_backend else [])]
+    arms = [
+        *backends,
+        *([AUTO] if auto_backend else []),
+        *([native_backend + NATIVE] if native_backend else []),
+        *([b + LEARN for b in backends] if learn else []),
+    ]
     prices = load_prices()
     price_fmt = "anthropic" if provider == "anthropic" else ("openai_chat" if live else fmt)
     price = prices.model_for(price_fmt, model_name)
@@ -483,6 +504,7 @@ def run(
             "auto_backend": auto_backend,
             "direct_max_tokens": direct_max_tokens,
             "native_backend": native_backend,
+            "learn": learn,
             "prices": {
                 "model": price.model,
                 "input": price.input,
@@ -520,7 +542,7 @@ def run(
         say(
             f"[{ds.name}] {len(tools)} tools, {len(tasks)} tasks, sizes {['all' if s is None else s for s in ds_sizes]}"
         )
-        managers: dict[str, Any] = {}
+        managers: dict[Any, Any] = {}  # by arm name; +learn arms by (size, arm)
         build_s: dict[str, float] = {}
         for backend in backends:
             t0 = time.perf_counter()
@@ -533,6 +555,10 @@ def run(
             managers[AUTO] = managers[auto_backend]
         if native_backend:
             managers[native_backend + NATIVE] = managers[native_backend]
+        recorders: dict[tuple[int | None, str], Any] = {}
+        if learn:
+            managers, recorders = _learning_arms(managers, backends, ds_sizes)
+        log_before: dict[tuple[int | None, str], list[int]] = {key: [] for key in recorders}  # per task, in order
         methods = [BASELINE, *arms]
         runs: dict[tuple[int | None, str], list[TaskRun]] = {(s, m): [] for s in ds_sizes for m in methods}
         failures: dict[str, list[dict[str, Any]]] = {b: [] for b in arms}
@@ -545,6 +571,9 @@ def run(
                 catalog_size = len(tools) if allowed is None else len(allowed)
                 for method in methods:
                     sessions = base_sessions if method == BASELINE else managers[method]
+                    if method.endswith(LEARN):
+                        sessions = managers[(size, method)]
+                        log_before[(size, method)].append(len(recorders[(size, method)].log))
                     stats = run_task(
                         task,
                         method,
@@ -556,6 +585,7 @@ def run(
                         session_id=f"{ds.name}:{task.id}:{size}:{method}",
                         encoding=encoding,
                         direct_max_tokens=direct_max_tokens,
+                        usage=recorders.get((size, method)),
                     )
                     runs[(size, method)].append(stats)
                     missed = size is None and method != BASELINE and not stats.success
@@ -610,9 +640,80 @@ def run(
             "failures_at_full_catalog": failures,
             "elapsed_s": round(time.perf_counter() - t_ds, 1),
         }
+        if learn:
+            report["datasets"][ds.name]["learning"] = _learning_effect(
+                runs, ds_sizes, backends, recorders, log_before, live
+            )
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["targets"] = _targets(report)
     return report
+
+
+def _learning_arms(
+    managers: Mapping[str, Any], backends: Sequence[str], sizes: Sequence[int | None]
+) -> tuple[dict[Any, Any], dict[tuple[int | None, str], Any]]:
+    """A session manager over a LearningIndex and a usage recorder per backend and catalog size.
+
+    The logs start empty and each is fed only by its own arm's earlier tasks at that size. The
+    ranker recompiles on every change (`refresh_seconds=0`), so a run is deterministic.
+    """
+    from ..learning import LearnedRanker, LearningIndex
+    from ..session import SessionManager
+    from ..usage import UsageLog, UsageRecorder
+
+    out: dict[Any, Any] = dict(managers)
+    recorders: dict[tuple[int | None, str], Any] = {}
+    for backend in backends:
+        index = managers[backend].index
+        for size in sizes:
+            log = UsageLog(index.catalog.hash)
+            out[(size, backend + LEARN)] = SessionManager(
+                LearningIndex(index, LearnedRanker(log, refresh_seconds=0)), max_sessions=100
+            )
+            recorders[(size, backend + LEARN)] = UsageRecorder(log)
+        out[backend + LEARN] = out[(sizes[-1], backend + LEARN)]  # the trace and lookups by arm name
+    return out, recorders
+
+
+def _learning_effect(
+    runs: Mapping[tuple[int | None, str], Sequence[TaskRun]],
+    sizes: Sequence[int | None],
+    backends: Sequence[str],
+    recorders: Mapping[tuple[int | None, str], Any],
+    log_before: Mapping[tuple[int | None, str], Sequence[int]],
+    live: bool,
+) -> list[dict[str, Any]]:
+    """Per size and backend, the tasks in order by quarter: without vs with learning, against the baseline."""
+    out = []
+    for size in sizes:
+        base_runs = runs[(size, BASELINE)]
+        n = len(base_runs)
+        bounds = [round(i * n / LEARN_BUCKETS) for i in range(LEARN_BUCKETS + 1)]
+        for backend in backends:
+            plain_runs, learned_runs = runs[(size, backend)], runs[(size, backend + LEARN)]
+            quarters = []
+            for lo, hi in itertools.pairwise(bounds):
+                if hi <= lo:
+                    continue
+                base = _aggregate(base_runs[lo:hi], live)
+                plain, learned = _aggregate(plain_runs[lo:hi], live), _aggregate(learned_runs[lo:hi], live)
+                _compare(plain, base, live)
+                _compare(learned, base, live)
+                before = log_before.get((size, backend + LEARN)) or [0] * n
+                quarters.append(
+                    {"tasks": f"{lo + 1}-{hi}", "log_before": before[lo], "without": plain, "with": learned}
+                )
+            recorder = recorders.get((size, backend + LEARN))
+            out.append(
+                {
+                    "size": "all" if size is None else size,
+                    "catalog_size": _aggregate(base_runs, live)["catalog_size"],
+                    "backend": backend,
+                    "quarters": quarters,
+                    "log_entries": len(recorder.log) if recorder is not None else 0,
+                }
+            )
+    return out
 
 
 def _trace(
@@ -736,6 +837,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
     if command:
         lines.append(f"- Command: `{command}`")
     lines += machine_markdown(report["machine"])
+    lines += _learning_markdown(report)
     lines += _cost_markdown(report)
     lines += ["", "## At the full catalogs", ""]
     lines.append(
@@ -881,6 +983,38 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "- One index per data set and backend; a task's catalog is a session's allowed subset over it.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _learning_markdown(report: dict[str, Any]) -> list[str]:
+    """The effect of learning from earlier tasks, quarter by quarter (reports run with --learn)."""
+    if not report["settings"].get("learn"):
+        return []
+    lines = [
+        "",
+        "## Learning from earlier tasks",
+        "",
+        "Each `<backend>+learn` arm searches a `LearningIndex` over a usage log that starts empty and is fed by "
+        "the same arm's earlier tasks, in task order (the loop's `usage=` recorder: a `tool_search` whose shown "
+        "tool the policy then called successfully). The plain backend runs the same tasks with no log. Tasks "
+        "in order, by quarter; extra requests against the all-tools loop on the same tasks.",
+        "",
+        "| data set | catalog | backend | tasks | log entries before | extra requests without → with | "
+        "success without → with | input tokens / task without → with |",
+        "|---|---:|---|---|---:|---|---|---|",
+    ]
+    for name, ds in report["datasets"].items():
+        for row in ds.get("learning") or ():
+            label = f"all ({row['catalog_size']:,.0f})" if row["size"] == "all" else f"{row['catalog_size']:,.0f}"
+            for q in row["quarters"]:
+                w, l_ = q["without"], q["with"]
+                lines.append(
+                    f"| {name} | {label} | {row['backend']} | {q['tasks']} | {q.get('log_before', '')} | "
+                    f"{w['extra_requests']:+.2f} → {l_['extra_requests']:+.2f} | "
+                    f"{_pct(w['success'])} → {_pct(l_['success'])} | "
+                    f"{_num(w['input_tokens'])} → {_num(l_['input_tokens'])} |"
+                )
+            lines.append(f"| {name} | {label} | {row['backend']} | log at the end | {row['log_entries']:,} | | | |")
+    return lines
 
 
 def _usd(value: float | None) -> str:
@@ -1108,6 +1242,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "'none' to leave it out",
     )
     parser.add_argument(
+        "--learn",
+        action="store_true",
+        help="also run each backend as `<backend>+learn`, searching a LearningIndex whose usage log the run's "
+        "earlier tasks feed (in task order; one log per backend and catalog size), and report the effect by quarter",
+    )
+    parser.add_argument(
         "--format",
         default="openai_chat",
         choices=chat_format_names(),
@@ -1196,6 +1336,7 @@ def main(args: argparse.Namespace) -> int:
         auto_backend=_auto_backend(args.auto_backend, backends),
         direct_max_tokens=args.direct_max_tokens,
         native_backend=_native_backend(args.native_backend, backends, args.format, args.provider),
+        learn=bool(getattr(args, "learn", False)),
         log=None if quiet else log,
     )
     out = Path(args.out)

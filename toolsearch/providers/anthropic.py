@@ -4,6 +4,12 @@ Schema injection by default. With `tool_search_mode="native"` the discovered too
 `defer_loading: true` and each tool_search result is a `tool_result` whose content is
 `tool_reference` blocks (`ToolReferenceBlockParam` in the SDK), which the API expands into the
 tools' definitions in place — keeping the tools prefix, and so the prompt cache, stable.
+
+Prompt caching is on by default: Anthropic caches a prompt only up to explicit `cache_control`
+breakpoints, so each request marks three of the four allowed — the last loaded tool (deferred
+tools may not carry one), the system text and the last block of the conversation, which moves
+forward every request so the next one reads everything before it from cache. These are the
+breakpoints `toolsearch.cost` prices. `AnthropicModel(..., prompt_caching=False)` sends none.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ __all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "p
 
 DEFAULT_MAX_TOKENS = 4096
 _SDK_MODULES = ("anthropic", "httpx")
+_EPHEMERAL = {"type": "ephemeral"}  # the default 5-minute cache
+_UNCACHEABLE = ("thinking", "redacted_thinking")  # blocks the API refuses a cache_control on
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -53,11 +61,15 @@ def anthropic_payload(
     names: NameMap | None = None,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    prompt_caching: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
     """The `client.messages.create(**payload)` arguments for a request.
 
-    Consecutive tool results are grouped into one user message, as the API requires.
+    Consecutive tool results are grouped into one user message, as the API requires. With
+    `prompt_caching`, `cache_control` breakpoints end the tools, the system text and the
+    conversation (see the module docstring); a top-level `cache_control` in `options` (the API's
+    automatic caching) takes the place of the last one.
     """
     names = names or request.name_map()
     native = request.tool_search_mode == "native"
@@ -128,7 +140,37 @@ def anthropic_payload(
     if tools:
         payload["tools"] = tools
     payload.update(options)
+    if prompt_caching:
+        _mark_breakpoints(payload, conversation="cache_control" not in options)
     return payload
+
+
+def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool) -> None:
+    """Put `cache_control` on the last loaded tool, the system text and (with `conversation`) the last block.
+
+    Marked blocks are copies: a tool's definition may be shared with other requests.
+    """
+    tools: list[dict[str, Any]] = payload.get("tools") or []
+    loaded = [i for i, t in enumerate(tools) if not t.get("defer_loading")]
+    if loaded:
+        tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": dict(_EPHEMERAL)}
+    if isinstance(payload.get("system"), str) and payload["system"]:  # a caller's own system blocks stay as given
+        payload["system"] = [{"type": "text", "text": payload["system"], "cache_control": dict(_EPHEMERAL)}]
+    messages: list[dict[str, Any]] = payload["messages"]
+    if not conversation or not messages:
+        return
+    last = messages[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        if content.strip():
+            last["content"] = [{"type": "text", "text": content, "cache_control": dict(_EPHEMERAL)}]
+        return
+    for i in range(len(content) - 1, -1, -1):
+        block = content[i]
+        if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text", "").strip()):
+            continue
+        content[i] = {**block, "cache_control": dict(_EPHEMERAL)}
+        return
 
 
 def parse_message(response: Any, names: NameMap) -> ModelTurn:
@@ -149,13 +191,18 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
     usage = _get(response, "usage")
     parsed_usage = None
     if usage is not None:
+        # Anthropic's input_tokens leaves out what was read from or written to the cache: add them
+        # back, so input_tokens is the whole prompt as OpenAI reports it
+        read = _get(usage, "cache_read_input_tokens")
         inp = _get(usage, "input_tokens")
+        if inp is not None:
+            inp += (read or 0) + (_get(usage, "cache_creation_input_tokens") or 0)
         out = _get(usage, "output_tokens")
         parsed_usage = Usage(
             input_tokens=inp,
             output_tokens=out,
             total_tokens=(inp or 0) + (out or 0) if inp is not None or out is not None else None,
-            cached_input_tokens=_get(usage, "cache_read_input_tokens"),
+            cached_input_tokens=read,
         )
     message = Message("assistant", "".join(texts), tuple(calls), provider="anthropic", provider_items=tuple(kept))
     return ModelTurn(message, parsed_usage, _get(response, "stop_reason"), response)
@@ -245,21 +292,33 @@ class AnthropicModel:
     """Anthropic Messages through `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
 
     `options` go to every `messages.create` call (temperature, thinking, ...); `stream` / `astream`
-    send the same request with `stream=True`.
+    send the same request with `stream=True`. `prompt_caching=False` sends no `cache_control`
+    breakpoints (Anthropic then caches nothing).
     """
 
     format = "anthropic"
 
-    def __init__(self, client: Any, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, **options: Any) -> None:
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        prompt_caching: bool = True,
+        **options: Any,
+    ) -> None:
         reject_stream_option(options)
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
+        self.prompt_caching = prompt_caching
         self.options = options
 
     def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
         names = request.name_map()
-        payload = anthropic_payload(request, self.model, names, max_tokens=self.max_tokens, **self.options)
+        payload = anthropic_payload(
+            request, self.model, names, max_tokens=self.max_tokens, prompt_caching=self.prompt_caching, **self.options
+        )
         return payload, names
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
