@@ -134,6 +134,28 @@ def test_catastrophic_pattern_times_out() -> None:
     assert issubclass(QueryTimeoutError, InvalidQueryError)  # callers that catch bad queries catch it too
 
 
+def test_time_spent_off_cpu_does_not_count_against_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A busy machine: the searching thread waits 5 s of wall-clock time between any two steps. A
+    # plain word alternation still costs milliseconds of its own CPU time, so it must answer, not time out
+    # (the benchmark's 4,076-tool catalog lost a quarter of its tasks to such refusals under load).
+    import time as real_time
+    from types import SimpleNamespace
+
+    wall = [real_time.monotonic()]
+
+    def slow_wall_clock() -> float:
+        wall[0] += 5.0
+        return wall[0]
+
+    busy = SimpleNamespace(monotonic=slow_wall_clock, thread_time=real_time.thread_time)
+    monkeypatch.setattr(regex_backend, "time", busy)
+    filler = [_tool(f"filler_{i}", f"Filler tool number {i} for padding the catalog.") for i in range(2_000)]
+    catalog = [*TOOLS, *filler]
+    index = ToolIndex.build(catalog, backend="regex", timeout_seconds=1.0)
+    result = index.search(r"\b(?:invoice|mail|weather|forecast|template)\b", 5)
+    assert {"invoice_pdf", "send_mail", "mail_merge"} <= set(result.names)
+
+
 # --- options and persistence ---------------------------------------------------------------------
 
 
