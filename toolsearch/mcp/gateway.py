@@ -553,7 +553,7 @@ class Gateway:
 
         app = self.http_app(path=path, host=host)
         server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-        sockets = [_reuse_port_socket(host, port)] if reuse_port else None
+        sockets = [reuse_port_socket(host, port)] if reuse_port else None
 
         failed: list[str] = []
 
@@ -600,7 +600,8 @@ class _GatewayServer(Server[Any]):
         )
 
 
-def _reuse_port_socket(host: str, port: int) -> Any:
+def reuse_port_socket(host: str, port: int) -> Any:
+    """A socket bound (not listening) with SO_REUSEPORT, so several gateway processes can share the port."""
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -611,7 +612,9 @@ def _reuse_port_socket(host: str, port: int) -> Any:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ToolSearchError(f"cannot listen on {host}:{port}: {exc}") from None
+        raise ToolSearchError(
+            f"cannot listen on {host}:{port}: {exc} (is the port in use? --port 0 picks a free one)"
+        ) from None
     return sock
 
 

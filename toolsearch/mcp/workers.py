@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ToolSearchError
-from .gateway import WorkerSettings, configure_logging
+from .gateway import WorkerSettings, configure_logging, reuse_port_socket
 
 __all__ = ["add_worker_arguments", "settings_from_args", "check_worker_arguments", "run_workers", "child_argv"]
 
@@ -173,17 +173,7 @@ class _Worker:
 
 def _reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) so the port is ours for the workers' lifetime, and learn it when 0."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ToolSearchError(
-            f"cannot listen on {host}:{port}: {exc} (is the port in use? --port 0 picks a free one)"
-        ) from None
+    sock: socket.socket = reuse_port_socket(host, port)
     return sock
 
 
