@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..mcp.options import positive_int
 from . import command_line, log, machine_info, machine_markdown, offline_environment, percentile, write_report
 
 __all__ = ["add_arguments", "main", "run", "render_markdown", "plot_report"]
@@ -896,16 +897,6 @@ def _store_list(spec: str) -> list[str]:
     return values
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
@@ -929,12 +920,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="concurrent MCP clients, one run per count on the same workers (default 1,16)",
     )
     parser.add_argument(
-        "--loops", type=_positive, default=30, help="timed search-list-call loops per client (default 30)"
+        "--loops", type=positive_int, default=30, help="timed search-list-call loops per client (default 30)"
     )
     parser.add_argument("--warmup", type=int, default=2, help="untimed loops per client first (default 2)")
     parser.add_argument(
         "--rounds",
-        type=_positive,
+        type=positive_int,
         default=10,
         help="turns per store: the stores' clients take turns, each running its share of the loops (default 10)",
     )

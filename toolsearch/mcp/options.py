@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
 
-__all__ = ["GatewayOptions", "add_option_arguments"]
+__all__ = ["GatewayOptions", "add_option_arguments", "positive_int"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +47,13 @@ class GatewayOptions:
         )
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str, unit: str = "") -> int:
+    """An argparse type: a whole number of at least 1 (`unit` names what it counts in the error)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}") from None
+        what = f"a whole number of {unit}" if unit else "a whole number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -61,7 +63,7 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
     """The `mcp serve` flags of GatewayOptions."""
     parser.add_argument(
         "--max-result-bytes",
-        type=_positive,
+        type=lambda text: positive_int(text, "bytes"),
         default=DEFAULT_MAX_RESULT_BYTES,
         metavar="N",
         help=f"largest tool result passed on, in bytes (default {DEFAULT_MAX_RESULT_BYTES:,}); "
