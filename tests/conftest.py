@@ -7,6 +7,7 @@ an entry of tests/skips_allowed.txt, each entry with its reason.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 # The embedding model ships in a package; nothing may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from redis_server import RedisServer
 
 from toolsearch import Tool, load_tools
 
@@ -102,3 +105,13 @@ def bfcl_tools(datasets_dir: Path) -> list[Tool]:
 @pytest.fixture(scope="session")
 def demo_tools() -> list[Tool]:
     return load_tools(ROOT / "toolsearch" / "data" / "demo_catalog.jsonl")
+
+
+@pytest.fixture()
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server of its own on a free port, stopped after the test."""
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()

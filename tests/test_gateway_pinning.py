@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -116,15 +115,6 @@ def _tool(description: str) -> Tool:
     return tool_from_mcp(
         {"name": "echo", "description": description, "inputSchema": {"type": "object"}}, "srv"
     )
-
-
-@pytest.fixture()
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_pins_live_in_the_shared_store_and_concurrent_records_keep_each_other(redis_server: RedisServer) -> None:

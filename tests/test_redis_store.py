@@ -8,7 +8,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,15 +32,6 @@ TOOLS = [
 @pytest.fixture(scope="module")
 def index() -> ToolIndex:
     return ToolIndex.build(TOOLS, backend="bm25")
-
-
-@pytest.fixture()
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _store(server: RedisServer, **options: object) -> RedisSessionStore:
