@@ -12,7 +12,6 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_servers import (
     GatewayProcess,
@@ -26,6 +25,7 @@ from mcp_servers import (
     toy,
     write_config,
 )
+from mcp_servers.clients import GatewayClient, connect, text
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 pytestmark = pytest.mark.slow
@@ -33,48 +33,8 @@ pytestmark = pytest.mark.slow
 META = ["tool_search", "call_tool"]
 
 
-class Client_:
-    """A ClientSession plus the tools/list_changed notifications it received."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
-        self.changes = 0
-        self._changed = anyio.Event()
-
-    async def on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self.changes += 1
-            self._changed.set()
-
-    async def wait_changed(self, timeout: float = 10) -> None:
-        with anyio.fail_after(timeout):
-            await self._changed.wait()
-        self._changed = anyio.Event()
-
-    async def names(self) -> list[str]:
-        return [t.name for t in (await self.session.list_tools()).tools]
-
-    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
-        return await self.session.call_tool(name, arguments or {})
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
-
-
-@asynccontextmanager
-async def over_http(url: str) -> AsyncIterator[Client_]:
-    holder: list[Client_] = []
-
-    async def handler(message: Any) -> None:
-        if holder:
-            await holder[0].on_message(message)
-
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write, message_handler=handler) as s:
-        client = Client_(s)
-        holder.append(client)
-        await s.initialize()
-        yield client
+Client_ = GatewayClient
+over_http = connect
 
 
 @asynccontextmanager

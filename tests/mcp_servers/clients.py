@@ -51,6 +51,9 @@ class GatewayClient:
     async def tools(self) -> dict[str, types.Tool]:
         return {t.name: t for t in (await self.session.list_tools()).tools}
 
+    async def names(self) -> list[str]:
+        return [t.name for t in (await self.session.list_tools()).tools]
+
     async def call(self, name: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
         return await self.session.call_tool(name, arguments or {})
 

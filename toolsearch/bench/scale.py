@@ -35,6 +35,7 @@ from . import (
     resolve_datasets,
     write_report,
 )
+from .synth import first_sentence
 
 __all__ = ["add_arguments", "build_catalog", "main", "run", "sample_queries"]
 
@@ -228,15 +229,6 @@ def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list
 # --- catalog and queries ----------------------------------------------------------------------
 
 
-def _first_sentence(text: str) -> str:
-    text = text.strip()
-    for stop in (". ", "! ", "? "):
-        cut = text.find(stop)
-        if 0 < cut < 200:
-            return text[: cut + 1]
-    return text[:200]
-
-
 def build_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> tuple[list[Any], dict[str, Any]]:
     """A seeded catalog of `size` tools pooled from the data sets, names prefixed `<dataset>_`.
 
@@ -270,7 +262,7 @@ def build_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> tuple
             if len(catalog) >= size:
                 break
             donor = pool[rng.randrange(len(pool))]
-            extra = _first_sentence(donor.description)
+            extra = first_sentence(donor.description)
             name = f"{base.name}_v{round_no}"
             while name in used:  # a real tool may already be called `<name>_v2`
                 name += "_"
