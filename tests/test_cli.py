@@ -190,6 +190,25 @@ def test_build_to_a_folder_and_query_it_by_path(home: Path, capsys: pytest.Captu
     assert json.loads(out)["hits"][0]["name"] == "create_invoice"
 
 
+def test_a_one_shot_vector_query_stays_on_numpy(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`toolsearch query` runs one query: it must not pay for building the onnxruntime query path."""
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "vector", "--out", "out/vec")
+    assert code == EXIT_OK, err
+    probe = (
+        "import sys, toolsearch.cli\n"
+        "code = toolsearch.cli.main(['query', 'out/vec', 'weather forecast', '--json'])\n"
+        "print(code, 'onnxruntime' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSEARCH_EMBED_RUNTIME"}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=home, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["0", "False"], proc.stdout
+    # Asked for explicitly, the same command builds it (the knob works both ways).
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=home,
+                          env={**env, "TOOLSEARCH_EMBED_RUNTIME": "onnxruntime"}, check=False)
+    assert proc.stdout.split()[-2:] == ["0", "True"], proc.stdout + proc.stderr
+
+
 def test_root_option_before_or_after_the_command(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "--root", "r1", "build", "openai.json", "--backend", "bm25", "--name", "a")[0] == EXIT_OK
     assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "b", "--root", "r2")[0] == EXIT_OK

@@ -83,13 +83,35 @@ def test_vectors_match_sentence_transformers_per_text(
     assert minilm.model_id == torch_minilm.model_id == DEFAULT_MODEL_ID  # so one cache key stays valid
 
 
-def test_same_top10_through_the_vector_backend(datasets_dir: Path, torch_minilm: SentenceTransformerEmbedder) -> None:
+def test_onnxruntime_query_path_matches_sentence_transformers(
+    datasets_dir: Path, torch_minilm: SentenceTransformerEmbedder
+) -> None:
+    """Queries (a few texts a call) run on onnxruntime: each text alone, and a query with its clauses."""
+    from toolsearch.backends.vector import query_clauses
+
+    fast = NumpyEmbedder(runtime="onnxruntime")
+    texts = HAND_WRITTEN + _dataset_texts(datasets_dir, 120)
+    ours = np.concatenate([fast.embed_queries([t]) for t in texts])
+    assert fast.encoder.onnx_runner("onnxruntime") is not None
+    cosines = np.einsum("ij,ij->i", ours, torch_minilm.embed(texts))
+    worst = int(np.argmin(cosines))
+    assert cosines[worst] >= 0.9999, f"cosine {cosines[worst]:.6f} for {texts[worst][:80]!r}"
+    long = "Book a flight to Paris for Monday, then reserve a hotel near the Louvre and email the itinerary to my boss"
+    parts = [long, *query_clauses(long)]
+    assert len(parts) > 2
+    np.testing.assert_allclose(fast.embed_queries(parts), torch_minilm.embed(parts), atol=1e-4)
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "onnxruntime"])
+def test_same_top10_through_the_vector_backend(
+    datasets_dir: Path, torch_minilm: SentenceTransformerEmbedder, runtime: str
+) -> None:
     tools: list[Tool] = load_tools(datasets_dir / "metatool" / "tools.jsonl")
     rng = random.Random(10)
     lines = (datasets_dir / "metatool" / "queries.jsonl").open(encoding="utf-8")
     queries = rng.sample([json.loads(line)["query"] for line in lines], 150)
     # No embedding cache: each index must be embedded by its own embedder.
-    ours = ToolIndex.build(tools, backend="vector", embedder=NumpyEmbedder(), cache=False)
+    ours = ToolIndex.build(tools, backend="vector", embedder=NumpyEmbedder(runtime=runtime), cache=False)
     theirs = ToolIndex.build(tools, backend="vector", embedder=torch_minilm, cache=False)
     for query in queries:
         a, b = ours.search(query, 10), theirs.search(query, 10)

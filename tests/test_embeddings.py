@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolsearch import BackendError, MissingDependencyError
+from toolsearch import BackendError, MissingDependencyError, _bert
 from toolsearch import embeddings as emb
 from toolsearch.embeddings import (
     DEFAULT_MODEL_ID,
@@ -109,13 +109,60 @@ def test_numpy_embedder_packs_batches_and_threads_without_changing_vectors(
     alone = np.vstack([minilm.embed([t]) for t in texts[::7]])
     together = minilm.embed(texts)
     np.testing.assert_allclose(together[::7], alone, atol=1e-5)
-    # A query runs on one BLAS thread on a busy machine and on every core on an idle one: same vectors.
+    # A query runs on one thread on a busy machine and on every core on an idle one, on either
+    # runtime: same vectors.
     queries = ["send an email with an attachment", "weather in Paris tomorrow. Also book a table for two"]
-    monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
-    busy = minilm.embed(queries)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    idle = minilm.embed(queries)
-    np.testing.assert_allclose(busy, idle, atol=1e-5)
+    results = []
+    for runtime in ("numpy", "onnxruntime"):
+        for idle in (False, True):
+            monkeypatch.setattr(_bert, "_idle_core", lambda idle=idle: idle)
+            results.append(NumpyEmbedder(runtime=runtime).embed(queries))
+    for other in results[1:]:
+        np.testing.assert_allclose(other, results[0], atol=1e-5)
+
+
+def test_query_runtime_is_chosen_checked_and_falls_back_loudly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(BackendError, match="runtime must be one of auto, numpy, onnxruntime"):
+        NumpyEmbedder(runtime="gpu")
+    monkeypatch.setenv(emb.RUNTIME_ENV, "cuda")
+    with pytest.raises(BackendError, match=r"TOOLSEARCH_EMBED_RUNTIME must be one of"):
+        NumpyEmbedder().embed(["x"])
+    monkeypatch.setenv(emb.RUNTIME_ENV, "numpy")
+    assert NumpyEmbedder().runtime == "numpy" and NumpyEmbedder(runtime="auto").runtime == "auto"
+    # Without onnxruntime, "auto" stays on numpy and says so once; "onnxruntime" is an error.
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    encoder = _bert.BertEncoder(NumpyEmbedder().folder, 256)
+    with caplog.at_level("WARNING", logger="toolsearch"):
+        first = encoder.embed(["send an email"], "auto")
+        encoder.embed(["book a table"], "auto")
+    warnings = [r.getMessage() for r in caplog.records if "onnxruntime" in r.getMessage()]
+    assert len(warnings) == 1 and "pip install 'toolsearch[vector]'" in warnings[0]
+    np.testing.assert_allclose(first, encoder.embed(["send an email"], "numpy"), atol=1e-6)
+    with pytest.raises(MissingDependencyError, match=r"onnxruntime.*toolsearch\[vector\]"):
+        encoder.embed(["x"], "onnxruntime")
+
+
+def test_idle_probe_sees_other_processes_busy() -> None:
+    """Two processes spinning on a 2-core machine leave no core idle: queries then use one thread."""
+    probe = _bert._IdleProbe()
+    cores = _bert._cores()
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(cores)]
+    try:
+        probe()  # the first sample
+        seen = []
+        for _ in range(4):  # each answer covers at least one window of the spinners' work
+            end = _bert.time.monotonic() + _bert._IDLE_WINDOW_S
+            while _bert.time.monotonic() < end:
+                pass
+            seen.append(probe())
+        assert not any(seen[1:]), seen
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
 
 
 def test_numpy_embedder_runs_only_what_it_can(tmp_path: Path) -> None:

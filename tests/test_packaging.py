@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ["torch", "sentence_transformers", "transformers", "faiss", "tantivy", "openai", "anthropic", "mcp",
-         "bm25s", "fastmcp", "matplotlib", "tqdm", "langchain", "langchain_core", "langgraph", "pydantic_ai", "agents"]
+         "bm25s", "fastmcp", "matplotlib", "tqdm", "langchain", "langchain_core", "langgraph", "pydantic_ai", "agents",
+         "onnxruntime", "onnx"]
 
 
 def _modules_after(code: str) -> set[str]:

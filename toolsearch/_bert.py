@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ import numpy as np
 from ._errors import BackendError, missing_dependency
 
 __all__ = ["BertEncoder", "load_encoder"]
+
+_log = logging.getLogger("toolsearch")
 
 # Texts are run in batches of about this many tokens: big enough for efficient matrix products,
 # small enough that a batch's activations stay in the CPU cache's neighbourhood.
@@ -118,20 +122,32 @@ class BertEncoder:
         # the model's max_seq_length and pads to the longest text of a batch, and so do we.
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=self.max_length)
+        self._onnx: Any = None  # the onnxruntime runner for queries, built on first use
+        self._onnx_error: str | None = None
+        self._onnx_lock = threading.Lock()
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         # sentence-transformers strips each text before tokenising.
         return [e.ids for e in self.tokenizer.encode_batch([t.strip() for t in texts], add_special_tokens=True)]
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Mean-pooled, L2-normalised float32 rows, one per text, in the order given."""
+    def embed(self, texts: Sequence[str], runtime: str = "numpy") -> np.ndarray:
+        """Mean-pooled, L2-normalised float32 rows, one per text, in the order given.
+
+        `runtime` is where a few texts (a query and its clauses) run: "numpy", "onnxruntime" (built
+        on first use; an error if it cannot be) or "auto" (onnxruntime when installed, else numpy).
+        Many texts (documents) always run here, packed, which is faster for them.
+        """
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         ids = self.token_ids(texts)
+        few = sum(map(len, ids)) <= _FEW_TOKENS
+        runner = self.onnx_runner(runtime) if few and runtime != "numpy" else None
+        if runner is not None:
+            out[:] = runner.forward(ids, _cores() if _idle_core() else 1)
+            return _normalise(out)
         # Longest first: a batch's texts are then of similar length (its attention blocks alike).
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        few = sum(map(len, ids)) <= _FEW_TOKENS
         with _blas_threads(1) if few and not _idle_core() else contextlib.nullcontext():
             start = 0
             while start < len(order):
@@ -142,10 +158,31 @@ class BertEncoder:
                 batch = order[start:stop]
                 out[batch] = self._forward([ids[i] for i in batch])
                 start = stop
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        out /= norms
-        return out
+        return _normalise(out)
+
+    def onnx_runner(self, runtime: str) -> Any:
+        """The onnxruntime runner for `runtime` ("auto" or "onnxruntime"), built once; None on numpy."""
+        if self._onnx is not None or (self._onnx_error is not None and runtime == "auto"):
+            return self._onnx
+        with self._onnx_lock:
+            if self._onnx is None and (self._onnx_error is None or runtime == "onnxruntime"):
+                from . import _bert_onnx
+
+                if not _bert_onnx.available():
+                    self._onnx_error = "onnxruntime or onnx is not installed"
+                else:
+                    try:
+                        self._onnx = _bert_onnx.OnnxRunner(self)
+                    except Exception as exc:  # a broken runtime install must not stop search: numpy stays
+                        self._onnx_error = f"{type(exc).__name__}: {exc}"
+                if self._onnx is None and runtime == "auto":
+                    _log.warning(
+                        "queries are embedded with numpy, about 2x slower than with onnxruntime (%s); "
+                        "install it with: pip install 'toolsearch[vector]'", self._onnx_error
+                    )
+        if self._onnx is None and runtime == "onnxruntime":
+            raise missing_dependency(f"onnxruntime for query embedding ({self._onnx_error})", "vector")
+        return self._onnx
 
     def _forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled (unnormalised) last hidden states of texts packed side by side.
@@ -203,6 +240,13 @@ class BertEncoder:
             _softmax(scores)
             context[:, a:b] = (v @ scores.transpose(0, 2, 1)).reshape(hidden, b - a)
         return context
+
+
+def _normalise(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    rows /= norms
+    return rows
 
 
 def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> None:
@@ -288,20 +332,73 @@ def _gelu_block(x: np.ndarray) -> None:
     x *= np.float32(0.5)
 
 
-# Queries (a few short texts) run on one BLAS thread unless a core is idle: OpenBLAS's thread
-# team waits for each member at every product, so when processes compete for the cores a member
-# that is not scheduled stalls the query (a 12-token query: 1.6 ms per product on one thread,
-# 29 ms on two, on a busy 2-core machine); on an idle machine two threads embed it 1.6x faster.
+# Queries (a few short texts) run on one thread unless a core is idle: a thread team (OpenBLAS's
+# or onnxruntime's) waits for each member at every product, so when processes compete for the
+# cores a member that is not scheduled stalls the query (a 12-token query: 1.6 ms per product on
+# one thread, 29 ms on two, on a busy 2-core machine); on an idle machine two threads embed it
+# 1.5-1.8x faster.
 _FEW_TOKENS = 512
+# How often the other processes' CPU use is re-measured: often enough to follow a benchmark or a
+# build starting next door, rarely enough that reading /proc/stat (~20 us) stays out of the way.
+_IDLE_WINDOW_S = 0.25
 
 
-def _idle_core() -> bool:
-    """Whether the last minute's load average (this process's own work included) leaves a core free."""
+class _IdleProbe:
+    """Whether a core is free of other processes' work, from the machine's busy CPU time over the
+    last window minus this process's own. The load average would count this process's own queries
+    (a benchmark's steady queries read as load ~1-2 and switch it to one thread) and lags a minute."""
+
+    def __init__(self) -> None:
+        self.sample: tuple[float, float, float] | None = None
+        self.idle = False
+        self.lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        sample = self.sample
+        if sample is not None and now - sample[0] < _IDLE_WINDOW_S:
+            return self.idle
+        with self.lock:
+            busy = _machine_busy_s()
+            own = time.process_time()
+            if busy is None:
+                self.idle = _load_leaves_core()
+            elif sample is None:
+                self.idle = _load_leaves_core()  # no window yet
+            else:
+                others = ((busy - sample[1]) - (own - sample[2])) / max(now - sample[0], 1e-3)
+                self.idle = others <= _cores() - 1.5  # a core (and a half for noise) left for a second thread
+            self.sample = (now, busy or 0.0, own)
+            return self.idle
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all cores have spent busy since boot (/proc/stat; None where there is none)."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != b"cpu" or len(fields) < 9:
+        return None
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy (steal: a
+    # virtual machine's neighbours held the core).
+    values = [int(v) for v in fields[1:9]]
+    return float(sum(values) - values[3] - values[4]) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _load_leaves_core() -> bool:
     try:
         load = os.getloadavg()[0]
     except OSError:  # not available on this platform: assume busy, the safe choice
         return False
     return load + 1.0 <= _cores()
+
+
+_idle_core = _IdleProbe()
 
 
 def _cores() -> int:

@@ -525,9 +525,30 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_query(args: argparse.Namespace, console: Console) -> int:
-    from .store import load_index
+    from .embeddings import RUNTIME_ENV
 
     path = _resolve_index(args)
+    # One query per process: building the faster onnxruntime query path would cost more than it saves.
+    with _environ_default(RUNTIME_ENV, "numpy"):
+        return _query(args, console, path)
+
+
+@contextmanager
+def _environ_default(name: str, value: str) -> Iterator[None]:
+    """$name set to `value` for the block unless the user set it (restored after: main() may run in-process)."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def _query(args: argparse.Namespace, console: Console, path: Path) -> int:
+    from .store import load_index
+
     start = time.perf_counter()
     index = load_index(path)
     # A backend that loads a model lazily loads it now, so the search below is timed alone.

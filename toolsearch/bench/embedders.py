@@ -241,20 +241,23 @@ def render_markdown(report: dict[str, Any]) -> list[str]:
         shown = "-" if t["value"] is None else f"{t['value']}{unit}"
         verdict = "n/a" if t["met"] is None else ("**met**" if t["met"] else "**not met**")
         lines.append(f"| {_TEXT[key]} | {shown} | {verdict} |")
-    lines += ["", f"Search at {int(largest):,} tools, query embedding included (p50 / p95 ms):", ""]
-    lines += ["| backend | numpy | sentence-transformers | ratio (st / numpy, p50) |", "|---|---|---|---|"]
+    arms = list(report["settings"].get("embedders") or ["numpy"])
+    lines += ["", f"Search at {int(largest):,} tools, query embedding included (p50 / p95 ms). `numpy` is the "
+              "default embedder (documents in numpy, queries on onnxruntime); `numpy-only` runs queries in numpy "
+              "too; `sentence-transformers` is the same model through torch:", ""]
+    lines += [f"| backend | {' | '.join(arms)} | ratio (sentence-transformers / numpy, p50) |",
+              "|---|" + "---|" * (len(arms) + 1)]
     for b in ("vector", "hybrid"):
-        ours, theirs = rows.get(b, {}), rows.get(f"{b}@sentence-transformers", {})
+        systems = [rows.get(b if arm == "numpy" else f"{b}@{arm}", {}) for arm in arms]
+        theirs = rows.get(f"{b}@sentence-transformers", {})
         for label, key in ((b, ""), (f"{b}, 300-600-char queries", "long_queries")):
-            a = (ours.get(key) or {}) if key else ours
+            cells = [((row.get(key) or {}) if key else row) for row in systems]
+            a = cells[0]
             c = (theirs.get(key) or {}) if key else theirs
             if "p50_ms" not in a:
                 continue
             ratio = f"{c['p50_ms'] / a['p50_ms']:.1f}x" if c.get("p50_ms") and a["p50_ms"] else "-"
-            lines.append(
-                f"| {label} | {a['p50_ms']:.2f} / {a['p95_ms']:.2f} | "
-                f"{_pair(c)} | {ratio} |"
-            )
+            lines.append(f"| {label} | {' | '.join(_pair(cell) for cell in cells)} | {ratio} |")
     lines += ["", f"Embedding alone, each in a fresh process ({section['documents']} catalog tool texts, no cache, "
               f"{section['threads']} threads; {QUERIES} single queries):", ""]
     lines += ["| embedder | model load s | documents/s | query embedding p50 / p95 ms |", "|---|---|---|---|"]

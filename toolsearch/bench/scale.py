@@ -118,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--embedders",
         default="numpy",
         metavar="LIST",
-        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default), "
+        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default; "
+        "queries on onnxruntime), numpy-only, "
         "sentence-transformers (the same model through torch), e5. With more than one, the embedding backends "
         "run once per embedder (`hybrid@sentence-transformers`) and an embedder section times model load, query "
         "and document embedding, 300-600-character hybrid queries, a fresh `toolsearch query` process and a "
@@ -537,7 +538,7 @@ def _work_embedding(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     threads = int(spec.get("threads") or 0)
     limit: Any = contextlib.nullcontext()
-    if threads and spec["embedder"] == "numpy":
+    if threads and spec["embedder"] in ("numpy", "numpy-only"):
         from threadpoolctl import threadpool_limits
 
         limit = threadpool_limits(threads, user_api="blas")
