@@ -54,6 +54,10 @@ class OnnxRunner:
                     options.intra_op_num_threads = threads
                     options.inter_op_num_threads = 1
                     options.log_severity_level = 3  # warnings would go to stderr of the host application
+                    # Idle pool threads sleep instead of spinning: spinning kept a core busy after every
+                    # query, and a hybrid search's bm25 half (tantivy's threads) then waited for it:
+                    # hybrid p50 26.7 -> 17.6 ms at 10,000 tools, and a third less CPU per search.
+                    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                     names = list(self._weights)
                     options.add_external_initializers(
                         names, [self._ort.OrtValue.ortvalue_from_numpy(self._weights[n]) for n in names]
