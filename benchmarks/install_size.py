@@ -91,7 +91,10 @@ def measure(name: str, steps: list[tuple[list[str], bool]], scratch: Path) -> di
     # A later step's `pip download` also fetches what an earlier step installed (pip download ignores the
     # venv), possibly another version (sentence-transformers would pull a CUDA torch): count only the
     # files of the distributions that ended up installed.
-    listed = subprocess.run([*pip, "list", "--format", "json"], check=True, capture_output=True, text=True).stdout
+    # Not `pip -q list`: quiet mode also silences the list itself.
+    listed = subprocess.run(
+        [*pip[:-2], "--disable-pip-version-check", "list", "--format", "json"], check=True, capture_output=True, text=True
+    ).stdout
     installed_set = {(_norm(d["name"]), d["version"]) for d in json.loads(listed)}
     seen: set[tuple[str, str]] = set()
     download = 0
