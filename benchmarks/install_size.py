@@ -151,7 +151,8 @@ def main() -> int:
         share_download = a["download_bytes"] / b["download_bytes"]
         share_installed = a["installed_bytes"] / b["installed_bytes"]
         lines += ["", f"Without torch: {share_download:.0%} of the download and {share_installed:.0%} of the "
-                  "installed size."]
+                  "installed size. The torch variant's download is the CPU wheel this machine's pip serves for the "
+                  "pin; on plain PyPI the same pin resolves to the CUDA build and its nvidia-* wheels (gigabytes)."]
     (out / "scale_install_size.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
