@@ -93,7 +93,8 @@ def measure(name: str, steps: list[tuple[list[str], bool]], scratch: Path) -> di
     # files of the distributions that ended up installed.
     # Not `pip -q list`: quiet mode also silences the list itself.
     listed = subprocess.run(
-        [*pip[:-2], "--disable-pip-version-check", "list", "--format", "json"], check=True, capture_output=True, text=True
+        [*pip[:-2], "--disable-pip-version-check", "list", "--format", "json"],
+        check=True, capture_output=True, text=True,
     ).stdout
     installed_set = {(_norm(d["name"]), d["version"]) for d in json.loads(listed)}
     seen: set[tuple[str, str]] = set()
