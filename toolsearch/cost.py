@@ -46,8 +46,9 @@ from ._errors import ToolSearchError
 from .tokens import (
     DEFAULT_ENCODING,
     compact_json,
-    count_json_tokens,
+    content_key,
     count_tokens,
+    definition_json,
     definition_tokens,
     payload_parts,
     text_of,
@@ -67,6 +68,7 @@ __all__ = [
 
 Part = Literal["tools", "system", "messages"]
 _FORMATS = ("openai_chat", "openai_responses", "anthropic")
+_RENDER_CACHE_SIZE = 65_536
 
 
 class PriceTableError(ToolSearchError, ValueError):
@@ -301,6 +303,45 @@ def _text_digest(text: str) -> str:
     return _digest(text)
 
 
+@dataclass(frozen=True, slots=True)
+class _ToolRender:
+    """What a request's tool definition contributes to its blocks, computed once per definition content."""
+
+    key: str  # digest of the definition as sent (without cache_control)
+    text: str  # the text counted: as sent, less `defer_loading`
+    name: str | None
+    marked: bool
+    deferred: bool
+
+
+_tool_renders: dict[bytes, _ToolRender] = {}  # content key -> render, oldest first
+
+
+def _render_tool(raw: Any) -> _ToolRender:
+    tool = dict(_plain(raw))
+    marked = "cache_control" in tool
+    tool = without_cache_markers(tool)
+    sent = definition_json(tool)
+    deferred = bool(tool.pop("defer_loading", False))
+    text = definition_json(tool) if deferred else sent
+    name = tool.get("name") or (tool.get("function") or {}).get("name")
+    return _ToolRender(_text_digest(sent), text, name if isinstance(name, str) else None, marked, deferred)
+
+
+def _tool_render(raw: Any) -> _ToolRender:
+    """`_render_tool`, cached by the definition's content: a loop sends the same tools on every request."""
+    key = content_key(raw)
+    if key is None:
+        return _render_tool(raw)
+    found = _tool_renders.get(key)
+    if found is None:
+        found = _render_tool(raw)
+        if len(_tool_renders) >= _RENDER_CACHE_SIZE:
+            _tool_renders.pop(next(iter(_tool_renders)), None)
+        _tool_renders[key] = found
+    return found
+
+
 def _plain(item: Any) -> Any:
     return item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item
 
@@ -339,19 +380,13 @@ def request_blocks(
     tools: list[Block] = []
     definitions: dict[str, int] = {}
     for raw in payload.get("tools") or ():
-        tool = dict(_plain(raw))
-        marked = "cache_control" in tool
-        tool = without_cache_markers(tool)
-        sent = compact_json(tool)
-        deferred = bool(tool.pop("defer_loading", False))
-        text = compact_json(tool) if deferred else sent
-        tokens = definition_tokens(text, encoding)
-        name = tool.get("name") or (tool.get("function") or {}).get("name")
-        if isinstance(name, str):
-            definitions[name] = tokens
-        if deferred and skip_deferred:
+        tool = _tool_render(raw)
+        tokens = definition_tokens(tool.text, encoding)
+        if tool.name is not None:
+            definitions[tool.name] = tokens
+        if tool.deferred and skip_deferred:
             continue
-        tools.append(Block("tools", _text_digest(sent), tokens, marked))
+        tools.append(Block("tools", tool.key, tokens, tool.marked))
     system, items = payload_parts(payload)
     raw_system = payload.get("system")
     system_marked = isinstance(raw_system, list) and any(isinstance(b, Mapping) and _marked(b) for b in raw_system)
@@ -364,7 +399,7 @@ def request_blocks(
         marked = isinstance(item, Mapping) and _marked(item)
         item = without_cache_markers(item)
         text = compact_json(item)
-        tokens = count_json_tokens(item, encoding)
+        tokens = count_tokens(text, encoding)  # what count_json_tokens does, without rendering twice
         if skip_deferred:
             tokens += sum(definitions.get(n, 0) for n in _references(item))
         messages.append(Block("messages", _digest(text), tokens, marked))

@@ -9,6 +9,12 @@ and each is serialised the same way every time, then tokenised exactly with the 
   separators `,` and `:`), so tool calls, tool results and content blocks all count;
 - **tools**: each tool definition as compact JSON, exactly as it would be sent.
 
+A loop sends the same definitions on every request, so each definition is serialised and
+tokenised once per process (`definition_json`, `definition_tokens`): the cache is keyed by the
+definition's content (its `marshal` bytes, which fix every key, value, type and order the JSON
+depends on), so a definition changed in place is rendered anew, and the figures are those of
+rendering every request from scratch.
+
 Anthropic's `cache_control` markers are left out of every count: they say where the prompt cache
 ends, they are not prompt text (`without_cache_markers`).
 
@@ -21,6 +27,7 @@ and these counts to compare requests with each other (baseline vs tool search) r
 from __future__ import annotations
 
 import json
+import marshal
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,6 +50,8 @@ __all__ = [
     "count_request_tokens",
     "request_tokens",
     "compact_json",
+    "content_key",
+    "definition_json",
     "without_cache_markers",
 ]
 
@@ -83,7 +92,39 @@ def count_json_tokens(value: Any, encoding: str = DEFAULT_ENCODING) -> int:
     return count_tokens(compact_json(value), encoding)
 
 
-@lru_cache(maxsize=65_536)
+_CACHE_SIZE = 65_536
+_rendered: dict[bytes, str] = {}  # content key -> compact JSON, oldest first
+
+
+def content_key(value: Any) -> bytes | None:
+    """Bytes that determine `compact_json(value)`: equal keys render to identical JSON.
+
+    `marshal` (version 2: no back-references, so the bytes depend on the value alone) writes every
+    dict key in order and keeps str, int, float, bool, None, list and tuple apart, which is all
+    the JSON depends on; it is about five times faster than rendering the JSON. None for a value
+    marshal cannot write (a subclass, a model object): such a value is rendered every time.
+    """
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return None
+
+
+def definition_json(definition: Any) -> str:
+    """`compact_json` of a tool definition, rendered once per content (see `content_key`)."""
+    key = content_key(definition)
+    if key is None:
+        return compact_json(definition)
+    text = _rendered.get(key)
+    if text is None:
+        text = compact_json(definition)
+        if len(_rendered) >= _CACHE_SIZE:
+            _rendered.pop(next(iter(_rendered)), None)  # the oldest: a catalog larger than the cache still works
+        _rendered[key] = text
+    return text
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
 def definition_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
     """`count_tokens` for a tool definition's text, cached: a loop sends the same ones on every request."""
     return count_tokens(text, encoding)
@@ -91,7 +132,7 @@ def definition_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
 
 def tool_tokens(tool: Tool, encoding: str = DEFAULT_ENCODING) -> int:
     """Tokens of one tool's definition (Chat Completions function shape), cached per definition."""
-    return definition_tokens(compact_json(tool.to_openai()), encoding)
+    return definition_tokens(definition_json(tool.to_openai()), encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +228,7 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
         message_tokens += count_json_tokens(without_cache_markers(data), encoding)
     system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
     tools = payload.get("tools") or ()
-    tools_tokens = sum(definition_tokens(compact_json(without_cache_markers(t)), encoding) for t in tools)
+    tools_tokens = sum(definition_tokens(definition_json(without_cache_markers(t)), encoding) for t in tools)
     return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
 
 
