@@ -45,8 +45,8 @@ from typing import Any, Literal
 from ._errors import ToolSearchError
 from .tokens import (
     DEFAULT_ENCODING,
+    by_content,
     compact_json,
-    content_key,
     count_tokens,
     definition_json,
     definition_tokens,
@@ -68,7 +68,6 @@ __all__ = [
 
 Part = Literal["tools", "system", "messages"]
 _FORMATS = ("openai_chat", "openai_responses", "anthropic")
-_RENDER_CACHE_SIZE = 65_536
 
 
 class PriceTableError(ToolSearchError, ValueError):
@@ -330,16 +329,7 @@ def _render_tool(raw: Any) -> _ToolRender:
 
 def _tool_render(raw: Any) -> _ToolRender:
     """`_render_tool`, cached by the definition's content: a loop sends the same tools on every request."""
-    key = content_key(raw)
-    if key is None:
-        return _render_tool(raw)
-    found = _tool_renders.get(key)
-    if found is None:
-        found = _render_tool(raw)
-        if len(_tool_renders) >= _RENDER_CACHE_SIZE:
-            _tool_renders.pop(next(iter(_tool_renders)), None)
-        _tool_renders[key] = found
-    return found
+    return by_content(_tool_renders, raw, _render_tool)
 
 
 def _plain(item: Any) -> Any:

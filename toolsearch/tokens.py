@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 import marshal
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from ._errors import ToolSearchError
 from .tools import Tool
@@ -110,18 +110,29 @@ def content_key(value: Any) -> bytes | None:
         return None
 
 
+_T = TypeVar("_T")
+
+
+def by_content(cache: dict[bytes, _T], value: Any, make: Callable[[Any], _T]) -> _T:
+    """`make(value)`, kept in `cache` under the value's `content_key` (made anew when it has none).
+
+    At most `_CACHE_SIZE` entries, the oldest dropped first: a catalog larger than that still works.
+    """
+    key = content_key(value)
+    if key is None:
+        return make(value)
+    found = cache.get(key)
+    if found is None:
+        found = make(value)
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = found
+    return found
+
+
 def definition_json(definition: Any) -> str:
     """`compact_json` of a tool definition, rendered once per content (see `content_key`)."""
-    key = content_key(definition)
-    if key is None:
-        return compact_json(definition)
-    text = _rendered.get(key)
-    if text is None:
-        text = compact_json(definition)
-        if len(_rendered) >= _CACHE_SIZE:
-            _rendered.pop(next(iter(_rendered)), None)  # the oldest: a catalog larger than the cache still works
-        _rendered[key] = text
-    return text
+    return by_content(_rendered, definition, compact_json)
 
 
 @lru_cache(maxsize=_CACHE_SIZE)
