@@ -361,10 +361,8 @@ class _IdleProbe:
         with self.lock:
             busy = _machine_busy_s()
             own = time.process_time()
-            if busy is None:
+            if busy is None or sample is None:  # no /proc/stat, or no window yet
                 self.idle = _load_leaves_core()
-            elif sample is None:
-                self.idle = _load_leaves_core()  # no window yet
             else:
                 others = ((busy - sample[1]) - (own - sample[2])) / max(now - sample[0], 1e-3)
                 self.idle = others <= _cores() - 1.5  # a core (and a half for noise) left for a second thread

@@ -121,7 +121,7 @@ class NumpyEmbedder:
 
     The weights load on the first `embed` (0.1-0.3 s), once per process. Documents are embedded with
     numpy. Queries run where `runtime` says: "auto" (default) uses onnxruntime when it is installed
-    (it is in the `vector` extra; ~2x faster per query, built on the first query in ~0.5-1 s), else
+    (it is in the `vector` extra; ~1.8x faster per query, built on the first query in ~0.3 s), else
     numpy; "numpy" never builds it (a one-shot process: `toolsearch query` uses this); "onnxruntime"
     requires it. Unset, the runtime comes from $TOOLSEARCH_EMBED_RUNTIME, else "auto".
     """
@@ -189,12 +189,6 @@ class NumpyEmbedder:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed(texts)
-
-    def warm(self) -> None:
-        """Load the weights, and build the onnxruntime query path now if the runtime uses it."""
-        runtime = self.runtime
-        if runtime != "numpy":
-            self.encoder.onnx_runner(runtime)
 
 
 def _check_numpy_model(folder: Path) -> None:
