@@ -255,3 +255,37 @@ def test_a_bad_token_file_stops_the_server_before_it_listens(tmp_path: Path) -> 
     path.write_text('{"tokens": [{"subject": "a", "token": "abc"}]}')
     refused = run_protected("--host", "127.0.0.2", "--auth-tokens", str(path), "--auth-scope", "tools")
     assert refused.returncode == 2 and f"--auth-tokens {path}: tokens.0.token" in refused.stderr
+
+
+def test_an_unreachable_issuer_is_a_503_not_a_401() -> None:
+    # nothing listens on port 9 of 127.0.0.1 (discard): the keys cannot be read, the client should retry, not re-login
+    with LocalIssuer() as issuer:
+        token = issuer.mint("alice", audience="http://127.0.0.2:1/mcp")
+    with serve_protected(
+        "--host", "127.0.0.2", "--auth-issuer", "http://127.0.0.1:9", "--auth-scope", "tools"
+    ) as served:
+        response = post(served.url, [("authorization", f"Bearer {token}")])
+        assert response.status_code == 503 and response.json()["error"] == "temporarily_unavailable"
+        assert "signing keys" in response.json()["error_description"] and "retry-after" in response.headers
+        assert "ConnectError" in served.stderr  # logged (the log handler wraps long lines)
+
+
+def test_an_explicit_jwks_url_skips_discovery() -> None:
+    with LocalIssuer() as issuer, serve_protected(
+        "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-jwks-url", f"{issuer.url}/jwks.json",
+        "--auth-scope", "tools",
+    ) as served:  # fmt: skip
+        token = issuer.mint("alice", audience=served.url)
+        assert post(served.url, [("authorization", f"Bearer {token}")]).status_code == 200
+        assert issuer.metadata_requests == 0 and issuer.jwks_requests == 1
+
+
+def test_an_explicit_audience_replaces_the_resource_url() -> None:
+    with LocalIssuer() as issuer, serve_protected(
+        "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-audience", "api://toolsearch",
+        "--auth-scope", "tools",
+    ) as served:  # fmt: skip
+        ok = issuer.mint("alice", audience="api://toolsearch")
+        assert post(served.url, [("authorization", f"Bearer {ok}")]).status_code == 200
+        for_url = issuer.mint("alice", audience=served.url)
+        assert post(served.url, [("authorization", f"Bearer {for_url}")]).status_code == 401

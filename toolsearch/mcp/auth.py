@@ -389,7 +389,7 @@ class JwtVerifier:
         self.cache_seconds = cache_seconds
         self.min_refresh_seconds = min_refresh_seconds
         self.http_timeout = http_timeout
-        self._keys: Any = None  # jwt.PyJWKSet
+        self._keys: list[tuple[Any, str | None]] | None = None  # (jwt.PyJWK, the "alg" it is published for)
         self._fetched_at = -float("inf")
         self._tried_at = -float("inf")
         self._lock = anyio.Lock()
@@ -438,7 +438,10 @@ class JwtVerifier:
                 async with httpx2.AsyncClient(timeout=self.http_timeout, follow_redirects=False) as client:
                     if self.jwks_url is None:
                         self.jwks_url = await self._discover_jwks_url(client)
-                    self._keys = jwt.PyJWKSet.from_dict(await self._get_json(client, self.jwks_url))
+                    document = await self._get_json(client, self.jwks_url)
+                keys = jwt.PyJWKSet.from_dict(document).keys  # unusable keys are skipped
+                published = {k.get("kid"): k.get("alg") for k in document["keys"] if isinstance(k, dict)}
+                self._keys = [(key, published.get(key.key_id)) for key in keys]
                 self._fetched_at = now
             except Exception as exc:
                 log.warning("cannot read the signing keys of %s: %s: %s", self.issuer, type(exc).__name__, exc)
@@ -519,15 +522,14 @@ class JwtVerifier:
     def _key(self, kid: Any, alg: str) -> Any:
         if self._keys is None:
             return None
-        usable = [k for k in self._keys.keys if k.public_key_use in (None, "sig")]
+        usable = [(k, published) for k, published in self._keys if k.public_key_use in (None, "sig")]
         if kid is not None:
-            usable = [k for k in usable if k.key_id == kid]
+            usable = [(k, published) for k, published in usable if k.key_id == kid]
         elif len(usable) != 1:
             return None  # without a key id, only an unambiguous single key may verify
-        key = usable[0] if usable else None
-        if key is not None and key._jwk_data.get("alg") not in (None, alg):
-            return None  # the key is published for another algorithm
-        return key
+        if not usable or usable[0][1] not in (None, alg):
+            return None  # no such key, or it is published for another algorithm
+        return usable[0][0]
 
     async def verify_token(self, token: str) -> Any:
         """The SDK's `TokenVerifier` interface: the token's `AccessToken`, or None when it is refused."""
