@@ -128,3 +128,20 @@ def test_a_bad_policy_file_names_the_file_and_the_rule(tmp_path: Path, content: 
 def test_a_missing_policy_file_is_a_policy_error(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="cannot read it"):
         ToolPolicy.load(tmp_path / "nope.json")
+
+
+def test_the_tool_policy_flag_loads_and_checks_the_file(tmp_path: Path) -> None:
+    import argparse
+
+    from toolsearch.mcp.policy import add_policy_arguments, policy_from_args
+
+    parser = argparse.ArgumentParser()
+    add_policy_arguments(parser)
+    assert policy_from_args(parser.parse_args([])) is None
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(RULES))
+    loaded = policy_from_args(parser.parse_args(["--tool-policy", str(path)]))
+    assert loaded is not None and loaded.allowed(caller(scopes=("tools:admin",)), CATALOG) is None
+    path.write_text('{"rules": [{"servers": "time"}]}')
+    with pytest.raises(PolicyError, match="rule 1"):
+        policy_from_args(parser.parse_args(["--tool-policy", str(path)]))

@@ -20,6 +20,7 @@ default, so a forgotten rule hides tools rather than exposing them.
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import re
@@ -35,7 +36,7 @@ from .caller import Caller
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
-__all__ = ["ToolPolicy"]
+__all__ = ["ToolPolicy", "add_policy_arguments", "policy_from_args"]
 
 _Claim = str | int | bool | list[str | int | bool]
 
@@ -155,3 +156,19 @@ def _first_error(where: str, exc: ValidationError, prefix: tuple[str | int, ...]
     path = ".".join(str(p) for p in loc)
     named = f"{rule} ({path})" if rule else path or "the file"
     return f"policy {where}: {named}: {first['msg']}"
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--tool-policy FILE`: the rules that limit which tools each caller may use."""
+    parser.add_argument(
+        "--tool-policy",
+        metavar="FILE",
+        help="JSON rules giving each caller (by scope, claim or subject) its servers and tools; "
+        "a caller no rule applies to gets no tools (see docs/auth.md)",
+    )
+
+
+def policy_from_args(args: argparse.Namespace) -> ToolPolicy | None:
+    """The policy `--tool-policy` names, loaded and checked (PolicyError), or None without the flag."""
+    path = getattr(args, "tool_policy", None)
+    return ToolPolicy.load(path) if path else None
