@@ -73,28 +73,19 @@ async def jsonrpc_error_response(
 
 def origin_allowed(origin: str, allowed: Iterable[str]) -> bool:
     """Whether `origin` is one of `allowed`: exact (case-insensitive), or `scheme://host:*` for any port."""
-    origin = origin.lower().rstrip("/")
-    for pattern in allowed:
-        pattern = pattern.lower().rstrip("/")
-        if origin == pattern:
-            return True
-        if pattern.endswith(":*"):
-            base = pattern[:-2]
-            port = origin[len(base) + 1 :] if origin.startswith(base + ":") else ""
-            if port.isdigit():
-                return True
-    return False
+    return _listed(origin.rstrip("/"), (pattern.rstrip("/") for pattern in allowed))
 
 
-def _host_allowed(host: str, allowed: Iterable[str]) -> bool:
-    host = host.lower()
-    for pattern in allowed:
+def _listed(value: str, patterns: Iterable[str]) -> bool:
+    """`value` equals a pattern, or a pattern ending in `:*` with a numeric port in its place (case-insensitive)."""
+    value = value.lower()
+    for pattern in patterns:
         pattern = pattern.lower()
-        if host == pattern:
+        if value == pattern:
             return True
         if pattern.endswith(":*"):
             base = pattern[:-2]
-            port = host[len(base) + 1 :] if host.startswith(base + ":") else ""
+            port = value[len(base) + 1 :] if value.startswith(base + ":") else ""
             if port.isdigit():
                 return True
     return False
@@ -118,7 +109,7 @@ class OriginGuard:
             return
         headers = Headers(scope=scope)
         host = headers.get("host", "")
-        if self.allowed_hosts is not None and not _host_allowed(host, self.allowed_hosts):
+        if self.allowed_hosts is not None and not _listed(host, self.allowed_hosts):
             await jsonrpc_error_response(
                 send,
                 421,
