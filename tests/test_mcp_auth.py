@@ -286,3 +286,11 @@ def test_an_explicit_audience_replaces_the_resource_url() -> None:
         assert post(served.url, [("authorization", f"Bearer {ok}")]).status_code == 200
         for_url = issuer.mint("alice", audience=served.url)
         assert post(served.url, [("authorization", f"Bearer {for_url}")]).status_code == 401
+
+
+def test_origins_and_hosts_are_repeatable_and_comma_separated() -> None:
+    settings = parse(
+        "--allowed-origins", "https://a.example,https://b.example", "--allowed-origins", "https://c.example"
+    )
+    assert settings.allowed_origins == ("https://a.example", "https://b.example", "https://c.example")
+    assert parse("--allowed-hosts", "mcp.internal:*").allowed_hosts == ("mcp.internal:*",)

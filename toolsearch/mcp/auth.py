@@ -107,8 +107,8 @@ class AuthSettings:
             tokens_file=Path(args.auth_tokens) if args.auth_tokens else None,
             no_auth=bool(args.no_auth),
             resource_url=_url_flag("--resource-url", args.resource_url),
-            allowed_origins=tuple(args.allowed_origins or ()),
-            allowed_hosts=tuple(args.allowed_hosts or ()),
+            allowed_origins=_listed(args.allowed_origins),
+            allowed_hosts=_listed(args.allowed_hosts),
             rate_limit=float(args.rate_limit),
             rate_burst=int(args.rate_burst),
             header_timeout=float(args.header_timeout),
@@ -143,6 +143,11 @@ class AuthSettings:
             raise AuthConfigError("--header-timeout must be > 0 seconds")
         if self.tokens_file is not None:
             StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
+
+
+def _listed(values: list[str] | None) -> tuple[str, ...]:
+    """A repeatable flag's values, each possibly comma-separated."""
+    return tuple(item.strip() for value in values or () for item in value.split(",") if item.strip())
 
 
 def _url_flag(flag: str, value: str | None) -> str | None:
@@ -196,12 +201,15 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--allowed-origins",
-        nargs="+",
-        metavar="ORIGIN",
-        help="browser origins allowed to call (scheme://host[:port], or :* for any port); others get 403",
+        action="append",
+        metavar="ORIGIN[,ORIGIN...]",
+        help="browser origins allowed to call (scheme://host[:port], or :* for any port; repeatable); others get 403",
     )
     group.add_argument(
-        "--allowed-hosts", nargs="+", metavar="HOST", help="extra Host header values accepted (host[:port] or host:*)"
+        "--allowed-hosts",
+        action="append",
+        metavar="HOST[,HOST...]",
+        help="more Host header values accepted (host[:port] or host:*; repeatable)",
     )
     group.add_argument(
         "--rate-limit",
