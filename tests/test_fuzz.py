@@ -117,7 +117,18 @@ anthropic_tools = st.fixed_dictionaries({}, optional={"name": field, "descriptio
                                                       "namespace": field, "tags": field, "metadata": field})
 mcp_tools = st.fixed_dictionaries({"inputSchema": schemas}, optional={"name": field, "description": field,
                                                                        "title": field, "annotations": field})
-any_tool = st.one_of(openai_tools, anthropic_tools, mcp_tools, json_values)
+# Well-formed definitions with odd text in every field: they reach the walk over model-visible fields.
+hostile_property = st.fixed_dictionaries(
+    {"type": st.just("string")},
+    optional={"description": text, "title": text, "enum": st.lists(text, max_size=2), "default": text,
+              "examples": st.lists(text, max_size=2), "$comment": text, "pattern": text},
+)
+hostile_tools = st.fixed_dictionaries(
+    {"name": names, "inputSchema": st.fixed_dictionaries(
+        {"type": st.just("object"), "properties": st.dictionaries(names, hostile_property, max_size=3)})},
+    optional={"description": text, "title": text, "annotations": st.fixed_dictionaries({"title": text})},
+)
+any_tool = st.one_of(openai_tools, anthropic_tools, mcp_tools, hostile_tools, json_values)
 
 
 def _deep(depth: int) -> str:
@@ -147,6 +158,7 @@ suffixes = st.sampled_from([".json", ".jsonl", ".txt", ""])
 @example(content='[{"name": "", "metadata": "0"}]', prefix="", suffix=".json")
 @example(content='[{"name": "a", "tags": "abc"}]', prefix="", suffix=".json")
 @example(content=_deep(5_000), prefix="\ufeff", suffix=".json")
+@example(content='[{"name": "a", "description": "\\ud800"}, {"name": "b\\udcff"}]', prefix="", suffix=".json")
 def test_fuzz_load_tools(content: str, prefix: str, suffix: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"tools{suffix}"
@@ -193,6 +205,9 @@ def _hidden_strings(value: Any) -> list[str]:
 @given(definition=any_tool, namespace=st.none() | names)
 @example(definition={"input_schema": {}, "name": "", "tags": "", "metadata": "0"}, namespace=None)
 @example(definition={"name": "a", "tags": 5, "description": 0, "input_schema": []}, namespace=None)
+@example(definition={"name": "a\ud800"}, namespace=None)
+@example(definition={"name": "a", "description": "\ud800", "title": "\U000e0002", "inputSchema": {
+    "type": "object", "properties": {"p": {"enum": ["\u202e"]}}}}, namespace="n\x1b[0m")
 def test_fuzz_tool_converters(definition: Any, namespace: str | None) -> None:
     for convert in (Tool.from_dict, Tool.from_openai, Tool.from_anthropic, Tool.from_mcp):
         try:
@@ -238,6 +253,9 @@ model_arguments = st.one_of(
 
 
 @given(arguments=model_arguments, as_text=st.booleans())
+@example(arguments={"query": "a\ud800"}, as_text=False)
+@example(arguments={"query": "a\ud800"}, as_text=True)
+@example(arguments="[" * 100_000, as_text=False)
 def test_fuzz_metatool_arguments(meta_session: Any, arguments: Any, as_text: bool) -> None:
     manager, _ = meta_session
     session = manager.get_or_create("fuzz", allowed=ALLOWED)
@@ -269,6 +287,9 @@ provider_calls = st.one_of(
 
 @settings(max_examples=max(settings().max_examples // 2, 10))  # two executors per example
 @given(calls=st.lists(provider_calls, min_size=1, max_size=3))
+@example(calls=[{"id": "c1", "type": "function", "function": {"name": "tool_search",
+                                                              "arguments": '{"query": "a\\ud800"}'}}])
+@example(calls=[{"type": "tool_use", "id": "t1", "name": "tool_search", "input": {"query": "\udcff mail"}}])
 def test_fuzz_handle_tool_calls(meta_session: Any, calls: list[dict[str, Any]]) -> None:
     manager, _ = meta_session
     session = manager.get_or_create("fuzz-calls", allowed=ALLOWED)
