@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from fakes import FakeLLMServer, Turn
 from fakes.e2e import make_model
-from mcp_servers.clients import faulty
+from mcp_servers import http_gateway, write_config
+from mcp_servers.clients import connect, faulty, text
 
 from toolsearch import (
     InvalidQueryError,
@@ -207,14 +208,18 @@ def test_every_converter_applies_the_same_rule(converter: Any, definition: dict[
         convert({"type": "object", "properties": {"c": {"enum": ["\u2066x"]}}})
 
 
-async def test_an_upstream_tool_that_cannot_be_repaired_is_skipped_by_name_not_its_server() -> None:
-    extra = [
+def _upstream_extras() -> list[dict[str, Any]]:
+    """Tools an upstream lists beside its healthy ones: two that cannot be repaired, one that can."""
+    return [
         upstream(name="hidden_property", inputSchema={"type": "object", "properties": {"ci\u200bty": {}}}),
         upstream(name="hidden_enum", inputSchema={"type": "object", "properties": {"u": {"enum": ["\u202eC"]}}}),
         upstream(name="poisoned_prose", title="Wea\U000e0049ther", annotations={"title": "\x1b[31mWeather"},
                  outputSchema={"type": "object", "description": "T\u2066emp"}),
     ]
-    config = {"mcpServers": {"up": faulty(FAULTY_EXTRA_TOOLS=json.dumps(extra))}}
+
+
+async def test_an_upstream_tool_that_cannot_be_repaired_is_skipped_by_name_not_its_server() -> None:
+    config = {"mcpServers": {"up": faulty(FAULTY_EXTRA_TOOLS=json.dumps(_upstream_extras()))}}
     async with MCPToolSource(config) as source:
         ready, tools, skipped = source.ready, source.tools(), source.servers["up"].skipped
     names = {t.name for t in tools}
@@ -227,6 +232,23 @@ async def test_an_upstream_tool_that_cannot_be_repaired_is_skipped_by_name_not_i
     shown = mcp_definition(poisoned).model_dump(by_alias=True, exclude_none=True, mode="json")
     assert (shown["title"], shown["annotations"]["title"], shown["outputSchema"]["description"]) == (
         "Weather", "Weather", "Temp")
+
+
+async def test_a_gateway_client_sees_only_clean_definitions(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"up": faulty(FAULTY_EXTRA_TOOLS=json.dumps(_upstream_extras()))})
+    with http_gateway(config) as gateway:
+        async with connect(gateway.url or "") as client:
+            found = await client.search("current weather for a city", namespace="up")
+            listed = await client.tools()
+    log = gateway.stderr
+    for name in ("hidden_property", "hidden_enum"):
+        assert f"MCP server 'up': skipped a tool (the others are listed): tool '{name}'" in log
+    assert "'up' skipped" not in log  # the server itself stays
+    assert "up__poisoned_prose" in text(found) and first_hidden(text(found)) is None
+    shown = listed["up__poisoned_prose"].model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert (shown["title"], shown["annotations"]["title"], shown["outputSchema"]["description"]) == (
+        "Weather", "Weather", "Temp")
+    assert all(hidden_strings(t.model_dump(mode="json")) == [] for t in listed.values())
 
 
 # --- hostile text cannot crash a search, a turn, a loop or the CLI ---------------------------------

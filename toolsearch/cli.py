@@ -711,7 +711,7 @@ def _undecodable_argument(args: Sequence[str]) -> str | None:
             what = f"holds U+{ord(found[1]):04X} (position {found[0]}), a lone surrogate"
         return (
             f"argument {number} ({arg!r}) {what}; {PROG} reads its arguments as UTF-8 text: check the "
-            "terminal's encoding, or rename the file to a UTF-8 name"
+            "terminal's encoding (a file name that is not UTF-8: rename the file)"
         )
     return None
 
