@@ -327,11 +327,12 @@ def server() -> Iterator[FakeLLMServer]:
         yield fake
 
 
+# model turn -> what the tool result the model gets back says
 MODEL_TURNS = {
-    "query": Turn(tool_calls=[("tool_search", {"query": "send a\ud800 email"})]),
-    "text": Turn(text="Let me look \udcff.", tool_calls=[("tool_search", {"query": "email"})]),
-    "tool name": Turn(tool_calls=[("send\udc80email", {"to": "x"})]),
-    "argument": Turn(tool_calls=[("tool_search", {"query": "email", "namespace\ud800": 1})]),
+    "query": (Turn(tool_calls=[("tool_search", {"query": "send a\ud800 email"})]), "holds U+D800"),
+    "text": (Turn(text="Let me look \udcff.", tool_calls=[("tool_search", {"query": "email"})]), "send_email"),
+    "tool name": (Turn(tool_calls=[("send\udc80email", {"to": "x"})]), "is not available"),
+    "argument": (Turn(tool_calls=[("tool_search", {"query": "email", "namespace\ud800": 1})]), "lone surrogate"),
 }
 
 
@@ -340,12 +341,13 @@ MODEL_TURNS = {
 def test_a_model_reply_with_a_lone_surrogate_does_not_crash_the_loop(
     server: FakeLLMServer, bm25_index: ToolIndex, kind: str, turn: str
 ) -> None:
-    server.enqueue(MODEL_TURNS[turn], "Done.")
+    reply, says = MODEL_TURNS[turn]
+    server.enqueue(reply, "Done.")
     result = run(make_model(kind, server), "mail Bob", session=SessionManager(bm25_index).create("l"))
     assert result.outcome is LoopOutcome.COMPLETED
     assert len(server.requests) == 2  # the second request, history included, was encoded and sent
     (answer,) = server.requests[1].tool_results()
-    assert answer.text and first_hidden(answer.text) is None
+    assert says in answer.text and first_hidden(answer.text) is None, answer.text
 
 
 def _cli(*argv: str | bytes, cwd: Path) -> subprocess.CompletedProcess[str]:
