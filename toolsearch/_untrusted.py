@@ -60,7 +60,7 @@ _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u180e")
 # The classes, as named in error messages.
 SURROGATE = "lone surrogate"
 CONTROL = "control character"
-ESCAPE = "control character (ANSI escape)"
+ESCAPE = "ANSI escape character"
 TAG = "tag character"
 BIDI = "bidi control"
 ZERO_WIDTH = "zero-width character"
@@ -98,6 +98,11 @@ def first_hidden(text: str, only: Collection[str] | None = None) -> tuple[int, s
         if kind is not None and (only is None or kind in only):
             return match.start(), match.group(), kind
     return None
+
+
+def with_article(kind: str) -> str:
+    """`a bidi control`, `an ANSI escape character`: a class as a message names it."""
+    return ("an " if kind[0].lower() in "aeiou" else "a ") + kind
 
 
 def describe(char: str) -> str:
@@ -205,8 +210,8 @@ class Walk:
         else:
             why = "hidden from a reader but read by the model; a name or value the server compares is never rewritten"
         return InvalidToolError(
-            f"{self.where}: {role} {shown}{at} holds {describe(char)} (position {position}), a {kind} ({why}), "
-            "so this tool is refused: remove the character from its definition"
+            f"{self.where}: {role} {shown}{at} holds {describe(char)} (position {position}), "
+            f"{with_article(kind)} ({why}), so this tool is refused: remove the character from its definition"
         )
 
     def check(self, role: str, path: Path, text: str, only: Collection[str] | None = None) -> None:
