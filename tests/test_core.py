@@ -294,7 +294,7 @@ def test_load_tools_errors_name_file_and_line(tmp_path: Path) -> None:
         load_tools(tmp_path / "missing.json")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(InvalidToolError, match="cannot read"):
+    with pytest.raises(InvalidToolError, match=r"not UTF-8 text \(byte 0xFF at offset 0\); save it as UTF-8"):
         load_tools(binary)
 
 

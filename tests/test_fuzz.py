@@ -10,6 +10,7 @@ Budget: the "ci" profile (the default) keeps the whole file well under a minute;
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -27,13 +28,17 @@ from hypothesis import strategies as st
 from toolsearch import (
     Catalog,
     IndexStore,
+    InvalidQueryError,
     SessionManager,
     Tool,
     ToolIndex,
     ToolSearchError,
     ToolSearchMetaTool,
+    ahandle_tool_calls,
+    handle_tool_calls,
     load_tools,
 )
+from toolsearch._untrusted import UNUSABLE, first_hidden
 from toolsearch.mcp.config import load_config
 from toolsearch.store import MANIFEST, verify_index
 from toolsearch.text import clean_text, tool_text
@@ -69,8 +74,11 @@ def bounded(call: Callable[[], T]) -> T:
 
 # --- strategies ---------------------------------------------------------------------------------
 
-# Odd Unicode: controls, zero-width and bidi characters, surrogates' neighbours, emoji, RTL scripts.
-ODD = "\x00\x07\x1b\u200b\u200d\u202e\u2066\ufeff\u00ad\U000e0041\ud7ff\ue000\U0010fffd\u0645\u05d0🙂"
+# Odd Unicode: controls (C0, C1, ESC), zero-width, bidi and tag characters (an unassigned one too),
+# lone surrogates (a JSON "\ud800" escape decodes to one; a non-UTF-8 argv byte becomes U+DC80..DCFF)
+# and their neighbours, emoji, RTL scripts.
+ODD = ("\x00\x07\x1b\x85\x9b\u200b\u200d\u202e\u2066\u2068\ufeff\u00ad\U000e0041\U000e0002"
+       "\ud800\udbff\udc80\udcff\udfff\ud7ff\ue000\U0010fffd\u0645\u05d0🙂")
 text = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(ODD), max_size=40)
 names = st.one_of(text, st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,20}", fullmatch=True))
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), text)
@@ -109,7 +117,18 @@ anthropic_tools = st.fixed_dictionaries({}, optional={"name": field, "descriptio
                                                       "namespace": field, "tags": field, "metadata": field})
 mcp_tools = st.fixed_dictionaries({"inputSchema": schemas}, optional={"name": field, "description": field,
                                                                        "title": field, "annotations": field})
-any_tool = st.one_of(openai_tools, anthropic_tools, mcp_tools, json_values)
+# Well-formed definitions with odd text in every field: they reach the walk over model-visible fields.
+hostile_property = st.fixed_dictionaries(
+    {"type": st.just("string")},
+    optional={"description": text, "title": text, "enum": st.lists(text, max_size=2), "default": text,
+              "examples": st.lists(text, max_size=2), "$comment": text, "pattern": text},
+)
+hostile_tools = st.fixed_dictionaries(
+    {"name": names, "inputSchema": st.fixed_dictionaries(
+        {"type": st.just("object"), "properties": st.dictionaries(names, hostile_property, max_size=3)})},
+    optional={"description": text, "title": text, "annotations": st.fixed_dictionaries({"title": text})},
+)
+any_tool = st.one_of(openai_tools, anthropic_tools, mcp_tools, hostile_tools, json_values)
 
 
 def _deep(depth: int) -> str:
@@ -139,6 +158,7 @@ suffixes = st.sampled_from([".json", ".jsonl", ".txt", ""])
 @example(content='[{"name": "", "metadata": "0"}]', prefix="", suffix=".json")
 @example(content='[{"name": "a", "tags": "abc"}]', prefix="", suffix=".json")
 @example(content=_deep(5_000), prefix="\ufeff", suffix=".json")
+@example(content='[{"name": "a", "description": "\\ud800"}, {"name": "b\\udcff"}]', prefix="", suffix=".json")
 def test_fuzz_load_tools(content: str, prefix: str, suffix: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"tools{suffix}"
@@ -163,14 +183,31 @@ def _check_valid_tool(tool: Tool) -> None:
     assert tool.input_schema.get("type") == "object"
     again = Tool.from_dict(json.loads(json.dumps(tool.to_dict())))
     assert again.fingerprint == tool.fingerprint, "a tool does not survive its own JSON round trip"
-    for shape in (tool.to_openai(), tool.to_openai(responses=True), tool.to_anthropic(), tool.to_mcp()):
-        json.dumps(shape)
-    tool_text(tool).joined()
+    shown = [tool.to_openai(), tool.to_openai(responses=True), tool.to_anthropic(), tool.to_mcp(),
+             {k: v for k, v in tool.metadata.items() if k in ("title", "annotations", "outputSchema")}]
+    for shape in shown:
+        assert _hidden_strings(shape) == [], "a hidden character reached what a model sees"
+        json.dumps(shape, ensure_ascii=False).encode("utf-8")
+    json.dumps(tool.to_dict(), ensure_ascii=False).encode("utf-8")  # what the index store writes
+    tool_text(tool).joined().encode("utf-8")
+
+
+def _hidden_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if first_hidden(value) else []
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _hidden_strings(k) + _hidden_strings(v)]
+    if isinstance(value, list):
+        return [s for item in value for s in _hidden_strings(item)]
+    return []
 
 
 @given(definition=any_tool, namespace=st.none() | names)
 @example(definition={"input_schema": {}, "name": "", "tags": "", "metadata": "0"}, namespace=None)
 @example(definition={"name": "a", "tags": 5, "description": 0, "input_schema": []}, namespace=None)
+@example(definition={"name": "a\ud800"}, namespace=None)
+@example(definition={"name": "a", "description": "\ud800", "title": "\U000e0002", "inputSchema": {
+    "type": "object", "properties": {"p": {"enum": ["\u202e"]}}}}, namespace="n\x1b[0m")
 def test_fuzz_tool_converters(definition: Any, namespace: str | None) -> None:
     for convert in (Tool.from_dict, Tool.from_openai, Tool.from_anthropic, Tool.from_mcp):
         try:
@@ -192,7 +229,10 @@ CATALOG = [
 ALLOWED = {"send_email", "read_inbox", "get_weather"}
 
 
-@pytest.fixture(scope="module", params=["bm25", "regex"])
+BACKENDS = ["bm25", "regex", "vector", "hybrid"]  # each with its real engine: tantivy, regex, the model, faiss
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
 def meta_session(request: pytest.FixtureRequest) -> Any:
     index = ToolIndex.build(CATALOG, backend=request.param)
     return SessionManager(index, max_discovered=2), index
@@ -204,7 +244,8 @@ model_arguments = st.one_of(
     json_values,
     json_values.map(json.dumps),
     st.fixed_dictionaries(
-        {}, optional={"query": field | st.sampled_from(["email", "x" * 1001, "  ", "mail.*", "+to:x", "(weather"]),
+        {}, optional={"query": field | st.sampled_from(["email", "x" * 1001, "  ", "mail.*", "+to:x", "(weather",
+                                                         "a\ud800", "\udcff mail", "e\x00mail", "mail\x1b[2J"]),
                       "max_results": st.one_of(st.integers(-5, 20), text, st.floats(), st.booleans(), st.none()),
                       "namespace": st.one_of(st.sampled_from(["mail", "admin", "nope", ""]), field)},
     ),
@@ -212,6 +253,9 @@ model_arguments = st.one_of(
 
 
 @given(arguments=model_arguments, as_text=st.booleans())
+@example(arguments={"query": "a\ud800"}, as_text=False)
+@example(arguments={"query": "a\ud800"}, as_text=True)
+@example(arguments="[" * 100_000, as_text=False)
 def test_fuzz_metatool_arguments(meta_session: Any, arguments: Any, as_text: bool) -> None:
     manager, _ = meta_session
     session = manager.get_or_create("fuzz", allowed=ALLOWED)
@@ -227,7 +271,39 @@ def test_fuzz_metatool_arguments(meta_session: Any, arguments: Any, as_text: boo
     assert "delete_account" not in outcome.text
 
 
-# --- queries: Lucene on bm25, patterns on regex ---------------------------------------------------
+# --- tool calls as a provider delivers them, through the executor ---------------------------------
+
+provider_calls = st.one_of(
+    model_arguments.map(lambda a: {"id": "c1", "type": "function",
+                                   "function": {"name": "tool_search", "arguments": a if isinstance(a, str)
+                                                else json.dumps(a)}}),
+    model_arguments.map(lambda a: {"type": "tool_use", "id": "t1", "name": "tool_search", "input": a}),
+    model_arguments.map(lambda a: {"type": "function_call", "call_id": "c1", "name": "tool_search",
+                                   "arguments": a if isinstance(a, str) else json.dumps(a)}),
+    st.fixed_dictionaries({"id": st.just("c2"), "type": st.just("function"),
+                           "function": st.fixed_dictionaries({"name": names, "arguments": text})}),
+)
+
+
+@settings(max_examples=max(settings().max_examples // 2, 10))  # two executors per example
+@given(calls=st.lists(provider_calls, min_size=1, max_size=3))
+@example(calls=[{"id": "c1", "type": "function", "function": {"name": "tool_search",
+                                                              "arguments": '{"query": "a\\ud800"}'}}])
+@example(calls=[{"type": "tool_use", "id": "t1", "name": "tool_search", "input": {"query": "\udcff mail"}}])
+def test_fuzz_handle_tool_calls(meta_session: Any, calls: list[dict[str, Any]]) -> None:
+    manager, _ = meta_session
+    session = manager.get_or_create("fuzz-calls", allowed=ALLOWED)
+    for results in (bounded(lambda: handle_tool_calls(session, calls)),
+                    bounded(lambda: asyncio.run(ahandle_tool_calls(session, calls)))):
+        assert len(results) == len(calls)
+        for result in results:  # each call answered, in a form the next request can encode
+            assert isinstance(result.content, str) and result.content
+            json.dumps(result.to_openai_chat(), ensure_ascii=False).encode("utf-8")
+            json.dumps(result.to_anthropic(), ensure_ascii=False).encode("utf-8")
+    assert set(session.discovered) <= ALLOWED
+
+
+# --- queries: Lucene on bm25, patterns on regex, any text on every backend ------------------------
 
 LUCENE = [" ", "+", "-", '"', "(", ")", ":", "*", "~", "^", "?", "\\", "/", "[", "]", "{", "}", "!", "&&", "||",
           "AND", "OR", "NOT", "TO", "name:", "description:", "namespace:", "nope:", "email", "weather", "2", "0.5"]
@@ -249,6 +325,17 @@ def test_fuzz_lucene_queries(indexes: dict[str, ToolIndex], parts: list[str], k:
 @given(parts=st.lists(st.sampled_from(REGEX) | text, max_size=12), k=k_values)
 def test_fuzz_regex_queries(indexes: dict[str, ToolIndex], parts: list[str], k: int) -> None:
     _search(indexes["regex"], "".join(parts), k)
+
+
+@given(query=text | st.lists(st.sampled_from(ODD) | text, max_size=6).map("".join))
+@example(query="send a\ud800 email")
+@example(query="\udcff")
+def test_fuzz_any_text_on_every_backend(meta_session: Any, query: str) -> None:
+    _, index = meta_session
+    _search(index, query, 3)
+    if first_hidden(query.strip(), UNUSABLE):  # (strip removes some controls: \x1c-\x1f, \x85)
+        with pytest.raises(InvalidQueryError):  # refused whole, before any engine sees it
+            index.search(query, 3)
 
 
 def _search(index: ToolIndex, query: str, k: int) -> None:

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from ._errors import BackendError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
+from ._untrusted import SURROGATES, first_hidden
 from .providers.registry import chat_format_names
 
 # Exit codes scripts can rely on.
@@ -692,9 +693,36 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 # --- entry point ------------------------------------------------------------------------------
 
 
+def _undecodable_argument(args: Sequence[str]) -> str | None:
+    """What is wrong with the first argument that is not text, or None.
+
+    Python hands a byte that is not UTF-8 over as a lone surrogate (U+DC80..U+DCFF); passed on, it
+    would crash whatever encodes it (a search engine, a JSON file), so it is refused here, whole.
+    """
+    for number, arg in enumerate(args, 1):
+        found = first_hidden(arg, SURROGATES)
+        if found is None and "\0" not in arg:
+            continue
+        if found is None:
+            what = f"holds a NUL character (position {arg.index(chr(0))})"
+        elif 0xDC80 <= ord(found[1]) <= 0xDCFF:
+            what = f"holds the byte 0x{ord(found[1]) - 0xDC00:02X} (position {found[0]}), which is not UTF-8"
+        else:
+            what = f"holds U+{ord(found[1]):04X} (position {found[0]}), a lone surrogate"
+        return (
+            f"argument {number} ({arg!r}) {what}; {PROG} reads its arguments as UTF-8 text: check the "
+            "terminal's encoding (a file name that is not UTF-8: rename the file)"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    problem = _undecodable_argument(args_list)
+    if problem is not None:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     # Loading the packaged embedding model draws a bar per model load: noise in a command's output.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     debug = "--debug" in args_list

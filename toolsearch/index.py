@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import InvalidQueryError
+from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import Backend, get_backend_spec
 from .catalog import Catalog
 from .results import SearchResult
@@ -36,6 +37,13 @@ def validate_query(query: object, *, max_chars: int = MAX_QUERY_CHARS) -> str:
     if len(text) > max_chars:
         raise InvalidQueryError(
             f"query is {len(text)} characters; the limit is {max_chars}. Use a few keywords instead"
+        )
+    found = first_hidden(text, UNUSABLE)  # a lone surrogate (JSON "\\ud800") crashes every text engine
+    if found is not None:
+        position, char, kind = found
+        raise InvalidQueryError(
+            f"query holds {describe(char)} (position {position}), {with_article(kind)}, which a query cannot contain; "
+            "send it again as plain text without that character"
         )
     return text
 

@@ -203,6 +203,8 @@ class ToolSearchMetaTool:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except ValueError as exc:
                 return None, f"{self.name} error: the arguments are not valid JSON ({exc}). {self._usage()}"
+            except RecursionError:  # json's own limit on nesting, which a model's text can reach
+                return None, f"{self.name} error: the arguments are nested too deeply. {self._usage()}"
         if not isinstance(arguments, Mapping):
             return None, f"{self.name} error: the arguments must be a JSON object. {self._usage()}"
         try:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # tools.py imports clean_text from here
+from ._untrusted import clean_text as clean_text  # re-exported: its home is the untrusted-text module
+
+if TYPE_CHECKING:  # only named in annotations
     from .tools import Tool
 
 WORD_CHUNKS = re.compile(r"[^\W_]+")  # letters and digits of any script
@@ -16,32 +17,6 @@ WORD_CHUNKS = re.compile(r"[^\W_]+")  # letters and digits of any script
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _MAX_PARAM_DEPTH = 3
 _MAX_ENUM_VALUES = 30
-
-
-# Terminal escape sequences: CSI (`ESC [ ... m`, colours and cursor moves), OSC (`ESC ] ... BEL`,
-# e.g. hyperlinks and window titles) and the other escapes (`ESC c` reset, `ESC ( B` charsets).
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
-_KEEP_CONTROLS = frozenset("\t\n")
-
-
-def _invisible(char: str) -> bool:
-    """Control (Cc) and format (Cf) characters: zero-width spaces and joiners, bidi embeddings,
-    overrides, isolates and marks, the BOM, soft hyphens and the invisible tag block (U+E0000..)."""
-    return char not in _KEEP_CONTROLS and unicodedata.category(char) in ("Cc", "Cf")
-
-
-def clean_text(text: str) -> str:
-    """Text fit to index and to show a model: terminal escapes, control and invisible characters removed.
-
-    Tool descriptions are untrusted: invisible characters can hide instructions from a human
-    reviewer that a model still reads (tool poisoning), bidi overrides can make text display
-    differently from what it says, and ANSI escapes rewrite a terminal that prints them.
-    Line ends become `\n`; tabs and newlines are kept.
-    """
-    if text.isascii() and text.isprintable():
-        return text  # the common case costs one scan
-    text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
-    return "".join(c for c in text if not _invisible(c))
 
 
 @lru_cache(maxsize=65_536)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import DuplicateToolError, InvalidToolError
-from .text import clean_text
+from ._untrusted import Walk, clean_text
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
@@ -27,7 +27,13 @@ def _canonical(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One tool definition, provider-neutral; immutable and validated on creation."""
+    """One tool definition, provider-neutral; immutable and validated on creation.
+
+    Every model-visible field is untrusted text, cleaned or checked here, so every converter and
+    every source gets the same rule (toolsearch._untrusted): prose (description, titles, tags,
+    schema descriptions, examples, defaults) is repaired; a hidden character in a name, property
+    name, enum value or other value the server compares raises InvalidToolError.
+    """
 
     name: str
     description: str = ""
@@ -43,6 +49,8 @@ class Tool:
             raise InvalidToolError(f"{where}: 'name' must be a non-empty string, got {self.name!r}")
         if len(self.name) > MAX_NAME_CHARS:
             raise InvalidToolError(f"{where}: name is {len(self.name)} chars; the limit is {MAX_NAME_CHARS}")
+        walk = Walk(where)
+        walk.check("name", (), self.name)
         if self.description is None:
             object.__setattr__(self, "description", "")
         if not isinstance(self.description, str):
@@ -56,11 +64,13 @@ class Tool:
             )
         if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
             raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None")
+        if self.namespace is not None:
+            walk.check("namespace", (), self.namespace)
         tags = self.tags
         if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
             raise InvalidToolError(f"{where}: 'tags' must be a list of strings")
-        object.__setattr__(self, "tags", tuple(tags))
-        schema = _validated_schema(where, self.input_schema)
+        object.__setattr__(self, "tags", tuple(clean_text(t) for t in tags))
+        schema = _validated_schema(walk, self.input_schema)
         object.__setattr__(self, "input_schema", schema)
         try:
             metadata = json.loads(json.dumps(dict(self.metadata)))
@@ -68,7 +78,7 @@ class Tool:
             raise InvalidToolError(f"{where}: 'metadata' must be JSON-serialisable ({exc})") from None
         except RecursionError:
             raise InvalidToolError(f"{where}: 'metadata' is nested too deeply") from None
-        object.__setattr__(self, "metadata", metadata)
+        object.__setattr__(self, "metadata", walk.metadata(metadata))
         digest = hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
         object.__setattr__(self, "fingerprint", digest)
 
@@ -229,7 +239,8 @@ def _require_mapping(value: Any, what: str) -> None:
         raise InvalidToolError(f"{what} must be a JSON object, got {type(value).__name__}")
 
 
-def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
+def _validated_schema(walk: Walk, schema: Any) -> dict[str, Any]:
+    where = walk.where
     if not isinstance(schema, Mapping):
         raise InvalidToolError(f"{where}: input schema must be a JSON object, got {type(schema).__name__}")
     try:
@@ -238,8 +249,7 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
         raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
     except RecursionError:
         raise InvalidToolError(f"{where}: input schema is nested too deeply") from None
-    if not _clean_descriptions(copy, 0):
-        raise InvalidToolError(f"{where}: input schema is nested deeper than {_MAX_SCHEMA_DEPTH} levels")
+    copy = walk.schema(("input_schema",), copy)
     kind = copy.setdefault("type", "object")
     if kind != "object":
         raise InvalidToolError(f"{where}: input schema 'type' must be 'object', got {kind!r}")
@@ -258,27 +268,6 @@ def _validated_schema(where: str, schema: Any) -> dict[str, Any]:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise InvalidToolError(f"{where}: input schema 'required' must be a list of parameter names")
     return copy
-
-
-_MAX_SCHEMA_DEPTH = 64
-
-
-def _clean_descriptions(node: Any, depth: int) -> bool:
-    """Clean every `description` and `title` string in a schema (the model reads them too).
-
-    False when the schema is nested deeper than any real one, which later recursive walks would choke on.
-    """
-    if depth > _MAX_SCHEMA_DEPTH:
-        return False
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("description", "title") and isinstance(value, str):
-                node[key] = clean_text(value)
-            elif not _clean_descriptions(value, depth + 1):
-                return False
-    elif isinstance(node, list):
-        return all(_clean_descriptions(item, depth + 1) for item in node)
-    return True
 
 
 # --- callables -------------------------------------------------------------------------------
@@ -360,7 +349,11 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
         text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not content
     except FileNotFoundError:
         raise InvalidToolError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise InvalidToolError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start}); save it as UTF-8"
+        ) from None
+    except OSError as exc:
         raise InvalidToolError(f"{path}: cannot read ({exc})") from None
     items: list[tuple[int, Any]] = []
     stripped = text.lstrip()
@@ -414,7 +407,7 @@ def provider_safe_name(name: str) -> str:
     if _PROVIDER_NAME.match(name):
         return name
     base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "tool"
-    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]  # any name a model sends
     return f"{base[:55]}_{digest}"
 
 

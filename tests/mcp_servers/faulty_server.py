@@ -18,6 +18,7 @@ Tools:
 Environment:
 - ``FAULTY_MALFORMED=1``: tools/list also carries tools whose definitions are malformed (a schema
   that is not an object, a schema of type array, a missing name, properties that are not an object).
+- ``FAULTY_EXTRA_TOOLS``: a JSON list of tool definitions appended to tools/list as written.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def list_tools() -> list[Any]:
     if os.environ.get("FAULTY_MALFORMED") == "1":
         # malformed entries first and between good ones: the good ones after them must still be listed
         tools = MALFORMED[:2] + tools[:1] + MALFORMED[2:] + tools[1:]
-    return tools
+    return tools + json.loads(os.environ.get("FAULTY_EXTRA_TOOLS") or "[]")
 
 
 def call(request_id: Any, name: str, args: dict[str, Any]) -> None:

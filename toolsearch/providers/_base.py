@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._errors import DuplicateToolError, ToolSearchError
+from .._untrusted import repair_surrogates, surrogate_problem
 from ..tools import NameMap, Tool, provider_safe_name
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -62,13 +63,19 @@ def parse_arguments(text: str | Mapping[str, Any] | None) -> tuple[dict[str, Any
     if text is None or (isinstance(text, str) and not text.strip()):
         return {}, None
     if isinstance(text, Mapping):
-        return dict(text), None
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        return {}, f"arguments are not valid JSON ({exc}); send a JSON object matching the tool's schema"
+        value: Any = dict(text)
+    else:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            return {}, f"arguments are not valid JSON ({exc}); send a JSON object matching the tool's schema"
+        except RecursionError:
+            return {}, "arguments are nested too deeply; send a flat JSON object matching the tool's schema"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    problem = surrogate_problem(value, "arguments")  # kept, it would crash the next request's encoding
+    if problem is not None:
+        return {}, f"{problem}; send the arguments again as valid text"
     return value, None
 
 
@@ -94,6 +101,12 @@ class Message:
     tool_references: tuple[Tool, ...] = ()
     provider: str | None = None
     provider_items: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A model's, a user's or a tool's text with a lone surrogate would make every later request
+        # of the conversation fail to encode: it is repaired here, where all of them become messages.
+        if isinstance(self.content, str):
+            object.__setattr__(self, "content", repair_surrogates(self.content))
 
     @classmethod
     def user(cls, content: str) -> Message:
