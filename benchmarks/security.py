@@ -2,7 +2,8 @@
 
 Starts the test suite's protected server (tests/fakes/protected_mcp.py: a real MCP server behind
 `toolsearch.mcp.auth.protect`, under uvicorn with the header-read timeout) on 127.0.0.2 and
-0.0.0.0, with a local issuer (tests/fakes/oauth_issuer.py), and sends the attacks of
+0.0.0.0, and a real `toolsearch mcp serve` with a tool policy, with a local issuer
+(tests/fakes/oauth_issuer.py), and sends the attacks of
 tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; foreign Origin and
 Host for every method; a session used with another caller's token; a request flood; half-open
 connections. Counts only, no timings. Writes benchmarks/results/security.json and the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,8 +28,58 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: str) -> None:
+    """The same token and Origin attacks against a real `toolsearch mcp serve`, and calls outside the policy."""
+    import anyio
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_servers import http_gateway, time_server, toy, write_config
+
+    from tests.fakes.attacks import origin_attacks, send, token_attacks
+    from tests.fakes.oauth_issuer import LocalIssuer
+
+    config = write_config(folder / "servers.json", {"toy": toy(), "time": time_server()})
+    policy = folder / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"]}, "servers": ["toy"]}]}))
+    flags = ["--auth-tokens", str(tokens), "--auth-scope", "tools", "--tool-policy", str(policy)]
+    with LocalIssuer() as issuer, http_gateway(
+        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0"
+    ) as gateway:
+        url = gateway.url or ""
+        attacks = token_attacks(issuer, url, static, unscoped) + origin_attacks(issuer.mint("x", audience=url), url)
+        wrong = [a for a in attacks if send(url, a).status_code != a.expected]
+        row("the token and Origin/Host attacks above, against `toolsearch mcp serve` (2 upstream servers)",
+            len(attacks), len(attacks) - len(wrong), len(wrong), "401 / 403 / 421, as above")
+
+        async def outside_policy() -> tuple[int, int]:
+            headers = {"authorization": f"Bearer {static}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                names = ["time__get_current_time", "time__convert_time"]
+                tried = ran = 0
+                for name in names:
+                    for arguments in ({"timezone": "UTC"}, {}):
+                        tried += 1
+                        result = await s.call_tool("call_tool", {"name": name, "arguments": arguments})
+                        ran += not result.is_error
+                        tried += 1
+                        direct = await s.call_tool(name, arguments)
+                        ran += not direct.is_error
+                found = await s.call_tool("tool_search", {"query": "current time timezone convert", "max_results": 10})
+                tried += 1
+                ran += "time__" in "".join(getattr(c, "text", "") for c in found.content)
+                return tried, ran
+
+        tried, ran = anyio.run(outside_policy)
+        row("a caller's searches and calls of tools its policy does not give it", tried, tried - ran, ran,
+            "tool error; not found by search")
+
+
 def run(slow_connections: int, flood: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests"))
     import httpx2
 
     from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, slow_headers, token_attacks
@@ -97,9 +149,18 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             row("foreign Origin on a gateway bound to 0.0.0.0", len(origin), len(origin) - len(wrong), len(wrong),
                 "403")
 
-        refused_start = run_protected("--host", "0.0.0.0", "--port", "0")
-        row("start on 0.0.0.0 without authentication", 1, int(refused_start.returncode == 2),
-            int(refused_start.returncode != 2), "refused with the flags to give")
+        gateway_rows(row, Path(folder), tokens, static, unscoped)
+
+        servers = Path(folder) / "servers.json"
+        refusals = [
+            run_protected("--host", "0.0.0.0", "--port", "0").returncode != 0,
+            subprocess.run(
+                [sys.executable, "-m", "toolsearch", "mcp", "serve", "--config", str(servers), "--transport", "http",
+                 "--host", "0.0.0.0", "--port", "0"], capture_output=True, timeout=120,
+            ).returncode != 0,
+        ]
+        row("start on 0.0.0.0 without authentication (test server, `toolsearch mcp serve`)", len(refusals),
+            sum(refusals), len(refusals) - sum(refusals), "refused with the flags to give")
 
         burst = 10
         # 1 a minute: no bucket refills while the flood runs, so exactly `burst` requests may pass
@@ -125,9 +186,10 @@ def render(report: dict[str, Any]) -> str:
         "## Security",
         "",
         f"Generated by `{report['command']}` on {report['date']} (counts, not timings). Each attack is a real "
-        "HTTP request or connection to a real MCP server behind `toolsearch.mcp.auth.protect` "
-        "(tests/fakes/protected_mcp.py), tokens from a local issuer made for the run; the cases are "
-        "tests/fakes/attacks.py, the same the tests in tests/test_mcp_auth.py and tests/test_mcp_guard.py send.",
+        "HTTP request or connection, to a real MCP server behind `toolsearch.mcp.auth.protect` "
+        "(tests/fakes/protected_mcp.py) or to a real `toolsearch mcp serve` process with two upstream servers, "
+        "with tokens from a local issuer made for the run; the cases are tests/fakes/attacks.py, the ones "
+        "tests/test_mcp_auth.py, tests/test_mcp_guard.py and tests/test_mcp_auth_gateway.py send.",
         "",
         "| attack | tried | refused | got in | answer |",
         "|---|---:|---:|---:|---|",
