@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_servers import PY, GatewayProcess, gateway_env, http_gateway, time_server, toy, write_config
 from mcp_servers.clients import text
 
-from tests.fakes.attacks import INITIALIZE, MCP_HEADERS
+from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
 from tests.fakes.oauth_issuer import LocalIssuer
 
 pytestmark = pytest.mark.slow
@@ -86,6 +86,14 @@ def test_no_token_gets_401_with_the_metadata_url(deployment: Deployment) -> None
 def test_a_foreign_origin_is_refused_even_with_a_token(deployment: Deployment) -> None:
     headers = [("authorization", f"Bearer {TOKENS['root']}"), ("origin", "http://evil.example")]
     assert post(deployment.url, headers).status_code == 403
+
+
+def test_every_forged_token_origin_and_host_attack_is_refused(deployment: Deployment) -> None:
+    # "guest" has the scope but no policy rule; an unscoped static token would be refused the same way
+    attacks = token_attacks(deployment.issuer, deployment.url, TOKENS["alice"], "unused-" + "u" * 40)
+    attacks = [a for a in attacks if a.name != "static token without the required scope"]
+    attacks += origin_attacks(TOKENS["root"], deployment.url)
+    assert {a.name: send(deployment.url, a).status_code for a in attacks} == {a.name: a.expected for a in attacks}
 
 
 async def test_a_caller_sees_searches_and_calls_only_its_tools(deployment: Deployment) -> None:
