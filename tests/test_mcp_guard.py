@@ -16,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, Attack, origin_attacks, send, slow_headers
 from tests.fakes.protected_mcp import Served, serve_protected
+from toolsearch.mcp.caller import CALLER_SCOPE_KEY, Caller
 from toolsearch.mcp.guard import RateLimit, is_loopback, origin_allowed
 
 pytestmark = pytest.mark.slow
@@ -114,6 +115,20 @@ def test_rate_limit_buckets_refill_and_stay_bounded() -> None:
     for i in range(10):
         limit.take(f"other{i}", now=2.0)
     assert len(limit._buckets) == 3
+
+
+def test_unauthenticated_requests_are_limited_per_address_except_from_loopback() -> None:
+    with serve_protected("--host", "127.0.0.2", "--rate-limit", "1", "--rate-burst", "1") as served:
+        assert [post(served.url).status_code for _ in range(4)] == [200] * 4  # the local user is not limited
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("not called")
+
+    limit = RateLimit(app, per_minute=60, burst=2)  # type: ignore[arg-type]
+    assert limit._key({"client": ("10.1.2.3", 5000)}) == "addr:10.1.2.3"
+    assert limit._key({"client": ("127.0.0.1", 5000)}) is None
+    alice = Caller.authenticated_as("static", "alice")
+    assert limit._key({"client": ("127.0.0.1", 5000), CALLER_SCOPE_KEY: alice}) == alice.key
 
 
 def test_slow_headers_are_cut_off_in_bounded_time() -> None:

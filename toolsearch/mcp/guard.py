@@ -135,7 +135,9 @@ class RateLimit:
     """A token bucket per caller: `per_minute` requests a minute on average, bursts of up to `burst`.
 
     The caller is the one authentication recorded in the scope; a request without one (no
-    authentication configured) is counted per client address. Buckets live in this worker
+    authentication configured) is counted per client address, except from loopback: that is the
+    local user, whose clients all share one address (benchmarks, several agents), and who could
+    bypass the gateway anyway. Buckets live in this worker
     process (with N workers a caller may get up to N times the rate) and at most `max_callers`
     are tracked: the least recently seen is forgotten first, which can only favour that caller.
     """
@@ -150,11 +152,13 @@ class RateLimit:
         self.max_callers = max_callers
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def _key(self, scope: Scope) -> str:
+    def _key(self, scope: Scope) -> str | None:
         caller = caller_of_scope(scope)
         if caller is not None and caller.authenticated:
             return caller.key
         client = scope.get("client")
+        if client and is_loopback(str(client[0])):
+            return None
         return f"addr:{client[0] if client else '?'}"
 
     def take(self, key: str, now: float | None = None) -> float:
@@ -176,7 +180,8 @@ class RateLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        wait = self.take(self._key(scope))
+        key = self._key(scope)
+        wait = 0.0 if key is None else self.take(key)
         if wait > 0:
             retry = max(1, math.ceil(wait))
             await jsonrpc_error_response(
