@@ -239,6 +239,15 @@ def argument_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     return _schema_errors(tool, arguments)
 
 
+def invalid_arguments_text(shown: str, problems: Sequence[str]) -> str:
+    """What the model is told about a call whose arguments (its own or augmented ones) do not fit."""
+    return (
+        f"Invalid arguments for {shown!r}: "
+        + "; ".join(problems)
+        + ". Fix the arguments to match the tool's parameters and call it again."
+    )
+
+
 def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
     """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
     call = parse_tool_call(raw, search_name=search_name)
@@ -402,13 +411,7 @@ class ToolExecutor:
         if self.config.validate_arguments:
             problems = [*problems, *argument_problems(session.index.catalog[name], own.arguments)][:5]
         if problems:
-            return ToolResult(
-                call,
-                f"Invalid arguments for {shown!r}: "
-                + "; ".join(problems)
-                + ". Fix the arguments to match the tool's parameters and call it again.",
-                ResultStatus.INVALID_ARGUMENTS,
-            )
+            return ToolResult(call, invalid_arguments_text(shown, problems), ResultStatus.INVALID_ARGUMENTS)
         session.touch([name])
         return own, fn, values if self.augment is not None else None
 
