@@ -437,3 +437,19 @@ def test_async_helper_and_the_deprecated_session_methods(index: ToolIndex) -> No
     assert calls.log == [("weather_get_current", {"location": "Oslo", "units": "metric"})] * 2
     assert consumer.got == [("weather_get_current", {"call_reason": "asked"}, "c1")] * 2
     assert definition["inputSchema"]["required"][0] == "call_reason"
+
+
+def test_a_new_reason_does_not_make_a_repeated_call_new(server: FakeLLMServer, index: ToolIndex) -> None:
+    session = SessionManager(index).create("repeat")
+    calls = Calls()
+    server.enqueue(
+        search("weather forecast", max_results=2),
+        forecast_call("First reason.", call_id="a"),
+        forecast_call("Another wording of the same reason.", call_id="b"),
+    )
+    result = run(
+        make_model("openai_chat", server), "Weather?", session=session, functions=implementations(calls),
+        augment=Why, max_identical_calls=1,
+    )
+    assert result.outcome is LoopOutcome.REPEATED_CALL
+    assert calls.names() == ["weather_get_forecast"]

@@ -271,7 +271,8 @@ class ToolExecutor:
     out and validated (a missing required one is an INVALID_ARGUMENTS result), the tool is
     validated and run with its own arguments only, and the values of every call that runs reach
     `augment.on_augment(tool_name, values, call_id)` once the turn's session update is written,
-    in call order, before any tool runs.
+    in call order, before any tool runs. A result's `call` then holds the tool's own arguments
+    (the model's call, augmented values included, stays in the conversation as it was made).
     """
 
     def __init__(

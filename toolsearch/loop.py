@@ -436,7 +436,9 @@ class _Run:
 
     def guard(self, calls: Sequence[ToolCall]) -> bool:
         """Count identical calls; True when this turn repeats one too often (results are filled in)."""
-        keys = [_call_key(c) for c in calls]
+        augment = self.loop.augment
+        # The tool's own arguments decide what repeats: a new reason for the same call is still the same call.
+        keys = [_call_key(replace(c, arguments=augment.split(c.arguments)[0]) if augment else c) for c in calls]
         self.seen.update(keys)
         repeated = [c for c, k in zip(calls, keys, strict=True) if self.seen[k] > self.config.max_identical_calls]
         if not repeated:
