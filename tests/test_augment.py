@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pytest
 from fakes import FakeLLMServer, Turn
+from fakes.augment import REASON, Consumer, Why
 from fakes.e2e import (
     Calls,
     assert_tools,
@@ -27,7 +28,7 @@ from fakes.e2e import (
     search,
     wire_tool,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from toolsearch import (
     Augmentation,
@@ -45,29 +46,10 @@ from toolsearch.providers import ToolCall
 from toolsearch.session import SessionManager
 
 FORMATS = ["openai_chat", "openai_responses", "anthropic"]
-FIELD = {"type": "string", "description": "Why you call this tool, in one sentence."}
-
-
-class Why(BaseModel):
-    """The demo catalog has `reason` parameters (github_close_issue, ...), so the field is named apart."""
-
-    call_reason: str = Field(description="Why you call this tool, in one sentence.")
-
-
-class Consumer:
-    """Records what `on_augment` received."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[str, dict[str, Any], str]] = []
-
-    def __call__(self, tool: str, values: Mapping[str, Any], call_id: str) -> None:
-        self.got.append((tool, dict(values), call_id))
-
-
 def augmented(tool: Tool) -> Tool:
     """`tool` as it must be sent: written out here, not computed by the code under test."""
     schema = copy.deepcopy(dict(tool.input_schema))
-    schema["properties"] = {"call_reason": FIELD, **schema["properties"]}
+    schema["properties"] = {"call_reason": REASON, **schema["properties"]}
     schema["required"] = ["call_reason", *schema.get("required", [])]
     return Tool(tool.name, tool.description, schema, tool.namespace)
 
@@ -356,14 +338,16 @@ def test_an_unusable_augmentation_is_refused() -> None:
         Augmentation.of({"type": "object", "properties": {}})
     with pytest.raises(AugmentationError, match="'required' must list"):
         Augmentation.of({"properties": {"why": {"type": "string"}}, "required": ["because"]})
-    with pytest.raises(AugmentationError, match="'type' must be 'object'"):
+    with pytest.raises(AugmentationError, match="the augmentation: input schema 'type' must be 'object'"):
         Augmentation.of({"type": "string"})
     with pytest.raises(AugmentationError, match="pydantic model class or a JSON schema"):
         Augmentation.of("reason")
     with pytest.raises(AugmentationError, match="without augment="):
         Augmentation.of(None, on_augment=print)
     with pytest.raises(AugmentationError, match="not a valid JSON schema"):
-        Augmentation.of({"properties": {"why": {"type": 3}}})
+        Augmentation.of({"properties": {"why": {"type": "string", "minLength": "3"}}})
+    with pytest.raises(AugmentationError, match="parameter 'why' has unknown JSON type 'text'"):
+        Augmentation.of({"properties": {"why": {"type": "text"}}})
 
 
 def test_a_pydantic_model_with_nested_types_is_inlined() -> None:

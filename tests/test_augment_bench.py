@@ -7,49 +7,23 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bench_tokens import CATALOG as BENCH_CATALOG
+from test_bench_tokens import TASKS
 
 from toolsearch import Tool
 from toolsearch.bench import tokens as bench
 from toolsearch.tokens import tool_tokens
 
-CATALOG = [
-    {
-        "name": "get_weather",
-        "description": "Get the current weather forecast for a city.",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+CLOSE_TICKET = {  # has a `reason` of its own: the benchmark's field must be named apart
+    "name": "close_ticket",
+    "description": "Close a support ticket with a reason.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"ticket": {"type": "string"}, "reason": {"type": "string"}},
+        "required": ["ticket"],
     },
-    {
-        "name": "send_email",
-        "description": "Send an email message to a recipient.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
-            "required": ["to", "body"],
-        },
-    },
-    {
-        "name": "close_ticket",  # has a `reason` of its own: the benchmark's field must be named apart
-        "description": "Close a support ticket with a reason.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"ticket": {"type": "string"}, "reason": {"type": "string"}},
-            "required": ["ticket"],
-        },
-    },
-    {
-        "name": "search_flights",
-        "description": "Search for flights between two airports on a date.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}},
-            "required": ["origin", "destination"],
-        },
-    },
-]
-TASKS = [
-    {"id": "t1", "query": "What is the weather forecast in Paris today?", "relevant": ["get_weather"]},
-    {"id": "t2", "query": "Find flights from Boston to Denver next Friday.", "relevant": ["search_flights"]},
-]
+}
+CATALOG = [*BENCH_CATALOG, CLOSE_TICKET]
 
 
 @pytest.fixture()
@@ -95,6 +69,6 @@ def test_the_reason_arms_measure_what_the_field_adds(dataset: Path, tmp_path: Pa
     assert "bm25+reason" not in report["targets"]["results"]
     text = (out / "tokens.md").read_text()
     assert "## What a one-field augmentation costs" in text
-    assert "| tiny | `call_reason` | all (4) | baseline+reason |" in text
+    assert "| tiny | `call_reason` | all (9) | baseline+reason |" in text
     with pytest.raises(SystemExit, match="--augment"):
         bench.main(parser.parse_args(["--dataset", str(dataset), "--backends", "bm25", "--augment", "vector"]))

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from agents import Agent, FunctionTool, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 from fakes import FakeLLMServer, Turn, toy_tools
+from fakes.augment import REASON, Consumer, Why
 from fakes.toy_tools import RAN
 from langchain.agents import create_agent
 from langchain_core.tools import StructuredTool, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from pydantic import BaseModel, Field
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import Tool as PydanticTool
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -30,20 +30,7 @@ from toolsearch.integrations.pydantic_ai import augment_tools, tool_search
 
 set_tracing_disabled(True)
 
-REASON = {"type": "string", "description": "Why you call this tool, in one sentence."}
 WHY = "The user asked about Paris."
-
-
-class Why(BaseModel):
-    call_reason: str = Field(description="Why you call this tool, in one sentence.")
-
-
-class Consumer:
-    def __init__(self) -> None:
-        self.got: list[tuple[str, dict[str, Any], str]] = []
-
-    def __call__(self, tool: str, values: Mapping[str, Any], call_id: str) -> None:
-        self.got.append((tool, dict(values), call_id))
 
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import AugmentationError
-from .tools import Tool
+from ._errors import AugmentationError, InvalidToolError
+from .tools import Tool, _validated_schema
 
 __all__ = ["Augmentation", "AugmentSpec", "OnAugment"]
 
@@ -208,14 +208,10 @@ def _validator(augmentation: Augmentation) -> Any:
 
 def _checked_schema(raw: Any) -> dict[str, Any]:
     """The augmentation's schema as plain JSON: an object with properties, local `$ref`s inlined."""
-    if not isinstance(raw, Mapping):
-        raise AugmentationError(f"the augmentation schema must be a JSON object, got {type(raw).__name__}")
-    try:
-        schema: dict[str, Any] = json.loads(json.dumps(raw))
-    except (TypeError, ValueError) as exc:
-        raise AugmentationError(f"the augmentation schema is not JSON ({exc})") from None
-    if schema.setdefault("type", "object") != "object":
-        raise AugmentationError(f"the augmentation schema's 'type' must be 'object', got {schema['type']!r}")
+    try:  # the one check of a schema object (tools.py): JSON, type object, known parameter types
+        schema = _validated_schema("the augmentation", raw)
+    except InvalidToolError as exc:
+        raise AugmentationError(str(exc)) from None
     defs = schema.pop("$defs", None) or schema.pop("definitions", None) or {}
     schema.pop("title", None)  # a pydantic model's class name: not a field, nothing for the model to read
     props = schema.get("properties")
