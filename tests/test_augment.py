@@ -437,3 +437,18 @@ def test_a_new_reason_does_not_make_a_repeated_call_new(server: FakeLLMServer, i
     )
     assert result.outcome is LoopOutcome.REPEATED_CALL
     assert calls.names() == ["weather_get_forecast"]
+
+
+def test_a_failing_consumer_stops_the_run_before_any_tool_runs(server: FakeLLMServer, index: ToolIndex) -> None:
+    session = SessionManager(index).create("consumer-fails")
+    calls = Calls()
+
+    def consumer(tool: str, values: Mapping[str, Any], call_id: str) -> None:
+        raise RuntimeError("the reason store is down")
+
+    server.enqueue(search("weather forecast", max_results=2), forecast_call())
+    with pytest.raises(RuntimeError, match="reason store is down"):
+        run(make_model("openai_chat", server), "Weather?", session=session, functions=implementations(calls),
+            augment=Why, on_augment=consumer)
+    assert calls.log == []
+    assert "weather_get_forecast" in session.discovered  # the turn's session write happened first

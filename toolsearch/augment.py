@@ -10,7 +10,9 @@ input schema of every tool a request exposes (pinned, discovered, deferred, foun
 not to `tool_search` unless `search=True`, with its `required` list honoured. On each call the
 executor takes the augmented values out, validates them against the augmentation's schema (a
 missing required field is an instructive tool error, like any bad argument), hands them to
-`on_augment(tool_name, values, call_id)`, and runs the tool with its own arguments only.
+`on_augment(tool_name, values, call_id)`, and runs the tool with its own arguments only. An
+exception from `on_augment` is the application's and propagates: by then the turn's session
+update is written and none of the turn's tools has run.
 
 Names are refused, not namespaced, when they collide: an augmented field named like a parameter
 of a tool is an `AugmentationError` naming both. Namespacing (`_aug_reason`) would change the
