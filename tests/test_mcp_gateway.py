@@ -199,15 +199,25 @@ async def test_upstream_list_changes_reach_search_and_clients(gateway: GatewayPr
         assert "toy__quokka_census" in text(found)
 
 
-async def test_high_level_client_falls_back_to_the_handshake(gateway: GatewayProcess) -> None:
-    # mcp.Client probes the stateless 2026 era first; the gateway needs per-connection sessions, so
-    # it answers with the initialize handshake, the era where list changes exist.
-    async with Client(gateway.url or "") as client:
+async def test_high_level_client_in_legacy_mode_gets_the_handshake_era(gateway: GatewayProcess) -> None:
+    # A handshake-era client keeps its progressive list: found tools join it.
+    async with Client(gateway.url or "", mode="legacy") as client:
         assert client.session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
         assert [t.name for t in (await client.list_tools()).tools][:2] == META
         await client.call_tool("tool_search", {"query": "current time"})
         names = [t.name for t in (await client.list_tools()).tools]
         assert "time__get_current_time" in names
+
+
+async def test_high_level_auto_client_picks_the_2026_era_on_the_same_endpoint(gateway: GatewayProcess) -> None:
+    # mcp.Client probes `server/discover` first; the gateway answers it, so the client speaks 2026-07-28
+    # and its list stays the same after a search (the found definition is in the result).
+    async with Client(gateway.url or "") as client:
+        assert client.session.protocol_version == "2026-07-28"
+        before = [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
+        found = await client.call_tool("tool_search", {"query": "current time"})
+        assert "time__get_current_time" in text(found)
+        assert [t.name for t in (await client.list_tools(cache_mode="bypass")).tools] == before
 
 
 async def test_npm_reference_server_through_the_gateway(gateway: GatewayProcess) -> None:

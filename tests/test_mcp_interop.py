@@ -1,4 +1,7 @@
-"""The gateway with the Python SDK's high-level `mcp.Client`, which negotiates the protocol era itself."""
+"""The gateway with the Python SDK's high-level `mcp.Client` in the handshake era (`mode="legacy"`).
+
+The 2026-07-28 era with the same client is tests/test_mcp_modern.py.
+"""
 
 from __future__ import annotations
 
@@ -74,27 +77,28 @@ def gateway(config: Path) -> Iterator[GatewayProcess]:
         yield process
 
 
-async def test_auto_negotiating_client_over_stdio(config: Path) -> None:
-    # mcp.Client probes `server/discover` first; the gateway must leave the pipe free for the
-    # initialize handshake it falls back to (it used to lock the pipe to the 2026 era: -32022).
+async def test_handshake_client_over_stdio(config: Path) -> None:
     argv = gateway_argv(config, "--quiet")
     changes = Changes()
     server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
     with anyio.fail_after(90):
-        async with Client(server, message_handler=changes) as client:
+        async with Client(server, message_handler=changes, mode="legacy") as client:
             await core_flow(client, changes)
 
 
-async def test_auto_negotiating_client_over_http(gateway: GatewayProcess) -> None:
+async def test_handshake_client_over_http(gateway: GatewayProcess) -> None:
     changes = Changes()
-    async with Client(gateway.url or "", message_handler=changes) as client:
+    async with Client(gateway.url or "", message_handler=changes, mode="legacy") as client:
         await core_flow(client, changes)
 
 
-async def test_auto_negotiating_clients_are_isolated_over_http(gateway: GatewayProcess) -> None:
+async def test_handshake_clients_are_isolated_over_http(gateway: GatewayProcess) -> None:
     alice_changes, bob_changes = Changes(), Changes()
     url = gateway.url or ""
-    async with Client(url, message_handler=alice_changes) as alice, Client(url, message_handler=bob_changes) as bob:
+    async with (
+        Client(url, message_handler=alice_changes, mode="legacy") as alice,
+        Client(url, message_handler=bob_changes, mode="legacy") as bob,
+    ):
         await alice.call_tool("tool_search", {"query": "add two integers sum", "max_results": 1})
         await alice_changes.wait()
         assert await names(alice) == [*META, "toy__add_numbers"]

@@ -27,7 +27,10 @@ __all__ = [
     "SEPARATOR",
     # gateway
     "Gateway",
+    "GatewaySettings",
+    "WorkerSettings",
     "serve",
+    "aserve",
     "add_mcp_arguments",
 ]
 
@@ -40,8 +43,11 @@ _LAZY = {
     "namespaced_name": "source",
     "SEPARATOR": "source",
     "Gateway": "gateway",
-    "serve": "gateway",
-    "add_mcp_arguments": "gateway",
+    "GatewaySettings": "settings",
+    "WorkerSettings": "settings",
+    "serve": "startup",
+    "aserve": "startup",
+    "add_mcp_arguments": "options",
 }
 
 

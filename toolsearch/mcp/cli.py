@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from .gateway import add_mcp_arguments, serve
-from .options import GatewayOptions
-from .workers import add_worker_arguments, check_worker_arguments, run_workers, settings_from_args
+from .._errors import ToolSearchError
+from .options import GatewayOptions, add_mcp_arguments
+from .settings import GatewaySettings
+from .startup import serve
+from .workers import add_worker_arguments, check_worker_arguments, run_workers, worker_settings
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "main", "settings_from_args"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,24 +18,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_worker_arguments(parser)
 
 
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
+    try:
+        return GatewaySettings(
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            path=args.path,
+            backend=args.backend,
+            pinned=tuple(args.pin),
+            max_discovered=args.max_discovered,
+            call_tool=not args.no_call_tool,
+            require_discovery=args.require_discovery,
+            contexts=not args.no_context,
+            options=GatewayOptions.from_args(args),
+            workers=worker_settings(args),
+        )
+    except ValueError as exc:
+        raise ToolSearchError(str(exc)) from None
+
+
 def main(args: argparse.Namespace) -> int:
     check_worker_arguments(args)
+    settings = settings_from_args(args)  # every check before any upstream server starts
     if args.workers > 1:
         parser = argparse.ArgumentParser()
         add_arguments(parser)  # the workers get every option this command has
         return run_workers(parser, args)
-    serve(
-        args.config,
-        transport=args.transport,
-        host=args.host,
-        port=args.port,
-        path=args.path,
-        backend=args.backend,
-        pinned=args.pin,
-        max_discovered=args.max_discovered,
-        call_tool=not args.no_call_tool,
-        quiet=bool(getattr(args, "quiet", False)),
-        workers=settings_from_args(args),
-        options=GatewayOptions.from_args(args),
-    )
+    serve(args.config, settings, quiet=bool(getattr(args, "quiet", False)))
     return 0

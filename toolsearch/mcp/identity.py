@@ -1,27 +1,35 @@
-"""Session identity for stateless gateway workers: issue, read and key the id each request carries."""
+"""Session identity for stateless gateway workers: issue, check and key the id each handshake-era request carries."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .caller import ANONYMOUS, Caller, caller_of_scope
 
 __all__ = ["MCP_SESSION_HEADER", "SessionIdentity", "session_key"]
 
+logger = logging.getLogger("toolsearch.mcp")
+
 MCP_SESSION_HEADER = "mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
 
 
-def session_key(header: str, value: str) -> str:
-    """The store id of the session a header value names.
+def session_key(header: str, value: str, caller_key: str = "") -> str:
+    """The store id of the session a header value names, for one caller.
 
     A digest, not the value: a header may carry a credential (a user token set by a proxy), and
     store keys and logs must never hold one; the digest is as unique as the value it stands for.
+    The caller's key is part of it, so an id presented by another caller names another session.
     """
-    digest = hashlib.sha256(f"{header.lower()}\0{value}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{header.lower()}\0{value}\0{caller_key}".encode("utf-8", "surrogatepass")).hexdigest()
     return f"h-{digest[:40]}"
 
 
@@ -32,15 +40,24 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
     return {"type": "http.response.start", "status": status, "headers": raw}, body
 
 
+def _is_modern(scope: Scope) -> bool:
+    """A 2026-07-28 request names its version in a header and carries no session: the SDK's modern entry serves it."""
+    version = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == _VERSION_HEADER), None)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
 class SessionIdentity:
-    """ASGI middleware in front of the stateless MCP app: every request names its session.
+    """ASGI middleware in front of the stateless MCP app: every handshake-era request names its session.
 
     With the MCP session header (the default), the gateway itself issues an unguessable
-    `mcp-session-id` on the first POST that carries none (the client's `initialize`) and the
-    client sends it back on every later request, to whichever worker. With a header the
-    deployment names (e.g. a user id its proxy sets), that header is the identity and a request
-    without it is refused. A stateless worker keeps no stream open, so GET (the standalone
-    notification stream) answers 405; DELETE with the MCP session header ends the session.
+    `mcp-session-id` on the first POST that carries none (the client's `initialize`), registers
+    it in the store at once (`register`), and refuses with 404 any id it never issued, or one
+    issued to another caller (`known` says; the spec's answer, so the client initializes again).
+    With a header the deployment names (e.g. a user id its proxy sets, honoured only with
+    --trust-proxy-header), that header is the identity and a request without it is refused. A
+    stateless worker keeps no stream open, so GET (the standalone notification stream) answers
+    405; DELETE with the MCP session header ends the session, after the same checks.
+    2026-07-28 requests pass straight through: they carry no session.
     """
 
     def __init__(
@@ -50,12 +67,16 @@ class SessionIdentity:
         header: str = MCP_SESSION_HEADER,
         path: str = "/mcp",
         on_delete: Callable[[str], Awaitable[None]],
+        known: Callable[[str], Awaitable[bool]] | None = None,
+        register: Callable[[str, Caller], Awaitable[None]] | None = None,
     ) -> None:
         self.app = app
         self.path = path
         self.header = header.lower()
         self._raw = self.header.encode("latin-1")
         self._on_delete = on_delete
+        self._known = known
+        self._register = register
 
     @property
     def issues_ids(self) -> bool:
@@ -68,10 +89,33 @@ class SessionIdentity:
         value = headers.get(self.header)
         return value.strip() or None if isinstance(value, str) else None
 
+    async def _unknown(self, key: str, send: Send) -> bool:
+        """True (and a 404 sent) when the presented gateway-issued id is not one this caller holds."""
+        if not self.issues_ids or self._known is None:
+            return False
+        try:
+            known = await self._known(key)
+        except Exception as exc:  # the store is down: say so rather than claim the session is gone
+            await _respond(send, 503, f"cannot check the session: {exc}; retry once the session store answers")
+            return True
+        if not known:
+            await _respond(
+                send,
+                404,
+                "unknown session: this gateway did not issue this mcp-session-id to you, or it expired; "
+                "start a new session (send initialize without one)",
+            )
+            return True
+        return False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or scope.get("path", "").rstrip("/") != self.path.rstrip("/"):
             await self.app(scope, receive, send)
             return
+        if _is_modern(scope):
+            await self.app(scope, receive, send)
+            return
+        caller = caller_of_scope(scope) or ANONYMOUS
         method = scope.get("method", "GET")
         present = next((v.decode("latin-1").strip() for k, v in scope.get("headers", []) if k == self._raw), "")
         if method == "GET":
@@ -92,15 +136,23 @@ class SessionIdentity:
                     {"allow": "POST"},
                 )
                 return
+            key = session_key(self.header, present, caller.key)
+            if await self._unknown(key, send):
+                return
             try:
-                await self._on_delete(session_key(self.header, present))
+                await self._on_delete(key)
             except Exception as exc:  # the store is down: the session ends by its idle expiry instead
                 await _respond(send, 503, f"could not end the session: {exc}")
                 return
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        if method != "POST" or present:
+        if method != "POST":
+            await self.app(scope, receive, send)
+            return
+        if present:
+            if await self._unknown(session_key(self.header, present, caller.key), send):
+                return
             await self.app(scope, receive, send)
             return
         if not self.issues_ids:
@@ -112,6 +164,13 @@ class SessionIdentity:
             )
             return
         issued = secrets.token_urlsafe(32)
+        if self._register is not None:
+            try:
+                await self._register(session_key(self.header, issued, caller.key), caller)
+            except Exception as exc:
+                logger.warning("could not register a new session: %s", exc)
+                await _respond(send, 503, f"could not start a session: {exc}; retry once the session store answers")
+                return
         scope = {**scope, "headers": [*scope.get("headers", []), (self._raw, issued.encode("latin-1"))]}
 
         async def send_with_id(message: Message) -> None:

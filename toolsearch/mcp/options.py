@@ -1,4 +1,4 @@
-"""The gateway's guard settings: result size cap, changed-tool policy, usage log; from `mcp serve` flags."""
+"""The options of `toolsearch mcp serve`: its flags, their checked types, and the guard settings they make."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
 
-__all__ = ["GatewayOptions", "add_option_arguments", "positive_int"]
+__all__ = ["GatewayOptions", "add_mcp_arguments", "add_option_arguments", "positive_int", "port_number", "url_path"]
+
+CALL_TOOL = "call_tool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,82 @@ def positive_int(text: str, unit: str = "") -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535 (0 picks a free port), got {value}")
+    return value
+
+
+def url_path(text: str) -> str:
+    """An argparse type: an HTTP endpoint path, starting with '/'."""
+    if not text.startswith("/"):
+        raise argparse.ArgumentTypeError(f"must start with '/', e.g. /{text}, got {text!r}")
+    return text
+
+
+def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `toolsearch mcp serve` (besides the workers' ones, see toolsearch.mcp.workers)."""
+    parser.add_argument(
+        "--config",
+        "-c",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help='servers config in the {"mcpServers": {...}} format',
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; for clients that launch the gateway) or streamable HTTP",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=port_number, default=8000, help="HTTP: port (default 8000; 0 picks a free one)")
+    parser.add_argument("--path", type=url_path, default="/mcp", help="HTTP: endpoint path (default /mcp)")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        help="search backend: auto (default: hybrid when the vector extra and its model are installed, "
+        "else bm25), bm25, regex, vector or hybrid",
+    )
+    parser.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="always show this tool: a name (time__get_current_time), a server name, or a glob; repeatable",
+    )
+    parser.add_argument(
+        "--max-discovered",
+        type=lambda text: positive_int(text, "tools"),
+        default=None,
+        metavar="N",
+        help="at most N found tools per handshake-era client; the least recently used are unloaded",
+    )
+    parser.add_argument(
+        "--no-call-tool",
+        action="store_true",
+        help=f"do not offer the {CALL_TOOL} passthrough to handshake-era clients (for clients that follow "
+        "list changes; 2026-07-28 clients always have it)",
+    )
+    parser.add_argument(
+        "--require-discovery",
+        action="store_true",
+        help=f"refuse {CALL_TOOL} for tools the caller's session or context never found with tool_search",
+    )
+    parser.add_argument(
+        "--no-context",
+        action="store_true",
+        help="2026-07-28 clients: tool_search mints no context handles (every search and call is stateless)",
+    )
+    add_option_arguments(parser)
 
 
 def add_option_arguments(parser: argparse.ArgumentParser) -> None:

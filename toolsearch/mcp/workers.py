@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ToolSearchError
-from .gateway import WorkerSettings, configure_logging, reuse_port_socket
+from .gateway import reuse_port_socket
+from .settings import WorkerSettings
+from .startup import configure_logging
 
-__all__ = ["add_worker_arguments", "settings_from_args", "check_worker_arguments", "run_workers", "child_argv"]
+__all__ = ["add_worker_arguments", "worker_settings", "check_worker_arguments", "run_workers", "child_argv"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
@@ -43,8 +45,15 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--session-header",
         default=None,
         metavar="NAME",
-        help="HTTP: the request header naming a session (default with a shared store: mcp-session-id, "
-        "issued by the gateway; or e.g. a user id header set by an authenticating proxy)",
+        help="HTTP: the request header naming a handshake-era session (default with a shared store: "
+        "mcp-session-id, issued by the gateway); another header (e.g. a user id set by an authenticating "
+        "proxy) needs --trust-proxy-header",
+    )
+    parser.add_argument(
+        "--trust-proxy-header",
+        action="store_true",
+        help="honour --session-header: only behind a proxy that strips that header from client requests and "
+        "sets it itself (otherwise any client could name any session)",
     )
     parser.add_argument(
         "--session-ttl",
@@ -98,13 +107,19 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         )
     if args.session_header is not None and args.transport != "http":
         raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
+    custom = args.session_header is not None and args.session_header.strip().lower() != "mcp-session-id"
+    if custom and not args.trust_proxy_header:
+        raise ToolSearchError(
+            f"--session-header {args.session_header} trusts a header any client can send: add "
+            "--trust-proxy-header, and have the proxy in front strip that header from client requests"
+        )
     if args.session_ttl is not None and args.session_ttl <= 0:
         raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
     if args.catalog_poll <= 0:
         raise ToolSearchError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
 
 
-def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+def worker_settings(args: argparse.Namespace) -> WorkerSettings:
     return WorkerSettings(
         session_store=args.session_store,
         session_header=args.session_header,
@@ -112,6 +127,7 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
         index_dir=args.index_dir,
         catalog_poll=args.catalog_poll,
         reuse_port=bool(args.reuse_port),
+        trust_proxy_header=bool(args.trust_proxy_header),
     )
 
 

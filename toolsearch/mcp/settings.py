@@ -1,0 +1,119 @@
+"""The gateway's settings as frozen values, checked when made and passed whole from the CLI to the server."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .caller import CallerPolicy
+from .identity import MCP_SESSION_HEADER
+from .options import GatewayOptions
+
+__all__ = ["GatewaySettings", "WorkerSettings", "DEFAULT_SESSION_TTL", "is_memory", "url_host"]
+
+DEFAULT_SESSION_TTL = 3600.0  # stateless sessions and context handles have no connection to end them: idle this long
+Transport = Literal["stdio", "http"]
+
+
+def is_memory(url: str) -> bool:
+    return url in ("memory", "memory://")
+
+
+def url_host(host: str) -> str:
+    """`host` as it goes in a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a gateway process shares its state: session store, session identity, index folder, workers.
+
+    `trust_proxy_header`: honour `session_header` (a header the deployment names, e.g. a user id
+    set by an authenticating proxy). The proxy must strip that header from what clients send, or
+    any client can name any session; without the flag a `session_header` is refused.
+    """
+
+    session_store: str = "memory"
+    session_header: str | None = None
+    session_ttl: float | None = None
+    index_dir: Path | None = None
+    catalog_poll: float = 1.0
+    reuse_port: bool = False  # set in the worker processes of `--workers N`
+    trust_proxy_header: bool = False
+
+    def __post_init__(self) -> None:
+        if self.session_ttl is not None and not self.session_ttl > 0:
+            raise ValueError(f"session_ttl must be a positive number of seconds, got {self.session_ttl}")
+        if not self.catalog_poll > 0:
+            raise ValueError(f"catalog_poll must be a positive number of seconds, got {self.catalog_poll}")
+        custom = self.session_header is not None and self.session_header.strip().lower() != MCP_SESSION_HEADER
+        if custom and not self.trust_proxy_header:
+            raise ValueError(
+                "session_header is a header clients could forge: honour it only behind a proxy that strips it "
+                "from client requests, and say so with trust_proxy_header (--trust-proxy-header)"
+            )
+
+    @property
+    def shared_store(self) -> bool:
+        return not is_memory(self.session_store)
+
+    @property
+    def identity_header(self) -> str | None:
+        """The header naming each request's session, or None for one session per connection."""
+        if self.session_header:
+            return self.session_header
+        return MCP_SESSION_HEADER if self.shared_store else None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Everything `toolsearch mcp serve` was asked for, as one value.
+
+    - `transport`, `host`, `port`, `path`: where clients reach the gateway.
+    - `backend`: the search backend ("auto": hybrid when the vector extra and its model are
+      installed, else bm25); `backend_options` go to it.
+    - `pinned`: tools every client always has (names, server names or globs).
+    - `max_discovered`: at most this many found tools per handshake-era session (LRU).
+    - `call_tool`: offer the `call_tool` proxy to handshake-era clients (the 2026 era always has it).
+    - `require_discovery`: refuse `call_tool` for tools the request's context never found.
+    - `contexts`: let `tool_search` mint context handles (False: the 2026 era is fully stateless).
+    - `policy`: which tools each caller may list, search and call (None: every tool, for everyone).
+    - `options`: result size cap, changed-tool policy, usage log; `workers`: shared state.
+    """
+
+    transport: Transport = "stdio"
+    host: str = "127.0.0.1"
+    port: int = 0
+    path: str = "/mcp"
+    backend: str = "auto"
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    pinned: tuple[str, ...] = ()
+    max_discovered: int | None = None
+    call_tool: bool = True
+    require_discovery: bool = False
+    contexts: bool = True
+    name: str = "toolsearch"
+    policy: CallerPolicy | None = None
+    options: GatewayOptions = field(default_factory=GatewayOptions)
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("stdio", "http"):
+            raise ValueError(f"transport must be 'stdio' or 'http', got {self.transport!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
+        if not self.path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {self.path!r}")
+        if self.max_discovered is not None and self.max_discovered < 1:
+            raise ValueError(f"max_discovered must be at least 1, got {self.max_discovered}")
+        object.__setattr__(self, "pinned", tuple(self.pinned))
+        object.__setattr__(self, "backend_options", dict(self.backend_options))
+        if self.workers.session_header is not None and self.transport != "http":
+            raise ValueError("session_header names an HTTP header: use it with the http transport")
+
+    @property
+    def url(self) -> str:
+        """The HTTP endpoint's URL for `port` (the bound port once it listens may differ when 0)."""
+        return f"http://{url_host(self.host)}:{self.port}{self.path}"

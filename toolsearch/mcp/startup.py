@@ -1,0 +1,213 @@
+"""Starting the gateway: the session store, the upstream servers, the index, the transport, signals and logging."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import anyio.to_thread
+
+from .._errors import SessionStoreError, ToolSearchError
+from ..index import ToolIndex
+from ..stores import InMemorySessionStore, SessionStore
+from .gateway import Gateway
+from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings, is_memory
+from .shared import CatalogBoard, SharedIndex
+from .source import MCPToolSource, _leaf
+
+__all__ = ["serve", "aserve", "open_store", "configure_logging", "choose_backend"]
+
+logger = logging.getLogger("toolsearch.mcp")
+
+
+def choose_backend(requested: str) -> tuple[str, str]:
+    """The backend to build for `requested` ("auto": hybrid when the vector extra and its model are
+    installed, else bm25), and why, for the start-up log."""
+    if requested != "auto":
+        return requested, "as asked"
+    from ..backends import get_backend_spec
+
+    try:
+        get_backend_spec("hybrid")
+    except ToolSearchError:
+        return "bm25", "the vector extra is not installed (pip install 'toolsearch[vector]' for hybrid)"
+    try:
+        from ..embeddings import _default_model_path
+
+        _default_model_path()
+    except ToolSearchError as exc:
+        return "bm25", f"the embedding model is not installed ({exc})"
+    return "hybrid", "the vector extra and its embedding model are installed"
+
+
+def _warm(index: ToolIndex) -> None:
+    """Load what the first search would (the embedding model, the query runner) now, not on a client's time."""
+    try:
+        index.search("warm up", 1)
+    except ToolSearchError as exc:  # a search that cannot run is reported when a client searches
+        logger.warning("the first search failed at start: %s", exc)
+
+
+def _redacted(url: str) -> str:
+    from ..stores.redis import redacted_url
+
+    return url if is_memory(url) else redacted_url(url)
+
+
+def open_store(settings: WorkerSettings) -> SessionStore | None:
+    """The session store the settings name (None: the gateway's default in-memory store)."""
+    from ..stores import store_from_url
+
+    ttl = settings.session_ttl
+    if not settings.shared_store:
+        return (
+            None
+            if ttl is None and settings.session_header is None
+            else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
+        )
+    # More connections than the threads that may call the store at once (anyio's default limit is 40),
+    # so a burst of requests waits for Redis, not for a free connection.
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_connections=48)
+    ping = getattr(store, "ping", None)
+    if ping is not None:
+        try:
+            ping()
+        except SessionStoreError as exc:  # start anyway: requests fail clearly until the store is back
+            logger.warning("%s", exc)
+    return store
+
+
+async def aserve(
+    config_path: str | Path,
+    settings: GatewaySettings | None = None,
+    *,
+    announce: Any = None,
+    errlog: TextIO | None = None,
+) -> None:
+    """Start the upstream servers, index their tools, and serve the gateway until stopped.
+
+    `announce(url)` is called once HTTP listens; `errlog` receives the stdio upstream servers'
+    stderr (default: this process's stderr).
+    """
+    settings = settings or GatewaySettings()
+    try:
+        await _serve(config_path, settings, announce, errlog)
+    except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
+        leaf = _leaf(group)
+        if isinstance(leaf, ToolSearchError | OSError):
+            raise leaf from None
+        raise
+
+
+async def _serve(config_path: str | Path, settings: GatewaySettings, announce: Any, errlog: TextIO | None) -> None:
+    from .shared import board_from_url
+
+    workers = settings.workers
+    backend, why = choose_backend(settings.backend)
+    settings = dataclasses.replace(settings, backend=backend)
+    store = open_store(workers)
+    board = board_from_url(workers.session_store) if workers.shared_store else CatalogBoard()
+    async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        if not source.ready:
+            failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
+            raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
+        shared = None
+        if workers.index_dir is not None:
+            shared = SharedIndex(workers.index_dir, backend, None)
+        try:
+            index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
+            gateway = await anyio.to_thread.run_sync(
+                lambda: Gateway(source, settings, index=index, store=store, board=board, shared_index=shared)
+            )
+        except ImportError as exc:
+            raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
+        await anyio.to_thread.run_sync(_warm, gateway.index)
+        logger.info(
+            "gateway ready: %d tools from %d servers (%s index: %s; %s sessions)",
+            len(gateway.index),
+            len(source.ready),
+            gateway.index.backend_name,
+            why,
+            f"stateless, {_redacted(workers.session_store)}" if gateway.stateless else "per-connection",
+        )
+        if workers.shared_store:
+            tg.start_soon(gateway.watch_catalog, workers.catalog_poll)
+        try:
+            if settings.transport == "stdio":
+                await gateway.run_stdio()  # returns when the client closes stdin
+            else:
+                await gateway.run_http(
+                    host=settings.host,
+                    port=settings.port,
+                    path=settings.path,
+                    announce=announce,
+                    reuse_port=workers.reuse_port,
+                )
+        finally:
+            board.close()
+        tg.cancel_scope.cancel()
+
+
+_INTERRUPTED = threading.Event()  # set when SIGINT (not SIGTERM) stopped the serve loop
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGINT/SIGTERM end the serve loop, so the upstream servers are shut down in order."""
+    try:
+        receiver = anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+    except (NotImplementedError, ValueError):  # Windows, or not the main thread
+        return
+    with receiver as signals:
+        async for signum in signals:
+            logger.info("stopping")
+            if signum == signal.SIGINT:  # Ctrl-C: serve() raises KeyboardInterrupt, so the CLI exits 130
+                _INTERRUPTED.set()
+            scope.cancel()
+            return
+
+
+def configure_logging(quiet: bool) -> None:
+    """Log to stderr as `toolsearch: ...` (only errors when quiet), unless the host configured logging."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.ERROR if quiet else logging.INFO,
+            stream=sys.stderr,
+            format="toolsearch: %(message)s",
+        )
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
+        # faiss logs at INFO which CPU build it loads ("Could not load library with AVX512 support"): noise
+        logging.getLogger("faiss").setLevel(logging.WARNING)
+
+
+def serve(config_path: str | Path, settings: GatewaySettings | None = None, *, quiet: bool = False) -> None:
+    """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
+
+    `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
+    """
+    settings = settings or GatewaySettings()
+    configure_logging(quiet)
+    child = settings.workers.reuse_port
+
+    def announce(url: str) -> None:
+        if child:  # one of `--workers N`: the parent announces the port once every worker listens
+            print(f"ready {url}", flush=True)
+        else:
+            print(f"toolsearch gateway listening on {url}", file=sys.stderr, flush=True)
+
+    _INTERRUPTED.clear()
+    with contextlib.ExitStack() as stack:
+        # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
+        errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        anyio.run(lambda: aserve(config_path, settings, announce=announce, errlog=errlog))
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
