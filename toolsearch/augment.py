@@ -31,6 +31,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ._errors import AugmentationError, InvalidToolError
@@ -96,6 +97,23 @@ class Augmentation:
                 f"augment must be a pydantic model class or a JSON schema object, got {type(spec).__name__}"
             )
         return cls(schema, on_augment, bool(search))
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, on_augment: OnAugment | None = None) -> Augmentation:
+        """An Augmentation from a JSON schema file (`toolsearch mcp serve --augment FILE`)."""
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8-sig"))
+        except FileNotFoundError:
+            raise AugmentationError(f"{path}: augmentation schema file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AugmentationError(f"{path}: cannot read the augmentation schema ({exc})") from None
+        except json.JSONDecodeError as exc:
+            raise AugmentationError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        try:
+            return cls(raw, on_augment)
+        except AugmentationError as exc:
+            raise AugmentationError(f"{path}: {exc}") from None
 
     # --- the fields -----------------------------------------------------------------------
 

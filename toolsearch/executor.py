@@ -484,6 +484,11 @@ class ToolExecutor:
         deliveries.sort(key=lambda d: d[0])
         return results, pending, deliveries
 
+    def consume(self, name: str, values: Mapping[str, Any], call_id: str) -> None:
+        """Hand one call's augmented values to the consumer, for callers that run the tool themselves
+        (the MCP gateway), after `split_augmented` found them valid."""
+        self._deliver([(0, name, values, call_id)])
+
     def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
