@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._errors import ToolSearchError
+from ..augment import Augmentation
 from .options import GatewayOptions, add_mcp_arguments
 from .settings import GatewaySettings
 from .startup import serve
@@ -34,6 +35,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             contexts=not args.no_context,
             options=GatewayOptions.from_args(args),
             workers=worker_settings(args),
+            augment=Augmentation.from_file(args.augment) if getattr(args, "augment", None) else None,
         )
     except ValueError as exc:
         raise ToolSearchError(str(exc)) from None
