@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import AugmentationError, InvalidToolError
+from ._untrusted import Walk
 from .tools import Tool, _validated_schema
 
 __all__ = ["Augmentation", "AugmentSpec", "OnAugment"]
@@ -229,7 +230,7 @@ def _validator(augmentation: Augmentation) -> Any:
 def _checked_schema(raw: Any) -> dict[str, Any]:
     """The augmentation's schema as plain JSON: an object with properties, local `$ref`s inlined."""
     try:  # the one check of a schema object (tools.py): JSON, type object, known parameter types
-        schema = _validated_schema("the augmentation", raw)
+        schema = _validated_schema(Walk("the augmentation"), raw)
     except InvalidToolError as exc:
         raise AugmentationError(str(exc)) from None
     defs = schema.pop("$defs", None) or schema.pop("definitions", None) or {}
