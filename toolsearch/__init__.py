@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    AugmentationError,
     BackendError,
     DuplicateToolError,
     IndexFormatError,
@@ -31,6 +32,7 @@ from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
 
 if TYPE_CHECKING:
+    from .augment import Augmentation
     from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
     from .metatool import ToolSearchMetaTool, system_prompt_suffix
@@ -51,6 +53,7 @@ _LAZY = {
         ("ToolExecutor", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls"), "toolsearch.executor"
     ),
     "StreamEvent": "toolsearch.providers",
+    "Augmentation": "toolsearch.augment",
 }
 
 
@@ -103,6 +106,7 @@ __all__ = [
     "handle_tool_calls",
     "ahandle_tool_calls",
     "StreamEvent",
+    "Augmentation",
     # errors
     "ToolSearchError",
     "InvalidToolError",
@@ -120,4 +124,5 @@ __all__ = [
     "SessionStoreError",
     "UnknownSessionError",
     "ToolNotAllowedError",
+    "AugmentationError",
 ]

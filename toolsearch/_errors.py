@@ -23,6 +23,10 @@ class InvalidQueryError(ToolSearchError, ValueError):
     """A search request is unusable: empty or over-long query, bad k, unknown namespace."""
 
 
+class AugmentationError(ToolSearchError, ValueError):
+    """An `augment=` schema is unusable, or one of its fields collides with a tool's own parameter."""
+
+
 class QueryTimeoutError(InvalidQueryError):
     """A pattern took longer than its time budget (for example a catastrophic regex)."""
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
-from .providers.registry import parse_tool_call, render_result, render_tools
+from .providers.registry import augment_tools, parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat
 from .tools import Tool, provider_safe_name
@@ -43,6 +45,8 @@ __all__ = [
 ]
 
 ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
+# A call's augmented values waiting for the consumer: (call index, tool name, values, call id).
+_Delivery = tuple[int, str, Mapping[str, Any], str]
 
 
 class ExecutionSettings(Protocol):
@@ -235,6 +239,15 @@ def argument_problems(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     return _schema_errors(tool, arguments)
 
 
+def invalid_arguments_text(shown: str, problems: Sequence[str]) -> str:
+    """What the model is told about a call whose arguments (its own or augmented ones) do not fit."""
+    return (
+        f"Invalid arguments for {shown!r}: "
+        + "; ".join(problems)
+        + ". Fix the arguments to match the tool's parameters and call it again."
+    )
+
+
 def _coerce_call(raw: Any, session: Session, search_name: str) -> ToolCall:
     """A neutral ToolCall from a neutral call or a provider's call object/dict (aliases resolved)."""
     call = parse_tool_call(raw, search_name=search_name)
@@ -252,7 +265,15 @@ _CALL_OUTCOMES = frozenset(
 
 
 class ToolExecutor:
-    """Runs one turn's tool calls for a session: searches first, then the rest (concurrently)."""
+    """Runs one turn's tool calls for a session: searches first, then the rest (concurrently).
+
+    With `augment` (`toolsearch.augment.Augmentation`), each call's augmented values are taken
+    out and validated (a missing required one is an INVALID_ARGUMENTS result), the tool is
+    validated and run with its own arguments only, and the values of every call that runs reach
+    `augment.on_augment(tool_name, values, call_id)` once the turn's session update is written,
+    in call order, before any tool runs. A result's `call` then holds the tool's own arguments
+    (the model's call, augmented values included, stays in the conversation as it was made).
+    """
 
     def __init__(
         self,
@@ -261,12 +282,14 @@ class ToolExecutor:
         metatool: ToolSearchMetaTool | None = None,
         config: ExecutionSettings | None = None,
         usage: UsageRecorder | None = None,
+        augment: Augmentation | None = None,
     ) -> None:
         self.functions = _functions_map(functions)
         self.metatool = metatool or ToolSearchMetaTool()
         self.config: ExecutionSettings = config or ExecutorConfig()
         # Feeds the usage log (toolsearch.usage): what each search showed and which shown tools then worked.
         self.usage = usage
+        self.augment = augment
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
         if self.usage is None:
@@ -291,12 +314,24 @@ class ToolExecutor:
 
     # --- shared steps ---------------------------------------------------------------------
 
-    def _search(self, session: Session, call: ToolCall, iteration: int) -> ToolResult:
-        if call.arguments_error:
+    def _search(
+        self, session: Session, call: ToolCall, iteration: int, deliveries: list[_Delivery], slot: int
+    ) -> ToolResult:
+        augment = self.augment if self.augment is not None and self.augment.search else None
+        problems: list[str] = []
+        if augment is not None and not call.arguments_error:
+            own, values = augment.split(call.arguments)
+            problems = augment.problems(values)
+            call = replace(call, arguments=own)
+            if not problems:
+                deliveries.append((slot, self.metatool.name, values, call.id))
+        if call.arguments_error or problems:
+            error = call.arguments_error or "; ".join(problems)
             outcome = MetaToolOutcome(
-                text=f"{self.metatool.name} error: {call.arguments_error}. "
-                f'Call it with a JSON object like {{"query": "<what you need>"}}.',
-                error=call.arguments_error,
+                text=f"{self.metatool.name} error: {error}. "
+                f'Call it with a JSON object like {{"query": "<what you need>"}}'
+                + (f" and the fields {', '.join(augment.required)}." if augment and augment.required else "."),
+                error=error,
             )
         else:
             alias = provider_safe_name if self.config.provider_names else None
@@ -339,8 +374,24 @@ class ToolExecutor:
             session.discover([name])
         return None
 
-    def _prepare(self, session: Session, call: ToolCall) -> ToolResult | Callable[..., Any]:
-        """Everything before running a call: a ToolResult when it must not run, else the callable."""
+    def split_augmented(self, session: Session, call: ToolCall) -> tuple[ToolCall, dict[str, Any], list[str]]:
+        """The augmentation rules of one call: (the call with the tool's own arguments only, the
+        augmented values, what is wrong with them). The MCP gateway shares them. A tool whose own
+        parameter collides with an augmented field raises AugmentationError (it was never exposed)."""
+        augment = self.augment
+        if augment is None or call.arguments_error:
+            return call, {}, []
+        tool = session.index.catalog.get(call.name)
+        if tool is not None:
+            augment.extend(tool)  # refuses a colliding tool added since setup
+        own, values = augment.split(call.arguments)
+        return replace(call, arguments=own), values, augment.problems(values)
+
+    def _prepare(
+        self, session: Session, call: ToolCall
+    ) -> ToolResult | tuple[ToolCall, Callable[..., Any], dict[str, Any] | None]:
+        """Everything before running a call: a ToolResult when it must not run, else the call with
+        the tool's own arguments, the callable and the augmented values (None without augmentation)."""
         refused = self.admit(session, call)
         if refused is not None:
             return refused
@@ -357,18 +408,13 @@ class ToolExecutor:
             return ToolResult(
                 call, f"Invalid arguments for {shown!r}: {call.arguments_error}.", ResultStatus.INVALID_ARGUMENTS
             )
+        own, values, problems = self.split_augmented(session, call)
         if self.config.validate_arguments:
-            problems = argument_problems(session.index.catalog[name], call.arguments)
-            if problems:
-                return ToolResult(
-                    call,
-                    f"Invalid arguments for {shown!r}: "
-                    + "; ".join(problems)
-                    + ". Fix the arguments to match the tool's parameters and call it again.",
-                    ResultStatus.INVALID_ARGUMENTS,
-                )
+            problems = [*problems, *argument_problems(session.index.catalog[name], own.arguments)][:5]
+        if problems:
+            return ToolResult(call, invalid_arguments_text(shown, problems), ResultStatus.INVALID_ARGUMENTS)
         session.touch([name])
-        return fn
+        return own, fn, values if self.augment is not None else None
 
     def _finish(self, call: ToolCall, value: Any, started: float) -> ToolResult:
         return ToolResult(call, tool_result_text(value), ResultStatus.OK, _ms(started), value=value)
@@ -406,20 +452,22 @@ class ToolExecutor:
 
     def _plan(
         self, session: Session, calls: Sequence[Any], iteration: int
-    ) -> tuple[list[ToolResult | None], list[tuple[int, ToolCall, Callable[..., Any]]]]:
+    ) -> tuple[list[ToolResult | None], list[tuple[int, ToolCall, Callable[..., Any]]], list[_Delivery]]:
         """Run the batch's searches first, then settle every call that needs no execution.
 
         The whole plan works on one snapshot of the session (one store read) and writes what it
         changed (discoveries, uses) in one atomic update, before any tool runs. Returns a result
         slot per call (filled for searches and refused calls) and the calls left to execute with
-        their functions; shared by the sync and async paths.
+        their functions (calls holding the tools' own arguments only), and the augmented values
+        for the consumer; shared by the sync and async paths.
         """
         turn = session.view()
         neutral = self._split(turn, calls)
         results: list[ToolResult | None] = [None] * len(neutral)
+        deliveries: list[_Delivery] = []
         for i, call in enumerate(neutral):
             if self._is_search(call):
-                results[i] = self._search(turn, call, iteration)
+                results[i] = self._search(turn, call, iteration, deliveries, i)
         pending: list[tuple[int, ToolCall, Callable[..., Any]]] = []
         for i, raw in enumerate(neutral):
             if results[i] is None:
@@ -428,15 +476,41 @@ class ToolExecutor:
                 if isinstance(prepared, ToolResult):
                     results[i] = prepared
                 else:
-                    pending.append((i, call, prepared))
+                    own, fn, values = prepared
+                    pending.append((i, own, fn))
+                    if values is not None:
+                        deliveries.append((i, own.name, values, own.id))
         turn.commit()
-        return results, pending
+        deliveries.sort(key=lambda d: d[0])
+        return results, pending, deliveries
+
+    def consume(self, name: str, values: Mapping[str, Any], call_id: str) -> None:
+        """Hand one call's augmented values to the consumer, for callers that run the tool themselves
+        (the MCP gateway), after `split_augmented` found them valid."""
+        self._deliver([(0, name, values, call_id)])
+
+    def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
+        consumer = self.augment.on_augment if self.augment is not None else None
+        for _, name, values, call_id in deliveries if consumer is not None else ():
+            outcome = consumer(name, values, call_id)  # type: ignore[misc]
+            if inspect.isawaitable(outcome):
+                if inspect.iscoroutine(outcome):
+                    outcome.close()
+                raise TypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it directly")
+
+    async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
+        consumer = self.augment.on_augment if self.augment is not None else None
+        for _, name, values, call_id in deliveries if consumer is not None else ():
+            outcome = consumer(name, values, call_id)  # type: ignore[misc]
+            if inspect.isawaitable(outcome):
+                await outcome
 
     # --- sync -----------------------------------------------------------------------------
 
     def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
         """Run a batch; results come back in the calls' order."""
-        results, pending = self._plan(session, calls, iteration)
+        results, pending, deliveries = self._plan(session, calls, iteration)
+        self._deliver(deliveries)
         timeout = self.config.tool_timeout
         inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
         if inline and not any(is_async_callable(fn) for _, _, fn in pending):
@@ -478,7 +552,8 @@ class ToolExecutor:
 
     async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
         """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
-        results, pending = self._plan(session, calls, iteration)
+        results, pending, deliveries = self._plan(session, calls, iteration)
+        await self._adeliver(deliveries)
 
         async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
             started = time.perf_counter()
@@ -534,18 +609,41 @@ def _suggest_query(name: str) -> str:
 # --- bring-your-own-loop helpers --------------------------------------------------------------
 
 
+def setup_augmentation(
+    session: Session,
+    augment: AugmentSpec | None,
+    on_augment: OnAugment | None = None,
+) -> Augmentation | None:
+    """The Augmentation for `augment` (a pydantic model class, a JSON schema or an Augmentation),
+    checked against the session's catalog: a field named like a tool's parameter is refused here,
+    once per catalog content (AugmentationError naming both)."""
+    augmentation = Augmentation.of(augment, on_augment=on_augment)
+    if augmentation is not None:
+        catalog = session.index.catalog
+        augmentation.check(catalog, catalog_key=catalog.hash)
+    return augmentation
+
+
 def tools_for_request(
-    session: Session, format: ToolFormat = "openai_chat", *, metatool: ToolSearchMetaTool | None = None
+    session: Session,
+    format: ToolFormat = "openai_chat",
+    *,
+    metatool: ToolSearchMetaTool | None = None,
+    augment: AugmentSpec | None = None,
 ) -> list[dict[str, Any]]:
     """The tools for this turn in a provider's format: pinned + tool_search + discovered.
 
     Names are mapped to provider-safe aliases (`session.resolve_name` maps them back, and
-    `handle_tool_calls` does so for every call). One read of the session.
+    `handle_tool_calls` does so for every call). One read of the session. With `augment`, every
+    tool but tool_search carries the augmented fields (see `toolsearch.augment`); pass the same
+    `augment` to `handle_tool_calls`.
     """
     meta = metatool or ToolSearchMetaTool()
+    augmentation = setup_augmentation(session, augment)
     view = session.view()
     pinned, discovered = view.pinned_tools(), view.discovered_tools()
-    return render_tools(format, [*pinned, meta.definition(view), *discovered], session.name_map)
+    tools = augment_tools([*pinned, meta.definition(view), *discovered], augmentation, meta.name)
+    return render_tools(format, tools, session.name_map)
 
 
 def handle_tool_calls(
@@ -556,14 +654,20 @@ def handle_tool_calls(
     metatool: ToolSearchMetaTool | None = None,
     config: ExecutionSettings | None = None,
     usage: UsageRecorder | None = None,
+    augment: AugmentSpec | None = None,
+    on_augment: OnAugment | None = None,
 ) -> list[ToolResult]:
     """Run one batch of tool calls: every tool_search first, then the other calls.
 
     `calls` may be neutral ToolCalls or provider objects/dicts (OpenAI Chat `tool_calls`,
     Responses `function_call` items, Anthropic `tool_use` blocks). Each ToolResult has
     `.to_openai_chat()`, `.to_openai_responses()`, `.to_anthropic()` for the reply message.
+    With `augment`, each call's augmented values go to `on_augment(tool_name, values, call_id)`
+    and the tool runs with its own arguments.
     """
-    return ToolExecutor(functions, metatool=metatool, config=config, usage=usage).execute(session, calls)
+    augmentation = setup_augmentation(session, augment, on_augment)
+    executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
+    return executor.execute(session, calls)
 
 
 async def ahandle_tool_calls(
@@ -574,6 +678,10 @@ async def ahandle_tool_calls(
     metatool: ToolSearchMetaTool | None = None,
     config: ExecutionSettings | None = None,
     usage: UsageRecorder | None = None,
+    augment: AugmentSpec | None = None,
+    on_augment: OnAugment | None = None,
 ) -> list[ToolResult]:
-    """`handle_tool_calls` for asyncio: async tools are awaited, sync ones run in threads."""
-    return await ToolExecutor(functions, metatool=metatool, config=config, usage=usage).aexecute(session, calls)
+    """`handle_tool_calls` for asyncio: async tools and an async `on_augment` are awaited, sync tools run in threads."""
+    augmentation = setup_augmentation(session, augment, on_augment)
+    executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
+    return await executor.aexecute(session, calls)

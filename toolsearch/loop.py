@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
 from .metatool import ToolSearchMetaTool, system_prompt_suffix
@@ -45,6 +46,7 @@ from .providers._base import (
     is_async_callable,
     turn_events,
 )
+from .providers.registry import augment_request, augment_tools
 from .session import Session, SessionManager
 from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
@@ -261,6 +263,11 @@ class ToolSearchLoop:
 
     `run(prompt, session_id=...)` / `arun(...)` get or create the session (creating it with
     `allowed` / `pinned` when new) and drive the model until it answers or a guard stops it.
+
+    `augment` (a pydantic model class or a JSON schema object) adds fields to every exposed
+    tool's schema; `on_augment(tool_name, values, call_id)` gets their values for each call that
+    runs, and the tool gets its own arguments only (see `toolsearch.augment`). A field named like
+    a catalog tool's parameter is refused here with an AugmentationError.
     """
 
     def __init__(
@@ -273,6 +280,8 @@ class ToolSearchLoop:
         metatool: ToolSearchMetaTool | None = None,
         config: LoopConfig | None = None,
         usage: UsageRecorder | None = None,
+        augment: AugmentSpec | None = None,
+        on_augment: OnAugment | None = None,
         **settings: Any,
     ) -> None:
         self.model = model
@@ -281,10 +290,20 @@ class ToolSearchLoop:
         self.metatool = metatool or ToolSearchMetaTool()
         base = config or LoopConfig()
         self.config = replace(base, **settings) if settings else base
-        self.executor = ToolExecutor(functions, metatool=self.metatool, config=self.config, usage=usage)
+        self.augment: Augmentation | None = Augmentation.of(augment, on_augment=on_augment)
+        if self.augment is not None:
+            catalog = sessions.index.catalog
+            self.augment.check(catalog, catalog_key=catalog.hash)
+        self.executor = ToolExecutor(
+            functions, metatool=self.metatool, config=self.config, usage=usage, augment=self.augment
+        )
         # Without tool_search every allowed tool is on the request, so any allowed call may run.
         self.direct_executor = ToolExecutor(
-            functions, metatool=self.metatool, config=replace(self.config, undiscovered="execute"), usage=usage
+            functions,
+            metatool=self.metatool,
+            config=replace(self.config, undiscovered="execute"),
+            usage=usage,
+            augment=self.augment,
         )
 
     def session(
@@ -303,7 +322,7 @@ class ToolSearchLoop:
         on_text: TextHandler | None = None,
     ) -> LoopResult:
         """Drive the model for one session; `on_text` / `on_event` stream each turn (sync handlers)."""
-        _check_sync_handlers(on_event, on_text)
+        _check_sync_handlers(on_event, on_text, self.augment.on_augment if self.augment else None)
         session = self.session(session_id, allowed=allowed, pinned=pinned)
         return _Run(self, session, prompt, on_event, on_text).sync()
 
@@ -333,7 +352,8 @@ class ToolSearchLoop:
             if count * _MIN_TOOL_TOKENS > limit:
                 return None
             tools = allowed_tools(session)
-            return tools if _definitions_tokens(tools, self.config.encoding) <= limit else None
+            sent = augment_tools(tools, self.augment, self.metatool.name)  # what a request would carry
+            return tools if _definitions_tokens(sent, self.config.encoding) <= limit else None
         return allowed_tools(session)
 
     def system_prompt(self, session: Session, *, direct: bool = False) -> str | None:
@@ -377,16 +397,18 @@ class _Run:
 
     def request(self) -> ChatRequest:
         if self.all_tools is not None:
-            return ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
-        view = self.session.view()  # one read of the session for the request's tools
-        return ChatRequest(
-            messages=tuple(self.messages),
-            system=self.system,
-            pinned=tuple(view.pinned_tools()),
-            search_tool=self.loop.metatool.definition(view),
-            discovered=tuple(view.discovered_tools()),
-            tool_search_mode=self.config.tool_search_mode,
-        )
+            request = ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
+        else:
+            view = self.session.view()  # one read of the session for the request's tools
+            request = ChatRequest(
+                messages=tuple(self.messages),
+                system=self.system,
+                pinned=tuple(view.pinned_tools()),
+                search_tool=self.loop.metatool.definition(view),
+                discovered=tuple(view.discovered_tools()),
+                tool_search_mode=self.config.tool_search_mode,
+            )
+        return augment_request(request, self.loop.augment)
 
     def count(self, request: ChatRequest) -> RequestTokens | None:
         if not self.config.count_tokens:
@@ -414,7 +436,9 @@ class _Run:
 
     def guard(self, calls: Sequence[ToolCall]) -> bool:
         """Count identical calls; True when this turn repeats one too often (results are filled in)."""
-        keys = [_call_key(c) for c in calls]
+        augment = self.loop.augment
+        # The tool's own arguments decide what repeats: a new reason for the same call is still the same call.
+        keys = [_call_key(replace(c, arguments=augment.split(c.arguments)[0]) if augment else c) for c in calls]
         self.seen.update(keys)
         repeated = [c for c, k in zip(calls, keys, strict=True) if self.seen[k] > self.config.max_identical_calls]
         if not repeated:
@@ -583,6 +607,8 @@ def run(
     config: LoopConfig | None = None,
     on_event: EventHandler | None = None,
     on_text: TextHandler | None = None,
+    augment: AugmentSpec | None = None,
+    on_augment: OnAugment | None = None,
     **settings: Any,
 ) -> LoopResult:
     """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5).
@@ -591,8 +617,12 @@ def run(
 
     `on_text(piece)` gets the model's text as it streams; `on_event(event)` every StreamEvent
     (text deltas and tool-call starts, with the request number). Either one turns streaming on.
+
+    `augment` / `on_augment`: fields added to every exposed tool and the consumer of their values
+    (see `ToolSearchLoop` and `toolsearch.augment`).
     """
-    _check_sync_handlers(on_event, on_text)
+    _check_sync_handlers(on_event, on_text, on_augment)
+    settings.update(augment=augment, on_augment=on_augment)
     loop = _one_off(model, session, functions, system, metatool, config, settings)
     return _Run(loop, session, prompt, on_event, on_text).sync()
 
@@ -608,9 +638,12 @@ async def arun(
     config: LoopConfig | None = None,
     on_event: EventHandler | None = None,
     on_text: TextHandler | None = None,
+    augment: AugmentSpec | None = None,
+    on_augment: OnAugment | None = None,
     **settings: Any,
 ) -> LoopResult:
-    """`run` for asyncio; `on_event` / `on_text` may be sync or async (awaited on the event loop)."""
+    """`run` for asyncio; `on_event` / `on_text` / `on_augment` may be sync or async (awaited on the event loop)."""
+    settings.update(augment=augment, on_augment=on_augment)
     loop = _one_off(model, session, functions, system, metatool, config, settings)
     return await _Run(loop, session, prompt, on_event, on_text).asynchronous()
 
@@ -646,4 +679,4 @@ def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:
 
 def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
     if any(h is not None and is_async_callable(h) for h in handlers):
-        raise TypeError("async on_event / on_text handlers need arun(); run() calls its handlers directly")
+        raise TypeError("async on_event / on_text / on_augment handlers need arun(); run() calls its handlers directly")

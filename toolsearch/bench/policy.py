@@ -22,12 +22,13 @@ answers. Without a search tool (the baseline) it calls the needed tools directly
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..providers._base import ChatRequest, ToolCall
 from ..providers.scripted import ScriptedTurn, call, example_arguments, search
+from ..tools import Tool
 
 __all__ = [
     "AgentPolicy",
@@ -185,12 +186,27 @@ class AgentPolicy:
     else "text". One object drives one task in any number of runs (it keeps no state).
     """
 
-    def __init__(self, task: str, needed: Sequence[str], *, style: QueryStyle = "text", answer: str = "Done.") -> None:
+    def __init__(
+        self,
+        task: str,
+        needed: Sequence[str],
+        *,
+        style: QueryStyle = "text",
+        answer: str = "Done.",
+        fill: Mapping[str, Any] | None = None,
+    ) -> None:
         self.task = task
+        self.fill = dict(fill or {})  # values for parameters a call's tool has (an augmented `reason`)
         self.needed = tuple(dict.fromkeys(needed))
         self.style = style
         self.answer = answer
         self.plan = query_plan(task, style)
+
+    def _arguments(self, tool: Tool) -> dict[str, Any]:
+        arguments = example_arguments(tool.input_schema)
+        properties = tool.input_schema.get("properties") or {}
+        arguments.update({k: v for k, v in self.fill.items() if k in properties})
+        return arguments
 
     def __call__(self, request: ChatRequest) -> ScriptedTurn:
         search_name = request.search_tool.name if request.search_tool is not None else None
@@ -205,7 +221,7 @@ class AgentPolicy:
                 rounds_used += 1
             attempted |= names - {search_name}
         pending = [n for n in self.needed if n not in attempted]  # one call each: a failed call is not retried
-        calls: list[ToolCall] = [call(n, example_arguments(visible[n].input_schema)) for n in pending if n in visible]
+        calls: list[ToolCall] = [call(n, self._arguments(visible[n])) for n in pending if n in visible]
         missing = [n for n in pending if n not in visible]
         if missing and search_name is not None and rounds_used < len(self.plan):
             calls += [search(s.query, s.max_results, tool=search_name) for s in self.plan[rounds_used]]

@@ -14,6 +14,12 @@ Both arms run the same tasks through the same loop (`toolsearch.loop`) over the 
 
 In every arm the session's `allowed` subset is the task's catalog.
 
+With `--augment BACKEND`, `baseline+reason` and `<BACKEND>+reason` run the baseline and that backend
+with a one-field augmentation (`toolsearch.augment`): a required string `reason` (or `call_reason`
+where a tool of the data set has a `reason` parameter) on every exposed tool, which the offline
+model fills with a fixed one-sentence reason. The report gives what it adds per request (tool
+definitions) and per call (the value, replayed in every later request's history).
+
 With `--learn`, each tool-search backend also runs as `<backend>+learn`: its index is a
 `LearningIndex` over a usage log that the run's own earlier tasks feed (the loop's `usage=`
 recorder: a search whose shown tool was then called successfully), one log per backend and
@@ -84,6 +90,11 @@ NATIVE = "+native"  # suffix of an arm that runs a backend with tool_search_mode
 NATIVE_FORMATS = ("anthropic", "openai_responses")  # formats with a provider-native tool-search form
 LEARN = "+learn"  # suffix of an arm whose index learns from the run's earlier tasks (--learn)
 LEARN_BUCKETS = 4  # the tasks in order, in quarters, for the learning comparison
+AUGMENT = "+reason"  # suffix of an arm whose tools carry a one-field augmentation (--augment)
+REASON_FIELDS = ("reason", "call_reason", "tool_call_reason")  # the first no tool of the data set uses
+REASON_DESCRIPTION = "Why you are calling this tool, in one sentence."
+# What the offline model states on every call: about the length of a reason a real model writes.
+REASON_TEXT = "The task asks for exactly what this tool does, so I am calling it with the values the task gives."
 TARGET_SAVINGS = 0.90
 TARGET_SUCCESS_RATIO = 0.95
 TARGET_EXTRA_REQUESTS = 1.5
@@ -155,6 +166,15 @@ def _metatool() -> Any:
     return ToolSearchMetaTool()
 
 
+def reason_augmentation(tools: Sequence[Any]) -> dict[str, Any]:
+    """The benchmark's one-field augmentation: a required string under the first name no tool uses."""
+    used = {p for t in tools for p in (t.input_schema.get("properties") or {})}
+    name = next((n for n in REASON_FIELDS if n not in used), None)
+    if name is None:
+        raise ValueError(f"every candidate field name {REASON_FIELDS} is a parameter of some tool of this data set")
+    return {"properties": {name: {"type": "string", "description": REASON_DESCRIPTION}}, "required": [name]}
+
+
 def _stub(name: str) -> Callable[..., Any]:
     def tool(**arguments: Any) -> dict[str, Any]:
         return {"ok": True, "tool": name, "result": "done"}
@@ -177,6 +197,7 @@ class TaskRun:
     provider_input_tokens: int | None = None  # what the provider billed (live runs)
     provider_output_tokens: int | None = None
     searches: int = 0
+    calls: int = 0  # calls of tools other than tool_search the model made
     exposed: bool = False  # every needed tool was in some request's tools
     called: bool = False  # every needed tool ran with valid arguments
     outcome: str = ""
@@ -210,25 +231,28 @@ def run_task(
     keep_requests: bool = False,
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
     usage: Any = None,
+    augment: Mapping[str, Any] | None = None,
 ) -> TaskRun:
     """Run one task through the loop: as the baseline (`method="baseline"`, every tool on every
     request), with `tool_search="auto"` (`method="auto"`), or with tool search (a backend's name;
     `<backend>+native` for the provider's native form, `tool_search_mode="native"`). `usage`, a
-    `UsageRecorder`, is fed the run's searches and calls."""
+    `UsageRecorder`, is fed the run's searches and calls; `augment`, a JSON schema, is the loop's
+    `augment=` (an arm named `<arm>+reason`)."""
     from ..loop import LoopConfig, ResultStatus
     from ..loop import run as run_loop
     from ..providers._base import ProviderError
 
-    baseline = method == BASELINE
+    plain = method.removesuffix(AUGMENT)
+    baseline = plain == BASELINE
     session = sessions.create(session_id, allowed=allowed)
     config = LoopConfig(
         max_iterations=max_iterations,
         tool_timeout=None,
         parallel_tool_calls=False,  # stubs return at once; threads would only add noise
-        tool_search="off" if baseline else ("auto" if method == AUTO else "on"),
+        tool_search="off" if baseline else ("auto" if plain == AUTO else "on"),
         direct_max_tokens=direct_max_tokens,
         encoding=encoding,
-        tool_search_mode="native" if method.endswith(NATIVE) else "schema",
+        tool_search_mode="native" if plain.endswith(NATIVE) else "schema",
     )
     stats = TaskRun(method, catalog_size)
     try:
@@ -241,6 +265,7 @@ def run_task(
             metatool=_metatool(),
             config=config,
             usage=usage,
+            augment=augment,
         )
     except ProviderError as exc:
         stats.error = f"{type(exc).__name__}: {exc}"[:300]
@@ -287,6 +312,7 @@ def run_task(
     stats.provider_input_tokens = sum(billed_in) if billed_in else None
     stats.provider_output_tokens = sum(billed_out) if billed_out else None
     stats.searches = len(result.searches)
+    stats.calls = sum(1 for r in result.tool_results if r.search is None)
     stats.queries = [s.query or "" for s in result.searches]
     ran = {r.call.name for r in result.tool_results if r.status is ResultStatus.OK}
     stats.exposed = all(n in seen for n in task.needed)
@@ -312,6 +338,7 @@ def _aggregate(runs: Sequence[TaskRun], live: bool) -> dict[str, Any]:
         "tool_tokens": round(_mean([r.tool_tokens for r in done]), 1),
         "requests": round(_mean([r.requests for r in done]), 3),
         "searches": round(_mean([r.searches for r in done]), 3),
+        "calls": round(_mean([r.calls for r in done]), 3),
         "fresh_tokens": round(_mean([r.fresh_tokens for r in done]), 1),
         "cache_write_tokens": round(_mean([r.cache_write_tokens for r in done]), 1),
         "cache_read_tokens": round(_mean([r.cache_read_tokens for r in done]), 1),
@@ -390,6 +417,7 @@ def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> l
 
 def _backend_of(method: str, auto_backend: str | None) -> str:
     """The search backend behind an arm's name (`auto` -> its backend, `<backend>+native` / `+learn` -> the backend)."""
+    method = method.removesuffix(AUGMENT)
     if method == AUTO and auto_backend:
         return auto_backend
     return method.removesuffix(NATIVE).removesuffix(LEARN)
@@ -401,19 +429,21 @@ def _style(method: str) -> QueryStyle:
 
 
 def _model_factory(provider: str | None, model_name: str | None, fmt: str, base_url: str | None) -> Any:
-    """(task, style) -> ChatModel: the offline policy model per task, or one live provider model."""
+    """(task, style, fill) -> ChatModel: the offline policy model per task (`fill`: argument values it
+    gives every call whose tool has them, the augmented reason), or one live provider model."""
     from ..providers.scripted import ScriptedModel
 
     if provider is None:
 
-        def offline(task: Task, style: QueryStyle) -> Any:
-            return ScriptedModel(policy=AgentPolicy(task.query, task.needed, style=style), format=fmt)
+        def offline(task: Task, style: QueryStyle, fill: Mapping[str, Any] | None = None) -> Any:
+            policy = AgentPolicy(task.query, task.needed, style=style, fill=fill)
+            return ScriptedModel(policy=policy, format=fmt)
 
         return offline
     if not model_name:
         raise SystemExit("--provider needs --model NAME")
     live = _live_model(provider, model_name, base_url)
-    return lambda task, style: live
+    return lambda task, style, fill=None: live
 
 
 def _live_model(provider: str, model_name: str, base_url: str | None) -> Any:
@@ -459,13 +489,15 @@ def run(
     direct_max_tokens: int = DIRECT_MAX_TOKENS,
     native_backend: str | None = None,
     learn: bool = False,
+    augment_backend: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return the JSON-able report (see `render_markdown` for its shape).
 
     `auto_backend` adds the `auto` arm (`tool_search="auto"`) on that backend, which must be one of `backends`;
     `native_backend` adds `<backend>+native`, the provider's native form (`fmt` anthropic or openai_responses);
-    `learn` adds `<backend>+learn` for each backend, whose index learns from the run's earlier tasks.
+    `learn` adds `<backend>+learn` for each backend, whose index learns from the run's earlier tasks;
+    `augment_backend` adds `baseline+reason` and `<backend>+reason`, both with a one-field augmentation.
     """
     from ..cost import load_prices
     from ..index import ToolIndex
@@ -479,11 +511,14 @@ def run(
         raise ValueError(f"auto_backend {auto_backend!r} is not one of the backends run: {', '.join(backends)}")
     if native_backend is not None and (native_backend not in backends or fmt not in NATIVE_FORMATS):
         raise ValueError(f"native_backend needs one of the backends run and a format among {NATIVE_FORMATS}")
+    if augment_backend is not None and augment_backend not in backends:
+        raise ValueError(f"augment_backend {augment_backend!r} is not one of the backends run: {', '.join(backends)}")
     arms = [
         *backends,
         *([AUTO] if auto_backend else []),
         *([native_backend + NATIVE] if native_backend else []),
         *([b + LEARN for b in backends] if learn else []),
+        *([BASELINE + AUGMENT, augment_backend + AUGMENT] if augment_backend else []),
     ]
     prices = load_prices()
     price_fmt = "anthropic" if provider == "anthropic" else ("openai_chat" if live else fmt)
@@ -505,6 +540,9 @@ def run(
             "direct_max_tokens": direct_max_tokens,
             "native_backend": native_backend,
             "learn": learn,
+            "augment_backend": augment_backend,
+            "reason_text": REASON_TEXT if augment_backend else None,
+            "reason_tokens": _value_tokens(REASON_TEXT, encoding) if augment_backend else None,
             "prices": {
                 "model": price.model,
                 "input": price.input,
@@ -555,6 +593,10 @@ def run(
             managers[AUTO] = managers[auto_backend]
         if native_backend:
             managers[native_backend + NATIVE] = managers[native_backend]
+        reason = reason_augmentation(tools) if augment_backend else None
+        if augment_backend:
+            managers[BASELINE + AUGMENT] = base_sessions
+            managers[augment_backend + AUGMENT] = managers[augment_backend]
         recorders: dict[tuple[int | None, str], Any] = {}
         if learn:
             managers, recorders = _learning_arms(managers, backends, ds_sizes)
@@ -574,11 +616,13 @@ def run(
                     if method.endswith(LEARN):
                         sessions = managers[(size, method)]
                         log_before[(size, method)].append(len(recorders[(size, method)].log))
+                    augment = reason if method.endswith(AUGMENT) else None
+                    fill = {field: REASON_TEXT for field in augment["properties"]} if augment else None
                     stats = run_task(
                         task,
                         method,
                         sessions=sessions,
-                        model=make_model(task, _style(_backend_of(method, auto_backend))),
+                        model=make_model(task, _style(_backend_of(method, auto_backend)), fill),
                         functions=functions,
                         allowed=allowed,
                         catalog_size=catalog_size,
@@ -586,6 +630,7 @@ def run(
                         encoding=encoding,
                         direct_max_tokens=direct_max_tokens,
                         usage=recorders.get((size, method)),
+                        augment=augment,
                     )
                     runs[(size, method)].append(stats)
                     missed = size is None and method != BASELINE and not stats.success
@@ -610,6 +655,11 @@ def run(
                 agg = _aggregate(runs[(size, backend)], live)
                 _compare(agg, base, live)
                 row["methods"][backend] = agg
+            for backend in arms:
+                if backend.endswith(AUGMENT):
+                    row["methods"][backend]["augment_cost"] = augment_cost(
+                        row["methods"][backend], row["methods"][backend.removesuffix(AUGMENT)]
+                    )
             row["catalog_size"] = base["catalog_size"]
             by_size.append(row)
         if report.get("trace") is None and len(tools) >= trace_size and trace_from in (None, ds.name):
@@ -639,6 +689,7 @@ def run(
             },
             "failures_at_full_catalog": failures,
             "elapsed_s": round(time.perf_counter() - t_ds, 1),
+            "augment_field": next(iter(reason["properties"])) if reason else None,
         }
         if learn:
             report["datasets"][ds.name]["learning"] = _learning_effect(
@@ -647,6 +698,33 @@ def run(
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["targets"] = _targets(report)
     return report
+
+
+def _value_tokens(text: str, encoding: str) -> int:
+    """Tokens of one augmented value as a call's arguments carry it (a JSON string)."""
+    import json
+
+    from ..tokens import count_tokens
+
+    return count_tokens(json.dumps(text, ensure_ascii=False), encoding)
+
+
+def augment_cost(augmented: Mapping[str, Any], plain: Mapping[str, Any]) -> dict[str, Any]:
+    """What an augmentation added to an arm, per task means against the same arm without it: tool-definition
+    tokens per request, and the other input tokens (the values replayed in later requests) per call."""
+    requests, calls = augmented.get("requests") or 0, augmented.get("calls") or 0
+    tools = augmented["tool_tokens"] - plain["tool_tokens"]
+    rest = (augmented["input_tokens"] - augmented["tool_tokens"]) - (plain["input_tokens"] - plain["tool_tokens"])
+    added = augmented["input_tokens"] - plain["input_tokens"]
+    return {
+        "input_tokens": round(added, 1),
+        "input_share": round(added / plain["input_tokens"], 4) if plain["input_tokens"] else None,
+        "definition_tokens_per_request": round(tools / requests, 1) if requests else None,
+        "message_tokens_per_call": round(rest / calls, 1) if calls else None,
+        "price_share": (
+            round(augmented["price_usd"] / plain["price_usd"] - 1, 4) if plain.get("price_usd") else None
+        ),
+    }
 
 
 def _learning_arms(
@@ -780,7 +858,7 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
             continue
         full = next(r for r in ds["by_size"] if r["size"] == "all")
         for backend, m in full["methods"].items():
-            if backend == BASELINE:
+            if backend == BASELINE or backend.endswith(AUGMENT):  # an augmented arm measures a cost, not a target
                 continue
             checks = {
                 "savings": m["savings"] is not None and m["savings"] >= TARGET_SAVINGS,
@@ -805,6 +883,46 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
 def _arms(settings: Mapping[str, Any]) -> list[str]:
     """The compared arms: each backend, then `auto` when it ran (older reports list backends only)."""
     return list(settings.get("methods") or settings["backends"])
+
+
+def _search_arms(settings: Mapping[str, Any]) -> list[str]:
+    """The arms that search (`baseline+reason` sends every tool: it has no break-even)."""
+    return [a for a in _arms(settings) if not a.startswith(BASELINE)]
+
+
+def _augment_markdown(report: dict[str, Any]) -> list[str]:
+    """What the one-field augmentation costs, per request and per call (reports run with --augment)."""
+    s = report["settings"]
+    if not s.get("augment_backend"):
+        return []
+    lines = [
+        "",
+        "## What a one-field augmentation costs",
+        "",
+        "`baseline+reason` and `" + s["augment_backend"] + "+reason` run with `augment=` a required string field "
+        "on every exposed tool (not on `tool_search`), against the same arms without it. The offline model fills "
+        f"it with a fixed reason, `{s['reason_text']}` ({s['reason_tokens']} tokens as a JSON string, written by "
+        "the model on every call: output tokens, not counted below). Definition tokens per request: the "
+        "augmented arm's tool-definition tokens minus the plain arm's, per request; message tokens per call: "
+        "the rest of the input difference (each call's reason replayed in every later request), per call.",
+        "",
+        "| data set | field | catalog | arm | input tokens / task added | added vs the arm without | "
+        "definition tokens / request | message tokens / call | price with caching vs the arm without |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, ds in report["datasets"].items():
+        for row in ds["by_size"]:
+            label = f"all ({row['catalog_size']:,.0f})" if row["size"] == "all" else f"{row['catalog_size']:,.0f}"
+            for arm, m in row["methods"].items():
+                c = m.get("augment_cost")
+                if not c:
+                    continue
+                lines.append(
+                    f"| {name} | `{ds.get('augment_field')}` | {label} | {arm} | {_num(c['input_tokens'])} | "
+                    f"{_pct(c['input_share'])} | {_num(c['definition_tokens_per_request'])} | "
+                    f"{_num(c['message_tokens_per_call'])} | {_pct(c['price_share'])} |"
+                )
+    return lines
 
 
 def _pct(value: float | None) -> str:
@@ -838,6 +956,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         lines.append(f"- Command: `{command}`")
     lines += machine_markdown(report["machine"])
     lines += _learning_markdown(report)
+    lines += _augment_markdown(report)
     lines += _cost_markdown(report)
     lines += ["", "## At the full catalogs", ""]
     lines.append(
@@ -886,12 +1005,12 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "catalogs whose definitions fit its token limit whole, so it loses only between that limit and the "
         "break-even.",
         "",
-        "| data set | " + " | ".join(_arms(s)) + " |",
-        "|---|" + "---|" * len(_arms(s)),
+        "| data set | " + " | ".join(_search_arms(s)) + " |",
+        "|---|" + "---|" * len(_search_arms(s)),
     ]
     for name, ds in report["datasets"].items():
         cells = []
-        for b in _arms(s):
+        for b in _search_arms(s):
             be = ds["break_even"][b]
             if be["size"] is None:
                 cells.append(be["note"])
@@ -1080,16 +1199,17 @@ def _cost_markdown(report: dict[str, Any]) -> list[str]:
             cells = [f"{_pct(row['methods'][a].get('cost_savings'))} ({_pct(row['methods'][a].get('savings'))})"
                      for a in arms]
             lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
+    searching = _search_arms(s)
     lines += [
         "",
         "Break-even catalog size with caching (below it, tool search costs more than sending every tool):",
         "",
-        "| data set | " + " | ".join(arms) + " |",
-        "|---|" + "---|" * len(arms),
+        "| data set | " + " | ".join(searching) + " |",
+        "|---|" + "---|" * len(searching),
     ]
     for name, ds in report["datasets"].items():
         cells = []
-        for a in arms:
+        for a in searching:
             be = (ds.get("break_even_cached") or {}).get(a) or {"size": None, "note": "n/a"}
             if be["size"] is None:
                 cells.append(be["note"])
@@ -1248,6 +1368,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "earlier tasks feed (in task order; one log per backend and catalog size), and report the effect by quarter",
     )
     parser.add_argument(
+        "--augment",
+        dest="augment_backend",
+        default=None,
+        metavar="NAME",
+        help="also run `baseline+reason` and `<NAME>+reason`: the baseline and that backend with a one-field "
+        "augmentation (a required string `reason` on every exposed tool), and report what it adds per request "
+        "and per call",
+    )
+    parser.add_argument(
         "--format",
         default="openai_chat",
         choices=chat_format_names(),
@@ -1316,6 +1445,14 @@ def _native_backend(spec: str | None, backends: Sequence[str], fmt: str, provide
     return spec
 
 
+def _augment_backend(spec: str | None, backends: Sequence[str]) -> str | None:
+    if spec is None or spec.strip().lower() == "none":
+        return None
+    if spec not in backends:
+        raise SystemExit(f"--augment: {spec!r} is not among --backends ({', '.join(backends)})")
+    return spec
+
+
 def main(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     offline_environment(args.cache_dir)
@@ -1337,6 +1474,7 @@ def main(args: argparse.Namespace) -> int:
         direct_max_tokens=args.direct_max_tokens,
         native_backend=_native_backend(args.native_backend, backends, args.format, args.provider),
         learn=bool(getattr(args, "learn", False)),
+        augment_backend=_augment_backend(getattr(args, "augment_backend", None), backends),
         log=None if quiet else log,
     )
     out = Path(args.out)

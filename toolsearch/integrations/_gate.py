@@ -15,6 +15,7 @@ from ..providers._base import ToolCall
 from ..session import Session, SessionManager
 
 if TYPE_CHECKING:
+    from ..augment import Augmentation
     from ..usage import UsageRecorder
 
 # The executor decides whether a call may run; the framework runs it (its own error handling,
@@ -26,8 +27,11 @@ GATE_CONFIG = ExecutorConfig(
 )
 
 
-def check_catalog(index: ToolIndex, names: Collection[str], metatool: ToolSearchMetaTool) -> None:
-    """The framework's tools must all be in the index, and none may take the search tool's name."""
+def check_catalog(
+    index: ToolIndex, names: Collection[str], metatool: ToolSearchMetaTool, augment: Augmentation | None = None
+) -> None:
+    """The framework's tools must all be in the index, none may take the search tool's name, and
+    none may have a parameter named like an augmented field (AugmentationError naming both)."""
     missing = sorted(set(names) - set(index.catalog.names))
     if missing:
         raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
@@ -36,6 +40,8 @@ def check_catalog(index: ToolIndex, names: Collection[str], metatool: ToolSearch
             f"a catalog tool is named {metatool.name!r} like the search tool; rename it or pass "
             "metatool=ToolSearchMetaTool(name=...)"
         )
+    if augment is not None:
+        augment.check(index.catalog, catalog_key=index.catalog.hash)
 
 
 @contextmanager
@@ -63,16 +69,20 @@ def gate(
     name: str,
     arguments: Mapping[str, Any] | str | None,
     metatool: ToolSearchMetaTool,
+    augment: Augmentation | None = None,
 ) -> ToolResult:
     """Run a tool_search, or check a tool call: status OK means the framework may run the tool.
 
     Everything else (a search's result text, a refusal of an undiscovered or unknown tool, invalid
-    arguments) is a ToolResult whose `content` goes back to the model as the tool's answer.
+    arguments, a missing augmented field) is a ToolResult whose `content` goes back to the model
+    as the tool's answer. With `augment`, a call let through has handed its augmented values to
+    `augment.on_augment`, and `result.call.arguments` are the tool's own arguments: the ones the
+    framework must run it with.
     """
     call = ToolCall.from_json(call_id, name, arguments) if isinstance(arguments, str) or arguments is None else (
         ToolCall(call_id, name, dict(arguments))
     )
-    executor = ToolExecutor({name: lambda **_: _ALLOWED}, metatool=metatool, config=GATE_CONFIG)
+    executor = ToolExecutor({name: lambda **_: _ALLOWED}, metatool=metatool, config=GATE_CONFIG, augment=augment)
     (result,) = executor.execute(session, [call])
     return result
 

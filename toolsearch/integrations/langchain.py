@@ -10,6 +10,12 @@ Each model call carries the pinned tools, `tool_search` and the tools this threa
 the discovered names live in the agent state (key `toolsearch_discovered`), so a LangGraph
 checkpointer keeps them per thread. A call to a catalog tool the thread has not discovered is
 answered with an instructive error and never runs. Sync, async and streaming agents alike.
+
+`augment=` / `on_augment=` (see `toolsearch.augment`): LangChain derives a tool's schema from
+its `args_schema`, which the tool also validates its input with, so the middleware sends each
+catalog tool to the model as an OpenAI function definition (a dict in `request.tools`) carrying
+the augmented fields, takes the values out of each call (`on_augment` gets them) and hands the
+tool its own arguments only; the AI message in the thread keeps the model's call as it was made.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("langchain", "langchain") from exc
 
+from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
@@ -110,22 +117,27 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         index: ToolIndex | None = None,
         metatool: ToolSearchMetaTool | None = None,
         usage: UsageRecorder | None = None,
+        augment: AugmentSpec | None = None,
+        on_augment: OnAugment | None = None,
     ) -> None:
         super().__init__()
         self.usage = usage
+        self.augment = Augmentation.of(augment, on_augment=on_augment)
         from langchain_core.tools import tool as as_tool
 
         catalog_tools = [t if isinstance(t, BaseTool) else as_tool(t) for t in tools]
         self._by_name: dict[str, BaseTool] = {t.name: t for t in catalog_tools}
         self.index = index or ToolIndex.build([tool_from_langchain(t) for t in catalog_tools], backend)
         self.metatool = metatool or ToolSearchMetaTool()
-        check_catalog(self.index, self._by_name.keys(), self.metatool)
+        check_catalog(self.index, self._by_name.keys(), self.metatool, self.augment)
         self.pinned = tuple(dict.fromkeys(pinned))
         self.allowed = None if allowed is None else frozenset(allowed)
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
             definition = self.metatool.definition(session)
+        if self.augment is not None and self.augment.search:
+            definition = self.augment.extend(definition)
         self.search_tool = StructuredTool.from_function(
             func=_never_called,
             name=definition.name,
@@ -150,7 +162,14 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             for n in _discovered_in(request.state)
             if n in self._by_name and n not in self.pinned and (self.allowed is None or n in self.allowed)
         ]
-        return [*passthrough, *pinned, self.search_tool, *discovered]
+        augment = self.augment
+        if augment is None:
+            return [*passthrough, *pinned, self.search_tool, *discovered]
+
+        def augmented(tool: BaseTool) -> dict[str, Any]:  # an OpenAI function dict: the model reads the schema
+            return augment.extend(tool_from_langchain(tool)).to_openai()
+
+        return [*passthrough, *map(augmented, pinned), self.search_tool, *map(augmented, discovered)]
 
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
@@ -165,7 +184,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     # --- tool calls -------------------------------------------------------------------------
 
     def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
-        """None when the call may run; else what to send back (a search's result or a refusal) and
+        """None for a tool outside the catalog; else the gate's result (`allowed(result)`: the call
+        may run, with `result.call.arguments`; otherwise its content is what to send back) and
         the thread's discovered names after it."""
         call = request.tool_call
         name = call["name"]
@@ -173,10 +193,16 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             return None  # not a catalog tool: the agent's own business
         discovered = _discovered_in(request.state)
         with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
-            result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool)
+            result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
             discovered = list(session.discovered)
         record_search(self.usage, _conversation(request), result)
-        return None if allowed(result) else (result, discovered)
+        return result, discovered
+
+    def _runnable(self, request: Any, checked: tuple[ToolResult, list[str]] | None) -> Any:
+        """The request the tool runs with: its own arguments only when the call was augmented."""
+        if checked is None or self.augment is None:
+            return request
+        return request.override(tool_call={**request.tool_call, "args": dict(checked[0].call.arguments)})
 
     def _ran(self, request: Any, ok: bool) -> None:
         name = request.tool_call["name"]
@@ -200,10 +226,10 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self, request: Any, handler: Callable[[Any], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
         checked = self._check(request)
-        if checked is not None:
+        if checked is not None and not allowed(checked[0]):
             return self._answer(request, checked)
         try:
-            outcome = handler(request)
+            outcome = handler(self._runnable(request, checked))
         except Exception:
             self._ran(request, False)
             raise
@@ -214,10 +240,10 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
         checked = self._check(request)
-        if checked is not None:
+        if checked is not None and not allowed(checked[0]):
             return self._answer(request, checked)
         try:
-            outcome = await handler(request)
+            outcome = await handler(self._runnable(request, checked))
         except Exception:
             self._ran(request, False)
             raise

@@ -13,11 +13,18 @@ memory, Redis) remembers discoveries across runs. A call to a tool the session h
 answered with an instructive error (`run_config()` turns the SDK's "tool not found" into it) and
 never runs. The run's `context` is the toolsearch Session, or any object with a
 `toolsearch_session` attribute (pass `session_of` to find it elsewhere).
+
+`augment=` / `on_augment=` (see `toolsearch.augment`) extend every catalog tool's
+`params_json_schema` (and tool_search's, with `Augmentation.of(..., search=True)`); each call's
+augmented values go to `on_augment` and the tool's own invoke gets its own arguments only. A
+strict tool (`strict_json_schema=True`, the SDK's default) has every property required by the
+SDK's strict form, so there an optional augmented field is required too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise missing_dependency("agents", "openai-agents") from exc
 
 from .._errors import InvalidToolError, SessionRequiredError
+from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
@@ -85,13 +93,16 @@ class AgentToolSearch:
         metatool: ToolSearchMetaTool | None = None,
         session_of: SessionOf | None = None,
         usage: UsageRecorder | None = None,
+        augment: AugmentSpec | None = None,
+        on_augment: OnAugment | None = None,
     ) -> None:
         self.usage = usage
         if sessions is not None:
             index = sessions.index
         self.index = index or ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
         self.metatool = metatool or ToolSearchMetaTool()
-        check_catalog(self.index, {t.name for t in tools}, self.metatool)
+        self.augment = Augmentation.of(augment, on_augment=on_augment)
+        check_catalog(self.index, {t.name for t in tools}, self.metatool, self.augment)
         self.sessions = sessions or SessionManager(self.index)
         self.pinned = tuple(dict.fromkeys(pinned))
         self.session_of: SessionOf = session_of or _context_session
@@ -128,10 +139,12 @@ class AgentToolSearch:
             definition = self.metatool.definition(probe)
         finally:
             self.sessions.close(probe.id)
+        if self.augment is not None and self.augment.search:
+            definition = self.augment.extend(definition)
 
         async def invoke(ctx: Any, arguments: str) -> str:
             session = self.session_of(ctx)
-            result = gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool)
+            result = gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool, self.augment)
             record_search(self.usage, session.id, result)
             return result.content
 
@@ -146,15 +159,18 @@ class AgentToolSearch:
     def _gated(self, tool: FunctionTool) -> FunctionTool:
         name = tool.name
         run = tool.on_invoke_tool
+        augment = self.augment
 
         def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
             return self.session_of(ctx).is_visible(name)
 
         async def invoke(ctx: Any, arguments: str) -> Any:
             session = self.session_of(ctx)
-            result = gate(session, ctx.tool_call_id, name, arguments, self.metatool)
+            result = gate(session, ctx.tool_call_id, name, arguments, self.metatool, augment)
             if not allowed(result):
                 return result.content
+            if augment is not None:  # the tool's own invoke parses its own arguments only
+                arguments = json.dumps(dict(result.call.arguments), ensure_ascii=False)
             try:
                 output = await run(ctx, arguments)
             except Exception:
@@ -163,4 +179,7 @@ class AgentToolSearch:
             record_call(self.usage, session.id, name, not getattr(ctx, _SDK_HANDLED_FAILURE, False))
             return output
 
-        return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke)
+        if augment is None:
+            return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke)
+        schema = dict(augment.extend(tool_from_function_tool(tool)).input_schema)
+        return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke, params_json_schema=schema)

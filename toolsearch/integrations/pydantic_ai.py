@@ -11,20 +11,29 @@ built-in keyword-overlap count. The index is built once per set of deferred tool
 the catalog's content hash, so every run and every agent over the same tools shares it.
 `tool_search(usage=recorder)` feeds a usage log: each search and the found tools then called
 successfully, joined by the run's conversation id.
+
+`augment_tools(Why, on_augment=...)` is a capability of its own (see `toolsearch.augment`):
+Pydantic AI lets a capability extend each step's tool definitions (`prepare_tools`, deferred
+tools included, so they carry the fields when a search loads them) and rewrite a call's raw
+arguments before they are validated (`before_tool_validate`). The augmented values are taken
+out there and handed to `on_augment`; a missing or bad one asks the model to retry the call
+with the executor's invalid-arguments text; the tool validates and runs its own arguments only.
+`search_tools` keeps its schema unless the augmentation asks for the search tool too.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 try:
-    from pydantic_ai import RunContext
-    from pydantic_ai.capabilities import ToolSearch
+    from pydantic_ai import ModelRetry, RunContext
+    from pydantic_ai.capabilities import AbstractCapability, ToolSearch
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
@@ -33,14 +42,23 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise missing_dependency("pydantic_ai", "pydantic-ai") from exc
 
 from .._errors import InvalidQueryError
+from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..catalog import Catalog
+from ..executor import invalid_arguments_text
 from ..index import ToolIndex
 from ..tools import Tool
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
 
-__all__ = ["LearningToolSearch", "ToolSearchStrategy", "tool_search", "tool_from_definition"]
+__all__ = [
+    "AugmentTools",
+    "LearningToolSearch",
+    "ToolSearchStrategy",
+    "augment_tools",
+    "tool_search",
+    "tool_from_definition",
+]
 
 _RRF_K = 60  # reciprocal-rank fusion constant for several queries (the usual value from the RRF paper)
 
@@ -175,3 +193,51 @@ def tool_search(
     if usage is None:
         return ToolSearch(strategy=strategy, max_results=max_results)
     return LearningToolSearch(strategy=strategy, max_results=max_results, usage=usage)
+
+
+@dataclass
+class AugmentTools(AbstractCapability[Any]):
+    """Adds an augmentation's fields to every function tool and takes their values out of each call."""
+
+    augment: Augmentation
+
+    def _applies(self, name: str) -> bool:
+        return self.augment.search or name != ToolSearch.function_tool_name
+
+    async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        out = []
+        for definition in tool_defs:
+            if self._applies(definition.name):
+                schema = dict(self.augment.extend(tool_from_definition(definition)).input_schema)
+                definition = replace(definition, parameters_json_schema=schema)
+            out.append(definition)
+        return out
+
+    async def before_tool_validate(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: str | dict[str, Any]
+    ) -> str | dict[str, Any]:
+        if not self._applies(call.tool_name):
+            return args
+        try:
+            parsed = json.loads(args) if isinstance(args, str) else dict(args)
+        except ValueError:
+            return args  # not JSON: the tool's own validation explains that to the model
+        if not isinstance(parsed, dict):
+            return args
+        own, values = self.augment.split(parsed)
+        problems = self.augment.problems(values)
+        if problems:
+            raise ModelRetry(invalid_arguments_text(call.tool_name, problems))
+        if self.augment.on_augment is not None:
+            outcome = self.augment.on_augment(call.tool_name, values, call.tool_call_id)
+            if inspect.isawaitable(outcome):
+                await outcome
+        return own
+
+
+def augment_tools(augment: AugmentSpec, *, on_augment: OnAugment | None = None) -> AugmentTools:
+    """The augmentation capability: `Agent(..., capabilities=[tool_search(), augment_tools(Why, on_augment=f)])`."""
+    augmentation = Augmentation.of(augment, on_augment=on_augment)
+    if augmentation is None:
+        raise ValueError("augment_tools needs the fields to add: a pydantic model class or a JSON schema object")
+    return AugmentTools(augmentation)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._errors import ToolSearchError
+from ..augment import Augmentation
 from .auth import AuthSettings, add_auth_arguments, check_exposure
 from .options import GatewayOptions, add_mcp_arguments
 from .policy import add_policy_arguments, policy_from_args
@@ -43,6 +44,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             auth=auth,
             options=GatewayOptions.from_args(args),
             workers=worker_settings(args),
+            augment=Augmentation.from_file(args.augment) if getattr(args, "augment", None) else None,
         )
     except ValueError as exc:
         raise ToolSearchError(str(exc)) from None

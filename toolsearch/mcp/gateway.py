@@ -3,14 +3,17 @@
 A request's era is the client's choice: one carrying the 2026-07-28 envelope gets the stable
 list and found definitions in results (toolsearch.mcp.modern); a handshake-era client gets its
 own session whose list grows as it finds tools (toolsearch.mcp.handshake). Both share the
-index, the meta-tools, the executor's rules, the rug-pull pins, the usage log and the caller
-policy.
+index, the meta-tools, the executor's rules, the rug-pull pins, the usage log, the caller
+policy and the augmentation (`--augment`): every upstream tool a client is shown carries its
+fields (`exposed`), and each call's values are taken out by the executor's rules, logged and
+consumed (`take_augmented`) before the upstream is called with its own arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -23,12 +26,13 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .._errors import SessionStoreError, ToolSearchError
+from .._errors import AugmentationError, SessionStoreError, ToolSearchError
 from ..catalog import Catalog
-from ..executor import ExecutorConfig, ToolExecutor
+from ..executor import ExecutorConfig, ToolExecutor, invalid_arguments_text
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
-from ..session import SessionManager
+from ..providers import ToolCall
+from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..tools import Tool
 from .caller import ANONYMOUS, LOCAL, Caller, caller_of_scope
@@ -104,6 +108,8 @@ class Gateway:
             if index is not None
             else ToolIndex.build(source.catalog(), settings.backend, **dict(settings.backend_options))
         )
+        if settings.augment is not None:  # a field named like an upstream tool's parameter: refused at start
+            settings.augment.check(self.index.catalog, catalog_key=self.index.catalog.hash)
         self.sessions = SessionManager(
             self.index, store=store, max_sessions=10_000, max_discovered=settings.max_discovered
         )
@@ -223,13 +229,40 @@ class Gateway:
         try:
             if name == self.metatool.name:
                 return await self.store_call(self.modern.search, caller, allowed, arguments)
-            result: types.CallToolResult = await self.modern.call(caller, allowed, name, arguments)
+            result: types.CallToolResult = await self.modern.call(
+                caller, allowed, name, arguments, str(getattr(ctx, "request_id", ""))
+            )
             return result
         except (ToolSearchError, SessionStoreError) as exc:
             logger.warning("%s failed: %s", name, exc)
             return error_result(f"toolsearch gateway: {exc}. Nothing was changed; try again.")
 
     # --- shared rules ---------------------------------------------------------------------------
+
+    def exposed(self, tool: Tool) -> Tool:
+        """An upstream tool as clients are shown it: with the augmented fields, when there are any."""
+        augment = self.settings.augment
+        return tool if augment is None else augment.extend(tool)
+
+    def split_augmented(
+        self, session: Session, name: str, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None] | types.CallToolResult:
+        """(the call's own arguments, its augmented values; None without an augmentation), by the
+        executor's rules; the tool error when the values do not fit the augmentation's schema."""
+        if self.settings.augment is None:
+            return arguments, None
+        call, values, problems = self.rules.split_augmented(session, ToolCall("", name, arguments))
+        if problems:
+            return error_result(invalid_arguments_text(name, problems))
+        return dict(call.arguments), values
+
+    def consume_augmented(self, caller: Caller, name: str, values: dict[str, Any] | None, call_id: str) -> None:
+        """Log an admitted call's augmented values and hand them to the augmentation's `on_augment`."""
+        if values is None:
+            return
+        # The operator asked to see why each call is made: one log line per call (values cut short).
+        logger.info("augmented call %s by %s: %s", name, caller.key, json.dumps(values, ensure_ascii=False)[:1000])
+        self.rules.consume(name, values, call_id)
 
     def blocked(self, tool: Tool, seen: Tool) -> types.CallToolResult:
         server, original = upstream_of(tool) or ("?", tool.name)
@@ -254,6 +287,7 @@ class Gateway:
         self.rules = ToolExecutor(
             metatool=self.metatool,
             config=ExecutorConfig(tool_timeout=None, undiscovered="execute", provider_names=False),
+            augment=self.settings.augment,
         )
         per_server = {server.name: server.changed_tools for server in self.source.config.servers}
         self.pins = DefinitionPins(options.changed_tools, per_server)
@@ -296,6 +330,11 @@ class Gateway:
             self.index = index
         self.pinned, _ = resolve_pins(self.settings.pinned, self.index.catalog)
         self.modern.rebind(self._contexts())
+        if self.settings.augment is not None:
+            try:
+                self.settings.augment.check(self.index.catalog, catalog_key=self.index.catalog.hash)
+            except AugmentationError as exc:  # such a tool is refused whenever it would be shown or called
+                logger.error("an upstream tool cannot be offered with --augment: %s", exc)
 
     async def watch_catalog(self, interval: float = 1.0) -> None:
         """Poll the board; when another worker saw a catalog change, re-list this worker's upstreams."""

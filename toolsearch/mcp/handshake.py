@@ -179,7 +179,7 @@ class HandshakeEra:
         tools: list[types.Tool] = []
         for tool in visible:
             if tool.metadata.get("mcp"):  # an upstream tool: the definition this session saw (see pinning)
-                tools.append(mcp_definition(pins_.view(tool, pins).shown))
+                tools.append(mcp_definition(self.gateway.exposed(pins_.view(tool, pins).shown)))
             else:
                 tools.append(types.Tool.model_validate(tool.to_mcp()))
         return types.ListToolsResult(tools=tools)
@@ -245,7 +245,9 @@ class HandshakeEra:
         admitted = await anyio.to_thread.run_sync(self._admit, session, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        if admitted:  # a tool called by name joins this session's list, like a found one
+        joined, arguments, values = admitted
+        gateway.consume_augmented(gateway.caller(ctx), name, values, str(getattr(ctx, "request_id", "")))
+        if joined:  # a tool called by name joins this session's list, like a found one
             await self._notify_changed(ctx)
         result = await gateway.source.call_tool(
             name, arguments, max_result_bytes=gateway.settings.options.max_result_bytes
@@ -253,10 +255,13 @@ class HandshakeEra:
         gateway.usage.called(session.id, name, not result.is_error)
         return with_text(result) if via_call_tool else result
 
-    def _admit(self, session: Session, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult | bool:
+    def _admit(
+        self, session: Session, name: str, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult | tuple[bool, dict[str, Any], dict[str, Any] | None]:
         """The rules before a call: the executor's allow and discover rules (a tool called by name
-        joins the session), not blocked as changed, arguments valid (the executor's check). A refusal
-        as a tool error, else True when the tool joined the session's list."""
+        joins the session), not blocked as changed, augmented values and arguments valid (the
+        executor's checks). A refusal as a tool error, else (True when the tool joined the session's
+        list, the tool's own arguments, the augmented values)."""
         gateway = self.gateway
         joined = not session.is_visible(name)
         if joined and gateway.settings.require_discovery and name in gateway.index.catalog:
@@ -273,9 +278,13 @@ class HandshakeEra:
         pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))  # a first call is a first sighting
         if pinned.blocked:
             return gateway.blocked(tool, pinned.shown)
-        problem = schema_problems(tool, arguments)
+        split = gateway.split_augmented(session, name, dict(arguments))
+        if isinstance(split, types.CallToolResult):
+            return split
+        own, values = split
+        problem = schema_problems(tool, own)
         if problem is not None:
             return problem
         if not joined:
             session.touch([name])
-        return joined
+        return joined, own, values

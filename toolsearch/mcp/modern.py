@@ -94,7 +94,7 @@ class ModernEra:
         tools = [
             types.Tool.model_validate(search.to_mcp()),
             types.Tool.model_validate(call_tool_definition(gateway.metatool, context=True).to_mcp()),
-            *(mcp_definition(t) for t in pinned),
+            *(mcp_definition(gateway.exposed(t)) for t in pinned),
         ]
         # With a policy the list varies by authorization: a client may not share it across callers.
         scope: Literal["public", "private"] = "private" if gateway.settings.policy is not None else "public"
@@ -181,7 +181,7 @@ class ModernEra:
             gateway.usage.searched(usage_id, outcome.query, [t.name for t in found] + list(outcome.already_loaded))
         finally:
             self._close(opened)
-        entries = [found_definition(t) for t in found]
+        entries = [found_definition(gateway.exposed(t)) for t in found]
         structured: dict[str, Any] = {"query": outcome.query, "tools": entries}
         if outcome.already_loaded:
             structured["alreadyFound"] = list(outcome.already_loaded)
@@ -212,8 +212,9 @@ class ModernEra:
 
     def admit(
         self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any]
-    ) -> tuple[str, dict[str, Any], str] | types.CallToolResult:
-        """The rules before a proxied call; (tool, arguments, usage id) when it may go, else the tool error."""
+    ) -> tuple[str, dict[str, Any], str, dict[str, Any] | None] | types.CallToolResult:
+        """The rules before a proxied call; (tool, its own arguments, usage id, augmented values) when
+        it may go, else the tool error."""
         gateway = self.gateway
         handle = arguments.pop(CONTEXT_ARGUMENT, None)
         if name == CALL_TOOL:
@@ -244,6 +245,10 @@ class ModernEra:
                 pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))
                 if pinned.blocked:
                     return gateway.blocked(tool, pinned.shown)
+            split = gateway.split_augmented(session, name, arguments)
+            if isinstance(split, types.CallToolResult):
+                return split
+            arguments, values = split
             problem = schema_problems(tool, arguments)
             if problem is not None:
                 return problem
@@ -251,14 +256,17 @@ class ModernEra:
             usage_id = session.id
         finally:
             self._close(opened)
-        return name, arguments, usage_id
+        return name, arguments, usage_id, values
 
-    async def call(self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any]) -> Any:
+    async def call(
+        self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any], call_id: str = ""
+    ) -> Any:
         gateway = self.gateway
         admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        target, inner, usage_id = admitted
+        target, inner, usage_id, values = admitted
+        gateway.consume_augmented(caller, target, values, call_id)
         result = await gateway.source.call_tool(
             target, inner, max_result_bytes=gateway.settings.options.max_result_bytes
         )

@@ -130,6 +130,14 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"refuse {CALL_TOOL} for tools the caller's session or context never found with tool_search",
     )
     parser.add_argument(
+        "--augment",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSON schema object whose properties are added to every upstream tool's input schema (e.g. a "
+        "required 'reason'); each call's values are logged and taken out before the upstream is called",
+    )
+    parser.add_argument(
         "--no-context",
         action="store_true",
         help="2026-07-28 clients: tool_search mints no context handles (every search and call is stateless)",

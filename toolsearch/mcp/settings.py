@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..augment import Augmentation
 from .auth import AuthSettings
 from .caller import CallerPolicy
 from .identity import MCP_SESSION_HEADER
@@ -83,6 +84,9 @@ class GatewaySettings:
     - `policy`: which tools each caller may list, search and call (None: every tool, for everyone).
     - `auth`: HTTP authentication and request guards (docs/auth.md); none on loopback by default.
     - `options`: result size cap, changed-tool policy, usage log; `workers`: shared state.
+    - `augment`: fields added to every upstream tool a client is shown, in both eras (not to the
+      gateway's own tools); each call's values are taken out, logged, handed to its `on_augment`,
+      and the upstream gets its own arguments only (see toolsearch.augment).
     """
 
     transport: Transport = "stdio"
@@ -101,6 +105,7 @@ class GatewaySettings:
     auth: AuthSettings = field(default_factory=AuthSettings)
     options: GatewayOptions = field(default_factory=GatewayOptions)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
+    augment: Augmentation | None = None
 
     def __post_init__(self) -> None:
         if self.transport not in ("stdio", "http"):

@@ -3,6 +3,12 @@
     render_tools("anthropic", tools, name_map)        # the request's tools array
     parse_tool_call(raw_call)                         # a neutral ToolCall from any format's call
     render_result("openai_chat", call, "42")          # the message/block that answers a call
+    augment_request(request, augmentation)            # every tool a request exposes, augmented
+
+An augmentation (`toolsearch.augment`) is rendered here, once, for every format: the request's
+tools (pinned, search tool, discovered, and the tools search results deliver natively as
+`tool_reference` / `tool_search_output`) become their augmented Tools, and each format renders
+those as it renders any tool.
 
 Adding a format means one `register_format(WireFormat(...))` here (plus its tests); no other
 module branches on format names. A format with a `payload` renders whole chat requests and can
@@ -12,11 +18,14 @@ drive a `ScriptedModel`, the demo and the token benchmark.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ..tools import NameMap, Tool
 from ._base import ChatRequest, ToolCall, parse_arguments
+
+if TYPE_CHECKING:
+    from ..augment import Augmentation
 
 __all__ = [
     "WireFormat",
@@ -28,6 +37,8 @@ __all__ = [
     "render_result",
     "parse_tool_call",
     "request_payload",
+    "augment_tools",
+    "augment_request",
 ]
 
 RenderTool = Callable[[Tool, str], dict[str, Any]]
@@ -82,11 +93,52 @@ def get_format(name: str) -> WireFormat:
     return found
 
 
-def render_tools(format: str, tools: Iterable[Tool], name_map: NameMap | None = None) -> list[dict[str, Any]]:
-    """The tools array in `format`, each tool under its provider-safe alias from `name_map`."""
+def render_tools(
+    format: str,
+    tools: Iterable[Tool],
+    name_map: NameMap | None = None,
+    *,
+    augment: Augmentation | None = None,
+    search_name: str = "tool_search",
+) -> list[dict[str, Any]]:
+    """The tools array in `format`, each tool under its provider-safe alias from `name_map`.
+
+    With `augment`, every tool but the one named `search_name` (unless the augmentation covers
+    the search tool too) carries the augmented fields.
+    """
     fmt = get_format(format)
     names = name_map if name_map is not None else NameMap()
-    return [fmt.render_tool(tool, names.add(tool.name)) for tool in tools]
+    return [fmt.render_tool(tool, names.add(tool.name)) for tool in augment_tools(tools, augment, search_name)]
+
+
+def augment_tools(tools: Iterable[Tool], augment: Augmentation | None, search_name: str) -> list[Tool]:
+    """The tools as a request exposes them: augmented (all but the search tool, unless asked)."""
+    if augment is None:
+        return list(tools)
+    return [augment.extend(t) if augment.applies_to(t, search_name) else t for t in tools]
+
+
+def augment_request(request: ChatRequest, augment: Augmentation | None) -> ChatRequest:
+    """`request` with every tool it exposes augmented: its tools and the tools its history's search
+    results deliver (native forms load those definitions from the results). Names are unchanged."""
+    if augment is None:
+        return request
+    search = request.search_tool
+    search_name = search.name if search is not None else ""
+
+    def each(tools: Iterable[Tool]) -> tuple[Tool, ...]:
+        return tuple(augment_tools(tools, augment, search_name))
+
+    messages = tuple(
+        replace(m, tool_references=each(m.tool_references)) if m.tool_references else m for m in request.messages
+    )
+    return replace(
+        request,
+        messages=messages,
+        pinned=each(request.pinned),
+        search_tool=each([search])[0] if search is not None else None,
+        discovered=each(request.discovered),
+    )
 
 
 def render_result(format: str, call: ToolCall, content: str, *, is_error: bool = False) -> dict[str, Any]:
