@@ -22,6 +22,9 @@ from mcp_servers.clients import text
 
 from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
 from tests.fakes.oauth_issuer import LocalIssuer
+from toolsearch._errors import AuthConfigError
+from toolsearch.mcp.auth import AuthSettings
+from toolsearch.mcp.settings import GatewaySettings
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +144,10 @@ def test_authentication_flags_on_stdio_are_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, env=gateway_env(), stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert refused.returncode != 0 and "authentication applies to the http transport" in refused.stderr
+
+
+def test_settings_for_every_interface_without_auth_are_refused_in_the_library_too() -> None:
+    with pytest.raises(AuthConfigError, match=r"refusing to listen on 0\.0\.0\.0 without authentication"):
+        GatewaySettings(transport="http", host="0.0.0.0")
+    GatewaySettings(transport="http", host="0.0.0.0", auth=AuthSettings(no_auth=True))
+    GatewaySettings(transport="http", host="127.0.0.1")

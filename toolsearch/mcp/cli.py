@@ -6,7 +6,7 @@ import argparse
 
 from .._errors import ToolSearchError
 from ..augment import Augmentation
-from .auth import AuthSettings, add_auth_arguments, check_exposure
+from .auth import AuthSettings, add_auth_arguments
 from .options import GatewayOptions, add_mcp_arguments
 from .policy import add_policy_arguments, policy_from_args
 from .settings import GatewaySettings
@@ -26,8 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
     auth = AuthSettings.from_args(args)  # AuthConfigError (a ToolSearchError) names the flag
-    if args.transport == "http":
-        check_exposure(args.host, auth)  # before any upstream server starts
     try:
         return GatewaySettings(
             transport=args.transport,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..augment import Augmentation
-from .auth import AuthSettings
+from .auth import AuthSettings, check_exposure
 from .caller import CallerPolicy
 from .identity import MCP_SESSION_HEADER
 from .options import GatewayOptions
@@ -124,6 +124,8 @@ class GatewaySettings:
             raise ValueError(
                 "authentication applies to the http transport; on stdio the gateway serves the user who started it"
             )
+        if self.transport == "http":
+            check_exposure(self.host, self.auth)  # AuthConfigError: no non-loopback address without auth
 
     @property
     def url(self) -> str:
