@@ -151,7 +151,6 @@ async def test_the_issuers_keys_are_read_once_and_unknown_key_ids_cannot_force_r
         forged = deployment.issuer.mint("bob", audience=deployment.url, key=deployment.issuer.rogue_key, kid=f"k{i}")
         assert post(deployment.url, [("authorization", f"Bearer {forged}")]).status_code == 401
     assert deployment.issuer.jwks_requests - before <= 1  # at most one re-read per 30 s
-    assert deployment.issuer.jwks_requests <= 2
 
 
 def test_a_session_cannot_be_used_with_another_callers_token(deployment: Deployment) -> None:

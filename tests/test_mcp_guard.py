@@ -92,13 +92,13 @@ def test_the_rate_limit_answers_429_with_retry_after_per_caller(tmp_path: Path) 
     )
     with serve_protected(
         "--host", "127.0.0.2", "--auth-tokens", str(path), "--auth-scope", "tools",
-        "--rate-limit", "6", "--rate-burst", "5",
+        "--rate-limit", "1", "--rate-burst", "5",
     ) as served:  # fmt: skip
         a = [("authorization", f"Bearer {tokens['a']}")]
         statuses = [post(served.url, a).status_code for _ in range(8)]
         assert statuses == [200] * 5 + [429] * 3
         limited = post(served.url, a)
-        assert limited.status_code == 429 and 1 <= int(limited.headers["retry-after"]) <= 10
+        assert limited.status_code == 429 and 1 <= int(limited.headers["retry-after"]) <= 60
         error = limited.json()["error"]
         assert "Rate limit exceeded" in error["message"] and "Retry-After" in error["message"]
         # another caller has its own bucket
@@ -134,9 +134,9 @@ def test_unauthenticated_requests_are_limited_per_address_except_from_loopback()
 def test_slow_headers_are_cut_off_in_bounded_time() -> None:
     with serve_protected("--host", "127.0.0.2", "--header-timeout", "1", "--rate-limit", "0") as served:
         start = time.monotonic()
-        closed, still_open = slow_headers(served.url, 60, wait=2.5)
+        closed, still_open = slow_headers(served.url, 60, wait=4)
         assert (closed, still_open) == (60, 0)
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 15
         assert post(served.url).status_code == 200  # the server still answers
 
 
@@ -153,10 +153,10 @@ def test_a_connection_is_cut_off_after_a_response_when_the_next_headers_stall() 
             assert sock.recv(65536).startswith(b"HTTP/1.1 404")
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: ")  # then nothing more
             start = time.monotonic()
-            sock.settimeout(5)
+            sock.settimeout(10)
             while sock.recv(65536):
                 pass
-            assert time.monotonic() - start < 4
+            assert time.monotonic() - start < 6
 
 
 @pytest.mark.parametrize(
