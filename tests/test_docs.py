@@ -11,13 +11,18 @@ explicit marker on the line before its fence, which must give a reason:
 
     <!-- docs-test: skip (installs into a new venv; .ci/run runs these steps) -->
 
-and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. Provider examples reach a
+and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. `<!-- docs-test: output -->` (alone or
+after the exit code: `exit 3; output`) makes a console block's printed lines part of the test: the
+lines under each `$ ` command must be what it prints on stdout, in order, give or take the lines it
+prints on stderr (progress), with durations (`0.2s`, `12 ms`) and the test folder's path left out
+of the comparison. Provider examples reach a
 local server that speaks the OpenAI and Anthropic wire formats (OPENAI_BASE_URL /
 ANTHROPIC_BASE_URL point at it), never the network.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -34,7 +39,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)?\s*$")
-MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit)\s*(?P<arg>.*?)\s*-->\s*$")
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit|output)\s*(?P<arg>.*?)\s*-->\s*$")
+DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
 RUNNABLE = {"console", "bash", "sh", "python", "js"}
 NODE_MODULES = ROOT / ".cache" / "node" / "node_modules"
 BLOCK_TIMEOUT = 600
@@ -48,6 +54,7 @@ class Block:
     code: str
     skip: str | None = None
     exit_code: int = 0
+    check_output: bool = False
 
     @property
     def where(self) -> str:
@@ -64,6 +71,20 @@ class Block:
             while command.endswith("\\"):
                 command = command[:-1] + " " + next(lines, "").strip()
             out.append(command)
+        return out
+
+    def expected_output(self) -> list[list[str]]:
+        """Per `$ ` command of a console block, the lines shown under it (up to the next command)."""
+        out: list[list[str]] = []
+        continued = False
+        for line in self.code.splitlines():
+            if line.startswith("$ "):
+                out.append([])
+                continued = line.endswith("\\")
+            elif continued:
+                continued = line.endswith("\\")
+            elif out:
+                out[-1].append(line)
         return out
 
 
@@ -85,13 +106,19 @@ def blocks(doc: Path) -> Iterator[Block]:
         i += 1
         if lang not in RUNNABLE:
             continue
-        skip, exit_code = None, 0
+        skip, exit_code, check_output = None, 0, False
         if marker and marker.group("what") == "skip":
             skip = marker.group("arg").strip("() ")
             assert skip, f"{doc}:{start + 1}: a docs-test skip marker must give its reason"
         elif marker:
-            exit_code = int(marker.group("arg"))
-        yield Block(doc, start + 1, lang, "\n".join(body) + "\n", skip, exit_code)
+            directives = [d.strip() for d in f"{marker.group('what')} {marker.group('arg')}".split(";")]
+            for directive in directives:
+                if directive == "output":
+                    check_output = True
+                else:
+                    exit_code = int(directive.removeprefix("exit").strip())
+            assert not check_output or lang == "console", f"{doc}:{start + 1}: only console output is compared"
+        yield Block(doc, start + 1, lang, "\n".join(body) + "\n", skip, exit_code, check_output)
 
 
 def _fake_llm_policy() -> Any:
@@ -152,7 +179,8 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
         runs = [["node", "--input-type=module", "-e", block.code]]
     else:
         runs = [[sys.executable, "-c", block.code]]
-    for argv in runs:
+    expected = block.expected_output() if block.check_output else [None] * len(runs)
+    for argv, shown_lines in zip(runs, expected, strict=True):
         proc = subprocess.run(
             argv, cwd=folder, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
             stdin=subprocess.DEVNULL,
@@ -162,6 +190,26 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
             f"{block.where}: `{shown}` exited {proc.returncode}, expected {block.exit_code}\n"
             f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         )
+        if shown_lines is not None:
+            _assert_output(block, argv[-1], shown_lines, proc, folder)
+
+
+def _comparable(text: str, folder: Path) -> str:
+    text = text.replace(f"{folder / 'home'}/", "").replace(f"{folder}/", "")
+    return DURATION.sub("<duration>", text).rstrip()
+
+
+def _assert_output(block: Block, command: str, shown: list[str], proc: Any, folder: Path) -> None:
+    """The doc's lines under a command are its stdout, give or take its stderr lines (progress)."""
+    stderr = {_comparable(line, folder) for line in proc.stderr.splitlines()}
+    expected = [line for line in (_comparable(s, folder) for s in shown) if line not in stderr or not line]
+    while expected and not expected[-1]:
+        expected.pop()
+    printed = [_comparable(line, folder) for line in proc.stdout.splitlines()]
+    assert printed == expected, (
+        f"{block.where}: `{command}` printed other lines than the doc shows\n"
+        + "\n".join(difflib.unified_diff(expected, printed, "doc", "printed", lineterm=""))
+    )
 
 
 # a document without code blocks (docs/testing.md) has nothing to run: no case is generated for it

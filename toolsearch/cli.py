@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from ._errors import BackendError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
+from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .providers.registry import chat_format_names
 
 # Exit codes scripts can rely on.
@@ -186,7 +187,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Index thousands of tool definitions and let an LLM agent search them.",
-        epilog="Exit codes: 0 ok, 1 error in input or environment, 2 bad usage, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 error in input or environment, 2 bad usage, 3 eval below its floor, "
+        "130 interrupted.",
         parents=[_common(), _root_option()],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -241,6 +243,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     from .usage_cli import add_usage_command
 
     add_usage_command(commands, [common, root], cmd_usage)
+
+    from .eval_cli import add_eval_command
+
+    add_eval_command(commands, [common, root], cmd_eval, check_eval)
 
     p = commands.add_parser(
         "demo", parents=[common, as_json], help="run the built-in tool-search demo end to end",
@@ -477,6 +483,14 @@ def check_index_argument(args: argparse.Namespace) -> None:
         _root(args).path(args.index)
 
 
+def check_eval(args: argparse.Namespace) -> None:
+    from .eval_cli import check_eval_options
+
+    check_eval_options(args)
+    if not Path(args.source).is_file() and not _looks_like_path(args.source):
+        _root(args).path(args.source)
+
+
 def check_demo(args: argparse.Namespace) -> None:
     from .backends import get_backend_spec
 
@@ -681,6 +695,20 @@ def cmd_usage(args: argparse.Namespace, console: Console) -> int:
     from .usage_cli import cmd_usage as run_usage
 
     return run_usage(args, console, _resolve_index(args))
+
+
+def cmd_eval(args: argparse.Namespace, console: Console) -> int:
+    from .eval_cli import run_eval
+    from .store import load_index
+
+    given = Path(args.source)
+    if given.is_file():  # a tool file: every backend is built from its tools
+        return run_eval(args, console, load_sources([args.source], console))
+    args.index = args.source
+    path = _resolve_index(args)
+    with console.progress(f"loading index {path.name}"), _library_warnings(console):
+        index = load_index(path)
+    return run_eval(args, console, list(index.catalog), index=index, folder=path)
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
