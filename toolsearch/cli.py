@@ -199,7 +199,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "build", parents=[common, root, as_json], help="index tool definitions (reuses an identical index)",
         description="Index tools from JSON/JSONL files (OpenAI, Anthropic, MCP or dataset shape, auto-detected) "
-        "or from an MCP servers config ({\"mcpServers\": {...}}). An index of the same tools and backend "
+        "or from an MCP servers config ({\"mcpServers\": {...}}, or VS Code's {\"servers\": {...}, "
+        "\"inputs\": [...]}). "
+        "An index of the same tools and backend "
         "options that already exists is reused, not rebuilt. Interrupting a build leaves the old index intact.",
     )
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="tool file (.json/.jsonl) or MCP servers config")
@@ -386,7 +388,7 @@ def _is_mcp_config(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False  # load_tools reports the problem with the file and line
-    return isinstance(data, dict) and isinstance(data.get("mcpServers"), dict)
+    return isinstance(data, dict) and any(isinstance(data.get(key), dict) for key in ("mcpServers", "servers"))
 
 
 def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
