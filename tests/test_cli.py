@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -508,6 +509,10 @@ def test_demo_text_output_and_index_reuse(home: Path) -> None:
         assert expected in first.stderr, expected
     again = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert "Index: bm25 backend, reused" in again.stdout
+    # one index time, the same on stderr while it works and in the report
+    [said] = re.findall(r"index reused in (\d+\.\d\ds)", again.stderr)
+    [reported] = re.findall(r"Index: bm25 backend, reused in (\d+\.\d\ds)", again.stdout)
+    assert said == reported
     rebuilt = cli("demo", "--backend", "bm25", "--cache-dir", "cache", "--rebuild", cwd=home)
     assert "Index: bm25 backend, built" in rebuilt.stdout
 
@@ -640,8 +645,6 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
 
 
 def test_the_exit_table_covers_every_code_and_command() -> None:
-    import re
-
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)}
     assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_BELOW_FLOOR, EXIT_INTERRUPTED}
     walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: build and mcp serve, below
@@ -746,3 +749,34 @@ def test_ctrl_c_on_mcp_serve_exits_130(home: Path) -> None:
     code, rest = _interrupt_after(child, "gateway ready")
     assert code == EXIT_INTERRUPTED, rest
     assert rest.strip().splitlines()[-1] == "toolsearch: interrupted" and "Traceback" not in rest
+
+
+# --- help that names everything, and errors that point at the right help --------------------------
+
+
+def test_help_and_the_docs_name_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch.cli import BENCHMARKS
+
+    assert len(BENCHMARKS) == 8
+    code, out, _ = run(capsys, "--help")
+    bench_line = " ".join(out.split("    bench", 1)[1].split("    mcp", 1)[0].split())
+    assert code == EXIT_OK and all(name in bench_line for name in BENCHMARKS), bench_line
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `bench "))
+    assert all(name in row for name in BENCHMARKS), row
+    assert all(f"$ toolsearch bench {name} --help" in docs for name in BENCHMARKS)
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["query", "idx", "email", "--bogus"], "query"),
+    (["query", "--bogus", "idx", "email"], "query"),
+    (["list", "--bogus"], "list"),
+    (["bench", "retrieval", "--bogus"], "bench retrieval"),
+    (["eval", "idx", "--queries", "q.jsonl", "--bogus"], "eval"),
+])
+def test_an_unknown_option_points_at_the_commands_own_help(
+    argv: list[str], command: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == EXIT_USAGE and out == ""
+    assert err.strip() == f"toolsearch: error: unrecognized arguments: --bogus (see 'toolsearch {command} --help')"

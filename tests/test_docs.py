@@ -14,8 +14,8 @@ explicit marker on the line before its fence, which must give a reason:
 and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. `<!-- docs-test: output -->` (alone or
 after the exit code: `exit 3; output`) makes a console block's printed lines part of the test: the
 lines under each `$ ` command must be what it prints on stdout, in order, give or take the lines it
-prints on stderr (progress), with durations (`0.2s`, `12 ms`) and the test folder's path left out
-of the comparison. Provider examples reach a
+prints on stderr (progress), with durations (`0.2s`, `12 ms`), sizes, timestamps and the test
+folder's path left out of the comparison. Provider examples reach a
 local server that speaks the OpenAI and Anthropic wire formats (OPENAI_BASE_URL /
 ANTHROPIC_BASE_URL point at it), never the network.
 """
@@ -40,7 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)?\s*$")
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit|output)\s*(?P<arg>.*?)\s*-->\s*$")
-DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
+# what differs between two runs of one command: durations (`0.2s`, `12 ms`), sizes on disk, timestamps
+VARYING = [
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b"), "<duration>"),
+    (re.compile(r"\b\d+(?:\.\d+)? (?:B|kB|MB|GB)\b *"), "<size> "),  # with its padding: widths vary too
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b"), "<time>"),
+]
 RUNNABLE = {"console", "bash", "sh", "python", "js"}
 NODE_MODULES = ROOT / ".cache" / "node" / "node_modules"
 BLOCK_TIMEOUT = 600
@@ -196,7 +201,9 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
 
 def _comparable(text: str, folder: Path) -> str:
     text = text.replace(f"{folder / 'home'}/", "").replace(f"{folder}/", "")
-    return DURATION.sub("<duration>", text).rstrip()
+    for pattern, placeholder in VARYING:
+        text = pattern.sub(placeholder, text)
+    return text.rstrip()
 
 
 def _assert_output(block: Block, command: str, shown: list[str], proc: Any, folder: Path) -> None:
@@ -285,3 +292,35 @@ def test_ci_sets_up_everything_then_runs_every_check() -> None:
     assert programs.index("ruff") < programs.index("mypy") < programs.index("pytest")
     assert "--fail-on-skip" in next(c for c in commands if c[0] == "pytest")
     assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"
+
+
+def test_ci_uses_its_own_venv_not_the_readmes() -> None:
+    """The README's first command makes a torch-free `.venv`; CI installs torch, so it must not reuse that one."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    default = re.search(r"^VENV=\$\{VENV:-([^}]+)\}$", ci, re.M)
+    assert default, ".ci/run must name its venv in VENV"
+    demo, _ = _readme_commands()
+    readme_venv = re.match(r"python3 -m venv (\S+)", demo)
+    assert readme_venv and Path(default.group(1)) != Path(readme_venv.group(1))
+    assert re.search(r"^export VENV$", ci, re.M), "the setup hooks install into $VENV: it must be exported"
+    assert "pip" in (ROOT / ".ci" / "setup.d" / "bfcl-eval.sh").read_text() and "${VENV" in (
+        ROOT / ".ci" / "setup.d" / "bfcl-eval.sh").read_text()
+    assert default.group(1) in (ROOT / "README.md").read_text(), "the README says where CI's venv is"
+
+
+def test_integrations_says_which_openai_api_each_example_calls(tmp_path: Path, llm_server: Any) -> None:
+    """The page is right: LangChain's example calls Chat Completions, the other two call Responses."""
+    doc = ROOT / "docs" / "integrations.md"
+    text = " ".join(doc.read_text(encoding="utf-8").split())
+    assert "Chat Completions (`/v1/chat/completions`)" in text and "Responses API (`/v1/responses`)" in text
+    expected = {"langchain": {"/v1/chat/completions"}, "pydantic_ai": {"/v1/responses"}, "agents": {"/v1/responses"}}
+    env = _env(tmp_path, llm_server)
+    seen: dict[str, set[str]] = {}
+    for block in blocks(doc):
+        framework = next((f for f in expected if re.search(rf"^from {f}\b", block.code, re.M)), None)
+        if block.skip is not None or block.lang != "python" or framework is None:
+            continue
+        before = len(llm_server.requests)
+        _run_block(block, tmp_path, env)
+        seen.setdefault(framework, set()).update(r.path for r in llm_server.requests[before:])
+    assert seen == expected

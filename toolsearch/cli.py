@@ -156,6 +156,17 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{PROG}: error: {_one_line(message)} (see '{self.prog} --help')\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        # A command refuses what it does not know itself, so the message points at its own --help; a
+        # command that is not installed takes anything (its message names the extra to install).
+        leaf = self.prog != PROG and self._subparsers is None
+        if extras and leaf and not getattr(parsed, "any_arguments", False):
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
 
 def _common() -> _Parser:
     # SUPPRESS: an option given before the command is not overwritten by the sub-parser's default.
@@ -277,7 +288,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     models.add_arguments(install)
     install.set_defaults(func=_run_plugin(models))
 
-    p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale, sessions)",
+    p = commands.add_parser("bench", parents=[common], help=f"run a benchmark ({', '.join(BENCHMARKS)})",
                             description="Run one of the reproducible benchmarks; see each one's --help.")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)
     benches.required = True
