@@ -16,8 +16,8 @@ after the exit code: `exit 3; output`) makes a console block's printed lines par
 lines under each `$ ` command must be what it prints on stdout, in order, give or take the lines it
 prints on stderr (progress), with durations (`0.2s`, `12 ms`), sizes, timestamps and the test
 folder's path left out of the comparison. Provider examples reach a
-local server that speaks the OpenAI and Anthropic wire formats (OPENAI_BASE_URL /
-ANTHROPIC_BASE_URL point at it), never the network.
+local server that speaks the OpenAI, Anthropic and Gemini wire formats (OPENAI_BASE_URL /
+ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL point at it), never the network.
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ def _env(folder: Path, server: Any) -> dict[str, str]:
         "OPENAI_API_KEY": "sk-local-test",
         "ANTHROPIC_BASE_URL": server.anthropic_base_url,
         "ANTHROPIC_API_KEY": "sk-ant-local-test",
+        "GOOGLE_GEMINI_BASE_URL": server.gemini_base_url,  # read by google-genai's Client
+        "GEMINI_API_KEY": "local-test",
         "COLUMNS": "120",
     }
     return env

@@ -23,7 +23,7 @@ for a test that expects the refusal).
 
 Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`,
 `POST /v1/messages/count_tokens`, and Gemini's `POST /v1beta/models/{model}:generateContent` and
-`:streamGenerateContent?alt=sse`. Token counts are deterministic: input = len(raw body) // 4,
+`:streamGenerateContent?alt=sse` (also under `/v1/`). Token counts are deterministic: input = len(raw body) // 4,
 output = len(rendered content) // 4 (at least 1 each).
 """
 
@@ -64,8 +64,11 @@ OPENAI_CHAT = "openai.chat"
 OPENAI_RESPONSES = "openai.responses"
 ANTHROPIC_MESSAGES = "anthropic"
 GEMINI = "gemini"
-# models/{model}:generateContent and :streamGenerateContent (the model name is part of the path)
-_GEMINI_ROUTE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$")
+# models/{model}:generateContent and :streamGenerateContent (the model name is part of the path), under
+# either API version (the SDK uses v1beta by default and v1 with a base_url from $GOOGLE_GEMINI_BASE_URL)
+_GEMINI_ROUTE = re.compile(
+    r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
+)
 
 _ROUTES = {
     "/v1/chat/completions": OPENAI_CHAT,
