@@ -330,7 +330,7 @@ class Request(Mapping[str, Any]):
         """Text of every user message (tool results excluded)."""
         out = []
         for m in self.messages:
-            if m.get("role", "user") != "user":
+            if m.get("role", "user" if self.provider == GEMINI else None) != "user":  # Gemini's default role
                 continue
             text = _text_of(m.get("content", m.get("parts")))
             if text:
