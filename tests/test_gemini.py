@@ -161,3 +161,18 @@ def test_the_demo_renders_and_counts_gemini_requests(tmp_path: Path, capsys: pyt
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["format"] == "gemini"
     assert 0 < report["tool_search"]["tool_tokens"] < report["all_tools"]["tool_tokens"]
+
+
+def test_a_tool_name_gemini_would_refuse_is_sent_under_a_name_it_accepts(server: FakeLLMServer) -> None:
+    """Gemini names start with a letter or `_`: `3d_print` goes out as `_3d_print` and comes back as itself."""
+    printer = Tool("3d_print", "Print a 3D model file on the office printer.",
+                   {"type": "object", "properties": {"file": {"type": "string"}}})
+    index = ToolIndex.build([printer], backend="bm25")
+    session = SessionManager(index).create("printer")
+    printed: list[str] = []
+    server.enqueue(search("print a 3D model"), Turn(tool_calls=[("_3d_print", {"file": "gear.stl"})]), Turn(text="ok"))
+    result = run(make_model(KIND, server), "Print gear.stl", session=session,
+                 functions={"3d_print": lambda file: printed.append(file) or "queued"})
+    assert result.output == "ok" and printed == ["gear.stl"]
+    assert "_3d_print" in server.requests[1].tool_names
+    assert [r.call.name for r in result.tool_results] == ["tool_search", "3d_print"]

@@ -7,7 +7,8 @@ answered by one `function_response` part, all in the next user turn, in call ord
 result under `output` (or `error`), as the API documents. The Gemini Developer API sends no call
 ids, so a call without one gets a local id (`gemini-call-N`) that is never sent back: the response
 is matched by its place and name. Thought signatures the model attaches to its parts are kept and
-replayed with them, which Gemini 3 requires for function calling.
+replayed with them, which Gemini 3 requires for function calling. Gemini names must start with a
+letter or `_`: a provider-safe alias that starts otherwise (`3d_print`) is sent as `_3d_print`.
 
 Schema injection only: Gemini has no native deferred-tool form. Gemini caches prompt prefixes by
 itself (implicit caching), so nothing is marked; `toolsearch.cost` prices the reused prefix.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,11 +40,28 @@ from ._base import (
     stream_sync,
 )
 
-__all__ = ["GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response"]
+__all__ = [
+    "GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response", "wire_name",
+]
 
 _SDK_MODULES = ("google.genai", "httpx", "google.auth")
 LOCAL_ID = "gemini-call-"  # ids made here for calls the API sent without one; never sent back
 _local_ids = itertools.count(1)
+# Gemini names must start with a letter or "_"; a provider-safe alias may start with a digit or "-"
+_GEMINI_START = re.compile(r"^[A-Za-z_]")
+
+
+def wire_name(alias: str) -> str:
+    """The name Gemini is sent for a provider-safe alias: `_` put before one that starts otherwise."""
+    return alias if _GEMINI_START.match(alias) else f"_{alias}"[:64]
+
+
+def _original(names: NameMap, sent: str) -> str:
+    """The tool name behind a name Gemini sent back (see `wire_name`)."""
+    found = names.original(sent)
+    if found is None and sent.startswith("_"):
+        found = names.original(sent[1:])
+    return found or sent
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -84,7 +103,7 @@ def gemini_payload(request: ChatRequest, model: str, names: NameMap | None = Non
             if m.content:
                 parts.append({"text": m.content})
             for c in m.tool_calls:
-                call: dict[str, Any] = {"name": names.safe(c.name), "args": dict(c.arguments)}
+                call: dict[str, Any] = {"name": wire_name(names.safe(c.name)), "args": dict(c.arguments)}
                 if not c.id.startswith(LOCAL_ID):
                     call["id"] = c.id
                 part: dict[str, Any] = {"function_call": call}
@@ -94,7 +113,7 @@ def gemini_payload(request: ChatRequest, model: str, names: NameMap | None = Non
             if parts:  # an empty reply is left out: the API refuses a content without parts
                 contents.append({"role": "model", "parts": parts})
         else:
-            response: dict[str, Any] = {"name": names.safe(m.name or ""),
+            response: dict[str, Any] = {"name": wire_name(names.safe(m.name or "")),
                                         "response": {"error" if m.is_error else "output": m.content}}
             if m.tool_call_id and not m.tool_call_id.startswith(LOCAL_ID):
                 response["id"] = m.tool_call_id
@@ -109,7 +128,7 @@ def gemini_payload(request: ChatRequest, model: str, names: NameMap | None = Non
     config: dict[str, Any] = {}
     if system_parts:
         config["system_instruction"] = "\n\n".join(system_parts)
-    declarations = [gemini_declaration(t, names.safe(t.name)) for t in request.tools]
+    declarations = [gemini_declaration(t, wire_name(names.safe(t.name))) for t in request.tools]
     if declarations:
         config["tools"] = [{"function_declarations": declarations}]
     config.update(options)
@@ -141,7 +160,7 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
             alias = _get(fn, "name") or ""
             args, error = parse_arguments(_get(fn, "args"))
             call_id = _get(fn, "id") or f"{LOCAL_ID}{next(_local_ids)}"
-            calls.append(ToolCall(call_id, names.original(alias) or alias, args, error))
+            calls.append(ToolCall(call_id, _original(names, alias), args, error))
             signature = _signature(_get(part, "thought_signature"))
             if signature:
                 signatures.append((call_id, signature))
@@ -187,7 +206,7 @@ class GeminiStreamAssembler:
                 fn = _get(part, "function_call")
                 if fn is not None:
                     alias = _get(fn, "name") or ""
-                    name = self.names.original(alias) or alias
+                    name = _original(self.names, alias)
                     events.append(StreamEvent.tool_call_start(_get(fn, "id") or "", name))
                 elif _get(part, "text") and not _get(part, "thought"):
                     events.append(StreamEvent.text_delta(_get(part, "text")))

@@ -202,9 +202,9 @@ def _gemini_payload(request: ChatRequest, model: str) -> dict[str, Any]:
 
 
 def _gemini_tool(tool: Tool, alias: str) -> dict[str, Any]:
-    from .gemini import gemini_declaration
+    from .gemini import gemini_declaration, wire_name
 
-    return gemini_declaration(tool, alias)
+    return gemini_declaration(tool, wire_name(alias))
 
 
 register_format(
