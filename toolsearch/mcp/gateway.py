@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -377,11 +377,13 @@ class Gateway:
         path: str = "/mcp",
         announce: Any = None,
         reuse_port: bool = False,
+        middleware: Sequence[Callable[[Any], Any]] = (),
     ) -> None:
         """Serve streamable HTTP until cancelled; `announce(url)` is called once the socket listens.
 
         `reuse_port` binds with SO_REUSEPORT, so several worker processes listen on one port and
-        the kernel spreads connections between them.
+        the kernel spreads connections between them. `middleware` wraps the ASGI app, innermost
+        first (e.g. an authentication layer that records each request's caller in its scope).
         """
         import uvicorn
 
@@ -391,6 +393,8 @@ class Gateway:
                 yield  # the start-up code handles signals, so the upstream servers are stopped cleanly too
 
         app = self.http_app(path=path, host=host)
+        for wrap in middleware:
+            app = wrap(app)
         server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
         sockets = [reuse_port_socket(host, port)] if reuse_port else None
 
