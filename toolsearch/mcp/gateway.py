@@ -142,6 +142,9 @@ class Gateway:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
         )
+        # The SDK checks a 2026 call's Mcp-Param-* headers against the called tool's schema; without this
+        # lookup it would run the whole tools/list handler for every call to find it.
+        self.server.get_tool_input_schema = self._input_schema
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         self.server.middleware.append(self._session_middleware)
 
@@ -193,6 +196,13 @@ class Gateway:
         if self.settings.call_tool:
             text += f" If your tool list does not update, call found tools through `{CALL_TOOL}`."
         return text
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of a tool the 2026 era lists (its stable list, unfiltered), or None."""
+        for tool in self.modern.listing(None).tools:
+            if tool.name == name:
+                return dict(tool.input_schema)
+        return None
 
     async def _discover(self, ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
         return types.DiscoverResult(
