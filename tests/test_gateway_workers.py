@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,7 +24,16 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_servers import PY, TOY, GatewayProcess, gateway_argv, gateway_env, toy, wait_until, write_config
+from mcp_servers import (
+    PY,
+    GatewayProcess,
+    gateway_argv,
+    gateway_env,
+    toy,
+    toy_over_http,
+    wait_until,
+    write_config,
+)
 from redis_server import RedisServer
 
 from toolsearch.store import IndexStore
@@ -298,35 +306,9 @@ async def test_redis_down_or_hung_gives_a_clear_error_and_the_session_comes_back
 # --- catalog changes and the shared index -------------------------------------------------------------
 
 
-@contextmanager
-def shared_toy_upstream() -> Iterator[str]:
-    """The toy server over streamable HTTP, one process every gateway worker connects to."""
-    proc = subprocess.Popen([PY, str(TOY)], env={**os.environ, "TOY_HTTP_PORT": "0"}, stderr=subprocess.PIPE, text=True)
-    url: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            found = re.search(r"listening on (\S+)", line)
-            if found:
-                url.append(found.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        ready.wait(60)
-        assert url, "the toy HTTP server did not start"
-        yield url[0]
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 async def test_a_catalog_change_seen_by_one_worker_reaches_the_other(redis: RedisServer, tmp_path: Path) -> None:
     index_dir = tmp_path / "indexes"
-    with shared_toy_upstream() as upstream:
+    with toy_over_http() as upstream:
         config = write_config(tmp_path / "servers.json", {"shared": {"url": upstream}})
         with gateways(config, 2, *shared_flags(redis, index_dir, "--pin", "shared__grow")) as (a, b):
             ports = [port_of(a.wait_ready()), port_of(b.wait_ready())]

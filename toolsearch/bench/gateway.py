@@ -951,19 +951,16 @@ def _counts(what: str, example: str) -> Any:
     return parse
 
 
-def _store_list(spec: str) -> list[str]:
-    values = [x.strip() for x in spec.split(",") if x.strip()]
-    unknown = [v for v in values if v not in STORES]
-    if not values or unknown:
-        raise argparse.ArgumentTypeError(f"{spec!r}: stores are {', '.join(STORES)} (comma-separated)")
-    return values
+def _choices(what: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list of `allowed` values."""
 
+    def parse(spec: str) -> list[str]:
+        values = [x.strip() for x in spec.split(",") if x.strip()]
+        if not values or any(v not in allowed for v in values):
+            raise argparse.ArgumentTypeError(f"{spec!r}: {what} are {', '.join(allowed)} (comma-separated)")
+        return values
 
-def _era_list(spec: str) -> list[str]:
-    values = [x.strip() for x in spec.split(",") if x.strip()]
-    if not values or any(v not in ERAS for v in values):
-        raise argparse.ArgumentTypeError(f"{spec!r}: eras are {', '.join(ERAS)} (comma-separated)")
-    return values
+    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -976,14 +973,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stores",
-        type=_store_list,
+        type=_choices("stores", STORES),
         default=list(STORES),
         metavar="LIST",
         help="store configurations: memory (per connection), memory-stateless, redis (default: all three)",
     )
     parser.add_argument(
         "--eras",
-        type=_era_list,
+        type=_choices("eras", ERAS),
         default=list(ERAS),
         metavar="LIST",
         help="protocol eras of the clients: handshake (progressive list), modern (2026-07-28) (default: both)",

@@ -231,8 +231,8 @@ class Gateway:
         allowed = self.allowed_for(caller)
         name, arguments = params.name, dict(params.arguments or {})
         try:
-            if name == self.metatool.name:
-                return await self.store_call(self.modern.search, caller, allowed, arguments)
+            if name == self.metatool.name:  # a search may embed the query: always off the event loop
+                return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments)
             result: types.CallToolResult = await self.modern.call(caller, allowed, name, arguments)
             return result
         except (ToolSearchError, SessionStoreError) as exc:
