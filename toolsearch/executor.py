@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from . import tracing
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
 from .providers.registry import parse_tool_call, render_result, render_tools
@@ -269,6 +270,7 @@ class ToolExecutor:
         self.usage = usage
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
+        tracing.tool_results(results)
         if self.usage is None:
             return list(results)
         for result in results:  # searches first: a call in the same batch may use what they showed
