@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from fakes import FakeLLMServer, Turn
 from fakes.e2e import Calls, call_found, catalog_tools, implementations, make_model, search
+from mcp import Client
 from mcp_servers import http_gateway, toy, wait_until, write_config
 from mcp_servers.clients import connect, text
 from opentelemetry.sdk.metrics import MeterProvider
@@ -31,7 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from toolsearch import Tool, ToolIndex, tracing
-from toolsearch.loop import LoopOutcome, run
+from toolsearch.loop import LoopOutcome, arun, run
 from toolsearch.metatool import ToolSearchMetaTool
 from toolsearch.session import SessionManager
 
@@ -171,6 +172,25 @@ def test_one_agent_task_is_one_trace_with_its_search_scores_calls_and_requests(
     assert telemetry.counts("toolsearch.tool.found_not_called") == dict.fromkeys(found_only, 1)
 
 
+async def test_an_async_run_is_one_trace_too(telemetry: Telemetry, server: FakeLLMServer, index: ToolIndex) -> None:
+    session = SessionManager(index).create("async")
+    server.enqueue(
+        search("weather forecast", max_results=2),
+        call_found(("weather_get_forecast", {"location": "Paris", "days": 2})),
+        Turn(text="Sunny."),
+    )
+    model = make_model("openai_responses", server, asynchronous=True)
+    result = await arun(model, "Weather?", session=session, functions=implementations(Calls()))
+    assert result.outcome is LoopOutcome.COMPLETED
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    names = sorted(s.name for s in telemetry.spans() if s is not agent)
+    assert names == ["chat gpt-test"] * 3 + ["execute_tool weather_get_forecast", "retrieval"]
+    assert agent.context is not None
+    assert {s.parent.span_id for s in telemetry.spans() if s.parent is not None} == {agent.context.span_id}
+    assert {_attrs(s)["toolsearch.provider.format"] for s in telemetry.spans("chat gpt-test")} == {"openai_responses"}
+    assert telemetry.counts("toolsearch.tool.calls_without_search") == {}
+
+
 def test_query_text_only_when_chosen_and_a_bad_query_is_an_error_span(
     telemetry: Telemetry, index: ToolIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -253,6 +273,9 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
             with caller.start_as_current_span("agent step") as step:
                 found = await client.search("add two numbers")
                 echoed = await client.call("toy__echo", {"text": "hi"})
+        async with Client(gateway.url or "") as modern:  # the 2026-07-28 era: no session, a context handle
+            with caller.start_as_current_span("another step") as later:
+                handed = await modern.call_tool("tool_search", {"query": "add two numbers"})
     assert not found.is_error and text(echoed) == "hi"
     ours = step.get_span_context()
     trace_id, step_id = f"0x{ours.trace_id:032x}", f"0x{ours.span_id:016x}"
@@ -261,16 +284,17 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
         return [s for s in _exported(spans) if s["name"] == name]
 
     assert wait_until(lambda: by_name("tools/call echo"), timeout=10)
-    [search_span] = by_name("tools/call tool_search")  # the mcp SDK's SERVER span in the gateway
+    # the mcp SDK's SERVER span in the gateway, a child of the caller's span through `_meta`
+    [search_span] = [s for s in by_name("tools/call tool_search") if s["parent_id"] == step_id]
     assert search_span["kind"] == "SpanKind.SERVER"
-    assert (search_span["context"]["trace_id"], search_span["parent_id"]) == (trace_id, step_id)
+    assert search_span["context"]["trace_id"] == trace_id
     attributes = search_span["attributes"]
     assert (attributes["mcp.method.name"], attributes["gen_ai.tool.name"]) == ("tools/call", "tool_search")
     session_digest = attributes["mcp.session.id"]
     assert len(session_digest) == 16 and int(session_digest, 16) >= 0  # a digest, not the raw id
 
-    [retrieval] = by_name("retrieval")  # toolsearch's span, inside the gateway's request span
-    assert retrieval["parent_id"] == search_span["context"]["span_id"]
+    # toolsearch's span, inside the gateway's request span
+    [retrieval] = [s for s in by_name("retrieval") if s["parent_id"] == search_span["context"]["span_id"]]
     documents = [d["id"] for d in json.loads(retrieval["attributes"]["gen_ai.retrieval.documents"])]
     assert documents[0] == "toy__add_numbers" and all(name in text(found) for name in documents)
 
@@ -280,3 +304,12 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
     [upstream] = by_name("tools/call echo")  # the upstream server, another process, in the same trace
     assert send["parent_id"] == forward["context"]["span_id"]
     assert upstream["context"]["trace_id"] == trace_id and upstream["parent_id"] == send["context"]["span_id"]
+
+    handle = (handed.structured_content or {}).get("context")
+    assert isinstance(handle, str) and handle
+    [modern_span] = [
+        s for s in by_name("tools/call tool_search") if s["parent_id"] == f"0x{later.get_span_context().span_id:016x}"
+    ]
+    context_digest = modern_span["attributes"]["mcp.session.id"]
+    assert len(context_digest) == 16 and context_digest != session_digest
+    assert handle not in json.dumps(_exported(spans))  # the handle is a credential: never in a span

@@ -87,8 +87,10 @@ class TraceSettings:
 
 
 _settings = TraceSettings()
-_tracers: dict[int, Tracer] = {}
-_counters: dict[int, tuple[Counter, Counter]] = {}
+# the last provider's tracer and counters; the provider itself is kept, so a new one is never
+# mistaken for a collected one that had the same id()
+_tracer_of: tuple[Any, Tracer] | None = None
+_counters_of: tuple[Any, tuple[Counter, Counter]] | None = None
 _warned: set[str] = set()
 
 
@@ -127,6 +129,7 @@ def restore(previous: TraceSettings) -> None:
 
 def _tracer() -> Tracer | None:
     """The tracer to use, or None when nothing would record (no provider anywhere)."""
+    global _tracer_of
     provider: Any = _settings.tracer_provider
     if provider is None:
         trace = sys.modules.get("opentelemetry.trace")
@@ -135,13 +138,13 @@ def _tracer() -> Tracer | None:
         provider = trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
             return None
-    tracer = _tracers.get(id(provider))
-    if tracer is None:
-        tracer = _tracers[id(provider)] = provider.get_tracer(_SCOPE, _version())
-    return tracer
+    if _tracer_of is None or _tracer_of[0] is not provider:
+        _tracer_of = (provider, provider.get_tracer(_SCOPE, _version()))
+    return _tracer_of[1]
 
 
 def _counter_pair() -> tuple[Counter, Counter] | None:
+    global _counters_of
     provider: Any = _settings.meter_provider
     if provider is None:
         metrics = sys.modules.get("opentelemetry.metrics")
@@ -150,18 +153,16 @@ def _counter_pair() -> tuple[Counter, Counter] | None:
         provider = metrics.get_meter_provider()
         if isinstance(provider, metrics.NoOpMeterProvider):
             return None
-    pair = _counters.get(id(provider))
-    if pair is None:
+    if _counters_of is None or _counters_of[0] is not provider:
         meter = provider.get_meter(_SCOPE, _version())
-        pair = _counters[id(provider)] = (
-            meter.create_counter(
-                "toolsearch.tool.calls_without_search", unit="{call}", description="tool calls no search returned"
-            ),
-            meter.create_counter(
-                "toolsearch.tool.found_not_called", unit="{tool}", description="tools a search returned, never called"
-            ),
+        without = meter.create_counter(
+            "toolsearch.tool.calls_without_search", unit="{call}", description="tool calls no search returned"
         )
-    return pair
+        unused = meter.create_counter(
+            "toolsearch.tool.found_not_called", unit="{tool}", description="tools a search returned, never called"
+        )
+        _counters_of = (provider, (without, unused))
+    return _counters_of[1]
 
 
 def _version() -> str:
