@@ -81,21 +81,15 @@ def index(demo_tools: list[Tool]) -> ToolIndex:
     return ToolIndex.build(catalog_tools(demo_tools), backend="bm25")
 
 
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
-
-
 def _attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
 def test_one_agent_task_is_one_trace_with_its_search_scores_calls_and_requests(
-    telemetry: Telemetry, server: FakeLLMServer, index: ToolIndex
+    telemetry: Telemetry, index: ToolIndex
 ) -> None:
     session = SessionManager(index).create("alice@example.com", pinned=["weather_get_current"])
-    server.enqueue(
+    turns = (
         search("weather forecast", max_results=2),
         # the pinned tool is called without a search; one of the two found tools is never called
         call_found(
@@ -103,9 +97,9 @@ def test_one_agent_task_is_one_trace_with_its_search_scores_calls_and_requests(
         ),
         Turn(text="Sunny in Paris."),
     )
-    result = run(
-        make_model("openai_chat", server), "Weather in Paris?", session=session, functions=implementations(Calls())
-    )
+    with FakeLLMServer(*turns) as server:
+        model = make_model("openai_chat", server)
+        result = run(model, "Weather in Paris?", session=session, functions=implementations(Calls()))
     assert result.outcome is LoopOutcome.COMPLETED
 
     [agent] = telemetry.spans("invoke_agent toolsearch")
@@ -172,15 +166,16 @@ def test_one_agent_task_is_one_trace_with_its_search_scores_calls_and_requests(
     assert telemetry.counts("toolsearch.tool.found_not_called") == dict.fromkeys(found_only, 1)
 
 
-async def test_an_async_run_is_one_trace_too(telemetry: Telemetry, server: FakeLLMServer, index: ToolIndex) -> None:
+async def test_an_async_run_is_one_trace_too(telemetry: Telemetry, index: ToolIndex) -> None:
     session = SessionManager(index).create("async")
-    server.enqueue(
+    turns = (
         search("weather forecast", max_results=2),
         call_found(("weather_get_forecast", {"location": "Paris", "days": 2})),
         Turn(text="Sunny."),
     )
-    model = make_model("openai_responses", server, asynchronous=True)
-    result = await arun(model, "Weather?", session=session, functions=implementations(Calls()))
+    with FakeLLMServer(*turns) as server:
+        model = make_model("openai_responses", server, asynchronous=True)
+        result = await arun(model, "Weather?", session=session, functions=implementations(Calls()))
     assert result.outcome is LoopOutcome.COMPLETED
     [agent] = telemetry.spans("invoke_agent toolsearch")
     names = sorted(s.name for s in telemetry.spans() if s is not agent)
