@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from . import tracing
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
@@ -292,6 +293,7 @@ class ToolExecutor:
         self.augment = augment
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
+        tracing.tool_results(results)
         if self.usage is None:
             return list(results)
         for result in results:  # searches first: a call in the same batch may use what they showed

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
 
+from .. import tracing
 from .._errors import ToolSearchError
 from ..providers import ToolCall
 from ..session import Session, SessionManager
@@ -168,6 +169,7 @@ class ModernEra:
             if handle is None and gateway.settings.contexts:
                 handle = self._mint(caller, session)
             usage_id = session.id if handle is None else context_key(caller, handle)
+            tracing.gateway_session(usage_id)
             gateway.usage.catalog_changed(gateway.index.catalog.hash)
             gateway.usage.searched(usage_id, outcome.query, [t.name for t in found] + list(outcome.already_loaded))
         finally:
