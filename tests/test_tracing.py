@@ -308,3 +308,38 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
     context_digest = modern_span["attributes"]["mcp.session.id"]
     assert len(context_digest) == 16 and context_digest != session_digest
     assert handle not in json.dumps(_exported(spans))  # the handle is a credential: never in a span
+
+
+@pytest.mark.parametrize("mode", ["hash", "text", "none"])
+def test_augmented_values_are_span_attributes_under_the_privacy_setting(
+    telemetry: Telemetry, index: ToolIndex, mode: str
+) -> None:
+    from fakes.augment import Consumer, Why
+
+    previous = tracing.configure(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider, queries=mode  # type: ignore[arg-type]
+    )
+    reason = "The user asked for the forecast in Paris."
+    turns = (
+        search("weather forecast", max_results=2),
+        call_found(("weather_get_forecast", {"location": "Paris", "days": 2, "call_reason": reason})),
+        Turn(text="Sunny."),
+    )
+    consumer = Consumer()
+    try:
+        with FakeLLMServer(*turns) as server:
+            model = make_model("openai_chat", server)
+            session = SessionManager(index).create(f"aug-{mode}")
+            run(model, "Forecast?", session=session, functions=implementations(Calls()), augment=Why, on_augment=consumer)
+    finally:
+        tracing.restore(previous)
+    [(tool, values, call_id)] = consumer.got
+    assert values == {"call_reason": reason}
+    [span] = telemetry.spans("augment weather_get_forecast")
+    attrs = _attrs(span)
+    assert attrs["gen_ai.tool.call.id"] == call_id and attrs["toolsearch.augment.fields"] == ("call_reason",)
+    assert (attrs.get("toolsearch.augment.call_reason") == reason) is (mode == "text")
+    hashed = attrs.get("toolsearch.augment.call_reason.sha256")
+    assert (hashed == hashlib.sha256(reason.encode()).hexdigest()[:16]) is (mode == "hash")
+    assert mode == "hash" or hashed is None
+    assert reason not in json.dumps(attrs) or mode == "text"

@@ -492,6 +492,8 @@ class ToolExecutor:
         self._deliver([(0, name, values, call_id)])
 
     def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
+        for _, name, values, call_id in deliveries:
+            tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
             outcome = consumer(name, values, call_id)  # type: ignore[misc]
@@ -501,6 +503,8 @@ class ToolExecutor:
                 raise TypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it directly")
 
     async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
+        for _, name, values, call_id in deliveries:
+            tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
             outcome = consumer(name, values, call_id)  # type: ignore[misc]

@@ -51,7 +51,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -291,6 +291,29 @@ def tool_results(results: Sequence[ToolResult]) -> None:
         if result.is_error:
             _error(span, result.status.value)
         span.end(end_time=now)
+
+
+def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
+    """An `augment {tool}` span for one call's augmented values (toolsearch.augment), recorded as
+    `toolsearch.augment.<field>` under the query privacy setting: a value is the model's own words
+    (a stated reason often quotes the user), so it is hashed by default, kept as text only with
+    queries="text", and left out with "none" (the field names are always recorded)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    mode = _queries()
+    attributes: dict[str, Any] = {
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": call_id,
+        "toolsearch.augment.fields": sorted(values),
+    }
+    for field_name, value in values.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        if mode == "text":
+            attributes[f"toolsearch.augment.{field_name}"] = text
+        elif mode == "hash":
+            attributes[f"toolsearch.augment.{field_name}.sha256"] = digest(text)
+    tracer.start_span(f"augment {name}", attributes=attributes).end()
 
 
 def model_request(model: Any, iteration: int, tools: int, turn: Any, started: float) -> None:
