@@ -330,10 +330,12 @@ def test_augmented_values_are_span_attributes_under_the_privacy_setting(
         with FakeLLMServer(*turns) as server:
             model = make_model("openai_chat", server)
             session = SessionManager(index).create(f"aug-{mode}")
-            run(model, "Forecast?", session=session, functions=implementations(Calls()), augment=Why, on_augment=consumer)
+            functions = implementations(Calls())
+            run(model, "Forecast?", session=session, functions=functions, augment=Why, on_augment=consumer)
     finally:
         tracing.restore(previous)
     [(tool, values, call_id)] = consumer.got
+    assert tool == "weather_get_forecast"
     assert values == {"call_reason": reason}
     [span] = telemetry.spans("augment weather_get_forecast")
     attrs = _attrs(span)
