@@ -3,6 +3,13 @@
     python benchmarks/mcp_gateway.py                # writes benchmarks/results/mcp_gateway.{json,md}
     python benchmarks/mcp_gateway.py --calls 50     # a quicker run
 
+Three arms for the same searches: (a) every upstream tool listed, (b) the handshake era's
+progressive list (found tools join `tools/list`), (c) the 2026-07-28 form (a stable list; found
+definitions arrive in `tool_search` results, calls go through `call_tool`). Per request of a
+conversation that runs the searches in turn: input tokens (the tools list plus the tool results so
+far) and the cached prefix a prompt cache can reuse (the previous request's input, when the tools
+list, which comes first, is unchanged).
+
 Servers: the ones the tests use — mcp-server-time and mcp-server-git (PyPI), our toy server
 (tests/mcp_servers/toy_server.py) and @modelcontextprotocol/server-everything (npm) when
 .ci/setup.d installed it. Tokens are exact o200k_base counts of compact JSON, in two views:
@@ -27,12 +34,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
 from importlib.metadata import version
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,13 +159,87 @@ async def measure_tokens(config: dict[str, dict[str, Any]], config_path: Path) -
                     "model_tokens": model_tokens(listed),
                 }
             )
+    modern = await measure_modern(config, config_path)
+    arms = conversation_arms(total["model_tokens"], stages, results, modern)
     return {
         "direct": direct,
         "direct_total": total,
         "gateway": stages,
         "gateway_instructions_tokens": count_tokens(instructions, ENCODING),
         "search_results": results,
+        "modern": modern,
+        "arms": arms,
     }
+
+
+@asynccontextmanager
+async def modern_stdio(argv: list[str]) -> AsyncIterator[Client]:
+    """The gateway over stdio with a client that speaks only 2026-07-28."""
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
+    async with Client(params, mode="2026-07-28") as client:
+        yield client
+
+
+async def measure_modern(config: dict[str, dict[str, Any]], config_path: Path) -> dict[str, Any]:
+    """The 2026-07-28 form: the stable list (checked unchanged after every search) and each search result."""
+    async with modern_stdio(gateway_argv(config_path, "--quiet")) as client:
+        first = (await client.list_tools(cache_mode="bypass")).tools
+        listing = wire(first)
+        results: list[dict[str, Any]] = []
+        context: str | None = None
+        stable = True
+        for server, query in SEARCHES.items():
+            if server not in config:
+                continue
+            arguments: dict[str, Any] = {"query": query, "max_results": 3}
+            if context is not None:
+                arguments["context"] = context
+            found = await client.call_tool("tool_search", arguments)
+            context = (found.structured_content or {}).get("context", context)
+            text = "\n".join(c.text for c in found.content if isinstance(c, types.TextContent))
+            results.append({"query": query, "result_tokens": count_tokens(text, ENCODING)})
+            stable = stable and wire((await client.list_tools(cache_mode="bypass")).tools) == listing
+    return {
+        "tools": len(first),
+        "wire_tokens": count_json_tokens(listing, ENCODING),
+        "model_tokens": model_tokens(first),
+        "list_unchanged_after_searches": stable,
+        "search_results": results,
+    }
+
+
+def conversation_arms(
+    all_tools: int, stages: list[dict[str, Any]], handshake: list[dict[str, Any]], modern: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per arm, per request (one before the searches, one after each): input tokens and cached prefix.
+
+    A request's input is its tools list plus every tool result so far (the searches' results; the
+    calls are the same in every arm and left out). A prompt cache reuses the previous request's
+    input as a prefix only while the tools list, which comes first, is unchanged.
+    """
+    lists = {
+        "all tools listed": [all_tools] * len(stages),
+        "handshake: progressive list": [s["model_tokens"] for s in stages],
+        "2026-07-28: search/call": [modern["model_tokens"]] * len(stages),
+    }
+    results = {
+        "all tools listed": [0] * (len(stages) - 1),  # nothing to search for: every tool is listed
+        "handshake: progressive list": [r["result_tokens"] for r in handshake],
+        "2026-07-28: search/call": [r["result_tokens"] for r in modern["search_results"]],
+    }
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for arm, listed in lists.items():
+        rows: list[dict[str, Any]] = []
+        conversation = 0
+        for i, tools in enumerate(listed):
+            if i:
+                conversation += results[arm][i - 1]
+            previous = rows[-1] if rows else None
+            cached = previous["input_tokens"] if previous is not None and previous["tools_tokens"] == tools else 0
+            rows.append({"request": i + 1, "tools_tokens": tools, "input_tokens": tools + conversation,
+                         "cached_prefix_tokens": cached})  # fmt: skip
+        arms[arm] = rows
+    return arms
 
 
 # --- latency -------------------------------------------------------------------------------------------
@@ -236,10 +318,15 @@ async def measure_latency(config_path: Path, repo: Path, calls: int, warmup: int
                 )
                 gw_stdio = await stack.enter_async_context(stdio_session(argv[0], argv[1:], gateway_env()))
                 gw_http = await stack.enter_async_context(http_session(url))
+                modern_stdio_client = await stack.enter_async_context(modern_stdio(argv))
+                modern_http_client = await stack.enter_async_context(Client(url, mode="2026-07-28"))
+                proxied = {"name": name, "arguments": args}
                 variants: dict[str, Callable[[], Awaitable[types.CallToolResult]]] = {
                     "direct_stdio": partial(direct.call_tool, tool, args),
                     "gateway_stdio": partial(gw_stdio.call_tool, name, args),
                     "gateway_http": partial(gw_http.call_tool, name, args),
+                    "modern_stdio": partial(modern_stdio_client.session.call_tool, "call_tool", proxied),
+                    "modern_http": partial(modern_http_client.session.call_tool, "call_tool", proxied),
                 }
                 if server == "toy":
                     toy_url = await stack.enter_async_context(toy_over_http())
@@ -257,6 +344,10 @@ async def measure_latency(config_path: Path, repo: Path, calls: int, warmup: int
 
 
 # --- report ----------------------------------------------------------------------------------------------
+
+
+def _p50(row: dict[str, Any], variant: str) -> str:
+    return f"{row[variant]['p50_ms']:.2f}" if variant in row else "n/a"
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -307,6 +398,37 @@ def markdown(data: dict[str, Any]) -> str:
         f"gateway's `instructions` (a client may add them to the system prompt) "
         f"{tokens['gateway_instructions_tokens']} tokens.",
         "",
+        "## Input tokens per request, and the cached prefix",
+        "",
+        "A conversation that runs the searches above in turn, one request before them and one after each. "
+        "*Tools*: the model tokens of the tools list the request carries; *input*: the tools plus the tool "
+        "results so far (search results; the calls are the same in every arm and left out); *cached*: the "
+        "prefix a prompt cache reuses (the previous request's input, when the tools list, which comes first, "
+        "is unchanged)."
+        + (
+            " The 2026-07-28 list was byte-identical after every search."
+            if tokens.get("modern", {}).get("list_unchanged_after_searches")
+            else ""
+        ),
+        "",
+        "| arm | request | tools | input | cached prefix |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for arm, rows in tokens.get("arms", {}).items():
+        for row in rows:
+            lines.append(
+                f"| {arm} | {row['request']} | {row['tools_tokens']:,} | {row['input_tokens']:,} | "
+                f"{row['cached_prefix_tokens']:,} |"
+            )
+    lines += ["", "| arm | input tokens, all requests | cached prefix | requests with a changed tools list |",
+              "|---|---:|---:|---:|"]  # fmt: skip
+    for arm, rows in tokens.get("arms", {}).items():
+        total_in = sum(r["input_tokens"] for r in rows)
+        cached = sum(r["cached_prefix_tokens"] for r in rows)
+        changed = sum(1 for a, b in pairwise(rows) if a["tools_tokens"] != b["tools_tokens"])
+        lines.append(f"| {arm} | {total_in:,} | {cached:,} ({cached / total_in if total_in else 0:.0%}) | {changed} |")
+    lines += [
+        "",
         "## Latency the gateway adds per call",
         "",
         f"p50 of {data['calls']} sequential `tools/call` round trips per cell, after {data['warmup']} warm-up "
@@ -314,10 +436,12 @@ def markdown(data: dict[str, Any]) -> str:
         "machine noise falls on all of them alike. *Direct stdio*: the client runs the upstream itself. "
         "*Gateway stdio*: client → gateway (stdio) → upstream (stdio). *Direct HTTP*: our toy server on "
         "streamable HTTP (127.0.0.1), the baseline for *gateway HTTP*: client → gateway (streamable HTTP) → "
-        "upstream (stdio). The real servers speak stdio only, so their HTTP baseline is n/a.",
+        "upstream (stdio). The real servers speak stdio only, so their HTTP baseline is n/a. *2026*: a client "
+        "pinned to 2026-07-28 calling the tool through `call_tool`, over stdio and HTTP.",
         "",
-        "| tool | direct stdio | gateway stdio | added (stdio) | direct HTTP | gateway HTTP | added (HTTP) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| tool | direct stdio | gateway stdio | added (stdio) | direct HTTP | gateway HTTP | added (HTTP) "
+        "| 2026 stdio (call_tool) | 2026 HTTP (call_tool) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in data["latency"]:
         direct_http = f"{row['direct_http']['p50_ms']:.2f}" if "direct_http" in row else "n/a"
@@ -325,7 +449,7 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"| {row['tool']} | {row['direct_stdio']['p50_ms']:.2f} | {row['gateway_stdio']['p50_ms']:.2f} | "
             f"{row['added_p50_ms_stdio']:+.2f} | {direct_http} | {row['gateway_http']['p50_ms']:.2f} | "
-            f"{added_http} |"
+            f"{added_http} | {_p50(row, 'modern_stdio')} | {_p50(row, 'modern_http')} |"
         )
     lines += [
         "",

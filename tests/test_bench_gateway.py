@@ -34,8 +34,14 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
     report = json.loads((out / "gateway.json").read_text())
     assert report["benchmark"] == "gateway"
     assert report["redis"]["given"] is False
-    expected = {(w, store, bench.ROUTING[store], k) for w in (1, 2) for store in STORES for k in CLIENTS}
-    got = [(c["workers"], c["store"], c["routing"], c["clients"]) for c in report["configurations"]]
+    expected = {
+        (w, store, era, bench.ROUTING[store], k)
+        for w in (1, 2)
+        for store in STORES
+        for era in bench.ERAS
+        for k in CLIENTS
+    }
+    got = [(c["workers"], c["store"], c["era"], c["routing"], c["clients"]) for c in report["configurations"]]
     assert sorted(got) == sorted(expected)
     for config in report["configurations"]:
         assert config["error_total"] == 0, config["error_samples"]
@@ -50,28 +56,31 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
         if config["routing"] == "round-robin" or config["clients"] > 1:  # every worker took part
             assert all(n > 0 for n in served), served
     # CPU per operation: the gateway processes of every configuration, and redis-server for the Redis one
-    cpu = {(c["workers"], c["store"], c["clients"]): c["cpu"] for c in report["configurations"]}
+    cpu = {(c["workers"], c["store"], c["clients"], c["era"]): c["cpu"] for c in report["configurations"]}
     assert all(v["gateway_ms_per_op"] is not None for v in cpu.values())
     assert sum(v["gateway_ms_per_op"] for v in cpu.values()) > 0
     assert all((v.get("redis_ms_per_op") is not None) == (key[1] == "redis") for key, v in cpu.items())
     # what Redis adds is reported against the like-for-like baseline, per worker and client count
     extra = report["redis_extra_p50_ms"]
-    assert {(r["workers"], r["clients"]) for r in extra.values()} == {(w, k) for w in (1, 2) for k in CLIENTS}
+    assert {(r["workers"], r["clients"], r["era"]) for r in extra.values()} == {
+        (w, k, era) for w in (1, 2) for k in CLIENTS for era in bench.ERAS
+    }
     assert {r["baseline"] for r in extra.values()} == {"memory-stateless"}
     assert set(report["targets"]["redis_extra_p50_ms_max_by_clients"]) == {str(k) for k in CLIENTS}
     assert report["targets"]["errors"] == 0 and report["targets"]["errors_met"]
     markdown = (out / "gateway.md").read_text()
-    assert "| clients | workers | store | routing |" in markdown
+    assert "| clients | workers | store | era | routing |" in markdown
     assert "## What Redis adds" in markdown
     assert "- Command: `toolsearch bench gateway --workers 1,2 --clients 1,3" in markdown
     assert (out / "gateway.png").stat().st_size > 0
 
 
-def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("era", bench.ERAS)
+def test_failed_operations_are_counted_as_errors(tmp_path: Path, era: str) -> None:
     # A query that matches no tool: every search must be reported as failed, and no loop as timed.
     config = bench.write_config(tmp_path)
-    with bench.gateway_workers(1, config, {"memory": []}, ["--quiet"]) as started:
-        groups = {"memory": ([w.url or "" for w in started["memory"]], "sticky")}
+    with bench.gateway_workers(1, config, {"memory": []}, ["--quiet", "--backend", "bm25"]) as started:
+        groups = {"memory": ([w.url or "" for w in started["memory"]], "sticky", era)}
         measured = anyio.run(bench.drive_clients, groups, 2, ["zzqx vvkq"], WARMUP, LOOPS, 2, None)
     records, _, _, _ = measured["memory"]
     summary = bench.summarise(records, 1.0)
@@ -86,6 +95,7 @@ def test_failed_operations_are_counted_as_errors(tmp_path: Path) -> None:
         (["--workers", "0"], "worker counts of at least 1"),
         (["--workers", "two"], "worker counts as integers"),
         (["--stores", "memcached"], "stores are memory, memory-stateless, redis"),
+        (["--eras", "2024"], "eras are handshake, modern"),
         (["--clients", "0"], "client counts of at least 1"),
         (["--loops", "0"], "must be at least 1"),
     ],

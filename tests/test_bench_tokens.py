@@ -532,3 +532,18 @@ def test_learn_arms_feed_a_usage_log_from_earlier_tasks(tmp_path: Path) -> None:
     assert all(q["with"]["success"] == 1.0 for q in row["quarters"])
     text = (out / "tokens.md").read_text()
     assert "## Learning from earlier tasks" in text and "| tiny | all (8) | bm25 | 4-4 |" in text
+
+
+def test_gemini_format_counts_and_prices_with_implicit_caching(dataset: Path, tmp_path: Path) -> None:
+    """`--format gemini`: requests rendered as generateContent, priced at Gemini's rates, cached automatically."""
+    out = tmp_path / "results"
+    assert bench.main(_args(dataset, out, "--sizes", "all", "--no-plot", "--format", "gemini")) == 0
+    report = json.loads((out / "tokens.json").read_text())
+    assert report["settings"]["prices"]["model"] == "gemini-2.5-flash"
+    full = report["datasets"]["tiny"]["by_size"][-1]["methods"]
+    for name, m in full.items():
+        assert m["input_tokens"] > 0 and m["tool_tokens"] > 0, name  # the contents and declarations are counted
+        billed = m["fresh_tokens"] + m["cache_write_tokens"] + m["cache_read_tokens"]
+        assert billed > 0 and m["cache_write_tokens"] == 0, name  # implicit caching: writes cost nothing
+    with pytest.raises(SystemExit, match="no native tool-search form"):
+        bench.main(_args(dataset, out, "--format", "gemini", "--native-backend", "bm25"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,10 +17,11 @@ import pytest
 
 from toolsearch import IndexStore, default_backend
 from toolsearch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_USER_ERROR, main
+from toolsearch.eval_cli import EXIT_BELOW_FLOOR
 from toolsearch.store import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["build", "query", "info", "list", "rm", "demo", "bench", "mcp"]
+COMMANDS = ["build", "query", "info", "list", "rm", "eval", "demo", "bench", "mcp"]
 
 OPENAI_TOOLS = [
     {"type": "function", "function": {
@@ -53,6 +55,11 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "openai.json").write_text(json.dumps(OPENAI_TOOLS, indent=2))
     (tmp_path / "anthropic.json").write_text(json.dumps({"tools": ANTHROPIC_TOOLS}))
     (tmp_path / "mcp.jsonl").write_text("\n".join(json.dumps(t) for t in MCP_TOOLS) + "\n")
+    # labelled queries for `eval`: the second wants a tool no word of it names, so bm25 misses it
+    (tmp_path / "queries.jsonl").write_text(
+        json.dumps({"id": "q1", "query": "send an email", "relevant": ["send_email"]}) + "\n"
+        + json.dumps({"id": "q2", "query": "bill a client", "relevant": ["create_invoice"]}) + "\n"
+    )
     return tmp_path
 
 
@@ -502,6 +509,10 @@ def test_demo_text_output_and_index_reuse(home: Path) -> None:
         assert expected in first.stderr, expected
     again = cli("demo", "--backend", "bm25", "--cache-dir", "cache", cwd=home)
     assert "Index: bm25 backend, reused" in again.stdout
+    # one index time, the same on stderr while it works and in the report
+    [said] = re.findall(r"index reused in (\d+\.\d\ds)", again.stderr)
+    [reported] = re.findall(r"Index: bm25 backend, reused in (\d+\.\d\ds)", again.stdout)
+    assert said == reported
     rebuilt = cli("demo", "--backend", "bm25", "--cache-dir", "cache", "--rebuild", cwd=home)
     assert "Index: bm25 backend, built" in rebuilt.stdout
 
@@ -588,6 +599,13 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
     (["build", "openai.json", "--backend", "bm25", "--name", "kw2"], EXIT_OK),
     (["query", "kw", "email"], EXIT_OK),
     (["info", "kw"], EXIT_OK),
+    (["eval", "kw", "--queries", "queries.jsonl"], EXIT_OK),
+    (["eval", "kw", "--queries", "queries.jsonl", "--min-recall", "0.9"], EXIT_BELOW_FLOOR),
+    (["eval", "kw", "--queries", "missing.jsonl"], EXIT_USER_ERROR),
+    (["eval", "nothing", "--queries", "queries.jsonl"], EXIT_USER_ERROR),
+    (["eval", "kw"], EXIT_USAGE),
+    (["eval", "bad name", "--queries", "queries.jsonl"], EXIT_USAGE),
+    (["eval", "kw", "--queries", "queries.jsonl", "--min-ndcg", "2"], EXIT_USAGE),
     (["rm", "kw"], EXIT_OK),
     (["bench", "--help"], EXIT_OK),
     (["mcp", "serve", "--help"], EXIT_OK),
@@ -627,10 +645,8 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
 
 
 def test_the_exit_table_covers_every_code_and_command() -> None:
-    import re
-
     documented = {int(c) for c in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)}
-    assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERRUPTED}
+    assert documented == {EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_BELOW_FLOOR, EXIT_INTERRUPTED}
     walked = {code for _, code in EXIT_TABLE} | {EXIT_INTERRUPTED}  # 130: build and mcp serve, below
     assert walked == documented
     usage_commands = {argv[0] for argv, code in EXIT_TABLE if code == EXIT_USAGE and argv}
@@ -643,7 +659,9 @@ def test_exit_table(argv: list[str], expected: int, home: Path, capsys: pytest.C
     assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
     code, out, err = run(capsys, *argv)
     assert code == expected, err
-    if expected != EXIT_OK:
+    if expected == EXIT_BELOW_FLOOR:  # a result, not an error: the report is on stdout
+        assert out.strip().splitlines()[-1].startswith("below the floor: ")
+    elif expected != EXIT_OK:
         assert_one_line_error(code, err, exit_code=expected)
         assert out == ""
     if expected == EXIT_USAGE:
@@ -731,3 +749,34 @@ def test_ctrl_c_on_mcp_serve_exits_130(home: Path) -> None:
     code, rest = _interrupt_after(child, "gateway ready")
     assert code == EXIT_INTERRUPTED, rest
     assert rest.strip().splitlines()[-1] == "toolsearch: interrupted" and "Traceback" not in rest
+
+
+# --- help that names everything, and errors that point at the right help --------------------------
+
+
+def test_help_and_the_docs_name_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch.cli import BENCHMARKS
+
+    assert len(BENCHMARKS) == 8
+    code, out, _ = run(capsys, "--help")
+    bench_line = " ".join(out.split("    bench", 1)[1].split("    mcp", 1)[0].split())
+    assert code == EXIT_OK and all(name in bench_line for name in BENCHMARKS), bench_line
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `bench "))
+    assert all(name in row for name in BENCHMARKS), row
+    assert all(f"$ toolsearch bench {name} --help" in docs for name in BENCHMARKS)
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["query", "idx", "email", "--bogus"], "query"),
+    (["query", "--bogus", "idx", "email"], "query"),
+    (["list", "--bogus"], "list"),
+    (["bench", "retrieval", "--bogus"], "bench retrieval"),
+    (["eval", "idx", "--queries", "q.jsonl", "--bogus"], "eval"),
+])
+def test_an_unknown_option_points_at_the_commands_own_help(
+    argv: list[str], command: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == EXIT_USAGE and out == ""
+    assert err.strip() == f"toolsearch: error: unrecognized arguments: --bogus (see 'toolsearch {command} --help')"

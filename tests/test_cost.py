@@ -292,3 +292,26 @@ def test_anthropic_usage_counts_the_part_of_the_prompt_served_from_or_written_to
     usage = parse_message(response, NameMap()).usage
     assert usage is not None
     assert (usage.input_tokens, usage.cached_input_tokens, usage.total_tokens) == (2112, 2000, 2115)
+
+
+def test_gemini_payloads_are_blocks_in_render_order_and_priced_with_implicit_caching() -> None:
+    from toolsearch.providers.gemini import gemini_payload
+
+    request = ChatRequest(
+        messages=(Message.user("hello"),), system="be brief", search_tool=_tool("tool_search"),
+        discovered=(_tool("alpha"),),
+    )
+    payload = gemini_payload(request, "gemini-2.5-flash")
+    blocks = request_blocks(payload, "gemini")
+    assert [b.part for b in blocks] == ["tools", "tools", "system", "messages"]
+    assert sum(b.tokens for b in blocks) == request_tokens(payload).total
+    assert request_tokens(payload).tools > 0 and request_tokens(payload).system > 0
+    # the shipped rules: an automatic prefix cache from 1,024 tokens, reads at $0.03 of $0.30, no write charge
+    cache = PromptCache.for_format("gemini")
+    assert (cache.price.model, cache.price.input, cache.price.cache_read) == ("gemini-2.5-flash", 0.3, 0.03)
+    big = [*_tools("a", "b", "c"), _b("messages", "m1", 100)]
+    first = cache.blocks(big)
+    second = cache.blocks([*big, _b("messages", "m2", 50)])
+    assert (first.cache_write, first.cache_read) == (0, 0)
+    assert (second.fresh, second.cache_read) == (50, 1300)
+    assert second.price_usd == pytest.approx((50 * 0.3 + 1300 * 0.03) / 1e6)

@@ -11,13 +11,18 @@ explicit marker on the line before its fence, which must give a reason:
 
     <!-- docs-test: skip (installs into a new venv; .ci/run runs these steps) -->
 
-and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. Provider examples reach a
-local server that speaks the OpenAI and Anthropic wire formats (OPENAI_BASE_URL /
-ANTHROPIC_BASE_URL point at it), never the network.
+and a block expected to fail says so: `<!-- docs-test: exit 1 -->`. `<!-- docs-test: output -->` (alone or
+after the exit code: `exit 3; output`) makes a console block's printed lines part of the test: the
+lines under each `$ ` command must be what it prints on stdout, in order, give or take the lines it
+prints on stderr (progress), with durations (`0.2s`, `12 ms`), sizes, timestamps and the test
+folder's path left out of the comparison. Provider examples reach a
+local server that speaks the OpenAI, Anthropic and Gemini wire formats (OPENAI_BASE_URL /
+ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL point at it), never the network.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -34,7 +39,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)?\s*$")
-MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit)\s*(?P<arg>.*?)\s*-->\s*$")
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<what>skip|exit|output)\s*(?P<arg>.*?)\s*-->\s*$")
+# what differs between two runs of one command: durations (`0.2s`, `12 ms`), sizes on disk, timestamps
+VARYING = [
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b"), "<duration>"),
+    (re.compile(r"\b\d+(?:\.\d+)? (?:B|kB|MB|GB)\b *"), "<size> "),  # with its padding: widths vary too
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b"), "<time>"),
+]
 RUNNABLE = {"console", "bash", "sh", "python", "js"}
 NODE_MODULES = ROOT / ".cache" / "node" / "node_modules"
 BLOCK_TIMEOUT = 600
@@ -48,6 +59,7 @@ class Block:
     code: str
     skip: str | None = None
     exit_code: int = 0
+    check_output: bool = False
 
     @property
     def where(self) -> str:
@@ -64,6 +76,20 @@ class Block:
             while command.endswith("\\"):
                 command = command[:-1] + " " + next(lines, "").strip()
             out.append(command)
+        return out
+
+    def expected_output(self) -> list[list[str]]:
+        """Per `$ ` command of a console block, the lines shown under it (up to the next command)."""
+        out: list[list[str]] = []
+        continued = False
+        for line in self.code.splitlines():
+            if line.startswith("$ "):
+                out.append([])
+                continued = line.endswith("\\")
+            elif continued:
+                continued = line.endswith("\\")
+            elif out:
+                out[-1].append(line)
         return out
 
 
@@ -85,13 +111,19 @@ def blocks(doc: Path) -> Iterator[Block]:
         i += 1
         if lang not in RUNNABLE:
             continue
-        skip, exit_code = None, 0
+        skip, exit_code, check_output = None, 0, False
         if marker and marker.group("what") == "skip":
             skip = marker.group("arg").strip("() ")
             assert skip, f"{doc}:{start + 1}: a docs-test skip marker must give its reason"
         elif marker:
-            exit_code = int(marker.group("arg"))
-        yield Block(doc, start + 1, lang, "\n".join(body) + "\n", skip, exit_code)
+            directives = [d.strip() for d in f"{marker.group('what')} {marker.group('arg')}".split(";")]
+            for directive in directives:
+                if directive == "output":
+                    check_output = True
+                else:
+                    exit_code = int(directive.removeprefix("exit").strip())
+            assert not check_output or lang == "console", f"{doc}:{start + 1}: only console output is compared"
+        yield Block(doc, start + 1, lang, "\n".join(body) + "\n", skip, exit_code, check_output)
 
 
 def _fake_llm_policy() -> Any:
@@ -137,6 +169,8 @@ def _env(folder: Path, server: Any) -> dict[str, str]:
         "OPENAI_API_KEY": "sk-local-test",
         "ANTHROPIC_BASE_URL": server.anthropic_base_url,
         "ANTHROPIC_API_KEY": "sk-ant-local-test",
+        "GOOGLE_GEMINI_BASE_URL": server.gemini_base_url,  # read by google-genai's Client
+        "GEMINI_API_KEY": "local-test",
         "COLUMNS": "120",
     }
     return env
@@ -152,7 +186,8 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
         runs = [["node", "--input-type=module", "-e", block.code]]
     else:
         runs = [[sys.executable, "-c", block.code]]
-    for argv in runs:
+    expected = block.expected_output() if block.check_output else [None] * len(runs)
+    for argv, shown_lines in zip(runs, expected, strict=True):
         proc = subprocess.run(
             argv, cwd=folder, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
             stdin=subprocess.DEVNULL,
@@ -162,6 +197,28 @@ def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
             f"{block.where}: `{shown}` exited {proc.returncode}, expected {block.exit_code}\n"
             f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         )
+        if shown_lines is not None:
+            _assert_output(block, argv[-1], shown_lines, proc, folder)
+
+
+def _comparable(text: str, folder: Path) -> str:
+    text = text.replace(f"{folder / 'home'}/", "").replace(f"{folder}/", "")
+    for pattern, placeholder in VARYING:
+        text = pattern.sub(placeholder, text)
+    return text.rstrip()
+
+
+def _assert_output(block: Block, command: str, shown: list[str], proc: Any, folder: Path) -> None:
+    """The doc's lines under a command are its stdout, give or take its stderr lines (progress)."""
+    stderr = {_comparable(line, folder) for line in proc.stderr.splitlines()}
+    expected = [line for line in (_comparable(s, folder) for s in shown) if line not in stderr or not line]
+    while expected and not expected[-1]:
+        expected.pop()
+    printed = [_comparable(line, folder) for line in proc.stdout.splitlines()]
+    assert printed == expected, (
+        f"{block.where}: `{command}` printed other lines than the doc shows\n"
+        + "\n".join(difflib.unified_diff(expected, printed, "doc", "printed", lineterm=""))
+    )
 
 
 # a document without code blocks (docs/testing.md) has nothing to run: no case is generated for it
@@ -237,3 +294,35 @@ def test_ci_sets_up_everything_then_runs_every_check() -> None:
     assert programs.index("ruff") < programs.index("mypy") < programs.index("pytest")
     assert "--fail-on-skip" in next(c for c in commands if c[0] == "pytest")
     assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"
+
+
+def test_ci_uses_its_own_venv_not_the_readmes() -> None:
+    """The README's first command makes a torch-free `.venv`; CI installs torch, so it must not reuse that one."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    default = re.search(r"^VENV=\$\{VENV:-([^}]+)\}$", ci, re.M)
+    assert default, ".ci/run must name its venv in VENV"
+    demo, _ = _readme_commands()
+    readme_venv = re.match(r"python3 -m venv (\S+)", demo)
+    assert readme_venv and Path(default.group(1)) != Path(readme_venv.group(1))
+    assert re.search(r"^export VENV$", ci, re.M), "the setup hooks install into $VENV: it must be exported"
+    assert "pip" in (ROOT / ".ci" / "setup.d" / "bfcl-eval.sh").read_text() and "${VENV" in (
+        ROOT / ".ci" / "setup.d" / "bfcl-eval.sh").read_text()
+    assert default.group(1) in (ROOT / "README.md").read_text(), "the README says where CI's venv is"
+
+
+def test_integrations_says_which_openai_api_each_example_calls(tmp_path: Path, llm_server: Any) -> None:
+    """The page is right: LangChain's example calls Chat Completions, the other two call Responses."""
+    doc = ROOT / "docs" / "integrations.md"
+    text = " ".join(doc.read_text(encoding="utf-8").split())
+    assert "Chat Completions (`/v1/chat/completions`)" in text and "Responses API (`/v1/responses`)" in text
+    expected = {"langchain": {"/v1/chat/completions"}, "pydantic_ai": {"/v1/responses"}, "agents": {"/v1/responses"}}
+    env = _env(tmp_path, llm_server)
+    seen: dict[str, set[str]] = {}
+    for block in blocks(doc):
+        framework = next((f for f in expected if re.search(rf"^from {f}\b", block.code, re.M)), None)
+        if block.skip is not None or block.lang != "python" or framework is None:
+            continue
+        before = len(llm_server.requests)
+        _run_block(block, tmp_path, env)
+        seen.setdefault(framework, set()).update(r.path for r in llm_server.requests[before:])
+    assert seen == expected

@@ -932,7 +932,7 @@ def test_the_provider_rule_refuses_the_invalid_request(
 def test_every_rule_has_a_test_and_a_row_in_the_docs() -> None:
     source = (Path(__file__).parent / "fakes" / "provider_rules.py").read_text()
     rules = set(re.findall(r'(?:Violation|_check_\w+)\(\s*"([a-z-]+)"', source))
-    tested = {rule for *_, rule in RULE_CASES}
+    tested = {rule for *_, rule in RULE_CASES} | {rule for *_, rule in GEMINI_RULE_CASES}
     assert rules <= tested, sorted(rules - tested)
     docs = (Path(__file__).parents[1] / "docs" / "testing.md").read_text()
     assert all(f"`{rule}`" in docs for rule in rules), sorted(r for r in rules if f"`{r}`" not in docs)
@@ -942,3 +942,99 @@ def test_a_violation_the_client_swallowed_still_fails_the_with_block() -> None:
     fake = FakeLLMServer(Turn(text="unused"))
     with pytest.raises(AssertionError, match="real API refuses"), fake, contextlib.suppress(openai.BadRequestError):
         fake.openai().chat.completions.create(model="gpt-test", messages=[])
+
+
+# --- Gemini generateContent: the same check through the google-genai client ---------------------
+
+_GEMINI_WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
+                   "parameters_json_schema": WEATHER_CHAT["function"]["parameters"]}
+_GEMINI_USER = {"role": "user", "parts": [{"text": "weather in Paris and Rome?"}]}
+_GEMINI_CALLS = {"role": "model", "parts": [
+    {"function_call": {"name": "get_weather", "args": {"city": "Paris"}}},
+    {"function_call": {"name": "get_weather", "args": {"city": "Rome"}}},
+]}
+_GEMINI_ANSWERS = {"role": "user", "parts": [
+    {"function_response": {"name": "get_weather", "response": {"output": "sunny"}}},
+    {"function_response": {"name": "get_weather", "response": {"output": "rain"}}},
+]}
+
+
+def _gemini(contents: list[Any], *declarations: dict[str, Any]) -> dict[str, Any]:
+    tools = [{"function_declarations": list(declarations or [_GEMINI_WEATHER])}]
+    return {"contents": contents, "config": {"tools": tools}}
+
+
+GEMINI_RULE_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    ("gemini-function-name", _gemini([_GEMINI_USER]),
+     _gemini([_GEMINI_USER], {**_GEMINI_WEATHER, "name": "3d-weather"}), "tool-name"),
+    ("gemini-function-names-unique", _gemini([_GEMINI_USER]),
+     _gemini([_GEMINI_USER], _GEMINI_WEATHER, _GEMINI_WEATHER), "tool-names-unique"),
+    ("gemini-parameters-object", _gemini([_GEMINI_USER]),
+     _gemini([_GEMINI_USER], {**_GEMINI_WEATHER, "parameters_json_schema": {"type": "array"}}), "schema-object"),
+    ("gemini-contents-required", _gemini([_GEMINI_USER]), _gemini([]), "required-fields"),
+    ("gemini-parts-non-empty", _gemini([_GEMINI_USER]), _gemini([{"role": "user", "parts": []}]), "non-empty"),
+    ("gemini-role", _gemini([_GEMINI_USER]), _gemini([{**_GEMINI_USER, "role": "assistant"}]), "alternation"),
+    ("gemini-call-after-user-turn", _gemini([_GEMINI_USER, _GEMINI_CALLS, _GEMINI_ANSWERS]),
+     _gemini([_GEMINI_USER, {"role": "model", "parts": [{"text": "let me look"}]}, _GEMINI_CALLS, _GEMINI_ANSWERS]),
+     "alternation"),
+    ("gemini-every-call-answered", _gemini([_GEMINI_USER, _GEMINI_CALLS, _GEMINI_ANSWERS]),
+     _gemini([_GEMINI_USER, _GEMINI_CALLS, {"role": "user", "parts": _GEMINI_ANSWERS["parts"][:1]}]),
+     "call-answered"),
+    ("gemini-response-after-call", _gemini([_GEMINI_USER]), _gemini([_GEMINI_USER, _GEMINI_ANSWERS]),
+     "result-answers-call"),
+]
+
+
+@pytest.mark.parametrize(
+    ("valid", "invalid", "rule"),
+    [pytest.param(valid, invalid, rule, id=name) for name, valid, invalid, rule in GEMINI_RULE_CASES],
+)
+def test_the_gemini_rule_refuses_the_invalid_request(
+    server: FakeLLMServer, valid: dict[str, Any], invalid: dict[str, Any], rule: str
+) -> None:
+    from google.genai import errors, types
+
+    client = server.gemini()
+    server.enqueue(Turn(text="ok"))
+    reply = client.models.generate_content(model="gemini-test", **valid)
+    assert isinstance(reply, types.GenerateContentResponse) and reply.text == "ok"
+    assert server.requests[-1].status == 200 and not server.violations
+
+    if not invalid["contents"]:  # the SDK refuses empty contents itself: send the body as it would
+        status, raw, _ = post_raw(f"{server.url}/v1beta/models/gemini-test:generateContent", {"contents": []})
+        error = json.loads(raw)["error"]
+        assert (status, error["code"], error["status"]) == (400, 400, "INVALID_ARGUMENT")
+        message = error["message"]
+    else:
+        with pytest.raises(errors.ClientError) as raised:
+            client.models.generate_content(model="gemini-test", **invalid)
+        assert raised.value.code == 400 and raised.value.status == "INVALID_ARGUMENT"
+        message = raised.value.message
+    [violation] = server.take_violations()
+    assert violation.rule == rule and message == violation.message
+    assert server.requests[-1].violation is violation and server.requests[-1].status == 400
+
+
+def test_gemini_responses_parse_as_the_sdk_types(server: FakeLLMServer) -> None:
+    """JSON and each SSE chunk validate against `GenerateContentResponse`, unknown fields refused."""
+    from google.genai import types
+
+    server.enqueue(Turn(text="Paris is sunny.", tool_calls=[("get_weather", {"city": "Paris"})]),
+                   Turn(text="streamed text", tool_calls=[("get_weather", {"city": "Rome"}, "fc-1")]))
+    base = f"{server.url}/v1beta/models/gemini-test"
+    status, raw, _ = post_raw(f"{base}:generateContent", _gemini_body())
+    assert status == 200
+    reply = strict(types.GenerateContentResponse, json.loads(raw))
+    assert reply.text == "Paris is sunny." and reply.function_calls[0].args == {"city": "Paris"}
+    assert reply.function_calls[0].id is None  # the API sends no id unless one was scripted
+    status, raw, headers = post_raw(f"{base}:streamGenerateContent?alt=sse", _gemini_body())
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    chunks = [strict(types.GenerateContentResponse, json.loads(data)) for _, data in sse_events(raw)]
+    assert "".join(c.text or "" for c in chunks if not c.function_calls) == "streamed text"
+    assert chunks[-1].function_calls[0].id == "fc-1" and chunks[-1].candidates[0].finish_reason == "STOP"
+
+
+def _gemini_body() -> dict[str, Any]:
+    """The REST body the SDK would send (camelCase)."""
+    return {"contents": [{"role": "user", "parts": [{"text": "weather?"}]}],
+            "tools": [{"functionDeclarations": [{"name": "get_weather", "description": "w"}]}]}

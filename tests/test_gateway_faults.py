@@ -46,10 +46,11 @@ async def test_malformed_tool_definitions_are_skipped_and_named(gateway: Gateway
     for tool in ("schema_is_a_string", "schema_is_an_array", "properties_not_an_object"):
         assert f"MCP server 'malformed': skipped a tool (the others are listed): tool '{tool}'" in log
     assert "tool number 4 of the page: malformed definition (name: Field required)" in log  # no name to give
+    assert "tool 'lone_surrogate': its definition holds text that is not valid Unicode" in log
     assert "'malformed' skipped" not in log  # the server itself was not dropped
     async with connect(gateway.url or "") as client:
         found = await client.search("echo the given text", namespace="malformed")
-        assert "malformed__echo" in text(found) and "schema_is" not in text(found)
+        assert "malformed__echo" in text(found) and "schema_is" not in text(found) and "surrogate" not in text(found)
         echoed = await client.call("malformed__echo", {"text": "still listed"})
         assert not echoed.is_error and text(echoed) == "still listed"
 

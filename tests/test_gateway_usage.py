@@ -96,3 +96,29 @@ def test_catalog_changes_carry_entries_without_duplicates(tmp_path: Path) -> Non
     (tmp_path / "bad.json").write_text("not json")
     with pytest.raises(UsageError, match=r"bad\.json"):  # at startup, naming the file: never overwritten
         GatewayUsage.from_file("catalog-a", tmp_path / "bad.json")
+
+
+async def test_a_context_pairs_the_2026_eras_searches_and_calls(tmp_path: Path) -> None:
+    from mcp import Client
+
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    usage = tmp_path / "usage.json"
+    gateway = GatewayProcess(config, "--usage-log", str(usage), "--backend", "bm25")
+    try:
+        async with Client(gateway.wait_ready(), mode="2026-07-28") as client:
+            found = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 2})
+            context = (found.structured_content or {})["context"]
+            summed = await client.call_tool(
+                "call_tool", {"name": "toy__add_numbers", "arguments": {"a": 2, "b": 3}, "context": context}
+            )
+            assert text(summed) == "5"
+            # without the context the call is stateless: it pairs with no search
+            await client.call_tool("tool_search", {"query": "echo the given text back", "max_results": 1})
+            echoed = await client.call_tool("call_tool", {"name": "toy__echo", "arguments": {"text": "x"}})
+            assert text(echoed) == "x"
+            assert wait_until(lambda: usage.exists() and _logs(usage), timeout=20)
+            (log,) = _logs(usage).values()
+            (entry,) = log.entries()
+            assert entry.called == "toy__add_numbers" and entry.terms == log.terms("add two integers")
+    finally:
+        gateway.stop()

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,7 +24,16 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_servers import PY, TOY, GatewayProcess, gateway_argv, gateway_env, toy, wait_until, write_config
+from mcp_servers import (
+    PY,
+    GatewayProcess,
+    gateway_argv,
+    gateway_env,
+    toy,
+    toy_over_http,
+    wait_until,
+    write_config,
+)
 from redis_server import RedisServer
 
 from toolsearch.store import IndexStore
@@ -146,7 +154,9 @@ def gateways(config: Path, count: int, *extra: str) -> Iterator[list[GatewayProc
 
 
 def shared_flags(redis: RedisServer, index_dir: Path, *extra: str) -> tuple[str, ...]:
-    return ("--session-store", redis.url, "--index-dir", str(index_dir), "--catalog-poll", "0.2", *extra)
+    # bm25: the rankings these tests expect (the gateway's default is hybrid when the vector extra is installed)
+    flags = ("--session-store", redis.url, "--index-dir", str(index_dir), "--catalog-poll", "0.2", "--backend", "bm25")
+    return (*flags, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -296,35 +306,9 @@ async def test_redis_down_or_hung_gives_a_clear_error_and_the_session_comes_back
 # --- catalog changes and the shared index -------------------------------------------------------------
 
 
-@contextmanager
-def shared_toy_upstream() -> Iterator[str]:
-    """The toy server over streamable HTTP, one process every gateway worker connects to."""
-    proc = subprocess.Popen([PY, str(TOY)], env={**os.environ, "TOY_HTTP_PORT": "0"}, stderr=subprocess.PIPE, text=True)
-    url: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            found = re.search(r"listening on (\S+)", line)
-            if found:
-                url.append(found.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        ready.wait(60)
-        assert url, "the toy HTTP server did not start"
-        yield url[0]
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 async def test_a_catalog_change_seen_by_one_worker_reaches_the_other(redis: RedisServer, tmp_path: Path) -> None:
     index_dir = tmp_path / "indexes"
-    with shared_toy_upstream() as upstream:
+    with toy_over_http() as upstream:
         config = write_config(tmp_path / "servers.json", {"shared": {"url": upstream}})
         with gateways(config, 2, *shared_flags(redis, index_dir, "--pin", "shared__grow")) as (a, b):
             ports = [port_of(a.wait_ready()), port_of(b.wait_ready())]
@@ -425,7 +409,7 @@ async def test_a_session_named_by_a_proxy_header_follows_the_user_across_workers
     redis: RedisServer, tmp_path: Path
 ) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
-    flags = shared_flags(redis, tmp_path / "indexes", "--session-header", "X-User-Id")
+    flags = shared_flags(redis, tmp_path / "indexes", "--session-header", "X-User-Id", "--trust-proxy-header")
     with gateways(config, 2, *flags) as (a, b):
         ports = [port_of(a.wait_ready()), port_of(b.wait_ready())]
         async with connect(ports, headers={"x-user-id": "alice"}) as alice:
@@ -458,7 +442,7 @@ def test_a_worker_gets_every_option_of_its_parent_but_the_port_and_the_store_url
     add_arguments(parser)
     argv = ["--config", "s.json", "--transport", "http", "--port", "0", "--pin", "a__*", "--pin", "b"]
     argv += ["--no-call-tool", "--max-discovered", "7", "--session-store", "redis://:pw@h:1/0", "--workers", "3"]
-    argv += ["--session-header", "X-User", "--index-dir", "idx", "--catalog-poll", "0.5"]
+    argv += ["--session-header", "X-User", "--trust-proxy-header", "--index-dir", "idx", "--catalog-poll", "0.5"]
     parent = parser.parse_args(argv)
     child = child_argv(parser, parent, 4321)
     assert child[1:3] == ["-m", "toolsearch.mcp"] and "pw" not in " ".join(child)
@@ -466,3 +450,88 @@ def test_a_worker_gets_every_option_of_its_parent_but_the_port_and_the_store_url
     differs = {k for k in vars(parent) if getattr(parent, k) != getattr(worker, k)}
     assert differs == {"port", "workers", "reuse_port", "session_store"}
     assert (worker.port, worker.workers, worker.reuse_port) == (4321, 1, True)
+
+
+def test_a_proxy_header_is_refused_unless_the_proxy_is_trusted(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    done = subprocess.run(
+        gateway_argv(config, "--transport", "http", "--session-header", "X-User-Id"),
+        capture_output=True, text=True, env=gateway_env(), timeout=60,
+    )
+    assert done.returncode == 1 and "--trust-proxy-header" in done.stderr and "strip" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# --- session ids the gateway never issued -------------------------------------------------------------
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def test_a_made_up_or_foreign_session_id_is_unknown(redis: RedisServer, tmp_path: Path) -> None:
+    from mcp_servers import HERE, http_gateway
+
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    argv = [PY, str(HERE / "policy_gateway.py"), str(config), "--session-store", redis.url]
+    with http_gateway(config, argv=argv) as gateway:
+        url = gateway.url or ""
+        alice = {**ACCEPT, "x-test-caller": "alice", "mcp-protocol-version": "2025-06-18"}
+        bob = {**ACCEPT, "x-test-caller": "bob", "mcp-protocol-version": "2025-06-18"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(url, json=INITIALIZE, headers=alice)
+            issued = opened.headers.get("mcp-session-id") or ""
+            assert opened.status_code == 200 and len(issued) >= 32
+            mine = await http.post(url, json=LIST, headers={**alice, "mcp-session-id": issued})
+            assert mine.status_code == 200 and "tool_search" in mine.text
+            for headers in ({**alice, "mcp-session-id": "1"}, {**bob, "mcp-session-id": issued}):
+                refused = await http.post(url, json=LIST, headers=headers)
+                assert refused.status_code == 404 and "did not issue" in refused.text
+                deleted = await http.delete(url, headers=headers)
+                assert deleted.status_code == 404
+            assert (await http.post(url, json=LIST, headers={**alice, "mcp-session-id": issued})).status_code == 200
+            assert (await http.delete(url, headers={**alice, "mcp-session-id": issued})).status_code == 204
+            gone = await http.post(url, json=LIST, headers={**alice, "mcp-session-id": issued})
+            assert gone.status_code == 404  # ended: the client starts a new session
+
+
+# --- the 2026-07-28 era over several workers -------------------------------------------------------------
+
+
+@asynccontextmanager
+async def modern(ports: list[int]) -> AsyncIterator[tuple[Any, Balancer]]:
+    from mcp import Client as SDKClient
+
+    balancer = Balancer(ports)
+    timeout = httpx2.Timeout(30, read=60)
+    async with (
+        httpx2.AsyncClient(transport=balancer, timeout=timeout) as http,
+        SDKClient(streamable_http_client(f"http://127.0.0.1:{ports[0]}/mcp", http_client=http), mode="2026-07-28")
+        as client,
+    ):
+        yield client, balancer
+
+
+async def test_a_context_handle_found_through_one_worker_is_used_through_the_other(pair: list[int]) -> None:
+    async with modern(pair) as (client, balancer):
+        balancer.target = 0
+        first = await client.list_tools(cache_mode="bypass")
+        found = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 1})
+        context = (found.structured_content or {})["context"]
+        assert found.structured_content["tools"][0]["name"] == "toy__add_numbers"
+        balancer.target = 1
+        query = {"query": "add two integers", "max_results": 1, "context": context}
+        again = await client.call_tool("tool_search", query)
+        assert "toy__add_numbers" in (again.structured_content or {}).get("alreadyFound", [])
+        added = await client.call_tool(
+            "call_tool", {"name": "toy__add_numbers", "arguments": {"a": 40, "b": 2}, "context": context}
+        )
+        assert not added.is_error and text(added) == "42"
+        second = await client.list_tools(cache_mode="bypass")
+        assert second.model_dump_json() == first.model_dump_json()  # both workers list the same bytes
+        assert {port for _, port in balancer.sent} == set(pair)

@@ -14,6 +14,7 @@ import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_servers import (
+    PY,
     GatewayProcess,
     everything_command,
     gateway_argv,
@@ -267,3 +268,43 @@ async def test_tools_list_with_an_unknown_cursor_is_invalid_params(gateway: Gate
             await client.session.list_tools(params=types.PaginatedRequestParams(cursor="not-a-cursor"))
         assert raised.value.error.code == types.INVALID_PARAMS and "cursor" in raised.value.error.message
         assert await client.names() == [*META, "toy__echo"]  # the connection is still fine
+
+
+# --- start-up ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--port", "99999", "argument --port: must be from 0 to 65535"),
+        ("--path", "mcp", "argument --path: must start with '/'"),
+        ("--max-discovered", "0", "argument --max-discovered: must be at least 1"),
+    ],
+)
+def test_bad_values_are_refused_before_any_upstream_starts(tmp_path: Path, flag: str, value: str, said: str) -> None:
+    import subprocess
+
+    marker = tmp_path / "started"
+    config = write_config(tmp_path / "servers.json", {"toy": toy(TOY_STDERR=f"started {marker}")})
+    toolsearch = Path(PY).parent / "toolsearch"
+    done = subprocess.run(
+        [str(toolsearch), "mcp", "serve", "--config", str(config), "--transport", "http", flag, value],
+        capture_output=True,
+        text=True,
+        env=gateway_env(),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert "ExceptionGroup" not in done.stderr and "started" not in done.stderr  # no upstream was started
+
+
+def test_an_ipv6_host_is_announced_in_brackets_and_the_backend_choice_is_logged(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    with http_gateway(config, "--host", "::1") as gateway:
+        assert (gateway.url or "").startswith("http://[::1]:")
+        # the default backend says which it is and why; faiss's CPU-build lines are not shown
+        ready = next(line for line in gateway.lines if "gateway ready" in line)
+        assert "hybrid index: the vector extra and its embedding model are installed" in ready
+        assert "AVX512" not in gateway.stderr

@@ -1,5 +1,7 @@
 """The gateway with the official TypeScript MCP clients (v1 and v2 SDK), over stdio and streamable HTTP.
 
+v1 and v2 speak the handshake era; v2 pinned to 2026-07-28 (`v2modern`) speaks only the modern one.
+
 The client side is tests/interop/client.mjs, run by Node against packages that
 .ci/setup.d/mcp-interop-clients.sh installs into .cache/node; it reports what it saw as JSON.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 from mcp_servers import PY, ROOT, GatewayProcess, gateway_argv, gateway_env, http_gateway, time_server, write_config
+from mcp_servers.clients import faulty
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +49,7 @@ def run_client(sdk: str, target: list[str]) -> dict[str, Any]:
 
 
 def check(report: dict[str, Any], sdk: str) -> None:
-    if sdk == "v2":  # auto negotiation probed the 2026 era and fell back to the handshake
+    if sdk == "v2":  # asked for the handshake era: the gateway still serves it
         assert report["protocolVersion"] is not None and report["protocolVersion"] < "2026"
     assert report["capabilities"]["tools"]["listChanged"] is True
     assert "tool_search" in report["instructions"]
@@ -90,3 +93,47 @@ def test_typescript_client_over_stdio(config: Path, sdk: str) -> None:
     command = {"command": argv[0], "args": argv[1:], "env": gateway_env()}
     assert argv[0] == PY
     check(run_client(sdk, ["--stdio", json.dumps(command)]), sdk)
+
+
+def check_modern(report: dict[str, Any]) -> None:
+    assert report["protocolVersion"] == "2026-07-28"
+    assert report["capabilities"]["tools"]["listChanged"] is True  # delivered on subscriptions/listen
+    assert "call_tool" in report["instructions"]
+    assert report["toolsAtStart"] == [*META, "kept__echo"]
+
+    found = report["search"]
+    assert found["isError"] is False and found["structured"]["tools"][0]["name"] == "time__convert_time"
+    assert found["structured"]["tools"][0]["inputSchema"]["properties"]["target_timezone"]
+    assert "time__convert_time (server time)" in found["text"]
+    assert report["call"]["isError"] is False and "Asia/Tokyo" in report["call"]["text"]
+    assert report["badArguments"]["isError"] is True and "Schema: " in report["badArguments"]["text"]
+    assert report["listAfterSearch"] == report["listAtStart"]  # the same bytes after a search and a call
+
+    assert report["secondClientTools"] == [*META, "kept__echo"]
+    assert report["mutate"]["isError"] is False, report["mutate"]
+    assert report["heardChange"] is True and report["pinnedAfterChange"] == "Echo, changed."
+
+
+@pytest.fixture(scope="module")
+def modern_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    servers = {"time": time_server(), "kept": faulty(changedTools="keep")}
+    return write_config(tmp_path_factory.mktemp("interop-ts-modern") / "servers.json", servers)
+
+
+def test_typescript_modern_only_client_over_http(modern_config: Path) -> None:
+    with http_gateway(modern_config, "--pin", "kept__echo") as gateway:
+        report = run_client("v2modern", ["--url", gateway.url or ""])
+    check_modern(report)
+    # the second client is the same (anonymous) caller over HTTP: the handle is its own to reuse
+    assert report["secondClientWithFirstContext"]["isError"] is False
+
+
+def test_typescript_modern_only_client_over_stdio(modern_config: Path) -> None:
+    argv = gateway_argv(modern_config, "--quiet", "--pin", "kept__echo")
+    report = run_client(
+        "v2modern", ["--stdio", json.dumps({"command": argv[0], "args": argv[1:], "env": gateway_env()})]
+    )
+    check_modern(report)
+    # the second client launched its own gateway process: the first one's handle is unknown there
+    reused = report["secondClientWithFirstContext"]
+    assert reused["isError"] is True and "Unknown context" in reused["text"]

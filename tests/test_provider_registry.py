@@ -19,6 +19,7 @@ from toolsearch.providers.registry import (
     render_tools,
     request_payload,
 )
+from toolsearch.tokens import payload_tools
 
 WEATHER = Tool(
     "weather.get",
@@ -29,19 +30,19 @@ CALL = ToolCall("c1", "get_weather", {"city": "Paris"})
 
 
 def test_every_format_is_listed_and_chat_formats_render_requests() -> None:
-    assert format_names() == ["openai_chat", "openai_responses", "anthropic", "mcp", "json"]
-    assert chat_format_names() == ["openai_chat", "openai_responses", "anthropic"]
+    assert format_names() == ["openai_chat", "openai_responses", "anthropic", "gemini", "mcp", "json"]
+    assert chat_format_names() == ["openai_chat", "openai_responses", "anthropic", "gemini"]
     request = ChatRequest((Message.user("hi"),), pinned=(WEATHER,))
     for name in chat_format_names():
         payload = request_payload(name, request, "m")
-        assert payload["model"] == "m" and len(payload["tools"]) == 1
+        assert payload["model"] == "m" and len(payload_tools(payload)) == 1
     with pytest.raises(ValueError, match="not a chat API"):
         request_payload("mcp", request, "m")
 
 
 def test_unknown_format_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown tool format 'gemini'; use one of: openai_chat"):
-        get_format("gemini")
+    with pytest.raises(ValueError, match="unknown tool format 'cohere'; use one of: openai_chat"):
+        get_format("cohere")
     with pytest.raises(ValueError, match="format must be one of openai_chat"):
         ScriptedModel(["x"], format="mcp")
 
@@ -56,6 +57,8 @@ def test_render_tools_uses_provider_safe_aliases_per_format() -> None:
     ]
     assert render_tools("openai_responses", [WEATHER], names)[0]["name"] == alias
     assert render_tools("anthropic", [WEATHER], names)[0]["input_schema"] == WEATHER.input_schema
+    assert render_tools("gemini", [WEATHER], names)[0] == {
+        "name": alias, "description": WEATHER.description, "parameters_json_schema": WEATHER.input_schema}
     assert render_tools("mcp", [WEATHER], names)[0]["inputSchema"] == WEATHER.input_schema
     assert render_tools("json", [WEATHER], names)[0] == {**WEATHER.to_dict(), "name": alias}
     assert names.original(alias) == WEATHER.name

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from ._errors import BackendError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
 from ._untrusted import SURROGATES, first_hidden
+from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .providers.registry import chat_format_names
 
 # Exit codes scripts can rely on.
@@ -156,6 +157,17 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{PROG}: error: {_one_line(message)} (see '{self.prog} --help')\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        # A command refuses what it does not know itself, so the message points at its own --help; a
+        # command that is not installed takes anything (its message names the extra to install).
+        leaf = self.prog != PROG and self._subparsers is None
+        if extras and leaf and not getattr(parsed, "any_arguments", False):
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
 
 def _common() -> _Parser:
     # SUPPRESS: an option given before the command is not overwritten by the sub-parser's default.
@@ -187,7 +199,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Index thousands of tool definitions and let an LLM agent search them.",
-        epilog="Exit codes: 0 ok, 1 error in input or environment, 2 bad usage, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 error in input or environment, 2 bad usage, 3 eval below its floor, "
+        "130 interrupted.",
         parents=[_common(), _root_option()],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -198,7 +211,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "build", parents=[common, root, as_json], help="index tool definitions (reuses an identical index)",
         description="Index tools from JSON/JSONL files (OpenAI, Anthropic, MCP or dataset shape, auto-detected) "
-        "or from an MCP servers config ({\"mcpServers\": {...}}). An index of the same tools and backend "
+        "or from an MCP servers config ({\"mcpServers\": {...}}, or VS Code's {\"servers\": {...}, "
+        "\"inputs\": [...]}). "
+        "An index of the same tools and backend "
         "options that already exists is reused, not rebuilt. Interrupting a build leaves the old index intact.",
     )
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="tool file (.json/.jsonl) or MCP servers config")
@@ -243,6 +258,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     add_usage_command(commands, [common, root], cmd_usage)
 
+    from .eval_cli import add_eval_command
+
+    add_eval_command(commands, [common, root], cmd_eval, check_eval)
+
     p = commands.add_parser(
         "demo", parents=[common, as_json], help="run the built-in tool-search demo end to end",
         description="Index the bundled catalog of tools, run a scripted multi-step agent session through the "
@@ -270,7 +289,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     models.add_arguments(install)
     install.set_defaults(func=_run_plugin(models))
 
-    p = commands.add_parser("bench", parents=[common], help="run a benchmark (retrieval, tokens, scale, sessions)",
+    p = commands.add_parser("bench", parents=[common], help=f"run a benchmark ({', '.join(BENCHMARKS)})",
                             description="Run one of the reproducible benchmarks; see each one's --help.")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)
     benches.required = True
@@ -381,7 +400,7 @@ def _is_mcp_config(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False  # load_tools reports the problem with the file and line
-    return isinstance(data, dict) and isinstance(data.get("mcpServers"), dict)
+    return isinstance(data, dict) and any(isinstance(data.get(key), dict) for key in ("mcpServers", "servers"))
 
 
 def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
@@ -476,6 +495,14 @@ def check_query(args: argparse.Namespace) -> None:
 def check_index_argument(args: argparse.Namespace) -> None:
     if not _looks_like_path(args.index) or args.command == "rm":
         _root(args).path(args.index)
+
+
+def check_eval(args: argparse.Namespace) -> None:
+    from .eval_cli import check_eval_options
+
+    check_eval_options(args)
+    if not Path(args.source).is_file() and not _looks_like_path(args.source):
+        _root(args).path(args.source)
 
 
 def check_demo(args: argparse.Namespace) -> None:
@@ -682,6 +709,20 @@ def cmd_usage(args: argparse.Namespace, console: Console) -> int:
     from .usage_cli import cmd_usage as run_usage
 
     return run_usage(args, console, _resolve_index(args))
+
+
+def cmd_eval(args: argparse.Namespace, console: Console) -> int:
+    from .eval_cli import run_eval
+    from .store import load_index
+
+    given = Path(args.source)
+    if given.is_file():  # a tool file: every backend is built from its tools
+        return run_eval(args, console, load_sources([args.source], console))
+    args.index = args.source
+    path = _resolve_index(args)
+    with console.progress(f"loading index {path.name}"), _library_warnings(console):
+        index = load_index(path)
+    return run_eval(args, console, list(index.catalog), index=index, folder=path)
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:

@@ -20,6 +20,9 @@ conversation that the provider would have cached, within the cache lifetime:
   definition it expands to, where it stands in the messages.
 - **OpenAI**: automatic; any prefix of an earlier prompt of at least 1,024 tokens is reused, in
   128-token steps; writes cost nothing extra unless the price table gives a `cache_write` rate.
+- **Gemini**: implicit caching, automatic in the same way (a shared prefix of at least the model's
+  minimum, 1,024 tokens for 2.5 Flash and 2,048 for 2.5 Pro, is read at the cached rate; writes
+  cost nothing). Explicit `cachedContents` (paid storage) is not modelled.
 
 Matching is per block (a tool definition, the system text, one message), not per token: a block
 that differs anywhere counts as differing from its start. `cache_control` markers are not content:
@@ -51,6 +54,7 @@ from .tokens import (
     definition_json,
     definition_tokens,
     payload_parts,
+    payload_tools,
     text_of,
     without_cache_markers,
 )
@@ -67,7 +71,7 @@ __all__ = [
 ]
 
 Part = Literal["tools", "system", "messages"]
-_FORMATS = ("openai_chat", "openai_responses", "anthropic")
+_FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 
 
 class PriceTableError(ToolSearchError, ValueError):
@@ -369,7 +373,7 @@ def request_blocks(
     skip_deferred = rules is not None and not rules.deferred_tools_in_prefix
     tools: list[Block] = []
     definitions: dict[str, int] = {}
-    for raw in payload.get("tools") or ():
+    for raw in payload_tools(payload):
         tool = _tool_render(raw)
         tokens = definition_tokens(tool.text, encoding)
         if tool.name is not None:

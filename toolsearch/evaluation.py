@@ -79,3 +79,47 @@ def score_rankings(rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQ
 def evaluate(search: Callable[[str], Sequence[str]], queries: Sequence[LabeledQuery]) -> dict[str, float]:
     """Run `search(query) -> ranked names (best first, >= 10)` over queries and score it."""
     return score_rankings([list(search(q.query)) for q in queries], queries)
+
+
+def queries_from_pairs(pairs: Iterable[tuple[str, str]]) -> list[LabeledQuery]:
+    """Labelled queries from (query text, tool that answered it) pairs: one query per distinct text.
+
+    A text seen with several tools (a search that led to two calls, or the same words typed in two
+    sessions) is one query whose relevant set holds all of them, in the order first seen.
+    """
+    grouped: dict[str, list[str]] = {}
+    for text, tool in pairs:
+        relevant = grouped.setdefault(text, [])
+        if tool not in relevant:
+            relevant.append(tool)
+    return [LabeledQuery(f"u{i}", text, tuple(tools)) for i, (text, tools) in enumerate(grouped.items(), 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A query whose relevant tools were not all in the top k: which were missing and what came first."""
+
+    query: LabeledQuery
+    missing: tuple[str, ...]
+    ranked: tuple[str, ...]
+
+
+def recall_name(k: int) -> str:
+    """The metric key of Recall@k (`R@5`), as `score_rankings` names its recalls."""
+    return f"R@{k}"
+
+
+def score_with_misses(
+    rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQuery], k: int
+) -> tuple[dict[str, float], list[Miss]]:
+    """`score_rankings` plus mean Recall@k for this k, and the queries that missed at k."""
+    scores = score_rankings(rankings, queries)
+    scores[recall_name(k)] = sum(recall_at(r, q.relevant, k) for r, q in zip(rankings, queries, strict=True)) / (
+        len(queries) or 1
+    )
+    misses = []
+    for ranked, q in zip(rankings, queries, strict=True):
+        missing = tuple(name for name in q.relevant if name not in ranked[:k])
+        if missing:
+            misses.append(Miss(q, missing, tuple(ranked[:k])))
+    return scores, misses

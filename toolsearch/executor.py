@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from . import tracing
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
@@ -292,6 +293,7 @@ class ToolExecutor:
         self.augment = augment
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
+        tracing.tool_results(results)
         if self.usage is None:
             return list(results)
         for result in results:  # searches first: a call in the same batch may use what they showed
@@ -490,6 +492,8 @@ class ToolExecutor:
         self._deliver([(0, name, values, call_id)])
 
     def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
+        for _, name, values, call_id in deliveries:
+            tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
             outcome = consumer(name, values, call_id)  # type: ignore[misc]
@@ -499,6 +503,8 @@ class ToolExecutor:
                 raise TypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it directly")
 
     async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
+        for _, name, values, call_id in deliveries:
+            tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
             outcome = consumer(name, values, call_id)  # type: ignore[misc]

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import tracing
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
@@ -433,6 +434,7 @@ class _Run:
             )
         )
         self.messages.append(turn.message)
+        tracing.model_request(self.loop.model, iteration, len(request.tools), turn, started)
 
     def guard(self, calls: Sequence[ToolCall]) -> bool:
         """Count identical calls; True when this turn repeats one too often (results are filled in)."""
@@ -470,6 +472,7 @@ class _Run:
         return "\n".join(r.content for r in direct) if direct else None
 
     def finish(self, output: str, outcome: LoopOutcome) -> LoopResult:
+        tracing.run_finished(self.searches, self.results)
         return LoopResult(
             output=output,
             outcome=outcome,
@@ -542,6 +545,14 @@ class _Run:
         return next((m.content for m in reversed(self.messages) if m.role == "assistant" and m.content), "")
 
     def sync(self) -> LoopResult:
+        with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
+            return self._sync()
+
+    async def asynchronous(self) -> LoopResult:
+        with tracing.agent_run(self.session.id):
+            return await self._asynchronous()
+
+    def _sync(self) -> LoopResult:
         for iteration in range(1, self.config.max_iterations + 1):
             request = self.request()
             tokens = self.count(request)
@@ -561,7 +572,7 @@ class _Run:
                 return self.finish(direct, LoopOutcome.RETURN_DIRECT)
         return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
 
-    async def asynchronous(self) -> LoopResult:
+    async def _asynchronous(self) -> LoopResult:
         for iteration in range(1, self.config.max_iterations + 1):
             request = self.request()
             tokens = self.count(request)

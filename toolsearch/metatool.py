@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
+from . import tracing
 from ._errors import InvalidQueryError
 from .index import MAX_QUERY_CHARS
 from .results import SearchResult
@@ -252,6 +253,12 @@ class ToolSearchMetaTool:
         `alias` maps a tool name to the name the model sees (e.g. `provider_safe_name` when the
         tools array carries provider-safe aliases), so the text names tools the way they can be called.
         """
+        with tracing.retrieval(session) as traced:  # every search path (loop, executor, gateway) comes here
+            return traced(self._run(session, arguments, alias))
+
+    def _run(
+        self, session: Session, arguments: Mapping[str, Any] | str | None, alias: Callable[[str], str] | None
+    ) -> MetaToolOutcome:
         args, problem = self.parse(session, arguments)
         if args is None:
             return MetaToolOutcome(text=problem, error=problem)

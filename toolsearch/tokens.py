@@ -187,16 +187,33 @@ def text_of(content: Any) -> str:
 def payload_parts(payload: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     """A request's system texts (`system` / `instructions`) and its message items as plain data.
 
-    Items are Chat / Messages `messages` or the Responses `input` (a string is one user message);
-    system-role items are left among them for the caller to place.
+    Items are Chat / Messages `messages`, the Responses `input` (a string is one user message) or
+    Gemini `contents` (its system text is `config.system_instruction`); system-role items are left
+    among them for the caller to place.
     """
     system = [text_of(payload[key]) for key in ("system", "instructions") if payload.get(key)]
+    config = payload.get("config")
+    if isinstance(config, Mapping) and config.get("system_instruction"):
+        system.append(text_of(config["system_instruction"]))
     items = payload.get("messages")
     if items is None:
-        items = payload.get("input", [])
+        items = payload.get("input", payload.get("contents", []))
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     return system, [item.model_dump(exclude_none=True) if hasattr(item, "model_dump") else item for item in items]
+
+
+def payload_tools(payload: Mapping[str, Any]) -> list[Any]:
+    """A request's tool definitions: `tools`, or Gemini's `config.tools[*].function_declarations`."""
+    config = payload.get("config")
+    if "tools" not in payload and isinstance(config, Mapping):
+        return [d for tool in config.get("tools") or () for d in _plain_dict(tool).get("function_declarations") or ()]
+    return list(payload.get("tools") or ())
+
+
+def _plain_dict(value: Any) -> Mapping[str, Any]:
+    value = value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
+    return value if isinstance(value, Mapping) else {}
 
 
 def without_cache_markers(item: Any) -> Any:
@@ -227,8 +244,9 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
     """Count a provider request payload by part: system, messages (or Responses `input`), tools.
 
     Understands Chat Completions (`messages` with system/developer roles), Responses
-    (`instructions` + `input`, a string or a list of items) and Anthropic Messages (`system` +
-    `messages`). Other keys (model, temperature, ...) are not counted.
+    (`instructions` + `input`, a string or a list of items), Anthropic Messages (`system` +
+    `messages`) and Gemini (`config.system_instruction` + `contents`). Other keys (model,
+    temperature, ...) are not counted.
     """
     system_parts, items = payload_parts(payload)
     message_tokens = 0
@@ -238,7 +256,7 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
             continue
         message_tokens += count_json_tokens(without_cache_markers(data), encoding)
     system_tokens = sum(count_tokens(part, encoding) for part in system_parts)
-    tools = payload.get("tools") or ()
+    tools = payload_tools(payload)
     tools_tokens = sum(definition_tokens(definition_json(without_cache_markers(t)), encoding) for t in tools)
     return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
 

@@ -1,9 +1,10 @@
-"""Test doubles that speak real wire formats: a scripted OpenAI/Anthropic-compatible HTTP server."""
+"""Test doubles that speak real wire formats: a scripted OpenAI/Anthropic/Gemini-compatible HTTP server."""
 
 from __future__ import annotations
 
 from .llm_server import (
     ANTHROPIC_MESSAGES,
+    GEMINI,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     ErrorTurn,
@@ -18,6 +19,7 @@ from .provider_rules import Violation
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
+    "GEMINI",
     "OPENAI_CHAT",
     "OPENAI_RESPONSES",
     "ErrorTurn",

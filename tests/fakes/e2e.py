@@ -13,11 +13,12 @@ from typing import Any
 
 from toolsearch import Tool, provider_safe_name
 
-from .llm_server import OPENAI_CHAT, OPENAI_RESPONSES, FakeLLMServer, Request, Turn
+from .llm_server import GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, FakeLLMServer, Request, Turn
 
 OPENAI_CHAT_FORMAT = "openai_chat"
 OPENAI_RESPONSES_FORMAT = "openai_responses"
 ANTHROPIC_FORMAT = "anthropic"
+GEMINI_FORMAT = "gemini"
 
 
 # --- catalog and implementations --------------------------------------------------------------
@@ -179,7 +180,7 @@ def implementations(calls: Calls) -> dict[str, Callable[..., Any]]:
 
 def make_model(kind: str, server: FakeLLMServer, *, asynchronous: bool = False) -> Any:
     """A toolsearch provider model wired to the fake server through the real SDK client."""
-    from toolsearch.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+    from toolsearch.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 
     if kind == OPENAI_CHAT_FORMAT:
         return OpenAIChatModel(server.async_openai() if asynchronous else server.openai(), "gpt-test")
@@ -188,6 +189,8 @@ def make_model(kind: str, server: FakeLLMServer, *, asynchronous: bool = False) 
     if kind == ANTHROPIC_FORMAT:
         client = server.async_anthropic() if asynchronous else server.anthropic()
         return AnthropicModel(client, "claude-test", max_tokens=512)
+    if kind == GEMINI_FORMAT:  # one client for both: GeminiModel's async calls go through its `.aio`
+        return GeminiModel(server.gemini(), "gemini-test")
     raise ValueError(kind)
 
 
@@ -228,7 +231,7 @@ def wire_tool(tool: Mapping[str, Any]) -> tuple[str, str | None, Any, bool]:
     """(name, description, schema, deferred) of one tool as sent, whatever the provider's shape."""
     fn = tool["function"] if isinstance(tool.get("function"), Mapping) else tool
     name = fn.get("name") or tool.get("type")
-    schema = fn.get("parameters", fn.get("input_schema"))
+    schema = next((fn[k] for k in ("parameters", "input_schema", "parameters_json_schema") if k in fn), None)
     return str(name), fn.get("description"), schema, bool(tool.get("defer_loading"))
 
 
@@ -288,6 +291,10 @@ def _adapters(provider: str) -> tuple[Any, Any]:
         from openai.types.responses import ResponseInputItemParam, ToolParam
 
         return pydantic.TypeAdapter(ResponseInputItemParam), pydantic.TypeAdapter(ToolParam)
+    if provider == GEMINI:
+        from google.genai import types
+
+        return pydantic.TypeAdapter(types.Content), pydantic.TypeAdapter(types.FunctionDeclaration)
     from anthropic.types import MessageParam, ToolUnionParam
 
     return pydantic.TypeAdapter(MessageParam), pydantic.TypeAdapter(ToolUnionParam)

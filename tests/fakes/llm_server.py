@@ -1,6 +1,6 @@
-"""A local HTTP server that speaks the OpenAI and Anthropic wire formats and replays scripted model turns.
+"""A local HTTP server that speaks the OpenAI, Anthropic and Gemini wire formats and replays scripted model turns.
 
-The real `openai` / `anthropic` clients talk to it through `base_url`; every request is recorded
+The real `openai` / `anthropic` / `google-genai` clients talk to it through `base_url`; every request is recorded
 (path, headers, parsed JSON body) and answered with the next scripted turn, rendered into the
 provider's exact response shape (JSON, or SSE when the request says `"stream": true`):
 
@@ -22,7 +22,8 @@ there fails the test even when the client absorbed the error (`take_violations()
 for a test that expects the refusal).
 
 Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`,
-`POST /v1/messages/count_tokens`. Token counts are deterministic: input = len(raw body) // 4,
+`POST /v1/messages/count_tokens`, and Gemini's `POST /v1beta/models/{model}:generateContent` and
+`:streamGenerateContent?alt=sse` (also under `/v1/`). Token counts are deterministic: input = len(raw body) // 4,
 output = len(rendered content) // 4 (at least 1 each).
 """
 
@@ -43,10 +44,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
 
-from .provider_rules import Violation, check_anthropic, check_chat, check_responses
+from .provider_rules import Violation, check_anthropic, check_chat, check_gemini, check_responses
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
+    "GEMINI",
     "OPENAI_CHAT",
     "OPENAI_RESPONSES",
     "ErrorTurn",
@@ -61,6 +63,12 @@ __all__ = [
 OPENAI_CHAT = "openai.chat"
 OPENAI_RESPONSES = "openai.responses"
 ANTHROPIC_MESSAGES = "anthropic"
+GEMINI = "gemini"
+# models/{model}:generateContent and :streamGenerateContent (the model name is part of the path), under
+# either API version (the SDK uses v1beta by default and v1 with a base_url from $GOOGLE_GEMINI_BASE_URL)
+_GEMINI_ROUTE = re.compile(
+    r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
+)
 
 _ROUTES = {
     "/v1/chat/completions": OPENAI_CHAT,
@@ -68,6 +76,14 @@ _ROUTES = {
     "/v1/messages": ANTHROPIC_MESSAGES,
     "/v1/messages/count_tokens": ANTHROPIC_MESSAGES,
 }
+
+
+def _route(path: str) -> str | None:
+    """The provider a path belongs to, None for a path no provider serves."""
+    path = path.split("?", 1)[0]
+    return _ROUTES.get(path) or (GEMINI if _GEMINI_ROUTE.match(path) else None)
+
+
 _CREATED = 1_700_000_000  # fixed timestamp: responses are byte-for-byte reproducible
 
 
@@ -173,7 +189,7 @@ class Request(Mapping[str, Any]):
         self.headers = {k.lower(): v for k, v in headers.items()}
         self.raw = raw
         self.body: dict[str, Any] = body if isinstance(body, dict) else {}
-        self.provider = _ROUTES.get(path.split("?", 1)[0]) or (
+        self.provider = _route(path) or (
             ANTHROPIC_MESSAGES if "anthropic-version" in self.headers else OPENAI_CHAT
         )
         self.reply: Reply | None = None  # what the server answered with
@@ -195,18 +211,25 @@ class Request(Mapping[str, Any]):
 
     @property
     def stream(self) -> bool:
+        if self.provider == GEMINI:
+            return self.path.split("?", 1)[0].endswith(":streamGenerateContent")
         return bool(self.body.get("stream"))
 
     @property
     def model(self) -> str:
+        gemini = _GEMINI_ROUTE.match(self.path.split("?", 1)[0])
+        if gemini:
+            return gemini.group("model")
         return str(self.body.get("model") or "fake-model")
 
     # --- tools ---------------------------------------------------------------------------
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        tools = self.body.get("tools") or []
-        return [t for t in tools if isinstance(t, dict)]
+        tools = [t for t in self.body.get("tools") or [] if isinstance(t, dict)]
+        if self.provider == GEMINI:  # each Tool holds functionDeclarations: the functions are the tools
+            return [d for t in tools for d in t.get("functionDeclarations") or [] if isinstance(d, dict)]
+        return tools
 
     @property
     def tool_names(self) -> list[str]:
@@ -234,7 +257,7 @@ class Request(Mapping[str, Any]):
         if tool is None:
             return None
         fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
-        schema = fn.get("parameters", fn.get("input_schema"))
+        schema = next((fn[k] for k in _SCHEMA_KEYS if k in fn), None)
         return schema if isinstance(schema, dict) else None
 
     @property
@@ -280,7 +303,9 @@ class Request(Mapping[str, Any]):
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """Chat/Anthropic `messages`; Responses `input` as a list of items."""
+        """Chat/Anthropic `messages`; Responses `input` as a list of items; Gemini `contents`."""
+        if self.provider == GEMINI:
+            return [c for c in self.body.get("contents") or [] if isinstance(c, dict)]
         if self.provider == OPENAI_RESPONSES:
             items = self.body.get("input")
             if isinstance(items, str):
@@ -293,6 +318,8 @@ class Request(Mapping[str, Any]):
         """The system prompt, whichever way the provider carries it."""
         if self.provider == ANTHROPIC_MESSAGES:
             return _text_of(self.body.get("system"))
+        if self.provider == GEMINI:
+            return _text_of((self.body.get("systemInstruction") or {}).get("parts"))
         if self.provider == OPENAI_RESPONSES:
             parts = [_text_of(self.body.get("instructions"))]
             parts += [_text_of(m.get("content")) for m in self.messages if m.get("role") in ("system", "developer")]
@@ -303,9 +330,9 @@ class Request(Mapping[str, Any]):
         """Text of every user message (tool results excluded)."""
         out = []
         for m in self.messages:
-            if m.get("role") != "user":
+            if m.get("role", "user" if self.provider == GEMINI else None) != "user":  # Gemini's default role
                 continue
-            text = _text_of(m.get("content"))
+            text = _text_of(m.get("content", m.get("parts")))
             if text:
                 out.append(text)
         return out
@@ -319,6 +346,8 @@ class Request(Mapping[str, Any]):
     @property
     def assistant_turns(self) -> int:
         """How many model turns the history already holds."""
+        if self.provider == GEMINI:
+            return sum(1 for m in self.messages if m.get("role") == "model")
         if self.provider != OPENAI_RESPONSES:
             return sum(1 for m in self.messages if m.get("role") == "assistant")
         turns, in_turn = 0, False
@@ -344,6 +373,12 @@ class Request(Mapping[str, Any]):
                         calls.append(ToolCall(block.get("name", ""), block.get("input") or {}, block.get("id")))
             elif self.provider == OPENAI_RESPONSES and m.get("type") == "function_call":
                 calls.append(ToolCall(m.get("name", ""), m.get("arguments", ""), m.get("call_id"), m.get("namespace")))
+            elif self.provider == GEMINI and m.get("role") == "model":
+                fns = [p["functionCall"] for p in m.get("parts") or [] if isinstance(p, dict) and "functionCall" in p]
+                for position, fn in enumerate(f for f in fns if isinstance(f, dict)):
+                    # no id from the API: a call is known by its place in the turn, as its response is
+                    call_id = fn.get("id") or f"{fn.get('name', '')}#{position}"
+                    calls.append(ToolCall(fn.get("name", ""), fn.get("args") or {}, call_id))
             elif self.provider == OPENAI_RESPONSES and m.get("type") == "tool_search_call":
                 args = m.get("arguments")
                 calls.append(ToolCall("tool_search", args if isinstance(args, (dict, str)) else {}, m.get("call_id")))
@@ -359,6 +394,18 @@ class Request(Mapping[str, Any]):
                     break
                 out.append(ToolResult(str(m.get("tool_call_id")), _text_of(m.get("content")), None, (), m))
             return out[::-1]
+        if self.provider == GEMINI:
+            last = msgs[-1] if msgs else {}
+            parts = last.get("parts") or [] if last.get("role", "user") == "user" else []
+            fns = [p for p in parts if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
+            for position, part in enumerate(fns):
+                fn = part["functionResponse"]
+                response = fn.get("response") if isinstance(fn.get("response"), dict) else {}
+                value = response.get("error", response.get("output", response))
+                text = value if isinstance(value, str) else json.dumps(value)
+                call_id = fn.get("id") or f"{fn.get('name', '')}#{position}"
+                out.append(ToolResult(str(call_id), text, "error" in response, (), part))
+            return out
         if self.provider == ANTHROPIC_MESSAGES:
             last = msgs[-1] if msgs else {}
             content = last.get("content") if last.get("role") == "user" else None
@@ -387,6 +434,8 @@ class Request(Mapping[str, Any]):
 
 
 _RESPONSES_MODEL_ITEMS = {"function_call", "tool_search_call", "reasoning"}
+# where each format keeps a tool's JSON schema (Gemini: proto JSON takes either spelling)
+_SCHEMA_KEYS = ("parameters", "input_schema", "parametersJsonSchema", "parameters_json_schema")
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:
@@ -788,6 +837,67 @@ def render_anthropic_stream(turn: Turn, request: Request, ids: _Ids) -> Iterator
     yield _sse({"type": "message_stop"}, event="message_stop")
 
 
+# Gemini generateContent ----------------------------------------------------------------------
+
+
+def _gemini_usage(inp: int, out: int) -> dict[str, Any]:
+    return {
+        "promptTokenCount": inp,
+        "candidatesTokenCount": out,
+        "totalTokenCount": inp + out,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": inp}],
+    }
+
+
+def _gemini_parts(turn: Turn) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    if turn.text:
+        parts.append({"text": turn.text})
+    for call in turn.calls:
+        # The Gemini API sends no call id unless asked for one: a scripted id is passed on, else none.
+        fn: dict[str, Any] = {"name": call.name, "args": call.arguments_object()}
+        if call.id:
+            fn["id"] = call.id
+        parts.append({"functionCall": fn})
+    return parts or [{"text": ""}]
+
+
+def _gemini_finish(turn: Turn) -> str:
+    return turn.stop_reason or "STOP"  # Gemini says STOP for function calls too
+
+
+def render_gemini(turn: Turn, request: Request, ids: _Ids) -> dict[str, Any]:
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": _gemini_parts(turn)}, "finishReason": _gemini_finish(turn),
+             "index": 0}
+        ],
+        "usageMetadata": _gemini_usage(_input_tokens(turn, request), _output_tokens(turn)),
+        "modelVersion": request.model,
+        "responseId": ids("resp_"),
+    }
+
+
+def render_gemini_stream(turn: Turn, request: Request, ids: _Ids) -> Iterator[str]:
+    """Text in pieces, each function call whole in its own chunk (Gemini streams calls complete)."""
+    response_id = ids("resp_")
+    chunks: list[list[dict[str, Any]]] = [[{"text": piece}] for piece in _words(turn.text)] if turn.text else []
+    chunks += [[part] for part in _gemini_parts(Turn(tool_calls=turn.calls))] if turn.calls else []
+    chunks = chunks or [[{"text": ""}]]
+    inp, out = _input_tokens(turn, request), _output_tokens(turn)
+    for i, parts in enumerate(chunks):
+        last = i == len(chunks) - 1
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if last:
+            candidate["finishReason"] = _gemini_finish(turn)
+        yield _sse({
+            "candidates": [candidate],
+            "usageMetadata": _gemini_usage(inp, out if last else 0),
+            "modelVersion": request.model,
+            "responseId": response_id,
+        })
+
+
 # Errors --------------------------------------------------------------------------------------
 
 _OPENAI_ERROR_TYPES = {
@@ -814,7 +924,22 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
 def render_error(provider: str, error: ErrorTurn, request_id: str) -> dict[str, Any]:
+    if provider == GEMINI:  # google.rpc.Status, as the Gemini API answers errors
+        status = error.type or _GEMINI_STATUS.get(error.status, "UNKNOWN")
+        return {"error": {"code": error.status, "message": error.message, "status": status}}
     if provider == ANTHROPIC_MESSAGES:
         kind = error.type or _ANTHROPIC_ERROR_TYPES.get(error.status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": error.message}, "request_id": request_id}
@@ -832,6 +957,7 @@ _RENDER = {
     OPENAI_CHAT: (render_chat, render_chat_stream),
     OPENAI_RESPONSES: (render_responses, render_responses_stream),
     ANTHROPIC_MESSAGES: (render_anthropic, render_anthropic_stream),
+    GEMINI: (render_gemini, render_gemini_stream),
 }
 
 
@@ -844,6 +970,8 @@ def check_request(provider: str, path: str, body: Mapping[str, Any]) -> None:
         check_chat(body)
     elif provider == OPENAI_RESPONSES:
         check_responses(body)
+    elif provider == GEMINI:
+        check_gemini(body)
     else:
         check_anthropic(body, count_tokens=path.endswith("/count_tokens"))
 
@@ -988,6 +1116,25 @@ class FakeLLMServer:
 
         return openai.AsyncOpenAI(**self._client_options(options, self.openai_base_url))
 
+    @property
+    def gemini_base_url(self) -> str:
+        return self.url
+
+    def _gemini_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        from google.genai import types
+
+        http = types.HttpOptions(
+            base_url=self.gemini_base_url, api_version="v1beta", timeout=30_000,
+            retry_options=types.HttpRetryOptions(attempts=1),
+        )
+        return {"api_key": "test-key", "http_options": http, **options}
+
+    def gemini(self, **options: Any) -> Any:
+        """A `google.genai.Client` on this server (its `.aio` is the async client)."""
+        from google import genai
+
+        return genai.Client(**self._gemini_options(options))
+
     def anthropic(self, **options: Any) -> Any:
         import anthropic
 
@@ -1072,7 +1219,7 @@ class FakeLLMServer:
             error = ErrorTurn(status, message, param=param)
             _send_json(handler, status, render_error(provider, error, request_id), {id_header: request_id})
 
-        if handler.command != "POST" or path not in _ROUTES:
+        if handler.command != "POST" or _route(path) is None:
             fail(404, f"fake LLM server: no route for {handler.command} {path}")
             return
         if parse_error is not None or not isinstance(body, dict):

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["TOOL_NAME", "Violation", "check_anthropic", "check_chat", "check_responses"]
+__all__ = ["TOOL_NAME", "Violation", "check_anthropic", "check_chat", "check_gemini", "check_responses"]
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _PATTERN = "^[a-zA-Z0-9_-]{1,64}$"
@@ -424,3 +424,87 @@ def _check_results(
                     f"Tool reference '{name}' must point to a tool defined with defer_loading: true",
                     f"messages.{i}",
                 )
+
+
+# --- Gemini generateContent ----------------------------------------------------------------------
+
+# the API enforces 64 characters (its error says so) where the SDK's docstring says 128
+GEMINI_FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+
+
+def _parts(content: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return _dicts(content.get("parts"))
+
+
+def check_gemini(body: Mapping[str, Any]) -> None:
+    """The REST body of `models/{model}:generateContent` (camelCase, as the google-genai SDK sends it)."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise Violation("required-fields", "* GenerateContentRequest.contents: contents is not specified.", "contents")
+    names: list[str] = []
+    for i, tool in enumerate(_dicts(body.get("tools"))):
+        for j, decl in enumerate(_dicts(tool.get("functionDeclarations"))):
+            where = f"tools[{i}].function_declarations[{j}]"
+            name = decl.get("name")
+            if not isinstance(name, str) or not GEMINI_FUNCTION_NAME.fullmatch(name):
+                raise Violation(
+                    "tool-name",
+                    f"The GenerateContentRequest proto is invalid:\n  * {where}.name: [FIELD_INVALID] Invalid function "
+                    "name. Must start with a letter or an underscore. Must be a-z, A-Z, 0-9, or contain underscores "
+                    "(_), dots (.), colons (:), or dashes (-), with a maximum length of 64.",
+                    f"{where}.name",
+                )
+            # proto JSON takes a field's original name too, and the SDK sends this one so
+            json_schema = "parametersJsonSchema" if "parametersJsonSchema" in decl else "parameters_json_schema"
+            if "parameters" in decl and json_schema in decl:
+                raise Violation(
+                    "schema-object", f"* GenerateContentRequest.{where}: parameters and parameters_json_schema are "
+                    "mutually exclusive", where,
+                )
+            schema = decl.get(json_schema, decl.get("parameters"))
+            if schema is not None and (not isinstance(schema, dict) or str(schema.get("type")).lower() != "object"):
+                raise Violation(
+                    "schema-object",
+                    f"* GenerateContentRequest.{where}.parameters: the schema must describe an object",
+                    f"{where}.parameters",
+                )
+            names.append(name)
+    _check_unique("tool-names-unique", names, "Duplicate function declaration found: {name}", "tools")
+    _check_gemini_contents(_dicts(contents))
+
+
+def _check_gemini_contents(contents: list[dict[str, Any]]) -> None:
+    previous: str | None = None  # "user", "model-call", "model", "response": what the last turn was
+    open_calls = 0
+    for i, content in enumerate(contents):
+        role = content.get("role", "user")
+        parts = _parts(content)
+        if role not in ("user", "model"):
+            raise Violation("alternation", "Please use a valid role: user, model.", f"contents[{i}].role")
+        if not parts:
+            raise Violation("non-empty", f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be "
+                            "empty.\n", f"contents[{i}].parts")
+        calls = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
+        responses = [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)]
+        if open_calls and len(responses) != open_calls:
+            raise Violation(
+                "call-answered",
+                "Please ensure that the number of function response parts is equal to the number of function call "
+                "parts of the function call turn.",
+                f"contents[{i}]",
+            )
+        if responses and (role != "user" or not open_calls):
+            raise Violation(
+                "result-answers-call",
+                "Please ensure that function response turn comes immediately after a function call turn.",
+                f"contents[{i}]",
+            )
+        if calls and previous not in ("user", "response"):
+            raise Violation(
+                "alternation",
+                "Please ensure that function call turn comes immediately after a user turn or after a function "
+                "response turn.",
+                f"contents[{i}]",
+            )
+        open_calls = len(calls) if role == "model" else 0
+        previous = ("model-call" if calls else "model") if role == "model" else ("response" if responses else "user")

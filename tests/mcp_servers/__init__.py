@@ -81,9 +81,9 @@ def gateway_env() -> dict[str, str]:
 class GatewayProcess:
     """The gateway over streamable HTTP as a child process; stderr is collected for assertions."""
 
-    def __init__(self, config: Path, *extra: str) -> None:
+    def __init__(self, config: Path, *extra: str, argv: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            gateway_argv(config, "--transport", "http", "--port", "0", *extra),
+            argv or gateway_argv(config, "--transport", "http", "--port", "0", *extra),
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
@@ -128,8 +128,8 @@ class GatewayProcess:
 
 
 @contextmanager
-def http_gateway(config: Path, *extra: str) -> Iterator[GatewayProcess]:
-    gateway = GatewayProcess(config, *extra)
+def http_gateway(config: Path, *extra: str, argv: list[str] | None = None) -> Iterator[GatewayProcess]:
+    gateway = GatewayProcess(config, *extra, argv=argv)
     try:
         gateway.wait_ready()
         yield gateway
@@ -144,3 +144,31 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) ->
             return True
         time.sleep(interval)
     return False
+
+
+@contextmanager
+def toy_over_http(**env: str) -> Iterator[str]:
+    """The toy server over streamable HTTP as its own process (TOY_* switches in `env`); its URL."""
+    proc = subprocess.Popen(
+        [PY, str(TOY)], env={**os.environ, "TOY_HTTP_PORT": "0", **env}, stderr=subprocess.PIPE, text=True
+    )
+    url: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            found = re.search(r"listening on (\S+)", line)
+            if found:
+                url.append(found.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        ready.wait(60)
+        assert url, "the toy HTTP server did not start"
+        yield url[0]
+    finally:
+        proc.terminate()
+        proc.wait(10)

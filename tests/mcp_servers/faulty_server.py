@@ -77,6 +77,10 @@ MALFORMED: list[Any] = [
 ]
 
 
+# A lone surrogate, which JSON can escape ("\\ud800") but UTF-8 cannot encode: valid JSON, invalid text.
+SURROGATE = {"name": "lone_surrogate", "description": "Broken \ud800 text.", "inputSchema": {"type": "object"}}
+
+
 def send(message: dict[str, Any]) -> None:
     line = json.dumps(message, separators=(",", ":")) + "\n"
     with _write_lock:
@@ -96,7 +100,7 @@ def list_tools() -> list[Any]:
     tools: list[Any] = [copy.deepcopy(t) for t in TOOLS.values()]
     if os.environ.get("FAULTY_MALFORMED") == "1":
         # malformed entries first and between good ones: the good ones after them must still be listed
-        tools = MALFORMED[:2] + tools[:1] + MALFORMED[2:] + tools[1:]
+        tools = MALFORMED[:2] + tools[:1] + MALFORMED[2:] + tools[1:] + [SURROGATE]
     return tools + json.loads(os.environ.get("FAULTY_EXTRA_TOOLS") or "[]")
 
 

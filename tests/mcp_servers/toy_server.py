@@ -8,6 +8,7 @@ Run it as ``python tests/mcp_servers/toy_server.py``; behaviour is set with envi
 - ``TOY_STDERR``: write this line to stderr at startup (to check who gets to see it)
 - ``TOY_HTTP_PORT``: serve streamable HTTP on 127.0.0.1 at this port (0 picks one) instead of stdio;
   the URL is printed to stderr as ``toy server listening on <url>``
+- ``TOY_LISTEN=1``: serve ``subscriptions/listen`` (2026-07-28), where ``grow`` announces its new tool
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 PAGE_SIZE = max(1, int(os.environ.get("TOY_PAGE_SIZE", "2")))
 
@@ -87,6 +89,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         new = str(args.get("name") or f"grown_{len(TOOLS)}")
         TOOLS[new] = _tool(new, f"A tool named {new}, added at run time.")
         await ctx.session.send_tool_list_changed()
+        await BUS.publish(ToolsListChanged())
         return _text(f"added {new}")
     if name == "pid":
         return _text(str(os.getpid()))
@@ -98,7 +101,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return _text(f"unknown tool {name!r}", error=True)
 
 
-server = Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+BUS = InMemorySubscriptionBus()
+server = Server(
+    "toy",
+    version="1.0",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_subscriptions_listen=ListenHandler(BUS) if os.environ.get("TOY_LISTEN") == "1" else None,
+)
 
 
 async def main() -> None:

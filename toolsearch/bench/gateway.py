@@ -2,13 +2,17 @@
 
     toolsearch bench gateway                          # writes benchmarks/results/gateway.{md,json,png}
     toolsearch bench gateway --clients 4 --loops 5 --workers 1,2   # a quick run
+    toolsearch bench gateway --eras modern            # the 2026-07-28 era only
 
 Each configuration starts N `toolsearch mcp serve --transport http` worker processes in front of one
 upstream MCP server per worker (`toolsearch.bench.gateway_upstream`: the bundled 197-tool demo catalog
 over stdio, answering at once, so the figures are the gateway's). K clients, each a real `mcp`
 `ClientSession` over streamable HTTP, all in this process, loop `tool_search` -> `tools/list` ->
 `tools/call` (a tool the search found, with arguments that satisfy its schema), after a warm-up. The
-configurations, in one run:
+configurations, in one run, each in both protocol eras (`--eras`): **handshake** clients (the
+initialize handshake; a session whose `tools/list` grows with what it finds) and **modern** clients
+(2026-07-28: `tool_search` with a context handle -> the stable `tools/list` -> `call_tool` of a found
+tool with that context). Both eras' clients talk to the same workers (one endpoint serves both):
 
 - **memory** (`mcp serve`'s default: one session per HTTP connection) and **memory-stateless** (the
   in-memory store, sessions named by the `mcp-session-id` header the gateway issues, the transport of
@@ -58,6 +62,8 @@ __all__ = ["add_arguments", "main", "run", "render_markdown", "plot_report"]
 
 TARGET_REDIS_EXTRA_P50_MS = 1.0  # what Redis may add to an operation's p50 over the in-memory store
 OPERATIONS = ("search", "list", "call")
+ERAS = ("handshake", "modern")
+MODERN_VERSION = "2026-07-28"
 STORES = ("memory", "memory-stateless", "redis")  # how sessions are kept; see store_arguments
 ROUTING = {"memory": "sticky", "memory-stateless": "sticky", "redis": "round-robin"}
 SERVER = "demo"  # the upstream's name in the gateway config: tools are listed as demo__<tool>
@@ -341,8 +347,12 @@ async def run_client(
     record: ClientRecord,
     session_header: str | None,
     served: list[int],
+    era: str = "handshake",
 ) -> None:
-    """One MCP client: connect, `warmup` untimed loops, then its share of `loops` timed loops in each of its turns."""
+    """One MCP client: connect, `warmup` untimed loops, then its share of `loops` timed loops in each of its turns.
+
+    A modern client searches with its context handle, checks that the stable list did not change, and calls
+    the found tool through `call_tool`."""
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -358,17 +368,27 @@ async def run_client(
     url = urls[index % len(urls)]
     turn = itertools.count(index * 7)  # every group asks the same queries in the same order
     progress = {"arrived": False, "rounds": 0}
+    modern: dict[str, Any] = {"context": None, "listing": None}
 
     async def one_loop(timed: bool) -> None:
         query = queries[next(turn) % len(queries)]
         t0 = time.perf_counter()
+        arguments: dict[str, Any] = {"query": query, "max_results": RESULTS_PER_SEARCH}
+        if era == "modern" and modern["context"] is not None:
+            arguments["context"] = modern["context"]
         try:
-            found = await session.call_tool(SEARCH_TOOL, {"query": query, "max_results": RESULTS_PER_SEARCH})
+            found = await session.call_tool(SEARCH_TOOL, arguments)
         except Exception as exc:
             record.fail("search", f"{type(exc).__name__}: {exc}")
             return
         t1 = time.perf_counter()
-        names = _FOUND_LINE.findall(_text(found))
+        if era == "modern":
+            entries = (found.structured_content or {}).get("tools") or []
+            names = [e["name"] for e in entries]
+            schemas = {e["name"]: e["inputSchema"] for e in entries}
+            modern["context"] = (found.structured_content or {}).get("context", modern["context"])
+        else:
+            names = _FOUND_LINE.findall(_text(found))
         if found.is_error or not names:
             record.fail("search", f"query {query!r}: {_text(found)}")
             return
@@ -378,15 +398,26 @@ async def run_client(
             record.fail("list", f"{type(exc).__name__}: {exc}")
             return
         t2 = time.perf_counter()
-        schemas = {tool.name: tool.input_schema for tool in listed.tools}
-        missing = [n for n in names if n not in schemas]
-        if missing:
-            record.fail("list", f"tools/list lacks {missing} that the search just found")
-            return
+        if era == "modern":
+            listing = listed.model_dump_json()
+            if modern["listing"] is not None and listing != modern["listing"]:
+                record.fail("list", "the 2026-07-28 tools/list changed between requests")
+                return
+            modern["listing"] = listing
+        else:
+            schemas = {tool.name: tool.input_schema for tool in listed.tools}
+            missing = [n for n in names if n not in schemas]
+            if missing:
+                record.fail("list", f"tools/list lacks {missing} that the search just found")
+                return
         target = names[0]
         arguments = example_arguments(schemas[target])
         try:
-            result = await session.call_tool(target, arguments)
+            if era == "modern":
+                proxied = {"name": target, "arguments": arguments, "context": modern["context"]}
+                result = await session.call_tool("call_tool", proxied)
+            else:
+                result = await session.call_tool(target, arguments)
         except Exception as exc:
             record.fail("call", f"{type(exc).__name__}: {exc}")
             return
@@ -401,12 +432,18 @@ async def run_client(
             record.loops.append((t3 - t0) * 1000)
 
     try:
-        async with (
-            client,
-            streamable_http_client(url, http_client=client) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(client)
+            if era == "modern":
+                from mcp import Client
+
+                transport = streamable_http_client(url, http_client=client)
+                modern_client = await stack.enter_async_context(Client(transport, mode=MODERN_VERSION))
+                session = modern_client.session
+            else:
+                read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
             for _ in range(warmup):
                 await one_loop(False)
             progress["arrived"] = True
@@ -427,7 +464,7 @@ async def run_client(
 
 
 async def drive_clients(
-    groups: dict[str, tuple[list[str], str]],
+    groups: dict[str, tuple[list[str], str, str]],
     clients: int,
     queries: Sequence[str],
     warmup: int,
@@ -436,7 +473,7 @@ async def drive_clients(
     session_header: str | None,
     cpu: dict[str, CpuProbe] | None = None,
 ) -> dict[str, tuple[list[ClientRecord], float, list[int], dict[str, float | None]]]:
-    """`clients` clients per group (name -> worker URLs and routing), connected together, timed in turns.
+    """`clients` clients per group (name -> worker URLs, routing and era), connected together, timed in turns.
 
     Returns per group its clients' records, the wall time of its turns, the HTTP requests each worker got, and
     the CPU seconds its `cpu` probe measured over its turns.
@@ -445,14 +482,14 @@ async def drive_clients(
 
     phases = Phases(list(groups), clients, max(1, min(rounds, loops)), cpu)
     records = {g: [ClientRecord() for _ in range(clients)] for g in groups}
-    served = {g: [0] * len(urls) for g, (urls, _) in groups.items()}
+    served = {g: [0] * len(urls) for g, (urls, _, _) in groups.items()}
     async with anyio.create_task_group() as tg:
         tg.start_soon(phases.conduct)
-        for group, (urls, routing) in groups.items():
+        for group, (urls, routing, era) in groups.items():
             for i in range(clients):
                 tg.start_soon(
                     run_client, i, group, urls, routing, queries, warmup, loops, phases, records[group][i],
-                    session_header, served[group],
+                    session_header, served[group], era,
                 )  # fmt: skip
     if not phases.completed:  # cancelled (Ctrl-C): the event loop swallows the interrupt, so raise it again
         raise KeyboardInterrupt
@@ -522,20 +559,32 @@ def run_worker_count(
     rounds: int,
     session_header: str | None,
     redis_url: str | None = None,
+    eras: Sequence[str] = ERAS,
 ) -> list[dict[str, Any]]:
     """`workers` workers per store (name -> session store URL), all started at once; each client count runs
-    against every store in alternating turns, with new sessions."""
+    against every store, in each era, in alternating turns, with new sessions."""
     import anyio
 
     routing = {store: ROUTING[store] for store in stores}
     rows: list[dict[str, Any]] = []
     with gateway_workers(workers, config, stores, options) as started:
-        groups = {store: ([w.url or "" for w in started[store]], routing[store]) for store in stores}
-        probes = {store: _cpu_probe(started[store], redis_url if store == "redis" else None) for store in stores}
+        groups = {
+            f"{store}/{era}": ([w.url or "" for w in started[store]], routing[store], era)
+            for store in stores
+            for era in eras
+        }
+        probes = {
+            f"{store}/{era}": _cpu_probe(started[store], redis_url if store == "redis" else None)
+            for store in stores
+            for era in eras
+        }
         for count in clients:
             measured = anyio.run(drive_clients, groups, count, queries, warmup, loops, rounds, session_header, probes)
-            for store, (records, elapsed, served, cpu) in measured.items():
-                base: dict[str, Any] = {"workers": workers, "store": store, "routing": routing[store], "clients": count}
+            for group, (records, elapsed, served, cpu) in measured.items():
+                store, era = group.split("/")
+                base: dict[str, Any] = {
+                    "workers": workers, "store": store, "era": era, "routing": routing[store], "clients": count,
+                }  # fmt: skip
                 row = base | summarise(records, elapsed) | {"requests_per_worker": served}
                 rows.append(row | {"cpu": _cpu_per_operation(cpu, row["loops"] * len(OPERATIONS))})
     return rows
@@ -565,21 +614,21 @@ def redis_extra(configs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     The baseline is memory-stateless when it was run (same transport, same session identity: only the
     store and the routing differ), else memory.
     """
-    by_key = {(c["workers"], c["clients"], c["store"]): c for c in configs}
+    by_key = {(c["workers"], c["clients"], c.get("era", "handshake"), c["store"]): c for c in configs}
     out: dict[str, dict[str, Any]] = {}
-    for (workers, clients, store), row in sorted(by_key.items()):
-        base_name = next((b for b in ("memory-stateless", "memory") if (workers, clients, b) in by_key), None)
+    for (workers, clients, era, store), row in sorted(by_key.items()):
+        base_name = next((b for b in ("memory-stateless", "memory") if (workers, clients, era, b) in by_key), None)
         if store != "redis" or base_name is None:
             continue
-        base = by_key[workers, clients, base_name]
-        extra: dict[str, Any] = {"workers": workers, "clients": clients, "baseline": base_name}
+        base = by_key[workers, clients, era, base_name]
+        extra: dict[str, Any] = {"workers": workers, "clients": clients, "era": era, "baseline": base_name}
         for op in OPERATIONS:
             a, b = row["operations"][op]["p50_ms"], base["operations"][op]["p50_ms"]
             if a is not None and b is not None:
                 extra[op] = round(a - b, 3)
         cpu, base_cpu = row.get("cpu", {}).get("total_ms_per_op"), base.get("cpu", {}).get("total_ms_per_op")
         extra["cpu_ms_per_op"] = None if cpu is None or base_cpu is None else round(cpu - base_cpu, 3)
-        out[_label(workers, clients)] = extra
+        out[f"{_label(workers, clients)}, {era}"] = extra
     return out
 
 
@@ -595,6 +644,8 @@ def run(
     redis_url: str | None = None,
     session_header: str | None = None,
     max_discovered: int | None = 12,
+    eras: Sequence[str] = ERAS,
+    backend: str = "bm25",
     log: Any = None,
 ) -> dict[str, Any]:
     """Every (workers, store) configuration in turn, each client count on the same workers; returns the report."""
@@ -602,7 +653,7 @@ def run(
 
     say = log or (lambda message: None)
     queries = search_queries(seed)
-    options = ["--quiet"]
+    options = ["--quiet", "--backend", backend]
     if max_discovered is not None:
         options += ["--max-discovered", str(max_discovered)]
     report: dict[str, Any] = {
@@ -611,6 +662,8 @@ def run(
         "settings": {
             "workers": list(workers),
             "stores": list(stores),
+            "eras": list(eras),
+            "backend": backend,
             "clients": list(clients),
             "loops_per_client": loops,
             "warmup_loops_per_client": warmup,
@@ -654,11 +707,13 @@ def run(
                 rounds,
                 session_header,
                 url,
+                eras,
             )
             for row in rows:
                 ops = row["operations"]
                 say(
-                    f"  {row['clients']:3d} clients {row['store']:6s} {row['ops_per_s'] or 0:8.1f} ops/s  "
+                    f"  {row['clients']:3d} clients {row['store']:6s} {row['era']:9s} "
+                    f"{row['ops_per_s'] or 0:8.1f} ops/s  "
                     + "  ".join(f"{op} p50 {_ms(ops[op]['p50_ms'])} ms" for op in OPERATIONS)
                     + f"  errors {row['error_total']}"
                 )
@@ -751,15 +806,17 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
         "Latency is wall time in the client per request, in ms; with many clients it includes queueing in the "
         "workers and in the client process. Throughput counts timed loops (3 operations each) over the timed phase.",
         "",
-        "| clients | workers | store | routing | loops/s | ops/s | search p50 / p99 | list p50 / p99 "
+        "| clients | workers | store | era | routing | loops/s | ops/s | search p50 / p99 | list p50 / p99 "
         "| call p50 / p99 | loop p50 | CPU ms / op (gateway + redis) | errors | HTTP requests per worker |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for c in sorted(report["configurations"], key=lambda c: (c["clients"], c["workers"], STORES.index(c["store"]))):
+    order = lambda c: (c["clients"], c["workers"], STORES.index(c["store"]), ERAS.index(c.get("era", "handshake")))  # noqa: E731
+    for c in sorted(report["configurations"], key=order):
         ops = c["operations"]
         cells = " | ".join(f"{_ms(ops[op]['p50_ms'])} / {_ms(ops[op]['p99_ms'])}" for op in OPERATIONS)
         lines.append(
-            f"| {c['clients']} | {c['workers']} | {c['store']} | {c['routing']} | {c['loops_per_s'] or 0:,.1f} | "
+            f"| {c['clients']} | {c['workers']} | {c['store']} | {c.get('era', 'handshake')} | {c['routing']} | "
+            f"{c['loops_per_s'] or 0:,.1f} | "
             f"{c['ops_per_s'] or 0:,.1f} | {cells} | {_ms(c['loop']['p50_ms'])} | {_cpu_cell(c.get('cpu', {}))} | "
             f"{c['error_total']} | "
             f"{' / '.join(str(n) for n in c.get('requests_per_worker', []))} |"
@@ -778,14 +835,15 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
             "the Redis rows also pay for changing worker on every request. One client measures the added latency "
             "itself; many clients add queueing, which Redis lengthens by its own CPU time.",
             "",
-            "| clients | workers | " + " | ".join(f"{op} p50" for op in OPERATIONS) + " | CPU per operation |",
-            "|---:|---:|" + "---:|" * (len(OPERATIONS) + 1),
+            "| clients | workers | era | " + " | ".join(f"{op} p50" for op in OPERATIONS) + " | CPU per operation |",
+            "|---:|---:|---|" + "---:|" * (len(OPERATIONS) + 1),
         ]
-        for row in sorted(extra.values(), key=lambda r: (r["clients"], r["workers"])):
+        for row in sorted(extra.values(), key=lambda r: (r["clients"], r["workers"], r.get("era", ""))):
             cells = " | ".join(f"{row[op]:+.2f}" if op in row else "n/a" for op in OPERATIONS)
             cpu = row.get("cpu_ms_per_op")
             lines.append(
-                f"| {row['clients']} | {row['workers']} | {cells} | {'n/a' if cpu is None else f'{cpu:+.2f}'} |"
+                f"| {row['clients']} | {row['workers']} | {row.get('era', 'handshake')} | {cells} | "
+                f"{'n/a' if cpu is None else f'{cpu:+.2f}'} |"
             )
         per = "; ".join(
             f"{k} client{'s' if k != '1' else ''}: {v:+.2f} ms"
@@ -830,6 +888,10 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
     return "\n".join(lines) + "\n"
 
 
+def _group(c: dict[str, Any]) -> str:
+    return f"{c['store']}/{c.get('era', 'handshake')}"
+
+
 def plot_report(report: dict[str, Any], path: Path) -> None:
     """Throughput vs workers at the most clients, and p50 per operation vs workers at each client count."""
     import matplotlib
@@ -838,18 +900,18 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     configs = report["configurations"]
-    stores = [s for s in STORES if any(c["store"] == s for c in configs)]
+    stores = [f"{s}/{e}" for s in STORES for e in ERAS if any(_group(c) == f"{s}/{e}" for c in configs)]
     counts = sorted({c["clients"] for c in configs})
     fig, axes = plt.subplots(1, 1 + len(counts), figsize=(5.2 * (1 + len(counts)), 4.4), squeeze=False)
     left, rest = axes[0][0], list(axes[0][1:])
     most = counts[-1]
     for i, store in enumerate(stores):
-        rows = sorted((c for c in configs if c["store"] == store and c["clients"] == most), key=lambda c: c["workers"])
+        rows = sorted((c for c in configs if _group(c) == store and c["clients"] == most), key=lambda c: c["workers"])
         left.plot([c["workers"] for c in rows], [c["ops_per_s"] or 0 for c in rows], marker="o", color=f"C{i}",
                   label=store)  # fmt: skip
         for ax, count in zip(rest, counts, strict=True):
             rows = sorted(
-                (c for c in configs if c["store"] == store and c["clients"] == count), key=lambda c: c["workers"]
+                (c for c in configs if _group(c) == store and c["clients"] == count), key=lambda c: c["workers"]
             )
             for style, op in zip(("-", "--", ":"), OPERATIONS, strict=True):
                 ys = [c["operations"][op]["p50_ms"] for c in rows]
@@ -889,12 +951,16 @@ def _counts(what: str, example: str) -> Any:
     return parse
 
 
-def _store_list(spec: str) -> list[str]:
-    values = [x.strip() for x in spec.split(",") if x.strip()]
-    unknown = [v for v in values if v not in STORES]
-    if not values or unknown:
-        raise argparse.ArgumentTypeError(f"{spec!r}: stores are {', '.join(STORES)} (comma-separated)")
-    return values
+def _choices(what: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list of `allowed` values."""
+
+    def parse(spec: str) -> list[str]:
+        values = [x.strip() for x in spec.split(",") if x.strip()]
+        if not values or any(v not in allowed for v in values):
+            raise argparse.ArgumentTypeError(f"{spec!r}: {what} are {', '.join(allowed)} (comma-separated)")
+        return values
+
+    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -907,10 +973,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stores",
-        type=_store_list,
+        type=_choices("stores", STORES),
         default=list(STORES),
         metavar="LIST",
         help="store configurations: memory (per connection), memory-stateless, redis (default: all three)",
+    )
+    parser.add_argument(
+        "--eras",
+        type=_choices("eras", ERAS),
+        default=list(ERAS),
+        metavar="LIST",
+        help="protocol eras of the clients: handshake (progressive list), modern (2026-07-28) (default: both)",
+    )
+    parser.add_argument(
+        "--backend", default="bm25", help="the workers' search backend (default bm25, as earlier reports ran)"
     )
     parser.add_argument(
         "--clients",
@@ -965,6 +1041,8 @@ def main(args: argparse.Namespace) -> int:
         redis_url=args.redis_url,
         session_header=args.session_header,
         max_discovered=args.max_discovered or None,
+        eras=args.eras,
+        backend=args.backend,
         log=None if quiet else log,
     )
     out = Path(args.out)
@@ -977,7 +1055,8 @@ def main(args: argparse.Namespace) -> int:
     for c in report["configurations"]:
         ops = c["operations"]
         print(
-            f"{c['clients']:3d} clients, {c['workers']} worker(s), {c['store']:6s}: {c['ops_per_s'] or 0:8.1f} ops/s  "
+            f"{c['clients']:3d} clients, {c['workers']} worker(s), {c['store']:6s} {c.get('era', 'handshake'):9s}: "
+            f"{c['ops_per_s'] or 0:8.1f} ops/s  "
             + "  ".join(f"{op} p50 {_ms(ops[op]['p50_ms'])} p99 {_ms(ops[op]['p99_ms'])} ms" for op in OPERATIONS)
             + f"  errors {c['error_total']}"
         )

@@ -1,4 +1,17 @@
-"""The `mcpServers` JSON config that MCP clients already use: stdio commands and HTTP endpoints."""
+"""The servers configs MCP clients already use (`mcpServers`, VS Code's `servers` + `inputs`), variables expanded.
+
+Variables are expanded where the desktop clients expand them (Claude Code, Cursor, VS Code): in
+`command`, `args`, `env`, `cwd`, `url` and `headers`. The forms:
+- `${VAR}`, `${env:VAR}`: the environment variable VAR; an unset one is an error naming it;
+- `${VAR:-default}`, `${env:VAR:-default}`: VAR, or `default` when VAR is unset;
+- `${input:ID}` (VS Code): an entry of the config's `inputs`. VS Code prompts for it; a gateway
+  cannot, so the value comes from the environment variable `TOOLSEARCH_INPUT_<ID>` (ID upper-cased,
+  every character other than a letter or digit turned into `_`: `github-token` reads
+  `TOOLSEARCH_INPUT_GITHUB_TOKEN`), else the input's `default`, else it is an error naming both;
+- `${userHome}` and `${workspaceFolder}` (VS Code, Cursor): the home folder, and the folder the
+  config belongs to (the parent of a `.vscode` / `.cursor` folder holding it, else its own folder).
+Messages name a variable, never its value: a server is described by its settings as written.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._errors import ToolSearchError
 
-__all__ = ["ChangedTools", "MCPConfigError", "ServerConfig", "MCPConfig", "load_config", "parse_config"]
+__all__ = [
+    "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
+    "load_config", "parse_config",
+]
 
 Transport = Literal["stdio", "http", "sse"]
 ChangedTools = Literal["keep", "block"]
@@ -24,7 +40,11 @@ DEFAULT_STARTUP_TIMEOUT = 30.0
 DEFAULT_CALL_TIMEOUT = 300.0
 DEFAULT_MAX_RESULT_BYTES = 1_000_000  # about 250k tokens: more than a model takes in from one result
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# ${NAME}, ${env:NAME}, ${NAME:-default}, ${input:ID}, ${command:...}: the kind, the name, the default
+_VARIABLE = re.compile(r"\$\{(?:(?P<kind>[A-Za-z]+):(?!-))?(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INPUT_ENV_PREFIX = "TOOLSEARCH_INPUT_"
+_CLIENT_FOLDERS = (".vscode", ".cursor")
 # Spellings other clients write for the transport, mapped to ours.
 _TYPE_ALIASES = {
     "stdio": "stdio",
@@ -86,9 +106,13 @@ class ServerConfig:
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     max_result_bytes: int | None = None  # None: the caller's default (DEFAULT_MAX_RESULT_BYTES)
     changed_tools: ChangedTools | None = None  # None: the gateway's setting
+    # the command line or URL as the config writes it, variables unexpanded (for messages and logs)
+    written: str | None = None
 
     def describe(self) -> str:
-        """A short human description for messages (never includes headers or env values)."""
+        """A short human description for messages: as written, so no expanded variable, header or env value."""
+        if self.written is not None:
+            return self.written if self.transport == "stdio" else f"{self.written} ({self.transport})"
         if self.transport == "stdio":
             return " ".join([self.command or "", *self.args]).strip()
         return f"{self.url} ({self.transport})"
@@ -115,21 +139,90 @@ class MCPConfig:
         raise KeyError(name)
 
 
-def _expand(value: str, where: str, environ: Mapping[str, str]) -> str:
-    """Substitute `${VAR}` and `${VAR:-default}` from the environment."""
+def input_variable(input_id: str) -> str:
+    """The environment variable a VS Code `${input:ID}` is read from: `TOOLSEARCH_INPUT_` + ID upper-cased."""
+    return INPUT_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", input_id).upper()
 
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in environ:
-            return environ[name]
+
+@dataclass(frozen=True, slots=True)
+class _Variables:
+    """What `${...}` may refer to: the environment, the config's inputs, the config's folder."""
+
+    environ: Mapping[str, str]
+    inputs: Mapping[str, Mapping[str, Any]]
+    workspace: Path | None
+
+    def value(self, kind: str | None, name: str, default: str | None, where: str) -> str:
+        written = "${" + (f"{kind}:" if kind else "") + name + "}"
+        if kind == "input":
+            return self._input(name, where)
+        if kind is None and name in ("userHome", "workspaceFolder") and name not in self.environ:
+            return self._predefined(name, where)
+        if kind not in (None, "env"):
+            raise MCPConfigError(
+                f"{where} uses {written}: toolsearch expands ${{VAR}}, ${{env:VAR}}, ${{VAR:-default}}, "
+                "${input:ID}, ${userHome} and ${workspaceFolder}, not "
+                f"${{{kind}:...}}; write the value or an environment variable instead"
+            )
+        if not _ENV_NAME.match(name):
+            raise MCPConfigError(f"{where} uses {written}, which is not a variable name (letters, digits, '_')")
+        if name in self.environ:
+            return self.environ[name]
         if default is not None:
             return default
-        raise MCPConfigError(f"{where} uses ${{{name}}} but {name} is not set; export it or write ${{{name}:-default}}")
+        raise MCPConfigError(f"{where} uses {written} but {name} is not set; export it or write ${{{name}:-default}}")
+
+    def _input(self, input_id: str, where: str) -> str:
+        variable = input_variable(input_id)
+        if variable in self.environ:
+            return self.environ[variable]
+        declared = self.inputs.get(input_id)
+        if declared is None:
+            raise MCPConfigError(
+                f"{where} uses ${{input:{input_id}}}, which the config's 'inputs' does not declare; "
+                f"declare it, or set {variable}"
+            )
+        if isinstance(declared.get("default"), str):
+            return str(declared["default"])
+        about = f" ({declared['description']})" if isinstance(declared.get("description"), str) else ""
+        raise MCPConfigError(
+            f"{where} uses ${{input:{input_id}}}{about}: VS Code prompts for inputs, toolsearch reads them from "
+            f"the environment; set {variable}"
+        )
+
+    def _predefined(self, name: str, where: str) -> str:
+        if name == "userHome":
+            return str(Path.home())
+        if self.workspace is None:
+            raise MCPConfigError(f"{where} uses ${{workspaceFolder}}, which only a config read from a file has")
+        return str(self.workspace)
+
+
+def _expand(value: str, where: str, variables: _Variables) -> str:
+    """Substitute every `${...}` of a value (see the module docstring for the forms)."""
+
+    def replace(match: re.Match[str]) -> str:
+        return variables.value(match.group("kind"), match.group("name"), match.group("default"), where)
 
     return _VARIABLE.sub(replace, value)
 
 
-def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) -> ServerConfig | None:
+def _inputs(raw: Any) -> dict[str, Mapping[str, Any]]:
+    """VS Code's `inputs`: a list of {"id", "type", "description", "password", "default"?}."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(i, Mapping) and isinstance(i.get("id"), str) for i in raw):
+        raise MCPConfigError("'inputs' must be a list of objects with an 'id' (VS Code's format)")
+    return {i["id"]: i for i in raw}
+
+
+def _workspace(base: Path | None) -> Path | None:
+    if base is None:
+        return None
+    return base.parent if base.name in _CLIENT_FOLDERS else base
+
+
+def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> ServerConfig | None:
     where = f"server {name!r}"
     if not isinstance(name, str) or not _SERVER_NAME.match(name):
         raise MCPConfigError(
@@ -160,6 +253,7 @@ def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) 
                 path = base / path
             cwd = str(path)
         return ServerConfig(
+            written=" ".join([entry.command, *entry.args]),
             name=name,
             transport="stdio",
             command=_expand(entry.command, f"{where} command", environ),
@@ -175,8 +269,10 @@ def _server(name: str, raw: Any, base: Path | None, environ: Mapping[str, str]) 
         raise MCPConfigError(f"{where}: an HTTP server needs 'url' (and optional 'headers')")
     url = _expand(entry.url, f"{where} url", environ)
     if not url.startswith(("http://", "https://")):
-        raise MCPConfigError(f"{where}: url must start with http:// or https://, got {url!r}")
+        # as written: the expanded URL may hold a variable's value
+        raise MCPConfigError(f"{where}: url must start with http:// or https://, got {entry.url!r}")
     return ServerConfig(
+        written=entry.url,
         name=name,
         transport=transport,  # type: ignore[arg-type]
         url=url,
@@ -193,18 +289,22 @@ def parse_config(
 ) -> MCPConfig:
     """Validate a config object: `{"mcpServers": {name: {command,args,env} | {url,headers}}}`.
 
-    `"servers"` (VS Code's key) is accepted too. `${VAR}` / `${VAR:-default}` are expanded from
-    `environ` (default: the process environment); relative `cwd` paths resolve against `base`.
+    VS Code's `{"servers": {...}, "inputs": [...]}` is read too. Variables (module docstring) are
+    expanded from `environ` (default: the process environment); relative `cwd` paths resolve against
+    `base`, the config file's folder.
     """
     if not isinstance(data, Mapping):
         raise MCPConfigError("the config must be a JSON object with an 'mcpServers' object")
-    servers = data.get("mcpServers", data.get("servers"))
+    key = "mcpServers" if "mcpServers" in data else "servers"
+    servers = data.get(key)
     if servers is None:
-        raise MCPConfigError("the config has no 'mcpServers' object; see docs/mcp.md for the format")
+        raise MCPConfigError(
+            "the config has no 'mcpServers' object (nor VS Code's 'servers'); see docs/mcp.md for the format"
+        )
     if not isinstance(servers, Mapping):
-        raise MCPConfigError("'mcpServers' must be an object mapping server names to their settings")
-    env = os.environ if environ is None else environ
-    parsed = [_server(name, raw, base, env) for name, raw in servers.items()]
+        raise MCPConfigError(f"'{key}' must be an object mapping server names to their settings")
+    variables = _Variables(os.environ if environ is None else environ, _inputs(data.get("inputs")), _workspace(base))
+    parsed = [_server(name, raw, base, variables) for name, raw in servers.items()]
     enabled = tuple(s for s in parsed if s is not None)
     if not enabled:
         raise MCPConfigError("the config lists no enabled servers")

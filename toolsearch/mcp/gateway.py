@@ -15,7 +15,7 @@ import contextlib
 import fnmatch
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -148,6 +148,9 @@ class Gateway:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
         )
+        # The SDK checks a 2026 call's Mcp-Param-* headers against the called tool's schema; without this
+        # lookup it would run the whole tools/list handler for every call to find it.
+        self.server.get_tool_input_schema = self._input_schema
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         self.server.middleware.append(self._session_middleware)
 
@@ -200,6 +203,13 @@ class Gateway:
             text += f" If your tool list does not update, call found tools through `{CALL_TOOL}`."
         return text
 
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of a tool the 2026 era lists (its stable list, unfiltered), or None."""
+        for tool in self.modern.listing(None).tools:
+            if tool.name == name:
+                return dict(tool.input_schema)
+        return None
+
     async def _discover(self, ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
         return types.DiscoverResult(
             supported_versions=list(MODERN_PROTOCOL_VERSIONS),
@@ -227,8 +237,8 @@ class Gateway:
         allowed = self.allowed_for(caller)
         name, arguments = params.name, dict(params.arguments or {})
         try:
-            if name == self.metatool.name:
-                return await self.store_call(self.modern.search, caller, allowed, arguments)
+            if name == self.metatool.name:  # a search may embed the query: always off the event loop
+                return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments)
             result: types.CallToolResult = await self.modern.call(
                 caller, allowed, name, arguments, str(getattr(ctx, "request_id", ""))
             )
@@ -424,13 +434,16 @@ class Gateway:
         path: str = "/mcp",
         announce: Any = None,
         reuse_port: bool = False,
+        middleware: Sequence[Callable[[Any], Any]] = (),
     ) -> None:
         """Serve streamable HTTP until cancelled; `announce(url)` is called once the socket listens.
 
         `reuse_port` binds with SO_REUSEPORT, so several worker processes listen on one port and
-        the kernel spreads connections between them. The app is wrapped with the settings'
-        authentication and request guards (`mcp.auth.protect`), which need the bound port for the
-        resource URL, so the socket is bound first; uvicorn reads request headers with a timeout.
+        the kernel spreads connections between them. `middleware` wraps the ASGI app, innermost
+        first (e.g. an authentication layer that records each request's caller in its scope). Outside
+        it go the settings' authentication and request guards (`mcp.auth.protect`), which need the
+        bound port for the resource URL, so the socket is bound first; uvicorn reads request headers
+        with a timeout.
         """
         import uvicorn
 
@@ -446,7 +459,10 @@ class Gateway:
         sock = reuse_port_socket(host, port, reuse=reuse_port)
         bound = sock.getsockname()[1]
         resource = auth.resource_url or default_resource_url(host, bound, path)
-        app = protect(self.http_app(path=path, host=host), auth, path=path, resource_url=resource)
+        app = self.http_app(path=path, host=host)
+        for wrap in middleware:
+            app = wrap(app)
+        app = protect(app, auth, path=path, resource_url=resource)
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", http=header_timeout_protocol(auth.header_timeout)
         )

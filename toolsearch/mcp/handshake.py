@@ -20,6 +20,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
+from .. import tracing
 from .._errors import SessionError, SessionStoreError, ToolSearchError
 from ..metatool import MetaToolOutcome
 from ..providers import ToolCall
@@ -119,6 +120,7 @@ class HandshakeEra:
         answered = False
         try:
             session_id = self.session_id(ctx, self.gateway.caller(ctx))
+            tracing.gateway_session(session_id)
             session = await self.gateway.store_call(self._open, session_id, self.gateway.caller(ctx))
             token = _CURRENT.set(session)
             try:

@@ -9,6 +9,7 @@ stateless.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import secrets
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
 
+from .. import tracing
 from .._errors import ToolSearchError
 from ..providers import ToolCall
 from ..session import Session, SessionManager
-from ..stores import InMemorySessionStore, SessionState
+from ..stores import InMemorySessionStore
 from .caller import Caller
 from .metatools import (
     CALL_TOOL,
@@ -136,17 +138,7 @@ class ModernEra:
     def _mint(self, caller: Caller, scratch: Session) -> str:
         """Keep what a stateless search found under a new handle: one store write."""
         handle = secrets.token_urlsafe(_HANDLE_BYTES)
-        state = scratch.state().copy()
-        kept = SessionState(
-            id=context_key(caller, handle),
-            allowed=state.allowed,
-            pinned=state.pinned,
-            discovered=state.discovered,
-            last_used=state.last_used,
-            tick=state.tick,
-            created_at=state.created_at,
-            metadata=state.metadata,
-        )
+        kept = dataclasses.replace(scratch.state().copy(), id=context_key(caller, handle), version=0)
         if not self.contexts.store.create(kept):  # 192 random bits: a collision is a broken store
             raise ToolSearchError("could not keep the search context (the store refused a new id)")
         return handle
@@ -177,6 +169,7 @@ class ModernEra:
             if handle is None and gateway.settings.contexts:
                 handle = self._mint(caller, session)
             usage_id = session.id if handle is None else context_key(caller, handle)
+            tracing.gateway_session(usage_id)
             gateway.usage.catalog_changed(gateway.index.catalog.hash)
             gateway.usage.searched(usage_id, outcome.query, [t.name for t in found] + list(outcome.already_loaded))
         finally:

@@ -17,7 +17,9 @@ import anyio.abc
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 
 from .._errors import InvalidToolError, ToolSearchError
@@ -217,6 +219,53 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+_HIGH = r"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+# A surrogate escape without its pair: JSON allows it, but it names no character, and the SDK's
+# parser rejects the whole message (one bad tool would lose its server's whole tools/list page).
+_LONE_SURROGATE = re.compile(rf"{_HIGH}(?!{_LOW})|(?<!{_HIGH}){_LOW}")
+_REPLACED = "\ufffd"
+_BROKEN_TEXT = (
+    "its definition holds text that is not valid Unicode (a lone surrogate escape); fix the server's tool definition"
+)
+
+
+def _repair_message(error: Exception) -> SessionMessage | None:
+    """A message the SDK could not parse because of lone surrogate escapes, parsed with them replaced."""
+    if not isinstance(error, ValidationError):
+        return None
+    problems = error.errors()
+    raw = problems[0].get("input") if problems and problems[0].get("type") == "json_invalid" else None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not isinstance(raw, str) or not _LONE_SURROGATE.search(raw):
+        return None
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(_LONE_SURROGATE.sub(r"\\ufffd", raw)))
+    except ValueError:
+        return None
+
+
+@asynccontextmanager
+async def _repairing(read: Any, on_repair: Callable[[], None]) -> AsyncIterator[Any]:
+    """The transport's read stream, with messages rejected only for lone surrogate escapes repaired."""
+    send, receive = anyio.create_memory_object_stream[Any](0)
+
+    async def pump() -> None:
+        async with send:
+            async for item in read:
+                repaired = _repair_message(item) if isinstance(item, Exception) else None
+                if repaired is not None:
+                    on_repair()
+                    item = repaired
+                await send.send(item)
+
+    async with anyio.create_task_group() as tg, receive:
+        tg.start_soon(pump)
+        yield receive
+        tg.cancel_scope.cancel()
+
+
 class UpstreamServer:
     """One upstream MCP server: its connection, its current tools, and calls routed to it.
 
@@ -245,6 +294,8 @@ class UpstreamServer:
         self.tools: tuple[Tool, ...] = ()
         self.skipped: list[str] = []  # upstream tools whose definitions we could not accept
         self.server_info: types.Implementation | None = None
+        self._broken_text = False  # a message of this server had lone surrogates repaired (see _repairing)
+        self.protocol_version: str | None = None  # what the gateway speaks with this server
         self._on_tools_changed = on_tools_changed
         self._errlog = errlog
         self._session: ClientSession | None = None
@@ -336,16 +387,23 @@ class UpstreamServer:
                             client_info=types.Implementation(name="toolsearch", version=_version()),
                         )
                     )
-                    init = await session.initialize()
+                    modern = await self._negotiate(session)
                     listed = await self._list_all(session)
+                    listening = None
+                    if modern:  # 2026-era servers announce changes only on a subscriptions/listen stream
+                        listening = await stack.enter_async_context(anyio.create_task_group())
+                        await listening.start(self._listen, session)
                     if current():
-                        self.server_info = init.server_info
+                        self.server_info = session.server_info
+                        self.protocol_version = session.protocol_version
                         self._apply(listed)
                         self._session = session
                         self.state = "ready"
                         self._ready_at = anyio.current_time()
                     ready.set()
                     await stop.wait()
+                    if listening is not None:
+                        listening.cancel_scope.cancel()
         except Exception as exc:  # any failure is reported, the other servers go on
             if not ready.is_set() and current():
                 self.state, self.error = "failed", _describe_failure(self.config, exc)
@@ -360,8 +418,64 @@ class UpstreamServer:
             ready.set()
             done.set()
 
+    async def _negotiate(self, session: ClientSession) -> bool:
+        """The newest protocol both sides speak: True for the 2026-07-28 era, False for the handshake.
+
+        Over HTTP every request names its era, so a server can be asked `server/discover` and,
+        when it cannot announce tool changes in the 2026 era (no `subscriptions/listen`), still be
+        spoken to with the handshake, where it can. Over stdio a probe would lock a dual-era
+        server's pipe to the 2026 era whatever it then offers, so stdio servers get the handshake.
+        """
+        if self.config.transport != "http":
+            await session.initialize()
+            return False
+        try:  # probe without adopting: the handshake must still go out as a handshake
+            discovered = types.DiscoverResult.model_validate(await session.send_discover(LATEST_MODERN_VERSION))
+        except (MCPError, ValidationError):  # not a 2026 server: the handshake it is
+            await session.initialize()
+            return False
+        if LATEST_MODERN_VERSION not in discovered.supported_versions:
+            await session.initialize()
+            return False
+        tools = discovered.capabilities.tools
+        if tools is None or not tools.list_changed:
+            try:
+                await session.initialize()  # the handshake era can tell us of changes; this server's 2026 era cannot
+                return False
+            except MCPError:
+                pass  # a 2026-only server with a fixed list
+        session.adopt(discovered)
+        logger.info("MCP server %r: speaks %s (changes via subscriptions/listen)", self.name, session.protocol_version)
+        return True
+
+    async def _listen(self, session: ClientSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Re-list the tools whenever the server says they changed, for as long as the connection lives."""
+        from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost, listen
+
+        started = False
+        try:
+            async with listen(session, tools_list_changed=True) as subscription:
+                task_status.started()
+                started = True
+                async for _event in subscription:
+                    if self._task_group is not None:
+                        self._task_group.start_soon(self.refresh)
+        except (MCPError, ListenNotSupportedError, SubscriptionLost) as exc:
+            logger.warning("MCP server %r: no tool change notifications (%s)", self.name, exc)
+        finally:
+            if not started:  # start-up goes on without change notifications
+                task_status.started()
+
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
+        async with self._raw_transport() as (read, write), _repairing(read, self._repaired) as repaired:
+            yield repaired, write
+
+    def _repaired(self) -> None:
+        self._broken_text = True
+
+    @asynccontextmanager
+    async def _raw_transport(self) -> AsyncIterator[Any]:
         config = self.config
         if config.transport == "stdio":
             params = StdioServerParameters(
@@ -421,11 +535,18 @@ class UpstreamServer:
         skipped: list[str] = list(self._listing_problems)
         self._listing_problems = []
         seen: set[str] = set()
+        broken, self._broken_text = self._broken_text, False
         for definition in listed:
+            if broken and _REPLACED in definition.model_dump_json():
+                skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
+                continue
             try:
                 tool = tool_from_mcp(definition, self.name, separator=self.separator)
             except InvalidToolError as exc:
                 skipped.append(str(exc))
+                continue
+            except UnicodeError:  # e.g. a lone surrogate escape ("\\ud800"): valid JSON, not encodable text
+                skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
                 continue
             if tool.name in seen:
                 skipped.append(f"tool {definition.name!r} is listed more than once; the first definition is kept")

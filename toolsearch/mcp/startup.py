@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -91,15 +92,16 @@ async def aserve(
     *,
     announce: Any = None,
     errlog: TextIO | None = None,
+    middleware: Sequence[Callable[[Any], Any]] = (),
 ) -> None:
     """Start the upstream servers, index their tools, and serve the gateway until stopped.
 
     `announce(url)` is called once HTTP listens; `errlog` receives the stdio upstream servers'
-    stderr (default: this process's stderr).
+    stderr (default: this process's stderr); `middleware` wraps the HTTP app (see `Gateway.run_http`).
     """
     settings = settings or GatewaySettings()
     try:
-        await _serve(config_path, settings, announce, errlog)
+        await _serve(config_path, settings, announce, errlog, middleware)
     except BaseExceptionGroup as group:  # task groups wrap errors; callers expect ours unwrapped
         leaf = _leaf(group)
         if isinstance(leaf, ToolSearchError | OSError):
@@ -107,7 +109,13 @@ async def aserve(
         raise
 
 
-async def _serve(config_path: str | Path, settings: GatewaySettings, announce: Any, errlog: TextIO | None) -> None:
+async def _serve(
+    config_path: str | Path,
+    settings: GatewaySettings,
+    announce: Any,
+    errlog: TextIO | None,
+    middleware: Sequence[Callable[[Any], Any]],
+) -> None:
     from .shared import board_from_url
 
     workers = settings.workers
@@ -151,6 +159,7 @@ async def _serve(config_path: str | Path, settings: GatewaySettings, announce: A
                     path=settings.path,
                     announce=announce,
                     reuse_port=workers.reuse_port,
+                    middleware=middleware,
                 )
         finally:
             board.close()

@@ -1,6 +1,6 @@
-"""Chat-model adapters: OpenAI (Chat Completions, Responses), Anthropic Messages, and a scripted model.
+"""Chat-model adapters: OpenAI (Chat Completions, Responses), Anthropic Messages, Gemini, and a scripted model.
 
-None of these modules imports an SDK: pass your own `openai` / `anthropic` client object.
+None of these modules imports an SDK: pass your own `openai` / `anthropic` / `google.genai` client object.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ._base import (
     turn_events,
 )
 from .anthropic import AnthropicModel, AnthropicStreamAssembler, anthropic_payload
+from .gemini import GeminiModel, GeminiStreamAssembler, gemini_payload
 from .openai import (
     ChatStreamAssembler,
     OpenAIChatModel,
@@ -62,13 +63,16 @@ __all__ = [
     "ChatStreamAssembler",
     "ResponsesStreamAssembler",
     "AnthropicStreamAssembler",
+    "GeminiStreamAssembler",
     # providers
     "OpenAIChatModel",
     "OpenAIResponsesModel",
     "AnthropicModel",
+    "GeminiModel",
     "chat_payload",
     "responses_payload",
     "anthropic_payload",
+    "gemini_payload",
     # wire formats
     "WireFormat",
     "register_format",

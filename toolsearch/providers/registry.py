@@ -199,6 +199,21 @@ def _anthropic_call(data: Mapping[str, Any], search_name: str) -> ToolCall | Non
     return ToolCall(data.get("id") or "", data.get("name") or "", args, error)
 
 
+def _gemini_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
+    # a Gemini FunctionCall: {"name", "args", "id"?}; `args` (not `arguments`) tells it from the plain shape
+    if "args" not in data or "arguments" in data or not data.get("name"):
+        return None
+    args, error = parse_arguments(data.get("args"))
+    return ToolCall(data.get("id") or "", data["name"], args, error)
+
+
+def _gemini_result(call: ToolCall, content: str, is_error: bool) -> dict[str, Any]:
+    response: dict[str, Any] = {"name": call.name, "response": {"error" if is_error else "output": content}}
+    if call.id:
+        response["id"] = call.id
+    return {"function_response": response}
+
+
 def _plain_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
     # MCP `tools/call` params and the plain JSON shape are both {"name", "arguments"} (+ "id")
     if not data.get("name"):
@@ -230,6 +245,18 @@ def _anthropic_payload(request: ChatRequest, model: str) -> dict[str, Any]:
     from .anthropic import anthropic_payload
 
     return anthropic_payload(request, model)
+
+
+def _gemini_payload(request: ChatRequest, model: str) -> dict[str, Any]:
+    from .gemini import gemini_payload
+
+    return gemini_payload(request, model)
+
+
+def _gemini_tool(tool: Tool, alias: str) -> dict[str, Any]:
+    from .gemini import gemini_declaration, wire_name
+
+    return gemini_declaration(tool, wire_name(alias))
 
 
 register_format(
@@ -264,6 +291,17 @@ register_format(
         parse_call=_anthropic_call,
         render_result=_anthropic_result,
         payload=_anthropic_payload,
+    )
+)
+# before the plain shapes: a Gemini call has a `name` too, and would read as a plain call without arguments
+register_format(
+    WireFormat(
+        name="gemini",
+        label="Gemini generateContent",
+        render_tool=_gemini_tool,
+        parse_call=_gemini_call,
+        render_result=_gemini_result,
+        payload=_gemini_payload,
     )
 )
 register_format(

@@ -1,0 +1,132 @@
+"""Servers configs: VS Code's `servers` + `inputs`, `${env:VAR}` / `${VAR}` / defaults, names never values."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolsearch.mcp import MCPConfigError, load_config, parse_config
+from toolsearch.mcp.config import input_variable
+
+SECRET = "s3cret-value-9f2"
+
+VSCODE = {
+    "inputs": [
+        {"type": "promptString", "id": "github-token", "description": "GitHub token", "password": True},
+        {"type": "promptString", "id": "region", "description": "Region", "default": "eu-west-1"},
+    ],
+    "servers": {
+        "github": {
+            "type": "stdio", "command": "${env:TOOLS_BIN}/github-mcp", "args": ["--region", "${input:region}"],
+            "env": {"GITHUB_TOKEN": "${input:github-token}", "LOG": "${env:LOG_LEVEL:-info}"},
+            "cwd": "${workspaceFolder}/srv",
+        },
+        "remote": {
+            "type": "http", "url": "https://${env:HOST}/mcp",
+            "headers": {"Authorization": "Bearer ${input:github-token}", "X-Team": "${TEAM:-core}"},
+        },
+    },
+}
+
+
+def test_input_variables_are_named_from_the_input_id() -> None:
+    assert input_variable("github-token") == "TOOLSEARCH_INPUT_GITHUB_TOKEN"
+    assert input_variable("api.key2") == "TOOLSEARCH_INPUT_API_KEY2"
+
+
+def test_a_vscode_config_expands_env_inputs_and_folders(tmp_path: Path) -> None:
+    folder = tmp_path / "project" / ".vscode"
+    folder.mkdir(parents=True)
+    (folder / "mcp.json").write_text(json.dumps(VSCODE))
+    environ = {"TOOLS_BIN": "/opt/bin", "HOST": "mcp.example.test", "TOOLSEARCH_INPUT_GITHUB_TOKEN": SECRET}
+    config = load_config(folder / "mcp.json", environ=environ)
+    github, remote = config["github"], config["remote"]
+    assert github.command == "/opt/bin/github-mcp"
+    assert github.args == ("--region", "eu-west-1")  # the input's default: nothing set in the environment
+    assert github.env == {"GITHUB_TOKEN": SECRET, "LOG": "info"}
+    assert github.cwd == str(tmp_path / "project" / "srv")  # the workspace is the folder holding .vscode
+    assert remote.url == "https://mcp.example.test/mcp"
+    assert remote.headers == {"Authorization": f"Bearer {SECRET}", "X-Team": "core"}
+    # messages and logs describe a server as written
+    assert github.describe() == "${env:TOOLS_BIN}/github-mcp --region ${input:region}"
+    assert remote.describe() == "https://${env:HOST}/mcp (http)"
+
+
+def test_env_and_plain_forms_agree() -> None:
+    environ = {"A": "1", "TOOLSEARCH_INPUT_REGION": "us"}
+    args = ["${A}", "${env:A}", "${B:-2}", "${env:B:-3}", "${input:region}"]
+    data = {"servers": {"s": {"command": "x", "args": args}}, "inputs": [{"id": "region", "type": "promptString"}]}
+    assert parse_config(data, environ=environ)["s"].args == ("1", "1", "2", "3", "us")  # the environment wins
+
+
+@pytest.mark.parametrize(("value", "environ", "message"), [
+    ("${input:github-token}", {}, "uses ${input:github-token} (GitHub token): VS Code prompts for inputs, "
+     "toolsearch reads them from the environment; set TOOLSEARCH_INPUT_GITHUB_TOKEN"),
+    ("${input:nope}", {}, "uses ${input:nope}, which the config's 'inputs' does not declare; declare it, or set "
+     "TOOLSEARCH_INPUT_NOPE"),
+    ("${env:MISSING}", {}, "uses ${env:MISSING} but MISSING is not set"),
+    ("${MISSING}", {}, "uses ${MISSING} but MISSING is not set"),
+    ("${command:pickFile}", {}, "not ${command:...}"),
+    ("${a b}", {}, "is not a variable name"),
+])
+def test_a_variable_that_cannot_be_expanded_is_named(value: str, environ: dict[str, str], message: str) -> None:
+    data: dict[str, Any] = {"inputs": VSCODE["inputs"], "servers": {"s": {"command": "x", "env": {"K": value}}}}
+    with pytest.raises(MCPConfigError) as raised:
+        parse_config(data, environ=environ)
+    assert message in str(raised.value)
+    assert "server 's' env K" in str(raised.value)
+
+
+@pytest.mark.parametrize("field", ["command", "args", "env", "cwd", "url", "headers"])
+def test_every_expanded_field_names_the_variable_never_its_value(field: str) -> None:
+    """A value that fails after expansion is reported as written; a missing variable by name."""
+    entry: dict[str, Any] = {"command": "x"} if field not in ("url", "headers") else {"url": "https://h/mcp"}
+    entry[field] = {"args": ["${NOPE}"], "env": {"K": "${NOPE}"}, "headers": {"H": "${NOPE}"}}.get(field, "${NOPE}")
+    with pytest.raises(MCPConfigError, match=r"uses \$\{NOPE\} but NOPE is not set"):
+        parse_config({"mcpServers": {"s": entry}}, environ={})
+    with pytest.raises(MCPConfigError) as raised:
+        parse_config({"mcpServers": {"s": {"url": "${URL}"}}}, environ={"URL": f"ftp://{SECRET}"})
+    assert "'${URL}'" in str(raised.value) and SECRET not in str(raised.value)
+
+
+def test_the_servers_key_is_read_like_mcp_servers() -> None:
+    with pytest.raises(MCPConfigError, match="'servers' must be an object"):
+        parse_config({"servers": []}, environ={})
+    with pytest.raises(MCPConfigError, match="'inputs' must be a list of objects with an 'id'"):
+        parse_config({"servers": {"s": {"command": "x"}}, "inputs": {"id": "x"}}, environ={})
+    with pytest.raises(MCPConfigError, match="nor VS Code's 'servers'"):
+        parse_config({"inputs": []}, environ={})
+
+
+def test_workspace_folder_needs_a_file() -> None:
+    with pytest.raises(MCPConfigError, match="only a config read from a file has"):
+        parse_config({"servers": {"s": {"command": "${workspaceFolder}/run"}}}, environ={})
+    config = parse_config({"servers": {"s": {"command": "${userHome}/run"}}}, environ={})
+    assert config["s"].command == f"{Path.home()}/run"
+
+
+def test_build_indexes_a_vscode_config(tmp_path: Path) -> None:
+    """`toolsearch build .vscode/mcp.json` starts the server with its input from the environment."""
+    folder = tmp_path / ".vscode"
+    folder.mkdir()
+    time_server = str(Path(sys.executable).parent / "mcp-server-time")
+    (folder / "mcp.json").write_text(json.dumps({
+        "inputs": [{"type": "promptString", "id": "timezone", "description": "Your time zone"}],
+        "servers": {"time": {"type": "stdio", "command": "${env:SERVER}", "args": ["--local-timezone",
+                                                                                   "${input:timezone}"]}},
+    }))
+    env = {**os.environ, "SERVER": time_server, "TOOLSEARCH_HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "toolsearch", "build", ".vscode/mcp.json", "--backend", "bm25", "--json"]
+    missing = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1
+    assert "set TOOLSEARCH_INPUT_TIMEZONE" in missing.stderr and time_server not in missing.stderr
+    env["TOOLSEARCH_INPUT_TIMEZONE"] = "Europe/Lisbon"
+    built = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout)["tools"] >= 2  # get_current_time, convert_time

@@ -1,0 +1,294 @@
+"""The gateway in the 2026-07-28 era, driven by the Python SDK's `mcp.Client(mode="2026-07-28")`.
+
+Real gateway processes over stdio and streamable HTTP, real upstream servers. The TypeScript v2
+client in the same era is in tests/test_mcp_interop_ts.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.subscriptions import ToolsListChanged
+from mcp_servers import (
+    HERE,
+    PY,
+    GatewayProcess,
+    gateway_argv,
+    gateway_env,
+    http_gateway,
+    time_server,
+    toy,
+    write_config,
+)
+from mcp_servers.clients import faulty, text
+
+pytestmark = pytest.mark.slow
+
+MODERN = "2026-07-28"
+META = ["tool_search", "call_tool"]
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("modern")
+    return write_config(folder / "servers.json", {"time": time_server(), "toy": toy()})
+
+
+@pytest.fixture(scope="module")
+def gateway(config: Path) -> Iterator[GatewayProcess]:
+    with http_gateway(config, "--backend", "bm25") as process:
+        yield process
+
+
+@asynccontextmanager
+async def modern_client(target: GatewayProcess | Path, *extra: str) -> AsyncIterator[Client]:
+    """A modern-only client: over HTTP to a running gateway, or over stdio to one it launches."""
+    if isinstance(target, GatewayProcess):
+        server: Any = target.url or ""
+    else:
+        argv = gateway_argv(target, "--quiet", "--backend", "bm25", *extra)
+        server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
+    with anyio.fail_after(90):
+        async with Client(server, mode=MODERN) as client:
+            yield client
+
+
+async def listed(client: Client) -> list[str]:
+    return [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
+
+
+async def core_flow(client: Client) -> None:
+    """List, search, call the found tool through call_tool, a bad argument, an unknown context."""
+    assert client.protocol_version == MODERN
+    listing = await client.list_tools(cache_mode="bypass")
+    assert [t.name for t in listing.tools] == META
+    assert listing.ttl_ms is not None and listing.ttl_ms > 0 and listing.cache_scope == "public"
+    assert "context" in listing.tools[0].input_schema["properties"]
+
+    found = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 2})
+    assert not found.is_error
+    structured = found.structured_content
+    assert structured is not None and structured["tools"][0]["name"] == "toy__add_numbers"
+    first = structured["tools"][0]
+    assert first["server"] == "toy" and first["inputSchema"]["required"] == ["a", "b"] and first["description"]
+    context = structured["context"]
+    assert isinstance(context, str) and len(context) >= 32
+    assert "toy__add_numbers (server toy)" in text(found) and '"required":["a","b"]' in text(found)
+    assert context in text(found)
+
+    added = await client.call_tool("call_tool", {"name": "toy__add_numbers", "arguments": {"a": 2, "b": 40}})
+    assert not added.is_error and text(added) == "42"  # stateless: no context needed
+    with_context = await client.call_tool(
+        "call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 2}, "context": context}
+    )
+    assert text(with_context) == "3"
+
+    wrong = await client.call_tool("call_tool", {"name": "toy__add_numbers", "arguments": {"a": "two"}})
+    assert wrong.is_error and "Schema: " in text(wrong) and '"b"' in text(wrong)
+
+    again = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 1, "context": context})
+    assert not again.is_error and again.structured_content is not None
+    assert "toy__add_numbers" in again.structured_content.get("alreadyFound", [])
+    assert again.structured_content["context"] == context
+
+    forged = await client.call_tool("tool_search", {"query": "echo", "context": "not-a-handle-we-issued"})
+    assert forged.is_error and "Unknown context" in text(forged)
+    assert await listed(client) == META  # nothing a request did changed the list
+
+
+async def test_modern_client_over_stdio(config: Path) -> None:
+    async with modern_client(config) as client:
+        await core_flow(client)
+
+
+async def test_modern_client_over_http(gateway: GatewayProcess) -> None:
+    async with modern_client(gateway) as client:
+        await core_flow(client)
+
+
+async def test_handshake_and_modern_clients_share_one_endpoint(gateway: GatewayProcess) -> None:
+    async with modern_client(gateway) as modern, Client(gateway.url or "", mode="legacy") as legacy:
+        await legacy.call_tool("tool_search", {"query": "convert time between timezones", "max_results": 1})
+        assert "time__convert_time" in [t.name for t in (await legacy.list_tools()).tools]  # progressive
+        assert await listed(modern) == META  # stable
+
+
+def _raw_list(url: str) -> bytes:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    }
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": "tools/list",
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": meta}}
+    response = httpx2.post(url, json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+async def test_tools_list_is_byte_identical_before_and_after_searches(gateway: GatewayProcess) -> None:
+    url = gateway.url or ""
+    before = _raw_list(url)
+    async with modern_client(gateway) as client:
+        for query in ("add two integers", "current time", "echo text back"):
+            found = await client.call_tool("tool_search", {"query": query})
+            assert not found.is_error
+            context = (found.structured_content or {}).get("context")
+            await client.call_tool("call_tool", {"name": "toy__echo", "arguments": {"text": "x"}, "context": context})
+    async with Client(url, mode="legacy") as legacy:  # a handshake-era session growing changes nothing either
+        await legacy.call_tool("tool_search", {"query": "add two integers"})
+    after = _raw_list(url)
+    assert after == before
+    assert [t["name"] for t in json.loads(after)["result"]["tools"]] == META
+
+
+async def test_require_discovery_refuses_tools_the_context_never_found(config: Path) -> None:
+    async with modern_client(config, "--require-discovery") as client:
+        refused = await client.call_tool("call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 2}})
+        assert refused.is_error and "tool_search first" in text(refused) and '"context"' in text(refused)
+        found = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 1})
+        context = (found.structured_content or {})["context"]
+        added = await client.call_tool(
+            "call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 2}, "context": context}
+        )
+        assert not added.is_error and text(added) == "3"
+        other = await client.call_tool(
+            "call_tool", {"name": "toy__echo", "arguments": {"text": "x"}, "context": context}
+        )
+        assert other.is_error and "was not found" in text(other)
+
+
+# --- callers --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def policy_gateway(config: Path) -> Iterator[GatewayProcess]:
+    argv = [PY, str(HERE / "policy_gateway.py"), str(config)]
+    with http_gateway(config, argv=argv) as process:
+        yield process
+
+
+@asynccontextmanager
+async def as_caller(gateway: GatewayProcess, name: str, mode: str = MODERN) -> AsyncIterator[Client]:
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"x-test-caller": name}, timeout=httpx2.Timeout(30, read=60))
+    async with http, Client(streamable_http_client(gateway.url or "", http_client=http), mode=mode) as client:
+        yield client
+
+
+async def test_two_callers_are_isolated_in_both_eras(policy_gateway: GatewayProcess) -> None:
+    async with as_caller(policy_gateway, "alice") as alice, as_caller(policy_gateway, "bob") as bob:
+        listing = await alice.list_tools(cache_mode="bypass")
+        assert listing.cache_scope == "private"  # the list varies by authorization
+        found = await alice.call_tool("tool_search", {"query": "add two integers current time", "max_results": 5})
+        names = [t["name"] for t in (found.structured_content or {})["tools"]]
+        assert names and all(n.startswith("toy__") for n in names)
+        context = (found.structured_content or {})["context"]
+
+        stolen = await bob.call_tool("tool_search", {"query": "add", "context": context})
+        assert stolen.is_error and "Unknown context" in text(stolen)
+        stolen_call = await bob.call_tool(
+            "call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 2}, "context": context}
+        )
+        assert stolen_call.is_error and "Unknown context" in text(stolen_call)
+        refused = await bob.call_tool("call_tool", {"name": "toy__add_numbers", "arguments": {"a": 1, "b": 2}})
+        assert refused.is_error and "not available" in text(refused)
+        times = await bob.call_tool("tool_search", {"query": "current time", "max_results": 5})
+        assert all(t["name"].startswith("time__") for t in (times.structured_content or {})["tools"])
+
+    async with as_caller(policy_gateway, "bob", mode="legacy") as bob:
+        await bob.call_tool("tool_search", {"query": "add two integers echo", "max_results": 5})
+        assert not any(t.name.startswith("toy__") for t in (await bob.list_tools()).tools)
+        refused = await bob.call_tool("toy__echo", {"text": "x"})
+        assert refused.is_error and "not available" in text(refused)
+
+
+# --- upstream changes ----------------------------------------------------------------------------
+
+
+async def test_an_upstream_change_to_a_pinned_tool_reaches_a_subscribed_client(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"kept": faulty(changedTools="keep"), "toy": toy()})
+    with http_gateway(config, "--backend", "bm25", "--pin", "kept__echo") as gateway:
+        async with modern_client(gateway) as client, modern_client(gateway) as actor:
+            before = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
+            assert list(before) == [*META, "kept__echo"]
+            events: list[Any] = []
+            async with client.listen(tools_list_changed=True) as subscription:
+
+                async def collect() -> None:
+                    async for event in subscription:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    # a catalog change that leaves the stable list alone is not announced
+                    grown = await actor.call_tool("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka"}})
+                    assert not grown.is_error
+                    with anyio.fail_after(30):
+                        while "toy__quokka" not in text(await actor.call_tool("tool_search", {"query": "quokka"})):
+                            await anyio.sleep(0.2)
+                    await anyio.sleep(1)
+                    assert events == []
+                    mutated = await actor.call_tool(
+                        "call_tool",
+                        {"name": "kept__mutate", "arguments": {"tool": "echo", "description": "Echo, changed."}},
+                    )
+                    assert not mutated.is_error
+                    with anyio.fail_after(30):
+                        while not events:
+                            await anyio.sleep(0.1)
+                    tg.cancel_scope.cancel()
+            assert isinstance(events[0], ToolsListChanged)
+            after = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
+            assert after["kept__echo"].description == "Echo, changed."
+
+
+async def test_discover_answers_with_the_modern_instructions(gateway: GatewayProcess) -> None:
+    async with Client(gateway.url or "") as client:  # auto: probes server/discover, which the gateway answers
+        assert client.protocol_version == MODERN
+        assert "call_tool" in (client.instructions or "") and "definitions" in (client.instructions or "")
+        caps = client.server_capabilities
+        assert caps.tools is not None and caps.tools.list_changed is True  # delivered by subscriptions/listen
+        result = await client.call_tool("tool_search", {"query": "current time"})
+        assert isinstance(result, types.CallToolResult) and not result.is_error
+
+
+# --- the gateway as a client ----------------------------------------------------------------------
+
+
+async def test_an_upstream_that_speaks_2026_is_spoken_to_in_2026_and_heard_through_listen(tmp_path: Path) -> None:
+    from mcp_servers import toy_over_http
+
+    with toy_over_http(TOY_LISTEN="1") as modern_url, toy_over_http() as plain_url:
+        servers = {"new": {"url": modern_url}, "plain": {"url": plain_url}}
+        config = write_config(tmp_path / "servers.json", servers)
+        with http_gateway(config, "--backend", "bm25") as gateway:
+            assert "MCP server 'new': speaks 2026-07-28" in gateway.stderr
+            # a 2026-capable server that cannot announce changes there is spoken to with the handshake
+            assert "MCP server 'plain': speaks" not in gateway.stderr
+            async with modern_client(gateway) as client:
+                for server in ("new", "plain"):
+                    grown = await client.call_tool(
+                        "call_tool", {"name": f"{server}__grow", "arguments": {"name": f"{server}_wombat"}}
+                    )
+                    assert not grown.is_error, text(grown)
+                for server in ("new", "plain"):
+                    with anyio.fail_after(30):
+                        query = {"query": f"{server}_wombat", "max_results": 1}
+                        while f"{server}__{server}_wombat" not in text(await client.call_tool("tool_search", query)):
+                            await anyio.sleep(0.2)

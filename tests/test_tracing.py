@@ -1,0 +1,347 @@
+"""OpenTelemetry: the spans and counters of one agent task, of a search, and of a gateway request.
+
+Each test gets its own SDK providers through `tracing.configure` (restored after), so nothing is
+set globally in this process: the API lets a process set its global provider only once. The
+gateway test needs the `mcp` SDK's own spans, which use the global provider, so the gateway (and
+the upstream server behind it) run as real processes whose global provider a `sitecustomize.py`
+sets, exporting each span as one JSON line to a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeLLMServer, Turn
+from fakes.e2e import Calls, call_found, catalog_tools, implementations, make_model, search
+from mcp import Client
+from mcp_servers import http_gateway, toy, wait_until, write_config
+from mcp_servers.clients import connect, text
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from toolsearch import Tool, ToolIndex, tracing
+from toolsearch.loop import LoopOutcome, arun, run
+from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.session import SessionManager
+
+
+class Telemetry:
+    """A tracer and a meter provider of this test's own, with what they recorded."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
+
+    def counts(self, metric: str) -> dict[str, int]:
+        """Counter totals by gen_ai.tool.name."""
+        data = self.reader.get_metrics_data()
+        totals: dict[str, int] = {}
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for found in scope.metrics:
+                    if found.name == metric:
+                        for point in found.data.data_points:
+                            name = str(point.attributes["gen_ai.tool.name"])
+                            totals[name] = totals.get(name, 0) + int(point.value)
+        return totals
+
+
+@pytest.fixture
+def telemetry() -> Iterator[Telemetry]:
+    recorded = Telemetry()
+    previous = tracing.configure(tracer_provider=recorded.tracer_provider, meter_provider=recorded.meter_provider)
+    try:
+        yield recorded
+    finally:
+        tracing.restore(previous)
+        recorded.tracer_provider.shutdown()
+        recorded.meter_provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def index(demo_tools: list[Tool]) -> ToolIndex:
+    return ToolIndex.build(catalog_tools(demo_tools), backend="bm25")
+
+
+def _attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def test_one_agent_task_is_one_trace_with_its_search_scores_calls_and_requests(
+    telemetry: Telemetry, index: ToolIndex
+) -> None:
+    session = SessionManager(index).create("alice@example.com", pinned=["weather_get_current"])
+    turns = (
+        search("weather forecast", max_results=2),
+        # the pinned tool is called without a search; one of the two found tools is never called
+        call_found(
+            ("weather_get_forecast", {"location": "Paris", "days": 2}), ("weather_get_current", {"location": "Paris"})
+        ),
+        Turn(text="Sunny in Paris."),
+    )
+    with FakeLLMServer(*turns) as server:
+        model = make_model("openai_chat", server)
+        result = run(model, "Weather in Paris?", session=session, functions=implementations(Calls()))
+    assert result.outcome is LoopOutcome.COMPLETED
+
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    [retrieval] = telemetry.spans("retrieval")
+    chats = telemetry.spans("chat gpt-test")
+    tools = sorted(telemetry.spans(), key=lambda s: s.name)
+    executed = [s for s in tools if s.name.startswith("execute_tool ")]
+    assert len(telemetry.spans()) == 1 + 1 + 3 + 2
+    assert agent.context is not None and agent.parent is None
+    for child in [retrieval, *chats, *executed]:  # one trace: every span hangs under the run
+        assert child.context is not None and child.context.trace_id == agent.context.trace_id
+        assert child.parent is not None and child.parent.span_id == agent.context.span_id
+    assert _attrs(agent)["gen_ai.conversation.id"] == hashlib.sha256(b"alice@example.com").hexdigest()[:16]
+
+    # the search: the tools and scores it returned, best first, as the model saw them
+    [record] = result.searches
+    attrs = _attrs(retrieval)
+    assert json.loads(attrs["gen_ai.retrieval.documents"]) == [
+        {"id": h.name, "score": round(h.score, 6)} for h in record.hits
+    ]
+    assert len(record.hits) == 2 and "weather_get_forecast" in record.names
+    assert attrs["gen_ai.operation.name"] == "retrieval"
+    assert attrs["gen_ai.retrieval.top_k"] == 2
+    assert attrs["gen_ai.data_source.id"] == index.key
+    assert attrs["toolsearch.search.backend"] == "bm25"
+    assert attrs["toolsearch.search.learning"] is False
+    assert "weather_get_current" not in record.names  # so its call below is one without a search
+    # privacy by default: the query's hash, never its text
+    assert attrs["toolsearch.query.sha256"] == hashlib.sha256(b"weather forecast").hexdigest()[:16]
+    assert "gen_ai.retrieval.query.text" not in attrs
+    assert "weather forecast" not in json.dumps(attrs)
+
+    # the tool calls, with the ids the model gave them
+    calls = {r.call.name: r.call for r in result.tool_results if r.search is None}
+    assert [s.name for s in executed] == ["execute_tool weather_get_current", "execute_tool weather_get_forecast"]
+    for span in executed:
+        a = _attrs(span)
+        call = calls[a["gen_ai.tool.name"]]
+        assert (a["gen_ai.operation.name"], a["gen_ai.tool.call.id"], a["toolsearch.tool.status"]) == (
+            "execute_tool",
+            call.id,
+            "ok",
+        )
+        assert call.id and span.status.status_code is StatusCode.UNSET
+
+    # the model requests: provider, model, iteration, the provider's token counts
+    assert [_attrs(s)["toolsearch.loop.iteration"] for s in chats] == [1, 2, 3]
+    for span, request in zip(chats, result.requests, strict=True):
+        a = _attrs(span)
+        assert span.kind is SpanKind.CLIENT
+        assert (a["gen_ai.provider.name"], a["gen_ai.request.model"], a["toolsearch.provider.format"]) == (
+            "openai",
+            "gpt-test",
+            "openai_chat",
+        )
+        assert request.usage is not None and request.usage.input_tokens
+        assert a["gen_ai.usage.input_tokens"] == request.usage.input_tokens
+        assert a["gen_ai.usage.output_tokens"] == request.usage.output_tokens
+        assert a["toolsearch.request.tools"] == len(request.tool_names)
+
+    # counters, per finished run
+    found_only = [n for n in record.names if n != "weather_get_forecast"]
+    assert telemetry.counts("toolsearch.tool.calls_without_search") == {"weather_get_current": 1}
+    assert telemetry.counts("toolsearch.tool.found_not_called") == dict.fromkeys(found_only, 1)
+
+
+async def test_an_async_run_is_one_trace_too(telemetry: Telemetry, index: ToolIndex) -> None:
+    session = SessionManager(index).create("async")
+    turns = (
+        search("weather forecast", max_results=2),
+        call_found(("weather_get_forecast", {"location": "Paris", "days": 2})),
+        Turn(text="Sunny."),
+    )
+    with FakeLLMServer(*turns) as server:
+        model = make_model("openai_responses", server, asynchronous=True)
+        result = await arun(model, "Weather?", session=session, functions=implementations(Calls()))
+    assert result.outcome is LoopOutcome.COMPLETED
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    names = sorted(s.name for s in telemetry.spans() if s is not agent)
+    assert names == ["chat gpt-test"] * 3 + ["execute_tool weather_get_forecast", "retrieval"]
+    assert agent.context is not None
+    assert {s.parent.span_id for s in telemetry.spans() if s.parent is not None} == {agent.context.span_id}
+    assert {_attrs(s)["toolsearch.provider.format"] for s in telemetry.spans("chat gpt-test")} == {"openai_responses"}
+    assert telemetry.counts("toolsearch.tool.calls_without_search") == {}
+
+
+def test_query_text_only_when_chosen_and_a_bad_query_is_an_error_span(
+    telemetry: Telemetry, index: ToolIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta = ToolSearchMetaTool()
+    session = SessionManager(index).create("s")
+    tracing.configure(tracer_provider=telemetry.tracer_provider, queries="text")
+    meta.run(session, {"query": "weather forecast"})
+    [span] = telemetry.spans("retrieval")
+    assert _attrs(span)["gen_ai.retrieval.query.text"] == "weather forecast"
+    assert "toolsearch.query.sha256" not in _attrs(span)
+
+    telemetry.exporter.clear()
+    tracing.configure(tracer_provider=telemetry.tracer_provider)
+    monkeypatch.setenv(tracing.QUERIES_ENV, "none")
+    meta.run(session, {"query": "weather"})
+    [span] = telemetry.spans("retrieval")
+    assert not {"gen_ai.retrieval.query.text", "toolsearch.query.sha256"} & set(_attrs(span))
+
+    telemetry.exporter.clear()
+    monkeypatch.setenv(tracing.QUERIES_ENV, "plain")  # not a mode: the safe one, and a warning
+    meta.run(session, {"query": "weather"})
+    [span] = telemetry.spans("retrieval")
+    assert "toolsearch.query.sha256" in _attrs(span)
+
+    telemetry.exporter.clear()
+    meta.run(session, {"max_results": 2})  # no query: the model gets an instruction, the span an error
+    [span] = telemetry.spans("retrieval")
+    assert span.status.status_code is StatusCode.ERROR and _attrs(span)["error.type"] == "invalid_arguments"
+
+    with pytest.raises(ValueError, match="queries='plain' is not one of hash, text, none"):
+        tracing.configure(queries="plain")  # type: ignore[arg-type]
+
+
+def test_without_a_provider_nothing_imports_opentelemetry(tmp_path: Path) -> None:
+    code = (
+        "import sys, json; from toolsearch import Tool, ToolIndex; from toolsearch.loop import run\n"
+        "from toolsearch.metatool import ToolSearchMetaTool; from toolsearch.session import SessionManager\n"
+        "index = ToolIndex.build([Tool(name='echo', description='echo text back')], backend='bm25')\n"
+        "ToolSearchMetaTool().run(SessionManager(index).create('s'), {'query': 'echo'})\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert json.loads(done.stdout) == []
+
+
+SITECUSTOMIZE = """
+import os
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+_out = open(os.path.join(os.environ["TRACE_DIR"], f"spans-{os.getpid()}.jsonl"), "a", buffering=1)
+_provider = TracerProvider()
+_exporter = ConsoleSpanExporter(out=_out, formatter=lambda span: span.to_json(indent=None) + "\\n")
+_provider.add_span_processor(SimpleSpanProcessor(_exporter))
+trace.set_tracer_provider(_provider)
+"""
+
+
+def _exported(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(folder.glob("spans-*.jsonl")) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+async def test_gateway_request_continues_the_callers_trace_from_meta(
+    telemetry: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    monkeypatch.setenv("TRACE_DIR", str(spans))
+    monkeypatch.setenv("PYTHONPATH", f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    # the upstream server gets the same hook: it shows what the gateway wrote into the forwarded `_meta`
+    servers = {"toy": toy(PYTHONPATH=str(hook), TRACE_DIR=str(spans))}
+    caller = telemetry.tracer_provider.get_tracer("test-client")
+    with http_gateway(write_config(tmp_path / "servers.json", servers), "--pin", "toy__echo") as gateway:
+        async with connect(gateway.url or "") as client:
+            with caller.start_as_current_span("agent step") as step:
+                found = await client.search("add two numbers")
+                echoed = await client.call("toy__echo", {"text": "hi"})
+        async with Client(gateway.url or "") as modern:  # the 2026-07-28 era: no session, a context handle
+            with caller.start_as_current_span("another step") as later:
+                handed = await modern.call_tool("tool_search", {"query": "add two numbers"})
+    assert not found.is_error and text(echoed) == "hi"
+    ours = step.get_span_context()
+    trace_id, step_id = f"0x{ours.trace_id:032x}", f"0x{ours.span_id:016x}"
+
+    def by_name(name: str) -> list[dict[str, Any]]:
+        return [s for s in _exported(spans) if s["name"] == name]
+
+    assert wait_until(lambda: by_name("tools/call echo"), timeout=10)
+    # the mcp SDK's SERVER span in the gateway, a child of the caller's span through `_meta`
+    [search_span] = [s for s in by_name("tools/call tool_search") if s["parent_id"] == step_id]
+    assert search_span["kind"] == "SpanKind.SERVER"
+    assert search_span["context"]["trace_id"] == trace_id
+    attributes = search_span["attributes"]
+    assert (attributes["mcp.method.name"], attributes["gen_ai.tool.name"]) == ("tools/call", "tool_search")
+    session_digest = attributes["mcp.session.id"]
+    assert len(session_digest) == 16 and int(session_digest, 16) >= 0  # a digest, not the raw id
+
+    # toolsearch's span, inside the gateway's request span
+    [retrieval] = [s for s in by_name("retrieval") if s["parent_id"] == search_span["context"]["span_id"]]
+    documents = [d["id"] for d in json.loads(retrieval["attributes"]["gen_ai.retrieval.documents"])]
+    assert documents[0] == "toy__add_numbers" and all(name in text(found) for name in documents)
+
+    [forward] = by_name("tools/call toy__echo")
+    assert (forward["parent_id"], forward["attributes"]["mcp.session.id"]) == (step_id, session_digest)
+    [send] = by_name("MCP send tools/call echo")  # the gateway's call to the upstream server
+    [upstream] = by_name("tools/call echo")  # the upstream server, another process, in the same trace
+    assert send["parent_id"] == forward["context"]["span_id"]
+    assert upstream["context"]["trace_id"] == trace_id and upstream["parent_id"] == send["context"]["span_id"]
+
+    handle = (handed.structured_content or {}).get("context")
+    assert isinstance(handle, str) and handle
+    [modern_span] = [
+        s for s in by_name("tools/call tool_search") if s["parent_id"] == f"0x{later.get_span_context().span_id:016x}"
+    ]
+    context_digest = modern_span["attributes"]["mcp.session.id"]
+    assert len(context_digest) == 16 and context_digest != session_digest
+    assert handle not in json.dumps(_exported(spans))  # the handle is a credential: never in a span
+
+
+@pytest.mark.parametrize("mode", ["hash", "text", "none"])
+def test_augmented_values_are_span_attributes_under_the_privacy_setting(
+    telemetry: Telemetry, index: ToolIndex, mode: str
+) -> None:
+    from fakes.augment import Consumer, Why
+
+    previous = tracing.configure(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider, queries=mode  # type: ignore[arg-type]
+    )
+    reason = "The user asked for the forecast in Paris."
+    turns = (
+        search("weather forecast", max_results=2),
+        call_found(("weather_get_forecast", {"location": "Paris", "days": 2, "call_reason": reason})),
+        Turn(text="Sunny."),
+    )
+    consumer = Consumer()
+    try:
+        with FakeLLMServer(*turns) as server:
+            model = make_model("openai_chat", server)
+            session = SessionManager(index).create(f"aug-{mode}")
+            functions = implementations(Calls())
+            run(model, "Forecast?", session=session, functions=functions, augment=Why, on_augment=consumer)
+    finally:
+        tracing.restore(previous)
+    [(tool, values, call_id)] = consumer.got
+    assert tool == "weather_get_forecast"
+    assert values == {"call_reason": reason}
+    [span] = telemetry.spans("augment weather_get_forecast")
+    attrs = _attrs(span)
+    assert attrs["gen_ai.tool.call.id"] == call_id and attrs["toolsearch.augment.fields"] == ("call_reason",)
+    assert (attrs.get("toolsearch.augment.call_reason") == reason) is (mode == "text")
+    hashed = attrs.get("toolsearch.augment.call_reason.sha256")
+    assert (hashed == hashlib.sha256(reason.encode()).hexdigest()[:16]) is (mode == "hash")
+    assert mode == "hash" or hashed is None
+    assert reason not in json.dumps(attrs) or mode == "text"

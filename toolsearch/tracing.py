@@ -1,0 +1,401 @@
+"""OpenTelemetry spans and counters for searches, tool calls, model requests and gateway requests.
+
+The one place toolsearch makes spans and metric points, on the OpenTelemetry API alone (the
+`otel` extra); an SDK, exporter and provider are the application's. Nothing here imports
+OpenTelemetry: when no provider was passed to `configure` and the application never imported
+`opentelemetry.trace`, no provider can be set, and each hook returns after one dict lookup.
+
+Names follow the OpenTelemetry GenAI semantic conventions (semantic-conventions-genai, status
+Development, as referenced by semantic-conventions v1.45.0):
+
+- a search is a `retrieval` span (INTERNAL): `gen_ai.operation.name`="retrieval",
+  `gen_ai.data_source.id` (the index key), `gen_ai.retrieval.top_k`, `gen_ai.retrieval.documents`
+  (a JSON string of `{"id", "score"}` objects, best first: span attributes cannot hold a list of
+  maps) and, only when queries are traced as text, `gen_ai.retrieval.query.text`; plus
+  `toolsearch.search.*` (backend, namespace filter, allowed-subset size, learning on/off, the
+  matches left out because the session already has them) and `toolsearch.query.sha256`;
+- a tool call the loop or executor settled is an `execute_tool {name}` span (INTERNAL):
+  `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`="function", `error.type` (the
+  result status) when it failed. It is recorded when the batch is settled, with the call's own
+  start and duration (spans a tool makes itself are not its children);
+- a model request is a `chat {model}` span (CLIENT): `gen_ai.provider.name`,
+  `gen_ai.request.model`, `gen_ai.usage.input_tokens` / `output_tokens` /
+  `cache_read.input_tokens` as the provider reported them, `gen_ai.response.finish_reasons`,
+  `toolsearch.loop.iteration`, `toolsearch.request.tools` (how many tools it carried);
+- a `run()` is an `invoke_agent toolsearch` span (INTERNAL), the parent of all of the above;
+- gateway requests: the `mcp` SDK already opens the MCP SERVER span (`mcp.method.name`,
+  `gen_ai.tool.name`, parent read from the request's `_meta` `traceparent`/`tracestate`) and
+  writes `_meta` on the requests it forwards upstream; the gateway only adds `mcp.session.id`
+  to that span, as a digest, never the raw session id or context handle.
+
+Queries are private (they quote the user). `configure(queries=...)` or the
+`TOOLSEARCH_TRACE_QUERIES` environment variable chooses what a span shows of one: "hash"
+(the default: `toolsearch.query.sha256`, the first 16 hex digits of its SHA-256), "text"
+(`gen_ai.retrieval.query.text`) or "none".
+
+Counters (metrics API, meter "toolsearch"), both counted when a `run()` finishes, per run, with
+`gen_ai.tool.name`:
+
+- `toolsearch.tool.calls_without_search`: each call the model made (whatever its outcome, but
+  not a search and not a call the loop skipped) to a tool that no search of that run returned
+  (a pinned tool, a tool sent whole, a guessed name);
+- `toolsearch.tool.found_not_called`: each distinct tool a search of that run returned that no
+  call of that run named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter, MeterProvider
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from .executor import SearchRecord, ToolResult
+    from .metatool import MetaToolOutcome
+    from .session import Session
+
+__all__ = ["QUERIES_ENV", "QUERY_MODES", "TraceSettings", "configure", "restore", "settings"]
+
+logger = logging.getLogger(__name__)
+
+QueryMode = Literal["hash", "text", "none"]
+QUERY_MODES: tuple[QueryMode, ...] = ("hash", "text", "none")
+QUERIES_ENV = "TOOLSEARCH_TRACE_QUERIES"
+_SCOPE = "toolsearch"
+_NOT_CALLED = frozenset({"search", "search_error", "skipped"})  # ResultStatus values that are no tool call
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """Where spans and counters go (None: the global providers) and what a span shows of a query."""
+
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    queries: QueryMode | None = None  # None: TOOLSEARCH_TRACE_QUERIES, else "hash"
+
+
+_settings = TraceSettings()
+# the last provider's tracer and counters; the provider itself is kept, so a new one is never
+# mistaken for a collected one that had the same id()
+_tracer_of: tuple[Any, Tracer] | None = None
+_counters_of: tuple[Any, tuple[Counter, Counter]] | None = None
+_warned: set[str] = set()
+
+
+def configure(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    queries: QueryMode | None = None,
+) -> TraceSettings:
+    """Send toolsearch's spans and counters to these providers (None: the global ones).
+
+    Returns the previous settings, for `restore`: a test can give each case its own provider
+    without touching the global one (the API lets an application set that only once).
+    """
+    global _settings
+    if queries is not None and queries not in QUERY_MODES:
+        raise ValueError(f"queries={queries!r} is not one of {', '.join(QUERY_MODES)}: pick one of those")
+    previous = _settings
+    _settings = TraceSettings(tracer_provider, meter_provider, queries)
+    return previous
+
+
+def settings() -> TraceSettings:
+    """The current settings (see `configure`)."""
+    return _settings
+
+
+def restore(previous: TraceSettings) -> None:
+    """Put back what `configure` returned."""
+    global _settings
+    _settings = previous
+
+
+# --- providers ---------------------------------------------------------------------------------
+
+
+def _tracer() -> Tracer | None:
+    """The tracer to use, or None when nothing would record (no provider anywhere)."""
+    global _tracer_of
+    provider: Any = _settings.tracer_provider
+    if provider is None:
+        trace = sys.modules.get("opentelemetry.trace")
+        if trace is None:  # never imported: no provider can have been set
+            return None
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return None
+    if _tracer_of is None or _tracer_of[0] is not provider:
+        _tracer_of = (provider, provider.get_tracer(_SCOPE, _version()))
+    return _tracer_of[1]
+
+
+def _counter_pair() -> tuple[Counter, Counter] | None:
+    global _counters_of
+    provider: Any = _settings.meter_provider
+    if provider is None:
+        metrics = sys.modules.get("opentelemetry.metrics")
+        if metrics is None:
+            return None
+        provider = metrics.get_meter_provider()
+        if isinstance(provider, metrics.NoOpMeterProvider):
+            return None
+    if _counters_of is None or _counters_of[0] is not provider:
+        meter = provider.get_meter(_SCOPE, _version())
+        without = meter.create_counter(
+            "toolsearch.tool.calls_without_search", unit="{call}", description="tool calls no search returned"
+        )
+        unused = meter.create_counter(
+            "toolsearch.tool.found_not_called", unit="{tool}", description="tools a search returned, never called"
+        )
+        _counters_of = (provider, (without, unused))
+    return _counters_of[1]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolsearch")
+    except PackageNotFoundError:
+        return "0"
+
+
+def _queries() -> QueryMode:
+    if _settings.queries is not None:
+        return _settings.queries
+    raw = os.environ.get(QUERIES_ENV, "hash").strip().lower() or "hash"
+    if raw in QUERY_MODES:
+        return raw  # type: ignore[return-value]
+    if raw not in _warned:
+        _warned.add(raw)
+        logger.warning("%s=%r is not one of %s; queries are traced as hashes", QUERIES_ENV, raw, ", ".join(QUERY_MODES))
+    return "hash"
+
+
+def digest(text: str) -> str:
+    """The first 16 hex digits of SHA-256: enough to group equal values, not to read them."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _at(started: float) -> int:
+    """A perf_counter reading as epoch nanoseconds (span times are wall-clock)."""
+    return time.time_ns() - int((time.perf_counter() - started) * 1e9)
+
+
+def _error(span: Span, kind: str, message: str | None = None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, message))
+
+
+# --- spans -------------------------------------------------------------------------------------
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def retrieval(session: Session) -> AbstractContextManager[Callable[[MetaToolOutcome], MetaToolOutcome]]:
+    """Around one tool_search: `with retrieval(session) as record: return record(outcome)`."""
+    tracer = _tracer()
+    if tracer is None:
+        return nullcontext(_identity)
+    return _retrieval(tracer, session)
+
+
+@contextmanager
+def _retrieval(tracer: Tracer, session: Session) -> Iterator[Callable[[MetaToolOutcome], MetaToolOutcome]]:
+    index = session.index
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "retrieval",
+        "gen_ai.data_source.id": index.key,
+        "toolsearch.search.backend": index.backend_name,
+        # LearningIndex (toolsearch.learning) has `enabled`; a plain index learns nothing
+        "toolsearch.search.learning": bool(getattr(index, "enabled", False)),
+    }
+    if session.allowed is not None:
+        attributes["toolsearch.search.allowed"] = len(session.allowed)
+    with tracer.start_as_current_span("retrieval", attributes=attributes) as span:
+
+        def record(outcome: MetaToolOutcome) -> MetaToolOutcome:
+            _describe_search(span, outcome)
+            return outcome
+
+        yield record
+
+
+def _describe_search(span: Span, outcome: MetaToolOutcome) -> None:
+    if outcome.max_results is not None:
+        span.set_attribute("gen_ai.retrieval.top_k", outcome.max_results)
+    if outcome.namespace:
+        span.set_attribute("toolsearch.search.namespace", outcome.namespace)
+    if outcome.query is not None:
+        mode = _queries()
+        if mode == "hash":
+            span.set_attribute("toolsearch.query.sha256", digest(outcome.query))
+        elif mode == "text":
+            span.set_attribute("gen_ai.retrieval.query.text", outcome.query)
+    result = outcome.result
+    if result is not None:
+        documents = [{"id": h.name, "score": round(h.score, 6)} for h in result.hits]
+        span.set_attribute("gen_ai.retrieval.documents", json.dumps(documents))
+        span.set_attribute("toolsearch.search.backend", result.backend)
+        span.set_attribute("toolsearch.search.latency_ms", result.elapsed_ms)
+        if result.notes:
+            span.set_attribute("toolsearch.search.notes", list(result.notes))
+    if outcome.already_loaded:
+        span.set_attribute("toolsearch.search.already_loaded", list(outcome.already_loaded))
+    if outcome.error is not None:
+        _error(span, "invalid_query" if result is None and outcome.query is not None else "invalid_arguments")
+
+
+def tool_results(results: Sequence[ToolResult]) -> None:
+    """An `execute_tool` span per settled tool call of a batch (searches have their retrieval span)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    from opentelemetry.trace import SpanKind
+
+    now = time.time_ns()
+    for result in results:
+        if result.search is not None or result.status.value in ("search", "search_error"):
+            continue
+        call = result.call
+        span = tracer.start_span(
+            f"execute_tool {call.name}",
+            kind=SpanKind.INTERNAL,
+            start_time=now - int(result.elapsed_ms * 1e6),
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "gen_ai.tool.type": "function",
+                "toolsearch.tool.status": result.status.value,
+            },
+        )
+        if result.is_error:
+            _error(span, result.status.value)
+        span.end(end_time=now)
+
+
+def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
+    """An `augment {tool}` span for one call's augmented values (toolsearch.augment), recorded as
+    `toolsearch.augment.<field>` under the query privacy setting: a value is the model's own words
+    (a stated reason often quotes the user), so it is hashed by default, kept as text only with
+    queries="text", and left out with "none" (the field names are always recorded)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    mode = _queries()
+    attributes: dict[str, Any] = {
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": call_id,
+        "toolsearch.augment.fields": sorted(values),
+    }
+    for field_name, value in values.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        if mode == "text":
+            attributes[f"toolsearch.augment.{field_name}"] = text
+        elif mode == "hash":
+            attributes[f"toolsearch.augment.{field_name}.sha256"] = digest(text)
+    tracer.start_span(f"augment {name}", attributes=attributes).end()
+
+
+def model_request(model: Any, iteration: int, tools: int, turn: Any, started: float) -> None:
+    """A `chat` span for one model request that began at perf_counter `started` and just returned."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    from opentelemetry.trace import SpanKind
+
+    fmt = str(getattr(model, "format", "") or "unknown")
+    name = getattr(model, "model", None)
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai" if fmt.startswith("openai") else fmt,
+        "toolsearch.provider.format": fmt,
+        "toolsearch.loop.iteration": iteration,
+        "toolsearch.request.tools": tools,
+    }
+    if isinstance(name, str):
+        attributes["gen_ai.request.model"] = name
+    usage = getattr(turn, "usage", None)
+    for attribute, field in (
+        ("gen_ai.usage.input_tokens", "input_tokens"),
+        ("gen_ai.usage.output_tokens", "output_tokens"),
+        ("gen_ai.usage.cache_read.input_tokens", "cached_input_tokens"),
+    ):
+        value = getattr(usage, field, None)
+        if isinstance(value, int):
+            attributes[attribute] = value
+    stop = getattr(turn, "stop_reason", None)
+    if isinstance(stop, str):
+        attributes["gen_ai.response.finish_reasons"] = [stop]
+    span = tracer.start_span(
+        f"chat {name}" if isinstance(name, str) else "chat",
+        kind=SpanKind.CLIENT,
+        start_time=_at(started),
+        attributes=attributes,
+    )
+    span.end()
+
+
+def agent_run(session_id: str) -> AbstractContextManager[Any]:
+    """Around one `run()`: the parent span of its requests, searches and tool calls."""
+    tracer = _tracer()
+    if tracer is None:
+        return nullcontext()
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "toolsearch",
+        "gen_ai.conversation.id": digest(session_id),  # caller-chosen ids may name a user
+    }
+    return tracer.start_as_current_span("invoke_agent toolsearch", attributes=attributes)
+
+
+def gateway_session(session_id: str) -> None:
+    """Name the session on the MCP SDK's span of the request being served (a digest, never the id)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute("mcp.session.id", digest(session_id))
+
+
+# --- counters ----------------------------------------------------------------------------------
+
+
+def run_finished(searches: Sequence[SearchRecord], results: Sequence[ToolResult]) -> None:
+    """Count a finished run's calls without a search and its found-but-never-called tools."""
+    if not results and not searches:
+        return
+    pair = _counter_pair()
+    if pair is None:
+        return
+    without_search, not_called = pair
+    found = {name for record in searches for name in record.names}
+    called: set[str] = set()
+    for result in results:
+        if result.status.value in _NOT_CALLED:
+            continue
+        called.add(result.call.name)
+        if result.call.name not in found:
+            without_search.add(1, {"gen_ai.tool.name": result.call.name, "toolsearch.tool.status": result.status.value})
+    for name in sorted(found - called):
+        not_called.add(1, {"gen_ai.tool.name": name})
