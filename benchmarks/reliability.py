@@ -125,18 +125,20 @@ import json, sys
 from toolsearch import IndexStore, ToolSearchError
 store, name, opens = IndexStore(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 wrong = errors = 0
+crashes = {}
 seen = set()
 print("reading", flush=True)
 for _ in range(opens):
     try:
         index = store.open(name)
+        expected = "tool_one" if "invoice" in index.catalog["tool_one"].description else "tool_two"
+        seen.add(expected)
+        wrong += index.search("invoice", 1).names != [expected]
     except ToolSearchError as exc:
         errors += 1
-        continue
-    expected = "tool_one" if "invoice" in index.catalog["tool_one"].description else "tool_two"
-    seen.add(expected)
-    wrong += index.search("invoice", 1).names != [expected]
-print(json.dumps({"opens": opens, "wrong": wrong, "errors": errors, "catalogs_seen": len(seen)}))
+    except Exception as exc:  # not one of toolsearch's errors: an unexpected exception
+        crashes[type(exc).__name__] = crashes.get(type(exc).__name__, 0) + 1
+print(json.dumps({"opens": opens, "wrong": wrong, "errors": errors, "crashes": crashes, "catalogs_seen": len(seen)}))
 """
 
 _RACE_BUILDER = """
@@ -166,12 +168,13 @@ def rebuild_race(opens: int, code: Path = ROOT) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     with tempfile.TemporaryDirectory() as scratch:
         root, stop = Path(scratch) / "root", Path(scratch) / "stop"
+        # cwd too: `python -c` puts the working folder first on sys.path, before PYTHONPATH
         builder = subprocess.Popen([sys.executable, "-c", _RACE_BUILDER, str(root), "shared", str(stop)], env=env,
-                                   stdout=subprocess.PIPE, text=True)
+                                   cwd=code, stdout=subprocess.PIPE, text=True)
         while not (root / "shared").exists():
             time.sleep(0.05)
         reader = subprocess.run([sys.executable, "-c", _RACE_READER, str(root), "shared", str(opens)], env=env,
-                                capture_output=True, text=True, check=True)
+                                cwd=code, capture_output=True, text=True, check=True)
         stop.touch()
         rounds = int(builder.communicate()[0])
         result = json.loads(reader.stdout.splitlines()[-1])
@@ -182,7 +185,11 @@ def _race_runs(runs: int, opens: int, code: Path) -> dict[str, Any]:
     """`runs` races summed (a race is timing: one run can miss what the next one hits)."""
     results = [rebuild_race(opens, code) for _ in range(runs)]
     summed = {key: sum(r[key] for r in results) for key in ("opens", "wrong", "errors", "rebuilds")}
-    return {**summed, "runs": runs, "catalogs_seen": min(r["catalogs_seen"] for r in results),
+    crashes: dict[str, int] = {}
+    for r in results:
+        for kind, count in r["crashes"].items():
+            crashes[kind] = crashes.get(kind, 0) + count
+    return {**summed, "crashes": crashes, "runs": runs, "catalogs_seen": min(r["catalogs_seen"] for r in results),
             "wrong_per_run": [r["wrong"] for r in results], "backend": "bm25"}
 
 
@@ -300,6 +307,10 @@ def _shard_fault(cache_dir: Path, apply: Any) -> str:
     return f"dropped with a warning; {counting.count} texts embedded again" if warnings else "silent"
 
 
+def _crashes(race: dict[str, Any]) -> str:
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(race["crashes"].items())) or "0"
+
+
 def render_stored(race: dict[str, Any], kinds: list[dict[str, Any]], run: dict[str, Any],
                   before: dict[str, Any] | None) -> list[str]:
     lines = [
@@ -312,14 +323,15 @@ def render_stored(race: dict[str, Any], kinds: list[dict[str, Any]], run: dict[s
         + (f"; before: {before['wrong_per_run']}" if before else "") + "). Command: "
         f"`{run.get('command', '')}`; {run.get('note', '')}.",
         "",
-        "| code | rebuilds | opens | wrong answers | errors | catalogs seen |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| code | rebuilds | opens | wrong answers | toolsearch errors | other exceptions | catalogs seen |",
+        "|---|---:|---:|---:|---:|---|---:|",
         f"| generations behind a pointer | {race['rebuilds']} | {race['opens']:,} | **{race['wrong']}** | "
-        f"{race['errors']} | {race['catalogs_seen']} |",
+        f"{race['errors']} | {_crashes(race)} | {race['catalogs_seen']} |",
     ]
     if before:
         lines.append(f"| before ({before['commit']}: one folder swapped by two renames) | {before['rebuilds']} | "
-                     f"{before['opens']:,} | {before['wrong']} | {before['errors']} | {before['catalogs_seen']} |")
+                     f"{before['opens']:,} | {before['wrong']} | {before['errors']} | {_crashes(before)} | "
+                     f"{before['catalogs_seen']} |")
     lines += [
         "",
         "Errors before were misleading \"rebuild the index\" or \"no index\" errors of a reader caught between the "
@@ -622,6 +634,7 @@ def main() -> int:
                         help="rerun the readers-during-rebuilds and stored-file-kind sections only")
     parser.add_argument("--opens", type=int, default=1_000, help="opens of the index during rebuilds")
     parser.add_argument("--race-runs", type=int, default=3, help="races run (and summed) per code")
+    parser.add_argument("--before-commit", help="the commit --before-code holds (default: its HEAD)")
     parser.add_argument("--before-code", help="a checkout of the code before the change, measured the same way")
     parser.add_argument("--gateway-rounds", type=int, default=3,
                         help="times each gateway fault is injected (at most 3: a 4th crash within a minute is "
@@ -662,8 +675,8 @@ def _with_stored(report: dict[str, Any], args: argparse.Namespace) -> dict[str, 
     run = _run_note()
     report["rebuild_race"] = _race_runs(args.race_runs, args.opens, ROOT)
     if args.before_code:
-        commit = subprocess.run(["git", "-C", args.before_code, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+        commit = args.before_commit or subprocess.run(["git", "-C", args.before_code, "rev-parse", "--short", "HEAD"],
+                                                      capture_output=True, text=True).stdout.strip()
         report["rebuild_race_before"] = {**_race_runs(args.race_runs, args.opens, Path(args.before_code)),
                                          "commit": commit}
     print("injecting faults per stored file kind ...", file=sys.stderr, flush=True)

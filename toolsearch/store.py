@@ -42,7 +42,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +58,7 @@ from ._errors import (
 from .backends import get_backend_spec
 from .catalog import Catalog
 from .index import ToolIndex, index_key
+from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, write_table
 from .tools import Tool
 
 FORMAT = "toolsearch-index"
@@ -317,6 +318,9 @@ def _written_by_us(target: Path) -> set[str] | None:
     return {str(rel) for rel in files} if isinstance(files, dict) else None
 
 
+_OUR_FILES = (TOOLS_FILE, OFFSETS_FILE, TABLE_FILE)
+
+
 def _foreign_files(target: Path) -> list[str]:
     """Files in an existing index folder that toolsearch did not write (replacing it would delete them)."""
     listed = _written_by_us(target)
@@ -328,7 +332,7 @@ def _foreign_files(target: Path) -> list[str]:
         if rel == MANIFEST:
             continue
         # The backend folder is the backend's own: some write there when loading (tantivy's lock file).
-        ours = rel in (listed or ()) or rel == TOOLS_FILE or rel.startswith(BACKEND_DIR + "/")
+        ours = rel in (listed or ()) or rel in _OUR_FILES or rel.startswith(BACKEND_DIR + "/")
         if not ours:
             foreign.append(rel)
     return foreign
@@ -400,6 +404,7 @@ def _write_generation(index: ToolIndex, folder: Path) -> None:
         for tool in index.catalog:
             row = {"fingerprint": tool.fingerprint, **tool.to_dict()}
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_table(folder, TOOLS_FILE, index.catalog, index.catalog.hash)  # what a lazy load reads instead of every tool
     (folder / BACKEND_DIR).mkdir()
     index.backend.save(folder / BACKEND_DIR)
     manifest = Manifest(
@@ -491,21 +496,32 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
     with _reading(Path(folder)) as (generation, raw):
         manifest = _parse_manifest(generation, raw)
         verify_files(generation, manifest)
-        catalog = Catalog(_read_stored_tools(generation / TOOLS_FILE))
-        if catalog.hash != manifest.catalog_hash:
-            raise IndexFormatError(f"{generation}: stored tools do not match the manifest's hash; rebuild the index")
-        backend = _load_backend(generation, manifest, catalog, options)
+        catalog: Catalog
+        if OFFSETS_FILE in manifest.files and TABLE_FILE in manifest.files:  # checked files: tools parsed when needed
+            catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash)  # checks the table's hash
+            tools: Sequence[Tool] = catalog.stored
+            if len(catalog) != manifest.tool_count:
+                raise IndexFormatError(f"{generation}: {len(catalog)} stored tools, the manifest says "
+                                       f"{manifest.tool_count}; rebuild the index")
+        else:
+            catalog = Catalog(_read_stored_tools(generation / TOOLS_FILE))
+            tools = list(catalog)
+            if catalog.hash != manifest.catalog_hash:
+                raise IndexFormatError(
+                    f"{generation}: stored tools do not match the manifest's hash; rebuild the index"
+                )
+        backend = _load_backend(generation, manifest, tools, options)
     index = ToolIndex(catalog, backend)
     if not options and index.key != manifest.key:  # caller options may legitimately reshape the backend
         raise IndexFormatError(f"{generation}: the loaded backend does not match the manifest's key; {_REBUILD}")
     return index
 
 
-def _load_backend(folder: Path, manifest: Manifest, catalog: Catalog, options: dict[str, Any]) -> Any:
+def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:
     spec = get_backend_spec(manifest.backend)
     merged = {**manifest.options, **options}
     try:
-        return spec.load(folder / BACKEND_DIR, list(catalog), **merged)
+        return spec.load(folder / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
         if os.access(folder / BACKEND_DIR, os.W_OK):
             raise
@@ -519,7 +535,7 @@ def _load_backend(folder: Path, manifest: Manifest, catalog: Catalog, options: d
     copy = Path(tempfile.mkdtemp(prefix="toolsearch-readonly-"))
     try:
         shutil.copytree(folder / BACKEND_DIR, copy / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
-        backend = spec.load(copy / BACKEND_DIR, list(catalog), **merged)
+        backend = spec.load(copy / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
         shutil.rmtree(copy, ignore_errors=True)
         raise
