@@ -293,7 +293,7 @@ def _shard_fault(cache_dir: Path, apply: Any) -> str:
     texts = [f"text number {i}" for i in range(20)]
     embed_texts(CallableEmbedder(_shard_vectors, "m", 8), texts, cache=EmbeddingCache(cache_dir))
     folder = EmbeddingCache(cache_dir).folder("m")
-    apply(next(folder.glob("*.v2.npy")), next(folder.glob("*.v2.keys")))
+    apply(next(folder.glob("*.vectors2")), next(folder.glob("*.keys2")))
     warnings: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = warnings.append  # type: ignore[method-assign]

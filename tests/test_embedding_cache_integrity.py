@@ -51,7 +51,7 @@ def test_a_damaged_shard_is_dropped_with_a_warning_and_recomputed(
     # Before shard digests, flipped exponent bits gave a fresh vector build garbage top-5, health "ok".
     texts = ["send an email", "weather in a city", "create an invoice"]
     embed_texts(CallableEmbedder(Counting(), "m", DIM), texts, cache=EmbeddingCache(tmp_path))
-    (matrix,) = EmbeddingCache(tmp_path).folder("m").glob("*.v2.npy")
+    (matrix,) = EmbeddingCache(tmp_path).folder("m").glob("*.vectors2")
     _flip_exponent_bits(matrix)
     counting = Counting()
     with caplog.at_level(logging.WARNING, logger="toolsearch.embeddings"):
@@ -70,7 +70,7 @@ def test_every_kind_of_shard_damage_is_caught(tmp_path: Path, damage: str, caplo
     texts = [f"text number {i}" for i in range(5)]
     embed_texts(CallableEmbedder(Counting(), "m", DIM), texts, cache=EmbeddingCache(tmp_path))
     folder = EmbeddingCache(tmp_path).folder("m")
-    (keys,), (matrix,) = list(folder.glob("*.v2.keys")), list(folder.glob("*.v2.npy"))
+    (keys,), (matrix,) = list(folder.glob("*.keys2")), list(folder.glob("*.vectors2"))
     if damage == "truncate keys":
         keys.write_bytes(keys.read_bytes()[:-1])
     elif damage == "truncate matrix":
@@ -117,7 +117,7 @@ def test_a_killed_cold_vector_build_keeps_its_finished_batches(tmp_path: Path) -
     build = subprocess.Popen([sys.executable, "-c", SLOW_BUILD, str(count)], env=env, stdout=subprocess.PIPE)
     folder = EmbeddingCache(cache).folder(DEFAULT_MODEL_ID)
     deadline = time.monotonic() + 240
-    while not (folder.is_dir() and list(folder.glob("*.v2.keys"))):
+    while not (folder.is_dir() and list(folder.glob("*.keys2"))):
         assert build.poll() is None, "the build ended before it wrote a batch"
         assert time.monotonic() < deadline
         time.sleep(0.05)

@@ -552,11 +552,12 @@ def _model_folder_name(model_id: str) -> str:
 
 _KEY_BYTES = 32
 _MAX_SHARDS = 16
-# Shard format 2: `<shard>.v2.npy` plus `<shard>.v2.keys` = magic, BLAKE2b of (keys + matrix file), keys.
-# New names, so code that reads format 1 (`<shard>.keys` / `<shard>.npy`) from a shared cache
-# folder never sees them, and format-1 shards are neither read nor rewritten here.
-_KEYS_SUFFIX = ".v2.keys"
-_MATRIX_SUFFIX = ".v2.npy"
+# Shard format 2: `<shard>.vectors2` plus `<shard>.keys2` = magic, BLAKE2b of (keys + matrix file), keys.
+# New names that do not end in `.keys`, so code that reads format 1 (`<shard>.keys` /
+# `<shard>.npy`) from a shared cache folder never sees them (nor merges them away), and
+# format-1 shards are neither read nor rewritten here.
+_KEYS_SUFFIX = ".keys2"
+_MATRIX_SUFFIX = ".vectors2"
 _MAGIC = b"toolsearch-embeddings-2\n"
 _DIGEST_BYTES = 32
 FLUSH_SECONDS = 2.0  # a build writes what it embedded at least this often: an interrupt keeps it
@@ -574,7 +575,7 @@ def _shard_names(folder: Path) -> list[str]:
 class EmbeddingCache:
     """Vectors on disk keyed by (model id, sha256 of the text): no text is embedded twice.
 
-    One folder per model holds append-only shards, each a `.v2.npy` matrix plus a `.v2.keys`
+    One folder per model holds append-only shards, each a `.vectors2` matrix plus a `.keys2`
     file of 32-byte digests headed by a BLAKE2b digest of the keys and the matrix file. Shards
     are written under temporary names and renamed, keys last, so a reader never sees half a
     shard and concurrent processes never corrupt each other; when shards pile up they are
