@@ -68,7 +68,7 @@ def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -
         from .usage_redis import RedisUsageStore
 
         return RedisUsageStore(url, **options)
-    if scheme != "memory":
+    if scheme != "memory" and url != "memory":
         from .redis import redacted_url
 
         raise SessionStoreError(f"unknown usage store URL {redacted_url(url)!r}; use memory:// or redis://host:port/db")
