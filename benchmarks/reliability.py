@@ -94,13 +94,14 @@ def inject_faults(backends: list[str]) -> dict[str, Any]:
         store = IndexStore(Path(scratch))
         for backend in backends:
             store.build(tools, backend, backend)
-            pristine = Path(scratch) / f".{backend}-pristine"
+            pristine = Path(scratch) / f"{backend}-pristine"
             shutil.copytree(store.path(backend), pristine)
             for rel in read_manifest(pristine).files:
                 for fault, apply in FAULTS.items():
-                    shutil.rmtree(store.path(backend))
-                    shutil.copytree(pristine, store.path(backend))
-                    target = store.path(backend) / rel
+                    generation = store.path(backend).resolve()  # the pointer's current build folder
+                    shutil.rmtree(generation)
+                    shutil.copytree(pristine, generation)
+                    target = generation / rel
                     if fault != "deleted" and not target.stat().st_size and fault != "one byte appended":
                         continue  # an empty file cannot be overwritten or truncated
                     apply(target)
@@ -115,6 +116,236 @@ def inject_faults(backends: list[str]) -> dict[str, Any]:
                     rebuilt += not reused
     return {"backends": backends, "faults": list(FAULTS), "injected": injected, "detected": detected,
             "named_the_file": named, "rebuilt_by_build": rebuilt, "silent": silent}
+
+
+# --- readers during rebuilds, and faults per stored file kind --------------------------------------
+
+_RACE_READER = """
+import json, sys
+from toolsearch import IndexStore, ToolSearchError
+store, name, opens = IndexStore(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+wrong = errors = 0
+crashes = {}
+seen = set()
+print("reading", flush=True)
+for _ in range(opens):
+    try:
+        index = store.open(name)
+        expected = "tool_one" if "invoice" in index.catalog["tool_one"].description else "tool_two"
+        seen.add(expected)
+        wrong += index.search("invoice", 1).names != [expected]
+    except ToolSearchError as exc:
+        errors += 1
+    except Exception as exc:  # not one of toolsearch's errors: an unexpected exception
+        crashes[type(exc).__name__] = crashes.get(type(exc).__name__, 0) + 1
+print(json.dumps({"opens": opens, "wrong": wrong, "errors": errors, "crashes": crashes, "catalogs_seen": len(seen)}))
+"""
+
+_RACE_BUILDER = """
+import sys
+from pathlib import Path
+from toolsearch import IndexStore, Tool
+store, name, stop = IndexStore(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+
+def catalog(flavour):
+    words = {"a": ("invoice", "weather"), "b": ("weather", "invoice")}[flavour]
+    return [Tool("tool_one", f"Create a customer {words[0]} quickly."),
+            Tool("tool_two", f"Look up the {words[1]} report for a city."),
+            *(Tool(f"filler_{i}", f"Unrelated helper number {i} for files.") for i in range(8))]
+
+rounds = 0
+while not stop.exists():
+    store.build(catalog("ab"[rounds % 2]), "bm25", name, rebuild=True)
+    rounds += 1
+print(rounds)
+"""
+
+
+def rebuild_race(opens: int, code: Path = ROOT) -> dict[str, Any]:
+    """One process rebuilds two catalogs (equal names and count, other descriptions) in turn under one name while
+    another opens the index `opens` times and checks each answer against the catalog it loaded (with the
+    toolsearch at `code`: another checkout measures the code before a change)."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    with tempfile.TemporaryDirectory() as scratch:
+        root, stop = Path(scratch) / "root", Path(scratch) / "stop"
+        # cwd too: `python -c` puts the working folder first on sys.path, before PYTHONPATH
+        builder = subprocess.Popen([sys.executable, "-c", _RACE_BUILDER, str(root), "shared", str(stop)], env=env,
+                                   cwd=code, stdout=subprocess.PIPE, text=True)
+        while not (root / "shared").exists():
+            time.sleep(0.05)
+        reader = subprocess.run([sys.executable, "-c", _RACE_READER, str(root), "shared", str(opens)], env=env,
+                                cwd=code, capture_output=True, text=True, check=True)
+        stop.touch()
+        rounds = int(builder.communicate()[0])
+        result = json.loads(reader.stdout.splitlines()[-1])
+    return {**result, "rebuilds": rounds, "backend": "bm25"}
+
+
+def _race_runs(runs: int, opens: int, code: Path) -> dict[str, Any]:
+    """`runs` races summed (a race is timing: one run can miss what the next one hits)."""
+    results = [rebuild_race(opens, code) for _ in range(runs)]
+    summed = {key: sum(r[key] for r in results) for key in ("opens", "wrong", "errors", "rebuilds")}
+    crashes: dict[str, int] = {}
+    for r in results:
+        for kind, count in r["crashes"].items():
+            crashes[kind] = crashes.get(kind, 0) + count
+    return {**summed, "crashes": crashes, "runs": runs, "catalogs_seen": min(r["catalogs_seen"] for r in results),
+            "wrong_per_run": [r["wrong"] for r in results], "backend": "bm25"}
+
+
+def _caught(call: Any) -> str:
+    """What caught a fault: the error class and its message's first words, or "silent"."""
+    from toolsearch import ToolSearchError
+
+    try:
+        call()
+    except ToolSearchError as exc:
+        message = re.sub(r"^\.[^:]*\.gen-[0-9a-f-]+: ", "", str(exc).split(";")[0].rsplit("/", 1)[-1])
+        return f"{type(exc).__name__}: {message[:90]}"
+    return "silent"
+
+
+def stored_kinds() -> list[dict[str, Any]]:
+    """Faults injected per stored file kind (manifest, tools file, backend files, embedding shard, usage log)."""
+    from toolsearch import IndexStore, load_tools
+    from toolsearch.store import MANIFEST, read_manifest
+    from toolsearch.usage import FileUsageStore, UsageLog
+
+    rows: list[dict[str, Any]] = []
+    tools = load_tools(ROOT / "toolsearch" / "data" / "demo_catalog.jsonl")
+    with tempfile.TemporaryDirectory() as scratch:
+        store = IndexStore(Path(scratch) / "idx")
+        store.build(tools, "hybrid", "h")
+        generation = store.path("h").resolve()
+        manifest_faults: dict[str, Any] = {
+            "a boost 0.6 -> 0.7": lambda t: t.replace('"description": 0.6', '"description": 0.7', 1),
+            "a boost zeroed": lambda t: t.replace('"description": 0.6', '"description": 0.0', 1),
+            "the key changed": lambda t: t.replace('"key": "', '"key": "0', 1),
+            "a file's digest changed": lambda t: t.replace('"blake2b": "', '"blake2b": "0', 1),
+            "truncated": lambda t: t[:-10],
+        }
+        original = (generation / MANIFEST).read_text()
+        for fault, edit in manifest_faults.items():
+            (generation / MANIFEST).write_text(edit(original))
+            rows.append({"kind": "manifest", "fault": fault, "caught_by": _caught(lambda: store.open("h"))})
+        (generation / MANIFEST).write_text(original)
+        for rel, kind in (("tools.jsonl", "tools file"),
+                          (next(r for r in read_manifest(generation).files if r.endswith(".faiss")), "backend file"),
+                          (next(r for r in read_manifest(generation).files if r.endswith(".store")), "backend file")):
+            before = (generation / rel).read_bytes()
+            for fault, apply in FAULTS.items():
+                apply(generation / rel)
+                rows.append({"kind": kind, "fault": f"{rel.rsplit('/', 1)[-1]}: {fault}",
+                             "caught_by": _caught(lambda: store.open("h"))})
+                (generation / rel).write_bytes(before)
+
+        shard_faults: dict[str, Any] = {
+            "exponent bits of one value flipped": lambda m, k: m.write_bytes(m.read_bytes()[:-1] + b"\x7f"),
+            "matrix truncated": lambda m, k: m.write_bytes(m.read_bytes()[:-4]),
+            "a key changed": lambda m, k: k.write_bytes(k.read_bytes()[:-1] + b"\x00"),
+            "keys truncated": lambda m, k: k.write_bytes(k.read_bytes()[:-1]),
+        }
+        for fault, apply in shard_faults.items():
+            rows.append({"kind": "embedding shard", "fault": fault,
+                         "caught_by": _shard_fault(Path(scratch) / f"cache-{len(rows)}", apply)})
+
+        usage_path = Path(scratch) / "idx.usage.json"
+        log = UsageLog("cat", privacy="tokens")
+        log.add("refund an invoice", "billing_refund", ["billing_refund"])
+        FileUsageStore(usage_path).save(log)
+        pristine = usage_path.read_text()
+        usage_faults: dict[str, Any] = {
+            "the called tool renamed": lambda t: t.replace('"billing_refund"', '"billing_delete"', 1),
+            "a query word changed": lambda t: t.replace('"invoice"', '"invoicf"', 1),
+            "truncated": lambda t: t[:-5],
+        }
+        for fault, edit in usage_faults.items():
+            usage_path.write_text(edit(pristine))
+            rows.append({"kind": "usage log", "fault": fault,
+                         "caught_by": _caught(lambda: FileUsageStore(usage_path).load("cat"))})
+    return rows
+
+
+def _shard_vectors(texts: list[str]) -> Any:
+    import numpy as np
+
+    out = np.zeros((len(texts), 8), dtype=np.float32)
+    for i, text in enumerate(texts):
+        out[i, len(text) % 8] = 1.0
+    return out
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, texts: list[str]) -> Any:
+        self.count += len(texts)
+        return _shard_vectors(texts)
+
+
+def _shard_fault(cache_dir: Path, apply: Any) -> str:
+    """Damage the one shard of a 20-text cache; what the next read did about it."""
+    import logging
+
+    from toolsearch.embeddings import CallableEmbedder, EmbeddingCache, embed_texts
+
+    texts = [f"text number {i}" for i in range(20)]
+    embed_texts(CallableEmbedder(_shard_vectors, "m", 8), texts, cache=EmbeddingCache(cache_dir))
+    folder = EmbeddingCache(cache_dir).folder("m")
+    apply(next(folder.glob("*.vectors2")), next(folder.glob("*.keys2")))
+    warnings: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = warnings.append  # type: ignore[method-assign]
+    logger = logging.getLogger("toolsearch.embeddings")
+    logger.addHandler(handler)
+    counting = _Counting()
+    try:
+        embed_texts(CallableEmbedder(counting, "m", 8), texts, cache=EmbeddingCache(cache_dir))
+    finally:
+        logger.removeHandler(handler)
+    return f"dropped with a warning; {counting.count} texts embedded again" if warnings else "silent"
+
+
+def _crashes(race: dict[str, Any]) -> str:
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(race["crashes"].items())) or "0"
+
+
+def render_stored(race: dict[str, Any], kinds: list[dict[str, Any]], run: dict[str, Any],
+                  before: dict[str, Any] | None) -> list[str]:
+    lines = [
+        "## Readers during rebuilds",
+        "",
+        f"One process rebuilt two {race['backend']} catalogs (equal names and count, different descriptions) in "
+        f"turn under one name while another opened the index and checked each top hit against the catalog it "
+        f"loaded; {race['runs']} runs of {race['opens'] // race['runs']:,} opens each, summed (wrong answers per "
+        f"run: {race['wrong_per_run']}"
+        + (f"; before: {before['wrong_per_run']}" if before else "") + "). Command: "
+        f"`{run.get('command', '')}`; {run.get('note', '')}.",
+        "",
+        "| code | rebuilds | opens | wrong answers | toolsearch errors | other exceptions | catalogs seen |",
+        "|---|---:|---:|---:|---:|---|---:|",
+        f"| generations behind a pointer | {race['rebuilds']} | {race['opens']:,} | **{race['wrong']}** | "
+        f"{race['errors']} | {_crashes(race)} | {race['catalogs_seen']} |",
+    ]
+    if before:
+        lines.append(f"| before ({before['commit']}: one folder swapped by two renames) | {before['rebuilds']} | "
+                     f"{before['opens']:,} | {before['wrong']} | {before['errors']} | {_crashes(before)} | "
+                     f"{before['catalogs_seen']} |")
+    lines += [
+        "",
+        "Errors before were misleading \"rebuild the index\" or \"no index\" errors of a reader caught between the "
+        "two renames; a wrong answer is a top hit that the loaded catalog's descriptions contradict (a mixed index).",
+        "",
+        "## Faults per stored file kind",
+        "",
+        "| kind | fault | caught by |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {row['kind']} | {row['fault']} | {row['caught_by']} |" for row in kinds]
+    silent = sum(row["caught_by"] == "silent" for row in kinds)
+    lines += ["", f"{len(kinds)} faults injected, {silent} silent.", ""]
+    return lines
 
 
 def run_fuzz(profile: str) -> dict[str, Any]:
@@ -339,6 +570,9 @@ def render(report: dict[str, Any]) -> str:
     ]
     if report.get("gateway"):
         lines += render_gateway(report["gateway"], report.get("gateway_run", {}))
+    if report.get("rebuild_race"):
+        lines += render_stored(report["rebuild_race"], report["stored_kinds"], report.get("stored_run", {}),
+                               report.get("rebuild_race_before"))
     return "\n".join(lines)
 
 
@@ -396,6 +630,12 @@ def main() -> int:
                         help="rerun the fuzzing only, keeping the other sections of an existing reliability.json")
     parser.add_argument("--only-gateway", action="store_true",
                         help="rerun the gateway faults only, keeping the other sections of reliability.json")
+    parser.add_argument("--only-stored", action="store_true",
+                        help="rerun the readers-during-rebuilds and stored-file-kind sections only")
+    parser.add_argument("--opens", type=int, default=1_000, help="opens of the index during rebuilds")
+    parser.add_argument("--race-runs", type=int, default=3, help="races run (and summed) per code")
+    parser.add_argument("--before-commit", help="the commit --before-code holds (default: its HEAD)")
+    parser.add_argument("--before-code", help="a checkout of the code before the change, measured the same way")
     parser.add_argument("--gateway-rounds", type=int, default=3,
                         help="times each gateway fault is injected (at most 3: a 4th crash within a minute is "
                         "a crash loop, and the server is marked down)")
@@ -404,8 +644,11 @@ def main() -> int:
     report: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                               f"{platform.python_version()}", "date": time.strftime("%Y-%m-%d")}
     out = Path(args.out)
-    if args.only_fuzz or args.only_gateway:
+    if args.only_fuzz or args.only_gateway or args.only_stored:
         report = {**json.loads((out / "reliability.json").read_text()), **report}
+    if args.only_stored:
+        report["date"] = json.loads((out / "reliability.json").read_text())["date"]  # of the other sections
+        return _write(out, _with_stored(report, args))
     if args.only_gateway:
         report["date"] = json.loads((out / "reliability.json").read_text())["date"]  # of the other sections
         return _write(out, _with_gateway(report, args))
@@ -423,7 +666,25 @@ def main() -> int:
     report["findings"] = args.finding or report.get("findings", [])
     if not args.only_fuzz:
         report = _with_gateway(report, args)
+        report = _with_stored(report, args)
     return _write(out, report)
+
+
+def _with_stored(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    print(f"opening an index {args.opens} times during rebuilds ...", file=sys.stderr, flush=True)
+    run = _run_note()
+    report["rebuild_race"] = _race_runs(args.race_runs, args.opens, ROOT)
+    if args.before_code:
+        commit = args.before_commit or subprocess.run(["git", "-C", args.before_code, "rev-parse", "--short", "HEAD"],
+                                                      capture_output=True, text=True).stdout.strip()
+        report["rebuild_race_before"] = {**_race_runs(args.race_runs, args.opens, Path(args.before_code)),
+                                         "commit": commit}
+    print("injecting faults per stored file kind ...", file=sys.stderr, flush=True)
+    report["stored_kinds"] = stored_kinds()
+    end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    run["note"] += f", {end:.1f} at the end" if end is not None else ""
+    report["stored_run"] = run
+    return report
 
 
 def _with_gateway(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

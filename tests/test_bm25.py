@@ -291,7 +291,7 @@ def test_saved_index_is_memory_mapped_not_rebuilt(index: ToolIndex, tmp_path: Pa
     layout = json.loads((folder / "backend" / "bm25.json").read_text())
     assert layout["layout"] == bm25.LAYOUT_VERSION
     loaded = ToolIndex.load(folder)
-    assert loaded.backend._folder == folder / "backend" / "tantivy"  # type: ignore[attr-defined]
+    assert loaded.backend._folder == folder.resolve() / "backend" / "tantivy"  # type: ignore[attr-defined]
     assert loaded.search("forecasting", 3).names == index.search("forecasting", 3).names
 
 

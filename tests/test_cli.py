@@ -18,7 +18,8 @@ import pytest
 from toolsearch import IndexStore, default_backend
 from toolsearch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.eval_cli import EXIT_BELOW_FLOOR
-from toolsearch.store import MANIFEST
+from toolsearch.index import index_key
+from toolsearch.store import MANIFEST, manifest_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["build", "query", "info", "list", "rm", "eval", "demo", "bench", "mcp"]
@@ -429,7 +430,8 @@ def test_interrupted_build_leaves_the_old_index_intact(
     assert err.strip().splitlines()[-1] == "toolsearch: interrupted"
     assert "Traceback" not in err
     assert _snapshot(indexes / "keep") == before
-    assert sorted(p.name for p in indexes.iterdir()) == ["keep"]  # no scratch folder left behind
+    # no scratch folder left behind: the pointer, its one generation and the writers' lock
+    assert sorted(p.name.split("-")[0] for p in indexes.iterdir()) == [".keep.gen", ".keep.lock", "keep"]
     code, out, _ = run(capsys, "query", "keep", "send an email", "--json")
     assert code == EXIT_OK and json.loads(out)["hits"][0]["name"] == "send_email"
 
@@ -727,7 +729,9 @@ def test_missing_extra_hint(
     # an index whose manifest says vector (the files are a regex index's: the check comes first)
     assert run(capsys, "build", "openai.json", "--backend", "regex", "--name", "vec")[0] == EXIT_OK
     manifest = home / "home" / "indexes" / "vec" / MANIFEST
-    manifest.write_text(manifest.read_text().replace('"backend": "regex"', '"backend": "vector"'))
+    data = json.loads(manifest.read_text()) | {"backend": "vector"}
+    data["key"] = index_key(data["catalog_hash"], "vector", data["options"])
+    manifest.write_text(json.dumps(data | {"digest": manifest_digest(data)}))  # signed anew: only the extra fails
     _without(monkeypatch, *missing)
     code, _, err = run(capsys, *argv)
     assert_one_line_error(code, err, f"pip install 'toolsearch[{extra}]'")

@@ -35,8 +35,8 @@ from toolsearch import (
     register_backend,
 )
 from toolsearch.backends import get_backend_spec
-from toolsearch.index import MAX_K, MAX_QUERY_CHARS, validate_k, validate_query
-from toolsearch.store import FORMAT_VERSION, MANIFEST, read_manifest
+from toolsearch.index import MAX_K, MAX_QUERY_CHARS, index_key, validate_k, validate_query
+from toolsearch.store import FORMAT_VERSION, MANIFEST, manifest_digest, read_manifest
 from toolsearch.text import embedding_text, split_identifier, tool_text
 
 SCHEMA = {
@@ -558,6 +558,9 @@ def _edit_manifest(folder: Path, **changes: Any) -> None:
             data.pop(key)
         else:
             data[key] = value
+    if "catalog_hash" in data and "backend" in data and "options" in data:  # signed anew, as a forger would
+        data["key"] = index_key(data["catalog_hash"], data["backend"], data["options"])
+    data["digest"] = manifest_digest(data)
     path.write_text(json.dumps(data))
 
 
@@ -617,7 +620,7 @@ def test_interrupted_save_leaves_the_old_index_intact(tmp_path: Path) -> None:
         broken.save(target)
     assert read_manifest(target) == before
     assert ToolIndex.load(target).catalog.names == ["get_weather", "now"]
-    assert sorted(os.listdir(tmp_path)) == ["idx"]  # no scratch folder left behind
+    assert _layout(tmp_path) == ["idx", ".idx.gen", ".idx.lock"]  # no scratch folder left behind
 
 
 def test_saving_over_an_index_replaces_it(tmp_path: Path) -> None:
@@ -626,7 +629,12 @@ def test_saving_over_an_index_replaces_it(tmp_path: Path) -> None:
     ToolIndex.build([Tool("b")], backend="bm25").save(target)
     loaded = ToolIndex.load(target)
     assert loaded.backend_name == "bm25" and loaded.catalog.names == ["b"]
-    assert sorted(os.listdir(tmp_path)) == ["idx"]
+    assert _layout(tmp_path) == ["idx", ".idx.gen", ".idx.lock"]  # the old generation is gone
+
+
+def _layout(folder: Path) -> list[str]:
+    """A folder's entries, generation ids left out: the pointer, one generation, the writers' lock."""
+    return sorted((n.split("-")[0] for n in os.listdir(folder)), key=lambda n: (n.startswith("."), n))
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "a\\b", "", ".hidden", "..", "x" * 129, "a..b", "sp ace", 5])

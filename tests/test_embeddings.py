@@ -257,7 +257,7 @@ def test_concurrent_processes_share_one_cache_without_corruption(tmp_path: Path)
     out = embed_texts(CallableEmbedder(refuse, "hash-64", 64), texts, cache=EmbeddingCache(tmp_path))
     np.testing.assert_allclose(out, CallableEmbedder(hashing_vectors, "x", 64).embed(texts), atol=1e-6)
     folder = EmbeddingCache(tmp_path).folder("hash-64")
-    assert len(list(folder.glob("*.keys"))) <= emb._MAX_SHARDS + 4  # merged as they piled up
+    assert len(list(folder.glob("*.keys2"))) <= emb._MAX_SHARDS + 4  # merged as they piled up
     assert not list(folder.glob(".*.tmp"))  # no half-written shard left behind
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from toolsearch import IndexFormatError, IndexStore, StoredIndexError, Tool, ToolIndex
 from toolsearch.cli import EXIT_OK, EXIT_USER_ERROR, main
-from toolsearch.store import FORMAT_VERSION, MANIFEST, read_manifest, verify_index
+from toolsearch.store import FORMAT_VERSION, MANIFEST, manifest_digest, read_manifest, verify_index
 
 TOOLS = [
     Tool("send_email", "Send an email message to one or more recipients.",
@@ -78,7 +78,7 @@ def test_a_malformed_file_list_is_refused(tmp_path: Path, files: object) -> None
     folder = ToolIndex.build(TOOLS, backend="regex").save(tmp_path / "idx")
     data = json.loads((folder / MANIFEST).read_text())
     data["files"] = files
-    (folder / MANIFEST).write_text(json.dumps(data))
+    (folder / MANIFEST).write_text(json.dumps(data | {"digest": manifest_digest(data)}))
     with pytest.raises(IndexFormatError, match="list of files is malformed"):
         ToolIndex.load(folder)
 
@@ -125,7 +125,8 @@ def test_saving_never_deletes_files_it_did_not_write(tmp_path: Path) -> None:
     with pytest.raises(StoredIndexError, match=r"did not write \(mine/extra\.bin, notes\.txt\)"):
         ToolIndex.build(TOOLS[:1], backend="bm25").save(target)
     assert _snapshot(target) == before
-    assert sorted(os.listdir(tmp_path)) == ["idx"]
+    assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".idx.")) == ["idx"]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".idx.tmp-")]
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -208,11 +208,12 @@ def test_the_cli_shows_exports_imports_and_clears_a_log(
     assert json.loads(capsys.readouterr().out)["entries"] == 0
 
     assert cli_main(["usage", "import", str(folder), str(export)]) == 0
-    assert cli_main(["usage", "import", str(folder), str(export)]) == 0  # a second import adds again
+    # a second import of the same export adds nothing: the file store keeps each entry once (saves merge)
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0
     capsys.readouterr()
     assert cli_main(["usage", "show", str(folder), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["entries"] == 2 and shown["top_tools"] == [{"name": "billing_refund", "calls": 2}]
+    assert shown["entries"] == 1 and shown["top_tools"] == [{"name": "billing_refund", "calls": 1}]
 
     (tmp_path / "bad.json").write_text("[]")
     assert cli_main(["usage", "import", str(folder), str(tmp_path / "bad.json")]) == 1

@@ -127,7 +127,7 @@ def test_save_load_round_trip_is_memory_mapped_and_never_re_embeds(
         assert loaded.search(query, 5).names == built.search(query, 5).names
     maps = Path("/proc/self/maps")
     if maps.exists():
-        assert str(tmp_path / "ix" / "backend" / "vectors.faiss") in maps.read_text()
+        assert str((tmp_path / "ix").resolve() / "backend" / "vectors.faiss") in maps.read_text()  # its build folder
     # A memory-mapped index still takes updates (faiss copies on write).
     loaded.upsert([Tool("zz_sing", "Sing a lullaby to a sleepy child.")])
     loaded.remove(["calendar_book_room"])

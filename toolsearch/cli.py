@@ -515,7 +515,7 @@ def _build_target(args: argparse.Namespace) -> tuple[Any, str | None]:
     from .store import IndexStore
 
     if args.out:
-        target = Path(args.out).resolve()
+        target = Path(os.path.abspath(args.out))  # not resolve(): the index folder is a link to its build
         return IndexStore(target.parent), target.name
     return _root(args), args.name
 

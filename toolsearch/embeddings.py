@@ -6,10 +6,12 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -550,15 +552,36 @@ def _model_folder_name(model_id: str) -> str:
 
 _KEY_BYTES = 32
 _MAX_SHARDS = 16
+# Shard format 2: `<shard>.vectors2` plus `<shard>.keys2` = magic, BLAKE2b of (keys + matrix file), keys.
+# New names that do not end in `.keys`, so code that reads format 1 (`<shard>.keys` /
+# `<shard>.npy`) from a shared cache folder never sees them (nor merges them away), and
+# format-1 shards are neither read nor rewritten here.
+_KEYS_SUFFIX = ".keys2"
+_MATRIX_SUFFIX = ".vectors2"
+_MAGIC = b"toolsearch-embeddings-2\n"
+_DIGEST_BYTES = 32
+FLUSH_SECONDS = 2.0  # a build writes what it embedded at least this often: an interrupt keeps it
+_log = logging.getLogger("toolsearch.embeddings")
+
+
+def _shard_digest(keys: bytes, matrix_file: bytes) -> bytes:
+    return hashlib.blake2b(keys + matrix_file, digest_size=_DIGEST_BYTES).digest()
+
+
+def _shard_names(folder: Path) -> list[str]:
+    return [e.name[: -len(_KEYS_SUFFIX)] for e in os.scandir(folder) if e.name.endswith(_KEYS_SUFFIX)]
 
 
 class EmbeddingCache:
     """Vectors on disk keyed by (model id, sha256 of the text): no text is embedded twice.
 
-    One folder per model holds append-only shards, each a `.npy` matrix plus a `.keys` file of
-    32-byte digests. Shards are written under temporary names and renamed, keys last, so a
-    reader never sees half a shard and concurrent processes never corrupt each other; when
-    shards pile up they are merged under a file lock. Matrices are memory-mapped on load.
+    One folder per model holds append-only shards, each a `.vectors2` matrix plus a `.keys2`
+    file of 32-byte digests headed by a BLAKE2b digest of the keys and the matrix file. Shards
+    are written under temporary names and renamed, keys last, so a reader never sees half a
+    shard and concurrent processes never corrupt each other; when shards pile up they are
+    merged under a file lock. A shard whose digest fails (a flipped bit, a truncation) is
+    dropped with a warning and its texts are embedded again. Matrices are memory-mapped once
+    their digest has been checked.
     """
 
     def __init__(self, folder: str | Path | None = None) -> None:
@@ -577,19 +600,15 @@ class EmbeddingCache:
         seen, table = self._loaded.setdefault(model_id, (set(), {}))
         folder = self.folder(model_id)
         try:
-            names = [e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".keys")]
+            names = _shard_names(folder)
         except OSError:  # no folder yet, or an unreadable one: nothing cached
             return table
         for shard in sorted(set(names) - seen):
-            try:
-                keys = (folder / f"{shard}.keys").read_bytes()
-                matrix = np.load(folder / f"{shard}.npy", mmap_mode="r")
-            except (OSError, ValueError):
-                continue  # merged away by another process meanwhile, or unreadable: skip it
-            count = len(keys) // _KEY_BYTES
-            if matrix.ndim != 2 or matrix.shape[0] != count or matrix.dtype != np.float32:
+            loaded = _read_shard(folder, shard)
+            if loaded is None:
                 continue
-            for row in range(count):
+            keys, matrix = loaded
+            for row in range(matrix.shape[0]):
                 table[keys[row * _KEY_BYTES : (row + 1) * _KEY_BYTES]] = (matrix, row)
             seen.add(shard)
         return table
@@ -612,7 +631,7 @@ class EmbeddingCache:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._write_shard(folder, b"".join(keys), vectors)
-            if sum(1 for e in os.scandir(folder) if e.name.endswith(".keys")) > _MAX_SHARDS:
+            if len(_shard_names(folder)) > _MAX_SHARDS:
                 self._merge(folder)
         except OSError as exc:  # a read-only or full disk costs speed, never a search
             print(f"toolsearch: embedding cache not written ({exc})", file=sys.stderr)
@@ -620,15 +639,15 @@ class EmbeddingCache:
     @staticmethod
     def _write_shard(folder: Path, keys: bytes, vectors: np.ndarray) -> str:
         shard = f"{os.getpid()}-{uuid.uuid4().hex}"
-        tmp_npy = folder / f".{shard}.npy.tmp"
-        tmp_keys = folder / f".{shard}.keys.tmp"
+        tmp_npy = folder / f".{shard}{_MATRIX_SUFFIX}.tmp"
+        tmp_keys = folder / f".{shard}{_KEYS_SUFFIX}.tmp"
         try:
             with tmp_npy.open("wb") as fh:
                 np.save(fh, vectors)
                 fh.flush()
                 os.fsync(fh.fileno())
             with tmp_keys.open("wb") as fh:
-                fh.write(keys)
+                fh.write(_MAGIC + _shard_digest(keys, tmp_npy.read_bytes()) + keys)
                 fh.flush()
                 os.fsync(fh.fileno())
         except BaseException:  # Ctrl-C or a full disk: leave no temporary files behind
@@ -636,33 +655,29 @@ class EmbeddingCache:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
             raise
-        os.replace(tmp_npy, folder / f"{shard}.npy")
-        os.replace(tmp_keys, folder / f"{shard}.keys")  # the shard exists once its keys do
+        os.replace(tmp_npy, folder / f"{shard}{_MATRIX_SUFFIX}")
+        os.replace(tmp_keys, folder / f"{shard}{_KEYS_SUFFIX}")  # the shard exists once its keys do
         return shard
 
     def _merge(self, folder: Path) -> None:
         with self._flock(folder) as got:
             if not got:
                 return  # another process is merging
-            shards = sorted(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".keys"))
+            shards = sorted(_shard_names(folder))
             if len(shards) <= _MAX_SHARDS:
                 return
             keys: dict[bytes, np.ndarray] = {}
             merged: list[str] = []
             for shard in shards:
                 try:
-                    raw = (folder / f"{shard}.keys").read_bytes()
-                    matrix = np.load(folder / f"{shard}.npy", mmap_mode="r")
+                    loaded = _read_shard(folder, shard, transient=True)
                 except OSError:
                     continue  # perhaps passing (another process, a busy disk): keep the shard for later
-                except ValueError:
-                    merged.append(shard)  # unreadable for good: dropping it loses nothing usable
+                merged.append(shard)  # a bad shard was dropped by _read_shard: nothing usable is lost
+                if loaded is None:
                     continue
-                merged.append(shard)
-                count = len(raw) // _KEY_BYTES
-                if matrix.ndim != 2 or matrix.shape[0] != count:
-                    continue
-                for row in range(count):
+                raw, matrix = loaded
+                for row in range(matrix.shape[0]):
                     keys[raw[row * _KEY_BYTES : (row + 1) * _KEY_BYTES]] = matrix[row]
             by_dim: dict[int, list[bytes]] = {}
             for key, vec in keys.items():
@@ -670,9 +685,7 @@ class EmbeddingCache:
             for group in by_dim.values():
                 self._write_shard(folder, b"".join(group), np.stack([keys[k] for k in group]))
             for shard in merged:  # readers holding maps keep their data: unlinking is safe
-                for suffix in (".keys", ".npy"):
-                    with contextlib.suppress(FileNotFoundError):
-                        (folder / f"{shard}{suffix}").unlink()
+                _unlink_shard(folder, shard)
 
     @staticmethod
     @contextlib.contextmanager
@@ -687,6 +700,51 @@ class EmbeddingCache:
                 yield True
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _unlink_shard(folder: Path, shard: str) -> None:
+    for suffix in (_KEYS_SUFFIX, _MATRIX_SUFFIX):  # keys first: a shard without keys is never read
+        with contextlib.suppress(FileNotFoundError):
+            (folder / f"{shard}{suffix}").unlink()
+
+
+def _read_shard(folder: Path, shard: str, *, transient: bool = False) -> tuple[bytes, np.ndarray] | None:
+    """A shard's keys and (memory-mapped) matrix after checking its digest; None when it is unusable.
+
+    A shard that fails its digest or shape check is dropped (deleted) with a warning, so its texts
+    are embedded again and written anew. With `transient`, an OSError (a shard merged away by
+    another process meanwhile) propagates; otherwise such a shard is skipped.
+    """
+    keys_path, matrix_path = folder / f"{shard}{_KEYS_SUFFIX}", folder / f"{shard}{_MATRIX_SUFFIX}"
+    try:
+        head = keys_path.read_bytes()
+        matrix_file = matrix_path.read_bytes()
+    except OSError:
+        if transient:
+            raise
+        return None
+    body = head[len(_MAGIC) + _DIGEST_BYTES :]
+    problem = None
+    if not head.startswith(_MAGIC) or len(body) % _KEY_BYTES:
+        problem = "its keys file is malformed"
+    elif head[len(_MAGIC) : len(_MAGIC) + _DIGEST_BYTES] != _shard_digest(body, matrix_file):
+        problem = "it does not match its checksum"
+    else:
+        try:
+            matrix = np.load(matrix_path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            if transient and isinstance(exc, OSError):
+                raise
+            problem = f"its matrix cannot be read ({exc})"
+        else:
+            if matrix.ndim != 2 or matrix.shape[0] != len(body) // _KEY_BYTES or matrix.dtype != np.float32:
+                problem = f"its matrix has shape {matrix.shape} for {len(body) // _KEY_BYTES} keys"
+    if problem is not None:
+        _log.warning("embedding cache shard %s in %s is damaged (%s); dropped, its texts will be embedded again",
+                     shard, folder, problem)
+        _unlink_shard(folder, shard)
+        return None
+    return body, matrix
 
 
 _CACHES: dict[Path, EmbeddingCache] = {}
@@ -739,6 +797,7 @@ def embed_texts(
     order = sorted(unique, key=len, reverse=True)
     bar = _progress_bar(len(order), embedder.model_id) if _want_progress(progress, len(order)) else None
     pending: list[str] = []
+    flushed_at = time.monotonic()
 
     def flush() -> None:
         if cache is not None and pending:
@@ -757,8 +816,10 @@ def embed_texts(
             for text, vec in zip(chunk, vectors, strict=True):
                 out[unique[text]] = vec
             pending.extend(chunk)
-            if len(pending) >= _SHARD_TEXTS:  # long runs keep their progress if interrupted
+            # Long runs keep their progress if interrupted (Ctrl-C, a kill): a shard every few seconds.
+            if len(pending) >= _SHARD_TEXTS or time.monotonic() - flushed_at >= FLUSH_SECONDS:
                 flush()
+                flushed_at = time.monotonic()
             if bar is not None:
                 bar.update(len(chunk))
     finally:

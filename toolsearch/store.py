@@ -1,20 +1,52 @@
-"""Persisted, content-addressed indexes: atomic writes and a versioned manifest."""
+"""Persisted, content-addressed indexes: immutable generations behind one atomic pointer, every byte checked.
+
+Layout of an index named NAME in a root folder:
+
+    NAME                   a symbolic link to the current generation (the pointer)
+    .NAME.gen-<id>/        a complete build: manifest.json, tools.jsonl, backend/ (never modified)
+    .NAME.lock             taken by writers of NAME (builds and saves serialise on it)
+    .NAME.tmp-<id>/        a build in progress (removed by the next writer when its builder died)
+
+Why a symbolic link: replacing a link with `rename(2)` is atomic, so a reader resolves NAME
+once and then reads one generation only, whatever builds land meanwhile; and every path that
+worked before (`NAME/manifest.json`, `ToolIndex.load(NAME)`) still works through the link.
+A reader holds a shared `flock` on its generation's manifest while it reads; a writer removes
+an old generation only after taking that lock exclusively and renaming the folder away, so no
+reader is ever cut off mid-load (a reader that resolved a generation just retired re-resolves
+the pointer and reads the new one). Once loaded, an index needs no files of its generation:
+tantivy and faiss keep their maps of unlinked files, so no grace period is needed.
+
+An index folder of the earlier layout (a plain folder at NAME, format 2) is refused with a
+"rebuild" error; the next build of that name moves it aside as an old generation and points
+NAME at the new one. The manifest carries a digest of its own canonical content and the index
+key is recomputed on load, so no field (a boost, a model) can change without being seen.
+
+A read-only index (a read-only mount, as images ship them) opens for every backend: when a
+backend cannot open its files in place (tantivy-py 0.27 offers only `Index.open(path)`, whose
+reader creates `.tantivy-meta.lock` with a write open, and has no read-only directory), they
+are copied into a private temporary folder that lives as long as the loaded backend.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ._errors import (
     IndexFormatError,
@@ -26,16 +58,20 @@ from ._errors import (
 from .backends import get_backend_spec
 from .catalog import Catalog
 from .index import ToolIndex, index_key
+from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, write_table
 from .tools import Tool
 
 FORMAT = "toolsearch-index"
 # 2: every file carries a BLAKE2b digest (format 1 recorded only sizes for the backend files)
-FORMAT_VERSION = 2
+# 3: the manifest carries a digest of its own content; generation folders behind a pointer
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 TOOLS_FILE = "tools.jsonl"
 BACKEND_DIR = "backend"
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_REBUILD = "rebuild the index (toolsearch build --rebuild)"
+_RESOLVE_ATTEMPTS = 100  # a reader re-resolves this often before giving up (each retry means a newer build)
 
 
 def default_root() -> Path:
@@ -64,7 +100,15 @@ class Manifest:
         return model if isinstance(model, str) else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, **{f: getattr(self, f) for f in self.__dataclass_fields__}}
+        body = {"format": FORMAT, **{f: getattr(self, f) for f in self.__dataclass_fields__}}
+        return {**body, "digest": manifest_digest(body)}
+
+
+def manifest_digest(body: dict[str, Any]) -> str:
+    """BLAKE2b of a manifest's canonical JSON (sorted keys, no spaces), its own `digest` left out."""
+    canonical = {k: v for k, v in body.items() if k != "digest"}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
 
 
 def _digest(path: Path) -> str:
@@ -92,23 +136,23 @@ def verify_files(folder: Path, manifest: Manifest) -> None:
     for rel, record in manifest.files.items():
         path = folder / rel
         if not path.is_file():
-            raise IndexFormatError(f"{folder}: file {rel} is missing; rebuild the index (toolsearch build --rebuild)")
+            raise IndexFormatError(f"{folder}: file {rel} is missing; {_REBUILD}")
         if path.stat().st_size != record.get("bytes"):
             raise IndexFormatError(
                 f"{folder}: file {rel} is truncated or altered ({path.stat().st_size} bytes, the manifest "
-                f"recorded {record.get('bytes')}); rebuild the index (toolsearch build --rebuild)"
+                f"recorded {record.get('bytes')}); {_REBUILD}"
             )
         if _digest(path) != record.get("blake2b"):
             raise IndexFormatError(
-                f"{folder}: file {rel} does not match the manifest's checksum (altered or corrupt); "
-                "rebuild the index (toolsearch build --rebuild)"
+                f"{folder}: file {rel} does not match the manifest's checksum (altered or corrupt); {_REBUILD}"
             )
 
 
 def verify_index(folder: Path) -> Manifest:
-    """Read the manifest and check every stored file; the manifest when all is well."""
-    manifest = read_manifest(folder)
-    verify_files(folder, manifest)
+    """Read the manifest and check every stored file of one generation; the manifest when all is well."""
+    with _reading(Path(folder)) as (generation, raw):
+        manifest = _parse_manifest(generation, raw)
+        verify_files(generation, manifest)
     return manifest
 
 
@@ -125,6 +169,145 @@ def _read_stored_tools(path: Path) -> list[Tool]:
     return tools
 
 
+# --- the pointer and its generations -------------------------------------------------------------
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    """A fresh `.NAME.<kind>-<id>` beside `target`; ids sort by creation time."""
+    return target.parent / f".{target.name}.{kind}-{time.time_ns():x}-{secrets.token_hex(4)}"
+
+
+def _siblings(target: Path) -> Iterator[tuple[str, Path]]:
+    """(kind, path) of every generation, scratch, trash and retired folder of `target`'s name."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(gen|tmp|trash|old)-[0-9a-f-]+$")
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return
+    for entry in entries:
+        found = pattern.match(entry.name)
+        if found:
+            yield found.group(1), Path(entry.path)
+
+
+def _generation(target: Path) -> Path | None:
+    """The generation `target` points at; `target` itself for a plain folder; None when there is none."""
+    try:
+        link = os.readlink(target)
+    except FileNotFoundError:
+        return None
+    except OSError:  # EINVAL, not a link: a plain folder (earlier layout, or any path); the reader says more
+        return target
+    return target.parent / link
+
+
+def _is_our_pointer(target: Path) -> bool:
+    try:
+        link = os.readlink(target)
+    except OSError:
+        return False
+    return re.fullmatch(rf"\.{re.escape(target.name)}\.gen-[0-9a-f-]+", link) is not None
+
+
+@contextmanager
+def _reading(folder: Path) -> Iterator[tuple[Path, bytes]]:
+    """Resolve the pointer once and hold the generation it names: yields (generation, manifest bytes).
+
+    The shared lock on the manifest keeps writers from removing the generation while it is read.
+    """
+    previous: Path | None = None
+    for _ in range(_RESOLVE_ATTEMPTS):
+        generation = _generation(folder)
+        if generation is None:
+            if previous is None and any(kind == "gen" for kind, _ in _siblings(folder)):
+                previous = folder
+                time.sleep(0.05)  # an earlier-layout folder being moved aside: the pointer follows at once
+                continue
+            raise IndexNotFoundError(f"no index at {folder}; build one with `toolsearch build`")
+        path = generation / MANIFEST
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            if generation != folder and not generation.exists():
+                if generation == previous:  # the pointer names a folder that is gone for good
+                    raise IndexFormatError(
+                        f"{folder} points at {generation.name}, which is missing; {_REBUILD}"
+                    ) from None
+                previous = generation
+                continue  # retired after we resolved it: the pointer names a newer generation now
+            if not generation.is_dir():
+                raise IndexNotFoundError(f"no index at {folder}; build one with `toolsearch build`") from None
+            raise IndexFormatError(
+                f"{folder} has no {MANIFEST}: not an index or an interrupted build; rebuild it"
+            ) from None
+        except OSError as exc:
+            raise IndexFormatError(f"{path} cannot be read ({exc}); {_REBUILD}") from None
+        with fh:
+            fcntl.flock(fh, fcntl.LOCK_SH)
+            if not _same_file(fh, path):
+                previous = None
+                continue  # retired between our open and our lock
+            raw = fh.read()
+            yield generation, raw
+            return
+    raise IndexFormatError(f"{folder} was rebuilt {_RESOLVE_ATTEMPTS} times while it was being opened; try again")
+
+
+def _same_file(fh: IO[bytes], path: Path) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fh.fileno())
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+@contextmanager
+def _writer_lock(target: Path) -> Iterator[None]:
+    """Writers of one name take turns (released when the process dies, too)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        handle = (target.parent / f".{target.name}.lock").open("a")
+    except OSError as exc:
+        raise StoredIndexError(f"cannot write an index in {target.parent}: {exc}; choose a writable folder") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _retire(folder: Path) -> bool:
+    """Remove a generation no reader holds (True), or leave it for a later writer (False)."""
+    try:
+        fh = (folder / MANIFEST).open("rb")
+    except FileNotFoundError:
+        shutil.rmtree(folder, ignore_errors=True)  # no manifest: never a readable generation
+        return True
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a reader is loading it; the next writer removes it
+        trash = _sibling(folder.parent / folder.name.rsplit(".gen-", 1)[0][1:], "trash")
+        os.rename(folder, trash)  # readers that resolved it re-resolve from here on
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
+
+
+def _collect(target: Path, keep: Path | None) -> None:
+    """Remove old generations no reader holds, and what killed writers left (the writer lock is held)."""
+    for kind, path in _siblings(target):
+        if kind == "gen":
+            if keep is None or path.name != keep.name:
+                _retire(path)
+        else:  # tmp of a killed build, trash of an interrupted removal, old of the earlier layout
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _written_by_us(target: Path) -> set[str] | None:
     """The files an existing index folder's manifest lists (any format version), or None when unreadable."""
     try:
@@ -133,6 +316,9 @@ def _written_by_us(target: Path) -> set[str] | None:
         return None
     files = data.get("files") if isinstance(data, dict) else None
     return {str(rel) for rel in files} if isinstance(files, dict) else None
+
+
+_OUR_FILES = (TOOLS_FILE, OFFSETS_FILE, TABLE_FILE)
 
 
 def _foreign_files(target: Path) -> list[str]:
@@ -146,85 +332,122 @@ def _foreign_files(target: Path) -> list[str]:
         if rel == MANIFEST:
             continue
         # The backend folder is the backend's own: some write there when loading (tantivy's lock file).
-        ours = rel in (listed or ()) or rel == TOOLS_FILE or rel.startswith(BACKEND_DIR + "/")
+        ours = rel in (listed or ()) or rel in _OUR_FILES or rel.startswith(BACKEND_DIR + "/")
         if not ours:
             foreign.append(rel)
     return foreign
 
 
-@contextmanager
-def _atomic_folder(target: Path) -> Iterator[Path]:
-    """Yield a scratch folder beside `target`; on success swap it in, on any error discard it."""
-    if target.exists() and not (target / MANIFEST).exists() and (not target.is_dir() or any(target.iterdir())):
+def _check_replaceable(target: Path) -> None:
+    """Refuse to replace a folder that is not an index, or an index holding the user's own files."""
+    if target.is_symlink() and not _is_our_pointer(target):
+        raise StoredIndexError(
+            f"{target} is a link toolsearch did not make; refusing to replace it. Choose another folder"
+        )
+    current = _generation(target)
+    if current is None or not current.exists():
+        return
+    if not (current / MANIFEST).exists() and (not current.is_dir() or any(current.iterdir())):
         raise StoredIndexError(
             f"{target} exists and is not a toolsearch index; refusing to replace it. Choose another folder"
         )
-    foreign = _foreign_files(target) if target.is_dir() else []
+    foreign = _foreign_files(current) if current.is_dir() else []
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise StoredIndexError(
             f"{target} holds files toolsearch did not write ({shown}); replacing the index would delete them. "
             "Move them out or choose another folder"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+
+
+def _point(target: Path, generation: Path) -> None:
+    """Make `target` name `generation`, atomically (an earlier-layout folder is moved aside first)."""
+    if target.is_dir() and not target.is_symlink():
+        if not any(target.iterdir()):
+            target.rmdir()
+        else:
+            with (target / MANIFEST).open("rb") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)  # readers of the plain folder finish first
+                os.rename(target, _sibling(target, "gen"))
+    link = _sibling(target, "tmp")
+    os.symlink(generation.name, link)
     try:
-        yield scratch
+        os.replace(link, target)
+    except BaseException:
+        link.unlink(missing_ok=True)
+        raise
+
+
+def _publish(index: ToolIndex, target: Path) -> None:
+    """Write a new generation and point `target` at it; the caller holds the writer lock."""
+    _check_replaceable(target)
+    _collect(target, keep=_generation(target))
+    scratch = _sibling(target, "tmp")
+    os.mkdir(scratch)  # mode 0o777 less the umask, like any folder the user makes
+    try:
+        _write_generation(index, scratch)
+        generation = _sibling(target, "gen")
+        os.rename(scratch, generation)
     except BaseException:  # KeyboardInterrupt included: never leave a half-written index
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    retired = target.parent / f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}"
-    if target.exists():
-        os.rename(target, retired)
     try:
-        os.rename(scratch, target)
+        _point(target, generation)
     except BaseException:
-        if retired.exists() and not target.exists():
-            os.rename(retired, target)
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(generation, ignore_errors=True)
         raise
-    shutil.rmtree(retired, ignore_errors=True)
+    _collect(target, keep=generation)
+
+
+def _write_generation(index: ToolIndex, folder: Path) -> None:
+    with (folder / TOOLS_FILE).open("w", encoding="utf-8") as fh:
+        for tool in index.catalog:
+            row = {"fingerprint": tool.fingerprint, **tool.to_dict()}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_table(folder, TOOLS_FILE, index.catalog, index.catalog.hash)  # what a lazy load reads instead of every tool
+    (folder / BACKEND_DIR).mkdir()
+    index.backend.save(folder / BACKEND_DIR)
+    manifest = Manifest(
+        version=FORMAT_VERSION,
+        backend=index.backend_name,
+        options=index.backend.describe(),
+        catalog_hash=index.catalog.hash,
+        key=index.key,
+        tool_count=len(index.catalog),
+        namespaces=index.catalog.namespaces,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        files=_file_records(folder),
+    )
+    (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")  # last: marks it complete
 
 
 def save_index(index: ToolIndex, folder: Path) -> Path:
-    """Write tools, backend files and manifest; the manifest is written last."""
-    with _atomic_folder(folder) as scratch:
-        with (scratch / TOOLS_FILE).open("w", encoding="utf-8") as fh:
-            for tool in index.catalog:
-                row = {"fingerprint": tool.fingerprint, **tool.to_dict()}
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        (scratch / BACKEND_DIR).mkdir()
-        index.backend.save(scratch / BACKEND_DIR)
-        manifest = Manifest(
-            version=FORMAT_VERSION,
-            backend=index.backend_name,
-            options=index.backend.describe(),
-            catalog_hash=index.catalog.hash,
-            key=index.key,
-            tool_count=len(index.catalog),
-            namespaces=index.catalog.namespaces,
-            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            files=_file_records(scratch),
-        )
-        (scratch / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+    """Write a new generation of `folder` (tools, backend files, manifest last) and point `folder` at it."""
+    folder = Path(folder)
+    with _writer_lock(folder):
+        _publish(index, folder)
     return folder
 
 
+# --- reading ---------------------------------------------------------------------------------------
+
+
 def read_manifest(folder: Path) -> Manifest:
-    """Read and check a manifest; every problem names the folder and what to do."""
+    """Read and check the manifest of the generation `folder` names; every problem says what to do."""
+    with _reading(Path(folder)) as (generation, raw):
+        return _parse_manifest(generation, raw)
+
+
+def _parse_manifest(folder: Path, raw: bytes) -> Manifest:
     path = folder / MANIFEST
-    if not folder.is_dir():
-        raise IndexNotFoundError(f"no index at {folder}; build one with `toolsearch build`")
-    if not path.is_file():
-        raise IndexFormatError(f"{folder} has no {MANIFEST}: not an index or an interrupted build; rebuild it")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise IndexFormatError(f"{path} is corrupt ({exc}); rebuild the index") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise IndexFormatError(f"{path} is not a toolsearch manifest; rebuild the index")
     version = data.get("version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise IndexFormatError(f"{path} has no format version; rebuild the index")
     if version > FORMAT_VERSION:
         raise IndexFormatError(
@@ -233,7 +456,7 @@ def read_manifest(folder: Path) -> Manifest:
         )
     if version < FORMAT_VERSION:
         raise IndexFormatError(
-            f"{folder} uses the old index format {version}, whose backend files carry no checksum; "
+            f"{folder} uses the old index format {version}, whose manifest carries no checksum of its own; "
             "rebuild it with `toolsearch build` (an index of the same name is rebuilt automatically)"
         )
     try:
@@ -251,30 +474,82 @@ def read_manifest(folder: Path) -> Manifest:
         for r in files.values()
     ) or any(not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") for rel in files):
         raise IndexFormatError(f"{path}: its list of files is malformed; rebuild the index")
-    return Manifest(**fields)
+    # After the shape checks (their messages are more precise), before any field is used.
+    if data.get("digest") != manifest_digest(data):
+        raise IndexFormatError(
+            f"{path} does not match its own checksum (edited or corrupt: its options, key or file list "
+            f"cannot be trusted); {_REBUILD}"
+        )
+    manifest = Manifest(**fields)
+    if index_key(manifest.catalog_hash, manifest.backend, manifest.options) != manifest.key:
+        raise IndexFormatError(f"{path}: its key does not match its catalog, backend and options; {_REBUILD}")
+    return manifest
 
 
 def load_index(folder: Path, **options: Any) -> ToolIndex:
-    """Open a saved index after checking its manifest, files and catalog hash.
+    """Open a saved index after checking its manifest, files, catalog hash and key.
 
-    `options` reach the backend's loader (for example an `embedder` for the vector backend);
-    a loader raises IndexFormatError when they contradict what the index was built with.
+    The pointer is resolved once: everything comes from one generation, whatever builds land
+    meanwhile. `options` reach the backend's loader (for example an `embedder` for the vector
+    backend); a loader raises IndexFormatError when they contradict what the index was built with.
     """
-    manifest = verify_index(folder)
-    catalog = Catalog(_read_stored_tools(folder / TOOLS_FILE))
-    if catalog.hash != manifest.catalog_hash:
-        raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
+    with _reading(Path(folder)) as (generation, raw):
+        manifest = _parse_manifest(generation, raw)
+        verify_files(generation, manifest)
+        catalog: Catalog
+        if OFFSETS_FILE in manifest.files and TABLE_FILE in manifest.files:  # checked files: tools parsed when needed
+            catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash)  # checks the table's hash
+            tools: Sequence[Tool] = catalog.stored
+            if len(catalog) != manifest.tool_count:
+                raise IndexFormatError(f"{generation}: {len(catalog)} stored tools, the manifest says "
+                                       f"{manifest.tool_count}; rebuild the index")
+        else:
+            catalog = Catalog(_read_stored_tools(generation / TOOLS_FILE))
+            tools = list(catalog)
+            if catalog.hash != manifest.catalog_hash:
+                raise IndexFormatError(
+                    f"{generation}: stored tools do not match the manifest's hash; rebuild the index"
+                )
+        backend = _load_backend(generation, manifest, tools, options)
+    index = ToolIndex(catalog, backend)
+    if not options and index.key != manifest.key:  # caller options may legitimately reshape the backend
+        raise IndexFormatError(f"{generation}: the loaded backend does not match the manifest's key; {_REBUILD}")
+    return index
+
+
+def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:
     spec = get_backend_spec(manifest.backend)
+    merged = {**manifest.options, **options}
     try:
-        backend = spec.load(folder / BACKEND_DIR, list(catalog), **{**manifest.options, **options})
+        return spec.load(folder / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
-        raise
+        if os.access(folder / BACKEND_DIR, os.W_OK):
+            raise
     except Exception as exc:  # a backend's own error types never reach the caller
+        if os.access(folder / BACKEND_DIR, os.W_OK):
+            raise IndexFormatError(
+                f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
+                "rebuild the index"
+            ) from None
+    # A read-only folder (the files were checked above): open a private copy of the backend files.
+    copy = Path(tempfile.mkdtemp(prefix="toolsearch-readonly-"))
+    try:
+        shutil.copytree(folder / BACKEND_DIR, copy / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
+        backend = spec.load(copy / BACKEND_DIR, tools, **merged)
+    except ToolSearchError:
+        shutil.rmtree(copy, ignore_errors=True)
+        raise
+    except Exception as exc:
+        shutil.rmtree(copy, ignore_errors=True)
         raise IndexFormatError(
-            f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
-            "rebuild the index"
+            f"{folder}: the {manifest.backend} backend files cannot be read from this read-only folder, nor "
+            f"from a private copy ({type(exc).__name__}: {exc}); rebuild the index"
         ) from None
-    return ToolIndex(catalog, backend)
+    try:
+        weakref.finalize(backend, shutil.rmtree, str(copy), True)
+    except TypeError:  # a backend without weak references: the copy goes at exit
+        atexit.register(shutil.rmtree, str(copy), True)
+    return backend
 
 
 class IndexStore:
@@ -284,7 +559,7 @@ class IndexStore:
         self.root = Path(root) if root is not None else default_root()
 
     def path(self, name: str) -> Path:
-        """The folder of a named index, after checking the name."""
+        """The folder of a named index (its pointer), after checking the name."""
         if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
             raise InvalidIndexNameError(
                 f"invalid index name {name!r}: use 1 to 128 letters, digits, '.', '_' and '-', starting with a "
@@ -314,7 +589,14 @@ class IndexStore:
         path = self.path(name)
         if not (path / MANIFEST).exists():
             raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
-        shutil.rmtree(path)
+        with _writer_lock(path):
+            if path.is_symlink():
+                path.unlink()  # readers that resolved it keep their generation until they finish
+            else:
+                shutil.rmtree(path)
+            _collect(path, keep=None)
+        with contextlib.suppress(OSError):
+            (path.parent / f".{path.name}.lock").unlink()
 
     def build(
         self,
@@ -328,7 +610,10 @@ class IndexStore:
         """Build and save, or reuse a stored index of the same content; returns (name, index, reused).
 
         A stored index is reused only when its key matches and every file passes its checks; one
-        that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case.
+        that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case. Builds of
+        one name take turns; a build that finds another one saved this name while it waited
+        reuses that index when it has the same content, and otherwise raises StoredIndexError
+        (the other build won; nothing is replaced silently).
         """
         if name is not None:
             self.path(name)  # a bad name fails before any tool is checked or backend created
@@ -338,13 +623,29 @@ class IndexStore:
         key = index_key(catalog.hash, probe.name, probe.describe())
         name = name or f"{probe.name}-{key[:12]}"
         path = self.path(name)
-        if (path / MANIFEST).exists() and not rebuild:
-            try:
-                if read_manifest(path).key == key:
-                    return name, load_index(path, **options), True
-            except IndexFormatError as exc:  # a broken or old index of this name is replaced below
-                _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
-        probe.add(list(catalog))
-        index = ToolIndex(catalog, probe)
-        save_index(index, path)
+        started_from = _generation(path)
+        with _writer_lock(path):
+            now = _generation(path)
+            if now != started_from and now is not None:
+                try:
+                    stored = read_manifest(path)
+                except IndexFormatError:
+                    stored = None
+                if stored is None or stored.key != key:
+                    theirs = stored.catalog_hash[:12] if stored else "?"
+                    raise StoredIndexError(
+                        f"another build saved the index {name!r} (catalog {theirs})"
+                        f" while this one (catalog {catalog.hash[:12]}) waited; nothing was replaced. Build again "
+                        "to replace it"
+                    )
+                return name, load_index(path, **options), True
+            if (path / MANIFEST).exists() and not rebuild:
+                try:
+                    if read_manifest(path).key == key:
+                        return name, load_index(path, **options), True
+                except IndexFormatError as exc:  # a broken or old index of this name is replaced below
+                    _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
+            probe.add(list(catalog))
+            index = ToolIndex(catalog, probe)
+            _publish(index, path)
         return name, index, False

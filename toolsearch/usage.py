@@ -17,6 +17,7 @@ Learning needs only the words, so every setting learns the same.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -36,7 +38,9 @@ from .text import WORD_CHUNKS, split_identifier
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
     "FileUsageStore",
+    "InMemoryPendingSearches",
     "InMemoryUsageStore",
+    "PendingSearches",
     "Privacy",
     "UsageEntry",
     "UsageError",
@@ -50,7 +54,13 @@ __all__ = [
 FORMAT = "toolsearch-usage"
 FORMAT_VERSION = 1
 DEFAULT_MAX_ENTRIES = 100_000  # ~10 MB as JSON; the ranker stays under 1 ms at this size
-MAX_TERMS = 32  # words kept per query: a pasted document must not become a giant entry
+# Words kept per query. The search refuses queries over 1,000 characters (index.MAX_QUERY_CHARS),
+# and 1,000 characters of prose are about 150-200 words (more with identifiers split), so 256
+# keeps every word of any query the search accepts; the bound only stops a pasted document (or
+# an imported raw log) from becoming a giant entry. Over the bound, the earliest words are kept:
+# a request states its need first. (It used to keep the alphabetically first 32 words, which
+# dropped most of a long request.)
+MAX_TERMS = 256
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 
@@ -61,12 +71,14 @@ class UsageError(ToolSearchError):
 
 
 def query_terms(query: str) -> tuple[str, ...]:
-    """The distinct lower-case words of a query (identifiers split), sorted, at most MAX_TERMS."""
-    words: set[str] = set()
+    """The distinct lower-case words of a query (identifiers split), sorted: the first MAX_TERMS it says."""
+    words: dict[str, None] = {}  # insertion-ordered: the query's own order decides what a long one keeps
     for chunk in WORD_CHUNKS.findall(query):
-        words.update(split_identifier(chunk))  # the same identifier splitting as the tools' text
-        words.add(chunk.lower())  # `getUser` also matches a later `getuser`
-    return tuple(sorted(words)[:MAX_TERMS])
+        for word in (*split_identifier(chunk), chunk.lower()):  # `getUser` also matches a later `getuser`
+            words.setdefault(word)
+        if len(words) >= MAX_TERMS:
+            break
+    return tuple(sorted(list(words)[:MAX_TERMS]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,10 +288,14 @@ def usage_path(index_folder: str | Path) -> Path:
 
 
 class FileUsageStore:
-    """Logs in one JSON file (by default beside an index folder, see `usage_path`).
+    """Logs in one JSON file (by default beside an index folder, see `usage_path`), shared safely by processes.
 
     Writes go to a temporary file that replaces the old one, so a crash leaves the previous log
-    intact; a corrupt or foreign file raises UsageError instead of being overwritten.
+    intact; a corrupt, tampered or foreign file raises UsageError instead of being overwritten.
+    The file carries a BLAKE2b digest of its canonical content (files written before it had one
+    are read as they are). `save` merges: under a lock on the folder, the stored log's entries
+    and the saved log's are united (each entry once, by time, the newest `max_entries` kept), so
+    processes saving their own copies of one log lose nothing.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -288,6 +304,23 @@ class FileUsageStore:
 
     def __repr__(self) -> str:
         return f"FileUsageStore({str(self.path)!r})"
+
+    @contextmanager
+    def _locked(self, *, write: bool) -> Iterator[None]:
+        """This thread, and processes sharing the file, one at a time (a flock on the folder: no extra file)."""
+        with self._lock:
+            if write:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path.parent, os.O_RDONLY)
+            except OSError:
+                yield  # no folder yet: nothing to read, and a reader needs no lock
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+                yield
+            finally:
+                os.close(fd)
 
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
@@ -303,11 +336,20 @@ class FileUsageStore:
         logs = data.get("logs")
         if not isinstance(logs, dict):
             raise UsageError(f"{self.path} has no logs object; delete it or run `toolsearch usage clear`")
+        # files from before the digest have neither field
+        if ("digest" in data or "version" in data) and data.get("digest") != _store_digest(logs):
+            raise UsageError(
+                f"{self.path} does not match its checksum (edited or corrupt); delete it or run "
+                "`toolsearch usage clear`, or restore it from an export"
+            )
         return logs
 
     def _write(self, logs: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps({"format": FORMAT + "-store", "logs": logs}, ensure_ascii=False)
+        payload = json.dumps(
+            {"format": FORMAT + "-store", "version": STORE_VERSION, "logs": logs, "digest": _store_digest(logs)},
+            ensure_ascii=False,
+        )
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -320,25 +362,73 @@ class FileUsageStore:
             raise
 
     def catalogs(self) -> list[str]:
-        with self._lock:
+        with self._locked(write=False):
             return sorted(self._read())
 
     def load(self, catalog: str) -> UsageLog | None:
-        with self._lock:
+        with self._locked(write=False):
             data = self._read().get(catalog)
         return None if data is None else UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})")
 
-    def save(self, log: UsageLog) -> None:
-        with self._lock:
+    def open_log(self, catalog: str, *, privacy: Privacy = "hashed") -> UsageLog:
+        """The stored log of `catalog`, created (and stored) when there is none: processes share its salt."""
+        with self._locked(write=True):
             logs = self._read()
-            logs[log.catalog] = log.to_dict()
+            data = logs.get(catalog)
+            if data is not None:
+                return UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})")
+            log = UsageLog(catalog, privacy=privacy)
+            logs[catalog] = log.to_dict()
+            self._write(logs)
+            return log
+
+    def save(self, log: UsageLog) -> None:
+        with self._locked(write=True):
+            logs = self._read()
+            stored = logs.get(log.catalog)
+            where = f"{self.path} (catalog {log.catalog[:12]})"
+            merged = log if stored is None else merged_logs(UsageLog.from_dict(stored, where), log, where)
+            logs[log.catalog] = merged.to_dict()
             self._write(logs)
 
     def delete(self, catalog: str) -> None:
-        with self._lock:
+        with self._locked(write=True):
             logs = self._read()
             if logs.pop(catalog, None) is not None:
                 self._write(logs)
+
+
+STORE_VERSION = 2  # 2: the file carries a digest of its logs
+
+
+def _store_digest(logs: Mapping[str, Any]) -> str:
+    text = json.dumps(logs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
+
+
+def merged_logs(stored: UsageLog, incoming: UsageLog, where: str) -> UsageLog:
+    """One log holding both logs' entries once each (by time, newest `incoming.max_entries` kept).
+
+    A stored log with no entries gives way to the incoming one whole (its salt too); hashed logs
+    with different salts cannot be united (their terms do not compare) and raise UsageError.
+    """
+    if not len(stored):
+        return incoming
+    hashed = "hashed" in (stored.privacy, incoming.privacy)
+    if hashed and (stored.privacy != incoming.privacy or stored.salt != incoming.salt):
+        raise UsageError(
+            f"{where} holds a hashed usage log with another salt or privacy setting than the one being saved "
+            "(their terms do not compare); clear it with `toolsearch usage clear` or save into another file"
+        )
+    keep_query = incoming.privacy == "raw" and stored.privacy == "raw"
+    seen: dict[UsageEntry, None] = {}
+    for entry in (*stored.entries(), *incoming.entries()):
+        entry = UsageEntry(entry.terms, entry.called, entry.shown, entry.query if keep_query else None,
+                           round(entry.at, 3))  # as stored, so one entry saved twice compares equal
+        seen.setdefault(entry)
+    entries = sorted(seen, key=lambda e: e.at)
+    return UsageLog(stored.catalog, max_entries=incoming.max_entries, privacy=incoming.privacy,
+                    salt=incoming.salt, entries=entries[-incoming.max_entries:])
 
 
 # --- recording ---------------------------------------------------------------------------------
@@ -349,6 +439,52 @@ class _Pending:
     query: str
     shown: tuple[str, ...]
     credited: set[str]
+
+
+class PendingSearches(Protocol):
+    """Searches waiting for the calls they lead to, per session. Workers that share one (Redis) credit
+    a call to a search another worker served."""
+
+    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None: ...
+
+    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+        """Atomically: the latest search of the session that showed `tool` and has not credited it yet,
+        marked as crediting it now; None when there is none. Returns (query, shown)."""
+        ...
+
+    def forget(self, session_id: str) -> None: ...
+
+
+class InMemoryPendingSearches:
+    """Pending searches in this process: `max_sessions` sessions (least recent dropped), `max_searches` each."""
+
+    def __init__(self, *, max_sessions: int = 10_000, max_searches: int = 16) -> None:
+        self.max_sessions = max_sessions
+        self.max_searches = max_searches
+        self._pending: OrderedDict[str, deque[_Pending]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None:
+        with self._lock:
+            searches = self._pending.pop(session_id, None) or deque(maxlen=self.max_searches)
+            searches.append(_Pending(query, tuple(shown), set()))
+            self._pending[session_id] = searches  # most recently used last
+            while len(self._pending) > self.max_sessions:
+                self._pending.popitem(last=False)
+
+    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+        with self._lock:
+            for search in reversed(self._pending.get(session_id) or ()):
+                if tool in search.shown:
+                    if tool in search.credited:
+                        return None
+                    search.credited.add(tool)
+                    return search.query, search.shown
+        return None
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._pending.pop(session_id, None)
 
 
 class _RunLike(Protocol):
@@ -368,7 +504,8 @@ class UsageRecorder:
     `record_call(session_id, tool, ok)` after every other tool call. A successful call is credited
     to the latest search of the same session that showed the tool (once per search and tool);
     calls no search showed (pinned tools, direct calls) teach nothing. `enabled=False` records
-    nothing. Pending searches are bounded: `max_sessions` sessions, `max_searches` each.
+    nothing. Pending searches live in `pending` (this process's memory by default, bounded:
+    `max_sessions` sessions, `max_searches` each; a shared one lets any worker credit a call).
     """
 
     def __init__(
@@ -378,41 +515,30 @@ class UsageRecorder:
         enabled: bool = True,
         max_sessions: int = 10_000,
         max_searches: int = 16,
+        pending: PendingSearches | None = None,
     ) -> None:
         self.log = log
         self.enabled = enabled
         self.max_sessions = max_sessions
         self.max_searches = max_searches
-        self._pending: OrderedDict[str, deque[_Pending]] = OrderedDict()
-        self._lock = threading.Lock()
+        self.pending: PendingSearches = pending if pending is not None else InMemoryPendingSearches(
+            max_sessions=max_sessions, max_searches=max_searches
+        )
 
     def record_search(self, session_id: str, query: str | None, shown: Sequence[str]) -> None:
         if not self.enabled or not query or not shown:
             return
-        with self._lock:
-            searches = self._pending.pop(session_id, None) or deque(maxlen=self.max_searches)
-            searches.append(_Pending(query, tuple(shown), set()))
-            self._pending[session_id] = searches  # most recently used last
-            while len(self._pending) > self.max_sessions:
-                self._pending.popitem(last=False)
+        self.pending.add(session_id, query, shown)
 
     def record_call(self, session_id: str, tool: str, ok: bool) -> UsageEntry | None:
         """Credit a successful call to the search that showed it; returns the entry written, if any."""
         if not self.enabled or not ok:
             return None
-        with self._lock:
-            searches = self._pending.get(session_id)
-            if not searches:
-                return None
-            for search in reversed(searches):
-                if tool in search.shown:
-                    if tool in search.credited:
-                        return None
-                    search.credited.add(tool)
-                    break
-            else:
-                return None
-        return self.log.add(search.query, tool, search.shown)
+        found = self.pending.credit(session_id, tool)
+        if found is None:
+            return None
+        query, shown = found
+        return self.log.add(query, tool, shown)
 
     def record_run(self, result: _RunLike) -> int:
         """Feed a finished `toolsearch.run` result; returns how many entries it added."""
@@ -429,5 +555,4 @@ class UsageRecorder:
 
     def forget(self, session_id: str) -> None:
         """Drop a finished session's pending searches."""
-        with self._lock:
-            self._pending.pop(session_id, None)
+        self.pending.forget(session_id)

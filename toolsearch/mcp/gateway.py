@@ -301,7 +301,14 @@ class Gateway:
         )
         per_server = {server.name: server.changed_tools for server in self.source.config.servers}
         self.pins = DefinitionPins(options.changed_tools, per_server)
-        self.usage = GatewayUsage.from_file(self.index.catalog.hash, options.usage_file, enabled=options.usage_log)
+        # Beside the session store: with Redis every worker appends to one log and credits a call to
+        # the search that found it, whichever worker served either; else the file (merged) or memory.
+        self.usage = GatewayUsage.from_url(
+            self.index.catalog.hash,
+            self.settings.workers.session_store,
+            path=options.usage_file,
+            enabled=options.usage_log,
+        )
 
     # --- upstream changes ------------------------------------------------------------------------
 

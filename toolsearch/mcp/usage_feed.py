@@ -9,7 +9,17 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..usage import FileUsageStore, InMemoryUsageStore, Privacy, UsageError, UsageLog, UsageRecorder, UsageStore
+from ..usage import (
+    FileUsageStore,
+    InMemoryUsageStore,
+    PendingSearches,
+    Privacy,
+    UsageEntry,
+    UsageError,
+    UsageLog,
+    UsageRecorder,
+    UsageStore,
+)
 
 __all__ = ["GatewayUsage"]
 
@@ -38,13 +48,32 @@ class GatewayUsage:
         self.store: UsageStore = store if store is not None else InMemoryUsageStore()
         self.enabled = enabled
         self.privacy: Privacy = privacy
-        log = self.store.load(catalog) if enabled else None
-        self.recorder = UsageRecorder(log or UsageLog(catalog, privacy=privacy), enabled=enabled)
+        self.recorder = UsageRecorder(self._open(catalog, privacy) if enabled else UsageLog(catalog, privacy=privacy),
+                                      enabled=enabled, pending=_shared_pending(self.store))
+        self._unsaved: list[UsageEntry] = []  # entries a store with `append` has not received yet
         self._lock = threading.Lock()
         self._switch = threading.Lock()  # searches run in worker threads: one catalog switch at a time
         self._timer: threading.Timer | None = None
         if enabled:
             atexit.register(_save_at_exit, weakref.ref(self))  # a weak reference: a finished gateway can go
+
+    def _open(self, catalog: str, privacy: Privacy) -> UsageLog:
+        # A store shared by workers creates the log once, so every worker hashes words with one salt.
+        opener = getattr(self.store, "open_log", None)
+        if callable(opener):
+            log: UsageLog = opener(catalog, privacy=privacy)
+            return log
+        return self.store.load(catalog) or UsageLog(catalog, privacy=privacy)
+
+    @classmethod
+    def from_url(cls, catalog: str, url: str, *, path: str | Path | None = None, enabled: bool = True,
+                 privacy: Privacy = "hashed") -> GatewayUsage:
+        """The feed beside a session store URL (`stores.usage_store_from_url`): Redis shares the log and
+        the pending searches between workers; otherwise a file at `path` (merged), or memory."""
+        from ..stores import usage_store_from_url
+
+        store = usage_store_from_url(url, path=None if path is None else str(path))
+        return cls(catalog, store=store, enabled=enabled, privacy=privacy)
 
     @classmethod
     def from_file(cls, catalog: str, path: str | Path | None, *, enabled: bool = True) -> GatewayUsage:
@@ -60,7 +89,10 @@ class GatewayUsage:
         self.recorder.record_search(session_id, query, shown)
 
     def called(self, session_id: str, tool: str, ok: bool) -> None:
-        if self.recorder.record_call(session_id, tool, ok) is not None:
+        entry = self.recorder.record_call(session_id, tool, ok)
+        if entry is not None:
+            with self._lock:
+                self._unsaved.append(entry)
             self._save_soon()
 
     def catalog_changed(self, catalog: str) -> None:
@@ -84,7 +116,16 @@ class GatewayUsage:
         except UsageError as exc:  # a stored log of that catalog with another salt: keep it as it is
             logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
         self.recorder.log = log
-        self._save_soon()
+        with self._lock:
+            self._unsaved = []  # the whole log is saved below
+        saver = getattr(self.store, "append", None)
+        if callable(saver):
+            try:
+                self.store.save(log)
+            except UsageError as exc:
+                logger.warning("could not save the usage log: %s", exc)
+        else:
+            self._save_soon()
 
     def _save_soon(self) -> None:
         if isinstance(self.store, InMemoryUsageStore):
@@ -102,10 +143,16 @@ class GatewayUsage:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        with self._lock:
+            unsaved, self._unsaved = self._unsaved, []
         if not self.enabled or not len(self.recorder.log):
             return
+        append = getattr(self.store, "append", None)
         try:
-            self.store.save(self.recorder.log)
+            if callable(append):  # only what is new: other workers' entries are in the store already
+                append(self.recorder.log, unsaved)
+            else:  # the file store merges what it holds with this log, so nothing of another worker's is lost
+                self.store.save(self.recorder.log)
         except (OSError, UsageError) as exc:
             logger.warning("could not save the usage log: %s", exc)
 
@@ -114,3 +161,9 @@ def _save_at_exit(ref: weakref.ReferenceType[GatewayUsage]) -> None:
     feed = ref()
     if feed is not None:
         feed.save()
+
+
+def _shared_pending(store: UsageStore) -> PendingSearches | None:
+    """The store's shared pending searches (Redis), so a call is credited whichever worker served its search."""
+    pending = getattr(store, "pending", None)
+    return pending() if callable(pending) else None  # type: ignore[no-any-return]

@@ -10,6 +10,7 @@ from ._state import SCHEMA_VERSION, SessionState, SessionStore, StateUpdate, dec
 from .memory import InMemorySessionStore
 
 if TYPE_CHECKING:
+    from ..usage import UsageStore
     from .redis import RedisSessionStore
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "decode_state",
     "encode_state",
     "store_from_url",
+    "usage_store_from_url",
 ]
 
 
@@ -51,3 +53,23 @@ def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any
     raise SessionStoreError(
         f"unknown session store URL {redacted_url(url)!r}; use memory:// or redis://host:port/db"
     )
+
+
+def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
+    """The usage store beside a session store URL: Redis for a Redis URL (every worker shares the log
+    and its pending searches), else a FileUsageStore at `path` (processes sharing it merge), else memory.
+
+    `options` go to RedisUsageStore (e.g. `prefix=`, `timeout=`).
+    """
+    from ..usage import FileUsageStore, InMemoryUsageStore
+
+    scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss", "unix"):
+        from .usage_redis import RedisUsageStore
+
+        return RedisUsageStore(url, **options)
+    if scheme != "memory" and url != "memory":
+        from .redis import redacted_url
+
+        raise SessionStoreError(f"unknown usage store URL {redacted_url(url)!r}; use memory:// or redis://host:port/db")
+    return FileUsageStore(path) if path is not None else InMemoryUsageStore()

@@ -1,0 +1,232 @@
+"""Stored indexes as generations behind one pointer: readers during rebuilds, rival builders, killed builds, modes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from toolsearch import IndexFormatError, IndexStore, Tool, ToolIndex
+from toolsearch.store import MANIFEST, read_manifest
+
+PYTHON = sys.executable
+
+
+def _catalog(flavour: str) -> list[Tool]:
+    """Equal names and count; the descriptions decide which tool a query finds."""
+    words = {"a": ("invoice", "weather"), "b": ("weather", "invoice")}[flavour]
+    return [
+        Tool("tool_one", f"Create a customer {words[0]} quickly."),
+        Tool("tool_two", f"Look up the {words[1]} report for a city."),
+        *(Tool(f"filler_{i}", f"Unrelated helper number {i} for files.") for i in range(8)),
+    ]
+
+
+# The reader: open the named index again and again, and check that what it found is what the
+# catalog it loaded says (a mixed index ranks by one build's files and describes by another's).
+READER = textwrap.dedent("""
+    import json, sys
+    from toolsearch import IndexStore, ToolSearchError
+    from pathlib import Path
+    store, name, stop = IndexStore(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    opens = wrong = errors = 0
+    seen = set()
+    while not stop.exists():  # until the builder has finished its rounds
+        opens += 1
+        try:
+            index = store.open(name)
+        except ToolSearchError as exc:
+            errors += 1
+            print("error:", exc, file=sys.stderr)
+            continue
+        expected = "tool_one" if "invoice" in index.catalog["tool_one"].description else "tool_two"
+        if not seen:
+            print("reading", flush=True)
+        seen.add(expected)
+        hits = index.search("invoice", 1).names
+        wrong += hits != [expected]
+    print(json.dumps({"opens": opens, "wrong": wrong, "errors": errors, "seen": sorted(seen)}))
+""")
+
+BUILDER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from toolsearch import IndexStore, Tool
+    sys.path.insert(0, sys.argv[4])
+    from test_store_generations import _catalog
+    store, name, stop, rounds = IndexStore(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[5])
+    for turn in range(rounds):
+        store.build(_catalog("ab"[turn % 2]), "bm25", name, rebuild=True)
+    stop.touch()
+""")
+
+
+def test_readers_during_rebuilds_never_see_a_mix(tmp_path: Path) -> None:
+    # Before generations, 301 of 1,790 such opens ranked the wrong tool first, silently.
+    root, stop = tmp_path / "root", tmp_path / "stop"
+    IndexStore(root).build(_catalog("a"), "bm25", "shared")
+    here = str(Path(__file__).parent)
+    reader = subprocess.Popen([PYTHON, "-c", READER, str(root), "shared", str(stop)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "reading\n"
+        subprocess.run([PYTHON, "-c", BUILDER, str(root), "shared", str(stop), here, "16"], timeout=300, check=True)
+    finally:
+        stop.touch()
+        out, err = reader.communicate(timeout=120)
+    result = json.loads(out)
+    assert result["opens"] >= 50 and result["seen"] == ["tool_one", "tool_two"], result
+    assert result["wrong"] == 0 and result["errors"] == 0, (result, err[-2000:])
+    IndexStore(root).build(_catalog("a"), "bm25", "shared", rebuild=True)  # no reader now: old builds all go
+    generations = [n for n in os.listdir(root) if n.startswith(".shared.gen-")]
+    assert generations == [(root / "shared").resolve().name]
+
+
+def _waiters(lock: Path) -> int:
+    """How many processes are blocked on a flock of `lock` (Linux: `->` lines of /proc/locks)."""
+    inode = os.stat(lock).st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and line.split()[-3].endswith(f":{inode}"))
+
+
+RIVAL = textwrap.dedent("""
+    import sys
+    from toolsearch import IndexStore, StoredIndexError
+    sys.path.insert(0, sys.argv[3])
+    from test_store_generations import _catalog
+    try:
+        IndexStore(sys.argv[1]).build(_catalog(sys.argv[2]), "bm25", "rival")
+    except StoredIndexError as exc:
+        print(exc)
+        sys.exit(3)
+""")
+
+
+def test_concurrent_builders_of_one_name_never_win_silently(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    lock = root / ".rival.lock"
+    here = str(Path(__file__).parent)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # both builders queue behind this
+        rivals = [subprocess.Popen([PYTHON, "-c", RIVAL, str(root), flavour, here], stdout=subprocess.PIPE, text=True)
+                  for flavour in "ab"]
+        deadline = time.monotonic() + 120
+        while _waiters(lock) < 2:
+            assert time.monotonic() < deadline and all(r.poll() is None for r in rivals)
+            time.sleep(0.05)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    outcomes = [(r.wait(timeout=120), r.communicate()[0]) for r in rivals]
+    codes = sorted(code for code, _ in outcomes)
+    assert codes == [0, 3], outcomes
+    loser = next(out for code, out in outcomes if code == 3)
+    assert "another build saved the index 'rival'" in loser and "nothing was replaced" in loser
+    winner = "ab"[[code for code, _ in outcomes].index(0)]
+    stored = IndexStore(root).open("rival")
+    assert stored.catalog.hash == ToolIndex.build(_catalog(winner), "regex").catalog.hash
+
+
+STALLED = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from toolsearch import IndexStore, Tool
+    from toolsearch.backends import BackendSpec, get_backend_spec, register_backend
+    bm25 = get_backend_spec("bm25")
+
+    class Stalls:
+        name = "stalls"
+        def __init__(self): self.inner = bm25.create()
+        def add(self, tools): self.inner.add(tools)
+        def remove(self, names): self.inner.remove(names)
+        def search(self, query, k, allowed=None): return self.inner.search(query, k, allowed)
+        def describe(self): return {}
+        def save(self, folder):
+            self.inner.save(folder)
+            print("saving", flush=True)
+            time.sleep(600)  # killed here, half-way through writing the index
+
+    register_backend(BackendSpec("stalls", lambda **o: Stalls(), bm25.load))
+    IndexStore(sys.argv[1]).build([Tool("a"), Tool("b")], "stalls", "killed")
+""")
+
+
+def test_a_killed_build_leaves_nothing_the_next_build_keeps(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    build = subprocess.Popen([PYTHON, "-c", STALLED, str(root)], stdout=subprocess.PIPE, text=True)
+    assert build.stdout is not None and build.stdout.readline() == "saving\n"
+    build.send_signal(signal.SIGKILL)
+    build.wait(timeout=60)
+    scratch = [n for n in os.listdir(root) if n.startswith(".killed.tmp-")]
+    assert scratch and not (root / "killed").exists()  # what the killed build left
+    IndexStore(root).build([Tool("a")], "regex", "killed")
+    assert not [n for n in os.listdir(root) if n.startswith(".killed.tmp-")]
+    assert IndexStore(root).open("killed").catalog.names == ["a"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_folder_modes_follow_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        IndexStore(tmp_path).build([Tool("a")], "bm25", "modes")
+    finally:
+        os.umask(old)
+    generation = (tmp_path / "modes").resolve()
+    for folder in (generation, generation / "backend"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask, folder
+
+
+def test_an_old_layout_folder_says_rebuild_and_the_next_build_replaces_it(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path)
+    store.build([Tool("a")], "regex", "old")
+    legacy = tmp_path / "legacy-copy"
+    os.rename((tmp_path / "old").resolve(), legacy)
+    (tmp_path / "old").unlink()
+    os.rename(legacy, tmp_path / "old")  # a plain folder at the name, as format 2 wrote it
+    data = json.loads((tmp_path / "old" / MANIFEST).read_text())
+    data["version"] = 2
+    (tmp_path / "old" / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(IndexFormatError, match=r"old index format 2.*rebuild"):
+        store.open("old")
+    _, _, reused = store.build([Tool("a")], "regex", "old")
+    assert not reused and (tmp_path / "old").is_symlink()
+    assert store.open("old").catalog.names == ["a"] and store.names() == ["old"]
+    assert len([n for n in os.listdir(tmp_path) if n.startswith(".old.gen-")]) == 1
+
+
+def test_a_generation_a_reader_holds_outlives_rebuilds_until_released(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path)
+    store.build([Tool("a")], "regex", "held")
+    first = (tmp_path / "held").resolve()
+    with (first / MANIFEST).open("rb") as reading:
+        fcntl.flock(reading, fcntl.LOCK_SH)  # what a reader holds while it loads
+        store.build([Tool("b")], "regex", "held")
+        assert first.is_dir() and store.open("held").catalog.names == ["b"]
+    store.build([Tool("c")], "regex", "held")
+    assert not first.exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".held.gen-")] == [(tmp_path / "held").resolve().name]
+
+
+def test_a_tampered_manifest_is_caught_and_says_what_to_do(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path)
+    store.build([Tool("send_email", "Send mail."), Tool("get_weather", "Weather.")], "bm25", "kw")
+    path = tmp_path / "kw" / MANIFEST
+    original = path.read_text()
+    assert '"description": 0.6' in original
+    # one flipped bit (0.6 -> 0.7) and a zeroed boost: each changed rankings with health "ok" before
+    for edited in ('"description": 0.7', '"description": 0.0'):
+        path.write_text(original.replace('"description": 0.6', edited, 1))
+        with pytest.raises(IndexFormatError, match=r"does not match its own checksum.*toolsearch build --rebuild"):
+            store.open("kw")
+        with pytest.raises(IndexFormatError, match="own checksum"):
+            read_manifest(tmp_path / "kw")
+    path.write_text(original)
+    assert store.open("kw").search("weather", 1).names == ["get_weather"]

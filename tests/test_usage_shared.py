@@ -1,0 +1,158 @@
+"""A usage log shared by worker processes: file merges, Redis appends and shared pending searches, checked files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from redis_server import RedisServer
+
+from toolsearch.mcp.usage_feed import GatewayUsage
+from toolsearch.stores import usage_store_from_url
+from toolsearch.stores.usage_redis import RedisUsageStore
+from toolsearch.usage import FileUsageStore, InMemoryUsageStore, UsageError, UsageLog, query_terms
+
+CATALOG = "c" * 64
+
+# One worker: `pairs` searches each followed by a call of what it showed, then a save.
+WORKER = textwrap.dedent("""
+    import sys
+    from toolsearch.mcp.usage_feed import GatewayUsage
+    from toolsearch.usage import FileUsageStore
+    target, worker, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if target.startswith("redis://"):
+        feed = GatewayUsage.from_url(sys.argv[4], target)
+    else:
+        feed = GatewayUsage(sys.argv[4], store=FileUsageStore(target))
+    sys.stdin.readline()  # both workers start together
+    for i in range(pairs):
+        session = f"{worker}-{i}"
+        feed.searched(session, f"worker {worker} request {i}", [f"tool_{worker}_{i}"])
+        feed.called(session, f"tool_{worker}_{i}", True)
+        feed.save()
+""")
+
+
+def _run_workers(target: str, pairs: int = 12) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, target, w, str(pairs), CATALOG],
+                              stdin=subprocess.PIPE, text=True) for w in "ab"]
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+
+
+def test_two_processes_saving_one_usage_file_lose_nothing(tmp_path: Path) -> None:
+    # Before, each worker saved its whole log: 24 search+call pairs left 7 entries (last writer won).
+    path = tmp_path / "idx.usage.json"
+    _run_workers(str(path))
+    log = FileUsageStore(path).load(CATALOG)
+    assert log is not None
+    called = sorted(e.called for e in log.entries())
+    assert called == sorted(f"tool_{w}_{i}" for w in "ab" for i in range(12))
+
+
+def test_two_processes_appending_to_redis_lose_nothing(redis_server: RedisServer) -> None:
+    _run_workers(redis_server.url)
+    log = RedisUsageStore(redis_server.url).load(CATALOG)
+    assert log is not None and len(log) == 24
+    assert len({e.terms for e in log.entries()}) == 24
+
+
+SEARCH_ONLY = textwrap.dedent("""
+    import sys
+    from toolsearch.mcp.usage_feed import GatewayUsage
+    feed = GatewayUsage.from_url(sys.argv[2], sys.argv[1])
+    feed.searched("session-1", "refund the last invoice", ["billing_refund", "billing_invoice"])
+""")
+CALL_ONLY = textwrap.dedent("""
+    import sys
+    from toolsearch.mcp.usage_feed import GatewayUsage
+    feed = GatewayUsage.from_url(sys.argv[2], sys.argv[1])
+    feed.called("session-1", "billing_refund", True)
+    feed.called("session-1", "billing_refund", True)  # once per search and tool
+    feed.save()
+""")
+
+
+def test_a_call_is_credited_to_a_search_another_worker_served(redis_server: RedisServer) -> None:
+    # Before, the pending search lived in one worker's memory: a call served elsewhere taught nothing.
+    for script in (SEARCH_ONLY, CALL_ONLY):
+        subprocess.run([sys.executable, "-c", script, redis_server.url, CATALOG], check=True, timeout=120)
+    log = RedisUsageStore(redis_server.url).load(CATALOG)
+    assert log is not None
+    (entry,) = log.entries()
+    assert entry.called == "billing_refund" and entry.shown == ("billing_refund", "billing_invoice")
+    assert entry.terms == log.terms("refund the last invoice")
+
+
+@pytest.mark.parametrize("privacy", ["hashed", "tokens", "raw"])
+def test_the_redis_log_is_bounded_and_keeps_its_privacy_setting(redis_server: RedisServer, privacy: str) -> None:
+    store = RedisUsageStore(redis_server.url, prefix=f"t-{privacy}:")
+    log = store.open_log(CATALOG, privacy=privacy)  # type: ignore[arg-type]
+    log.max_entries = 5
+    entries = [e for i in range(8) if (e := log.add(f"send email number {i}", "send_email", ["send_email"]))]
+    store.append(log, entries)
+    stored = store.load(CATALOG)
+    assert stored is not None and stored.privacy == privacy and stored.salt == log.salt
+    raw = redis_server.client().lrange(f"t-{privacy}:usage:{CATALOG}:entries", 0, -1)
+    texts = [json.loads(r) for r in raw]
+    assert len(texts) == 5  # the newest five
+    assert ("send email number 7" in json.dumps(texts)) is (privacy == "raw")
+    assert ("number" in json.dumps(texts)) is (privacy != "hashed")
+    # a second worker opening the log takes the first one's salt
+    assert RedisUsageStore(redis_server.url, prefix=f"t-{privacy}:").open_log(CATALOG).salt == log.salt
+
+
+def test_the_factory_picks_the_store_by_url(tmp_path: Path, redis_server: RedisServer) -> None:
+    assert isinstance(usage_store_from_url(redis_server.url), RedisUsageStore)
+    assert isinstance(usage_store_from_url("memory://"), InMemoryUsageStore)
+    assert isinstance(usage_store_from_url("memory://", path=str(tmp_path / "u.json")), FileUsageStore)
+    with pytest.raises(Exception, match="unknown usage store URL"):
+        usage_store_from_url("postgres://user:secret@db/x")
+
+
+def test_a_tampered_usage_file_is_caught(tmp_path: Path) -> None:
+    path = tmp_path / "idx.usage.json"
+    store = FileUsageStore(path)
+    log = UsageLog(CATALOG, privacy="tokens")
+    log.add("refund an invoice", "billing_refund", ["billing_refund"])
+    store.save(log)
+    text = path.read_text()
+    path.write_text(text.replace('"billing_refund"', '"billing_delete"'))
+    with pytest.raises(UsageError, match=r"does not match its checksum.*toolsearch usage clear"):
+        store.load(CATALOG)
+    with pytest.raises(UsageError, match="checksum"):
+        store.save(log)  # never overwritten
+    # a file written before the digest (no version, no digest) still reads
+    data = json.loads(text)
+    del data["version"], data["digest"]
+    path.write_text(json.dumps(data))
+    loaded = store.load(CATALOG)
+    assert loaded is not None and [e.called for e in loaded.entries()] == ["billing_refund"]
+
+
+def test_a_long_request_keeps_its_words() -> None:
+    # Before, the alphabetically first 32 words were kept: "zoom", "weekly" and "meeting" were dropped.
+    request = ("please help me " + " ".join(f"alpha{i}" for i in range(40))
+               + " then schedule a weekly zoom meeting with the team")
+    terms = query_terms(request)
+    assert {"zoom", "weekly", "meeting", "schedule", "alpha39"} <= set(terms)
+    assert list(terms) == sorted(terms)
+    huge = " ".join(f"word{i}" for i in range(5000))  # a pasted document stays bounded, first words kept
+    kept = query_terms(huge)
+    assert len(kept) == 256 and "word0" in kept and "word4999" not in kept
+
+
+def test_the_gateway_feed_keeps_its_api_with_a_file(tmp_path: Path) -> None:
+    feed = GatewayUsage.from_file(CATALOG, tmp_path / "u.json")
+    feed.searched("s", "weather in paris", ["get_weather"])
+    feed.called("s", "get_weather", True)
+    feed.save()
+    stored = FileUsageStore(tmp_path / "u.json").load(CATALOG)
+    assert stored is not None and [e.called for e in stored.entries()] == ["get_weather"]

@@ -1,0 +1,177 @@
+"""The tools of a stored index, read lazily: an offsets table over the memory-mapped tools file.
+
+Loading a million-tool index used to parse and rebuild every stored tool up front. Here the
+loader reads only the names, the namespaces and a table of byte offsets (written beside
+`tools.jsonl` at save time); a tool is parsed from the memory-mapped file the first time a
+result, a session or an update needs it, and kept. The catalog hash is not recomputed (that
+would parse every tool): the table records the hash the saved tools had, which must equal the
+manifest's, and the manifest carries its own digest and every file's, so the tools file cannot
+differ from what the hash was computed over without the load failing first.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from ._errors import IndexFormatError
+from .catalog import Catalog
+from .tools import Tool
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["LazyCatalog", "StoredTools", "write_table", "OFFSETS_FILE", "TABLE_FILE"]
+
+OFFSETS_FILE = "tools.offsets.npy"  # int64 byte offsets of each line of tools.jsonl, and the file's end
+TABLE_FILE = "tools.table.json"  # names, namespaces (first-seen order) and each tool's namespace number
+
+
+def write_table(folder: Path, tools_file: str, tools: Iterable[Tool], catalog_hash: str) -> None:
+    """Write the offsets table and the name table of `folder/tools_file` (as saved, one tool a line)."""
+    import numpy as np  # not at import time: `import toolsearch` stays light
+
+    offsets = [0]
+    with (folder / tools_file).open("rb") as fh:
+        for line in fh:
+            offsets.append(offsets[-1] + len(line))
+    names: list[str] = []
+    namespaces: dict[str, int] = {}
+    namespace_of: list[int] = []
+    for tool in tools:
+        names.append(tool.name)
+        namespace_of.append(-1 if tool.namespace is None else namespaces.setdefault(tool.namespace, len(namespaces)))
+    np.save(folder / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+    table = {"catalog_hash": catalog_hash, "names": names, "namespaces": list(namespaces),
+             "namespace_of": namespace_of}
+    (folder / TABLE_FILE).write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
+
+
+class StoredTools(Sequence[Tool]):
+    """The tools of one stored file by position, each parsed on first use (thread-safe, parsed once)."""
+
+    def __init__(self, path: Path, offsets: np.ndarray, count: int) -> None:
+        self.path = path
+        with path.open("rb") as fh:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] else b""
+        self._offsets = offsets
+        self._parsed: list[Tool | None] = [None] * count
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    @overload
+    def __getitem__(self, position: int) -> Tool: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[Tool]: ...
+
+    def __getitem__(self, position: int | slice) -> Tool | list[Tool]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        tool = self._parsed[position]
+        if tool is None:
+            tool = self._parse(position if position >= 0 else position + len(self))
+        return tool
+
+    def _parse(self, row: int) -> Tool:
+        start, end = int(self._offsets[row]), int(self._offsets[row + 1])
+        try:
+            data = json.loads(self._map[start:end])
+            tool = Tool._restore(data, data.pop("fingerprint"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise IndexFormatError(f"{self.path}:{row + 1}: not a stored tool ({exc}); rebuild the index") from None
+        with self._lock:
+            kept = self._parsed[row]
+            if kept is None:
+                self._parsed[row] = kept = tool
+        return kept
+
+    @property
+    def parsed(self) -> int:
+        """How many tools have been parsed so far."""
+        return sum(t is not None for t in self._parsed)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return (self[i] for i in range(len(self)))
+
+
+class LazyCatalog(Catalog):
+    """A Catalog over stored tools: names and namespaces known up front, each tool parsed when needed."""
+
+    __slots__ = ("_all", "_namespace_of", "_namespaces", "_rows", "_stored")
+
+    def __init__(self, stored: StoredTools, names: list[str], namespaces: list[str], namespace_of: list[int],
+                 catalog_hash: str) -> None:
+        # Catalog.__init__ is skipped on purpose: it would parse and hash every tool.
+        self._stored = stored
+        self._rows: dict[str, int] = {name: row for row, name in enumerate(names)}
+        self._namespaces = namespaces
+        self._namespace_of = namespace_of
+        self._hash = catalog_hash
+        self._all: dict[str, Tool] | None = None
+        if len(self._rows) != len(names) or len(names) != len(stored) or len(namespace_of) != len(names):
+            raise IndexFormatError(f"{stored.path}: its name table does not match the stored tools; rebuild the index")
+
+    @classmethod
+    def open(cls, folder: Path, tools_file: str, catalog_hash: str) -> LazyCatalog:
+        """The lazy catalog of a stored index folder whose files have been checked."""
+        import numpy as np
+
+        try:
+            offsets = np.load(folder / OFFSETS_FILE)
+            table: dict[str, Any] = json.loads((folder / TABLE_FILE).read_text(encoding="utf-8"))
+            names, namespaces, namespace_of = table["names"], table["namespaces"], table["namespace_of"]
+            written_for = table["catalog_hash"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise IndexFormatError(f"{folder}: its tool table is unreadable ({exc}); rebuild the index") from None
+        if written_for != catalog_hash:  # the hash every tool was hashed into when the index was saved
+            raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
+        if offsets.ndim != 1 or len(offsets) != len(names) + 1:
+            raise IndexFormatError(f"{folder}: its offsets table does not match its tools; rebuild the index")
+        return cls(StoredTools(folder / tools_file, offsets, len(names)), names, namespaces, namespace_of,
+                   catalog_hash)
+
+    @property
+    def stored(self) -> StoredTools:
+        return self._stored
+
+    @property
+    def _tools(self) -> dict[str, Tool]:  # type: ignore[override]  # Catalog's diff and updated read every tool
+        if self._all is None:
+            self._all = {tool.name: tool for tool in self._stored}
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._stored)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rows
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._stored[self._rows[name]]
+
+    def get(self, name: str) -> Tool | None:
+        row = self._rows.get(name)
+        return None if row is None else self._stored[row]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._rows)
+
+    @property
+    def namespaces(self) -> list[str]:
+        return list(self._namespaces)
+
+    def names_in(self, namespaces: Iterable[str]) -> frozenset[str]:
+        asked = set(namespaces)
+        wanted = {i for i, ns in enumerate(self._namespaces) if ns in asked}
+        return frozenset(name for name, row in self._rows.items() if self._namespace_of[row] in wanted)

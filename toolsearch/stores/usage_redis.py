@@ -1,0 +1,192 @@
+"""A usage store in Redis shared by worker processes: atomic bounded appends, one salt, shared pending searches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from .._errors import missing_dependency
+from ..usage import Privacy, UsageEntry, UsageError, UsageLog
+from .redis import redacted_url
+
+__all__ = ["RedisUsageStore", "RedisPendingSearches"]
+
+T = TypeVar("T")
+
+# Credit a call in one server-side step, so two workers serving calls of one session never both
+# credit the same search: the newest search that showed the tool and has not credited it yet.
+_CREDIT = """
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = #items, 1, -1 do
+  local ok, search = pcall(cjson.decode, items[i])
+  if ok and type(search) == 'table' then
+    local shown = false
+    for _, name in ipairs(search['shown']) do if name == ARGV[1] then shown = true end end
+    if shown then
+      for _, name in ipairs(search['credited']) do if name == ARGV[1] then return false end end
+      table.insert(search['credited'], ARGV[1])
+      redis.call('LSET', KEYS[1], i - 1, cjson.encode(search))
+      return items[i]
+    end
+  end
+end
+return false
+"""
+
+
+class _Redis:
+    """The client and error translation the usage store and its pending searches share."""
+
+    def __init__(self, url: str, prefix: str, timeout: float) -> None:
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise missing_dependency("redis", "redis") from None
+        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise UsageError(f"usage store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db")
+        self.url = redacted_url(url)
+        self.prefix = prefix
+        self.errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self.errors as exc:
+            raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {exc}") from None
+
+
+class RedisUsageStore:
+    """Usage logs in Redis, one per catalog: `{prefix}usage:{catalog}:meta` (privacy, salt, bound) and
+    `{prefix}usage:{catalog}:entries` (a list of JSON entries, oldest first).
+
+    `append` adds entries with RPUSH and trims to the bound with LTRIM in one MULTI/EXEC
+    transaction, so workers appending at once lose nothing and the log stays bounded. The salt
+    is set once (HSETNX): every worker hashes query words alike. `pending()` gives the shared
+    pending searches, so a call is credited whichever worker served its search.
+    """
+
+    def __init__(
+        self, url: str = "redis://localhost:6379/0", *, prefix: str = "toolsearch:", timeout: float = 1.0,
+        pending_ttl_seconds: float = 3600.0,
+    ) -> None:
+        self._redis = _Redis(url, prefix, timeout)
+        self.url = self._redis.url
+        self.prefix = prefix
+        self.pending_ttl_seconds = pending_ttl_seconds
+
+    def __repr__(self) -> str:
+        return f"RedisUsageStore({self.url!r})"
+
+    def _keys(self, catalog: str) -> tuple[str, str]:
+        return f"{self.prefix}usage:{catalog}:meta", f"{self.prefix}usage:{catalog}:entries"
+
+    def load(self, catalog: str) -> UsageLog | None:
+        meta_key, entries_key = self._keys(catalog)
+        pipe = self._redis.client.pipeline(transaction=True)
+        pipe.hgetall(meta_key)
+        pipe.lrange(entries_key, 0, -1)
+        meta, rows = self._redis.call("read a usage log", pipe.execute)
+        if not meta:
+            return None
+        where = f"usage log {catalog[:12]} in {self.url}"
+        try:
+            fields = {k.decode(): v.decode() for k, v in meta.items()}
+            entries = [UsageEntry.from_dict(json.loads(row), f"{where}, entry {i}") for i, row in enumerate(rows)]
+            return UsageLog(catalog, max_entries=int(fields["max_entries"]), privacy=fields["privacy"],  # type: ignore[arg-type]
+                            salt=fields["salt"], entries=entries)
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{where} is unreadable ({exc}); clear it with `toolsearch usage clear`") from None
+
+    def open_log(self, catalog: str, *, privacy: Privacy = "hashed") -> UsageLog:
+        """The stored log of `catalog`, created when there is none (the first worker's salt wins)."""
+        fresh = UsageLog(catalog, privacy=privacy)
+        self._claim(fresh)
+        log = self.load(catalog)
+        assert log is not None
+        return log
+
+    def _claim(self, log: UsageLog) -> None:
+        meta_key, _ = self._keys(log.catalog)
+        pipe = self._redis.client.pipeline(transaction=True)
+        for field, value in (("privacy", log.privacy), ("salt", log.salt), ("max_entries", str(log.max_entries))):
+            pipe.hsetnx(meta_key, field, value)
+        self._redis.call("create a usage log", pipe.execute)
+
+    def append(self, log: UsageLog, entries: Sequence[UsageEntry]) -> None:
+        """Add `entries` to the stored log of `log.catalog` atomically, keeping its newest `max_entries`."""
+        if not entries:
+            return
+        self._claim(log)
+        meta_key, entries_key = self._keys(log.catalog)
+        stored = self._redis.call("read a usage log", self._redis.client.hmget, meta_key, "privacy", "salt")
+        privacy, salt = (v.decode() if isinstance(v, bytes) else v for v in stored)
+        if "hashed" in (log.privacy, privacy) and (privacy, salt) != (log.privacy, log.salt):
+            raise UsageError(
+                f"the usage log {log.catalog[:12]} in {self.url} is hashed with another salt or privacy; "
+                "open it with open_log() so every worker hashes alike"
+            )
+        pipe = self._redis.client.pipeline(transaction=True)
+        pipe.rpush(entries_key, *(json.dumps(e.to_dict(), ensure_ascii=False) for e in entries))
+        pipe.ltrim(entries_key, -log.max_entries, -1)
+        self._redis.call("append to a usage log", pipe.execute)
+
+    def save(self, log: UsageLog) -> None:
+        """Replace the stored log of `log.catalog` with `log` whole (an import, a catalog switch)."""
+        meta_key, entries_key = self._keys(log.catalog)
+        pipe = self._redis.client.pipeline(transaction=True)
+        pipe.delete(meta_key, entries_key)
+        pipe.hset(meta_key, mapping={"privacy": log.privacy, "salt": log.salt, "max_entries": str(log.max_entries)})
+        rows = [json.dumps(e.to_dict(), ensure_ascii=False) for e in log.entries()]
+        if rows:
+            pipe.rpush(entries_key, *rows)
+        self._redis.call("save a usage log", pipe.execute)
+
+    def delete(self, catalog: str) -> None:
+        self._redis.call("delete a usage log", self._redis.client.delete, *self._keys(catalog))
+
+    def pending(self, *, max_searches: int = 16) -> RedisPendingSearches:
+        """The pending searches every worker on this Redis shares."""
+        return RedisPendingSearches(self._redis, max_searches=max_searches, ttl_seconds=self.pending_ttl_seconds)
+
+    def close(self) -> None:
+        self._redis.client.close()
+
+
+class RedisPendingSearches:
+    """Pending searches per session in `{prefix}usage-pending:{session}` (the newest `max_searches`,
+    expiring after `ttl_seconds` without a search)."""
+
+    def __init__(self, redis: _Redis, *, max_searches: int = 16, ttl_seconds: float = 3600.0) -> None:
+        self._redis = redis
+        self.max_searches = max_searches
+        self._ttl_ms = max(1, round(ttl_seconds * 1000))
+        self._credit = redis.client.register_script(_CREDIT)
+
+    def _key(self, session_id: str) -> str:
+        return f"{self._redis.prefix}usage-pending:{session_id}"
+
+    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None:
+        key = self._key(session_id)
+        pipe = self._redis.client.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps({"query": query, "shown": list(shown), "credited": []}, ensure_ascii=False))
+        pipe.ltrim(key, -self.max_searches, -1)
+        pipe.pexpire(key, self._ttl_ms)
+        self._redis.call("record a search", pipe.execute)
+
+    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+        raw = self._redis.call("credit a call", self._credit, [self._key(session_id)], [tool])
+        if not raw:
+            return None
+        search = json.loads(raw)
+        return str(search["query"]), tuple(str(s) for s in search["shown"])
+
+    def forget(self, session_id: str) -> None:
+        self._redis.call("forget a session's searches", self._redis.client.delete, self._key(session_id))
+
