@@ -708,8 +708,14 @@ def _run_note() -> dict[str, str]:
 def _write(out: Path, report: dict[str, Any]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "reliability.md").write_text(render(report))
-    print(render(report))
+    text = render(report)
+    security = out / "security.json"
+    if security.exists():  # the section benchmarks/security.py wrote, kept when the others are rerun
+        from security import render as render_security
+
+        text = text.rstrip("\n") + "\n\n" + render_security(json.loads(security.read_text()))
+    (out / "reliability.md").write_text(text)
+    print(text)
     return 0
 
 

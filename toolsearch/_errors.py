@@ -83,3 +83,11 @@ def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     return MissingDependencyError(
         f"{package} is not installed; install it with: pip install 'toolsearch[{extra}]'"
     )
+
+
+class AuthConfigError(ToolSearchError, ValueError):
+    """The HTTP gateway's authentication settings are unusable or unsafe (the message says which flag)."""
+
+
+class PolicyError(ToolSearchError, ValueError):
+    """A tool policy file is unreadable or invalid (the message names the file and the rule)."""

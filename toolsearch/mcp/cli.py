@@ -6,7 +6,9 @@ import argparse
 
 from .._errors import ToolSearchError
 from ..augment import Augmentation
+from .auth import AuthSettings, add_auth_arguments
 from .options import GatewayOptions, add_mcp_arguments
+from .policy import add_policy_arguments, policy_from_args
 from .settings import GatewaySettings
 from .startup import serve
 from .workers import add_worker_arguments, check_worker_arguments, run_workers, worker_settings
@@ -17,10 +19,13 @@ __all__ = ["add_arguments", "main", "settings_from_args"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mcp_arguments(parser)
     add_worker_arguments(parser)
+    add_auth_arguments(parser)
+    add_policy_arguments(parser)
 
 
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
+    auth = AuthSettings.from_args(args)  # AuthConfigError (a ToolSearchError) names the flag
     try:
         return GatewaySettings(
             transport=args.transport,
@@ -33,6 +38,8 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             call_tool=not args.no_call_tool,
             require_discovery=args.require_discovery,
             contexts=not args.no_context,
+            policy=policy_from_args(args),
+            auth=auth,
             options=GatewayOptions.from_args(args),
             workers=worker_settings(args),
             augment=Augmentation.from_file(args.augment) if getattr(args, "augment", None) else None,

@@ -413,9 +413,17 @@ class Gateway:
         by a header, so that any worker sharing the session store can answer any request. A
         2026-era request is self-contained either way.
         """
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # Origin and Host are checked by mcp.guard on every address (run_http wraps this app with
+        # mcp.auth.protect); the SDK's own check, on only for 127.0.0.1/localhost/::1, would refuse the
+        # origins an operator allows with --allowed-origins there.
+        checked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         if self.session_header is None:
-            return self.server.streamable_http_app(streamable_http_path=path, host=host)
-        app = self.server.streamable_http_app(streamable_http_path=path, host=host, stateless_http=True)
+            return self.server.streamable_http_app(streamable_http_path=path, host=host, transport_security=checked)
+        app = self.server.streamable_http_app(
+            streamable_http_path=path, host=host, stateless_http=True, transport_security=checked
+        )
         return SessionIdentity(
             app,
             header=self.session_header,
@@ -439,20 +447,34 @@ class Gateway:
 
         `reuse_port` binds with SO_REUSEPORT, so several worker processes listen on one port and
         the kernel spreads connections between them. `middleware` wraps the ASGI app, innermost
-        first (e.g. an authentication layer that records each request's caller in its scope).
+        first (e.g. an authentication layer that records each request's caller in its scope). Outside
+        it go the settings' authentication and request guards (`mcp.auth.protect`), which need the
+        bound port for the resource URL, so the socket is bound first; uvicorn reads request headers
+        with a timeout.
         """
         import uvicorn
+
+        from .auth import default_resource_url, protect
+        from .guard import header_timeout_protocol
 
         class _Server(uvicorn.Server):
             @contextlib.contextmanager
             def capture_signals(self) -> Iterator[None]:
                 yield  # the start-up code handles signals, so the upstream servers are stopped cleanly too
 
+        auth = self.settings.auth
+        sock = reuse_port_socket(host, port, reuse=reuse_port)
+        bound = sock.getsockname()[1]
+        resource = auth.resource_url or default_resource_url(host, bound, path)
         app = self.http_app(path=path, host=host)
         for wrap in middleware:
             app = wrap(app)
-        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-        sockets = [reuse_port_socket(host, port)] if reuse_port else None
+        app = protect(app, auth, path=path, resource_url=resource)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", http=header_timeout_protocol(auth.header_timeout)
+        )
+        server = _Server(config)
+        sockets = [sock]
 
         failed: list[str] = []
 
@@ -473,7 +495,6 @@ class Gateway:
                             f"cannot listen on {host}:{port} (is the port in use? --port 0 picks a free one)"
                         )
                     await anyio.sleep(0.01)
-                bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
                 if announce is not None:
                     announce(f"http://{url_host(host)}:{bound}{path}")
                 await anyio.sleep_forever()
@@ -499,14 +520,15 @@ class _GatewayServer(Server[Any]):
         )
 
 
-def reuse_port_socket(host: str, port: int) -> Any:
-    """A socket bound (not listening) with SO_REUSEPORT, so several gateway processes can share the port."""
+def reuse_port_socket(host: str, port: int, *, reuse: bool = True) -> Any:
+    """A socket bound (not listening); with `reuse`, SO_REUSEPORT, so several gateway processes can share the port."""
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..augment import Augmentation
+from .auth import AuthSettings, check_exposure
 from .caller import CallerPolicy
 from .identity import MCP_SESSION_HEADER
 from .options import GatewayOptions
@@ -81,6 +82,7 @@ class GatewaySettings:
     - `require_discovery`: refuse `call_tool` for tools the request's context never found.
     - `contexts`: let `tool_search` mint context handles (False: the 2026 era is fully stateless).
     - `policy`: which tools each caller may list, search and call (None: every tool, for everyone).
+    - `auth`: HTTP authentication and request guards (docs/auth.md); none on loopback by default.
     - `options`: result size cap, changed-tool policy, usage log; `workers`: shared state.
     - `augment`: fields added to every upstream tool a client is shown, in both eras (not to the
       gateway's own tools); each call's values are taken out, logged, handed to its `on_augment`,
@@ -100,6 +102,7 @@ class GatewaySettings:
     contexts: bool = True
     name: str = "toolsearch"
     policy: CallerPolicy | None = None
+    auth: AuthSettings = field(default_factory=AuthSettings)
     options: GatewayOptions = field(default_factory=GatewayOptions)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     augment: Augmentation | None = None
@@ -117,6 +120,12 @@ class GatewaySettings:
         object.__setattr__(self, "backend_options", dict(self.backend_options))
         if self.workers.session_header is not None and self.transport != "http":
             raise ValueError("session_header names an HTTP header: use it with the http transport")
+        if self.transport != "http" and (self.auth.enabled or self.auth.no_auth):
+            raise ValueError(
+                "authentication applies to the http transport; on stdio the gateway serves the user who started it"
+            )
+        if self.transport == "http":
+            check_exposure(self.host, self.auth)  # AuthConfigError: no non-loopback address without auth
 
     @property
     def url(self) -> str:

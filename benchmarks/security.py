@@ -1,0 +1,233 @@
+"""Attack a protected MCP endpoint as an intruder would and count what got in (must be 0): the Security section.
+
+Starts the test suite's protected server (tests/fakes/protected_mcp.py: a real MCP server behind
+`toolsearch.mcp.auth.protect`, under uvicorn with the header-read timeout) on 127.0.0.2 and
+0.0.0.0, and a real `toolsearch mcp serve` with a tool policy, with a local issuer
+(tests/fakes/oauth_issuer.py), and sends the attacks of
+tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; foreign Origin and
+Host for every method; a session used with another caller's token; a request flood; half-open
+connections. Counts only, no timings. Writes benchmarks/results/security.json and the
+"## Security" section of benchmarks/results/reliability.md (the rest of that file is kept).
+
+    python benchmarks/security.py [--slow-connections 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: str) -> None:
+    """The same token and Origin attacks against a real `toolsearch mcp serve`, and calls outside the policy."""
+    import anyio
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_servers import http_gateway, time_server, toy, write_config
+
+    from tests.fakes.attacks import origin_attacks, send, token_attacks
+    from tests.fakes.oauth_issuer import LocalIssuer
+
+    config = write_config(folder / "servers.json", {"toy": toy(), "time": time_server()})
+    policy = folder / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"]}, "servers": ["toy"]}]}))
+    flags = ["--auth-tokens", str(tokens), "--auth-scope", "tools", "--tool-policy", str(policy)]
+    with LocalIssuer() as issuer, http_gateway(
+        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0"
+    ) as gateway:
+        url = gateway.url or ""
+        attacks = token_attacks(issuer, url, static, unscoped) + origin_attacks(issuer.mint("x", audience=url), url)
+        wrong = [a for a in attacks if send(url, a).status_code != a.expected]
+        row("the token and Origin/Host attacks above, against `toolsearch mcp serve` (2 upstream servers)",
+            len(attacks), len(attacks) - len(wrong), len(wrong), "401 / 403 / 421, as above")
+
+        async def outside_policy() -> tuple[int, int]:
+            headers = {"authorization": f"Bearer {static}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                names = ["time__get_current_time", "time__convert_time"]
+                tried = ran = 0
+                for name in names:
+                    for arguments in ({"timezone": "UTC"}, {}):
+                        tried += 1
+                        result = await s.call_tool("call_tool", {"name": name, "arguments": arguments})
+                        ran += not result.is_error
+                        tried += 1
+                        direct = await s.call_tool(name, arguments)
+                        ran += not direct.is_error
+                found = await s.call_tool("tool_search", {"query": "current time timezone convert", "max_results": 10})
+                tried += 1
+                ran += "time__" in "".join(getattr(c, "text", "") for c in found.content)
+                return tried, ran
+
+        tried, ran = anyio.run(outside_policy)
+        row("a caller's searches and calls of tools its policy does not give it", tried, tried - ran, ran,
+            "tool error; not found by search")
+
+
+def run(slow_connections: int, flood: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests"))
+    import httpx2
+
+    from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, slow_headers, token_attacks
+    from tests.fakes.oauth_issuer import LocalIssuer
+    from tests.fakes.protected_mcp import run_protected, serve_protected
+
+    rows: list[dict[str, Any]] = []
+
+    def row(what: str, tried: int, refused: int, got_in: int, answer: str) -> None:
+        rows.append({"attack": what, "tried": tried, "refused": refused, "got_in": got_in, "answer": answer})
+
+    def post(url: str, headers: list[tuple[str, str]]) -> httpx2.Response:
+        return httpx2.post(url, headers=[*MCP_HEADERS, *headers], content=json.dumps(INITIALIZE), timeout=10)
+
+    with tempfile.TemporaryDirectory() as folder:
+        static = secrets.token_urlsafe(32)
+        unscoped = secrets.token_urlsafe(32)
+        tokens = Path(folder) / "tokens.json"
+        tokens.write_text(
+            json.dumps(
+                {
+                    "tokens": [
+                        {"subject": "ci", "scopes": ["tools"], "token": static},
+                        {"subject": "reader", "scopes": ["read"], "token": unscoped},
+                    ]
+                }
+            )
+        )
+        flags = ["--auth-scope", "tools", "--auth-tokens", str(tokens)]
+        with LocalIssuer() as issuer, serve_protected(
+            "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0"
+        ) as served:
+            url = served.url
+            attacks = token_attacks(issuer, url, static, unscoped)
+            statuses = Counter()
+            got_in = 0
+            for attack in attacks:
+                status = send(url, attack).status_code
+                statuses[status] += 1
+                got_in += status < 400 or status != attack.expected
+            refused = sum(n for s, n in statuses.items() if s in (401, 403))
+            row("forged, expired, misdirected or under-scoped bearer tokens", len(attacks), refused, got_in,
+                ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())))
+
+            alice = issuer.mint("alice", audience=url)
+            session = post(url, [("authorization", f"Bearer {alice}")]).headers["mcp-session-id"]
+            hijacks = 0
+            hijacked = 0
+            ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            for i in range(10):
+                other = issuer.mint(f"mallory{i}", audience=url)
+                headers = [*MCP_HEADERS, ("authorization", f"Bearer {other}"), ("mcp-session-id", session)]
+                hijacks += 1
+                hijacked += httpx2.post(url, headers=headers, content=ping, timeout=10).status_code < 400
+            row("a session id used with another caller's valid token", hijacks, hijacks - hijacked, hijacked, "404")
+
+            origin = origin_attacks(alice, url)
+            wrong = [a for a in origin if send(url, a, session_id=session).status_code != a.expected]
+            row("foreign Origin / Host with a valid token (POST, GET, DELETE), 127.0.0.2", len(origin),
+                len(origin) - len(wrong), len(wrong), "403 (Origin), 421 (Host)")
+
+        with serve_protected("--host", "0.0.0.0", "--no-auth", "--rate-limit", "0") as served:
+            port = served.url.rsplit(":", 1)[1]
+            url = f"http://127.0.0.1:{port}"
+            origin = origin_attacks("unused", url)[:6]  # the Origin cases: Host is unchecked without --resource-url
+            wrong = [a for a in origin if send(url, a).status_code != a.expected]
+            row("foreign Origin on a gateway bound to 0.0.0.0", len(origin), len(origin) - len(wrong), len(wrong),
+                "403")
+
+        gateway_rows(row, Path(folder), tokens, static, unscoped)
+
+        servers = Path(folder) / "servers.json"
+        refusals = [
+            run_protected("--host", "0.0.0.0", "--port", "0").returncode != 0,
+            subprocess.run(
+                [sys.executable, "-m", "toolsearch", "mcp", "serve", "--config", str(servers), "--transport", "http",
+                 "--host", "0.0.0.0", "--port", "0"], capture_output=True, timeout=120,
+            ).returncode != 0,
+        ]
+        row("start on 0.0.0.0 without authentication (test server, `toolsearch mcp serve`)", len(refusals),
+            sum(refusals), len(refusals) - sum(refusals), "refused with the flags to give")
+
+        burst = 10
+        # 1 a minute: no bucket refills while the flood runs, so exactly `burst` requests may pass
+        with serve_protected("--host", "127.0.0.2", *flags, "--rate-limit", "1", "--rate-burst", str(burst)) as served:
+            headers = [("authorization", f"Bearer {static}")]
+            flood_statuses = Counter(post(served.url, headers).status_code for _ in range(flood))
+            row(f"a flood of {flood} requests from one caller (burst {burst}, 1/min): those past the burst",
+                flood - burst, flood_statuses[429], max(0, flood_statuses[200] - burst), "429 with Retry-After")
+
+        timeout = 2.0
+        with serve_protected("--host", "127.0.0.2", "--header-timeout", str(timeout), "--rate-limit", "0") as served:
+            closed, still_open = slow_headers(served.url, slow_connections, wait=timeout + 2.5)
+            alive = post(served.url, []).status_code == 200
+            row(f"half-open connections (header timeout {timeout:g} s; closed after {timeout + 2.5:g} s)",
+                slow_connections, closed, still_open, f"closed; server still answering: {alive}")
+    return {"date": time.strftime("%Y-%m-%d"), "rows": rows,
+            "command": "python " + " ".join(["benchmarks/security.py", *sys.argv[1:]])}
+
+
+def render(report: dict[str, Any]) -> str:
+    rows = report["rows"]
+    lines = [
+        "## Security",
+        "",
+        f"Generated by `{report['command']}` on {report['date']} (counts, not timings). Each attack is a real "
+        "HTTP request or connection, to a real MCP server behind `toolsearch.mcp.auth.protect` "
+        "(tests/fakes/protected_mcp.py) or to a real `toolsearch mcp serve` process with two upstream servers, "
+        "with tokens from a local issuer made for the run; the cases are tests/fakes/attacks.py, the ones "
+        "tests/test_mcp_auth.py, tests/test_mcp_guard.py and tests/test_mcp_auth_gateway.py send.",
+        "",
+        "| attack | tried | refused | got in | answer |",
+        "|---|---:|---:|---:|---|",
+        *(f"| {r['attack']} | {r['tried']:,} | {r['refused']:,} | {r['got_in']:,} | {r['answer']} |" for r in rows),
+        "",
+        f"Total: {sum(r['tried'] for r in rows):,} attacks, {sum(r['got_in'] for r in rows)} got in.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str) -> None:
+    """Put `section` in place of the file's "## Security" section (or at its end), keeping the rest."""
+    text = path.read_text() if path.exists() else "# Reliability\n"
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "## Security"), None)
+    if start is None:
+        path.write_text(text.rstrip("\n") + "\n\n" + section)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    kept = lines[:start] + section.rstrip("\n").splitlines() + (["", *lines[end:]] if end < len(lines) else [])
+    path.write_text("\n".join(kept) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slow-connections", type=int, default=200, help="half-open connections opened at once")
+    parser.add_argument("--flood", type=int, default=50, help="requests one caller sends in a row")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    report = run(args.slow_connections, args.flood)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "security.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_section(out / "reliability.md", render(report))
+    print(render(report))
+    return 1 if any(r["got_in"] for r in report["rows"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

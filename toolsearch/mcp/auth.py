@@ -1,0 +1,756 @@
+"""The HTTP gateway as an OAuth 2.1 resource server: bearer tokens checked, the caller recorded, metadata served.
+
+What the MCP authorization specification (2026-07-28, "basic/authorization") asks of a server, and
+where it is met here:
+
+- Protected Resource Metadata (RFC 9728) at `/.well-known/oauth-protected-resource` and its
+  path-suffixed form (`.../oauth-protected-resource/mcp`), naming the issuer and the scopes; built
+  with the mcp SDK's `ProtectedResourceMetadata` model and `build_resource_metadata_url`.
+- 401 with `WWW-Authenticate: Bearer resource_metadata="...", scope="..."` when a token is missing
+  or invalid (no `error` code when none was sent, RFC 6750 §3.1), 403 `insufficient_scope` naming
+  every required scope at once when a valid token lacks some.
+- Access tokens validated as issued for this server: JWT signature against the issuer's JWKS,
+  expiry (and not-before), issuer, audience = the gateway's resource URL (RFC 8707), required
+  scopes. Only asymmetric algorithms are accepted, so a JWKS public key can never serve as an
+  HMAC secret, and `alg: none` never verifies.
+
+The JOSE library is PyJWT (2.10+, with `cryptography`): the mcp SDK itself depends on
+`pyjwt[crypto]`, so it adds nothing to install; it checks `exp`/`nbf`/`iss`/`aud` and required
+claims in one call with a leeway, and parses JWK sets (`PyJWKSet`). joserfc is stricter about
+RFC details but is not an mcp dependency and has no audience-list check of its own. The JWK set is
+fetched with the SDK's own HTTP client (httpx2), asynchronously, so a slow issuer never blocks the
+event loop.
+
+Verified callers reach the gateway as `scope[CALLER_SCOPE_KEY]` (a `Caller`), and as the SDK's
+`scope["user"]` (`AuthenticatedUser`), which makes the SDK's transport refuse a session id
+presented with another principal's token. Small deployments can skip the issuer: a static token
+file maps each token (or its SHA-256) to a subject and scopes; presented tokens are hashed and
+compared with every entry in constant time, and neither the file nor a token is ever logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._errors import AuthConfigError
+from .caller import ANONYMOUS, CALLER_SCOPE_KEY, Caller
+from .guard import LOOPBACK_HOSTS, OriginGuard, RateLimit, is_loopback
+
+__all__ = [
+    "ASYMMETRIC_ALGORITHMS",
+    "AuthSettings",
+    "JwtVerifier",
+    "Refusal",
+    "StaticTokens",
+    "add_auth_arguments",
+    "check_exposure",
+    "default_resource_url",
+    "protect",
+]
+
+log = logging.getLogger("toolsearch.mcp.auth")
+
+ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+_PRM_PATH = "/.well-known/oauth-protected-resource"
+_MIN_STATIC_TOKEN = 32  # characters: a static token is a password nobody types; short ones are guessable
+
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """How the HTTP gateway authenticates callers and guards requests (one value, passed whole)."""
+
+    issuer: str | None = None
+    jwks_url: str | None = None
+    audience: str | None = None
+    scopes: tuple[str, ...] = ()
+    tokens_file: Path | None = None
+    no_auth: bool = False
+    resource_url: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    rate_limit: float = 600.0
+    rate_burst: int = 60
+    header_timeout: float = 10.0
+    algorithms: tuple[str, ...] = ASYMMETRIC_ALGORITHMS
+
+    @property
+    def enabled(self) -> bool:
+        """True when requests must carry a bearer token (an issuer or a token file is configured)."""
+        return self.issuer is not None or self.tokens_file is not None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AuthSettings:
+        """Settings from `add_auth_arguments` flags, checked; AuthConfigError names the flag at fault."""
+        settings = cls(
+            issuer=_url_flag("--auth-issuer", args.auth_issuer),
+            jwks_url=_url_flag("--auth-jwks-url", args.auth_jwks_url),
+            audience=args.auth_audience,
+            scopes=tuple(dict.fromkeys(args.auth_scope or ())),
+            tokens_file=Path(args.auth_tokens) if args.auth_tokens else None,
+            no_auth=bool(args.no_auth),
+            resource_url=_url_flag("--resource-url", args.resource_url),
+            allowed_origins=_listed(args.allowed_origins),
+            allowed_hosts=_listed(args.allowed_hosts),
+            rate_limit=float(args.rate_limit),
+            rate_burst=int(args.rate_burst),
+            header_timeout=float(args.header_timeout),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse contradictory or unsafe combinations before anything starts."""
+        if self.no_auth and self.enabled:
+            raise AuthConfigError("--no-auth contradicts --auth-issuer/--auth-tokens; give one or the other")
+        if self.enabled and not self.scopes:
+            raise AuthConfigError(
+                "authentication needs at least one --auth-scope (the scope every caller's token must carry, "
+                "e.g. --auth-scope tools)"
+            )
+        if (self.jwks_url or self.audience) and not self.issuer:
+            raise AuthConfigError("--auth-jwks-url and --auth-audience need --auth-issuer (the token issuer's URL)")
+        if self.issuer and not _secure_or_local(self.issuer):
+            raise AuthConfigError(f"--auth-issuer {self.issuer} must be https:// (plain http only on loopback)")
+        if self.jwks_url and not _secure_or_local(self.jwks_url):
+            raise AuthConfigError(f"--auth-jwks-url {self.jwks_url} must be https:// (plain http only on loopback)")
+        for origin in self.allowed_origins:
+            if origin != "null" and not re.fullmatch(r"https?://[^/?#\s]+", origin):
+                raise AuthConfigError(
+                    f"--allowed-origins {origin!r} is not an origin; write scheme://host[:port] "
+                    "(or scheme://host:* for any port), without a path"
+                )
+        if self.rate_limit < 0 or self.rate_burst < 1:
+            raise AuthConfigError("--rate-limit must be >= 0 (0 turns it off) and --rate-burst >= 1")
+        if not self.header_timeout > 0:
+            raise AuthConfigError("--header-timeout must be > 0 seconds")
+        if self.tokens_file is not None:
+            StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
+
+
+def _listed(values: list[str] | None) -> tuple[str, ...]:
+    """A repeatable flag's values, each possibly comma-separated."""
+    return tuple(item.strip() for value in values or () for item in value.split(",") if item.strip())
+
+
+def _url_flag(flag: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment or parts.query:
+        raise AuthConfigError(f"{flag} {value!r} is not an absolute http(s) URL without query or fragment")
+    return value  # unchanged: an issuer is compared with the token's `iss` exactly (RFC 8414 §3.3)
+
+
+def _secure_or_local(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme == "https" or is_loopback(parts.hostname or "")
+
+
+def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """The authentication and request-guard flags of `toolsearch mcp serve --transport http`."""
+    group = parser.add_argument_group("HTTP authentication and request guards")
+    group.add_argument(
+        "--auth-issuer", metavar="URL", help="OAuth issuer whose JWT access tokens are accepted (https, exact `iss`)"
+    )
+    group.add_argument(
+        "--auth-jwks-url",
+        metavar="URL",
+        help="the issuer's JWK set (default: `jwks_uri` from the issuer's RFC 8414 or OpenID metadata)",
+    )
+    group.add_argument(
+        "--auth-audience", metavar="URI", help="the `aud` tokens must carry (default: the gateway's resource URL)"
+    )
+    group.add_argument(
+        "--auth-scope",
+        action="append",
+        metavar="SCOPE",
+        help="a scope every caller's token must carry (repeatable; required with --auth-issuer/--auth-tokens)",
+    )
+    group.add_argument(
+        "--auth-tokens",
+        metavar="FILE",
+        help="static bearer tokens: JSON mapping each token (or sha256) to subject, scopes",
+    )
+    group.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve a non-loopback address without authentication (only behind a proxy that authenticates)",
+    )
+    group.add_argument(
+        "--resource-url",
+        metavar="URL",
+        help="the gateway's public URL, e.g. https://mcp.example.com/mcp (default: http://HOST:PORT/PATH)",
+    )
+    group.add_argument(
+        "--allowed-origins",
+        action="append",
+        metavar="ORIGIN[,ORIGIN...]",
+        help="browser origins allowed to call (scheme://host[:port], or :* for any port; repeatable); others get 403",
+    )
+    group.add_argument(
+        "--allowed-hosts",
+        action="append",
+        metavar="HOST[,HOST...]",
+        help="more Host header values accepted (host[:port] or host:*; repeatable)",
+    )
+    group.add_argument(
+        "--rate-limit",
+        type=float,
+        default=600.0,
+        metavar="N",
+        help="requests a minute per caller, per worker (default 600; 0 turns the limit off)",
+    )
+    group.add_argument(
+        "--rate-burst", type=int, default=60, metavar="N", help="requests a caller may burst (default 60)"
+    )
+    group.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that does not send complete request headers in this time (default 10)",
+    )
+
+
+def default_resource_url(host: str, port: int, path: str) -> str:
+    """The URL the gateway serves when no --resource-url names its public one (IPv6 bracketed)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{path}"
+
+
+def check_exposure(host: str, settings: AuthSettings) -> None:
+    """Refuse to serve a non-loopback address unauthenticated, or with an audience nobody can mint tokens for."""
+    if not is_loopback(host) and not settings.enabled:
+        if not settings.no_auth:
+            raise AuthConfigError(
+                f"refusing to listen on {host} without authentication: anyone who can reach the port could "
+                "search and call every upstream tool. Give --auth-issuer URL --auth-scope SCOPE (OAuth tokens) or "
+                "--auth-tokens FILE --auth-scope SCOPE (static tokens); or --no-auth when a proxy in front "
+                "authenticates every request; or listen on 127.0.0.1"
+            )
+        log.warning("listening on %s without authentication (--no-auth): every client that reaches it is trusted", host)
+    unspecified = host.strip("[]") in ("0.0.0.0", "::", "")
+    if settings.issuer and unspecified and not (settings.resource_url or settings.audience):
+        raise AuthConfigError(
+            f"listening on {host} with --auth-issuer needs --resource-url (the gateway's public URL, e.g. "
+            "https://mcp.example.com/mcp): tokens are accepted only when their audience names it"
+        )
+
+
+# --- verifiers -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a token was not accepted: the HTTP status, the RFC 6750 error code and a description."""
+
+    description: str
+    status: int = 401
+    error: str = "invalid_token"
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A token accepted: the SDK's AccessToken view of it and the caller it stands for."""
+
+    access: Any  # mcp.server.auth.provider.AccessToken
+    caller: Caller
+
+
+class _StaticEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subject: str = Field(min_length=1)
+    scopes: list[str] = Field(default_factory=list)
+    token: str | None = None
+    sha256: str | None = None
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) < _MIN_STATIC_TOKEN or not re.fullmatch(r"[\x21-\x7e]+", value)):
+            raise ValueError(
+                f"a token must be at least {_MIN_STATIC_TOKEN} visible ASCII characters "
+                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+            raise ValueError("sha256 must be 64 hex digits (the SHA-256 of the token)")
+        return value.lower() if value else value
+
+
+class _StaticFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[_StaticEntry] = Field(min_length=1)
+
+
+class StaticTokens:
+    """Bearer tokens from a file, each standing for a subject with scopes; kept and compared as digests.
+
+    The file is JSON: `{"tokens": [{"subject": "ci", "scopes": ["tools"], "sha256": "<hex>"}, ...]}`,
+    an entry giving either `sha256` (preferred: the file then holds no usable secret) or `token`.
+    """
+
+    kind = "static"
+
+    def __init__(self, entries: Sequence[tuple[bytes, str, frozenset[str]]], source: str) -> None:
+        self._entries = tuple(entries)
+        self.source = source
+
+    def __repr__(self) -> str:  # never the digests
+        return f"StaticTokens({self.source!r}, {len(self._entries)} tokens)"
+
+    @classmethod
+    def load(cls, path: Path) -> StaticTokens:
+        where = str(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AuthConfigError(f"--auth-tokens {where}: cannot read it ({exc.strerror or exc})") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            # the message of a JSON error can quote the file; only the position is shown
+            at = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise AuthConfigError(f"--auth-tokens {where}: not valid JSON{at}") from None
+        try:
+            parsed = _StaticFile.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise AuthConfigError(f"--auth-tokens {where}: {loc}: {first['msg']}") from None
+        entries: list[tuple[bytes, str, frozenset[str]]] = []
+        seen: set[bytes] = set()
+        for i, entry in enumerate(parsed.tokens):
+            if (entry.token is None) == (entry.sha256 is None):
+                raise AuthConfigError(f"--auth-tokens {where}: tokens.{i}: give exactly one of 'token' or 'sha256'")
+            digest = bytes.fromhex(entry.sha256) if entry.sha256 else hashlib.sha256(entry.token.encode()).digest()  # type: ignore[union-attr]
+            if digest in seen:
+                raise AuthConfigError(f"--auth-tokens {where}: tokens.{i}: the same token is listed twice")
+            seen.add(digest)
+            entries.append((digest, entry.subject, frozenset(entry.scopes)))
+        return cls(entries, where)
+
+    def check(self, token: str) -> Verified | Refusal:
+        from mcp.server.auth.provider import AccessToken
+
+        presented = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found: tuple[bytes, str, frozenset[str]] | None = None
+        for entry in self._entries:  # every entry compared: the time taken does not say which matched
+            if hmac.compare_digest(presented, entry[0]):
+                found = entry
+        if found is None:
+            return Refusal("the token is not one this gateway accepts")
+        _, subject, scopes = found
+        access = AccessToken(token="", client_id=subject, scopes=sorted(scopes), subject=subject)
+        return Verified(access, Caller.authenticated_as(self.kind, subject, scopes=scopes))
+
+    async def verify_token(self, token: str) -> Any:
+        """The SDK's `TokenVerifier` interface: the token's `AccessToken`, or None when it is refused."""
+        outcome = self.check(token)
+        return outcome.access if isinstance(outcome, Verified) else None
+
+
+class JwtVerifier:
+    """JWT access tokens signed by one issuer's keys (its JWK set, cached and re-read on an unknown key id)."""
+
+    def __init__(
+        self,
+        issuer: str,
+        *,
+        audience: Sequence[str],
+        jwks_url: str | None = None,
+        algorithms: Iterable[str] = ASYMMETRIC_ALGORITHMS,
+        leeway: float = 30.0,
+        cache_seconds: float = 300.0,
+        min_refresh_seconds: float = 30.0,
+        http_timeout: float = 5.0,
+    ) -> None:
+        import anyio
+
+        self.issuer = issuer
+        self.audience = tuple(audience)
+        self.jwks_url = jwks_url
+        self.algorithms = tuple(a for a in algorithms if a in ASYMMETRIC_ALGORITHMS)
+        self.leeway = leeway
+        self.cache_seconds = cache_seconds
+        self.min_refresh_seconds = min_refresh_seconds
+        self.http_timeout = http_timeout
+        self._keys: list[tuple[Any, str | None]] | None = None  # (jwt.PyJWK, the "alg" it is published for)
+        self._fetched_at = -float("inf")
+        self._tried_at = -float("inf")
+        self._lock = anyio.Lock()
+
+    async def _get_json(self, client: Any, url: str) -> Any:
+        response = await client.get(url, headers={"accept": "application/json"})
+        response.raise_for_status()
+        return response.json()
+
+    async def _discover_jwks_url(self, client: Any) -> str:
+        parts = urlsplit(self.issuer)
+        base = f"{parts.scheme}://{parts.netloc}"
+        candidates = [
+            f"{base}/.well-known/oauth-authorization-server{parts.path.rstrip('/')}",  # RFC 8414 §3.1
+            f"{self.issuer.rstrip('/')}/.well-known/openid-configuration",  # OpenID Connect Discovery
+        ]
+        problems = []
+        for url in candidates:
+            try:
+                metadata = await self._get_json(client, url)
+            except Exception as exc:
+                problems.append(f"{url}: {type(exc).__name__}")
+                continue
+            if not isinstance(metadata, dict) or metadata.get("issuer") != self.issuer:
+                problems.append(f"{url}: its 'issuer' is not {self.issuer}")
+                continue
+            jwks_uri = metadata.get("jwks_uri")
+            if isinstance(jwks_uri, str) and _secure_or_local(jwks_uri):
+                return jwks_uri
+            problems.append(f"{url}: no usable https 'jwks_uri'")
+        raise LookupError("; ".join(problems))
+
+    async def _refresh(self, *, force: bool) -> None:
+        import httpx2
+        import jwt
+
+        async with self._lock:
+            now = time.monotonic()
+            fresh = now - self._fetched_at < self.cache_seconds
+            # an unknown key id re-reads the set, at most once per min_refresh_seconds: made-up key
+            # ids cannot turn every request into a fetch from the issuer
+            if (fresh and not force) or now - self._tried_at < self.min_refresh_seconds:
+                return
+            self._tried_at = now
+            try:
+                async with httpx2.AsyncClient(timeout=self.http_timeout, follow_redirects=False) as client:
+                    if self.jwks_url is None:
+                        self.jwks_url = await self._discover_jwks_url(client)
+                    document = await self._get_json(client, self.jwks_url)
+                keys = jwt.PyJWKSet.from_dict(document).keys  # unusable keys are skipped
+                published = {k.get("kid"): k.get("alg") for k in document["keys"] if isinstance(k, dict)}
+                self._keys = [(key, published.get(key.key_id)) for key in keys]
+                self._fetched_at = now
+            except Exception as exc:
+                log.warning("cannot read the signing keys of %s: %s: %s", self.issuer, type(exc).__name__, exc)
+
+    async def check(self, token: str) -> Verified | Refusal:
+        """The token's caller, or why it is refused (nothing raised: every failure is a `Refusal`)."""
+        import jwt
+
+        audience = self.audience
+
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return Refusal("the token is not a well-formed JWT")
+        alg = header.get("alg")
+        if alg not in self.algorithms:
+            return Refusal(
+                f"the token's algorithm {str(alg)[:20]!r} is not accepted (one of {', '.join(self.algorithms)})"
+            )
+        kid = header.get("kid")
+        await self._refresh(force=False)
+        key = self._key(kid, alg)
+        if key is None and self._keys is not None:
+            await self._refresh(force=True)
+            key = self._key(kid, alg)
+        if self._keys is None:
+            return Refusal(
+                "the gateway cannot read its token issuer's signing keys right now; try again shortly",
+                status=503,
+                error="temporarily_unavailable",
+            )
+        if key is None:
+            return Refusal("the token is signed by a key the issuer does not publish")
+        try:
+            claims = jwt.decode(
+                token,
+                key=key.key,
+                algorithms=[alg],
+                audience=list(audience),
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except jwt.ExpiredSignatureError:
+            return Refusal("the token has expired; get a new one from the issuer")
+        except jwt.InvalidAudienceError:
+            return Refusal(f"the token is not issued for this resource (its audience must be {audience[0]})")
+        except jwt.InvalidIssuerError:
+            return Refusal(f"the token is not issued by {self.issuer}")
+        except jwt.MissingRequiredClaimError as exc:
+            return Refusal(f"the token has no {exc.claim!r} claim")
+        except jwt.ImmatureSignatureError:
+            return Refusal("the token is not valid yet")
+        except jwt.InvalidSignatureError:
+            return Refusal("the token's signature does not verify")
+        except jwt.PyJWTError:
+            return Refusal("the token is malformed")
+        if not isinstance(claims.get("sub"), str) or not claims["sub"]:
+            return Refusal("the token's 'sub' claim must be a non-empty string")
+        scopes = _token_scopes(claims)
+        aud = claims["aud"]
+        matched = next((a for a in ([aud] if isinstance(aud, str) else aud) if a in audience), None)
+        from mcp.server.auth.provider import AccessToken
+
+        client_id = claims.get("client_id") or claims.get("azp") or claims["sub"]
+        access = AccessToken(
+            token="",  # the credential itself goes no further than this function
+            client_id=str(client_id),
+            scopes=sorted(scopes),
+            expires_at=int(claims["exp"]),
+            resource=matched,
+            subject=claims["sub"],
+            claims=claims,
+        )
+        caller = Caller.authenticated_as(self.issuer, claims["sub"], scopes=scopes, claims=claims)
+        return Verified(access, caller)
+
+    def _key(self, kid: Any, alg: str) -> Any:
+        if self._keys is None:
+            return None
+        usable = [(k, published) for k, published in self._keys if k.public_key_use in (None, "sig")]
+        if kid is not None:
+            usable = [(k, published) for k, published in usable if k.key_id == kid]
+        elif len(usable) != 1:
+            return None  # without a key id, only an unambiguous single key may verify
+        if not usable or usable[0][1] not in (None, alg):
+            return None  # no such key, or it is published for another algorithm
+        return usable[0][0]
+
+    async def verify_token(self, token: str) -> Any:
+        """The SDK's `TokenVerifier` interface: the token's `AccessToken`, or None when it is refused."""
+        outcome = await self.check(token)
+        return outcome.access if isinstance(outcome, Verified) else None
+
+
+def _token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
+    """Scopes from `scope` (RFC 9068: space-separated) or `scp` (a list, as some issuers write it)."""
+    raw = claims.get("scope", claims.get("scp", ""))
+    if isinstance(raw, str):
+        return frozenset(raw.split())
+    if isinstance(raw, list):
+        return frozenset(s for s in raw if isinstance(s, str))
+    return frozenset()
+
+
+# --- the ASGI layers -------------------------------------------------------------------------------
+
+
+def _quoted(text: str) -> str:
+    """A value fit for a quoted-string in WWW-Authenticate (no quotes, backslashes or controls)."""
+    return re.sub(r'["\\\x00-\x1f\x7f-\uffff]', "'", text)
+
+
+@dataclass(slots=True)
+class _Gate:
+    """Requires a bearer token that a verifier accepts and that carries every required scope."""
+
+    app: ASGIApp
+    static: StaticTokens | None
+    jwt: JwtVerifier | None
+    scopes: tuple[str, ...]
+    metadata_url: str | None
+    _challenge_scope: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        self._challenge_scope = " ".join(self.scopes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        values = Headers(scope=scope).getlist("authorization")
+        if not values:
+            await self._refuse(send, None)
+            return
+        scheme, _, token = values[0].partition(" ")
+        token = token.strip()
+        if len(values) > 1 or scheme.lower() != "bearer" or not token:
+            await self._refuse(send, Refusal("send exactly one 'Authorization: Bearer <token>' header"))
+            return
+        outcome = await self._verify(token)
+        if isinstance(outcome, Refusal):
+            await self._refuse(send, outcome)
+            return
+        missing = [s for s in self.scopes if s not in outcome.caller.scopes]
+        if missing:
+            await self._refuse(
+                send,
+                Refusal(f"the token lacks the scope(s) {' '.join(missing)}", status=403, error="insufficient_scope"),
+            )
+            return
+        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+        from starlette.authentication import AuthCredentials
+
+        scope["user"] = AuthenticatedUser(outcome.access)
+        scope["auth"] = AuthCredentials(list(outcome.caller.scopes))
+        scope[CALLER_SCOPE_KEY] = outcome.caller
+        await self.app(scope, receive, send)
+
+    async def _verify(self, token: str) -> Verified | Refusal:
+        refusal = Refusal("the token is not one this gateway accepts")
+        if self.static is not None:
+            outcome = self.static.check(token)
+            if isinstance(outcome, Verified):
+                return outcome
+            refusal = outcome
+        if self.jwt is not None and token.count(".") == 2:
+            return await self.jwt.check(token)
+        return refusal
+
+    async def _refuse(self, send: Send, refusal: Refusal | None) -> None:
+        parts = []
+        if refusal is not None and refusal.status in (401, 403):
+            parts += [f'error="{refusal.error}"', f'error_description="{_quoted(refusal.description)}"']
+        if self.metadata_url:
+            parts.append(f'resource_metadata="{self.metadata_url}"')
+        parts.append(f'scope="{_quoted(self._challenge_scope)}"')
+        status = 401 if refusal is None else refusal.status
+        description = "this gateway needs 'Authorization: Bearer <token>'" if refusal is None else refusal.description
+        body = json.dumps(
+            {"error": "invalid_request" if refusal is None else refusal.error, "error_description": description}
+        )
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if status in (401, 403):
+            headers.append((b"www-authenticate", ("Bearer " + ", ".join(parts)).encode("latin-1")))
+        else:
+            headers.append((b"retry-after", b"5"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+@dataclass(slots=True)
+class _Anonymous:
+    """Without authentication every request is served for the one anonymous caller."""
+
+    app: ASGIApp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[CALLER_SCOPE_KEY] = ANONYMOUS
+        await self.app(scope, receive, send)
+
+
+@dataclass(slots=True)
+class _ResourceMetadata:
+    """Serves the Protected Resource Metadata document (GET, any origin: it is public); the rest goes on."""
+
+    app: ASGIApp
+    paths: frozenset[str]
+    document: bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        cors = [(b"access-control-allow-origin", b"*"), (b"access-control-allow-methods", b"GET, OPTIONS")]
+        if scope["method"] == "OPTIONS":
+            await send({"type": "http.response.start", "status": 204, "headers": cors})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await send({"type": "http.response.start", "status": 405, "headers": [(b"allow", b"GET, OPTIONS"), *cors]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(self.document)).encode()),
+            (b"cache-control", b"public, max-age=3600"),
+            *cors,
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else self.document})
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _guard_lists(settings: AuthSettings, resource_url: str) -> tuple[list[str], list[str] | None]:
+    """Allowed origins and hosts: the configured ones, the resource URL's own, and loopback's when it is local."""
+    parts = urlsplit(resource_url)
+    host = (parts.hostname or "").lower()
+    origins = [*settings.allowed_origins, _origin(resource_url)]
+    hosts: list[str] | None = [*settings.allowed_hosts, parts.netloc.lower()]
+    if is_loopback(host):
+        local = [f"[{h}]" if ":" in h else h for h in LOOPBACK_HOSTS]
+        origins += [f"http://{h}:*" for h in local] + [f"https://{h}:*" for h in local]
+        hosts += [f"{h}:*" for h in local]  # type: ignore[operator]
+    elif host in ("0.0.0.0", "::") and not settings.allowed_hosts:
+        hosts = None  # every interface, no public name given: Host cannot be known (Origin still is checked)
+    return origins, hosts
+
+
+def protect(app: ASGIApp, settings: AuthSettings, *, path: str, resource_url: str) -> ASGIApp:
+    """Wrap an MCP streamable-HTTP ASGI app: metadata, Origin/Host checks, authentication, rate limit, in that order.
+
+    `resource_url` is the gateway's URL as clients use it (`settings.resource_url`, or
+    `default_resource_url(host, port, path)` once the port is bound); it is the default audience.
+    """
+    guarded: ASGIApp = app
+    if settings.rate_limit > 0:
+        guarded = RateLimit(guarded, per_minute=settings.rate_limit, burst=settings.rate_burst)
+    metadata_url: str | None = None
+    if settings.enabled:
+        from mcp.server.auth.routes import build_resource_metadata_url
+        from pydantic import AnyHttpUrl
+
+        if settings.issuer:
+            metadata_url = str(build_resource_metadata_url(AnyHttpUrl(resource_url)))
+        audience = settings.audience or resource_url
+        guarded = _Gate(
+            guarded,
+            static=StaticTokens.load(settings.tokens_file) if settings.tokens_file else None,
+            jwt=JwtVerifier(
+                settings.issuer,
+                audience=tuple(dict.fromkeys([audience, audience.rstrip("/")])),
+                jwks_url=settings.jwks_url,
+                algorithms=settings.algorithms,
+            )
+            if settings.issuer
+            else None,
+            scopes=settings.scopes,
+            metadata_url=metadata_url,
+        )
+    else:
+        guarded = _Anonymous(guarded)
+    origins, hosts = _guard_lists(settings, resource_url)
+    guarded = OriginGuard(guarded, allowed_origins=origins, allowed_hosts=hosts)
+    if settings.issuer and metadata_url:
+        from mcp.shared.auth import ProtectedResourceMetadata
+
+        # validated from strings, so the model's own URL settings keep a path-less issuer exact (no "/" added)
+        document = ProtectedResourceMetadata.model_validate(
+            {
+                "resource": resource_url,
+                "authorization_servers": [settings.issuer],
+                "scopes_supported": list(settings.scopes),
+                "resource_name": "toolsearch MCP gateway",
+            }
+        ).model_dump_json(exclude_none=True)
+        suffixed = urlsplit(metadata_url).path
+        guarded = _ResourceMetadata(guarded, frozenset({_PRM_PATH, suffixed}), document.encode())
+    return guarded

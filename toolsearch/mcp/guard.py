@@ -1,0 +1,252 @@
+"""Request guards for the HTTP gateway: Origin and Host checks, per-caller rate limits, a header-read timeout.
+
+The Origin and Host checks and the rate limit are ASGI middleware that answer before the MCP
+transport sees a request, for every method (a DELETE with a foreign Origin is refused like a
+POST). The MCP transport specification says servers MUST validate `Origin` on all incoming
+connections and answer 403 when it is present and invalid; a request without `Origin` comes from a
+non-browser client (browsers always send it on cross-origin and on POST requests) and passes, as the
+SDK's own `TransportSecurityMiddleware` lets it. Unlike that middleware, which is on only when the
+server binds 127.0.0.1/localhost/::1, these checks run on every address.
+
+The header-read timeout cannot be ASGI middleware: an application is called only once the request
+line and headers are complete, so a client that connects and never finishes its headers is never
+seen there. uvicorn 0.54 has no such timeout (its `timeout_keep_alive` timer starts only after a
+response), so `header_timeout_protocol` extends uvicorn's h11 protocol: the connection must deliver
+complete request headers within a time bound, from its opening and again after each response,
+or it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .caller import caller_of_scope
+
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "OriginGuard",
+    "RateLimit",
+    "header_timeout_protocol",
+    "is_loopback",
+    "jsonrpc_error_response",
+    "origin_allowed",
+]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+# JSON-RPC's implementation-defined server-error range; the HTTP status says what happened too.
+_REFUSED = -32001
+_RATE_LIMITED = -32029
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    bare = host.strip("[]").lower()
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+async def jsonrpc_error_response(
+    send: Send, status: int, code: int, message: str, headers: Iterable[tuple[str, str]] = ()
+) -> None:
+    """Answer with `status` and a JSON-RPC error without an id (the request body is not read)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def origin_allowed(origin: str, allowed: Iterable[str]) -> bool:
+    """Whether `origin` is one of `allowed`: exact (case-insensitive), or `scheme://host:*` for any port."""
+    return _listed(origin.rstrip("/"), (pattern.rstrip("/") for pattern in allowed))
+
+
+def _listed(value: str, patterns: Iterable[str]) -> bool:
+    """`value` equals a pattern, or a pattern ending in `:*` with a numeric port in its place (case-insensitive)."""
+    value = value.lower()
+    for pattern in patterns:
+        pattern = pattern.lower()
+        if value == pattern:
+            return True
+        if pattern.endswith(":*"):
+            base = pattern[:-2]
+            port = value[len(base) + 1 :] if value.startswith(base + ":") else ""
+            if port.isdigit():
+                return True
+    return False
+
+
+class OriginGuard:
+    """Refuse a request whose `Origin` is present and not allowed (403), or whose `Host` is not allowed (421).
+
+    `allowed_hosts=None` leaves `Host` unchecked: a gateway bound to every interface without a
+    configured public URL cannot know the names clients reach it by. `Origin` is checked always.
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str], allowed_hosts: Iterable[str] | None) -> None:
+        self.app = app
+        self.allowed_origins = tuple(allowed_origins)
+        self.allowed_hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if self.allowed_hosts is not None and not _listed(host, self.allowed_hosts):
+            await jsonrpc_error_response(
+                send,
+                421,
+                _REFUSED,
+                f"Host {host!r} is not one this gateway serves; reach it by its configured address "
+                "(the operator can add names with --allowed-hosts)",
+            )
+            return
+        origins = headers.getlist("origin")
+        if origins and (len(origins) > 1 or not origin_allowed(origins[0], self.allowed_origins)):
+            await jsonrpc_error_response(
+                send,
+                403,
+                _REFUSED,
+                f"Origin {origins[0]!r} is not allowed; a browser page may call this gateway only from an "
+                "origin the operator lists with --allowed-origins",
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+class RateLimit:
+    """A token bucket per caller: `per_minute` requests a minute on average, bursts of up to `burst`.
+
+    The caller is the one authentication recorded in the scope; a request without one (no
+    authentication configured) is counted per client address, except from loopback: that is the
+    local user, whose clients all share one address (benchmarks, several agents), and who could
+    bypass the gateway anyway. Buckets live in this worker
+    process (with N workers a caller may get up to N times the rate) and at most `max_callers`
+    are tracked: the least recently seen is forgotten first, which can only favour that caller.
+    """
+
+    def __init__(self, app: ASGIApp, *, per_minute: float, burst: int, max_callers: int = 10_000) -> None:
+        if per_minute <= 0 or burst < 1:
+            raise ValueError("per_minute must be > 0 and burst >= 1")
+        self.app = app
+        self.rate = per_minute / 60.0
+        self.per_minute = per_minute
+        self.burst = burst
+        self.max_callers = max_callers
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _key(self, scope: Scope) -> str | None:
+        caller = caller_of_scope(scope)
+        if caller is not None and caller.authenticated:
+            return caller.key
+        client = scope.get("client")
+        if client and is_loopback(str(client[0])):
+            return None
+        return f"addr:{client[0] if client else '?'}"
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """Spend one request of `key`'s bucket: 0 when allowed, else the seconds until one is available."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.pop(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        if tokens >= 1.0:
+            tokens -= 1.0
+            wait = 0.0
+        else:
+            wait = (1.0 - tokens) / self.rate
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > self.max_callers:
+            self._buckets.popitem(last=False)
+        return wait
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        key = self._key(scope)
+        wait = 0.0 if key is None else self.take(key)
+        if wait > 0:
+            retry = max(1, math.ceil(wait))
+            await jsonrpc_error_response(
+                send,
+                429,
+                _RATE_LIMITED,
+                f"Rate limit exceeded: at most {self.per_minute:g} requests a minute (bursts of {self.burst}) "
+                f"per caller; wait {retry} s (Retry-After) and send the request again",
+                [("retry-after", str(retry))],
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing a connection that does not complete its request headers in `seconds`.
+
+    Pass it as `uvicorn.Config(http=...)`. The timer runs from the connection's opening and again
+    from the end of each response, and stops when a request's headers are complete (a slow body
+    is the application's concern: the SDK bounds its size).
+    """
+    if not seconds > 0:
+        raise ValueError("the header timeout must be > 0 seconds")
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        header_timeout = seconds
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._header_timer: asyncio.TimerHandle | None = None
+
+        def _arm_header_timer(self) -> None:
+            self._cancel_header_timer()
+            self._header_timer = self.loop.call_later(self.header_timeout, self._header_timed_out)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timed_out(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                self.logger.info("closing a connection that sent no complete request headers in %g s", seconds)
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request's headers were parsed: a new cycle started
+                self._cancel_header_timer()
+
+        def on_response_complete(self) -> None:
+            # armed first: the base class may go on to parse a pipelined request, which stops it
+            if not self.transport.is_closing():
+                self._arm_header_timer()
+            super().on_response_complete()
+
+    return HeaderTimeoutProtocol

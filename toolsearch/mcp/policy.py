@@ -1,0 +1,174 @@
+"""Which tools each caller may list, search and call: rules from a JSON policy file, denying by default.
+
+A policy file holds rules; each rule says whom it applies to (`when`) and what it allows:
+
+    {"rules": [
+      {"when": {"scopes": ["tools:admin"]}, "servers": ["*"]},
+      {"when": {"scopes": ["tools"]}, "servers": ["time", "docs"], "tools": ["github__list_*"]},
+      {"when": {"claims": {"groups": "finance"}}, "tools": ["bank__*"]},
+      {"when": {"subjects": ["ci-bot"]}, "tools": ["github__get_*"]}
+    ]}
+
+A rule applies when every condition it states holds: the caller has all `scopes`, each claim in
+`claims` equals the value (or, when the claim is a list, contains it; a list value means any of
+those), and its subject is one of `subjects`. A rule with no `when` applies to every caller,
+anonymous ones included. `servers` and `tools` are shell-style globs (case-sensitive) over server
+names and the gateway's namespaced tool names (`server__tool`); a caller may use the union of what
+its applying rules allow. **A caller no rule applies to gets no tools at all**: access is denied by
+default, so a forgotten rule hides tools rather than exposing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .._errors import PolicyError
+from .caller import Caller
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+
+__all__ = ["ToolPolicy", "add_policy_arguments", "policy_from_args"]
+
+_Claim = str | int | bool | list[str | int | bool]
+
+
+class _When(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scopes: list[str] = Field(default_factory=list)
+    claims: dict[str, _Claim] = Field(default_factory=dict)
+    subjects: list[str] | None = None
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    when: _When = Field(default_factory=_When)
+    servers: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+
+    @field_validator("servers", "tools")
+    @classmethod
+    def _globs(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if not pattern or pattern != pattern.strip():
+                raise ValueError(
+                    f"{pattern!r} is not a glob: give a non-empty name or pattern without spaces around it"
+                )
+        return patterns
+
+
+class _PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[_Rule]
+
+
+def _claim_matches(actual: Any, wanted: Any) -> bool:
+    options = wanted if isinstance(wanted, list) else [wanted]
+    values = actual if isinstance(actual, list) else [actual]
+    return any(type(v) is type(o) and v == o for v in values for o in options)
+
+
+class ToolPolicy:
+    """A `CallerPolicy` from rules; `allowed` returns the tool names a caller may use (None: all of them)."""
+
+    def __init__(self, rules: Iterable[Mapping[str, Any] | _Rule], *, source: str = "policy") -> None:
+        self.source = source
+        self._rules: list[_Rule] = []
+        for i, rule in enumerate(rules):
+            try:
+                self._rules.append(rule if isinstance(rule, _Rule) else _Rule.model_validate(rule))
+            except ValidationError as exc:
+                raise PolicyError(_first_error(source, exc, prefix=("rules", i))) from None
+        self._compiled = [
+            (rule, _compile(rule.servers), _compile(rule.tools), "*" in rule.servers or "*" in rule.tools)
+            for rule in self._rules
+        ]
+
+    @classmethod
+    def load(cls, path: str | Path) -> ToolPolicy:
+        """Read and check a policy file; PolicyError names the file and the rule at fault."""
+        where = str(path)
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise PolicyError(f"policy {where}: cannot read it ({exc.strerror or exc})") from None
+        except json.JSONDecodeError as exc:
+            raise PolicyError(
+                f"policy {where}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from None
+        except UnicodeDecodeError:
+            raise PolicyError(f"policy {where}: not UTF-8 text") from None
+        try:
+            parsed = _PolicyFile.model_validate(raw)
+        except ValidationError as exc:
+            raise PolicyError(_first_error(where, exc)) from None
+        return cls(parsed.rules, source=where)
+
+    def applies(self, rule: _Rule, caller: Caller) -> bool:
+        when = rule.when
+        if any(s not in caller.scopes for s in when.scopes):
+            return False
+        if when.subjects is not None and caller.subject not in when.subjects:
+            return False
+        return all(name in caller.claims and _claim_matches(caller.claims[name], v) for name, v in when.claims.items())
+
+    def allowed(self, caller: Caller, catalog: Catalog) -> frozenset[str] | None:
+        names: set[str] = set()
+        for rule, servers, tools, everything in self._compiled:
+            if not self.applies(rule, caller):
+                continue
+            if everything:
+                return None
+            for tool in catalog:
+                if (servers and tool.namespace is not None and servers.fullmatch(tool.namespace)) or (
+                    tools and tools.fullmatch(tool.name)
+                ):
+                    names.add(tool.name)
+        return frozenset(names)
+
+    def __repr__(self) -> str:
+        return f"ToolPolicy({self.source!r}, {len(self._rules)} rules)"
+
+
+def _compile(patterns: list[str]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    # fnmatchcase semantics (no case folding), compiled once for the whole catalog
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+def _first_error(where: str, exc: ValidationError, prefix: tuple[str | int, ...] = ()) -> str:
+    first = exc.errors()[0]
+    loc = [*prefix, *first["loc"]]
+    # rules are counted from 1, as a reader of the file counts them
+    rule = next((f"rule {int(loc[i + 1]) + 1}" for i, part in enumerate(loc[:-1]) if part == "rules"), None)
+    path = ".".join(str(p) for p in loc)
+    named = f"{rule} ({path})" if rule else path or "the file"
+    return f"policy {where}: {named}: {first['msg']}"
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--tool-policy FILE`: the rules that limit which tools each caller may use."""
+    parser.add_argument(
+        "--tool-policy",
+        metavar="FILE",
+        help="JSON rules giving each caller (by scope, claim or subject) its servers and tools; "
+        "a caller no rule applies to gets no tools (see docs/auth.md)",
+    )
+
+
+def policy_from_args(args: argparse.Namespace) -> ToolPolicy | None:
+    """The policy `--tool-policy` names, loaded and checked (PolicyError), or None without the flag."""
+    path = getattr(args, "tool_policy", None)
+    return ToolPolicy.load(path) if path else None
