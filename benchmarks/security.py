@@ -32,12 +32,11 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
     """The same token and Origin attacks against a real `toolsearch mcp serve`, and calls outside the policy."""
     import anyio
     import httpx2
+    from fakes.attacks import origin_attacks, send, token_attacks
+    from fakes.oauth_issuer import LocalIssuer
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
     from mcp_servers import http_gateway, time_server, toy, write_config
-
-    from tests.fakes.attacks import origin_attacks, send, token_attacks
-    from tests.fakes.oauth_issuer import LocalIssuer
 
     config = write_config(folder / "servers.json", {"toy": toy(), "time": time_server()})
     policy = folder / "policy.json"
@@ -81,10 +80,9 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
     import httpx2
-
-    from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, slow_headers, token_attacks
-    from tests.fakes.oauth_issuer import LocalIssuer
-    from tests.fakes.protected_mcp import run_protected, serve_protected
+    from fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, slow_headers, token_attacks
+    from fakes.oauth_issuer import LocalIssuer
+    from fakes.protected_mcp import run_protected, serve_protected
 
     rows: list[dict[str, Any]] = []
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
+from fakes.oauth_issuer import LocalIssuer
+from fakes.protected_mcp import Served, run_protected, serve_protected
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
-from tests.fakes.oauth_issuer import LocalIssuer
-from tests.fakes.protected_mcp import Served, run_protected, serve_protected
 from toolsearch._errors import AuthConfigError
 from toolsearch.mcp.auth import AuthSettings, StaticTokens, add_auth_arguments, check_exposure
 from toolsearch.mcp.caller import Caller

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
+from fakes.oauth_issuer import LocalIssuer
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_servers import PY, GatewayProcess, gateway_env, http_gateway, time_server, toy, write_config
 from mcp_servers.clients import text
 
-from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
-from tests.fakes.oauth_issuer import LocalIssuer
 from toolsearch._errors import AuthConfigError
 from toolsearch.mcp.auth import AuthSettings
 from toolsearch.mcp.settings import GatewaySettings

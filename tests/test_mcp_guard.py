@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 
 import httpx2
 import pytest
+from fakes.attacks import INITIALIZE, MCP_HEADERS, Attack, origin_attacks, send, slow_headers
+from fakes.protected_mcp import Served, serve_protected
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fakes.attacks import INITIALIZE, MCP_HEADERS, Attack, origin_attacks, send, slow_headers
-from tests.fakes.protected_mcp import Served, serve_protected
 from toolsearch.mcp.caller import CALLER_SCOPE_KEY, Caller
 from toolsearch.mcp.guard import RateLimit, is_loopback, origin_allowed
 
