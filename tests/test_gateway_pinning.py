@@ -89,7 +89,8 @@ async def test_a_changed_schema_blocks_calls_until_the_session_searches_again(ga
         await _mutate(alice, "locked", schema=NEW_SCHEMA)
 
         async def refused() -> bool:  # once the gateway has the new definition, the old view is refused
-            return (await alice.call("locked__echo", {"text": "again"})).is_error
+            # (before that the call is held while the server is re-read: tests/test_gateway_rugpull.py)
+            return "after you loaded it" in text(await alice.call("locked__echo", {"text": "again"}))
 
         await _wait_for(refused)
         said = text(await alice.call("locked__echo", {"text": "again"}))
@@ -147,7 +148,9 @@ def test_pins_live_in_the_shared_store_and_concurrent_records_keep_each_other(re
     assert other.changed and other.shown is changed
     assert DefinitionPins("block").view(changed, pins_a.pins_of(session.state())).blocked
 
-    pins_b.record(worker_b.get("s1"), [changed], refresh=True)  # what a search does
+    repinned = pins_b.refresh(worker_b.get("s1"), [changed])  # what a search does: re-pin, and say so
+    assert [(r.tool.name, r.changes) for r in repinned] == [("srv__echo", ("definition",))]  # B cannot say what
+    assert pins_b.refresh(worker_b.get("s1"), [changed]) == []  # once re-pinned, nothing more to say
     assert not pins_a.view(changed, session.state().metadata[PINS_KEY]).changed
 
 
