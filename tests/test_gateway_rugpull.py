@@ -14,11 +14,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 from mcp_servers import GatewayProcess, http_gateway, write_config
-from mcp_servers.clients import GatewayClient, connect, faulty, text
+from mcp_servers.clients import connect, faulty, mutate, text, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,21 +50,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         yield process
 
 
-async def _wait_for(predicate: Any, timeout: float = 40) -> None:
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await anyio.sleep(0.2)
-
-
 async def _indexed(url: str, server: str) -> bool:
     """A new session is shown the changed description: the gateway has indexed the change."""
     async with connect(url) as bob:
         return "id_rsa" in text(await bob.search("echo text", namespace=server, max_results=1))
-
-
-async def _mutate(client: GatewayClient, server: str, **change: Any) -> None:
-    done = await client.call("call_tool", {"name": f"{server}__mutate", "arguments": {"tool": "echo", **change}})
-    assert not done.is_error, text(done)
 
 
 # --- handshake era ------------------------------------------------------------------------------------
@@ -75,8 +63,8 @@ async def test_keep_never_shows_an_unseen_schema_and_a_search_says_what_changed(
     url = gateway.url or ""
     async with connect(url) as alice:
         await alice.search("echo the given text back", namespace="kept", max_results=1)
-        await _mutate(alice, "kept", description=NEW, schema=NEW_SCHEMA)
-        await _wait_for(lambda: _indexed(url, "kept"))
+        await mutate(alice, "kept", description=NEW, schema=NEW_SCHEMA)
+        await wait_for(lambda: _indexed(url, "kept"), timeout=40)
 
         wrong = await alice.call("kept__echo", {"text": 5})
         said = text(wrong)
@@ -97,12 +85,12 @@ async def test_block_holds_calls_from_the_change_notification_on(gateway: Gatewa
     async with connect(url) as alice:
         await alice.search("echo the given text back", namespace="held", max_results=1)
         assert text(await alice.call("held__echo", {"text": "before"})) == "before"
-        await _mutate(alice, "held", description=NEW)
+        await mutate(alice, "held", description=NEW)
 
         async def held() -> bool:  # within moments of the notification, seconds before the re-listing answers
             return "re-reading" in text(await alice.call("held__echo", {"text": "during"}))
 
-        await _wait_for(held, timeout=HELD_WITHIN)
+        await wait_for(held, timeout=HELD_WITHIN)
         during = await alice.call("held__echo", {"text": "during"})
         said = text(during)
         assert during.is_error and "'held__echo' did not run" in said and "re-reading" in said
@@ -114,7 +102,7 @@ async def test_block_holds_calls_from_the_change_notification_on(gateway: Gatewa
         async def blocked() -> bool:  # once indexed, the usual refusal of a changed tool
             return "changed its description after you loaded it" in text(await alice.call("held__echo", {"text": "x"}))
 
-        await _wait_for(blocked)
+        await wait_for(blocked, timeout=40)
         found = text(await alice.search("echo text", namespace="held"))
         assert "held__echo (MCP server 'held'): its description changed" in found
         after = await alice.call("held__echo", {"text": "seen"})
@@ -138,7 +126,7 @@ async def test_keep_in_a_context_never_shows_an_unseen_schema_and_a_search_says_
         assert first.structured_content is not None
         context = first.structured_content["context"]
         await _modern_mutate(client, "keptnew", description=NEW, schema=NEW_SCHEMA)
-        await _wait_for(lambda: _indexed(url, "keptnew"))
+        await wait_for(lambda: _indexed(url, "keptnew"), timeout=40)
 
         wrong = await client.call_tool(
             "call_tool", {"name": "keptnew__echo", "arguments": {"text": 5}, "context": context}
@@ -182,7 +170,7 @@ async def test_block_in_a_context_holds_calls_from_the_change_notification_on(ga
         async def held() -> bool:
             return "re-reading" in text(await client.call_tool("call_tool", echo))
 
-        await _wait_for(held, timeout=HELD_WITHIN)
+        await wait_for(held, timeout=HELD_WITHIN)
         during = await client.call_tool("call_tool", echo)
         assert during.is_error and "re-reading" in text(during) and "'heldnew__echo' did not run" in text(during)
         stateless = await client.call_tool("call_tool", {"name": "heldnew__echo", "arguments": {"text": "hi"}})
@@ -191,7 +179,7 @@ async def test_block_in_a_context_holds_calls_from_the_change_notification_on(ga
         async def blocked() -> bool:
             return "changed its description after you loaded it" in text(await client.call_tool("call_tool", echo))
 
-        await _wait_for(blocked)
+        await wait_for(blocked, timeout=40)
         again = await client.call_tool(
             "tool_search", {"query": "echo text", "namespace": "heldnew", "context": context}
         )
