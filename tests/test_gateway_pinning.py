@@ -40,8 +40,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         yield process
 
 
-
-
 @pytest.mark.slow
 async def test_a_changed_description_keeps_the_definition_the_session_saw(gateway: GatewayProcess) -> None:
     url = gateway.url or ""
