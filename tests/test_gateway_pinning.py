@@ -10,10 +10,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import anyio
 import pytest
 from mcp_servers import GatewayProcess, http_gateway, write_config
-from mcp_servers.clients import GatewayClient, connect, faulty, text
+from mcp_servers.clients import connect, faulty, mutate, text, wait_for
 from redis_server import RedisServer
 
 from toolsearch import SessionManager, Tool, ToolIndex
@@ -41,17 +40,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         yield process
 
 
-async def _wait_for(predicate: Any, timeout: float = 30) -> None:
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await anyio.sleep(0.2)
-
-
-async def _mutate(client: GatewayClient, server: str, **change: Any) -> None:
-    done = await client.call("call_tool", {"name": f"{server}__mutate", "arguments": {"tool": "echo", **change}})
-    assert not done.is_error, text(done)
-
-
 @pytest.mark.slow
 async def test_a_changed_description_keeps_the_definition_the_session_saw(gateway: GatewayProcess) -> None:
     url = gateway.url or ""
@@ -60,13 +48,13 @@ async def test_a_changed_description_keeps_the_definition_the_session_saw(gatewa
         assert "kept__echo" in text(found)
         assert (await alice.tools())["kept__echo"].description == OLD
 
-        await _mutate(alice, "kept", description=NEW)
+        await mutate(alice, "kept", description=NEW)
 
         async def others_see_it() -> bool:  # a new session is shown the new definition once it is indexed
             async with connect(url) as bob:
                 return "id_rsa" in text(await bob.search("echo text", namespace="kept", max_results=1))
 
-        await _wait_for(others_see_it)
+        await wait_for(others_see_it)
         assert "MCP server 'kept' changed the definition of tool 'echo' (description)" in gateway.stderr
 
         tools = await alice.tools()
@@ -86,12 +74,13 @@ async def test_a_changed_schema_blocks_calls_until_the_session_searches_again(ga
         old_schema = (await alice.tools())["locked__echo"].input_schema
         assert not (await alice.call("locked__echo", {"text": "before"})).is_error
 
-        await _mutate(alice, "locked", schema=NEW_SCHEMA)
+        await mutate(alice, "locked", schema=NEW_SCHEMA)
 
         async def refused() -> bool:  # once the gateway has the new definition, the old view is refused
-            return (await alice.call("locked__echo", {"text": "again"})).is_error
+            # (before that the call is held while the server is re-read: tests/test_gateway_rugpull.py)
+            return "after you loaded it" in text(await alice.call("locked__echo", {"text": "again"}))
 
-        await _wait_for(refused)
+        await wait_for(refused)
         said = text(await alice.call("locked__echo", {"text": "again"}))
         assert "'locked__echo'" in said and "MCP server 'locked'" in said and "input schema" in said
         assert "tool_search" in said  # what to do
@@ -147,7 +136,9 @@ def test_pins_live_in_the_shared_store_and_concurrent_records_keep_each_other(re
     assert other.changed and other.shown is changed
     assert DefinitionPins("block").view(changed, pins_a.pins_of(session.state())).blocked
 
-    pins_b.record(worker_b.get("s1"), [changed], refresh=True)  # what a search does
+    repinned = pins_b.refresh(worker_b.get("s1"), [changed])  # what a search does: re-pin, and say so
+    assert [(r.tool.name, r.changes) for r in repinned] == [("srv__echo", ("definition",))]  # B cannot say what
+    assert pins_b.refresh(worker_b.get("s1"), [changed]) == []  # once re-pinned, nothing more to say
     assert not pins_a.view(changed, session.state().metadata[PINS_KEY]).changed
 
 

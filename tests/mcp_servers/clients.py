@@ -74,3 +74,16 @@ async def connect(url: str) -> AsyncIterator[GatewayClient]:
         holder.append(client)
         await s.initialize()
         yield client
+
+
+async def wait_for(predicate: Any, timeout: float = 30) -> None:
+    """Poll the async `predicate` until it is true; TimeoutError after `timeout` seconds."""
+    with anyio.fail_after(timeout):
+        while not await predicate():
+            await anyio.sleep(0.2)
+
+
+async def mutate(client: GatewayClient, server: str, **change: Any) -> None:
+    """Change faulty_server.py's `echo` through the gateway (its `mutate` tool sends tools/list_changed)."""
+    done = await client.call("call_tool", {"name": f"{server}__mutate", "arguments": {"tool": "echo", **change}})
+    assert not done.is_error, text(done)

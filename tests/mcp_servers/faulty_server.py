@@ -19,6 +19,8 @@ Environment:
 - ``FAULTY_MALFORMED=1``: tools/list also carries tools whose definitions are malformed (a schema
   that is not an object, a schema of type array, a missing name, properties that are not an object).
 - ``FAULTY_EXTRA_TOOLS``: a JSON list of tool definitions appended to tools/list as written.
+- ``FAULTY_LIST_DELAY``: once ``mutate`` ran, tools/list answers after this many seconds (calls are
+  answered meanwhile): the window between a change notification and the re-listing it asks for.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import time
 from typing import Any
 
 _write_lock = threading.Lock()
+_mutated = threading.Event()
 
 
 def _tool(name: str, description: str, properties: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -131,6 +134,7 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
             target["description"] = args["description"]
         if isinstance(args.get("schema"), dict):
             target["inputSchema"] = args["schema"]
+        _mutated.set()
         text_result(request_id, f"changed {target['name']}")
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
     else:
@@ -152,7 +156,14 @@ def handle(message: dict[str, Any]) -> None:
             },
         )
     elif method == "tools/list":
-        result(request_id, {"tools": list_tools()})
+        delay = float(os.environ.get("FAULTY_LIST_DELAY") or 0) if _mutated.is_set() else 0.0
+        if delay:
+            tools = list_tools()
+            threading.Thread(
+                target=lambda: (time.sleep(delay), result(request_id, {"tools": tools})), daemon=True
+            ).start()
+        else:
+            result(request_id, {"tools": list_tools()})
     elif method == "tools/call":
         name, args = str(params.get("name")), params.get("arguments") or {}
         threading.Thread(target=call, args=(request_id, name, args), daemon=True).start()

@@ -289,6 +289,31 @@ class Gateway:
             "(your tool list is updated), then decide whether to call it."
         )
 
+    def held(self, tool: Tool) -> types.CallToolResult | None:
+        """In "block" mode, the refusal of a call to a tool whose server announced a change the index
+        has not caught up with (re-listing, or listed anew but not yet indexed); None when it may go.
+
+        Everyone is held, not only sessions that saw the tool: what the index holds, which a call
+        would be checked and pinned against, is no longer what the upstream runs.
+        """
+        origin = upstream_of(tool)
+        if origin is None or self.pins.policy_for(tool) != "block":
+            return None
+        server, original = origin
+        live = self.source.definition(tool.name)
+        if not self.source.changing(server) and live is not None and live.fingerprint == tool.fingerprint:
+            return None
+        logger.warning(
+            "held a call to %r of MCP server %r: its tools changed and are being re-read (changedTools: block)",
+            original,
+            server,
+        )
+        return error_result(
+            f"MCP server {server!r} announced that its tools changed, and this gateway is re-reading them; it does "
+            f"not call them unseen meanwhile, so {tool.name!r} did not run. Wait a moment, call "
+            f"{self.metatool.name} to see its current definition, then decide whether to call it."
+        )
+
     def _set_guards(self) -> None:
         """Result size cap, pinned definitions and the usage log (see toolsearch.mcp.options)."""
         options = self.settings.options

@@ -29,6 +29,7 @@ from ..tools import Tool
 from .caller import Caller
 from .identity import session_key
 from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, schema_problems, with_text
+from .pinning import Repinned, repinned_text
 from .source import error_result, mcp_definition
 
 if TYPE_CHECKING:
@@ -206,23 +207,23 @@ class HandshakeEra:
         except ToolSearchError as exc:
             return error_result(f"{self.gateway.metatool.name} failed: {exc}")
         text = outcome.text
+        if repinned:  # the model is told, not just shown: a changed tool is news it must read
+            text += "\n" + repinned_text(repinned)
         if outcome.ok and outcome.tools and self.gateway.settings.call_tool:
             text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
         if session.discovered != before or repinned:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
-    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[MetaToolOutcome, bool]:
+    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[MetaToolOutcome, list[Repinned]]:
         """Search, then re-pin the session's tools to their current definitions (it is shown them
-        again) and feed the usage log; True as the second value when a definition it saw changed."""
+        again) and feed the usage log; the second value names the tools whose definition changed."""
         gateway = self.gateway
         outcome = gateway.metatool.run(session, arguments)
         if not outcome.ok:
-            return outcome, False
+            return outcome, []
         loaded = [t for t in session.visible_tools() if t.metadata.get("mcp")]
-        before = gateway.pins.pins_of(session.state())
-        after = gateway.pins.record(session, loaded, refresh=True)
-        repinned = any(name in before and before[name] != after.get(name) for name in (t.name for t in loaded))
+        repinned = gateway.pins.refresh(session, loaded)
         gateway.usage.catalog_changed(gateway.index.catalog.hash)
         gateway.usage.searched(
             session.id, outcome.query, [t.name for t in outcome.tools] + list(outcome.already_loaded)
@@ -277,6 +278,9 @@ class HandshakeEra:
         tool = gateway.index.catalog.get(name)
         if tool is None:  # removed by an upstream change a moment ago
             return error_result(f"Tool {name!r} is no longer offered. Call {gateway.metatool.name} to find another.")
+        held = gateway.held(tool)
+        if held is not None:
+            return held
         pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))  # a first call is a first sighting
         if pinned.blocked:
             return gateway.blocked(tool, pinned.shown)
@@ -284,7 +288,7 @@ class HandshakeEra:
         if isinstance(split, types.CallToolResult):
             return split
         own, values = split
-        problem = schema_problems(tool, own)
+        problem = schema_problems(pinned.shown, own)  # "keep": the schema the session saw, never an unseen one
         if problem is not None:
             return problem
         if not joined:

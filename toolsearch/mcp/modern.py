@@ -36,6 +36,7 @@ from .metatools import (
     schema_problems,
     with_text,
 )
+from .pinning import repinned_text
 from .source import error_result, mcp_definition
 
 if TYPE_CHECKING:
@@ -163,30 +164,37 @@ class ModernEra:
             if not outcome.ok:
                 return error_result(outcome.text)
             found = list(outcome.tools)
-            # What the conversation is shown now is what later calls are checked against (rug-pull pins).
-            gateway.pins.record(session, [t for t in found if t.metadata.get("mcp")], refresh=True)
+            # What the conversation is shown now is what later calls are checked against (rug-pull pins):
+            # the tools found now, and any found earlier whose definition changed (shown again, and named).
+            names = {t.name for t in found}
+            loaded = [t for t in session.visible_tools() if t.metadata.get("mcp") and t.name not in names]
+            repinned = gateway.pins.refresh(session, [t for t in found if t.metadata.get("mcp")] + loaded)
+            found += [r.tool for r in repinned if r.tool.name not in names]
             handle = opened.handle
             if handle is None and gateway.settings.contexts:
                 handle = self._mint(caller, session)
             usage_id = session.id if handle is None else context_key(caller, handle)
             tracing.gateway_session(usage_id)
             gateway.usage.catalog_changed(gateway.index.catalog.hash)
-            gateway.usage.searched(usage_id, outcome.query, [t.name for t in found] + list(outcome.already_loaded))
+            shown = [t.name for t in outcome.tools] + list(outcome.already_loaded)  # the search's own hits
+            gateway.usage.searched(usage_id, outcome.query, shown)
         finally:
             self._close(opened)
         entries = [found_definition(gateway.exposed(t)) for t in found]
         structured: dict[str, Any] = {"query": outcome.query, "tools": entries}
         if outcome.already_loaded:
             structured["alreadyFound"] = list(outcome.already_loaded)
+        if repinned:
+            structured["changed"] = [r.entry() for r in repinned]
         if handle is not None:
             structured[CONTEXT_ARGUMENT] = handle
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=self._render(outcome.query or "", entries, outcome, handle))],
-            structured_content=structured,
-        )
+        text = self._render(outcome.query or "", entries, outcome, handle, repinned_text(repinned))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
-    def _render(self, query: str, entries: list[dict[str, Any]], outcome: Any, handle: str | None) -> str:
-        lines: list[str] = []
+    def _render(
+        self, query: str, entries: list[dict[str, Any]], outcome: Any, handle: str | None, changed: str = ""
+    ) -> str:
+        lines: list[str] = [changed] if changed else []
         if entries:
             lines.append(
                 f"Found {len(entries)} tool(s) for {query!r}. Call one through {CALL_TOOL} with "
@@ -234,15 +242,20 @@ class ModernEra:
                 return error_result(
                     f"Tool {name!r} is no longer offered. Call {gateway.metatool.name} to find another."
                 )
+            held = gateway.held(tool)
+            if held is not None:
+                return held
+            shown = tool
             if opened.handle is not None:
                 pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))
                 if pinned.blocked:
                     return gateway.blocked(tool, pinned.shown)
+                shown = pinned.shown
             split = gateway.split_augmented(session, name, arguments)
             if isinstance(split, types.CallToolResult):
                 return split
             arguments, values = split
-            problem = schema_problems(tool, arguments)
+            problem = schema_problems(shown, arguments)  # "keep": the schema this context saw, never an unseen one
             if problem is not None:
                 return problem
             session.touch([name])

@@ -308,6 +308,8 @@ class UpstreamServer:
         self._lifecycle = anyio.Lock()
         self._refresh_lock = anyio.Lock()
         self._refresh_pending = False
+        # True from a change notification until its re-listing is applied: "block" holds calls meanwhile.
+        self.relisting = False
         self._generation = 0
         self._listing_problems: list[str] = []
         self._ready_at: float | None = None
@@ -459,6 +461,7 @@ class UpstreamServer:
                 started = True
                 async for _event in subscription:
                     if self._task_group is not None:
+                        self.relisting = True
                         self._task_group.start_soon(self.refresh)
         except (MCPError, ListenNotSupportedError, SubscriptionLost) as exc:
             logger.warning("MCP server %r: no tool change notifications (%s)", self.name, exc)
@@ -577,6 +580,7 @@ class UpstreamServer:
     async def _on_message(self, message: Any) -> None:
         # Runs inline in the session's receive loop: never do session I/O here, spawn it.
         if isinstance(message, types.ToolListChangedNotification) and self._task_group is not None:
+            self.relisting = True  # now, not when the re-listing task starts
             self._task_group.start_soon(self.refresh)
 
     async def refresh(self) -> bool:
@@ -585,20 +589,24 @@ class UpstreamServer:
             self._refresh_pending = True  # coalesce a burst of notifications into one more listing
             return False
         changed = False
+        self.relisting = True
         async with self._refresh_lock:
-            while True:
-                self._refresh_pending = False
-                session = self._session
-                if session is None:
-                    return changed
-                try:
-                    listed = await self._list_all(session)
-                except Exception as exc:
-                    logger.warning("MCP server %r: re-listing tools failed: %s", self.name, _leaf(exc))
-                    return changed
-                changed = self._apply(listed) or changed
-                if not self._refresh_pending:
-                    break
+            try:
+                while True:
+                    self._refresh_pending = False
+                    session = self._session
+                    if session is None:
+                        return changed
+                    try:
+                        listed = await self._list_all(session)
+                    except Exception as exc:
+                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, _leaf(exc))
+                        return changed
+                    changed = self._apply(listed) or changed
+                    if not self._refresh_pending:
+                        break
+            finally:
+                self.relisting = False
         if changed and self._on_tools_changed is not None:
             await self._on_tools_changed(self)
         return changed
@@ -813,6 +821,18 @@ class MCPToolSource:
         """(server, original name) for a namespaced tool name, or None when no server has it."""
         hit = self._routes.get(name)
         return (hit[0].name, hit[1]) if hit else None
+
+    def definition(self, name: str) -> Tool | None:
+        """The namespaced tool's definition as its server last listed it (ahead of any index built from `catalog`)."""
+        hit = self._routes.get(name)
+        if hit is None:
+            return None
+        return next((t for t in hit[0].tools if t.name == name), None)
+
+    def changing(self, server: str) -> bool:
+        """True while `server` announced a change to its tools that is not re-listed yet."""
+        upstream = self.servers.get(server)
+        return upstream is not None and upstream.relisting
 
     def add_listener(self, listener: SourceListener) -> None:
         """Call `listener(source, server_name)` after a server's tools changed."""
