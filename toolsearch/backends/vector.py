@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 import threading
@@ -34,7 +35,9 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
-__all__ = ["VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"]
+__all__ = [
+    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"
+]
 
 FORMAT_VERSION = 1
 INDEX_FILE = "vectors.faiss"
@@ -485,15 +488,21 @@ def _is_hnsw(index: Any) -> bool:
     return _kind(index) == "hnsw"
 
 
+# The one list of vector options, read off the constructor so a new keyword is accepted everywhere
+# (here and by hybrid, which passes these through) without a second list to keep in step.
+OPTIONS: tuple[str, ...] = (
+    "model",
+    "embedder",
+    *(p.name for p in inspect.signature(VectorBackend.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY),
+)
+
+
 def _split_options(options: dict[str, Any]) -> tuple[str | None, Embedder | None, dict[str, Any]]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise BackendError(f"unknown vector backend option(s) {', '.join(unknown)}; use {', '.join(OPTIONS)}")
     model = options.pop("model", None)
     embedder = options.pop("embedder", None)
-    known = {"hnsw_threshold", "ef_search", "ivf_threshold", "nprobe", "cache", "progress"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise BackendError(
-            f"unknown vector backend option(s) {', '.join(unknown)}; use model, embedder, {', '.join(sorted(known))}"
-        )
     return model, embedder, options
 
 
