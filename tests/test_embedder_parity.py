@@ -134,6 +134,7 @@ INT8_SAME_TOP1 = 0.99  # share of queries whose top hit is the same
 INT8_QUERIES = 300  # per data set: the documents are embedded once (shared cache), queries twice
 
 
+@pytest.mark.timeout(900)  # the first test to embed a whole data set's tools pays for it (seal_tools: 4,076)
 @pytest.mark.parametrize("dataset", ["bfcl", "metatool", "seal_tools"])
 def test_int8_queries_rank_like_float32(datasets_dir: Path, dataset: str) -> None:
     """The default backend over the same (float32) tool vectors, queries embedded in float32 and in int8."""
