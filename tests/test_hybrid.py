@@ -116,3 +116,22 @@ def test_unknown_options_and_bad_weights() -> None:
     assert backend.describe()["vector"] == {"hnsw_threshold": 100}
     rebuilt = hybrid_module.create(**backend.describe())
     assert rebuilt.describe() == backend.describe()
+
+
+@pytest.mark.parametrize("option", ["hnsw_threshold", "ef_search", "ivf_threshold", "nprobe"])
+def test_every_vector_option_is_taken_at_the_top_level_as_in_vector(option: str) -> None:
+    """One list of vector options: hybrid takes each at the top level, the same as inside vector={...}."""
+    import inspect
+
+    from toolsearch.backends import vector as vector_module
+
+    parameters = inspect.signature(vector_module.VectorBackend.__init__).parameters.items()
+    keywords = [p for p, v in parameters if v.kind is v.KEYWORD_ONLY]
+    assert set(keywords) <= set(vector_module.OPTIONS)
+    value = {"ef_search": 64}.get(option, 8)
+    embedder = CallableEmbedder(concept_vectors, "concepts-16", 16)
+    top = ToolIndex.build(CATALOG, "hybrid", embedder=embedder, **{option: value})
+    nested = ToolIndex.build(CATALOG, "hybrid", embedder=embedder, vector={option: value})
+    assert getattr(top.backend.dense, option) == getattr(nested.backend.dense, option) == value  # type: ignore[attr-defined]
+    assert top.key == nested.key
+    assert top.search("tidy up my inbox", 3).names == nested.search("tidy up my inbox", 3).names

@@ -113,6 +113,23 @@ def test_a_removed_tool_is_not_brought_back_by_old_votes(index: ToolIndex) -> No
     assert "herramienta_correo" not in learned.search("write to my accountant", 5).names
 
 
+@pytest.mark.parametrize("backend", ["regex", "bm25"])
+@pytest.mark.parametrize("updated", ["wrapped", "wrapper"])
+def test_the_wrapper_and_its_index_see_every_update_either_makes(backend: str, updated: str) -> None:
+    """A LearningIndex delegates to the index it wraps: an update through either is seen by both."""
+    plain = ToolIndex.build([Tool("send_email", "send an email")], backend=backend)
+    learned = learning(plain, UsageLog())
+    target = plain if updated == "wrapped" else learned
+    target.upsert([Tool("get_weather", "weather forecast")])
+    assert plain.search("weather", 5).names == learned.search("weather", 5).names == ["get_weather"]
+    assert len(learned) == len(plain) == 2 and learned.key == plain.key and learned.catalog is plain.catalog
+    target.remove(["send_email"])
+    assert plain.search("email", 5).names == learned.search("email", 5).names == []
+    target.sync([Tool("send_sms", "send a text message")])
+    assert learned.search("text message", 5).names == plain.search("text message", 5).names == ["send_sms"]
+    assert learned.catalog.names == plain.catalog.names == ["send_sms"]
+
+
 def test_a_few_wrong_calls_do_not_bury_the_right_tool(index: ToolIndex) -> None:
     log = UsageLog()
     for text, tool in [("weather in lisbon now", "weather_now"), ("email the team the agenda", "mail_send"),

@@ -24,13 +24,16 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .backends import Backend
+from .catalog import Catalog
 from .index import ToolIndex, validate_k, validate_query
 from .results import Hit, SearchResult
+from .tools import Tool
 from .usage import UsageLog
 
 __all__ = ["LearnedRanker", "LearningIndex", "Signal"]
@@ -206,13 +209,16 @@ class LearnedRanker:
 class LearningIndex(ToolIndex):
     """A ToolIndex whose search adds the learned signal of a usage log; use it in place of `index`.
 
-    It shares the index's catalog and backend (no copy, no rebuild). With an empty log, with
-    `enabled` False, or when no past query is similar, `search` returns exactly what the plain
-    index returns. Session filters apply to learned tools as to every other tool.
+    It wraps the index by delegation (pydantic-ai's `WrapperToolset`): catalog, backend, updates
+    and the plain search are the wrapped index's own, read at each call, so an `upsert` on either
+    is seen by both. With an empty log, with `enabled` False, or when no past query is similar,
+    `search` returns exactly what the plain index returns. Session filters apply to learned tools
+    as to every other tool.
     """
 
+    # No super().__init__: a wrapper that held its own catalog and backend would go stale.
     def __init__(self, index: ToolIndex, log: UsageLog | LearnedRanker, *, enabled: bool = True) -> None:
-        super().__init__(index.catalog, index.backend)
+        self.wrapped = index
         self.ranker = log if isinstance(log, LearnedRanker) else LearnedRanker(log)
         self.enabled = enabled
 
@@ -220,8 +226,46 @@ class LearningIndex(ToolIndex):
     def log(self) -> UsageLog:
         return self.ranker.log
 
+    # --- everything but the learned ranking is the wrapped index's --------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.wrapped.catalog
+
+    @property
+    def backend(self) -> Backend:
+        return self.wrapped.backend
+
+    @property
+    def backend_name(self) -> str:
+        return self.wrapped.backend_name
+
+    @property
+    def key(self) -> str:
+        return self.wrapped.key
+
+    def __len__(self) -> int:
+        return len(self.wrapped)
+
     def __repr__(self) -> str:
         return f"LearningIndex({self.backend_name}, {len(self)} tools, {len(self.log)} usage entries)"
+
+    def resolve_filter(
+        self, allowed: Collection[str] | None = None, namespaces: Collection[str] | None = None
+    ) -> frozenset[str] | None:
+        return self.wrapped.resolve_filter(allowed, namespaces)
+
+    def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:
+        return self.wrapped.search_checked(text, k, names)
+
+    def upsert(self, tools: Iterable[Tool]) -> None:
+        self.wrapped.upsert(tools)
+
+    def remove(self, names: Iterable[str]) -> None:
+        self.wrapped.remove(names)
+
+    def sync(self, tools: Iterable[Tool] | Catalog) -> None:
+        self.wrapped.sync(tools)
 
     def search(
         self,
@@ -232,7 +276,7 @@ class LearningIndex(ToolIndex):
         namespaces: Collection[str] | None = None,
     ) -> SearchResult:
         if not self.enabled:
-            return super().search(query, k, allowed=allowed, namespaces=namespaces)
+            return self.wrapped.search(query, k, allowed=allowed, namespaces=namespaces)
         start = time.perf_counter()
         text = validate_query(query)
         k = validate_k(k)

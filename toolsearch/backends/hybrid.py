@@ -115,7 +115,7 @@ def fuse(dense: dict[str, float], lexical: dict[str, float], dense_weight: float
 
 
 _OWN = ("dense_weight", "pool")
-_VECTOR = ("model", "embedder", "hnsw_threshold", "ef_search", "cache", "progress")
+_VECTOR = vector_module.OPTIONS  # the vector half's options may be passed at the top level too
 
 
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

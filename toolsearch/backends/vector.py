@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 import threading
@@ -25,6 +26,7 @@ from ..embeddings import (
     resolve_embedder,
     shared_cache,
 )
+from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
 from ..text import embedding_text
 from ..tools import Tool
@@ -34,7 +36,9 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
-__all__ = ["VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"]
+__all__ = [
+    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"
+]
 
 FORMAT_VERSION = 1
 INDEX_FILE = "vectors.faiss"
@@ -80,7 +84,12 @@ def query_clauses(query: str) -> list[str]:
 
 
 class VectorBackend:
-    """Tools embedded with `embedder`; inner product of normalised vectors = cosine similarity."""
+    """Tools embedded with `embedder`; inner product of normalised vectors = cosine similarity.
+
+    `query_adapter`: True (default) maps the default model's query vectors by the shipped matrix
+    (toolsearch.query_adapter; no effect for other models), False searches with the raw query
+    vectors, a square matrix uses that one (experiments; it is not recorded by `describe`).
+    """
 
     name = "vector"
 
@@ -94,6 +103,7 @@ class VectorBackend:
         nprobe: int = IVF_NPROBE,
         cache: EmbeddingCache | bool | str | Path = True,
         progress: bool | None = None,
+        query_adapter: bool | np.ndarray = True,
     ) -> None:
         if isinstance(hnsw_threshold, bool) or not isinstance(hnsw_threshold, int) or hnsw_threshold < 1:
             raise BackendError(f"hnsw_threshold must be a positive integer, got {hnsw_threshold!r}")
@@ -101,6 +111,18 @@ class VectorBackend:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BackendError(f"{option} must be a positive integer, got {value!r}")
         self.embedder = embedder
+        # The shipped query-side map of the default model (toolsearch.query_adapter), a matrix of
+        # one's own (experiments: not part of describe()), or none.
+        if isinstance(query_adapter, np.ndarray):
+            d = query_adapter.shape[0] if query_adapter.ndim == 2 else -1
+            if query_adapter.shape != (d, d):
+                raise BackendError(f"query_adapter must be a square matrix, got shape {query_adapter.shape}")
+            self.adapter: np.ndarray | None = np.ascontiguousarray(query_adapter, dtype=np.float32)
+        elif isinstance(query_adapter, bool):
+            self.adapter = adapter_for(embedder.model_id) if query_adapter else None
+        else:
+            raise BackendError(f"query_adapter must be True, False or a square matrix, got {query_adapter!r}")
+        self.query_adapter = query_adapter if isinstance(query_adapter, bool) else True
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
         self.ivf_threshold = ivf_threshold
@@ -146,6 +168,8 @@ class VectorBackend:
             out["ivf_threshold"] = self.ivf_threshold
         if self.nprobe != IVF_NPROBE:
             out["nprobe"] = self.nprobe
+        if not self.query_adapter:
+            out["query_adapter"] = False
         return out
 
     # --- updates ----------------------------------------------------------------------------
@@ -248,8 +272,9 @@ class VectorBackend:
         embed_queries(self.embedder, ["warm up"])
 
     def query_vectors(self, query: str) -> np.ndarray:
-        """The (cached) normalised embeddings of a query and of its clauses, one row each."""
-        return self._queries.get(self.embedder, query, query_clauses)
+        """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
+        rows = self._queries.get(self.embedder, query, query_clauses)
+        return rows if self.adapter is None else adapt(rows, self.adapter)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
         best = self.candidates(query, k, allowed)
@@ -270,7 +295,7 @@ class VectorBackend:
         return self.vector_candidates(self.query_vectors(query), n, allowed, include)
 
     def search_vectors(self, vectors: np.ndarray, k: int, allowed: frozenset[str] | None = None) -> Ranking:
-        """`search` for query vectors already embedded (a request's row, then its clauses' rows)."""
+        """`search` for query rows as `query_vectors` returns them (a request's row, then its clauses' rows)."""
         rows = np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
         if self._index is not None and rows.shape[1] != self._index.d:
             got, want = rows.shape[1], self._index.d
@@ -485,15 +510,21 @@ def _is_hnsw(index: Any) -> bool:
     return _kind(index) == "hnsw"
 
 
+# The one list of vector options, read off the constructor so a new keyword is accepted everywhere
+# (here and by hybrid, which passes these through) without a second list to keep in step.
+OPTIONS: tuple[str, ...] = (
+    "model",
+    "embedder",
+    *(p.name for p in inspect.signature(VectorBackend.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY),
+)
+
+
 def _split_options(options: dict[str, Any]) -> tuple[str | None, Embedder | None, dict[str, Any]]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise BackendError(f"unknown vector backend option(s) {', '.join(unknown)}; use {', '.join(OPTIONS)}")
     model = options.pop("model", None)
     embedder = options.pop("embedder", None)
-    known = {"hnsw_threshold", "ef_search", "ivf_threshold", "nprobe", "cache", "progress"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise BackendError(
-            f"unknown vector backend option(s) {', '.join(unknown)}; use model, embedder, {', '.join(sorted(known))}"
-        )
     return model, embedder, options
 
 

@@ -243,8 +243,9 @@ def render_markdown(report: dict[str, Any]) -> list[str]:
         lines.append(f"| {_TEXT[key]} | {shown} | {verdict} |")
     arms = list(report["settings"].get("embedders") or ["numpy"])
     lines += ["", f"Search at {int(largest):,} tools, query embedding included (p50 / p95 ms). `numpy` is the "
-              "default embedder (documents in numpy, queries on onnxruntime); `numpy-only` runs queries in numpy "
-              "too; `sentence-transformers` is the same model through torch:", ""]
+              "default embedder (documents in numpy, queries on onnxruntime in int8); `numpy-fp32` runs queries on "
+              "onnxruntime in float32; `numpy-only` runs queries in numpy too; `sentence-transformers` is the same "
+              "model through torch:", ""]
     lines += [f"| backend | {' | '.join(arms)} | ratio (sentence-transformers / numpy, p50) |",
               "|---|" + "---|" * (len(arms) + 1)]
     for b in ("vector", "hybrid"):

@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="numpy",
         metavar="LIST",
         help="embedders for the vector and hybrid backends, comma-separated: numpy (the default; "
-        "queries on onnxruntime), numpy-only, "
+        "queries on onnxruntime in int8), numpy-fp32 (queries on onnxruntime in float32), numpy-only, "
         "sentence-transformers (the same model through torch), e5; with more than one, each runs as its own "
         "system (`hybrid@sentence-transformers`) with its own fresh embedding cache (default: numpy)",
     )
