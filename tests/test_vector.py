@@ -200,17 +200,18 @@ def test_hnsw_index_round_trip_and_updates_after_load(tmp_path: Path, demo_tools
 
 
 def test_the_shipped_query_adapter_moves_queries_only(demo_tools: list[Tool]) -> None:
-    """The default model's queries are mapped by the shipped matrix; documents, other models and off are untouched."""
+    """With the adapter on, the default model's queries are mapped by the shipped matrix; documents, other models
+    and the default (off) are untouched."""
     from toolsearch.query_adapter import adapt, adapter_for
 
     matrix = adapter_for(NumpyEmbedder().model_id)
     assert matrix is not None and matrix.shape == (384, 384) and matrix.dtype == np.float32
     assert 0 < float(np.linalg.norm(matrix - np.eye(384))) < 10  # learned, and held near the identity
     assert adapter_for("hash-64") is None
-    on = ToolIndex.build(demo_tools, backend="vector")
-    off = ToolIndex.build(demo_tools, backend="vector", query_adapter=False)
+    on = ToolIndex.build(demo_tools, backend="vector", query_adapter=True)
+    off = ToolIndex.build(demo_tools, backend="vector")
     assert on.backend.adapter is not None and off.backend.adapter is None  # type: ignore[attr-defined]
-    assert off.backend.describe()["query_adapter"] is False and "query_adapter" not in on.backend.describe()
+    assert on.backend.describe()["query_adapter"] is True and "query_adapter" not in off.backend.describe()
     assert on.key != off.key  # an index searched another way is another index
     query = "will it rain in Lisbon tomorrow"
     raw = off.backend.query_vectors(query)  # type: ignore[attr-defined]
@@ -218,7 +219,7 @@ def test_the_shipped_query_adapter_moves_queries_only(demo_tools: list[Tool]) ->
     np.testing.assert_allclose(np.linalg.norm(on.backend.query_vectors(query), axis=1), 1.0, atol=1e-5)  # type: ignore[attr-defined]
     assert "weather_get_forecast" in on.search(query, 3).names
     # The hybrid backend takes the option at the top level (one list of vector options).
-    assert ToolIndex.build(demo_tools, "hybrid", query_adapter=False).backend.dense.adapter is None  # type: ignore[attr-defined]
+    assert ToolIndex.build(demo_tools, "hybrid", query_adapter=True).backend.dense.adapter is not None  # type: ignore[attr-defined]
     with pytest.raises(Exception, match="query_adapter must be a square matrix"):
         ToolIndex.build(demo_tools, backend="vector", query_adapter=np.ones((3, 4)))
     with pytest.raises(Exception, match="query_adapter must be True, False or a square matrix"):
