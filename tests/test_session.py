@@ -431,7 +431,7 @@ def test_tools_for_request_in_every_format_with_safe_names(manager: SessionManag
     assert [t["name"] for t in anthropic] == names and "input_schema" in anthropic[0]
     assert "inputSchema" in tools_for_request(s, "mcp")[0]
     with pytest.raises(ValueError, match="unknown tool format"):
-        tools_for_request(s, "gemini")  # type: ignore[arg-type]
+        tools_for_request(s, "cohere")  # type: ignore[arg-type]
 
 
 def test_handle_tool_calls_with_provider_shaped_calls(manager: SessionManager) -> None:
