@@ -358,7 +358,8 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# MCP gateway: tokens of the tools list, and latency per call",
         "",
-        f"Measured {data['date']} on {data['machine']} (1-minute load average {data['load_average_1m']} "
+        f"Measured {data['date']} on {data['machine']} (1-minute load average "
+        f"{data.get('load_average_1m_start')} at the start and {data['load_average_1m']} "
         f"at the end of the run), Python {data['python']}, mcp {data['mcp']}. "
         "Reproduce with `python benchmarks/mcp_gateway.py`.",
         "",
@@ -462,6 +463,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     config = servers()
+    load_at_start = round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp) / "servers.json"
         config_path.write_text(json.dumps({"mcpServers": config}))
@@ -471,6 +473,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "load_average_1m_start": load_at_start,
         "load_average_1m": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
         "mcp": version("mcp"),

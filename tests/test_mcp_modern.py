@@ -292,3 +292,26 @@ async def test_an_upstream_that_speaks_2026_is_spoken_to_in_2026_and_heard_throu
                         query = {"query": f"{server}_wombat", "max_results": 1}
                         while f"{server}__{server}_wombat" not in text(await client.call_tool("tool_search", query)):
                             await anyio.sleep(0.2)
+
+
+async def test_a_vscode_config_starts_the_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VS Code's `servers` + `inputs` format, an input from the environment and `${env:VAR}`, serve real upstreams."""
+    from mcp_servers import toy
+
+    entry = toy()
+    entry["env"] = {"TOY_GREETING": "${input:greeting}", "TOY_HOME": "${env:HOME}"}
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "inputs": [{"id": "greeting", "type": "promptString", "description": "A greeting"}],
+                "servers": {"toy": {"type": "stdio", **entry}},
+            }
+        )
+    )
+    monkeypatch.setenv("TOOLSEARCH_INPUT_GREETING", "hello")  # the gateway process inherits it
+    async with modern_client(config) as client:
+        found = await client.call_tool("tool_search", {"query": "add two integers", "max_results": 2})
+        assert not found.is_error and "toy__add_numbers" in json.dumps(found.structured_content)
+        summed = await client.call_tool("call_tool", {"name": "toy__add_numbers", "arguments": {"a": 2, "b": 3}})
+        assert not summed.is_error and "5" in json.dumps(summed.model_dump(mode="json"))
