@@ -14,7 +14,7 @@ import enum
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -491,23 +491,24 @@ class ToolExecutor:
         (the MCP gateway), after `split_augmented` found them valid."""
         self._deliver([(0, name, values, call_id)])
 
-    def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
+    def _handed(self, deliveries: Sequence[_Delivery]) -> Iterator[Any]:
+        """Each delivery traced, then handed to the consumer; yields what the consumer returned (the
+        sync and async paths differ only in what they do with an awaitable)."""
         for _, name, values, call_id in deliveries:
             tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
-            outcome = consumer(name, values, call_id)  # type: ignore[misc]
+            yield consumer(name, values, call_id)  # type: ignore[misc]
+
+    def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
+        for outcome in self._handed(deliveries):
             if inspect.isawaitable(outcome):
                 if inspect.iscoroutine(outcome):
                     outcome.close()
                 raise TypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it directly")
 
     async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
-        for _, name, values, call_id in deliveries:
-            tracing.augmented(name, values, call_id)
-        consumer = self.augment.on_augment if self.augment is not None else None
-        for _, name, values, call_id in deliveries if consumer is not None else ():
-            outcome = consumer(name, values, call_id)  # type: ignore[misc]
+        for outcome in self._handed(deliveries):
             if inspect.isawaitable(outcome):
                 await outcome
 
