@@ -145,3 +145,15 @@ def test_the_tool_policy_flag_loads_and_checks_the_file(tmp_path: Path) -> None:
     path.write_text('{"rules": [{"servers": "time"}]}')
     with pytest.raises(PolicyError, match="rule 1"):
         policy_from_args(parser.parse_args(["--tool-policy", str(path)]))
+
+
+def test_an_answer_is_worked_out_once_per_catalog_and_applying_rules() -> None:
+    policy = ToolPolicy([{"when": {"scopes": ["git"]}, "servers": ["github"]}, {"tools": ["time__*"]}])
+    git = Caller.authenticated_as("static", "ana", scopes={"git"})
+    other = Caller.authenticated_as("static", "bo", scopes={"git", "extra"})  # the same rules apply
+    first = policy.allowed(git, CATALOG)
+    assert first is not None and policy.allowed(other, CATALOG) is first  # reused, not recomputed
+    assert policy.allowed(ANONYMOUS, CATALOG) != first  # another set of rules: another answer
+    grown = Catalog([*CATALOG, tool("github", "close_issue")])
+    again = policy.allowed(git, grown)
+    assert again is not None and "github__close_issue" in again and "github__close_issue" not in first

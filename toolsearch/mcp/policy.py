@@ -94,6 +94,9 @@ class ToolPolicy:
             (rule, _compile(rule.servers), _compile(rule.tools), "*" in rule.servers or "*" in rule.tools)
             for rule in self._rules
         ]
+        # The gateway asks on every request: the answer depends only on which rules apply to the
+        # caller and on the catalog, so it is worked out once per (catalog, applying rules).
+        self._answers: dict[tuple[str, tuple[int, ...]], frozenset[str] | None] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> ToolPolicy:
@@ -124,10 +127,20 @@ class ToolPolicy:
         return all(name in caller.claims and _claim_matches(caller.claims[name], v) for name, v in when.claims.items())
 
     def allowed(self, caller: Caller, catalog: Catalog) -> frozenset[str] | None:
+        applying = tuple(i for i, (rule, *_) in enumerate(self._compiled) if self.applies(rule, caller))
+        key = (catalog.hash, applying)
+        if key in self._answers:
+            return self._answers[key]
+        answer = self._match(applying, catalog)
+        if len(self._answers) >= _MAX_ANSWERS:  # a catalog change leaves old keys behind: start over
+            self._answers.clear()
+        self._answers[key] = answer
+        return answer
+
+    def _match(self, applying: tuple[int, ...], catalog: Catalog) -> frozenset[str] | None:
         names: set[str] = set()
-        for rule, servers, tools, everything in self._compiled:
-            if not self.applies(rule, caller):
-                continue
+        for i in applying:
+            _, servers, tools, everything = self._compiled[i]
             if everything:
                 return None
             for tool in catalog:
@@ -139,6 +152,9 @@ class ToolPolicy:
 
     def __repr__(self) -> str:
         return f"ToolPolicy({self.source!r}, {len(self._rules)} rules)"
+
+
+_MAX_ANSWERS = 256
 
 
 def _compile(patterns: list[str]) -> re.Pattern[str] | None:
