@@ -166,12 +166,9 @@ def _counter_pair() -> tuple[Counter, Counter] | None:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from . import __version__  # the package's one version string (the gateway reports the same)
 
-    try:
-        return version("toolsearch")
-    except PackageNotFoundError:
-        return "0"
+    return __version__
 
 
 def _queries() -> QueryMode:
