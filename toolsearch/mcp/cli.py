@@ -42,7 +42,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             auth=auth,
             options=GatewayOptions.from_args(args),
             workers=worker_settings(args),
-            augment=Augmentation.from_file(args.augment) if getattr(args, "augment", None) else None,
+            augment=Augmentation.from_file(args.augment) if args.augment else None,
         )
     except ValueError as exc:
         raise ToolSearchError(str(exc)) from None

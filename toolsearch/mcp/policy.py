@@ -186,5 +186,4 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def policy_from_args(args: argparse.Namespace) -> ToolPolicy | None:
     """The policy `--tool-policy` names, loaded and checked (PolicyError), or None without the flag."""
-    path = getattr(args, "tool_policy", None)
-    return ToolPolicy.load(path) if path else None
+    return ToolPolicy.load(args.tool_policy) if args.tool_policy else None
