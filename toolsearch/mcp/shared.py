@@ -16,6 +16,7 @@ from .._errors import SessionStoreError, StoredIndexError
 from ..catalog import Catalog
 from ..index import ToolIndex
 from ..store import IndexStore
+from ..stores.redis import REDIS_SCHEMES
 
 __all__ = ["SharedIndex", "CatalogEpoch", "CatalogBoard", "RedisCatalogBoard", "board_from_url"]
 
@@ -134,6 +135,6 @@ def board_from_url(url: str, *, prefix: str = "toolsearch:", timeout: float = 1.
     """The board beside a session store URL: Redis for redis URLs, a process-local one otherwise."""
     from urllib.parse import urlsplit
 
-    if urlsplit(url).scheme in ("redis", "rediss", "unix"):
+    if urlsplit(url).scheme in REDIS_SCHEMES:
         return RedisCatalogBoard(url, prefix=prefix, timeout=timeout)
     return CatalogBoard()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ToolSearchError
+from ..stores.redis import REDIS_SCHEMES
 from .gateway import reuse_port_socket
 from .settings import WorkerSettings
 from .startup import configure_logging
@@ -26,7 +27,7 @@ __all__ = ["add_worker_arguments", "worker_settings", "check_worker_arguments", 
 logger = logging.getLogger("toolsearch.mcp")
 
 STORE_VARIABLE = "TOOLSEARCH_SESSION_STORE"
-_STORE_SCHEMES = ("memory", "redis", "rediss", "unix")
+_STORE_SCHEMES = ("memory", *REDIS_SCHEMES)
 _READY_TIMEOUT = 120.0  # a worker builds or loads the index before it listens
 _RESTART_PAUSE = 1.0  # between restarts of a worker that keeps dying
 

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from .._errors import SessionStoreError
 from ._state import SCHEMA_VERSION, SessionState, SessionStore, StateUpdate, decode_state, encode_state
 from .memory import InMemorySessionStore
+from .redis import REDIS_SCHEMES
 
 if TYPE_CHECKING:
     from ..usage import UsageStore
@@ -44,7 +45,7 @@ def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         return InMemorySessionStore(ttl_seconds=ttl_seconds, **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         from .redis import RedisSessionStore
 
         return RedisSessionStore(url, ttl_seconds=ttl_seconds, **options)
@@ -64,7 +65,7 @@ def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -
     from ..usage import FileUsageStore, InMemoryUsageStore
 
     scheme = urlsplit(url).scheme
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         from .usage_redis import RedisUsageStore
 
         return RedisUsageStore(url, **options)

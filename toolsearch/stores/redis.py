@@ -13,6 +13,9 @@ from .._errors import SessionStoreError, UnknownSessionError, missing_dependency
 from ._state import SessionState, StateUpdate, encode_state, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""URL schemes of a Redis server: the session store, the usage store and the catalog board all take them."""
+
 __all__ = ["RedisSessionStore", "redacted_url"]
 
 T = TypeVar("T")
@@ -88,7 +91,7 @@ class RedisSessionStore:
             from redis.retry import Retry
         except ImportError:
             raise missing_dependency("redis", "redis") from None
-        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        if urlsplit(url).scheme not in REDIS_SCHEMES:
             raise SessionStoreError(
                 f"session store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db"
             )

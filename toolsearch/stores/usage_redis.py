@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from .._errors import missing_dependency
 from ..usage import Privacy, UsageEntry, UsageError, UsageLog
-from .redis import redacted_url
+from .redis import REDIS_SCHEMES, redacted_url
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 
@@ -46,7 +46,7 @@ class _Redis:
             from redis.retry import Retry
         except ImportError:
             raise missing_dependency("redis", "redis") from None
-        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        if urlsplit(url).scheme not in REDIS_SCHEMES:
             raise UsageError(f"usage store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db")
         self.url = redacted_url(url)
         self.prefix = prefix
