@@ -29,7 +29,7 @@ from toolsearch import (
     handle_tool_calls,
     load_tools,
 )
-from toolsearch._untrusted import first_hidden
+from toolsearch._untrusted import clean_text, first_hidden
 from toolsearch.loop import LoopOutcome, run
 from toolsearch.mcp.source import MCPToolSource, mcp_definition, tool_from_mcp
 
@@ -46,6 +46,7 @@ HIDDEN = {
     "C0 control": "\x00",
     "C1 control": "\x85",
     "lone surrogate": "\ud800",
+    "variation selectors": "\ufe00\ufe01\U000e0100\U000e01ef",  # bytes smuggled after a visible letter
 }
 CLASSES = list(HIDDEN)
 
@@ -153,6 +154,19 @@ def test_a_hidden_character_in_a_name_or_value_refuses_the_tool(field: str, kind
     assert message.startswith("tool '"), message  # names the tool
     assert f"U+{ord(char):04X}" in message and "refused" in message, message
     assert first_hidden(message) is None, "the error message must not carry the character itself"
+
+
+@pytest.mark.parametrize("text", ["Sunny \u2600\ufe0f", "keycap 1\ufe0f\u20e3", "\u845b\U000e0100 (variant)"])
+def test_a_variation_selector_after_the_character_it_varies_is_kept(text: str) -> None:
+    assert clean_text(text) == text
+    assert first_hidden(text) is None
+    assert Tool.from_mcp(with_property(enum=[text])).input_schema["properties"]["city"]["enum"] == [text]
+
+
+@pytest.mark.parametrize("text", ["\u2600\ufe0f\ufe00\ufe01", "\u2600\u200b\ufe0f\ufe0f", "\ufe0fstart"])
+def test_only_one_selector_survives_and_only_after_a_character(text: str) -> None:
+    cleaned = clean_text(text)
+    assert first_hidden(cleaned) is None and cleaned.count("\ufe0f") + cleaned.count("\ufe00") <= 1, ascii(cleaned)
 
 
 def test_the_refusal_names_the_field_and_the_character() -> None:

@@ -13,7 +13,12 @@ it, or break whatever prints or encodes it:
 - control characters, C0 and C1 (ANSI escape sequences start with one), except tab, line feed and
   carriage return;
 - lone surrogates (U+D800..U+DFFF): a JSON `\\ud800` escape decodes to one, and no UTF-8 encoder
-  accepts it.
+  accepts it;
+- stray variation selectors (U+FE00..U+FE0F, U+E0100..U+E01EF): invisible marks that a run of can
+  encode any bytes after one visible character ("variation-selector smuggling"). A selector is
+  legitimate only right after the character it varies (an emoji, a CJK ideograph, a keycap digit),
+  one per character; every other selector is hidden text. Unlike the other classes this depends on
+  the character before it, so `hidden_kind` alone cannot tell and `first_hidden` checks the context.
 
 The rule, for every model-visible field of a tool (see `Tool` in toolsearch.tools):
 
@@ -56,6 +61,14 @@ _CANDIDATE = re.compile(r"[^\t\n\r\x20-\x7e]")
 _WHITESPACE_CONTROLS = frozenset("\t\n\r")
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u180e")
+_SELECTORS = "\ufe00-\ufe0f\U000e0100-\U000e01ef"
+# A selector is stray at the start, after another selector, or after an ASCII character other than
+# a keycap base (0-9, # and * take U+FE0F in keycap emoji): no other ASCII character has a variation
+# sequence. Lookbehinds see the original text, so in a run only the first selector can survive.
+_ANY_SELECTOR = re.compile(f"[{_SELECTORS}]")
+_STRAY_SELECTOR = re.compile(
+    rf"(?:^|(?<=[\x00-\x22\x24-\x29\x2b-\x2f\x3a-\x7f{_SELECTORS}]))[{_SELECTORS}]"
+)
 
 # The classes, as named in error messages.
 SURROGATE = "lone surrogate"
@@ -64,6 +77,7 @@ ESCAPE = "ANSI escape character"
 TAG = "tag character"
 BIDI = "bidi control"
 ZERO_WIDTH = "zero-width character"
+SELECTOR = "stray variation selector"
 FORMAT = "invisible format character"
 SURROGATES = frozenset({SURROGATE})
 UNUSABLE = frozenset({SURROGATE, CONTROL, ESCAPE})
@@ -95,6 +109,8 @@ def first_hidden(text: str, only: Collection[str] | None = None) -> tuple[int, s
         return None
     for match in _CANDIDATE.finditer(text):
         kind = hidden_kind(match.group())
+        if kind is None and _STRAY_SELECTOR.match(text, match.start()) is not None:
+            kind = SELECTOR
         if kind is not None and (only is None or kind in only):
             return match.start(), match.group(), kind
     return None
@@ -109,6 +125,11 @@ def describe(char: str) -> str:
     """`U+200B ZERO WIDTH SPACE`: a character named so that a log line shows it without containing it."""
     name = unicodedata.name(char, "")
     return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
+def quoted(text: str) -> str:
+    """`text` quoted for a message: repr escapes hidden characters, and this escapes selectors too (printable marks)."""
+    return _ANY_SELECTOR.sub(lambda m: ascii(m.group())[1:-1], repr(text))
 
 
 def repair_surrogates(text: str) -> str:
@@ -131,7 +152,7 @@ def clean_text(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text  # the common case costs one scan
     text = _ANSI.sub("", repair_surrogates(text).replace("\r\n", "\n").replace("\r", "\n"))
-    return _CANDIDATE.sub(_repair, text)
+    return _STRAY_SELECTOR.sub("", _CANDIDATE.sub(_repair, text))  # selectors last: a removed mark unmasks them
 
 
 # --- paths and model output ---------------------------------------------------------------------
@@ -203,7 +224,7 @@ class Walk:
 
     def refuse(self, role: str, path: Path, text: str, found: tuple[int, str, str]) -> InvalidToolError:
         position, char, kind = found
-        shown = repr(text if len(text) <= 60 else text[:57] + "...")  # repr escapes what it holds
+        shown = quoted(text if len(text) <= 60 else text[:57] + "...")
         at = f" at {_render(path)}" if path else ""
         if kind == SURROGATE:
             why = "half of a UTF-16 pair, not a character: it cannot be encoded, stored or sent"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import DuplicateToolError, InvalidToolError
-from ._untrusted import Walk, clean_text
+from ._untrusted import Walk, clean_text, quoted
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
@@ -44,7 +44,7 @@ class Tool:
     fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"tool {self.name!r}" if isinstance(self.name, str) else "tool"
+        where = f"tool {quoted(self.name)}" if isinstance(self.name, str) else "tool"
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidToolError(f"{where}: 'name' must be a non-empty string, got {self.name!r}")
         if len(self.name) > MAX_NAME_CHARS:
