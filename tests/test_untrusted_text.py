@@ -330,6 +330,22 @@ def test_handle_tool_calls_turns_a_bad_query_into_a_tool_error(index: ToolIndex,
     assert not session.discovered
 
 
+def test_a_tool_output_with_a_lone_surrogate_renders_in_every_format(index: ToolIndex) -> None:
+    def send_email(to: str) -> str:
+        return "sent \ud800 to " + to  # e.g. a body it decoded from JSON
+
+    session = SessionManager(index).create("s")
+    session.discover(["send_email"])
+    call = _chat_call('{"to": "a@b.c"}')
+    call["function"]["name"] = "send_email"
+    for results in (handle_tool_calls(session, [call], [send_email]),
+                    asyncio.run(ahandle_tool_calls(session, [call], [send_email]))):
+        (result,) = results
+        assert not result.is_error and result.content == "sent \ufffd to a@b.c"
+        for format in ("openai_chat", "openai_responses", "anthropic", "gemini"):
+            json.dumps(result.render(format), ensure_ascii=False).encode("utf-8")  # the reply can be sent
+
+
 @pytest.fixture(scope="module")
 def bm25_index() -> ToolIndex:
     return ToolIndex.build(catalog(), backend="bm25")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from . import tracing
+from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
@@ -152,6 +153,11 @@ class ToolResult:
     value: Any = field(default=None, repr=False, compare=False)
     tool_references: tuple[Tool, ...] = ()
     search: SearchRecord | None = None
+
+    def __post_init__(self) -> None:
+        # A tool's output can hold a lone surrogate (a JSON "\\ud800" it decoded): no UTF-8 encoder takes
+        # it, so every rendering of the result (the loop's and a bring-your-own loop's) gets U+FFFD instead.
+        object.__setattr__(self, "content", repair_surrogates(self.content))
 
     @property
     def is_error(self) -> bool:
