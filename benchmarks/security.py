@@ -187,7 +187,7 @@ def render(report: dict[str, Any]) -> str:
         "HTTP request or connection, to a real MCP server behind `toolsearch.mcp.auth.protect` "
         "(tests/fakes/protected_mcp.py) or to a real `toolsearch mcp serve` process with two upstream servers, "
         "with tokens from a local issuer made for the run; the cases are tests/fakes/attacks.py, the ones "
-        "tests/test_mcp_auth.py, tests/test_mcp_guard.py and tests/test_mcp_auth_gateway.py send.",
+        "tests/mcp/test_mcp_auth.py, tests/mcp/test_mcp_guard.py and tests/mcp/test_mcp_auth_gateway.py send.",
         "",
         "| attack | tried | refused | got in | answer |",
         "|---|---:|---:|---:|---|",

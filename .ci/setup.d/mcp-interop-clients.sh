@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCP clients we did not write, for the interop tests (tests/test_mcp_interop_ts.py) and the
+# MCP clients we did not write, for the interop tests (tests/mcp/test_mcp_interop_ts.py) and the
 # docs examples (docs/mcp.md): the official TypeScript SDK client, v1 (@modelcontextprotocol/sdk)
 # and v2 (@modelcontextprotocol/client), and the MCP Inspector's CLI, into .cache/node.
 # Those tests never skip, so a failed install fails CI here, with the reason, not later.

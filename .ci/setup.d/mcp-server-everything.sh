@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The npm reference MCP server for the gateway tests (tests/test_mcp_gateway.py), into .cache/node.
+# The npm reference MCP server for the gateway tests (tests/mcp/test_mcp_gateway.py), into .cache/node.
 # The tests need it and do not skip without it: when Node or the install is missing, CI fails here,
 # at the cause, instead of later at the test.
 set -euo pipefail

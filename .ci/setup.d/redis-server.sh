@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's redis-server for the session-store tests (tests/test_redis_store.py start their own
+# Debian's redis-server for the session-store tests (tests/stores/test_redis_store.py start their own
 # server on a free port). Those tests must run in CI, so a missing binary that cannot be
 # installed fails the build here instead of letting them skip.
 set -euo pipefail

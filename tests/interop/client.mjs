@@ -8,7 +8,7 @@
 // handshake scenario - connect, list, search, receive tools/list_changed and the client's own
 // auto-refreshed list, call the found tool, a second client that must not see the first one's
 // tools, a bad argument - and the modern one (below) print what they observed as one JSON object on
-// stdout. The Python test (tests/test_mcp_interop_ts.py) makes the assertions; this script fails
+// stdout. The Python test (tests/mcp/test_mcp_interop_ts.py) makes the assertions; this script fails
 // (exit 1) only when a step cannot run at all.
 import { createRequire } from "node:module";
 import { resolve } from "node:path";

@@ -930,11 +930,11 @@ def test_the_provider_rule_refuses_the_invalid_request(
 
 
 def test_every_rule_has_a_test_and_a_row_in_the_docs() -> None:
-    source = (Path(__file__).parent / "fakes" / "provider_rules.py").read_text()
+    source = (Path(__file__).parents[1] / "fakes" / "provider_rules.py").read_text()
     rules = set(re.findall(r'(?:Violation|_check_\w+)\(\s*"([a-z-]+)"', source))
     tested = {rule for *_, rule in RULE_CASES} | {rule for *_, rule in GEMINI_RULE_CASES}
     assert rules <= tested, sorted(rules - tested)
-    docs = (Path(__file__).parents[1] / "docs" / "testing.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
     assert all(f"`{rule}`" in docs for rule in rules), sorted(r for r in rules if f"`{r}`" not in docs)
 
 

@@ -16,7 +16,7 @@ from mcp_servers.clients import connect, text
 
 pytestmark = pytest.mark.slow
 
-ARGS_SERVER = Path(__file__).resolve().parent / "mcp_servers" / "args_server.py"
+ARGS_SERVER = Path(__file__).resolve().parents[1] / "mcp_servers" / "args_server.py"
 REASON = {"type": "string", "description": "Why you call this tool, in one sentence."}
 SCHEMA = {"type": "object", "properties": {"call_reason": REASON}, "required": ["call_reason"]}
 

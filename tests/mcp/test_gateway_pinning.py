@@ -77,7 +77,7 @@ async def test_a_changed_schema_blocks_calls_until_the_session_searches_again(ga
         await mutate(alice, "locked", schema=NEW_SCHEMA)
 
         async def refused() -> bool:  # once the gateway has the new definition, the old view is refused
-            # (before that the call is held while the server is re-read: tests/test_gateway_rugpull.py)
+            # (before that the call is held while the server is re-read: tests/mcp/test_gateway_rugpull.py)
             return "after you loaded it" in text(await alice.call("locked__echo", {"text": "again"}))
 
         await wait_for(refused)

@@ -12,7 +12,7 @@ import pytest
 
 from toolsearch.evaluation import LabeledQuery
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "multilingual.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "multilingual.py"
 
 
 @pytest.fixture(scope="module")

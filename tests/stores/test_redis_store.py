@@ -17,7 +17,7 @@ from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, Unkno
 from toolsearch.executor import handle_tool_calls
 from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, store_from_url
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TOOLS = [
     Tool("weather_current", "Current weather conditions for a city."),
