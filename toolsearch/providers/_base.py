@@ -11,7 +11,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
-from .._errors import DuplicateToolError, ToolSearchError
+from .._errors import DuplicateToolError
+from .._errors import ProviderError as ProviderError  # its old home: imports from here keep working
 from .._untrusted import repair_surrogates, surrogate_problem
 from ..tools import NameMap, Tool, provider_safe_name
 
@@ -19,10 +20,6 @@ Role = Literal["system", "user", "assistant", "tool"]
 ToolSearchMode = Literal["schema", "native"]
 CallKind = Literal["function", "tool_search"]
 StreamEventType = Literal["text_delta", "tool_call_start"]
-
-
-class ProviderError(ToolSearchError):
-    """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
 
 
 @dataclass(frozen=True, slots=True)
