@@ -35,6 +35,7 @@ from ._errors import (
     ToolSearchError,
     UnknownFormatError,
     UnknownSessionError,
+    UnknownToolError,
     UpstreamError,
     UsageError,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "ToolSearchError",
     "InvalidToolError",
     "DuplicateToolError",
+    "UnknownToolError",
     "InvalidQueryError",
     "QueryTimeoutError",
     "AugmentationError",

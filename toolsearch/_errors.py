@@ -7,6 +7,7 @@ with those bases in parentheses:
     ToolSearchError
     ├── InvalidToolError (ValueError)              a tool definition is malformed
     ├── DuplicateToolError (ValueError)            two definitions share one name
+    ├── UnknownToolError (KeyError)                no tool has that name in the catalog
     ├── InvalidQueryError (ValueError)             a search request is unusable
     │   └── QueryTimeoutError                      a pattern ran past its time budget
     ├── AugmentationError (ValueError)             an `augment=` schema is unusable
@@ -45,6 +46,7 @@ __all__ = [
     "ToolSearchError",
     "InvalidToolError",
     "DuplicateToolError",
+    "UnknownToolError",
     "InvalidQueryError",
     "QueryTimeoutError",
     "AugmentationError",
@@ -74,6 +76,7 @@ __all__ = [
     "CommandError",
     "EvalError",
     "missing_dependency",
+    "wrong_type",
 ]
 
 
@@ -94,6 +97,13 @@ class DuplicateToolError(ToolSearchError, ValueError):
     def __init__(self, message: str, names: list[str]) -> None:
         super().__init__(message)
         self.names = names
+
+
+class UnknownToolError(ToolSearchError, KeyError):
+    """No tool of that name is in the catalog (`catalog[name]`; `catalog.get(name)` returns None instead)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0]) if self.args else ""
 
 
 class InvalidQueryError(ToolSearchError, ValueError):
@@ -224,6 +234,11 @@ class CommandError(ToolSearchError):
 
 class EvalError(ToolSearchError):
     """The evaluation cannot run as asked: no queries, a usage log without query text."""
+
+
+def wrong_type(what: str, value: object, expected: str) -> ArgumentTypeError:
+    """Build the error for an argument of the wrong kind: `what` must be `expected`, and what it got."""
+    return ArgumentTypeError(f"{what} must be {expected}, got {type(value).__name__}")
 
 
 def missing_dependency(package: str, extra: str) -> MissingDependencyError:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import InvalidQueryError
+from ._errors import InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import Backend, get_backend_spec
 from .catalog import Catalog
@@ -80,6 +81,9 @@ class ToolIndex:
     def load(cls, folder: str | Path, **options: Any) -> ToolIndex:
         """Open an index saved with `save` (see toolsearch.store for the checks it makes)."""
         from .store import load_index
+
+        if not isinstance(folder, (str, os.PathLike)):
+            raise wrong_type("ToolIndex.load: folder", folder, "the index folder (str or Path)")
 
         return load_index(Path(folder), **options)
 
