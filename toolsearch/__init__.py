@@ -82,6 +82,7 @@ def __getattr__(name: str) -> Any:
 
 __version__ = "0.1.0"
 
+# The whole root surface: docs/api.md lists it with the public modules, tests/test_packaging.py pins it.
 __all__ = [
     # tools and catalogs
     "Tool",

@@ -42,46 +42,18 @@ Every message says which input is wrong, what is wrong with it and what to do in
 
 from __future__ import annotations
 
-__all__ = [
-    "ToolSearchError",
-    "InvalidToolError",
-    "DuplicateToolError",
-    "UnknownToolError",
-    "InvalidQueryError",
-    "QueryTimeoutError",
-    "AugmentationError",
-    "InvalidArgumentError",
-    "UnknownFormatError",
-    "ArgumentTypeError",
-    "BackendError",
-    "MissingDependencyError",
-    "StoredIndexError",
-    "IndexNotFoundError",
-    "IndexFormatError",
-    "InvalidIndexNameError",
-    "SessionError",
-    "SessionRequiredError",
-    "UnknownSessionError",
-    "SessionStoreError",
-    "SessionStateError",
-    "ToolNotAllowedError",
-    "ProviderError",
-    "UsageError",
-    "PriceTableError",
-    "DataSourceError",
-    "MCPConfigError",
-    "UpstreamError",
-    "AuthConfigError",
-    "PolicyError",
-    "CommandError",
-    "EvalError",
-    "missing_dependency",
-    "wrong_type",
-]
-
 
 class ToolSearchError(Exception):
-    """Root of every error toolsearch raises; the message says what to do."""
+    """Root of every error toolsearch raises; the message says what to do.
+
+    >>> from toolsearch import Tool, ToolIndex, ToolSearchError
+    >>> index = ToolIndex.build([Tool("send_email", "Send an email")], "regex")
+    >>> try:
+    ...     index.search("")
+    ... except ToolSearchError as exc:  # an InvalidQueryError, and a ValueError as before
+    ...     print(type(exc).__name__, isinstance(exc, ValueError))
+    InvalidQueryError True
+    """
 
 
 # --- tools, queries and arguments -------------------------------------------------------------

@@ -144,7 +144,13 @@ class ToolIndex:
         allowed: Collection[str] | None = None,
         namespaces: Collection[str] | None = None,
     ) -> SearchResult:
-        """Rank tools for a query, optionally only among `allowed` names and `namespaces`."""
+        """Rank tools for a query, optionally only among `allowed` names and `namespaces`.
+
+        >>> from toolsearch import Tool, ToolIndex
+        >>> tools = [Tool("send_email", "Send an email"), Tool("get_weather", "Weather forecast for a city")]
+        >>> ToolIndex.build(tools, "bm25").search("weather forecast for Paris", k=1).names
+        ['get_weather']
+        """
         return self.search_checked(validate_query(query), validate_k(k), self.resolve_filter(allowed, namespaces))
 
     def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:

@@ -406,7 +406,14 @@ def _is_one_json(text: str) -> bool:
 
 
 def provider_safe_name(name: str) -> str:
-    """A name every LLM API accepts (`^[A-Za-z0-9_-]{1,64}$`), stable for a given input."""
+    """A name every LLM API accepts (`^[A-Za-z0-9_-]{1,64}$`), stable for a given input.
+
+    >>> from toolsearch import provider_safe_name
+    >>> provider_safe_name("get_weather")
+    'get_weather'
+    >>> provider_safe_name("math.factorial")  # no dots in OpenAI names: replaced, and a digest keeps it unique
+    'math_factorial_7458e2de'
+    """
     if not isinstance(name, str):
         raise wrong_type("provider_safe_name: name", name, "a tool name (str)")
     if _PROVIDER_NAME.match(name):
