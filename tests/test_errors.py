@@ -180,7 +180,7 @@ def _bad_calls(tmp: Path) -> dict[str, Case]:
     session = sessions.create("s1")
 
     def model() -> ScriptedModel:
-        return ScriptedModel(turns=[reply("done")])
+        return ScriptedModel(turns=[reply(text="done")])
 
     return {
         # tools and catalogs: wrong types, empty values, unreadable files
