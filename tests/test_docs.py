@@ -1,4 +1,5 @@
-"""Every command and code block in README.md and docs/*.md runs, and the README matches .ci/run.
+"""Every command and code block in README.md and docs/*.md runs, so do the `>>>` examples in public docstrings,
+and the README matches .ci/run.
 
 Blocks run in document order, each document in its own empty folder with TOOLSEARCH_HOME set:
 ```console blocks run their `$ ` lines (continued by a trailing backslash), ```bash and ```sh
@@ -23,6 +24,8 @@ ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL point at it), never the network.
 from __future__ import annotations
 
 import difflib
+import doctest
+import importlib
 import json
 import os
 import re
@@ -326,3 +329,33 @@ def test_integrations_says_which_openai_api_each_example_calls(tmp_path: Path, l
         _run_block(block, tmp_path, env)
         seen.setdefault(framework, set()).update(r.path for r in llm_server.requests[before:])
     assert seen == expected
+
+
+# --- docstring examples -------------------------------------------------------------------------
+
+
+def _public_docstring_examples() -> list[doctest.DocTest]:
+    """The `>>>` examples of every name the public modules export (docs/api.md lists those modules)."""
+    table = (ROOT / "docs" / "api.md").read_text(encoding="utf-8").split("## Public modules", 1)[1]
+    modules = re.findall(r"^\| `(toolsearch[\w.]*)` \|", table.split("\n## ", 1)[0], flags=re.M)
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    found: dict[tuple[str, int | None], doctest.DocTest] = {}
+    for name in modules:
+        module = importlib.import_module(name)
+        for attr in [None, *module.__all__]:
+            obj = module if attr is None else getattr(module, attr)
+            if attr is not None and not (callable(obj) and getattr(obj, "__doc__", None)):
+                continue
+            for test in finder.find(obj, f"{name}.{attr}" if attr else name, globs={}):
+                found.setdefault((test.filename or test.name, test.lineno), test)  # a re-export is one example
+    return [t for t in found.values() if t.examples]
+
+
+def test_docstring_examples_run() -> None:
+    tests = _public_docstring_examples()
+    assert len(tests) >= 3, "the public docstrings lost their examples"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    failed, attempted = runner.summarize(verbose=False)
+    assert attempted and not failed, f"{failed} of {attempted} docstring examples failed (see the output above)"

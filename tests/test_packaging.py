@@ -1,7 +1,9 @@
-"""Packaging: a light `import toolsearch`, the console script, the shipped data and type marker."""
+"""Packaging: a light `import toolsearch`, the exact public surface, the console script, the shipped data."""
 
 from __future__ import annotations
 
+import fnmatch
+import importlib
 import importlib.metadata
 import importlib.resources
 import json
@@ -59,6 +61,89 @@ def test_public_api_is_exported() -> None:
     missing = [name for name in toolsearch.__all__ if not hasattr(toolsearch, name)]
     assert not missing
     assert toolsearch.__version__ == importlib.metadata.version("toolsearch")
+
+
+# The root's surface, name by name: a change here is a change of the public API (see docs/api.md).
+ROOT_API = {
+    # tools and catalogs
+    "Tool", "load_tools", "provider_safe_name", "NameMap", "Catalog", "CatalogDelta",
+    # indexes and search
+    "ToolIndex", "IndexStore", "Hit", "Ranking", "SearchResult",
+    "BackendSpec", "register_backend", "backend_names", "default_backend",
+    # sessions and the agent loop
+    "SessionManager", "Session", "SessionStore", "InMemorySessionStore", "RedisSessionStore", "SessionState",
+    "store_from_url", "ToolSearchMetaTool", "system_prompt_suffix", "ToolSearchLoop", "LoopConfig", "LoopOutcome",
+    "LoopResult", "run", "arun", "ToolExecutor", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls",
+    "StreamEvent", "Augmentation",
+    # errors
+    "ToolSearchError", "InvalidToolError", "DuplicateToolError", "UnknownToolError", "InvalidQueryError",
+    "QueryTimeoutError", "AugmentationError", "InvalidArgumentError", "UnknownFormatError", "ArgumentTypeError",
+    "BackendError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError", "IndexFormatError",
+    "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError", "SessionStoreError",
+    "SessionStateError", "ToolNotAllowedError", "ProviderError", "UsageError", "PriceTableError", "DataSourceError",
+    "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "CommandError", "EvalError",
+}
+
+
+def _api_page() -> tuple[list[str], list[str]]:
+    """The public modules (docs/api.md's table) and the implementation modules and patterns (its list)."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    public_part = text.split("## Public modules", 1)[1].split("\n## ", 1)[0]
+    private_part = text.split("## Implementation modules", 1)[1].split("\n## ", 1)[0]
+    public = re.findall(r"^\| `(toolsearch[\w.]*)` \|", public_part, flags=re.M)
+    private = re.findall(r"`(toolsearch\.[\w.*]+)`", private_part)
+    return public, private
+
+
+def _package_modules() -> list[str]:
+    package = ROOT / "toolsearch"
+    names = []
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return names
+
+
+def test_root_exports_exactly_the_intended_names() -> None:
+    import toolsearch
+
+    assert len(toolsearch.__all__) == len(set(toolsearch.__all__)), "a name is listed twice in toolsearch.__all__"
+    assert set(toolsearch.__all__) == ROOT_API
+
+
+def test_every_module_is_listed_as_public_or_implementation() -> None:
+    public, private = _api_page()
+    assert "toolsearch" in public and not set(public) & set(private)
+    modules = _package_modules()
+    unlisted = [m for m in modules if m not in public and not any(fnmatch.fnmatchcase(m, p) for p in private)]
+    assert not unlisted, f"list these in docs/api.md, as public or as implementation: {unlisted}"
+    stale = [p for p in public + private if not any(fnmatch.fnmatchcase(m, p) for m in modules)]
+    assert not stale, f"docs/api.md lists modules that do not exist: {stale}"
+
+
+def test_each_public_name_has_one_home() -> None:
+    import toolsearch
+    from toolsearch import _errors
+
+    public, _ = _api_page()
+    errors = {name for name, value in vars(_errors).items() if isinstance(value, type) and issubclass(value, Exception)}
+    home: dict[str, str] = {}
+    for name in public:
+        module = importlib.import_module(name)
+        exported = getattr(module, "__all__", None)
+        assert exported is not None, f"{name} is public: give it an __all__"
+        assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"
+        for attr in exported:
+            assert hasattr(module, attr), f"{name}.__all__ lists {attr!r}, which it does not define"
+            if name == "toolsearch":
+                continue
+            assert attr not in errors, f"{name} lists the error {attr!r}: errors are exported from the root only"
+            assert attr not in home, f"{attr!r} is exported from both {home.get(attr)} and {name}: keep one home"
+            home[attr] = name
+            if attr in toolsearch.__all__:  # the root re-exports it: the same object, not a copy
+                assert getattr(toolsearch, attr) is getattr(module, attr), f"toolsearch.{attr} is not {name}.{attr}"
 
 
 def test_console_script_is_declared_and_installed() -> None:

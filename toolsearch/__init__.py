@@ -6,23 +6,38 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    ArgumentTypeError,
     AugmentationError,
+    AuthConfigError,
     BackendError,
+    CommandError,
+    DataSourceError,
     DuplicateToolError,
+    EvalError,
     IndexFormatError,
     IndexNotFoundError,
+    InvalidArgumentError,
     InvalidIndexNameError,
     InvalidQueryError,
     InvalidToolError,
+    MCPConfigError,
     MissingDependencyError,
+    PolicyError,
+    PriceTableError,
+    ProviderError,
     QueryTimeoutError,
     SessionError,
     SessionRequiredError,
+    SessionStateError,
     SessionStoreError,
     StoredIndexError,
     ToolNotAllowedError,
     ToolSearchError,
+    UnknownFormatError,
     UnknownSessionError,
+    UnknownToolError,
+    UpstreamError,
+    UsageError,
 )
 from .backends import BackendSpec, backend_names, default_backend, register_backend
 from .catalog import Catalog, CatalogDelta
@@ -67,6 +82,7 @@ def __getattr__(name: str) -> Any:
 
 __version__ = "0.1.0"
 
+# The whole root surface: docs/api.md lists it with the public modules, tests/test_packaging.py pins it.
 __all__ = [
     # tools and catalogs
     "Tool",
@@ -107,12 +123,17 @@ __all__ = [
     "ahandle_tool_calls",
     "StreamEvent",
     "Augmentation",
-    # errors
+    # errors (the tree is drawn in toolsearch/_errors.py)
     "ToolSearchError",
     "InvalidToolError",
     "DuplicateToolError",
+    "UnknownToolError",
     "InvalidQueryError",
     "QueryTimeoutError",
+    "AugmentationError",
+    "InvalidArgumentError",
+    "UnknownFormatError",
+    "ArgumentTypeError",
     "BackendError",
     "MissingDependencyError",
     "StoredIndexError",
@@ -121,8 +142,18 @@ __all__ = [
     "InvalidIndexNameError",
     "SessionError",
     "SessionRequiredError",
-    "SessionStoreError",
     "UnknownSessionError",
+    "SessionStoreError",
+    "SessionStateError",
     "ToolNotAllowedError",
-    "AugmentationError",
+    "ProviderError",
+    "UsageError",
+    "PriceTableError",
+    "DataSourceError",
+    "MCPConfigError",
+    "UpstreamError",
+    "AuthConfigError",
+    "PolicyError",
+    "CommandError",
+    "EvalError",
 ]

@@ -1,10 +1,62 @@
-"""The one exception hierarchy every public call raises from."""
+"""The one exception tree: every error toolsearch raises is defined here and exported from the root.
+
+Each error that replaces a standard one keeps it as a second base, so `except ValueError` (or
+`KeyError`, `ImportError`, ...) written against an older toolsearch still catches it. The tree,
+with those bases in parentheses:
+
+    ToolSearchError
+    ├── InvalidToolError (ValueError)              a tool definition is malformed
+    ├── DuplicateToolError (ValueError)            two definitions share one name
+    ├── UnknownToolError (KeyError)                no tool has that name in the catalog
+    ├── InvalidQueryError (ValueError)             a search request is unusable
+    │   └── QueryTimeoutError                      a pattern ran past its time budget
+    ├── AugmentationError (ValueError)             an `augment=` schema is unusable
+    ├── InvalidArgumentError (ValueError)          an argument or setting is out of range or empty
+    │   └── UnknownFormatError                     no wire format has that name
+    ├── ArgumentTypeError (TypeError)              an argument is of the wrong kind
+    ├── BackendError                               a backend is unknown or failed
+    ├── MissingDependencyError (ImportError)       an optional package is not installed
+    ├── StoredIndexError                           a stored index is unusable
+    │   ├── IndexNotFoundError (FileNotFoundError)
+    │   ├── IndexFormatError
+    │   └── InvalidIndexNameError (ValueError)
+    ├── SessionError                               a session cannot be used as asked
+    │   ├── SessionRequiredError (ValueError)
+    │   ├── UnknownSessionError (KeyError)
+    │   ├── SessionStoreError                      the store failed or holds unreadable state
+    │   │   └── SessionStateError (ValueError)     one stored state is malformed
+    │   └── ToolNotAllowedError (PermissionError)
+    ├── ProviderError                              a model provider call failed
+    ├── UsageError                                 a usage log or its file is unusable
+    ├── PriceTableError (ValueError)               a price table is unreadable or lacks a figure
+    ├── DataSourceError (ValueError)               a benchmark data set source is unusable
+    ├── MCPConfigError (ValueError)                an MCP servers config is unusable
+    ├── UpstreamError                              an upstream MCP server failed
+    ├── AuthConfigError (ValueError)               the gateway's authentication settings are unusable
+    ├── PolicyError (ValueError)                   a tool policy file is unusable
+    ├── CommandError                               a CLI command cannot do what was asked
+    └── EvalError                                  an evaluation cannot run as asked
+
+Every message says which input is wrong, what is wrong with it and what to do instead.
+"""
 
 from __future__ import annotations
 
 
 class ToolSearchError(Exception):
-    """Root of every error toolsearch raises; the message says what to do."""
+    """Root of every error toolsearch raises; the message says what to do.
+
+    >>> from toolsearch import Tool, ToolIndex, ToolSearchError
+    >>> index = ToolIndex.build([Tool("send_email", "Send an email")], "regex")
+    >>> try:
+    ...     index.search("")
+    ... except ToolSearchError as exc:  # an InvalidQueryError, and a ValueError as before
+    ...     print(type(exc).__name__, isinstance(exc, ValueError))
+    InvalidQueryError True
+    """
+
+
+# --- tools, queries and arguments -------------------------------------------------------------
 
 
 class InvalidToolError(ToolSearchError, ValueError):
@@ -19,16 +71,38 @@ class DuplicateToolError(ToolSearchError, ValueError):
         self.names = names
 
 
+class UnknownToolError(ToolSearchError, KeyError):
+    """No tool of that name is in the catalog (`catalog[name]`; `catalog.get(name)` returns None instead)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidQueryError(ToolSearchError, ValueError):
     """A search request is unusable: empty or over-long query, bad k, unknown namespace."""
+
+
+class QueryTimeoutError(InvalidQueryError):
+    """A pattern took longer than its time budget (for example a catastrophic regex)."""
 
 
 class AugmentationError(ToolSearchError, ValueError):
     """An `augment=` schema is unusable, or one of its fields collides with a tool's own parameter."""
 
 
-class QueryTimeoutError(InvalidQueryError):
-    """A pattern took longer than its time budget (for example a catastrophic regex)."""
+class InvalidArgumentError(ToolSearchError, ValueError):
+    """An argument or setting is out of range, empty, or not one of its choices (the message names it)."""
+
+
+class UnknownFormatError(InvalidArgumentError):
+    """No wire format is registered under the name given; the message lists the known ones."""
+
+
+class ArgumentTypeError(ToolSearchError, TypeError):
+    """An argument is of the wrong kind (a number where a name belongs, a sync call given an async handler)."""
+
+
+# --- backends and stored indexes --------------------------------------------------------------
 
 
 class BackendError(ToolSearchError):
@@ -55,6 +129,9 @@ class InvalidIndexNameError(StoredIndexError, ValueError):
     """An index name would escape the index folder or holds characters that are not allowed."""
 
 
+# --- sessions ---------------------------------------------------------------------------------
+
+
 class SessionError(ToolSearchError):
     """Base for session problems."""
 
@@ -74,15 +151,42 @@ class SessionStoreError(SessionError):
     """A session store failed: unreachable or too slow, or it holds state this version cannot read."""
 
 
+class SessionStateError(SessionStoreError, ValueError):
+    """A session state record is malformed or of another schema version (the message names the field)."""
+
+
 class ToolNotAllowedError(SessionError, PermissionError):
     """A session tried to see or call a tool outside its allowed subset."""
 
 
-def missing_dependency(package: str, extra: str) -> MissingDependencyError:
-    """Build the error for an optional import that failed, naming the extra to install."""
-    return MissingDependencyError(
-        f"{package} is not installed; install it with: pip install 'toolsearch[{extra}]'"
-    )
+# --- providers, usage, cost and data ----------------------------------------------------------
+
+
+class ProviderError(ToolSearchError):
+    """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
+
+
+class UsageError(ToolSearchError):
+    """A usage log or its file is unusable (corrupt, another format version, bad setting)."""
+
+
+class PriceTableError(ToolSearchError, ValueError):
+    """A price table file that cannot be read or lacks a figure."""
+
+
+class DataSourceError(ToolSearchError, ValueError):
+    """A data set source that is missing, of another version, or not in the expected layout."""
+
+
+# --- the MCP gateway --------------------------------------------------------------------------
+
+
+class MCPConfigError(ToolSearchError, ValueError):
+    """The servers config is unreadable or names a server it cannot describe."""
+
+
+class UpstreamError(ToolSearchError):
+    """An upstream MCP server could not be started, reached or listed."""
 
 
 class AuthConfigError(ToolSearchError, ValueError):
@@ -91,3 +195,26 @@ class AuthConfigError(ToolSearchError, ValueError):
 
 class PolicyError(ToolSearchError, ValueError):
     """A tool policy file is unreadable or invalid (the message names the file and the rule)."""
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+class CommandError(ToolSearchError):
+    """A command cannot do what was asked; the message says what to do instead."""
+
+
+class EvalError(ToolSearchError):
+    """The evaluation cannot run as asked: no queries, a usage log without query text."""
+
+
+def wrong_type(what: str, value: object, expected: str) -> ArgumentTypeError:
+    """Build the error for an argument of the wrong kind: `what` must be `expected`, and what it got."""
+    return ArgumentTypeError(f"{what} must be {expected}, got {type(value).__name__}")
+
+
+def missing_dependency(package: str, extra: str) -> MissingDependencyError:
+    """Build the error for an optional import that failed, naming the extra to install."""
+    return MissingDependencyError(
+        f"{package} is not installed; install it with: pip install 'toolsearch[{extra}]'"
+    )

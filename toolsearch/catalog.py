@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ._errors import DuplicateToolError
+from ._errors import DuplicateToolError, InvalidToolError, UnknownToolError, wrong_type
 from .tools import Tool
+
+
+def unknown_tool(name: object) -> UnknownToolError:
+    """The error for `catalog[name]` when no tool has that name."""
+    return UnknownToolError(f"no tool named {name!r} in the catalog; look names up with catalog.get() or search first")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +34,15 @@ class Catalog:
     __slots__ = ("_hash", "_tools")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+            raise wrong_type("the tools of a catalog", tools, "a list of Tool (see load_tools and Tool.from_dict)")
         items = list(tools)
+        for i, tool in enumerate(items):
+            if not isinstance(tool, Tool):
+                raise InvalidToolError(
+                    f"item {i} of the tools is a {type(tool).__name__}, not a Tool: convert definitions with "
+                    "Tool.from_dict() or read a file with load_tools()"
+                )
         counts = Counter(t.name for t in items)
         dupes = sorted(name for name, n in counts.items() if n > 1)
         if dupes:
@@ -62,7 +75,10 @@ class Catalog:
         return name in self._tools
 
     def __getitem__(self, name: str) -> Tool:
-        return self._tools[name]
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise unknown_tool(name) from None
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

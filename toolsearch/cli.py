@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
-from ._errors import BackendError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
+from ._errors import BackendError, CommandError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .providers.registry import chat_format_names
@@ -39,10 +39,6 @@ BENCHMARKS = {
     "learning": "replay of past searches: how much ranking learns from successful calls",
     "gateway": "concurrent MCP clients against 1, 2 and 4 gateway workers, in-memory and Redis session stores",
 }
-
-
-class CommandError(ToolSearchError):
-    """A command cannot do what was asked; the message says what to do instead."""
 
 
 # Errors the argument checks raise: the command line itself is wrong (exit 2), not the files it names.

@@ -45,7 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import ToolSearchError
+from ._errors import PriceTableError
 from .tokens import (
     DEFAULT_ENCODING,
     by_content,
@@ -72,10 +72,6 @@ __all__ = [
 
 Part = Literal["tools", "system", "messages"]
 _FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
-
-
-class PriceTableError(ToolSearchError, ValueError):
-    """A price table file that cannot be read or lacks a figure."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._errors import UnknownFormatError
 from .providers.registry import chat_format_names, get_format
 from .tools import Tool, load_tools
 
@@ -466,7 +467,7 @@ def run_demo(
     from .session import SessionManager
 
     if format not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+        raise UnknownFormatError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     index, index_info = open_index(backend, cache_dir or default_cache_dir(), rebuild=rebuild, progress=progress)
     functions = demo_functions()
     sessions = SessionManager(index)

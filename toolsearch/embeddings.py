@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._errors import BackendError, MissingDependencyError, missing_dependency
+from ._errors import BackendError, InvalidArgumentError, MissingDependencyError, missing_dependency
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -635,7 +635,10 @@ class EmbeddingCache:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape[0] != len(keys):
-            raise ValueError("keys and vectors differ in length")
+            raise InvalidArgumentError(
+                f"keys and vectors differ in length ({len(keys)} keys, {vectors.shape[0]} vectors):"
+                f" give one vector per key"
+            )
         folder = self.folder(model_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import InvalidQueryError, ToolSearchError
+from ._errors import EvalError, InvalidQueryError
 from .evaluation import LabeledQuery, Miss, load_queries, queries_from_pairs, recall_name, score_with_misses
 
 __all__ = ["EXIT_BELOW_FLOOR", "add_eval_command", "check_eval_options", "run_eval"]
@@ -17,10 +17,6 @@ __all__ = ["EXIT_BELOW_FLOOR", "add_eval_command", "check_eval_options", "run_ev
 EXIT_BELOW_FLOOR = 3
 DEPTH = 10  # every ranking is this deep at least: nDCG@10 and MRR@10 need ten names
 SHOWN_MISSES = 10
-
-
-class EvalError(ToolSearchError):
-    """The evaluation cannot run as asked: no queries, a usage log without query text."""
 
 
 def add_eval_command(

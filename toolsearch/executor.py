@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from . import tracing
+from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
@@ -86,9 +87,9 @@ class ExecutorConfig:
 def check_execution_settings(config: ExecutionSettings) -> None:
     """Refuse settings a turn cannot run with; a frozen config's `return_direct` becomes a frozenset."""
     if config.tool_timeout is not None and config.tool_timeout <= 0:
-        raise ValueError("tool_timeout must be positive (or None for no limit)")
+        raise InvalidArgumentError(f"tool_timeout must be positive (or None for no limit), got {config.tool_timeout!r}")
     if config.undiscovered not in ("instruct", "execute"):
-        raise ValueError("undiscovered must be 'instruct' or 'execute'")
+        raise InvalidArgumentError(f"undiscovered must be 'instruct' or 'execute', got {config.undiscovered!r}")
     object.__setattr__(config, "return_direct", frozenset(config.return_direct))
 
 
@@ -193,11 +194,13 @@ def _functions_map(functions: ToolFunctions | None) -> dict[str, Callable[..., A
         return {}
     if isinstance(functions, Mapping):
         return dict(functions)
+    if isinstance(functions, str) or not isinstance(functions, Iterable):
+        raise wrong_type("functions", functions, "a mapping of tool name to callable, or a list of named callables")
     out: dict[str, Callable[..., Any]] = {}
     for fn in functions:
         name = getattr(fn, "__name__", None)
         if not callable(fn) or not name:
-            raise TypeError(f"{fn!r} is not a named callable; pass a mapping of tool name to callable instead")
+            raise ArgumentTypeError(f"{fn!r} is not a named callable; pass a mapping of tool name to callable instead")
         out[name] = fn
     return out
 
@@ -511,7 +514,7 @@ class ToolExecutor:
             if inspect.isawaitable(outcome):
                 if inspect.iscoroutine(outcome):
                     outcome.close()
-                raise TypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it directly")
+                raise ArgumentTypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it as is")
 
     async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
         for outcome in self._handed(deliveries):
@@ -622,6 +625,14 @@ def _suggest_query(name: str) -> str:
 # --- bring-your-own-loop helpers --------------------------------------------------------------
 
 
+def _check_call_arguments(what: str, session: object, calls: object = ()) -> None:
+    """Refuse what the bring-your-own-loop helpers cannot work with, before anything runs."""
+    if not isinstance(session, Session):
+        raise wrong_type(f"{what}: session", session, "a Session (SessionManager.create or get)")
+    if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
+        raise wrong_type(f"{what}: calls", calls, "a list of tool calls (the model's reply)")
+
+
 def setup_augmentation(
     session: Session,
     augment: AugmentSpec | None,
@@ -651,6 +662,7 @@ def tools_for_request(
     tool but tool_search carries the augmented fields (see `toolsearch.augment`); pass the same
     `augment` to `handle_tool_calls`.
     """
+    _check_call_arguments("tools_for_request", session)
     meta = metatool or ToolSearchMetaTool()
     augmentation = setup_augmentation(session, augment)
     view = session.view()
@@ -678,6 +690,7 @@ def handle_tool_calls(
     With `augment`, each call's augmented values go to `on_augment(tool_name, values, call_id)`
     and the tool runs with its own arguments.
     """
+    _check_call_arguments("handle_tool_calls", session, calls)
     augmentation = setup_augmentation(session, augment, on_augment)
     executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
     return executor.execute(session, calls)
@@ -695,6 +708,7 @@ async def ahandle_tool_calls(
     on_augment: OnAugment | None = None,
 ) -> list[ToolResult]:
     """`handle_tool_calls` for asyncio: async tools and an async `on_augment` are awaited, sync tools run in threads."""
+    _check_call_arguments("ahandle_tool_calls", session, calls)
     augmentation = setup_augmentation(session, augment, on_augment)
     executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
     return await executor.aexecute(session, calls)

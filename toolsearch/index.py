@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import InvalidQueryError
+from ._errors import InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import Backend, get_backend_spec
 from .catalog import Catalog
@@ -81,6 +82,9 @@ class ToolIndex:
         """Open an index saved with `save` (see toolsearch.store for the checks it makes)."""
         from .store import load_index
 
+        if not isinstance(folder, (str, os.PathLike)):
+            raise wrong_type("ToolIndex.load: folder", folder, "the index folder (str or Path)")
+
         return load_index(Path(folder), **options)
 
     def save(self, folder: str | Path) -> Path:
@@ -140,7 +144,13 @@ class ToolIndex:
         allowed: Collection[str] | None = None,
         namespaces: Collection[str] | None = None,
     ) -> SearchResult:
-        """Rank tools for a query, optionally only among `allowed` names and `namespaces`."""
+        """Rank tools for a query, optionally only among `allowed` names and `namespaces`.
+
+        >>> from toolsearch import Tool, ToolIndex
+        >>> tools = [Tool("send_email", "Send an email"), Tool("get_weather", "Weather forecast for a city")]
+        >>> ToolIndex.build(tools, "bm25").search("weather forecast for Paris", k=1).names
+        ['get_weather']
+        """
         return self.search_checked(validate_query(query), validate_k(k), self.resolve_filter(allowed, namespaces))
 
     def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import tracing
+from ._errors import ArgumentTypeError, InvalidArgumentError
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
@@ -145,16 +146,16 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
-            raise ValueError("max_iterations must be at least 1")
+            raise InvalidArgumentError(f"max_iterations must be at least 1, got {self.max_iterations!r}")
         check_execution_settings(self)
         if self.max_identical_calls < 1:
-            raise ValueError("max_identical_calls must be at least 1")
+            raise InvalidArgumentError(f"max_identical_calls must be at least 1, got {self.max_identical_calls!r}")
         if self.tool_search_mode not in ("schema", "native"):
-            raise ValueError("tool_search_mode must be 'schema' or 'native'")
+            raise InvalidArgumentError(f"tool_search_mode must be 'schema' or 'native', got {self.tool_search_mode!r}")
         if self.tool_search not in ("on", "auto", "off"):
-            raise ValueError("tool_search must be 'on', 'auto' or 'off'")
+            raise InvalidArgumentError(f"tool_search must be 'on', 'auto' or 'off', got {self.tool_search!r}")
         if self.direct_max_tokens < 0:
-            raise ValueError("direct_max_tokens must be zero or more")
+            raise InvalidArgumentError(f"direct_max_tokens must be zero or more, got {self.direct_max_tokens!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,4 +691,4 @@ def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:
 
 def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
     if any(h is not None and is_async_callable(h) for h in handlers):
-        raise TypeError("async on_event / on_text / on_augment handlers need arun(); run() calls its handlers directly")
+        raise ArgumentTypeError("async on_event / on_text / on_augment handlers need arun(); or pass sync handlers")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from . import tracing
-from ._errors import InvalidQueryError
+from ._errors import InvalidArgumentError, InvalidQueryError, wrong_type
 from .index import MAX_QUERY_CHARS
 from .results import SearchResult
 from .tools import Tool
@@ -134,8 +134,16 @@ class ToolSearchMetaTool:
         description: str | None = None,
         skip_loaded: bool = True,
     ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidArgumentError(f"the meta-tool's name must be a non-empty string, got {name!r}")
+        for what, value in (("default_results", default_results), ("max_results", max_results)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise wrong_type(what, value, "a whole number")
         if not 1 <= default_results <= max_results:
-            raise ValueError("default_results must be between 1 and max_results")
+            raise InvalidArgumentError(
+                f"default_results must be between 1 and max_results ({max_results})"
+                f", got {default_results!r}"
+            )
         self.name = name
         self.default_results = default_results
         self.max_results = max_results
@@ -367,6 +375,8 @@ def system_prompt_suffix(
     `template` may use `{tool}` (the meta-tool's name) and `{namespaces}` (a sentence listing
     them, or empty).
     """
+    if not hasattr(session, "namespaces"):
+        raise wrong_type("system_prompt_suffix: session", session, "a Session (SessionManager.create)")
     name = (metatool or ToolSearchMetaTool()).name
     namespaces = ""
     if list_namespaces and session.namespaces:

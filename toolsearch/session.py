@@ -16,7 +16,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ._errors import SessionError, SessionRequiredError, ToolNotAllowedError, UnknownSessionError
+from ._errors import (
+    InvalidArgumentError,
+    SessionError,
+    SessionRequiredError,
+    ToolNotAllowedError,
+    UnknownSessionError,
+    wrong_type,
+)
 from .index import ToolIndex
 from .results import SearchResult
 from .stores import InMemorySessionStore, SessionState, SessionStore
@@ -70,10 +77,18 @@ class SessionManager:
         encoding: str = "o200k_base",
         clock: Clock = time.monotonic,
     ) -> None:
+        if not hasattr(index, "catalog") or not callable(getattr(index, "search", None)):
+            raise wrong_type("SessionManager: index", index, "a ToolIndex (ToolIndex.build, IndexStore.open)")
         if max_discovered is not None and max_discovered < 1:
-            raise ValueError("max_discovered must be at least 1 (or None for no cap)")
+            raise InvalidArgumentError(
+                "max_discovered must be at least 1 (or None for no cap)"
+                f", got {max_discovered!r}"
+            )
         if max_discovered_tokens is not None and max_discovered_tokens < 1:
-            raise ValueError("max_discovered_tokens must be positive (or None for no cap)")
+            raise InvalidArgumentError(
+                "max_discovered_tokens must be positive (or None for no cap)"
+                f", got {max_discovered_tokens!r}"
+            )
         self._index = index
         self._store: SessionStore = (
             store
@@ -150,6 +165,8 @@ class SessionManager:
         catalog = self._index.catalog
         if isinstance(allowed, str):
             raise SessionError("allowed takes a collection of tool names, not a single string")
+        if allowed is not None and not isinstance(allowed, Iterable):
+            raise wrong_type("allowed", allowed, "a collection of tool names (or None for every tool)")
         allowed_set = None if allowed is None else self._intern(frozenset(allowed))
         if allowed_set is not None and not allowed_set <= self._catalog_names():
             unknown = [n for n in allowed_set if n not in catalog]

@@ -54,6 +54,7 @@ from ._errors import (
     InvalidIndexNameError,
     StoredIndexError,
     ToolSearchError,
+    wrong_type,
 )
 from .backends import get_backend_spec
 from .catalog import Catalog
@@ -556,6 +557,8 @@ class IndexStore:
     """Named indexes under one root folder (default `./indexes`); names cannot escape it."""
 
     def __init__(self, root: str | Path | None = None) -> None:
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise wrong_type("IndexStore: root", root, "a folder (str or Path), or None for the default")
         self.root = Path(root) if root is not None else default_root()
 
     def path(self, name: str) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from ._errors import IndexFormatError
-from .catalog import Catalog
+from .catalog import Catalog, unknown_tool
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -157,7 +157,10 @@ class LazyCatalog(Catalog):
         return name in self._rows
 
     def __getitem__(self, name: str) -> Tool:
-        return self._stored[self._rows[name]]
+        row = self._rows.get(name)
+        if row is None:
+            raise unknown_tool(name)
+        return self._stored[row]
 
     def get(self, name: str) -> Tool | None:
         row = self._rows.get(name)

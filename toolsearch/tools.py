@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import DuplicateToolError, InvalidToolError
+from ._errors import DuplicateToolError, InvalidToolError, wrong_type
 from ._untrusted import Walk, clean_text, quoted
 
 MAX_NAME_CHARS = 256
@@ -314,7 +315,7 @@ def _tool_from_callable(
     from pydantic import Field, create_model
 
     if not callable(fn):
-        raise InvalidToolError(f"{fn!r} is not callable")
+        raise InvalidToolError(f"{fn!r} is not callable: pass the function (or method) the tool runs")
     summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
     try:
         hints = inspect.get_annotations(fn, eval_str=True)
@@ -344,6 +345,8 @@ def _tool_from_callable(
 
 def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
     """Read tools from a JSON or JSONL file in the OpenAI, Anthropic, MCP or dataset shape."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise wrong_type("load_tools: path", path, "a file path (str or Path)")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not content
@@ -403,7 +406,16 @@ def _is_one_json(text: str) -> bool:
 
 
 def provider_safe_name(name: str) -> str:
-    """A name every LLM API accepts (`^[A-Za-z0-9_-]{1,64}$`), stable for a given input."""
+    """A name every LLM API accepts (`^[A-Za-z0-9_-]{1,64}$`), stable for a given input.
+
+    >>> from toolsearch import provider_safe_name
+    >>> provider_safe_name("get_weather")
+    'get_weather'
+    >>> provider_safe_name("math.factorial")  # no dots in OpenAI names: replaced, and a digest keeps it unique
+    'math_factorial_7458e2de'
+    """
+    if not isinstance(name, str):
+        raise wrong_type("provider_safe_name: name", name, "a tool name (str)")
     if _PROVIDER_NAME.match(name):
         return name
     base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "tool"

@@ -56,6 +56,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from ._errors import InvalidArgumentError
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -107,7 +109,7 @@ def configure(
     """
     global _settings
     if queries is not None and queries not in QUERY_MODES:
-        raise ValueError(f"queries={queries!r} is not one of {', '.join(QUERY_MODES)}: pick one of those")
+        raise InvalidArgumentError(f"queries={queries!r} is not one of {', '.join(QUERY_MODES)}: pick one of those")
     previous = _settings
     _settings = TraceSettings(tracer_provider, meter_provider, queries)
     return previous

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ._errors import ToolSearchError
+from ._errors import UsageError as UsageError  # defined in the error tree; importable here as before
 from .text import WORD_CHUNKS, split_identifier
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "PendingSearches",
     "Privacy",
     "UsageEntry",
-    "UsageError",
     "UsageLog",
     "UsageRecorder",
     "UsageStore",
@@ -64,10 +63,6 @@ MAX_TERMS = 256
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 
-
-
-class UsageError(ToolSearchError):
-    """A usage log or its file is unusable (corrupt, another format version, bad setting)."""
 
 
 def query_terms(query: str) -> tuple[str, ...]:

@@ -33,15 +33,11 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from .._errors import ToolSearchError
+from .._errors import DataSourceError
 
 __all__ = ["DATASETS", "DataSourceError", "Source", "add_arguments", "convert", "fetch", "main"]
 
 Row = dict[str, Any]
-
-
-class DataSourceError(ToolSearchError, ValueError):
-    """A data set source that is missing, of another version, or not in the expected layout."""
 
 
 class Source:

@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("pydantic_ai", "pydantic-ai") from exc
 
-from .._errors import InvalidQueryError
+from .._errors import InvalidArgumentError, InvalidQueryError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..catalog import Catalog
 from ..executor import invalid_arguments_text
@@ -92,9 +92,9 @@ class ToolSearchStrategy:
     ) -> None:
         self.usage = usage
         if max_results < 1:
-            raise ValueError("max_results must be at least 1")
+            raise InvalidArgumentError(f"max_results must be at least 1, got {max_results!r}")
         if cache_size < 1:
-            raise ValueError("cache_size must be at least 1")
+            raise InvalidArgumentError(f"cache_size must be at least 1, got {cache_size!r}")
         self.backend = backend
         self.max_results = max_results
         self.options = options
@@ -239,5 +239,5 @@ def augment_tools(augment: AugmentSpec, *, on_augment: OnAugment | None = None) 
     """The augmentation capability: `Agent(..., capabilities=[tool_search(), augment_tools(Why, on_augment=f)])`."""
     augmentation = Augmentation.of(augment, on_augment=on_augment)
     if augmentation is None:
-        raise ValueError("augment_tools needs the fields to add: a pydantic model class or a JSON schema object")
+        raise InvalidArgumentError("augment_tools needs the fields to add: a pydantic model or a JSON schema")
     return AugmentTools(augmentation)

@@ -8,19 +8,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .config import MCPConfig, MCPConfigError, ServerConfig, load_config, parse_config
+from .config import MCPConfig, ServerConfig, load_config, parse_config
+from .config import MCPConfigError as MCPConfigError  # defined in the error tree; importable here as before
 
 __all__ = [
     # config
     "MCPConfig",
     "ServerConfig",
-    "MCPConfigError",
     "load_config",
     "parse_config",
     # tool source
     "MCPToolSource",
     "UpstreamServer",
-    "UpstreamError",
     "CollectedTools",
     "collect_tools",
     "namespaced_name",

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .._errors import ToolSearchError
+from .._errors import MCPConfigError
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -54,10 +54,6 @@ _TYPE_ALIASES = {
     "streamablehttp": "http",
     "sse": "sse",
 }
-
-
-class MCPConfigError(ToolSearchError, ValueError):
-    """The servers config is unreadable or names a server it cannot describe."""
 
 
 class _ServerEntry(BaseModel):

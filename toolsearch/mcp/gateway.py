@@ -36,6 +36,7 @@ from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..tools import Tool
 from .caller import ANONYMOUS, LOCAL, Caller, caller_of_scope
+from .errors import tool_error
 from .handshake import SESSION_METHODS, HandshakeEra
 from .identity import SessionIdentity
 from .metatools import CALL_TOOL
@@ -245,7 +246,7 @@ class Gateway:
             return result
         except (ToolSearchError, SessionStoreError) as exc:
             logger.warning("%s failed: %s", name, exc)
-            return error_result(f"toolsearch gateway: {exc}. Nothing was changed; try again.")
+            return tool_error(exc)
 
     # --- shared rules ---------------------------------------------------------------------------
 

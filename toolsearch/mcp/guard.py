@@ -30,6 +30,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._errors import InvalidArgumentError
 from .caller import caller_of_scope
 
 __all__ = [
@@ -144,7 +145,10 @@ class RateLimit:
 
     def __init__(self, app: ASGIApp, *, per_minute: float, burst: int, max_callers: int = 10_000) -> None:
         if per_minute <= 0 or burst < 1:
-            raise ValueError("per_minute must be > 0 and burst >= 1")
+            raise InvalidArgumentError(
+                "per_minute must be > 0 and burst >= 1"
+                f", got per_minute={per_minute!r}, burst={burst!r}"
+            )
         self.app = app
         self.rate = per_minute / 60.0
         self.per_minute = per_minute
@@ -204,7 +208,7 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
     is the application's concern: the SDK bounds its size).
     """
     if not seconds > 0:
-        raise ValueError("the header timeout must be > 0 seconds")
+        raise InvalidArgumentError(f"the header timeout must be > 0 seconds, got {seconds!r}")
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutProtocol(H11Protocol):

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 
 from .. import tracing
 from .._errors import SessionError, SessionStoreError, ToolSearchError
@@ -27,6 +27,7 @@ from ..providers import ToolCall
 from ..session import Session
 from ..tools import Tool
 from .caller import Caller
+from .errors import protocol_error, tool_error
 from .identity import session_key
 from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, schema_problems, with_text
 from .pinning import Repinned, repinned_text
@@ -47,12 +48,6 @@ _CALL_TOOL_HINT = (
     "If these tools do not appear in your tool list, call them through `{call}` with "
     '{{"name": "<tool name>", "arguments": {{...}}}}.'
 )
-
-
-def store_failure(exc: BaseException) -> str:
-    if isinstance(exc, SessionStoreError):
-        return f"toolsearch gateway: {exc}. This request changed nothing; retry once the session store answers."
-    return f"toolsearch gateway: {exc}"
 
 
 class HandshakeEra:
@@ -137,7 +132,7 @@ class HandshakeEra:
                 logger.warning("tools/call answered, but its session update was not saved: %s", exc)
                 return result
             logger.warning("%s failed: %s", ctx.method, exc)
-            raise MCPError(code=INTERNAL_ERROR, message=store_failure(exc)) from None
+            raise protocol_error(exc) from None
         return result
 
     def _session(self, ctx: Any) -> Session:
@@ -205,7 +200,7 @@ class HandshakeEra:
         try:
             outcome, repinned = await anyio.to_thread.run_sync(self._run_search, session, arguments)
         except ToolSearchError as exc:
-            return error_result(f"{self.gateway.metatool.name} failed: {exc}")
+            return tool_error(exc, f"{self.gateway.metatool.name} failed")
         text = outcome.text
         if repinned:  # the model is told, not just shown: a changed tool is news it must read
             text += "\n" + repinned_text(repinned)

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._errors import ArgumentTypeError, InvalidArgumentError
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
 
 __all__ = ["GatewayOptions", "add_mcp_arguments", "add_option_arguments", "positive_int", "port_number", "url_path"]
@@ -33,11 +34,11 @@ class GatewayOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_result_bytes, bool) or not isinstance(self.max_result_bytes, int):
-            raise ValueError(f"max_result_bytes must be a positive integer, got {self.max_result_bytes!r}")
+            raise ArgumentTypeError(f"max_result_bytes must be a positive integer, got {self.max_result_bytes!r}")
         if self.max_result_bytes < 1:
-            raise ValueError(f"max_result_bytes must be a positive integer, got {self.max_result_bytes!r}")
+            raise InvalidArgumentError(f"max_result_bytes must be a positive integer, got {self.max_result_bytes!r}")
         if self.changed_tools not in ("keep", "block"):
-            raise ValueError(f"changed_tools must be 'keep' or 'block', got {self.changed_tools!r}")
+            raise InvalidArgumentError(f"changed_tools must be 'keep' or 'block', got {self.changed_tools!r}")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GatewayOptions:

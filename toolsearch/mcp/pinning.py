@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import InvalidArgumentError
 from ..session import Session
 from ..stores import SessionState
 from ..tools import Tool
@@ -110,7 +111,7 @@ class DefinitionPins:
 
     def __init__(self, policy: ChangedTools = "keep", per_server: Mapping[str, ChangedTools | None] | None = None):
         if policy not in CHANGED_TOOLS:
-            raise ValueError(f"changed_tools must be 'keep' or 'block', got {policy!r}")
+            raise InvalidArgumentError(f"changed_tools must be 'keep' or 'block', got {policy!r}")
         self.policy: ChangedTools = policy
         self.per_server = {k: v for k, v in (per_server or {}).items() if v is not None}
         self.archive = DefinitionArchive()

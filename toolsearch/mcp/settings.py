@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._errors import InvalidArgumentError
 from ..augment import Augmentation
 from .auth import AuthSettings, check_exposure
 from .caller import CallerPolicy
@@ -47,12 +48,12 @@ class WorkerSettings:
 
     def __post_init__(self) -> None:
         if self.session_ttl is not None and not self.session_ttl > 0:
-            raise ValueError(f"session_ttl must be a positive number of seconds, got {self.session_ttl}")
+            raise InvalidArgumentError(f"session_ttl must be a positive number of seconds, got {self.session_ttl}")
         if not self.catalog_poll > 0:
-            raise ValueError(f"catalog_poll must be a positive number of seconds, got {self.catalog_poll}")
+            raise InvalidArgumentError(f"catalog_poll must be a positive number of seconds, got {self.catalog_poll}")
         custom = self.session_header is not None and self.session_header.strip().lower() != MCP_SESSION_HEADER
         if custom and not self.trust_proxy_header:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "session_header is a header clients could forge: honour it only behind a proxy that strips it "
                 "from client requests, and say so with trust_proxy_header (--trust-proxy-header)"
             )
@@ -109,19 +110,19 @@ class GatewaySettings:
 
     def __post_init__(self) -> None:
         if self.transport not in ("stdio", "http"):
-            raise ValueError(f"transport must be 'stdio' or 'http', got {self.transport!r}")
+            raise InvalidArgumentError(f"transport must be 'stdio' or 'http', got {self.transport!r}")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
+            raise InvalidArgumentError(f"port must be a whole number from 0 to 65535, got {self.port!r}")
         if not self.path.startswith("/"):
-            raise ValueError(f"path must start with '/', got {self.path!r}")
+            raise InvalidArgumentError(f"path must start with '/', got {self.path!r}")
         if self.max_discovered is not None and self.max_discovered < 1:
-            raise ValueError(f"max_discovered must be at least 1, got {self.max_discovered}")
+            raise InvalidArgumentError(f"max_discovered must be at least 1, got {self.max_discovered}")
         object.__setattr__(self, "pinned", tuple(self.pinned))
         object.__setattr__(self, "backend_options", dict(self.backend_options))
         if self.workers.session_header is not None and self.transport != "http":
-            raise ValueError("session_header names an HTTP header: use it with the http transport")
+            raise InvalidArgumentError("session_header names an HTTP header: use it with the http transport")
         if self.transport != "http" and (self.auth.enabled or self.auth.no_auth):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "authentication applies to the http transport; on stdio the gateway serves the user who started it"
             )
         if self.transport == "http":

@@ -22,7 +22,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 
-from .._errors import InvalidToolError, ToolSearchError
+from .._errors import InvalidToolError, UpstreamError
 from ..catalog import Catalog
 from ..tools import Tool, provider_safe_name
 from .config import DEFAULT_MAX_RESULT_BYTES, MCPConfig, ServerConfig, load_config, parse_config
@@ -52,10 +52,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 State = Literal["idle", "starting", "ready", "failed", "crashed", "stopped"]
 ChangeListener = Callable[["UpstreamServer"], Awaitable[None]]
-
-
-class UpstreamError(ToolSearchError):
-    """An upstream MCP server could not be started, reached or listed."""
 
 
 # --- tools ------------------------------------------------------------------------------------

@@ -5,13 +5,13 @@ None of these modules imports an SDK: pass your own `openai` / `anthropic` / `go
 
 from __future__ import annotations
 
+from .._errors import ProviderError as ProviderError  # defined in the error tree; importable here as before
 from ._base import (
     ChatModel,
     ChatRequest,
     EventHandler,
     Message,
     ModelTurn,
-    ProviderError,
     StreamEvent,
     StreamingChatModel,
     ToolCall,
@@ -52,7 +52,6 @@ __all__ = [
     "ModelTurn",
     "Usage",
     "ToolSearchMode",
-    "ProviderError",
     "parse_arguments",
     "tool_result_text",
     # streaming

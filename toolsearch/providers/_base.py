@@ -11,7 +11,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
-from .._errors import DuplicateToolError, ToolSearchError
+from .._errors import ArgumentTypeError, DuplicateToolError, InvalidArgumentError
+from .._errors import ProviderError as ProviderError  # its old home: imports from here keep working
 from .._untrusted import repair_surrogates, surrogate_problem
 from ..tools import NameMap, Tool, provider_safe_name
 
@@ -19,10 +20,6 @@ Role = Literal["system", "user", "assistant", "tool"]
 ToolSearchMode = Literal["schema", "native"]
 CallKind = Literal["function", "tool_search"]
 StreamEventType = Literal["text_delta", "tool_call_start"]
-
-
-class ProviderError(ToolSearchError):
-    """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +148,13 @@ class Message:
             if role == "developer":
                 role = "system"
             if role not in ("system", "user", "assistant", "tool"):
-                raise ValueError(f"message role must be system, user, assistant or tool; got {role!r}")
+                raise InvalidArgumentError(f"message role must be system, user, assistant or tool; got {role!r}")
             content = value.get("content") or ""
             if not isinstance(content, str):
-                raise ValueError("only plain-text message content is supported in neutral messages")
+                raise InvalidArgumentError(
+                    "only plain-text message content is supported in neutral messages:"
+                    " pass content as a str"
+                )
             calls = tuple(
                 c if isinstance(c, ToolCall) else ToolCall(c["id"], c["name"], dict(c.get("arguments") or {}))
                 for c in value.get("tool_calls") or ()
@@ -167,7 +167,10 @@ class Message:
                 name=value.get("name"),
                 is_error=bool(value.get("is_error", False)),
             )
-        raise TypeError(f"cannot turn {type(value).__name__} into a Message")
+        raise ArgumentTypeError(
+            f"cannot turn {type(value).__name__} into a Message;"
+            " pass a Message or a dict with role and content"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able form (for logs and token accounting)."""
@@ -457,7 +460,7 @@ class StreamAssembler(Protocol):
 def reject_stream_option(options: Mapping[str, Any]) -> None:
     """`stream` belongs to the loop (or `model.stream`); sent through `complete` it would break parsing."""
     if "stream" in options:
-        raise ValueError(
+        raise InvalidArgumentError(
             "do not pass stream= to the model: stream through the loop (run(..., stream=True) or on_text=...), "
             "or call model.stream(request, on_event)"
         )
@@ -569,7 +572,7 @@ def deliver_event(on_event: EventHandler, event: StreamEvent) -> None:
     if inspect.isawaitable(result):
         if inspect.iscoroutine(result):
             result.close()
-        raise TypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
+        raise ArgumentTypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
 
 
 async def adeliver_event(on_event: EventHandler, event: StreamEvent) -> None:

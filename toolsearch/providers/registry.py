@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .._errors import ArgumentTypeError, InvalidArgumentError, UnknownFormatError
 from ..tools import NameMap, Tool
 from ._base import ChatRequest, ToolCall, parse_arguments
 
@@ -89,7 +90,7 @@ def get_format(name: str) -> WireFormat:
     """The format called `name`; ValueError naming the known formats otherwise."""
     found = _FORMATS.get(name) if isinstance(name, str) else None
     if found is None:
-        raise ValueError(f"unknown tool format {name!r}; use one of: {', '.join(_FORMATS)}")
+        raise UnknownFormatError(f"unknown tool format {name!r}; use one of: {', '.join(_FORMATS)}")
     return found
 
 
@@ -155,19 +156,19 @@ def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
         return raw
     data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
     if not isinstance(data, Mapping):
-        raise TypeError(f"cannot read a tool call from {type(raw).__name__}; pass a ToolCall or a provider's call")
+        raise ArgumentTypeError(f"cannot read a tool call from {type(raw).__name__}: pass a ToolCall or provider call")
     for fmt in _FORMATS.values():
         call = fmt.parse_call(data, search_name)
         if call is not None:
             return call
-    raise TypeError(f"a tool call needs at least a 'name'; got keys {sorted(data)}")
+    raise ArgumentTypeError(f"a tool call needs at least a 'name'; got keys {sorted(data)}")
 
 
 def request_payload(format: str, request: ChatRequest, model: str) -> dict[str, Any]:
     """The provider SDK arguments for a whole chat request in `format`."""
     fmt = get_format(format)
     if fmt.payload is None:
-        raise ValueError(f"format {format!r} is not a chat API; use one of: {', '.join(chat_format_names())}")
+        raise InvalidArgumentError(f"format {format!r} is not a chat API; use one of: {', '.join(chat_format_names())}")
     return fmt.payload(request, model)
 
 

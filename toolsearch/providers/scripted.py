@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .._errors import InvalidArgumentError, UnknownFormatError
 from ..tools import Tool
 from ._base import (
     ChatRequest,
@@ -195,9 +196,12 @@ class ScriptedModel:
         usage: Callable[[ChatRequest, dict[str, Any]], Usage | None] | None = None,
     ) -> None:
         if (turns is None) == (policy is None):
-            raise ValueError("give either turns or a policy")
+            raise InvalidArgumentError(
+                "give either turns or a policy:"
+                " turns= lists the replies, policy= answers each request"
+            )
         if format not in chat_format_names():
-            raise ValueError(f"format must be one of {', '.join(chat_format_names())}; got {format!r}")
+            raise UnknownFormatError(f"format must be one of {', '.join(chat_format_names())}; got {format!r}")
         self.format = format
         self.model = model
         self._turns = list(turns) if turns is not None else None

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import SessionStoreError
+from .._errors import SessionStateError, SessionStoreError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -80,17 +80,17 @@ class SessionState:
     def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
         """The state of a `to_dict` form; ValueError (saying which field) for anything else."""
         if not isinstance(data, Mapping):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+            raise SessionStateError(f"expected a JSON object, got {type(data).__name__}")
         schema = data.get("schema", SCHEMA_VERSION)
         if schema != SCHEMA_VERSION:
-            raise ValueError(
+            raise SessionStateError(
                 f"state schema {schema!r} is not the one this toolsearch reads ({SCHEMA_VERSION}); "
                 "run one toolsearch version against one key prefix"
             )
         allowed = data.get("allowed")
         used = _typed(data, "last_used", dict, {})
         if not all(isinstance(k, str) and isinstance(v, int) for k, v in used.items()):
-            raise ValueError("field 'last_used' must map tool names to integers")
+            raise SessionStateError("field 'last_used' must map tool names to integers")
         try:
             state = cls(
                 id=_typed(data, "id", str),
@@ -104,24 +104,24 @@ class SessionState:
                 version=int(data.get("version", 0)),
             )
         except TypeError as exc:
-            raise ValueError(str(exc)) from None
+            raise SessionStateError(str(exc)) from None
         return state
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any = ...) -> Any:
     if key not in data or data[key] is None:
         if default is ...:
-            raise ValueError(f"field {key!r} is missing")
+            raise SessionStateError(f"field {key!r} is missing")
         return default
     value = data[key]
     if not isinstance(value, kind):
-        raise ValueError(f"field {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        raise SessionStateError(f"field {key!r} must be a {kind.__name__}, got {type(value).__name__}")
     return value
 
 
 def _names(value: Any, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-        raise ValueError(f"field {key!r} must be a list of tool names")
+        raise SessionStateError(f"field {key!r} must be a list of tool names")
     return value
 
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .._errors import SessionStoreError, UnknownSessionError
+from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError
 from ._state import SessionState, StateUpdate, decode_state, encode_state
 
 __all__ = ["InMemorySessionStore", "MAX_UPDATE_ATTEMPTS"]
@@ -46,9 +46,9 @@ class InMemorySessionStore:
         serialize: bool = False,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
-            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
+            raise InvalidArgumentError(f"ttl_seconds must be positive (or None for no expiry), got {ttl_seconds!r}")
         if max_sessions is not None and max_sessions < 1:
-            raise ValueError("max_sessions must be at least 1 (or None for no bound)")
+            raise InvalidArgumentError(f"max_sessions must be at least 1 (or None for no bound), got {max_sessions!r}")
         self.ttl_seconds = ttl_seconds
         self.max_sessions = max_sessions
         self.serialize = serialize

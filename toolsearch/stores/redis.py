@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
-from .._errors import SessionStoreError, UnknownSessionError, missing_dependency
+from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError, missing_dependency
 from ._state import SessionState, StateUpdate, encode_state, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
 
@@ -96,11 +96,14 @@ class RedisSessionStore:
                 f"session store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db"
             )
         if ttl_seconds is not None and ttl_seconds <= 0:
-            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
+            raise InvalidArgumentError(f"ttl_seconds must be positive (or None for no expiry), got {ttl_seconds!r}")
         if timeout <= 0 or (connect_timeout is not None and connect_timeout <= 0):
-            raise ValueError("timeout and connect_timeout must be positive seconds")
+            raise InvalidArgumentError(
+                "timeout and connect_timeout must be positive seconds"
+                f", got {timeout!r} and {connect_timeout!r}"
+            )
         if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+            raise InvalidArgumentError(f"max_connections must be at least 1, got {max_connections!r}")
         self.url = redacted_url(url)
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds

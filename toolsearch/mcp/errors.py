@@ -1,0 +1,39 @@
+"""The one translation from toolsearch's errors to what an MCP client is sent: a tool error or a protocol error."""
+
+from __future__ import annotations
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from .._errors import SessionStoreError, ToolSearchError
+from .source import error_result
+
+__all__ = ["GATEWAY", "mcp_error", "tool_error", "protocol_error"]
+
+GATEWAY = "toolsearch gateway"
+
+
+def mcp_error(exc: BaseException, what: str = GATEWAY) -> types.ErrorData:
+    """The JSON-RPC code and message for `exc`, raised while serving `what` (a tool name or the gateway).
+
+    The message is ours, which already says what to do; a store failure adds that nothing changed, so a
+    client may retry. Bad input (the tree's ValueError / TypeError kinds) is the caller's to fix: invalid
+    params; everything else is the server's: internal error.
+    """
+    if isinstance(exc, SessionStoreError):
+        message = f"{what}: {exc}. This request changed nothing; retry once the session store answers."
+        return types.ErrorData(code=INTERNAL_ERROR, message=message)
+    caller_fixes = isinstance(exc, ToolSearchError) and isinstance(exc, (ValueError, TypeError))
+    return types.ErrorData(code=INVALID_PARAMS if caller_fixes else INTERNAL_ERROR, message=f"{what}: {exc}")
+
+
+def tool_error(exc: BaseException, what: str = GATEWAY) -> types.CallToolResult:
+    """`exc` as a tool result the model reads (`isError`): the form for anything a tools/call hit."""
+    return error_result(mcp_error(exc, what).message)
+
+
+def protocol_error(exc: BaseException, what: str = GATEWAY) -> MCPError:
+    """`exc` as a JSON-RPC error to raise from a handler: the form for a request that could not be served."""
+    error = mcp_error(exc, what)
+    return MCPError(code=error.code, message=error.message)
