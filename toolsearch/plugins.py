@@ -1,0 +1,256 @@
+"""The one plug-in registry: named objects found by entry point, built-ins declared the same way, loaded on first use.
+
+Four registries use it, one per entry-point group:
+
+    toolsearch.backends        name -> a BackendSpec                  (toolsearch.backends)
+    toolsearch.embedders       name -> a factory () -> Embedder       (toolsearch.embeddings)
+    toolsearch.session_stores  URL scheme -> a factory (url, *, ttl_seconds=None, **options) -> SessionStore
+    toolsearch.wire_formats    name -> a WireFormat                   (toolsearch.providers.registry)
+
+A built-in is an entry point too: the registry holds it as `(name, "module:attr")`, exactly what
+pyproject.toml declares for the installed package, and loads it through the same code as a plug-in
+(so a source checkout without installed metadata works, and tests check that both lists agree).
+Nothing is imported until its name is asked for; the installed entry points are read once per
+process, on the first lookup. Precedence: objects registered in code (`register`), then built-ins,
+then plug-ins; a plug-in that reuses a built-in's name (or another plug-in's) is ignored with a
+`PluginWarning`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ._errors import ToolSearchError
+
+__all__ = ["PluginError", "PluginWarning", "PluginEntry", "PluginRegistry", "GROUPS"]
+
+T = TypeVar("T")
+
+GROUPS = ("toolsearch.backends", "toolsearch.embedders", "toolsearch.session_stores", "toolsearch.wire_formats")
+_OWN_DISTRIBUTION = "toolsearch"
+_BUILT_IN = f"{_OWN_DISTRIBUTION} (built in)"
+
+
+class PluginError(ToolSearchError):
+    """A plug-in's entry point cannot be imported, or gives an object of the wrong shape."""
+
+
+class PluginWarning(UserWarning):
+    """A plug-in was ignored because a built-in (or an earlier plug-in) already has its name."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginEntry:
+    """Where a name comes from: an entry point's name, its `module:attr` value and its distribution."""
+
+    name: str
+    value: str
+    distribution: str = _BUILT_IN
+
+    def describe(self, group: str) -> str:
+        return f"entry point {self.name} = {self.value!r} in group {group!r} of {self.distribution}"
+
+
+_INSTALLED_LOCK = threading.Lock()
+_INSTALLED: dict[str, list[PluginEntry]] | None = None
+
+
+def _installed(group: str) -> list[PluginEntry]:
+    """The installed entry points of `group` (every group is read in one pass, once per process)."""
+    global _INSTALLED
+    with _INSTALLED_LOCK:
+        if _INSTALLED is None:
+            # importlib.metadata costs tens of milliseconds to import and scan: only when a lookup needs it
+            from importlib.metadata import distributions
+
+            found: dict[str, list[PluginEntry]] = {g: [] for g in GROUPS}
+            seen: set[str] = set()
+            for dist in distributions():  # one pass over every group (each entry_points(group=) call rescans)
+                owner = _normalised(dist.metadata["Name"] or "")
+                # a distribution found twice on sys.path counts once (the first, as importlib.metadata does);
+                # toolsearch's own entry points declare the built-ins, which the registries already hold
+                if owner in seen or owner == _OWN_DISTRIBUTION:
+                    continue
+                seen.add(owner)
+                label = f"{dist.metadata['Name']} {dist.version}"
+                for ep in dist.entry_points:
+                    if ep.group in found:
+                        found[ep.group].append(PluginEntry(ep.name, ep.value, label))
+            _INSTALLED = found
+        return _INSTALLED.get(group, [])
+
+
+def rescan() -> None:
+    """Read the installed entry points again on the next lookup (after installing a plug-in in-process)."""
+    global _INSTALLED
+    with _INSTALLED_LOCK:
+        _INSTALLED = None
+
+
+def _normalised(distribution: str) -> str:
+    return distribution.lower().replace("_", "-").replace(".", "-")
+
+
+def _resolve(value: str) -> Any:
+    """What an entry point's `module:attr.sub [extras]` value names (the rules of importlib.metadata)."""
+    target = value.split("[", 1)[0].strip()
+    module, _, attrs = target.partition(":")
+    obj: Any = importlib.import_module(module.strip())
+    for attr in filter(None, attrs.strip().split(".")):
+        obj = getattr(obj, attr)
+    return obj
+
+
+class PluginRegistry(Generic[T]):
+    """Named objects of one kind: registered in code, built in, or found by entry point.
+
+    `check(obj, name)` returns what is wrong with a loaded object (None when it has the right
+    shape); `error` is the exception class for an unknown name.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        group: str,
+        builtins: Iterable[tuple[str, str]],
+        check: Callable[[Any, str], str | None],
+        *,
+        error: type[ToolSearchError] = ToolSearchError,
+    ) -> None:
+        if group not in GROUPS:
+            raise PluginError(f"unknown entry-point group {group!r}; use one of: {', '.join(GROUPS)}")
+        self.kind = kind
+        self.group = group
+        self.error = error
+        self._check = check
+        self._builtins = {name: PluginEntry(name, value) for name, value in builtins}
+        self._registered: dict[str, T] = {}
+        self._loaded: dict[str, T] = {}
+        self._plugins: dict[str, PluginEntry] | None = None
+        self._lock = threading.RLock()  # a plug-in's module may look names up while it is imported
+
+    def __repr__(self) -> str:
+        return f"PluginRegistry({self.kind!r}, {self.group!r})"
+
+    # --- what is known, without importing anything -----------------------------------------------
+
+    @property
+    def builtins(self) -> dict[str, str]:
+        """The built-in entry points, name -> `module:attr` (what pyproject.toml must declare)."""
+        return {name: entry.value for name, entry in self._builtins.items()}
+
+    def plugins(self) -> dict[str, PluginEntry]:
+        """The installed plug-ins this registry uses, by name (clashing ones are left out, with a warning)."""
+        with self._lock:
+            if self._plugins is None:
+                chosen: dict[str, PluginEntry] = {}
+                for entry in _installed(self.group):
+                    earlier = self._builtins.get(entry.name) or chosen.get(entry.name)
+                    if earlier is not None:
+                        warnings.warn(
+                            f"ignored the {self.kind} plug-in {entry.describe(self.group)}: the name "
+                            f"{entry.name!r} is already taken by {earlier.distribution} ({earlier.value}); "
+                            "rename the plug-in's entry point or uninstall one of them",
+                            PluginWarning,
+                            stacklevel=2,
+                        )
+                        continue
+                    chosen[entry.name] = entry
+                self._plugins = chosen
+            return self._plugins
+
+    def names(self) -> list[str]:
+        """Every known name: built-ins in their order, then names registered in code, then plug-ins."""
+        names = dict.fromkeys(self._builtins)
+        names.update(dict.fromkeys(self._registered))
+        names.update(dict.fromkeys(sorted(self.plugins())))
+        return list(names)
+
+    def entry(self, name: str) -> PluginEntry | None:
+        """The entry point a name loads from (None for unknown names and objects registered in code)."""
+        if name in self._registered:
+            return None
+        return self._builtins.get(name) or self.plugins().get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self._registered or self.entry(name) is not None)
+
+    # --- lookups -------------------------------------------------------------------------------
+
+    def find(self, name: str) -> T | None:
+        """The object called `name`, loaded on first use; None when no such name is known.
+
+        A plug-in that fails to import or has the wrong shape raises PluginError naming its entry point.
+        """
+        with self._lock:
+            found = self._registered.get(name)
+            if found is None:
+                found = self._loaded.get(name)
+            if found is not None:
+                return found
+            # the installed plug-ins are scanned on any first lookup, so a clash warns even when a
+            # built-in name is asked for
+            plugins = self.plugins()
+            entry = self._builtins.get(name) or plugins.get(name)
+            if entry is None:
+                return None
+            obj = self._load(entry)
+            self._loaded[name] = obj
+            return obj
+
+    def get(self, name: str) -> T:
+        """The object called `name`; `error` (listing the known names, saying how to add one) when unknown."""
+        found = self.find(name) if isinstance(name, str) else None
+        if found is None:
+            raise self.error(self.unknown_message(name))
+        return found
+
+    def unknown_message(self, name: object, *, known: Sequence[str] | None = None, label: str | None = None) -> str:
+        """`unknown <kind> <name>; choose one of: ...` plus how a plug-in provides another one."""
+        listed = ", ".join(self.names() if known is None else known)
+        return f"unknown {label or self.kind} {name!r}; choose one of: {listed}. {self.install_hint()}"
+
+    def install_hint(self) -> str:
+        return (
+            f"A {self.kind} from another package is found once that package is installed "
+            f"(pip install <package>) and declares it under the entry-point group {self.group!r} "
+            "(see docs/plugins.md)"
+        )
+
+    def register(self, name: str, obj: T, *, replace: bool = False) -> None:
+        """Make `obj` known as `name` in this process; it takes precedence over a built-in or plug-in."""
+        if not isinstance(name, str) or not name:
+            raise self.error(f"a {self.kind} needs a non-empty string name, got {name!r}")
+        problem = self._check(obj, name)
+        if problem is not None:
+            raise self.error(f"cannot register the {self.kind} {name!r}: {problem}")
+        with self._lock:
+            taken = name in self._registered or name in self._loaded or name in self._builtins
+            if taken and not replace:
+                raise self.error(f"a {self.kind} named {name!r} is already registered; pass replace=True")
+            self._registered[name] = obj
+
+    def unregister(self, name: str) -> bool:
+        """Forget an object registered in code (a built-in or plug-in of its name shows again); True if one was."""
+        with self._lock:
+            return self._registered.pop(name, None) is not None
+
+    def _load(self, entry: PluginEntry) -> T:
+        try:
+            obj = _resolve(entry.value)
+        except Exception as exc:  # any failure of a plug-in's import is reported, naming the plug-in
+            raise PluginError(
+                f"the {self.kind} plug-in {entry.name!r} failed to load ({type(exc).__name__}: {exc}); "
+                f"{entry.describe(self.group)}. Reinstall or uninstall that distribution"
+            ) from exc
+        problem = self._check(obj, entry.name)
+        if problem is not None:
+            raise PluginError(
+                f"the {self.kind} plug-in {entry.name!r} has the wrong shape: {problem}; {entry.describe(self.group)}"
+            )
+        return obj  # type: ignore[no-any-return]
