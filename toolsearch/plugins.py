@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import ToolSearchError
 
-__all__ = ["PluginError", "PluginWarning", "PluginEntry", "PluginRegistry", "GROUPS"]
+__all__ = ["PluginError", "PluginWarning", "PluginEntry", "PluginRegistry", "GROUPS", "rescan"]
 
 T = TypeVar("T")
 
@@ -58,9 +58,10 @@ class PluginEntry:
 
 _INSTALLED_LOCK = threading.Lock()
 _INSTALLED: dict[str, list[PluginEntry]] | None = None
+_GENERATION = 0  # bumped by rescan(): each registry then forgets the plug-ins it found and loaded
 
 
-def _installed(group: str) -> list[PluginEntry]:
+def _installed(group: str) -> tuple[list[PluginEntry], int]:
     """The installed entry points of `group` (every group is read in one pass, once per process)."""
     global _INSTALLED
     with _INSTALLED_LOCK:
@@ -82,14 +83,15 @@ def _installed(group: str) -> list[PluginEntry]:
                     if ep.group in found:
                         found[ep.group].append(PluginEntry(ep.name, ep.value, label))
             _INSTALLED = found
-        return _INSTALLED.get(group, [])
+        return _INSTALLED.get(group, []), _GENERATION
 
 
 def rescan() -> None:
     """Read the installed entry points again on the next lookup (after installing a plug-in in-process)."""
-    global _INSTALLED
+    global _INSTALLED, _GENERATION
     with _INSTALLED_LOCK:
         _INSTALLED = None
+        _GENERATION += 1
 
 
 def _normalised(distribution: str) -> str:
@@ -132,6 +134,7 @@ class PluginRegistry(Generic[T]):
         self._registered: dict[str, T] = {}
         self._loaded: dict[str, T] = {}
         self._plugins: dict[str, PluginEntry] | None = None
+        self._generation = -1
         self._lock = threading.RLock()  # a plug-in's module may look names up while it is imported
 
     def __repr__(self) -> str:
@@ -147,9 +150,12 @@ class PluginRegistry(Generic[T]):
     def plugins(self) -> dict[str, PluginEntry]:
         """The installed plug-ins this registry uses, by name (clashing ones are left out, with a warning)."""
         with self._lock:
-            if self._plugins is None:
+            if self._plugins is None or self._generation != _GENERATION:
+                installed, self._generation = _installed(self.group)
+                for name in set(self._plugins or ()) - set(self._builtins):
+                    self._loaded.pop(name, None)  # a plug-in's object is reloaded from the fresh scan
                 chosen: dict[str, PluginEntry] = {}
-                for entry in _installed(self.group):
+                for entry in installed:
                     earlier = self._builtins.get(entry.name) or chosen.get(entry.name)
                     if earlier is not None:
                         warnings.warn(
@@ -188,14 +194,14 @@ class PluginRegistry(Generic[T]):
         A plug-in that fails to import or has the wrong shape raises PluginError naming its entry point.
         """
         with self._lock:
+            # the installed plug-ins are scanned on the first lookup of any name, so a clash warns
+            # even when only a built-in is asked for
+            plugins = self.plugins()
             found = self._registered.get(name)
             if found is None:
                 found = self._loaded.get(name)
             if found is not None:
                 return found
-            # the installed plug-ins are scanned on any first lookup, so a clash warns even when a
-            # built-in name is asked for
-            plugins = self.plugins()
             entry = self._builtins.get(name) or plugins.get(name)
             if entry is None:
                 return None
