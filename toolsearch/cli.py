@@ -232,7 +232,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="tool file (.json/.jsonl) or MCP servers config")
     p.add_argument("--backend", default="auto", metavar="NAME",
                    help="auto (default: hybrid if the vector extra is installed, else bm25), bm25, regex, "
-                   "vector or hybrid")
+                   "vector, hybrid, or a backend an installed plug-in adds (docs/plugins.md)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--name", help="index name inside --root (default: <backend>-<content hash>)")
     where.add_argument("--out", metavar="DIR", help="write the index to this folder instead of a named one")
