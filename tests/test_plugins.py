@@ -232,15 +232,15 @@ def test_a_plugin_of_the_wrong_shape_names_its_entry_point(install: Install) -> 
     with pytest.raises(PluginError, match=rf"'acme' has the wrong shape: expected a toolsearch.backends.BackendSpec, "
                        rf"got function; entry point acme = 'acme_shapes:create' {where}"):
         get_backend_spec("acme")
-    with pytest.raises(PluginError, match="its BackendSpec is named 'other'; the entry point's name and the spec's"):
+    with pytest.raises(PluginError, match="it is named 'other'; the entry point's name and its BackendSpec's"):
         get_backend_spec("renamed")
     with pytest.raises(PluginError, match=r"expected a toolsearch\.providers\.WireFormat, got function"):
         get_format("acme")
-    with pytest.raises(PluginError, match="expected a callable that returns an embedder, got int"):
+    with pytest.raises(PluginError, match="callable that takes no arguments and returns an embedder, got int"):
         embedder_for("acme")
     with pytest.raises(PluginError, match=r"the embedder 'odd' \(entry point odd = 'acme_shapes:create' .* object"):
         embedder_for("odd")
-    with pytest.raises(PluginError, match=r"session store for acme:// \(entry point acme = .*\) returned object"):
+    with pytest.raises(PluginError, match=r"'acme' \(entry point acme = .*\) returned object, not a SessionStore"):
         store_from_url("acme://x")
 
 

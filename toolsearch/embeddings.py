@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._errors import BackendError, MissingDependencyError, missing_dependency
-from .plugins import PluginError, PluginRegistry
+from .plugins import PluginRegistry, callable_of
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -528,10 +528,6 @@ def _numpy_only() -> Embedder:
     return NumpyEmbedder(runtime="numpy")
 
 
-def _check_factory(obj: Any, name: str) -> str | None:
-    return None if callable(obj) else f"expected a callable that returns an embedder, got {type(obj).__name__}"
-
-
 _BUILT_IN_EMBEDDERS = {
     "numpy": "NumpyEmbedder",
     "numpy-fp32": "_numpy_fp32",
@@ -543,7 +539,7 @@ EMBEDDERS: PluginRegistry[Callable[[], Embedder]] = PluginRegistry(
     "embedder",
     "toolsearch.embedders",
     [(name, f"toolsearch.embeddings:{attr}") for name, attr in _BUILT_IN_EMBEDDERS.items()],
-    _check_factory,
+    callable_of("that takes no arguments and returns an embedder"),
     error=BackendError,
 )
 
@@ -556,12 +552,7 @@ def embedder_for(name: str) -> Embedder:
     factory = EMBEDDERS.get(name)
     made = factory()
     if not isinstance(getattr(made, "model_id", None), str) or not callable(getattr(made, "embed", None)):
-        entry = EMBEDDERS.entry(name)
-        where = entry.describe(EMBEDDERS.group) if entry is not None else "registered in code"
-        raise PluginError(
-            f"the embedder {name!r} ({where}) returned {type(made).__name__}, not an embedder "
-            "(a string `model_id`, a `dimension` and an `embed(texts)` method)"
-        )
+        raise EMBEDDERS.wrong_product(name, made, "an embedder (a string `model_id`, a `dimension`, `embed(texts)`)")
     return made
 
 

@@ -27,7 +27,16 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import ToolSearchError
 
-__all__ = ["PluginError", "PluginWarning", "PluginEntry", "PluginRegistry", "GROUPS", "rescan"]
+__all__ = [
+    "PluginError",
+    "PluginWarning",
+    "PluginEntry",
+    "PluginRegistry",
+    "GROUPS",
+    "rescan",
+    "named_instance",
+    "callable_of",
+]
 
 T = TypeVar("T")
 
@@ -106,6 +115,29 @@ def _resolve(value: str) -> Any:
     for attr in filter(None, attrs.strip().split(".")):
         obj = getattr(obj, attr)
     return obj
+
+
+def named_instance(cls: type, label: str) -> Callable[[Any, str], str | None]:
+    """The shape check for an entry point naming an instance of `cls` whose `name` is the entry point's."""
+
+    def check(obj: Any, name: str) -> str | None:
+        if not isinstance(obj, cls):
+            return f"expected a {label}, got {type(obj).__name__}"
+        own = getattr(obj, "name", None)
+        if own != name:
+            return f"it is named {own!r}; the entry point's name and its {cls.__name__}'s must agree"
+        return None
+
+    return check
+
+
+def callable_of(signature: str) -> Callable[[Any, str], str | None]:
+    """The shape check for an entry point naming a factory (`signature` says what it takes and returns)."""
+
+    def check(obj: Any, name: str) -> str | None:
+        return None if callable(obj) else f"expected a callable {signature}, got {type(obj).__name__}"
+
+    return check
 
 
 class PluginRegistry(Generic[T]):
@@ -240,6 +272,12 @@ class PluginRegistry(Generic[T]):
             if taken and not replace:
                 raise self.error(f"a {self.kind} named {name!r} is already registered; pass replace=True")
             self._registered[name] = obj
+
+    def wrong_product(self, name: str, product: object, expected: str) -> PluginError:
+        """The error for a factory called `name` that made something other than `expected`."""
+        entry = self.entry(name)
+        where = entry.describe(self.group) if entry is not None else "registered in code"
+        return PluginError(f"the {self.kind} {name!r} ({where}) returned {type(product).__name__}, not {expected}")
 
     def unregister(self, name: str) -> bool:
         """Forget an object registered in code (a built-in or plug-in of its name shows again); True if one was."""

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._errors import BackendError, MissingDependencyError
-from ..plugins import PluginRegistry
+from ..plugins import PluginRegistry, named_instance
 from ._base import Backend, BackendSpec
 
 __all__ = [
@@ -20,20 +18,12 @@ __all__ = [
 ]
 
 
-def _check(obj: Any, name: str) -> str | None:
-    if not isinstance(obj, BackendSpec):
-        return f"expected a toolsearch.backends.BackendSpec, got {type(obj).__name__}"
-    if obj.name != name:
-        return f"its BackendSpec is named {obj.name!r}; the entry point's name and the spec's must agree"
-    return None
-
-
 # The same list as pyproject.toml's [project.entry-points."toolsearch.backends"] (a test compares them).
 BACKENDS: PluginRegistry[BackendSpec] = PluginRegistry(
     "backend",
     "toolsearch.backends",
     [(name, f"toolsearch.backends._builtin:{name.upper()}") for name in ("regex", "bm25", "vector", "hybrid")],
-    _check,
+    named_instance(BackendSpec, "toolsearch.backends.BackendSpec"),
     error=BackendError,
 )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ToolSearchError
-from ..plugins import PluginRegistry
+from ..plugins import PluginRegistry, named_instance
 from ..tools import NameMap, Tool
 from ._base import ChatRequest, ToolCall, parse_arguments
 
@@ -76,14 +76,6 @@ class UnknownFormatError(ToolSearchError, ValueError):
     """No wire format has the given name (neither built in, nor registered, nor a plug-in's)."""
 
 
-def _check(obj: Any, name: str) -> str | None:
-    if not isinstance(obj, WireFormat):
-        return f"expected a toolsearch.providers.WireFormat, got {type(obj).__name__}"
-    if obj.name != name:
-        return f"its WireFormat is named {obj.name!r}; the entry point's name and the format's must agree"
-    return None
-
-
 # The built-in formats, in the order calls are parsed; the same list as pyproject.toml's
 # [project.entry-points."toolsearch.wire_formats"] (a test compares them). Gemini comes before the
 # plain shapes: a Gemini call has a `name` too, and would read as a plain call without arguments.
@@ -92,7 +84,7 @@ FORMATS: PluginRegistry[WireFormat] = PluginRegistry(
     "tool format",
     "toolsearch.wire_formats",
     [(name, f"toolsearch.providers.registry:{name.upper()}") for name in _BUILT_IN],
-    _check,
+    named_instance(WireFormat, "toolsearch.providers.WireFormat"),
     error=UnknownFormatError,
 )
 

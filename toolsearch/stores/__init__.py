@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._errors import SessionStoreError
-from ..plugins import PluginError, PluginRegistry
+from ..plugins import PluginRegistry, callable_of
 from ._state import SCHEMA_VERSION, SessionState, SessionStore, StateUpdate, decode_state, encode_state
 from .memory import InMemorySessionStore
 from .redis import REDIS_SCHEMES
@@ -49,18 +49,12 @@ def _redis(url: str, *, ttl_seconds: float | None = None, **options: Any) -> Ses
     return RedisSessionStore(url, ttl_seconds=ttl_seconds, **options)
 
 
-def _check_factory(obj: Any, name: str) -> str | None:
-    if callable(obj):
-        return None
-    return f"expected a callable (url, *, ttl_seconds=None, **options), got {type(obj).__name__}"
-
-
 # By URL scheme; the same list as pyproject.toml's [project.entry-points."toolsearch.session_stores"].
 SESSION_STORES: PluginRegistry[Callable[..., SessionStore]] = PluginRegistry(
     "session store",
     "toolsearch.session_stores",
     [("memory", "toolsearch.stores:_memory"), *((scheme, "toolsearch.stores:_redis") for scheme in REDIS_SCHEMES)],
-    _check_factory,
+    callable_of("(url, *, ttl_seconds=None, **options) that returns a SessionStore"),
     error=SessionStoreError,
 )
 
@@ -86,12 +80,7 @@ def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any
         )
     store = factory(url, ttl_seconds=ttl_seconds, **options)
     if not isinstance(store, SessionStore):
-        entry = SESSION_STORES.entry(scheme)
-        where = entry.describe(SESSION_STORES.group) if entry is not None else "registered in code"
-        raise PluginError(
-            f"the session store for {scheme}:// ({where}) returned {type(store).__name__}, which lacks the "
-            "SessionStore methods (get, create, update, delete, ids, ...)"
-        )
+        raise SESSION_STORES.wrong_product(scheme, store, "a SessionStore (get, create, update, delete, ids, ...)")
     return store
 
 
