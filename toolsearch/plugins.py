@@ -165,7 +165,7 @@ class PluginRegistry(Generic[T]):
         self._loaded: dict[str, T] = {}
         self._plugins: dict[str, PluginEntry] | None = None
         self._generation = -1
-        self._lock = threading.RLock()  # a plug-in's module may look names up while it is imported
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"PluginRegistry({self.kind!r}, {self.group!r})"
@@ -233,11 +233,13 @@ class PluginRegistry(Generic[T]):
             if found is not None:
                 return found
             entry = self._builtins.get(name) or plugins.get(name)
-            if entry is None:
-                return None
-            obj = self._load(entry)
-            self._loaded[name] = obj
-            return obj
+        if entry is None:
+            return None
+        # imported outside the lock: a plug-in's module may look up names of other registries, whose
+        # locks another thread may hold while it waits for this one; two threads may both import, one wins
+        obj = self._load(entry)
+        with self._lock:
+            return self._loaded.setdefault(name, obj)
 
     def get(self, name: str) -> T:
         """The object called `name`; `error` (listing the known names, saying how to add one) when unknown."""
@@ -246,10 +248,10 @@ class PluginRegistry(Generic[T]):
             raise self.error(self.unknown_message(name))
         return found
 
-    def unknown_message(self, name: object, *, known: Sequence[str] | None = None, label: str | None = None) -> str:
+    def unknown_message(self, name: object, *, known: Sequence[str] | None = None) -> str:
         """`unknown <kind> <name>; choose one of: ...` plus how a plug-in provides another one."""
         listed = ", ".join(self.names() if known is None else known)
-        return f"unknown {label or self.kind} {name!r}; choose one of: {listed}. {self.install_hint()}"
+        return f"unknown {self.kind} {name!r}; choose one of: {listed}. {self.install_hint()}"
 
     def install_hint(self) -> str:
         return (
