@@ -441,7 +441,7 @@ def test_keyboard_interrupt_in_process(
 ) -> None:
     # The same contract through main(argv): KeyboardInterrupt becomes exit 130 and one line.
     from toolsearch import BackendSpec, Ranking
-    from toolsearch.backends import _REGISTRY
+    from toolsearch.backends import BACKENDS
 
     class Interrupting:
         name = "interrupting"
@@ -465,8 +465,11 @@ def test_keyboard_interrupt_in_process(
             return {}
 
     spec = BackendSpec("interrupting", create=Interrupting, load=lambda f, t, **o: Interrupting())
-    monkeypatch.setitem(_REGISTRY, "interrupting", spec)  # registered for this test only
-    code, _, err = run(capsys, "build", "openai.json", "--backend", "interrupting", "--name", "x")
+    BACKENDS.register("interrupting", spec)
+    try:
+        code, _, err = run(capsys, "build", "openai.json", "--backend", "interrupting", "--name", "x")
+    finally:
+        BACKENDS.unregister("interrupting")  # registered for this test only
     assert code == EXIT_INTERRUPTED
     assert err.strip().splitlines()[-1] == "toolsearch: interrupted"
     assert not (home / "home" / "indexes" / "x").exists()

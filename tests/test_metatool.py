@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from toolsearch import Catalog, Hit, InvalidQueryError, Ranking, Tool, ToolIndex
-from toolsearch.metatool import QUERY_SYNTAX, ToolSearchMetaTool, one_line_summary, system_prompt_suffix
+from toolsearch.backends import get_backend_spec
+from toolsearch.metatool import ToolSearchMetaTool, one_line_summary, query_help, system_prompt_suffix
 from toolsearch.session import SessionManager
 
 TOOLS = [
@@ -115,7 +116,7 @@ def test_query_description_tells_the_backend_syntax(manager: SessionManager) -> 
     for name, marker in (("regex", "regular expression"), ("vector", "natural-language"), ("hybrid", "semantic")):
         session = SessionManager(_index_with(StaticBackend(name))).create("s")
         text = ToolSearchMetaTool().definition(session).input_schema["properties"]["query"]["description"]
-        assert marker in text and text == QUERY_SYNTAX[name]
+        assert marker in text and text == query_help(name)[0] == get_backend_spec(name).query_syntax
     custom = SessionManager(_index_with(StaticBackend("mine", query_syntax="SQL LIKE patterns"))).create("s")
     assert ToolSearchMetaTool().definition(custom).input_schema["properties"]["query"]["description"] == (
         "SQL LIKE patterns"

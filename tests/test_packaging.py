@@ -81,7 +81,8 @@ ROOT_API = {
     "BackendError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError", "IndexFormatError",
     "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError", "SessionStoreError",
     "SessionStateError", "ToolNotAllowedError", "ProviderError", "UsageError", "PriceTableError", "DataSourceError",
-    "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "CommandError", "EvalError",
+    "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError",
+    "EvalError",
 }
 
 

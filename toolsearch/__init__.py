@@ -22,6 +22,8 @@ from ._errors import (
     InvalidToolError,
     MCPConfigError,
     MissingDependencyError,
+    PluginError,
+    PluginWarning,
     PolicyError,
     PriceTableError,
     ProviderError,
@@ -154,6 +156,8 @@ __all__ = [
     "UpstreamError",
     "AuthConfigError",
     "PolicyError",
+    "PluginError",
+    "PluginWarning",
     "CommandError",
     "EvalError",
 ]

@@ -34,10 +34,12 @@ with those bases in parentheses:
     ├── UpstreamError                              an upstream MCP server failed
     ├── AuthConfigError (ValueError)               the gateway's authentication settings are unusable
     ├── PolicyError (ValueError)                   a tool policy file is unusable
+    ├── PluginError                                a plug-in's entry point cannot be loaded or has the wrong shape
     ├── CommandError                               a CLI command cannot do what was asked
     └── EvalError                                  an evaluation cannot run as asked
 
-Every message says which input is wrong, what is wrong with it and what to do instead.
+Every message says which input is wrong, what is wrong with it and what to do instead. One warning
+lives here too: `PluginWarning` (a UserWarning), for a plug-in ignored because its name is taken.
 """
 
 from __future__ import annotations
@@ -198,6 +200,14 @@ class PolicyError(ToolSearchError, ValueError):
 
 
 # --- the command line -------------------------------------------------------------------------
+
+
+class PluginError(ToolSearchError):
+    """A plug-in's entry point cannot be imported, or gives an object of the wrong shape."""
+
+
+class PluginWarning(UserWarning):
+    """A plug-in was ignored because a built-in (or an earlier plug-in) already has its name."""
 
 
 class CommandError(ToolSearchError):

@@ -15,12 +15,25 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ._errors import BackendError, CommandError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .providers.registry import chat_format_names
+
+if TYPE_CHECKING:
+    from .backends import BackendSpec
+
+class _ChatFormats:
+    """`--format`'s choices, read when an argument is checked: wire-format plug-ins load only then."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in chat_format_names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(chat_format_names())
+
 
 # Exit codes scripts can rely on.
 EXIT_OK = 0
@@ -215,7 +228,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="tool file (.json/.jsonl) or MCP servers config")
     p.add_argument("--backend", default="auto", metavar="NAME",
                    help="auto (default: hybrid if the vector extra is installed, else bm25), bm25, regex, "
-                   "vector or hybrid")
+                   "vector, hybrid, or a backend an installed plug-in adds (docs/plugins.md)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--name", help="index name inside --root (default: <backend>-<content hash>)")
     where.add_argument("--out", metavar="DIR", help="write the index to this folder instead of a named one")
@@ -268,8 +281,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where the demo index is kept between runs (default: $TOOLSEARCH_CACHE_DIR/demo)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the demo index even if a cached one matches")
-    p.add_argument("--format", default="openai_chat", choices=chat_format_names(),
-                   help="provider wire format the requests are rendered and counted in (default: openai_chat)")
+    p.add_argument("--format", default="openai_chat", choices=_ChatFormats(), metavar="FORMAT",
+                   help="provider wire format the requests are rendered and counted in: openai_chat (the "
+                   "default), openai_responses, anthropic, gemini, or one a plug-in adds")
     p.set_defaults(func=cmd_demo, check=check_demo)
 
     p = commands.add_parser("model", parents=[common], help="install the default embedding model (no torch)",
@@ -632,8 +646,14 @@ def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
     return data
 
 
+def _query_syntax(spec: BackendSpec | None) -> str:
+    if spec is None:
+        return "unknown: no installed backend has this name (install the plug-in that built the index)"
+    return spec.query_syntax or "see the backend's documentation"
+
+
 def cmd_info(args: argparse.Namespace, console: Console) -> int:
-    from .metatool import QUERY_SYNTAX
+    from .backends import find_backend_spec
     from .store import read_manifest
 
     path = _resolve_index(args)
@@ -650,7 +670,7 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
     lines = [
         ("index", f"{path.name}  ({path})"),
         ("backend", f"{manifest.backend}  ({options})"),
-        ("query syntax", QUERY_SYNTAX.get(manifest.backend, "see the backend's documentation")),
+        ("query syntax", _query_syntax(find_backend_spec(manifest.backend))),
         ("tools", str(manifest.tool_count)),
         ("namespaces", f"{len(manifest.namespaces)}: {namespaces}" if manifest.namespaces else namespaces),
         ("catalog hash", manifest.catalog_hash),

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._errors import BackendError, InvalidArgumentError, MissingDependencyError, missing_dependency
+from .plugins import PluginRegistry, callable_of
 
 __all__ = [
     "DEFAULT_MODEL_ID",
@@ -35,6 +36,7 @@ __all__ = [
     "QueryCache",
     "resolve_embedder",
     "EMBEDDER_NAMES",
+    "EMBEDDERS",
     "embedder_for",
     "embed_texts",
     "embed_queries",
@@ -489,7 +491,11 @@ class CallableEmbedder:
 
 
 def resolve_embedder(model: str | None = None, embedder: Embedder | None = None) -> Embedder:
-    """The embedder for backend options `model=` / `embedder=` (the default model when neither)."""
+    """The embedder for backend options `model=` / `embedder=` (the default model when neither).
+
+    `model` is a model alias ("default", "e5"), a named embedder (built in or a plug-in's entry point
+    in `toolsearch.embedders`: see `embedder_for`), a local folder, or a sentence-transformers hub name.
+    """
     if embedder is not None:
         if not isinstance(getattr(embedder, "model_id", None), str) or not callable(getattr(embedder, "embed", None)):
             raise BackendError("embedder must have a string `model_id`, a `dimension` and an `embed(texts)` method")
@@ -502,28 +508,52 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
         return NumpyEmbedder()
     if model in _E5_ALIASES:
         return E5Embedder()
+    # a named embedder, unless a folder of that name is meant; an index stores its embedder's model_id,
+    # so a plug-in whose model_id is its entry point's name reopens its indexes by that name
+    if model in EMBEDDERS and not Path(model).expanduser().is_dir():
+        return embedder_for(model)
     return SentenceTransformerEmbedder(model)
 
 
-# Embedders by a short name, for benchmarks comparing them side by side on the same model.
+# Embedders by a short name, for benchmarks comparing them side by side on the same model; plug-ins add
+# more under the `toolsearch.embedders` entry-point group (pyproject.toml declares these five there too).
 EMBEDDER_NAMES = ("numpy", "numpy-fp32", "numpy-only", "sentence-transformers", "e5")
+
+
+def _numpy_fp32() -> Embedder:
+    return NumpyEmbedder(runtime="onnxruntime")
+
+
+def _numpy_only() -> Embedder:
+    return NumpyEmbedder(runtime="numpy")
+
+
+_BUILT_IN_EMBEDDERS = {
+    "numpy": "NumpyEmbedder",
+    "numpy-fp32": "_numpy_fp32",
+    "numpy-only": "_numpy_only",
+    "sentence-transformers": "SentenceTransformerEmbedder",
+    "e5": "E5Embedder",
+}
+EMBEDDERS: PluginRegistry[Callable[[], Embedder]] = PluginRegistry(
+    "embedder",
+    "toolsearch.embedders",
+    [(name, f"toolsearch.embeddings:{attr}") for name, attr in _BUILT_IN_EMBEDDERS.items()],
+    callable_of("that takes no arguments and returns an embedder"),
+    error=BackendError,
+)
 
 
 def embedder_for(name: str) -> Embedder:
     """"numpy" (the default: numpy, queries on onnxruntime in int8), "numpy-fp32" (queries on
     onnxruntime in float32), "numpy-only" (queries on numpy too), "sentence-transformers" (the same
-    MiniLM through torch) or "e5"."""
-    if name == "numpy":
-        return NumpyEmbedder()
-    if name == "numpy-fp32":
-        return NumpyEmbedder(runtime="onnxruntime")
-    if name == "numpy-only":
-        return NumpyEmbedder(runtime="numpy")
-    if name == "sentence-transformers":
-        return SentenceTransformerEmbedder("default")
-    if name == "e5":
-        return E5Embedder()
-    raise BackendError(f"unknown embedder {name!r}; choose from {', '.join(EMBEDDER_NAMES)}")
+    MiniLM through torch), "e5", or a plug-in's name (an entry point in `toolsearch.embedders`
+    naming a callable that takes no arguments and returns an embedder)."""
+    factory = EMBEDDERS.get(name)
+    made = factory()
+    if not isinstance(getattr(made, "model_id", None), str) or not callable(getattr(made, "embed", None)):
+        raise EMBEDDERS.wrong_product(name, made, "an embedder (a string `model_id`, a `dimension`, `embed(texts)`)")
+    return made
 
 
 def _canonical_model(model: str) -> str:

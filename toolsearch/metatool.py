@@ -19,37 +19,12 @@ from .tools import Tool
 if TYPE_CHECKING:
     from .session import DiscoveryUpdate, Session
 
-__all__ = ["ToolSearchMetaTool", "MetaToolOutcome", "QUERY_SYNTAX", "system_prompt_suffix", "one_line_summary"]
+__all__ = ["ToolSearchMetaTool", "MetaToolOutcome", "query_help", "system_prompt_suffix", "one_line_summary"]
 
-# What each backend understands, told to the model in the `query` parameter's description.
-QUERY_SYNTAX: dict[str, str] = {
-    "regex": (
-        "A Python regular expression (the `regex` module, case-insensitive), matched against each tool's "
-        "name, namespace, description and parameters. Examples: `weather`, `send.*(mail|message)`, "
-        "`^github_`, `(create|open).*issue`. Escape special characters (`\\.`, `\\(`) to match them literally."
-    ),
-    "bm25": (
-        "Keywords describing the capability you need (BM25 ranking over tool names, descriptions and "
-        'parameters), e.g. `send email attachment`. Lucene syntax is understood: `"exact phrase"`, '
-        "`+required -excluded`, `AND` / `OR` / `NOT`, `(groups)`, `prefix*`, `fuzzy~`, `term^2` to boost, and "
-        "fields `name:`, `description:`, `parameters:`, `namespace:`, `tags:` (e.g. `namespace:github issue`)."
-    ),
-    "vector": (
-        "A natural-language description of what you want to do, e.g. `find the weather forecast for a city` "
-        "(semantic search: wording need not match the tool's)."
-    ),
-    "hybrid": (
-        "A natural-language description of what you want to do, with any specific keywords or tool-name "
-        "fragments you know, e.g. `create a github issue with labels` (semantic + keyword search)."
-    ),
-}
+# A backend's spec says how to query it (BackendSpec.query_syntax / search_hint); these serve a backend
+# without a spec (an object passed to ToolIndex directly) or a spec that says nothing.
 _GENERIC_SYNTAX = "A few keywords describing the capability you need, e.g. `send email`."
-_SEARCH_HINT: dict[str, str] = {
-    "regex": "use a valid Python regular expression or plain words (escape special characters such as `(`, `[`, `*`)",
-    "bm25": "use a few plain keywords describing the action and the object, e.g. `create issue`",
-    "vector": "describe the task in a short natural-language sentence",
-    "hybrid": "describe the task in a short sentence, with any keywords you know",
-}
+_GENERIC_HINT = "use a few plain keywords describing the capability"
 _SUMMARY_CHARS = 160
 _MAX_SKIPPED = 100  # most loaded tools a search over-fetches past
 
@@ -69,13 +44,22 @@ def one_line_summary(text: str, limit: int = _SUMMARY_CHARS) -> str:
     return text
 
 
-def _backend_syntax(session: Session) -> tuple[str, str]:
-    backend = session.index.backend
-    name = session.index.backend_name
+def query_help(backend_name: str, backend: object = None) -> tuple[str, str]:
+    """How to query a backend: (syntax for the `query` parameter, hint after a bad query or no match).
+
+    The backend object's own `query_syntax` wins, then its spec's, then a generic text.
+    """
+    from .backends import find_backend_spec
+
+    spec = find_backend_spec(backend_name)
     custom = getattr(backend, "query_syntax", None)
-    syntax = custom if isinstance(custom, str) and custom else QUERY_SYNTAX.get(name, _GENERIC_SYNTAX)
-    hint = _SEARCH_HINT.get(name, "use a few plain keywords describing the capability")
+    syntax = custom if isinstance(custom, str) and custom else (spec.query_syntax if spec else "") or _GENERIC_SYNTAX
+    hint = (spec.search_hint if spec else "") or _GENERIC_HINT
     return syntax, hint
+
+
+def _backend_syntax(session: Session) -> tuple[str, str]:
+    return query_help(session.index.backend_name, session.index.backend)
 
 
 class _Arguments(BaseModel):

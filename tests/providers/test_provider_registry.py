@@ -116,4 +116,4 @@ def test_a_new_format_is_one_registration() -> None:
     finally:
         from toolsearch.providers import registry
 
-        registry._FORMATS.pop("test_upper")
+        registry.FORMATS.unregister("test_upper")

@@ -1,98 +1,72 @@
-"""Backend registry: backends are found by name and their modules imported only when used."""
+"""Backend registry: backends found by name (built in or by entry point), their modules imported only when used."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 from .._errors import BackendError, MissingDependencyError
-from ..tools import Tool
-from ._base import Backend
+from ..plugins import PluginRegistry, named_instance
+from ._base import Backend, BackendSpec
 
-__all__ = ["Backend", "BackendSpec", "register_backend", "get_backend_spec", "backend_names", "default_backend"]
-
-
-@dataclass(frozen=True, slots=True)
-class BackendSpec:
-    """How to create, load and check the availability of one backend."""
-
-    name: str
-    create: Callable[..., Backend]  # create(**options) -> an empty backend
-    load: Callable[..., Backend]  # load(folder, tools, **options) -> a backend with saved state
-    available: Callable[[], bool] = lambda: True
-    extra: str = ""  # the pip extra that makes it available
-    summary: str = ""
+__all__ = [
+    "Backend",
+    "BackendSpec",
+    "BACKENDS",
+    "register_backend",
+    "get_backend_spec",
+    "find_backend_spec",
+    "backend_names",
+    "default_backend",
+]
 
 
-_REGISTRY: dict[str, BackendSpec] = {}
-
-
-def _lazy(module: str, name: str, requires: tuple[str, ...], extra: str, summary: str) -> BackendSpec:
-    def create(**options: Any) -> Backend:
-        return importlib.import_module(module).create(**options)  # type: ignore[no-any-return]
-
-    def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Backend:
-        return importlib.import_module(module).load(folder, tools, **options)  # type: ignore[no-any-return]
-
-    def available() -> bool:
-        return all(importlib.util.find_spec(pkg) is not None for pkg in requires)
-
-    return BackendSpec(name, create, load, available, extra, summary)
+# The same list as pyproject.toml's [project.entry-points."toolsearch.backends"] (a test compares them).
+BACKENDS: PluginRegistry[BackendSpec] = PluginRegistry(
+    "backend",
+    "toolsearch.backends",
+    [(name, f"toolsearch.backends._builtin:{name.upper()}") for name in ("regex", "bm25", "vector", "hybrid")],
+    named_instance(BackendSpec, "toolsearch.backends.BackendSpec"),
+    error=BackendError,
+)
 
 
 def register_backend(spec: BackendSpec, *, replace: bool = False) -> None:
-    """Make a backend available by name (to `ToolIndex.build`, the CLI and sessions)."""
-    if spec.name in _REGISTRY and not replace:
-        raise BackendError(f"a backend named {spec.name!r} is already registered; pass replace=True")
-    _REGISTRY[spec.name] = spec
+    """Make a backend available by name in this process (to `ToolIndex.build`, the CLI and sessions).
 
-
-# What the default (numpy) embedder needs; sentence-transformers is only for other models.
-_VECTOR_PACKAGES = ("faiss", "safetensors", "tokenizers")
-
-for _spec in (
-    _lazy("toolsearch.backends.regex", "regex", ("regex",), "", "model-written regular expressions"),
-    _lazy("toolsearch.backends.bm25", "bm25", ("tantivy",), "", "tantivy BM25 with Lucene query syntax"),
-    _lazy(
-        "toolsearch.backends.vector",
-        "vector",
-        _VECTOR_PACKAGES,
-        "vector",
-        "dense embeddings searched with faiss",
-    ),
-    _lazy(
-        "toolsearch.backends.hybrid",
-        "hybrid",
-        ("tantivy", *_VECTOR_PACKAGES),
-        "vector",
-        "bm25 and vector fused",
-    ),
-):
-    register_backend(_spec)
+    An installed package can instead declare it under the `toolsearch.backends` entry-point group.
+    """
+    if not isinstance(spec, BackendSpec):
+        raise BackendError(f"register_backend needs a BackendSpec, got {type(spec).__name__}")
+    BACKENDS.register(spec.name, spec, replace=replace)
 
 
 def backend_names() -> list[str]:
-    return list(_REGISTRY)
+    """Built-in backends first, then those registered in code, then installed plug-ins."""
+    return BACKENDS.names()
 
 
 def default_backend() -> str:
     """The best installed backend: hybrid when the vector extra is present, bm25 otherwise."""
-    return "hybrid" if _REGISTRY["hybrid"].available() else "bm25"
+    return "hybrid" if BACKENDS.get("hybrid").available() else "bm25"
+
+
+def find_backend_spec(name: str) -> BackendSpec | None:
+    """The spec called `name`, None when no backend has that name (availability is not checked)."""
+    return BACKENDS.find(name)
 
 
 def get_backend_spec(name: str) -> BackendSpec:
     """Look a backend up by name; "auto" picks the default."""
     if name == "auto":
         name = default_backend()
-    spec = _REGISTRY.get(name)
+    spec = BACKENDS.find(name) if isinstance(name, str) else None
     if spec is None:
-        known = ", ".join(sorted(_REGISTRY))
-        raise BackendError(f"unknown backend {name!r}; choose one of: auto, {known}")
+        raise BackendError(BACKENDS.unknown_message(name, known=["auto", *sorted(BACKENDS.names())]))
     if not spec.available():
-        hint = f"pip install 'toolsearch[{spec.extra}]'" if spec.extra else "pip install toolsearch"
-        raise MissingDependencyError(f"backend {name!r} needs packages that are not installed; run: {hint}")
+        entry = BACKENDS.entry(name)
+        if spec.extra:
+            hint = f"run: pip install 'toolsearch[{spec.extra}]'"
+        elif entry is not None and not entry.distribution.startswith("toolsearch "):
+            hint = f"install what its plug-in needs ({entry.distribution}; {entry.value})"
+        else:
+            hint = "run: pip install toolsearch"
+        raise MissingDependencyError(f"backend {name!r} needs packages that are not installed; {hint}")
     return spec

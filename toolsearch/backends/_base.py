@@ -1,8 +1,11 @@
-"""The small Protocol every search backend implements."""
+"""The small Protocol every search backend implements, and the spec that registers one by name."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import importlib
+import importlib.util
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,3 +34,47 @@ class Backend(Protocol):
     def save(self, folder: Path) -> None: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """How to create, load and check the availability of one backend, and how the model should query it.
+
+    `query_syntax` is what the `tool_search` tool's `query` parameter tells the model; `search_hint`
+    finishes the sentence "How to search instead: ..." after a bad query or no match. A backend
+    object's own `query_syntax` attribute, when it has one, wins over the spec's.
+    """
+
+    name: str
+    create: Callable[..., Backend]  # create(**options) -> an empty backend
+    load: Callable[..., Backend]  # load(folder, tools, **options) -> a backend with saved state
+    available: Callable[[], bool] = lambda: True
+    extra: str = ""  # the pip extra of toolsearch that makes it available
+    summary: str = ""
+    query_syntax: str = ""
+    search_hint: str = ""
+
+    @staticmethod
+    def lazy(
+        name: str,
+        module: str,
+        *,
+        requires: tuple[str, ...] = (),
+        extra: str = "",
+        summary: str = "",
+        query_syntax: str = "",
+        search_hint: str = "",
+    ) -> BackendSpec:
+        """A spec whose `module` (with `create(**options)` and `load(folder, tools, **options)`) is imported
+        only when a backend is created or loaded; `requires` are the top-level packages it needs."""
+
+        def create(**options: Any) -> Backend:
+            return importlib.import_module(module).create(**options)  # type: ignore[no-any-return]
+
+        def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Backend:
+            return importlib.import_module(module).load(folder, tools, **options)  # type: ignore[no-any-return]
+
+        def available() -> bool:
+            return all(importlib.util.find_spec(pkg) is not None for pkg in requires)
+
+        return BackendSpec(name, create, load, available, extra, summary, query_syntax, search_hint)

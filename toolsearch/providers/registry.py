@@ -10,9 +10,10 @@ tools (pinned, search tool, discovered, and the tools search results deliver nat
 `tool_reference` / `tool_search_output`) become their augmented Tools, and each format renders
 those as it renders any tool.
 
-Adding a format means one `register_format(WireFormat(...))` here (plus its tests); no other
-module branches on format names. A format with a `payload` renders whole chat requests and can
-drive a `ScriptedModel`, the demo and the token benchmark.
+Adding a format means one `WireFormat(...)` here, named in `_BUILT_IN` and pyproject.toml (plus its
+tests), or, from another package, an entry point in the `toolsearch.wire_formats` group naming a
+WireFormat (docs/plugins.md); no other module branches on format names. A format with a `payload`
+renders whole chat requests and can drive a `ScriptedModel`, the demo and the token benchmark.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ArgumentTypeError, InvalidArgumentError, UnknownFormatError
+from ..plugins import PluginRegistry, named_instance
 from ..tools import NameMap, Tool
 from ._base import ChatRequest, ToolCall, parse_arguments
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WireFormat",
+    "FORMATS",
     "register_format",
     "get_format",
     "format_names",
@@ -68,29 +71,50 @@ class WireFormat:
     payload: Payload | None = None
 
 
-_FORMATS: dict[str, WireFormat] = {}
+# The built-in formats, in the order calls are parsed; the same list as pyproject.toml's
+# [project.entry-points."toolsearch.wire_formats"] (a test compares them). Gemini comes before the
+# plain shapes: a Gemini call has a `name` too, and would read as a plain call without arguments.
+_BUILT_IN = ("openai_chat", "openai_responses", "anthropic", "gemini", "mcp", "json")
+FORMATS: PluginRegistry[WireFormat] = PluginRegistry(
+    "tool format",
+    "toolsearch.wire_formats",
+    [(name, f"toolsearch.providers.registry:{name.upper()}") for name in _BUILT_IN],
+    named_instance(WireFormat, "toolsearch.providers.WireFormat"),
+    error=UnknownFormatError,
+)
 
 
 def register_format(fmt: WireFormat) -> None:
-    """Add (or replace) a format; calls are parsed by trying formats in registration order."""
-    _FORMATS[fmt.name] = fmt
+    """Add (or replace) a format in this process; calls are parsed by trying formats in `format_names()` order.
+
+    An installed package can instead declare it under the `toolsearch.wire_formats` entry-point group.
+    """
+    if not isinstance(fmt, WireFormat):
+        raise ArgumentTypeError(f"register_format needs a WireFormat, got {type(fmt).__name__}")
+    FORMATS.register(fmt.name, fmt, replace=True)
 
 
 def format_names() -> list[str]:
-    """Every registered format, in registration order."""
-    return list(_FORMATS)
+    """Every format: built-ins, then those registered in code, then plug-ins (nothing is imported)."""
+    return FORMATS.names()
+
+
+def _all_formats() -> list[WireFormat]:
+    return [FORMATS.get(name) for name in FORMATS.names()]
 
 
 def chat_format_names() -> list[str]:
     """Formats that render whole chat requests (usable by ScriptedModel, the demo and benchmarks)."""
-    return [name for name, fmt in _FORMATS.items() if fmt.payload is not None]
+    return [fmt.name for fmt in _all_formats() if fmt.payload is not None]
 
 
 def get_format(name: str) -> WireFormat:
-    """The format called `name`; ValueError naming the known formats otherwise."""
-    found = _FORMATS.get(name) if isinstance(name, str) else None
+    """The format called `name`; UnknownFormatError (a ValueError) naming the known formats otherwise."""
+    found = FORMATS.find(name) if isinstance(name, str) else None
     if found is None:
-        raise UnknownFormatError(f"unknown tool format {name!r}; use one of: {', '.join(_FORMATS)}")
+        raise UnknownFormatError(
+            f"unknown tool format {name!r}; use one of: {', '.join(FORMATS.names())}. {FORMATS.install_hint()}"
+        )
     return found
 
 
@@ -157,7 +181,7 @@ def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
     data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
     if not isinstance(data, Mapping):
         raise ArgumentTypeError(f"cannot read a tool call from {type(raw).__name__}: pass a ToolCall or provider call")
-    for fmt in _FORMATS.values():
+    for fmt in _all_formats():
         call = fmt.parse_call(data, search_name)
         if call is not None:
             return call
@@ -260,74 +284,61 @@ def _gemini_tool(tool: Tool, alias: str) -> dict[str, Any]:
     return gemini_declaration(tool, wire_name(alias))
 
 
-register_format(
-    WireFormat(
-        name="openai_chat",
-        label="OpenAI Chat Completions",
-        render_tool=lambda tool, alias: tool.to_openai(name=alias),
-        parse_call=_chat_call,
-        render_result=lambda call, content, is_error: {"role": "tool", "tool_call_id": call.id, "content": content},
-        payload=_chat_payload,
-    )
+OPENAI_CHAT = WireFormat(
+    name="openai_chat",
+    label="OpenAI Chat Completions",
+    render_tool=lambda tool, alias: tool.to_openai(name=alias),
+    parse_call=_chat_call,
+    render_result=lambda call, content, is_error: {"role": "tool", "tool_call_id": call.id, "content": content},
+    payload=_chat_payload,
 )
-register_format(
-    WireFormat(
-        name="openai_responses",
-        label="OpenAI Responses",
-        render_tool=lambda tool, alias: tool.to_openai(name=alias, responses=True),
-        parse_call=_responses_call,
-        render_result=lambda call, content, is_error: {
-            "type": "function_call_output",
-            "call_id": call.id,
-            "output": content,
-        },
-        payload=_responses_payload,
-    )
+OPENAI_RESPONSES = WireFormat(
+    name="openai_responses",
+    label="OpenAI Responses",
+    render_tool=lambda tool, alias: tool.to_openai(name=alias, responses=True),
+    parse_call=_responses_call,
+    render_result=lambda call, content, is_error: {
+        "type": "function_call_output",
+        "call_id": call.id,
+        "output": content,
+    },
+    payload=_responses_payload,
 )
-register_format(
-    WireFormat(
-        name="anthropic",
-        label="Anthropic Messages",
-        render_tool=lambda tool, alias: tool.to_anthropic(name=alias),
-        parse_call=_anthropic_call,
-        render_result=_anthropic_result,
-        payload=_anthropic_payload,
-    )
+ANTHROPIC = WireFormat(
+    name="anthropic",
+    label="Anthropic Messages",
+    render_tool=lambda tool, alias: tool.to_anthropic(name=alias),
+    parse_call=_anthropic_call,
+    render_result=_anthropic_result,
+    payload=_anthropic_payload,
 )
-# before the plain shapes: a Gemini call has a `name` too, and would read as a plain call without arguments
-register_format(
-    WireFormat(
-        name="gemini",
-        label="Gemini generateContent",
-        render_tool=_gemini_tool,
-        parse_call=_gemini_call,
-        render_result=_gemini_result,
-        payload=_gemini_payload,
-    )
+GEMINI = WireFormat(
+    name="gemini",
+    label="Gemini generateContent",
+    render_tool=_gemini_tool,
+    parse_call=_gemini_call,
+    render_result=_gemini_result,
+    payload=_gemini_payload,
 )
-register_format(
-    WireFormat(
-        name="mcp",
-        label="MCP",
-        render_tool=lambda tool, alias: tool.to_mcp(name=alias),
-        parse_call=_plain_call,
-        render_result=lambda call, content, is_error: {
-            "content": [{"type": "text", "text": content}],
-            "isError": is_error,
-        },
-    )
+MCP = WireFormat(
+    name="mcp",
+    label="MCP",
+    render_tool=lambda tool, alias: tool.to_mcp(name=alias),
+    parse_call=_plain_call,
+    render_result=lambda call, content, is_error: {
+        "content": [{"type": "text", "text": content}],
+        "isError": is_error,
+    },
 )
-register_format(
-    WireFormat(
-        name="json",
-        label="plain JSON",
-        render_tool=lambda tool, alias: {**tool.to_dict(), "name": alias},
-        parse_call=_plain_call,
-        render_result=lambda call, content, is_error: {
-            "tool_call_id": call.id,
-            "name": call.name,
-            "content": content,
-            "is_error": is_error,
-        },
-    )
+JSON = WireFormat(
+    name="json",
+    label="plain JSON",
+    render_tool=lambda tool, alias: {**tool.to_dict(), "name": alias},
+    parse_call=_plain_call,
+    render_result=lambda call, content, is_error: {
+        "tool_call_id": call.id,
+        "name": call.name,
+        "content": content,
+        "is_error": is_error,
+    },
 )

@@ -1,0 +1,351 @@
+"""Plug-ins by entry point: built-ins declared like plug-ins, lazy loads, clear errors, a real installed plug-in."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolsearch import BackendError, SessionStoreError, Tool, ToolIndex
+from toolsearch.backends import BACKENDS, BackendSpec, backend_names, get_backend_spec
+from toolsearch.backends._builtin import BM25
+from toolsearch.embeddings import EMBEDDERS, embedder_for, resolve_embedder
+from toolsearch.metatool import ToolSearchMetaTool, query_help
+from toolsearch.plugins import GROUPS, PluginError, PluginRegistry, PluginWarning, rescan
+from toolsearch.providers import parse_tool_call
+from toolsearch.providers.registry import FORMATS, UnknownFormatError, format_names, get_format, render_tools
+from toolsearch.session import SessionManager
+from toolsearch.stores import SESSION_STORES, InMemorySessionStore, store_from_url
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "tests" / "plugins" / "toolsearch_demo_backend"
+REGISTRIES: dict[str, PluginRegistry[Any]] = {
+    "toolsearch.backends": BACKENDS,
+    "toolsearch.embedders": EMBEDDERS,
+    "toolsearch.session_stores": SESSION_STORES,
+    "toolsearch.wire_formats": FORMATS,
+}
+TOOLS = [
+    Tool("get_weather", "Weather forecast for a city"),
+    Tool("send_email", "Send an email message to a recipient"),
+    Tool("create_issue", "Open an issue in a repository"),
+]
+
+
+# --- the built-ins are entry points too --------------------------------------------------------------
+
+
+def test_each_group_has_one_registry_and_pyproject_declares_its_builtins() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert set(REGISTRIES) == set(GROUPS)
+    for group, registry in REGISTRIES.items():
+        assert registry.group == group
+        assert declared[group] == registry.builtins, group  # same names, same targets, same order
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_builtin_loads_as_an_entry_point(group: str) -> None:
+    registry = REGISTRIES[group]
+    for name, value in registry.builtins.items():
+        # what importlib.metadata itself loads from the declaration is what the registry returns
+        assert importlib.metadata.EntryPoint(name, value, group).load() is registry.get(name)
+        assert registry.entry(name) is not None and name in registry
+
+
+def test_lookups_import_only_what_they_name() -> None:
+    probe = (
+        "import sys, toolsearch, toolsearch.backends, toolsearch.stores, toolsearch.providers.registry\n"
+        "before = 'importlib.metadata' in sys.modules\n"
+        "from toolsearch.backends import get_backend_spec\n"
+        "spec = get_backend_spec('bm25')\n"
+        "print(before, 'toolsearch.backends.bm25' in sys.modules, 'tantivy' in sys.modules, spec.name)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    # importing reads no metadata; a lookup loads its spec, not the backend's module or its library
+    assert proc.stdout.split() == ["False", "False", "False", "bm25"]
+
+
+def test_query_help_lives_on_the_backend_spec() -> None:
+    for name in ("regex", "bm25", "vector", "hybrid"):
+        spec = get_backend_spec(name) if name in ("regex", "bm25") else BACKENDS.get(name)
+        assert spec.query_syntax and spec.search_hint
+        assert query_help(name) == (spec.query_syntax, spec.search_hint)
+    syntax, hint = query_help("no-such-backend")
+    assert syntax.startswith("A few keywords") and hint.startswith("use a few plain keywords")
+
+
+# --- plug-ins installed on sys.path (a distribution's dist-info, read by importlib.metadata) ------------
+
+
+Install = Callable[..., Path]
+
+
+@pytest.fixture()
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """Install a distribution the way pip lays it out: `<name>-<version>.dist-info` beside its modules."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    modules: list[str] = []
+
+    def make(distribution: str, entry_points: dict[str, dict[str, str]], **sources: str) -> Path:
+        info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+        sections = [f"[{group}]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items())
+                    for group, eps in entry_points.items()]
+        (info / "entry_points.txt").write_text("".join(sections))
+        for module, source in sources.items():
+            (site / f"{module}.py").write_text(source)
+            modules.append(module)
+        rescan()
+        return site
+
+    yield make
+    for module in modules:
+        sys.modules.pop(module, None)
+    rescan()
+
+
+def _demo_entry_points() -> dict[str, dict[str, str]]:
+    return tomllib.loads((DEMO / "pyproject.toml").read_text())["project"]["entry-points"]
+
+
+@pytest.fixture()
+def demo(install: Install, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo plug-in's module and its own declared entry points, installed."""
+    monkeypatch.syspath_prepend(str(DEMO))
+    install("toolsearch-demo-backend", _demo_entry_points())
+    yield
+    sys.modules.pop("toolsearch_demo_backend", None)
+
+
+def test_a_plugin_backend_is_found_by_name_and_loaded_lazily(demo: None, tmp_path: Path) -> None:
+    assert "words" in backend_names() and backend_names()[:4] == ["regex", "bm25", "vector", "hybrid"]
+    assert "toolsearch_demo_backend" not in sys.modules  # listed, not imported
+    index = ToolIndex.build(TOOLS, "words")
+    assert "toolsearch_demo_backend" in sys.modules
+    assert index.search("weather city", 2).names == ["get_weather"]
+    reopened = ToolIndex.load(index.save(tmp_path / "idx"))
+    assert reopened.backend_name == "words" and reopened.search("send email", 1).names == ["send_email"]
+    # its own query help reaches the model
+    session = SessionManager(index).create("s")
+    description = ToolSearchMetaTool().definition(session).input_schema["properties"]["query"]["description"]
+    assert description == "Plain words from the tool's name or description, e.g. `weather city`."
+    assert "use plain words that appear in the tool's name" in ToolSearchMetaTool().run(session, {"query": "zzz"}).text
+
+
+def test_a_plugin_embedder_is_found_by_name_and_reopens_its_index(
+    demo: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLSEARCH_CACHE_DIR", str(tmp_path / "cache"))
+    assert "demo-hash" in EMBEDDERS.names()
+    assert embedder_for("demo-hash").model_id == "demo-hash"
+    assert type(resolve_embedder("demo-hash")).__name__ == "HashEmbedder"
+    index = ToolIndex.build(TOOLS, "vector", model="demo-hash")
+    folder = index.save(tmp_path / "vec")
+    assert ToolIndex.load(folder).search("weather forecast city", 1).names == ["get_weather"]  # by the stored name
+
+
+def test_a_plugin_session_store_is_found_by_url_scheme(demo: None) -> None:
+    store = store_from_url("demo://anything", ttl_seconds=30, max_sessions=3)
+    assert isinstance(store, InMemorySessionStore)
+    manager = SessionManager(ToolIndex.build(TOOLS, "regex"), store=store)
+    manager.create("s").discover(["send_email"])
+    assert "send_email" in manager.get("s").discovered
+    with pytest.raises(SessionStoreError, match=r"use memory:// or redis://host:port/db \(or demo://\)"):
+        store_from_url("postgres://db/x")
+
+
+def test_a_plugin_wire_format_is_found_by_name(demo: None) -> None:
+    assert format_names()[-1] == "demo_upper"
+    assert get_format("demo_upper").label.startswith("upper-case JSON")
+    assert render_tools("demo_upper", TOOLS[:1]) == [{"NAME": "get_weather", "DESCRIPTION": TOOLS[0].description}]
+    call = parse_tool_call({"ID": "c1", "CALL": "get_weather", "ARGS": {"city": "Paris"}})
+    assert (call.id, call.name, dict(call.arguments)) == ("c1", "get_weather", {"city": "Paris"})
+
+
+# --- clear errors ------------------------------------------------------------------------------------------
+
+
+def test_unknown_names_list_the_known_ones_and_say_how_to_install_one() -> None:
+    cases: list[tuple[Callable[[], object], type[Exception], str]] = [
+        (lambda: get_backend_spec("elastic"), BackendError, "unknown backend 'elastic'; choose one of: auto, bm25"),
+        (lambda: embedder_for("word2vec"), BackendError, "unknown embedder 'word2vec'; choose one of: numpy, "),
+        (lambda: get_format("cohere"), UnknownFormatError, "unknown tool format 'cohere'; use one of: openai_chat"),
+        (lambda: store_from_url("file:///x"), SessionStoreError, "unknown session store URL 'file:///x'"),
+    ]
+    for call, error, start in cases:
+        with pytest.raises(error) as caught:
+            call()
+        message = str(caught.value)
+        assert message.startswith(start) and "pip install <package>" in message, message
+        assert "entry-point group 'toolsearch." in message and "docs/plugins.md" in message
+        assert "\n" not in message
+    assert issubclass(UnknownFormatError, ValueError)
+
+
+def test_a_plugin_that_fails_to_import_names_its_entry_point_and_distribution(install: Install) -> None:
+    install(
+        "acme-search",
+        {"toolsearch.backends": {"acme": "acme_backend:SPEC"}},
+        acme_backend="import acme_native_library_that_is_missing\n",
+    )
+    assert "acme" in backend_names()  # listing imports nothing, so it cannot fail
+    with pytest.raises(PluginError) as caught:
+        get_backend_spec("acme")
+    message = str(caught.value)
+    assert "backend plug-in 'acme' failed to load (ModuleNotFoundError: " in message
+    assert "entry point acme = 'acme_backend:SPEC' in group 'toolsearch.backends' of acme-search 1.0" in message
+    assert isinstance(caught.value.__cause__, ImportError)
+    with pytest.raises(PluginError):  # not cached: the same clear error each time
+        get_backend_spec("acme")
+
+
+def test_a_plugin_of_the_wrong_shape_names_its_entry_point(install: Install) -> None:
+    install(
+        "acme-search",
+        {
+            "toolsearch.backends": {"acme": "acme_shapes:create", "renamed": "acme_shapes:SPEC"},
+            "toolsearch.wire_formats": {"acme": "acme_shapes:create"},
+            "toolsearch.embedders": {"acme": "acme_shapes:NOT_CALLABLE", "odd": "acme_shapes:create"},
+            "toolsearch.session_stores": {"acme": "acme_shapes:create"},
+        },
+        acme_shapes=(
+            "from toolsearch.backends import BackendSpec\n"
+            "def create(*args, **options):\n    return object()\n"
+            "SPEC = BackendSpec('other', create, create)\n"
+            "NOT_CALLABLE = 42\n"
+        ),
+    )
+    where = "in group 'toolsearch.backends' of acme-search 1.0"
+    with pytest.raises(PluginError, match=rf"'acme' has the wrong shape: expected a toolsearch.backends.BackendSpec, "
+                       rf"got function; entry point acme = 'acme_shapes:create' {where}"):
+        get_backend_spec("acme")
+    with pytest.raises(PluginError, match="it is named 'other'; the entry point's name and its BackendSpec's"):
+        get_backend_spec("renamed")
+    with pytest.raises(PluginError, match=r"expected a toolsearch\.providers\.WireFormat, got function"):
+        get_format("acme")
+    with pytest.raises(PluginError, match="callable that takes no arguments and returns an embedder, got int"):
+        embedder_for("acme")
+    with pytest.raises(PluginError, match=r"the embedder 'odd' \(entry point odd = 'acme_shapes:create' .* object"):
+        embedder_for("odd")
+    with pytest.raises(PluginError, match=r"'acme' \(entry point acme = .*\) returned object, not a SessionStore"):
+        store_from_url("acme://x")
+
+
+def test_a_plugin_reusing_a_builtin_name_is_ignored_with_a_warning(install: Install) -> None:
+    install(
+        "acme-search",
+        {"toolsearch.backends": {"bm25": "acme_clash:SPEC"}, "toolsearch.session_stores": {"memory": "acme_clash:x"}},
+        acme_clash="raise RuntimeError('never imported')\n",
+    )
+    install("other-search", {"toolsearch.backends": {"bm25": "other_clash:SPEC"}})
+    with pytest.warns(PluginWarning) as caught:
+        spec = get_backend_spec("bm25")  # the first lookup scans the plug-ins, so even a built-in name warns
+    assert spec is BM25
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and all("already taken by toolsearch (built in)" in m for m in messages)
+    assert any("entry point bm25 = 'acme_clash:SPEC' in group 'toolsearch.backends' of acme-search 1.0" in m
+               for m in messages)
+    assert "acme_clash" not in sys.modules
+    with pytest.warns(PluginWarning, match="ignored the session store plug-in"):
+        assert isinstance(store_from_url("memory://"), InMemorySessionStore)
+
+
+def test_two_plugins_with_one_name_keep_the_first(install: Install) -> None:
+    install("first-plugin", {"toolsearch.wire_formats": {"twin": "twin_one:F"}})
+    install("second-plugin", {"toolsearch.wire_formats": {"twin": "twin_two:F"}})
+    with pytest.warns(PluginWarning, match="already taken by (first|second)-plugin 1.0"):
+        assert "twin" in format_names()
+
+
+def test_code_registration_wins_and_unregisters(install: Install) -> None:
+    words = BackendSpec("bm25", lambda **o: None, lambda f, t, **o: None)  # type: ignore[arg-type, return-value]
+    with pytest.raises(BackendError, match="already registered; pass replace=True"):
+        BACKENDS.register("bm25", words)
+    BACKENDS.register("bm25", words, replace=True)
+    try:
+        assert get_backend_spec("bm25") is words
+    finally:
+        assert BACKENDS.unregister("bm25")
+    assert get_backend_spec("bm25") is not words
+
+
+# --- a real plug-in package, pip-installed into a venv, used by the CLI ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plugin_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv that sees this environment's packages and checkout (a .pth file), with the demo plug-in pip-installed.
+
+    No network: --no-index, and --no-build-isolation builds with this environment's setuptools.
+    """
+    base = tmp_path_factory.mktemp("plugin-venv")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip())
+    outer = dict.fromkeys([str(ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (site / "outer-environment.pth").write_text("\n".join(outer) + "\n")
+    source = base / "src"
+    shutil.copytree(DEMO, source)  # the build writes egg-info and build/ beside the sources: not into the checkout
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(source)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return python
+
+
+def _cli(python: Path | str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), "-m", "toolsearch", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env={**os.environ, "TOOLSEARCH_CACHE_DIR": str(cwd / "cache")})
+
+
+def test_an_installed_plugin_backend_builds_and_queries_through_the_cli(plugin_venv: Path, tmp_path: Path) -> None:
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    root = tmp_path / "indexes"
+    built = _cli(plugin_venv, "build", "tools.json", "--backend", "words", "--root", str(root), "--name", "demo",
+                 "--json", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout)["backend"] == "words"
+    assert (root / "demo" / "backend" / "words.json").is_file()  # the plug-in's own saved state
+    # a fresh process opens the index by the backend name stored in its manifest
+    found = _cli(plugin_venv, "query", str(root / "demo"), "weather city", "--json", cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert [hit["name"] for hit in json.loads(found.stdout)["hits"]] == ["get_weather"]
+    info = _cli(plugin_venv, "info", str(root / "demo"), cwd=tmp_path)
+    assert info.returncode == 0 and "Plain words from the tool's name or description" in info.stdout, info.stderr
+    # without the plug-in, the same index fails with a message that says what is missing
+    missing = _cli(sys.executable, "query", str(root / "demo"), "weather", cwd=tmp_path)
+    assert missing.returncode != 0
+    assert "unknown backend 'words'" in missing.stderr and "toolsearch.backends" in missing.stderr, missing.stderr
+
+
+def test_an_installed_plugin_brings_every_kind(plugin_venv: Path, tmp_path: Path) -> None:
+    probe = (
+        "from toolsearch.embeddings import embedder_for\n"
+        "from toolsearch.stores import store_from_url\n"
+        "from toolsearch.providers.registry import get_format\n"
+        "from toolsearch.plugins import PluginWarning\n"
+        "import warnings; warnings.simplefilter('error', PluginWarning)\n"
+        "print(embedder_for('demo-hash').model_id, type(store_from_url('demo://x')).__name__,\n"
+        "      get_format('demo_upper').name)\n"
+    )
+    proc = subprocess.run([str(plugin_venv), "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["demo-hash", "InMemorySessionStore", "demo_upper"]
