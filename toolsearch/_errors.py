@@ -38,8 +38,10 @@ with those bases in parentheses:
     ├── CommandError                               a CLI command cannot do what was asked
     └── EvalError                                  an evaluation cannot run as asked
 
-Every message says which input is wrong, what is wrong with it and what to do instead. One warning
-lives here too: `PluginWarning` (a UserWarning), for a plug-in ignored because its name is taken.
+    UserWarning
+    └── PluginWarning                              a plug-in was ignored: its name is taken
+
+Every message says which input is wrong, what is wrong with it and what to do instead.
 """
 
 from __future__ import annotations
