@@ -14,7 +14,6 @@ breakpoints `toolsearch.cost` prices. `AnthropicModel(..., prompt_caching=False)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -34,6 +33,8 @@ from ._base import (
     stream_async,
     stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 __all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "parse_message"]
 
@@ -43,16 +44,6 @@ _EPHEMERAL = {"type": "ephemeral"}  # the default 5-minute cache
 _UNCACHEABLE = ("thinking", "redacted_thinking")  # blocks the API refuses a cache_control on
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
 
 
 def anthropic_payload(

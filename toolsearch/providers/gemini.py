@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import itertools
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -39,6 +38,8 @@ from ._base import (
     stream_async,
     stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 __all__ = [
     "GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response", "wire_name",
@@ -63,11 +64,6 @@ def _original(names: NameMap, sent: str) -> str:
         found = names.original(sent[1:])
     return found or sent
 
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 def gemini_declaration(tool: Tool, name: str) -> dict[str, Any]:
@@ -137,11 +133,6 @@ def gemini_payload(request: ChatRequest, model: str, names: NameMap | None = Non
         payload["config"] = config
     return payload
 
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
 
 
 def parse_response(response: Any, names: NameMap) -> ModelTurn:

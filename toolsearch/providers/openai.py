@@ -7,7 +7,6 @@ provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -28,6 +27,8 @@ from ._base import (
     stream_async,
     stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 _SDK_MODULES = ("openai", "httpx")
 
@@ -43,16 +44,6 @@ __all__ = [
 ]
 
 
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
-
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 # --- Chat Completions ------------------------------------------------------------------------
