@@ -7,9 +7,10 @@ import inspect
 import json
 import queue
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import aclosing, closing, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from .._errors import DuplicateToolError, ToolSearchError
 from .._untrusted import repair_surrogates, surrogate_problem
@@ -410,37 +411,71 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
 
 
-def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
-    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+@contextmanager
+def translated(provider: str, modules: tuple[str, ...]) -> Iterator[None]:
+    """Around a provider call: an SDK or transport exception leaves as a ProviderError (the SDK's as `__cause__`)."""
     try:
-        response = create(**payload)
-        if inspect.isawaitable(response):
-            response = run_sync(response)
+        yield
     except Exception as exc:
         err = translate_error(exc, provider, modules)
         if err is exc:
             raise
         raise err from exc
-    return response
+
+
+def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
+    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+    with translated(provider, modules):
+        response = create(**payload)
+        return run_sync(response) if inspect.isawaitable(response) else response
 
 
 async def call_async(
     create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]
 ) -> Any:
     """Call an SDK endpoint from asyncio (a sync client runs in a worker thread)."""
-    try:
+    with translated(provider, modules):
         if is_async_callable(create):
-            response = await create(**payload)
-        else:
-            response = await asyncio.to_thread(create, **payload)
-            if inspect.isawaitable(response):
-                response = await response
-    except Exception as exc:
-        err = translate_error(exc, provider, modules)
-        if err is exc:
-            raise
-        raise err from exc
-    return response
+            return await create(**payload)
+        response = await asyncio.to_thread(create, **payload)
+        return await response if inspect.isawaitable(response) else response
+
+
+# --- one flow, two drivers -------------------------------------------------------------------
+#
+# Work that is the same in sync and async code but for its I/O is written once, as a generator
+# that yields each step it needs done and is sent the step's answer (httpx's `auth_flow`);
+# `drive` answers the steps from sync code, `adrive` from asyncio. A flow does no I/O itself.
+
+Step = TypeVar("Step")
+Answer = TypeVar("Answer")
+Result = TypeVar("Result")
+
+
+def _advance(flow: Generator[Step, Answer, Result], answer: Any) -> tuple[bool, Any]:
+    """Send `answer` in: (False, the flow's next step), or (True, its result) once it returned."""
+    try:
+        return False, flow.send(answer)
+    except StopIteration as done:
+        return True, done.value
+
+
+def drive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Answer]) -> Result:
+    """Run `flow` from sync code: each step it yields is answered by `answer(step)`."""
+    with closing(flow):  # a step that raised leaves the flow closed, not suspended
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, answer(step))
+        return cast(Result, step)
+
+
+async def adrive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Awaitable[Answer]]) -> Result:
+    """Run `flow` from asyncio: each step it yields is answered by `await answer(step)`."""
+    with closing(flow):
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, await answer(step))
+        return cast(Result, step)
 
 
 # --- streaming transport ---------------------------------------------------------------------
@@ -463,19 +498,15 @@ def reject_stream_option(options: Mapping[str, Any]) -> None:
         )
 
 
-async def _close_async(stream: Any) -> None:
-    close = getattr(stream, "close", None)
-    if callable(close):
-        result = close()
-        if inspect.isawaitable(result):
-            await result
+_END = object()  # the answer to a stream flow's request for a chunk once the stream has ended
 
 
-def _raise_translated(exc: Exception, provider: str, modules: tuple[str, ...]) -> NoReturn:
-    err = translate_error(exc, provider, modules)
-    if err is exc:
-        raise exc
-    raise err from exc
+def _streamed_turn(assembler: StreamAssembler) -> Generator[StreamEvent | None, Any, ModelTurn]:
+    """One streamed turn: yields None for the next chunk (sent `_END` when there is none) and each
+    event the chunk makes, for the handler (answered with None); returns the turn the whole stream made."""
+    while (chunk := (yield None)) is not _END:
+        yield from assembler.feed(chunk)
+    return assembler.finish()
 
 
 def stream_sync(
@@ -489,30 +520,58 @@ def stream_sync(
     """Send a streaming request from sync code, hand each event to `on_event`, return the assembled turn.
 
     Handlers run in the calling thread; an async client's stream is read on the shared client loop.
+    The stream is closed however the turn ends (also when a handler raised).
     """
-    try:
-        if is_async_callable(create):
-            _refuse_inside_event_loop()
-            chunks: Iterator[Any] = _client_loop_chunks(lambda: create(**payload))
-        else:
-            stream = create(**payload)
-            if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
-                _refuse_inside_event_loop(stream)
-                chunks = _client_loop_chunks(lambda: stream)
-            else:
-                chunks = _closing_iter(stream)
-        try:
-            for chunk in chunks:
-                for event in assembler.feed(chunk):
-                    if on_event is not None:
-                        deliver_event(on_event, event)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()  # also when a handler raised: the connection must not stay open
-        return assembler.finish()
-    except Exception as exc:
-        _raise_translated(exc, provider, modules)
+    with translated(provider, modules), closing(_sync_chunks(create, payload)) as chunks:
+
+        def answer(step: StreamEvent | None) -> Any:
+            if step is None:
+                return next(chunks, _END)
+            return None if on_event is None else deliver_event(on_event, step)
+
+        return drive(_streamed_turn(assembler), answer)
+
+
+async def stream_async(
+    create: Callable[..., Any],
+    payload: Mapping[str, Any],
+    assembler: StreamAssembler,
+    on_event: EventHandler | None,
+    provider: str,
+    modules: tuple[str, ...],
+) -> ModelTurn:
+    """Send a streaming request from asyncio; handlers run on the event loop (awaited when async).
+
+    A sync client's stream is read in a worker thread, chunk by chunk, so the event loop keeps serving.
+    """
+    with translated(provider, modules):
+        async with aclosing(_async_chunks(create, payload)) as chunks:
+
+            async def answer(step: StreamEvent | None) -> Any:
+                if step is None:
+                    return await anext(chunks, _END)
+                return None if on_event is None else await adeliver_event(on_event, step)
+
+            return await adrive(_streamed_turn(assembler), answer)
+
+
+def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
+    """The stream's chunks for sync code; an async client's are read on the shared client loop."""
+    if is_async_callable(create):
+        _refuse_inside_event_loop()
+        return _client_loop_chunks(lambda: create(**payload))
+    stream = create(**payload)
+    if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
+        _refuse_inside_event_loop(stream)
+        return _client_loop_chunks(lambda: stream)
+    return _closing_iter(stream)
+
+
+def _async_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """The stream's chunks for asyncio; a sync client's are read in a worker thread."""
+    if is_async_callable(create):
+        return _awaited_chunks(create, payload)
+    return _thread_chunks(create, payload)
 
 
 def _close_sync(stream: Any) -> None:
@@ -521,17 +580,34 @@ def _close_sync(stream: Any) -> None:
         close()
 
 
-def _closing_iter(stream: Any) -> Iterator[Any]:
+async def _close_async(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _closing_iter(stream: Any) -> Generator[Any, None, None]:
     try:
         yield from stream
     finally:
         _close_sync(stream)
 
 
-_END = object()
+async def _awaited_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of an async client's stream (the SDK may hand it over behind an awaitable)."""
+    stream = create(**payload)
+    if inspect.isawaitable(stream):
+        stream = await stream
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await _close_async(stream)
 
 
-def _client_loop_chunks(open_stream: Callable[[], Any]) -> Iterator[Any]:
+def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, None]:
     """Chunks of an async stream read on the shared client loop, handed to this thread through a queue."""
     chunks: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
@@ -577,47 +653,6 @@ async def adeliver_event(on_event: EventHandler, event: StreamEvent) -> None:
     result = on_event(event)
     if inspect.isawaitable(result):
         await result
-
-
-async def _consume_async(stream: Any, assembler: StreamAssembler, on_event: EventHandler | None) -> ModelTurn:
-    if inspect.isawaitable(stream):
-        stream = await stream
-    try:
-        async for chunk in stream:
-            for event in assembler.feed(chunk):
-                if on_event is not None:
-                    await adeliver_event(on_event, event)
-    finally:
-        await _close_async(stream)
-    return assembler.finish()
-
-
-async def stream_async(
-    create: Callable[..., Any],
-    payload: Mapping[str, Any],
-    assembler: StreamAssembler,
-    on_event: EventHandler | None,
-    provider: str,
-    modules: tuple[str, ...],
-) -> ModelTurn:
-    """Send a streaming request from asyncio; handlers run on the event loop (awaited when async).
-
-    A sync client's stream is read in a worker thread, chunk by chunk, so the event loop keeps serving.
-    """
-    try:
-        if is_async_callable(create):
-            return await _consume_async(create(**payload), assembler, on_event)
-        chunks = _thread_chunks(create, payload)
-        try:
-            async for chunk in chunks:
-                for event in assembler.feed(chunk):
-                    if on_event is not None:
-                        await adeliver_event(on_event, event)
-        finally:
-            await chunks.aclose()
-        return assembler.finish()
-    except Exception as exc:
-        _raise_translated(exc, provider, modules)
 
 
 async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
