@@ -509,50 +509,41 @@ def _streamed_turn(assembler: StreamAssembler) -> Generator[StreamEvent | None, 
     return assembler.finish()
 
 
-def stream_sync(
-    create: Callable[..., Any],
-    payload: Mapping[str, Any],
-    assembler: StreamAssembler,
-    on_event: EventHandler | None,
-    provider: str,
-    modules: tuple[str, ...],
-) -> ModelTurn:
-    """Send a streaming request from sync code, hand each event to `on_event`, return the assembled turn.
+@dataclass(frozen=True, slots=True)
+class StreamCall:
+    """One streaming request, read into a turn: `sync()` from sync code, `asynchronous()` from asyncio.
 
-    Handlers run in the calling thread; an async client's stream is read on the shared client loop.
-    The stream is closed however the turn ends (also when a handler raised).
+    `create(**payload)` opens the stream; `assembler` turns its chunks into the events handed to
+    `on_event` as they arrive, and into the turn. The stream is closed however the turn ends (also
+    when a handler raised); an SDK or transport error leaves as a ProviderError naming `provider`.
     """
-    with translated(provider, modules), closing(_sync_chunks(create, payload)) as chunks:
 
-        def answer(step: StreamEvent | None) -> Any:
-            if step is None:
-                return next(chunks, _END)
-            return None if on_event is None else deliver_event(on_event, step)
+    create: Callable[..., Any]
+    payload: Mapping[str, Any]
+    assembler: StreamAssembler
+    on_event: EventHandler | None
+    provider: str
+    modules: tuple[str, ...]
 
-        return drive(_streamed_turn(assembler), answer)
+    def sync(self) -> ModelTurn:
+        """Handlers run in the calling thread; an async client's stream is read on the shared client loop."""
+        with translated(self.provider, self.modules), closing(_sync_chunks(self.create, self.payload)) as chunks:
 
+            def answer(step: StreamEvent | None) -> Any:
+                return next(chunks, _END) if step is None else deliver_event(self.on_event, step)
 
-async def stream_async(
-    create: Callable[..., Any],
-    payload: Mapping[str, Any],
-    assembler: StreamAssembler,
-    on_event: EventHandler | None,
-    provider: str,
-    modules: tuple[str, ...],
-) -> ModelTurn:
-    """Send a streaming request from asyncio; handlers run on the event loop (awaited when async).
+            return drive(_streamed_turn(self.assembler), answer)
 
-    A sync client's stream is read in a worker thread, chunk by chunk, so the event loop keeps serving.
-    """
-    with translated(provider, modules):
-        async with aclosing(_async_chunks(create, payload)) as chunks:
+    async def asynchronous(self) -> ModelTurn:
+        """Handlers run on the event loop (awaited when async); a sync client's stream is read in a
+        worker thread, chunk by chunk, so the event loop keeps serving."""
+        with translated(self.provider, self.modules):
+            async with aclosing(_async_chunks(self.create, self.payload)) as chunks:
 
-            async def answer(step: StreamEvent | None) -> Any:
-                if step is None:
-                    return await anext(chunks, _END)
-                return None if on_event is None else await adeliver_event(on_event, step)
+                async def answer(step: StreamEvent | None) -> Any:
+                    return await anext(chunks, _END) if step is None else await adeliver_event(self.on_event, step)
 
-            return await adrive(_streamed_turn(assembler), answer)
+                return await adrive(_streamed_turn(self.assembler), answer)
 
 
 def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
@@ -639,20 +630,37 @@ def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, 
         future.cancel()  # the reader stopped early: the pump closes the stream
 
 
-def deliver_event(on_event: EventHandler, event: StreamEvent) -> None:
-    """Call a handler from sync code (an async handler is refused: nothing could await it)."""
-    result = on_event(event)
+def settle(result: object) -> None:
+    """What a handler returned, from sync code: an awaitable is refused (nothing could await it)."""
     if inspect.isawaitable(result):
         if inspect.iscoroutine(result):
             result.close()
         raise TypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
 
 
-async def adeliver_event(on_event: EventHandler, event: StreamEvent) -> None:
-    """Call a handler from asyncio, awaiting it when it returns an awaitable."""
-    result = on_event(event)
+async def asettle(result: object) -> None:
+    """What a handler returned, from asyncio: an awaitable is awaited."""
     if inspect.isawaitable(result):
         await result
+
+
+def deliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from sync code (an async handler is refused: nothing could await it)."""
+    if on_event is not None:
+        settle(on_event(event))
+
+
+async def adeliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from asyncio, awaiting it when it returns an awaitable."""
+    if on_event is not None:
+        await asettle(on_event(event))
+
+
+def replay(turn: ModelTurn, events: Iterable[StreamEvent] | None = None) -> Generator[StreamEvent, None, ModelTurn]:
+    """A turn that is already in, as a stream flow: yields its events (`turn_events` unless given)
+    for the handler, then returns the turn."""
+    yield from turn_events(turn) if events is None else events
+    return turn
 
 
 async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:

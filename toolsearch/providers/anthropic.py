@@ -23,6 +23,7 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
+    StreamCall,
     StreamEvent,
     ToolCall,
     Usage,
@@ -30,8 +31,6 @@ from ._base import (
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
@@ -324,19 +323,19 @@ class AnthropicModel:
         response = await call_async(self.client.messages.create, payload, "Anthropic", _SDK_MODULES)
         return parse_message(response, names)
 
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed (`messages.create(stream=True)`): `on_event` gets text deltas and tool-call starts."""
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None) -> StreamCall:
         payload, names = self._build(request)
         payload["stream"] = True
         assembler = AnthropicStreamAssembler(names)
-        return stream_sync(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
+        return StreamCall(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed (`messages.create(stream=True)`): `on_event` gets text deltas and tool-call starts."""
+        return self._streamed(request, on_event).sync()
 
     async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        payload["stream"] = True
-        assembler = AnthropicStreamAssembler(names)
-        return await stream_async(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
+        return await self._streamed(request, on_event).asynchronous()
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r})"

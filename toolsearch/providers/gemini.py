@@ -28,6 +28,7 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
+    StreamCall,
     StreamEvent,
     ToolCall,
     Usage,
@@ -35,8 +36,6 @@ from ._base import (
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
@@ -248,17 +247,18 @@ class GeminiModel:
         response = await call_async(self.client.aio.models.generate_content, payload, "Gemini", _SDK_MODULES)
         return parse_response(response, names)
 
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, models: Any) -> StreamCall:
+        payload, names = self._build(request)
+        create = models.generate_content_stream  # `client.models`, or `client.aio.models` for asyncio
+        return StreamCall(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
+
     def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         """`complete`, streamed: `on_event` gets text deltas and tool-call starts."""
-        payload, names = self._build(request)
-        create = self.client.models.generate_content_stream
-        return stream_sync(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
+        return self._streamed(request, on_event, self.client.models).sync()
 
     async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        create = self.client.aio.models.generate_content_stream
-        return await stream_async(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
+        return await self._streamed(request, on_event, self.client.aio.models).asynchronous()
 
     def __repr__(self) -> str:
         return f"GeminiModel(model={self.model!r})"

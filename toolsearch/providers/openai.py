@@ -17,6 +17,7 @@ from ._base import (
     ModelTurn,
     ProviderError,
     StreamAssembler,
+    StreamCall,
     StreamEvent,
     ToolCall,
     Usage,
@@ -24,8 +25,6 @@ from ._base import (
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
@@ -228,19 +227,19 @@ class _OpenAIBase:
     def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
         raise NotImplementedError
 
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None) -> StreamCall:
         payload, names = self._build(request)
         payload.update(self._stream_options())
         assembler = self._assembler(names, request)
-        return stream_sync(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+        return StreamCall(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+        return self._streamed(request, on_event).sync()
 
     async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        payload.update(self._stream_options())
-        assembler = self._assembler(names, request)
-        return await stream_async(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+        return await self._streamed(request, on_event).asynchronous()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
