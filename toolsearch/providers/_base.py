@@ -443,9 +443,11 @@ async def call_async(
 
 # --- one flow, two drivers -------------------------------------------------------------------
 #
-# Work that is the same in sync and async code but for its I/O is written once, as a generator
-# that yields each step it needs done and is sent the step's answer (httpx's `auth_flow`);
-# `drive` answers the steps from sync code, `adrive` from asyncio. A flow does no I/O itself.
+# Work that is the same in sync and async code but for what it waits on is written once, as a
+# generator that yields each step it needs done and is sent the step's answer (httpx's `auth_flow`
+# pattern): `drive` answers the steps from sync code, `adrive` from asyncio. Whatever would need an
+# `await` (a model request, a call batch, a stream's next chunk, a handler) is a step, never done
+# in the flow itself.
 
 Step = TypeVar("Step")
 Answer = TypeVar("Answer")
@@ -546,6 +548,21 @@ class StreamCall:
                 return await adrive(_streamed_turn(self.assembler), answer)
 
 
+class StreamsByCall:
+    """`stream` / `astream` of a provider model, from the one StreamCall its `_streamed` makes for a request."""
+
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
+        raise NotImplementedError
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+        return self._streamed(request, on_event, asynchronous=False).sync()
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`acomplete`, streamed; an async `on_event` is awaited."""
+        return await self._streamed(request, on_event, asynchronous=True).asynchronous()
+
+
 def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
     """The stream's chunks for sync code; an async client's are read on the shared client loop."""
     if is_async_callable(create):
@@ -619,15 +636,57 @@ def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, 
 
     future = asyncio.run_coroutine_threadsafe(pump(), _ClientLoop.get())
     try:
-        while True:
-            ok, value = chunks.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            yield value
+        while (chunk := _opened(chunks.get())) is not _END:
+            yield chunk
     finally:
         future.cancel()  # the reader stopped early: the pump closes the stream
+
+
+async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of a sync client's stream, read in a worker thread and handed over through a queue."""
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(ok: bool, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, (ok, value))
+        except RuntimeError:  # the event loop is gone: nobody is listening any more
+            stop.set()
+
+    def pump() -> None:
+        try:
+            stream = create(**payload)
+            try:
+                for chunk in stream:
+                    if stop.is_set():
+                        break
+                    put(True, chunk)
+            finally:
+                _close_sync(stream)
+            put(True, _END)
+        except BaseException as exc:
+            put(False, exc)
+
+    worker = threading.Thread(target=pump, name="toolsearch-stream", daemon=True)
+    worker.start()
+    try:
+        while (chunk := _opened(await inbox.get())) is not _END:
+            yield chunk
+    finally:
+        # a handler failed or the task was cancelled: the worker stops and closes the stream at its next chunk
+        stop.set()
+
+
+def _opened(item: tuple[bool, Any]) -> Any:
+    """A chunk a pump queued as (ok, value): the value, or the exception the pump hit, raised here."""
+    ok, value = item
+    if not ok:
+        raise value
+    return value
+
+
+# --- handlers --------------------------------------------------------------------------------
 
 
 def settle(result: object) -> None:
@@ -661,44 +720,3 @@ def replay(turn: ModelTurn, events: Iterable[StreamEvent] | None = None) -> Gene
     for the handler, then returns the turn."""
     yield from turn_events(turn) if events is None else events
     return turn
-
-
-async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
-    """Chunks of a sync client's stream, read in a worker thread and handed over through a queue."""
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
-    stop = threading.Event()
-
-    def put(ok: bool, value: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(inbox.put_nowait, (ok, value))
-        except RuntimeError:  # the event loop is gone: nobody is listening any more
-            stop.set()
-
-    def pump() -> None:
-        try:
-            stream = create(**payload)
-            try:
-                for chunk in stream:
-                    if stop.is_set():
-                        break
-                    put(True, chunk)
-            finally:
-                _close_sync(stream)
-            put(True, _END)
-        except BaseException as exc:
-            put(False, exc)
-
-    worker = threading.Thread(target=pump, name="toolsearch-stream", daemon=True)
-    worker.start()
-    try:
-        while True:
-            ok, value = await inbox.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            yield value
-    finally:
-        # a handler failed or the task was cancelled: the worker stops and closes the stream at its next chunk
-        stop.set()

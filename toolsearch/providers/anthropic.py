@@ -25,6 +25,7 @@ from ._base import (
     ProviderError,
     StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
@@ -278,7 +279,7 @@ class AnthropicStreamAssembler:
         return parse_message(message, self.names)
 
 
-class AnthropicModel:
+class AnthropicModel(StreamsByCall):
     """Anthropic Messages through `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
 
     `options` go to every `messages.create` call (temperature, thinking, ...); `stream` / `astream`
@@ -323,19 +324,11 @@ class AnthropicModel:
         response = await call_async(self.client.messages.create, payload, "Anthropic", _SDK_MODULES)
         return parse_message(response, names)
 
-    def _streamed(self, request: ChatRequest, on_event: EventHandler | None) -> StreamCall:
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
         payload["stream"] = True
         assembler = AnthropicStreamAssembler(names)
         return StreamCall(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
-
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed (`messages.create(stream=True)`): `on_event` gets text deltas and tool-call starts."""
-        return self._streamed(request, on_event).sync()
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        return await self._streamed(request, on_event).asynchronous()
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r})"

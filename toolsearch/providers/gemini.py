@@ -30,6 +30,7 @@ from ._base import (
     ProviderError,
     StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
@@ -215,7 +216,7 @@ class GeminiStreamAssembler:
         return parse_response(response, self.names)
 
 
-class GeminiModel:
+class GeminiModel(StreamsByCall):
     """Gemini through `google.genai.Client` (`client.models` for sync calls, `client.aio.models` for async).
 
     `options` go to every request's `config` (temperature, thinking_config, ...); `stream` / `astream`
@@ -247,18 +248,11 @@ class GeminiModel:
         response = await call_async(self.client.aio.models.generate_content, payload, "Gemini", _SDK_MODULES)
         return parse_response(response, names)
 
-    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, models: Any) -> StreamCall:
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
-        create = models.generate_content_stream  # `client.models`, or `client.aio.models` for asyncio
+        models = self.client.aio.models if asynchronous else self.client.models
+        create = models.generate_content_stream
         return StreamCall(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
-
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed: `on_event` gets text deltas and tool-call starts."""
-        return self._streamed(request, on_event, self.client.models).sync()
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        return await self._streamed(request, on_event, self.client.aio.models).asynchronous()
 
     def __repr__(self) -> str:
         return f"GeminiModel(model={self.model!r})"

@@ -19,6 +19,7 @@ from ._base import (
     StreamAssembler,
     StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
@@ -190,7 +191,7 @@ class ChatStreamAssembler:
         return parse_chat_completion(self.completion(), self.names)
 
 
-class _OpenAIBase:
+class _OpenAIBase(StreamsByCall):
     format = "openai"
 
     def __init__(self, client: Any, model: str, **options: Any) -> None:
@@ -227,19 +228,11 @@ class _OpenAIBase:
     def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
         raise NotImplementedError
 
-    def _streamed(self, request: ChatRequest, on_event: EventHandler | None) -> StreamCall:
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
         payload.update(self._stream_options())
         assembler = self._assembler(names, request)
         return StreamCall(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
-
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
-        return self._streamed(request, on_event).sync()
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        return await self._streamed(request, on_event).asynchronous()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
