@@ -544,7 +544,7 @@ class _Run:
 
     def turns(self) -> Generator[_Ask | _Execute, Any, LoopResult]:
         """The run, written once: yields each model request and each batch of calls, and is sent
-        the turn or the results (by `sync` or `asynchronous`, which do all the I/O)."""
+        the turn or the results by `sync` or `asynchronous` (which ask the model and run the calls)."""
         for iteration in range(1, self.config.max_iterations + 1):
             request = self.request()
             tokens = self.count(request)
