@@ -19,12 +19,14 @@ same ModelTurn, so searches, tools and history behave exactly as without streami
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, TypeVar, cast
 
 from . import tracing
 from ._errors import ArgumentTypeError, InvalidArgumentError
@@ -44,9 +46,13 @@ from .providers._base import (
     ToolSearchMode,
     Usage,
     adeliver_event,
+    adrive,
+    asettle,
     deliver_event,
+    drive,
     is_async_callable,
-    turn_events,
+    replay,
+    settle,
 )
 from .providers.registry import augment_request, augment_tools
 from .session import Session, SessionManager
@@ -86,6 +92,9 @@ _MIN_TOOL_TOKENS = 10  # the smallest possible function definition costs more th
 Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any] | str]
 # Gets each text delta as it arrives; an async one (awaited) only under arun.
 TextHandler = Callable[[str], object]
+P = ParamSpec("P")
+_F = TypeVar("_F", bound=Callable[..., Any])
+_HANDLERS = ("on_event", "on_text", "on_augment")  # the keyword arguments run() refuses async callables for
 
 
 class LoopOutcome(enum.StrEnum):
@@ -260,6 +269,34 @@ def _initial_messages(prompt: Prompt) -> list[Message]:
     return [Message.coerce(m) for m in prompt]
 
 
+def _synchronous(start: Callable[P, _Run]) -> Callable[P, LoopResult]:
+    """`run`: the run `start` prepares, driven from sync code (its parameters and docstring)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> LoopResult:
+        _check_sync_handlers(*(kwargs.get(name) for name in _HANDLERS))  # before anything is created or sent
+        return start(*args, **kwargs).sync()
+
+    return _presented(run, start)
+
+
+def _asynchronous(start: Callable[P, _Run]) -> Callable[P, Coroutine[Any, Any, LoopResult]]:
+    """`arun`: the run `start` prepares, driven from asyncio (its parameters and docstring)."""
+
+    async def arun(*args: P.args, **kwargs: P.kwargs) -> LoopResult:
+        return await start(*args, **kwargs).asynchronous()
+
+    return _presented(arun, start)
+
+
+def _presented(entry: _F, start: Callable[..., _Run]) -> _F:
+    """`entry` as help() and IDEs show it: `start`'s parameters and docstring, returning a LoopResult."""
+    name = entry.__name__
+    functools.update_wrapper(entry, start)
+    entry.__name__, entry.__qualname__ = name, start.__qualname__.removesuffix(start.__name__) + name
+    entry.__signature__ = inspect.signature(start).replace(return_annotation="LoopResult")  # type: ignore[attr-defined]
+    return entry
+
+
 class ToolSearchLoop:
     """A reusable loop: one model, one session manager, one set of tool implementations.
 
@@ -313,7 +350,7 @@ class ToolSearchLoop:
     ) -> Session:
         return self.sessions.get_or_create(session_id, allowed=allowed, pinned=pinned)
 
-    def run(
+    def _start(
         self,
         prompt: Prompt,
         *,
@@ -322,25 +359,17 @@ class ToolSearchLoop:
         pinned: Collection[str] = (),
         on_event: EventHandler | None = None,
         on_text: TextHandler | None = None,
-    ) -> LoopResult:
-        """Drive the model for one session; `on_text` / `on_event` stream each turn (sync handlers)."""
-        _check_sync_handlers(on_event, on_text, self.augment.on_augment if self.augment else None)
-        session = self.session(session_id, allowed=allowed, pinned=pinned)
-        return _Run(self, session, prompt, on_event, on_text).sync()
+    ) -> _Run:
+        """Drive the model for one session; `on_text` / `on_event` stream each turn.
 
-    async def arun(
-        self,
-        prompt: Prompt,
-        *,
-        session_id: str,
-        allowed: Collection[str] | None = None,
-        pinned: Collection[str] = (),
-        on_event: EventHandler | None = None,
-        on_text: TextHandler | None = None,
-    ) -> LoopResult:
-        """`run` for asyncio; handlers may be sync or async (awaited), and run on the event loop."""
+        `run` calls its handlers directly (an async one is refused); under `arun` they may be sync or
+        async (awaited), and run on the event loop.
+        """
         session = self.session(session_id, allowed=allowed, pinned=pinned)
-        return await _Run(self, session, prompt, on_event, on_text).asynchronous()
+        return _Run(self, session, prompt, on_event, on_text)
+
+    run = _synchronous(_start)
+    arun = _asynchronous(_start)
 
     def direct_tools(self, session: Session) -> tuple[Tool, ...] | None:
         """Every allowed tool when a run for `session` sends them all instead of tool_search, else None."""
@@ -382,6 +411,11 @@ class _Run:
         self.on_event = on_event
         self.on_text = on_text
         self.streaming = loop.config.stream or on_event is not None or on_text is not None
+        model = loop.model
+        # The model the run asks: `stream` / `astream` when streaming (a model without them has its
+        # whole turn replayed to the handlers), else `complete` / `acomplete`.
+        replayed = self.streaming and not isinstance(model, StreamingChatModel)
+        self.model = cast(StreamingChatModel, _Replayed(model) if replayed else model)
         self.session = session
         self.config = loop.config
         self.all_tools = loop.direct_tools(session)  # None: the run searches
@@ -498,117 +532,98 @@ class _Run:
             name = self.session.resolve_name(name)
         return replace(event, iteration=iteration, name=name)
 
-    def handlers(self, iteration: int) -> list[EventHandler]:
-        """The run's handlers as event handlers, for the events of request `iteration`."""
-        out: list[EventHandler] = []
-        on_event, on_text = self.on_event, self.on_text
-        if on_event is not None:
-            out.append(lambda event: on_event(self.stamp(event, iteration)))
-        if on_text is not None:
-            out.append(lambda event: on_text(event.text) if event.type == "text_delta" else None)
-        return out
-
-    def ask(self, request: ChatRequest, iteration: int) -> ModelTurn:
-        model = self.loop.model
-        if not self.streaming:
-            return model.complete(request)
-        handlers = self.handlers(iteration)
-
-        def emit(event: StreamEvent) -> None:
-            for handler in handlers:
-                deliver_event(handler, event)
-
-        if isinstance(model, StreamingChatModel):
-            return model.stream(request, emit)
-        turn = model.complete(request)
-        for event in turn_events(turn):
-            emit(event)
-        return turn
-
-    async def aask(self, request: ChatRequest, iteration: int) -> ModelTurn:
-        model = self.loop.model
-        if not self.streaming:
-            return await model.acomplete(request)
-        handlers = self.handlers(iteration)
-
-        async def emit(event: StreamEvent) -> None:
-            for handler in handlers:
-                await adeliver_event(handler, event)
-
-        if isinstance(model, StreamingChatModel):
-            return await model.astream(request, emit)
-        turn = await model.acomplete(request)
-        for event in turn_events(turn):
-            await emit(event)
-        return turn
+    def deliveries(self, event: StreamEvent, iteration: int) -> Generator[object, None, None]:
+        """`event` of request `iteration` handed to each of the run's handlers in turn; yields what
+        each returned, for the driver to settle (refuse or await an awaitable) before the next runs."""
+        if self.on_event is not None:
+            yield self.on_event(self.stamp(event, iteration))
+        if self.on_text is not None and event.type == "text_delta":
+            yield self.on_text(event.text)
 
     def last_text(self) -> str:
         return next((m.content for m in reversed(self.messages) if m.role == "assistant" and m.content), "")
 
+    def turns(self) -> Generator[_Ask | _Execute, Any, LoopResult]:
+        """The run, written once: yields each model request and each batch of calls, and is sent
+        the turn or the results by `sync` or `asynchronous` (which ask the model and run the calls)."""
+        for iteration in range(1, self.config.max_iterations + 1):
+            request = self.request()
+            tokens = self.count(request)
+            started = time.perf_counter()
+            turn: ModelTurn = yield _Ask(request, iteration)
+            self.record(iteration, request, tokens, turn, started)
+            calls = turn.message.tool_calls
+            if not calls:
+                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
+            if self.guard(calls):
+                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
+            batch: list[ToolResult] = yield _Execute(calls, iteration)
+            for result in batch:
+                self.add(result)
+            direct = self.direct_output(batch)
+            if direct is not None:
+                return self.finish(direct, LoopOutcome.RETURN_DIRECT)
+        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+
     def sync(self) -> LoopResult:
+        augment = self.loop.augment
+        _check_sync_handlers(self.on_event, self.on_text, augment.on_augment if augment else None)
         with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
-            return self._sync()
+            return drive(self.turns(), self.answer)
 
     async def asynchronous(self) -> LoopResult:
         with tracing.agent_run(self.session.id):
-            return await self._asynchronous()
+            return await adrive(self.turns(), self.aanswer)
 
-    def _sync(self) -> LoopResult:
-        for iteration in range(1, self.config.max_iterations + 1):
-            request = self.request()
-            tokens = self.count(request)
-            started = time.perf_counter()
-            turn = self.ask(request, iteration)
-            self.record(iteration, request, tokens, turn, started)
-            calls = turn.message.tool_calls
-            if not calls:
-                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
-            if self.guard(calls):
-                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
-            batch = self.executor.execute(self.session, calls, iteration=iteration)
-            for result in batch:
-                self.add(result)
-            direct = self.direct_output(batch)
-            if direct is not None:
-                return self.finish(direct, LoopOutcome.RETURN_DIRECT)
-        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+    def answer(self, step: _Ask | _Execute) -> Any:
+        """A step of `turns` done from sync code: handlers are called directly."""
+        if isinstance(step, _Execute):
+            return self.executor.execute(self.session, step.calls, iteration=step.iteration)
+        if not self.streaming:
+            return self.model.complete(step.request)
+        return self.model.stream(step.request, lambda event: drive(self.deliveries(event, step.iteration), settle))
 
-    async def _asynchronous(self) -> LoopResult:
-        for iteration in range(1, self.config.max_iterations + 1):
-            request = self.request()
-            tokens = self.count(request)
-            started = time.perf_counter()
-            turn = await self.aask(request, iteration)
-            self.record(iteration, request, tokens, turn, started)
-            calls = turn.message.tool_calls
-            if not calls:
-                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
-            if self.guard(calls):
-                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
-            batch = await self.executor.aexecute(self.session, calls, iteration=iteration)
-            for result in batch:
-                self.add(result)
-            direct = self.direct_output(batch)
-            if direct is not None:
-                return self.finish(direct, LoopOutcome.RETURN_DIRECT)
-        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+    async def aanswer(self, step: _Ask | _Execute) -> Any:
+        """A step of `turns` done from asyncio: async tools and handlers are awaited."""
+        if isinstance(step, _Execute):
+            return await self.executor.aexecute(self.session, step.calls, iteration=step.iteration)
+        if not self.streaming:
+            return await self.model.acomplete(step.request)
+        return await self.model.astream(
+            step.request, lambda event: adrive(self.deliveries(event, step.iteration), asettle)
+        )
+
+
+class _Ask(NamedTuple):
+    """A step of a run: the model's turn for `request`, the run's request number `iteration`."""
+
+    request: ChatRequest
+    iteration: int
+
+
+class _Execute(NamedTuple):
+    """A step of a run: run the tool calls of request `iteration`'s turn; answered with their results."""
+
+    calls: Sequence[ToolCall]
+    iteration: int
+
+
+class _Replayed:
+    """A model without streaming methods, as a streaming run asks it (`stream` / `astream` only):
+    its whole turn is handed to the handler once it is in."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        return drive(replay(self.model.complete(request)), lambda event: deliver_event(on_event, event))
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        turn = await self.model.acomplete(request)
+        return await adrive(replay(turn), lambda event: adeliver_event(on_event, event))
 
 
 def _one_off(
-    model: ChatModel,
-    session: Session,
-    functions: ToolFunctions | None,
-    system: str | None,
-    metatool: ToolSearchMetaTool | None,
-    config: LoopConfig | None,
-    settings: dict[str, Any],
-) -> ToolSearchLoop:
-    return ToolSearchLoop(
-        model, session.manager, functions, system=system, metatool=metatool, config=config, **settings
-    )
-
-
-def run(
     model: ChatModel,
     prompt: Prompt,
     *,
@@ -622,42 +637,28 @@ def run(
     augment: AugmentSpec | None = None,
     on_augment: OnAugment | None = None,
     **settings: Any,
-) -> LoopResult:
+) -> _Run:
     """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5).
 
     `usage=UsageRecorder(...)` feeds the usage log (see docs/learning.md) with the run's searches and calls.
 
     `on_text(piece)` gets the model's text as it streams; `on_event(event)` every StreamEvent
     (text deltas and tool-call starts, with the request number). Either one turns streaming on.
+    `run` calls them directly (an async one is refused); under `arun`, `on_event` / `on_text` /
+    `on_augment` may be sync or async (awaited on the event loop).
 
     `augment` / `on_augment`: fields added to every exposed tool and the consumer of their values
     (see `ToolSearchLoop` and `toolsearch.augment`).
     """
-    _check_sync_handlers(on_event, on_text, on_augment)
     settings.update(augment=augment, on_augment=on_augment)
-    loop = _one_off(model, session, functions, system, metatool, config, settings)
-    return _Run(loop, session, prompt, on_event, on_text).sync()
+    loop = ToolSearchLoop(
+        model, session.manager, functions, system=system, metatool=metatool, config=config, **settings
+    )
+    return _Run(loop, session, prompt, on_event, on_text)
 
 
-async def arun(
-    model: ChatModel,
-    prompt: Prompt,
-    *,
-    session: Session,
-    functions: ToolFunctions | None = None,
-    system: str | None = None,
-    metatool: ToolSearchMetaTool | None = None,
-    config: LoopConfig | None = None,
-    on_event: EventHandler | None = None,
-    on_text: TextHandler | None = None,
-    augment: AugmentSpec | None = None,
-    on_augment: OnAugment | None = None,
-    **settings: Any,
-) -> LoopResult:
-    """`run` for asyncio; `on_event` / `on_text` / `on_augment` may be sync or async (awaited on the event loop)."""
-    settings.update(augment=augment, on_augment=on_augment)
-    loop = _one_off(model, session, functions, system, metatool, config, settings)
-    return await _Run(loop, session, prompt, on_event, on_text).asynchronous()
+run = _synchronous(_one_off)
+arun = _asynchronous(_one_off)
 
 
 def allowed_tools(session: Session) -> tuple[Tool, ...]:
@@ -689,6 +690,6 @@ def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:
     return sum(tool_tokens(t, encoding) for t in tools)
 
 
-def _check_sync_handlers(*handlers: Callable[..., object] | None) -> None:
+def _check_sync_handlers(*handlers: object) -> None:
     if any(h is not None and is_async_callable(h) for h in handlers):
         raise ArgumentTypeError("async on_event / on_text / on_augment handlers need arun(); or pass sync handlers")

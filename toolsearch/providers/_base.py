@@ -7,9 +7,10 @@ import inspect
 import json
 import queue
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import aclosing, closing, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from .._errors import ArgumentTypeError, DuplicateToolError, InvalidArgumentError
 from .._errors import ProviderError as ProviderError  # its old home: imports from here keep working
@@ -413,37 +414,73 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
 
 
-def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
-    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+@contextmanager
+def translated(provider: str, modules: tuple[str, ...]) -> Iterator[None]:
+    """Around a provider call: an SDK or transport exception leaves as a ProviderError (the SDK's as `__cause__`)."""
     try:
-        response = create(**payload)
-        if inspect.isawaitable(response):
-            response = run_sync(response)
+        yield
     except Exception as exc:
         err = translate_error(exc, provider, modules)
         if err is exc:
             raise
         raise err from exc
-    return response
+
+
+def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
+    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+    with translated(provider, modules):
+        response = create(**payload)
+        return run_sync(response) if inspect.isawaitable(response) else response
 
 
 async def call_async(
     create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]
 ) -> Any:
     """Call an SDK endpoint from asyncio (a sync client runs in a worker thread)."""
-    try:
+    with translated(provider, modules):
         if is_async_callable(create):
-            response = await create(**payload)
-        else:
-            response = await asyncio.to_thread(create, **payload)
-            if inspect.isawaitable(response):
-                response = await response
-    except Exception as exc:
-        err = translate_error(exc, provider, modules)
-        if err is exc:
-            raise
-        raise err from exc
-    return response
+            return await create(**payload)
+        response = await asyncio.to_thread(create, **payload)
+        return await response if inspect.isawaitable(response) else response
+
+
+# --- one flow, two drivers -------------------------------------------------------------------
+#
+# Work that is the same in sync and async code but for what it waits on is written once, as a
+# generator that yields each step it needs done and is sent the step's answer (httpx's `auth_flow`
+# pattern): `drive` answers the steps from sync code, `adrive` from asyncio. Whatever would need an
+# `await` (a model request, a call batch, a stream's next chunk, a handler) is a step, never done
+# in the flow itself.
+
+Step = TypeVar("Step")
+Answer = TypeVar("Answer")
+Result = TypeVar("Result")
+
+
+def _advance(flow: Generator[Step, Answer, Result], answer: Any) -> tuple[bool, Any]:
+    """Send `answer` in: (False, the flow's next step), or (True, its result) once it returned."""
+    try:
+        return False, flow.send(answer)
+    except StopIteration as done:
+        return True, done.value
+
+
+def drive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Answer]) -> Result:
+    """Run `flow` from sync code: each step it yields is answered by `answer(step)`."""
+    with closing(flow):  # a step that raised leaves the flow closed, not suspended
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, answer(step))
+        return cast(Result, step)
+
+
+async def adrive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Awaitable[Answer]]) -> Result:
+    """Run `flow` from asyncio: each step it yields is answered by `await answer(step)`."""
+    with closing(flow):
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, await answer(step))
+        return cast(Result, step)
 
 
 # --- streaming transport ---------------------------------------------------------------------
@@ -466,56 +503,86 @@ def reject_stream_option(options: Mapping[str, Any]) -> None:
         )
 
 
-async def _close_async(stream: Any) -> None:
-    close = getattr(stream, "close", None)
-    if callable(close):
-        result = close()
-        if inspect.isawaitable(result):
-            await result
+_END = object()  # the answer to a stream flow's request for a chunk once the stream has ended
 
 
-def _raise_translated(exc: Exception, provider: str, modules: tuple[str, ...]) -> NoReturn:
-    err = translate_error(exc, provider, modules)
-    if err is exc:
-        raise exc
-    raise err from exc
+def _streamed_turn(assembler: StreamAssembler) -> Generator[StreamEvent | None, Any, ModelTurn]:
+    """One streamed turn: yields None for the next chunk (sent `_END` when there is none) and each
+    event the chunk makes, for the handler (answered with None); returns the turn the whole stream made."""
+    while (chunk := (yield None)) is not _END:
+        yield from assembler.feed(chunk)
+    return assembler.finish()
 
 
-def stream_sync(
-    create: Callable[..., Any],
-    payload: Mapping[str, Any],
-    assembler: StreamAssembler,
-    on_event: EventHandler | None,
-    provider: str,
-    modules: tuple[str, ...],
-) -> ModelTurn:
-    """Send a streaming request from sync code, hand each event to `on_event`, return the assembled turn.
+@dataclass(frozen=True, slots=True)
+class StreamCall:
+    """One streaming request, read into a turn: `sync()` from sync code, `asynchronous()` from asyncio.
 
-    Handlers run in the calling thread; an async client's stream is read on the shared client loop.
+    `create(**payload)` opens the stream; `assembler` turns its chunks into the events handed to
+    `on_event` as they arrive, and into the turn. The stream is closed however the turn ends (also
+    when a handler raised); an SDK or transport error leaves as a ProviderError naming `provider`.
     """
-    try:
-        if is_async_callable(create):
-            _refuse_inside_event_loop()
-            chunks: Iterator[Any] = _client_loop_chunks(lambda: create(**payload))
-        else:
-            stream = create(**payload)
-            if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
-                _refuse_inside_event_loop(stream)
-                chunks = _client_loop_chunks(lambda: stream)
-            else:
-                chunks = _closing_iter(stream)
-        try:
-            for chunk in chunks:
-                for event in assembler.feed(chunk):
-                    if on_event is not None:
-                        deliver_event(on_event, event)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()  # also when a handler raised: the connection must not stay open
-        return assembler.finish()
-    except Exception as exc:
-        _raise_translated(exc, provider, modules)
+
+    create: Callable[..., Any]
+    payload: Mapping[str, Any]
+    assembler: StreamAssembler
+    on_event: EventHandler | None
+    provider: str
+    modules: tuple[str, ...]
+
+    def sync(self) -> ModelTurn:
+        """Handlers run in the calling thread; an async client's stream is read on the shared client loop."""
+        with translated(self.provider, self.modules), closing(_sync_chunks(self.create, self.payload)) as chunks:
+
+            def answer(step: StreamEvent | None) -> Any:
+                return next(chunks, _END) if step is None else deliver_event(self.on_event, step)
+
+            return drive(_streamed_turn(self.assembler), answer)
+
+    async def asynchronous(self) -> ModelTurn:
+        """Handlers run on the event loop (awaited when async); a sync client's stream is read in a
+        worker thread, chunk by chunk, so the event loop keeps serving."""
+        with translated(self.provider, self.modules):
+            async with aclosing(_async_chunks(self.create, self.payload)) as chunks:
+
+                async def answer(step: StreamEvent | None) -> Any:
+                    return await anext(chunks, _END) if step is None else await adeliver_event(self.on_event, step)
+
+                return await adrive(_streamed_turn(self.assembler), answer)
+
+
+class StreamsByCall:
+    """`stream` / `astream` of a provider model, from the one StreamCall its `_streamed` makes for a request."""
+
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
+        raise NotImplementedError
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+        return self._streamed(request, on_event, asynchronous=False).sync()
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`acomplete`, streamed; an async `on_event` is awaited."""
+        return await self._streamed(request, on_event, asynchronous=True).asynchronous()
+
+
+def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
+    """The stream's chunks for sync code; an async client's are read on the shared client loop."""
+    if is_async_callable(create):
+        _refuse_inside_event_loop()
+        return _client_loop_chunks(lambda: create(**payload))
+    stream = create(**payload)
+    if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
+        _refuse_inside_event_loop(stream)
+        return _client_loop_chunks(lambda: stream)
+    return _closing_iter(stream)
+
+
+def _async_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """The stream's chunks for asyncio; a sync client's are read in a worker thread."""
+    if is_async_callable(create):
+        return _awaited_chunks(create, payload)
+    return _thread_chunks(create, payload)
 
 
 def _close_sync(stream: Any) -> None:
@@ -524,17 +591,34 @@ def _close_sync(stream: Any) -> None:
         close()
 
 
-def _closing_iter(stream: Any) -> Iterator[Any]:
+async def _close_async(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _closing_iter(stream: Any) -> Generator[Any, None, None]:
     try:
         yield from stream
     finally:
         _close_sync(stream)
 
 
-_END = object()
+async def _awaited_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of an async client's stream (the SDK may hand it over behind an awaitable)."""
+    stream = create(**payload)
+    if inspect.isawaitable(stream):
+        stream = await stream
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await _close_async(stream)
 
 
-def _client_loop_chunks(open_stream: Callable[[], Any]) -> Iterator[Any]:
+def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, None]:
     """Chunks of an async stream read on the shared client loop, handed to this thread through a queue."""
     chunks: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
@@ -555,72 +639,10 @@ def _client_loop_chunks(open_stream: Callable[[], Any]) -> Iterator[Any]:
 
     future = asyncio.run_coroutine_threadsafe(pump(), _ClientLoop.get())
     try:
-        while True:
-            ok, value = chunks.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            yield value
+        while (chunk := _opened(chunks.get())) is not _END:
+            yield chunk
     finally:
         future.cancel()  # the reader stopped early: the pump closes the stream
-
-
-def deliver_event(on_event: EventHandler, event: StreamEvent) -> None:
-    """Call a handler from sync code (an async handler is refused: nothing could await it)."""
-    result = on_event(event)
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise ArgumentTypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
-
-
-async def adeliver_event(on_event: EventHandler, event: StreamEvent) -> None:
-    """Call a handler from asyncio, awaiting it when it returns an awaitable."""
-    result = on_event(event)
-    if inspect.isawaitable(result):
-        await result
-
-
-async def _consume_async(stream: Any, assembler: StreamAssembler, on_event: EventHandler | None) -> ModelTurn:
-    if inspect.isawaitable(stream):
-        stream = await stream
-    try:
-        async for chunk in stream:
-            for event in assembler.feed(chunk):
-                if on_event is not None:
-                    await adeliver_event(on_event, event)
-    finally:
-        await _close_async(stream)
-    return assembler.finish()
-
-
-async def stream_async(
-    create: Callable[..., Any],
-    payload: Mapping[str, Any],
-    assembler: StreamAssembler,
-    on_event: EventHandler | None,
-    provider: str,
-    modules: tuple[str, ...],
-) -> ModelTurn:
-    """Send a streaming request from asyncio; handlers run on the event loop (awaited when async).
-
-    A sync client's stream is read in a worker thread, chunk by chunk, so the event loop keeps serving.
-    """
-    try:
-        if is_async_callable(create):
-            return await _consume_async(create(**payload), assembler, on_event)
-        chunks = _thread_chunks(create, payload)
-        try:
-            async for chunk in chunks:
-                for event in assembler.feed(chunk):
-                    if on_event is not None:
-                        await adeliver_event(on_event, event)
-        finally:
-            await chunks.aclose()
-        return assembler.finish()
-    except Exception as exc:
-        _raise_translated(exc, provider, modules)
 
 
 async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
@@ -652,13 +674,52 @@ async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any])
     worker = threading.Thread(target=pump, name="toolsearch-stream", daemon=True)
     worker.start()
     try:
-        while True:
-            ok, value = await inbox.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            yield value
+        while (chunk := _opened(await inbox.get())) is not _END:
+            yield chunk
     finally:
         # a handler failed or the task was cancelled: the worker stops and closes the stream at its next chunk
         stop.set()
+
+
+def _opened(item: tuple[bool, Any]) -> Any:
+    """A chunk a pump queued as (ok, value): the value, or the exception the pump hit, raised here."""
+    ok, value = item
+    if not ok:
+        raise value
+    return value
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+
+def settle(result: object) -> None:
+    """What a handler returned, from sync code: an awaitable is refused (nothing could await it)."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise ArgumentTypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
+
+
+async def asettle(result: object) -> None:
+    """What a handler returned, from asyncio: an awaitable is awaited."""
+    if inspect.isawaitable(result):
+        await result
+
+
+def deliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from sync code (an async handler is refused: nothing could await it)."""
+    if on_event is not None:
+        settle(on_event(event))
+
+
+async def adeliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from asyncio, awaiting it when it returns an awaitable."""
+    if on_event is not None:
+        await asettle(on_event(event))
+
+
+def replay(turn: ModelTurn, events: Iterable[StreamEvent] | None = None) -> Generator[StreamEvent, None, ModelTurn]:
+    """A turn that is already in, as a stream flow: yields its events (`turn_events` unless given)
+    for the handler, then returns the turn."""
+    yield from turn_events(turn) if events is None else events
+    return turn

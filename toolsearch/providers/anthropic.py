@@ -14,7 +14,6 @@ breakpoints `toolsearch.cost` prices. `AnthropicModel(..., prompt_caching=False)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -24,16 +23,18 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
+    StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 __all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "parse_message"]
 
@@ -43,16 +44,6 @@ _EPHEMERAL = {"type": "ephemeral"}  # the default 5-minute cache
 _UNCACHEABLE = ("thinking", "redacted_thinking")  # blocks the API refuses a cache_control on
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
 
 
 def anthropic_payload(
@@ -288,7 +279,7 @@ class AnthropicStreamAssembler:
         return parse_message(message, self.names)
 
 
-class AnthropicModel:
+class AnthropicModel(StreamsByCall):
     """Anthropic Messages through `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
 
     `options` go to every `messages.create` call (temperature, thinking, ...); `stream` / `astream`
@@ -333,19 +324,11 @@ class AnthropicModel:
         response = await call_async(self.client.messages.create, payload, "Anthropic", _SDK_MODULES)
         return parse_message(response, names)
 
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed (`messages.create(stream=True)`): `on_event` gets text deltas and tool-call starts."""
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
         payload["stream"] = True
         assembler = AnthropicStreamAssembler(names)
-        return stream_sync(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        payload["stream"] = True
-        assembler = AnthropicStreamAssembler(names)
-        return await stream_async(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
+        return StreamCall(self.client.messages.create, payload, assembler, on_event, "Anthropic", _SDK_MODULES)
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r})"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import itertools
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -29,16 +28,18 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
+    StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 __all__ = [
     "GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response", "wire_name",
@@ -63,11 +64,6 @@ def _original(names: NameMap, sent: str) -> str:
         found = names.original(sent[1:])
     return found or sent
 
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 def gemini_declaration(tool: Tool, name: str) -> dict[str, Any]:
@@ -137,11 +133,6 @@ def gemini_payload(request: ChatRequest, model: str, names: NameMap | None = Non
         payload["config"] = config
     return payload
 
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
 
 
 def parse_response(response: Any, names: NameMap) -> ModelTurn:
@@ -225,7 +216,7 @@ class GeminiStreamAssembler:
         return parse_response(response, self.names)
 
 
-class GeminiModel:
+class GeminiModel(StreamsByCall):
     """Gemini through `google.genai.Client` (`client.models` for sync calls, `client.aio.models` for async).
 
     `options` go to every request's `config` (temperature, thinking_config, ...); `stream` / `astream`
@@ -257,17 +248,11 @@ class GeminiModel:
         response = await call_async(self.client.aio.models.generate_content, payload, "Gemini", _SDK_MODULES)
         return parse_response(response, names)
 
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed: `on_event` gets text deltas and tool-call starts."""
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
-        create = self.client.models.generate_content_stream
-        return stream_sync(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        create = self.client.aio.models.generate_content_stream
-        return await stream_async(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
+        models = self.client.aio.models if asynchronous else self.client.models
+        create = models.generate_content_stream
+        return StreamCall(create, payload, GeminiStreamAssembler(names), on_event, "Gemini", _SDK_MODULES)
 
     def __repr__(self) -> str:
         return f"GeminiModel(model={self.model!r})"

@@ -7,7 +7,6 @@ provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -18,16 +17,18 @@ from ._base import (
     ModelTurn,
     ProviderError,
     StreamAssembler,
+    StreamCall,
     StreamEvent,
+    StreamsByCall,
     ToolCall,
     Usage,
     call_async,
     call_sync,
     parse_arguments,
     reject_stream_option,
-    stream_async,
-    stream_sync,
 )
+from ._wire import dump as _dump
+from ._wire import get as _get
 
 _SDK_MODULES = ("openai", "httpx")
 
@@ -43,16 +44,6 @@ __all__ = [
 ]
 
 
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(exclude_none=True, mode="json")
-    return obj
-
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 # --- Chat Completions ------------------------------------------------------------------------
@@ -200,7 +191,7 @@ class ChatStreamAssembler:
         return parse_chat_completion(self.completion(), self.names)
 
 
-class _OpenAIBase:
+class _OpenAIBase(StreamsByCall):
     format = "openai"
 
     def __init__(self, client: Any, model: str, **options: Any) -> None:
@@ -237,19 +228,11 @@ class _OpenAIBase:
     def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
         raise NotImplementedError
 
-    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         payload, names = self._build(request)
         payload.update(self._stream_options())
         assembler = self._assembler(names, request)
-        return stream_sync(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
-
-    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
-        """`acomplete`, streamed; an async `on_event` is awaited."""
-        payload, names = self._build(request)
-        payload.update(self._stream_options())
-        assembler = self._assembler(names, request)
-        return await stream_async(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
+        return StreamCall(self._endpoint(), payload, assembler, on_event, "OpenAI", _SDK_MODULES)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"

@@ -32,7 +32,10 @@ from ._base import (
     ToolCall,
     Usage,
     adeliver_event,
+    adrive,
     deliver_event,
+    drive,
+    replay,
 )
 from .registry import chat_format_names, request_payload
 
@@ -248,17 +251,11 @@ class ScriptedModel:
     def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         """`complete`, played back as a stream: the text word by word, then each call's start."""
         turn = self.complete(request)
-        if on_event is not None:
-            for event in _stream_events(turn):
-                deliver_event(on_event, event)
-        return turn
+        return drive(replay(turn, _stream_events(turn)), lambda event: deliver_event(on_event, event))
 
     async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
         turn = await self.acomplete(request)
-        if on_event is not None:
-            for event in _stream_events(turn):
-                await adeliver_event(on_event, event)
-        return turn
+        return await adrive(replay(turn, _stream_events(turn)), lambda event: adeliver_event(on_event, event))
 
     def _to_turn(self, spec: Any, number: int) -> ModelTurn:
         if isinstance(spec, ModelTurn):
