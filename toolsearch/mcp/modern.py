@@ -24,7 +24,9 @@ from .._errors import ToolSearchError
 from ..providers import ToolCall
 from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore
+from ..stores.limits import Claim
 from .caller import Caller
+from .caps import contexts_refused
 from .metatools import (
     CALL_TOOL,
     CONTEXT_ARGUMENT,
@@ -136,10 +138,17 @@ class ModernEra:
             )
         return _Opened(Session(self.contexts, state, snapshot=True).view(), handle.strip())
 
-    def _mint(self, caller: Caller, scratch: Session) -> str:
-        """Keep what a stateless search found under a new handle: one store write."""
+    def _mint(self, caller: Caller, scratch: Session, owner: str | None) -> str | Claim:
+        """Keep what a stateless search found under a new handle: one store write (and one claim of the
+        owner's cap on handles, whose refusal is returned instead)."""
         handle = secrets.token_urlsafe(_HANDLE_BYTES)
-        kept = dataclasses.replace(scratch.state().copy(), id=context_key(caller, handle), version=0)
+        key = context_key(caller, handle)
+        caps = self.gateway.caps.contexts if owner is not None else None  # over HTTP only
+        if caps is not None:
+            claim = caps.claim_now(owner or caller.key, key)
+            if not claim.granted:
+                return claim
+        kept = dataclasses.replace(scratch.state().copy(), id=key, version=0)
         if not self.contexts.store.create(kept):  # 192 random bits: a collision is a broken store
             raise ToolSearchError("could not keep the search context (the store refused a new id)")
         return handle
@@ -152,8 +161,11 @@ class ModernEra:
 
     # --- tool_search --------------------------------------------------------------------------
 
-    def search(self, caller: Caller, allowed: frozenset[str] | None, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Search, and return each found tool's full definition (text and structuredContent)."""
+    def search(
+        self, caller: Caller, allowed: frozenset[str] | None, arguments: dict[str, Any], owner: str | None = None
+    ) -> types.CallToolResult:
+        """Search, and return each found tool's full definition (text and structuredContent); `owner`
+        (over HTTP) is whom a new context handle counts against."""
         gateway = self.gateway
         opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None))
         if isinstance(opened, types.CallToolResult):
@@ -170,9 +182,12 @@ class ModernEra:
             loaded = [t for t in session.visible_tools() if t.metadata.get("mcp") and t.name not in names]
             repinned = gateway.pins.refresh(session, [t for t in found if t.metadata.get("mcp")] + loaded)
             found += [r.tool for r in repinned if r.tool.name not in names]
-            handle = opened.handle
+            handle, refused = opened.handle, ""
             if handle is None and gateway.settings.contexts:
-                handle = self._mint(caller, session)
+                minted = self._mint(caller, session, owner)
+                handle = minted if isinstance(minted, str) else None
+                if isinstance(minted, Claim) and gateway.caps.contexts is not None:
+                    refused = contexts_refused(minted, gateway.caps.contexts.limit)
             usage_id = session.id if handle is None else context_key(caller, handle)
             tracing.gateway_session(usage_id)
             gateway.usage.catalog_changed(gateway.index.catalog.hash)
@@ -189,6 +204,8 @@ class ModernEra:
         if handle is not None:
             structured[CONTEXT_ARGUMENT] = handle
         text = self._render(outcome.query or "", entries, outcome, handle, repinned_text(repinned))
+        if refused:
+            text += "\n" + refused
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
     def _render(
