@@ -208,6 +208,8 @@ class ConnectionCaps:
             ended = status and (status[0] == 404 or (method == "DELETE" and status[0] < 300))
             if ended:
                 self._open.get(owner, {}).pop(sid, None)
+            elif entry is None and status and status[0] < 400:  # served for this owner: it is theirs, count it
+                self._open.setdefault(owner, {})[sid] = _Open(time.monotonic())
 
     async def _opening_request(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
         claim = self._claim(owner)

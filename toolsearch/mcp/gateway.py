@@ -241,7 +241,8 @@ class Gateway:
         name, arguments = params.name, dict(params.arguments or {})
         try:
             if name == self.metatool.name:  # a search may embed the query: always off the event loop
-                owner = owner_of(getattr(ctx.request, "scope", None) or {}) if ctx.request is not None else None
+                request = getattr(ctx, "request", None)  # None on stdio: no caps there
+                owner = owner_of(getattr(request, "scope", None) or {}) if request is not None else None
                 return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments, owner)
             result: types.CallToolResult = await self.modern.call(
                 caller, allowed, name, arguments, str(getattr(ctx, "request_id", ""))
