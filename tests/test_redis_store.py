@@ -360,7 +360,7 @@ def test_a_counted_session_in_use_is_never_forgotten(redis_server: RedisServer) 
     assert limits.touch("sessions", "alice", "s0") and limits.touch("sessions", "alice", "s1")  # both in use
     assert not limits.claim("sessions", "alice", "s2", 2).granted  # counted again
     assert not limits.touch("sessions", "alice", "never-issued")
-    assert 55_000 < redis_server.client().pttl("t:owner:sessions:alice") <= 60_000  # lives as long as they do
+    assert 115_000 < redis_server.client().pttl("t:owner:sessions:alice") <= 120_000  # outlives what it counts
 
 
 def test_request_rates_are_one_bucket_for_every_worker(redis_server: RedisServer) -> None:
@@ -384,3 +384,22 @@ def test_limits_on_an_unreachable_redis_are_errors_never_a_pass(tmp_path: Path) 
         with pytest.raises(SessionStoreError, match=r"redis://127\.0\.0\.1"):
             call()
     server.stop()
+
+
+def test_a_used_context_handle_keeps_its_owners_count_alive_with_few_store_calls(redis_server: RedisServer) -> None:
+    from toolsearch.mcp.caps import StoreCaps
+    from toolsearch.stores.limits import RedisLimits
+
+    store = _store(redis_server, ttl_seconds=60, prefix="k:")
+    caps = StoreCaps(RedisLimits(store, grace_ms=0), "contexts", 2, keep_every=15)
+    for i in range(2):
+        store.create(SessionState(f"x{i}"))
+        assert caps.claim_now("carol", f"x{i}").granted
+    client = redis_server.client()
+    client.pexpire("k:owner:contexts:carol", 1000)  # as if carol had claimed nothing for a long while
+    caps.keep("carol", "x0")  # a use: the count lives on (twice the TTL)
+    assert 115_000 < client.pttl("k:owner:contexts:carol") <= 120_000
+    client.pexpire("k:owner:contexts:carol", 1000)
+    caps.keep("carol", "x1")  # within keep_every of the last: no store call
+    assert client.pttl("k:owner:contexts:carol") <= 1000
+    assert not caps.claim_now("carol", "x2").granted

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
@@ -111,6 +111,8 @@ class StoreCaps:
     kind: str
     limit: int
     offload: bool = False
+    keep_every: float | None = None
+    _kept: dict[str, float] = field(default_factory=dict)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args) if self.offload else fn(*args)
@@ -126,6 +128,19 @@ class StoreCaps:
 
     async def release(self, owner: str, session_id: str) -> None:
         await self._run(self.limits.release, self.kind, owner, session_id)
+
+    def keep(self, owner: str, session_id: str) -> None:
+        """A counted session was used: keep its owner's count alive (a store call at most every
+        `keep_every` seconds per owner, so that its count outlives the sessions it counts)."""
+        if self.keep_every is None:
+            return
+        now = time.monotonic()
+        if now - self._kept.get(owner, -math.inf) < self.keep_every:
+            return
+        if len(self._kept) > 10_000:
+            self._kept.clear()
+        self._kept[owner] = now
+        self.limits.touch(self.kind, owner, session_id)
 
 
 @dataclass(slots=True)
@@ -277,6 +292,14 @@ def caller_caps(settings: AuthSettings, sessions_store: object, context_store: o
     return CallerCaps(
         shared=limits if shared else None,
         sessions=StoreCaps(limits, "sessions", sessions, offload=shared) if sessions else None,
-        contexts=StoreCaps(context_limits, "contexts", contexts) if contexts else None,  # called off the loop
+        # called off the event loop; an idle handle ends by the store's TTL, so its owner's count is kept alive
+        contexts=StoreCaps(context_limits, "contexts", contexts, keep_every=_quarter(context_store))
+        if contexts
+        else None,
         per_connection=sessions,
     )
+
+
+def _quarter(store: object) -> float | None:
+    ttl = getattr(store, "ttl_seconds", None)
+    return None if ttl is None else ttl / 4

@@ -239,13 +239,13 @@ class Gateway:
         caller = self.caller(ctx)
         allowed = self.allowed_for(caller)
         name, arguments = params.name, dict(params.arguments or {})
+        request = getattr(ctx, "request", None)  # None on stdio: no per-caller caps there
+        owner = owner_of(getattr(request, "scope", None) or {}) if request is not None else None
         try:
             if name == self.metatool.name:  # a search may embed the query: always off the event loop
-                request = getattr(ctx, "request", None)  # None on stdio: no caps there
-                owner = owner_of(getattr(request, "scope", None) or {}) if request is not None else None
                 return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments, owner)
             result: types.CallToolResult = await self.modern.call(
-                caller, allowed, name, arguments, str(getattr(ctx, "request_id", ""))
+                caller, allowed, name, arguments, str(getattr(ctx, "request_id", "")), owner
             )
             return result
         except (ToolSearchError, SessionStoreError) as exc:

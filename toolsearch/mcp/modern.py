@@ -121,7 +121,9 @@ class ModernEra:
         pins = [n for n in gateway.pinned if n in gateway.index.catalog and (allowed is None or n in allowed)]
         return self.scratch.create(f"scratch-{uuid.uuid4().hex}", allowed=allowed, pinned=pins)
 
-    def open(self, caller: Caller, allowed: frozenset[str] | None, handle: object) -> _Opened | types.CallToolResult:
+    def open(
+        self, caller: Caller, allowed: frozenset[str] | None, handle: object, owner: str | None = None
+    ) -> _Opened | types.CallToolResult:
         """The session a request works on: its context's (one store read), or a scratch one."""
         if handle is None:
             return _Opened(self._scratch(allowed), None)
@@ -136,6 +138,9 @@ class ModernEra:
                 f"Unknown context {handle.strip()[:16]!r}: it expired, or was not issued to you. Call "
                 f"{self.gateway.metatool.name} without a context to start a new one."
             )
+        caps = self.gateway.caps.contexts
+        if caps is not None and owner is not None:
+            caps.keep(owner, state.id)
         return _Opened(Session(self.contexts, state, snapshot=True).view(), handle.strip())
 
     def _mint(self, caller: Caller, scratch: Session, owner: str | None) -> str | Claim:
@@ -167,7 +172,7 @@ class ModernEra:
         """Search, and return each found tool's full definition (text and structuredContent); `owner`
         (over HTTP) is whom a new context handle counts against."""
         gateway = self.gateway
-        opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None))
+        opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None), owner)
         if isinstance(opened, types.CallToolResult):
             return opened
         session = opened.session
@@ -229,7 +234,12 @@ class ModernEra:
     # --- call_tool ----------------------------------------------------------------------------
 
     def admit(
-        self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        allowed: frozenset[str] | None,
+        name: str,
+        arguments: dict[str, Any],
+        owner: str | None = None,
     ) -> tuple[str, dict[str, Any], str, dict[str, Any] | None] | types.CallToolResult:
         """The rules before a proxied call; (tool, its own arguments, usage id, augmented values) when
         it may go, else the tool error."""
@@ -240,7 +250,7 @@ class ModernEra:
             if isinstance(target, types.CallToolResult):
                 return target
             name, arguments = target
-        opened = self.open(caller, allowed, handle)
+        opened = self.open(caller, allowed, handle, owner)
         if isinstance(opened, types.CallToolResult):
             return opened
         session = opened.session
@@ -282,10 +292,16 @@ class ModernEra:
         return name, arguments, usage_id, values
 
     async def call(
-        self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any], call_id: str = ""
+        self,
+        caller: Caller,
+        allowed: frozenset[str] | None,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str = "",
+        owner: str | None = None,
     ) -> Any:
         gateway = self.gateway
-        admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments)
+        admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments, owner)
         if isinstance(admitted, types.CallToolResult):
             return admitted
         target, inner, usage_id, values = admitted

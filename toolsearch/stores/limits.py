@@ -10,8 +10,9 @@ this process's; in Redis each is one server-side script (atomic, on Redis's cloc
   whose session key no longer exists (it expired, was closed, or its worker died before creating
   it), so the count cannot drift from the sessions that really exist. A member younger than
   `CLAIM_GRACE_MS` is kept even without its key: it was claimed a moment ago and its session is
-  being created. The set expires with the longest-lived session it counts, and a session's use
-  (`touch`) renews both, so a counted session is never forgotten while it lives.
+  being created. The set lives twice the sessions' TTL from its owner's last claim or `touch` (a
+  use of one of its sessions, which also renews that session and counts it again), so while the
+  owner is active the set outlives every session it counts, and it goes once the owner is gone.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class MemoryLimits:
     ) -> None:
         self.store = store
         self.grace = grace_ms / 1000
+        self.max_keys = max_keys
         self._clock = store._clock if store is not None else time.monotonic  # the store's clock ages its sessions
         self.buckets = TokenBuckets(max_keys)
         self._lock = threading.Lock()
@@ -122,9 +124,17 @@ class MemoryLimits:
             return math.inf  # claimed a moment ago: being created
         return left
 
+    def _sweep(self, now: float) -> None:
+        """Forget owners none of whose sessions live (called with the lock held, when there are many)."""
+        for owner_key, held in list(self._owners.items()):
+            if all(self._remaining(sid, at, now) is None for sid, at in held.items()):
+                del self._owners[owner_key]
+
     def claim(self, kind: str, owner: str, session_id: str, limit: int) -> Claim:
         now = self._clock()
         with self._lock:
+            if len(self._owners) > self.max_keys:
+                self._sweep(now)
             held = self._owners.setdefault((kind, owner), {})
             alive = {sid: self._remaining(sid, at, now) for sid, at in held.items()}
             for sid, left in alive.items():
@@ -178,7 +188,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local grace = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local soonest = -1
-local longest = ttl or 0
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 1, #members, 2 do
   local member = members[i]
@@ -188,7 +197,6 @@ for i = 1, #members, 2 do
   else
     if left == -2 then left = ttl or -1 end
     if left >= 0 and (soonest < 0 or left < soonest) then soonest = left end
-    if left > longest then longest = left end
   end
 end
 local count = redis.call('ZCARD', KEYS[1])
@@ -201,7 +209,8 @@ elseif count < tonumber(ARGV[3]) then
   granted = 1
 end
 if ttl then
-  redis.call('PEXPIRE', KEYS[1], longest + grace)
+  -- twice the sessions' TTL, never shortened: the set outlives every session it counts while its owner is active
+  if redis.call('PTTL', KEYS[1]) < 2 * ttl + grace then redis.call('PEXPIRE', KEYS[1], 2 * ttl + grace) end
 elseif count > 0 then
   redis.call('PERSIST', KEYS[1])
 end
@@ -222,8 +231,9 @@ if alive == 1 then
     local t = redis.call('TIME')
     redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000, ARGV[1])
   end
-  if ARGV[2] ~= '' and redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))
+  if ARGV[2] ~= '' then
+    local keep = 2 * tonumber(ARGV[2]) + tonumber(ARGV[3])
+    if redis.call('PTTL', KEYS[2]) < keep then redis.call('PEXPIRE', KEYS[2], keep) end
   end
 end
 return alive
