@@ -6,7 +6,9 @@ Starts the test suite's protected server (tests/fakes/protected_mcp.py: a real M
 (tests/fakes/oauth_issuer.py), and sends the attacks of
 tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; foreign Origin and
 Host for every method; a session used with another caller's token; a request flood; half-open
-connections. Counts only, no timings. Writes benchmarks/results/security.json and the
+connections; and floods that per-caller caps bound (tests/mcp/test_mcp_auth_limits.py): sessions and
+context handles never closed, bad tokens from one address, one caller's rate across two workers
+sharing one Redis. Counts only, no timings. Writes benchmarks/results/security.json and the
 "## Security" section of benchmarks/results/reliability.md (the rest of that file is kept).
 
     python benchmarks/security.py [--slow-connections 200]
@@ -43,7 +45,8 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
     policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"]}, "servers": ["toy"]}]}))
     flags = ["--auth-tokens", str(tokens), "--auth-scope", "tools", "--tool-policy", str(policy)]
     with LocalIssuer() as issuer, http_gateway(
-        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0"
+        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0",
+        "--auth-failures", "0",
     ) as gateway:
         url = gateway.url or ""
         attacks = token_attacks(issuer, url, static, unscoped) + origin_attacks(issuer.mint("x", audience=url), url)
@@ -74,6 +77,93 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
         tried, ran = anyio.run(outside_policy)
         row("a caller's searches and calls of tools its policy does not give it", tried, tried - ran, ran,
             "tool error; not found by search")
+
+
+def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None:
+    """Floods bounded by per-caller caps and limits: sessions and context handles (memory store, and two workers
+    on one Redis, requests alternating between them), refused tokens per address, the request rate across workers."""
+    import anyio
+    import httpx2
+    from fakes.attacks import INITIALIZE, MCP_HEADERS
+    from fakes.protected_mcp import serve_protected
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_servers import GatewayProcess, http_gateway, toy, write_config
+    from redis_server import RedisServer
+
+    names = ("alice", "bob", "carol", "dave")
+    tokens = {name: secrets.token_urlsafe(32) for name in names}
+    path = folder / "limit-tokens.json"
+    entries = [{"subject": n, "scopes": ["tools"], "token": t} for n, t in tokens.items()]
+    path.write_text(json.dumps({"tokens": entries}))
+    config = write_config(folder / "limit-servers.json", {"toy": toy()})
+    auth = ["--host", "127.0.0.2", "--auth-tokens", str(path), "--auth-scope", "tools", "--backend", "bm25"]
+
+    def post(url: str, name: str | None, extra: list[tuple[str, str]] = [], source: str | None = None) -> int:  # noqa: B006
+        headers = [*MCP_HEADERS, *extra] + ([("authorization", f"Bearer {tokens[name]}")] if name else [])
+        transport = httpx2.HTTPTransport(local_address=source) if source else None
+        with httpx2.Client(transport=transport, timeout=30) as http:
+            return http.post(url, headers=headers, content=json.dumps(INITIALIZE)).status_code
+
+    def session_flood(urls: list[str], where: str) -> None:
+        statuses = Counter(post(urls[i % len(urls)], "alice") for i in range(attempts))
+        row(f"{attempts} sessions opened by one caller, never closed (cap {cap}; {where}): those past the cap",
+            attempts - cap, statuses[429], max(0, statuses[200] - cap), "429 with Retry-After, how many are open")
+        other = post(urls[0], "bob")
+        row(f"that flood locking another caller out ({where})", 1, int(other == 200), int(other != 200),
+            "the other caller's initialize answered 200")
+
+    with http_gateway(config, *auth, "--rate-limit", "0", "--sessions-per-caller", str(cap)) as gateway:
+        session_flood([gateway.url or ""], "memory store")
+
+    (folder / "redis").mkdir()
+    redis = RedisServer(folder / "redis").start()
+    flags = [*auth, "--session-store", redis.url, "--index-dir", str(folder / "limit-indexes"),
+             "--sessions-per-caller", str(cap), "--contexts-per-caller", str(cap),
+             "--rate-limit", "1", "--rate-burst", "60", "--auth-failures", str(cap)]
+    workers = [GatewayProcess(config, *flags) for _ in range(2)]
+    try:
+        urls = [w.wait_ready(120) for w in workers]
+        session_flood(urls, "2 workers, one Redis")
+
+        async def searches() -> list[Any]:
+            results = []
+            for i in range(attempts):
+                headers = {"authorization": f"Bearer {tokens['carol']}"}
+                async with httpx2.AsyncClient(headers=headers, timeout=30) as http, \
+                        Client(streamable_http_client(urls[i % 2], http_client=http), mode="2026-07-28") as client:
+                    results.append(await client.call_tool("tool_search", {"query": "echo text back"}))
+            return results
+
+        found = anyio.run(searches)
+        kept = sum(bool((r.structured_content or {}).get("context")) for r in found)
+        refused = sum("No context was kept" in "".join(getattr(c, "text", "") for c in r.content) for r in found)
+        row(f"{attempts} context handles minted by one caller (cap {cap}; 2 workers): those past the cap",
+            attempts - cap, refused, max(0, kept - cap), "search answered, no handle kept, and why")
+
+        unknown = [("mcp-session-id", "made-up")]  # opens no session: 404 once past the rate limit
+        statuses = Counter(post(urls[i % 2], "dave", unknown) for i in range(80))
+        row("80 requests from one caller across 2 workers (burst 60, 1/min): those past the shared burst", 20,
+            statuses[429], max(0, 20 - statuses[429]), "429 with Retry-After (per worker, all 80 would pass)")
+
+        bad = [("authorization", "Bearer " + secrets.token_urlsafe(32))]
+        checked = Counter(post(urls[i % 2], None, bad, source="127.0.0.5") for i in range(attempts))
+        row(f"{attempts} bad tokens from one address across 2 workers (budget {cap}): those past the budget",
+            attempts - cap, checked[429], max(0, checked[401] - cap), "429 before the token is checked")
+    finally:
+        for worker in workers:
+            worker.stop()
+        redis.stop()
+
+    with serve_protected(*auth[:6], "--rate-limit", "0", "--auth-failures", str(cap)) as served:
+        bad = [("authorization", "Bearer " + secrets.token_urlsafe(32))]
+        checked = Counter(post(served.url, None, bad, source="127.0.0.6") for _ in range(attempts))
+        row(f"{attempts} bad tokens from one address (budget {cap}): those past the budget", attempts - cap,
+            checked[429], max(0, checked[401] - cap), "429 with Retry-After, token not checked")
+        others = [post(served.url, None, bad, source="127.0.0.7"), post(served.url, "alice", source="127.0.0.7")]
+        answered = (others[0] == 401) + (others[1] == 200)
+        row("that flood refusing another address's requests", 2, answered, 2 - answered,
+            "its bad token 401, its valid token 200")
 
 
 def run(slow_connections: int, flood: int) -> dict[str, Any]:
@@ -108,7 +198,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
         )
         flags = ["--auth-scope", "tools", "--auth-tokens", str(tokens)]
         with LocalIssuer() as issuer, serve_protected(
-            "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0"
+            "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0", "--auth-failures", "0"
         ) as served:
             url = served.url
             attacks = token_attacks(issuer, url, static, unscoped)
@@ -148,6 +238,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
                 "403")
 
         gateway_rows(row, Path(folder), tokens, static, unscoped)
+        limit_rows(row, Path(folder))
 
         servers = Path(folder) / "servers.json"
         refusals = [
@@ -187,7 +278,8 @@ def render(report: dict[str, Any]) -> str:
         "HTTP request or connection, to a real MCP server behind `toolsearch.mcp.auth.protect` "
         "(tests/fakes/protected_mcp.py) or to a real `toolsearch mcp serve` process with two upstream servers, "
         "with tokens from a local issuer made for the run; the cases are tests/fakes/attacks.py, the ones "
-        "tests/mcp/test_mcp_auth.py, tests/mcp/test_mcp_guard.py and tests/mcp/test_mcp_auth_gateway.py send.",
+        "tests/mcp/test_mcp_auth.py, tests/mcp/test_mcp_guard.py, tests/mcp/test_mcp_auth_gateway.py and "
+        "tests/mcp/test_mcp_auth_limits.py send.",
         "",
         "| attack | tried | refused | got in | answer |",
         "|---|---:|---:|---:|---|",

@@ -62,7 +62,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     tokens, static = write_tokens(tmp_path_factory.mktemp("auth"))
     with LocalIssuer() as issuer, serve_protected(
         "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-scope", "tools",
-        "--auth-tokens", str(tokens), "--rate-limit", "0",
+        "--auth-tokens", str(tokens), "--rate-limit", "0", "--auth-failures", "0",
     ) as served:  # fmt: skip
         yield Deployment(issuer, served, static)
 

@@ -114,7 +114,7 @@ def test_rate_limit_buckets_refill_and_stay_bounded() -> None:
     assert limit.take("x", now=1.0) == 0.0  # one a second comes back
     for i in range(10):
         limit.take(f"other{i}", now=2.0)
-    assert len(limit._buckets) == 3
+    assert len(limit.buckets) == 3
 
 
 def test_unauthenticated_requests_are_limited_per_address_except_from_loopback() -> None:

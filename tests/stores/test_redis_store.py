@@ -15,7 +15,7 @@ from redis_server import RedisServer, require_redis
 
 from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
 from toolsearch.executor import handle_tool_calls
-from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, store_from_url
+from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, SessionState, store_from_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -318,3 +318,88 @@ def test_a_large_allowed_subset_is_stored_once_and_shared(redis_server: RedisSer
     missing = r"refers to the allowed subset 'toolsearch:allowed:\w+', which is missing"
     with pytest.raises(SessionStoreError, match=missing):
         SessionManager(big, store=_store(redis_server)).get("t1")
+
+
+# --- per-caller limits beside the sessions ----------------------------------------------------------
+
+
+def test_caps_on_a_callers_sessions_are_one_count_for_every_worker(redis_server: RedisServer) -> None:
+    from toolsearch.stores.limits import RedisLimits
+
+    stores = [_store(redis_server, ttl_seconds=60), _store(redis_server, ttl_seconds=60)]
+    workers = [RedisLimits(s, grace_ms=300) for s in stores]
+    for i in range(3):  # claimed on alternating workers, then created
+        assert workers[i % 2].claim("sessions", "alice", f"s{i}", 3).granted
+        stores[i % 2].create(SessionState(f"s{i}"))
+    refused = workers[1].claim("sessions", "alice", "s3", 3)
+    assert (refused.granted, refused.open) == (False, 3)
+    assert refused.retry_after is not None and 50 < refused.retry_after <= 60  # the soonest idle expiry
+    assert workers[0].claim("sessions", "bob", "t0", 3).granted  # another caller's own count
+    assert workers[0].claim("sessions", "alice", "s1", 3).granted  # a session already counted is no new one
+
+    time.sleep(0.4)  # past the grace a claim has for its session to be created
+    stores[0].delete("s0")  # closed without a release (a worker died): its key is gone, so it stops counting
+    assert workers[1].claim("sessions", "alice", "s3", 3).granted
+    assert not workers[0].claim("sessions", "alice", "s4", 3).granted
+    workers[0].release("sessions", "alice", "s1")
+    assert workers[1].claim("sessions", "alice", "s4", 3).granted  # claimed, never created (its worker died) ...
+    assert not workers[1].claim("sessions", "alice", "s5", 3).granted  # ... counts during the grace ...
+    time.sleep(0.4)
+    assert workers[0].claim("sessions", "alice", "s5", 3).granted  # ... and not after it
+
+
+def test_a_counted_session_in_use_is_never_forgotten(redis_server: RedisServer) -> None:
+    from toolsearch.stores.limits import RedisLimits
+
+    store = _store(redis_server, ttl_seconds=60, prefix="t:")
+    limits = RedisLimits(store, grace_ms=0)
+    for i in range(2):
+        store.create(SessionState(f"s{i}"))
+        assert limits.claim("sessions", "alice", f"s{i}", 2).granted
+    redis_server.client().delete("t:owner:sessions:alice")  # the count lost (expired early, evicted)
+    assert limits.touch("sessions", "alice", "s0") and limits.touch("sessions", "alice", "s1")  # both in use
+    assert not limits.claim("sessions", "alice", "s2", 2).granted  # counted again
+    assert not limits.touch("sessions", "alice", "never-issued")
+    assert 115_000 < redis_server.client().pttl("t:owner:sessions:alice") <= 120_000  # outlives what it counts
+
+
+def test_request_rates_are_one_bucket_for_every_worker(redis_server: RedisServer) -> None:
+    from toolsearch.stores.limits import RedisLimits
+
+    workers = [RedisLimits(_store(redis_server)), RedisLimits(_store(redis_server))]
+    spent = [workers[i % 2].take("alice", 1, 3) for i in range(4)]
+    assert spent[:3] == [0.0, 0.0, 0.0] and 55 < spent[3] <= 60  # one a minute comes back
+    assert workers[0].take("bob", 1, 3) == 0.0
+    assert workers[1].take("carol", 1, 1, cost=0) == 0.0  # looking spends nothing
+    assert workers[0].take("carol", 1, 1) == 0.0 and workers[1].take("carol", 1, 1, cost=0) > 0
+
+
+def test_limits_on_an_unreachable_redis_are_errors_never_a_pass(tmp_path: Path) -> None:
+    from toolsearch.stores.limits import RedisLimits
+
+    server = RedisServer(tmp_path).start()
+    limits = RedisLimits(RedisSessionStore(server.url, timeout=0.5))
+    server.kill()
+    for call in (lambda: limits.take("a", 60, 5), lambda: limits.claim("sessions", "a", "s", 5)):
+        with pytest.raises(SessionStoreError, match=r"redis://127\.0\.0\.1"):
+            call()
+    server.stop()
+
+
+def test_a_used_context_handle_keeps_its_owners_count_alive_with_few_store_calls(redis_server: RedisServer) -> None:
+    from toolsearch.mcp.caps import StoreCaps
+    from toolsearch.stores.limits import RedisLimits
+
+    store = _store(redis_server, ttl_seconds=60, prefix="k:")
+    caps = StoreCaps(RedisLimits(store, grace_ms=0), "contexts", 2, keep_every=15)
+    for i in range(2):
+        store.create(SessionState(f"x{i}"))
+        assert caps.claim_now("carol", f"x{i}").granted
+    client = redis_server.client()
+    client.pexpire("k:owner:contexts:carol", 1000)  # as if carol had claimed nothing for a long while
+    caps.keep("carol", "x0")  # a use: the count lives on (twice the TTL)
+    assert 115_000 < client.pttl("k:owner:contexts:carol") <= 120_000
+    client.pexpire("k:owner:contexts:carol", 1000)
+    caps.keep("carol", "x1")  # within keep_every of the last: no store call
+    assert client.pttl("k:owner:contexts:carol") <= 1000
+    assert not caps.claim_now("carol", "x2").granted

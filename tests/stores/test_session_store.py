@@ -178,3 +178,38 @@ def test_the_state_layer_imports_nothing_of_the_loop_the_meta_tool_or_providers(
     loaded = set(eval(out))  # a printed list of module names
     assert not loaded & {"toolsearch.loop", "toolsearch.executor", "toolsearch.metatool", "toolsearch.providers"}
     assert "redis" not in loaded  # redis-py loads only with a Redis store
+
+
+def test_caps_in_memory_count_the_sessions_the_store_still_holds() -> None:
+    from toolsearch.stores.limits import MemoryLimits
+
+    now = [0.0]
+    store = InMemorySessionStore(ttl_seconds=10, clock=lambda: now[0])
+    limits = MemoryLimits(store, grace_ms=1000)
+    for i in range(3):
+        assert limits.claim("contexts", "alice", f"s{i}", 3).granted
+        store.create(SessionState(f"s{i}"))
+    now[0] = 4.0
+    assert limits.touch("contexts", "alice", "s2")  # in use: its idle expiry starts again
+    refused = limits.claim("contexts", "alice", "s3", 3)
+    assert (refused.granted, refused.open, refused.retry_after) == (False, 3, 6.0)
+    assert limits.claim("contexts", "bob", "s3", 3).granted
+    store.delete("s0")
+    assert limits.claim("contexts", "alice", "s3", 3).granted  # s0 is gone, so it stops counting
+    now[0] = 12.0  # s1 expired (idle 12 s), s2 not (used at 4), s3 never created (past its grace)
+    claim = limits.claim("contexts", "alice", "s4", 3)
+    assert (claim.granted, claim.open) == (True, 2)
+    assert store.expires_in("s2") == 2.0 and store.expires_in("s1") is None
+    assert store.expires_in("s2") == 2.0  # looking is not activity
+
+
+def test_token_buckets_refill_look_without_spending_and_stay_bounded() -> None:
+    from toolsearch.stores.limits import TokenBuckets
+
+    buckets = TokenBuckets(max_keys=2)
+    assert [buckets.take("a", 60, 2, now=0.0) for _ in range(3)] == [0.0, 0.0, 1.0]
+    assert buckets.take("a", 60, 2, now=0.5, cost=0) == 0.5  # looking spends nothing and says how long
+    assert buckets.take("a", 60, 2, now=1.0) == 0.0
+    for key in ("b", "c", "d"):
+        buckets.take(key, 60, 2, now=2.0)
+    assert len(buckets) == 2

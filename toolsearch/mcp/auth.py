@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,8 +49,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import AuthConfigError
+from ..stores.limits import CallerLimits, TokenBuckets
 from .caller import ANONYMOUS, CALLER_SCOPE_KEY, Caller
-from .guard import LOOPBACK_HOSTS, OriginGuard, RateLimit, is_loopback
+from .guard import LOOPBACK_HOSTS, OriginGuard, RateLimit, is_loopback, jsonrpc_error_response, spend
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
@@ -89,6 +91,9 @@ class AuthSettings:
     rate_limit: float = 600.0
     rate_burst: int = 60
     header_timeout: float = 10.0
+    auth_failures: float = 30.0
+    sessions_per_caller: int = 100
+    contexts_per_caller: int = 1000
     algorithms: tuple[str, ...] = ASYMMETRIC_ALGORITHMS
 
     @property
@@ -112,6 +117,9 @@ class AuthSettings:
             rate_limit=float(args.rate_limit),
             rate_burst=int(args.rate_burst),
             header_timeout=float(args.header_timeout),
+            auth_failures=float(args.auth_failures),
+            sessions_per_caller=int(args.sessions_per_caller),
+            contexts_per_caller=int(args.contexts_per_caller),
         )
         settings.check()
         return settings
@@ -141,6 +149,10 @@ class AuthSettings:
             raise AuthConfigError("--rate-limit must be >= 0 (0 turns it off) and --rate-burst >= 1")
         if not self.header_timeout > 0:
             raise AuthConfigError("--header-timeout must be > 0 seconds")
+        if not self.auth_failures >= 0:
+            raise AuthConfigError("--auth-failures must be >= 0 (0 turns the limit off)")
+        if self.sessions_per_caller < 0 or self.contexts_per_caller < 0:
+            raise AuthConfigError("--sessions-per-caller and --contexts-per-caller must be >= 0 (0: no cap)")
         if self.tokens_file is not None:
             StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
 
@@ -216,7 +228,8 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=600.0,
         metavar="N",
-        help="requests a minute per caller, per worker (default 600; 0 turns the limit off)",
+        help="requests a minute per caller (default 600; 0 turns the limit off); shared by the workers of a "
+        "Redis --session-store, per worker with the memory store",
     )
     group.add_argument(
         "--rate-burst", type=int, default=60, metavar="N", help="requests a caller may burst (default 60)"
@@ -227,6 +240,30 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="SECONDS",
         help="close a connection that does not send complete request headers in this time (default 10)",
+    )
+    group.add_argument(
+        "--auth-failures",
+        type=float,
+        default=30.0,
+        metavar="N",
+        help="refused bearer tokens a client address may send a minute, in bursts of N; past that it gets 429 "
+        "before its token is even checked (default 30; 0 turns the limit off)",
+    )
+    group.add_argument(
+        "--sessions-per-caller",
+        type=int,
+        default=100,
+        metavar="N",
+        help="open handshake-era sessions per caller (its identity, or its client address without auth); "
+        "one more gets 429 (default 100; 0: no cap)",
+    )
+    group.add_argument(
+        "--contexts-per-caller",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="2026-07-28 context handles per caller; past that a search keeps no new context and says why "
+        "(default 1000; 0: no cap)",
     )
 
 
@@ -572,10 +609,22 @@ class _Gate:
     jwt: JwtVerifier | None
     scopes: tuple[str, ...]
     metadata_url: str | None
+    failures_per_minute: float = 0.0
+    shared: CallerLimits | None = None
     _challenge_scope: str = field(init=False, default="")
+    _failures: TokenBuckets = field(init=False, default_factory=TokenBuckets)
 
     def __post_init__(self) -> None:
         self._challenge_scope = " ".join(self.scopes)
+
+    async def _failure_budget(self, address: str, cost: int, send: Send) -> float | None:
+        """Look at (cost 0) or spend from (cost 1) the address's bucket of refused tokens: the wait, or
+        None when a shared store failed (answered with 503)."""
+        burst = max(1, round(self.failures_per_minute))
+        return await spend(
+            self.shared, self._failures, address, self.failures_per_minute, burst, send,
+            cost=cost, what="limit on refused tokens",
+        )  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -585,13 +634,26 @@ class _Gate:
         if not values:
             await self._refuse(send, None)
             return
+        client = scope.get("client")
+        address = f"authfail:{client[0] if client else '?'}"
+        if self.failures_per_minute > 0:
+            # before any verification: an address that keeps sending bad tokens costs no signature checks
+            wait = await self._failure_budget(address, 0, send)
+            if wait is None:
+                return
+            if wait > 0:
+                await self._too_many_failures(send, wait)
+                return
         scheme, _, token = values[0].partition(" ")
         token = token.strip()
         if len(values) > 1 or scheme.lower() != "bearer" or not token:
-            await self._refuse(send, Refusal("send exactly one 'Authorization: Bearer <token>' header"))
-            return
-        outcome = await self._verify(token)
+            outcome: Verified | Refusal = Refusal("send exactly one 'Authorization: Bearer <token>' header")
+        else:
+            outcome = await self._verify(token)
         if isinstance(outcome, Refusal):
+            counted = outcome.status == 401 and self.failures_per_minute > 0
+            if counted and await self._failure_budget(address, 1, send) is None:
+                return
             await self._refuse(send, outcome)
             return
         missing = [s for s in self.scopes if s not in outcome.caller.scopes]
@@ -608,6 +670,18 @@ class _Gate:
         scope["auth"] = AuthCredentials(list(outcome.caller.scopes))
         scope[CALLER_SCOPE_KEY] = outcome.caller
         await self.app(scope, receive, send)
+
+    async def _too_many_failures(self, send: Send, wait: float) -> None:
+        retry = max(1, math.ceil(wait))
+        log.warning("refusing requests from an address that sent too many bad tokens (for %d s)", retry)
+        await jsonrpc_error_response(
+            send,
+            429,
+            -32029,
+            f"Too many refused bearer tokens from this address: at most {self.failures_per_minute:g} a minute "
+            f"(--auth-failures). Wait {retry} s (Retry-After), then send a valid token.",
+            [("retry-after", str(retry))],
+        )
 
     async def _verify(self, token: str) -> Verified | Refusal:
         refusal = Refusal("the token is not one this gateway accepts")
@@ -704,15 +778,19 @@ def _guard_lists(settings: AuthSettings, resource_url: str) -> tuple[list[str], 
     return origins, hosts
 
 
-def protect(app: ASGIApp, settings: AuthSettings, *, path: str, resource_url: str) -> ASGIApp:
+def protect(
+    app: ASGIApp, settings: AuthSettings, *, path: str, resource_url: str, shared: CallerLimits | None = None
+) -> ASGIApp:
     """Wrap an MCP streamable-HTTP ASGI app: metadata, Origin/Host checks, authentication, rate limit, in that order.
 
     `resource_url` is the gateway's URL as clients use it (`settings.resource_url`, or
     `default_resource_url(host, port, path)` once the port is bound); it is the default audience.
+    `shared`: limits every worker shares (in a Redis session store) for the request rate and the
+    refused-token budget; None keeps them in this process.
     """
     guarded: ASGIApp = app
     if settings.rate_limit > 0:
-        guarded = RateLimit(guarded, per_minute=settings.rate_limit, burst=settings.rate_burst)
+        guarded = RateLimit(guarded, per_minute=settings.rate_limit, burst=settings.rate_burst, shared=shared)
     metadata_url: str | None = None
     if settings.enabled:
         from mcp.server.auth.routes import build_resource_metadata_url
@@ -734,6 +812,8 @@ def protect(app: ASGIApp, settings: AuthSettings, *, path: str, resource_url: st
             else None,
             scopes=settings.scopes,
             metadata_url=metadata_url,
+            failures_per_minute=settings.auth_failures,
+            shared=shared,
         )
     else:
         guarded = _Anonymous(guarded)

@@ -36,6 +36,7 @@ from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..tools import Tool
 from .caller import ANONYMOUS, LOCAL, Caller, caller_of_scope
+from .caps import ConnectionCaps, caller_caps, owner_of
 from .errors import tool_error
 from .handshake import SESSION_METHODS, HandshakeEra
 from .identity import SessionIdentity
@@ -128,6 +129,8 @@ class Gateway:
         self.shared_index = shared_index
         # A networked store's calls block for a round trip: they run on a worker thread, off the event loop.
         self._offload = not isinstance(self.sessions.store, InMemorySessionStore)
+        # per caller: open sessions, context handles, and (with Redis) the rates every worker shares
+        self.caps = caller_caps(settings.auth, self.sessions.store, self._context_store)
         self._epoch_seen: str | None = None
         self.metatool = metatool or ToolSearchMetaTool()
         self.pinned, unmatched = resolve_pins(settings.pinned, self.index.catalog)
@@ -237,11 +240,13 @@ class Gateway:
         caller = self.caller(ctx)
         allowed = self.allowed_for(caller)
         name, arguments = params.name, dict(params.arguments or {})
+        request = getattr(ctx, "request", None)  # None on stdio: no per-caller caps there
+        owner = owner_of(getattr(request, "scope", None) or {}) if request is not None else None
         try:
             if name == self.metatool.name:  # a search may embed the query: always off the event loop
-                return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments)
+                return await anyio.to_thread.run_sync(self.modern.search, caller, allowed, arguments, owner)
             result: types.CallToolResult = await self.modern.call(
-                caller, allowed, name, arguments, str(getattr(ctx, "request_id", ""))
+                caller, allowed, name, arguments, str(getattr(ctx, "request_id", "")), owner
             )
             return result
         except (ToolSearchError, SessionStoreError) as exc:
@@ -446,7 +451,11 @@ class Gateway:
         # origins an operator allows with --allowed-origins there.
         checked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         if self.session_header is None:
-            return self.server.streamable_http_app(streamable_http_path=path, host=host, transport_security=checked)
+            app = self.server.streamable_http_app(streamable_http_path=path, host=host, transport_security=checked)
+            if not self.caps.per_connection:
+                return app
+            idle = getattr(getattr(self.server, "_session_manager", None), "session_idle_timeout", None)
+            return ConnectionCaps(app, limit=self.caps.per_connection, path=path, idle_timeout=idle)
         app = self.server.streamable_http_app(
             streamable_http_path=path, host=host, stateless_http=True, transport_security=checked
         )
@@ -457,6 +466,7 @@ class Gateway:
             on_delete=self._delete_session,
             known=lambda key: self.store_call(self._session_known, key),
             register=lambda key, caller: self.store_call(self._register_session, key, caller),
+            caps=self.caps.sessions,
         )
 
     async def run_http(
@@ -495,7 +505,7 @@ class Gateway:
         app = self.http_app(path=path, host=host)
         for wrap in middleware:
             app = wrap(app)
-        app = protect(app, auth, path=path, resource_url=resource)
+        app = protect(app, auth, path=path, resource_url=resource, shared=self.caps.shared)
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", http=header_timeout_protocol(auth.header_timeout)
         )

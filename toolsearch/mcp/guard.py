@@ -22,15 +22,15 @@ import asyncio
 import ipaddress
 import json
 import math
-import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+import anyio.to_thread
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, SessionStoreError
+from ..stores.limits import CallerLimits, TokenBuckets
 from .caller import caller_of_scope
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "is_loopback",
     "jsonrpc_error_response",
     "origin_allowed",
+    "spend",
 ]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -138,23 +139,31 @@ class RateLimit:
     The caller is the one authentication recorded in the scope; a request without one (no
     authentication configured) is counted per client address, except from loopback: that is the
     local user, whose clients all share one address (benchmarks, several agents), and who could
-    bypass the gateway anyway. Buckets live in this worker
-    process (with N workers a caller may get up to N times the rate) and at most `max_callers`
-    are tracked: the least recently seen is forgotten first, which can only favour that caller.
+    bypass the gateway anyway. With `shared` limits (a Redis session store) the buckets are in
+    Redis, one per caller for every worker; a Redis that does not answer gets 503, never a pass.
+    Otherwise they live in this worker process, at most `max_callers` of them: the least recently
+    seen is forgotten first, which can only favour that caller.
     """
 
-    def __init__(self, app: ASGIApp, *, per_minute: float, burst: int, max_callers: int = 10_000) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        per_minute: float,
+        burst: int,
+        max_callers: int = 10_000,
+        shared: CallerLimits | None = None,
+    ) -> None:
         if per_minute <= 0 or burst < 1:
             raise InvalidArgumentError(
                 "per_minute must be > 0 and burst >= 1"
                 f", got per_minute={per_minute!r}, burst={burst!r}"
             )
         self.app = app
-        self.rate = per_minute / 60.0
         self.per_minute = per_minute
         self.burst = burst
-        self.max_callers = max_callers
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self.buckets = TokenBuckets(max_callers)
+        self.shared = shared
 
     def _key(self, scope: Scope) -> str | None:
         caller = caller_of_scope(scope)
@@ -166,26 +175,17 @@ class RateLimit:
         return f"addr:{client[0] if client else '?'}"
 
     def take(self, key: str, now: float | None = None) -> float:
-        """Spend one request of `key`'s bucket: 0 when allowed, else the seconds until one is available."""
-        now = time.monotonic() if now is None else now
-        tokens, last = self._buckets.pop(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-        if tokens >= 1.0:
-            tokens -= 1.0
-            wait = 0.0
-        else:
-            wait = (1.0 - tokens) / self.rate
-        self._buckets[key] = (tokens, now)
-        while len(self._buckets) > self.max_callers:
-            self._buckets.popitem(last=False)
-        return wait
+        """Spend one request of `key`'s bucket in this process: 0 when allowed, else the seconds to wait."""
+        return self.buckets.take(key, self.per_minute, self.burst, now)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         key = self._key(scope)
-        wait = 0.0 if key is None else self.take(key)
+        wait = 0.0 if key is None else await spend(self.shared, self.buckets, key, self.per_minute, self.burst, send)
+        if wait is None:
+            return
         if wait > 0:
             retry = max(1, math.ceil(wait))
             await jsonrpc_error_response(
@@ -198,6 +198,35 @@ class RateLimit:
             )
             return
         await self.app(scope, receive, send)
+
+
+async def spend(
+    shared: CallerLimits | None,
+    local: TokenBuckets,
+    key: str,
+    per_minute: float,
+    burst: int,
+    send: Send,
+    *,
+    cost: int = 1,
+    what: str = "rate limits",
+) -> float | None:
+    """Spend `cost` of `key`'s bucket (0: only look), shared (off the event loop) or `local`: the wait, or
+    None when the shared store failed and the request was answered with 503 (a limit that cannot be
+    checked is not lifted)."""
+    if shared is None:
+        return local.take(key, per_minute, burst, cost=cost)
+    try:
+        return await anyio.to_thread.run_sync(shared.take, key, per_minute, burst, cost)
+    except SessionStoreError as exc:
+        await jsonrpc_error_response(
+            send,
+            503,
+            _REFUSED,
+            f"the gateway cannot check its {what}: {exc}; nothing was served, retry once the store answers",
+            [("retry-after", "5")],
+        )
+        return None
 
 
 def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -13,6 +14,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .caller import ANONYMOUS, Caller, caller_of_scope
+from .caps import StoreCaps, owner_of, sessions_refused, too_many
 
 __all__ = ["MCP_SESSION_HEADER", "SessionIdentity", "session_key"]
 
@@ -56,7 +58,9 @@ class SessionIdentity:
     With a header the deployment names (e.g. a user id its proxy sets, honoured only with
     --trust-proxy-header), that header is the identity and a request without it is refused. A
     stateless worker keeps no stream open, so GET (the standalone notification stream) answers
-    405; DELETE with the MCP session header ends the session, after the same checks.
+    405; DELETE with the MCP session header ends the session, after the same checks. With `caps`,
+    each owner (toolsearch.mcp.caps.owner_of) holds at most `caps.limit` issued sessions, counted in
+    the store: one more `initialize` gets 429 saying how many are open and what to do.
     2026-07-28 requests pass straight through: they carry no session.
     """
 
@@ -69,6 +73,7 @@ class SessionIdentity:
         on_delete: Callable[[str], Awaitable[None]],
         known: Callable[[str], Awaitable[bool]] | None = None,
         register: Callable[[str, Caller], Awaitable[None]] | None = None,
+        caps: StoreCaps | None = None,
     ) -> None:
         self.app = app
         self.path = path
@@ -77,6 +82,7 @@ class SessionIdentity:
         self._on_delete = on_delete
         self._known = known
         self._register = register
+        self._caps = caps  # at most caps.limit issued sessions open per owner, counted in the store
 
     @property
     def issues_ids(self) -> bool:
@@ -89,12 +95,16 @@ class SessionIdentity:
         value = headers.get(self.header)
         return value.strip() or None if isinstance(value, str) else None
 
-    async def _unknown(self, key: str, send: Send) -> bool:
+    async def _unknown(self, key: str, send: Send, owner: str) -> bool:
         """True (and a 404 sent) when the presented gateway-issued id is not one this caller holds."""
-        if not self.issues_ids or self._known is None:
+        if not self.issues_ids or (self._known is None and self._caps is None):
             return False
         try:
-            known = await self._known(key)
+            if self._caps is not None:  # one store call checks the session and keeps it counted for its owner
+                known = await self._caps.touch(owner, key)
+            else:
+                assert self._known is not None
+                known = await self._known(key)
         except Exception as exc:  # the store is down: say so rather than claim the session is gone
             await _respond(send, 503, f"cannot check the session: {exc}; retry once the session store answers")
             return True
@@ -116,6 +126,7 @@ class SessionIdentity:
             await self.app(scope, receive, send)
             return
         caller = caller_of_scope(scope) or ANONYMOUS
+        owner = owner_of(scope)
         method = scope.get("method", "GET")
         present = next((v.decode("latin-1").strip() for k, v in scope.get("headers", []) if k == self._raw), "")
         if method == "GET":
@@ -137,10 +148,12 @@ class SessionIdentity:
                 )
                 return
             key = session_key(self.header, present, caller.key)
-            if await self._unknown(key, send):
+            if await self._unknown(key, send, owner):
                 return
             try:
                 await self._on_delete(key)
+                if self._caps is not None:
+                    await self._caps.release(owner, key)
             except Exception as exc:  # the store is down: the session ends by its idle expiry instead
                 await _respond(send, 503, f"could not end the session: {exc}")
                 return
@@ -151,7 +164,7 @@ class SessionIdentity:
             await self.app(scope, receive, send)
             return
         if present:
-            if await self._unknown(session_key(self.header, present, caller.key), send):
+            if await self._unknown(session_key(self.header, present, caller.key), send, owner):
                 return
             await self.app(scope, receive, send)
             return
@@ -164,13 +177,23 @@ class SessionIdentity:
             )
             return
         issued = secrets.token_urlsafe(32)
-        if self._register is not None:
-            try:
-                await self._register(session_key(self.header, issued, caller.key), caller)
-            except Exception as exc:
-                logger.warning("could not register a new session: %s", exc)
-                await _respond(send, 503, f"could not start a session: {exc}; retry once the session store answers")
-                return
+        key = session_key(self.header, issued, caller.key)
+        try:
+            if self._caps is not None:
+                claim = await self._caps.claim(owner, key)
+                if not claim.granted:
+                    message, retry = sessions_refused(claim, self._caps.limit)
+                    await too_many(send, message, retry)
+                    return
+            if self._register is not None:
+                await self._register(key, caller)
+        except Exception as exc:
+            logger.warning("could not register a new session: %s", exc)
+            if self._caps is not None:
+                with contextlib.suppress(Exception):  # unclaimed anyway once its grace passes without a key
+                    await self._caps.release(owner, key)
+            await _respond(send, 503, f"could not start a session: {exc}; retry once the session store answers")
+            return
         scope = {**scope, "headers": [*scope.get("headers", []), (self._raw, issued.encode("latin-1"))]}
 
         async def send_with_id(message: Message) -> None:

@@ -24,7 +24,9 @@ from .._errors import ToolSearchError
 from ..providers import ToolCall
 from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore
+from ..stores.limits import Claim
 from .caller import Caller
+from .caps import contexts_refused
 from .metatools import (
     CALL_TOOL,
     CONTEXT_ARGUMENT,
@@ -119,7 +121,9 @@ class ModernEra:
         pins = [n for n in gateway.pinned if n in gateway.index.catalog and (allowed is None or n in allowed)]
         return self.scratch.create(f"scratch-{uuid.uuid4().hex}", allowed=allowed, pinned=pins)
 
-    def open(self, caller: Caller, allowed: frozenset[str] | None, handle: object) -> _Opened | types.CallToolResult:
+    def open(
+        self, caller: Caller, allowed: frozenset[str] | None, handle: object, owner: str | None = None
+    ) -> _Opened | types.CallToolResult:
         """The session a request works on: its context's (one store read), or a scratch one."""
         if handle is None:
             return _Opened(self._scratch(allowed), None)
@@ -134,12 +138,22 @@ class ModernEra:
                 f"Unknown context {handle.strip()[:16]!r}: it expired, or was not issued to you. Call "
                 f"{self.gateway.metatool.name} without a context to start a new one."
             )
+        caps = self.gateway.caps.contexts
+        if caps is not None and owner is not None:
+            caps.keep(owner, state.id)
         return _Opened(Session(self.contexts, state, snapshot=True).view(), handle.strip())
 
-    def _mint(self, caller: Caller, scratch: Session) -> str:
-        """Keep what a stateless search found under a new handle: one store write."""
+    def _mint(self, caller: Caller, scratch: Session, owner: str | None) -> str | Claim:
+        """Keep what a stateless search found under a new handle: one store write (and one claim of the
+        owner's cap on handles, whose refusal is returned instead)."""
         handle = secrets.token_urlsafe(_HANDLE_BYTES)
-        kept = dataclasses.replace(scratch.state().copy(), id=context_key(caller, handle), version=0)
+        key = context_key(caller, handle)
+        caps = self.gateway.caps.contexts if owner is not None else None  # over HTTP only
+        if caps is not None:
+            claim = caps.claim_now(owner or caller.key, key)
+            if not claim.granted:
+                return claim
+        kept = dataclasses.replace(scratch.state().copy(), id=key, version=0)
         if not self.contexts.store.create(kept):  # 192 random bits: a collision is a broken store
             raise ToolSearchError("could not keep the search context (the store refused a new id)")
         return handle
@@ -152,10 +166,13 @@ class ModernEra:
 
     # --- tool_search --------------------------------------------------------------------------
 
-    def search(self, caller: Caller, allowed: frozenset[str] | None, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Search, and return each found tool's full definition (text and structuredContent)."""
+    def search(
+        self, caller: Caller, allowed: frozenset[str] | None, arguments: dict[str, Any], owner: str | None = None
+    ) -> types.CallToolResult:
+        """Search, and return each found tool's full definition (text and structuredContent); `owner`
+        (over HTTP) is whom a new context handle counts against."""
         gateway = self.gateway
-        opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None))
+        opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None), owner)
         if isinstance(opened, types.CallToolResult):
             return opened
         session = opened.session
@@ -170,9 +187,12 @@ class ModernEra:
             loaded = [t for t in session.visible_tools() if t.metadata.get("mcp") and t.name not in names]
             repinned = gateway.pins.refresh(session, [t for t in found if t.metadata.get("mcp")] + loaded)
             found += [r.tool for r in repinned if r.tool.name not in names]
-            handle = opened.handle
+            handle, refused = opened.handle, ""
             if handle is None and gateway.settings.contexts:
-                handle = self._mint(caller, session)
+                minted = self._mint(caller, session, owner)
+                handle = minted if isinstance(minted, str) else None
+                if isinstance(minted, Claim) and gateway.caps.contexts is not None:
+                    refused = contexts_refused(minted, gateway.caps.contexts.limit)
             usage_id = session.id if handle is None else context_key(caller, handle)
             tracing.gateway_session(usage_id)
             gateway.usage.catalog_changed(gateway.index.catalog.hash)
@@ -189,6 +209,8 @@ class ModernEra:
         if handle is not None:
             structured[CONTEXT_ARGUMENT] = handle
         text = self._render(outcome.query or "", entries, outcome, handle, repinned_text(repinned))
+        if refused:
+            text += "\n" + refused
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
     def _render(
@@ -212,7 +234,12 @@ class ModernEra:
     # --- call_tool ----------------------------------------------------------------------------
 
     def admit(
-        self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        allowed: frozenset[str] | None,
+        name: str,
+        arguments: dict[str, Any],
+        owner: str | None = None,
     ) -> tuple[str, dict[str, Any], str, dict[str, Any] | None] | types.CallToolResult:
         """The rules before a proxied call; (tool, its own arguments, usage id, augmented values) when
         it may go, else the tool error."""
@@ -223,7 +250,7 @@ class ModernEra:
             if isinstance(target, types.CallToolResult):
                 return target
             name, arguments = target
-        opened = self.open(caller, allowed, handle)
+        opened = self.open(caller, allowed, handle, owner)
         if isinstance(opened, types.CallToolResult):
             return opened
         session = opened.session
@@ -265,10 +292,16 @@ class ModernEra:
         return name, arguments, usage_id, values
 
     async def call(
-        self, caller: Caller, allowed: frozenset[str] | None, name: str, arguments: dict[str, Any], call_id: str = ""
+        self,
+        caller: Caller,
+        allowed: frozenset[str] | None,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str = "",
+        owner: str | None = None,
     ) -> Any:
         gateway = self.gateway
-        admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments)
+        admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments, owner)
         if isinstance(admitted, types.CallToolResult):
             return admitted
         target, inner, usage_id, values = admitted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -137,6 +138,18 @@ class InMemorySessionStore:
         raise SessionStoreError(
             f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
         )
+
+    def expires_in(self, session_id: str) -> float | None:
+        """Seconds the session lives on if left idle (inf without a TTL); None when it does not exist.
+
+        Unlike `get`, this is not activity: the idle expiry is not renewed.
+        """
+        with self._lock:
+            now = self._clock()
+            entry = self._items.get(session_id)
+            if entry is None or self._expired(entry, now):
+                return None
+            return math.inf if self.ttl_seconds is None else self.ttl_seconds - (now - entry.accessed)
 
     def delete(self, session_id: str) -> bool:
         with self._lock:
