@@ -279,8 +279,8 @@ async def test_an_upstream_that_speaks_2026_is_spoken_to_in_2026_and_heard_throu
         config = write_config(tmp_path / "servers.json", servers)
         with http_gateway(config, "--backend", "bm25") as gateway:
             assert "MCP server 'new': speaks 2026-07-28" in gateway.stderr
-            # a 2026-capable server that cannot announce changes there is spoken to with the handshake
-            assert "MCP server 'plain': speaks" not in gateway.stderr
+            # over HTTP, a 2026-capable server that cannot announce changes there is spoken to with the handshake
+            assert "MCP server 'plain': speaks 2025-11-25 (initialize handshake" in gateway.stderr
             async with modern_client(gateway) as client:
                 for server in ("new", "plain"):
                     grown = await client.call_tool(
