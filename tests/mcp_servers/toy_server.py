@@ -15,7 +15,8 @@ Run it as ``python tests/mcp_servers/toy_server.py``; behaviour is set with envi
   2026-07-28-only server, which refuses ``initialize`` naming the versions it speaks (-32022)
 - ``TOY_PROBE`` (stdio): how a ``server/discover`` probe is met: ``close`` exits at once (as some
   servers of the initialize era do on an unknown method); ``garbage`` answers it with a line that is
-  not JSON-RPC, then serves the handshake; ``garbage-all`` answers every request that way
+  not JSON-RPC, then serves the handshake; ``garbage-all`` answers every request that way; ``silent``
+  never answers it (and serves the handshake)
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ async def _filter(read_stream: Any, send: Any, write_stream: Any, era: str, prob
                 os.write(WIRE, b"toy server: this line is not JSON-RPC\n")  # the SDK diverts sys.stdout to stderr
             elif probe == "close" and request.method == "server/discover":
                 os._exit(0)
+            elif probe == "silent" and request.method == "server/discover":
+                continue
             elif era == "handshake" and modern:
                 await write_stream.send(_refuse(request, -32601, f"Method not found: {request.method}"))
             elif era == "modern" and request.method == "initialize":
