@@ -62,6 +62,22 @@ async def modern_client(target: GatewayProcess | Path, *extra: str) -> AsyncIter
             yield client
 
 
+@asynccontextmanager
+async def change_events(client: Client) -> AsyncIterator[list[Any]]:
+    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
+    events: list[Any] = []
+    async with client.listen(tools_list_changed=True) as subscription:
+
+        async def collect() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield events
+            tg.cancel_scope.cancel()
+
+
 async def listed(client: Client) -> list[str]:
     return [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
 
@@ -227,32 +243,23 @@ async def test_an_upstream_change_to_a_pinned_tool_reaches_a_subscribed_client(t
         async with modern_client(gateway) as client, modern_client(gateway) as actor:
             before = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
             assert list(before) == [*META, "kept__echo"]
-            events: list[Any] = []
-            async with client.listen(tools_list_changed=True) as subscription:
-
-                async def collect() -> None:
-                    async for event in subscription:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    # a catalog change that leaves the stable list alone is not announced
-                    grown = await actor.call_tool("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka"}})
-                    assert not grown.is_error
-                    with anyio.fail_after(30):
-                        while "toy__quokka" not in text(await actor.call_tool("tool_search", {"query": "quokka"})):
-                            await anyio.sleep(0.2)
-                    await anyio.sleep(1)
-                    assert events == []
-                    mutated = await actor.call_tool(
-                        "call_tool",
-                        {"name": "kept__mutate", "arguments": {"tool": "echo", "description": "Echo, changed."}},
-                    )
-                    assert not mutated.is_error
-                    with anyio.fail_after(30):
-                        while not events:
-                            await anyio.sleep(0.1)
-                    tg.cancel_scope.cancel()
+            async with change_events(client) as events:
+                # a catalog change that leaves the stable list alone is not announced
+                grown = await actor.call_tool("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka"}})
+                assert not grown.is_error
+                with anyio.fail_after(30):
+                    while "toy__quokka" not in text(await actor.call_tool("tool_search", {"query": "quokka"})):
+                        await anyio.sleep(0.2)
+                await anyio.sleep(1)
+                assert events == []
+                mutated = await actor.call_tool(
+                    "call_tool",
+                    {"name": "kept__mutate", "arguments": {"tool": "echo", "description": "Echo, changed."}},
+                )
+                assert not mutated.is_error
+                with anyio.fail_after(30):
+                    while not events:
+                        await anyio.sleep(0.1)
             assert isinstance(events[0], ToolsListChanged)
             after = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
             assert after["kept__echo"].description == "Echo, changed."
@@ -342,31 +349,25 @@ async def test_stdio_upstreams_of_every_era_are_spoken_to_in_their_newest_and_he
         assert "MCP server 'new': speaks 2026-07-28 (changes via subscriptions/listen)" in log
         assert "MCP server 'dual': speaks 2026-07-28 (changes via subscriptions/listen)" in log
         assert "MCP server 'fixed': speaks 2026-07-28 (no subscriptions/listen: re-listed every 5 s" in log
-        async with modern_client(gateway) as client, modern_client(gateway) as actor:
-            events: list[Any] = []
-            async with client.listen(tools_list_changed=True) as subscription:
-
-                async def collect() -> None:
-                    async for event in subscription:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    for server in servers:
-                        seen = len(events)
-                        grown = await actor.call_tool(
-                            "call_tool", {"name": f"{server}__grow", "arguments": {"name": f"{server}_numbat"}}
-                        )
-                        assert not grown.is_error, text(grown)
-                        with anyio.fail_after(30):
-                            while len(events) == seen:
-                                await anyio.sleep(0.1)
-                        assert isinstance(events[-1], ToolsListChanged)
-                        assert f"{server}__{server}_numbat" in await listed(client)
-                        query = {"query": f"{server}_numbat", "max_results": 1}
-                        found = await client.call_tool("tool_search", query)
-                        assert f"{server}__{server}_numbat" in text(found), server
-                    tg.cancel_scope.cancel()
+        async with (
+            modern_client(gateway) as client,
+            modern_client(gateway) as actor,
+            change_events(client) as events,
+        ):
+            for server in servers:
+                seen = len(events)
+                grown = await actor.call_tool(
+                    "call_tool", {"name": f"{server}__grow", "arguments": {"name": f"{server}_numbat"}}
+                )
+                assert not grown.is_error, text(grown)
+                with anyio.fail_after(30):
+                    while len(events) == seen:
+                        await anyio.sleep(0.1)
+                assert isinstance(events[-1], ToolsListChanged)
+                assert f"{server}__{server}_numbat" in await listed(client)
+                query = {"query": f"{server}_numbat", "max_results": 1}
+                found = await client.call_tool("tool_search", query)
+                assert f"{server}__{server}_numbat" in text(found), server
 
 
 async def test_a_vscode_config_starts_the_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
