@@ -278,6 +278,26 @@ async def test_upstream_crash_is_a_tool_error_and_the_server_restarts() -> None:
 
 
 @pytest.mark.slow
+async def test_a_crash_found_by_a_relisting_restarts_the_server_at_the_next_call() -> None:
+    """A 2026 server without listen is re-listed on ttlMs; a re-listing that finds it gone marks it crashed."""
+    import os
+    import signal
+
+    async with MCPToolSource({"mcpServers": {"toy": toy(TOY_ERA="modern")}}) as source:
+        upstream = source.servers["toy"]
+        assert upstream.changes == "ttl"
+        before = (await source.call_tool("toy__pid")).content[0].text  # type: ignore[union-attr]
+        os.kill(int(before), signal.SIGKILL)
+        with anyio.fail_after(30):
+            while upstream.state != "crashed":
+                await anyio.sleep(0.2)
+        assert "re-listed" in (upstream.error or "")
+        after = await source.call_tool("toy__pid")  # restarts it
+        assert not after.is_error and after.content[0].text != before  # type: ignore[union-attr]
+        assert upstream.changes == "ttl" and upstream.protocol_version == "2026-07-28"
+
+
+@pytest.mark.slow
 async def test_without_restart_a_crashed_server_stays_down() -> None:
     async with MCPToolSource({"mcpServers": {"toy": toy()}}, restart=False) as source:
         await source.call_tool("toy__crash")

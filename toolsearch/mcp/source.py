@@ -654,6 +654,10 @@ class UpstreamServer:
             task_status.started()
         while True:
             await anyio.sleep(self.relist_after())
+            if self._session is not session:  # not ready yet, or its connection ended (a re-listing finds that)
+                if self.state == "starting":
+                    continue
+                return
             await self.refresh(announced=False)
 
     def relist_after(self) -> float:
@@ -805,7 +809,12 @@ class UpstreamServer:
                     try:
                         listed = await self._list_all(session)
                     except Exception as exc:
-                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, _leaf(exc))
+                        cause = _leaf(exc)
+                        if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
+                            # found by a re-listing, not a call: crashed, so the next call restarts it
+                            self._session, self.state = None, "crashed"
+                            self.error = "the connection closed while its tools were re-listed"
+                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, cause)
                         return changed
                     changed = self._apply(listed) or changed
                     if not self._refresh_pending:
