@@ -268,8 +268,7 @@ async def test_an_upstream_change_to_a_pinned_tool_reaches_a_subscribed_client(t
 def test_an_idle_connection_outlives_the_clients_pool_expiry(gateway: GatewayProcess) -> None:
     """httpx pools (the SDK's) reuse a connection idle up to 5 s, so the gateway must not close it at 5 s.
 
-    uvicorn's default keep-alive is 5 s: a reuse at that moment raced the close, and a client lost it
-    under load ("Server disconnected without sending a response", `toolsearch bench gateway`).
+    uvicorn's default keep-alive is 5 s: a reuse at that moment races the server's close of the connection.
     """
     import contextlib
     import http.client

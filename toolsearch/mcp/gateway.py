@@ -52,11 +52,11 @@ logger = logging.getLogger("toolsearch.mcp")
 
 T = TypeVar("T")
 
-# How long an idle HTTP connection stays open. uvicorn's default, 5 s, is the idle expiry of the
-# httpx/httpcore pools MCP clients use (the Python SDK's among them): a client that reuses a
-# connection at 5 s idle races the server's close of it, and loses with "Server disconnected without
-# sending a response" (seen under load in `toolsearch bench gateway`). A server must outlast its
-# clients' pools. The header-read timeout (`--header-timeout`, 10 s) still closes idle connections first.
+# How long an idle HTTP connection stays open. uvicorn's default, 5 s, equals the idle expiry of the
+# httpx/httpcore pools MCP clients use (the Python SDK's among them), so a client may reuse a
+# connection in the moment the server closes it, and that request fails ("Server disconnected without
+# sending a response"). A server's idle timeout must outlast its clients' pools. The header-read
+# timeout (`--header-timeout`, 10 s) still closes idle connections first.
 KEEP_ALIVE_SECONDS = 75
 
 
