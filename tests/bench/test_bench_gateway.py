@@ -89,6 +89,36 @@ def test_failed_operations_are_counted_as_errors(tmp_path: Path, era: str) -> No
     assert "zzqx vvkq" in summary["error_samples"][0]
 
 
+@pytest.mark.parametrize("era", bench.ERAS)
+def test_a_transport_failure_is_reported_by_its_cause_and_operation(era: str) -> None:
+    """A request the SDK's HTTP transport cannot send ends the client's task group: the report names the
+    request's own error (not "ExceptionGroup") and the operation it hit."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: every request is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    groups = {"dead": ([f"http://127.0.0.1:{port}/mcp"], "sticky", era)}
+    measured = anyio.run(bench.drive_clients, groups, 1, ["anything"], WARMUP, LOOPS, 1, None)
+    summary = bench.summarise(measured["dead"][0], 1.0)
+    assert summary["error_total"] == 1
+    # a 2026-era client sends nothing to connect (its version is pinned): its first search is what fails
+    op = "search" if era == "modern" else "connect"
+    assert summary["errors"][op] == 1, summary["errors"]
+    sample = summary["error_samples"][0]
+    assert sample.startswith(f"{op}: ConnectError: ") and "in an ExceptionGroup from the client's task group" in sample
+    if era == "modern":
+        assert sample.endswith(", during search")
+
+
+def test_failure_cause_unwraps_nested_groups() -> None:
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError("reset by peer")]), KeyError("x")])
+    assert bench.failure_cause(nested) == (
+        "OSError: reset by peer; KeyError: 'x' (in an ExceptionGroup from the client's task group)"
+    )
+    assert bench.failure_cause(ValueError("plain")) == "ValueError: plain"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -62,6 +62,22 @@ async def modern_client(target: GatewayProcess | Path, *extra: str) -> AsyncIter
             yield client
 
 
+@asynccontextmanager
+async def change_events(client: Client) -> AsyncIterator[list[Any]]:
+    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
+    events: list[Any] = []
+    async with client.listen(tools_list_changed=True) as subscription:
+
+        async def collect() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield events
+            tg.cancel_scope.cancel()
+
+
 async def listed(client: Client) -> list[str]:
     return [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
 
@@ -227,35 +243,57 @@ async def test_an_upstream_change_to_a_pinned_tool_reaches_a_subscribed_client(t
         async with modern_client(gateway) as client, modern_client(gateway) as actor:
             before = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
             assert list(before) == [*META, "kept__echo"]
-            events: list[Any] = []
-            async with client.listen(tools_list_changed=True) as subscription:
-
-                async def collect() -> None:
-                    async for event in subscription:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    # a catalog change that leaves the stable list alone is not announced
-                    grown = await actor.call_tool("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka"}})
-                    assert not grown.is_error
-                    with anyio.fail_after(30):
-                        while "toy__quokka" not in text(await actor.call_tool("tool_search", {"query": "quokka"})):
-                            await anyio.sleep(0.2)
-                    await anyio.sleep(1)
-                    assert events == []
-                    mutated = await actor.call_tool(
-                        "call_tool",
-                        {"name": "kept__mutate", "arguments": {"tool": "echo", "description": "Echo, changed."}},
-                    )
-                    assert not mutated.is_error
-                    with anyio.fail_after(30):
-                        while not events:
-                            await anyio.sleep(0.1)
-                    tg.cancel_scope.cancel()
+            async with change_events(client) as events:
+                # a catalog change that leaves the stable list alone is not announced
+                grown = await actor.call_tool("call_tool", {"name": "toy__grow", "arguments": {"name": "quokka"}})
+                assert not grown.is_error
+                with anyio.fail_after(30):
+                    while "toy__quokka" not in text(await actor.call_tool("tool_search", {"query": "quokka"})):
+                        await anyio.sleep(0.2)
+                await anyio.sleep(1)
+                assert events == []
+                mutated = await actor.call_tool(
+                    "call_tool",
+                    {"name": "kept__mutate", "arguments": {"tool": "echo", "description": "Echo, changed."}},
+                )
+                assert not mutated.is_error
+                with anyio.fail_after(30):
+                    while not events:
+                        await anyio.sleep(0.1)
             assert isinstance(events[0], ToolsListChanged)
             after = {t.name: t for t in (await client.list_tools(cache_mode="bypass")).tools}
             assert after["kept__echo"].description == "Echo, changed."
+
+
+def test_an_idle_connection_outlives_the_clients_pool_expiry(gateway: GatewayProcess) -> None:
+    """httpx pools (the SDK's) reuse a connection idle up to 5 s, so the gateway must not close it at 5 s.
+
+    uvicorn's default keep-alive is 5 s: a reuse at that moment races the server's close of the connection.
+    """
+    import contextlib
+    import http.client
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    url = urlsplit(gateway.url or "")
+    connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+    try:
+        for attempt in range(2):
+            connection.request("GET", "/not-the-mcp-path")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 404 and not response.will_close
+            if attempt == 0:
+                time.sleep(7)
+                sock = connection.sock
+                assert sock is not None
+                sock.settimeout(0)  # a peek that does not wait: closed by the server reads as end of file
+                with contextlib.suppress(BlockingIOError):  # raised when it is open, with nothing to read
+                    assert sock.recv(1, socket.MSG_PEEK) != b"", "the gateway closed a connection idle for 7 s"
+                sock.settimeout(10)
+    finally:
+        connection.close()
 
 
 async def test_discover_answers_with_the_modern_instructions(gateway: GatewayProcess) -> None:
@@ -279,8 +317,8 @@ async def test_an_upstream_that_speaks_2026_is_spoken_to_in_2026_and_heard_throu
         config = write_config(tmp_path / "servers.json", servers)
         with http_gateway(config, "--backend", "bm25") as gateway:
             assert "MCP server 'new': speaks 2026-07-28" in gateway.stderr
-            # a 2026-capable server that cannot announce changes there is spoken to with the handshake
-            assert "MCP server 'plain': speaks" not in gateway.stderr
+            # over HTTP, a 2026-capable server that cannot announce changes there is spoken to with the handshake
+            assert "MCP server 'plain': speaks 2025-11-25 (initialize handshake" in gateway.stderr
             async with modern_client(gateway) as client:
                 for server in ("new", "plain"):
                     grown = await client.call_tool(
@@ -292,6 +330,43 @@ async def test_an_upstream_that_speaks_2026_is_spoken_to_in_2026_and_heard_throu
                         query = {"query": f"{server}_wombat", "max_results": 1}
                         while f"{server}__{server}_wombat" not in text(await client.call_tool("tool_search", query)):
                             await anyio.sleep(0.2)
+
+
+async def test_stdio_upstreams_of_every_era_are_spoken_to_in_their_newest_and_heard_in_it(tmp_path: Path) -> None:
+    """Handshake-only, 2026-only and dual-era stdio servers: each one's new tool reaches the index and a listener."""
+    servers = {
+        "old": toy(TOY_ERA="handshake"),  # heard through notifications/tools/list_changed
+        "new": toy(TOY_ERA="modern", TOY_LISTEN="1"),  # through subscriptions/listen
+        "dual": toy(TOY_LISTEN="1"),  # the probe picks its 2026 era, heard through listen
+        "fixed": toy(TOY_ERA="modern"),  # 2026 without listen: re-listed when its ttlMs runs out
+    }
+    config = write_config(tmp_path / "servers.json", servers)
+    pins = [arg for name in servers for arg in ("--pin", name)]  # their tools are in the stable list
+    with http_gateway(config, "--backend", "bm25", *pins) as gateway:
+        log = gateway.stderr
+        assert "MCP server 'old': speaks 2025-11-25 (initialize handshake" in log
+        assert "MCP server 'new': speaks 2026-07-28 (changes via subscriptions/listen)" in log
+        assert "MCP server 'dual': speaks 2026-07-28 (changes via subscriptions/listen)" in log
+        assert "MCP server 'fixed': speaks 2026-07-28 (no subscriptions/listen: re-listed every 5 s" in log
+        async with (
+            modern_client(gateway) as client,
+            modern_client(gateway) as actor,
+            change_events(client) as events,
+        ):
+            for server in servers:
+                seen = len(events)
+                grown = await actor.call_tool(
+                    "call_tool", {"name": f"{server}__grow", "arguments": {"name": f"{server}_numbat"}}
+                )
+                assert not grown.is_error, text(grown)
+                with anyio.fail_after(30):
+                    while len(events) == seen:
+                        await anyio.sleep(0.1)
+                assert isinstance(events[-1], ToolsListChanged)
+                assert f"{server}__{server}_numbat" in await listed(client)
+                query = {"query": f"{server}_numbat", "max_results": 1}
+                found = await client.call_tool("tool_search", query)
+                assert f"{server}__{server}_numbat" in text(found), server
 
 
 async def test_a_vscode_config_starts_the_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

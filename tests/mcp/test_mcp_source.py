@@ -166,9 +166,25 @@ async def test_real_time_and_git_servers(tmp_path: Path) -> None:
         assert unknown.is_error and "no MCP server offers" in unknown.content[0].text  # type: ignore[union-attr]
 
 
+ERAS = {
+    # TOY_ERA / TOY_LISTEN -> (the version spoken, how changes reach the gateway)
+    "handshake-only": (toy(TOY_ERA="handshake"), "2025-11-25", "notifications"),
+    "modern-only": (toy(TOY_ERA="modern", TOY_LISTEN="1"), "2026-07-28", "listen"),
+    "dual-era": (toy(TOY_LISTEN="1"), "2026-07-28", "listen"),
+    "modern without listen": (toy(TOY_ERA="modern"), "2026-07-28", "ttl"),
+    "dual-era without listen": (toy(), "2026-07-28", "ttl"),
+}
+
+
 @pytest.mark.slow
-async def test_list_changed_refreshes_the_catalog_and_the_index() -> None:
-    async with MCPToolSource({"mcpServers": {"toy": toy()}}) as source:
+@pytest.mark.parametrize("era", list(ERAS))
+async def test_list_changed_refreshes_the_catalog_and_the_index(era: str) -> None:
+    """Each stdio upstream is spoken to in the newest era it serves, and its tool changes are heard in that era."""
+    entry, version, changes = ERAS[era]
+    async with MCPToolSource({"mcpServers": {"toy": entry}}) as source:
+        upstream = source.servers["toy"]
+        assert (upstream.protocol_version, upstream.changes) == (version, changes)
+        assert upstream.era.startswith(f"speaks {version} (")
         index = ToolIndex.build(source.catalog(), backend="bm25")
         changed = anyio.Event()
 
@@ -179,7 +195,7 @@ async def test_list_changed_refreshes_the_catalog_and_the_index() -> None:
         source.add_listener(listener)
         assert not index.search("zebra", 3).hits
         await source.call_tool("toy__grow", {"name": "zebra_counter"})
-        with anyio.fail_after(10):
+        with anyio.fail_after(30):  # without listen: the next re-listing, RELIST_FLOOR (ttlMs 0) from the last
             await changed.wait()
         assert "toy__zebra_counter" in {t.name for t in source.tools()}
         assert index.search("zebra counter", 3).names[0] == "toy__zebra_counter"
@@ -210,6 +226,45 @@ async def test_failing_servers_are_reported_and_skipped() -> None:
 
 
 @pytest.mark.slow
+async def test_a_probe_met_strangely_falls_back_to_the_handshake_or_fails_clearly() -> None:
+    """A stdio server that closes its pipe, stays silent or answers garbage to server/discover: never a hang."""
+    config = {
+        "mcpServers": {
+            "closes": toy(TOY_PROBE="close"),  # started again, spoken to with the handshake
+            "silent": {**toy(TOY_PROBE="silent"), "startupTimeout": 9},  # the probe waits 3 s, then the handshake
+            "garbage": toy(TOY_PROBE="garbage"),  # a stray line ends the probe at once: the handshake
+            "all-garbage": toy(TOY_PROBE="garbage-all"),
+            "refuses-2026": toy(TOY_ERA="handshake"),  # -32601 to the probe
+        }
+    }
+    started = anyio.current_time()
+    async with MCPToolSource(config) as source:
+        took = anyio.current_time() - started
+        assert set(source.failures) == {"all-garbage"}
+        failure = source.failures["all-garbage"]
+        assert "initialize handshake with output that is not JSON-RPC" in failure
+        assert "'toy server: this line is not JSON-RPC'" in failure
+        for name in ("closes", "silent", "garbage", "refuses-2026"):
+            server = source.servers[name]
+            assert server.protocol_version == "2025-11-25" and server.changes == "notifications", name
+            echoed = await source.call_tool(f"{name}__echo", {"text": name})
+            assert echoed.content[0].text == name  # type: ignore[union-attr]
+        assert took < 25  # no wait of a whole startup timeout (30 s) for any of them
+        # the re-started server still hears of changes, in the handshake era
+        changed = anyio.Event()
+
+        async def listener(src: MCPToolSource, server: str) -> None:
+            if server == "closes":
+                changed.set()
+
+        source.add_listener(listener)
+        await source.call_tool("closes__grow", {"name": "late"})
+        with anyio.fail_after(10):
+            await changed.wait()
+        assert "closes__late" in {t.name for t in source.tools()}
+
+
+@pytest.mark.slow
 async def test_upstream_crash_is_a_tool_error_and_the_server_restarts() -> None:
     async with MCPToolSource({"mcpServers": {"toy": toy()}}) as source:
         before = (await source.call_tool("toy__pid")).content[0].text  # type: ignore[union-attr]
@@ -220,6 +275,26 @@ async def test_upstream_crash_is_a_tool_error_and_the_server_restarts() -> None:
         assert not after.is_error and after.content[0].text != before  # type: ignore[union-attr]
         failed = await source.call_tool("toy__fail")
         assert failed.is_error and "always fails" in failed.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_a_crash_found_by_a_relisting_restarts_the_server_at_the_next_call() -> None:
+    """A 2026 server without listen is re-listed on ttlMs; a re-listing that finds it gone marks it crashed."""
+    import os
+    import signal
+
+    async with MCPToolSource({"mcpServers": {"toy": toy(TOY_ERA="modern")}}) as source:
+        upstream = source.servers["toy"]
+        assert upstream.changes == "ttl"
+        before = (await source.call_tool("toy__pid")).content[0].text  # type: ignore[union-attr]
+        os.kill(int(before), signal.SIGKILL)
+        with anyio.fail_after(30):
+            while upstream.state != "crashed":
+                await anyio.sleep(0.2)
+        assert "re-listed" in (upstream.error or "")
+        after = await source.call_tool("toy__pid")  # restarts it
+        assert not after.is_error and after.content[0].text != before  # type: ignore[union-attr]
+        assert upstream.changes == "ttl" and upstream.protocol_version == "2026-07-28"
 
 
 @pytest.mark.slow

@@ -9,6 +9,14 @@ Run it as ``python tests/mcp_servers/toy_server.py``; behaviour is set with envi
 - ``TOY_HTTP_PORT``: serve streamable HTTP on 127.0.0.1 at this port (0 picks one) instead of stdio;
   the URL is printed to stderr as ``toy server listening on <url>``
 - ``TOY_LISTEN=1``: serve ``subscriptions/listen`` (2026-07-28), where ``grow`` announces its new tool
+- ``TOY_ERA`` (stdio): ``dual`` (default, the SDK's own: the client's first request picks the era);
+  ``handshake``: a server of the initialize era, which knows no ``server/discover`` and refuses
+  2026-07-28 requests (-32601, as servers of that era answer an unknown method); ``modern``: a
+  2026-07-28-only server, which refuses ``initialize`` naming the versions it speaks (-32022)
+- ``TOY_PROBE`` (stdio): how a ``server/discover`` probe is met: ``close`` exits at once (as some
+  servers of the initialize era do on an unknown method); ``garbage`` answers it with a line that is
+  not JSON-RPC, then serves the handshake; ``garbage-all`` answers every request that way; ``silent``
+  never answers it (and serves the handshake)
 """
 
 from __future__ import annotations
@@ -102,6 +110,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 
 
 BUS = InMemorySubscriptionBus()
+WIRE = 1
 server = Server(
     "toy",
     version="1.0",
@@ -124,9 +133,50 @@ async def main() -> None:
     if "TOY_HTTP_PORT" in os.environ:
         await serve_http(int(os.environ["TOY_HTTP_PORT"]))
         return
-    async with stdio_server() as (read_stream, write_stream):
+    global WIRE
+    WIRE = os.dup(1)  # the pipe to the client, before stdio_server diverts fd 1
+    async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tg:
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-        await server.run(read_stream, write_stream, options)
+        era, probe = os.environ.get("TOY_ERA", "dual"), os.environ.get("TOY_PROBE", "")
+        if era == "dual" and not probe:
+            await server.run(read_stream, write_stream, options)
+            return
+        # A filter in front of the SDK's dual-era loop turns it into a one-era (or misbehaving) server.
+        send, receive = anyio.create_memory_object_stream[Any](16)
+        tg.start_soon(_filter, read_stream, send, write_stream, era, probe)
+        await server.run(receive, write_stream, options)
+        tg.cancel_scope.cancel()
+
+
+def _refuse(request: types.JSONRPCRequest, code: int, message: str, data: Any = None) -> Any:
+    from mcp.shared.message import SessionMessage
+
+    error = types.ErrorData(code=code, message=message, data=data)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request.id, error=error))
+
+
+async def _filter(read_stream: Any, send: Any, write_stream: Any, era: str, probe: str) -> None:
+    async with send:
+        async for item in read_stream:
+            request = getattr(item, "message", None)
+            if not isinstance(request, types.JSONRPCRequest):
+                await send.send(item)
+                continue
+            meta = (request.params or {}).get("_meta") or {}
+            modern = request.method == "server/discover" or "io.modelcontextprotocol/protocolVersion" in meta
+            if probe == "garbage-all" or (probe == "garbage" and request.method == "server/discover"):
+                os.write(WIRE, b"toy server: this line is not JSON-RPC\n")  # the SDK diverts sys.stdout to stderr
+            elif probe == "close" and request.method == "server/discover":
+                os._exit(0)
+            elif probe == "silent" and request.method == "server/discover":
+                continue
+            elif era == "handshake" and modern:
+                await write_stream.send(_refuse(request, -32601, f"Method not found: {request.method}"))
+            elif era == "modern" and request.method == "initialize":
+                supported = {"supported": ["2026-07-28"], "requested": (request.params or {}).get("protocolVersion")}
+                await write_stream.send(_refuse(request, -32022, "this server speaks only 2026-07-28", supported))
+            else:
+                await send.send(item)
 
 
 async def serve_http(port: int) -> None:

@@ -252,6 +252,25 @@ def _text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
+def failure_cause(exc: BaseException) -> str:
+    """What really failed: the exceptions inside an ExceptionGroup (a failed HTTP request of the SDK's
+    transport ends its task group, so the client sees a group, not the request's error)."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    causes = [f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves]
+    if not isinstance(exc, BaseExceptionGroup):
+        return causes[0]
+    return f"{'; '.join(causes) or type(exc).__name__} (in an ExceptionGroup from the client's task group)"
+
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -369,14 +388,22 @@ async def run_client(
     turn = itertools.count(index * 7)  # every group asks the same queries in the same order
     progress = {"arrived": False, "rounds": 0}
     modern: dict[str, Any] = {"context": None, "listing": None}
+    # the operation awaiting the gateway: a transport failure cancels it (no exception of its own reaches
+    # one_loop) and surfaces from the client's task group, so it is counted against this operation
+    in_flight: dict[str, str | None] = {"op": None}
 
     async def one_loop(timed: bool) -> None:
+        await search_list_call(timed)
+        in_flight["op"] = None  # not reached when a transport failure cancelled the loop
+
+    async def search_list_call(timed: bool) -> None:
         query = queries[next(turn) % len(queries)]
         t0 = time.perf_counter()
         arguments: dict[str, Any] = {"query": query, "max_results": RESULTS_PER_SEARCH}
         if era == "modern" and modern["context"] is not None:
             arguments["context"] = modern["context"]
         try:
+            in_flight["op"] = "search"
             found = await session.call_tool(SEARCH_TOOL, arguments)
         except Exception as exc:
             record.fail("search", f"{type(exc).__name__}: {exc}")
@@ -393,6 +420,7 @@ async def run_client(
             record.fail("search", f"query {query!r}: {_text(found)}")
             return
         try:
+            in_flight["op"] = "list"
             listed = await session.list_tools()
         except Exception as exc:
             record.fail("list", f"{type(exc).__name__}: {exc}")
@@ -413,6 +441,7 @@ async def run_client(
         target = names[0]
         arguments = example_arguments(schemas[target])
         try:
+            in_flight["op"] = "call"
             if era == "modern":
                 proxied = {"name": target, "arguments": arguments, "context": modern["context"]}
                 result = await session.call_tool("call_tool", proxied)
@@ -455,7 +484,8 @@ async def run_client(
                 progress["rounds"] += 1
                 phases.finished(group, r)
     except Exception as exc:  # a client that could not connect, or whose connection broke
-        record.fail("connect", f"{type(exc).__name__}: {exc}")
+        op = in_flight["op"]
+        record.fail(op or "connect", failure_cause(exc) + (f", during {op}" if op else ""))
     finally:  # a client that stopped early must not hold up the turns of the others
         if not progress["arrived"]:
             phases.arrived()

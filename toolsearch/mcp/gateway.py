@@ -54,6 +54,13 @@ logger = logging.getLogger("toolsearch.mcp")
 
 T = TypeVar("T")
 
+# How long an idle HTTP connection stays open. uvicorn's default, 5 s, equals the idle expiry of the
+# httpx/httpcore pools MCP clients use (the Python SDK's among them), so a client may reuse a
+# connection in the moment the server closes it, and that request fails ("Server disconnected without
+# sending a response"). A server's idle timeout must outlast its clients' pools. The header-read
+# timeout (`--header-timeout`, 10 s) still closes idle connections first.
+KEEP_ALIVE_SECONDS = 75
+
 
 def resolve_pins(patterns: Iterable[str], catalog: Catalog) -> tuple[list[str], list[str]]:
     """Expand pins: an exact tool name, a server name (all its tools) or a glob (`time__*`).
@@ -507,7 +514,11 @@ class Gateway:
             app = wrap(app)
         app = protect(app, auth, path=path, resource_url=resource, shared=self.caps.shared)
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", http=header_timeout_protocol(auth.header_timeout)
+            app,
+            log_level="warning",
+            lifespan="on",
+            http=header_timeout_protocol(auth.header_timeout),
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
         server = _Server(config)
         sockets = [sock]

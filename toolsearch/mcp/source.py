@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TextIO
@@ -18,8 +19,8 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-from mcp_types.version import LATEST_MODERN_VERSION
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from .._errors import InvalidToolError, UpstreamError
@@ -48,10 +49,31 @@ SEPARATOR = "__"
 
 RESTART_WINDOW = 60.0  # seconds: a server that crashes sooner than this after starting is crash-looping
 MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
+PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
+# A 2026-07-28 server without subscriptions/listen is re-listed when its list's ttlMs runs out, within
+# these bounds: ttlMs 0 (the SDK's default, "immediately stale") must not mean a re-listing loop.
+RELIST_FLOOR = 5.0
+RELIST_CEILING = 300.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 State = Literal["idle", "starting", "ready", "failed", "crashed", "stopped"]
 ChangeListener = Callable[["UpstreamServer"], Awaitable[None]]
+
+
+class _ProbeClosedPipe(Exception):
+    """A stdio server closed its pipe on the server/discover probe: start it again, with the handshake."""
+
+
+class _ModernAfterAll(Exception):
+    """The handshake was refused with a 2026 version: the server took the abandoned probe after all."""
+
+
+def _supported_versions(data: Any) -> list[str]:
+    """The `supported` list of an UnsupportedProtocolVersion error's data; empty when it has none."""
+    try:
+        return types.UnsupportedProtocolVersionErrorData.model_validate(data).supported
+    except ValidationError:
+        return []
 
 
 # --- tools ------------------------------------------------------------------------------------
@@ -169,7 +191,12 @@ async def _list_page(
             where = ".".join(str(p) for p in first["loc"]) or "definition"
             problems.append(f"{label}: malformed definition ({where}: {first['msg']})")
     cursor = raw.get("nextCursor")
-    page = types.ListToolsResult(tools=tools, next_cursor=cursor if isinstance(cursor, str) and cursor else None)
+    ttl = raw.get("ttlMs")
+    page = types.ListToolsResult(
+        tools=tools,
+        next_cursor=cursor if isinstance(cursor, str) and cursor else None,
+        ttl_ms=ttl if isinstance(ttl, int) and ttl >= 0 else 0,
+    )
     complete = params is None and page.next_cursor is None
     return absorb(page, complete=complete), problems
 
@@ -185,6 +212,8 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
     exc = _leaf(exc)
+    if isinstance(exc, UpstreamError):
+        return str(exc)
     if isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED:
         if config.transport == "stdio":
             return (
@@ -202,6 +231,18 @@ def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
     if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
         return f"cannot reach {config.url}: {exc or name}"
     return f"{name}: {exc}" if str(exc) else name
+
+
+def _unreadable_line(error: Exception) -> str:
+    """The text of a line the transport rejected as JSON-RPC, when the error carries it."""
+    if isinstance(error, ValidationError):
+        problems = error.errors()
+        raw = problems[0].get("input") if problems else None
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        if isinstance(raw, str):
+            return raw
+    return str(error) or type(error).__name__
 
 
 def _result_bytes(result: types.CallToolResult, limit: int) -> int:
@@ -292,6 +333,11 @@ class UpstreamServer:
         self.server_info: types.Implementation | None = None
         self._broken_text = False  # a message of this server had lone surrogates repaired (see _repairing)
         self.protocol_version: str | None = None  # what the gateway speaks with this server
+        self.changes = "none"  # how it hears of tool changes: "notifications", "listen", "ttl" or "none"
+        self._probe = True  # False once the server closed its pipe on a server/discover probe (stdio)
+        self._noise: str | None = None  # the first line it wrote that is not JSON-RPC, for error messages
+        self._on_noise: Callable[[], None] | None = None  # set while waiting on a probe or the handshake
+        self._ttl_ms: int | None = None  # the shortest ttlMs of its last listing's pages
         self._on_tools_changed = on_tools_changed
         self._errlog = errlog
         self._session: ClientSession | None = None
@@ -376,35 +422,29 @@ class UpstreamServer:
         try:
             with scope:
                 async with AsyncExitStack() as stack:
-                    read, write = await stack.enter_async_context(self._transport())
-                    session = await stack.enter_async_context(
-                        ClientSession(
-                            read,
-                            write,
-                            message_handler=self._on_message,
-                            client_info=types.Implementation(name="toolsearch", version=_version()),
-                        )
-                    )
-                    modern = await self._negotiate(session)
+                    session, modern = await self._connect(stack)
                     listed = await self._list_all(session)
-                    listening = None
+                    watching = None
                     if modern:  # 2026-era servers announce changes only on a subscriptions/listen stream
-                        listening = await stack.enter_async_context(anyio.create_task_group())
-                        await listening.start(self._listen, session)
+                        watching = await stack.enter_async_context(anyio.create_task_group())
+                        await watching.start(self._watch, session)
                     if current():
                         self.server_info = session.server_info
                         self.protocol_version = session.protocol_version
+                        if not modern:
+                            self.changes = "notifications"
                         self._apply(listed)
                         self._session = session
                         self.state = "ready"
                         self._ready_at = anyio.current_time()
+                        logger.info("MCP server %r: %s", self.name, self.era)
                     ready.set()
                     await stop.wait()
-                    if listening is not None:
-                        listening.cancel_scope.cancel()
+                    if watching is not None:
+                        watching.cancel_scope.cancel()
         except Exception as exc:  # any failure is reported, the other servers go on
             if not ready.is_set() and current():
-                self.state, self.error = "failed", _describe_failure(self.config, exc)
+                self.state, self.error = "failed", self._failure(exc)
             elif not stop.is_set():
                 logger.warning("MCP server %r: connection ended with an error: %s", self.name, _leaf(exc))
         finally:
@@ -416,54 +456,210 @@ class UpstreamServer:
             ready.set()
             done.set()
 
+    @property
+    def era(self) -> str:
+        """The protocol era it is spoken to in, and how its tool changes reach the gateway, in words."""
+        version = self.protocol_version
+        if version is None:
+            return "not connected"
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return f"speaks {version} (initialize handshake; changes via notifications/tools/list_changed)"
+        how = {
+            "listen": "changes via subscriptions/listen",
+            "ttl": f"no subscriptions/listen: re-listed every {self.relist_after():g} s, as its list's ttlMs allows",
+        }.get(self.changes, "no change notifications")
+        return f"speaks {version} ({how})"
+
+    def _failure(self, exc: BaseException) -> str:
+        message = _describe_failure(self.config, exc)
+        if self._noise is not None and self._noise not in message:
+            message += f"; it wrote to stdout a line that is not an MCP message: {self._noise!r}"
+        return message
+
+    async def _open(self, stack: AsyncExitStack) -> ClientSession:
+        read, write = await stack.enter_async_context(self._transport())
+        return await stack.enter_async_context(
+            ClientSession(
+                read,
+                write,
+                message_handler=self._on_message,
+                client_info=types.Implementation(name="toolsearch", version=_version()),
+            )
+        )
+
+    async def _connect(self, stack: AsyncExitStack) -> tuple[ClientSession, bool]:
+        """A session in the newest era both sides speak, and True when that is the 2026-07-28 era.
+
+        A stdio server that closes its pipe on the server/discover probe (some servers of the
+        handshake era exit on an unknown method) is started again and spoken to with the handshake,
+        without a probe, for as long as this gateway runs.
+        """
+        self._noise = None
+        if not (self.config.transport == "stdio" and self._probe):
+            session = await self._open(stack)
+            return session, await self._negotiate(session)
+        attempt = AsyncExitStack()
+        try:
+            session = await self._open(attempt)
+            modern = await self._negotiate(session)
+        except _ProbeClosedPipe:
+            await attempt.aclose()
+            self._probe = False
+            logger.warning(
+                "MCP server %r closed its pipe when probed with server/discover; started it again with the handshake",
+                self.name,
+            )
+            session = await self._open(stack)
+            return session, await self._negotiate(session)
+        except BaseException:
+            await attempt.aclose()
+            raise
+        await stack.enter_async_context(attempt)
+        return session, modern
+
+    async def _answered(self, request: Callable[[], Awaitable[Any]], timeout: float, *, noise: bool = True) -> Any:
+        """`request()`'s answer; None when `timeout` passes or (`noise`) the server writes a line that is not MCP."""
+        with anyio.move_on_after(timeout) as waiting:
+            self._on_noise = waiting.cancel if noise else None
+            try:
+                return await request()
+            finally:
+                self._on_noise = None
+        return None
+
     async def _negotiate(self, session: ClientSession) -> bool:
         """The newest protocol both sides speak: True for the 2026-07-28 era, False for the handshake.
 
-        Over HTTP every request names its era, so a server can be asked `server/discover` and,
-        when it cannot announce tool changes in the 2026 era (no `subscriptions/listen`), still be
-        spoken to with the handshake, where it can. Over stdio a probe would lock a dual-era
-        server's pipe to the 2026 era whatever it then offers, so stdio servers get the handshake.
+        Every server is probed with `server/discover` first (stdio: once per process, its first
+        request, as the spec's stdio binding says; a dual-era server then serves that pipe in the
+        2026 era). No answer, an error that is not a 2026 error, or an answer that is not a
+        discover result means a handshake-era server. Over HTTP, where every request names its
+        era, a 2026-capable server that cannot announce tool changes in that era (no
+        `subscriptions/listen`) is still spoken to with the handshake, where it can; over stdio
+        the probe has already chosen, and such a server is re-listed when its list's ttlMs runs out.
         """
-        if self.config.transport != "http":
-            await session.initialize()
+        if self.config.transport == "sse" or (self.config.transport == "stdio" and not self._probe):
+            await self._handshake(session)
             return False
-        try:  # probe without adopting: the handshake must still go out as a handshake
-            discovered = types.DiscoverResult.model_validate(await session.send_discover(LATEST_MODERN_VERSION))
-        except (MCPError, ValidationError):  # not a 2026 server: the handshake it is
-            await session.initialize()
-            return False
-        if LATEST_MODERN_VERSION not in discovered.supported_versions:
-            await session.initialize()
-            return False
+        discovered = await self._discover(session)
+        if discovered is None:
+            try:
+                await self._handshake(session)
+                return False
+            except _ModernAfterAll:  # the probe was abandoned (a stray line), but the server took it: 2026
+                discovered = await self._discover(session, patient=True)
+            if discovered is None:
+                raise UpstreamError("it refused the initialize handshake as a 2026-07-28 server, then failed the probe")
         tools = discovered.capabilities.tools
-        if tools is None or not tools.list_changed:
+        if self.config.transport == "http" and (tools is None or not tools.list_changed):
             try:
                 await session.initialize()  # the handshake era can tell us of changes; this server's 2026 era cannot
                 return False
             except MCPError:
-                pass  # a 2026-only server with a fixed list
+                pass  # a 2026-only server
         session.adopt(discovered)
-        logger.info("MCP server %r: speaks %s (changes via subscriptions/listen)", self.name, session.protocol_version)
         return True
 
-    async def _listen(self, session: ClientSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Re-list the tools whenever the server says they changed, for as long as the connection lives."""
+    async def _discover(self, session: ClientSession, *, patient: bool = False) -> types.DiscoverResult | None:
+        """The server's discover result at a version both sides speak, or None for a handshake-era server.
+
+        `patient`: a line that is not MCP does not end the wait (the server is known to speak 2026).
+        """
+        stdio = self.config.transport == "stdio"
+        timeout = min(PROBE_TIMEOUT, self.config.startup_timeout / 3)
+        version = LATEST_MODERN_VERSION
+        for attempt in range(2):
+            try:
+                raw = await self._answered(partial(session.send_discover, version), timeout, noise=not patient)
+            except MCPError as exc:
+                if exc.error.code == CONNECTION_CLOSED and stdio:
+                    raise _ProbeClosedPipe from exc
+                if exc.error.code != UNSUPPORTED_PROTOCOL_VERSION:
+                    return None  # any other error: the handshake era (never keyed on one code: spec)
+                supported = _supported_versions(exc.error.data)
+                mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
+                if mutual and attempt == 0:
+                    version = mutual[-1]
+                    continue
+                if supported and not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
+                    raise UpstreamError(
+                        f"it speaks only MCP {', '.join(supported)}, and this gateway speaks "
+                        f"{', '.join([*HANDSHAKE_PROTOCOL_VERSIONS[-1:], *MODERN_PROTOCOL_VERSIONS])}"
+                    ) from None
+                return None
+            if raw is None:
+                return None  # no answer in time, or a line that is not MCP: not a 2026 server
+            try:
+                result = types.DiscoverResult.model_validate(raw)
+            except ValidationError:
+                return None
+            if not any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
+                return None  # it answers discover but offers only handshake-era versions
+            return result
+        return None
+
+    async def _handshake(self, session: ClientSession) -> None:
+        """The initialize handshake; a server that answers it only with lines that are not MCP fails at once."""
+        noisy = self._noise is not None
+        try:
+            answer = await self._answered(session.initialize, self.config.startup_timeout)
+        except MCPError as exc:
+            supported = _supported_versions(exc.error.data)
+            if exc.error.code == UNSUPPORTED_PROTOCOL_VERSION and any(v in MODERN_PROTOCOL_VERSIONS for v in supported):
+                raise _ModernAfterAll from None
+            if exc.error.code == UNSUPPORTED_PROTOCOL_VERSION:
+                raise UpstreamError(
+                    f"it refused the initialize handshake and speaks only MCP {', '.join(supported) or '(unnamed)'}"
+                ) from None
+            raise
+        if answer is None:
+            if self._noise is None:
+                raise UpstreamError("it did not answer the initialize handshake")
+            raise UpstreamError(
+                f"it answered {'the server/discover probe and ' if noisy else ''}the initialize handshake with "
+                f"output that is not JSON-RPC ({self._noise!r}); an MCP server writes only MCP messages to stdout"
+            )
+
+    async def _watch(self, session: ClientSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Re-list the tools whenever the 2026-era server says they changed, for as long as the connection lives.
+
+        A server that does not serve `subscriptions/listen` (no `tools.listChanged` in its discover
+        result), refuses it, or ends the stream, is re-listed instead when its list's `ttlMs` runs
+        out (what the spec asks of a caching client), within RELIST_FLOOR and RELIST_CEILING seconds.
+        """
         from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost, listen
 
         started = False
-        try:
-            async with listen(session, tools_list_changed=True) as subscription:
-                task_status.started()
-                started = True
-                async for _event in subscription:
-                    if self._task_group is not None:
-                        self.relisting = True
-                        self._task_group.start_soon(self.refresh)
-        except (MCPError, ListenNotSupportedError, SubscriptionLost) as exc:
-            logger.warning("MCP server %r: no tool change notifications (%s)", self.name, exc)
-        finally:
-            if not started:  # start-up goes on without change notifications
-                task_status.started()
+        capabilities = session.server_capabilities
+        if capabilities is not None and capabilities.tools is not None and capabilities.tools.list_changed:
+            try:
+                async with listen(session, tools_list_changed=True) as subscription:
+                    self.changes = "listen"
+                    task_status.started()
+                    started = True
+                    async for _event in subscription:
+                        if self._task_group is not None:
+                            self.relisting = True
+                            self._task_group.start_soon(self.refresh)
+            except (MCPError, ListenNotSupportedError, SubscriptionLost, TimeoutError) as exc:
+                logger.warning(
+                    "MCP server %r: no subscriptions/listen stream (%s); re-listing on ttlMs", self.name, exc
+                )
+        self.changes = "ttl"
+        if not started:  # start-up goes on; changes are found by re-listing
+            task_status.started()
+        while True:
+            await anyio.sleep(self.relist_after())
+            if self._session is not session:  # not ready yet, or its connection ended (a re-listing finds that)
+                if self.state == "starting":
+                    continue
+                return
+            await self.refresh(announced=False)
+
+    def relist_after(self) -> float:
+        """Seconds until a 2026-era server without subscriptions/listen is re-listed: its ttlMs, bounded."""
+        ttl = (self._ttl_ms or 0) / 1000
+        return min(max(ttl, RELIST_FLOOR), RELIST_CEILING)
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
@@ -509,14 +705,17 @@ class UpstreamServer:
         problems: list[str] = []
         cursor: str | None = None
         seen: set[str] = set()
+        ttl: int | None = None
         for _ in range(MAX_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page, rejected = await _list_page(session, params)
             tools.extend(page.tools)
             problems.extend(rejected)
+            ttl = page.ttl_ms if ttl is None else min(ttl, page.ttl_ms)  # the listing is fresh as its stalest page
             cursor = page.next_cursor
             if not cursor:
                 self._listing_problems = problems
+                self._ttl_ms = ttl
                 return tools
             if cursor in seen:
                 raise UpstreamError(f"tools/list repeated the cursor {cursor!r}; the server's pagination loops")
@@ -575,17 +774,27 @@ class UpstreamServer:
 
     async def _on_message(self, message: Any) -> None:
         # Runs inline in the session's receive loop: never do session I/O here, spawn it.
+        if isinstance(message, Exception):  # a line the transport could not read as JSON-RPC
+            if self._noise is None:
+                line = _unreadable_line(message)
+                self._noise = line if len(line) <= 120 else line[:120] + "..."
+            if self._on_noise is not None:
+                self._on_noise()
+            return
         if isinstance(message, types.ToolListChangedNotification) and self._task_group is not None:
             self.relisting = True  # now, not when the re-listing task starts
             self._task_group.start_soon(self.refresh)
 
-    async def refresh(self) -> bool:
-        """Re-list the tools (as after tools/list_changed); True when they changed."""
+    async def refresh(self, *, announced: bool = True) -> bool:
+        """Re-list the tools (as after tools/list_changed); True when they changed.
+
+        `announced=False` (a re-listing on ttlMs, no change known): calls are not held meanwhile.
+        """
         if self._refresh_lock.locked():
             self._refresh_pending = True  # coalesce a burst of notifications into one more listing
             return False
         changed = False
-        self.relisting = True
+        self.relisting = announced
         async with self._refresh_lock:
             try:
                 while True:
@@ -596,7 +805,12 @@ class UpstreamServer:
                     try:
                         listed = await self._list_all(session)
                     except Exception as exc:
-                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, _leaf(exc))
+                        cause = _leaf(exc)
+                        if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
+                            # found by a re-listing, not a call: crashed, so the next call restarts it
+                            self._session, self.state = None, "crashed"
+                            self.error = "the connection closed while its tools were re-listed"
+                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, cause)
                         return changed
                     changed = self._apply(listed) or changed
                     if not self._refresh_pending:
