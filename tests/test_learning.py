@@ -288,7 +288,8 @@ def test_a_log_whose_votes_beat_the_backend_is_trusted_and_lifts_its_tool(index:
     calibration = learned.ranker.calibration
     assert calibration is not None and calibration.searches == 60
     assert calibration.prior != math.inf
-    assert calibration.ndcg[calibration.prior] == 1.0 and calibration.ndcg[math.inf] == 0.0
+    chosen, off = (calibration.exponent, calibration.prior), (calibration.exponent, math.inf)
+    assert calibration.ndcg[chosen] == 1.0 and calibration.ndcg[off] == 0.0
     assert index.search("customer wants the money back today", 5).names[0] != "payments_refund"
     assert learned.search("customer wants the money back today", 5).names[0] == "payments_refund"
 
@@ -299,6 +300,7 @@ def test_a_log_showing_the_backend_already_right_turns_learning_off(index: ToolI
     learned = learning(index, log)
     calibration = learned.ranker.calibration
     assert calibration is not None and calibration.prior == math.inf  # votes add nothing: ties go to the backend
+    assert calibration.exponent == 2.0
     assert not learned.ranker.signal("customer wants the money back")
     for query in QUERIES:
         assert same(learned.search(query, 5), index.search(query, 5))
@@ -333,7 +335,8 @@ def test_hashed_logs_calibrate_as_readable_ones_do(privacy: str) -> None:
                     ["mail_send", "mail_draft"])
     hashed, readable = (LearnedRanker(log, refresh_seconds=0).calibration for log in logs)
     assert hashed is not None and readable is not None
-    assert hashed.prior == readable.prior and hashed.ndcg == pytest.approx(readable.ndcg)
+    assert (hashed.exponent, hashed.prior) == (readable.exponent, readable.prior)
+    assert hashed.ndcg == pytest.approx(readable.ndcg)
 
 
 def test_the_mixture_keeps_the_backend_order_where_nothing_votes(index: ToolIndex) -> None:

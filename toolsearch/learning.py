@@ -6,7 +6,7 @@ inverted index from word to distinct past queries, so the cost grows with the po
 query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
 `neighbours` closest) votes s**2 times its success count for each tool it led to. The votes give
 each tool a share, and the evidence a confidence against a prior, the evidence needed to outweigh
-the backend:
+the backend (the vote's exponent is 2 unless the calibration below finds 1 better):
 
     share(tool) = votes(tool) / V        confidence c = V / (V + prior)        (V = all votes)
 
@@ -19,10 +19,10 @@ How large the prior should be depends on how often the backend is right on this 
 only the log can tell: every entry keeps the ranked list the search showed (`shown`) beside the
 tool then called. So the prior is calibrated on the log itself, by leave-one-out: for a sample
 of past searches, the votes of every *other* past query are mixed with what that search showed
-at each prior of a fixed grid, and the prior whose mixture ranked the called tools best (nDCG@10)
-is used; "never trust the votes" is on the grid, and ties go to the larger prior, so a log whose
-votes do not beat the backend turns learning off. A log with fewer than `MIN_CALIBRATION`
-searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool names are
+at each prior of a fixed grid and with votes of s**2 or s, and the pair whose mixture ranked the
+called tools best (nDCG@10) is used; "never trust the votes" is on the grid, and ties go to s**2
+and the larger prior, so a log whose votes do not beat the backend turns learning off. A log with
+fewer than `MIN_CALIBRATION` searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool names are
 compared, so hashed logs calibrate as well as readable ones.
 
 So little or dissimilar evidence leaves the backend's order almost untouched, a few wrong calls
@@ -60,6 +60,10 @@ CALIBRATION_SAMPLE = 1_000  # past searches left out one at a time; bounds the c
 CALIBRATION_TIE = 0.001  # nDCG@10 gains below this are noise: the larger prior wins
 DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
 DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
+DEFAULT_EXPONENT = 2.0  # a vote is similarity**2: a near-identical query outweighs several loosely similar ones
+# Exponents the calibration also tries: 1 lets many loosely similar past requests (distinct tasks that
+# share a tool's vocabulary) add up; the default first, so it wins ties.
+EXPONENT_GRID: tuple[float, ...] = (DEFAULT_EXPONENT, 1.0)
 DEFAULT_REFRESH_SECONDS = 5.0
 STOP_SHARE = 0.01
 STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long and every word counts
@@ -67,11 +71,13 @@ STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long a
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """How a log's prior was chosen: the past searches left out one at a time, and the nDCG@10 of
-    the called tools in the mixture at each prior of PRIOR_GRID (math.inf: the backend alone)."""
+    """How a log's prior and vote exponent were chosen: the past searches left out one at a time, and
+    the nDCG@10 of the called tools in the mixture at each (exponent, prior) of EXPONENT_GRID x
+    PRIOR_GRID (prior math.inf: the backend alone)."""
 
     searches: int
-    ndcg: dict[float, float]
+    ndcg: dict[tuple[float, float], float]
+    exponent: float
     prior: float
 
 
@@ -95,6 +101,10 @@ class _Snapshot:
     @property
     def prior(self) -> float:
         return DEFAULT_PRIOR if self.calibration is None else self.calibration.prior
+
+    @property
+    def exponent(self) -> float:
+        return DEFAULT_EXPONENT if self.calibration is None else self.calibration.exponent
 
 
 def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: float) -> _Snapshot:
@@ -148,19 +158,22 @@ def _calibrate(
     from .evaluation import ndcg_at
 
     sample = list(searches.items())[-CALIBRATION_SAMPLE:]  # the newest: the backend as it ranks now
-    totals = dict.fromkeys(PRIOR_GRID, 0.0)
+    grid = [(exponent, prior) for exponent in EXPONENT_GRID for prior in sorted(PRIOR_GRID, reverse=True)]
+    totals = dict.fromkeys(grid, 0.0)
     for (terms, shown), called in sample:
-        # Leaving out the search's own words leaves out its repeats too: the estimate errs on the side of the backend.
-        votes, total = _votes(snap, terms, None, neighbours, min_similarity, exclude=key_ids[terms])
-        for prior in PRIOR_GRID:
-            confidence = total / (total + prior) if votes and prior != math.inf else 0.0
-            ranked = _mix(shown, votes, total, confidence, weight, len(shown))
-            totals[prior] += ndcg_at([name for name, _ in ranked], called, 10)
-    ndcg = {prior: total / len(sample) for prior, total in totals.items()}
+        for exponent in EXPONENT_GRID:
+            # Leaving out the search's own words leaves out its repeats too: the estimate errs toward the backend.
+            votes, total = _votes(snap, terms, None, neighbours, min_similarity, exponent, exclude=key_ids[terms])
+            for prior in PRIOR_GRID:
+                confidence = total / (total + prior) if votes and prior != math.inf else 0.0
+                ranked = _mix(shown, votes, total, confidence, weight, len(shown))
+                totals[exponent, prior] += ndcg_at([name for name, _ in ranked], called, 10)
+    ndcg = {key: total / len(sample) for key, total in totals.items()}
     best = max(ndcg.values())
-    # The largest prior within CALIBRATION_TIE of the best: trust the log no further than it has earned.
-    prior = max(p for p, v in ndcg.items() if v >= best - CALIBRATION_TIE)
-    return Calibration(len(sample), ndcg, prior)
+    # The first within CALIBRATION_TIE of the best, in the grid's order (the default exponent, then the
+    # largest prior): trust the log no further than it has earned.
+    exponent, prior = next(key for key in grid if ndcg[key] >= best - CALIBRATION_TIE)
+    return Calibration(len(sample), ndcg, exponent, prior)
 
 
 def _votes(
@@ -169,6 +182,7 @@ def _votes(
     visible: Collection[str] | None,
     neighbours: int,
     min_similarity: float,
+    exponent: float,
     *,
     exclude: int = -1,
 ) -> tuple[dict[str, float], float]:
@@ -198,7 +212,7 @@ def _votes(
     total = 0.0
     for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
         tools, counts = snap.votes[key_id]
-        strength = sim * sim
+        strength = sim * sim if exponent == 2.0 else sim**exponent
         for tool, count in zip(tools, counts, strict=True):
             vote = strength * count
             total += vote  # votes for tools the caller cannot see still count as evidence
@@ -240,7 +254,8 @@ class Signal:
 class LearnedRanker:
     """The learned signal for a query, from a UsageLog (compiled lazily, refreshed as it grows).
 
-    `prior`: None (the default) calibrates it on the log (see the module doc); a number fixes it.
+    `prior`: None (the default) calibrates it and the vote exponent on the log (see the module doc); a
+    number fixes it (and the exponent at DEFAULT_EXPONENT).
     `refresh_seconds`: a changed log is recompiled at most this often (0 = on every change), so a
     busy log does not recompile on every search.
     """
@@ -308,14 +323,15 @@ class LearnedRanker:
         prior = snap.prior if self.prior is None else self.prior
         if snap.empty or prior == math.inf:
             return Signal({}, 0.0)
-        votes, total = _votes(snap, self.log.terms(query), visible, self.neighbours, self.min_similarity)
+        exponent = snap.exponent if self.prior is None else DEFAULT_EXPONENT  # a fixed prior: the fixed rule
+        votes, total = _votes(snap, self.log.terms(query), visible, self.neighbours, self.min_similarity, exponent)
         if not votes:
             return Signal({}, 0.0)
         return Signal({tool: v / total for tool, v in votes.items()}, total / (total + prior))
 
     @property
     def calibration(self) -> Calibration | None:
-        """How the compiled log's prior was chosen; None while the log has too few searches to tell."""
+        """How the compiled log's prior and exponent were chosen; None while the log has too few searches."""
         return self.snapshot().calibration
 
 
