@@ -155,19 +155,29 @@ def _calibrate(
 ) -> Calibration:
     """The prior of PRIOR_GRID under which the votes of the other past queries, mixed with what each
     of the newest CALIBRATION_SAMPLE searches showed, ranked its called tools best (see the module doc)."""
-    from .evaluation import ndcg_at
 
     sample = list(searches.items())[-CALIBRATION_SAMPLE:]  # the newest: the backend as it ranks now
     grid = [(exponent, prior) for exponent in EXPONENT_GRID for prior in sorted(PRIOR_GRID, reverse=True)]
     totals = dict.fromkeys(grid, 0.0)
+    discounts = 1.0 / np.log2(np.arange(2, 12))  # the DCG discount of ranks 0..9
     for (terms, shown), called in sample:
+        depth = min(len(shown), 10)
+        ideal = float(discounts[: min(len(called), 10)].sum())
         for exponent in EXPONENT_GRID:
             # Leaving out the search's own words leaves out its repeats too: the estimate errs toward the backend.
             votes, total = _votes(snap, terms, None, neighbours, min_similarity, exponent, exclude=key_ids[terms])
-            for prior in PRIOR_GRID:
-                confidence = total / (total + prior) if votes and prior != math.inf else 0.0
-                ranked = _mix(shown, votes, total, confidence, weight, len(shown))
-                totals[exponent, prior] += ndcg_at([name for name, _ in ranked], called, 10)
+            # `_mix` for every prior at once: candidates in name order, so a stable sort breaks ties as it does.
+            names = sorted({*shown, *votes})
+            position = {name: rank for rank, name in enumerate(shown)}
+            base = np.array([rank_score(position[n]) if n in position else 0.0 for n in names])
+            share = np.array([votes.get(n, 0.0) / total if total else 0.0 for n in names])
+            hit = np.array([n in called for n in names], dtype=np.float64)
+            confidence = np.array([total / (total + p) if votes and p != math.inf else 0.0 for p in PRIOR_GRID])
+            scores = (1.0 - confidence)[:, None] * base + (weight * confidence)[:, None] * share
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+            gains = hit[top] @ discounts[:depth] / ideal
+            for prior, gain in zip(PRIOR_GRID, gains.tolist(), strict=True):
+                totals[exponent, prior] += gain
     ndcg = {key: total / len(sample) for key, total in totals.items()}
     best = max(ndcg.values())
     # The first within CALIBRATION_TIE of the best, in the grid's order (the default exponent, then the

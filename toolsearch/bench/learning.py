@@ -235,7 +235,8 @@ def _replay(
 
 def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int, seed: int) -> Any:
     """`entries` usage entries: every data set's queries with their tools (prefixed as in the catalog),
-    repeated with one word dropped or one word of another query added, so most entries differ."""
+    repeated with one word dropped or one word of another query added, so most entries differ; each
+    shows five tools (the called one among four random ones)."""
     from ..evaluation import load_queries
     from ..usage import UsageLog
 
@@ -264,7 +265,11 @@ def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int,
                     donor = base[rng.randrange(len(base))][0].split()
                     words.append(donor[rng.randrange(len(donor))] if donor else "")
                 query = " ".join(words) or query
-            usage.add(query, tool)
+            # A shown list of five (the called tool among four others), so the compile calibrates as a
+            # real log's does; its content does not change the cost.
+            shown = [names[rng.randrange(len(names))] for _ in range(4)]
+            shown.insert(rng.randrange(5), tool)
+            usage.add(query, tool, shown)
             entries_made += 1
         round_no += 1
     return usage
