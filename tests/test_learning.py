@@ -268,3 +268,90 @@ def refund_vote(ranker: LearnedRanker, query: str) -> float:
     q_norm = math.sqrt(sum(snap.idf_sq.get(t, snap.unknown_idf_sq) for t in terms))
     p_norm = math.sqrt(sum(snap.idf_sq[t] for t in past))
     return float((dot / (q_norm * p_norm)) ** 2)
+
+
+# --- the prior, calibrated on the log's own shown lists ----------------------------------------
+
+
+def refund_searches(log: UsageLog, count: int, shown: list[str]) -> None:
+    """`count` distinct searches for a refund, each showing `shown` and then calling payments_refund."""
+    when = ["today", "now", "please", "quickly", "again", "twice", "soon", "later"]
+    why = ["broken", "late", "missing", "wrong", "damaged", "cancelled", "duplicate", "unwanted"]
+    for i in range(count):
+        log.add(f"customer wants the money back {when[i % 8]} {why[i // 8 % 8]}", "payments_refund", shown)
+
+
+def test_a_log_whose_votes_beat_the_backend_is_trusted_and_lifts_its_tool(index: ToolIndex) -> None:
+    log = UsageLog()
+    refund_searches(log, 60, ["payments_charge", "mail_send"])  # the backend never showed it: the model searched again
+    learned = learning(index, log)
+    calibration = learned.ranker.calibration
+    assert calibration is not None and calibration.searches == 60
+    assert calibration.prior != math.inf
+    chosen, off = (calibration.exponent, calibration.prior), (calibration.exponent, math.inf)
+    assert calibration.ndcg[chosen] == 1.0 and calibration.ndcg[off] == 0.0
+    assert index.search("customer wants the money back today", 5).names[0] != "payments_refund"
+    assert learned.search("customer wants the money back today", 5).names[0] == "payments_refund"
+
+
+def test_a_log_showing_the_backend_already_right_turns_learning_off(index: ToolIndex) -> None:
+    log = UsageLog()
+    refund_searches(log, 60, ["payments_refund", "payments_charge"])  # the backend's first hit was called each time
+    learned = learning(index, log)
+    calibration = learned.ranker.calibration
+    assert calibration is not None and calibration.prior == math.inf  # votes add nothing: ties go to the backend
+    assert calibration.exponent == 2.0
+    assert not learned.ranker.signal("customer wants the money back")
+    for query in QUERIES:
+        assert same(learned.search(query, 5), index.search(query, 5))
+
+
+def test_too_few_searches_keep_the_fixed_prior_and_a_number_overrides_calibration(index: ToolIndex) -> None:
+    from toolsearch.learning import DEFAULT_PRIOR, MIN_CALIBRATION
+
+    few = UsageLog()
+    refund_searches(few, MIN_CALIBRATION - 1, ["payments_charge", "payments_refund"])
+    ranker = LearnedRanker(few, refresh_seconds=0)
+    assert ranker.calibration is None and ranker.snapshot().prior == DEFAULT_PRIOR
+    unshown = UsageLog()  # entries without a shown list (direct log.add, older logs) cannot calibrate
+    for i in range(2 * MIN_CALIBRATION):
+        unshown.add(f"customer wants the money back case {i}", "payments_refund")
+    assert len({e.terms for e in unshown.entries()}) == 2 * MIN_CALIBRATION
+    assert LearnedRanker(unshown, refresh_seconds=0).calibration is None
+    trusted = UsageLog()
+    refund_searches(trusted, 60, ["payments_refund"])  # calibrates to inf, but a fixed prior wins
+    fixed = LearnedRanker(trusted, prior=1.0, refresh_seconds=0)
+    signal = fixed.signal("customer wants the money back today")
+    assert signal and 0 < signal.confidence < 1
+
+
+@pytest.mark.parametrize("privacy", ["tokens", "raw"])
+def test_hashed_logs_calibrate_as_readable_ones_do(privacy: str) -> None:
+    logs = [UsageLog(privacy="hashed"), UsageLog(privacy=privacy)]  # type: ignore[arg-type]
+    for log in logs:
+        refund_searches(log, 40, ["payments_charge", "payments_refund"])
+        for i in range(40):
+            log.add(f"mail the report to the team {'abcdefgh'[i % 8]} {'ijklm'[i // 8]}", "mail_send",
+                    ["mail_send", "mail_draft"])
+    hashed, readable = (LearnedRanker(log, refresh_seconds=0).calibration for log in logs)
+    assert hashed is not None and readable is not None
+    assert (hashed.exponent, hashed.prior) == (readable.exponent, readable.prior)
+    assert hashed.ndcg == pytest.approx(readable.ndcg)
+
+
+def test_the_mixture_keeps_the_backend_order_where_nothing_votes(index: ToolIndex) -> None:
+    from toolsearch.learning import rank_score
+
+    log = UsageLog()
+    refund_searches(log, 60, ["payments_charge", "mail_send"])
+    learned = learning(index, log)
+    query = "customer wants the money back today"
+    plain = index.search(query, 5).names
+    result = learning(index, log).search(query, 5)
+    assert result.names[0] == "payments_refund"
+    # every tool without votes keeps its place relative to the others, scored by its rank alone
+    rest = [n for n in result.names if n != "payments_refund"]
+    assert rest == [n for n in plain if n != "payments_refund"][: len(rest)]
+    signal = learned.ranker.signal(query)
+    for hit in result.hits[1:]:
+        assert hit.score == pytest.approx((1 - signal.confidence) * rank_score(plain.index(hit.name)))

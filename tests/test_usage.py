@@ -218,3 +218,14 @@ def test_the_cli_shows_exports_imports_and_clears_a_log(
     (tmp_path / "bad.json").write_text("[]")
     assert cli_main(["usage", "import", str(folder), str(tmp_path / "bad.json")]) == 1
     assert "is not a toolsearch usage log" in capsys.readouterr().err
+
+
+def test_a_long_query_keeps_its_first_words_in_order_up_to_the_limit() -> None:
+    from itertools import product
+
+    from toolsearch.usage import MAX_TERMS
+
+    words = ["".join(letters) for letters in product("bcdfghjk", repeat=3)][:400]  # distinct, none split further
+    kept = query_terms(" ".join(reversed(words)))  # said last-to-first: the latest-numbered come first
+    assert len(kept) == MAX_TERMS == 256
+    assert set(kept) == set(words[-MAX_TERMS:])  # the first 256 the query says, not the alphabetically first

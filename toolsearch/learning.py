@@ -1,17 +1,29 @@
-"""A ranking signal learned from the usage log: past queries like this one vote for the tools they led to.
+"""A ranking signal learned from the usage log: past queries like this one vote for the tools they led to,
+trusted as far as the log shows the votes beat the backend.
 
 For a new query the log's nearest past queries are found by TF-IDF cosine over their words (an
 inverted index from word to distinct past queries, so the cost grows with the postings of the
 query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
 `neighbours` closest) votes s**2 times its success count for each tool it led to. The votes give
-each tool a share, and the evidence a confidence with a prior worth one exact-match vote:
+each tool a share, and the evidence a confidence against a prior, the evidence needed to outweigh
+the backend (the vote's exponent is 2 unless the calibration below finds 1 better):
 
     share(tool) = votes(tool) / V        confidence c = V / (V + prior)        (V = all votes)
 
-The result is a mixture of the two estimates, the backend's score scaled to its best hit and the
-learned share, weighted by that confidence:
+The result is a mixture of the two estimates, the backend's rank (the DCG discount of its
+position, 1 for its first hit) and the learned share, weighted by that confidence:
 
-    score = (1 - c) * backend / top_backend + c * share(tool)
+    score = (1 - c) / log2(rank + 2) + c * share(tool)
+
+How large the prior should be depends on how often the backend is right on this catalog, which
+only the log can tell: every entry keeps the ranked list the search showed (`shown`) beside the
+tool then called. So the prior is calibrated on the log itself, by leave-one-out: for a sample
+of past searches, the votes of every *other* past query are mixed with what that search showed
+at each prior of a fixed grid and with votes of s**2 or s, and the pair whose mixture ranked the
+called tools best (nDCG@10) is used; "never trust the votes" is on the grid, and ties go to s**2
+and the larger prior, so a log whose votes do not beat the backend turns learning off. A log with
+fewer than `MIN_CALIBRATION` searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool names are
+compared, so hashed logs calibrate as well as readable ones.
 
 So little or dissimilar evidence leaves the backend's order almost untouched, a few wrong calls
 among many right ones take only their share, and with no neighbour the backend's own result is
@@ -24,8 +36,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,16 +48,37 @@ from .results import Hit, SearchResult
 from .tools import Tool
 from .usage import UsageLog
 
-__all__ = ["LearnedRanker", "LearningIndex", "Signal"]
+__all__ = ["Calibration", "LearnedRanker", "LearningIndex", "Signal", "rank_score"]
 
 # The same for every catalog; chosen by what each means, not fitted to a data set.
 DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals the backend's best hit
-DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confidence 1/2
+DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confidence 1/2 (uncalibrated logs)
+# Priors the calibration chooses from: factors of 2 from 1/16 to 16 around the default, and never.
+PRIOR_GRID: tuple[float, ...] = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, math.inf)
+MIN_CALIBRATION = 50  # past searches with a shown list: fewer cannot tell priors a factor of 2 apart
+CALIBRATION_SAMPLE = 1_000  # past searches left out one at a time; bounds the compile cost
+CALIBRATION_TIE = 0.001  # nDCG@10 gains below this are noise: the larger prior wins
 DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
 DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
+DEFAULT_EXPONENT = 2.0  # a vote is similarity**2: a near-identical query outweighs several loosely similar ones
+# Exponents the calibration also tries: 1 lets many loosely similar past requests (distinct tasks that
+# share a tool's vocabulary) add up; the default first, so it wins ties.
+EXPONENT_GRID: tuple[float, ...] = (DEFAULT_EXPONENT, 1.0)
 DEFAULT_REFRESH_SECONDS = 5.0
 STOP_SHARE = 0.01
 STOP_MIN_QUERIES = 1_000  # small logs keep every word: there, nothing is long and every word counts
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How a log's prior and vote exponent were chosen: the past searches left out one at a time, and
+    the nDCG@10 of the called tools in the mixture at each (exponent, prior) of EXPONENT_GRID x
+    PRIOR_GRID (prior math.inf: the backend alone)."""
+
+    searches: int
+    ndcg: dict[tuple[float, float], float]
+    exponent: float
+    prior: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +92,31 @@ class _Snapshot:
     idf_sq: dict[str, float]
     unknown_idf_sq: float
     votes: list[tuple[tuple[str, ...], tuple[float, ...]]]  # per past query: tools and success counts
+    calibration: Calibration | None = None  # None: too few past searches with a shown list
 
     @property
     def empty(self) -> bool:
         return not self.votes
 
+    @property
+    def prior(self) -> float:
+        return DEFAULT_PRIOR if self.calibration is None else self.calibration.prior
 
-def _compile(log: UsageLog) -> _Snapshot:
+    @property
+    def exponent(self) -> float:
+        return DEFAULT_EXPONENT if self.calibration is None else self.calibration.exponent
+
+
+def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: float) -> _Snapshot:
     version = log.version
     keys: dict[tuple[str, ...], dict[str, float]] = {}
+    # One past search per (words, shown list): the entries of one search that led to several calls.
+    searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
     for entry in log.entries():
         tools = keys.setdefault(entry.terms, {})
         tools[entry.called] = tools.get(entry.called, 0.0) + 1.0
+        if entry.shown:
+            searches.setdefault((entry.terms, entry.shown), set()).add(entry.called)
     lists: dict[str, list[int]] = {}
     for key_id, terms in enumerate(keys):
         for term in terms:
@@ -89,7 +135,119 @@ def _compile(log: UsageLog) -> _Snapshot:
     postings = {t: np.asarray(ids, dtype=np.int32) for t, ids in lists.items() if t not in stop}
     # The past query's norm folded into each posting: a lookup sums these and divides once by the query's norm.
     weights = {t: idf_sq[t] / norms[ids] for t, ids in postings.items()}
-    return _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes)
+    snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes)
+    if len(searches) < MIN_CALIBRATION:
+        return snap
+    key_ids = {terms: i for i, terms in enumerate(keys)}
+    calibration = _calibrate(snap, searches, key_ids, neighbours=neighbours, min_similarity=min_similarity,
+                             weight=weight)
+    return replace(snap, calibration=calibration)
+
+
+def _calibrate(
+    snap: _Snapshot,
+    searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]],
+    key_ids: dict[tuple[str, ...], int],
+    *,
+    neighbours: int,
+    min_similarity: float,
+    weight: float,
+) -> Calibration:
+    """The prior of PRIOR_GRID under which the votes of the other past queries, mixed with what each
+    of the newest CALIBRATION_SAMPLE searches showed, ranked its called tools best (see the module doc)."""
+
+    sample = list(searches.items())[-CALIBRATION_SAMPLE:]  # the newest: the backend as it ranks now
+    grid = [(exponent, prior) for exponent in EXPONENT_GRID for prior in sorted(PRIOR_GRID, reverse=True)]
+    totals = dict.fromkeys(grid, 0.0)
+    discounts = 1.0 / np.log2(np.arange(2, 12))  # the DCG discount of ranks 0..9
+    for (terms, shown), called in sample:
+        depth = min(len(shown), 10)
+        ideal = float(discounts[: min(len(called), 10)].sum())
+        for exponent in EXPONENT_GRID:
+            # Leaving out the search's own words leaves out its repeats too: the estimate errs toward the backend.
+            votes, total = _votes(snap, terms, None, neighbours, min_similarity, exponent, exclude=key_ids[terms])
+            # `_mix` for every prior at once: candidates in name order, so a stable sort breaks ties as it does.
+            names = sorted({*shown, *votes})
+            position = {name: rank for rank, name in enumerate(shown)}
+            base = np.array([rank_score(position[n]) if n in position else 0.0 for n in names])
+            share = np.array([votes.get(n, 0.0) / total if total else 0.0 for n in names])
+            hit = np.array([n in called for n in names], dtype=np.float64)
+            confidence = np.array([total / (total + p) if votes and p != math.inf else 0.0 for p in PRIOR_GRID])
+            scores = (1.0 - confidence)[:, None] * base + (weight * confidence)[:, None] * share
+            top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+            gains = hit[top] @ discounts[:depth] / ideal
+            for prior, gain in zip(PRIOR_GRID, gains.tolist(), strict=True):
+                totals[exponent, prior] += gain
+    ndcg = {key: total / len(sample) for key, total in totals.items()}
+    best = max(ndcg.values())
+    # The first within CALIBRATION_TIE of the best, in the grid's order (the default exponent, then the
+    # largest prior): trust the log no further than it has earned.
+    exponent, prior = next(key for key in grid if ndcg[key] >= best - CALIBRATION_TIE)
+    return Calibration(len(sample), ndcg, exponent, prior)
+
+
+def _votes(
+    snap: _Snapshot,
+    terms: Iterable[str],
+    visible: Collection[str] | None,
+    neighbours: int,
+    min_similarity: float,
+    exponent: float,
+    *,
+    exclude: int = -1,
+) -> tuple[dict[str, float], float]:
+    """The votes of the nearest past queries (but `exclude`) for visible tools, and all votes cast."""
+    terms = [t for t in terms if t not in snap.stop]
+    found = [t for t in terms if t in snap.postings]
+    if not found:
+        return {}, 0.0
+    q_norm = math.sqrt(sum(snap.idf_sq.get(t, snap.unknown_idf_sq) for t in terms))
+    if len(found) == 1:
+        ids, weights = snap.postings[found[0]], snap.weights[found[0]]
+    else:
+        ids = np.concatenate([snap.postings[t] for t in found])
+        weights = np.concatenate([snap.weights[t] for t in found])
+    # One pass of bincount over every distinct past query is cheaper than sorting the touched
+    # ids (np.unique): at 80,000 past queries it costs ~0.1 ms where the sort cost ~1 ms.
+    dots = np.bincount(ids, weights=weights, minlength=len(snap.votes))
+    if exclude >= 0:
+        dots[exclude] = 0.0
+    floor = min_similarity * q_norm
+    touched = np.flatnonzero(dots >= floor) if floor > 0 else np.flatnonzero(dots)
+    sims = dots[touched] / q_norm
+    if len(touched) > neighbours:
+        top = np.argpartition(-sims, neighbours - 1)[:neighbours]
+        touched, sims = touched[top], sims[top]
+    votes: dict[str, float] = {}
+    total = 0.0
+    for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
+        tools, counts = snap.votes[key_id]
+        strength = sim * sim if exponent == 2.0 else sim**exponent
+        for tool, count in zip(tools, counts, strict=True):
+            vote = strength * count
+            total += vote  # votes for tools the caller cannot see still count as evidence
+            if visible is None or tool in visible:
+                votes[tool] = votes.get(tool, 0.0) + vote
+    return votes, total
+
+
+def rank_score(rank: int) -> float:
+    """The backend's part of the mixture for its hit at `rank` (0 first): the DCG discount, 1 at the top.
+
+    A rank, not the backend's score: the log keeps what a search showed, not its scores, and the
+    prior is calibrated on those lists, so the mixture must read the backend the same way."""
+    return 1.0 / math.log2(rank + 2)
+
+
+def _mix(
+    shown: Sequence[str], votes: dict[str, float], total: float, confidence: float, weight: float, k: int
+) -> list[tuple[str, float]]:
+    """The k best of the backend's ranked hits mixed with the learned shares (see the module doc)."""
+    scores = {name: (1.0 - confidence) * rank_score(rank) for rank, name in enumerate(shown)}
+    if confidence > 0:
+        for tool, vote in votes.items():
+            scores[tool] = scores.get(tool, 0.0) + weight * confidence * vote / total
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +264,8 @@ class Signal:
 class LearnedRanker:
     """The learned signal for a query, from a UsageLog (compiled lazily, refreshed as it grows).
 
+    `prior`: None (the default) calibrates it and the vote exponent on the log (see the module doc); a
+    number fixes it (and the exponent at DEFAULT_EXPONENT).
     `refresh_seconds`: a changed log is recompiled at most this often (0 = on every change), so a
     busy log does not recompile on every search.
     """
@@ -115,7 +275,7 @@ class LearnedRanker:
         log: UsageLog,
         *,
         weight: float = DEFAULT_WEIGHT,
-        prior: float = DEFAULT_PRIOR,
+        prior: float | None = None,
         min_similarity: float = DEFAULT_MIN_SIMILARITY,
         neighbours: int = DEFAULT_NEIGHBOURS,
         refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
@@ -156,7 +316,7 @@ class LearnedRanker:
         return snap
 
     def _compile(self) -> _Snapshot:
-        snap = _compile(self.log)
+        snap = _compile(self.log, neighbours=self.neighbours, min_similarity=self.min_similarity, weight=self.weight)
         self._snapshot, self._compiled_at = snap, time.monotonic()
         return snap
 
@@ -170,40 +330,19 @@ class LearnedRanker:
     def signal(self, query: str, visible: Collection[str] | None = None) -> Signal:
         """The learned signal for tools in `visible` (None = any); empty without evidence."""
         snap = self.snapshot()
-        if snap.empty:
+        prior = snap.prior if self.prior is None else self.prior
+        if snap.empty or prior == math.inf:
             return Signal({}, 0.0)
-        terms = [t for t in self.log.terms(query) if t not in snap.stop]
-        found = [t for t in terms if t in snap.postings]
-        if not found:
-            return Signal({}, 0.0)
-        q_norm = math.sqrt(sum(snap.idf_sq.get(t, snap.unknown_idf_sq) for t in terms))
-        if len(found) == 1:
-            ids, weights = snap.postings[found[0]], snap.weights[found[0]]
-        else:
-            ids = np.concatenate([snap.postings[t] for t in found])
-            weights = np.concatenate([snap.weights[t] for t in found])
-        # One pass of bincount over every distinct past query is cheaper than sorting the touched
-        # ids (np.unique): at 80,000 past queries it costs ~0.1 ms where the sort cost ~1 ms.
-        dots = np.bincount(ids, weights=weights, minlength=len(snap.votes))
-        floor = self.min_similarity * q_norm
-        touched = np.flatnonzero(dots >= floor) if floor > 0 else np.flatnonzero(dots)
-        sims = dots[touched] / q_norm
-        if len(touched) > self.neighbours:
-            top = np.argpartition(-sims, self.neighbours - 1)[: self.neighbours]
-            touched, sims = touched[top], sims[top]
-        votes: dict[str, float] = {}
-        total = 0.0
-        for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
-            tools, counts = snap.votes[key_id]
-            strength = sim * sim
-            for tool, count in zip(tools, counts, strict=True):
-                vote = strength * count
-                total += vote  # votes for tools the caller cannot see still count as evidence
-                if visible is None or tool in visible:
-                    votes[tool] = votes.get(tool, 0.0) + vote
+        exponent = snap.exponent if self.prior is None else DEFAULT_EXPONENT  # a fixed prior: the fixed rule
+        votes, total = _votes(snap, self.log.terms(query), visible, self.neighbours, self.min_similarity, exponent)
         if not votes:
             return Signal({}, 0.0)
-        return Signal({tool: v / total for tool, v in votes.items()}, total / (total + self.prior))
+        return Signal({tool: v / total for tool, v in votes.items()}, total / (total + prior))
+
+    @property
+    def calibration(self) -> Calibration | None:
+        """How the compiled log's prior and exponent were chosen; None while the log has too few searches."""
+        return self.snapshot().calibration
 
 
 class LearningIndex(ToolIndex):
@@ -289,12 +428,8 @@ class LearningIndex(ToolIndex):
             return base
         # Only the k hits a plain search returns get a backend share: a deeper search would cost
         # the backend more than the whole learned lookup (bm25 at 10,000 tools: k=50 is 5x k=5).
-        top = max((h.score for h in base.hits), default=0.0)
-        trust = signal.confidence
-        scores = {h.name: (1.0 - trust) * (h.score / top if top > 0 else 0.0) for h in base.hits}
-        for tool, share in learned.items():
-            scores[tool] = scores.get(tool, 0.0) + self.ranker.weight * trust * share
-        order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        shown = [h.name for h in base.hits]
+        order = _mix(shown, learned, 1.0, signal.confidence, self.ranker.weight, k)
         hits = tuple(Hit(n, s) for n, s in order)
         elapsed = (time.perf_counter() - start) * 1000
         return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, base.notes)

@@ -2,11 +2,14 @@
 
 For each data set a seeded sample of queries is split in two halves: the second half is the
 test set (the same for every row), the first half is the pool history is drawn from. History of
-0%, 10%, 25% and 50% of the sample is replayed into a UsageLog as if each query had led to a
-successful call of each of its labelled tools; then the test queries are searched with the
-plain backend and through a LearningIndex, in one run. A noisy variant replaces 20% of the
-history's calls by a random wrong tool. A latency part measures what learning adds to one
-search at 10,000 tools with a 100,000-entry log. Writes `<out>/<name>.md` and `<out>/<name>.json`.
+0%, 10%, 25% and 50% of the sample is replayed into a UsageLog as if each query had been searched
+(the backend's own top 10 recorded as shown) and had led to a successful call of each of its
+labelled tools; then the test queries are searched with the plain backend and through a
+LearningIndex, in one run. A noisy variant replaces 20% of the history's calls by a random wrong
+tool. The *distinct* protocol takes out paraphrases: its history is the 50% history without
+near-identical requests (see `distinct`), and its test queries are those near-identical to no
+query of the 50% history. A latency part measures what learning adds to one search at 10,000
+tools with a 100,000-entry log. Writes `<out>/<name>.md` and `<out>/<name>.json`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ FRACTIONS = (0.0, 0.10, 0.25, 0.50)
 NOISE = 0.20
 TARGET_METATOOL = 0.85
 NOISE_TOLERANCE = 0.01
+# Two requests are near-identical when they share at least half of their distinct words (Jaccard
+# over `usage.query_terms`): "weather in paris today" and "weather in london today" are (0.6), "book a
+# hotel in rome for me" and "find me a hotel in paris" are not (0.44).
+NEAR_IDENTICAL = 0.5
+TARGET_DISTINCT = 0.03
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +94,40 @@ def main(args: argparse.Namespace) -> int:
 # --- replay ------------------------------------------------------------------------------------
 
 
+def distinct(queries: Sequence[Any], against: Sequence[Any] = (), *, threshold: float = NEAR_IDENTICAL) -> list[Any]:
+    """The queries near-identical (word Jaccard >= threshold) to none of `against` nor to an earlier one kept.
+
+    With `against` given, only `against` counts (the test side: disjoint from history, repeats allowed)."""
+    import numpy as np
+
+    from ..usage import query_terms
+
+    postings: dict[str, list[int]] = {}
+    sizes: list[int] = []
+
+    def add(words: frozenset[str]) -> None:
+        for word in words:
+            postings.setdefault(word, []).append(len(sizes))
+        sizes.append(len(words))
+
+    for q in against:
+        add(frozenset(query_terms(q.query)))
+    self_dedupe = not against
+    kept = []
+    for q in queries:
+        words = frozenset(query_terms(q.query))
+        lists = [postings[w] for w in words if w in postings]
+        if lists:
+            shared = np.bincount(np.concatenate([np.asarray(ids) for ids in lists]), minlength=len(sizes))
+            jaccard = shared / (np.asarray(sizes) + len(words) - shared)
+            if (jaccard >= threshold).any():
+                continue
+        kept.append(q)
+        if self_dedupe:
+            add(words)
+    return kept
+
+
 def history_calls(
     pool: Sequence[Any], count: int, tool_names: Sequence[str], *, noise: float, seed: int
 ) -> list[tuple[str, str]]:
@@ -120,39 +162,71 @@ def _metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[
     return {m: round(v, 4) for m, v in score_rankings(rankings, queries).items()}
 
 
-def _replay(
-    index: Any, pool: list[Any], test: list[Any], sample: int, tool_names: list[str], seed: int, log: Any, label: str
-) -> dict[str, Any]:
+def _learned_row(
+    index: Any, history: Sequence[Any], test: Sequence[Any], tool_names: list[str], shown: dict[str, list[str]],
+    *, noise: float, seed: int,
+) -> tuple[dict[str, Any], list[Any]]:
+    """Replay `history` (each query with what the backend showed for it) and search `test` through learning."""
     from ..learning import LearnedRanker, LearningIndex
     from ..usage import UsageLog
 
+    usage = UsageLog(privacy="hashed")
+    for query, tool in history_calls(history, len(history), tool_names, noise=noise, seed=seed):
+        usage.add(query, tool, shown[query])
+    ranker = LearnedRanker(usage, refresh_seconds=0)
+    learning = LearningIndex(index, ranker)
+    rankings, results, lat = _rankings(partial(learning.search, k=K), test)
+    calibration = ranker.calibration
+    row: dict[str, Any] = {"history": len(history), "noise": noise, "log_entries": len(usage),
+                           **_metrics(rankings, test), "query_ms_p50": round(percentile(lat, 50), 3),
+                           # a string for "never" (JSON has no infinity)
+                           "prior": None if calibration is None else f"{calibration.prior:g}",
+                           "calibrated_on": None if calibration is None else calibration.searches}
+    return row, results
+
+
+def _replay(
+    index: Any, pool: list[Any], test: list[Any], sample: int, tool_names: list[str], seed: int, log: Any, label: str
+) -> dict[str, Any]:
     base_rankings, base_results, base_lat = _rankings(lambda q: index.search(q, K), test)
     rows: dict[str, Any] = {
         "no learning": {"history": 0, "noise": 0.0, **_metrics(base_rankings, test),
                         "query_ms_p50": round(percentile(base_lat, 50), 3)}
     }
     log(f"[{label}] no learning: nDCG@10={rows['no learning']['nDCG@10']:.3f} R@5={rows['no learning']['R@5']:.3f}")
+    largest = min(round(max(FRACTIONS) * sample), len(pool))
+    # What a search of each history query showed: the log keeps it, and the ranker calibrates on it.
+    shown = {q.query: index.search(q.query[:1000], K).names for q in pool[:largest]}
+
+    def add(name: str, row: dict[str, Any], baseline: dict[str, Any]) -> None:
+        row["delta_nDCG@10"] = round(row["nDCG@10"] - baseline["nDCG@10"], 4)
+        row["delta_R@5"] = round(row["R@5"] - baseline["R@5"], 4)
+        rows[name] = row
+        log(f"[{label}] {name}: nDCG@10={row['nDCG@10']:.3f} ({row['delta_nDCG@10']:+.3f}) "
+            f"R@5={row['R@5']:.3f} ({row['delta_R@5']:+.3f}) prior={row.get('prior')}")
+
     for fraction in FRACTIONS:
         count = min(round(fraction * sample), len(pool))
         for noise in (0.0, NOISE) if fraction > 0 else (0.0,):
-            usage = UsageLog(privacy="hashed")
-            for query, tool in history_calls(pool, count, tool_names, noise=noise, seed=seed):
-                usage.add(query, tool)
-            learning = LearningIndex(index, LearnedRanker(usage, refresh_seconds=0))
-            rankings, results, lat = _rankings(partial(learning.search, k=K), test)
-            name = f"{fraction:.0%} history" + (f", {noise:.0%} wrong" if noise else "")
-            row: dict[str, Any] = {"history": count, "history_fraction": fraction, "noise": noise,
-                                   "log_entries": len(usage), **_metrics(rankings, test),
-                                   "query_ms_p50": round(percentile(lat, 50), 3)}
+            row, results = _learned_row(index, pool[:count], test, tool_names, shown, noise=noise, seed=seed)
+            row["history_fraction"] = fraction
             if fraction == 0:
                 row["identical_to_no_learning"] = all(
                     a.hits == b.hits and a.tools == b.tools for a, b in zip(results, base_results, strict=True)
                 )
-            row["delta_nDCG@10"] = round(row["nDCG@10"] - rows["no learning"]["nDCG@10"], 4)
-            row["delta_R@5"] = round(row["R@5"] - rows["no learning"]["R@5"], 4)
-            rows[name] = row
-            log(f"[{label}] {name}: nDCG@10={row['nDCG@10']:.3f} ({row['delta_nDCG@10']:+.3f}) "
-                f"R@5={row['R@5']:.3f} ({row['delta_R@5']:+.3f})")
+            add(f"{fraction:.0%} history" + (f", {noise:.0%} wrong" if noise else ""), row, rows["no learning"])
+    # The distinct protocol: no paraphrase in the history, no test query near-identical to a history query.
+    history = distinct(pool[:largest])
+    kept = distinct(test, pool[:largest])
+    positions = {id(q): i for i, q in enumerate(test)}
+    base = {"history": 0, "noise": 0.0, "test_queries": len(kept),
+            **_metrics([base_rankings[positions[id(q)]] for q in kept], kept)}
+    rows["distinct: no learning"] = base
+    log(f"[{label}] distinct: {len(history)} of {largest} history queries, {len(kept)} of {len(test)} test queries")
+    for noise in (0.0, NOISE):
+        row, _ = _learned_row(index, history, kept, tool_names, shown, noise=noise, seed=seed)
+        row["test_queries"] = len(kept)
+        add(f"distinct: {max(FRACTIONS):.0%} history" + (f", {noise:.0%} wrong" if noise else ""), row, base)
     return rows
 
 
@@ -161,7 +235,8 @@ def _replay(
 
 def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int, seed: int) -> Any:
     """`entries` usage entries: every data set's queries with their tools (prefixed as in the catalog),
-    repeated with one word dropped or one word of another query added, so most entries differ."""
+    repeated with one word dropped or one word of another query added, so most entries differ; each
+    shows five tools (the called one among four random ones)."""
     from ..evaluation import load_queries
     from ..usage import UsageLog
 
@@ -190,7 +265,11 @@ def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int,
                     donor = base[rng.randrange(len(base))][0].split()
                     words.append(donor[rng.randrange(len(donor))] if donor else "")
                 query = " ".join(words) or query
-            usage.add(query, tool)
+            # A shown list of five (the called tool among four others), so the compile calibrates as a
+            # real log's does; its content does not change the cost.
+            shown = [names[rng.randrange(len(names))] for _ in range(4)]
+            shown.insert(rng.randrange(5), tool)
+            usage.add(query, tool, shown)
             entries_made += 1
         round_no += 1
     return usage
@@ -277,10 +356,14 @@ def run(
     from ..evaluation import load_queries
     from ..index import ToolIndex
     from ..learning import (
+        CALIBRATION_SAMPLE,
+        CALIBRATION_TIE,
         DEFAULT_MIN_SIMILARITY,
         DEFAULT_NEIGHBOURS,
         DEFAULT_PRIOR,
         DEFAULT_WEIGHT,
+        MIN_CALIBRATION,
+        PRIOR_GRID,
         STOP_MIN_QUERIES,
         STOP_SHARE,
     )
@@ -292,9 +375,12 @@ def run(
         "machine": machine_info(),
         "settings": {
             "test": test_size, "seed": seed, "k": K, "backends": list(backends), "fractions": list(FRACTIONS),
-            "noise": NOISE,
+            "noise": NOISE, "near_identical_jaccard": NEAR_IDENTICAL,
             "ranker": {
-                "weight": DEFAULT_WEIGHT, "prior": DEFAULT_PRIOR, "min_similarity": DEFAULT_MIN_SIMILARITY,
+                "weight": DEFAULT_WEIGHT, "prior": "calibrated", "uncalibrated_prior": DEFAULT_PRIOR,
+                "prior_grid": [str(p) for p in PRIOR_GRID], "min_calibration": MIN_CALIBRATION,
+                "calibration_sample": CALIBRATION_SAMPLE, "calibration_tie": CALIBRATION_TIE,
+                "min_similarity": DEFAULT_MIN_SIMILARITY,
                 "neighbours": DEFAULT_NEIGHBOURS, "stop_share": STOP_SHARE, "stop_min_queries": STOP_MIN_QUERIES,
             },
         },
@@ -344,6 +430,13 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
                                                    for rows in noisy.values() for r in rows)
         checks["identical_with_empty_log"] = all(rows["0% history"].get("identical_to_no_learning")
                                                  for rows in per.values())
+        clean = {n: rows.get("distinct: 50% history") for n, rows in per.items()}
+        checks["distinct_50%_nDCG@10_gain>=0.03"] = all(
+            r is not None and r["delta_nDCG@10"] >= TARGET_DISTINCT for r in clean.values())
+        checks["never_worse"] = all(r["delta_nDCG@10"] >= 0 for rows in per.values() for name, r in rows.items()
+                                    if "delta_nDCG@10" in r and "wrong" not in name)
+        checks["min_delta_nDCG@10"] = min((r["delta_nDCG@10"] for rows in per.values() for r in rows.values()
+                                           if "delta_nDCG@10" in r), default=0.0)
         out[backend] = checks
     for row in report.get("latency", []):
         out.setdefault(row["backend"], {})["added_ms_p50<=1"] = row["added_ms_p50"] <= 1.0
@@ -355,6 +448,8 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _yes(ok: Any) -> str:
+    if not isinstance(ok, bool):
+        return f"{ok:+.4f}"
     return "**met**" if ok else "**not met**"
 
 
@@ -368,7 +463,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         "replayed as one successful call of each of its labelled tools into a `UsageLog` (privacy \"hashed\"); "
         f"the noisy rows replace {s['noise']:.0%} of those calls by a random wrong tool. Every row searches the "
         f"same test queries through `LearningIndex(index, log).search(query, {s['k']})`; *no learning* is "
-        f"`index.search` on the same index. Ranker settings (the same for every data set): {s['ranker']}. "
+        f"`index.search` on the same index. The *distinct* rows take out paraphrases: their history is the 50% "
+        "history without any request near-identical to an earlier one (word Jaccard >= "
+        f"{s.get('near_identical_jaccard', NEAR_IDENTICAL)} over the query's distinct words), and their test "
+        "queries are the test queries near-identical to no query of the 50% history; their baseline is *distinct: "
+        "no learning*, the plain search of those test queries. *prior* is the one the ranker calibrated on the "
+        "log (inf: learning off). Ranker settings (the same for every data set): "
+        f"{s['ranker']}. "
         f"Run time {report.get('elapsed_s', 0):.0f} s."
     )
     lines += ["", *machine_markdown(report["machine"]), ""]
@@ -391,8 +492,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             for n in names:
                 r = report["datasets"][n]["backends"][backend][row]
                 cell = f"{r['nDCG@10']:.3f} / {r['R@5']:.3f}"
-                if row != "no learning":
+                if "delta_nDCG@10" in r:
                     cell += f" ({r['delta_nDCG@10']:+.3f} / {r['delta_R@5']:+.3f})"
+                if r.get("prior") is not None:
+                    cell += f", prior {r['prior']}"
+                if r.get("test_queries") is not None:
+                    cell += f", {r['history']} hist / {r['test_queries']} test q" if r["history"] else \
+                        f", {r['test_queries']} test q"
                 if r.get("identical_to_no_learning") is not None:
                     cell += ", identical" if r["identical_to_no_learning"] else ", DIFFERENT"
                 cells.append(cell)
