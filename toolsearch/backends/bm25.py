@@ -301,6 +301,41 @@ def looks_like_lucene(query: str) -> bool:
 # --- the backend ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A query ready to run: `whole` ranks; a plain query also keeps its two halves apart.
+
+    tantivy prunes a union of plain term queries with block-max WAND (skipping blocks of postings
+    whose best score cannot enter the top k), but scores every tool in the union once any other
+    clause joins it, and the exact-name bonus is such a clause. So a plain query runs as `words`
+    (the union of its term queries, pruned) plus `names` (the bonus, which only a few tools can
+    earn), and `_top` merges the two into exactly the ranking of `whole` (scores bit for bit).
+    """
+
+    whole: Any
+    words: Any
+    names: Any | None = None
+
+
+def _top(searcher: Any, compiled: _Compiled, limit: int) -> list[tuple[float, Any]]:
+    """The top `limit` (score, address) pairs of `compiled.whole`, in tantivy's order."""
+    if compiled.names is None:
+        return list(searcher.search(compiled.whole, limit, count=False).hits)
+    found = searcher.search(compiled.words, limit, count=False).hits
+    # The tools that earn the bonus, scored as the whole query scores them: the bonus plus their words.
+    both = [(tantivy.Occur.Must, compiled.names), (tantivy.Occur.Should, compiled.words)]
+    named = searcher.search(tantivy.Query.boolean_query(both), limit, count=False).hits
+    if not named:
+        return list(found)
+    best = {(address.segment_ord, address.doc): (float(score), address) for score, address in found}
+    best.update(((address.segment_ord, address.doc), (float(score), address)) for score, address in named)
+    # tantivy's order: score descending, then the earlier document first.
+    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
+    return [pair for _, pair in ranked[:limit]]
+
+
+
+
 _Occur = {"must": "Must", "should": "Should", "not": "MustNot"}
 
 
@@ -437,15 +472,15 @@ class Bm25Backend:
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
         if allowed is None:
-            found = searcher.search(compiled, k, count=False).hits
-            hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
+            hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in
+                    _top(searcher, compiled, k)]
         else:
             hits = self._search_within(searcher, compiled, k, allowed)
         if not hits:
             notes = (*notes, "no tool matched these words; try other words or synonyms")
         return Ranking(hits, tuple(notes))
 
-    def _search_within(self, searcher: Any, compiled: Any, k: int, allowed: frozenset[str]) -> list[Hit]:
+    def _search_within(self, searcher: Any, compiled: _Compiled, k: int, allowed: frozenset[str]) -> list[Hit]:
         """The top `k` hits inside `allowed`: the same ranking as a filtered query, usually faster.
 
         tantivy's term-set filter costs time in proportion to the allowed set (10 ms for 5,000 names),
@@ -456,7 +491,7 @@ class Bm25Backend:
         total = int(searcher.num_docs)
         limit = min(total, max(_POST_FILTER_MIN, math.ceil(k * total / len(allowed) * 2)))
         while limit <= _POST_FILTER_MAX:
-            found = searcher.search(compiled, limit, count=False).hits
+            found = _top(searcher, compiled, limit)
             hits = []
             for score, address in found:
                 name = searcher.doc(address).get_first("id")
@@ -467,7 +502,7 @@ class Bm25Backend:
             if len(found) < limit or limit == total:  # every matching tool was read: fewer than k match
                 return hits
             limit = min(total, limit * 4)
-        filtered = [(tantivy.Occur.Must, compiled), (tantivy.Occur.Must, self._filter(allowed))]
+        filtered = [(tantivy.Occur.Must, compiled.whole), (tantivy.Occur.Must, self._filter(allowed))]
         found = searcher.search(tantivy.Query.boolean_query(filtered), k, count=False).hits
         return [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
 
@@ -485,7 +520,7 @@ class Bm25Backend:
                 self._filters.popitem(last=False)
         return query
 
-    def _compile(self, query: str) -> tuple[Any | None, tuple[str, ...]]:
+    def _compile(self, query: str) -> tuple[_Compiled | None, tuple[str, ...]]:
         if looks_like_lucene(query):
             try:
                 group = _Parser(query).parse()
@@ -495,7 +530,7 @@ class Bm25Backend:
             compiled = self._group(group)
             if compiled is None and any(occur == "not" for occur, _ in group.clauses):
                 return None, ("the query only excludes words; add at least one word to search for",)
-            return compiled, ()
+            return (None if compiled is None else _Compiled(compiled, compiled)), ()
         return self._plain(query), ()
 
     # --- query building -----------------------------------------------------------------------
@@ -530,10 +565,17 @@ class Bm25Backend:
                 out.append(q if boost == 1.0 else boost_query(q, boost))
         return out
 
-    def _plain(self, query: str) -> Any | None:
+    def _plain(self, query: str) -> _Compiled | None:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
         tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
-        return self._bag(tokens, [query, *query.split()])
+        terms = self._terms(tokens, self._fields)
+        names = self._exact_name([c.strip(_NAME_TRIM).lower() for c in [query, *query.split()]])
+        if not terms:
+            return None if names is None else _Compiled(names, names)
+        words = _any_of(terms)
+        if names is None:
+            return _Compiled(words, words)
+        return _Compiled(_any_of([*terms, names]), words, names)
 
     def _bag(self, tokens: Sequence[str], name_candidates: Sequence[str]) -> Any | None:
         subqueries = self._terms(tokens, self._fields)
