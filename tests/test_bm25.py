@@ -388,13 +388,18 @@ def variants_bm25(datasets_dir: Path) -> ToolIndex:
 
 
 def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, float]]:
-    """The ranking of the whole query (every word and the exact-name bonus in one union), as searched before."""
+    """The ranking of the whole query in one tantivy search (every word and the exact-name bonus for every
+    word of the query in one union), as it was searched before the words ran apart."""
     backend = index.backend
     assert isinstance(backend, bm25.Bm25Backend)
-    compiled, _ = backend._compile(query)
-    assert compiled is not None
+    if looks_like_lucene(query):
+        whole = backend._group(bm25._Parser(query).parse())
+    else:
+        tokens = backend._tokens(query, drop_filler=True) or backend._tokens(query)
+        exact = backend._exact_name([c.strip(bm25._NAME_TRIM).lower() for c in [query, *query.split()]])
+        whole = bm25._any_of([*backend._terms(tokens, backend._fields), *([exact] if exact is not None else [])])
     searcher = backend._searcher
-    return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(compiled.whole, limit).hits]
+    return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
 
 
 def test_plain_queries_rank_exactly_as_the_whole_query(variants_bm25: ToolIndex, datasets_dir: Path) -> None:
