@@ -178,6 +178,7 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     text = render_markdown(report, "toolsearch bench scale --million --sizes 3000")
     assert "| 3,000 | ivf, nlist" in text and "recall@10" in text
     assert "query p50 / p95 / p99 ms" in text and "bm25 query p95 ≤ 15 ms" in text
+    assert "- Load average at start (1/5/15 min): [" in text and "- Load average at the end (1/5/15 min): [" in text
     assert "| bm25 index of 100,000 tools: load in a new process ≤ 0.5 s (needs 100000 in --sizes) | - | n/a |" in text
 
 
