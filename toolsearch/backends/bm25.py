@@ -56,6 +56,7 @@ DEFAULT_EXACT_NAME_BOOST = 8.0
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
+_WRITER_HEAP = 1_000_000_000
 _TERM_CACHE_SIZE = 20_000  # distinct query words whose term queries are kept
 # Conversational words that say nothing about a tool ("could you please ..."); dropped from plain
 # queries unless nothing else is left. Generic English stop words are removed on both sides.
@@ -375,9 +376,9 @@ class Bm25Backend:
         self._lock = threading.Lock()  # writes
         self._filters_lock = threading.Lock()
         self._filters: OrderedDict[frozenset[str], Any] = OrderedDict()
-        # A word's boosted term queries over every field, made once: building them is most of a query's
-        # compile time (queries are immutable, so searches share them; dict reads are atomic).
-        self._term_cache: dict[str, tuple[Any, ...]] = {}
+        # A word's boosted term queries over the fields that hold it, made once per searcher: building
+        # them is most of a query's compile time (queries are immutable, so searches share them).
+        self._term_cache: tuple[Any, dict[str, tuple[Any, ...]]] = (None, {})
         self._index: Any = None
         self._writer: Any = None
         self._searcher: Any = None
@@ -418,7 +419,9 @@ class Bm25Backend:
             copy = self._scratch()
             _copy_index_files(self._folder, copy)
             self._open(copy, private=True)
-        self._writer = self._index.writer(heap_size=50_000_000, num_threads=1)
+        # One segment up to about a million tools (tantivy's arena grows as needed, to ~1.2 GB at a
+        # million): a search scores each segment apart, its pruning threshold starting afresh in each.
+        self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
 
     def _commit(self) -> None:
@@ -567,17 +570,29 @@ class Bm25Backend:
 
     def _terms(self, tokens: Sequence[str], targets: Sequence[tuple[str, float]]) -> list[Any]:
         out: list[Any] = []
-        if targets is not self._fields:
-            for token in tokens:
-                out.extend(self._term_queries(token, targets))
-            return out
-        cache = self._term_cache
+        for token in tokens:
+            out.extend(self._term_queries(token, targets))
+        return out
+
+    def _present_terms(self, tokens: Sequence[str], searcher: Any) -> list[Any]:
+        """The term queries of `tokens` over every field, leaving out the fields where a word has no postings.
+
+        A (word, field) pair no tool has adds nothing to any score, but tantivy would still look it up
+        in every segment, twice; in long requests nearly half the pairs are such. Which pairs exist
+        depends on the index, so the cache belongs to one searcher and starts afresh with the next.
+        """
+        held, cache = self._term_cache
+        if held is not searcher:
+            cache = {}
+            self._term_cache = (searcher, cache)
+        out: list[Any] = []
         for token in tokens:
             queries = cache.get(token)
             if queries is None:
                 if len(cache) >= _TERM_CACHE_SIZE:  # a bounded cache: start afresh rather than grow
                     cache.clear()
-                queries = cache[token] = self._term_queries(token, targets)
+                fields = [(fld, boost) for fld, boost in self._fields if searcher.doc_freq(fld, token)]
+                queries = cache[token] = self._term_queries(token, fields)
             out.extend(queries)
         return out
 
@@ -592,7 +607,9 @@ class Bm25Backend:
     def _plain(self, query: str, searcher: Any) -> _Compiled | None:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
         tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
-        terms = self._terms(tokens, self._fields)
+        # When no tool has any of the words, the plain terms still run (and find nothing), so the
+        # ranking's note says no tool matched rather than that the query had no words.
+        terms = self._present_terms(tokens, searcher) or self._terms(tokens[:1], self._fields)
         # Only names some tool has: a name no tool has adds nothing to any score, and without any the
         # second query is not run at all (a term lookup costs about a microsecond, the query 0.5 ms).
         candidates = dict.fromkeys(c.strip(_NAME_TRIM).lower() for c in [query, *query.split()])
