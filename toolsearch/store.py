@@ -130,9 +130,11 @@ def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
 def verify_files(folder: Path, manifest: Manifest) -> None:
     """Check every file the manifest lists is present with its recorded size and digest.
 
-    Raises IndexFormatError naming the first file that fails. Every byte is read on every load:
-    at 10,000 tools this costs tens of milliseconds (benchmarks/results/reliability.md), small
-    beside opening the backend, and unlike a size/mtime marker it cannot be fooled by a copy.
+    Raises IndexFormatError naming the first file (in the manifest's order) that fails. Every byte
+    is read on every load: unlike a size/mtime marker a digest cannot be fooled by a copy or a
+    same-size overwrite. The files are hashed side by side, largest first (hashlib releases the GIL
+    while it hashes), so on two cores a million-tool index's 0.9 GB take about the time of its
+    0.67 GB tools file: BLAKE2b runs at ~1.4 GB/s per core, 0.07 s of CPU at 100,000 tools.
     """
     for rel, record in manifest.files.items():
         path = folder / rel
@@ -143,10 +145,23 @@ def verify_files(folder: Path, manifest: Manifest) -> None:
                 f"{folder}: file {rel} is truncated or altered ({path.stat().st_size} bytes, the manifest "
                 f"recorded {record.get('bytes')}); {_REBUILD}"
             )
-        if _digest(path) != record.get("blake2b"):
+    digests = _digests(folder, sorted(manifest.files, key=lambda rel: -int(manifest.files[rel]["bytes"])))
+    for rel, record in manifest.files.items():
+        if digests[rel] != record.get("blake2b"):
             raise IndexFormatError(
                 f"{folder}: file {rel} does not match the manifest's checksum (altered or corrupt); {_REBUILD}"
             )
+
+
+def _digests(folder: Path, rels: list[str]) -> dict[str, str]:
+    """The digest of each file, hashed by up to one thread per core."""
+    workers = min(len(rels), os.cpu_count() or 1, 4)
+    if workers <= 1:
+        return {rel: _digest(folder / rel) for rel in rels}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-verify") as pool:
+        return dict(zip(rels, pool.map(_digest, [folder / rel for rel in rels]), strict=True))
 
 
 def verify_index(folder: Path) -> Manifest:

@@ -373,3 +373,57 @@ def test_quality_on_a_public_dataset(datasets_dir: Path) -> None:
     queries = load_queries(datasets_dir / "seal_tools" / "queries.jsonl", limit=300, seed=0)
     scores = evaluate(lambda q: index.search(q[:1000], 10).names, queries)
     assert scores["nDCG@10"] > 0.88 and scores["R@5"] > 0.85  # bm25s: 0.882 / 0.848 on 1,400 queries
+
+
+# --- the pruned plain query ranks exactly as the whole query -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def variants_bm25(datasets_dir: Path) -> ToolIndex:
+    """bfcl's tools and variants of them: many tools share most of their words, so ties abound."""
+    from toolsearch.bench import Dataset
+    from toolsearch.bench.synth import plan_catalog
+
+    return ToolIndex.build(plan_catalog([Dataset(datasets_dir / "bfcl")], 6_000, seed=3).tools(), backend="bm25")
+
+
+def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, float]]:
+    """The ranking of the whole query in one tantivy search (every word and the exact-name bonus for every
+    word of the query in one union), as it was searched before the words ran apart."""
+    backend = index.backend
+    assert isinstance(backend, bm25.Bm25Backend)
+    if looks_like_lucene(query):
+        whole = backend._group(bm25._Parser(query).parse())
+    else:
+        tokens = backend._tokens(query, drop_filler=True) or backend._tokens(query)
+        exact = backend._exact_name([c.strip(bm25._NAME_TRIM).lower() for c in [query, *query.split()]])
+        whole = bm25._any_of([*backend._terms(tokens, backend._fields), *([exact] if exact is not None else [])])
+    searcher = backend._searcher
+    return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
+
+
+def test_plain_queries_rank_exactly_as_the_whole_query(variants_bm25: ToolIndex, datasets_dir: Path) -> None:
+    """The words are searched apart from the exact-name bonus (so tantivy can prune them) and merged:
+    names, order and scores must be those of the single query, ties included, at every depth."""
+    index = variants_bm25
+    names = index.catalog.names
+    queries = [q.query[:1000] for q in load_queries(datasets_dir / "bfcl" / "queries.jsonl", limit=60, seed=1)]
+    queries += names[::400]  # a whole name: the bonus tool ranks first
+    queries += [f"please run {names[i]} then {names[i + 1].upper()} on the data" for i in range(7, len(names), 500)]
+    queries += ["the", "what can you do?", "get", "name:weather", "+get -user"]
+    bonus_on_top = 0
+    for query in queries:
+        for k in (1, 10, 60):
+            got = [(h.name, h.score) for h in index.backend.search(query, k).hits]
+            assert got == _whole_ranking(index, query, k), (query, k)
+        bonus_on_top += query in names and index.search(query, 1).names == [query]
+    assert bonus_on_top == len(names[::400])
+
+
+def test_subsets_rank_exactly_as_the_whole_query_filtered(variants_bm25: ToolIndex) -> None:
+    index = variants_bm25
+    names = index.catalog.names
+    allowed = frozenset(names[::3]) | {names[10], names[11]}
+    for query in ["get the weather forecast", names[10], f"call {names[11]} for the current weather", "get"]:
+        expected = [(n, s) for n, s in _whole_ranking(index, query, len(names)) if n in allowed][:8]
+        assert [(h.name, h.score) for h in index.backend.search(query, 8, allowed).hits] == expected, query

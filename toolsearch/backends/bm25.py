@@ -56,6 +56,8 @@ DEFAULT_EXACT_NAME_BOOST = 8.0
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
+_WRITER_HEAP = 1_000_000_000
+_TERM_CACHE_SIZE = 20_000  # distinct query words whose term queries are kept
 # Conversational words that say nothing about a tool ("could you please ..."); dropped from plain
 # queries unless nothing else is left. Generic English stop words are removed on both sides.
 FILLER_WORDS = (
@@ -301,6 +303,46 @@ def looks_like_lucene(query: str) -> bool:
 # --- the backend ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A query ready to run; a plain query keeps its two halves apart.
+
+    tantivy prunes a union of plain term queries with block-max WAND (skipping blocks of postings
+    whose best score cannot enter the top k), but scores every tool in the union once any other
+    clause joins it, and the exact-name bonus is such a clause. So a plain query runs as `words`
+    (the union of its term queries, pruned) plus `names` (the bonus, which only a few tools can
+    earn, and only names the index holds are kept), and `_top` merges the two into exactly the ranking of
+    `whole()` (scores bit for bit).
+    """
+
+    words: Any  # a Lucene query: the whole of it
+    names: Any | None = None
+    terms: tuple[Any, ...] = ()  # the term queries `words` is the union of
+
+    def whole(self) -> Any:
+        """The single query this one ranks as (for the filter query, which cannot be split)."""
+        return self.words if self.names is None else _any_of([*self.terms, self.names])
+
+
+def _top(searcher: Any, compiled: _Compiled, limit: int) -> list[tuple[float, Any]]:
+    """The top `limit` (score, address) pairs of `compiled.whole()`, in tantivy's order."""
+    if compiled.names is None:
+        return list(searcher.search(compiled.words, limit, count=False).hits)
+    found = searcher.search(compiled.words, limit, count=False).hits
+    # The tools that earn the bonus, scored as the whole query scores them: the bonus plus their words.
+    both = [(tantivy.Occur.Must, compiled.names), (tantivy.Occur.Should, compiled.words)]
+    named = searcher.search(tantivy.Query.boolean_query(both), limit, count=False).hits
+    if not named:
+        return list(found)
+    best = {(address.segment_ord, address.doc): (float(score), address) for score, address in found}
+    best.update(((address.segment_ord, address.doc), (float(score), address)) for score, address in named)
+    # tantivy's order: score descending, then the earlier document first.
+    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
+    return [pair for _, pair in ranked[:limit]]
+
+
+
+
 _Occur = {"must": "Must", "should": "Should", "not": "MustNot"}
 
 
@@ -334,6 +376,9 @@ class Bm25Backend:
         self._lock = threading.Lock()  # writes
         self._filters_lock = threading.Lock()
         self._filters: OrderedDict[frozenset[str], Any] = OrderedDict()
+        # A word's boosted term queries over the fields that hold it, made once per searcher: building
+        # them is most of a query's compile time (queries are immutable, so searches share them).
+        self._term_cache: tuple[Any, dict[str, tuple[Any, ...]]] = (None, {})
         self._index: Any = None
         self._writer: Any = None
         self._searcher: Any = None
@@ -374,7 +419,9 @@ class Bm25Backend:
             copy = self._scratch()
             _copy_index_files(self._folder, copy)
             self._open(copy, private=True)
-        self._writer = self._index.writer(heap_size=50_000_000, num_threads=1)
+        # One segment up to about a million tools (tantivy's arena grows as needed, to ~1.2 GB at a
+        # million): a search scores each segment apart, its pruning threshold starting afresh in each.
+        self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
 
     def _commit(self) -> None:
@@ -433,19 +480,19 @@ class Bm25Backend:
             return Ranking([], ("the index holds no tools",))
         if allowed is not None and not allowed:
             return Ranking([], ("no tools are visible under the given filter",))
-        compiled, notes = self._compile(query)
+        compiled, notes = self._compile(query, searcher)
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
         if allowed is None:
-            found = searcher.search(compiled, k, count=False).hits
-            hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
+            hits = [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in
+                    _top(searcher, compiled, k)]
         else:
             hits = self._search_within(searcher, compiled, k, allowed)
         if not hits:
             notes = (*notes, "no tool matched these words; try other words or synonyms")
         return Ranking(hits, tuple(notes))
 
-    def _search_within(self, searcher: Any, compiled: Any, k: int, allowed: frozenset[str]) -> list[Hit]:
+    def _search_within(self, searcher: Any, compiled: _Compiled, k: int, allowed: frozenset[str]) -> list[Hit]:
         """The top `k` hits inside `allowed`: the same ranking as a filtered query, usually faster.
 
         tantivy's term-set filter costs time in proportion to the allowed set (10 ms for 5,000 names),
@@ -456,7 +503,7 @@ class Bm25Backend:
         total = int(searcher.num_docs)
         limit = min(total, max(_POST_FILTER_MIN, math.ceil(k * total / len(allowed) * 2)))
         while limit <= _POST_FILTER_MAX:
-            found = searcher.search(compiled, limit, count=False).hits
+            found = _top(searcher, compiled, limit)
             hits = []
             for score, address in found:
                 name = searcher.doc(address).get_first("id")
@@ -467,7 +514,7 @@ class Bm25Backend:
             if len(found) < limit or limit == total:  # every matching tool was read: fewer than k match
                 return hits
             limit = min(total, limit * 4)
-        filtered = [(tantivy.Occur.Must, compiled), (tantivy.Occur.Must, self._filter(allowed))]
+        filtered = [(tantivy.Occur.Must, compiled.whole()), (tantivy.Occur.Must, self._filter(allowed))]
         found = searcher.search(tantivy.Query.boolean_query(filtered), k, count=False).hits
         return [Hit(searcher.doc(address).get_first("id"), float(score)) for score, address in found]
 
@@ -485,18 +532,18 @@ class Bm25Backend:
                 self._filters.popitem(last=False)
         return query
 
-    def _compile(self, query: str) -> tuple[Any | None, tuple[str, ...]]:
+    def _compile(self, query: str, searcher: Any) -> tuple[_Compiled | None, tuple[str, ...]]:
         if looks_like_lucene(query):
             try:
                 group = _Parser(query).parse()
             except _SyntaxProblem as problem:
                 note = f"query syntax not understood ({problem}); searched its words as plain text instead"
-                return self._plain(query), (note,)
+                return self._plain(query, searcher), (note,)
             compiled = self._group(group)
             if compiled is None and any(occur == "not" for occur, _ in group.clauses):
                 return None, ("the query only excludes words; add at least one word to search for",)
-            return compiled, ()
-        return self._plain(query), ()
+            return (None if compiled is None else _Compiled(compiled)), ()
+        return self._plain(query, searcher), ()
 
     # --- query building -----------------------------------------------------------------------
 
@@ -522,18 +569,54 @@ class Bm25Backend:
         return tantivy.Query.boost_query(query, self._exact_boost)
 
     def _terms(self, tokens: Sequence[str], targets: Sequence[tuple[str, float]]) -> list[Any]:
-        term_query, boost_query = tantivy.Query.term_query, tantivy.Query.boost_query
-        out = []
+        out: list[Any] = []
         for token in tokens:
-            for fld, boost in targets:
-                q = term_query(self._schema, fld, token)
-                out.append(q if boost == 1.0 else boost_query(q, boost))
+            out.extend(self._term_queries(token, targets))
         return out
 
-    def _plain(self, query: str) -> Any | None:
+    def _present_terms(self, tokens: Sequence[str], searcher: Any) -> list[Any]:
+        """The term queries of `tokens` over every field, leaving out the fields where a word has no postings.
+
+        A (word, field) pair no tool has adds nothing to any score, but tantivy would still look it up
+        in every segment, twice; in long requests nearly half the pairs are such. Which pairs exist
+        depends on the index, so the cache belongs to one searcher and starts afresh with the next.
+        """
+        held, cache = self._term_cache
+        if held is not searcher:
+            cache = {}
+            self._term_cache = (searcher, cache)
+        out: list[Any] = []
+        for token in tokens:
+            queries = cache.get(token)
+            if queries is None:
+                if len(cache) >= _TERM_CACHE_SIZE:  # a bounded cache: start afresh rather than grow
+                    cache.clear()
+                fields = [(fld, boost) for fld, boost in self._fields if searcher.doc_freq(fld, token)]
+                queries = cache[token] = self._term_queries(token, fields)
+            out.extend(queries)
+        return out
+
+    def _term_queries(self, token: str, targets: Sequence[tuple[str, float]]) -> tuple[Any, ...]:
+        term_query, boost_query = tantivy.Query.term_query, tantivy.Query.boost_query
+        made = []
+        for fld, boost in targets:
+            q = term_query(self._schema, fld, token)
+            made.append(q if boost == 1.0 else boost_query(q, boost))
+        return tuple(made)
+
+    def _plain(self, query: str, searcher: Any) -> _Compiled | None:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
         tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
-        return self._bag(tokens, [query, *query.split()])
+        # When no tool has any of the words, the plain terms still run (and find nothing), so the
+        # ranking's note says no tool matched rather than that the query had no words.
+        terms = self._present_terms(tokens, searcher) or self._terms(tokens[:1], self._fields)
+        # Only names some tool has: a name no tool has adds nothing to any score, and without any the
+        # second query is not run at all (a term lookup costs about a microsecond, the query 0.5 ms).
+        candidates = dict.fromkeys(c.strip(_NAME_TRIM).lower() for c in [query, *query.split()])
+        names = self._exact_name([c for c in candidates if c and searcher.doc_freq("name_exact", c)])
+        if not terms:
+            return None if names is None else _Compiled(names)
+        return _Compiled(_any_of(terms), names, tuple(terms))
 
     def _bag(self, tokens: Sequence[str], name_candidates: Sequence[str]) -> Any | None:
         subqueries = self._terms(tokens, self._fields)

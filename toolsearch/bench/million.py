@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -29,7 +30,15 @@ K = 10
 WARMUP = 5
 SESSION_CREATES = 2_000
 NPROBE_SWEEP = (8, 16, 32, 48, 64, 128)
-TARGETS = {"bm25_p50_ms": 10.0, "vector_p50_ms": 10.0, "peak_rss_gib": 4.0, "session_create_ms": 1.0}
+TARGETS = {
+    "bm25_p50_ms": 5.0,
+    "bm25_p95_ms": 15.0,
+    "bm25_load_s": 3.0,
+    "bm25_load_100000_s": 0.5,  # judged on the 100,000-tool row: run with --sizes 100000,1000000
+    "vector_p50_ms": 10.0,
+    "peak_rss_gib": 4.0,
+    "session_create_ms": 1.0,
+}
 
 
 def _latencies(fn: Callable[[Any], Any], items: Sequence[Any]) -> dict[str, Any]:
@@ -43,6 +52,7 @@ def _latencies(fn: Callable[[Any], Any], items: Sequence[Any]) -> dict[str, Any]
     return {
         "timed": len(times),
         "p50_ms": round(percentile(times, 50), 3),
+        "p95_ms": round(percentile(times, 95), 3),
         "p99_ms": round(percentile(times, 99), 3),
         "mean_ms": round(sum(times) / max(len(times), 1), 3),
     }
@@ -111,7 +121,7 @@ def work_load(spec: dict[str, Any]) -> dict[str, Any]:
     queries = json.loads(Path(spec["queries"]).read_text())
     t0 = time.perf_counter()
     index = ToolIndex.load(spec["folder"])
-    out: dict[str, Any] = {"load_s": round(time.perf_counter() - t0, 1), "peak_rss_after_load_gib": _peak_gib()}
+    out: dict[str, Any] = {"load_s": round(time.perf_counter() - t0, 3), "peak_rss_after_load_gib": _peak_gib()}
     out["queries"] = _latencies(lambda q: index.search(q, K), queries)
     manager = SessionManager(index)
     out["session_create"] = _latencies(manager.create, [f"s{i}" for i in range(505)])
@@ -308,6 +318,8 @@ def run(
         if own:
             shutil.rmtree(work, ignore_errors=True)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    # A figure taken beside other work is not a figure: the report shows the load at both ends.
+    report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     report["analysis"] = analyse(report)
     return report
 
@@ -319,7 +331,8 @@ def _short(row: dict[str, Any]) -> str:
     parts = [f"{k}={row[k]}" for k in keep if k in row]
     for key in ("queries", "search", "session_create"):
         if key in row:
-            parts.append(f"{key} p50={row[key]['p50_ms']} ms p99={row[key]['p99_ms']} ms")
+            q = row[key]
+            parts.append(f"{key} p50={q['p50_ms']} ms p95={q.get('p95_ms', '-')} ms p99={q['p99_ms']} ms")
     return ", ".join(parts)
 
 
@@ -332,10 +345,14 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
         return {"value": value, "limit": limit, "met": None if value is None else value <= limit}
 
     peaks = [r.get("peak_rss_gib") for r in (bm25, load, vec) if r.get("peak_rss_gib") is not None]
+    load_100k = report["results"].get("100000", {}).get("bm25_load", {})
     return {
         "largest": max(sizes),
         "targets": {
             "bm25_p50_ms": check((bm25.get("queries") or {}).get("p50_ms"), TARGETS["bm25_p50_ms"]),
+            "bm25_p95_ms": check((bm25.get("queries") or {}).get("p95_ms"), TARGETS["bm25_p95_ms"]),
+            "bm25_load_s": check(load.get("load_s"), TARGETS["bm25_load_s"]),
+            "bm25_load_100000_s": check(load_100k.get("load_s"), TARGETS["bm25_load_100000_s"]),
             "vector_p50_ms": check((vec.get("search") or {}).get("p50_ms"), TARGETS["vector_p50_ms"]),
             "peak_rss_gib": check(max(peaks) if peaks else None, TARGETS["peak_rss_gib"]),
             "session_create_ms": check((bm25.get("session_create") or {}).get("p50_ms"), TARGETS["session_create_ms"]),
@@ -344,7 +361,10 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
 
 
 _TARGET_TEXT = {
-    "bm25_p50_ms": "bm25 query p50 ≤ 10 ms",
+    "bm25_p50_ms": "bm25 query p50 ≤ 5 ms",
+    "bm25_p95_ms": "bm25 query p95 ≤ 15 ms",
+    "bm25_load_s": "bm25 index load in a new process ≤ 3 s",
+    "bm25_load_100000_s": "bm25 index of 100,000 tools: load in a new process ≤ 0.5 s (needs 100000 in --sizes)",
     "vector_p50_ms": "vector search p50 ≤ 10 ms, query embedding excluded",
     "peak_rss_gib": "peak memory ≤ 4 GB (largest of the processes' peak RSS)",
     "session_create_ms": "a session over the index created in ≤ 1 ms (p50)",
@@ -374,18 +394,22 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
             "the same workers in an earlier invocation over the same work folder and settings (the load average "
             "above is the finishing invocation's; the workers ran under the load of their own time)."
         )
-    lines += ["", *machine_markdown(report["machine"]), ""]
+    lines += ["", *machine_markdown(report["machine"])]
+    if report.get("load_average_at_end"):
+        lines.append(f"- Load average at the end (1/5/15 min): {report['load_average_at_end']}")
+    lines.append("")
     lines += [f"## Targets at {a['largest']:,} tools", "", "| target | measured | verdict |", "|---|---|---|"]
     for key, t in a["targets"].items():
-        unit = " GiB" if key.endswith("gib") else " ms"
+        unit = " GiB" if key.endswith("gib") else " s" if key.endswith("_s") else " ms"
         verdict = "n/a" if t["met"] is None else ("**met**" if t["met"] else "**not met**")
         shown = "-" if t["value"] is None else f"{_f(t['value'], 3)}{unit}"
         lines.append(f"| {_TARGET_TEXT[key]} | {shown} | {verdict} |")
     lines += ["", "## bm25 (tantivy)", ""]
     lines += [
-        "| tools | generate s | build s | query p50 / p99 ms | session.search p50 ms | session create p50 / p99 ms "
-        "(all tools; 1,000 allowed) | index on disk (tools.jsonl + backend) | save s | peak RSS GiB: catalog / "
-        "build / process | load s (new process) | after load: query p50 / p99 ms, peak RSS GiB |",
+        "| tools | generate s | build s | query p50 / p95 / p99 ms | session.search p50 ms | "
+        "session create p50 / p99 ms (all tools; 1,000 allowed) | index on disk (tools.jsonl + backend) | save s | "
+        "peak RSS GiB: catalog / build / process | load s (new process) | "
+        "after load: query p50 / p95 / p99 ms, peak RSS GiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for size, row in report["results"].items():
@@ -399,11 +423,13 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         lq = ld.get("queries", {})
         lines.append(
             f"| {int(size):,} | {_f(b['generate_s'], 1)} | {_f(b['build_s'], 1)} | {_f(q['p50_ms'])} / "
-            f"{_f(q['p99_ms'])} | {_f(b['session_search']['p50_ms'])} | {_f(sc['p50_ms'], 4)} / {_f(sc['p99_ms'], 4)}; "
+            f"{_f(q.get('p95_ms'))} / {_f(q['p99_ms'])} | {_f(b['session_search']['p50_ms'])} | "
+            f"{_f(sc['p50_ms'], 4)} / {_f(sc['p99_ms'], 4)}; "
             f"{_f(sa['p50_ms'], 4)} | {_mb(b['index_bytes'])} ({_mb(b['tools_file_bytes'])} + "
             f"{_mb(b['backend_bytes'])}) | {_f(b['save_s'], 1)} | {_f(b['peak_rss_after_catalog_gib'], 2)} / "
-            f"{_f(b['peak_rss_after_build_gib'], 2)} / {_f(b['peak_rss_gib'], 2)} | {_f(ld.get('load_s'), 1)} | "
-            f"{_f(lq.get('p50_ms'))} / {_f(lq.get('p99_ms'))}, {_f(ld.get('peak_rss_gib'), 2)} |"
+            f"{_f(b['peak_rss_after_build_gib'], 2)} / {_f(b['peak_rss_gib'], 2)} | {_f(ld.get('load_s'), 3)} | "
+            f"{_f(lq.get('p50_ms'))} / {_f(lq.get('p95_ms'))} / {_f(lq.get('p99_ms'))}, "
+            f"{_f(ld.get('peak_rss_gib'), 2)} |"
         )
     lines += ["", f"## vector backend, {s['vectors']} vectors given directly (search alone)", ""]
     lines += [
@@ -449,7 +475,9 @@ METHOD_NOTES = (
     "queries (sampled evenly, up to 1,000 characters) through `ToolIndex.search(q, 10)` after 5 warm-up "
     "queries; sessions are `SessionManager(index).create(id)` (and with a 1,000-tool allowed subset); "
     "`session.search` is a search through a session with every tool allowed. Load = `ToolIndex.load` in a "
-    "new process (it reads and checks every stored tool).",
+    "new process: every stored file's digest is checked, the tool names are read from the name table and a "
+    "tool is parsed when a result needs it; `--sizes 100000,1000000` adds the 100,000-tool row that the 0.5 s "
+    "load target is judged on. Latency percentiles are over the timed queries (the p95 target is the 95th).",
     "Vector: embedding a million texts on 2 cores would take hours, so the vectors are given directly "
     "(`VectorBackend.add_vectors`) and search is timed alone (`search_vectors`, the query rows embedded "
     "beforehand). With `derived` vectors the ~6,000 real tools are embedded with the default model "
@@ -457,11 +485,13 @@ METHOD_NOTES = (
     "Gaussian noise (standard deviation 0.015 per component), normalised; query rows are the real queries' "
     "embeddings (the request and, for multi-part requests, its clauses, as a search embeds them). `random` "
     "uses random unit vectors for the real tools instead.",
-    "Why bm25 slows down with size: a plain query ORs each of its words over six boosted fields plus an "
-    "exact-name bonus, and tantivy scores every tool in the union of those postings (block-max WAND pruning "
-    "needs a union of plain term queries, which the exact-name clause is not). With ~167 variants of each real "
-    "tool, a common word's postings hold hundreds of thousands of tools, so the work grows with the catalog; "
-    "index build, size and session creation do not limit it.",
+    "Why bm25 slows down with size: a plain query ORs each of its words over six boosted fields, and with ~167 "
+    "variants of each real tool a common word's postings hold hundreds of thousands of tools, so the work grows "
+    "with the catalog. The words run as a union of plain term queries, which tantivy prunes with block-max WAND "
+    "(blocks of postings whose best score cannot reach the top 10 are skipped); the exact-name bonus runs as a "
+    "second query over the few tools it can match, and the two are merged into the same ranking a single query "
+    "gives (a single query with the bonus in it could not be pruned). Index build, size and session creation do "
+    "not limit the latency.",
     "Recall@10 = share of the exact top 10 (inner product over every vector, computed chunk by chunk) that "
     "the index returns, for each query's own row, over the recall sample.",
     "Peak RSS = the process's high-water mark (VmHWM) at that point, imports and the generated catalog "
