@@ -406,3 +406,37 @@ def test_tool_files_with_a_lone_surrogate_or_bytes_that_are_not_utf8(tmp_path: P
     assert _cli("build", "prose.json", "--backend", "bm25", cwd=tmp_path).returncode == 0  # repaired
     undecodable = _cli("build", "bytes.json", cwd=tmp_path)
     assert undecodable.returncode == 1 and "bytes.json: not UTF-8 text (byte 0xFF at offset 40)" in undecodable.stderr
+
+
+# --- indexes built under older rules ---------------------------------------------------------------
+
+def _as_older_rules(folder: Path) -> None:
+    """Make a saved index look built by a toolsearch whose text rules predate RULES_VERSION."""
+    from toolsearch.store import MANIFEST, manifest_digest
+
+    path = folder / MANIFEST  # the folder links to its current generation
+    data = json.loads(path.read_text())
+    data.pop("text_rules")
+    data["digest"] = manifest_digest(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_an_index_built_under_older_text_rules_is_cleaned_as_it_is_read(
+    tmp_path: Path, older: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from toolsearch.store import load_index, save_index
+
+    # what an older toolsearch stored: a description its rules let through (restored as stored, unvalidated)
+    smuggled = Tool._restore({"name": "send_email", "description": "Send an email.\U000e0100\U000e0101"}, "f" * 64)
+    folder = save_index(ToolIndex.build([smuggled, Tool("get_weather", "Current weather.")], backend="bm25"),
+                        tmp_path / "idx")
+    if older:
+        _as_older_rules(folder)
+    loaded = load_index(folder)
+    description = loaded.catalog["send_email"].description
+    if older:
+        assert description == "Send an email." and "rules for tool text" in caplog.text
+    else:  # built under today's rules: trusted as stored (which is why the version is recorded)
+        assert description.endswith("\U000e0101")
+    assert loaded.search("email", 1).names == ["send_email"]

@@ -56,10 +56,11 @@ from ._errors import (
     ToolSearchError,
     wrong_type,
 )
+from ._untrusted import RULES_VERSION
 from .backends import get_backend_spec
 from .catalog import Catalog
 from .index import ToolIndex, index_key
-from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, write_table
+from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, restore, write_table
 from .tools import Tool
 
 FORMAT = "toolsearch-index"
@@ -94,6 +95,9 @@ class Manifest:
     namespaces: list[str]
     created_at: str
     files: dict[str, dict[str, Any]]  # relative path -> {"bytes": size, "blake2b": hex digest}
+    # The untrusted-text rules its tools were cleaned by (`_untrusted.RULES_VERSION`); manifests
+    # written before the field existed were cleaned by version 1. Covered by the manifest's digest.
+    text_rules: int = 1
 
     @property
     def model(self) -> str | None:
@@ -433,6 +437,7 @@ def _write_generation(index: ToolIndex, folder: Path) -> None:
         namespaces=index.catalog.namespaces,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         files=_file_records(folder),
+        text_rules=RULES_VERSION,
     )
     (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")  # last: marks it complete
 
@@ -476,11 +481,12 @@ def _parse_manifest(folder: Path, raw: bytes) -> Manifest:
             "rebuild it with `toolsearch build` (an index of the same name is rebuilt automatically)"
         )
     try:
-        fields = {f: data[f] for f in Manifest.__dataclass_fields__}
+        fields = {f: data[f] for f in Manifest.__dataclass_fields__ if f != "text_rules"}
+        fields["text_rules"] = data.get("text_rules", 1)
     except KeyError as exc:
         raise IndexFormatError(f"{path} lacks the field {exc.args[0]!r}; rebuild the index") from None
     kinds: dict[str, type] = {"backend": str, "options": dict, "catalog_hash": str, "key": str, "tool_count": int,
-                              "namespaces": list, "created_at": str}
+                              "namespaces": list, "created_at": str, "text_rules": int}
     for name, kind in kinds.items():
         if not isinstance(fields[name], kind) or isinstance(fields[name], bool):
             raise IndexFormatError(f"{path}: the field {name!r} is not a {kind.__name__}; rebuild the index")
@@ -513,19 +519,34 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
         manifest = _parse_manifest(generation, raw)
         verify_files(generation, manifest)
         catalog: Catalog
+        recheck = manifest.text_rules < RULES_VERSION
+        if recheck:
+            _log.warning(
+                "%s was built under the rules for tool text of an older toolsearch (version %d, this one applies "
+                "%d): each tool is checked and cleaned again as it is read; rebuild the index to skip that",
+                generation.parent, manifest.text_rules, RULES_VERSION,
+            )
         if OFFSETS_FILE in manifest.files and TABLE_FILE in manifest.files:  # checked files: tools parsed when needed
-            catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash)  # checks the table's hash
+            catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash, recheck=recheck)
             tools: Sequence[Tool] = catalog.stored
             if len(catalog) != manifest.tool_count:
                 raise IndexFormatError(f"{generation}: {len(catalog)} stored tools, the manifest says "
                                        f"{manifest.tool_count}; rebuild the index")
         else:
             catalog = Catalog(_read_stored_tools(generation / TOOLS_FILE))
-            tools = list(catalog)
-            if catalog.hash != manifest.catalog_hash:
+            if catalog.hash != manifest.catalog_hash:  # of the tools as stored, before any recheck
                 raise IndexFormatError(
                     f"{generation}: stored tools do not match the manifest's hash; rebuild the index"
                 )
+            if recheck:
+                catalog = Catalog([restore({"fingerprint": t.fingerprint, **t.to_dict()}, f"{generation}: tool "
+                                           f"{t.name!r}", recheck=True) for t in catalog])
+                if catalog.hash != manifest.catalog_hash:  # the index's key names the tools as they were
+                    raise IndexFormatError(
+                        f"{generation}: stored tools hold text this toolsearch's rules for tool text clean "
+                        f"(rules version {manifest.text_rules} then, {RULES_VERSION} now); {_REBUILD}"
+                    )
+            tools = list(catalog)
         backend = _load_backend(generation, manifest, tools, options)
     index = ToolIndex(catalog, backend)
     if not options and index.key != manifest.key:  # caller options may legitimately reshape the backend

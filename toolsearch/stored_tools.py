@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from ._errors import IndexFormatError
+from ._errors import IndexFormatError, InvalidToolError
 from .catalog import Catalog, unknown_tool
 from .tools import Tool
 
@@ -51,10 +51,29 @@ def write_table(folder: Path, tools_file: str, tools: Iterable[Tool], catalog_ha
     (folder / TABLE_FILE).write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
 
 
+def restore(data: dict[str, Any], where: str, *, recheck: bool) -> Tool:
+    """One stored tool row as a Tool: restored as stored, or (`recheck`) validated and cleaned afresh.
+
+    An index built under older untrusted-text rules (`_untrusted.RULES_VERSION`) is rechecked, so
+    text today's rules clean never reaches a model; a tool today's rules refuse is a clear error.
+    """
+    fingerprint = data.pop("fingerprint")
+    if not recheck:
+        return Tool._restore(data, fingerprint)
+    try:
+        return Tool.from_dict(data)
+    except InvalidToolError as exc:
+        raise IndexFormatError(
+            f"{where}: a stored tool breaks this toolsearch's rules for tool text ({exc}); rebuild the index "
+            "from its source, where the tool is refused by name"
+        ) from None
+
+
 class StoredTools(Sequence[Tool]):
     """The tools of one stored file by position, each parsed on first use (thread-safe, parsed once)."""
 
-    def __init__(self, path: Path, offsets: np.ndarray, count: int) -> None:
+    def __init__(self, path: Path, offsets: np.ndarray, count: int, *, recheck: bool = False) -> None:
+        self.recheck = recheck
         self.path = path
         with path.open("rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] else b""
@@ -83,7 +102,7 @@ class StoredTools(Sequence[Tool]):
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         try:
             data = json.loads(self._map[start:end])
-            tool = Tool._restore(data, data.pop("fingerprint"))
+            tool = restore(data, f"{self.path}:{row + 1}", recheck=self.recheck)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise IndexFormatError(f"{self.path}:{row + 1}: not a stored tool ({exc}); rebuild the index") from None
         with self._lock:
@@ -119,7 +138,7 @@ class LazyCatalog(Catalog):
             raise IndexFormatError(f"{stored.path}: its name table does not match the stored tools; rebuild the index")
 
     @classmethod
-    def open(cls, folder: Path, tools_file: str, catalog_hash: str) -> LazyCatalog:
+    def open(cls, folder: Path, tools_file: str, catalog_hash: str, *, recheck: bool = False) -> LazyCatalog:
         """The lazy catalog of a stored index folder whose files have been checked."""
         import numpy as np
 
@@ -134,8 +153,8 @@ class LazyCatalog(Catalog):
             raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
         if offsets.ndim != 1 or len(offsets) != len(names) + 1:
             raise IndexFormatError(f"{folder}: its offsets table does not match its tools; rebuild the index")
-        return cls(StoredTools(folder / tools_file, offsets, len(names)), names, namespaces, namespace_of,
-                   catalog_hash)
+        return cls(StoredTools(folder / tools_file, offsets, len(names), recheck=recheck), names, namespaces,
+                   namespace_of, catalog_hash)
 
     @property
     def stored(self) -> StoredTools:
