@@ -2,7 +2,7 @@
 
     python scripts/train_query_adapter.py                    # fit on bfcl, metatool, seal_tools; write the .npy
     python scripts/train_query_adapter.py --held metatool    # fit on the other two, score metatool (a .json part)
-    python scripts/train_query_adapter.py --report-only      # the parts -> benchmarks/results/ranking_loso.md
+    python scripts/train_query_adapter.py --report-only      # the parts -> benchmarks/results/ranking_loso.{json,md}
 
 The adapter is a square matrix A over the default model's query vectors (toolsearch.query_adapter).
 It is fitted by full-batch Adam on a softmax cross-entropy: for each (request, relevant tools) pair
@@ -143,28 +143,16 @@ def main() -> int:
 
 
 def _write_report(stem: Path, rows: list[dict[str, Any]]) -> None:
-    lines = [
-        "# Query adapter, leave one data set out",
-        "",
-        "nDCG@10 on each data set's benchmark sample (seed 0, first 2,000 queries; seal_tools has 1,400), "
-        "queries in the default runtime (int8): *before* without the adapter (`query_adapter=False`); "
-        "*held out, full* and *held out* with an adapter fitted on the other two sets only (the set's figure "
-        f"never saw its data), at full strength and at the shipped strength ({STRENGTH}); *in set* with the "
-        "shipped adapter, fitted on all three (an upper bound, not a claim). Made by "
-        "`python scripts/train_query_adapter.py --held <set>` for each set, then `--report-only`; quality only.",
-        "",
-        "| data set | fitted on | backend | before | held out, full | held out | in set |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        for b in ("vector", "hybrid"):
-            lines.append(
-                f"| {r['set']} | {', '.join(r['trained_on'])} | {b} | {r[b + '_before']:.3f} "
-                f"| {r[b + '_held_out_full']:.3f} | {r[b + '_held_out']:.3f} | {r[b + '_shipped']:.3f} |"
-            )
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    stem.with_suffix(".json").write_text(json.dumps({"strength": STRENGTH, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {stem}.md")
+    """Keep the adapter's rows in the ranking report's .json; scripts/ranking_loso.py writes the .md from it."""
+    import subprocess
+
+    path = stem.with_suffix(".json")
+    report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    report = {k: v for k, v in report.items() if k not in ("strength", "rows")}
+    report["query_adapter"] = {"strength": STRENGTH, "rows": rows}
+    path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    script = Path(__file__).with_name("ranking_loso.py")
+    subprocess.run([sys.executable, str(script), "--report-only", "--report", str(stem)], check=True)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,25 @@ def test_every_vector_option_is_taken_at_the_top_level_as_in_vector(option: str)
     assert getattr(top.backend.dense, option) == getattr(nested.backend.dense, option) == value  # type: ignore[attr-defined]
     assert top.key == nested.key
     assert top.search("tidy up my inbox", 3).names == nested.search("tidy up my inbox", 3).names
+
+
+def test_clause_lexical_lets_one_need_of_a_multi_part_request_reach_the_top() -> None:
+    """bm25 per clause: in the whole query's list the first need's rare words outscore the second's common ones."""
+    catalog = [
+        *(Tool(f"sprocket_tool_{i}", f"Frobnicate a widget gizmo sprocket, variant {i}.") for i in range(5)),
+        Tool("brass_polisher", "Polish brass fittings."),
+        *(Tool(f"filler_{i}", f"Unrelated helper {i} for {'brass' if i % 2 else 'polish'} chores.") for i in range(20)),
+    ]
+    # Every text gets the same vector: the dense half ties, so the order is bm25's alone.
+    flat = CallableEmbedder(lambda texts: np.ones((len(texts), 8), np.float32), "flat-8", 8)
+    query = "Frobnicate the widget gizmo sprocket with care. Then polish the brass."
+    whole = ToolIndex.build(catalog, backend="hybrid", embedder=flat, cache=False)
+    assert whole.search(query, 5).names == [f"sprocket_tool_{i}" for i in range(5)]
+    per_clause = ToolIndex.build(catalog, backend="hybrid", embedder=flat, cache=False, clause_lexical=1.0)
+    assert per_clause.search(query, 5).names[0] == "brass_polisher"
+    assert per_clause.backend.describe()["clause_lexical"] == 1.0
+    assert "clause_lexical" not in whole.backend.describe()  # the default is not recorded
+    # A single request is searched as before, whatever the setting.
+    assert per_clause.search("polish the brass", 3).names == whole.search("polish the brass", 3).names
+    with pytest.raises(Exception, match="clause_lexical must be a number between 0 and 1"):
+        hybrid_module.create(clause_lexical=2)

@@ -9,6 +9,12 @@ margin counts as much as one it barely ranks first. Here both rankers fill one c
 bm25 is scaled relative to its best hit (its raw scale depends on query length and catalog)
 and mapped onto the dense scale of this query, so a strong lexical match carries the weight of
 the best semantic match and weak ones fade. Candidates bm25 did not return get no bm25 share.
+
+A multi-part request ("Find X. Also do Y") is embedded clause by clause on the dense side
+(vector.query_clauses). With `clause_lexical` > 0, bm25 also searches each clause on its own: a
+tool's bm25 share is the larger of its whole-query score and `clause_lexical` times its score for
+a clause, each relative to that list's best hit, so the words of one need are not drowned by the
+others'. Off by default: its leave-one-set-out figures are in benchmarks/results/ranking_loso.md.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from . import bm25 as bm25_module
 from . import vector as vector_module
 from ._base import Backend
 
-__all__ = ["HybridBackend", "create", "load", "DEFAULT_DENSE_WEIGHT", "DEFAULT_POOL"]
+__all__ = ["HybridBackend", "create", "load", "DEFAULT_CLAUSE_LEXICAL", "DEFAULT_DENSE_WEIGHT", "DEFAULT_POOL"]
 
 FORMAT_VERSION = 1
 META_FILE = "hybrid.json"
@@ -34,6 +40,9 @@ VECTOR_DIR = "vector"
 # Tuned once on bfcl / metatool / seal_tools together (see benchmarks/); the same for every catalog.
 DEFAULT_DENSE_WEIGHT = 0.65
 DEFAULT_POOL = 50
+# Weight of a clause's own bm25 list (0 = the whole query only); chosen leave-one-set-out by
+# scripts/ranking_loso.py, where the held-out sets did not show a gain, so it stays off.
+DEFAULT_CLAUSE_LEXICAL = 0.0
 
 
 class HybridBackend:
@@ -48,15 +57,23 @@ class HybridBackend:
         *,
         dense_weight: float = DEFAULT_DENSE_WEIGHT,
         pool: int = DEFAULT_POOL,
+        clause_lexical: float = DEFAULT_CLAUSE_LEXICAL,
     ) -> None:
         if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
             raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
             raise BackendError(f"pool must be a positive integer, got {pool!r}")
+        if (
+            isinstance(clause_lexical, bool)
+            or not isinstance(clause_lexical, int | float)
+            or not 0 <= clause_lexical <= 1
+        ):
+            raise BackendError(f"clause_lexical must be a number between 0 and 1, got {clause_lexical!r}")
         self.lexical = lexical
         self.dense = dense
         self.dense_weight = float(dense_weight)
         self.pool = pool
+        self.clause_lexical = float(clause_lexical)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.dense.model_id}
@@ -64,6 +81,8 @@ class HybridBackend:
             out["dense_weight"] = self.dense_weight
         if self.pool != DEFAULT_POOL:
             out["pool"] = self.pool
+        if self.clause_lexical != DEFAULT_CLAUSE_LEXICAL:
+            out["clause_lexical"] = self.clause_lexical
         vector = {k: v for k, v in self.dense.describe().items() if k != "model"}
         if vector:
             out["vector"] = vector
@@ -86,14 +105,32 @@ class HybridBackend:
         depth = max(self.pool, k)
         lexical = self.lexical.search(query, depth, allowed)
         lexical_scores = {h.name: h.score for h in lexical.hits}
+        lucene = bm25_module.looks_like_lucene(query)
+        if self.clause_lexical > 0 and not lucene:
+            lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
-        if bm25_module.looks_like_lucene(query) and lexical.hits and not lexical.notes:
+        if lucene and lexical.hits and not lexical.notes:
             # Operators such as +must, -not and name: are constraints: keep only tools bm25 let through.
             dense = {n: s for n, s in dense.items() if n in lexical_scores}
         fused = fuse(dense, lexical_scores, self.dense_weight)
         hits = [Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
         notes = lexical.notes if lexical.hits or not hits else ()
         return Ranking(hits, tuple(notes))
+
+    def _with_clauses(
+        self, query: str, whole: dict[str, float], depth: int, allowed: frozenset[str] | None
+    ) -> dict[str, float]:
+        """bm25 shares relative to each list's best hit: the whole query's, or a clause's times clause_lexical."""
+        clauses = vector_module.query_clauses(query)
+        if not clauses:
+            return whole
+        combined = _relative(whole, 1.0)
+        for clause in clauses:
+            hits = self.lexical.search(clause, depth, allowed).hits
+            for name, share in _relative({h.name: h.score for h in hits}, self.clause_lexical).items():
+                if share > combined.get(name, 0.0):
+                    combined[name] = share
+        return combined
 
     def save(self, folder: Path) -> None:
         (folder / BM25_DIR).mkdir()
@@ -114,7 +151,12 @@ def fuse(dense: dict[str, float], lexical: dict[str, float], dense_weight: float
     return {n: dense_weight * s + scale * lexical.get(n, 0.0) for n, s in dense.items()}
 
 
-_OWN = ("dense_weight", "pool")
+def _relative(scores: dict[str, float], weight: float) -> dict[str, float]:
+    top = max(scores.values(), default=0.0)
+    return {n: weight * s / top for n, s in scores.items()} if top > 0 else {}
+
+
+_OWN = ("dense_weight", "pool", "clause_lexical")
 _VECTOR = vector_module.OPTIONS  # the vector half's options may be passed at the top level too
 
 
