@@ -34,7 +34,7 @@ from toolsearch import (
     provider_safe_name,
     register_backend,
 )
-from toolsearch.backends import get_backend_spec
+from toolsearch.backends import BACKENDS, get_backend_spec
 from toolsearch.index import MAX_K, MAX_QUERY_CHARS, index_key, validate_k, validate_query
 from toolsearch.store import FORMAT_VERSION, MANIFEST, manifest_digest, read_manifest
 from toolsearch.text import embedding_text, split_identifier, tool_text
@@ -445,6 +445,7 @@ def test_registry() -> None:
     with pytest.raises(BackendError, match="already registered"):
         register_backend(get_backend_spec("bm25"))
     register_backend(get_backend_spec("bm25"), replace=True)  # replacing with itself is allowed
+    assert BACKENDS.entry("bm25") is not None, "and leaves it the built-in it was (its entry point)"
     assert issubclass(MissingDependencyError, ImportError)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, TypeVar, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError
+from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
@@ -154,6 +154,10 @@ class LoopConfig:
     stream: bool = False
 
     def __post_init__(self) -> None:
+        for name, kinds, expected in _CONFIG_KINDS:  # before any comparison: `"3" < 1` is a bare TypeError
+            value = getattr(self, name)
+            if isinstance(value, bool) is not (kinds == (bool,)) or not isinstance(value, kinds):
+                raise wrong_type(f"LoopConfig {name}", value, expected)
         if self.max_iterations < 1:
             raise InvalidArgumentError(f"max_iterations must be at least 1, got {self.max_iterations!r}")
         check_execution_settings(self)
@@ -165,6 +169,22 @@ class LoopConfig:
             raise InvalidArgumentError(f"tool_search must be 'on', 'auto' or 'off', got {self.tool_search!r}")
         if self.direct_max_tokens < 0:
             raise InvalidArgumentError(f"direct_max_tokens must be zero or more, got {self.direct_max_tokens!r}")
+
+
+# The settings a caller most often passes as keywords (run(..., max_iterations=5)), checked by kind.
+_CONFIG_KINDS: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("max_iterations", (int,), "an integer"),
+    ("max_identical_calls", (int,), "an integer"),
+    ("direct_max_tokens", (int,), "an integer"),
+    ("validate_arguments", (bool,), "True or False"),
+    ("system_suffix", (bool,), "True or False"),
+    ("list_namespaces", (bool,), "True or False"),
+    ("count_tokens", (bool,), "True or False"),
+    ("parallel_tool_calls", (bool,), "True or False"),
+    ("provider_names", (bool,), "True or False"),
+    ("stream", (bool,), "True or False"),
+)
+_CONFIG_FIELDS = frozenset(LoopConfig.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +286,8 @@ def _call_key(call: ToolCall) -> str:
 def _initial_messages(prompt: Prompt) -> list[Message]:
     if isinstance(prompt, (str, Message, Mapping)):
         return [Message.coerce(prompt)]
+    if not isinstance(prompt, Iterable):
+        raise wrong_type("the prompt", prompt, "a str, a Message, a {'role', 'content'} mapping or a list of them")
     return [Message.coerce(m) for m in prompt]
 
 
@@ -323,6 +345,14 @@ class ToolSearchLoop:
         on_augment: OnAugment | None = None,
         **settings: Any,
     ) -> None:
+        if not isinstance(sessions, SessionManager):
+            raise wrong_type("ToolSearchLoop's sessions", sessions, "a SessionManager (SessionManager(index))")
+        unknown = sorted(set(settings) - _CONFIG_FIELDS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown loop setting(s) {', '.join(map(repr, unknown))}; settings are LoopConfig's fields: "
+                f"{', '.join(sorted(_CONFIG_FIELDS))}"
+            )
         self.model = model
         self.sessions = sessions
         self.system = system
@@ -650,6 +680,8 @@ def _one_off(
     `augment` / `on_augment`: fields added to every exposed tool and the consumer of their values
     (see `ToolSearchLoop` and `toolsearch.augment`).
     """
+    if not isinstance(session, Session):
+        raise wrong_type("run's session", session, "a Session (SessionManager(index).create(id))")
     settings.update(augment=augment, on_augment=on_augment)
     loop = ToolSearchLoop(
         model, session.manager, functions, system=system, metatool=metatool, config=config, **settings

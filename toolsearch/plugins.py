@@ -264,6 +264,8 @@ class PluginRegistry(Generic[T]):
             taken = name in self._registered or name in self._loaded or name in self._builtins
             if taken and not replace:
                 raise self.error(f"a {self.kind} named {name!r} is already registered; pass replace=True")
+            if name not in self._registered and self._loaded.get(name) is obj:
+                return  # the object its entry point loads, registered again: it stays that entry point's
             self._registered[name] = obj
 
     def wrong_product(self, name: str, product: object, expected: str) -> PluginError:
