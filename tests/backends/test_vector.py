@@ -224,3 +224,16 @@ def test_the_shipped_query_adapter_moves_queries_only(demo_tools: list[Tool]) ->
         ToolIndex.build(demo_tools, backend="vector", query_adapter=np.ones((3, 4)))
     with pytest.raises(Exception, match="query_adapter must be True, False or a square matrix"):
         ToolIndex.build(demo_tools, backend="vector", query_adapter="yes")
+
+
+@pytest.mark.parametrize("backend", ["vector", "hybrid"])
+def test_forget_queries_makes_the_next_search_embed_its_query_again(backend: str) -> None:
+    counting = Counting(hashing_vectors)
+    index = ToolIndex.build([Tool("send_email", "Send an email"), Tool("get_weather", "Weather for a city")],
+                            backend=backend, embedder=CallableEmbedder(counting, "hash-64", 64), cache=False)
+    index.search("email a friend", 1)
+    index.search("email a friend", 1)
+    assert counting.seen.count("email a friend") == 1  # the second search reused the first one's embedding
+    index.backend.forget_queries()
+    index.search("email a friend", 1)
+    assert counting.seen.count("email a friend") == 2

@@ -237,3 +237,20 @@ def test_seal_tools_converter_on_a_fixture_in_the_repository_layout(seal_checkou
     ]
     folder = fetch("seal_tools", seal_checkout, tmp_path / "out", check=False)
     assert len(load_tools(folder / "tools.jsonl")) == 2
+
+
+def test_a_report_prints_the_load_average_at_its_end_beside_the_one_at_its_start(tmp_path: Path) -> None:
+    from toolsearch.bench import machine_info, machine_markdown, write_report
+
+    info = machine_info()
+    markdown = "# r\n\n" + "\n".join(machine_markdown(info)) + "\n\nbody\n"
+    report = {"machine": info}
+    write_report(tmp_path, "r", report, markdown, quiet=True)
+    written = (tmp_path / "r.md").read_text()
+    lines = written.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("- Load average at start"))
+    assert lines[start + 1].startswith("- Load average at the end (1/5/15 min): [")
+    assert json.loads((tmp_path / "r.json").read_text())["machine"]["load_average_at_end"]
+    # a report that wrote its own end figure keeps it, once
+    write_report(tmp_path, "r", report, written, quiet=True)
+    assert (tmp_path / "r.md").read_text().count("Load average at the end") == 1

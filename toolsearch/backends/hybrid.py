@@ -75,6 +75,10 @@ class HybridBackend:
         self.pool = pool
         self.clause_lexical = float(clause_lexical)
 
+    def forget_queries(self) -> None:
+        """Drop the dense half's embeddings of past queries (see VectorBackend.forget_queries)."""
+        self.dense.forget_queries()
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.dense.model_id}
         if self.dense_weight != DEFAULT_DENSE_WEIGHT:

@@ -162,6 +162,10 @@ class VectorBackend:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def forget_queries(self) -> None:
+        """Drop the embeddings of past queries (the next search of any query embeds it afresh)."""
+        self._queries.clear()
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model_id}
         if self.hnsw_threshold != DEFAULT_HNSW_THRESHOLD:

@@ -213,7 +213,21 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Sequence[Path] = (),
                  quiet: bool = False) -> None:
-    """Write a benchmark's `<name>.json` and `<name>.md` under `out` and say so (plots in `extra` are named too)."""
+    """Write a benchmark's `<name>.json` and `<name>.md` under `out` and say so (plots in `extra` are named too).
+
+    A report that prints the load average at its start gets the one at its end beside it (in its
+    markdown and in its JSON's `machine`), unless it wrote that itself: a timing is only a figure
+    when the machine was quiet on both sides of it.
+    """
+    start = "- Load average at start (1/5/15 min): "
+    if start in markdown and "- Load average at the end" not in markdown and hasattr(os, "getloadavg"):
+        end = [round(x, 2) for x in os.getloadavg()]
+        at = markdown.find("\n", markdown.index(start))
+        at = len(markdown) if at < 0 else at
+        markdown = f"{markdown[:at]}\n- Load average at the end (1/5/15 min): {end}{markdown[at:]}"
+        machine = report.get("machine") if isinstance(report, dict) else None
+        if isinstance(machine, dict):
+            machine.setdefault("load_average_at_end", end)
     write_json(out / f"{name}.json", report)
     (out / f"{name}.md").write_text(markdown, encoding="utf-8")
     if not quiet:
