@@ -25,7 +25,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, TypeVar, cast
 
 from . import tracing
@@ -171,18 +171,11 @@ class LoopConfig:
             raise InvalidArgumentError(f"direct_max_tokens must be zero or more, got {self.direct_max_tokens!r}")
 
 
-# The settings a caller most often passes as keywords (run(..., max_iterations=5)), checked by kind.
-_CONFIG_KINDS: tuple[tuple[str, tuple[type, ...], str], ...] = (
-    ("max_iterations", (int,), "an integer"),
-    ("max_identical_calls", (int,), "an integer"),
-    ("direct_max_tokens", (int,), "an integer"),
-    ("validate_arguments", (bool,), "True or False"),
-    ("system_suffix", (bool,), "True or False"),
-    ("list_namespaces", (bool,), "True or False"),
-    ("count_tokens", (bool,), "True or False"),
-    ("parallel_tool_calls", (bool,), "True or False"),
-    ("provider_names", (bool,), "True or False"),
-    ("stream", (bool,), "True or False"),
+# Every int and bool setting is checked by kind before any comparison (`"3" < 1` is a bare TypeError);
+# derived from the fields' own annotations, so a new setting is checked without a list to keep.
+_KINDS = {"int": ((int,), "an integer"), "bool": ((bool,), "True or False")}
+_CONFIG_KINDS: tuple[tuple[str, tuple[type, ...], str], ...] = tuple(
+    (f.name, *_KINDS[str(f.type)]) for f in fields(LoopConfig) if str(f.type) in _KINDS
 )
 _CONFIG_FIELDS = frozenset(LoopConfig.__dataclass_fields__)
 
