@@ -66,7 +66,8 @@ _CANDIDATE = re.compile(r"[^\t\n\r\x20-\x7e]")
 _WHITESPACE_CONTROLS = frozenset("\t\n\r")
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u180e")
-_SELECTORS = "\ufe00-\ufe0f\U000e0100-\U000e01ef"
+_SELECTOR_RANGES = (("\ufe00", "\ufe0f"), ("\U000e0100", "\U000e01ef"))
+_SELECTORS = "".join(f"{first}-{last}" for first, last in _SELECTOR_RANGES)
 # A selector is stray at the start, after another selector, or after an ASCII character other than
 # a keycap base (0-9, # and * take U+FE0F in keycap emoji): no other ASCII character has a variation
 # sequence. Lookbehinds see the original text, so in a run only the first selector can survive.
@@ -113,12 +114,18 @@ def first_hidden(text: str, only: Collection[str] | None = None) -> tuple[int, s
     if text.isascii() and text.isprintable():
         return None
     for match in _CANDIDATE.finditer(text):
-        kind = hidden_kind(match.group())
-        if kind is None and _STRAY_SELECTOR.match(text, match.start()) is not None:
+        char = match.group()
+        kind = hidden_kind(char)
+        # the context is read only for a selector: every other non-ASCII letter costs one comparison
+        if kind is None and _is_selector(char) and _STRAY_SELECTOR.match(text, match.start()) is not None:
             kind = SELECTOR
         if kind is not None and (only is None or kind in only):
             return match.start(), match.group(), kind
     return None
+
+
+def _is_selector(char: str) -> bool:
+    return any(first <= char <= last for first, last in _SELECTOR_RANGES)
 
 
 def with_article(kind: str) -> str:
