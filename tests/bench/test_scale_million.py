@@ -12,7 +12,7 @@ import pytest
 from toolsearch import ToolIndex
 from toolsearch._errors import BackendError
 from toolsearch.backends import vector as vector_module
-from toolsearch.bench import Dataset
+from toolsearch.bench import Dataset, write_report
 from toolsearch.bench.million import run as run_million
 from toolsearch.bench.scale import _spawn
 from toolsearch.bench.synth import derived_vectors, plan_catalog, random_base_vectors
@@ -178,7 +178,10 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     text = render_markdown(report, "toolsearch bench scale --million --sizes 3000")
     assert "| 3,000 | ivf, nlist" in text and "recall@10" in text
     assert "query p50 / p95 / p99 ms" in text and "bm25 query p95 ≤ 15 ms" in text
-    assert "- Load average at start (1/5/15 min): [" in text and "- Load average at the end (1/5/15 min): [" in text
+    write_report(tmp_path / "out", "million", report, text, quiet=True)  # as `bench scale --million` writes it
+    written = (tmp_path / "out" / "million.md").read_text()
+    assert "- Load average at start (1/5/15 min): [" in written
+    assert "- Load average at the end (1/5/15 min): [" in written
     assert "| bm25 index of 100,000 tools: load in a new process ≤ 0.5 s (needs 100000 in --sizes) | - | n/a |" in text
 
 

@@ -748,8 +748,6 @@ def run(
                     + f"  errors {row['error_total']}"
                 )
             report["configurations"].extend(rows)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    report["load_average_at_end"] = [round(x, 2) for x in load] if load else None
     report["redis_extra_p50_ms"] = redis_extra(report["configurations"])
     report["targets"] = targets(report)
     return report
@@ -827,8 +825,6 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
     if redis:
         where = "given by `--redis-url`" if redis["given"] else "a throwaway `redis-server` started for the run"
         lines.append(f"- Redis {redis['version']} on loopback TCP ({where})")
-    if report.get("load_average_at_end"):
-        lines.append(f"- Load average at the end (1/5/15 min): {report['load_average_at_end']}")
     lines += [
         "",
         "## Throughput and latency per operation",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -318,8 +317,6 @@ def run(
         if own:
             shutil.rmtree(work, ignore_errors=True)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
-    # A figure taken beside other work is not a figure: the report shows the load at both ends.
-    report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     report["analysis"] = analyse(report)
     return report
 
@@ -394,9 +391,7 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
             "the same workers in an earlier invocation over the same work folder and settings (the load average "
             "above is the finishing invocation's; the workers ran under the load of their own time)."
         )
-    lines += ["", *machine_markdown(report["machine"])]
-    if report.get("load_average_at_end"):
-        lines.append(f"- Load average at the end (1/5/15 min): {report['load_average_at_end']}")
+    lines += ["", *machine_markdown(report["machine"])]  # write_report adds the load average at the end
     lines.append("")
     lines += [f"## Targets at {a['largest']:,} tools", "", "| target | measured | verdict |", "|---|---|---|"]
     for key, t in a["targets"].items():
