@@ -210,7 +210,8 @@ async def test_failing_servers_are_reported_and_skipped() -> None:
             "missing": {"command": "/nonexistent/mcp-server"},
             "exits": toy(TOY_STARTUP="exit"),
             "hangs": {**toy(TOY_STARTUP="hang"), "startupTimeout": 1},
-            "unreachable": {"url": "http://127.0.0.1:9/mcp", "startupTimeout": 5},
+            # a credential in the URL (a ${VAR} expanded there) must not reach the message
+            "unreachable": {"url": "http://ana:hunter2@127.0.0.1:9/mcp?key=hunter2", "startupTimeout": 5},
         }
     }
     async with MCPToolSource(config) as source:
@@ -219,7 +220,7 @@ async def test_failing_servers_are_reported_and_skipped() -> None:
         assert "command not found" in failures["missing"]
         assert "before completing the MCP handshake" in failures["exits"]
         assert "within 1 s" in failures["hangs"]
-        assert "127.0.0.1:9" in failures["unreachable"]
+        assert "127.0.0.1:9" in failures["unreachable"] and "hunter2" not in failures["unreachable"]
         assert source.ready == ["good"]
         assert {t.namespace for t in source.tools()} == {"good"}
         assert (await source.call_tool("good__echo", {"text": "still here"})).content[0].text == "still here"  # type: ignore[union-attr]

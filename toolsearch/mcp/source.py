@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from .._errors import InvalidToolError, UpstreamError
 from ..catalog import Catalog
+from ..stores.redis import redacted_url
 from ..tools import Tool, provider_safe_name
 from .config import DEFAULT_MAX_RESULT_BYTES, MCPConfig, ServerConfig, load_config, parse_config
 
@@ -229,7 +230,8 @@ def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
         return f"the server answered with an error: {exc.error.message} (code {exc.error.code})"
     name = type(exc).__name__
     if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
-        return f"cannot reach {config.url}: {exc or name}"
+        # no user, password or query in the message: a ${VAR} there may have expanded to a credential
+        return f"cannot reach {redacted_url(config.url or '')}: {exc or name}"
     return f"{name}: {exc}" if str(exc) else name
 
 
