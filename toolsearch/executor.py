@@ -14,16 +14,17 @@ import enum
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import types
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import tracing
 from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
-from .providers._base import Message, ToolCall, is_async_callable, tool_result_text
+from .providers._base import Message, ToolCall, adrive, asettle, drive, is_async_callable, tool_result_text
 from .providers.registry import augment_tools, parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat
@@ -427,24 +428,27 @@ class ToolExecutor:
         session.touch([name])
         return own, fn, values if self.augment is not None else None
 
-    def _finish(self, call: ToolCall, value: Any, started: float) -> ToolResult:
-        return ToolResult(call, tool_result_text(value), ResultStatus.OK, _ms(started), value=value)
-
-    def _timeout(self, call: ToolCall, started: float) -> ToolResult:
+    def _settled(self, call: ToolCall, outcome: _Outcome) -> ToolResult:
+        """The result of a call that ran, from how it ended (its value, its exception or its timeout)."""
+        shown = self.shown(call.name)
+        if outcome.timed_out:
+            return ToolResult(
+                call,
+                f"Tool {shown!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
+                "simpler arguments or another tool.",
+                ResultStatus.TIMEOUT,
+                outcome.elapsed_ms,
+            )
+        error = outcome.error
+        if error is None:
+            try:
+                text = tool_result_text(outcome.value)
+            except Exception as exc:  # a value that cannot be rendered (its model_dump raised) fails the call
+                error = exc
+            else:
+                return ToolResult(call, text, ResultStatus.OK, outcome.elapsed_ms, value=outcome.value)
         return ToolResult(
-            call,
-            f"Tool {self.shown(call.name)!r} timed out after {self.config.tool_timeout:g} s and was abandoned; try "
-            "simpler arguments or another tool.",
-            ResultStatus.TIMEOUT,
-            _ms(started),
-        )
-
-    def _failure(self, call: ToolCall, exc: BaseException, started: float) -> ToolResult:
-        return ToolResult(
-            call,
-            f"Tool {self.shown(call.name)!r} failed: {type(exc).__name__}: {exc}",
-            ResultStatus.ERROR,
-            _ms(started),
+            call, f"Tool {shown!r} failed: {type(error).__name__}: {error}", ResultStatus.ERROR, outcome.elapsed_ms
         )
 
     def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
@@ -470,7 +474,7 @@ class ToolExecutor:
         changed (discoveries, uses) in one atomic update, before any tool runs. Returns a result
         slot per call (filled for searches and refused calls) and the calls left to execute with
         their functions (calls holding the tools' own arguments only), and the augmented values
-        for the consumer; shared by the sync and async paths.
+        for the consumer: the first rule of `_batch`, done before anything waits.
         """
         turn = session.view()
         neutral = self._split(turn, calls)
@@ -498,105 +502,136 @@ class ToolExecutor:
     def consume(self, name: str, values: Mapping[str, Any], call_id: str) -> None:
         """Hand one call's augmented values to the consumer, for callers that run the tool themselves
         (the MCP gateway), after `split_augmented` found them valid."""
-        self._deliver([(0, name, values, call_id)])
+        drive(self._handed([(0, name, values, call_id)]), _answer)
 
-    def _handed(self, deliveries: Sequence[_Delivery]) -> Iterator[Any]:
-        """Each delivery traced, then handed to the consumer; yields what the consumer returned (the
-        sync and async paths differ only in what they do with an awaitable)."""
+    def _handed(self, deliveries: Sequence[_Delivery]) -> Generator[_Settle, Any, None]:
+        """Each delivery traced, then handed to the consumer; yields what the consumer returned, for
+        the driver to settle (refuse or await an awaitable) before the next one is handed."""
         for _, name, values, call_id in deliveries:
             tracing.augmented(name, values, call_id)
         consumer = self.augment.on_augment if self.augment is not None else None
         for _, name, values, call_id in deliveries if consumer is not None else ():
-            yield consumer(name, values, call_id)  # type: ignore[misc]
+            yield _Settle(consumer(name, values, call_id))  # type: ignore[misc]
 
-    def _deliver(self, deliveries: Sequence[_Delivery]) -> None:
-        for outcome in self._handed(deliveries):
-            if inspect.isawaitable(outcome):
-                if inspect.iscoroutine(outcome):
-                    outcome.close()
-                raise ArgumentTypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it as is")
+    # --- one batch, two drivers -------------------------------------------------------------
 
-    async def _adeliver(self, deliveries: Sequence[_Delivery]) -> None:
-        for outcome in self._handed(deliveries):
-            if inspect.isawaitable(outcome):
-                await outcome
-
-    # --- sync -----------------------------------------------------------------------------
+    def _batch(self, session: Session, calls: Sequence[Any], iteration: int) -> Generator[_Step, Any, list[ToolResult]]:
+        """The rules of a batch, written once: plan it, hand the augmented values over, run the
+        calls (all at once when parallel, else one after another, each within the timeout) and
+        make their results. Yields each step that waits on something (a consumer's answer, a group
+        of calls) and is sent how it went; `execute` and `aexecute` only do the steps."""
+        results, pending, deliveries = self._plan(session, calls, iteration)
+        yield from self._handed(deliveries)
+        groups = [pending] if self.config.parallel_tool_calls else [[p] for p in pending]
+        for group in groups if pending else ():
+            outcomes: list[_Outcome] = yield _Calls([(call, fn) for _, call, fn in group], self.config.tool_timeout)
+            for (i, call, _), outcome in zip(group, outcomes, strict=True):
+                results[i] = self._settled(call, outcome)
+        return self._record_usage(session, [r for r in results if r is not None])
 
     def execute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
         """Run a batch; results come back in the calls' order."""
-        results, pending, deliveries = self._plan(session, calls, iteration)
-        self._deliver(deliveries)
-        timeout = self.config.tool_timeout
-        inline = timeout is None and (len(pending) == 1 or not self.config.parallel_tool_calls)
-        if inline and not any(is_async_callable(fn) for _, _, fn in pending):
-            for i, call, fn in pending:  # no timeout, nothing to overlap: run in this thread
-                started = time.perf_counter()
-                try:
-                    results[i] = self._finish(call, _call_sync(fn, call.arguments), started)
-                except Exception as exc:
-                    results[i] = self._failure(call, exc, started)
-        elif pending:
-            workers = len(pending) if self.config.parallel_tool_calls else 1
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-tool")
-            try:
-                if self.config.parallel_tool_calls:
-                    started = time.perf_counter()
-                    futures = [(i, call, pool.submit(_call_sync, fn, call.arguments)) for i, call, fn in pending]
-                    for i, call, future in futures:
-                        remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
-                        results[i] = self._wait(call, future, remaining, started)
-                else:
-                    for i, call, fn in pending:
-                        started = time.perf_counter()
-                        results[i] = self._wait(call, pool.submit(_call_sync, fn, call.arguments), timeout, started)
-            finally:
-                pool.shutdown(wait=False, cancel_futures=True)  # a timed-out tool keeps its thread; we move on
-        return self._record_usage(session, [r for r in results if r is not None])
-
-    def _wait(
-        self, call: ToolCall, future: concurrent.futures.Future[Any], timeout: float | None, started: float
-    ) -> ToolResult:
-        try:
-            return self._finish(call, future.result(timeout=timeout), started)
-        except Exception as exc:
-            if not future.done():
-                return self._timeout(call, started)
-            return self._failure(call, exc, started)
-
-    # --- async ----------------------------------------------------------------------------
+        return drive(self._batch(session, calls, iteration), _answer)
 
     async def aexecute(self, session: Session, calls: Sequence[Any], *, iteration: int = 0) -> list[ToolResult]:
         """`execute` for asyncio: async tools are awaited, sync tools run in worker threads."""
-        results, pending, deliveries = self._plan(session, calls, iteration)
-        await self._adeliver(deliveries)
+        return await adrive(self._batch(session, calls, iteration), _aanswer)
 
-        async def one(call: ToolCall, fn: Callable[..., Any]) -> ToolResult:
-            started = time.perf_counter()
-            if is_async_callable(fn):
-                try:  # a bad signature raises at call time, before there is a coroutine to await
-                    coroutine = fn(**call.arguments)
-                except Exception as call_error:
-                    return self._failure(call, call_error, started)
-                task = asyncio.ensure_future(coroutine)
-            else:
-                task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
-            done, _ = await asyncio.wait({task}, timeout=self.config.tool_timeout)
-            if not done:
-                task.cancel()
-                return self._timeout(call, started)
-            exc = task.exception()
-            if exc is not None:
-                return self._failure(call, exc, started)
-            return self._finish(call, task.result(), started)
 
-        if self.config.parallel_tool_calls:
-            done = await asyncio.gather(*(one(call, fn) for _, call, fn in pending))
-        else:
-            done = [await one(call, fn) for _, call, fn in pending]
-        for (i, _, _), result in zip(pending, done, strict=True):
-            results[i] = result
-        return self._record_usage(session, [r for r in results if r is not None])
+class _Settle(NamedTuple):
+    """A step of a batch: what `on_augment` returned, to refuse (sync) or await (async) when awaitable."""
+
+    returned: object
+
+
+class _Calls(NamedTuple):
+    """A step of a batch: run these calls at once, each within `timeout` seconds (None: no limit);
+    answered with an `_Outcome` per call, in order."""
+
+    calls: Sequence[tuple[ToolCall, Callable[..., Any]]]
+    timeout: float | None
+
+
+_Step = _Settle | _Calls
+
+
+class _Outcome(NamedTuple):
+    """How one call ended, as its driver saw it: a value, an exception, or a timeout (it was abandoned)."""
+
+    elapsed_ms: float
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+def _answer(step: _Step) -> Any:
+    """A step of a batch done from sync code: a consumer is called as is, tools in this or worker threads."""
+    if isinstance(step, _Calls):
+        return _call_in_threads(step)
+    if inspect.isawaitable(step.returned):  # nothing in sync code could await it
+        if inspect.iscoroutine(step.returned):
+            step.returned.close()
+        raise ArgumentTypeError("an async on_augment needs arun() / ahandle_tool_calls(); run() calls it as is")
+    return None
+
+
+async def _aanswer(step: _Step) -> Any:
+    """A step of a batch done from asyncio: async tools and consumers are awaited, sync tools run in threads."""
+    if isinstance(step, _Calls):
+        return await asyncio.gather(*(_acall(call, fn, step.timeout) for call, fn in step.calls))
+    return await asettle(step.returned)
+
+
+def _call_in_threads(step: _Calls) -> list[_Outcome]:
+    """Run a group of calls from sync code; a timed-out call is abandoned (its thread runs on)."""
+    if step.timeout is None and len(step.calls) == 1 and not is_async_callable(step.calls[0][1]):
+        ((call, fn),) = step.calls  # no timeout, nothing to overlap: run in this thread
+        started = time.perf_counter()
+        try:
+            value = _call_sync(fn, call.arguments)
+        except Exception as exc:
+            return [_Outcome(_ms(started), error=exc)]
+        return [_Outcome(_ms(started), value)]
+    # A pool per group: a call abandoned by a timeout keeps its worker, and the next call must not wait for it.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(step.calls), thread_name_prefix="toolsearch-tool")
+    try:
+        started = time.perf_counter()
+        futures = [pool.submit(_call_sync, fn, call.arguments) for call, fn in step.calls]
+        return [_collect(future, step.timeout, started) for future in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _collect(future: concurrent.futures.Future[Any], timeout: float | None, started: float) -> _Outcome:
+    """How a call submitted at `started` ended, waiting at most until `timeout` seconds after that."""
+    remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
+    try:
+        value = future.result(timeout=remaining)
+    except Exception as exc:
+        # Still running is a timeout; a tool that raised TimeoutError itself is done, and failed.
+        return _Outcome(_ms(started), timed_out=True) if not future.done() else _Outcome(_ms(started), error=exc)
+    return _Outcome(_ms(started), value)
+
+
+async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) -> _Outcome:
+    """Run one call from asyncio: an async tool awaited, a sync one in a worker thread; cancelled on timeout."""
+    started = time.perf_counter()
+    if is_async_callable(fn):
+        try:  # a bad signature raises at call time, before there is a coroutine to await
+            coroutine = fn(**call.arguments)
+        except Exception as call_error:
+            return _Outcome(_ms(started), error=call_error)
+        task = asyncio.ensure_future(coroutine)
+    else:
+        task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        return _Outcome(_ms(started), timed_out=True)
+    exc = task.exception()
+    if exc is not None:
+        return _Outcome(_ms(started), error=exc)
+    return _Outcome(_ms(started), task.result())
 
 
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
@@ -671,7 +706,15 @@ def tools_for_request(
     return render_tools(format, tools, session.name_map)
 
 
-def handle_tool_calls(
+class _Batch(NamedTuple):
+    """A batch for `handle_tool_calls` / `ahandle_tool_calls`, checked and ready to run."""
+
+    executor: ToolExecutor
+    session: Session
+    calls: Sequence[Any]
+
+
+def _tool_calls(
     session: Session,
     calls: Sequence[ToolCall | Mapping[str, Any] | Any],
     functions: ToolFunctions | None = None,
@@ -681,7 +724,7 @@ def handle_tool_calls(
     usage: UsageRecorder | None = None,
     augment: AugmentSpec | None = None,
     on_augment: OnAugment | None = None,
-) -> list[ToolResult]:
+) -> Callable[[str], _Batch]:
     """Run one batch of tool calls: every tool_search first, then the other calls.
 
     `calls` may be neutral ToolCalls or provider objects/dicts (OpenAI Chat `tool_calls`,
@@ -690,25 +733,62 @@ def handle_tool_calls(
     With `augment`, each call's augmented values go to `on_augment(tool_name, values, call_id)`
     and the tool runs with its own arguments.
     """
-    _check_call_arguments("handle_tool_calls", session, calls)
-    augmentation = setup_augmentation(session, augment, on_augment)
-    executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
-    return executor.execute(session, calls)
+
+    def ready(helper: str) -> _Batch:  # the helper's name, for its errors
+        _check_call_arguments(helper, session, calls)
+        augmentation = setup_augmentation(session, augment, on_augment)
+        executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
+        return _Batch(executor, session, calls)
+
+    return ready
 
 
-async def ahandle_tool_calls(
-    session: Session,
-    calls: Sequence[ToolCall | Mapping[str, Any] | Any],
-    functions: ToolFunctions | None = None,
-    *,
-    metatool: ToolSearchMetaTool | None = None,
-    config: ExecutionSettings | None = None,
-    usage: UsageRecorder | None = None,
-    augment: AugmentSpec | None = None,
-    on_augment: OnAugment | None = None,
-) -> list[ToolResult]:
-    """`handle_tool_calls` for asyncio: async tools and an async `on_augment` are awaited, sync tools run in threads."""
-    _check_call_arguments("ahandle_tool_calls", session, calls)
-    augmentation = setup_augmentation(session, augment, on_augment)
-    executor = ToolExecutor(functions, metatool=metatool, config=config, usage=usage, augment=augmentation)
-    return await executor.aexecute(session, calls)
+_P = ParamSpec("_P")
+_Start = Callable[_P, Callable[[str], _Batch]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _synchronous(start: _Start[_P]) -> Callable[_P, list[ToolResult]]:
+    """`handle_tool_calls`: the batch `start` prepares, run from sync code (its parameters and docstring)."""
+    prepare = _renamed(start, "handle_tool_calls")
+
+    def handle_tool_calls(*args: _P.args, **kwargs: _P.kwargs) -> list[ToolResult]:
+        executor, session, calls = prepare(*args, **kwargs)("handle_tool_calls")
+        return executor.execute(session, calls)
+
+    return _presented(handle_tool_calls, start, start.__doc__)
+
+
+def _asynchronous(start: _Start[_P], doc: str) -> Callable[_P, Coroutine[Any, Any, list[ToolResult]]]:
+    """`ahandle_tool_calls`: the batch `start` prepares, run from asyncio (its parameters, docstring `doc`)."""
+    prepare = _renamed(start, "ahandle_tool_calls")
+
+    async def ahandle_tool_calls(*args: _P.args, **kwargs: _P.kwargs) -> list[ToolResult]:
+        executor, session, calls = prepare(*args, **kwargs)("ahandle_tool_calls")
+        return await executor.aexecute(session, calls)
+
+    return _presented(ahandle_tool_calls, start, doc)
+
+
+def _renamed(start: _F, name: str) -> _F:
+    """`start` under `name`, so that Python refuses a call with wrong arguments in the helper's name
+    (`handle_tool_calls() missing 1 required positional argument: 'calls'`)."""
+    function = cast(types.FunctionType, start)
+    copy = types.FunctionType(function.__code__, function.__globals__, name, function.__defaults__)
+    copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, name
+    return cast(_F, copy)
+
+
+def _presented(entry: _F, start: Callable[..., Any], doc: str | None) -> _F:
+    """`entry` as help() and IDEs show it: `start`'s parameters, the batch's results, and `doc`."""
+    entry.__qualname__, entry.__doc__ = entry.__name__, doc
+    signature = inspect.signature(start).replace(return_annotation="list[ToolResult]")
+    entry.__signature__ = signature  # type: ignore[attr-defined]
+    return entry
+
+
+handle_tool_calls = _synchronous(_tool_calls)
+ahandle_tool_calls = _asynchronous(
+    _tool_calls,
+    "`handle_tool_calls` for asyncio: async tools and an async `on_augment` are awaited, sync tools run in threads.",
+)
