@@ -3,7 +3,9 @@
 Every way of running tool calls goes through `ToolExecutor`: the agent loop, the
 bring-your-own-loop helpers below (`tools_for_request`, `handle_tool_calls`), and integrations.
 A turn reads its session once (`Session.view()`), settles every call against that snapshot, and
-writes the turn's discoveries and uses back in one atomic update before any tool runs.
+writes the turn's discoveries and uses back in one atomic update before any tool runs. The rules
+are written once, as a flow that yields what it waits on (`ToolExecutor._batch`); `execute` and
+`aexecute` drive it from sync code and from asyncio, and only run the calls.
 """
 
 from __future__ import annotations
@@ -773,9 +775,9 @@ def _asynchronous(start: _Start[_P], doc: str) -> Callable[_P, Coroutine[Any, An
 def _renamed(start: _F, name: str) -> _F:
     """`start` under `name`, so that Python refuses a call with wrong arguments in the helper's name
     (`handle_tool_calls() missing 1 required positional argument: 'calls'`)."""
-    function = cast(types.FunctionType, start)
-    copy = types.FunctionType(function.__code__, function.__globals__, name, function.__defaults__)
-    copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, name
+    fn = cast(types.FunctionType, start)
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, name
     return cast(_F, copy)
 
 
