@@ -388,7 +388,7 @@ async def test_workers_share_one_port_and_a_killed_worker_is_replaced(tmp_path: 
     [
         (("--workers", "2"), "--workers N needs a shared --session-store (redis://host:port/db)"),
         (("--session-store", "postgres://u:pw@db/x"),
-         "'postgres://db/x' is not a store this gateway knows; use memory or redis://"),
+         "'postgres://***@db/x' is not a store this gateway knows; use memory or redis://"),
     ],
 )
 def test_workers_need_a_shared_store(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
@@ -400,6 +400,31 @@ def test_workers_need_a_shared_store(tmp_path: Path, flags: tuple[str, ...], mes
     assert done.returncode == 1
     assert message in done.stderr
     assert "pw@" not in done.stderr  # the password of a refused store URL is not echoed
+
+
+def test_the_start_up_log_shows_no_credential_of_any_configured_url(tmp_path: Path) -> None:
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis", password="s3cret-pw").start()
+    config = write_config(tmp_path / "servers.json", {
+        "toy": toy(),
+        # a bridge whose command line holds a URL with a password and a token; it exits before the handshake
+        "bridge": {"command": PY, "args": ["-c", "raise SystemExit(3)",
+                                           "https://alice:hunter2-pw@mcp.example.test/mcp?token=tok-123"]},
+        "remote": {"url": "http://alice:hunter2-pw@127.0.0.1:1/mcp?api_key=key-456", "startupTimeout": 5},
+    })
+    gateway = GatewayProcess(config, "--session-store", redis.url, "--backend", "bm25")
+    try:
+        gateway.wait_ready(120)
+        assert wait_until(lambda: "gateway ready" in gateway.stderr, 30)
+    finally:
+        gateway.stop()
+        redis.stop()
+    log = gateway.stderr
+    assert f"stateless, redis://***@127.0.0.1:{redis.port}/0" in log
+    assert "https://***@mcp.example.test/mcp?token=***` by hand" in log, log
+    assert "cannot reach http://***@127.0.0.1:1/mcp?api_key=***" in log, log
+    for secret in ("s3cret", "hunter2", "alice", "tok-123", "key-456"):
+        assert secret not in log, log
 
 
 # --- a deployment's own session header -----------------------------------------------------------------

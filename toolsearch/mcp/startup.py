@@ -17,10 +17,11 @@ import anyio
 import anyio.to_thread
 
 from .._errors import SessionStoreError, ToolSearchError
+from .._redact import redacted_url
 from ..index import ToolIndex
 from ..stores import InMemorySessionStore, SessionStore
 from .gateway import Gateway
-from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings, is_memory
+from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings
 from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource, _leaf
 
@@ -55,12 +56,6 @@ def _warm(index: ToolIndex) -> None:
         index.search("warm up", 1)
     except ToolSearchError as exc:  # a search that cannot run is reported when a client searches
         logger.warning("the first search failed at start: %s", exc)
-
-
-def _redacted(url: str) -> str:
-    from ..stores.redis import redacted_url
-
-    return url if is_memory(url) else redacted_url(url)
 
 
 def open_store(settings: WorkerSettings) -> SessionStore | None:
@@ -145,7 +140,7 @@ async def _serve(
             len(source.ready),
             gateway.index.backend_name,
             why,
-            f"stateless, {_redacted(workers.session_store)}" if gateway.stateless else "per-connection",
+            f"stateless, {redacted_url(workers.session_store)}" if gateway.stateless else "per-connection",
         )
         if workers.shared_store:
             tg.start_soon(gateway.watch_catalog, workers.catalog_poll)

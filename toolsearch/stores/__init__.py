@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._errors import SessionStoreError
+from .._redact import redacted_url
 from ..plugins import PluginRegistry, callable_of
 from ._state import SCHEMA_VERSION, SessionState, SessionStore, StateUpdate, decode_state, encode_state
 from .memory import InMemorySessionStore
@@ -69,8 +70,6 @@ def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any
     scheme = urlsplit(url).scheme if isinstance(url, str) else ""
     factory = SESSION_STORES.find(scheme) if scheme else None
     if factory is None:
-        from .redis import redacted_url
-
         shown = redacted_url(url) if isinstance(url, str) else url
         others = [f"{name}://" for name in SESSION_STORES.names() if name != "memory" and name not in REDIS_SCHEMES]
         also = f" (or {', '.join(others)})" if others else ""
@@ -98,7 +97,5 @@ def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -
 
         return RedisUsageStore(url, **options)
     if scheme != "memory" and url != "memory":
-        from .redis import redacted_url
-
         raise SessionStoreError(f"unknown usage store URL {redacted_url(url)!r}; use memory:// or redis://host:port/db")
     return FileUsageStore(path) if path is not None else InMemoryUsageStore()
