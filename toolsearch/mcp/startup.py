@@ -60,7 +60,7 @@ def _warm(index: ToolIndex) -> None:
 
 def open_store(settings: WorkerSettings) -> SessionStore | None:
     """The session store the settings name (None: the gateway's default in-memory store)."""
-    from ..stores import store_from_url
+    from ..stores import store_from_url, store_spec
 
     ttl = settings.session_ttl
     if not settings.shared_store:
@@ -70,8 +70,10 @@ def open_store(settings: WorkerSettings) -> SessionStore | None:
             else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
         )
     # More connections than the threads that may call the store at once (anyio's default limit is 40),
-    # so a burst of requests waits for Redis, not for a free connection.
-    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_connections=48)
+    # so a burst of requests waits for the store (Redis), not for a free connection.
+    pool = store_spec(settings.session_store).pool_option
+    options = {pool: 48} if pool is not None else {}
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, **options)
     ping = getattr(store, "ping", None)
     if ping is not None:
         try:
