@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugin_site import DEMO, demo_entry_points, write_distribution
+from redis_server import RedisServer
 
 from toolsearch import BackendError, SessionStoreError, Tool, ToolIndex
 from toolsearch.backends import BACKENDS, BackendSpec, backend_names, get_backend_spec
@@ -25,14 +27,23 @@ from toolsearch.plugins import GROUPS, PluginError, PluginRegistry, PluginWarnin
 from toolsearch.providers import parse_tool_call
 from toolsearch.providers.registry import FORMATS, UnknownFormatError, format_names, get_format, render_tools
 from toolsearch.session import SessionManager
-from toolsearch.stores import SESSION_STORES, InMemorySessionStore, store_from_url
+from toolsearch.stores import (
+    SESSION_STORES,
+    USAGE_STORES,
+    InMemorySessionStore,
+    store_from_url,
+    store_spec,
+    usage_store_from_url,
+)
+from toolsearch.stores.usage_redis import RedisUsageStore
+from toolsearch.usage import InMemoryUsageStore, UsageError, UsageLog
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "tests" / "plugins" / "toolsearch_demo_backend"
 REGISTRIES: dict[str, PluginRegistry[Any]] = {
     "toolsearch.backends": BACKENDS,
     "toolsearch.embedders": EMBEDDERS,
     "toolsearch.session_stores": SESSION_STORES,
+    "toolsearch.usage_stores": USAGE_STORES,
     "toolsearch.wire_formats": FORMATS,
 }
 TOOLS = [
@@ -99,15 +110,8 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     modules: list[str] = []
 
     def make(distribution: str, entry_points: dict[str, dict[str, str]], **sources: str) -> Path:
-        info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
-        sections = [f"[{group}]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items())
-                    for group, eps in entry_points.items()]
-        (info / "entry_points.txt").write_text("".join(sections))
-        for module, source in sources.items():
-            (site / f"{module}.py").write_text(source)
-            modules.append(module)
+        write_distribution(site, distribution, entry_points, **sources)
+        modules.extend(sources)
         rescan()
         return site
 
@@ -117,15 +121,11 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     rescan()
 
 
-def _demo_entry_points() -> dict[str, dict[str, str]]:
-    return tomllib.loads((DEMO / "pyproject.toml").read_text())["project"]["entry-points"]
-
-
 @pytest.fixture()
 def demo(install: Install, monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo plug-in's module and its own declared entry points, installed."""
     monkeypatch.syspath_prepend(str(DEMO))
-    install("toolsearch-demo-backend", _demo_entry_points())
+    install("toolsearch-demo-backend", demo_entry_points())
     yield
     sys.modules.pop("toolsearch_demo_backend", None)
 
@@ -163,8 +163,35 @@ def test_a_plugin_session_store_is_found_by_url_scheme(demo: None) -> None:
     manager = SessionManager(ToolIndex.build(TOOLS, "regex"), store=store)
     manager.create("s").discover(["send_email"])
     assert "send_email" in manager.get("s").discovered
-    with pytest.raises(SessionStoreError, match=r"use memory:// or redis://host:port/db \(or demo://\)"):
+    known = r"use memory:// or redis://host:port/db \(the known schemes: memory, redis, rediss, unix, demo, demoredis\)"
+    with pytest.raises(SessionStoreError, match=known):
         store_from_url("postgres://db/x")
+
+
+def test_a_store_spec_says_whether_processes_share_the_store(demo: None) -> None:
+    assert [store_spec(url).shared for url in ("memory", "memory://", "redis://h/0", "rediss://h/0", "unix:///s")] == [
+        False, False, True, True, True,
+    ]
+    assert store_spec("redis://h/0").pool_option == "max_connections" and store_spec("memory").pool_option is None
+    assert store_spec("demoredis://h/0").shared  # the plug-in's SessionStoreSpec says so
+    bare = store_spec("demo://x")  # a bare factory: taken as a store of one process
+    assert not bare.shared and bare.pool_option is None
+    assert isinstance(bare("demo://x", ttl_seconds=5), InMemorySessionStore)
+
+
+@pytest.mark.slow
+def test_a_plugin_usage_store_is_found_by_url_scheme(demo: None, redis_server: RedisServer) -> None:
+    url = "demoredis://" + redis_server.url.split("://", 1)[1]
+    store = usage_store_from_url(url)
+    assert isinstance(store, RedisUsageStore) and store.prefix == "demo:"
+    log = UsageLog("c" * 64)
+    log.add("weather in paris", "get_weather", ["get_weather"])
+    store.save(log)
+    assert redis_server.client().exists(f"demo:usage:{'c' * 64}:entries")
+    # a scheme with a session store and no usage store keeps its log like memory does: the file, else memory
+    assert isinstance(usage_store_from_url("demo://x"), InMemoryUsageStore)
+    with pytest.raises(UsageError, match=r"the known schemes: memory, redis, rediss, unix, demoredis\)"):
+        usage_store_from_url("postgres://user:pw-1@db/x")
 
 
 def test_a_plugin_wire_format_is_found_by_name(demo: None) -> None:

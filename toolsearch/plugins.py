@@ -1,10 +1,13 @@
 """The one plug-in registry: named objects found by entry point, built-ins declared the same way, loaded on first use.
 
-Four registries use it, one per entry-point group:
+Five registries use it, one per entry-point group:
 
     toolsearch.backends        name -> a BackendSpec                  (toolsearch.backends)
     toolsearch.embedders       name -> a factory () -> Embedder       (toolsearch.embeddings)
-    toolsearch.session_stores  URL scheme -> a factory (url, *, ttl_seconds=None, **options) -> SessionStore
+    toolsearch.session_stores  URL scheme -> a SessionStoreSpec, or a factory (url, *, ttl_seconds=None,
+                               **options) -> SessionStore             (toolsearch.stores)
+    toolsearch.usage_stores    URL scheme -> a factory (url, *, path=None, **options) -> UsageStore
+                                                                      (toolsearch.stores)
     toolsearch.wire_formats    name -> a WireFormat                   (toolsearch.providers.registry)
 
 A built-in is an entry point too: the registry holds it as `(name, "module:attr")`, exactly what
@@ -40,7 +43,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-GROUPS = ("toolsearch.backends", "toolsearch.embedders", "toolsearch.session_stores", "toolsearch.wire_formats")
+GROUPS = (
+    "toolsearch.backends",
+    "toolsearch.embedders",
+    "toolsearch.session_stores",
+    "toolsearch.usage_stores",
+    "toolsearch.wire_formats",
+)
 _OWN_DISTRIBUTION = "toolsearch"
 _BUILT_IN = f"{_OWN_DISTRIBUTION} (built in)"
 

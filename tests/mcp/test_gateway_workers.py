@@ -34,6 +34,7 @@ from mcp_servers import (
     wait_until,
     write_config,
 )
+from plugin_site import DEMO, demo_entry_points, write_distribution
 from redis_server import RedisServer
 
 from toolsearch.store import IndexStore
@@ -388,7 +389,9 @@ async def test_workers_share_one_port_and_a_killed_worker_is_replaced(tmp_path: 
     [
         (("--workers", "2"), "--workers N needs a shared --session-store (redis://host:port/db)"),
         (("--session-store", "postgres://u:pw@db/x"),
-         "'postgres://db/x' is not a store this gateway knows; use memory or redis://"),
+         "--session-store is not a store this gateway knows: unknown session store URL 'postgres://***@db/x'; use "
+         "memory:// or redis://host:port/db (the known schemes: memory, redis, rediss, unix). A session store from "
+         "another package is found once that package is installed"),
     ],
 )
 def test_workers_need_a_shared_store(tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
@@ -400,6 +403,99 @@ def test_workers_need_a_shared_store(tmp_path: Path, flags: tuple[str, ...], mes
     assert done.returncode == 1
     assert message in done.stderr
     assert "pw@" not in done.stderr  # the password of a refused store URL is not echoed
+
+
+# --- session and usage stores from plug-ins --------------------------------------------------------------
+
+
+@pytest.fixture()
+def demo_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo plug-in installed for the gateway processes: its dist-info and its package on their PYTHONPATH."""
+    site = write_distribution(tmp_path / "site", "toolsearch-demo-backend", demo_entry_points())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(DEMO), os.environ.get("PYTHONPATH", "")]))
+
+
+def refused(config: Path, *flags: str) -> str:
+    done = subprocess.run(
+        gateway_argv(config, "--transport", "http", *flags), capture_output=True, text=True, env=gateway_env(),
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    return done.stderr
+
+
+async def test_the_gateway_serves_a_plugin_store_and_refuses_one_not_shared_for_workers(
+    tmp_path: Path, demo_plugin: None
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    # an unknown scheme lists every scheme the registry knows, the plug-in's included
+    assert "(the known schemes: memory, redis, rediss, unix, demo, demoredis)" in refused(
+        config, "--session-store", "postgres://u:pw@db/x"
+    )
+    # demo:// is a bare factory: a store of one process, which N workers cannot share
+    assert (
+        "--workers N needs a shared --session-store (redis://host:port/db): the demo:// store does not declare "
+        "itself shared between processes" in refused(config, "--workers", "2", "--session-store", "demo://x")
+    )
+    gateway = GatewayProcess(config, "--session-store", "demo://x", "--backend", "bm25")
+    try:
+        port = port_of(gateway.wait_ready(120))
+        async with connect([port]) as client:
+            assert "toy__echo" in await client.search("echo text back")
+            assert "plug-in" in text(await client.call("toy__echo", {"text": "plug-in"}))
+    finally:
+        gateway.stop()
+    assert "stateless, demo://x sessions" in gateway.stderr, gateway.stderr
+
+
+async def test_workers_share_sessions_and_usage_through_a_plugin_store(tmp_path: Path, demo_plugin: None) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis", password="s3cret-pw").start()
+    url = "demoredis://" + redis.url.split("://", 1)[1]
+    parent = GatewayProcess(config, "--session-store", url, "--workers", "2", "--backend", "bm25",
+                            "--index-dir", str(tmp_path / "indexes"))
+    try:
+        port = port_of(parent.wait_ready(180))
+        keys = redis.client()
+        async with connect([port], keepalive=False) as client:  # one connection per request: both workers serve
+            assert "toy__echo" in await client.search("echo text back")
+            for _ in range(6):
+                assert "shared" in text(await client.call("toy__echo", {"text": "shared"}))
+            # the plug-in's stores hold the session and the usage log, under the plug-in's own prefix
+            assert keys.keys("demo:session:*")
+        assert wait_until(lambda: keys.keys("demo:usage:*:entries"), 30)
+        assert not keys.keys("toolsearch:*")
+    finally:
+        parent.stop()
+        redis.stop()
+    assert f"stateless, demoredis://***@127.0.0.1:{redis.port}/0 sessions" in parent.stderr, parent.stderr
+    assert "s3cret" not in parent.stderr
+
+
+def test_the_start_up_log_shows_no_credential_of_any_configured_url(tmp_path: Path) -> None:
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis", password="s3cret-pw").start()
+    config = write_config(tmp_path / "servers.json", {
+        "toy": toy(),
+        # a bridge whose command line holds a URL with a password and a token; it exits before the handshake
+        "bridge": {"command": PY, "args": ["-c", "raise SystemExit(3)",
+                                           "https://alice:hunter2-pw@mcp.example.test/mcp?token=tok-123"]},
+        "remote": {"url": "http://alice:hunter2-pw@127.0.0.1:1/mcp?api_key=key-456", "startupTimeout": 5},
+    })
+    gateway = GatewayProcess(config, "--session-store", redis.url, "--backend", "bm25")
+    try:
+        gateway.wait_ready(120)
+        assert wait_until(lambda: "gateway ready" in gateway.stderr, 30)
+    finally:
+        gateway.stop()
+        redis.stop()
+    log = gateway.stderr
+    assert f"stateless, redis://***@127.0.0.1:{redis.port}/0" in log
+    assert "https://***@mcp.example.test/mcp?token=***` by hand" in log, log
+    assert "cannot reach http://***@127.0.0.1:1/mcp?api_key=***" in log, log
+    for secret in ("s3cret", "hunter2", "alice", "tok-123", "key-456"):
+        assert secret not in log, log
 
 
 # --- a deployment's own session header -----------------------------------------------------------------

@@ -130,3 +130,40 @@ def test_build_indexes_a_vscode_config(tmp_path: Path) -> None:
     built = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["tools"] >= 2  # get_current_time, convert_time
+
+
+# --- credentials written literally in a URL ------------------------------------------------------------------
+
+
+def test_a_password_or_token_written_in_a_url_is_never_described() -> None:
+    data = {"mcpServers": {
+        "remote": {"url": "https://alice:hunter2-pw@mcp.example.test:8443/mcp?token=tok-123&region=eu#frag-9"},
+        "bridge": {"command": "npx", "args": ["mcp-remote", "https://ghp_token-456@mcp.example.test/mcp?api_key=k-789"]},
+    }}
+    config = parse_config(data, environ={})
+    remote, bridge = config["remote"], config["bridge"]
+    assert remote.url == data["mcpServers"]["remote"]["url"]  # the connection itself uses the URL as written
+    assert remote.describe() == "https://***@mcp.example.test:8443/mcp?token=***&region=***#*** (http)"
+    assert bridge.describe() == "npx mcp-remote https://***@mcp.example.test/mcp?api_key=***"
+    shown = " ".join([remote.describe(), bridge.describe(), repr(remote), repr(bridge), repr(config)])
+    for secret in ("hunter2-pw", "alice", "tok-123", "frag-9", "ghp_token-456", "k-789"):
+        assert secret not in shown
+
+
+def test_the_repr_of_a_server_shows_no_header_or_env_value() -> None:
+    data = {"mcpServers": {
+        "remote": {"url": "https://mcp.example.test/mcp", "headers": {"Authorization": f"Bearer {SECRET}"}},
+        "local": {"command": "srv", "env": {"TOKEN": SECRET}},
+    }}
+    config = parse_config(data, environ={})
+    assert repr(config["remote"]) == "ServerConfig(name='remote', 'https://mcp.example.test/mcp (http)')"
+    assert SECRET not in repr(config)
+
+
+def test_a_refused_url_is_quoted_without_its_credentials() -> None:
+    data = {"mcpServers": {"remote": {"url": "ftp://alice:hunter2-pw@files.example.test/mcp?token=tok-123"}}}
+    with pytest.raises(MCPConfigError) as caught:
+        parse_config(data, environ={})
+    refused = "url must start with http:// or https://, got 'ftp://***@files.example.test/mcp?token=***'"
+    assert refused in str(caught.value)
+    assert "hunter2" not in str(caught.value) and "tok-123" not in str(caught.value)

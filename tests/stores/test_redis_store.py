@@ -161,7 +161,7 @@ def test_redis_down_is_a_clear_error_and_the_session_comes_back_with_its_data(tm
         with pytest.raises(SessionStoreError) as down:
             session.discover(["email_send"])
         message = str(down.value)
-        assert f"redis://127.0.0.1:{server.port}/0" in message and "reachable" in message
+        assert f"redis://***@127.0.0.1:{server.port}/0" in message and "reachable" in message
         assert "s3cret" not in message and "s3cret" not in repr(store)
         with pytest.raises(SessionStoreError):
             SessionManager(index, store=store).create("newcomer")
@@ -193,7 +193,7 @@ def test_an_unreachable_redis_at_start_is_a_clear_error(index: ToolIndex) -> Non
     from redis_server import free_port
 
     store = RedisSessionStore(f"redis://user:hunter2@127.0.0.1:{free_port()}/3", timeout=0.5)
-    with pytest.raises(SessionStoreError, match=r"redis://127\.0\.0\.1:\d+/3 failed to answer a ping") as error:
+    with pytest.raises(SessionStoreError, match=r"redis://\*\*\*@127\.0\.0\.1:\d+/3 failed to answer a ping") as error:
         store.ping()
     assert "hunter2" not in str(error.value)
 
@@ -291,7 +291,7 @@ def test_stores_from_urls(redis_server: RedisServer, index: ToolIndex) -> None:
     assert isinstance(store, RedisSessionStore) and store.prefix == "u:" and store.timeout == 2
     SessionManager(index, store=store).create("x")
     assert redis_server.client().exists("u:session:x")
-    with pytest.raises(SessionStoreError, match=r"unknown session store URL 'postgres://db:5432/x'; use memory://"):
+    with pytest.raises(SessionStoreError, match=r"unknown session store URL 'postgres://\*\*\*@db:5432/x'; use memory://"):
         store_from_url("postgres://admin:pw@db:5432/x")
     with pytest.raises(ValueError, match="timeout"):
         RedisSessionStore(redis_server.url, timeout=0)

@@ -10,7 +10,8 @@ Variables are expanded where the desktop clients expand them (Claude Code, Curso
   `TOOLSEARCH_INPUT_GITHUB_TOKEN`), else the input's `default`, else it is an error naming both;
 - `${userHome}` and `${workspaceFolder}` (VS Code, Cursor): the home folder, and the folder the
   config belongs to (the parent of a `.vscode` / `.cursor` folder holding it, else its own folder).
-Messages name a variable, never its value: a server is described by its settings as written.
+Messages name a variable, never its value: a server is described by its settings as written, its URLs
+redacted (`toolsearch._redact`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import MCPConfigError
+from .._redact import redacted_url, redacted_words
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -106,12 +108,17 @@ class ServerConfig:
     written: str | None = None
 
     def describe(self) -> str:
-        """A short human description for messages: as written, so no expanded variable, header or env value."""
-        if self.written is not None:
-            return self.written if self.transport == "stdio" else f"{self.written} ({self.transport})"
+        """A short human description for messages: as written, so no expanded variable, header or env value,
+        and every URL redacted (a password or token written literally in a URL stays out of messages and logs)."""
         if self.transport == "stdio":
-            return " ".join([self.command or "", *self.args]).strip()
-        return f"{self.url} ({self.transport})"
+            written = self.written if self.written is not None else " ".join([self.command or "", *self.args]).strip()
+            return redacted_words(written)
+        written = self.written if self.written is not None else self.url or ""
+        return f"{redacted_url(written)} ({self.transport})"
+
+    def __repr__(self) -> str:
+        # not the dataclass's: that one would print the URL, the headers and the env, credentials included
+        return f"ServerConfig(name={self.name!r}, {self.describe()!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +273,7 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
     url = _expand(entry.url, f"{where} url", environ)
     if not url.startswith(("http://", "https://")):
         # as written: the expanded URL may hold a variable's value
-        raise MCPConfigError(f"{where}: url must start with http:// or https://, got {entry.url!r}")
+        raise MCPConfigError(f"{where}: url must start with http:// or https://, got {redacted_url(entry.url)!r}")
     return ServerConfig(
         written=entry.url,
         name=name,

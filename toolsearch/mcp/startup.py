@@ -17,10 +17,11 @@ import anyio
 import anyio.to_thread
 
 from .._errors import SessionStoreError, ToolSearchError
+from .._redact import redacted_url
 from ..index import ToolIndex
 from ..stores import InMemorySessionStore, SessionStore
 from .gateway import Gateway
-from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings, is_memory
+from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings
 from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource, _leaf
 
@@ -57,15 +58,9 @@ def _warm(index: ToolIndex) -> None:
         logger.warning("the first search failed at start: %s", exc)
 
 
-def _redacted(url: str) -> str:
-    from ..stores.redis import redacted_url
-
-    return url if is_memory(url) else redacted_url(url)
-
-
 def open_store(settings: WorkerSettings) -> SessionStore | None:
     """The session store the settings name (None: the gateway's default in-memory store)."""
-    from ..stores import store_from_url
+    from ..stores import store_from_url, store_spec
 
     ttl = settings.session_ttl
     if not settings.shared_store:
@@ -75,8 +70,10 @@ def open_store(settings: WorkerSettings) -> SessionStore | None:
             else InMemorySessionStore(ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_sessions=10_000)
         )
     # More connections than the threads that may call the store at once (anyio's default limit is 40),
-    # so a burst of requests waits for Redis, not for a free connection.
-    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, max_connections=48)
+    # so a burst of requests waits for the store (Redis), not for a free connection.
+    pool = store_spec(settings.session_store).pool_option
+    options = {pool: 48} if pool is not None else {}
+    store = store_from_url(settings.session_store, ttl_seconds=ttl or DEFAULT_SESSION_TTL, **options)
     ping = getattr(store, "ping", None)
     if ping is not None:
         try:
@@ -145,7 +142,7 @@ async def _serve(
             len(source.ready),
             gateway.index.backend_name,
             why,
-            f"stateless, {_redacted(workers.session_store)}" if gateway.stateless else "per-connection",
+            f"stateless, {redacted_url(workers.session_store)}" if gateway.stateless else "per-connection",
         )
         if workers.shared_store:
             tg.start_soon(gateway.watch_catalog, workers.catalog_poll)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import ToolSearchError
-from ..stores.redis import REDIS_SCHEMES
+from .._errors import SessionStoreError, ToolSearchError
+from ..stores import SessionStoreSpec, store_spec, url_scheme
 from .gateway import reuse_port_socket
 from .settings import WorkerSettings
 from .startup import configure_logging
@@ -27,7 +27,6 @@ __all__ = ["add_worker_arguments", "worker_settings", "check_worker_arguments", 
 logger = logging.getLogger("toolsearch.mcp")
 
 STORE_VARIABLE = "TOOLSEARCH_SESSION_STORE"
-_STORE_SCHEMES = ("memory", *REDIS_SCHEMES)
 _READY_TIMEOUT = 120.0  # a worker builds or loads the index before it listens
 _RESTART_PAUSE = 1.0  # between restarts of a worker that keeps dying
 
@@ -38,8 +37,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--session-store",
         default=os.environ.get(STORE_VARIABLE) or "memory",
         metavar="URL",
-        help="where sessions live: memory (default; this process, one session per connection) or "
-        "redis://host:port/db (shared by every worker: any worker answers any request); a URL with a "
+        help="where sessions live: memory (default; this process, one session per connection), "
+        "redis://host:port/db (shared by every worker: any worker answers any request), or a scheme a "
+        "plug-in declares (docs/plugins.md); a URL with a "
         f"password is better given in ${STORE_VARIABLE}, which is read when this option is absent",
     )
     parser.add_argument(
@@ -93,18 +93,18 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         raise ToolSearchError(f"--workers must be at least 1, got {args.workers}")
     if args.workers > 1 and args.transport != "http":
         raise ToolSearchError("--workers N serves HTTP: add --transport http")
-    if args.workers > 1 and args.session_store in ("memory", "memory://"):
-        raise ToolSearchError(
-            "--workers N needs a shared --session-store (redis://host:port/db): with the memory store each "
-            "worker would keep its own sessions, and a client's next request could land on a worker that never saw it"
+    spec = _store_spec(args.session_store)
+    if args.workers > 1 and not spec.shared:
+        scheme = url_scheme(args.session_store)
+        why = (
+            "with the memory store each worker would keep its own sessions"
+            if scheme == "memory"
+            else f"the {scheme}:// store does not declare itself shared between processes (a plug-in says so "
+            "with toolsearch.stores.SessionStoreSpec(open, shared=True)), so each worker may keep its own sessions"
         )
-    scheme = args.session_store.split("://", 1)[0] if "://" in args.session_store else args.session_store
-    if scheme not in _STORE_SCHEMES:
-        from ..stores.redis import redacted_url
-
         raise ToolSearchError(
-            f"--session-store {redacted_url(args.session_store)!r} is not a store this gateway knows; "
-            "use memory or redis://host:port/db (rediss://, unix:///path/redis.sock)"
+            f"--workers N needs a shared --session-store (redis://host:port/db): {why}, and a client's next "
+            "request could land on a worker that never saw it"
         )
     if args.session_header is not None and args.transport != "http":
         raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
@@ -118,6 +118,14 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
     if args.catalog_poll <= 0:
         raise ToolSearchError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
+
+
+def _store_spec(url: str) -> SessionStoreSpec:
+    """The spec of the store `--session-store` names: a built-in or a plug-in of the session store registry."""
+    try:
+        return store_spec(url)
+    except SessionStoreError as exc:
+        raise ToolSearchError(f"--session-store is not a store this gateway knows: {exc}") from None
 
 
 def worker_settings(args: argparse.Namespace) -> WorkerSettings:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from .._errors import SessionStoreError
+from .._errors import SessionStoreError, UsageError
+from .._redact import redacted_url
 from ..plugins import PluginRegistry, callable_of
 from ._state import SCHEMA_VERSION, SessionState, SessionStore, StateUpdate, decode_state, encode_state
 from .memory import InMemorySessionStore
@@ -26,7 +27,11 @@ __all__ = [
     "decode_state",
     "encode_state",
     "SESSION_STORES",
+    "SessionStoreSpec",
+    "store_spec",
     "store_from_url",
+    "url_scheme",
+    "USAGE_STORES",
     "usage_store_from_url",
 ]
 
@@ -39,6 +44,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'toolsearch.stores' has no attribute {name!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class SessionStoreSpec:
+    """A session store scheme: how to open a store from a URL, and what a gateway must know about it.
+
+    - `open(url, *, ttl_seconds=None, **options)` returns the `SessionStore`; the spec is callable
+      the same way, so it stands wherever a bare factory does.
+    - `shared`: processes that open one URL see one set of sessions (Redis), so `mcp serve --workers N`
+      may use it; False for a store kept in the process that opened it (memory).
+    - `pool_option`: the option that sizes the store's connection pool (`max_connections` for Redis),
+      which the gateway sets above the number of threads that call the store at once; None when it has none.
+
+    A plug-in's entry point may name a bare factory instead: it is then taken as not shared.
+    """
+
+    open: Callable[..., SessionStore]
+    shared: bool
+    pool_option: str | None = None
+
+    def __call__(self, url: str, *, ttl_seconds: float | None = None, **options: Any) -> SessionStore:
+        return self.open(url, ttl_seconds=ttl_seconds, **options)
+
+
 def _memory(url: str, *, ttl_seconds: float | None = None, **options: Any) -> SessionStore:
     return InMemorySessionStore(ttl_seconds=ttl_seconds, **options)
 
@@ -49,14 +76,38 @@ def _redis(url: str, *, ttl_seconds: float | None = None, **options: Any) -> Ses
     return RedisSessionStore(url, ttl_seconds=ttl_seconds, **options)
 
 
+MEMORY = SessionStoreSpec(_memory, shared=False)
+REDIS = SessionStoreSpec(_redis, shared=True, pool_option="max_connections")
+
 # By URL scheme; the same list as pyproject.toml's [project.entry-points."toolsearch.session_stores"].
 SESSION_STORES: PluginRegistry[Callable[..., SessionStore]] = PluginRegistry(
     "session store",
     "toolsearch.session_stores",
-    [("memory", "toolsearch.stores:_memory"), *((scheme, "toolsearch.stores:_redis") for scheme in REDIS_SCHEMES)],
-    callable_of("(url, *, ttl_seconds=None, **options) that returns a SessionStore"),
+    [("memory", "toolsearch.stores:MEMORY"), *((scheme, "toolsearch.stores:REDIS") for scheme in REDIS_SCHEMES)],
+    callable_of("(url, *, ttl_seconds=None, **options) that returns a SessionStore, or a SessionStoreSpec"),
     error=SessionStoreError,
 )
+
+
+def url_scheme(url: str) -> str:
+    """The scheme a store URL names: `redis` of `redis://host/0`, and `memory` of a bare `memory`."""
+    return (url.split("://", 1)[0] if "://" in url else url).lower()
+
+
+def store_spec(url: str) -> SessionStoreSpec:
+    """The spec of the session store a URL names (a plug-in's bare factory as a store that is not shared).
+
+    An unknown scheme raises SessionStoreError listing the known ones and saying how a plug-in adds one.
+    """
+    scheme = url_scheme(url) if isinstance(url, str) else ""
+    found = SESSION_STORES.find(scheme) if scheme else None
+    if found is None:
+        shown = redacted_url(url) if isinstance(url, str) else url
+        raise SessionStoreError(
+            f"unknown session store URL {shown!r}; use memory:// or redis://host:port/db (the known schemes: "
+            f"{', '.join(SESSION_STORES.names())}). {SESSION_STORES.install_hint()}"
+        )
+    return found if isinstance(found, SessionStoreSpec) else SessionStoreSpec(found, shared=False)
 
 
 def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any) -> SessionStore:
@@ -66,39 +117,59 @@ def store_from_url(url: str, *, ttl_seconds: float | None = None, **options: Any
     `ttl_seconds` expires idle sessions in either store; other options go to the store's
     constructor (e.g. `prefix=`, `timeout=` for Redis, `max_sessions=` for memory).
     """
-    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-    factory = SESSION_STORES.find(scheme) if scheme else None
-    if factory is None:
-        from .redis import redacted_url
-
-        shown = redacted_url(url) if isinstance(url, str) else url
-        others = [f"{name}://" for name in SESSION_STORES.names() if name != "memory" and name not in REDIS_SCHEMES]
-        also = f" (or {', '.join(others)})" if others else ""
-        raise SessionStoreError(
-            f"unknown session store URL {shown!r}; use memory:// or redis://host:port/db{also}. "
-            f"{SESSION_STORES.install_hint()}"
-        )
-    store = factory(url, ttl_seconds=ttl_seconds, **options)
+    spec = store_spec(url)
+    store = spec(url, ttl_seconds=ttl_seconds, **options)
     if not isinstance(store, SessionStore):
-        raise SESSION_STORES.wrong_product(scheme, store, "a SessionStore (get, create, update, delete, ids, ...)")
+        raise SESSION_STORES.wrong_product(
+            url_scheme(url), store, "a SessionStore (get, create, update, delete, ids, ...)"
+        )
     return store
 
 
-def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
-    """The usage store beside a session store URL: Redis for a Redis URL (every worker shares the log
-    and its pending searches), else a FileUsageStore at `path` (processes sharing it merge), else memory.
-
-    `options` go to RedisUsageStore (e.g. `prefix=`, `timeout=`).
-    """
+def _local_usage(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
+    """The usage store of a process: the file at `path` (processes sharing it merge), else memory."""
     from ..usage import FileUsageStore, InMemoryUsageStore
 
-    scheme = urlsplit(url).scheme
-    if scheme in REDIS_SCHEMES:
-        from .usage_redis import RedisUsageStore
-
-        return RedisUsageStore(url, **options)
-    if scheme != "memory" and url != "memory":
-        from .redis import redacted_url
-
-        raise SessionStoreError(f"unknown usage store URL {redacted_url(url)!r}; use memory:// or redis://host:port/db")
     return FileUsageStore(path) if path is not None else InMemoryUsageStore()
+
+
+def _redis_usage(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
+    from .usage_redis import RedisUsageStore
+
+    return RedisUsageStore(url, **options)  # every worker shares the log and its pending searches: no file
+
+
+# By URL scheme, beside the session stores; the same list as [project.entry-points."toolsearch.usage_stores"].
+USAGE_STORES: PluginRegistry[Callable[..., UsageStore]] = PluginRegistry(
+    "usage store",
+    "toolsearch.usage_stores",
+    [("memory", "toolsearch.stores:_local_usage"), *((s, "toolsearch.stores:_redis_usage") for s in REDIS_SCHEMES)],
+    callable_of("(url, *, path=None, **options) that returns a UsageStore"),
+    error=UsageError,
+)
+
+
+def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
+    """The usage store beside a session store URL, by its scheme: Redis for a Redis URL (every worker
+    shares the log and its pending searches); memory's a FileUsageStore at `path` (processes sharing it
+    merge), else memory; or a scheme a plug-in declares under the `toolsearch.usage_stores` group.
+
+    A scheme that only names a session store (a plug-in without a usage store) keeps its usage log
+    the way memory's does. `options` go to the store (e.g. `prefix=`, `timeout=` for Redis).
+    """
+    from ..usage import UsageStore
+
+    scheme = url_scheme(url) if isinstance(url, str) else ""
+    factory = USAGE_STORES.find(scheme) if scheme else None
+    if factory is None and scheme and scheme in SESSION_STORES:
+        factory = _local_usage
+    if factory is None:
+        shown = redacted_url(url) if isinstance(url, str) else url
+        raise UsageError(
+            f"unknown usage store URL {shown!r}; use memory:// or redis://host:port/db (the known schemes: "
+            f"{', '.join(USAGE_STORES.names())}). {USAGE_STORES.install_hint()}"
+        )
+    store = factory(url, path=path, **options)
+    if not isinstance(store, UsageStore):
+        raise USAGE_STORES.wrong_product(scheme, store, "a UsageStore (load, save, delete)")
+    return store

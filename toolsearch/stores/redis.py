@@ -10,13 +10,14 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError, missing_dependency
+from .._redact import redacted_url
 from ._state import SessionState, StateUpdate, encode_state, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 """URL schemes of a Redis server: the session store, the usage store and the catalog board all take them."""
 
-__all__ = ["RedisSessionStore", "redacted_url"]
+__all__ = ["RedisSessionStore", "redacted_url"]  # redacted_url: its home is toolsearch._redact
 
 T = TypeVar("T")
 
@@ -43,19 +44,6 @@ else
 end
 return 1
 """
-
-
-def redacted_url(url: str) -> str:
-    """The URL without user name or password, for messages and logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 class RedisSessionStore:

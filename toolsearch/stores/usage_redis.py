@@ -8,8 +8,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import missing_dependency
+from .._redact import redacted_url
 from ..usage import Privacy, UsageEntry, UsageError, UsageLog
-from .redis import REDIS_SCHEMES, redacted_url
+from .redis import REDIS_SCHEMES
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 

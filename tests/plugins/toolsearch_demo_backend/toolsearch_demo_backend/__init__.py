@@ -1,4 +1,4 @@
-"""A third-party toolsearch plug-in for the tests: a backend, an embedder, a session store and a wire format."""
+"""A third-party toolsearch plug-in for the tests: a backend, an embedder, session and usage stores, a wire format."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import numpy as np
 from toolsearch import Hit, Ranking, Tool
 from toolsearch.backends import BackendSpec
 from toolsearch.providers import ToolCall, WireFormat
-from toolsearch.stores import InMemorySessionStore, SessionStore
+from toolsearch.stores import InMemorySessionStore, SessionStore, SessionStoreSpec
+from toolsearch.usage import UsageStore
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STATE = "words.json"
@@ -100,6 +101,28 @@ class HashEmbedder:
 def demo_store(url: str, *, ttl_seconds: float | None = None, **options: Any) -> SessionStore:
     """`demo://` sessions: an in-memory store (a real plug-in would reach its own database here)."""
     return InMemorySessionStore(ttl_seconds=ttl_seconds, **options)
+
+
+def _redis_url(url: str) -> str:
+    return "redis://" + url.split("://", 1)[1]
+
+
+def _shared_store(url: str, *, ttl_seconds: float | None = None, **options: Any) -> SessionStore:
+    """`demoredis://` sessions: in the Redis the URL names, under the plug-in's own key prefix."""
+    from toolsearch.stores import RedisSessionStore
+
+    return RedisSessionStore(_redis_url(url), ttl_seconds=ttl_seconds, prefix="demo:", **options)
+
+
+# A spec, not a bare factory: it says the store is shared between processes (so `--workers N` takes it).
+DEMO_REDIS = SessionStoreSpec(_shared_store, shared=True, pool_option="max_connections")
+
+
+def demo_redis_usage(url: str, *, path: str | None = None, **options: Any) -> UsageStore:
+    """The usage log beside `demoredis://` sessions, in the same Redis under the same prefix."""
+    from toolsearch.stores.usage_redis import RedisUsageStore
+
+    return RedisUsageStore(_redis_url(url), prefix="demo:", **options)
 
 
 def _upper_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
