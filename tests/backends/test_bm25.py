@@ -109,6 +109,14 @@ def test_non_english_and_symbols_do_not_raise(index: ToolIndex) -> None:
         "Look up the user's name and address",
         "1) book a flight 2) reserve a hotel",
         "and or not",
+        # a field name followed by a space is a label in prose, not a field restriction
+        "Please transcribe this record: Patient name: John Smith, Age: 35, Gender: Male",
+        "Calculate the heat exchanger's effectiveness with these parameters: flow rate 100 kg/s",
+        # an operator-looking word or two inside a long request does not make it a query language
+        "I need information about the ethics of artificial intelligence, then convert the logical "
+        "expression A AND B into conjunctive normal form and explain each step",
+        "Please compile the source code 'main.java' into machine code for the x86 architecture "
+        "with -O2 optimisation and tell me how long it took",
     ],
 )
 def test_sentences_are_plain(query: str) -> None:
@@ -129,6 +137,9 @@ def test_sentences_are_plain(query: str) -> None:
         "email OR sms",
         "NOT weather",
         "(send OR create) +email",
+        "name:",
+        "the weather tools namespace:weather",  # short: any mark counts
+        "+forecast -history description:daily name:weather tags:public OR hourly",  # long, mostly syntax
     ],
 )
 def test_lucene_attempts_are_recognised(query: str) -> None:

@@ -91,12 +91,19 @@ _NAME_TRIM = "\"'`.,;:!?()[]{}<>"
 # alone are not enough: requests quote names and values ('the "Wine Quality" dataset'), and on
 # such sentences the plain bag of words ranks better. `+"a phrase"` or `name:"..."` is Lucene.
 _LUCENE_HINT = re.compile(
-    r"""(?:^|[\s(])(?:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):"""  # a known field prefix
+    r"""(?:^|[\s(])(?:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):(?!\s)"""  # a field prefix
     r"""|(?:^|[\s(])[+-](?=[^\W\d_]|["(])"""  # +must / -not (not "-5" or "x - y")
     r"""|(?:^|[\s(:])[^\W_]+~\d?(?=$|[\s)])"""  # fuzzy word~ / word~1
     r"""|(?:^|[\s(:])[^\W_]+\*(?=$|[\s)])"""  # prefix word* (not "\n* item")
     r"""|(?:^|\s)(?:AND|OR|NOT|&&|\|\|)(?=\s)"""  # boolean operators, upper case only
 )
+
+
+# What a scored term query reads of its postings: BM25 needs a word's frequency, not its
+# positions (only phrases do), and opening the positions too costs a few percent per search.
+_SCORED = "freq"
+# A query with fewer syntax marks than one per this many words is a sentence (see looks_like_lucene).
+_WORDS_PER_MARK = 8
 
 
 def split_words(text: str) -> str:
@@ -296,8 +303,18 @@ class _Parser:
 
 
 def looks_like_lucene(query: str) -> bool:
-    """True when the query uses Lucene syntax rather than being a plain sentence."""
-    return _LUCENE_HINT.search(query) is not None
+    """True when the query uses Lucene syntax rather than being a plain sentence.
+
+    A known field followed by a space ("Patient name: John") is prose, and so is a long request
+    with an operator-looking word or two in it ("a logical expression A AND B", "compile with
+    -O2"): someone writing Lucene writes mostly words and operators, so one mark in every
+    `_WORDS_PER_MARK` words or more makes a query Lucene, and any mark in a short one.
+    """
+    marks = sum(1 for _ in _LUCENE_HINT.finditer(query))
+    if not marks:
+        return False
+    words = len(query.split())
+    return words <= _WORDS_PER_MARK or marks * _WORDS_PER_MARK >= words
 
 
 # --- the backend ------------------------------------------------------------------------------
@@ -600,7 +617,7 @@ class Bm25Backend:
         term_query, boost_query = tantivy.Query.term_query, tantivy.Query.boost_query
         made = []
         for fld, boost in targets:
-            q = term_query(self._schema, fld, token)
+            q = term_query(self._schema, fld, token, _SCORED)
             made.append(q if boost == 1.0 else boost_query(q, boost))
         return tuple(made)
 
@@ -671,7 +688,7 @@ class Bm25Backend:
                         else Q.boolean_query([(tantivy.Occur.Must, p) for p in per_token])
                     )
                 elif len(tokens) == 1:
-                    q = Q.term_query(schema, fld, tokens[0])
+                    q = Q.term_query(schema, fld, tokens[0], _SCORED)
                 else:
                     words = list[str | tuple[int, str]](self._positions(lit.text))
                     q = Q.phrase_query(schema, fld, words, lit.slop)
