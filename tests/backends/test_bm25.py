@@ -438,3 +438,53 @@ def test_subsets_rank_exactly_as_the_whole_query_filtered(variants_bm25: ToolInd
     for query in ["get the weather forecast", names[10], f"call {names[11]} for the current weather", "get"]:
         expected = [(n, s) for n, s in _whole_ranking(index, query, len(names)) if n in allowed][:8]
         assert [(h.name, h.score) for h in index.backend.search(query, 8, allowed).hits] == expected, query
+
+
+# --- the bound on a query's work -----------------------------------------------------------------
+
+
+def _common_word_catalog() -> list[Tool]:
+    """200 tools that all fetch records, a few about invoices: `fetch` and `record` are in every tool."""
+    topics = ["invoice", "weather", "shipment", "payroll"]
+    return [_tool(f"tool_{i}", f"Fetch a record about {topics[i % 4]} number {i}.") for i in range(200)]
+
+
+def test_a_search_past_the_postings_bound_leaves_out_its_commonest_words(tmp_path: Path) -> None:
+    tools = _common_word_catalog()
+    exact = ToolIndex.build(tools, backend="bm25", max_postings=None)
+    bounded = ToolIndex.build(tools, backend="bm25", max_postings=300)
+    query = "Please FETCH the invoice records"
+    full = exact.search(query, 10)
+    assert not full.notes
+    result = bounded.search(query, 10)
+    # "fetch" and "record" hold 200 postings in each of two fields: both give way, "invoice" stays
+    assert len(result.notes) == 1, result.notes
+    note = result.notes[0]
+    assert "most common words (FETCH, records;" in note and "100% or more of the 200 tools" in note, note
+    assert "300 postings" in note
+    assert [(h.name, h.score) for h in result.hits] == [(h.name, h.score) for h in exact.search("invoice", 10).hits]
+    # the rare word ranks as it did: the top tools are the invoice ones either way
+    assert set(result.names) == set(full.names) == {f"tool_{i}" for i in range(0, 40, 4)}
+    # a query of common words only keeps one of them
+    only_common = bounded.search("fetch record", 5)
+    assert only_common.names and len(only_common.notes) == 1
+    # the bound is part of the index: saved and loaded, it still applies
+    loaded = ToolIndex.load(bounded.save(tmp_path / "bounded"))
+    assert loaded.search(query, 10).notes == result.notes
+    assert bounded.key != exact.key
+
+
+def test_the_default_bound_is_far_above_real_catalogs(datasets_dir: Path) -> None:
+    """Within the bound the search is exact: the default leaves every shared data set's requests whole."""
+    tools = load_tools(datasets_dir / "seal_tools" / "tools.jsonl")
+    index = ToolIndex.build(tools, backend="bm25")
+    for q in load_queries(datasets_dir / "seal_tools" / "queries.jsonl", limit=200, seed=0):
+        assert not index.search(q.query[:1000], 10).notes, q.query
+    assert "max_postings" not in index.backend.describe()  # the default is not written: older keys stay
+
+
+def test_max_postings_is_validated() -> None:
+    for wrong in (0, -5, 2.5, "many", True):
+        with pytest.raises(BackendError, match="max_postings must be a whole number >= 1 or None"):
+            bm25.create(max_postings=wrong)
+    assert bm25.create(max_postings=None).describe()["max_postings"] is None

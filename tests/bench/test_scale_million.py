@@ -163,6 +163,9 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     assert row["bm25"]["tools"] == 3_000 and row["bm25"]["queries"]["timed"] == 20
     assert row["bm25"]["index_bytes"] > row["bm25"]["tools_file_bytes"] > 0
     assert row["bm25_load"]["queries"]["timed"] == 20
+    # the bound on a query's work is compared with the exact search; 3,000 tools are far within it
+    bound = row["bm25_load"]["bound"]
+    assert bound["over"] == 0 and bound["timed"] == 20 and bound["exact_queries"]["timed"] == 20
     assert row["vector"]["index_kind"] == "ivf" and 0.5 <= row["vector"]["recall_at_10"] <= 1.0
     assert [s["nprobe"] for s in row["vector"]["recall_sweep"]][:2] == [8, 16]
     assert set(report["analysis"]["targets"]) == {
@@ -178,6 +181,7 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     text = render_markdown(report, "toolsearch bench scale --million --sizes 3000")
     assert "| 3,000 | ivf, nlist" in text and "recall@10" in text
     assert "query p50 / p95 / p99 ms" in text and "bm25 query p95 ≤ 15 ms" in text
+    assert "| 3,000 | 0 of 20 | 0 / 0 |" in text and "`max_postings=None` (exact)" in text
     write_report(tmp_path / "out", "million", report, text, quiet=True)  # as `bench scale --million` writes it
     written = (tmp_path / "out" / "million.md").read_text()
     assert "- Load average at start (1/5/15 min): [" in written

@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - tantivy is a core dependency
     raise MissingDependencyError("tantivy is not installed; run: pip install toolsearch") from None
 
-__all__ = ["Bm25Backend", "create", "load", "DEFAULT_BOOSTS", "QUERY_FIELDS"]
+__all__ = ["Bm25Backend", "create", "load", "DEFAULT_BOOSTS", "DEFAULT_MAX_POSTINGS", "QUERY_FIELDS"]
 
 LAYOUT_VERSION = 1
 LAYOUT_FILE = "bm25.json"
@@ -53,6 +53,10 @@ DEFAULT_BOOSTS: dict[str, float] = {
     "tags": 0.6,
 }
 DEFAULT_EXACT_NAME_BOOST = 8.0
+# The most postings a plain query reads (summed over its words and fields) before its commonest
+# words give way; see Bm25Backend._within_budget. Real catalogs of thousands of tools stay far
+# below it (the most any request of the shared data sets reads is 34,610, in seal_tools' 4,076).
+DEFAULT_MAX_POSTINGS = 2_000_000
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
@@ -373,6 +377,7 @@ class Bm25Backend:
         *,
         boosts: Mapping[str, float] | None = None,
         exact_name_boost: float = DEFAULT_EXACT_NAME_BOOST,
+        max_postings: int | None = DEFAULT_MAX_POSTINGS,
         _folder: Path | None = None,
     ) -> None:
         merged = dict(DEFAULT_BOOSTS)
@@ -384,8 +389,12 @@ class Bm25Backend:
             merged[key] = float(value)
         if isinstance(exact_name_boost, bool) or not isinstance(exact_name_boost, int | float) or exact_name_boost < 0:
             raise BackendError(f"exact_name_boost must be a number >= 0, got {exact_name_boost!r}")
+        if max_postings is not None and (isinstance(max_postings, bool) or not isinstance(max_postings, int)
+                                         or max_postings < 1):
+            raise BackendError(f"max_postings must be a whole number >= 1 or None (no bound), got {max_postings!r}")
         self._boosts = merged
         self._exact_boost = float(exact_name_boost)
+        self._max_postings = max_postings
         self._fields = [(f, b) for f, b in merged.items() if b > 0]
         self._analyzer = _analyzer()
         self._filler = frozenset(self._analyzer.analyze(FILLER_WORDS))
@@ -395,7 +404,8 @@ class Bm25Backend:
         self._filters: OrderedDict[frozenset[str], Any] = OrderedDict()
         # A word's boosted term queries over the fields that hold it, made once per searcher: building
         # them is most of a query's compile time (queries are immutable, so searches share them).
-        self._term_cache: tuple[Any, dict[str, tuple[Any, ...]]] = (None, {})
+        # With them, how many postings the word holds over those fields (what reading it costs).
+        self._term_cache: tuple[Any, dict[str, tuple[tuple[Any, ...], int]]] = (None, {})
         self._index: Any = None
         self._writer: Any = None
         self._searcher: Any = None
@@ -407,7 +417,10 @@ class Bm25Backend:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        return {"boosts": dict(self._boosts), "exact_name_boost": self._exact_boost}
+        out: dict[str, Any] = {"boosts": dict(self._boosts), "exact_name_boost": self._exact_boost}
+        if self._max_postings != DEFAULT_MAX_POSTINGS:  # only when set: older descriptions stay as they were
+            out["max_postings"] = self._max_postings
+        return out
 
     def _open(self, folder: Path, *, private: bool) -> None:
         index = tantivy.Index.open(str(folder))
@@ -555,12 +568,13 @@ class Bm25Backend:
                 group = _Parser(query).parse()
             except _SyntaxProblem as problem:
                 note = f"query syntax not understood ({problem}); searched its words as plain text instead"
-                return self._plain(query, searcher), (note,)
+                compiled, notes = self._plain(query, searcher)
+                return compiled, (note, *notes)
             compiled = self._group(group)
             if compiled is None and any(occur == "not" for occur, _ in group.clauses):
                 return None, ("the query only excludes words; add at least one word to search for",)
             return (None if compiled is None else _Compiled(compiled)), ()
-        return self._plain(query, searcher), ()
+        return self._plain(query, searcher)
 
     # --- query building -----------------------------------------------------------------------
 
@@ -591,8 +605,8 @@ class Bm25Backend:
             out.extend(self._term_queries(token, targets))
         return out
 
-    def _present_terms(self, tokens: Sequence[str], searcher: Any) -> list[Any]:
-        """The term queries of `tokens` over every field, leaving out the fields where a word has no postings.
+    def _present_terms(self, tokens: Sequence[str], searcher: Any) -> list[tuple[str, tuple[Any, ...], int]]:
+        """Each word's term queries over the fields that hold it, and how many postings those hold.
 
         A (word, field) pair no tool has adds nothing to any score, but tantivy would still look it up
         in every segment, twice; in long requests nearly half the pairs are such. Which pairs exist
@@ -602,16 +616,55 @@ class Bm25Backend:
         if held is not searcher:
             cache = {}
             self._term_cache = (searcher, cache)
-        out: list[Any] = []
+        out = []
         for token in tokens:
-            queries = cache.get(token)
-            if queries is None:
+            entry = cache.get(token)
+            if entry is None:
                 if len(cache) >= _TERM_CACHE_SIZE:  # a bounded cache: start afresh rather than grow
                     cache.clear()
-                fields = [(fld, boost) for fld, boost in self._fields if searcher.doc_freq(fld, token)]
-                queries = cache[token] = self._term_queries(token, fields)
-            out.extend(queries)
+                counts = [(fld, boost, searcher.doc_freq(fld, token)) for fld, boost in self._fields]
+                fields = [(fld, boost) for fld, boost, count in counts if count]
+                entry = cache[token] = (self._term_queries(token, fields), sum(count for *_, count in counts))
+            out.append((token, *entry))
         return out
+
+    def _within_budget(
+        self, words: list[tuple[str, tuple[Any, ...], int]]
+    ) -> tuple[list[tuple[str, tuple[Any, ...], int]], list[str]]:
+        """The words to search, and those left out so the query reads at most `max_postings` postings.
+
+        tantivy's block-max WAND skips postings that cannot reach the top k, but a long request's
+        commonest words (at a million tools, "retrieve" is in 70% of them) still make it read
+        millions: the tail of bm25's latency. Those words weigh least in every score (BM25's idf
+        falls with a word's share of the catalog), so they give way first, commonest first, until
+        the rest is within the bound; the last word always stays. Within the bound (every request
+        of the shared data sets, by 58 times or more) the search is exact; the ranking's notes name
+        what was left out.
+        """
+        total = sum(count for *_, count in words)
+        if self._max_postings is None or total <= self._max_postings:
+            return words, []
+        left_out: set[str] = set()
+        for token, _, count in sorted(words, key=lambda word: -word[2]):
+            if total <= self._max_postings or len(left_out) == len(words) - 1:
+                break
+            left_out.add(token)
+            total -= count
+        return [word for word in words if word[0] not in left_out], [w for w, *_ in words if w in left_out]
+
+    def _left_out_note(self, query: str, left_out: Sequence[str], searcher: Any) -> str:
+        """What the ranking says about words `_within_budget` left out, in the request's own spelling."""
+        stems = set(left_out)
+        shown = dict.fromkeys(
+            word.strip(_NAME_TRIM) for word in query.split() if stems & set(self._analyzer.analyze(split_words(word)))
+        )
+        share = min(searcher.doc_freq("all", token) for token in left_out) / max(int(searcher.num_docs), 1)
+        listed = ", ".join([w for w in shown if w][:6]) or ", ".join(left_out)
+        return (
+            f"searched without its most common words ({listed}; each is in {share:.0%} or more of the "
+            f"{int(searcher.num_docs):,} tools), which weigh least, so the search reads at most "
+            f"{self._max_postings:,} postings"
+        )
 
     def _term_queries(self, token: str, targets: Sequence[tuple[str, float]]) -> tuple[Any, ...]:
         term_query, boost_query = tantivy.Query.term_query, tantivy.Query.boost_query
@@ -621,19 +674,21 @@ class Bm25Backend:
             made.append(q if boost == 1.0 else boost_query(q, boost))
         return tuple(made)
 
-    def _plain(self, query: str, searcher: Any) -> _Compiled | None:
+    def _plain(self, query: str, searcher: Any) -> tuple[_Compiled | None, tuple[str, ...]]:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
         tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
+        words, left_out = self._within_budget(self._present_terms(tokens, searcher))
+        notes = (self._left_out_note(query, left_out, searcher),) if left_out else ()
         # When no tool has any of the words, the plain terms still run (and find nothing), so the
         # ranking's note says no tool matched rather than that the query had no words.
-        terms = self._present_terms(tokens, searcher) or self._terms(tokens[:1], self._fields)
+        terms = [q for _, queries, _ in words for q in queries] or self._terms(tokens[:1], self._fields)
         # Only names some tool has: a name no tool has adds nothing to any score, and without any the
         # second query is not run at all (a term lookup costs about a microsecond, the query 0.5 ms).
         candidates = dict.fromkeys(c.strip(_NAME_TRIM).lower() for c in [query, *query.split()])
         names = self._exact_name([c for c in candidates if c and searcher.doc_freq("name_exact", c)])
         if not terms:
-            return None if names is None else _Compiled(names)
-        return _Compiled(_any_of(terms), names, tuple(terms))
+            return (None if names is None else _Compiled(names)), notes
+        return _Compiled(_any_of(terms), names, tuple(terms)), notes
 
     def _bag(self, tokens: Sequence[str], name_candidates: Sequence[str]) -> Any | None:
         subqueries = self._terms(tokens, self._fields)
@@ -741,7 +796,7 @@ def _iter_layout_problems(folder: Path) -> Iterator[str]:
         yield f"{TANTIVY_DIR}/meta.json is missing"
 
 
-_OPTIONS = ("boosts", "exact_name_boost")
+_OPTIONS = ("boosts", "exact_name_boost", "max_postings")
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
