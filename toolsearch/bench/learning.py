@@ -8,8 +8,11 @@ labelled tools; then the test queries are searched with the plain backend and th
 LearningIndex, in one run. A noisy variant replaces 20% of the history's calls by a random wrong
 tool. The *distinct* protocol takes out paraphrases: its history is the 50% history without
 near-identical requests (see `distinct`), and its test queries are those near-identical to no
-query of the 50% history. A latency part measures what learning adds to one search at 10,000
-tools with a 100,000-entry log. Writes `<out>/<name>.md` and `<out>/<name>.json`.
+query of the 50% history. Every learned row also gets what its log allows (see `ceilings`): the
+share of test queries and of their (query, tool) pairs whose tool the history called, and the
+gain an oracle that moves those tools to the top of the backend's ranking would get. A latency
+part measures what learning adds to one search at 10,000 tools with a 100,000-entry log. Writes
+`<out>/<name>.md` and `<out>/<name>.json`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,9 @@ NOISE_TOLERANCE = 0.01
 # hotel in rome for me" and "find me a hotel in paris" are not (0.44).
 NEAR_IDENTICAL = 0.5
 TARGET_DISTINCT = 0.03
+# The depth of the re-ranker ceiling: tools the backend ranks this high are within reach of a re-ranker
+# of its shown list (a learner that can also add voted tools is bounded by the unrestricted ceiling).
+CEILING_DEPTH = 50
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +151,53 @@ def history_calls(
     return out
 
 
+def oracle_ranking(
+    ranked: Sequence[str], relevant: Collection[str], seen: Collection[str], within: Collection[str] | None = None
+) -> list[str]:
+    """`ranked` with every relevant tool of `seen` (and of `within`, when given) moved to the top.
+
+    The moved tools keep `ranked`'s order among them, those it lacks follow them (in name order;
+    all are relevant, so their order changes no metric), and the rest keep their order below.
+    """
+    movable = {t for t in relevant if t in seen and (within is None or t in within)}
+    listed = set(ranked)
+    top = [t for t in ranked if t in movable] + sorted(movable - listed)
+    return top + [t for t in ranked if t not in movable]
+
+
+def ceilings(
+    test: Sequence[Any], base: Sequence[Sequence[str]], deep: Sequence[Sequence[str]], seen: Collection[str]
+) -> dict[str, float]:
+    """What a log whose calls reached the tools in `seen` allows a learner to gain on `test`.
+
+    `base` is the backend's ranking of each test query (the one *no learning* scores), `deep` its
+    top CEILING_DEPTH. Coverage: the share of test queries with at least one relevant tool in
+    `seen`, and of relevant (query, tool) pairs. Ceiling: the nDCG@10 gain of `oracle_ranking` over
+    `base`, the most any learner that only promotes tools the history called can get; the re-ranker
+    ceiling moves only those in `deep` (a re-ranker of the backend's top CEILING_DEPTH).
+    """
+    from ..evaluation import ndcg_at
+
+    n = len(test) or 1
+    pairs = sum(len(set(q.relevant)) for q in test) or 1
+    plain = oracle = reranked = 0.0
+    covered = covered_pairs = 0
+    for q, ranked, shown in zip(test, base, deep, strict=True):
+        relevant = set(q.relevant)
+        hit = relevant & set(seen)
+        covered += bool(hit)
+        covered_pairs += len(hit)
+        plain += ndcg_at(ranked, relevant, K)
+        oracle += ndcg_at(oracle_ranking(ranked, relevant, seen), relevant, K)
+        reranked += ndcg_at(oracle_ranking(ranked, relevant, seen, {*shown, *ranked}), relevant, K)
+    return {
+        "covered_queries": round(covered / n, 4),
+        "covered_pairs": round(covered_pairs / pairs, 4),
+        "ceiling_delta_nDCG@10": round((oracle - plain) / n, 4),
+        "rerank_ceiling_delta_nDCG@10": round((reranked - plain) / n, 4),
+    }
+
+
 def _rankings(search: Callable[[str], Any], queries: Sequence[Any]) -> tuple[list[list[str]], list[Any], list[float]]:
     rankings, results, latencies = [], [], []
     for q in queries:
@@ -164,14 +217,18 @@ def _metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[
 
 def _learned_row(
     index: Any, history: Sequence[Any], test: Sequence[Any], tool_names: list[str], shown: dict[str, list[str]],
-    *, noise: float, seed: int,
+    base: Sequence[Sequence[str]], deep: Sequence[Sequence[str]], *, noise: float, seed: int,
 ) -> tuple[dict[str, Any], list[Any]]:
-    """Replay `history` (each query with what the backend showed for it) and search `test` through learning."""
+    """Replay `history` (each query with what the backend showed for it) and search `test` through learning;
+    `base` and `deep` are the backend's rankings of `test` (see `ceilings`)."""
     from ..learning import LearnedRanker, LearningIndex
     from ..usage import UsageLog
 
-    usage = UsageLog(privacy="hashed")
-    for query, tool in history_calls(history, len(history), tool_names, noise=noise, seed=seed):
+    # A salt fixed by the seed: the hashed words order each query's terms, so a random salt changes the
+    # order floating-point votes are summed in, and near-ties (and so a few figures, by 0.001) with it.
+    usage = UsageLog(privacy="hashed", salt=f"{seed:032x}")
+    calls = history_calls(history, len(history), tool_names, noise=noise, seed=seed)
+    for query, tool in calls:
         usage.add(query, tool, shown[query])
     ranker = LearnedRanker(usage, refresh_seconds=0)
     learning = LearningIndex(index, ranker)
@@ -181,7 +238,8 @@ def _learned_row(
                            **_metrics(rankings, test), "query_ms_p50": round(percentile(lat, 50), 3),
                            # a string for "never" (JSON has no infinity)
                            "prior": None if calibration is None else f"{calibration.prior:g}",
-                           "calibrated_on": None if calibration is None else calibration.searches}
+                           "calibrated_on": None if calibration is None else calibration.searches,
+                           **ceilings(test, base, deep, {tool for _, tool in calls})}
     return row, results
 
 
@@ -194,6 +252,8 @@ def _replay(
                         "query_ms_p50": round(percentile(base_lat, 50), 3)}
     }
     log(f"[{label}] no learning: nDCG@10={rows['no learning']['nDCG@10']:.3f} R@5={rows['no learning']['R@5']:.3f}")
+    # The backend's top CEILING_DEPTH of each test query, for the re-ranker ceiling only.
+    deep_rankings = [index.search(q.query[:1000], CEILING_DEPTH).names for q in test]
     largest = min(round(max(FRACTIONS) * sample), len(pool))
     # What a search of each history query showed: the log keeps it, and the ranker calibrates on it.
     shown = {q.query: index.search(q.query[:1000], K).names for q in pool[:largest]}
@@ -208,7 +268,8 @@ def _replay(
     for fraction in FRACTIONS:
         count = min(round(fraction * sample), len(pool))
         for noise in (0.0, NOISE) if fraction > 0 else (0.0,):
-            row, results = _learned_row(index, pool[:count], test, tool_names, shown, noise=noise, seed=seed)
+            row, results = _learned_row(index, pool[:count], test, tool_names, shown, base_rankings, deep_rankings,
+                                        noise=noise, seed=seed)
             row["history_fraction"] = fraction
             if fraction == 0:
                 row["identical_to_no_learning"] = all(
@@ -219,12 +280,13 @@ def _replay(
     history = distinct(pool[:largest])
     kept = distinct(test, pool[:largest])
     positions = {id(q): i for i, q in enumerate(test)}
-    base = {"history": 0, "noise": 0.0, "test_queries": len(kept),
-            **_metrics([base_rankings[positions[id(q)]] for q in kept], kept)}
+    kept_base = [base_rankings[positions[id(q)]] for q in kept]
+    kept_deep = [deep_rankings[positions[id(q)]] for q in kept]
+    base = {"history": 0, "noise": 0.0, "test_queries": len(kept), **_metrics(kept_base, kept)}
     rows["distinct: no learning"] = base
     log(f"[{label}] distinct: {len(history)} of {largest} history queries, {len(kept)} of {len(test)} test queries")
     for noise in (0.0, NOISE):
-        row, _ = _learned_row(index, history, kept, tool_names, shown, noise=noise, seed=seed)
+        row, _ = _learned_row(index, history, kept, tool_names, shown, kept_base, kept_deep, noise=noise, seed=seed)
         row["test_queries"] = len(kept)
         add(f"distinct: {max(FRACTIONS):.0%} history" + (f", {noise:.0%} wrong" if noise else ""), row, base)
     return rows
@@ -380,7 +442,7 @@ def run(
         "machine": machine_info(),
         "settings": {
             "test": test_size, "seed": seed, "k": K, "backends": list(backends), "fractions": list(FRACTIONS),
-            "noise": NOISE, "near_identical_jaccard": NEAR_IDENTICAL,
+            "noise": NOISE, "near_identical_jaccard": NEAR_IDENTICAL, "ceiling_depth": CEILING_DEPTH,
             "ranker": {
                 "weight": DEFAULT_WEIGHT, "prior": "calibrated", "uncalibrated_prior": DEFAULT_PRIOR,
                 "prior_grid": [str(p) for p in PRIOR_GRID], "min_calibration": MIN_CALIBRATION,
@@ -465,7 +527,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Each data set's queries are shuffled with `random.Random({s['seed']})`; the last {s['test']} (at most "
         "half the set) are the test set, the same for every row. History is the first 0%, 10%, 25% or 50% of "
         "the data set's queries (the test queries are never history). A history query is "
-        "replayed as one successful call of each of its labelled tools into a `UsageLog` (privacy \"hashed\"); "
+        "replayed as one successful call of each of its labelled tools into a `UsageLog` (privacy \"hashed\", "
+        "its salt fixed by the seed, so a rerun gives the same figures); "
         f"the noisy rows replace {s['noise']:.0%} of those calls by a random wrong tool. Every row searches the "
         f"same test queries through `LearningIndex(index, log).search(query, {s['k']})`; *no learning* is "
         f"`index.search` on the same index. The *distinct* rows take out paraphrases: their history is the 50% "
@@ -473,7 +536,16 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{s.get('near_identical_jaccard', NEAR_IDENTICAL)} over the query's distinct words), and their test "
         "queries are the test queries near-identical to no query of the 50% history; their baseline is *distinct: "
         "no learning*, the plain search of those test queries. *prior* is the one the ranker calibrated on the "
-        "log (inf: learning off). Ranker settings (the same for every data set): "
+        "log (inf: learning off). *What the log allows* (one table per backend) bounds each learned row: "
+        "*coverage* is the share of its test queries with at least one relevant tool that its history called "
+        "(noisy rows: the calls the log got, wrong ones included), then the share of relevant (query, tool) "
+        "pairs whose tool the history called; the *ceiling* is the nDCG@10 of an oracle that moves every "
+        "relevant tool the history called to the top of the backend's ranking (keeping the backend's order "
+        "among them and among the rest), minus the backend's nDCG@10: the largest gain of any learner that "
+        "can only promote tools the history called; *top " + str(s.get("ceiling_depth", CEILING_DEPTH)) + "* is "
+        "the same oracle moving only those tools the backend ranks in its top " +
+        str(s.get("ceiling_depth", CEILING_DEPTH)) + ", what a re-ranker of its list can reach; *gained* is the "
+        "row's Δ nDCG@10 and its share of the ceiling. Ranker settings (the same for every data set): "
         f"{s['ranker']}. "
         f"Run time {report.get('elapsed_s', 0):.0f} s."
     )
@@ -509,6 +581,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 cells.append(cell)
             lines.append(f"| {row} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += _ceiling_table(report, backend, names)
     if report.get("latency"):
         lines += ["## Latency at scale", ""]
         lines.append(
@@ -537,6 +610,27 @@ def render_markdown(report: dict[str, Any]) -> str:
                              f"**{r['cpu_added_ms_p50']}** | {r['cpu_signal_ms_p50']} / {r['cpu_signal_ms_p95']} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _ceiling_table(report: dict[str, Any], backend: str, names: Sequence[str]) -> list[str]:
+    """The coverage and ceilings of each learned row (reports from before they existed have none)."""
+    per = {n: report["datasets"][n]["backends"][backend] for n in names}
+    rows = [row for row, r in per[names[0]].items() if "covered_queries" in r] if names else []
+    if not rows:
+        return []
+    depth = report["settings"].get("ceiling_depth", CEILING_DEPTH)
+    lines = [f"### {backend}: what the log allows (coverage queries / pairs; ceiling Δ nDCG@10 all / top {depth}; "
+             "gained)", "", "| history | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for row in rows:
+        cells = []
+        for n in names:
+            r = per[n][row]
+            ceiling, gained = r["ceiling_delta_nDCG@10"], r["delta_nDCG@10"]
+            share = f" ({gained / ceiling:.0%})" if ceiling > 0 else ""
+            cells.append(f"{r['covered_queries']:.0%} / {r['covered_pairs']:.0%}; {ceiling:+.3f} / "
+                         f"{r['rerank_ceiling_delta_nDCG@10']:+.3f}; {gained:+.3f}{share}")
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def render_summary(report: dict[str, Any]) -> str:
