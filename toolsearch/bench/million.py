@@ -32,6 +32,8 @@ NPROBE_SWEEP = (8, 16, 32, 48, 64, 128)
 TARGETS = {
     "bm25_p50_ms": 5.0,
     "bm25_p95_ms": 15.0,
+    "bm25_p50_loaded_ms": 5.0,  # the same targets in a fresh process that loaded the index (a server, a CLI query)
+    "bm25_p95_loaded_ms": 15.0,
     "bm25_load_s": 3.0,
     "bm25_load_100000_s": 0.5,  # judged on the 100,000-tool row: run with --sizes 100000,1000000
     "vector_p50_ms": 10.0,
@@ -365,6 +367,8 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
         "targets": {
             "bm25_p50_ms": check((bm25.get("queries") or {}).get("p50_ms"), TARGETS["bm25_p50_ms"]),
             "bm25_p95_ms": check((bm25.get("queries") or {}).get("p95_ms"), TARGETS["bm25_p95_ms"]),
+            "bm25_p50_loaded_ms": check((load.get("queries") or {}).get("p50_ms"), TARGETS["bm25_p50_loaded_ms"]),
+            "bm25_p95_loaded_ms": check((load.get("queries") or {}).get("p95_ms"), TARGETS["bm25_p95_loaded_ms"]),
             "bm25_load_s": check(load.get("load_s"), TARGETS["bm25_load_s"]),
             "bm25_load_100000_s": check(load_100k.get("load_s"), TARGETS["bm25_load_100000_s"]),
             "vector_p50_ms": check((vec.get("search") or {}).get("p50_ms"), TARGETS["vector_p50_ms"]),
@@ -375,8 +379,10 @@ def analyse(report: dict[str, Any]) -> dict[str, Any]:
 
 
 _TARGET_TEXT = {
-    "bm25_p50_ms": "bm25 query p50 ≤ 5 ms",
-    "bm25_p95_ms": "bm25 query p95 ≤ 15 ms",
+    "bm25_p50_ms": "bm25 query p50 ≤ 5 ms, in the process that built the index",
+    "bm25_p95_ms": "bm25 query p95 ≤ 15 ms, in the process that built the index",
+    "bm25_p50_loaded_ms": "bm25 query p50 ≤ 5 ms, in a fresh process that loaded it",
+    "bm25_p95_loaded_ms": "bm25 query p95 ≤ 15 ms, in a fresh process that loaded it",
     "bm25_load_s": "bm25 index load in a new process ≤ 3 s",
     "bm25_load_100000_s": "bm25 index of 100,000 tools: load in a new process ≤ 0.5 s (needs 100000 in --sizes)",
     "vector_p50_ms": "vector search p50 ≤ 10 ms, query embedding excluded",
