@@ -166,6 +166,10 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     # the bound on a query's work is compared with the exact search; 3,000 tools are far within it
     bound = row["bm25_load"]["bound"]
     assert bound["over"] == 0 and bound["timed"] == 20 and bound["exact_queries"]["timed"] == 20
+    # quality against the data set's labels, a variant counting as its real tool: the same within the bound
+    labelled = bound["ndcg"]["all"]
+    assert labelled["queries"] == 20 and 0 < labelled["bounded"] == labelled["exact"] <= 1
+    assert bound["ndcg"]["over"]["queries"] == 0
     assert row["vector"]["index_kind"] == "ivf" and 0.5 <= row["vector"]["recall_at_10"] <= 1.0
     assert [s["nprobe"] for s in row["vector"]["recall_sweep"]][:2] == [8, 16]
     assert set(report["analysis"]["targets"]) == {
@@ -182,12 +186,21 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metat
     text = render_markdown(report, "toolsearch bench scale --million --sizes 3000")
     assert "| 3,000 | ivf, nlist" in text and "recall@10" in text
     assert "query p50 / p95 / p99 ms" in text and "bm25 query p95 ≤ 15 ms, in a fresh process that loaded it" in text
-    assert "| 3,000 | 0 of 20 | 0 / 0 |" in text and "`max_postings=None` (exact)" in text
+    quality = f"{labelled['bounded']:.3f} / {labelled['exact']:.3f} (20)"
+    assert f"| 3,000 | 0 of 20 | 0 / 0 | {quality} |" in text and "`max_postings=None` (exact)" in text
     write_report(tmp_path / "out", "million", report, text, quiet=True)  # as `bench scale --million` writes it
     written = (tmp_path / "out" / "million.md").read_text()
     assert "- Load average at start (1/5/15 min): [" in written
     assert "- Load average at the end (1/5/15 min): [" in written
     assert "| bm25 index of 100,000 tools: load in a new process ≤ 0.5 s (needs 100000 in --sizes) | - | n/a |" in text
+
+
+def test_variants_count_as_the_real_tool_they_vary() -> None:
+    from toolsearch.bench.million import _families
+
+    real = frozenset({"bfcl_get_weather", "seal_tool_v2"})
+    hits = ["bfcl_get_weather_v12", "bfcl_send_v3", "bfcl_get_weather", "seal_tool_v2", "seal_tool_v2_v7"]
+    assert _families(hits, real) == ["bfcl_get_weather", "bfcl_send", "seal_tool_v2"]
 
 
 def test_million_targets_read_the_100000_row_for_the_small_load_target() -> None:
