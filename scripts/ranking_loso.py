@@ -118,11 +118,12 @@ def write_report(stem: Path, parts: dict[str, dict[str, Any]], default: float) -
     ]
     for s in SETS:
         lines.append(f"| {s} | " + " | ".join(f"{parts[s]['clause_lexical'][str(v)]:.4f}" for v in GRID) + " |")
+    mean_gain = round(sum(gains) / len(gains), 4) + 0.0  # + 0.0: a mean that rounds to zero prints +0.0000, not -0.0000
     verdict = (
-        f"held-out figures gain {sum(gains) / len(gains):+.4f} on average and no set loses more than 0.002: "
+        f"held-out figures gain {mean_gain:+.4f} on average and no set loses more than 0.002: "
         "ships as the default"
         if ships
-        else f"held-out figures move {sum(gains) / len(gains):+.4f} on average (a default needs +{MIN_GAIN} and no "
+        else f"held-out figures move {mean_gain:+.4f} on average (a default needs +{MIN_GAIN} and no "
         "set below -0.002): stays off by default, available as `clause_lexical=`"
     )
     lines += ["", f"Verdict: {verdict}.", ""]
