@@ -254,3 +254,23 @@ def test_a_report_prints_the_load_average_at_its_end_beside_the_one_at_its_start
     # a report that wrote its own end figure keeps it, once
     write_report(tmp_path, "r", report, written, quiet=True)
     assert (tmp_path / "r.md").read_text().count("Load average at the end") == 1
+
+
+def test_a_report_prints_the_speed_probe_at_its_start_and_end(tmp_path: Path) -> None:
+    """The load average cannot see a shared host's other tenants; the probe's time can, on both sides of a run."""
+    from toolsearch.bench import machine_info, machine_markdown, speed_probe, write_report
+
+    assert 0 < speed_probe() < 60_000
+    info = machine_info()
+    assert info["speed_probe_ms_at_start"] > 0
+    markdown = "# r\n\n" + "\n".join(machine_markdown(info)) + "\n\nbody\n"
+    report = {"machine": info}
+    write_report(tmp_path, "r", report, markdown, quiet=True)
+    lines = (tmp_path / "r.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("- Speed probe") and "at start" in line)
+    assert lines[start].endswith(f"at start: {info['speed_probe_ms_at_start']} ms")
+    end = lines[start + 1]
+    assert end.startswith("- Speed probe (a fixed pure-Python workload") and " at the end: " in end
+    assert json.loads((tmp_path / "r.json").read_text())["machine"]["speed_probe_ms_at_end"] > 0
+    write_report(tmp_path, "r", report, (tmp_path / "r.md").read_text(), quiet=True)
+    assert (tmp_path / "r.md").read_text().count("at the end: ") == 1

@@ -13,6 +13,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -144,6 +145,25 @@ def _git_commit() -> str | None:
     return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def speed_probe() -> float:
+    """Milliseconds a fixed pure-Python workload takes here (best of 3): how fast the machine is right now.
+
+    The load average says whether other processes ran; on a shared host the same code can still run
+    a third slower one hour than the next (a neighbour's work is not in our load). Every report
+    prints this at its start and end, so figures from two runs can be compared: a run whose probe
+    took longer ran on a slower machine.
+    """
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(300_000):
+            total += (i * i) % 7
+        sorted(str(i) for i in range(50_000))
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 def machine_info() -> dict[str, Any]:
     """What the figures were measured on: CPU, cores, memory, Python, package versions, load."""
     versions: dict[str, str | None] = {}
@@ -169,6 +189,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": versions,
         "load_average_at_start": [round(x, 2) for x in load] if load else None,
+        "speed_probe_ms_at_start": speed_probe(),
         "git_commit": _git_commit(),
         "env": {k: os.environ[k] for k in _ENV_SHOWN if k in os.environ},
         "argv": sys.argv,
@@ -190,7 +211,13 @@ def machine_markdown(info: dict[str, Any]) -> list[str]:
         lines.append("- Environment: " + ", ".join(f"{k}={v}" for k, v in info["env"].items()))
     if info.get("load_average_at_start"):
         lines.append(f"- Load average at start (1/5/15 min): {info['load_average_at_start']}")
+    if info.get("speed_probe_ms_at_start") is not None:
+        lines.append(f"- {_PROBE_TEXT} at start: {info['speed_probe_ms_at_start']} ms")
     return lines
+
+
+# A report's line for `speed_probe`; write_report adds the end's value beside the start's.
+_PROBE_TEXT = "Speed probe (a fixed pure-Python workload, best of 3; lower is a faster machine)"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -228,6 +255,14 @@ def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Seq
         machine = report.get("machine") if isinstance(report, dict) else None
         if isinstance(machine, dict):
             machine.setdefault("load_average_at_end", end)
+        probe = f"- {_PROBE_TEXT} at start: "
+        if probe in markdown:
+            ms = speed_probe()
+            at = markdown.find("\n", markdown.index(probe))
+            at = len(markdown) if at < 0 else at
+            markdown = f"{markdown[:at]}\n- {_PROBE_TEXT} at the end: {ms} ms{markdown[at:]}"
+            if isinstance(machine, dict):
+                machine.setdefault("speed_probe_ms_at_end", ms)
     write_json(out / f"{name}.json", report)
     (out / f"{name}.md").write_text(markdown, encoding="utf-8")
     if not quiet:
