@@ -307,6 +307,7 @@ def test_an_ipv6_host_is_announced_in_brackets_and_the_backend_choice_is_logged(
         # the default backend says which it is and why; faiss's CPU-build lines are not shown
         ready = next(line for line in gateway.lines if "gateway ready" in line)
         assert "hybrid index: the vector extra and its embedding model are installed" in ready
+        assert " tools from 1 server (" in ready  # one server, not "1 servers"
         assert "AVX512" not in gateway.stderr
 
 

@@ -136,10 +136,12 @@ async def _serve(
         except ImportError as exc:
             raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
         await anyio.to_thread.run_sync(_warm, gateway.index)
+        servers = len(source.ready)
         logger.info(
-            "gateway ready: %d tools from %d servers (%s index: %s; %s sessions)",
+            "gateway ready: %d tools from %d %s (%s index: %s; %s sessions)",
             len(gateway.index),
-            len(source.ready),
+            servers,
+            "server" if servers == 1 else "servers",
             gateway.index.backend_name,
             why,
             f"stateless, {redacted_url(workers.session_store)}" if gateway.stateless else "per-connection",
