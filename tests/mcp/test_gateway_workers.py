@@ -471,6 +471,8 @@ async def test_workers_share_sessions_and_usage_through_a_plugin_store(tmp_path:
         redis.stop()
     assert f"stateless, demoredis://***@127.0.0.1:{redis.port}/0 sessions" in parent.stderr, parent.stderr
     assert "s3cret" not in parent.stderr
+    # the plug-in shares sessions but has no catalog board: the log says so rather than nothing
+    assert "is shared but toolsearch has no catalog board for its scheme" in parent.stderr
 
 
 def test_the_start_up_log_shows_no_credential_of_any_configured_url(tmp_path: Path) -> None:
@@ -496,6 +498,7 @@ def test_the_start_up_log_shows_no_credential_of_any_configured_url(tmp_path: Pa
     assert "cannot reach http://***@127.0.0.1:1/mcp?api_key=***" in log, log
     for secret in ("s3cret", "hunter2", "alice", "tok-123", "key-456"):
         assert secret not in log, log
+    assert "no catalog board" not in log  # Redis shares catalog changes through its own board
 
 
 # --- a deployment's own session header -----------------------------------------------------------------

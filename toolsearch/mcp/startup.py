@@ -19,7 +19,7 @@ import anyio.to_thread
 from .._errors import SessionStoreError, ToolSearchError
 from .._redact import redacted_url
 from ..index import ToolIndex
-from ..stores import InMemorySessionStore, SessionStore
+from ..stores import InMemorySessionStore, SessionStore, store_spec
 from .gateway import Gateway
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings
 from .shared import CatalogBoard, SharedIndex
@@ -120,6 +120,14 @@ async def _serve(
     settings = dataclasses.replace(settings, backend=backend)
     store = open_store(workers)
     board = board_from_url(workers.session_store) if workers.shared_store else CatalogBoard()
+    if type(board) is CatalogBoard and store_spec(workers.session_store).shared:
+        # A plug-in's shared store without a board: sessions are shared, news of catalog changes is not.
+        logger.warning(
+            "session store %s is shared but toolsearch has no catalog board for its scheme: each process that "
+            "shares it learns of upstream tool-list changes from its own upstream connections, not from the "
+            "others (a redis:// store shares them too)",
+            redacted_url(workers.session_store),
+        )
     async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         if not source.ready:
