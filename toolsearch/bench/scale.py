@@ -283,6 +283,11 @@ def build_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> tuple
     return catalog, info
 
 
+def cut_query(text: str, max_chars: int = 1000) -> str:
+    """A data set's query as the benchmarks search it: stripped and cut to `max_chars`."""
+    return text.strip()[:max_chars].strip()
+
+
 def sample_queries(datasets: Sequence[Any], n: int, *, seed: int = 0, max_chars: int = 1000) -> list[str]:
     """`n` distinct queries, an equal share from each data set, cut to `max_chars`."""
     from ..evaluation import load_queries
@@ -293,7 +298,7 @@ def sample_queries(datasets: Sequence[Any], n: int, *, seed: int = 0, max_chars:
     for ds in datasets:
         bucket = []
         for q in load_queries(ds.queries_path, seed=seed):
-            text = q.query.strip()[:max_chars].strip()
+            text = cut_query(q.query, max_chars)
             if text and text not in seen:
                 seen.add(text)
                 bucket.append(text)
