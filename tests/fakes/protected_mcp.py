@@ -95,6 +95,16 @@ class Served:
     def stderr(self) -> str:
         return "".join(self._stderr)
 
+    def logged(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether `text` reaches stderr within `timeout` s: stderr is read by its own thread, so a line the
+        server wrote before it answered (or before it printed its URL) can arrive here after the answer."""
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
 
 def run_protected(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """Run the server expecting it to refuse to start (it exits with its error on stderr)."""

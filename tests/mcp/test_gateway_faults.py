@@ -109,7 +109,7 @@ async def test_a_10_mb_result_is_a_clear_error(gateway: GatewayProcess) -> None:
         assert small.is_error and "(5,000 bytes)" in text(small)
         ok = await client.call("call_tool", {"name": "bulky__echo", "arguments": {"text": "fine"}})
         assert text(ok) == "fine"
-    assert "the result of 'huge' (10,000,0" in gateway.stderr  # logged with server and tool
+    assert gateway.logged("the result of 'huge' (10,000,0"), gateway.stderr  # logged with server and tool
 
 
 async def test_a_dead_upstream_is_reported_restarted_and_others_finish(gateway: GatewayProcess) -> None:
@@ -136,7 +136,7 @@ async def test_a_dead_upstream_is_reported_restarted_and_others_finish(gateway: 
                     break
                 await anyio.sleep(0.5)
         assert text(after) != before  # a new process
-    assert "MCP server 'faulty': restarting (1 of 3)" in gateway.stderr
+    assert gateway.logged("MCP server 'faulty': restarting (1 of 3)"), gateway.stderr
 
 
 async def test_an_upstream_that_keeps_dying_is_marked_down(gateway: GatewayProcess) -> None:

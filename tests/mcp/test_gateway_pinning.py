@@ -55,7 +55,7 @@ async def test_a_changed_description_keeps_the_definition_the_session_saw(gatewa
                 return "id_rsa" in text(await bob.search("echo text", namespace="kept", max_results=1))
 
         await wait_for(others_see_it)
-        assert "MCP server 'kept' changed the definition of tool 'echo' (description)" in gateway.stderr
+        assert gateway.logged("MCP server 'kept' changed the definition of tool 'echo' (description)"), gateway.stderr
 
         tools = await alice.tools()
         assert tools["kept__echo"].description == OLD  # the session keeps what it saw ...
@@ -84,7 +84,7 @@ async def test_a_changed_schema_blocks_calls_until_the_session_searches_again(ga
         said = text(await alice.call("locked__echo", {"text": "again"}))
         assert "'locked__echo'" in said and "MCP server 'locked'" in said and "input schema" in said
         assert "tool_search" in said  # what to do
-        assert "refused a call to 'echo' of MCP server 'locked'" in gateway.stderr
+        assert gateway.logged("refused a call to 'echo' of MCP server 'locked'"), gateway.stderr
         assert (await alice.tools())["locked__echo"].input_schema == old_schema  # still shown as it was seen
 
         async with connect(url) as bob:  # a session that never saw the old definition is not blocked

@@ -115,6 +115,11 @@ class GatewayProcess:
     def stderr(self) -> str:
         return "\n".join(self.lines)
 
+    def logged(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether `text` reaches stderr within `timeout` s: a line logged while serving a call can reach this
+        process's reader after the call's answer does."""
+        return wait_until(lambda: text in self.stderr, timeout)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.terminate()
