@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, Protocol,
 
 from . import tracing
 from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
+from ._signatures import presented
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
@@ -758,7 +759,7 @@ def _synchronous(start: _Start[_P]) -> Callable[_P, list[ToolResult]]:
         executor, session, calls = prepare(*args, **kwargs)("handle_tool_calls")
         return executor.execute(session, calls)
 
-    return _presented(handle_tool_calls, start, start.__doc__)
+    return presented(handle_tool_calls, start, "list[ToolResult]")
 
 
 def _asynchronous(start: _Start[_P], doc: str) -> Callable[_P, Coroutine[Any, Any, list[ToolResult]]]:
@@ -769,7 +770,7 @@ def _asynchronous(start: _Start[_P], doc: str) -> Callable[_P, Coroutine[Any, An
         executor, session, calls = prepare(*args, **kwargs)("ahandle_tool_calls")
         return await executor.aexecute(session, calls)
 
-    return _presented(ahandle_tool_calls, start, doc)
+    return presented(ahandle_tool_calls, start, "list[ToolResult]", doc)
 
 
 def _renamed(start: _F, name: str) -> _F:
@@ -779,14 +780,6 @@ def _renamed(start: _F, name: str) -> _F:
     copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, name
     return cast(_F, copy)
-
-
-def _presented(entry: _F, start: Callable[..., Any], doc: str | None) -> _F:
-    """`entry` as help() and IDEs show it: `start`'s parameters, the batch's results, and `doc`."""
-    entry.__qualname__, entry.__doc__ = entry.__name__, doc
-    signature = inspect.signature(start).replace(return_annotation="list[ToolResult]")
-    entry.__signature__ = signature  # type: ignore[attr-defined]
-    return entry
 
 
 handle_tool_calls = _synchronous(_tool_calls)

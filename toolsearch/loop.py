@@ -19,17 +19,16 @@ same ModelTurn, so searches, tools and history behave exactly as without streami
 from __future__ import annotations
 
 import enum
-import functools
-import inspect
 import json
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, cast
 
 from . import tracing
 from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
+from ._signatures import presented
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
 from .executor import ResultStatus, SearchRecord, ToolExecutor, ToolFunctions, ToolResult, _ms, check_execution_settings
@@ -93,7 +92,6 @@ Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any
 # Gets each text delta as it arrives; an async one (awaited) only under arun.
 TextHandler = Callable[[str], object]
 P = ParamSpec("P")
-_F = TypeVar("_F", bound=Callable[..., Any])
 _HANDLERS = ("on_event", "on_text", "on_augment")  # the keyword arguments run() refuses async callables for
 
 
@@ -291,7 +289,7 @@ def _synchronous(start: Callable[P, _Run]) -> Callable[P, LoopResult]:
         _check_sync_handlers(*(kwargs.get(name) for name in _HANDLERS))  # before anything is created or sent
         return start(*args, **kwargs).sync()
 
-    return _presented(run, start)
+    return presented(run, start, "LoopResult")
 
 
 def _asynchronous(start: Callable[P, _Run]) -> Callable[P, Coroutine[Any, Any, LoopResult]]:
@@ -300,16 +298,7 @@ def _asynchronous(start: Callable[P, _Run]) -> Callable[P, Coroutine[Any, Any, L
     async def arun(*args: P.args, **kwargs: P.kwargs) -> LoopResult:
         return await start(*args, **kwargs).asynchronous()
 
-    return _presented(arun, start)
-
-
-def _presented(entry: _F, start: Callable[..., _Run]) -> _F:
-    """`entry` as help() and IDEs show it: `start`'s parameters and docstring, returning a LoopResult."""
-    name = entry.__name__
-    functools.update_wrapper(entry, start)
-    entry.__name__, entry.__qualname__ = name, start.__qualname__.removesuffix(start.__name__) + name
-    entry.__signature__ = inspect.signature(start).replace(return_annotation="LoopResult")  # type: ignore[attr-defined]
-    return entry
+    return presented(arun, start, "LoopResult")
 
 
 class ToolSearchLoop:
