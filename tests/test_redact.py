@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolsearch._redact import redacted_url, redacted_words
+from toolsearch._redact import redacted_command, redacted_url, redacted_words
 
 
 @pytest.mark.parametrize(("url", "shown"), [
@@ -29,3 +29,20 @@ def test_every_url_of_a_command_line_is_redacted() -> None:
     assert redacted_words("npx -y mcp-remote https://u:pw-1@host/mcp --header x") == (
         "npx -y mcp-remote https://***@host/mcp --header x"
     )
+
+
+@pytest.mark.parametrize(("argv", "shown"), [
+    (["npx", "-y", "@modelcontextprotocol/server-github"], "npx -y @modelcontextprotocol/server-github"),
+    (["srv", "--api-key", "k-1", "--verbose"], "srv --api-key *** --verbose"),
+    (["srv", "--apiKey=k-1", "--privateKeyFile", "/k"], "srv --apiKey=*** --privateKeyFile ***"),
+    (["srv", "--auth", "--port", "3"], "srv --auth --port 3"),  # a switch: the next flag is not its value
+    (["srv", "--keyboard", "us", "--monkey", "x"], "srv --keyboard us --monkey x"),  # `key` only as a whole part
+    (["env", "SLACK_BOT_TOKEN=xoxb-1", "LOG_LEVEL=debug", "srv"], "env SLACK_BOT_TOKEN=*** LOG_LEVEL=debug srv"),
+    (["docker", "run", "-e", "GITHUB_TOKEN", "img"], "docker run -e GITHUB_TOKEN img"),  # a name without a value
+    (["srv", "-H", "X-Api-Key: k-1", "--header=Cookie: c-1"], 'srv -H "X-Api-Key: ***" "--header=Cookie: ***"'),
+    (["srv", "--header", "opaque-1"], "srv --header ***"),
+    (["srv", "--password", "${env:PW}", "PW=${input:pw}"], "srv --password ${env:PW} PW=${input:pw}"),
+    (["mcp-remote", "https://u:pw-1@host/mcp?token=t-1"], "mcp-remote https://***@host/mcp?token=***"),
+])
+def test_a_command_line_loses_the_values_of_its_credential_named_arguments(argv: list[str], shown: str) -> None:
+    assert redacted_command(argv) == shown

@@ -1,10 +1,21 @@
-"""The one redaction of configured URLs for messages, logs and reprs: credentials never leave in text."""
+"""The one redaction of configured URLs and command lines for messages, logs and reprs: credentials never leave
+in text."""
 
 from __future__ import annotations
 
-__all__ = ["redacted_url", "redacted_words"]
+import re
+from collections.abc import Sequence
+
+__all__ = ["redacted_command", "redacted_url", "redacted_words"]
 
 HIDDEN = "***"
+# A flag or variable whose name holds one of these carries a credential (`--api-key`, `--githubToken`, `DB_PASSWORD`)
+_SECRET_INSIDE = ("token", "secret", "passw", "apikey", "credential", "bearer", "cookie", "privatekey")
+# ... and these only as a whole part of the name (`--key`, `--private-key`, not `--keyboard`)
+_SECRET_PARTS = frozenset({"key", "auth", "authorization", "pwd", "pat"})
+_HEADER_FLAGS = frozenset({"-H", "--header", "--headers"})  # `--header "Authorization: Bearer t"`: the value goes
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+_VARIABLE = re.compile(r"\$\{[^${}]*\}")  # `${GITHUB_TOKEN}`: a reference, not a value, so it is shown
 
 
 def redacted_url(url: str) -> str:
@@ -39,3 +50,53 @@ def _hidden_value(parameter: str) -> str:
 def redacted_words(command: str) -> str:
     """A command line with every URL in it redacted (`npx mcp-remote https://user:pw@host/mcp`)."""
     return " ".join(redacted_url(word) if "://" in word else word for word in command.split(" "))
+
+
+def redacted_command(argv: Sequence[str]) -> str:
+    """A command and its arguments as one line, with the values of credential-named flags and variables hidden
+    and every URL redacted: `server --api-key sk-1 --token=t-1 GITHUB_TOKEN=g-1 -H "Authorization: Bearer b-1"`
+    -> `server --api-key *** --token=*** GITHUB_TOKEN=*** -H "Authorization: ***"`.
+
+    What counts is the name (see `_SECRET_INSIDE`, `_SECRET_PARTS`), since a value can look like anything; a
+    false positive costs a log line some detail, a miss would put a credential in it.
+    """
+    shown: list[str] = []
+    hide_next = header_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("-"):
+            shown.append(arg if _VARIABLE.fullmatch(arg) else HIDDEN)
+        elif header_next:
+            shown.append(_quoted(_hidden_header(arg)))
+        else:
+            shown.append(_quoted(_redacted_arg(arg)))
+        flag = arg.startswith("-") and "=" not in arg
+        hide_next, header_next = flag and _secret_name(arg), flag and arg in _HEADER_FLAGS
+    return " ".join(shown)
+
+
+def _redacted_arg(arg: str) -> str:
+    name, equals, value = arg.partition("=")
+    if equals and value and _NAME.fullmatch(name.lstrip("-")):
+        if name in _HEADER_FLAGS:
+            return f"{name}={_hidden_header(value)}"
+        if _secret_name(name) and not _VARIABLE.fullmatch(value):
+            return f"{name}={HIDDEN}"
+    return redacted_words(arg) if "://" in arg else arg
+
+
+def _hidden_header(value: str) -> str:
+    name, colon, rest = value.partition(":")
+    if _VARIABLE.fullmatch(rest.strip()) or _VARIABLE.fullmatch(value):
+        return value
+    return f"{name}: {HIDDEN}" if colon and _NAME.fullmatch(name.strip()) else HIDDEN
+
+
+def _secret_name(name: str) -> bool:
+    bare = name.lstrip("-")
+    folded = re.sub(r"[-_.]", "", bare).lower()
+    parts = {part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", bare) if part}
+    return any(word in folded for word in _SECRET_INSIDE) or bool(parts & _SECRET_PARTS)
+
+
+def _quoted(arg: str) -> str:
+    return f'"{arg}"' if " " in arg else arg

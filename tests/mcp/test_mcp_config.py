@@ -150,6 +150,21 @@ def test_a_password_or_token_written_in_a_url_is_never_described() -> None:
         assert secret not in shown
 
 
+def test_a_credential_written_as_a_command_line_argument_is_never_described() -> None:
+    args = ["serve", "--api-key", "sk-live-1", "--githubToken=ghp-2", "-e", "DB_PASSWORD=pw-3", "--header",
+            "Authorization: Bearer b-4", "--region", "eu", "--token", "${env:GITHUB_TOKEN}"]  # fmt: skip
+    config = parse_config({"mcpServers": {"local": {"command": "srv", "args": args}}}, environ={"GITHUB_TOKEN": "g-5"})
+    local = config["local"]
+    assert local.args[2] == "sk-live-1"  # the server itself is started with its arguments as written
+    assert local.describe() == (
+        'srv serve --api-key *** --githubToken=*** -e DB_PASSWORD=*** --header "Authorization: ***" --region eu'
+        " --token ${env:GITHUB_TOKEN}"  # a variable's name is shown, its value never
+    )
+    shown = " ".join([local.describe(), repr(local), repr(config)])
+    for secret in ("sk-live-1", "ghp-2", "pw-3", "b-4", "g-5"):
+        assert secret not in shown
+
+
 def test_the_repr_of_a_server_shows_no_header_or_env_value() -> None:
     data = {"mcpServers": {
         "remote": {"url": "https://mcp.example.test/mcp", "headers": {"Authorization": f"Bearer {SECRET}"}},

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import MCPConfigError
-from .._redact import redacted_url, redacted_words
+from .._redact import redacted_command, redacted_url, redacted_words
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -104,15 +104,18 @@ class ServerConfig:
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     max_result_bytes: int | None = None  # None: the caller's default (DEFAULT_MAX_RESULT_BYTES)
     changed_tools: ChangedTools | None = None  # None: the gateway's setting
-    # the command line or URL as the config writes it, variables unexpanded (for messages and logs)
+    # the command line or URL as the config writes it, variables unexpanded (for messages and logs; a command
+    # line with its credential-named arguments already hidden, since its argument boundaries are gone once joined)
     written: str | None = None
 
     def describe(self) -> str:
         """A short human description for messages: as written, so no expanded variable, header or env value,
-        and every URL redacted (a password or token written literally in a URL stays out of messages and logs)."""
+        every URL redacted and, on a command line, the values of credential-named flags and variables hidden (a
+        password or token written literally in the config stays out of messages and logs)."""
         if self.transport == "stdio":
-            written = self.written if self.written is not None else " ".join([self.command or "", *self.args]).strip()
-            return redacted_words(written)
+            if self.written is not None:
+                return redacted_words(self.written)
+            return redacted_command([self.command or "", *self.args]).strip()
         written = self.written if self.written is not None else self.url or ""
         return f"{redacted_url(written)} ({self.transport})"
 
@@ -256,7 +259,7 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
                 path = base / path
             cwd = str(path)
         return ServerConfig(
-            written=" ".join([entry.command, *entry.args]),
+            written=redacted_command([entry.command, *entry.args]),
             name=name,
             transport="stdio",
             command=_expand(entry.command, f"{where} command", environ),
