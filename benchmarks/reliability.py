@@ -707,13 +707,25 @@ def _with_gateway(report: dict[str, Any], args: argparse.Namespace) -> dict[str,
 
 
 def _run_note() -> dict[str, str]:
-    """When, how and under what load a section was produced."""
+    """When, how and under what load a section was produced, once the load of what ran before has settled."""
+    _settle()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "date": time.strftime("%Y-%m-%d"),
         "command": "python " + " ".join(["benchmarks/reliability.py", *sys.argv[1:]]),
         "note": f"load average {load:.1f} at the start" if load is not None else "",
     }
+
+
+def _settle(below: float = 1.0, at_most: float = 240.0) -> None:
+    """Wait (at most `at_most` s) for the 1-minute load average to drop under `below`: the section before this one
+    used both cores, and the average takes a minute or so to forget it. The section's note prints the load it
+    started at either way."""
+    if not hasattr(os, "getloadavg"):
+        return
+    deadline = time.monotonic() + at_most
+    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        time.sleep(5)
 
 
 def _ended(run: dict[str, str]) -> dict[str, str]:
