@@ -327,7 +327,8 @@ def test_caps_on_a_callers_sessions_are_one_count_for_every_worker(redis_server:
     from toolsearch.stores.limits import RedisLimits
 
     stores = [_store(redis_server, ttl_seconds=60), _store(redis_server, ttl_seconds=60)]
-    workers = [RedisLimits(s, grace_ms=300) for s in stores]
+    # a grace well above the gap between two calls here, even on a loaded machine
+    workers = [RedisLimits(s, grace_ms=1_000) for s in stores]
     for i in range(3):  # claimed on alternating workers, then created
         assert workers[i % 2].claim("sessions", "alice", f"s{i}", 3).granted
         stores[i % 2].create(SessionState(f"s{i}"))
@@ -337,14 +338,14 @@ def test_caps_on_a_callers_sessions_are_one_count_for_every_worker(redis_server:
     assert workers[0].claim("sessions", "bob", "t0", 3).granted  # another caller's own count
     assert workers[0].claim("sessions", "alice", "s1", 3).granted  # a session already counted is no new one
 
-    time.sleep(0.4)  # past the grace a claim has for its session to be created
+    time.sleep(1.2)  # past the grace a claim has for its session to be created
     stores[0].delete("s0")  # closed without a release (a worker died): its key is gone, so it stops counting
     assert workers[1].claim("sessions", "alice", "s3", 3).granted
     assert not workers[0].claim("sessions", "alice", "s4", 3).granted
     workers[0].release("sessions", "alice", "s1")
     assert workers[1].claim("sessions", "alice", "s4", 3).granted  # claimed, never created (its worker died) ...
     assert not workers[1].claim("sessions", "alice", "s5", 3).granted  # ... counts during the grace ...
-    time.sleep(0.4)
+    time.sleep(1.2)
     assert workers[0].claim("sessions", "alice", "s5", 3).granted  # ... and not after it
 
 
