@@ -4,7 +4,7 @@
 
 Writes reliability.json and reliability.md. It runs tests/test_fuzz.py (hypothesis, with statistics)
 and tests/test_stress.py in subprocesses and reads what they ran; it injects faults into stored
-indexes itself; and it times `verify_index` (every file's size and BLAKE2b digest) against the
+indexes itself; and it times `verify_index` (every file's size and XXH3-128 digest) against the
 whole `load_index` at --tools tools.
 """
 
@@ -221,7 +221,7 @@ def stored_kinds() -> list[dict[str, Any]]:
             "a boost 0.6 -> 0.7": lambda t: t.replace('"description": 0.6', '"description": 0.7', 1),
             "a boost zeroed": lambda t: t.replace('"description": 0.6', '"description": 0.0', 1),
             "the key changed": lambda t: t.replace('"key": "', '"key": "0', 1),
-            "a file's digest changed": lambda t: t.replace('"blake2b": "', '"blake2b": "0', 1),
+            "a file's digest changed": lambda t: t.replace('"xxh3_128": "', '"xxh3_128": "0', 1),
             "truncated": lambda t: t[:-10],
         }
         original = (generation / MANIFEST).read_text()
@@ -556,7 +556,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"## Cost of the checks at {report['cost'][0]['tools']:,} tools",
         "",
-        "`verify_index` reads every file and compares its size and BLAKE2b digest with the manifest; `load_index` "
+        "`verify_index` reads every file and compares its size and XXH3-128 digest with the manifest; `load_index` "
         "is the whole load (checks, reading the tools, opening the backend; the embedding model is loaded lazily "
         "and is not part of it). Medians of several runs.",
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -46,7 +47,7 @@ def test_the_manifest_lists_every_file_with_a_digest(saved: Path) -> None:
     assert set(manifest.files) == on_disk and any(rel.startswith("backend/") for rel in on_disk)
     for rel, record in manifest.files.items():
         assert record["bytes"] == (saved / rel).stat().st_size
-        assert len(record["blake2b"]) == 64
+        assert len(record["xxh3_128"]) == 32 and "blake2b" not in record
 
 
 def test_a_same_size_overwrite_of_any_file_is_named(saved: Path) -> None:
@@ -80,6 +81,32 @@ def test_a_malformed_file_list_is_refused(tmp_path: Path, files: object) -> None
     data["files"] = files
     (folder / MANIFEST).write_text(json.dumps(data | {"digest": manifest_digest(data)}))
     with pytest.raises(IndexFormatError, match="list of files is malformed"):
+        ToolIndex.load(folder)
+
+
+def _as_format_3(folder: Path) -> None:
+    """Rewrite a manifest the way toolsearch wrote format 3: every file's BLAKE2b digest, the manifest's own."""
+    data = json.loads((folder / MANIFEST).read_text())
+    data["version"] = 3
+    for rel, record in data["files"].items():
+        digest = hashlib.blake2b((folder / rel).read_bytes(), digest_size=32).hexdigest()
+        data["files"][rel] = {"bytes": record["bytes"], "blake2b": digest}
+    (folder / MANIFEST).write_text(json.dumps(data | {"digest": manifest_digest(data)}))
+
+
+def test_a_format_3_index_still_loads_and_its_damage_is_still_named(tmp_path: Path) -> None:
+    folder = ToolIndex.build(TOOLS, backend="bm25").save(tmp_path / "idx")
+    _as_format_3(folder)
+    assert read_manifest(folder).version == 3 and verify_index(folder).version == 3
+    assert ToolIndex.load(folder).search("email", 1).names == ["send_email"]
+    rel = next(r for r in read_manifest(folder).files if r.startswith("backend/"))
+    _overwrite_middle(folder / rel)
+    with pytest.raises(IndexFormatError, match=rf"file {rel} does not match the manifest's checksum"):
+        ToolIndex.load(folder)
+    data = json.loads((folder / MANIFEST).read_text())
+    data["files"] = {r: {"bytes": v["bytes"], "xxh3_128": "0" * 32} for r, v in data["files"].items()}
+    (folder / MANIFEST).write_text(json.dumps(data | {"digest": manifest_digest(data)}))
+    with pytest.raises(IndexFormatError, match="list of files is malformed"):  # format 3 records BLAKE2b
         ToolIndex.load(folder)
 
 
