@@ -25,7 +25,7 @@ from .tools import Tool
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["LazyCatalog", "StoredTools", "write_table", "OFFSETS_FILE", "TABLE_FILE"]
+__all__ = ["LazyCatalog", "StoredTools", "tool_names", "write_table", "OFFSETS_FILE", "TABLE_FILE"]
 
 OFFSETS_FILE = "tools.offsets.npy"  # int64 byte offsets of each line of tools.jsonl, and the file's end
 TABLE_FILE = "tools.table.json"  # names, namespaces (first-seen order) and each tool's namespace number
@@ -69,12 +69,23 @@ def restore(data: dict[str, Any], where: str, *, recheck: bool) -> Tool:
         ) from None
 
 
+def tool_names(tools: Sequence[Tool]) -> list[str]:
+    """The names of `tools` in order, without parsing stored tools when their name table is at hand
+    (a backend's loader checks its files against the names; reading them from each tool would parse
+    every stored tool, which made a hybrid load at 10,000 tools ten times slower)."""
+    names = tools.names if isinstance(tools, StoredTools) else None
+    return list(names) if names is not None else [tool.name for tool in tools]
+
+
 class StoredTools(Sequence[Tool]):
     """The tools of one stored file by position, each parsed on first use (thread-safe, parsed once)."""
 
-    def __init__(self, path: Path, offsets: np.ndarray, count: int, *, recheck: bool = False) -> None:
+    def __init__(
+        self, path: Path, offsets: np.ndarray, count: int, *, recheck: bool = False, names: list[str] | None = None
+    ) -> None:
         self.recheck = recheck
         self.path = path
+        self.names = names  # each row's tool name, from the name table (None: unknown without parsing)
         with path.open("rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] else b""
         self._offsets = offsets
@@ -153,8 +164,8 @@ class LazyCatalog(Catalog):
             raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
         if offsets.ndim != 1 or len(offsets) != len(names) + 1:
             raise IndexFormatError(f"{folder}: its offsets table does not match its tools; rebuild the index")
-        return cls(StoredTools(folder / tools_file, offsets, len(names), recheck=recheck), names, namespaces,
-                   namespace_of, catalog_hash)
+        stored = StoredTools(folder / tools_file, offsets, len(names), recheck=recheck, names=names)
+        return cls(stored, names, namespaces, namespace_of, catalog_hash)
 
     @property
     def stored(self) -> StoredTools:

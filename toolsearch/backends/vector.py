@@ -28,6 +28,7 @@ from ..embeddings import (
 )
 from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
+from ..stored_tools import tool_names
 from ..text import embedding_text
 from ..tools import Tool
 
@@ -423,7 +424,7 @@ class VectorBackend:
         ids, names = meta.get("ids"), meta.get("names")
         if not isinstance(ids, list) or not isinstance(names, list) or len(ids) != len(names):
             raise IndexFormatError(f"{folder}/{META_FILE} has no valid id map; rebuild the index")
-        expected = {t.name for t in tools}
+        expected = set(tool_names(tools))
         if set(names) != expected:
             missing = sorted(expected - set(names))[:3]
             extra = sorted(set(names) - expected)[:3]
