@@ -73,23 +73,20 @@ def tool_names(tools: Sequence[Tool]) -> list[str]:
     """The names of `tools` in order, without parsing stored tools when their name table is at hand
     (a backend's loader checks its files against the names; reading them from each tool would parse
     every stored tool, which made a hybrid load at 10,000 tools ten times slower)."""
-    names = tools.names if isinstance(tools, StoredTools) else None
-    return list(names) if names is not None else [tool.name for tool in tools]
+    return list(tools.names) if isinstance(tools, StoredTools) else [tool.name for tool in tools]
 
 
 class StoredTools(Sequence[Tool]):
     """The tools of one stored file by position, each parsed on first use (thread-safe, parsed once)."""
 
-    def __init__(
-        self, path: Path, offsets: np.ndarray, count: int, *, recheck: bool = False, names: list[str] | None = None
-    ) -> None:
+    def __init__(self, path: Path, offsets: np.ndarray, names: list[str], *, recheck: bool = False) -> None:
         self.recheck = recheck
         self.path = path
-        self.names = names  # each row's tool name, from the name table (None: unknown without parsing)
+        self.names = names  # each row's tool name, from the name table
         with path.open("rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] else b""
         self._offsets = offsets
-        self._parsed: list[Tool | None] = [None] * count
+        self._parsed: list[Tool | None] = [None] * len(names)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -136,16 +133,16 @@ class LazyCatalog(Catalog):
 
     __slots__ = ("_all", "_namespace_of", "_namespaces", "_rows", "_stored")
 
-    def __init__(self, stored: StoredTools, names: list[str], namespaces: list[str], namespace_of: list[int],
-                 catalog_hash: str) -> None:
+    def __init__(self, stored: StoredTools, namespaces: list[str], namespace_of: list[int], catalog_hash: str) -> None:
         # Catalog.__init__ is skipped on purpose: it would parse and hash every tool.
+        names = stored.names
         self._stored = stored
         self._rows: dict[str, int] = {name: row for row, name in enumerate(names)}
         self._namespaces = namespaces
         self._namespace_of = namespace_of
         self._hash = catalog_hash
         self._all: dict[str, Tool] | None = None
-        if len(self._rows) != len(names) or len(names) != len(stored) or len(namespace_of) != len(names):
+        if len(self._rows) != len(names) or len(namespace_of) != len(names):
             raise IndexFormatError(f"{stored.path}: its name table does not match the stored tools; rebuild the index")
 
     @classmethod
@@ -164,8 +161,8 @@ class LazyCatalog(Catalog):
             raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; rebuild the index")
         if offsets.ndim != 1 or len(offsets) != len(names) + 1:
             raise IndexFormatError(f"{folder}: its offsets table does not match its tools; rebuild the index")
-        stored = StoredTools(folder / tools_file, offsets, len(names), recheck=recheck, names=names)
-        return cls(stored, names, namespaces, namespace_of, catalog_hash)
+        return cls(StoredTools(folder / tools_file, offsets, names, recheck=recheck), namespaces, namespace_of,
+                   catalog_hash)
 
     @property
     def stored(self) -> StoredTools:
