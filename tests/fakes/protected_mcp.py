@@ -98,12 +98,9 @@ class Served:
     def logged(self, text: str, timeout: float = 10.0) -> bool:
         """Whether `text` reaches stderr within `timeout` s: stderr is read by its own thread, so a line the
         server wrote before it answered (or before it printed its URL) can arrive here after the answer."""
-        deadline = time.monotonic() + timeout
-        while text not in self.stderr:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+        from mcp_servers import wait_until  # the tests' one wait (this module also runs as the server)
+
+        return wait_until(lambda: text in self.stderr, timeout)
 
 
 def run_protected(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
