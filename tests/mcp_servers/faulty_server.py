@@ -12,6 +12,11 @@ Tools:
 - ``huge(bytes)``: answers with a text of that many bytes.
 - ``pid()``: this process's id.
 - ``garbage()``: answers with a result that is not a tool result (``content`` is not a list).
+- ``badbytes()``: answers with a line holding bytes that are not UTF-8 (``\\xff\\xfe`` inside the text).
+- ``badjson()``: answers with a line that is not JSON (a result cut off in the middle).
+- ``bigerror(bytes, code)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that many
+  bytes.
+- ``unpaired()``: answers with a text holding a lone surrogate escape (``\\ud800``): valid JSON, not text.
 - ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
   ``notifications/tools/list_changed`` (a "rug pull").
 
@@ -54,6 +59,14 @@ TOOLS: dict[str, dict[str, Any]] = {
         _tool("huge", "Answer with a text of the given number of bytes.", {"bytes": {"type": "integer"}}),
         _tool("pid", "Return the process id of this server."),
         _tool("garbage", "Answer with a result that is not a tool result."),
+        _tool("badbytes", "Answer with a line that is not valid UTF-8."),
+        _tool("badjson", "Answer with a line that is not JSON."),
+        _tool(
+            "bigerror",
+            "Answer with an error message of the given number of bytes.",
+            {"bytes": {"type": "integer"}, "code": {"type": "integer"}},
+        ),
+        _tool("unpaired", "Answer with a text holding an unpaired UTF-16 escape."),
         _tool(
             "mutate",
             "Change the description or input schema of one of this server's tools.",
@@ -62,6 +75,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     )
 }
 TOOLS["mutate"]["inputSchema"]["required"] = ["tool"]
+TOOLS["bigerror"]["inputSchema"]["required"] = ["bytes"]
 
 MALFORMED: list[Any] = [
     {"name": "schema_is_a_string", "description": "A tool whose input schema is a string.", "inputSchema": "object"},
@@ -85,10 +99,15 @@ SURROGATE = {"name": "lone_surrogate", "description": "Broken \ud800 text.", "in
 
 
 def send(message: dict[str, Any]) -> None:
-    line = json.dumps(message, separators=(",", ":")) + "\n"
+    send_raw(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+def send_raw(line: bytes) -> None:
+    """One line exactly as given, bytes that are not UTF-8 included."""
     with _write_lock:
-        sys.stdout.write(line)
         sys.stdout.flush()
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
 
 
 def result(request_id: Any, value: dict[str, Any]) -> None:
@@ -125,6 +144,27 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         text_result(request_id, str(os.getpid()))
     elif name == "garbage":
         result(request_id, {"content": "not a list", "isError": "maybe"})
+    elif name == "badbytes":
+        head = json.dumps({"jsonrpc": "2.0", "id": request_id}, separators=(",", ":"))[:-1].encode()
+        send_raw(head + b',"result":{"content":[{"type":"text","text":"bad \xff\xfe bytes"}]}}\n')
+    elif name == "badjson":
+        head = json.dumps({"jsonrpc": "2.0", "id": request_id}, separators=(",", ":"))[:-1].encode()
+        send_raw(head + b',"result":{"content":[{"type":"text","text":"cut off\n')
+    elif name == "bigerror":
+        message = "e" * int(args.get("bytes", 5_000_000))
+        code = int(args.get("code", -32000))
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+    elif name == "unpaired":
+        send_raw(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": {"content": [{"type": "text", "text": "broken \ud800 text"}]},
+                }
+            ).encode()
+            + b"\n"
+        )
     elif name == "mutate":
         target = TOOLS.get(str(args.get("tool")))
         if target is None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
+import json
 import logging
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from encodings import utf_8
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +22,7 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -50,6 +53,7 @@ SEPARATOR = "__"
 
 RESTART_WINDOW = 60.0  # seconds: a server that crashes sooner than this after starting is crash-looping
 MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
+ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
 # A 2026-07-28 server without subscriptions/listen is re-listed when its list's ttlMs runs out, within
 # these bounds: ttlMs 0 (the SDK's default, "immediately stale") must not mean a re-listing loop.
@@ -226,8 +230,12 @@ def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
         return f"command not found: {config.command!r} (check 'command' and PATH)"
     if isinstance(exc, OSError) and config.transport == "stdio":
         return f"cannot start `{config.describe()}`: {exc.strerror or exc}"
+    if isinstance(exc, MCPError) and isinstance(exc.error.data, _Unreadable):
+        return f"it answered with a line that {exc.error.data.reason}: {exc.error.data.excerpt}"
     if isinstance(exc, MCPError):
-        return f"the server answered with an error: {exc.error.message} (code {exc.error.code})"
+        data = exc.error.data
+        code = data.code if isinstance(data, _UpstreamCode) else exc.error.code
+        return f"the server answered with an error: {_cut(exc.error.message, ERROR_CHARS)} (code {code})"
     name = type(exc).__name__
     if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
         # no user, password or query in the message: a ${VAR} there may have expanded to a credential
@@ -251,6 +259,13 @@ def _result_bytes(result: types.CallToolResult, limit: int) -> int:
     """The size of a result as JSON, in bytes (counted in characters first: cheap, and a lower bound)."""
     text = result.model_dump_json(by_alias=True, exclude_none=True)
     return len(text) if len(text) > limit else len(text.encode())
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} characters of the server's message left out)"
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -285,19 +300,175 @@ def _repair_message(error: Exception) -> SessionMessage | None:
         return None
 
 
+# --- lines a stdio server should not have written ------------------------------------------------
+
+# The SDK's stdio reader decodes strictly: one byte that is not UTF-8 raises inside it, and it then
+# drains (discards) the server's output for as long as the process lives, so every later call times
+# out. This codec decodes UTF-8 with such bytes kept as escapes (U+DC80..U+DCFF): the bad line reaches
+# the session as a line the parser refuses, and the next line is read as usual.
+_STDIO_ENCODING = "toolsearch-utf-8-escaped"
+
+
+class _EscapingDecoder(utf_8.IncrementalDecoder):
+    def __init__(self, errors: str = "strict") -> None:
+        super().__init__("surrogateescape")  # whatever the reader asks for: this is the point of the codec
+
+
+def _find_codec(name: str) -> codecs.CodecInfo | None:
+    if name != _STDIO_ENCODING.replace("-", "_"):
+        return None
+    utf8 = codecs.lookup("utf-8")
+    return codecs.CodecInfo(
+        utf8.encode,
+        utf8.decode,
+        name=_STDIO_ENCODING,
+        incrementalencoder=utf8.incrementalencoder,
+        incrementaldecoder=_EscapingDecoder,
+    )
+
+
+codecs.register(_find_codec)
+
+
+class _QuietParseFailures(logging.Filter):
+    """Drops the SDK's traceback for a line it cannot parse: `_Screen` logs each such line once, with its server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Failed to parse JSONRPC message from server"
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_QuietParseFailures())
+
+# Error codes the SDK gives its own outcomes. An upstream's error under one of them (JSON-RPC's
+# "server error" range starts at -32000, so servers do send it) must not read as a crash or a timeout.
+_SDK_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
+_ANSWER_ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOISE_LOGGED = 10  # lines that are not MCP logged per connection; a server that logs to stdout would flood
+
+
+@dataclass(frozen=True, slots=True)
+class _Unreadable:
+    """The error data of an answer that could not be read: made here, so no upstream can forge one."""
+
+    reason: str
+    excerpt: str
+
+
+@dataclass(frozen=True, slots=True)
+class _UpstreamCode:
+    """The error data of an upstream's error sent under a code the SDK keeps for its own outcomes."""
+
+    code: int
+    data: Any
+
+
+def _answer_id(raw: str) -> int | str | None:
+    """The request id an unreadable line answers, when one can be found; None for a request, a notification or noise.
+
+    Valid JSON gives it exactly. A line cut off or broken otherwise gives the first "id" at the top
+    level of its text: servers write it before the result, as the SDKs do.
+    """
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        for found in _ANSWER_ID.finditer(raw):
+            before = _JSON_STRING.sub("", raw[: found.start()])
+            if '"' not in before and before.count("{") + before.count("[") - before.count("}") - before.count("]") == 1:
+                ident = json.loads(found.group(1))
+                return ident if isinstance(ident, int | str) else None
+        return None
+    if not isinstance(data, dict) or "method" in data:
+        return None
+    ident = data.get("id")
+    return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
+
+
+def _screened(error: Exception) -> tuple[str, str] | None:
+    """(the line as text, what is wrong with it) for a line the transport could not parse; None without the line."""
+    if not isinstance(error, ValidationError):
+        return None
+    problems = error.errors()
+    raw = problems[0].get("input") if problems else None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "surrogateescape")
+    if not isinstance(raw, str):
+        return None
+    text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if text != raw:
+        return text, "is not valid UTF-8"
+    return text, "is not JSON" if problems[0].get("type") == "json_invalid" else "is not a JSON-RPC message"
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+class _Screen:
+    """What a server's transport reads, screened before the session sees it (one per connection).
+
+    - a message rejected only for lone surrogate escapes is repaired (one log line);
+    - a line that cannot be read but answers a request becomes an error answer to that request, so
+      the call fails at once, naming the fault, instead of waiting out its timeout;
+    - an upstream error under a code the SDK keeps for itself is renamed INTERNAL_ERROR;
+    - any other unreadable line goes on as it is (start-up reads it as noise) and is logged.
+    """
+
+    def __init__(self, server: str, on_repair: Callable[[], None]) -> None:
+        self.server = server
+        self.on_repair = on_repair
+        self.noise = 0
+
+    def __call__(self, item: Any) -> Any:
+        if isinstance(item, SessionMessage):
+            message = item.message
+            if isinstance(message, types.JSONRPCError) and message.error.code in _SDK_CODES:
+                error = message.error
+                renamed = types.ErrorData(
+                    code=INTERNAL_ERROR, message=error.message, data=_UpstreamCode(error.code, error.data)
+                )
+                return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=renamed))
+            return item
+        if not isinstance(item, Exception):
+            return item
+        repaired = _repair_message(item)
+        if repaired is not None:
+            logger.warning(
+                "MCP server %r: a message held a lone surrogate escape (text that is not valid Unicode); "
+                "it was replaced by U+FFFD",
+                self.server,
+            )
+            self.on_repair()
+            return repaired
+        screened = _screened(item)
+        ident = _answer_id(screened[0]) if screened is not None else None
+        if screened is not None and ident is not None:
+            text, reason = screened
+            error = types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"it answered with a line that {reason}",
+                data=_Unreadable(reason, _excerpt(text)),  # logged by whoever waits for the answer
+            )
+            return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
+        self.noise += 1
+        if self.noise <= _NOISE_LOGGED:
+            line = _excerpt(screened[0]) if screened is not None else _short(item)
+            more = "; later ones are not logged" if self.noise == _NOISE_LOGGED else ""
+            logger.warning(
+                "MCP server %r wrote a line that is not an MCP message (ignored%s): %s", self.server, more, line
+            )
+        return item
+
+
 @asynccontextmanager
-async def _repairing(read: Any, on_repair: Callable[[], None]) -> AsyncIterator[Any]:
-    """The transport's read stream, with messages rejected only for lone surrogate escapes repaired."""
+async def _screening(read: Any, screen: _Screen) -> AsyncIterator[Any]:
+    """The transport's read stream, each item passed through `screen`."""
     send, receive = anyio.create_memory_object_stream[Any](0)
 
     async def pump() -> None:
         async with send:
             async for item in read:
-                repaired = _repair_message(item) if isinstance(item, Exception) else None
-                if repaired is not None:
-                    on_repair()
-                    item = repaired
-                await send.send(item)
+                await send.send(screen(item))
 
     async with anyio.create_task_group() as tg, receive:
         tg.start_soon(pump)
@@ -333,7 +504,7 @@ class UpstreamServer:
         self.tools: tuple[Tool, ...] = ()
         self.skipped: list[str] = []  # upstream tools whose definitions we could not accept
         self.server_info: types.Implementation | None = None
-        self._broken_text = False  # a message of this server had lone surrogates repaired (see _repairing)
+        self._broken_text = False  # a message of this server had lone surrogates repaired (see _Screen)
         self.protocol_version: str | None = None  # what the gateway speaks with this server
         self.changes = "none"  # how it hears of tool changes: "notifications", "listen", "ttl" or "none"
         self._probe = True  # False once the server closed its pipe on a server/discover probe (stdio)
@@ -665,8 +836,9 @@ class UpstreamServer:
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
-        async with self._raw_transport() as (read, write), _repairing(read, self._repaired) as repaired:
-            yield repaired, write
+        screen = _Screen(self.name, self._repaired)
+        async with self._raw_transport() as (read, write), _screening(read, screen) as screened:
+            yield screened, write
 
     def _repaired(self) -> None:
         self._broken_text = True
@@ -680,6 +852,7 @@ class UpstreamServer:
                 args=list(config.args),
                 env=dict(config.env) or None,
                 cwd=config.cwd,
+                encoding=_STDIO_ENCODING,
             )
             async with stdio_client(params, errlog=self._errlog or sys.stderr) as streams:
                 yield streams
@@ -879,7 +1052,21 @@ class UpstreamServer:
                     "gateway stopped waiting (the call may still be running there; a late answer is dropped). "
                     "Do not assume it worked: check its effect, or retry with a smaller request."
                 )
-            return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {exc.error.message}")
+            if isinstance(exc.error.data, _Unreadable):
+                logger.warning(
+                    "MCP server %r: the answer to %r was a line that %s; the call failed, the connection reads on: %s",
+                    self.name,
+                    tool,
+                    exc.error.data.reason,
+                    exc.error.data.excerpt,
+                )
+                return error_result(
+                    f"MCP server {self.name!r} answered {tool!r} with a line that {exc.error.data.reason}, so its "
+                    "result cannot be read. The tool may have run: check its effect before you retry it."
+                )
+            return error_result(
+                f"MCP server {self.name!r} rejected the call to {tool!r}: {_cut(exc.error.message, ERROR_CHARS)}"
+            )
         except ValidationError as exc:  # an answer that is not a tool result at all
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "result"
