@@ -11,8 +11,9 @@ where it is met here:
   every required scope at once when a valid token lacks some.
 - Access tokens validated as issued for this server: JWT signature against the issuer's JWKS,
   expiry (and not-before), issuer, audience = the gateway's resource URL (RFC 8707), required
-  scopes. Only asymmetric algorithms are accepted, so a JWKS public key can never serve as an
-  HMAC secret, and `alg: none` never verifies.
+  scopes. Date claims must be numbers (RFC 7519 NumericDate), checked here: PyJWT reads them with
+  `int()`, which would take "9999999999" or `true`. Only asymmetric algorithms are accepted, so a
+  JWKS public key can never serve as an HMAC secret, and `alg: none` never verifies.
 
 The JOSE library is PyJWT (2.10+, with `cryptography`): the mcp SDK itself depends on
 `pyjwt[crypto]`, so it adds nothing to install; it checks `exp`/`nbf`/`iss`/`aud` and required
@@ -506,6 +507,16 @@ class JwtVerifier:
             return Refusal(
                 f"the token's algorithm {str(alg)[:20]!r} is not accepted (one of {', '.join(self.algorithms)})"
             )
+        try:
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return Refusal("the token is not a well-formed JWT")
+        for claim in _DATE_CLAIMS:
+            if claim in unverified and not _numeric_date(unverified[claim]):
+                # PyJWT reads these with int(): "9999999999" or true would pass as a date
+                return Refusal(
+                    f"the token's {claim!r} claim must be a number of seconds since 1970 (RFC 7519 NumericDate)"
+                )
         kid = header.get("kid")
         await self._refresh(force=False)
         key = self._key(kid, alg)
@@ -580,6 +591,14 @@ class JwtVerifier:
         """The SDK's `TokenVerifier` interface: the token's `AccessToken`, or None when it is refused."""
         outcome = await self.check(token)
         return outcome.access if isinstance(outcome, Verified) else None
+
+
+_DATE_CLAIMS = ("exp", "nbf", "iat")
+
+
+def _numeric_date(value: Any) -> bool:
+    """RFC 7519's NumericDate: a JSON number (whole or not), which a bool, a string or NaN is not."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
