@@ -1,7 +1,13 @@
-"""Shared fixtures (dataset paths, small catalogs, an offline shared embedding cache) and the skip policy.
+"""Shared fixtures (data sets built from installed packages, small catalogs, an offline shared embedding cache), the
+skip policy, and the rule that the session reads nothing beside the clone.
 
 `--fail-on-skip` (used by .ci/run) makes the run fail when a test skipped, unless the skip matches
 an entry of tests/skips_allowed.txt, each entry with its reason.
+
+Every session runs as on a fresh clone with nothing beside it: tests/clone_only.py refuses any read outside the
+clone, its venv, the temp folder and the system's folders, and a session that recorded a refusal fails (even when
+the code that tried caught the error). Tests carry their own data: made by the test, committed under tests/data,
+or built from a package the project installs (BFCL from PyPI's bfcl-eval, see the `bfcl_dir` fixture).
 """
 
 from __future__ import annotations
@@ -17,13 +23,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import clone_only
 from redis_server import RedisServer
 
 from toolsearch import Tool, load_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets"
 SKIPS_ALLOWED = Path(__file__).with_name("skips_allowed.txt")
+# Installed before any test module is imported, so a module-level read beside the clone is refused too.
+CLONE_ONLY = clone_only.install(ROOT)
 
 
 # --- skip policy --------------------------------------------------------------------------------
@@ -64,6 +72,10 @@ def disallowed_skips(skipped: list[str], entries: list[str]) -> list[str]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    refused = CLONE_ONLY.take_refusals()
+    if refused:  # always, not only in CI: a read beside the clone passes here and fails on a fresh clone
+        session.config.stash[_REFUSED] = refused
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not session.config.getoption("--fail-on-skip"):
         return
     bad = disallowed_skips(_skipped, allowed_skips(SKIPS_ALLOWED.read_text(encoding="utf-8")))
@@ -73,9 +85,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _BAD_SKIPS = pytest.StashKey[list[str]]()
+_REFUSED = pytest.StashKey[list[str]]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    refused = config.stash.get(_REFUSED, [])
+    if refused:
+        terminalreporter.section("reads outside the clone (tests/clone_only.py)", red=True)
+        for line in dict.fromkeys(refused):
+            terminalreporter.line(line)
     bad = config.stash.get(_BAD_SKIPS, [])
     if bad:
         terminalreporter.section("skips not allowed (tests/skips_allowed.txt)", red=True)
@@ -90,16 +108,17 @@ def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture(scope="session")
-def datasets_dir() -> Path:
-    if not DATASETS.is_dir():
-        # CI runs beside ../shared/datasets; a missing folder is a broken setup, not a reason to skip
-        pytest.fail(f"shared datasets not found at {DATASETS}: clone the repository beside shared/datasets")
-    return DATASETS
+def bfcl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BFCL (1,703 tools, 2,351 labelled queries) built from the installed bfcl-eval package, its files' digests
+    checked: `toolsearch bench data fetch bfcl` (.ci/setup.d/bfcl-eval.sh installs the package)."""
+    from toolsearch.bench.data import fetch
+
+    return fetch("bfcl", out=tmp_path_factory.mktemp("datasets"))
 
 
 @pytest.fixture(scope="session")
-def bfcl_tools(datasets_dir: Path) -> list[Tool]:
-    return load_tools(datasets_dir / "bfcl" / "tools.jsonl")
+def bfcl_tools(bfcl_dir: Path) -> list[Tool]:
+    return load_tools(bfcl_dir / "tools.jsonl")
 
 
 @pytest.fixture(scope="session")

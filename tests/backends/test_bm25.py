@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex, load_tools
+from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import bm25
 from toolsearch.backends.bm25 import looks_like_lucene, split_words
 from toolsearch.evaluation import evaluate, load_queries
@@ -239,7 +239,7 @@ def test_allowed_filter_combines_with_scoring(index: ToolIndex) -> None:
 
 @pytest.mark.parametrize("size", [1500, 300, 40, 3])
 def test_allowed_subset_ranks_exactly_as_the_whole_ranking_restricted(
-    bfcl_bm25: ToolIndex, datasets_dir: Path, size: int
+    bfcl_bm25: ToolIndex, bfcl_dir: Path, size: int
 ) -> None:
     """Large subsets are searched by reading the unfiltered ranking deep enough, small ones with a filter
     query: either way the hits are the whole catalog's ranking restricted to the subset."""
@@ -249,7 +249,7 @@ def test_allowed_subset_ranks_exactly_as_the_whole_ranking_restricted(
     names = index.catalog.names
     rng = random.Random(size)
     allowed = frozenset(rng.sample(names, size))
-    labelled = load_queries(datasets_dir / "bfcl" / "queries.jsonl", limit=40, seed=size)
+    labelled = load_queries(bfcl_dir / "queries.jsonl", limit=40, seed=size)
     queries = [q.query for q in labelled] + ["weather", "get"]
     for query in queries:
         whole = index.backend.search(query, len(names)).hits
@@ -378,24 +378,24 @@ def test_searches_run_while_tools_are_updated() -> None:
 # --- quality guard (the full comparison with peers lives in benchmarks/) -------------------------
 
 
-def test_quality_on_a_public_dataset(datasets_dir: Path) -> None:
-    tools = load_tools(datasets_dir / "seal_tools" / "tools.jsonl")
-    index = ToolIndex.build(tools, backend="bm25")
-    queries = load_queries(datasets_dir / "seal_tools" / "queries.jsonl", limit=300, seed=0)
-    scores = evaluate(lambda q: index.search(q[:1000], 10).names, queries)
-    assert scores["nDCG@10"] > 0.88 and scores["R@5"] > 0.85  # bm25s: 0.882 / 0.848 on 1,400 queries
+def test_quality_on_a_public_dataset(bfcl_bm25: ToolIndex, bfcl_dir: Path) -> None:
+    """BFCL, built from the bfcl-eval package: these 300 queries score 0.764 / 0.815; the floor sits between that
+    and the peer bm25s (0.660 / 0.735 on all 2,351, benchmarks/results/retrieval.md)."""
+    queries = load_queries(bfcl_dir / "queries.jsonl", limit=300, seed=0)
+    scores = evaluate(lambda q: bfcl_bm25.search(q[:1000], 10).names, queries)
+    assert scores["nDCG@10"] > 0.74 and scores["R@5"] > 0.79, scores
 
 
 # --- the pruned plain query ranks exactly as the whole query -------------------------------------
 
 
 @pytest.fixture(scope="module")
-def variants_bm25(datasets_dir: Path) -> ToolIndex:
+def variants_bm25(bfcl_dir: Path) -> ToolIndex:
     """bfcl's tools and variants of them: many tools share most of their words, so ties abound."""
     from toolsearch.bench import Dataset
     from toolsearch.bench.synth import plan_catalog
 
-    return ToolIndex.build(plan_catalog([Dataset(datasets_dir / "bfcl")], 6_000, seed=3).tools(), backend="bm25")
+    return ToolIndex.build(plan_catalog([Dataset(bfcl_dir)], 6_000, seed=3).tools(), backend="bm25")
 
 
 def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, float]]:
@@ -413,12 +413,12 @@ def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, 
     return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
 
 
-def test_plain_queries_rank_exactly_as_the_whole_query(variants_bm25: ToolIndex, datasets_dir: Path) -> None:
+def test_plain_queries_rank_exactly_as_the_whole_query(variants_bm25: ToolIndex, bfcl_dir: Path) -> None:
     """The words are searched apart from the exact-name bonus (so tantivy can prune them) and merged:
     names, order and scores must be those of the single query, ties included, at every depth."""
     index = variants_bm25
     names = index.catalog.names
-    queries = [q.query[:1000] for q in load_queries(datasets_dir / "bfcl" / "queries.jsonl", limit=60, seed=1)]
+    queries = [q.query[:1000] for q in load_queries(bfcl_dir / "queries.jsonl", limit=60, seed=1)]
     queries += names[::400]  # a whole name: the bonus tool ranks first
     queries += [f"please run {names[i]} then {names[i + 1].upper()} on the data" for i in range(7, len(names), 500)]
     queries += ["the", "what can you do?", "get", "name:weather", "+get -user"]
@@ -474,12 +474,13 @@ def test_a_search_past_the_postings_bound_leaves_out_its_commonest_words(tmp_pat
     assert bounded.key != exact.key
 
 
-def test_the_default_bound_is_far_above_real_catalogs(datasets_dir: Path) -> None:
-    """Within the bound the search is exact: the default leaves every shared data set's requests whole."""
-    tools = load_tools(datasets_dir / "seal_tools" / "tools.jsonl")
-    index = ToolIndex.build(tools, backend="bm25")
-    for q in load_queries(datasets_dir / "seal_tools" / "queries.jsonl", limit=200, seed=0):
-        assert not index.search(q.query[:1000], 10).notes, q.query
+def test_the_default_bound_is_far_above_real_catalogs(variants_bm25: ToolIndex, bfcl_dir: Path) -> None:
+    """Within the bound the search is exact: the default leaves real requests whole, over 6,000 tools of bfcl's
+    words (its tools and their variants; a few of its requests match no word at all, and say so instead)."""
+    index = variants_bm25
+    for q in load_queries(bfcl_dir / "queries.jsonl", limit=300, seed=0):
+        notes = index.search(q.query[:1000], 10).notes
+        assert not [n for n in notes if "postings" in n or "common words" in n], (q.query, notes)
     assert "max_postings" not in index.backend.describe()  # the default is not written: older keys stay
 
 

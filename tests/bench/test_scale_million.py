@@ -19,23 +19,30 @@ from toolsearch.bench.synth import derived_vectors, plan_catalog, random_base_ve
 from toolsearch.catalog import Catalog
 from toolsearch.tools import Tool
 
-
-@pytest.fixture(scope="module")
-def metatool(datasets_dir: Path) -> list[Dataset]:
-    return [Dataset(datasets_dir / "metatool")]  # 199 real tools: 5,000 needs 4,801 variants
+DEMO_QUERIES = Path(__file__).resolve().parents[1] / "data" / "demo_queries.jsonl"
 
 
 @pytest.fixture(scope="module")
-def plan5k(metatool: list[Dataset]):  # type: ignore[no-untyped-def]
-    return plan_catalog(metatool, 5_000, seed=3)
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_tools: list[Tool]) -> list[Dataset]:
+    """The bundled catalog as a data set (197 real tools: 5,000 needs 4,803 variants) with its labelled requests."""
+    folder = tmp_path_factory.mktemp("sets") / "demo"
+    folder.mkdir()
+    (folder / "tools.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in demo_tools), encoding="utf-8")
+    (folder / "queries.jsonl").write_bytes(DEMO_QUERIES.read_bytes())
+    return [Dataset(folder)]
+
+
+@pytest.fixture(scope="module")
+def plan5k(demo: list[Dataset]):  # type: ignore[no-untyped-def]
+    return plan_catalog(demo, 5_000, seed=3)
 
 
 def test_generator_gives_5000_distinct_valid_tools(plan5k) -> None:  # type: ignore[no-untyped-def]
     tools = list(plan5k.tools())
     assert len(tools) == 5_000 and len({t.name for t in tools}) == 5_000
     assert plan5k.info() == {
-        "size": 5_000, "real_tools": 199, "variants": 4_801, "max_variants_per_real_tool": 25,
-        "pool": {"metatool": 199},
+        "size": 5_000, "real_tools": 197, "variants": 4_803, "max_variants_per_real_tool": 25,
+        "pool": {"demo": 197},
     }
     catalog = Catalog(tools)  # rejects duplicate names
     assert len(catalog) == 5_000
@@ -47,18 +54,18 @@ def test_generator_gives_5000_distinct_valid_tools(plan5k) -> None:  # type: ign
         assert checked.fingerprint == tool.fingerprint, tool.name
         base = bases[tool.name.rsplit("_v", 1)[0]] if tool.name not in bases else bases[tool.name]
         assert tool.description.startswith(base.description)
-        assert tool.input_schema == base.input_schema and tool.namespace == "metatool"
+        assert tool.input_schema == base.input_schema and tool.namespace == "demo"
     variants = [t for t in tools if t.name not in bases]
     assert all(len(t.description) > len(bases[t.name.rsplit("_v", 1)[0]].description) for t in variants)
 
 
-def test_generator_is_seeded(metatool: list[Dataset], plan5k) -> None:  # type: ignore[no-untyped-def]
-    again = plan_catalog(metatool, 5_000, seed=3)
-    other = plan_catalog(metatool, 5_000, seed=4)
+def test_generator_is_seeded(demo: list[Dataset], plan5k) -> None:  # type: ignore[no-untyped-def]
+    again = plan_catalog(demo, 5_000, seed=3)
+    other = plan_catalog(demo, 5_000, seed=4)
     assert again.names() == plan5k.names()
     assert Catalog(again.tools()).hash == Catalog(plan5k.tools()).hash
     assert other.names() != plan5k.names() and set(other.names()) == set(plan5k.names())
-    small = plan_catalog(metatool, 50, seed=3)  # below the real tools: a sample of them, no variants
+    small = plan_catalog(demo, 50, seed=3)  # below the real tools: a sample of them, no variants
     assert small.info()["variants"] == 0 and len(set(small.names())) == 50
 
 
@@ -152,11 +159,11 @@ def test_add_vectors_and_search_vectors_reject_bad_input(plan5k) -> None:  # typ
         vector_module.create(ivf_threshold=0)
 
 
-def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, metatool: list[Dataset]) -> None:
+def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, demo: list[Dataset]) -> None:
     from toolsearch.bench.million import render_markdown
 
     report = run_million(
-        metatool, sizes=[3_000], n_queries=20, recall_queries=10, vectors="random", work_dir=tmp_path,
+        demo, sizes=[3_000], n_queries=20, recall_queries=10, vectors="random", work_dir=tmp_path,
         spawn=_spawn, vector_options={"ivf_threshold": 1_000},
     )
     row = report["results"]["3000"]
