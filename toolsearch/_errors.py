@@ -15,6 +15,7 @@ with those bases in parentheses:
     │   └── UnknownFormatError                     no wire format has that name
     ├── ArgumentTypeError (TypeError)              an argument is of the wrong kind
     ├── BackendError                               a backend is unknown or failed
+    │   └── CatalogStoreError                      the shared catalog store (Postgres) failed or refused us
     ├── MissingDependencyError (ImportError)       an optional package is not installed
     ├── StoredIndexError                           a stored index is unusable
     │   ├── IndexNotFoundError (FileNotFoundError)
@@ -111,6 +112,11 @@ class ArgumentTypeError(ToolSearchError, TypeError):
 
 class BackendError(ToolSearchError):
     """A backend is unknown or failed in a way the caller cannot fix by changing the query."""
+
+
+class CatalogStoreError(BackendError):
+    """The shared catalog store (Postgres) is down, restarted, too slow, out of connections or refused the
+    credentials; the message names the store (never its password). Nothing was half written: retry later."""
 
 
 class MissingDependencyError(ToolSearchError, ImportError):

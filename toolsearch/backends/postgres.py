@@ -1,0 +1,278 @@
+"""Postgres backend: tools, their embeddings and a full-text index in Postgres with pgvector, searched in one SQL
+statement and fused as the hybrid backend fuses (its `fuse`, its clause scoring).
+
+Two ways to hold a catalog. A backend made by `ToolIndex.build(tools, "postgres", dsn=...)` writes a private
+catalog of its own; `save` freezes it (the saved index names that frozen catalog, and a later change to
+either side first copies it, rows and embeddings, so a saved index never changes under its readers). A
+named catalog (`catalog="prod"`, as `toolsearch.pg.PostgresIndex` and `toolsearch build --store` use) is
+shared: every process naming it reads and writes the same rows, each change one transaction.
+
+The DSN is an option (`dsn=`) or `$TOOLSEARCH_STORE`; its password never reaches a manifest (`describe`
+and `save` record the DSN without it), a log or an error (toolsearch.pg._connect).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import BackendError, IndexFormatError, IndexNotFoundError
+from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
+from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog
+from ..pg.search import search as run_search
+from ..pg.writer import apply_change, tool_rows
+from ..results import Hit, Ranking
+from ..tools import Tool
+from . import vector as vector_module
+from .hybrid import DEFAULT_DENSE_WEIGHT, DEFAULT_POOL, fuse
+
+__all__ = ["PostgresBackend", "create", "load", "OPTIONS"]
+
+FORMAT_VERSION = 1
+META_FILE = "postgres.json"
+_SETTINGS = ("min_connections", "max_connections", "timeout", "connect_timeout", "ef_search")
+_DEFAULT_EF_SEARCH = StoreSettings().ef_search
+
+
+class PostgresBackend:
+    """A catalog in Postgres: dense (pgvector HNSW, cosine) and BM25 full-text candidates fused like `hybrid`."""
+
+    name = "postgres"
+
+    def __init__(
+        self,
+        connector: Connector,
+        encoder: vector_module.VectorBackend,
+        *,
+        catalog: str | None = None,
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        pool: int = DEFAULT_POOL,
+    ) -> None:
+        if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
+            raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
+            raise BackendError(f"pool must be a positive integer, got {pool!r}")
+        if catalog is not None and (not isinstance(catalog, str) or not catalog.strip()):
+            raise BackendError(f"catalog must be a non-empty name, got {catalog!r}")
+        self.connector = connector
+        self.encoder = encoder  # embeds queries (and their clauses) exactly as the vector backend does
+        self.catalog_name = catalog
+        self.shared = catalog is not None
+        self.dense_weight = float(dense_weight)
+        self.pool = pool
+        self._row: CatalogRow | None = None
+        self._lock = threading.RLock()
+        self._seen = threading.local()  # the catalog version this thread's last search read
+
+    # --- what it is ---------------------------------------------------------------------------
+
+    @property
+    def model_id(self) -> str:
+        return self.encoder.model_id
+
+    @property
+    def store(self) -> str:
+        """The store as messages show it (no password)."""
+        return self.connector.shown
+
+    @property
+    def row(self) -> CatalogRow | None:
+        return self._row
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model_id}
+        if self.dense_weight != DEFAULT_DENSE_WEIGHT:
+            out["dense_weight"] = self.dense_weight
+        if self.pool != DEFAULT_POOL:
+            out["pool"] = self.pool
+        if self.connector.settings.ef_search != _DEFAULT_EF_SEARCH:
+            out["ef_search"] = self.connector.settings.ef_search
+        return out
+
+    def warm(self) -> None:
+        """Load the embedding model now, and reach the store (errors name it) before the first search."""
+        self.encoder.warm()
+        self.attach(create=False)
+
+    def forget_queries(self) -> None:
+        self.encoder.forget_queries()
+
+    # --- the catalog row ------------------------------------------------------------------------
+
+    def attach(self, *, create: bool) -> CatalogRow | None:
+        """The catalog's row (created with its tables when `create` and missing); None when it does not exist."""
+        with self._lock:
+            if self._row is not None:
+                return self._row
+            name = self.catalog_name
+
+            def find_or_make(conn: Any) -> CatalogRow | None:
+                with conn.transaction():
+                    found = find_catalog(conn, name) if name is not None else None
+                    if found is None and create:
+                        fresh = name or f"private-{secrets.token_hex(8)}"
+                        found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
+                    return found
+
+            found = self.connector.call("open the catalog", find_or_make)
+            if found is not None:
+                if found.model != self.model_id:
+                    raise IndexFormatError(
+                        f"the catalog {found.name!r} in {self.store} was embedded with {found.model!r}, not "
+                        f"{self.model_id!r}; open it with model={found.model!r} or build it again under another name"
+                    )
+                self._row = found
+                self.catalog_name = found.name
+            return found
+
+    def _writable(self, conn: Any) -> CatalogRow:
+        """The catalog row, locked for this transaction; a frozen one is copied first (copy on write)."""
+        assert self._row is not None
+        current = find_catalog(conn, self._row.name, lock=True)
+        if current is None:
+            raise IndexNotFoundError(f"the catalog {self._row.name!r} was removed from {self.store}; build it again")
+        if current.frozen:
+            current = copy_catalog(conn, current, f"private-{secrets.token_hex(8)}")
+            self.shared = False
+        return current
+
+    # --- changes --------------------------------------------------------------------------------
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        if tools:
+            self.change(tools, ())
+
+    def remove(self, names: Collection[str]) -> None:
+        if names:
+            self.change((), list(names))
+
+    def change(self, upsert: Sequence[Tool], remove: Sequence[str]) -> int:
+        """Upsert and remove in one transaction (one new version); embeddings are computed before it opens."""
+        with self._lock:
+            self.attach(create=True)
+            rows = tool_rows(self.connector, self.encoder.embedder, upsert, cache=self.encoder.cache,
+                             progress=self.encoder.progress) if upsert else []
+
+            def write(conn: Any) -> tuple[CatalogRow, int]:
+                with conn.transaction():
+                    row = self._writable(conn)
+                    return row, apply_change(conn, row, rows, remove, self.model_id)
+
+            row, version = self.connector.call("write a catalog change", write)
+            self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
+            self.catalog_name = row.name
+            return version
+
+    # --- search ---------------------------------------------------------------------------------
+
+    @property
+    def last_version(self) -> int | None:
+        """The catalog version the calling thread's last search read."""
+        return getattr(self._seen, "version", None)
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        row = self._row or self.attach(create=False)
+        self._seen.version = None
+        if row is None or k < 1:
+            return Ranking([])
+        vectors = self.encoder.query_vectors(query)
+        depth = max(self.pool, k)
+        found = self.connector.call(
+            "search", lambda conn: run_search(conn, row.id, query, vectors, depth, allowed)
+        )
+        if found is None:
+            raise IndexNotFoundError(f"the catalog {row.name!r} was removed from {self.store}; build it again")
+        self._seen.version = found.version
+        if not found.sims:
+            return Ranking([])
+        names = list(found.sims)
+        sims = np.stack([found.sims[n] for n in names])
+        scores = vector_module._clause_scores(sims, sims.max(axis=0))
+        dense = dict(zip(names, scores.tolist(), strict=True))
+        fused = fuse(dense, found.lexical, self.dense_weight)
+        return Ranking([Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]])
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """Record which catalog this is (a private one is frozen first: the saved index never changes)."""
+        with self._lock:
+            row = self.attach(create=True)
+            assert row is not None
+            if not self.shared:
+                self.connector.call("freeze the catalog", lambda conn: conn.execute(
+                    "UPDATE toolsearch_catalogs SET frozen = true WHERE id = %s", (row.id,)))
+            meta = {"format": FORMAT_VERSION, "store": self.store, "catalog": row.name, "model": self.model_id,
+                    "shared": self.shared}
+        (folder / META_FILE).write_text(json.dumps(meta) + "\n")
+
+    def close(self) -> None:
+        self.connector.close()
+
+
+OPTIONS: tuple[str, ...] = ("dsn", "catalog", "dense_weight", "pool", *_SETTINGS, *vector_module.OPTIONS)
+
+
+def _make(options: dict[str, Any], *, saved_store: str | None = None) -> PostgresBackend:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise BackendError(f"unknown postgres backend option(s) {', '.join(unknown)}; use {', '.join(OPTIONS)}")
+    dsn = options.pop("dsn", None) or default_dsn() or saved_store
+    if not dsn:
+        raise BackendError(
+            "the postgres backend needs a database: pass dsn='postgresql://user@host:5432/db' or set "
+            "$TOOLSEARCH_STORE to that URL (the password may come from $PGPASSWORD or ~/.pgpass)"
+        )
+    if not isinstance(dsn, str):
+        raise BackendError(f"dsn must be a connection string, got {type(dsn).__name__}")
+    settings = StoreSettings(**{k: options.pop(k) for k in _SETTINGS if k in options})
+    catalog = options.pop("catalog", None)
+    own = {k: options.pop(k) for k in ("dense_weight", "pool") if k in options}
+    encoder = vector_module.create(**options)
+    return PostgresBackend(Connector.shared(dsn, settings), encoder, catalog=catalog, **own)
+
+
+def create(**options: Any) -> PostgresBackend:
+    """An empty backend (nothing is written until tools are added); takes dsn, catalog, model and the pool options."""
+    return _make(dict(options))
+
+
+def load(folder: Path, tools: Sequence[Tool], **options: Any) -> PostgresBackend:
+    """Open the catalog a saved index names; the DSN comes from `dsn=`, $TOOLSEARCH_STORE, or the saved one."""
+    try:
+        meta = json.loads((Path(folder) / META_FILE).read_text(encoding="utf-8"))
+        catalog, stored = str(meta["catalog"]), str(meta["store"])
+    except FileNotFoundError:
+        raise IndexFormatError(f"{folder}: {META_FILE} is missing; rebuild the index") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise IndexFormatError(f"{folder}/{META_FILE} is unreadable ({exc}); rebuild the index") from None
+    if meta.get("format") != FORMAT_VERSION:
+        raise IndexFormatError(f"{folder}: unknown postgres index format {meta.get('format')!r}; rebuild the index")
+    options = dict(options)
+    options["catalog"] = catalog
+    backend = _make(options, saved_store=stored if "***" not in stored else None)
+    row = backend.attach(create=False)
+    if row is None:
+        raise IndexNotFoundError(
+            f"{folder} names the catalog {catalog!r} in {backend.store}, which is not there; rebuild the index"
+        )
+    backend.shared = bool(meta.get("shared", False))
+    count = backend.connector.call("count the catalog's tools", lambda conn: conn.execute(
+        f"SELECT count(*) FROM toolsearch_tools_{row.id}").fetchone()[0])
+    if count != len(tools):
+        raise IndexFormatError(
+            f"{folder}: the catalog {catalog!r} in {backend.store} holds {count} tools, the index {len(tools)}; "
+            "rebuild the index"
+        )
+    return backend
+
+
+def display(dsn: str) -> str:
+    """A DSN as this backend shows it (no password)."""
+    return display_dsn(dsn)

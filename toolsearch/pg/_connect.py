@@ -1,0 +1,224 @@
+"""Connections to the catalog store: the DSN and how it is shown, the pool, and psycopg's errors translated once.
+
+A DSN's password never leaves this module in text: `display_dsn` is what messages, logs, manifests and
+spans get, and every error message is scrubbed of the password's literal text as well (a server or
+driver message could echo it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from .._errors import BackendError, CatalogStoreError, missing_dependency
+from .._redact import HIDDEN, redacted_url
+
+__all__ = ["STORE_ENV", "PG_SCHEMES", "StoreSettings", "display_dsn", "is_postgres_url", "Connector", "default_dsn"]
+
+STORE_ENV = "TOOLSEARCH_STORE"
+PG_SCHEMES = ("postgres", "postgresql")
+logger = logging.getLogger("toolsearch.pg")
+T = TypeVar("T")
+
+
+def is_postgres_url(text: object) -> bool:
+    return isinstance(text, str) and text.split("://", 1)[0].lower() in PG_SCHEMES and "://" in text
+
+
+def default_dsn() -> str | None:
+    """The DSN in $TOOLSEARCH_STORE when it names Postgres (so a password need not be on a command line)."""
+    value = os.environ.get(STORE_ENV, "").strip()
+    return value if is_postgres_url(value) else None
+
+
+def display_dsn(dsn: str) -> str:
+    """The DSN as messages may show it: URL user info and query values hidden, a `password=` keyword dropped."""
+    if "://" in dsn:
+        return redacted_url(dsn)
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # not parseable: show nothing of it rather than risk a secret
+        return HIDDEN
+    return " ".join(f"{k}={HIDDEN if k == 'password' else v}" for k, v in parts.items() if v is not None)
+
+
+def _password(dsn: str) -> str | None:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        value = conninfo_to_dict(dsn).get("password")
+    except Exception:
+        return None
+    return str(value) if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """How a process talks to the store: pool size, how long a caller waits, and the HNSW search width.
+
+    - `timeout`: seconds a statement may run (`statement_timeout`) and a caller waits for a free
+      connection; a connection attempt waits `connect_timeout`.
+    - `ef_search`: pgvector's `hnsw.ef_search`, the candidate list of each HNSW walk (recall against
+      exact search is reported by benchmarks/postgres.py); filtered walks scan on (`iterative_scan`).
+    """
+
+    min_connections: int = 1
+    max_connections: int = 8
+    timeout: float = 5.0
+    connect_timeout: float = 3.0
+    ef_search: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("min_connections", "max_connections", "ef_search"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "min_connections" else 1):
+                raise BackendError(f"{name} must be a positive whole number, got {value!r}")
+        if self.min_connections > self.max_connections:
+            raise BackendError("min_connections cannot exceed max_connections")
+        for name in ("timeout", "connect_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise BackendError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+class Connector:
+    """One pool per (DSN, settings) in a process, shared by every index that names that store."""
+
+    _pools: ClassVar[dict[tuple[str, StoreSettings], Connector]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, dsn: str, settings: StoreSettings) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError:
+            raise missing_dependency("psycopg", "postgres") from None
+        self.dsn = dsn
+        self.shown = display_dsn(dsn)
+        self.settings = settings
+        self._secret = _password(dsn)
+        self._psycopg = psycopg
+        self._errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout, OSError)
+        self.pool = psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=settings.min_connections,
+            max_size=settings.max_connections,
+            timeout=settings.timeout,
+            kwargs={"connect_timeout": max(1, round(settings.connect_timeout)), "autocommit": True},
+            configure=self._configure,
+            check=psycopg_pool.ConnectionPool.check_connection,  # a connection the server dropped is replaced
+            name=f"toolsearch {self.shown}",
+            open=False,
+            reconnect_timeout=0,  # never give up re-filling the pool; each caller still fails within timeout
+        )
+        self._opened = False
+        self._open_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, dsn: str, settings: StoreSettings) -> Connector:
+        with cls._lock:
+            found = cls._pools.get((dsn, settings))
+            if found is None or (found.pool.closed and found._opened):
+                found = cls._pools[(dsn, settings)] = cls(dsn, settings)
+            return found
+
+    def _configure(self, conn: Any) -> None:
+        from pgvector.psycopg import register_vector
+
+        timeout_ms = round(self.settings.timeout * 1000)
+        conn.execute(
+            f"SET statement_timeout = {timeout_ms}; SET lock_timeout = {timeout_ms}; "
+            f"SET hnsw.ef_search = {self.settings.ef_search}; SET hnsw.iterative_scan = strict_order; "
+            # a search must walk the HNSW and GIN indexes even where a small table makes a scan look cheaper
+            # to the planner (it is not: every row's vector or tsvector is read); whole-table reads turn it on
+            "SET enable_seqscan = off"
+        )
+        register_vector(conn)
+
+    def _open(self) -> None:
+        """Reach the store once before the pool opens: a wrong password or a server that is down is said at
+        once, in the server's words, and the shared tables and the vector extension exist before any
+        pooled connection registers the vector type."""
+        if self._opened:
+            return
+        with self._open_lock:
+            if self._opened:
+                return
+            from .schema import ensure_schema
+
+            try:
+                with self.direct() as conn:
+                    ensure_schema(conn)
+            except self._errors as exc:
+                raise self.error("connect", exc) from None
+            self.pool.open(wait=False)
+            self._opened = True
+
+    def direct(self) -> Any:
+        """A connection of its own, outside the pool (LISTEN, locks held across transactions, the first check)."""
+        return self._psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=max(1, round(self.settings.connect_timeout))
+        )
+
+    @contextmanager
+    def connection(self, what: str) -> Iterator[Any]:
+        """A pooled connection for one job; every failure becomes a CatalogStoreError saying `what` failed."""
+        self._open()
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except CatalogStoreError:
+            raise
+        except self._errors as exc:
+            raise self.error(what, exc) from None
+
+    def call(self, what: str, fn: Callable[[Any], T]) -> T:
+        with self.connection(what) as conn:
+            try:
+                return fn(conn)
+            except self._errors as exc:
+                raise self.error(what, exc) from None
+
+    def error(self, what: str, exc: BaseException) -> CatalogStoreError:
+        """The one translation of a driver or pool failure: what failed, where, why, and what to do."""
+        import psycopg_pool
+
+        psycopg = self._psycopg
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            why = (f"no connection within {self.settings.timeout:g} s: Postgres is down, unreachable or out of "
+                   f"connections, or all {self.settings.max_connections} of this process's are busy")
+        elif isinstance(exc, psycopg.errors.QueryCanceled):
+            why = f"the statement ran past {self.settings.timeout:g} s (statement_timeout): Postgres is slow or busy"
+        elif isinstance(exc, psycopg.errors.InvalidPassword | psycopg.errors.InvalidAuthorizationSpecification):
+            why = "Postgres refused the credentials: check the user and password of the DSN"
+        elif isinstance(exc, psycopg.errors.TooManyConnections):
+            why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
+        elif isinstance(exc, psycopg.OperationalError | OSError):
+            why = "the connection failed or was lost (Postgres down or restarting)"
+        else:
+            why = f"{type(exc).__name__}"
+        if "password authentication failed" in detail:
+            why = "Postgres refused the credentials: check the user and password of the DSN"
+        message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); nothing was half written, retry"
+        return CatalogStoreError(self.scrub(message))
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self._secret, HIDDEN) if self._secret else text
+
+    def close(self) -> None:
+        with Connector._lock:
+            for key, value in list(Connector._pools.items()):
+                if value is self:
+                    del Connector._pools[key]
+        self.pool.close()
+
+    def __repr__(self) -> str:
+        return f"Connector({self.shown!r})"

@@ -1,0 +1,214 @@
+"""PostgresIndex: a ToolIndex over a named catalog in Postgres that many processes share, kept current as others
+change it (LISTEN/NOTIFY, version polling as a fallback), and written through in one transaction per change.
+
+The first process to open a catalog with tools indexes them under an advisory lock (embeddings computed
+once, stored, reused by every later change and process); the others wait on the lock and find it done.
+Every search is one statement read at one catalog version; when that version is not the one this
+process holds, the process catches up (the change records say what moved) and searches again, so a
+result never mixes two versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from .._errors import IndexNotFoundError, InvalidArgumentError
+from ..backends import get_backend_spec
+from ..catalog import Catalog
+from ..index import ToolIndex
+from ..results import SearchResult
+from ..tools import Tool
+from .mirror import Snapshot, Watcher, read_since, read_whole
+
+if TYPE_CHECKING:
+    from ..backends.postgres import PostgresBackend
+
+__all__ = ["PostgresIndex", "DEFAULT_CATALOG"]
+
+logger = logging.getLogger("toolsearch.pg")
+
+DEFAULT_CATALOG = "default"
+_CATCH_UP_ATTEMPTS = 5  # searches retried while other processes keep changing the catalog
+_LOCK_SPACE = 0x7473  # advisory lock keys: (this, crc32 of the catalog name)
+
+
+class PostgresIndex(ToolIndex):
+    """A shared catalog: `PostgresIndex.open(dsn, "prod", tools)` in every worker, then search as any ToolIndex.
+
+    `on_change(callback)` calls `callback(index)` after this process caught up with a change (its own or
+    another's). `close()` stops following changes (the pool is shared by the process and stays).
+    """
+
+    def __init__(self, snapshot: Snapshot, backend: PostgresBackend, *, poll: float | None) -> None:
+        super().__init__(snapshot.catalog, backend)
+        self._pg = backend
+        self._version = snapshot.version
+        self._catch_up_lock = threading.Lock()
+        self._listeners: list[Callable[[PostgresIndex], None]] = []
+        self._watcher: Watcher | None = None
+        if poll is not None:
+            row = backend.row
+            assert row is not None
+            self._watcher = Watcher(backend.connector.direct, row.id, self._heard, poll=poll,
+                                    shown=backend.store).start()
+
+    # --- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str | None = None,
+        catalog: str = DEFAULT_CATALOG,
+        tools: Iterable[Tool] | Catalog | None = None,
+        *,
+        poll: float | None = 1.0,
+        **options: Any,
+    ) -> PostgresIndex:
+        """The catalog `catalog` of the store at `dsn` (default: $TOOLSEARCH_STORE).
+
+        With `tools`, the stored catalog is brought to exactly those tools first: built when missing,
+        else only what differs is written (nothing, when another process already did). Without, it must
+        exist. `poll`: seconds between version checks besides NOTIFY (None: do not follow changes).
+        `options` go to the postgres backend (model, ef_search, pool sizes, timeout, ...).
+        """
+        if not isinstance(catalog, str) or not catalog.strip():
+            raise InvalidArgumentError(f"catalog must be a non-empty name, got {catalog!r}")
+        if poll is not None and not (isinstance(poll, int | float) and poll > 0):
+            raise InvalidArgumentError(f"poll must be a positive number of seconds or None, got {poll!r}")
+        if dsn is not None:
+            options["dsn"] = dsn
+        backend = cast("PostgresBackend", get_backend_spec("postgres").create(catalog=catalog, **options))
+        wanted = None if tools is None else tools if isinstance(tools, Catalog) else Catalog(tools)
+        if wanted is not None:
+            with _advisory_lock(backend, catalog):
+                row = backend.attach(create=True)
+                assert row is not None
+                stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, row.id, catalog))
+                delta = stored.catalog.diff(wanted)
+                if delta:
+                    logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools", catalog,
+                                backend.store, len(delta.added), len(delta.changed), len(delta.removed))
+                    backend.change([wanted[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
+        elif backend.attach(create=False) is None:
+            raise IndexNotFoundError(
+                f"no catalog {catalog!r} in {backend.store}; build it with `toolsearch build FILE --store URL "
+                f"--name {catalog}` or open it with tools"
+            )
+        found = backend.row
+        assert found is not None
+        snapshot = backend.connector.call("read the catalog", lambda conn: read_whole(conn, found.id, catalog))
+        return cls(snapshot, backend, poll=poll)
+
+    # --- following the store ---------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The catalog version this process holds."""
+        return self._version
+
+    def on_change(self, callback: Callable[[PostgresIndex], None]) -> None:
+        self._listeners.append(callback)
+
+    def _heard(self, version: int) -> None:
+        if version != self._version:
+            self.catch_up()
+
+    def catch_up(self) -> int:
+        """Bring this process's copy of the catalog to the store's current version; returns it."""
+        backend = self._pg
+        row = backend.row
+        assert row is not None
+        with self._catch_up_lock:
+            base = Snapshot(self._version, self._catalog)
+            newer = backend.connector.call("catch up with the catalog",
+                                           lambda conn: read_since(conn, row.id, row.name, base))
+            if newer.version == base.version:
+                return base.version
+            with self._write_lock:
+                self._catalog = newer.catalog
+                self._version = newer.version
+        for callback in list(self._listeners):
+            try:
+                callback(self)
+            except Exception:  # a listener's bug must not stop this process from following the catalog
+                logger.exception("a catalog change listener failed")
+        return newer.version
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    # --- search: one version per result -----------------------------------------------------------------
+
+    def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:
+        for _ in range(_CATCH_UP_ATTEMPTS):
+            result = super().search_checked(text, k, names)
+            seen = self._pg.last_version
+            if seen is None or seen == self._version:
+                return result
+            self.catch_up()
+        return result  # the catalog changed on every attempt: the last result, filtered to this process's copy
+
+    # --- changes: one transaction each, then this process catches up ------------------------------------
+
+    def upsert(self, tools: Iterable[Tool]) -> None:
+        incoming = list(tools)
+        Catalog(incoming)  # duplicate names in one update are refused before anything is written
+        if incoming:
+            self._pg.change(incoming, ())
+            self.catch_up()
+
+    def remove(self, names: Iterable[str]) -> None:
+        gone = list(dict.fromkeys(names))
+        if gone:
+            self._pg.change((), gone)
+            self.catch_up()
+
+    def sync(self, tools: Iterable[Tool] | Catalog) -> None:
+        """Bring the stored catalog to exactly `tools` in one transaction (only what differs is written)."""
+        newer = tools if isinstance(tools, Catalog) else Catalog(tools)
+        with _advisory_lock(self._pg, self._pg.catalog_name):
+            self.catch_up()
+            delta = self._catalog.diff(newer)
+            if delta:
+                self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
+        self.catch_up()
+
+    def __repr__(self) -> str:
+        return (f"PostgresIndex({self._pg.catalog_name!r} in {self._pg.store}, {len(self)} tools, "
+                f"version {self._version})")
+
+
+class _advisory_lock:
+    """A session-level advisory lock on a connection of its own, per catalog name: writers that build or sync a
+    catalog take turns across processes and machines; the lock goes with the connection if the holder dies."""
+
+    def __init__(self, backend: PostgresBackend, catalog: str | None) -> None:
+        self.backend = backend
+        self.key = zlib.crc32((catalog or "").encode("utf-8")) - (1 << 31)
+        self.conn: Any = None
+
+    def __enter__(self) -> None:
+        connector = self.backend.connector
+        connector._open()
+        try:
+            self.conn = connector.direct()
+            self.conn.execute("SET statement_timeout = 0")
+            self.conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key))
+        except connector._errors as exc:
+            if self.conn is not None:
+                self.conn.close()
+            raise connector.error("take the catalog's build lock", exc) from None
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, self.key))
+        except Exception:  # the connection is gone: so is the lock
+            pass
+        finally:
+            self.conn.close()

@@ -1,0 +1,146 @@
+"""A process's copy of a stored catalog at one version: read whole, or caught up from the change records, each
+read in one repeatable-read transaction (so it is one version, never half of a change); and the thread that
+hears of new versions (LISTEN/NOTIFY, with a version poll as a fallback) and catches up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import CatalogStoreError, IndexNotFoundError
+from ..catalog import Catalog
+from ..tools import Tool
+from .schema import CHANNEL, tools_table
+
+__all__ = ["Snapshot", "read_whole", "read_since", "Watcher"]
+
+logger = logging.getLogger("toolsearch.pg")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A catalog as of `version`; `changed` / `removed` say what moved since the snapshot it was caught up from."""
+
+    version: int
+    catalog: Catalog
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+def _tool(name: str, fingerprint: str, definition: Any) -> Tool:
+    data = definition if isinstance(definition, dict) else json.loads(definition)
+    return Tool._restore(dict(data), fingerprint)
+
+
+def _begin_snapshot(conn: Any, catalog_id: int, name: str) -> int:
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    conn.execute("SET LOCAL enable_seqscan = on")  # whole-table reads (the pool turns it off for searches)
+    found = conn.execute("SELECT version FROM toolsearch_catalogs WHERE id = %s", (catalog_id,)).fetchone()
+    if found is None:
+        raise IndexNotFoundError(f"the catalog {name!r} was removed from the store; build it again")
+    return int(found[0])
+
+
+def read_whole(conn: Any, catalog_id: int, name: str) -> Snapshot:
+    """Every tool of the catalog, at one version."""
+    with conn.transaction():
+        version = _begin_snapshot(conn, catalog_id, name)
+        rows = conn.execute(f"SELECT name, fingerprint, definition FROM {tools_table(catalog_id)}").fetchall()
+    return Snapshot(version, Catalog(_tool(*row) for row in rows))
+
+
+def read_since(conn: Any, catalog_id: int, name: str, base: Snapshot) -> Snapshot:
+    """`base` brought to the current version through the change records; the whole catalog when they are gone."""
+    with conn.transaction():
+        version = _begin_snapshot(conn, catalog_id, name)
+        if version == base.version:
+            return base
+        records = conn.execute(
+            "SELECT version, upserted, removed FROM toolsearch_changes WHERE catalog_id = %s AND version > %s "
+            "ORDER BY version",
+            (catalog_id, base.version),
+        ).fetchall()
+        complete = [r[0] for r in records] == list(range(base.version + 1, version + 1))
+        if complete and all(r[1] is not None for r in records):
+            touched = list(dict.fromkeys(n for _, upserted, removed in records for n in (*upserted, *removed)))
+            rows = conn.execute(
+                f"SELECT name, fingerprint, definition FROM {tools_table(catalog_id)} WHERE name = ANY(%s)",
+                (touched,),
+            ).fetchall()
+            present = {row[0] for row in rows}
+            gone = tuple(n for n in touched if n not in present and n in base.catalog)
+            tools = [_tool(*row) for row in rows]
+            catalog = base.catalog.updated(upsert=tools, remove=gone)
+            return Snapshot(version, catalog, tuple(t.name for t in tools), gone)
+        rows = conn.execute(f"SELECT name, fingerprint, definition FROM {tools_table(catalog_id)}").fetchall()
+    catalog = Catalog(_tool(*row) for row in rows)
+    delta = base.catalog.diff(catalog)
+    return Snapshot(version, catalog, (*delta.added, *delta.changed), delta.removed)
+
+
+class Watcher:
+    """A daemon thread that calls `on_version(version)` when the catalog's version moves: at once on a NOTIFY,
+    else within `poll` seconds. A lost connection is logged once and opened again until `stop`."""
+
+    def __init__(
+        self, connect: Callable[[], Any], catalog_id: int, on_version: Callable[[int], None], *, poll: float, shown: str
+    ) -> None:
+        self._connect = connect
+        self.catalog_id = catalog_id
+        self._on_version = on_version
+        self.poll = poll
+        self.shown = shown
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"toolsearch-pg-watch-{catalog_id}", daemon=True)
+
+    def start(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(2 * self.poll, 2.0))
+
+    def _run(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = self._connect()
+                conn.execute(f"LISTEN {CHANNEL}")
+                if failing:
+                    logger.warning("catalog store %s answers again; following catalog changes", self.shown)
+                failing = False
+                self._check(conn)  # whatever changed while not listening
+                while not self._stop.is_set():
+                    heard = False
+                    for note in conn.notifies(timeout=self.poll, stop_after=1):
+                        heard = note.payload.split(":", 1)[0] == str(self.catalog_id)
+                    if heard or not self._stop.is_set():
+                        self._check(conn)
+            except Exception as exc:  # the store is down or restarting: try again; searches report it themselves
+                if not failing:
+                    logger.warning("lost the catalog store %s while following changes (%s); retrying",
+                                   self.shown, exc if isinstance(exc, CatalogStoreError) else type(exc).__name__)
+                failing = True
+                self._stop.wait(min(self.poll, 1.0))
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+    def _check(self, conn: Any) -> None:
+        found = conn.execute("SELECT version FROM toolsearch_catalogs WHERE id = %s", (self.catalog_id,)).fetchone()
+        if found is not None:
+            started = time.monotonic()
+            self._on_version(int(found[0]))
+            spent = time.monotonic() - started
+            if spent > 1.0:
+                logger.info("caught up with catalog version %s in %.1f s", found[0], spent)

@@ -1,0 +1,162 @@
+"""The catalog store's tables: created once per database (under a lock), one pair of tables per named catalog.
+
+    toolsearch_catalogs     one row per catalog: name, version, embedding model and dimension, BM25 totals
+    toolsearch_changes      (catalog, version) -> the names a change upserted and removed: how readers catch up
+    toolsearch_embeddings   (model, text digest) -> vector: every embedding computed once, for every catalog
+    toolsearch_tools_<id>   the tools of catalog <id>: definition, schema digest, searchable text, weighted
+                            full-text vector, its length, the embedding and its model; HNSW (cosine) and GIN indexes
+    toolsearch_lexemes_<id> document frequency of each full-text lexeme of catalog <id> (BM25's idf)
+
+A catalog's tables are named by its numeric id, never by a user's text, so no name reaches SQL as code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import BackendError
+
+__all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
+           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table"]
+
+SCHEMA_VERSION = 1
+CHANNEL = "toolsearch_catalog"  # NOTIFY payload: "<catalog id>:<version>"
+# pg_advisory_xact_lock key under which the shared tables are created (any constant of our own)
+_SCHEMA_LOCK = 0x7473_0001
+# HNSW build parameters: faiss's local HNSW uses M=32 and efConstruction=200; pgvector's defaults (16, 64)
+# build ~3x faster at a small recall cost, which ef_search buys back (benchmarks/postgres.py reports recall).
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+_SHARED = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS toolsearch_catalogs (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    version bigint NOT NULL DEFAULT 0,
+    model text NOT NULL,
+    dimension integer NOT NULL,
+    frozen boolean NOT NULL DEFAULT false,
+    doc_count bigint NOT NULL DEFAULT 0,
+    total_len double precision NOT NULL DEFAULT 0,
+    schema_version integer NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS toolsearch_changes (
+    catalog_id bigint NOT NULL REFERENCES toolsearch_catalogs (id) ON DELETE CASCADE,
+    version bigint NOT NULL,
+    upserted text[],
+    removed text[] NOT NULL,
+    PRIMARY KEY (catalog_id, version)
+);
+CREATE TABLE IF NOT EXISTS toolsearch_embeddings (
+    model text NOT NULL,
+    digest text NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (model, digest)
+);
+"""
+
+
+def tools_table(catalog_id: int) -> str:
+    return f"toolsearch_tools_{int(catalog_id)}"
+
+
+def lexemes_table(catalog_id: int) -> str:
+    return f"toolsearch_lexemes_{int(catalog_id)}"
+
+
+def _catalog_tables(catalog_id: int, dimension: int) -> str:
+    tools, lexemes = tools_table(catalog_id), lexemes_table(catalog_id)
+    return f"""
+CREATE TABLE {tools} (
+    name text PRIMARY KEY,
+    namespace text,
+    fingerprint text NOT NULL,
+    definition jsonb NOT NULL,
+    search_text text NOT NULL,
+    lexemes tsvector NOT NULL,
+    doc_len real NOT NULL,
+    model text NOT NULL,
+    embedding vector({int(dimension)}) NOT NULL
+);
+CREATE INDEX ON {tools} USING hnsw (embedding vector_cosine_ops)
+    WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION});
+CREATE INDEX ON {tools} USING gin (lexemes);
+CREATE INDEX ON {tools} (lower(name));
+CREATE INDEX ON {tools} (namespace);
+CREATE TABLE {lexemes} (lexeme text PRIMARY KEY, df bigint NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogRow:
+    """A catalog's row: its id (which names its tables), name, version, model, dimension, and whether it is frozen."""
+
+    id: int
+    name: str
+    version: int
+    model: str
+    dimension: int
+    frozen: bool
+
+
+def ensure_schema(conn: Any) -> None:
+    """Create the shared tables and the vector extension once; concurrent first workers take turns."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        exists = conn.execute("SELECT to_regclass('toolsearch_catalogs') IS NOT NULL").fetchone()[0]
+        if not exists:
+            conn.execute(_SHARED)
+
+
+_COLUMNS = "id, name, version, model, dimension, frozen"
+
+
+def _row(found: Any) -> CatalogRow | None:
+    return None if found is None else CatalogRow(*found)
+
+
+def find_catalog(conn: Any, name: str, *, lock: bool = False) -> CatalogRow | None:
+    """The catalog called `name`; with `lock`, its row is held until the transaction ends (writers take turns)."""
+    sql = f"SELECT {_COLUMNS} FROM toolsearch_catalogs WHERE name = %s" + (" FOR UPDATE" if lock else "")
+    return _row(conn.execute(sql, (name,)).fetchone())
+
+
+def catalog_by_id(conn: Any, catalog_id: int) -> CatalogRow | None:
+    return _row(conn.execute(f"SELECT {_COLUMNS} FROM toolsearch_catalogs WHERE id = %s", (catalog_id,)).fetchone())
+
+
+def create_catalog(conn: Any, name: str, model: str, dimension: int) -> CatalogRow:
+    """A new, empty catalog and its tables (inside the caller's transaction)."""
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise BackendError(f"the embedding model {model!r} reports dimension {dimension!r}; it needs a positive one")
+    found = conn.execute(
+        "INSERT INTO toolsearch_catalogs (name, model, dimension, schema_version) VALUES (%s, %s, %s, %s) "
+        f"RETURNING {_COLUMNS}",
+        (name, model, dimension, SCHEMA_VERSION),
+    ).fetchone()
+    row = CatalogRow(*found)
+    conn.execute(_catalog_tables(row.id, dimension))
+    return row
+
+
+def copy_catalog(conn: Any, source: CatalogRow, name: str) -> CatalogRow:
+    """A new catalog holding what `source` holds (no embedding is computed again): how a frozen one is forked."""
+    row = create_catalog(conn, name, source.model, source.dimension)
+    conn.execute(f"INSERT INTO {tools_table(row.id)} SELECT * FROM {tools_table(source.id)}")
+    conn.execute(f"INSERT INTO {lexemes_table(row.id)} SELECT * FROM {lexemes_table(source.id)}")
+    conn.execute(
+        "UPDATE toolsearch_catalogs AS t SET doc_count = s.doc_count, total_len = s.total_len, version = s.version "
+        "FROM toolsearch_catalogs AS s WHERE t.id = %s AND s.id = %s",
+        (row.id, source.id),
+    )
+    return CatalogRow(row.id, name, source.version, source.model, source.dimension, False)
+
+
+def drop_catalog(conn: Any, row: CatalogRow) -> None:
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {tools_table(row.id)}, {lexemes_table(row.id)}")
+        conn.execute("DELETE FROM toolsearch_catalogs WHERE id = %s", (row.id,))

@@ -1,0 +1,137 @@
+"""One search statement: dense candidates from the HNSW index, lexical ones ranked by BM25 over Postgres full-text
+vectors, filters in the same SQL, and the catalog version all of it was read at.
+
+Lexical ranking. Postgres's own `ts_rank` has no inverse document frequency, so a common word counts as
+much as a rare one; here BM25 is computed in SQL instead: each tool's `english` full-text vector
+(stemmed, stop words out) carries a weight per field (A name words, B namespace and tags, C
+description, D parameters), a term's frequency is the sum of its occurrences' field weights (BM25F),
+and its idf comes from a document-frequency table kept in step by every change (toolsearch.pg.writer).
+A query word equal to a tool's whole name adds a fixed bonus, as the bm25 backend does. GIN finds the
+tools holding any query word; only the rarest `MAX_TERMS` words are used.
+
+Dense ranking. Every query row (the request and its clauses, as the vector backend embeds them) walks the
+HNSW index for its `pool` nearest tools; with a filter the walk scans on until it has them
+(`hnsw.iterative_scan`), and a small allowed set is scored exactly instead (a filter the graph would
+starve). Each candidate's cosine similarity to every row comes back, so the caller scores clauses and
+fuses exactly as the hybrid backend does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .schema import lexemes_table, tools_table
+
+__all__ = ["Candidates", "search", "FIELD_WEIGHTS", "BM25_K1", "BM25_B", "EXACT_NAME_BONUS", "SUBSET_EXACT_MAX"]
+
+# Field weights of a term's occurrences (A name words, B namespace/tags, C description, D parameters): the bm25
+# backend's boosts summed over its `all` field (name words twice) and each field's own (0.6, parameters 0.3).
+FIELD_WEIGHTS = {"A": 2.6, "B": 1.6, "C": 1.6, "D": 1.3}
+BM25_K1 = 1.2
+BM25_B = 0.75
+EXACT_NAME_BONUS = 8.0
+MAX_TERMS = 32
+# An allowed set up to this size is scored exactly from its own rows (as the vector backend does).
+SUBSET_EXACT_MAX = 4_096
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What the statement found: per candidate its similarity to each query row and its lexical score (0 when
+    the lexical side did not return it), and the catalog version it read."""
+
+    version: int
+    sims: dict[str, np.ndarray]
+    lexical: dict[str, float]
+
+
+def _weight_case() -> str:
+    return "CASE w " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in FIELD_WEIGHTS.items()) + " ELSE 1 END"
+
+
+def _sql(catalog_id: int, *, filtered: bool, exact: bool) -> str:
+    tools, lexemes = tools_table(catalog_id), lexemes_table(catalog_id)
+    allowed = "AND t.name = ANY(%(allowed)s)" if filtered else ""
+    where_allowed = "WHERE t.name = ANY(%(allowed)s)" if filtered else ""
+    # `+ 0` keeps the planner off the HNSW index: a small allowed set is scored exactly
+    distance = "(t.embedding <=> q.v) + 0" if exact else "t.embedding <=> q.v"
+    return f"""
+WITH cat AS (SELECT version, doc_count, total_len FROM toolsearch_catalogs WHERE id = {int(catalog_id)}),
+terms AS (
+    SELECT x.lexeme, ln(1 + (c.doc_count - x.df + 0.5) / (x.df + 0.5)) AS idf
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme) AS w
+    JOIN {lexemes} AS x ON x.lexeme = w.lexeme CROSS JOIN cat AS c
+    WHERE x.df > 0
+    ORDER BY x.df, x.lexeme
+    LIMIT {MAX_TERMS}
+),
+tsq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM terms),
+bm25 AS (
+    SELECT t.name,
+           sum(terms.idf * tf.w * {BM25_K1 + 1} / (tf.w + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * t.doc_len
+               / greatest(c.total_len / greatest(c.doc_count, 1), 1)))) AS score
+    FROM cat AS c
+    JOIN {tools} AS t ON t.lexemes @@ (SELECT query FROM tsq) {allowed}
+    CROSS JOIN LATERAL unnest(t.lexemes) AS u
+    JOIN terms ON terms.lexeme = u.lexeme
+    CROSS JOIN LATERAL (SELECT sum({_weight_case()}) AS w FROM unnest(u.weights) AS w) AS tf
+    GROUP BY t.name
+),
+named AS (SELECT t.name, {EXACT_NAME_BONUS}::float8 AS score FROM {tools} AS t
+          WHERE lower(t.name) = ANY(%(chunks)s) {allowed}),
+lexical AS (
+    SELECT name, sum(score) AS score FROM (SELECT * FROM bm25 UNION ALL SELECT * FROM named) AS s
+    GROUP BY name ORDER BY score DESC, name LIMIT %(pool)s
+),
+q AS (SELECT v, i FROM unnest(%(vectors)s::vector[]) WITH ORDINALITY AS r(v, i)),
+dense AS (
+    SELECT DISTINCT d.name FROM q
+    CROSS JOIN LATERAL (SELECT t.name FROM {tools} AS t {where_allowed} ORDER BY {distance} LIMIT %(pool)s) AS d
+),
+found AS (SELECT name FROM dense UNION SELECT name FROM lexical)
+SELECT cat.version, f.name,
+       ARRAY(SELECT 1 - (t.embedding <=> q.v) FROM q ORDER BY q.i) AS sims,
+       lexical.score
+FROM cat
+LEFT JOIN found AS f ON true
+LEFT JOIN {tools} AS t ON t.name = f.name
+LEFT JOIN lexical ON lexical.name = f.name
+"""
+
+
+def _chunks(query: str) -> list[str]:
+    """The query's whitespace-separated pieces, lower-cased and trimmed of quotes and punctuation (tool names)."""
+    pieces = {p.strip("\"'`.,;:!?()[]{}<>").lower() for p in query.split()}
+    return sorted(p for p in pieces if p)
+
+
+def search(
+    conn: Any, catalog_id: int, query: str, vectors: np.ndarray, pool: int, allowed: frozenset[str] | None
+) -> Candidates | None:
+    """Run the statement on `conn`; None when the catalog no longer exists."""
+    filtered = allowed is not None
+    exact = filtered and len(allowed or ()) <= SUBSET_EXACT_MAX
+    params: dict[str, Any] = {
+        "text": query,
+        "chunks": _chunks(query),
+        "pool": pool,
+        "vectors": [np.asarray(v, dtype=np.float32) for v in np.atleast_2d(vectors)],
+    }
+    if filtered:
+        params["allowed"] = sorted(allowed or ())
+    rows = conn.execute(_sql(catalog_id, filtered=filtered, exact=exact), params).fetchall()
+    if not rows:
+        return None
+    version = int(rows[0][0])
+    sims: dict[str, np.ndarray] = {}
+    lexical: dict[str, float] = {}
+    for _, name, row_sims, score in rows:
+        if name is None:
+            continue
+        sims[name] = np.asarray(row_sims, dtype=np.float32)
+        if score is not None:
+            lexical[name] = float(score)
+    return Candidates(version, sims, lexical)

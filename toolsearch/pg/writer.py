@@ -1,0 +1,205 @@
+"""Catalog changes in Postgres: tool rows made once (embeddings looked up by text digest, computed only when new),
+then written in one transaction that bumps the catalog's version and notifies every reader.
+
+A change never half lands: the catalog row is locked (`FOR UPDATE`, writers take turns), old rows are
+deleted and their lexemes' document frequencies taken back, new rows are inserted and counted, the
+version is bumped and the change recorded, and `pg_notify` fires, all at one COMMIT.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.bm25 import split_words
+from ..embeddings import Embedder, EmbeddingCache, embed_texts, text_key
+from ..text import embedding_text, tool_text
+from ..tools import Tool
+from .schema import CHANNEL, CatalogRow, lexemes_table, tools_table
+
+__all__ = ["ToolRow", "tool_rows", "apply_change", "KEEP_CHANGES", "MANY"]
+
+# Change records kept per catalog: a reader further behind than this reloads the whole catalog.
+KEEP_CHANGES = 10_000
+# A change that upserts more names than this records none (readers reload): a million-name array is no record.
+MANY = 10_000
+# A change at least this large (or a catalog's first) refreshes the planner's statistics in its transaction.
+ANALYZE_AFTER = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRow:
+    """One tool as stored: its fields for the weighted full-text vector, its definition and its embedding."""
+
+    name: str
+    namespace: str | None
+    fingerprint: str
+    definition: str  # JSON of Tool.to_dict()
+    search_text: str  # the dense passage (toolsearch.text.embedding_text)
+    name_words: str  # weight A
+    context: str  # weight B: namespace and tags
+    description: str  # weight C
+    parameters: str  # weight D
+    embedding: np.ndarray
+
+
+def _lookup(conn: Any, model: str, digests: list[str]) -> dict[str, np.ndarray]:
+    rows = conn.execute(
+        "SELECT digest, embedding FROM toolsearch_embeddings WHERE model = %s AND digest = ANY(%s)", (model, digests)
+    ).fetchall()
+    # an untyped `vector` column comes back as pgvector's Vector (a typed one as a numpy array)
+    return {digest: np.asarray(getattr(v, "to_numpy", lambda v=v: v)(), dtype=np.float32) for digest, v in rows}
+
+
+def _remember(conn: Any, model: str, digests: list[str], vectors: np.ndarray) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO toolsearch_embeddings (model, digest, embedding) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            [(model, d, v) for d, v in zip(digests, vectors, strict=True)],
+        )
+
+
+def embeddings(
+    connector: Any, embedder: Embedder, texts: Sequence[str], *, cache: EmbeddingCache | None, progress: bool | None
+) -> np.ndarray:
+    """One unit vector per text: from the store's shared table when any process embedded it before, else computed
+    here (through the local cache) and added to that table, so a fleet embeds each text once."""
+    model = embedder.model_id
+    digests = [text_key(t).hex() for t in texts]
+    found: dict[str, np.ndarray] = {}
+    chunk = 5_000
+    for start in range(0, len(digests), chunk):
+        part = digests[start : start + chunk]
+        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part)))
+    missing = [i for i, d in enumerate(digests) if d not in found]
+    if missing:
+        fresh = embed_texts(embedder, [texts[i] for i in missing], cache=cache, progress=progress)
+        new_digests = [digests[i] for i in missing]
+        for i, vector in zip(missing, fresh, strict=True):
+            found[digests[i]] = vector
+        for start in range(0, len(new_digests), chunk):
+            stop = start + chunk
+            connector.call(
+                "store embeddings",
+                lambda conn, s=start, e=stop: _remember(conn, model, new_digests[s:e], fresh[s:e]),
+            )
+    if not texts:
+        return np.zeros((0, embedder.dimension), dtype=np.float32)
+    return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
+
+
+def tool_rows(
+    connector: Any, embedder: Embedder, tools: Sequence[Tool], *, cache: EmbeddingCache | None, progress: bool | None
+) -> list[ToolRow]:
+    """The stored form of `tools` (the last definition of a name wins), with their embeddings."""
+    latest = list({t.name: t for t in tools}.values())
+    passages = [embedding_text(t) for t in latest]
+    vectors = embeddings(connector, embedder, passages, cache=cache, progress=progress)
+    rows = []
+    for tool, passage, vector in zip(latest, passages, vectors, strict=True):
+        text = tool_text(tool)
+        rows.append(ToolRow(
+            name=tool.name,
+            namespace=tool.namespace,
+            fingerprint=tool.fingerprint,
+            definition=json.dumps(tool.to_dict(), ensure_ascii=False),
+            search_text=passage,
+            name_words=" ".join(filter(None, (split_words(tool.name), text.name_words))),
+            context=" ".join(filter(None, (text.namespace, text.tags))),
+            description=split_words(text.description),
+            parameters=split_words(text.parameters),
+            embedding=vector,
+        ))
+    return rows
+
+
+_STAGING = """
+CREATE TEMP TABLE toolsearch_staging (
+    name text, namespace text, fingerprint text, definition text, search_text text,
+    a text, b text, c text, d text, embedding vector
+) ON COMMIT DROP
+"""
+_COPY = "COPY toolsearch_staging FROM STDIN WITH (FORMAT BINARY)"
+_TYPES = ["text", "text", "text", "text", "text", "text", "text", "text", "text", "vector"]
+
+
+def _take_back(conn: Any, row: CatalogRow, names: list[str]) -> tuple[int, float]:
+    """Delete `names`' rows and take their lexemes out of the document frequencies: (rows, their length)."""
+    tools, lexemes = tools_table(row.id), lexemes_table(row.id)
+    count, length = conn.execute(
+        f"""
+        WITH old AS (DELETE FROM {tools} WHERE name = ANY(%s) RETURNING lexemes, doc_len),
+        gone AS (SELECT l AS lexeme, count(*) AS n FROM old, unnest(tsvector_to_array(old.lexemes)) AS l GROUP BY l),
+        counted AS (UPDATE {lexemes} AS x SET df = x.df - gone.n FROM gone WHERE x.lexeme = gone.lexeme RETURNING 1)
+        SELECT count(*), coalesce(sum(doc_len), 0) FROM old
+        """,
+        (names,),
+    ).fetchone()
+    conn.execute(f"DELETE FROM {lexemes} WHERE df <= 0")
+    return int(count), float(length)
+
+
+def _insert(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], model: str, *, whole: bool) -> tuple[int, float]:
+    tools, lexemes = tools_table(row.id), lexemes_table(row.id)
+    conn.execute(_STAGING)
+    with conn.cursor() as cur, cur.copy(_COPY) as copy:
+        copy.set_types(_TYPES)
+        for r in rows:
+            copy.write_row((r.name, r.namespace, r.fingerprint, r.definition, r.search_text, r.name_words, r.context,
+                            r.description, r.parameters, r.embedding))
+    count, length = conn.execute(
+        f"""
+        WITH new AS (
+            INSERT INTO {tools}
+                (name, namespace, fingerprint, definition, search_text, lexemes, doc_len, model, embedding)
+            SELECT name, namespace, fingerprint, definition::jsonb, search_text, v,
+                   (SELECT count(*) FROM unnest(v) AS u, unnest(u.positions) AS p), %s, embedding
+            FROM (SELECT s.*, setweight(to_tsvector('english', a), 'A') || setweight(to_tsvector('english', b), 'B')
+                              || setweight(to_tsvector('english', c), 'C') || setweight(to_tsvector('english', d), 'D')
+                              AS v
+                  FROM toolsearch_staging AS s) AS staged
+            RETURNING doc_len
+        )
+        SELECT count(*), coalesce(sum(doc_len), 0) FROM new
+        """,
+        (model,),
+    ).fetchone()
+    where = "" if whole else "WHERE name IN (SELECT name FROM toolsearch_staging)"
+    conn.execute(
+        f"""
+        INSERT INTO {lexemes} (lexeme, df)
+        SELECT l, count(*) FROM {tools}, unnest(tsvector_to_array(lexemes)) AS l {where} GROUP BY l
+        ON CONFLICT (lexeme) DO UPDATE SET df = {lexemes}.df + EXCLUDED.df
+        """
+    )
+    return int(count), float(length)
+
+
+def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: Sequence[str], model: str) -> int:
+    """Upsert `rows` and remove `removed` as one new version of the catalog (the caller holds its transaction and the
+    catalog row's lock); returns that version."""
+    upserted = [r.name for r in rows]
+    gone = [n for n in dict.fromkeys(removed) if n not in set(upserted)]
+    empty = conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {tools_table(row.id)})").fetchone()[0]
+    old_count, old_length = _take_back(conn, row, [*upserted, *gone]) if not empty else (0, 0.0)
+    new_count, new_length = _insert(conn, row, rows, model, whole=empty) if rows else (0, 0.0)
+    version = conn.execute(
+        "UPDATE toolsearch_catalogs SET version = version + 1, doc_count = doc_count - %s + %s, "
+        "total_len = greatest(total_len - %s + %s, 0), updated_at = now() WHERE id = %s RETURNING version",
+        (old_count, new_count, old_length, new_length, row.id),
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO toolsearch_changes (catalog_id, version, upserted, removed) VALUES (%s, %s, %s, %s)",
+        (row.id, version, upserted if len(upserted) <= MANY else None, gone),
+    )
+    conn.execute(
+        "DELETE FROM toolsearch_changes WHERE catalog_id = %s AND version <= %s", (row.id, version - KEEP_CHANGES)
+    )
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{row.id}:{version}"))
+    if new_count + old_count >= ANALYZE_AFTER or empty:  # the planner's row counts, for the index choices above
+        conn.execute(f"ANALYZE {tools_table(row.id)}, {lexemes_table(row.id)}")
+    return int(version)
