@@ -48,23 +48,30 @@ class CloneOnly:
         roots = {self.clone, *map(_real, venv), *map(_real, temp), *map(_real, extra)}
         roots |= {d for d in SYSTEM_DIRS if os.path.isdir(d)} | {_real(d) for d in SYSTEM_DIRS if os.path.isdir(d)}
         self.roots = tuple(sorted(roots))
-        # What is beside the clone: its parent's other entries. Subprocess arguments are checked against this only
-        # (an argument is not always a path: `--path /mcp` must not be taken for one).
+        # What is beside the clone: its parent's other entries, refused even where an allowed folder holds them (a
+        # clone in /tmp/work/ must not read /tmp/work/data). Not when the parent is / or the temp folder itself.
         parent = os.path.dirname(self.clone)
-        self.beside = parent if parent not in ("", os.sep) else None
+        temp_roots = {_real(t) for t in temp}
+        self.beside = parent if parent not in ("", os.sep) and parent not in temp_roots else None
+        # allowed folders inside that parent (the clone, a venv or temp folder made beside it) stay allowed
+        self.beside_allowed = tuple(r for r in self.roots if self.beside and _under(r, (self.beside,)))
         self.refused: list[str] = []
         self._lock = threading.Lock()
 
     def allows(self, path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> bool:
-        text = os.fsdecode(path)
-        return _under(_real(text), self.roots)
+        real = _real(os.fsdecode(path))
+        if self.beside is not None and _under(real, (self.beside,)):
+            return _under(real, self.beside_allowed)
+        return _under(real, self.roots)
 
     def is_beside(self, text: str) -> bool:
-        """Whether an absolute path lies beside the clone (in its parent, outside the clone and allowed folders)."""
+        """Whether an absolute path lies beside the clone (in its parent, outside the clone and allowed folders).
+
+        Subprocess arguments are checked against this only: an argument is not always a path (`--path /mcp`)."""
         if self.beside is None or not os.path.isabs(text):
             return False
         real = _real(text)
-        return _under(real, (self.beside,)) and not _under(real, self.roots)
+        return _under(real, (self.beside,)) and not _under(real, self.beside_allowed)
 
     def refuse(self, what: str) -> None:
         with self._lock:

@@ -62,3 +62,16 @@ def test_the_processes_tests_start_are_not_audited(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           check=True)
     assert done.stdout.strip() == "True"
+
+
+def test_beside_the_clone_is_refused_even_inside_an_allowed_folder(tmp_path: Path) -> None:
+    """A clone under the temp folder (as a fresh-clone check makes one) still may not read its neighbours."""
+    clone = tmp_path / "work" / "clone"
+    (clone / "tests").mkdir(parents=True)
+    (tmp_path / "work" / "shared").mkdir()
+    checker = clone_only.CloneOnly(clone)  # not installed: the rules alone
+    assert checker.allows(clone / "tests" / "x.py") and checker.allows(tmp_path / "elsewhere")
+    assert not checker.allows(tmp_path / "work" / "shared" / "data.jsonl")
+    assert checker.is_beside(str(tmp_path / "work" / "shared")) and not checker.is_beside(str(clone / "x"))
+    # directly inside the temp folder, the temp folder is the clone's parent: its other entries stay readable
+    assert clone_only.CloneOnly(Path(tempfile.gettempdir()) / "clone").beside is None
