@@ -283,7 +283,11 @@ def _reading(folder: Path) -> Iterator[tuple[Path, bytes]]:
                 previous = None
                 continue  # retired between our open and our lock
             raw = fh.read()
-            yield generation, raw
+            try:
+                yield generation, raw
+            except IndexFormatError as exc:  # about its files: name the index, not the generation folder behind it
+                exc.args = tuple(a.replace(str(generation), str(folder)) if isinstance(a, str) else a for a in exc.args)
+                raise
             return
     raise IndexFormatError(f"{folder} was rebuilt {_RESOLVE_ATTEMPTS} times while it was being opened; try again")
 
