@@ -7,18 +7,20 @@ is created when missing, as the pgserver package itself does.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import psutil
+import pytest
 from redis_server import free_port
 
 
@@ -51,14 +53,15 @@ def _as_server_user() -> dict[str, Any]:
 
 
 def _open_up(folder: Path) -> None:
-    """Let the server user reach `folder` (pytest's temp folders are 0700 for root) and own it."""
+    """Let the server user reach `folder` (a temp folder is 0700 for root) and own it."""
     if os.geteuid() != 0:
         return
     import pwd
 
     entry = pwd.getpwnam(SYSTEM_USER)
     for parent in [folder, *folder.parents]:
-        parent.chmod(parent.stat().st_mode | 0o055)
+        if not parent.stat().st_mode & 0o001:
+            parent.chmod(parent.stat().st_mode | 0o055)
     os.chown(folder, entry.pw_uid, entry.pw_gid)
 
 
@@ -98,7 +101,7 @@ class PostgresServer:
     def start(self, *, max_connections: int = 100) -> PostgresServer:
         args = [str(BIN / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
                 "-k", str(self.folder), "-c", f"max_connections={max_connections}", "-c", "fsync=off",
-                "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+                "-c", "full_page_writes=off"]  # no fsync: a killed server keeps its commits (the OS has them)
         log = (self.folder / "postgres.log").open("ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=log, **self._user)
         log.close()
@@ -161,21 +164,30 @@ class PostgresServer:
                 self.kill()
 
 
-@pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """One server for the session's postgres tests (each test uses its own catalog names)."""
-    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+@contextlib.contextmanager
+def running_server(**start: Any) -> Iterator[PostgresServer]:
+    """A started server in a folder of its own, stopped and removed afterwards.
+
+    Not under pytest's temp folder: pytest makes /tmp/pytest-of-<user> 0700 again at every session start, so a
+    second pytest run on the machine would cut the unprivileged server user off from its data mid-test."""
+    folder = Path(tempfile.mkdtemp(prefix="toolsearch-pg-"))
+    server = PostgresServer(folder / "pg")
     try:
-        yield server
+        yield server.start(**start)
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One server for the session's postgres tests (each test uses its own catalog names)."""
+    with running_server() as server:
+        yield server
 
 
 @pytest.fixture()
-def own_pg_server(tmp_path: Path) -> Iterator[PostgresServer]:
+def own_pg_server() -> Iterator[PostgresServer]:
     """A server of the test's own, for tests that kill, pause or restart it."""
-    server = PostgresServer(tmp_path / "pg").start()
-    try:
+    with running_server() as server:
         yield server
-    finally:
-        server.stop()

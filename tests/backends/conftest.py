@@ -1,4 +1,4 @@
-"""The backends' shared fixtures: the postgres cases of the conformance suite find a real server in $TOOLSEARCH_STORE."""
+"""Shared fixtures of the backend tests: the conformance suite's postgres cases find a server in $TOOLSEARCH_STORE."""
 
 from __future__ import annotations
 

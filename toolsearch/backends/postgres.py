@@ -120,7 +120,7 @@ class PostgresBackend:
                         found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
                     return found
 
-            found = self.connector.call("open the catalog", find_or_make)
+            found = self.connector.call("open the catalog", find_or_make, read=True)
             if found is not None:
                 if found.model != self.model_id:
                     raise IndexFormatError(
@@ -164,7 +164,7 @@ class PostgresBackend:
                     row = self._writable(conn)
                     return row, apply_change(conn, row, rows, remove, self.model_id)
 
-            row, version = self.connector.call("write a catalog change", write)
+            row, version = self.connector.call("write a catalog change", write, slow=True)
             self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
             self.catalog_name = row.name
             return version
@@ -184,7 +184,7 @@ class PostgresBackend:
         vectors = self.encoder.query_vectors(query)
         depth = max(self.pool, k)
         found = self.connector.call(
-            "search", lambda conn: run_search(conn, row.id, query, vectors, depth, allowed)
+            "search", lambda conn: run_search(conn, row.id, query, vectors, depth, allowed), read=True
         )
         if found is None:
             raise IndexNotFoundError(f"the catalog {row.name!r} was removed from {self.store}; build it again")
@@ -264,7 +264,7 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> PostgresBackend
         )
     backend.shared = bool(meta.get("shared", False))
     count = backend.connector.call("count the catalog's tools", lambda conn: conn.execute(
-        f"SELECT count(*) FROM toolsearch_tools_{row.id}").fetchone()[0])
+        f"SELECT count(*) FROM toolsearch_tools_{row.id}").fetchone()[0], read=True)
     if count != len(tools):
         raise IndexFormatError(
             f"{folder}: the catalog {catalog!r} in {backend.store} holds {count} tools, the index {len(tools)}; "

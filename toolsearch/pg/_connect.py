@@ -26,6 +26,27 @@ logger = logging.getLogger("toolsearch.pg")
 T = TypeVar("T")
 
 
+# A statement gets statement_timeout on the server; the client waits this much longer before it cuts the socket.
+_CLIENT_GRACE = 1.0
+
+
+def _cut_off(conn: Any, cut: threading.Event) -> None:
+    """Shut the socket of a connection whose server does not answer: the blocked call then fails at once."""
+    import socket
+
+    cut.set()
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
 def is_postgres_url(text: object) -> bool:
     return isinstance(text, str) and text.split("://", 1)[0].lower() in PG_SCHEMES and "://" in text
 
@@ -113,7 +134,8 @@ class Connector:
             timeout=settings.timeout,
             kwargs={"connect_timeout": max(1, round(settings.connect_timeout)), "autocommit": True},
             configure=self._configure,
-            check=psycopg_pool.ConnectionPool.check_connection,  # a connection the server dropped is replaced
+            # no `check` round trip before each use: it would hang on a server that accepts but does not answer;
+            # a connection the server dropped fails at once instead, and reads retry once on a fresh one (`call`)
             name=f"toolsearch {self.shown}",
             open=False,
             reconnect_timeout=0,  # never give up re-filling the pool; each caller still fails within timeout
@@ -179,20 +201,38 @@ class Connector:
         except self._errors as exc:
             raise self.error(what, exc) from None
 
-    def call(self, what: str, fn: Callable[[Any], T]) -> T:
-        with self.connection(what) as conn:
-            try:
-                return fn(conn)
-            except self._errors as exc:
-                raise self.error(what, exc) from None
+    def call(self, what: str, fn: Callable[[Any], T], *, read: bool = False, slow: bool = False) -> T:
+        """`fn(conn)` on a pooled connection, cut off client-side when Postgres does not answer within the timeout
+        (a hung server keeps the socket open, so no server-side timeout fires). A `read` that finds its
+        connection dropped by the server (a restart since it was last used) runs once more on a fresh one.
+        `slow` work (a whole catalog read or written) has no deadline: it sets `statement_timeout = 0` itself."""
+        for attempt in (1, 2):
+            with self.connection(what) as conn:
+                cut = threading.Event()
+                deadline = threading.Timer(self.settings.timeout + _CLIENT_GRACE, _cut_off, (conn, cut))
+                deadline.daemon = True
+                if not slow:
+                    deadline.start()
+                try:
+                    return fn(conn)
+                except self._errors as exc:
+                    stale = isinstance(exc, self._psycopg.OperationalError) and not cut.is_set() and conn.broken
+                    if read and stale and attempt == 1:
+                        continue
+                    raise self.error(what, exc, hung=cut.is_set()) from None
+                finally:
+                    deadline.cancel()
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    def error(self, what: str, exc: BaseException) -> CatalogStoreError:
+    def error(self, what: str, exc: BaseException, *, hung: bool = False) -> CatalogStoreError:
         """The one translation of a driver or pool failure: what failed, where, why, and what to do."""
         import psycopg_pool
 
         psycopg = self._psycopg
         detail = " ".join(str(exc).split()) or type(exc).__name__
-        if isinstance(exc, psycopg_pool.PoolTimeout):
+        if hung:
+            why = f"Postgres did not answer within {self.settings.timeout:g} s (hung, or very slow)"
+        elif isinstance(exc, psycopg_pool.PoolTimeout):
             why = (f"no connection within {self.settings.timeout:g} s: Postgres is down, unreachable or out of "
                    f"connections, or all {self.settings.max_connections} of this process's are busy")
         elif isinstance(exc, psycopg.errors.QueryCanceled):
@@ -205,8 +245,11 @@ class Connector:
             why = "the connection failed or was lost (Postgres down or restarting)"
         else:
             why = f"{type(exc).__name__}"
+        # a failed connection carries no SQLSTATE: the server's words say which failure it was
         if "password authentication failed" in detail:
             why = "Postgres refused the credentials: check the user and password of the DSN"
+        elif "too many clients" in detail or "remaining connection slots" in detail:
+            why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
         message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); nothing was half written, retry"
         return CatalogStoreError(self.scrub(message))
 

@@ -87,7 +87,8 @@ class PostgresIndex(ToolIndex):
             with _advisory_lock(backend, catalog):
                 row = backend.attach(create=True)
                 assert row is not None
-                stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, row.id, catalog))
+                stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, row.id, catalog),
+                                                read=True, slow=True)
                 delta = stored.catalog.diff(wanted)
                 if delta:
                     logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools", catalog,
@@ -100,7 +101,8 @@ class PostgresIndex(ToolIndex):
             )
         found = backend.row
         assert found is not None
-        snapshot = backend.connector.call("read the catalog", lambda conn: read_whole(conn, found.id, catalog))
+        snapshot = backend.connector.call("read the catalog", lambda conn: read_whole(conn, found.id, catalog),
+                                          read=True, slow=True)
         return cls(snapshot, backend, poll=poll)
 
     # --- following the store ---------------------------------------------------------------------------
@@ -125,7 +127,7 @@ class PostgresIndex(ToolIndex):
         with self._catch_up_lock:
             base = Snapshot(self._version, self._catalog)
             newer = backend.connector.call("catch up with the catalog",
-                                           lambda conn: read_since(conn, row.id, row.name, base))
+                                           lambda conn: read_since(conn, row.id, row.name, base), read=True, slow=True)
             if newer.version == base.version:
                 return base.version
             with self._write_lock:

@@ -42,6 +42,7 @@ def _tool(name: str, fingerprint: str, definition: Any) -> Tool:
 def _begin_snapshot(conn: Any, catalog_id: int, name: str) -> int:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     conn.execute("SET LOCAL enable_seqscan = on")  # whole-table reads (the pool turns it off for searches)
+    conn.execute("SET LOCAL statement_timeout = 0")  # a million tools take longer than a search may
     found = conn.execute("SELECT version FROM toolsearch_catalogs WHERE id = %s", (catalog_id,)).fetchone()
     if found is None:
         raise IndexNotFoundError(f"the catalog {name!r} was removed from the store; build it again")
@@ -67,7 +68,8 @@ def read_since(conn: Any, catalog_id: int, name: str, base: Snapshot) -> Snapsho
             "ORDER BY version",
             (catalog_id, base.version),
         ).fetchall()
-        complete = [r[0] for r in records] == list(range(base.version + 1, version + 1))
+        # a store restored from an older backup counts backwards: only a whole read is right then
+        complete = version > base.version and [r[0] for r in records] == list(range(base.version + 1, version + 1))
         if complete and all(r[1] is not None for r in records):
             touched = list(dict.fromkeys(n for _, upserted, removed in records for n in (*upserted, *removed)))
             rows = conn.execute(

