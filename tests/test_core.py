@@ -621,7 +621,7 @@ def test_interrupted_save_leaves_the_old_index_intact(tmp_path: Path) -> None:
         broken.save(target)
     assert read_manifest(target) == before
     assert ToolIndex.load(target).catalog.names == ["get_weather", "now"]
-    assert _layout(tmp_path) == ["idx", ".idx.gen", ".idx.lock"]  # no scratch folder left behind
+    assert _layout(tmp_path) == ["idx", ".idx.gen"]  # no scratch folder, no lock file left behind
 
 
 def test_saving_over_an_index_replaces_it(tmp_path: Path) -> None:
@@ -630,7 +630,7 @@ def test_saving_over_an_index_replaces_it(tmp_path: Path) -> None:
     ToolIndex.build([Tool("b")], backend="bm25").save(target)
     loaded = ToolIndex.load(target)
     assert loaded.backend_name == "bm25" and loaded.catalog.names == ["b"]
-    assert _layout(tmp_path) == ["idx", ".idx.gen", ".idx.lock"]  # the old generation is gone
+    assert _layout(tmp_path) == ["idx", ".idx.gen"]  # the old generation is gone
 
 
 def _layout(folder: Path) -> list[str]:

@@ -119,6 +119,39 @@ def _as_format_1(folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps(data))
 
 
+def _redigested(folder: Path, **fields: object) -> None:
+    """Edit the manifest's fields and give it a matching digest, as anyone who can write the file can."""
+    path = folder / MANIFEST
+    data = json.loads(path.read_text())
+    data.update(fields)
+    data["digest"] = manifest_digest(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("backend", ["bm25", "regex"])
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"namespaces": []}, "its manifest lists the namespaces (none), its stored tools have 'mail', 'weather'"),
+        ({"namespaces": ["weather", "mail"]}, "its manifest lists the namespaces 'weather', 'mail'"),
+        ({"tool_count": 2}, "3 stored tools, the manifest says 2"),
+    ],
+    ids=["namespaces-emptied", "namespaces-reordered", "tool-count"],
+)
+def test_a_manifest_field_that_disagrees_with_the_stored_files_is_named(
+    tmp_path: Path, backend: str, fields: dict[str, object], said: str
+) -> None:
+    spaces = ("mail", "weather", None)
+    tools = [Tool(t.name, t.description, t.input_schema, namespace=ns) for t, ns in zip(TOOLS, spaces, strict=True)]
+    folder = ToolIndex.build(tools, backend=backend).save(tmp_path / "idx")
+    assert read_manifest(folder).namespaces == ["mail", "weather"]
+    _redigested(folder, **fields)
+    for check in (ToolIndex.load, verify_index):  # a load, and the health `toolsearch list` and `info` report
+        with pytest.raises(IndexFormatError, match="rebuild") as raised:
+            check(folder)
+        assert said in str(raised.value)
+
+
 def test_an_old_format_index_says_to_rebuild_and_build_does(tmp_path: Path) -> None:
     store = IndexStore(tmp_path)
     store.build(TOOLS, "regex", "old")

@@ -155,21 +155,93 @@ STALLED = textwrap.dedent("""
             time.sleep(600)  # killed here, half-way through writing the index
 
     register_backend(BackendSpec("stalls", lambda **o: Stalls(), bm25.load))
-    IndexStore(sys.argv[1]).build([Tool("a"), Tool("b")], "stalls", "killed")
+    IndexStore(sys.argv[1]).build([Tool("a"), Tool("b")], "stalls", sys.argv[2], rebuild=True)
 """)
+
+
+def _kill_mid_save(root: Path, name: str) -> None:
+    """Start a build of `name` and kill it (-9) while it writes its backend files."""
+    build = subprocess.Popen([PYTHON, "-c", STALLED, str(root), name], stdout=subprocess.PIPE, text=True)
+    assert build.stdout is not None and build.stdout.readline() == "saving\n"
+    build.send_signal(signal.SIGKILL)
+    build.wait(timeout=60)
+
+
+def _left(root: Path, name: str) -> list[str]:
+    """What writers of `name` left beside its generations: scratch, trash, the lock file."""
+    return sorted(n for n in os.listdir(root) if n.startswith(f".{name}.") and not n.startswith(f".{name}.gen-"))
 
 
 def test_a_killed_build_leaves_nothing_the_next_build_keeps(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    build = subprocess.Popen([PYTHON, "-c", STALLED, str(root)], stdout=subprocess.PIPE, text=True)
-    assert build.stdout is not None and build.stdout.readline() == "saving\n"
-    build.send_signal(signal.SIGKILL)
-    build.wait(timeout=60)
+    _kill_mid_save(root, "killed")
     scratch = [n for n in os.listdir(root) if n.startswith(".killed.tmp-")]
     assert scratch and not (root / "killed").exists()  # what the killed build left
     IndexStore(root).build([Tool("a")], "regex", "killed")
     assert not [n for n in os.listdir(root) if n.startswith(".killed.tmp-")]
     assert IndexStore(root).open("killed").catalog.names == ["a"]
+
+
+def test_a_build_that_reuses_its_index_still_clears_what_a_killed_rebuild_left(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    store = IndexStore(root)
+    store.build([Tool("a")], "regex", "kept")
+    _kill_mid_save(root, "kept")
+    left = _left(root, "kept")
+    assert ".kept.lock" in left and any(n.startswith(".kept.tmp-") for n in left)  # what the killed rebuild left
+    _, index, reused = store.build([Tool("a")], "regex", "kept")
+    assert reused and index.catalog.names == ["a"]
+    assert _left(root, "kept") == []  # before: they stayed until a build of this name wrote a new generation
+    assert len([n for n in os.listdir(root) if n.startswith(".kept.gen-")]) == 1
+
+
+def test_any_build_in_the_folder_clears_what_killed_builds_of_other_names_left(tmp_path: Path) -> None:
+    # A default name changes with the catalog (bm25-<key>), so the next build rarely has the killed one's name.
+    root = tmp_path / "root"
+    _kill_mid_save(root, "first")
+    assert _left(root, "first")
+    store = IndexStore(root)
+    store.build([Tool("b")], "regex", "second")
+    assert not [n for n in os.listdir(root) if n.startswith(".first.")]
+    assert store.names() == ["second"] and _left(root, "second") == []
+
+
+def test_a_live_writers_scratch_and_lock_are_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    lock, scratch = root / ".busy.lock", root / ".busy.tmp-1-2"
+    scratch.mkdir()
+    store = IndexStore(root)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a build of "busy" in another process, writing its scratch
+        store.build([Tool("c")], "regex", "other")
+        assert scratch.is_dir() and lock.exists()
+    store.build([Tool("d")], "regex", "other")  # that writer is gone: what it left goes now
+    assert not scratch.exists() and not lock.exists()
+
+
+FULL_DISK = textwrap.dedent("""
+    import resource, signal, sys
+    from toolsearch import IndexStore, Tool, ToolSearchError
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    try:
+        IndexStore(sys.argv[1]).build([Tool(f"tool_{i}", "words " * 50) for i in range(100)], "regex", "full")
+    except ToolSearchError as exc:
+        print(type(exc).__name__, exc)
+""")
+
+
+def test_a_build_stopped_by_a_full_disk_leaves_nothing_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    done = subprocess.run([PYTHON, "-c", FULL_DISK, str(root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip()
+    assert said.startswith("StoredIndexError cannot write the index 'full'"), said
+    assert "File too large" in said and "nothing was replaced" in said
+    assert os.listdir(root) == []  # no scratch, no lock
+    IndexStore(root).build([Tool("a")], "regex", "full")
+    assert IndexStore(root).names() == ["full"] and _left(root, "full") == []
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o002])

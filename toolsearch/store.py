@@ -4,8 +4,12 @@ Layout of an index named NAME in a root folder:
 
     NAME                   a symbolic link to the current generation (the pointer)
     .NAME.gen-<id>/        a complete build: manifest.json, tools.jsonl, backend/ (never modified)
-    .NAME.lock             taken by writers of NAME (builds and saves serialise on it)
-    .NAME.tmp-<id>/        a build in progress (removed by the next writer when its builder died)
+    .NAME.lock             taken by writers of NAME (builds and saves serialise on it); exists while one writes
+    .NAME.tmp-<id>/        a build in progress
+
+Every build or save first sweeps the folder: what a writer killed with -9 (or stopped by a full
+disk) left of any name, scratch, trash, generations nothing points at and its lock file, is
+removed once no live process holds that name's lock (the kernel drops a dead process's `flock`).
 
 Why a symbolic link: replacing a link with `rename(2)` is atomic, so a reader resolves NAME
 once and then reads one generation only, whatever builds land meanwhile; and every path that
@@ -19,7 +23,10 @@ tantivy and faiss keep their maps of unlinked files, so no grace period is neede
 An index folder of the earlier layout (a plain folder at NAME, format 2) is refused with a
 "rebuild" error; the next build of that name moves it aside as an old generation and points
 NAME at the new one. The manifest carries a digest of its own canonical content and the index
-key is recomputed on load, so no field (a boost, a model) can change without being seen.
+key is recomputed on load, so no field (a boost, a model) can change without being seen; and
+every field that decides an answer is also checked against the stored files (the catalog hash,
+the tool count and the namespaces against the tool table, the options against the backend's
+own files), so a manifest edited and given a new digest is caught as well.
 
 A read-only index (a read-only mount, as images ship them) opens for every backend: when a
 backend cannot open its files in place (tantivy-py 0.27 offers only `Index.open(path)`, whose
@@ -146,6 +153,16 @@ def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def verify_files(folder: Path, manifest: Manifest) -> None:
+    """Check every file the manifest lists (size and digest), and the manifest's fields against the stored tools.
+
+    Raises IndexFormatError naming the first file or field that fails (what `toolsearch list` and
+    `info` report as the health).
+    """
+    _verify_digests(folder, manifest)
+    _check_fields(folder, manifest, *_stored_fields(folder, manifest))
+
+
+def _verify_digests(folder: Path, manifest: Manifest) -> None:
     """Check every file the manifest lists is present with its recorded size and digest.
 
     Raises IndexFormatError naming the first file (in the manifest's order) that fails. Every byte
@@ -181,6 +198,36 @@ def _digests(folder: Path, rels: list[str], kind: str) -> dict[str, str]:
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-verify") as pool:
         return dict(zip(rels, pool.map(lambda rel: _digest(folder / rel, kind), rels), strict=True))
+
+
+def _stored_fields(folder: Path, manifest: Manifest) -> tuple[int, list[str], str]:
+    """(tool count, namespaces, catalog hash) as the stored files of a checked generation hold them."""
+    if TABLE_FILE in manifest.files:
+        try:
+            table = json.loads((folder / TABLE_FILE).read_text(encoding="utf-8"))
+            return len(table["names"]), list(table["namespaces"]), str(table["catalog_hash"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise IndexFormatError(f"{folder}: its tool table is unreadable ({exc}); {_REBUILD}") from None
+    catalog = Catalog(_read_stored_tools(folder / TOOLS_FILE))
+    return len(catalog), catalog.namespaces, catalog.hash
+
+
+def _check_fields(folder: Path, manifest: Manifest, count: int, namespaces: list[str], catalog_hash: str) -> None:
+    """The manifest's fields that decide answers, against the stored files. Its digest covers them too, but
+    anyone who can edit the manifest can recompute that digest (`manifest_digest` is public)."""
+    if catalog_hash != manifest.catalog_hash:
+        raise IndexFormatError(f"{folder}: stored tools do not match the manifest's hash; {_REBUILD}")
+    if count != manifest.tool_count:
+        raise IndexFormatError(f"{folder}: {count} stored tools, the manifest says {manifest.tool_count}; {_REBUILD}")
+    if namespaces != manifest.namespaces:
+
+        def shown(names: list[str]) -> str:
+            return ", ".join(repr(n) for n in names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+        raise IndexFormatError(
+            f"{folder}: its manifest lists the namespaces {shown(manifest.namespaces) or '(none)'}, its stored tools "
+            f"have {shown(namespaces) or '(none)'}; {_REBUILD}"
+        )
 
 
 def verify_index(folder: Path) -> Manifest:
@@ -302,18 +349,39 @@ def _same_file(fh: IO[bytes], path: Path) -> bool:
 
 
 @contextmanager
-def _writer_lock(target: Path) -> Iterator[None]:
-    """Writers of one name take turns (released when the process dies, too)."""
+def _writer_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Writers of one name take turns (released when the process dies, too). Yields True once held; False at
+    once, without waiting, when `wait` is False and another writer holds it.
+
+    The lock file exists only while it is held: its holder removes it before releasing it, and a
+    writer that waited on a file so removed locks the one that is there now instead (two writers
+    never hold two files of one name). So no lock file outlives its writer, unless the writer was
+    killed; the next sweep removes that one.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        handle = (target.parent / f".{target.name}.lock").open("a")
-    except OSError as exc:
-        raise StoredIndexError(f"cannot write an index in {target.parent}: {exc}; choose a writable folder") from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    path = target.parent / f".{target.name}.lock"
+    while True:
         try:
-            yield
+            handle = path.open("ab")
+        except OSError as exc:
+            raise StoredIndexError(
+                f"cannot write an index in {target.parent}: {exc}; choose a writable folder"
+            ) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            yield False
+            return
+        if _same_file(handle, path):
+            break
+        handle.close()  # its holder removed it while we waited
+    with handle:
+        try:
+            yield True
         finally:
+            with contextlib.suppress(OSError):
+                path.unlink()  # while still held: see above
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
@@ -343,8 +411,49 @@ def _collect(target: Path, keep: Path | None) -> None:
         if kind == "gen":
             if keep is None or path.name != keep.name:
                 _retire(path)
+        elif path.is_symlink():  # the new pointer of a writer killed before it replaced the old one
+            path.unlink(missing_ok=True)
         else:  # tmp of a killed build, trash of an interrupted removal, old of the earlier layout
             shutil.rmtree(path, ignore_errors=True)
+
+
+_LEFT = re.compile(r"^\.(?P<name>.+)\.(?:(?P<kind>gen|tmp|trash|old)-[0-9a-f-]+|lock)$")
+
+
+def _sweep(root: Path) -> None:
+    """Remove what dead writers of any name left in `root`: scratch, trash, generations nothing points at, locks.
+
+    A name whose lock a live process holds is left alone (it is writing); the kernel releases a
+    killed process's lock, so what it left goes with the next build or save in the folder.
+    """
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return
+    found: dict[str, list[str]] = {}
+    for entry in entries:
+        left = _LEFT.match(entry)
+        if left and _NAME.match(left.group("name")):
+            found.setdefault(left.group("name"), []).append(entry)
+    for name, names in found.items():
+        target = root / name
+        current = _generation(target)
+        if all(n.startswith(f".{name}.gen-") for n in names) and [root / n for n in names] == [current]:
+            continue  # one generation and its pointer: nothing was left
+        try:
+            with _writer_lock(target, wait=False) as mine:
+                if mine:
+                    _collect(target, keep=_generation(target))
+        except (OSError, StoredIndexError) as exc:  # a read-only folder: nothing to sweep there
+            _log.debug("cannot sweep what writers of %s left: %s", target, exc)
+
+
+def _os_reason(exc: OSError) -> str:
+    """What went wrong, in the system's words (shutil.Error, from a copy of many files, lists each file's)."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        first = exc.args[0][0]
+        return str(first[-1]) if isinstance(first, tuple) else str(first)
+    return exc.strerror or str(exc)
 
 
 def _written_by_us(target: Path) -> set[str] | None:
@@ -422,11 +531,17 @@ def _publish(index: ToolIndex, target: Path) -> None:
     _check_replaceable(target)
     _collect(target, keep=_generation(target))
     scratch = _sibling(target, "tmp")
-    os.mkdir(scratch)  # mode 0o777 less the umask, like any folder the user makes
     try:
+        os.mkdir(scratch)  # mode 0o777 less the umask, like any folder the user makes
         _write_generation(index, scratch)
         generation = _sibling(target, "gen")
         os.rename(scratch, generation)
+    except OSError as exc:  # a full disk, a quota, a file too large: the system's words, and what to do
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise StoredIndexError(
+            f"cannot write the index {target.name!r} in {target.parent}: {_os_reason(exc)}; nothing was replaced. "
+            "Free space there (or choose another folder) and build again"
+        ) from None
     except BaseException:  # KeyboardInterrupt included: never leave a half-written index
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -464,6 +579,7 @@ def _write_generation(index: ToolIndex, folder: Path) -> None:
 def save_index(index: ToolIndex, folder: Path) -> Path:
     """Write a new generation of `folder` (tools, backend files, manifest last) and point `folder` at it."""
     folder = Path(folder)
+    _sweep(folder.parent)
     with _writer_lock(folder):
         _publish(index, folder)
     return folder
@@ -536,7 +652,7 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
     """
     with _reading(Path(folder)) as (generation, raw):
         manifest = _parse_manifest(generation, raw)
-        verify_files(generation, manifest)
+        _verify_digests(generation, manifest)  # the fields are checked below, against the catalog read once
         catalog: Catalog
         recheck = manifest.text_rules < RULES_VERSION
         if recheck:
@@ -548,15 +664,11 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
         if OFFSETS_FILE in manifest.files and TABLE_FILE in manifest.files:  # checked files: tools parsed when needed
             catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash, recheck=recheck)
             tools: Sequence[Tool] = catalog.stored
-            if len(catalog) != manifest.tool_count:
-                raise IndexFormatError(f"{generation}: {len(catalog)} stored tools, the manifest says "
-                                       f"{manifest.tool_count}; rebuild the index")
+            _check_fields(generation, manifest, len(catalog), catalog.namespaces, catalog.hash)
         else:
             catalog = Catalog(_read_stored_tools(generation / TOOLS_FILE))
-            if catalog.hash != manifest.catalog_hash:  # of the tools as stored, before any recheck
-                raise IndexFormatError(
-                    f"{generation}: stored tools do not match the manifest's hash; rebuild the index"
-                )
+            # of the tools as stored, before any recheck
+            _check_fields(generation, manifest, len(catalog), catalog.namespaces, catalog.hash)
             if recheck:
                 catalog = Catalog([restore({"fingerprint": t.fingerprint, **t.to_dict()}, f"{generation}: tool "
                                            f"{t.name!r}", recheck=True) for t in catalog])
@@ -653,8 +765,6 @@ class IndexStore:
             else:
                 shutil.rmtree(path)
             _collect(path, keep=None)
-        with contextlib.suppress(OSError):
-            (path.parent / f".{path.name}.lock").unlink()
 
     def build(
         self,
@@ -681,6 +791,7 @@ class IndexStore:
         key = index_key(catalog.hash, probe.name, probe.describe())
         name = name or f"{probe.name}-{key[:12]}"
         path = self.path(name)
+        _sweep(self.root)  # also when this build reuses its index and writes nothing
         started_from = _generation(path)
         with _writer_lock(path):
             now = _generation(path)
