@@ -4,8 +4,10 @@
     toolsearch_changes      (catalog, version) -> the names a change upserted and removed: how readers catch up
     toolsearch_embeddings   (model, text digest) -> vector: every embedding computed once, for every catalog
     toolsearch_tools_<id>   the tools of catalog <id>: definition, schema digest, searchable text, weighted
-                            full-text vector, its length, the embedding and its model; HNSW (cosine) and GIN indexes
+                            full-text vector, its length, the embedding and its model; an HNSW (cosine) index
     toolsearch_lexemes_<id> document frequency of each full-text lexeme of catalog <id> (BM25's idf)
+    toolsearch_postings_<id> (lexeme, tool) -> the lexeme's field-weighted frequency in the tool and the tool's
+                            length: the inverted lists BM25 reads, one index range per query word
 
 A catalog's tables are named by its numeric id, never by a user's text, so no name reaches SQL as code.
 """
@@ -18,7 +20,7 @@ from typing import Any
 from .._errors import BackendError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
-           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table"]
+           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table", "postings_table"]
 
 SCHEMA_VERSION = 1
 CHANNEL = "toolsearch_catalog"  # NOTIFY payload: "<catalog id>:<version>"
@@ -68,10 +70,15 @@ def lexemes_table(catalog_id: int) -> str:
     return f"toolsearch_lexemes_{int(catalog_id)}"
 
 
+def postings_table(catalog_id: int) -> str:
+    return f"toolsearch_postings_{int(catalog_id)}"
+
+
 def _catalog_tables(catalog_id: int, dimension: int) -> str:
-    tools, lexemes = tools_table(catalog_id), lexemes_table(catalog_id)
+    tools, lexemes, postings = tools_table(catalog_id), lexemes_table(catalog_id), postings_table(catalog_id)
     return f"""
 CREATE TABLE {tools} (
+    id serial UNIQUE,
     name text PRIMARY KEY,
     namespace text,
     fingerprint text NOT NULL,
@@ -84,10 +91,12 @@ CREATE TABLE {tools} (
 );
 CREATE INDEX ON {tools} USING hnsw (embedding vector_cosine_ops)
     WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION});
-CREATE INDEX ON {tools} USING gin (lexemes);
 CREATE INDEX ON {tools} (lower(name));
 CREATE INDEX ON {tools} (namespace);
 CREATE TABLE {lexemes} (lexeme text PRIMARY KEY, df bigint NOT NULL);
+CREATE TABLE {postings} (lexeme text NOT NULL, tool integer NOT NULL, tf real NOT NULL, doc_len real NOT NULL,
+                         PRIMARY KEY (lexeme, tool));
+CREATE INDEX ON {postings} (tool);
 """
 
 
@@ -148,6 +157,9 @@ def copy_catalog(conn: Any, source: CatalogRow, name: str) -> CatalogRow:
     row = create_catalog(conn, name, source.model, source.dimension)
     conn.execute(f"INSERT INTO {tools_table(row.id)} SELECT * FROM {tools_table(source.id)}")
     conn.execute(f"INSERT INTO {lexemes_table(row.id)} SELECT * FROM {lexemes_table(source.id)}")
+    conn.execute(f"INSERT INTO {postings_table(row.id)} SELECT * FROM {postings_table(source.id)}")
+    conn.execute(f"SELECT setval(pg_get_serial_sequence('{tools_table(row.id)}', 'id'), "
+                 f"(SELECT coalesce(max(id), 0) + 1 FROM {tools_table(row.id)}), false)")
     conn.execute(
         "UPDATE toolsearch_catalogs AS t SET doc_count = s.doc_count, total_len = s.total_len, version = s.version "
         "FROM toolsearch_catalogs AS s WHERE t.id = %s AND s.id = %s",
@@ -158,5 +170,5 @@ def copy_catalog(conn: Any, source: CatalogRow, name: str) -> CatalogRow:
 
 def drop_catalog(conn: Any, row: CatalogRow) -> None:
     with conn.transaction():
-        conn.execute(f"DROP TABLE IF EXISTS {tools_table(row.id)}, {lexemes_table(row.id)}")
+        conn.execute(f"DROP TABLE IF EXISTS {tools_table(row.id)}, {lexemes_table(row.id)}, {postings_table(row.id)}")
         conn.execute("DELETE FROM toolsearch_catalogs WHERE id = %s", (row.id,))

@@ -6,8 +6,10 @@ much as a rare one; here BM25 is computed in SQL instead: each tool's `english` 
 (stemmed, stop words out) carries a weight per field (A name words, B namespace and tags, C
 description, D parameters), a term's frequency is the sum of its occurrences' field weights (BM25F),
 and its idf comes from a document-frequency table kept in step by every change (toolsearch.pg.writer).
-A query word equal to a tool's whole name adds a fixed bonus, as the bm25 backend does. GIN finds the
-tools holding any query word; only the rarest `MAX_TERMS` words are used.
+A query word equal to a tool's whole name adds a fixed bonus, as the bm25 backend does. The inverted lists
+are a postings table, (lexeme, tool) -> weighted frequency and tool length, so a query reads one index
+range per word (`ts_rank` over GIN matches would read and unpack every matching tool's vector, 23 µs each);
+its rarest words come first, and past `MAX_POSTINGS` the commonest are dropped.
 
 Dense ranking. Every query row (the request and its clauses, as the vector backend embeds them) walks the
 HNSW index for its `pool` nearest tools; with a filter the walk scans on until it has them
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .schema import lexemes_table, tools_table
+from .schema import lexemes_table, postings_table, tools_table
 
 __all__ = ["Candidates", "search", "FIELD_WEIGHTS", "BM25_K1", "BM25_B", "EXACT_NAME_BONUS", "SUBSET_EXACT_MAX"]
 
@@ -34,6 +36,9 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 EXACT_NAME_BONUS = 8.0
 MAX_TERMS = 32
+# The most postings one query reads: its rarest words first, the commonest dropped past this (always one word).
+# Catalogs of thousands of tools stay far below it; at a million, words such as "get" would read 300,000 rows.
+MAX_POSTINGS = 100_000
 # An allowed set up to this size is scored exactly from its own rows (as the vector backend does).
 SUBSET_EXACT_MAX = 4_096
 
@@ -48,38 +53,32 @@ class Candidates:
     lexical: dict[str, float]
 
 
-def _weight_case() -> str:
-    return "CASE w " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in FIELD_WEIGHTS.items()) + " ELSE 1 END"
-
-
 def _sql(catalog_id: int, *, filtered: bool, exact: bool) -> str:
-    tools, lexemes = tools_table(catalog_id), lexemes_table(catalog_id)
+    tools, lexemes, postings = tools_table(catalog_id), lexemes_table(catalog_id), postings_table(catalog_id)
     allowed = "AND t.name = ANY(%(allowed)s)" if filtered else ""
     where_allowed = "WHERE t.name = ANY(%(allowed)s)" if filtered else ""
     # `+ 0` keeps the planner off the HNSW index: a small allowed set is scored exactly
     distance = "(t.embedding <=> q.v) + 0" if exact else "t.embedding <=> q.v"
+    # unfiltered, the best `pool` tool ids are cut before their names are looked up; filtered, every scored id is
+    # checked against the allowed names first (the filter comes before the top k)
+    lexical_cut = "" if filtered else "ORDER BY score DESC, tool LIMIT %(pool)s"
     return f"""
 WITH cat AS (SELECT version, doc_count, total_len FROM toolsearch_catalogs WHERE id = {int(catalog_id)}),
-terms AS (
-    SELECT x.lexeme, ln(1 + (c.doc_count - x.df + 0.5) / (x.df + 0.5)) AS idf
+words AS (
+    SELECT x.lexeme, x.df, ln(1 + (c.doc_count - x.df + 0.5) / (x.df + 0.5)) AS idf,
+           sum(x.df) OVER (ORDER BY x.df, x.lexeme) AS running
     FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme) AS w
     JOIN {lexemes} AS x ON x.lexeme = w.lexeme CROSS JOIN cat AS c
     WHERE x.df > 0
-    ORDER BY x.df, x.lexeme
-    LIMIT {MAX_TERMS}
 ),
-tsq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM terms),
-bm25 AS (
-    SELECT t.name,
-           sum(terms.idf * tf.w * {BM25_K1 + 1} / (tf.w + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * t.doc_len
-               / greatest(c.total_len / greatest(c.doc_count, 1), 1)))) AS score
-    FROM cat AS c
-    JOIN {tools} AS t ON t.lexemes @@ (SELECT query FROM tsq) {allowed}
-    CROSS JOIN LATERAL unnest(t.lexemes) AS u
-    JOIN terms ON terms.lexeme = u.lexeme
-    CROSS JOIN LATERAL (SELECT sum({_weight_case()}) AS w FROM unnest(u.weights) AS w) AS tf
-    GROUP BY t.name
+terms AS (SELECT lexeme, idf FROM words WHERE running - df < {MAX_POSTINGS} ORDER BY df, lexeme LIMIT {MAX_TERMS}),
+scored AS (
+    SELECT p.tool, sum(terms.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.doc_len
+               / (SELECT greatest(total_len / greatest(doc_count, 1), 1) FROM cat)))) AS score
+    FROM terms JOIN {postings} AS p ON p.lexeme = terms.lexeme
+    GROUP BY p.tool {lexical_cut}
 ),
+bm25 AS (SELECT t.name, s.score FROM scored AS s JOIN {tools} AS t ON t.id = s.tool {allowed}),
 named AS (SELECT t.name, {EXACT_NAME_BONUS}::float8 AS score FROM {tools} AS t
           WHERE lower(t.name) = ANY(%(chunks)s) {allowed}),
 lexical AS (

@@ -19,7 +19,8 @@ from ..backends.bm25 import split_words
 from ..embeddings import Embedder, EmbeddingCache, embed_texts, text_key
 from ..text import embedding_text, tool_text
 from ..tools import Tool
-from .schema import CHANNEL, CatalogRow, lexemes_table, tools_table
+from .schema import CHANNEL, CatalogRow, lexemes_table, postings_table, tools_table
+from .search import FIELD_WEIGHTS
 
 __all__ = ["ToolRow", "tool_rows", "apply_change", "KEEP_CHANGES", "MANY"]
 
@@ -129,11 +130,12 @@ _TYPES = ["text", "text", "text", "text", "text", "text", "text", "text", "text"
 
 
 def _take_back(conn: Any, row: CatalogRow, names: list[str]) -> tuple[int, float]:
-    """Delete `names`' rows and take their lexemes out of the document frequencies: (rows, their length)."""
-    tools, lexemes = tools_table(row.id), lexemes_table(row.id)
+    """Delete `names`' rows and postings, and take their lexemes out of the document frequencies: (rows, length)."""
+    tools, lexemes, postings = tools_table(row.id), lexemes_table(row.id), postings_table(row.id)
     count, length = conn.execute(
         f"""
-        WITH old AS (DELETE FROM {tools} WHERE name = ANY(%s) RETURNING lexemes, doc_len),
+        WITH old AS (DELETE FROM {tools} WHERE name = ANY(%s) RETURNING id, lexemes, doc_len),
+        unlisted AS (DELETE FROM {postings} WHERE tool IN (SELECT id FROM old) RETURNING 1),
         gone AS (SELECT l AS lexeme, count(*) AS n FROM old, unnest(tsvector_to_array(old.lexemes)) AS l GROUP BY l),
         counted AS (UPDATE {lexemes} AS x SET df = x.df - gone.n FROM gone WHERE x.lexeme = gone.lexeme RETURNING 1)
         SELECT count(*), coalesce(sum(doc_len), 0) FROM old
@@ -169,12 +171,21 @@ def _insert(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], model: str, *, 
         """,
         (model,),
     ).fetchone()
-    where = "" if whole else "WHERE name IN (SELECT name FROM toolsearch_staging)"
+    where = "" if whole else "WHERE t.name IN (SELECT name FROM toolsearch_staging)"
     conn.execute(
         f"""
         INSERT INTO {lexemes} (lexeme, df)
-        SELECT l, count(*) FROM {tools}, unnest(tsvector_to_array(lexemes)) AS l {where} GROUP BY l
+        SELECT l, count(*) FROM {tools} AS t, unnest(tsvector_to_array(t.lexemes)) AS l {where} GROUP BY l
         ON CONFLICT (lexeme) DO UPDATE SET df = {lexemes}.df + EXCLUDED.df
+        """
+    )
+    # a term's frequency in a tool is the sum of its occurrences' field weights (BM25F)
+    weight = "CASE w " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in FIELD_WEIGHTS.items()) + " ELSE 1 END"
+    conn.execute(
+        f"""
+        INSERT INTO {postings_table(row.id)} (lexeme, tool, tf, doc_len)
+        SELECT u.lexeme, t.id, (SELECT sum({weight}) FROM unnest(u.weights) AS w), t.doc_len
+        FROM {tools} AS t CROSS JOIN LATERAL unnest(t.lexemes) AS u {where}
         """
     )
     return int(count), float(length)
@@ -203,5 +214,5 @@ def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: S
     )
     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{row.id}:{version}"))
     if new_count + old_count >= ANALYZE_AFTER or empty:  # the planner's row counts, for the index choices above
-        conn.execute(f"ANALYZE {tools_table(row.id)}, {lexemes_table(row.id)}")
+        conn.execute(f"ANALYZE {tools_table(row.id)}, {lexemes_table(row.id)}, {postings_table(row.id)}")
     return int(version)
