@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ._errors import DuplicateToolError, InvalidToolError, UnknownToolError, wrong_type
+from .names import NameTable
 from .tools import Tool
+
+# A name's first word: what comes before its first separator (`hr_lookup_employee`, `git.commit`, `time__now`).
+_PREFIX = re.compile(r"^([^\W_]+)(?:__|[_.:-])\w")
+
+
+def name_prefix(name: str) -> str | None:
+    """The part of a tool name before its first '_', '.', '-', ':' or '__', or None when it has no such part."""
+    found = _PREFIX.match(name)
+    return found.group(1) if found else None
+
+
+def namespaces_from_prefix(tools: Iterable[Tool], *, min_tools: int = 2) -> list[Tool]:
+    """The tools, each one without a namespace given its name's prefix as one where `min_tools` or more share it.
+
+    For catalogs whose names carry their group (`hr_lookup_employee`, `finance_get_invoice`) but no namespace
+    field: afterwards `namespace:hr` queries and namespace filters work on them. A tool that has a namespace keeps
+    it; a prefix no other tool shares is left alone (it names one tool, not a group). Opt-in
+    (`toolsearch build --namespaces-from-prefix`), since a prefix is not always a group (`get_weather`, `get_user`).
+    """
+    items = list(tools)
+    counts = Counter(name_prefix(t.name) for t in items if t.namespace is None)
+    out = []
+    for tool in items:
+        prefix = name_prefix(tool.name) if tool.namespace is None else None
+        if prefix is not None and counts[prefix] >= min_tools:
+            tool = dataclasses.replace(tool, namespace=prefix)
+        out.append(tool)
+    return out
 
 
 def unknown_tool(name: object) -> UnknownToolError:
@@ -31,7 +62,7 @@ class CatalogDelta:
 class Catalog:
     """Tools in insertion order, unique by name, hashed by content (order-independent)."""
 
-    __slots__ = ("_hash", "_tools")
+    __slots__ = ("_hash", "_name_table", "_tools")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
@@ -95,6 +126,14 @@ class Catalog:
             if tool.namespace is not None:
                 seen.setdefault(tool.namespace, None)
         return list(seen)
+
+    @property
+    def name_table(self) -> NameTable:
+        """The catalog's names by spelling and identifier words (toolsearch.names), built on first use."""
+        table: NameTable | None = getattr(self, "_name_table", None)  # a subclass may skip __init__
+        if table is None:
+            table = self._name_table = NameTable(self.names)
+        return table
 
     def names_in(self, namespaces: Iterable[str]) -> frozenset[str]:
         wanted = set(namespaces)

@@ -15,7 +15,9 @@ from ._errors import InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import Backend, get_backend_spec
 from .catalog import Catalog
-from .results import SearchResult
+from .confidence import request_notes
+from .lucene import looks_like_lucene
+from .results import Hit, SearchResult
 from .tools import Tool
 
 MAX_QUERY_CHARS = 1_000
@@ -55,6 +57,20 @@ def validate_k(k: object) -> int:
     if k < 1 or k > MAX_K:
         raise InvalidQueryError(f"k (max results) must be between 1 and {MAX_K}, got {k}")
     return k
+
+
+def named_first(hits: list[Hit], named: list[str], k: int) -> list[Hit]:
+    """`hits` with the tools a request names outright first (toolsearch.names), each scored at least the top score.
+
+    Named tools keep the backend's order among themselves; one the backend did not return joins
+    after those it did. The rest follow in the backend's order.
+    """
+    top = hits[0].score if hits else 0.0
+    ranked = {h.name: h for h in hits}
+    wanted = set(named)
+    first = [h for h in hits if h.name in wanted] + [Hit(n, top) for n in named if n not in ranked]
+    lifted = [Hit(h.name, max(h.score, top)) for h in first]
+    return (lifted + [h for h in hits if h.name not in wanted])[:k]
 
 
 class ToolIndex:
@@ -163,8 +179,13 @@ class ToolIndex:
         else:
             ranking = self._backend.search(text, k, names)
             hits, notes = [h for h in ranking.hits if h.name in catalog][:k], ranking.notes
+            whole_only = bool(getattr(self._backend, "pattern_queries", False)) or looks_like_lucene(text)
+            named = [n for n in catalog.name_table.named(text, whole_only=whole_only) if names is None or n in names]
+            if named:
+                hits = named_first(hits, named, k)
         elapsed = (time.perf_counter() - start) * 1000
         tools = tuple(catalog[h.name] for h in hits)
+        notes = (*notes, *request_notes(text, hits, tools, self._backend))  # a weak match or a foreign request
         return SearchResult(text, tuple(hits), tools, self.backend_name, elapsed, tuple(notes))
 
     # --- incremental updates ------------------------------------------------------------

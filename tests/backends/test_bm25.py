@@ -7,10 +7,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import tantivy
 
 from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import bm25
 from toolsearch.backends.bm25 import looks_like_lucene, split_words
+from toolsearch.entities import split_entities
 from toolsearch.evaluation import evaluate, load_queries
 
 
@@ -406,9 +408,14 @@ def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, 
     if looks_like_lucene(query):
         whole = backend._group(bm25._Parser(query).parse())
     else:
-        tokens = backend._tokens(query, drop_filler=True) or backend._tokens(query)
+        prose, values = split_entities(query)
+        tokens = backend._tokens(prose, drop_filler=True) or backend._tokens(prose)
+        weak = [t for t in backend._tokens(values) if t not in tokens] if values else []
+        light = [tantivy.Query.boost_query(q, bm25.VALUE_WEIGHT) for q in backend._terms(weak, backend._fields)]
         exact = backend._exact_name([c.strip(bm25._NAME_TRIM).lower() for c in [query, *query.split()]])
-        whole = bm25._any_of([*backend._terms(tokens, backend._fields), *([exact] if exact is not None else [])])
+        plain_weak = backend._terms(weak, backend._fields)
+        terms = [*backend._terms(tokens, backend._fields), *(light if tokens else plain_weak)]
+        whole = bm25._any_of([*terms, *([exact] if exact is not None else [])])
     searcher = backend._searcher
     return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
 

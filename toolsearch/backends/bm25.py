@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import BackendError, IndexFormatError, MissingDependencyError
+from ..entities import split_entities
+from ..lucene import QUERY_FIELDS, looks_like_lucene
 from ..results import Hit, Ranking
 from ..text import tool_text
 from ..tools import Tool
@@ -53,6 +55,8 @@ DEFAULT_BOOSTS: dict[str, float] = {
     "tags": 0.6,
 }
 DEFAULT_EXACT_NAME_BOOST = 8.0
+# How much a word from a value in the request (toolsearch.entities) weighs against its other words.
+VALUE_WEIGHT = 0.2
 # The most postings a plain query reads (summed over its words and fields) before its commonest
 # words give way; see Bm25Backend._within_budget. Real catalogs of thousands of tools stay far
 # below it (the most any request of the shared data sets reads is 34,610, in seal_tools' 4,076).
@@ -70,44 +74,15 @@ FILLER_WORDS = (
 )
 _TEXT_FIELDS = tuple(DEFAULT_BOOSTS)
 
-# Field names the query syntax accepts, and the index field each one searches.
-QUERY_FIELDS: dict[str, str] = {
-    "name": "name",
-    "description": "description",
-    "desc": "description",
-    "parameters": "parameters",
-    "parameter": "parameters",
-    "params": "parameters",
-    "param": "parameters",
-    "namespace": "namespace",
-    "server": "namespace",
-    "tags": "tags",
-    "tag": "tags",
-}
-
 # camelCase, acronym and letter/digit boundaries: the same word breaks as text.split_identifier,
 # applied to whole texts (index and query alike) so `getUserById` in a query meets `get_user_by_id`.
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
 # Characters trimmed from a query chunk before it is compared with whole tool names.
 _NAME_TRIM = "\"'`.,;:!?()[]{}<>"
 
-# What makes a query a Lucene attempt rather than a sentence; anything else is plain text. Quotes
-# alone are not enough: requests quote names and values ('the "Wine Quality" dataset'), and on
-# such sentences the plain bag of words ranks better. `+"a phrase"` or `name:"..."` is Lucene.
-_LUCENE_HINT = re.compile(
-    r"""(?:^|[\s(])(?:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):(?!\s)"""  # a field prefix
-    r"""|(?:^|[\s(])[+-](?=[^\W\d_]|["(])"""  # +must / -not (not "-5" or "x - y")
-    r"""|(?:^|[\s(:])[^\W_]+~\d?(?=$|[\s)])"""  # fuzzy word~ / word~1
-    r"""|(?:^|[\s(:])[^\W_]+\*(?=$|[\s)])"""  # prefix word* (not "\n* item")
-    r"""|(?:^|\s)(?:AND|OR|NOT|&&|\|\|)(?=\s)"""  # boolean operators, upper case only
-)
-
-
 # What a scored term query reads of its postings: BM25 needs a word's frequency, not its
 # positions (only phrases do), and opening the positions too costs a few percent per search.
 _SCORED = "freq"
-# A query with fewer syntax marks than one per this many words is a sentence (see looks_like_lucene).
-_WORDS_PER_MARK = 8
 
 
 def split_words(text: str) -> str:
@@ -304,21 +279,6 @@ class _Parser:
         slop = int(m.group(1)) if m.group(1) else None
         boost = float(m.group(2)) if m.group(2) else 1.0
         return slop, boost
-
-
-def looks_like_lucene(query: str) -> bool:
-    """True when the query uses Lucene syntax rather than being a plain sentence.
-
-    A known field followed by a space ("Patient name: John") is prose, and so is a long request
-    with an operator-looking word or two in it ("a logical expression A AND B", "compile with
-    -O2"): someone writing Lucene writes mostly words and operators, so one mark in every
-    `_WORDS_PER_MARK` words or more makes a query Lucene, and any mark in a short one.
-    """
-    marks = sum(1 for _ in _LUCENE_HINT.finditer(query))
-    if not marks:
-        return False
-    words = len(query.split())
-    return words <= _WORDS_PER_MARK or marks * _WORDS_PER_MARK >= words
 
 
 # --- the backend ------------------------------------------------------------------------------
@@ -676,12 +636,21 @@ class Bm25Backend:
 
     def _plain(self, query: str, searcher: Any) -> tuple[_Compiled | None, tuple[str, ...]]:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
-        tokens = self._tokens(query, drop_filler=True) or self._tokens(query)  # "what can you do?"
-        words, left_out = self._within_budget(self._present_terms(tokens, searcher))
+        prose, values = split_entities(query)
+        tokens = self._tokens(prose, drop_filler=True) or self._tokens(prose)  # "what can you do?"
+        # The words of values (an address, a URL, an id) count lightly: they fill parameters, they
+        # do not say which tool (toolsearch.entities).
+        weak = [t for t in self._tokens(values) if t not in tokens] if values else []
+        words, left_out = self._within_budget(self._present_terms([*tokens, *weak], searcher))
         notes = (self._left_out_note(query, left_out, searcher),) if left_out else ()
+        light = set(weak)
         # When no tool has any of the words, the plain terms still run (and find nothing), so the
         # ranking's note says no tool matched rather than that the query had no words.
-        terms = [q for _, queries, _ in words for q in queries] or self._terms(tokens[:1], self._fields)
+        terms = [
+            tantivy.Query.boost_query(q, VALUE_WEIGHT) if token in light and tokens else q
+            for token, queries, _ in words
+            for q in queries
+        ] or self._terms([*tokens, *weak][:1], self._fields)
         # Only names some tool has: a name no tool has adds nothing to any score, and without any the
         # second query is not run at all (a term lookup costs about a microsecond, the query 0.5 ms).
         candidates = dict.fromkeys(c.strip(_NAME_TRIM).lower() for c in [query, *query.split()])

@@ -112,6 +112,8 @@ class RegexBackend:
     """Tools as plain texts; every search scans them with the compiled pattern, within a time budget."""
 
     name = "regex"
+    # A query is a pattern, not a sentence: only a pattern that is a tool's name names it (ToolIndex).
+    pattern_queries = True
 
     def __init__(
         self,

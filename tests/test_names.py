@@ -1,0 +1,77 @@
+"""A request that names a tool outright gets that tool first, on every backend (toolsearch.names, ToolIndex)."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolsearch import Tool, ToolIndex
+from toolsearch.names import NameTable
+
+TOOLS = [
+    Tool("getDemographics", "Demographic breakdown of a region's population by age and income."),
+    Tool(
+        "getAudienceDemographics",
+        "Audience demographics of a campaign: age, gender, income, interests and demographics by region.",
+    ),
+    Tool("get_gene_therapy_info", "Information about a gene therapy."),
+    Tool("gene_expression_profile", "Gene expression profile of a tissue sample, gene therapy research included."),
+    Tool("math.factorial", "Factorial of a non-negative integer."),
+    Tool("calculate_factorial_sum", "Sum of the factorials of a list of integers, factorial by factorial."),
+    Tool("get_weather", "Current weather for a city."),
+    Tool("get_weather_forecast", "Weather forecast for a city over the next days: weather, rain, wind."),
+    Tool("calculator", "Evaluate an arithmetic expression."),
+    Tool("email_send_message", "Send an email message to recipients with a subject and body."),
+    Tool("analytics_track_event", "Track an analytics event such as a page view (e.g. ana, example.com)."),
+]
+
+
+def test_the_table_finds_identifiers_as_written_and_requests_that_are_only_a_name() -> None:
+    table = NameTable(t.name for t in TOOLS)
+    assert table.named("getDemographics") == ["getDemographics"]
+    assert table.named("get demographics") == ["getDemographics"]
+    assert table.named("I need get gene therapy info now") == ["get_gene_therapy_info"]
+    assert table.named("use (math.factorial), please") == ["math.factorial"]
+    assert table.named("Can you run calculator for me?") == ["calculator"]
+    assert table.named("getAudienceDemographics") == ["getAudienceDemographics"]
+    # the longer name wins where two overlap; identifiers in different places are all named
+    assert table.named("Can you run get weather forecast for me?") == ["get_weather_forecast"]
+    assert table.named("get_weather, then math.factorial") == ["get_weather", "math.factorial"]
+    # an ordinary word or phrase used in passing names nothing: the backend ranks such requests
+    assert table.named("a calculator app that adds numbers") == []
+    assert table.named("get the weather") == []
+    assert table.named("get weather forecast for Paris") == []
+    assert table.named("calculators") == []
+    # a name holding digits, and a request whose values are set aside
+    assert NameTable(["getVO2Max", "ad4mat"]).named("estimate vo 2 max") == []
+    assert NameTable(["getVO2Max", "ad4mat"]).named("I need ad 4 mat now") == ["ad4mat"]
+    assert table.named("email_send_message to ana@example.com") == ["email_send_message"]
+
+
+def test_a_pattern_names_a_tool_only_when_it_is_the_name() -> None:
+    table = NameTable(t.name for t in TOOLS)
+    assert table.named("get_weather", whole_only=True) == ["get_weather"]
+    assert table.named("get_weather|calculator", whole_only=True) == []
+
+
+NAMED = ["getDemographics", "get demographics", "I need getDemographics now", "Can you run get demographics for me?"]
+
+
+@pytest.mark.parametrize(("backend", "query"), [*(("bm25", q) for q in NAMED), ("regex", "getDemographics")])
+def test_the_named_tool_comes_first(backend: str, query: str) -> None:
+    # regex queries are patterns: only the bare name names a tool there
+    assert ToolIndex.build(TOOLS, backend).search(query, 3).names[0] == "getDemographics"
+
+
+def test_named_tools_respect_the_allowed_subset() -> None:
+    index = ToolIndex.build(TOOLS, "bm25")
+    assert "getDemographics" not in index.search("getDemographics", 3, allowed=["getAudienceDemographics"]).names
+
+
+def test_a_value_in_the_request_never_outweighs_its_words() -> None:
+    index = ToolIndex.build(TOOLS, "bm25")
+    assert index.search("Email ana@example.com that the message is ready", 3).names[0] == "email_send_message"
+
+
+def test_a_lucene_query_is_not_read_as_a_sentence() -> None:
+    index = ToolIndex.build(TOOLS, "bm25")
+    assert "get_weather" not in index.search("weather -get_weather", 5).names
