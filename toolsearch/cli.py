@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from ._errors import BackendError, CommandError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
+from .model_option import MODEL_HELP, add_model_option, check_model
 from .providers.registry import chat_format_names
 
 if TYPE_CHECKING:
@@ -232,8 +233,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--name", help="index name inside --root (default: <backend>-<content hash>)")
     where.add_argument("--out", metavar="DIR", help="write the index to this folder instead of a named one")
-    p.add_argument("--namespace", metavar="NS",
-                   help="put every tool from the files into this namespace (files only, not MCP configs)")
+    add_model_option(p)
+    grouping = p.add_mutually_exclusive_group()
+    grouping.add_argument("--namespace", metavar="NS",
+                          help="put every tool from the files into this namespace (files only, not MCP configs)")
+    grouping.add_argument("--namespaces-from-prefix", action="store_true",
+                          help="give each tool without a namespace the part of its name before the first '_', '.', "
+                          "'-' or ':' as one, where two tools or more share it (hr_lookup_employee -> hr)")
     p.add_argument("--rebuild", action="store_true",
                    help="build anew even when an identical index exists (a damaged one is always rebuilt)")
     p.set_defaults(func=cmd_build, check=check_build)
@@ -247,6 +253,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("text", metavar="QUERY", help="what you are looking for, e.g. 'send an email'")
     p.add_argument("-k", type=int, default=5, metavar="N", help="how many tools to return (default 5)")
     p.add_argument("--namespace", action="append", metavar="NS", help="only tools in this namespace (repeatable)")
+    add_model_option(p, MODEL_HELP + "; when the index was embedded with another model, its tools are embedded with "
+                     "this one for the query (cached for the next), and the index is left as it is")
     p.set_defaults(func=cmd_query, check=check_query)
 
     p = commands.add_parser("info", parents=[common, root, as_json], help="show what an index holds",
@@ -423,12 +431,45 @@ def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
                 f"({_error_message(found)}); install them with: pip install 'toolsearch[mcp]'"
             )
         raise CommandError(f"{path} is an MCP servers config, but this installation has no MCP support")
-    with console.progress(f"listing the tools of the MCP servers in {path}"), _library_warnings(console):
-        collected = found.collect_tools(path)  # a server that fails is logged as skipped; the others still count
+    with console.progress(f"listing the tools of the MCP servers in {path}"), _library_warnings(console), \
+            _upstream_stderr(console) as errlog:
+        # a server that fails is logged as skipped; the others still count
+        collected = found.collect_tools(path, errlog=errlog)
     if not collected.tools and collected.failures:
         raise CommandError(f"{path}: no MCP server answered ({len(collected.failures)} failed); see the notes above")
     tools: list[Any] = collected.tools
     return tools
+
+
+UPSTREAM_LABEL = "mcp server: "
+
+
+@contextmanager
+def _upstream_stderr(console: Console) -> Iterator[TextIO]:
+    """Where the MCP servers a command starts write their own messages: nowhere under -q, else to stderr with each
+    line labelled as theirs (a server's start-up banner is not toolsearch's output)."""
+    if console.quiet:
+        with open(os.devnull, "w", encoding="utf-8") as devnull:
+            yield devnull
+        return
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, encoding="utf-8", errors="replace")
+
+    def relay() -> None:
+        with reader:
+            for line in reader:
+                print(f"{UPSTREAM_LABEL}{line.rstrip()}", file=console.err, flush=True)
+
+    thread = threading.Thread(target=relay, name="toolsearch-upstream-stderr", daemon=True)
+    thread.start()
+    writer = os.fdopen(write_fd, "w", encoding="utf-8")
+    try:
+        yield writer
+    finally:
+        writer.close()  # EOF once the servers (which held copies) have exited too
+        thread.join(timeout=5)
 
 
 class _ConsoleHandler(logging.Handler):
@@ -458,7 +499,9 @@ def _library_warnings(console: Console) -> Iterator[None]:
         logger.propagate = saved[1]
 
 
-def load_sources(sources: Sequence[str], console: Console, *, namespace: str | None = None) -> list[Any]:
+def load_sources(
+    sources: Sequence[str], console: Console, *, namespace: str | None = None, prefix_namespaces: bool = False
+) -> list[Any]:
     """Read every source into Tools: tool files through load_tools, MCP configs through toolsearch.mcp."""
     from .tools import load_tools
 
@@ -476,7 +519,21 @@ def load_sources(sources: Sequence[str], console: Console, *, namespace: str | N
             found = load_tools(path, namespace=namespace)
             console.note(f"{path}: {_count(len(found), 'tool')}")
         tools.extend(found)
+    if prefix_namespaces:
+        tools = _prefix_namespaces(tools, console)
     return tools
+
+
+def _prefix_namespaces(tools: list[Any], console: Console) -> list[Any]:
+    from .catalog import namespaces_from_prefix
+
+    grouped = namespaces_from_prefix(tools)
+    made = sorted({str(t.namespace) for t, old in zip(grouped, tools, strict=True) if t.namespace != old.namespace})
+    left = sum(t.namespace is None for t in grouped)
+    shown = ", ".join(made[:12]) + (f" and {len(made) - 12} more" if len(made) > 12 else "")
+    console.note(f"namespaces from name prefixes: {_count(len(made), 'namespace')}{': ' + shown if made else ''}"
+                 f"; {_count(left, 'tool')} left without one (no other tool shares its prefix)")
+    return grouped
 
 
 # --- argument checks: run before any file is read or model loaded; a failure exits 2 ------------
@@ -485,7 +542,9 @@ def load_sources(sources: Sequence[str], console: Console, *, namespace: str | N
 def check_build(args: argparse.Namespace) -> None:
     from .backends import get_backend_spec
 
-    get_backend_spec(args.backend)
+    spec = get_backend_spec(args.backend)
+    if args.model is not None:
+        check_model(spec, args.model)
     store, name = _build_target(args)
     if name is not None:
         store.path(name)
@@ -511,8 +570,18 @@ def check_eval(args: argparse.Namespace) -> None:
     from .eval_cli import check_eval_options
 
     check_eval_options(args)
-    if not Path(args.source).is_file() and not _looks_like_path(args.source):
-        _root(args).path(args.source)
+    sources = args.source
+    files = [s for s in sources if Path(s).is_file()]
+    if files and len(files) != len(sources):
+        missing = next(s for s in sources if not Path(s).is_file())
+        raise InvalidQueryError(f"{missing}: file not found (SOURCE is one index, or one or more tool files)")
+    if not files:
+        if len(sources) > 1:
+            raise InvalidQueryError(
+                f"{len(sources)} sources and none is a file: give one index (name or folder), or tool files"
+            )
+        if not _looks_like_path(sources[0]):
+            _root(args).path(sources[0])
 
 
 def check_demo(args: argparse.Namespace) -> None:
@@ -541,12 +610,14 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 
     spec = get_backend_spec(args.backend)
     store, name = _build_target(args)
-    catalog = Catalog(load_sources(args.sources, console, namespace=args.namespace))
+    catalog = Catalog(load_sources(args.sources, console, namespace=args.namespace,
+                                   prefix_namespaces=args.namespaces_from_prefix))
     if not len(catalog):
         raise CommandError("the sources hold no tools; nothing to index")
+    options = {"model": args.model} if args.model is not None else {}
     with console.progress(f"indexing {_count(len(catalog), 'tool')} with the {spec.name} backend") as progress, \
             _library_warnings(console):
-        name, index, reused = store.build(catalog, args.backend, name, rebuild=args.rebuild)
+        name, index, reused = store.build(catalog, args.backend, name, rebuild=args.rebuild, **options)
     path = store.path(name)
     verb = "reused" if reused else "built"
     if args.json:
@@ -589,6 +660,8 @@ def _query(args: argparse.Namespace, console: Console, path: Path) -> int:
 
     start = time.perf_counter()
     index = load_index(path)
+    if args.model is not None:
+        index = _with_model(index, args.model, path, console)
     # A backend that loads a model lazily loads it now, so the search below is timed alone.
     warm = getattr(index.backend, "warm", None)
     if callable(warm):
@@ -623,6 +696,29 @@ def _query(args: argparse.Namespace, console: Console, path: Path) -> int:
         f"searched in {result.elapsed_ms:.1f} ms (index loaded in {load_ms:.0f} ms)"
     )
     return EXIT_OK
+
+
+def _with_model(index: Any, model: str, path: Path, console: Console) -> Any:
+    """The index, or its tools embedded with `model` in memory when it was built with another one."""
+    from .backends import get_backend_spec
+    from .embeddings import resolve_embedder
+    from .index import ToolIndex
+
+    built_with = index.backend.describe().get("model")
+    if built_with is None:
+        raise BackendError(
+            f"--model {model!r} needs an index that embeds (vector or hybrid); {path.name} is {index.backend_name}: "
+            f"build one with toolsearch build FILE --model {model}"
+        )
+    if resolve_embedder(model).model_id == built_with:
+        return index
+    check_model(get_backend_spec(index.backend_name), model)
+    console.note(
+        f"note: {path.name} was embedded with {built_with}; its {_count(len(index), 'tool')} are embedded with "
+        f"{model} for this query (cached for the next). To keep an index of it: toolsearch build ... --model {model}"
+    )
+    with console.progress(f"embedding {_count(len(index), 'tool')} with {model}"), _library_warnings(console):
+        return ToolIndex.build(list(index.catalog), index.backend_name, model=model)
 
 
 def _folder_size(path: Path) -> tuple[int, int]:
@@ -702,11 +798,18 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         console.print(f"no indexes in {store.root}; create one with `toolsearch build FILE`")
         return EXIT_OK
     rows = [
-        (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"], e["health"])
-        if "error" not in e else (e["name"], "?", "?", "?", "?", f"unreadable: {e['error']}")
+        (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"],
+         e["health"].split(":", 1)[0] + (" (see below)" if e["health"] != "ok" else ""))
+        if "error" not in e else (e["name"], "?", "?", "?", "?", "unreadable (see below)")
         for e in entries
     ]
     console.print(_table(rows, ["name", "backend", "tools", "size", "created", "health"]))
+    # the whole reason, never cut to the terminal's width: it says what is wrong and what to do
+    troubled = [(e["name"], e.get("health") if "error" not in e else f"unreadable: {e['error']}") for e in entries
+                if e.get("health", "") != "ok"]
+    if troubled:
+        console.print()
+        console.print("\n".join(f"{name}: {health}" for name, health in troubled))
     return EXIT_OK
 
 
@@ -731,10 +834,9 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     from .eval_cli import run_eval
     from .store import load_index
 
-    given = Path(args.source)
-    if given.is_file():  # a tool file: every backend is built from its tools
-        return run_eval(args, console, load_sources([args.source], console))
-    args.index = args.source
+    if all(Path(source).is_file() for source in args.source):  # tool files: every backend is built from their tools
+        return run_eval(args, console, load_sources(args.source, console))
+    args.index = args.source[0]
     path = _resolve_index(args)
     with console.progress(f"loading index {path.name}"), _library_warnings(console):
         index = load_index(path)

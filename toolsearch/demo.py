@@ -7,8 +7,10 @@ multi-step task twice with the same scripted agent and the same local tool imple
   only, searches for what it needs, and each request carries only the tools found so far;
 - **all tools**: a plain tool-calling loop that sends every tool of the catalog on every request.
 
-Every request payload is rendered in a provider's exact wire format and counted exactly with
-o200k_base, so the savings printed are measured, not estimated. The agent is scripted (no API
+Every request payload is rendered in a provider's exact wire format and counted with o200k_base
+(OpenAI's tokenizer: exact for the OpenAI formats; Anthropic and Gemini count with their own, so for
+them the figures compare the two runs rather than predict a bill), so the savings are measured, not
+estimated. The agent is scripted (no API
 key, no network): it searches with its own words for each capability, calls the tools it was
 shown with arguments built from earlier results, and answers.
 """
@@ -591,7 +593,7 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     lines += [
         "",
-        f"Tokens: exact {report['encoding']} counts of each request as sent in the {label} format",
+        *_wrap(f"Tokens: {_token_wording(report)} of each request as sent in the {label} format", "", width),
         "  " + "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths, strict=True))),
     ]
     for row in rows:
@@ -611,6 +613,16 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
         ),
     ]
     return "\n".join(lines)
+
+
+def _token_wording(report: Mapping[str, Any]) -> str:
+    """What the counts are: exact where the encoding is the format's provider's own, a common yardstick elsewhere."""
+    encoding = report["encoding"]
+    if str(report["format"]).startswith("openai"):
+        return f"exact {encoding} counts"
+    provider = str(FORMAT_LABELS.get(report["format"], report["format"])).split()[0]
+    return (f"{encoding} counts (OpenAI's tokenizer, not {provider}'s own: a fair comparison of the two runs, "
+            f"not {provider}'s figures)")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:

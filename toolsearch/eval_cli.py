@@ -10,6 +10,7 @@ from typing import Any
 
 from ._errors import EvalError, InvalidQueryError
 from .evaluation import LabeledQuery, Miss, load_queries, queries_from_pairs, recall_name, score_with_misses
+from .model_option import MODEL_HELP, add_model_option, check_model
 
 __all__ = ["EXIT_BELOW_FLOOR", "add_eval_command", "check_eval_options", "run_eval"]
 
@@ -28,11 +29,13 @@ def add_eval_command(
         "eval", parents=parents, help="score search on your own labelled queries; fail below a floor",
         description="Rank every labelled query with each backend and print nDCG@10, Recall@k and MRR@10 side by "
         "side, and the queries that missed (a relevant tool outside the top k). SOURCE is an index (name or "
-        "folder) or a tool file; the backends are built from its tools. With --min-recall / --min-ndcg the "
+        "folder) or one or more tool files (read as `build` reads them); the backends are built from their tools. "
+        "With --min-recall / --min-ndcg the "
         f"command exits {EXIT_BELOW_FLOOR} when any backend scores below the floor.",
         epilog=f"Exit codes: 0 every floor met, 1 error in input, 2 bad usage, {EXIT_BELOW_FLOOR} below a floor.",
     )
-    p.add_argument("source", metavar="SOURCE", help="index name or folder, or a tool file (.json/.jsonl)")
+    p.add_argument("source", metavar="SOURCE", nargs="+",
+                   help="index name or folder, or tool files (.json/.jsonl) and MCP servers configs")
     labels = p.add_mutually_exclusive_group(required=True)
     labels.add_argument("--queries", metavar="FILE",
                         help='labelled queries, JSONL: {"id", "query", "relevant": [tool names]} a line')
@@ -45,6 +48,8 @@ def add_eval_command(
                    help="Recall@N, and a miss is a relevant tool outside the top N (default 5)")
     p.add_argument("--min-recall", type=float, metavar="X", help="fail when a backend's Recall@k is below X (0-1)")
     p.add_argument("--min-ndcg", type=float, metavar="X", help="fail when a backend's nDCG@10 is below X (0-1)")
+    add_model_option(p, MODEL_HELP + "; the vector and hybrid backends are built with it (an index built with "
+                     "another model is re-embedded for the comparison)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     p.set_defaults(func=handler, check=check)
 
@@ -60,6 +65,10 @@ def check_eval_options(args: argparse.Namespace) -> None:
             raise InvalidQueryError(f"{flag} {value} is not a fraction; give a number from 0 to 1, e.g. 0.8")
     for name in _backend_names(args.backends):
         get_backend_spec(name)
+    if args.model is not None:
+        embedding = [n for n in _backend_names(args.backends) if get_backend_spec(n).name in ("vector", "hybrid")]
+        if args.backends and not embedding:
+            check_model(get_backend_spec(_backend_names(args.backends)[0]), args.model)  # says why it cannot apply
 
 
 def _backend_names(spec: str | None) -> list[str]:
@@ -110,7 +119,7 @@ def run_eval(
 
     if args.usage:
         if folder is None:
-            raise EvalError(f"--usage reads the usage log beside an index; {args.source} is a tool file")
+            raise EvalError(f"--usage reads the usage log beside an index; {' '.join(args.source)} are tool files")
         queries, label_source = usage_queries(folder), f"usage log of {folder.name}"
     else:
         queries, label_source = load_queries(args.queries), str(args.queries)
@@ -133,11 +142,12 @@ def run_eval(
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         spec = get_backend_spec(name)
-        if index is not None and spec.name == index.backend_name:
+        options = {"model": args.model} if args.model is not None and _embeds(spec) else {}
+        if index is not None and spec.name == index.backend_name and _same_model(index, options):
             engine, build_s = index, 0.0
         else:
             with console.progress(f"building the {spec.name} backend over {len(catalog)} tools") as progress:
-                engine = ToolIndex.build(catalog, spec.name)
+                engine = ToolIndex.build(catalog, spec.name, **options)
             build_s = progress.elapsed
         start = time.perf_counter()
         rankings = [[hit.name for hit in engine.search(q.query, min(depth, len(catalog))).hits] for q in queries]
@@ -151,6 +161,22 @@ def run_eval(
     else:
         console.print(_render(report, results, args.k))
     return EXIT_BELOW_FLOOR if failures else 0
+
+
+def _embeds(spec: Any) -> bool:
+    """Whether a backend takes an embedding model (creating an empty one loads none)."""
+    try:
+        return spec.create().describe().get("model") is not None
+    except Exception:  # a backend that cannot even be created here is reported when it is built
+        return False
+
+
+def _same_model(index: Any, options: dict[str, Any]) -> bool:
+    if "model" not in options:
+        return True
+    from .embeddings import resolve_embedder
+
+    return bool(index.backend.describe().get("model") == resolve_embedder(options["model"]).model_id)
 
 
 def _failures(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[str]:
@@ -172,7 +198,7 @@ def _report(
     results: dict[str, dict[str, Any]], failures: list[str],
 ) -> dict[str, Any]:
     return {
-        "source": str(args.source), "labels": label_source, "tools": tools, "queries": len(queries), "k": args.k,
+        "source": " ".join(args.source), "labels": label_source, "tools": tools, "queries": len(queries), "k": args.k,
         "unknown_tools": unknown,
         "floors": {recall_name(args.k): args.min_recall, "nDCG@10": args.min_ndcg},
         "passed": not failures, "failures": failures,

@@ -221,7 +221,9 @@ class Tool:
 ACCEPTED_SHAPES = (
     'accepted shapes: OpenAI {"type": "function", "function": {"name", "description", "parameters"}} or '
     '{"type": "function", "name", "parameters"}; Anthropic {"name", "description", "input_schema"}; '
-    'MCP {"name", "description", "inputSchema"}; dataset rows {"name", "description", "input_schema", "namespace"?}'
+    'MCP {"name", "description", "inputSchema"}; dataset rows {"name", "description", "input_schema", "namespace"?}; '
+    'a file may also hold a list of them, {"tools": [...]}, or a JSON-RPC tools/list response {"result": {"tools": '
+    '[...]}}'
 )
 
 
@@ -365,11 +367,17 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
             if not line.strip():
                 continue
             try:
-                items.append((lineno, json.loads(line)))
+                item = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InvalidToolError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
             except RecursionError:
                 raise InvalidToolError(f"{path}:{lineno}: JSON nested too deeply") from None
+            # a line may be one page of a `tools/list` conversation: each response's tools, in order
+            page = _rpc_tools(item, f"{path}:{lineno}")
+            if page is None:
+                items.append((lineno, item))
+            else:
+                items.extend((lineno, tool) for tool in page)
     else:
         try:
             data = json.loads(text)
@@ -377,12 +385,17 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
             raise InvalidToolError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
         except RecursionError:
             raise InvalidToolError(f"{path}: JSON nested too deeply") from None
-        if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
+        page = _rpc_tools(data, str(path))
+        if page is not None:
+            data = page
+        elif isinstance(data, Mapping) and isinstance(data.get("tools"), list):
             data = data["tools"]
         if isinstance(data, Mapping):
             data = [data]
         if not isinstance(data, list):
-            raise InvalidToolError(f"{path}: expected a list of tools or an object with a 'tools' list")
+            raise InvalidToolError(
+                f"{path}: expected a list of tools, an object with a 'tools' list, or a JSON-RPC tools/list response"
+            )
         items = [(0, item) for item in data]
     tools: list[Tool] = []
     for lineno, item in items:
@@ -392,6 +405,28 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
             where = f"{path}:{lineno}" if lineno else f"{path} (item {len(tools) + 1})"
             raise InvalidToolError(f"{where}: {exc}") from None
     return tools
+
+
+def _rpc_tools(data: Any, where: str) -> list[Any] | None:
+    """The tools of a JSON-RPC response to MCP's `tools/list` (`result.tools`), or None when `data` is not a response.
+
+    What `curl` or an MCP inspector prints for a server's tools is such a response; one with an error, or with
+    another method's result, is refused by name rather than read as a tool.
+    """
+    if not isinstance(data, Mapping) or "jsonrpc" not in data or not ({"result", "error"} & data.keys()):
+        return None
+    if "error" in data:
+        error = data["error"]
+        message = error.get("message") if isinstance(error, Mapping) else error
+        raise InvalidToolError(f"{where}: a JSON-RPC error response ({str(message)[:200]!r}), not a tools/list result")
+    result = data["result"]
+    if not isinstance(result, Mapping) or not isinstance(result.get("tools"), list):
+        keys = _some_keys(result) if isinstance(result, Mapping) else type(result).__name__
+        raise InvalidToolError(
+            f"{where}: a JSON-RPC response whose result has no 'tools' list (result keys: {keys}); give the response "
+            "to a tools/list request"
+        )
+    return list(result["tools"])
 
 
 def _is_one_json(text: str) -> bool:

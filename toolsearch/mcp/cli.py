@@ -6,6 +6,8 @@ import argparse
 
 from .._errors import ToolSearchError
 from ..augment import Augmentation
+from ..backends import get_backend_spec
+from ..model_option import check_model
 from .auth import AuthSettings, add_auth_arguments
 from .options import GatewayOptions, add_mcp_arguments
 from .policy import add_policy_arguments, policy_from_args
@@ -26,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
     auth = AuthSettings.from_args(args)  # AuthConfigError (a ToolSearchError) names the flag
+    if args.model is not None:
+        check_model(get_backend_spec(args.backend), args.model)  # a BackendError that says which backends embed
     try:
         return GatewaySettings(
             transport=args.transport,
@@ -33,6 +37,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             port=args.port,
             path=args.path,
             backend=args.backend,
+            backend_options={"model": args.model} if args.model is not None else {},
             pinned=tuple(args.pin),
             max_discovered=args.max_discovered,
             call_tool=not args.no_call_tool,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ArgumentTypeError, InvalidArgumentError
+from ..model_option import add_model_option
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
 
 __all__ = ["GatewayOptions", "add_mcp_arguments", "add_option_arguments", "positive_int", "port_number", "url_path"]
@@ -105,6 +106,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         help="search backend: auto (default: hybrid when the vector extra and its model are installed, "
         "else bm25), bm25, regex, vector or hybrid",
     )
+    add_model_option(parser)
     parser.add_argument(
         "--pin",
         action="append",

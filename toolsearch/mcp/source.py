@@ -1300,12 +1300,15 @@ class CollectedTools:
 
 
 async def acollect_tools(
-    config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR
+    config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR, errlog: TextIO | None = None
 ) -> CollectedTools:
-    async with MCPToolSource(config, separator=separator, restart=False) as source:
+    async with MCPToolSource(config, separator=separator, restart=False, errlog=errlog) as source:
         return CollectedTools(source.tools(), source.failures)
 
 
-def collect_tools(config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR) -> CollectedTools:
-    """Start every configured server, list its tools, stop it: a snapshot for indexing."""
-    return anyio.run(lambda: acollect_tools(config, separator=separator))
+def collect_tools(
+    config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR, errlog: TextIO | None = None
+) -> CollectedTools:
+    """Start every configured server, list its tools, stop it: a snapshot for indexing. `errlog` gets the stdio
+    servers' own stderr (default: this process's)."""
+    return anyio.run(lambda: acollect_tools(config, separator=separator, errlog=errlog))

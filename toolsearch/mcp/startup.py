@@ -135,7 +135,7 @@ async def _serve(
             raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
         shared = None
         if workers.index_dir is not None:
-            shared = SharedIndex(workers.index_dir, backend, None)
+            shared = SharedIndex(workers.index_dir, backend, settings.backend_options or None)
         try:
             index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
             gateway = await anyio.to_thread.run_sync(
