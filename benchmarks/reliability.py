@@ -44,6 +44,10 @@ def check_cost(size: int, backends: list[str], runs: int) -> list[dict[str, Any]
     from toolsearch.index import ToolIndex
     from toolsearch.store import _digest, load_index, read_manifest, verify_index
 
+    if not DATASETS.is_dir():
+        from toolsearch.bench import DATASETS_HINT
+
+        raise SystemExit(f"no data sets at {DATASETS}: {DATASETS_HINT}")
     datasets = [SimpleNamespace(name=p.name, tools_path=p / "tools.jsonl") for p in sorted(DATASETS.iterdir())
                 if (p / "tools.jsonl").is_file()]
     tools, _ = build_catalog(datasets, size)

@@ -92,13 +92,21 @@ def default_datasets_root() -> Path:
     return (Path.cwd() / ".." / "shared" / "datasets").resolve()
 
 
+# How to get the data sets when they are not there, in one line (the benchmarks never download them themselves).
+DATASETS_HINT = (
+    "build them with `toolsearch bench data fetch bfcl --out datasets` (from PyPI's bfcl-eval; metatool and seal_tools "
+    "from checkouts of their repositories: docs/benchmarks.md#1-the-data-sets-from-their-public-sources), then pass "
+    "--dataset datasets/NAME or set TOOLSEARCH_DATASETS=datasets"
+)
+
+
 def resolve_datasets(specs: Sequence[str] | None) -> list[Dataset]:
     """Turn `--dataset` values (folders, or names under the default root) into checked data sets."""
     root = default_datasets_root()
     if not specs:
         specs = [name for name in DEFAULT_DATASETS if (root / name).is_dir()]
         if not specs:
-            raise SystemExit(f"no data sets found under {root}; pass --dataset PATH or set TOOLSEARCH_DATASETS")
+            raise SystemExit(f"no data sets found under {root}: {DATASETS_HINT}")
     out: list[Dataset] = []
     for spec in specs:
         folder = Path(spec)
@@ -107,7 +115,7 @@ def resolve_datasets(specs: Sequence[str] | None) -> list[Dataset]:
         ds = Dataset(folder)
         missing = [p.name for p in (ds.tools_path, ds.queries_path) if not p.is_file()]
         if missing:
-            raise SystemExit(f"{folder}: not a data set folder (missing {', '.join(missing)})")
+            raise SystemExit(f"{folder}: not a data set folder (missing {', '.join(missing)}); {DATASETS_HINT}")
         out.append(ds)
     return out
 
