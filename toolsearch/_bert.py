@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import BackendError, missing_dependency
+from .model_file import WEIGHTS_FILE, load_weights
 
 __all__ = ["BertEncoder", "load_encoder"]
 
@@ -73,7 +74,10 @@ class BertEncoder:
         self.eps = float(config.get("layer_norm_eps", 1e-12))
         self.max_length = min(max_length, int(config["max_position_embeddings"]))
         self.dimension = self.hidden
-        tensors = load_file(str(folder / "model.safetensors"))
+        if (folder / WEIGHTS_FILE).is_file():  # a model exported by toolsearch: int8 rows, digest-checked
+            tensors = load_weights(folder)
+        else:
+            tensors = load_file(str(folder / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
 
         def get(name: str) -> np.ndarray:

