@@ -333,6 +333,36 @@ def test_a_colliding_tool_added_later_is_refused_before_it_is_exposed(demo_tools
         )
 
 
+def test_a_parameter_is_found_anywhere_in_the_schema_that_declares_the_tools_own() -> None:
+    from toolsearch.augment import parameter_names
+
+    own = {"type": "string"}
+    schema = {
+        "type": "object",
+        "properties": {"a": own},
+        "required": ["b"],
+        "allOf": [{"properties": {"c": own}}, {"$ref": "#/$defs/D"}],
+        "anyOf": [{"properties": {"e": own}}],
+        "oneOf": [{"if": {"properties": {"f": own}}, "then": {"properties": {"g": own}}, "else": {"required": ["h"]}}],
+        "dependentSchemas": {"a": {"properties": {"i": own}}},
+        "$defs": {"D": {"properties": {"d": own}, "$ref": "#/$defs/D"}, "a~/b": {"properties": {"j": own}}},
+        "not": {"properties": {"not_mine": own}},
+    }
+    schema["anyOf"].append({"$ref": "#/$defs/a~0~1b"})  # a JSON pointer's escapes
+    assert parameter_names(schema) == set("abcdefghij")  # a recursive $ref is followed once
+    nested = {"type": "object", "properties": {"x": {"type": "object", "properties": {"reason": own}}}}
+    assert parameter_names(nested) == {"x"}  # a property's own properties are not the tool's parameters
+    assert parameter_names({"type": "object", "$ref": "#/$defs/missing", "allOf": "not a list"}) == set()
+    augmentation = Augmentation.of(Reason)
+    assert augmentation is not None
+    hidden = Tool("refund", "Refund a payment.", {"type": "object", "allOf": [{"properties": {"reason": own}}]})
+    assert augmentation.conflicts(hidden) == ["reason"]
+    plain = Tool("pay", "Pay an invoice.", {"type": "object", "properties": {"invoice": own}})
+    assert augmentation.collisions([hidden, plain]) == {"refund": ("reason",)}
+    with pytest.raises(AugmentationError, match=r"'reason' collide.* of tool 'refund'"):
+        augmentation.check([plain, hidden])
+
+
 def test_an_unusable_augmentation_is_refused() -> None:
     with pytest.raises(AugmentationError, match="at least one field"):
         Augmentation.of({"type": "object", "properties": {}})

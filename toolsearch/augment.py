@@ -17,10 +17,15 @@ update is written and none of the turn's tools has run.
 Names are refused, not namespaced, when they collide: an augmented field named like a parameter
 of a tool is an `AugmentationError` naming both. Namespacing (`_aug_reason`) would change the
 name the model reads and the consumer receives, for a clash the application can fix once by
-renaming its own field. Every exposed tool is checked: the whole catalog at setup (`check`, once
-per catalog content), and each tool again as it is extended for a request (`extend`, once per
-definition), so a tool added to the index later (`ToolIndex.upsert`, a gateway's upstream
-changing) is refused the first time a request would carry it, before the model sees it.
+renaming its own field. A tool's parameters are read from its whole schema: `properties` and
+`required` at the top, and inside `allOf` / `anyOf` / `oneOf`, `if` / `then` / `else`,
+`dependentSchemas` and local `$ref`s (`#/$defs/...`, `#/definitions/...`), at any depth of those;
+a field hidden there would otherwise be taken from the tool's own arguments, or could never
+validate. Every exposed tool is checked: the whole catalog at setup (`check`, once per catalog
+content), and each tool again as it is extended for a request (`extend`, once per definition), so
+a tool added to the index later (`ToolIndex.upsert`, a gateway's upstream changing) is refused the
+first time a request would carry it, before the model sees it; `collisions` lists every colliding
+tool of a set at once (a gateway leaves them out instead of failing).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from ._errors import AugmentationError, InvalidToolError
 from ._untrusted import Walk
 from .tools import Tool, _validated_schema
 
-__all__ = ["Augmentation", "AugmentSpec", "OnAugment"]
+__all__ = ["Augmentation", "AugmentSpec", "OnAugment", "parameter_names"]
 
 # Gets (catalog tool name, the augmented values of the call, the call's id) for every call that runs.
 OnAugment = Callable[[str, Mapping[str, Any], str], object]
@@ -46,7 +51,7 @@ AugmentSpec = Any  # a pydantic model class, a JSON schema object, or an Augment
 
 _CACHE_SIZE = 8192
 _extended: dict[tuple[str, str], Tool] = {}
-_checked: set[tuple[str, str]] = set()
+_collisions: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
 _lock = threading.Lock()
 
 
@@ -131,8 +136,8 @@ class Augmentation:
         return self.search or tool.name != search_name
 
     def conflicts(self, tool: Tool) -> list[str]:
-        """The augmented fields `tool` already has a parameter of that name for."""
-        own = tool.input_schema.get("properties") or {}
+        """The augmented fields `tool` already has a parameter of that name for, anywhere in its schema."""
+        own = parameter_names(tool.input_schema)
         return [name for name in self.fields if name in own]
 
     def _refuse(self, tool: Tool, clash: list[str]) -> AugmentationError:
@@ -142,23 +147,34 @@ class Augmentation:
             "rename the augmented field(s) (e.g. 'call_reason') so the tool's own arguments stay its own"
         )
 
+    def collisions(self, tools: Iterable[Tool], *, catalog_key: str | None = None) -> dict[str, tuple[str, ...]]:
+        """{tool name: its parameters named like augmented fields} for every tool of the set that collides.
+
+        With `catalog_key` (a catalog's content hash) a set already walked is not walked again.
+        """
+        memo = (self.key, catalog_key) if catalog_key is not None else None
+        if memo is not None:
+            found = _collisions.get(memo)
+            if found is not None:
+                return dict(found)
+        clashes = {tool.name: tuple(clash) for tool in tools if (clash := self.conflicts(tool))}
+        if memo is not None:
+            with _lock:
+                if len(_collisions) >= _CACHE_SIZE:
+                    _collisions.clear()
+                _collisions[memo] = clashes
+        return dict(clashes)
+
     def check(self, tools: Iterable[Tool], *, catalog_key: str | None = None) -> None:
-        """Refuse a tool set in which any tool has a parameter named like an augmented field.
+        """Refuse a tool set in which any tool has a parameter named like an augmented field (the first one).
 
         With `catalog_key` (a catalog's content hash) a set already checked is not walked again.
         """
-        memo = (self.key, catalog_key) if catalog_key is not None else None
-        if memo is not None and memo in _checked:
-            return
+        tools = list(tools)
+        clashes = self.collisions(tools, catalog_key=catalog_key)
         for tool in tools:
-            clash = self.conflicts(tool)
-            if clash:
-                raise self._refuse(tool, clash)
-        if memo is not None:
-            with _lock:
-                if len(_checked) >= _CACHE_SIZE:
-                    _checked.clear()
-                _checked.add(memo)
+            if tool.name in clashes:
+                raise self._refuse(tool, list(clashes[tool.name]))
 
     def extend(self, tool: Tool) -> Tool:
         """`tool` with the augmented fields added to its schema (first, so the model states them before
@@ -210,6 +226,63 @@ class Augmentation:
 
     def __repr__(self) -> str:
         return f"Augmentation(fields={list(self.fields)}, required={list(self.required)}, search={self.search})"
+
+
+# Where a JSON schema object can declare more of its own parameters: subschemas that apply to the same
+# object (a `not` does not declare any; properties of a property are not the tool's parameters).
+_BRANCHES = ("allOf", "anyOf", "oneOf")
+_SINGLES = ("if", "then", "else")
+_MAX_NODES = 10_000  # a schema is untrusted text: the walk is bounded whatever it holds
+
+
+def parameter_names(schema: Mapping[str, Any]) -> frozenset[str]:
+    """Every parameter name a tool's input schema declares: `properties` and `required` at the top and in
+    every subschema applying to the same object (`allOf`/`anyOf`/`oneOf`, `if`/`then`/`else`,
+    `dependentSchemas`), following local `$ref`s (`#/...` JSON pointers, e.g. into `$defs`) once each."""
+    names: set[str] = set()
+    todo: list[Any] = [schema]
+    followed: set[str] = set()
+    seen = 0
+    while todo and seen < _MAX_NODES:
+        node = todo.pop()
+        seen += 1
+        if not isinstance(node, Mapping):
+            continue
+        props = node.get("properties")
+        if isinstance(props, Mapping):
+            names.update(k for k in props if isinstance(k, str))
+        required = node.get("required")
+        if isinstance(required, list):
+            names.update(r for r in required if isinstance(r, str))
+        for key in _BRANCHES:
+            branch = node.get(key)
+            if isinstance(branch, list):
+                todo.extend(branch)
+        todo.extend(node[key] for key in _SINGLES if key in node)
+        dependent = node.get("dependentSchemas")
+        if isinstance(dependent, Mapping):
+            todo.extend(dependent.values())
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and ref not in followed:
+            followed.add(ref)
+            target = _pointer(schema, ref[1:])
+            if target is not None:
+                todo.append(target)
+    return frozenset(names)
+
+
+def _pointer(root: Mapping[str, Any], pointer: str) -> Any:
+    """The node a JSON pointer (`/$defs/Refund`) names in `root`, or None."""
+    node: Any = root
+    for raw in pointer.split("/")[1:] if pointer else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 _validators: dict[str, Any] = {}
