@@ -259,3 +259,29 @@ def test_results_can_name_tools_by_the_alias_the_model_sees(manager: SessionMana
     outcome = ToolSearchMetaTool().run(session, {"query": "weather", "max_results": 1}, alias=str.upper)
     assert "- WEATHER_" in outcome.text
     assert outcome.result is not None and outcome.result.names[0].startswith("weather_")
+
+
+# --- what a search leaves out ----------------------------------------------------------------------
+
+
+def test_hits_below_the_relative_floor_are_left_out_with_a_note() -> None:
+    sessions = SessionManager(_index_with(StaticBackend("static")))  # scores 1, 1/2, 1/3, 1/4, 1/5 in catalog order
+    meta = ToolSearchMetaTool()
+    session = sessions.create("floor")
+    outcome = meta.run(session, {"query": "anything", "max_results": 5}, min_relative_score=0.3)
+    assert [t.name for t in outcome.tools] == ["weather_current", "weather_forecast", "email_send"]
+    assert set(session.discovered) == {"weather_current", "weather_forecast", "email_send"}
+    assert "2 weaker match(es) left out (scores below 30% of the best match's)" in outcome.text
+    every = meta.run(sessions.create("no-floor"), {"query": "anything", "max_results": 5})
+    assert len(every.tools) == 5 and "weaker" not in every.text
+
+
+def test_withheld_tools_are_left_out_named_and_never_discovered() -> None:
+    sessions = SessionManager(_index_with(StaticBackend("static")))
+    session = sessions.create("withheld")
+    why = {"weather_forecast": "its own parameter 'reason' collides", "calculator": "never ranked high enough"}
+    outcome = ToolSearchMetaTool().run(session, {"query": "anything", "max_results": 2}, withheld=why)
+    assert [t.name for t in outcome.tools] == ["weather_current", "email_send"]  # the slot is filled by the next
+    assert "weather_forecast" not in session.discovered
+    assert "weather_forecast left out: its own parameter 'reason' collides" in outcome.text
+    assert "calculator" not in outcome.text  # ranked below what would have been shown: nothing to say

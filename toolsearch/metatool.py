@@ -239,17 +239,28 @@ class ToolSearchMetaTool:
         arguments: Mapping[str, Any] | str | None,
         *,
         alias: Callable[[str], str] | None = None,
+        withheld: Mapping[str, str] | None = None,
+        min_relative_score: float = 0.0,
     ) -> MetaToolOutcome:
         """Validate, search within the session (recording hits as discovered) and render the result.
 
         `alias` maps a tool name to the name the model sees (e.g. `provider_safe_name` when the
         tools array carries provider-safe aliases), so the text names tools the way they can be called.
+        `withheld` ({tool name: why}) names tools that must not be offered although the session may use
+        them (a gateway's tool whose parameters collide with its augmented fields): a hit among them is
+        left out, and the result says so and why. `min_relative_score` leaves out hits scoring below
+        that fraction of the best hit's score (a best score of 0 or less sets no floor), with a note.
         """
         with tracing.retrieval(session) as traced:  # every search path (loop, executor, gateway) comes here
-            return traced(self._run(session, arguments, alias))
+            return traced(self._run(session, arguments, alias, withheld or {}, min_relative_score))
 
     def _run(
-        self, session: Session, arguments: Mapping[str, Any] | str | None, alias: Callable[[str], str] | None
+        self,
+        session: Session,
+        arguments: Mapping[str, Any] | str | None,
+        alias: Callable[[str], str] | None,
+        withheld: Mapping[str, str],
+        min_relative_score: float,
     ) -> MetaToolOutcome:
         args, problem = self.parse(session, arguments)
         if args is None:
@@ -258,16 +269,19 @@ class ToolSearchMetaTool:
         namespaces = [args.namespace] if args.namespace else None
         query = args.query.strip()
         loaded = session.loaded_names() if self.skip_loaded else frozenset()
-        # Over-fetch so that loaded matches do not use up the slots; the cap bounds the cost for
-        # sessions with many pinned tools (they may then get fewer than k new tools).
-        fetch = min(k + len(loaded), k + _MAX_SKIPPED)
+        # Over-fetch so that loaded (and withheld) matches do not use up the slots; the cap bounds the
+        # cost for sessions with many pinned tools (they may then get fewer than k new tools).
+        fetch = min(k + len(loaded) + len(withheld), k + _MAX_SKIPPED)
         try:
             result = session.search(query, fetch, namespaces=namespaces, record=False)
         except InvalidQueryError as exc:
             _, hint = _backend_syntax(session)
             text = f"{self.name} could not run the query {query!r}: {exc}. How to search instead: {hint}."
             return MetaToolOutcome(text=text, error=str(exc), query=query, max_results=k, namespace=args.namespace)
+        best = result.hits[0].score if result.hits else 0.0
+        result = _without(result, withheld, k)
         result, already = _new_hits(result, loaded, k)
+        result = _above(result, min_relative_score * best if best > 0 else None, min_relative_score)
         update = session.discover(result.names) if result.hits else None
         return MetaToolOutcome(
             text=self.render(session, result, update, namespace=args.namespace, alias=alias, already_loaded=already),
@@ -330,6 +344,38 @@ class ToolSearchMetaTool:
                     "Note: over this session's tool budget, not loaded: " + ", ".join(map(shown_name, over)) + "."
                 )
         return "\n".join(lines + notes)
+
+
+def _without(result: SearchResult, withheld: Mapping[str, str], k: int) -> SearchResult:
+    """The result without withheld tools; a note for each one ranked among the first `k` (the rest never showed)."""
+    if not withheld or not any(h.name in withheld for h in result.hits):
+        return result
+    kept = [i for i, h in enumerate(result.hits) if h.name not in withheld]
+    notes = [f"{h.name} left out: {withheld[h.name]}" for h in result.hits[:k] if h.name in withheld]
+    return replace(
+        result,
+        hits=tuple(result.hits[i] for i in kept),
+        tools=tuple(result.tools[i] for i in kept),
+        notes=(*result.notes, *notes),
+    )
+
+
+def _above(result: SearchResult, floor: float | None, fraction: float) -> SearchResult:
+    """The hits scoring at least `floor` (None: all of them); the count left out, as a note."""
+    if floor is None or all(h.score >= floor for h in result.hits):
+        return result
+    kept = [i for i, h in enumerate(result.hits) if h.score >= floor]
+    weak = len(result.hits) - len(kept)
+    note = (
+        f"{weak} weaker match(es) left out (scores below {fraction:.0%} of the best match's); if none of "
+        "these tools fits, search again with other words."
+    )
+    return replace(
+        result,
+        hits=tuple(result.hits[i] for i in kept),
+        tools=tuple(result.tools[i] for i in kept),
+        notes=(*result.notes, note),
+    )
 
 
 def _new_hits(result: SearchResult, loaded: frozenset[str], k: int) -> tuple[SearchResult, tuple[str, ...]]:
