@@ -21,6 +21,8 @@ from ._errors import BackendError, CommandError, InvalidIndexNameError, InvalidQ
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .model_option import MODEL_HELP, add_model_option, check_model
+from .pg import cli as pg_cli
+from .pg.cli import add_store_option, check_store
 from .providers.registry import chat_format_names
 
 if TYPE_CHECKING:
@@ -242,6 +244,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                           "'-' or ':' as one, where two tools or more share it (hr_lookup_employee -> hr)")
     p.add_argument("--rebuild", action="store_true",
                    help="build anew even when an identical index exists (a damaged one is always rebuilt)")
+    add_store_option(p, build=True)
     p.set_defaults(func=cmd_build, check=check_build)
 
     p = commands.add_parser(
@@ -255,6 +258,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("--namespace", action="append", metavar="NS", help="only tools in this namespace (repeatable)")
     add_model_option(p, MODEL_HELP + "; when the index was embedded with another model, its tools are embedded with "
                      "this one for the query (cached for the next), and the index is left as it is")
+    add_store_option(p, build=False)
     p.set_defaults(func=cmd_query, check=check_query)
 
     p = commands.add_parser("info", parents=[common, root, as_json], help="show what an index holds",
@@ -292,6 +296,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.add_argument("--format", default="openai_chat", choices=_ChatFormats(), metavar="FORMAT",
                    help="provider wire format the requests are rendered and counted in: openai_chat (the "
                    "default), openai_responses, anthropic, gemini, or one a plug-in adds")
+    p.add_argument("--save-catalog", metavar="FILE",
+                   help="write the bundled catalog (197 tools) to FILE as a JSON tool file, to try build and query "
+                   "on, and run nothing else")
     p.set_defaults(func=cmd_demo, check=check_demo)
 
     p = commands.add_parser("model", parents=[common], help="install the default embedding model (no torch)",
@@ -545,6 +552,7 @@ def check_build(args: argparse.Namespace) -> None:
     spec = get_backend_spec(args.backend)
     if args.model is not None:
         check_model(spec, args.model)
+    check_store(args)
     store, name = _build_target(args)
     if name is not None:
         store.path(name)
@@ -558,6 +566,7 @@ def check_query(args: argparse.Namespace) -> None:
     for namespace in args.namespace or ():
         if not namespace.strip():
             raise InvalidQueryError("--namespace is empty; give a namespace name (see `toolsearch info INDEX`)")
+    check_store(args)
     check_index_argument(args)
 
 
@@ -615,6 +624,9 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     if not len(catalog):
         raise CommandError("the sources hold no tools; nothing to index")
     options = {"model": args.model} if args.model is not None else {}
+    if args.store is not None:  # a named catalog in Postgres, shared by a fleet (toolsearch.pg)
+        with _library_warnings(console):
+            return pg_cli.build(args, console, catalog, options)
     with console.progress(f"indexing {_count(len(catalog), 'tool')} with the {spec.name} backend") as progress, \
             _library_warnings(console):
         name, index, reused = store.build(catalog, args.backend, name, rebuild=args.rebuild, **options)
@@ -636,6 +648,9 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 def cmd_query(args: argparse.Namespace, console: Console) -> int:
     from .embeddings import RUNTIME_ENV
 
+    if args.store is not None:  # a named catalog in Postgres
+        with _environ_default(RUNTIME_ENV, "numpy"):
+            return _query(args, console, Path(pg_cli.where(args, args.index)), opened=pg_cli.open_catalog)
     path = _resolve_index(args)
     # One query per process: building the faster onnxruntime query path would cost more than it saves.
     with _environ_default(RUNTIME_ENV, "numpy"):
@@ -655,12 +670,14 @@ def _environ_default(name: str, value: str) -> Iterator[None]:
         os.environ.pop(name, None)
 
 
-def _query(args: argparse.Namespace, console: Console, path: Path) -> int:
+def _query(
+    args: argparse.Namespace, console: Console, path: Path, *, opened: Callable[[argparse.Namespace], Any] | None = None
+) -> int:
     from .store import load_index
 
     start = time.perf_counter()
-    index = load_index(path)
-    if args.model is not None:
+    index = load_index(path) if opened is None else opened(args)
+    if args.model is not None and opened is None:
         index = _with_model(index, args.model, path, console)
     # A backend that loads a model lazily loads it now, so the search below is timed alone.
     warm = getattr(index.backend, "warm", None)

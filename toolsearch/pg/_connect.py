@@ -250,7 +250,9 @@ class Connector:
             why = "Postgres refused the credentials: check the user and password of the DSN"
         elif "too many clients" in detail or "remaining connection slots" in detail:
             why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
-        message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); nothing was half written, retry"
+        advice = ("fix the DSN, or the role's password in Postgres" if "credentials" in why
+                  else "nothing was half written; retry once Postgres answers")
+        message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); {advice}"
         return CatalogStoreError(self.scrub(message))
 
     def scrub(self, text: str) -> str:

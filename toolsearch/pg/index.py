@@ -50,6 +50,7 @@ class PostgresIndex(ToolIndex):
         self._catch_up_lock = threading.Lock()
         self._listeners: list[Callable[[PostgresIndex], None]] = []
         self._watcher: Watcher | None = None
+        self.wrote = False  # whether `open` wrote the tools it was given (False: the store held them already)
         if poll is not None:
             row = backend.row
             assert row is not None
@@ -83,6 +84,7 @@ class PostgresIndex(ToolIndex):
             options["dsn"] = dsn
         backend = cast("PostgresBackend", get_backend_spec("postgres").create(catalog=catalog, **options))
         wanted = None if tools is None else tools if isinstance(tools, Catalog) else Catalog(tools)
+        wrote = False
         if wanted is not None:
             with _advisory_lock(backend, catalog):
                 row = backend.attach(create=True)
@@ -94,6 +96,7 @@ class PostgresIndex(ToolIndex):
                     logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools", catalog,
                                 backend.store, len(delta.added), len(delta.changed), len(delta.removed))
                     backend.change([wanted[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
+                    wrote = True
         elif backend.attach(create=False) is None:
             raise IndexNotFoundError(
                 f"no catalog {catalog!r} in {backend.store}; build it with `toolsearch build FILE --store URL "
@@ -103,7 +106,9 @@ class PostgresIndex(ToolIndex):
         assert found is not None
         snapshot = backend.connector.call("read the catalog", lambda conn: read_whole(conn, found.id, catalog),
                                           read=True, slow=True)
-        return cls(snapshot, backend, poll=poll)
+        opened = cls(snapshot, backend, poll=poll)
+        opened.wrote = wrote
+        return opened
 
     # --- following the store ---------------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from typing import Any
 from .._errors import BackendError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
-           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table", "postings_table"]
+           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table", "postings_table",
+           "hnsw_index"]
 
 SCHEMA_VERSION = 1
 CHANNEL = "toolsearch_catalog"  # NOTIFY payload: "<catalog id>:<version>"
@@ -74,6 +75,13 @@ def postings_table(catalog_id: int) -> str:
     return f"toolsearch_postings_{int(catalog_id)}"
 
 
+def hnsw_index(catalog_id: int) -> str:
+    """The statement that builds a catalog's HNSW index (cosine), named `<tools table>_hnsw`."""
+    tools = tools_table(catalog_id)
+    return (f"CREATE INDEX {tools}_hnsw ON {tools} USING hnsw (embedding vector_cosine_ops) "
+            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+
+
 def _catalog_tables(catalog_id: int, dimension: int) -> str:
     tools, lexemes, postings = tools_table(catalog_id), lexemes_table(catalog_id), postings_table(catalog_id)
     return f"""
@@ -89,8 +97,7 @@ CREATE TABLE {tools} (
     model text NOT NULL,
     embedding vector({int(dimension)}) NOT NULL
 );
-CREATE INDEX ON {tools} USING hnsw (embedding vector_cosine_ops)
-    WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION});
+{hnsw_index(catalog_id)};
 CREATE INDEX ON {tools} (lower(name));
 CREATE INDEX ON {tools} (namespace);
 CREATE TABLE {lexemes} (lexeme text PRIMARY KEY, df bigint NOT NULL);

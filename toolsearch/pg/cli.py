@@ -1,0 +1,70 @@
+"""`--store postgres://...` on `toolsearch build` and `toolsearch query`: a named catalog in Postgres instead of a
+folder (wired in by toolsearch.cli)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._errors import InvalidQueryError
+from ._connect import display_dsn, is_postgres_url
+
+__all__ = ["add_store_option", "check_store", "build", "open_catalog", "where"]
+
+DEFAULT_NAME = "default"
+
+
+def add_store_option(parser: argparse.ArgumentParser, *, build: bool) -> None:
+    what = ("index the tools into this Postgres (with pgvector) as the catalog --name (default 'default'), shared "
+            "by every process that names it; only what changed is written" if build else
+            "search the catalog INDEX in this Postgres (built with `toolsearch build --store`)")
+    parser.add_argument(
+        "--store", metavar="URL", default=None,
+        help=f"{what}: postgresql://user@host:5432/db (the password from $PGPASSWORD or ~/.pgpass keeps it off the "
+        "command line)",
+    )
+
+
+def check_store(args: argparse.Namespace) -> None:
+    """A usage error (exit 2) for a --store that is not a Postgres URL, or one combined with --out."""
+    store = getattr(args, "store", None)
+    if store is None:
+        return
+    if not is_postgres_url(store):
+        raise InvalidQueryError(
+            f"--store {display_dsn(store)!r} is not a Postgres URL; use postgresql://user@host:5432/db"
+        )
+    if getattr(args, "out", None):
+        raise InvalidQueryError("--store and --out name two places for one index: give one of them")
+
+
+def where(args: argparse.Namespace, name: str) -> str:
+    """How output names a stored catalog: its URL without the password, and its name."""
+    return f"{display_dsn(args.store)} (catalog {name!r})"
+
+
+def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[str, Any]) -> int:
+    """Bring the store's catalog --name to exactly these tools; prints what `toolsearch build` prints for a folder."""
+    from .index import PostgresIndex
+
+    name = args.name or DEFAULT_NAME
+    with console.progress(f"indexing {len(catalog)} tools into {where(args, name)}") as progress:
+        index = PostgresIndex.open(args.store, name, catalog, poll=None, **options)
+    reused = not index.wrote
+    if args.json:
+        console.json({"name": name, "store": display_dsn(args.store), "backend": index.backend_name,
+                      "tools": len(index), "catalog_hash": index.catalog.hash, "version": index.version,
+                      "reused": reused, "seconds": round(progress.elapsed, 3)})
+    else:
+        verb = "reused" if reused else "built"
+        console.print(f"{verb} index {name!r}: {len(index)} tools, {index.backend_name} backend, "
+                      f"{progress.elapsed:.1f}s -> {display_dsn(args.store)}")
+    return 0
+
+
+def open_catalog(args: argparse.Namespace) -> Any:
+    """The catalog INDEX of --store, not followed for changes (one query per process)."""
+    from .index import PostgresIndex
+
+    options = {"model": args.model} if getattr(args, "model", None) is not None else {}
+    return PostgresIndex.open(args.store, args.index, poll=None, **options)
