@@ -95,12 +95,20 @@ class AuthSettings:
     auth_failures: float = 30.0
     sessions_per_caller: int = 100
     contexts_per_caller: int = 1000
+    # Callers without authentication are told apart only by client address, so every local client of
+    # a gateway without it shares one cap: set on its own, else the same as sessions_per_caller.
+    sessions_per_address: int | None = None
     algorithms: tuple[str, ...] = ASYMMETRIC_ALGORITHMS
 
     @property
     def enabled(self) -> bool:
         """True when requests must carry a bearer token (an issuer or a token file is configured)."""
         return self.issuer is not None or self.tokens_file is not None
+
+    @property
+    def address_sessions(self) -> int:
+        """The cap on open sessions that callers without authentication share per client address."""
+        return self.sessions_per_caller if self.sessions_per_address is None else self.sessions_per_address
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuthSettings:
@@ -121,6 +129,7 @@ class AuthSettings:
             auth_failures=float(args.auth_failures),
             sessions_per_caller=int(args.sessions_per_caller),
             contexts_per_caller=int(args.contexts_per_caller),
+            sessions_per_address=None if args.sessions_per_address is None else int(args.sessions_per_address),
         )
         settings.check()
         return settings
@@ -154,6 +163,8 @@ class AuthSettings:
             raise AuthConfigError("--auth-failures must be >= 0 (0 turns the limit off)")
         if self.sessions_per_caller < 0 or self.contexts_per_caller < 0:
             raise AuthConfigError("--sessions-per-caller and --contexts-per-caller must be >= 0 (0: no cap)")
+        if self.sessions_per_address is not None and self.sessions_per_address < 0:
+            raise AuthConfigError("--sessions-per-address must be >= 0 (0: no cap)")
         if self.tokens_file is not None:
             StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
 
@@ -255,8 +266,15 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=100,
         metavar="N",
-        help="open handshake-era sessions per caller (its identity, or its client address without auth); "
-        "one more gets 429 (default 100; 0: no cap)",
+        help="open handshake-era sessions per authenticated caller; one more gets 429 (default 100; 0: no cap)",
+    )
+    group.add_argument(
+        "--sessions-per-address",
+        type=int,
+        default=None,
+        metavar="N",
+        help="without authentication callers are told apart only by client address, so all local clients share "
+        "this one cap on open sessions; one more gets 429 (default: --sessions-per-caller; 0: no cap)",
     )
     group.add_argument(
         "--contexts-per-caller",

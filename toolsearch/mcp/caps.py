@@ -4,7 +4,9 @@ The SDK's stateful session manager bounds sessions for everyone at once (10,000,
 a caller who opens sessions and never closes them would lock every other caller out until they go
 idle. Here each caller (its authenticated identity; without authentication, its client address)
 may hold at most N open sessions and M context handles; past that, only that caller is refused,
-with what is open and what to do.
+with what is open and what to do. Without authentication a client address is all that tells callers
+apart, so every local client of such a gateway shares one cap on sessions (`--sessions-per-address`,
+default: `--sessions-per-caller`), and its 429 says so.
 
 - Sessions named by a store (`--session-store redis://...`, gateway-issued ids) are counted in the
   store (toolsearch.stores.limits), so every worker sees one count that follows the sessions that
@@ -50,6 +52,7 @@ T = TypeVar("T")
 _TOO_MANY = -32029  # the guards' code for "slow down" (JSON-RPC server-error range)
 _SESSION_HEADER = b"mcp-session-id"
 _SESSIONS_FLAG = "--sessions-per-caller"
+_ADDRESS_FLAG = "--sessions-per-address"
 _CONTEXTS_FLAG = "--contexts-per-caller"
 
 
@@ -66,18 +69,33 @@ def _wait(seconds: float | None) -> int | None:
     return None if seconds is None or math.isinf(seconds) else max(1, math.ceil(seconds))
 
 
-def sessions_refused(claim: Claim, limit: int) -> tuple[str, int]:
-    """The refusal of one more session, and the Retry-After it goes with."""
+def sessions_refused(claim: Claim, limit: int, owner: str | None = None) -> tuple[str, int]:
+    """The refusal of one more session to `owner` (see `owner_of`), and the Retry-After it goes with.
+
+    An owner that is a client address (no authentication) is told that it shares the cap with every
+    client at that address, and which setting raises it: 100 of 200 local clients refused with a
+    message for one caller read as a fault of the one refused.
+    """
     wait = _wait(claim.retry_after)
     later = (
         f"wait {wait} s for an idle one to expire"
         if wait is not None
         else "wait for one to end (or for its idle expiry)"
     )
+    close = (
+        f"Close a session you no longer use (HTTP DELETE with its mcp-session-id) or {later}, then initialize again."
+    )
+    if owner is not None and owner.startswith("addr:"):
+        address = owner.removeprefix("addr:")
+        return (
+            f"Too many open sessions from {address}: {claim.open} open, at most {limit} ({_ADDRESS_FLAG}). "
+            "This gateway has no authentication, so it tells callers apart only by client address: every client "
+            f"at {address} (on loopback, every local client) shares this one cap. {close} Its operator can raise "
+            f"{_ADDRESS_FLAG}, or turn on authentication to cap each caller on its own.",
+            wait or 60,
+        )
     return (
-        f"Too many open sessions for this caller: {claim.open} open, at most {limit} ({_SESSIONS_FLAG}). "
-        f"Close a session you no longer use (HTTP DELETE with its mcp-session-id) or {later}, "
-        "then initialize again.",
+        f"Too many open sessions for this caller: {claim.open} open, at most {limit} ({_SESSIONS_FLAG}). {close}",
         wait or 60,
     )
 
@@ -230,7 +248,7 @@ class ConnectionCaps:
     async def _opening_request(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
         claim = self._claim(owner)
         if not claim.granted:
-            message, retry = sessions_refused(claim, self.limit)
+            message, retry = sessions_refused(claim, self.limit, owner)
             await too_many(send, message, retry)
             return
         self._opening[owner] = self._opening.get(owner, 0) + 1
@@ -289,7 +307,9 @@ def caller_caps(settings: AuthSettings, sessions_store: object, context_store: o
     limits = limits_for(sessions_store)
     shared = isinstance(limits, RedisLimits)
     context_limits = limits if context_store is sessions_store else limits_for(context_store)
-    sessions, contexts = settings.sessions_per_caller, settings.contexts_per_caller
+    # With authentication every caller has an identity; without, every caller is a client address.
+    sessions = settings.sessions_per_caller if settings.enabled else settings.address_sessions
+    contexts = settings.contexts_per_caller
     return CallerCaps(
         shared=limits if shared else None,
         sessions=StoreCaps(limits, "sessions", sessions, offload=shared) if sessions else None,

@@ -182,7 +182,7 @@ class SessionIdentity:
             if self._caps is not None:
                 claim = await self._caps.claim(owner, key)
                 if not claim.granted:
-                    message, retry = sessions_refused(claim, self._caps.limit)
+                    message, retry = sessions_refused(claim, self._caps.limit, owner)
                     await too_many(send, message, retry)
                     return
             if self._register is not None:
