@@ -8,7 +8,9 @@ tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; fo
 Host for every method; a session used with another caller's token; a request flood; half-open
 connections; and floods that per-caller caps bound (tests/mcp/test_mcp_auth_limits.py): sessions and
 context handles never closed, bad tokens from one address, one caller's rate across two workers
-sharing one Redis. Counts only, no timings. Writes benchmarks/results/security.json and the
+sharing one Redis; hostile answer lines from a stdio upstream, JWT dates that are not numbers and an index
+manifest edited and given a new digest (tests/mcp/test_gateway_upstream_faults.py, tests/mcp/test_jwt_dates.py,
+tests/test_integrity.py). Counts only, no timings. Writes benchmarks/results/security.json and the
 "## Security" section of benchmarks/results/reliability.md (the rest of that file is kept).
 
     python benchmarks/security.py [--slow-connections 200]
@@ -166,6 +168,106 @@ def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None
             "its bad token 401, its valid token 200")
 
 
+def upstream_rows(row: Any, folder: Path) -> None:
+    """Hostile answer lines from a stdio upstream (tests/mcp/test_gateway_upstream_faults.py): each may fail only
+    the call it answers, with a tool error naming the server and soon (not by waiting out the call timeout), and the
+    same server process must answer the next call; a lone surrogate is repaired with one log line, no traceback."""
+    import anyio
+    from mcp_servers import http_gateway, toy, write_config
+    from mcp_servers.clients import connect, faulty, text
+
+    config = write_config(folder / "upstream-servers.json", {"faulty": faulty(callTimeout=5), "toy": toy()})
+    faults: list[tuple[str, dict[str, Any], str | None]] = [  # (tool, arguments, what its error must say)
+        ("badbytes", {}, "with a line that is not valid UTF-8"),
+        ("badjson", {}, "with a line that is not JSON"),
+        ("bigerror", {"bytes": 5_000_000, "code": -32000}, "rejected the call to 'bigerror'"),  # the SDK's "closed"
+        ("bigerror", {"bytes": 10, "code": -32001}, "rejected the call to 'bigerror'"),  # the SDK's "timed out"
+        ("unpaired", {}, None),  # a lone surrogate escape: repaired, an answer
+    ]
+    with http_gateway(config, "--backend", "bm25") as gateway:
+
+        async def attack() -> int:
+            held = 0
+            async with connect(gateway.url or "") as client:
+
+                async def call(tool: str, arguments: dict[str, Any]) -> tuple[bool, str]:
+                    result = await client.call("call_tool", {"name": f"faulty__{tool}", "arguments": arguments})
+                    return bool(result.is_error), text(result)
+
+                _, pid = await call("pid", {})
+                for tool, arguments, said in faults:
+                    failed, message = await call(tool, arguments)
+                    if said is None:
+                        answered = not failed and "\ufffd" in message
+                    else:
+                        answered = failed and said in message and len(message) < 5_000
+                        answered = answered and not any(w in message for w in ("did not answer", "stopped"))
+                    held += answered and await call("pid", {}) == (False, pid)  # the same process serves on
+            return held
+
+        held = anyio.run(attack)
+        held -= "Traceback" in gateway.stderr or not gateway.logged("a message held a lone surrogate escape")
+    row("hostile answer lines from a stdio upstream (not UTF-8, not JSON, a 5 MB error under the SDK's "
+        "closed-connection code, an error under its timeout code, a lone surrogate): answers that wedged the server, "
+        "waited out the call timeout, read as a crash or logged a traceback", len(faults), max(0, held),
+        len(faults) - max(0, held), "a tool error naming the server at once; the same process answers next")
+
+
+def date_claim_rows(row: Any, folder: Path) -> None:
+    """JWTs whose date claims are not numbers (tests/mcp/test_jwt_dates.py): PyJWT reads them with int(), so
+    "9999999999" passed as an expiry; a real `toolsearch mcp serve` must refuse each with 401."""
+    import httpx2
+    from fakes.attacks import INITIALIZE, MCP_HEADERS
+    from fakes.oauth_issuer import LocalIssuer
+    from mcp_servers import http_gateway, toy, write_config
+
+    config = write_config(folder / "dates-servers.json", {"toy": toy()})
+    now = int(time.time())
+    dates: list[dict[str, Any]] = [
+        {"exp": str(now + 3600)}, {"exp": "9999999999"}, {"exp": True}, {"nbf": "0"}, {"iat": str(now)},
+        {"exp": [now + 3600]},
+    ]
+    with LocalIssuer() as issuer, http_gateway(
+        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-scope", "tools",
+        "--rate-limit", "0", "--auth-failures", "0",
+    ) as gateway:  # fmt: skip
+        url = gateway.url or ""
+        statuses = []
+        for forged in dates:
+            claims = {"iss": issuer.url, "sub": "mallory", "aud": url, "iat": now, "exp": now + 600, "scope": "tools"}
+            token = issuer.mint_claims({**claims, **forged})
+            headers = [*MCP_HEADERS, ("authorization", f"Bearer {token}")]
+            statuses.append(httpx2.post(url, headers=headers, content=json.dumps(INITIALIZE), timeout=30).status_code)
+    row("JWTs whose date claims are not numbers (exp, nbf or iat as a string, true or a list; RFC 7519 NumericDate)",
+        len(dates), statuses.count(401), sum(s < 400 for s in statuses), "401 naming the claim")
+
+
+def manifest_rows(row: Any, folder: Path) -> None:
+    """An index manifest edited and given a new digest, as anyone who can write the file can
+    (tests/test_integrity.py): the fields that decide answers are checked against the stored files."""
+    from toolsearch import IndexFormatError, Tool, ToolIndex
+    from toolsearch.store import MANIFEST, manifest_digest, verify_index
+
+    tools = [Tool("send_email", "Send an email.", namespace="mail"), Tool("get_weather", "Weather.", namespace="sky")]
+    edits: list[dict[str, Any]] = [{"namespaces": []}, {"namespaces": ["sky", "mail"]}, {"tool_count": 1}]
+    tried = passed = 0
+    for i, fields in enumerate(edits):
+        saved = ToolIndex.build(tools, backend="bm25").save(folder / f"manifest-{i}")
+        data = json.loads((saved / MANIFEST).read_text())
+        data.update(fields)
+        data["digest"] = manifest_digest(data)
+        (saved / MANIFEST).write_text(json.dumps(data))
+        for check in (ToolIndex.load, verify_index):  # a load, and the health `toolsearch list` reports
+            tried += 1
+            try:
+                check(saved)
+                passed += 1
+            except IndexFormatError:
+                pass
+    row("an index manifest edited and given a new digest (namespaces emptied or reordered, tool count changed): "
+        "loads and health checks that passed", tried, tried - passed, passed, "refused, naming the field")
+
+
 def run(slow_connections: int, flood: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
@@ -239,6 +341,9 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
 
         gateway_rows(row, Path(folder), tokens, static, unscoped)
         limit_rows(row, Path(folder))
+        upstream_rows(row, Path(folder))
+        date_claim_rows(row, Path(folder))
+        manifest_rows(row, Path(folder))
 
         servers = Path(folder) / "servers.json"
         refusals = [

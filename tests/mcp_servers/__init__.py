@@ -105,7 +105,9 @@ class GatewayProcess:
                 self._ready.set()
         self._ready.set()
 
-    def wait_ready(self, timeout: float = 30) -> str:
+    def wait_ready(self, timeout: float = 90) -> str:
+        # Room for a loaded machine: a gateway that loads the embedding model and starts its upstream servers
+        # took over 30 s beside other test runs; one that fails to start still ends the wait at once.
         self._ready.wait(timeout)
         if self.url is None:
             raise RuntimeError("gateway did not start:\n" + self.stderr)

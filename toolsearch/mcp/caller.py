@@ -1,16 +1,37 @@
-"""Who a gateway request is served for: the caller, as authentication established it, and its policy hook."""
+"""Who a gateway request is served for, resolved at the request's edge: its caller, its protocol era, the policy hook.
+
+The one place that reads a request's identity and era: the HTTP authentication layer records the
+caller in the ASGI scope (`CALLER_SCOPE_KEY`); `caller_of_request` reads it back for an MCP handler
+(LOCAL on stdio, ANONYMOUS over HTTP without authentication); `is_modern` is the one rule for "is
+this a 2026-07-28 request?", applied to the version the SDK negotiated (`ctx.protocol_version`) or to
+the `MCP-Protocol-Version` header (`scope_version`) as the SDK's own HTTP routing reads it.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
 
-__all__ = ["ANONYMOUS", "CALLER_SCOPE_KEY", "LOCAL", "Caller", "CallerPolicy", "caller_of_scope"]
+__all__ = [
+    "ANONYMOUS",
+    "CALLER_SCOPE_KEY",
+    "LOCAL",
+    "Caller",
+    "CallerPolicy",
+    "caller_of_request",
+    "caller_of_scope",
+    "is_modern",
+    "is_modern_scope",
+    "request_scope",
+    "scope_version",
+]
 
 CALLER_SCOPE_KEY = "toolsearch.caller"
 """The ASGI scope key under which the HTTP authentication layer leaves the request's `Caller`.
@@ -64,6 +85,46 @@ def caller_of_scope(scope: Mapping[str, Any] | None) -> Caller | None:
         return None
     caller = scope.get(CALLER_SCOPE_KEY)
     return caller if isinstance(caller, Caller) else None
+
+
+def request_scope(ctx: Any) -> MutableMapping[str, Any] | None:
+    """The ASGI scope of the HTTP request an MCP handler serves; None on stdio (no HTTP request)."""
+    request = getattr(ctx, "request", None)
+    if request is None:
+        return None
+    scope = getattr(request, "scope", None)
+    return scope if isinstance(scope, MutableMapping) else {}
+
+
+def caller_of_request(ctx: Any) -> Caller:
+    """The caller an MCP request is served for: what the HTTP authentication layer recorded for this very
+    request (its current token), else ANONYMOUS; LOCAL on stdio."""
+    scope = request_scope(ctx)
+    if scope is None:
+        return LOCAL
+    return caller_of_scope(scope) or ANONYMOUS
+
+
+_VERSION_HEADER = b"mcp-protocol-version"
+
+
+def is_modern(version: str | None) -> bool:
+    """Whether a request speaks the 2026-07-28 era: a protocol version the initialize handshake does not own.
+
+    The SDK's own routing rule (a known handshake version goes to the handshake era, anything else to
+    the modern entry, which refuses a version it does not speak); for a handler, `ctx.protocol_version`.
+    """
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def scope_version(scope: Mapping[str, Any]) -> str | None:
+    """The `MCP-Protocol-Version` header of an HTTP request (ASGI scope), or None."""
+    return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == _VERSION_HEADER), None)
+
+
+def is_modern_scope(scope: Mapping[str, Any]) -> bool:
+    """`is_modern` for an HTTP request not yet parsed (ASGI middleware): its version header decides."""
+    return is_modern(scope_version(scope))
 
 
 class CallerPolicy(Protocol):

@@ -209,7 +209,7 @@ class ConnectionCaps:
         return Claim(False, count, soonest)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from .identity import _is_modern
+        from .caller import is_modern_scope as _is_modern
 
         if scope.get("type") != "http" or scope.get("path", "").rstrip("/") != self.path or _is_modern(scope):
             await self.app(scope, receive, send)

@@ -40,6 +40,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
             backend_options={"model": args.model} if args.model is not None else {},
             pinned=tuple(args.pin),
             max_discovered=args.max_discovered,
+            min_relative_score=args.min_relative_score,
             call_tool=not args.no_call_tool,
             require_discovery=args.require_discovery,
             contexts=not args.no_context,

@@ -1,49 +1,47 @@
 """The initialize-handshake era (up to 2025-11-25): one session per client, whose tool list grows as it finds tools.
 
-Each client connection (or, for stateless workers, each gateway-issued session id) is a session
-over the shared index. After a search the found tools join that client's list and the gateway
-sends `notifications/tools/list_changed`; `call_tool` reaches any tool for clients that ignore
-list changes. Deprecated by the 2026-07-28 protocol; kept for clients in the deprecation window.
+A thin adapter over the gateway's rules (toolsearch.mcp.rules): it finds the session a request
+belongs to (its connection's, or for stateless workers the gateway-issued id the request carries),
+reads it once, has the rules search, list or admit a call for the request's asker, writes the
+session once, and answers on the wire. After a search the found tools join that client's list and
+the gateway sends `notifications/tools/list_changed`; `call_tool` reaches any tool for clients that
+ignore list changes. Deprecated by the 2026-07-28 protocol; kept for clients in the deprecation window.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INVALID_REQUEST
 
 from .. import tracing
 from .._errors import SessionError, SessionStoreError, ToolSearchError
-from ..metatool import MetaToolOutcome
-from ..providers import ToolCall
-from ..session import Session
-from ..tools import Tool
+from ..index import ToolIndex
+from ..session import Session, SessionManager
+from ..stores import SessionStore
 from .caller import Caller
 from .errors import protocol_error, tool_error
 from .identity import session_key
-from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, schema_problems, with_text
-from .pinning import Repinned, repinned_text
-from .source import error_result, mcp_definition
+from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, with_text
+from .pinning import repinned_text
+from .rules import Asker, GatewayRules
+from .source import mcp_definition
 
-if TYPE_CHECKING:
-    from .gateway import Gateway
-
-__all__ = ["HandshakeEra", "SESSION_METHODS"]
+__all__ = ["HandshakeEra"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
+Run = Callable[..., Awaitable[Any]]
+
 _SESSION_KEY = "toolsearch.session"
-SESSION_METHODS = frozenset({"tools/list", "tools/call"})
-# The session view of the request being served: read once before the handler, written once after.
-_CURRENT: ContextVar[Session | None] = ContextVar("toolsearch_gateway_session", default=None)
 _CALL_TOOL_HINT = (
     "If these tools do not appear in your tool list, call them through `{call}` with "
     '{{"name": "<tool name>", "arguments": {{...}}}}.'
@@ -51,27 +49,50 @@ _CALL_TOOL_HINT = (
 
 
 class HandshakeEra:
-    """Serves `tools/list` and `tools/call` for handshake-era connections: progressive exposure per session."""
+    """Serves `tools/list` and `tools/call` for handshake-era connections: progressive exposure per session.
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    `store` keeps the sessions; `header` names the request header that identifies a session (stateless
+    workers) or is None (one session per connection); `store_call` calls the store off the event loop when it
+    is networked.
+    """
+
+    def __init__(
+        self,
+        rules: GatewayRules,
+        store: SessionStore | None,
+        *,
+        header: str | None,
+        store_call: Run,
+        max_discovered: int | None = None,
+    ) -> None:
+        self.rules = rules
+        self.header = header
+        self.store_call = store_call
+        self.sessions = SessionManager(rules.index, store=store, max_sessions=10_000, max_discovered=max_discovered)
+        self.clients: dict[str, ServerSession] = {}  # who to tell when the catalog changes
+
+    def rebind(self, index: ToolIndex) -> None:
+        """The index was replaced (a shared index for a new catalog): sessions read it from now on."""
+        if index is not self.sessions.index:
+            old = self.sessions
+            self.sessions = SessionManager(
+                index, store=old.store, max_sessions=10_000, max_discovered=old.max_discovered
+            )
 
     # --- sessions ---------------------------------------------------------------------------
 
     def session_id(self, ctx: Any, caller: Caller) -> str:
         """The store id of the session a request belongs to."""
-        gateway = self.gateway
-        header = gateway.session_header
-        if header is not None:
+        if self.header is not None:
             headers = getattr(getattr(ctx, "request", None), "headers", None)
-            value = headers.get(header) if headers is not None else None
+            value = headers.get(self.header) if headers is not None else None
             if not isinstance(value, str) or not value.strip():
                 raise MCPError(
                     code=INVALID_REQUEST,
-                    message=f"this gateway identifies sessions by the {header!r} header, which the "
+                    message=f"this gateway identifies sessions by the {self.header!r} header, which the "
                     "request lacks; send it on every request",
                 )
-            return session_key(header, value.strip(), caller.key)
+            return session_key(self.header, value.strip(), caller.key)
         connection = getattr(ctx.session, "_connection", None)
         state = getattr(connection, "state", None)
         if isinstance(state, dict):
@@ -85,151 +106,129 @@ class HandshakeEra:
             # client-supplied header, so one client cannot read or take over another's discoveries.
             # Such sessions end by the manager's TTL/LRU bound; forget their clients with them.
             session_id = f"connection-{id(ctx.session)}"
-            live = set(gateway.sessions.ids())
-            for stale in [s for s in gateway.clients if s not in live and s != session_id]:
-                del gateway.clients[stale]
-        gateway.clients[session_id] = ctx.session
+            live = set(self.sessions.ids())
+            for stale in [s for s in self.clients if s not in live and s != session_id]:
+                del self.clients[stale]
+        self.clients[session_id] = ctx.session
         return str(session_id)
 
-    def _open(self, session_id: str, caller: Caller) -> Session:
+    def register(self, session_id: str) -> None:
+        """A gateway-issued session id exists in the store from the moment it is issued (with no rights:
+        each request's token decides what it may use)."""
+        self.sessions.get_or_create(session_id, allowed=None, pinned=self.rules.pinned_in(self.sessions.index))
+
+    def known(self, session_id: str) -> bool:
+        return self.sessions.store.get(session_id) is not None
+
+    def _open(self, session_id: str) -> Session:
         """A view of the session: one store read (two more on its first request, to create it)."""
-        gateway = self.gateway
-        sessions = gateway.sessions
-        state = sessions.store.get(session_id)
+        state = self.sessions.store.get(session_id)
         if state is None:
-            allowed = gateway.allowed_for(caller)
-            pins = [n for n in gateway.pinned if n in gateway.index.catalog and (allowed is None or n in allowed)]
-            return sessions.get_or_create(session_id, allowed=allowed, pinned=pins).view()
-        return Session(sessions, state, snapshot=True).view()
+            pinned = self.rules.pinned_in(self.sessions.index)
+            return self.sessions.get_or_create(session_id, allowed=None, pinned=pinned).view()
+        return Session(self.sessions, state, snapshot=True).view()
+
+    async def _opened(self, ctx: Any, asker: Asker) -> Session:
+        """The request's session, read once; a store that fails is a protocol error naming it (nothing changed)."""
+        try:
+            session_id = self.session_id(ctx, asker.caller)
+            tracing.gateway_session(session_id)
+            return await self.store_call(self._open, session_id)  # type: ignore[no-any-return]
+        except SessionError as exc:
+            logger.warning("%s failed: %s", ctx.method, exc)
+            raise protocol_error(exc) from None
 
     async def _commit(self, session: Session) -> None:
         if session._pending:  # nothing changed: no thread hop, no store round trip
-            await self.gateway.store_call(session.commit)
-
-    async def middleware(self, ctx: Any, call_next: Any) -> Any:
-        """Around tools/list and tools/call: read the session once before, write it once after.
-
-        The handler works on a view; its changes reach the store in one atomic update (earlier
-        when it notifies the client, see `_notify_changed`). A store that fails leaves the session
-        as it was, and the client gets an error naming the store and saying what to do.
-        """
-        answered = False
-        try:
-            session_id = self.session_id(ctx, self.gateway.caller(ctx))
-            tracing.gateway_session(session_id)
-            session = await self.gateway.store_call(self._open, session_id, self.gateway.caller(ctx))
-            token = _CURRENT.set(session)
-            try:
-                result = await call_next(ctx)
-                answered = True
-            finally:
-                _CURRENT.reset(token)
-            await self._commit(session)
-        except SessionError as exc:
-            if answered and ctx.method == "tools/call":
-                # The tool ran: an error now would invite the model to run it again. What is lost is
-                # bookkeeping (last-use ticks); a change the client was told of was written before.
-                logger.warning("tools/call answered, but its session update was not saved: %s", exc)
-                return result
-            logger.warning("%s failed: %s", ctx.method, exc)
-            raise protocol_error(exc) from None
-        return result
-
-    def _session(self, ctx: Any) -> Session:
-        """The session view of the request being served (the middleware opened it)."""
-        current = _CURRENT.get()
-        if current is not None:
-            return current
-        caller = self.gateway.caller(ctx)  # outside a request: a plain handle
-        return self._open(self.session_id(ctx, caller), caller)
+            await self.store_call(session.commit)
 
     async def close(self, session_id: str) -> None:
-        gateway = self.gateway
-        gateway.clients.pop(session_id, None)
+        self.clients.pop(session_id, None)
         try:
-            await gateway.store_call(gateway.sessions.close, session_id)
+            await self.store_call(self.sessions.close, session_id)
         except SessionStoreError as exc:  # the store's idle expiry ends it instead
             logger.warning("could not close session %s: %s", session_id, exc)
 
-    def _visible(self, session: Session) -> list[Tool]:
-        gateway = self.gateway
-        meta = [gateway.metatool.definition(session)]
-        if gateway.settings.call_tool:
-            meta.append(call_tool_definition(gateway.metatool))
-        return meta + session.visible_tools()
+    async def notify_all(self) -> None:
+        """Tell every connected client its tool list may have changed (the catalog did)."""
+        for session_id, client in list(self.clients.items()):
+            try:
+                with anyio.move_on_after(5):
+                    await client.send_tool_list_changed()
+            except Exception as exc:  # a gone client must not stop the others
+                logger.debug("could not notify session %s: %s", session_id, exc)
 
-    # --- MCP handlers -------------------------------------------------------------------------
+    # --- tools/list ---------------------------------------------------------------------------
 
-    async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        if params is not None and params.cursor is not None:
-            # The list is always one page, so any cursor is one we never issued.
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
-            )
-        session = self._session(ctx)
-        return await anyio.to_thread.run_sync(self._listing, session)  # store reads and writes: off the loop
-
-    def _listing(self, session: Session) -> types.ListToolsResult:
-        pins_ = self.gateway.pins
-        visible = self._visible(session)
-        pins = pins_.record(session, [t for t in visible if t.metadata.get("mcp")])
-        tools: list[types.Tool] = []
-        for tool in visible:
-            if tool.metadata.get("mcp"):  # an upstream tool: the definition this session saw (see pinning)
-                tools.append(mcp_definition(self.gateway.exposed(pins_.view(tool, pins).shown)))
-            else:
-                tools.append(types.Tool.model_validate(tool.to_mcp()))
-        return types.ListToolsResult(tools=tools)
-
-    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        gateway = self.gateway
-        session = self._session(ctx)
-        name, arguments = params.name, dict(params.arguments or {})
-        if name == gateway.metatool.name:
-            return await self._search(ctx, session, arguments)
-        if name == CALL_TOOL and gateway.settings.call_tool:
-            target = call_tool_target(gateway.metatool, arguments)
-            if isinstance(target, types.CallToolResult):
-                return target
-            return await self._forward(ctx, session, *target, via_call_tool=True)
-        return await self._forward(ctx, session, name, arguments, via_call_tool=False)
-
-    async def _search(self, ctx: Any, session: Session, arguments: dict[str, Any]) -> types.CallToolResult:
-        before = session.discovered
+    async def list_tools(self, ctx: Any, asker: Asker) -> types.ListToolsResult:
+        """The session's list for this asker: tool_search, call_tool, and the pinned and found tools it may use."""
+        session = await self._opened(ctx, asker)
         try:
-            outcome, repinned = await anyio.to_thread.run_sync(self._run_search, session, arguments)
+            result = await anyio.to_thread.run_sync(self._listing, asker, session)  # store reads and writes
+            await self._commit(session)
+        except SessionError as exc:
+            logger.warning("tools/list failed: %s", exc)
+            raise protocol_error(exc) from None
+        return result
+
+    def _listing(self, asker: Asker, session: Session) -> types.ListToolsResult:
+        shown = self.rules.shown(asker, session)  # binds the session to the asker's rights first
+        meta = [self.rules.metatool.definition(session)]
+        if self.rules.settings.call_tool:
+            meta.append(call_tool_definition(self.rules.metatool))
+        return types.ListToolsResult(
+            tools=[types.Tool.model_validate(t.to_mcp()) for t in meta] + [mcp_definition(t) for t in shown]
+        )
+
+    # --- tools/call ---------------------------------------------------------------------------
+
+    async def call_tool(self, ctx: Any, asker: Asker, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """A search, or a call of an upstream tool (by its name or through call_tool); what fails in it is a
+        tool error the model reads, except a session store that fails before anything ran (a protocol error)."""
+        session = await self._opened(ctx, asker)
+        name, arguments = params.name, dict(params.arguments or {})
+        try:
+            if name == self.rules.metatool.name:
+                result = await self._search(ctx, asker, session, arguments)
+            elif name == CALL_TOOL and self.rules.settings.call_tool:
+                target = call_tool_target(self.rules.metatool, arguments)
+                if isinstance(target, types.CallToolResult):
+                    return target
+                result = await self._forward(ctx, asker, session, *target, via_call_tool=True)
+            else:
+                result = await self._forward(ctx, asker, session, name, arguments, via_call_tool=False)
+        except SessionError as exc:  # the store failed before the tool ran: nothing changed, the client may retry
+            logger.warning("tools/call failed: %s", exc)
+            raise protocol_error(exc) from None
         except ToolSearchError as exc:
-            return tool_error(exc, f"{self.gateway.metatool.name} failed")
+            logger.warning("%s failed: %s", name, exc)
+            return tool_error(exc)
+        try:
+            await self._commit(session)
+        except SessionError as exc:
+            # The tool ran: an error now would invite the model to run it again. What is lost is
+            # bookkeeping (last-use ticks); a change the client was told of was written before.
+            logger.warning("tools/call answered, but its session update was not saved: %s", exc)
+        return result
+
+    async def _search(
+        self, ctx: Any, asker: Asker, session: Session, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        before = session.discovered
+        found = await anyio.to_thread.run_sync(self.rules.search, asker, session, arguments, session.id)
+        outcome = found.outcome
         text = outcome.text
-        if repinned:  # the model is told, not just shown: a changed tool is news it must read
-            text += "\n" + repinned_text(repinned)
-        if outcome.ok and outcome.tools and self.gateway.settings.call_tool:
+        if found.repinned:  # the model is told, not just shown: a changed tool is news it must read
+            text += "\n" + repinned_text(found.repinned)
+        if outcome.ok and outcome.tools and self.rules.settings.call_tool:
             text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
-        if session.discovered != before or repinned:
-            await self._notify_changed(ctx)
+        if session.discovered != before or found.repinned:
+            await self._notify_changed(ctx, session)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
-    def _run_search(self, session: Session, arguments: dict[str, Any]) -> tuple[MetaToolOutcome, list[Repinned]]:
-        """Search, then re-pin the session's tools to their current definitions (it is shown them
-        again) and feed the usage log; the second value names the tools whose definition changed."""
-        gateway = self.gateway
-        outcome = gateway.metatool.run(session, arguments)
-        if not outcome.ok:
-            return outcome, []
-        loaded = [t for t in session.visible_tools() if t.metadata.get("mcp")]
-        repinned = gateway.pins.refresh(session, loaded)
-        gateway.usage.catalog_changed(gateway.index.catalog.hash)
-        gateway.usage.searched(
-            session.id, outcome.query, [t.name for t in outcome.tools] + list(outcome.already_loaded)
-        )
-        return outcome, repinned
-
-    async def _notify_changed(self, ctx: Any) -> None:
+    async def _notify_changed(self, ctx: Any, session: Session) -> None:
         # Write the change first: a notified client lists its tools next, maybe through another worker.
-        current = _CURRENT.get()
-        if current is not None:
-            await self._commit(current)
+        await self._commit(session)
         # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
         try:
             await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
@@ -237,55 +236,12 @@ class HandshakeEra:
             logger.warning("could not send tools/list_changed: %s", exc)
 
     async def _forward(
-        self, ctx: Any, session: Session, name: str, arguments: dict[str, Any], *, via_call_tool: bool
+        self, ctx: Any, asker: Asker, session: Session, name: str, arguments: dict[str, Any], *, via_call_tool: bool
     ) -> types.CallToolResult:
-        gateway = self.gateway
-        admitted = await anyio.to_thread.run_sync(self._admit, session, name, arguments)
+        admitted = await anyio.to_thread.run_sync(self.rules.admit, asker, session, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        joined, arguments, values = admitted
-        gateway.consume_augmented(gateway.caller(ctx), name, values, str(getattr(ctx, "request_id", "")))
-        if joined:  # a tool called by name joins this session's list, like a found one
-            await self._notify_changed(ctx)
-        result = await gateway.source.call_tool(
-            name, arguments, max_result_bytes=gateway.settings.options.max_result_bytes
-        )
-        gateway.usage.called(session.id, name, not result.is_error)
+        if admitted.joined:  # a tool called by name joins this session's list, like a found one
+            await self._notify_changed(ctx, session)
+        result = await self.rules.call(asker, admitted, str(getattr(ctx, "request_id", "")))
         return with_text(result) if via_call_tool else result
-
-    def _admit(
-        self, session: Session, name: str, arguments: Mapping[str, Any]
-    ) -> types.CallToolResult | tuple[bool, dict[str, Any], dict[str, Any] | None]:
-        """The rules before a call: the executor's allow and discover rules (a tool called by name
-        joins the session), not blocked as changed, augmented values and arguments valid (the
-        executor's checks). A refusal as a tool error, else (True when the tool joined the session's
-        list, the tool's own arguments, the augmented values)."""
-        gateway = self.gateway
-        joined = not session.is_visible(name)
-        if joined and gateway.settings.require_discovery and name in gateway.index.catalog:
-            return error_result(
-                f"Tool {name!r} was not found by {gateway.metatool.name} in this session, and this gateway calls "
-                f"only found tools. Call {gateway.metatool.name} first, then call it again."
-            )
-        refused = gateway.rules.admit(session, ToolCall("", name, dict(arguments)))
-        if refused is not None:
-            return error_result(refused.content)
-        tool = gateway.index.catalog.get(name)
-        if tool is None:  # removed by an upstream change a moment ago
-            return error_result(f"Tool {name!r} is no longer offered. Call {gateway.metatool.name} to find another.")
-        held = gateway.held(tool)
-        if held is not None:
-            return held
-        pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))  # a first call is a first sighting
-        if pinned.blocked:
-            return gateway.blocked(tool, pinned.shown)
-        split = gateway.split_augmented(session, name, dict(arguments))
-        if isinstance(split, types.CallToolResult):
-            return split
-        own, values = split
-        problem = schema_problems(pinned.shown, own)  # "keep": the schema the session saw, never an unseen one
-        if problem is not None:
-            return problem
-        if not joined:
-            session.touch([name])
-        return joined, own, values

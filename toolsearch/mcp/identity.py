@@ -10,10 +10,9 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .caller import ANONYMOUS, Caller, caller_of_scope
+from .caller import ANONYMOUS, caller_of_scope, is_modern_scope
 from .caps import StoreCaps, owner_of, sessions_refused, too_many
 
 __all__ = ["MCP_SESSION_HEADER", "SessionIdentity", "session_key"]
@@ -21,7 +20,6 @@ __all__ = ["MCP_SESSION_HEADER", "SessionIdentity", "session_key"]
 logger = logging.getLogger("toolsearch.mcp")
 
 MCP_SESSION_HEADER = "mcp-session-id"
-_VERSION_HEADER = b"mcp-protocol-version"
 
 
 def session_key(header: str, value: str, caller_key: str = "") -> str:
@@ -40,12 +38,6 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     return {"type": "http.response.start", "status": status, "headers": raw}, body
-
-
-def _is_modern(scope: Scope) -> bool:
-    """A 2026-07-28 request names its version in a header and carries no session: the SDK's modern entry serves it."""
-    version = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == _VERSION_HEADER), None)
-    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 class SessionIdentity:
@@ -72,7 +64,7 @@ class SessionIdentity:
         path: str = "/mcp",
         on_delete: Callable[[str], Awaitable[None]],
         known: Callable[[str], Awaitable[bool]] | None = None,
-        register: Callable[[str, Caller], Awaitable[None]] | None = None,
+        register: Callable[[str], Awaitable[None]] | None = None,
         caps: StoreCaps | None = None,
     ) -> None:
         self.app = app
@@ -122,7 +114,7 @@ class SessionIdentity:
         if scope.get("type") != "http" or scope.get("path", "").rstrip("/") != self.path.rstrip("/"):
             await self.app(scope, receive, send)
             return
-        if _is_modern(scope):
+        if is_modern_scope(scope):  # a 2026-07-28 request carries no session: the SDK's modern entry serves it
             await self.app(scope, receive, send)
             return
         caller = caller_of_scope(scope) or ANONYMOUS
@@ -186,7 +178,7 @@ class SessionIdentity:
                     await too_many(send, message, retry)
                     return
             if self._register is not None:
-                await self._register(key, caller)
+                await self._register(key)
         except Exception as exc:
             logger.warning("could not register a new session: %s", exc)
             if self._caps is not None:

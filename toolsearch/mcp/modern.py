@@ -1,10 +1,11 @@
 """The 2026-07-28 era: a stable tool list (tool_search, call_tool, pins), found definitions in results, context handles.
 
-No request changes what `tools/list` returns: a search puts the found definitions in its result,
-and the model calls them through `call_tool`. What a conversation found lives behind an explicit
-`context` handle (SEP-2567's pattern) in the session store, keyed by the caller, so another
-caller's handle is simply unknown. A handle is optional: without one a search or call is
-stateless.
+A thin adapter over the gateway's rules (toolsearch.mcp.rules). No request changes what
+`tools/list` returns: a search puts the found definitions in its result, and the model calls them
+through `call_tool`. What a conversation found lives behind an explicit `context` handle (SEP-2567's
+pattern) in the session store, keyed by the caller, so another caller's handle is simply unknown; a
+handle keeps what was found, never rights (each request's token decides those). A handle is
+optional: without one a search or call is stateless.
 """
 
 from __future__ import annotations
@@ -14,19 +15,22 @@ import hashlib
 import logging
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+import anyio.to_thread
 import mcp_types as types
 
 from .. import tracing
 from .._errors import ToolSearchError
-from ..providers import ToolCall
+from ..index import ToolIndex
 from ..session import Session, SessionManager
-from ..stores import InMemorySessionStore
+from ..stores import InMemorySessionStore, SessionStore
 from ..stores.limits import Claim
 from .caller import Caller
-from .caps import contexts_refused
+from .caps import StoreCaps, contexts_refused
+from .errors import tool_error
 from .metatools import (
     CALL_TOOL,
     CONTEXT_ARGUMENT,
@@ -35,18 +39,17 @@ from .metatools import (
     found_definition,
     found_text,
     modern_search_definition,
-    schema_problems,
     with_text,
 )
 from .pinning import repinned_text
+from .rules import Admitted, Asker, Found, GatewayRules
 from .source import error_result, mcp_definition
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 __all__ = ["ModernEra", "context_key", "LIST_TTL_MS"]
 
 logger = logging.getLogger("toolsearch.mcp")
+
+Run = Callable[..., Awaitable[Any]]
 
 LIST_TTL_MS = 300_000  # a stable list may be cached this long; `subscriptions/listen` says when it changes sooner
 _HANDLE_BYTES = 24
@@ -62,47 +65,63 @@ def context_key(caller: Caller, handle: str) -> str:
 class _Opened:
     session: Session
     handle: str | None  # None: a stateless request (a scratch session nobody keeps)
-    new: bool = False
 
 
 class ModernEra:
-    """Serves `tools/list` and `tools/call` for requests that carry the 2026-07-28 envelope."""
+    """Serves `tools/list` and `tools/call` for requests that carry the 2026-07-28 envelope.
 
-    def __init__(self, gateway: Gateway, contexts: SessionManager) -> None:
-        self.gateway = gateway
-        self.contexts = contexts
+    `store` keeps the context handles; `caps` bounds them per owner (None: no cap); `contexts=False`
+    mints none (every request is stateless); `store_call` calls the store off the event loop when networked.
+    """
+
+    def __init__(
+        self,
+        rules: GatewayRules,
+        store: SessionStore,
+        *,
+        store_call: Run,
+        caps: StoreCaps | None = None,
+        contexts: bool = True,
+    ) -> None:
+        self.rules = rules
+        self.store_call = store_call
+        self.caps = caps
+        self.minting = contexts
+        self.contexts = SessionManager(rules.index, store=store, max_sessions=10_000)
         # Stateless requests run on a throw-away session in this process (no store round trip).
-        self.scratch = SessionManager(gateway.index, store=InMemorySessionStore(max_sessions=10_000))
+        self.scratch = SessionManager(rules.index, store=InMemorySessionStore(max_sessions=10_000))
         self._listings: dict[tuple[str, frozenset[str] | None], types.ListToolsResult] = {}
 
-    def rebind(self, contexts: SessionManager) -> None:
-        """The index changed (an upstream's catalog did): new managers over it, listings recomputed."""
-        self.contexts = contexts
-        self.scratch = SessionManager(self.gateway.index, store=self.scratch.store)
+    def rebind(self, index: ToolIndex) -> None:
+        """The catalog changed: managers over the current index, listings recomputed."""
+        self.contexts = SessionManager(index, store=self.contexts.store, max_sessions=10_000)
+        self.scratch = SessionManager(index, store=self.scratch.store)
         self._listings.clear()
 
     # --- the stable list ----------------------------------------------------------------------
 
-    def listing(self, allowed: frozenset[str] | None) -> types.ListToolsResult:
+    async def list_tools(self, asker: Asker) -> types.ListToolsResult:
+        return await anyio.to_thread.run_sync(self.listing, asker)
+
+    def listing(self, asker: Asker) -> types.ListToolsResult:
         """tools/list: the same tools in the same order for every request with the same authorization."""
-        gateway = self.gateway
-        key = (gateway.index.catalog.hash, allowed)
+        rules = self.rules
+        key = (rules.index.catalog.hash, asker.allowed)
         cached = self._listings.get(key)
         if cached is not None:
             return cached
-        session = self._scratch(allowed)
+        session = self._scratch(asker)
         try:
-            search = modern_search_definition(gateway.metatool.definition(session))
-            pinned = session.pinned_tools()
+            search = modern_search_definition(rules.metatool.definition(session))
         finally:
             self.scratch.close(session.id)
         tools = [
             types.Tool.model_validate(search.to_mcp()),
-            types.Tool.model_validate(call_tool_definition(gateway.metatool, context=True).to_mcp()),
-            *(mcp_definition(gateway.exposed(t)) for t in pinned),
+            types.Tool.model_validate(call_tool_definition(rules.metatool, context=True).to_mcp()),
+            *(mcp_definition(t) for t in rules.pinned_tools(asker)),
         ]
         # With a policy the list varies by authorization: a client may not share it across callers.
-        scope: Literal["public", "private"] = "private" if gateway.settings.policy is not None else "public"
+        scope: Literal["public", "private"] = "private" if rules.varies_by_caller else "public"
         result = types.ListToolsResult(tools=tools, ttl_ms=LIST_TTL_MS, cache_scope=scope)
         if len(self._listings) > 256:
             self._listings.clear()
@@ -111,52 +130,50 @@ class ModernEra:
 
     def fingerprint(self) -> str:
         """A digest of the unfiltered stable list: when it changes, subscribed clients are told."""
-        listing = self.listing(None)
+        listing = self.listing(self.rules.everyone)
         return hashlib.sha256(listing.model_dump_json(by_alias=True, exclude_none=True).encode()).hexdigest()
 
     # --- contexts -----------------------------------------------------------------------------
 
-    def _scratch(self, allowed: frozenset[str] | None) -> Session:
-        gateway = self.gateway
-        pins = [n for n in gateway.pinned if n in gateway.index.catalog and (allowed is None or n in allowed)]
-        return self.scratch.create(f"scratch-{uuid.uuid4().hex}", allowed=allowed, pinned=pins)
+    def _scratch(self, asker: Asker) -> Session:
+        pinned = self.rules.pinned_in(self.scratch.index)
+        session = self.scratch.create(f"scratch-{uuid.uuid4().hex}", allowed=None, pinned=pinned)
+        return self.rules.bind(session, asker)
 
-    def open(
-        self, caller: Caller, allowed: frozenset[str] | None, handle: object, owner: str | None = None
-    ) -> _Opened | types.CallToolResult:
+    def open(self, asker: Asker, handle: object) -> _Opened | types.CallToolResult:
         """The session a request works on: its context's (one store read), or a scratch one."""
         if handle is None:
-            return _Opened(self._scratch(allowed), None)
+            return _Opened(self._scratch(asker), None)
+        search = self.rules.metatool.name
         if not isinstance(handle, str) or not handle.strip():
             return error_result(
-                f'"{CONTEXT_ARGUMENT}" must be the string an earlier {self.gateway.metatool.name} returned; '
+                f'"{CONTEXT_ARGUMENT}" must be the string an earlier {search} returned; '
                 "leave it out to start without one."
             )
-        state = self.contexts.store.get(context_key(caller, handle.strip()))
+        state = self.contexts.store.get(context_key(asker.caller, handle.strip()))
         if state is None:
             return error_result(
                 f"Unknown context {handle.strip()[:16]!r}: it expired, or was not issued to you. Call "
-                f"{self.gateway.metatool.name} without a context to start a new one."
+                f"{search} without a context to start a new one."
             )
-        caps = self.gateway.caps.contexts
-        if caps is not None and owner is not None:
-            caps.keep(owner, state.id)
-        return _Opened(Session(self.contexts, state, snapshot=True).view(), handle.strip())
+        if self.caps is not None and asker.owner is not None:
+            self.caps.keep(asker.owner, state.id)
+        session = Session(self.contexts, state, snapshot=True).view()
+        return _Opened(self.rules.bind(session, asker), handle.strip())
 
-    def _mint(self, caller: Caller, scratch: Session, owner: str | None) -> str | Claim:
+    def _keep(self, asker: Asker, scratch: Session, handle: str) -> bool | Claim:
         """Keep what a stateless search found under a new handle: one store write (and one claim of the
-        owner's cap on handles, whose refusal is returned instead)."""
-        handle = secrets.token_urlsafe(_HANDLE_BYTES)
-        key = context_key(caller, handle)
-        caps = self.gateway.caps.contexts if owner is not None else None  # over HTTP only
+        owner's cap on handles, whose refusal is returned instead). What is kept carries no rights."""
+        key = context_key(asker.caller, handle)
+        caps = self.caps if asker.owner is not None else None  # over HTTP only
         if caps is not None:
-            claim = caps.claim_now(owner or caller.key, key)
+            claim = caps.claim_now(asker.owner or asker.caller.key, key)
             if not claim.granted:
                 return claim
-        kept = dataclasses.replace(scratch.state().copy(), id=key, version=0)
+        kept = dataclasses.replace(scratch.state().copy(), id=key, version=0, allowed=None)
         if not self.contexts.store.create(kept):  # 192 random bits: a collision is a broken store
             raise ToolSearchError("could not keep the search context (the store refused a new id)")
-        return handle
+        return True
 
     def _close(self, opened: _Opened) -> None:
         if opened.handle is None:
@@ -164,150 +181,94 @@ class ModernEra:
         elif opened.session._pending:
             opened.session.commit()
 
-    # --- tool_search --------------------------------------------------------------------------
+    # --- tools/call ---------------------------------------------------------------------------
 
-    def search(
-        self, caller: Caller, allowed: frozenset[str] | None, arguments: dict[str, Any], owner: str | None = None
-    ) -> types.CallToolResult:
-        """Search, and return each found tool's full definition (text and structuredContent); `owner`
-        (over HTTP) is whom a new context handle counts against."""
-        gateway = self.gateway
-        opened = self.open(caller, allowed, arguments.pop(CONTEXT_ARGUMENT, None), owner)
+    async def call_tool(self, ctx: Any, asker: Asker, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """tool_search, or a call through call_tool (or by name); what fails in it is a tool error."""
+        name, arguments = params.name, dict(params.arguments or {})
+        try:
+            if name == self.rules.metatool.name:  # a search may embed the query: always off the event loop
+                return await anyio.to_thread.run_sync(self.search, asker, arguments)
+            return await self.call(asker, name, arguments, str(getattr(ctx, "request_id", "")))
+        except ToolSearchError as exc:
+            logger.warning("%s failed: %s", name, exc)
+            return tool_error(exc)
+
+    def search(self, asker: Asker, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Search, and return each found tool's full definition (text and structuredContent)."""
+        rules = self.rules
+        opened = self.open(asker, arguments.pop(CONTEXT_ARGUMENT, None))
         if isinstance(opened, types.CallToolResult):
             return opened
         session = opened.session
+        mint = opened.handle is None and self.minting
+        handle = secrets.token_urlsafe(_HANDLE_BYTES) if mint else opened.handle
+        refused = ""
         try:
-            outcome = gateway.metatool.run(session, arguments)
-            if not outcome.ok:
-                return error_result(outcome.text)
-            found = list(outcome.tools)
-            # What the conversation is shown now is what later calls are checked against (rug-pull pins):
-            # the tools found now, and any found earlier whose definition changed (shown again, and named).
-            names = {t.name for t in found}
-            loaded = [t for t in session.visible_tools() if t.metadata.get("mcp") and t.name not in names]
-            repinned = gateway.pins.refresh(session, [t for t in found if t.metadata.get("mcp")] + loaded)
-            found += [r.tool for r in repinned if r.tool.name not in names]
-            handle, refused = opened.handle, ""
-            if handle is None and gateway.settings.contexts:
-                minted = self._mint(caller, session, owner)
-                handle = minted if isinstance(minted, str) else None
-                if isinstance(minted, Claim) and gateway.caps.contexts is not None:
-                    refused = contexts_refused(minted, gateway.caps.contexts.limit)
-            usage_id = session.id if handle is None else context_key(caller, handle)
-            tracing.gateway_session(usage_id)
-            gateway.usage.catalog_changed(gateway.index.catalog.hash)
-            shown = [t.name for t in outcome.tools] + list(outcome.already_loaded)  # the search's own hits
-            gateway.usage.searched(usage_id, outcome.query, shown)
+            usage_id = session.id if handle is None else context_key(asker.caller, handle)
+            found = rules.search(asker, session, arguments, usage_id)
+            if not found.outcome.ok:
+                return error_result(found.outcome.text)
+            if mint and handle is not None:
+                kept = self._keep(asker, session, handle)
+                if isinstance(kept, Claim):
+                    handle = None
+                    if self.caps is not None:
+                        refused = contexts_refused(kept, self.caps.limit)
+            tracing.gateway_session(session.id if handle is None else context_key(asker.caller, handle))
         finally:
             self._close(opened)
-        entries = [found_definition(gateway.exposed(t)) for t in found]
+        return self._result(found, handle, refused)
+
+    def _result(self, found: Found, handle: str | None, refused: str) -> types.CallToolResult:
+        outcome = found.outcome
+        entries = [found_definition(t) for t in (self.rules.exposed(t) for t in found.tools) if t is not None]
         structured: dict[str, Any] = {"query": outcome.query, "tools": entries}
         if outcome.already_loaded:
             structured["alreadyFound"] = list(outcome.already_loaded)
-        if repinned:
-            structured["changed"] = [r.entry() for r in repinned]
+        if found.repinned:
+            structured["changed"] = [r.entry() for r in found.repinned]
         if handle is not None:
             structured[CONTEXT_ARGUMENT] = handle
-        text = self._render(outcome.query or "", entries, outcome, handle, repinned_text(repinned))
-        if refused:
-            text += "\n" + refused
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
-
-    def _render(
-        self, query: str, entries: list[dict[str, Any]], outcome: Any, handle: str | None, changed: str = ""
-    ) -> str:
-        lines: list[str] = [changed] if changed else []
+        lines: list[str] = [repinned_text(found.repinned)] if found.repinned else []
         if entries:
             lines.append(
-                f"Found {len(entries)} tool(s) for {query!r}. Call one through {CALL_TOOL} with "
+                f"Found {len(entries)} tool(s) for {outcome.query!r}. Call one through {CALL_TOOL} with "
                 '{"name": "<tool name>", "arguments": {...}} matching its input schema.'
             )
             lines += [found_text(e) for e in entries]
+            lines += [f"Note: {note}" for note in (outcome.result.notes if outcome.result else ())]
         else:
             lines.append(outcome.text)  # no new tools: the search's own advice (other words, already found)
         if outcome.already_loaded and entries:
             lines.append("Found earlier in this context, not repeated: " + ", ".join(outcome.already_loaded) + ".")
         if handle is not None:
             lines.append(f'Context: pass "{CONTEXT_ARGUMENT}": "{handle}" to later tool_search and {CALL_TOOL} calls.')
-        return "\n".join(lines)
+        if refused:
+            lines.append(refused)
+        text = "\n".join(lines)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
-    # --- call_tool ----------------------------------------------------------------------------
-
-    def admit(
-        self,
-        caller: Caller,
-        allowed: frozenset[str] | None,
-        name: str,
-        arguments: dict[str, Any],
-        owner: str | None = None,
-    ) -> tuple[str, dict[str, Any], str, dict[str, Any] | None] | types.CallToolResult:
-        """The rules before a proxied call; (tool, its own arguments, usage id, augmented values) when
-        it may go, else the tool error."""
-        gateway = self.gateway
+    def admit(self, asker: Asker, name: str, arguments: dict[str, Any]) -> Admitted | types.CallToolResult:
+        """Parse a call (call_tool's target, the context handle) and have the rules admit it on the
+        conversation's session: (the admitted call) or the tool error."""
         handle = arguments.pop(CONTEXT_ARGUMENT, None)
         if name == CALL_TOOL:
-            target = call_tool_target(gateway.metatool, arguments)
+            target = call_tool_target(self.rules.metatool, arguments)
             if isinstance(target, types.CallToolResult):
                 return target
             name, arguments = target
-        opened = self.open(caller, allowed, handle, owner)
+        opened = self.open(asker, handle)
         if isinstance(opened, types.CallToolResult):
             return opened
-        session = opened.session
+        hint = "" if opened.handle is not None else f' and pass the "{CONTEXT_ARGUMENT}" it returns'
         try:
-            if gateway.settings.require_discovery and name in gateway.index.catalog and not session.is_visible(name):
-                hint = "" if opened.handle is not None else f' and pass the "{CONTEXT_ARGUMENT}" it returns'
-                return error_result(
-                    f"Tool {name!r} was not found by {gateway.metatool.name} in this context, and this gateway calls "
-                    f"only found tools. Call {gateway.metatool.name} first{hint}, then call it again."
-                )
-            refused = gateway.rules.admit(session, ToolCall("", name, arguments))
-            if refused is not None:
-                return error_result(refused.content)
-            tool = gateway.index.catalog.get(name)
-            if tool is None:
-                return error_result(
-                    f"Tool {name!r} is no longer offered. Call {gateway.metatool.name} to find another."
-                )
-            held = gateway.held(tool)
-            if held is not None:
-                return held
-            shown = tool
-            if opened.handle is not None:
-                pinned = gateway.pins.view(tool, gateway.pins.record(session, [tool]))
-                if pinned.blocked:
-                    return gateway.blocked(tool, pinned.shown)
-                shown = pinned.shown
-            split = gateway.split_augmented(session, name, arguments)
-            if isinstance(split, types.CallToolResult):
-                return split
-            arguments, values = split
-            problem = schema_problems(shown, arguments)  # "keep": the schema this context saw, never an unseen one
-            if problem is not None:
-                return problem
-            session.touch([name])
-            usage_id = session.id
+            return self.rules.admit(asker, opened.session, name, arguments, unfound_hint=hint)
         finally:
             self._close(opened)
-        return name, arguments, usage_id, values
 
-    async def call(
-        self,
-        caller: Caller,
-        allowed: frozenset[str] | None,
-        name: str,
-        arguments: dict[str, Any],
-        call_id: str = "",
-        owner: str | None = None,
-    ) -> Any:
-        gateway = self.gateway
-        admitted = await gateway.store_call(self.admit, caller, allowed, name, arguments, owner)
+    async def call(self, asker: Asker, name: str, arguments: dict[str, Any], call_id: str) -> types.CallToolResult:
+        admitted = await self.store_call(self.admit, asker, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        target, inner, usage_id, values = admitted
-        gateway.consume_augmented(caller, target, values, call_id)
-        result = await gateway.source.call_tool(
-            target, inner, max_result_bytes=gateway.settings.options.max_result_bytes
-        )
-        gateway.usage.called(usage_id, target, not result.is_error)
-        return with_text(result)
+        return with_text(await self.rules.call(asker, admitted, call_id))

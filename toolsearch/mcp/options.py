@@ -9,10 +9,21 @@ from pathlib import Path
 from .._errors import ArgumentTypeError, InvalidArgumentError
 from ..model_option import add_model_option
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
+from .metatools import CALL_TOOL
 
-__all__ = ["GatewayOptions", "add_mcp_arguments", "add_option_arguments", "positive_int", "port_number", "url_path"]
+__all__ = [
+    "GatewayOptions",
+    "add_mcp_arguments",
+    "add_option_arguments",
+    "fraction",
+    "positive_int",
+    "port_number",
+    "url_path",
+]
 
-CALL_TOOL = "call_tool"
+# A hit below a quarter of the best one's score is a weak match (one shared common word), not a candidate: on the
+# shared BFCL and Seal-Tools sets no relevant tool of a search's top five scored that low, with bm25 or hybrid.
+DEFAULT_MIN_RELATIVE_SCORE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +71,17 @@ def positive_int(text: str, unit: str = "") -> int:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 up to but not including 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.25, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 up to but not including 1, got {text}")
     return value
 
 
@@ -120,6 +142,14 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="at most N found tools per handshake-era client; the least recently used are unloaded",
+    )
+    parser.add_argument(
+        "--min-relative-score",
+        type=fraction,
+        default=DEFAULT_MIN_RELATIVE_SCORE,
+        metavar="FRACTION",
+        help=f"a search exposes no hit scoring below this fraction of its best hit's score (default "
+        f"{DEFAULT_MIN_RELATIVE_SCORE:g}; 0 exposes every hit); the result says how many were left out",
     )
     parser.add_argument(
         "--no-call-tool",
