@@ -1,5 +1,6 @@
 """A fleet on one Postgres: four worker processes open one catalog at once, it is indexed once, and a change one
-process makes reaches every worker without a rebuild (LISTEN/NOTIFY, or the version poll)."""
+process makes reaches every worker without a rebuild (LISTEN/NOTIFY, or the version poll); gateway workers
+(`toolsearch mcp serve --store ... --workers 2`) share one catalog beside one Redis."""
 
 from __future__ import annotations
 
@@ -99,3 +100,46 @@ def test_four_workers_index_once_and_all_see_a_change(pg_server: PostgresServer,
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
+
+
+# --- the gateway: `toolsearch mcp serve --store` --------------------------------------------------------
+
+
+async def _search(url: str, query: str) -> str:
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    no_keepalive = httpx2.Limits(max_keepalive_connections=0)  # a new connection, maybe another worker, each time
+    async with httpx2.AsyncClient(limits=no_keepalive) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        found = await session.call_tool("tool_search", {"query": query})
+        return "\n".join(getattr(part, "text", "") for part in found.content)
+
+
+async def test_gateway_workers_share_one_postgres_catalog(pg_server: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
+    from mcp_servers import GatewayProcess, time_server, write_config
+    from redis_server import RedisServer
+
+    config = write_config(tmp_path / "servers.json", {"time": time_server()})
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        flags = ("--store", pg_server.dsn(), "--catalog", "gateway", "--session-store", redis.url, "--workers", "2")
+        gateway = GatewayProcess(config, *flags)
+        try:
+            url = gateway.wait_ready(300)  # two workers load the model; one indexes, the other waits for it
+            for _ in range(4):  # new connections: both workers answer from the one catalog
+                assert "time__get_current_time" in await _search(url, "current time in a timezone")
+            assert pg_server.password not in gateway.stderr  # the DSN's password is in no log line
+        finally:
+            gateway.stop()
+        with psycopg.connect(pg_server.dsn()) as conn:
+            catalog_id, tools = conn.execute(
+                "SELECT id, doc_count FROM toolsearch_catalogs WHERE name = 'gateway'").fetchone()
+            changes = conn.execute("SELECT count(*) FROM toolsearch_changes WHERE catalog_id = %s",
+                                   (catalog_id,)).fetchone()[0]
+        assert tools >= 2 and changes == 1  # two workers, one index build
+    finally:
+        redis.stop()

@@ -137,7 +137,11 @@ async def _serve(
         if workers.index_dir is not None:
             shared = SharedIndex(workers.index_dir, backend, settings.backend_options or None)
         try:
-            index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
+            index: ToolIndex | None = None
+            if workers.store is not None:  # the catalog in Postgres: indexed once, followed by every worker
+                index = await anyio.to_thread.run_sync(_store_index, workers, source.catalog(), settings)
+            else:
+                index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
             gateway = await anyio.to_thread.run_sync(
                 lambda: Gateway(source, settings, index=index, store=store, board=board, shared_index=shared)
             )
@@ -171,6 +175,16 @@ async def _serve(
         finally:
             board.close()
         tg.cancel_scope.cancel()
+
+
+def _store_index(workers: WorkerSettings, catalog: Any, settings: GatewaySettings) -> ToolIndex:
+    """The catalog `workers.catalog` of `workers.store`, brought to the upstream servers' tools (only what differs is
+    written, under the store's lock), followed for other workers' changes every `catalog_poll` seconds and on NOTIFY."""
+    from ..pg import PostgresIndex
+
+    index: ToolIndex = PostgresIndex.open(workers.store, workers.catalog, catalog, poll=workers.catalog_poll,
+                                          **dict(settings.backend_options))
+    return index
 
 
 _INTERRUPTED = threading.Event()  # set when SIGINT (not SIGTERM) stopped the serve loop

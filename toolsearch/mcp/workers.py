@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SessionStoreError, ToolSearchError
+from ..pg._connect import STORE_ENV, default_dsn, display_dsn, is_postgres_url
 from ..stores import SessionStoreSpec, store_spec, url_scheme
 from .gateway import reuse_port_socket
 from .settings import WorkerSettings
@@ -71,6 +72,17 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="a folder shared by the workers: the first builds the index of the catalog there, the others load it",
     )
     parser.add_argument(
+        "--store",
+        default=default_dsn(),
+        metavar="URL",
+        help="a Postgres with pgvector that holds the catalog, its embeddings and index for every worker on every "
+        "host: postgresql://user@host:5432/db (default: $TOOLSEARCH_STORE when it names one; the password is better "
+        "in $PGPASSWORD). The first worker indexes the upstream servers' tools there, the others read them, and a "
+        "change any worker sees reaches all of them",
+    )
+    parser.add_argument("--catalog", default="default", metavar="NAME",
+                        help="with --store: the catalog's name there (default 'default')")
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -116,6 +128,11 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         )
     if args.session_ttl is not None and args.session_ttl <= 0:
         raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
+    if args.store is not None and not is_postgres_url(args.store):
+        raise ToolSearchError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
+                              "postgresql://user@host:5432/db")
+    if args.store is not None and args.index_dir is not None:
+        raise ToolSearchError("--store and --index-dir both say where the index lives: give one of them")
     if args.catalog_poll <= 0:
         raise ToolSearchError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
 
@@ -134,6 +151,8 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         session_header=args.session_header,
         session_ttl=args.session_ttl,
         index_dir=args.index_dir,
+        store=args.store,
+        catalog=args.catalog,
         catalog_poll=args.catalog_poll,
         reuse_port=bool(args.reuse_port),
         trust_proxy_header=bool(args.trust_proxy_header),
@@ -145,7 +164,9 @@ def child_argv(parser: argparse.ArgumentParser, args: argparse.Namespace, port: 
     argv = [sys.executable, "-m", "toolsearch.mcp"]
     for action in parser._actions:  # every option, so a flag added later is passed on without a change here
         # The store URL goes by environment (see run_workers): a password on a command line is visible to `ps`.
-        if not action.option_strings or action.dest in ("help", "workers", "port", "reuse_port", "session_store"):
+        if not action.option_strings or action.dest in (
+            "help", "workers", "port", "reuse_port", "session_store", "store"
+        ):
             continue
         value = getattr(args, action.dest, None)
         flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
@@ -215,6 +236,8 @@ def run_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     port = int(reserved.getsockname()[1])
     argv = child_argv(parser, args, port)
     env = {**os.environ, STORE_VARIABLE: args.session_store}
+    if args.store:  # by environment too, for the same reason
+        env[STORE_ENV] = args.store
     workers = [_Worker(argv, i, env) for i in range(args.workers)]
     stopping = threading.Event()
     interrupted: list[int] = []
