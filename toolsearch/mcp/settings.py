@@ -12,9 +12,15 @@ from ..augment import Augmentation
 from .auth import AuthSettings, check_exposure
 from .caller import CallerPolicy
 from .identity import MCP_SESSION_HEADER
-from .options import GatewayOptions
+from .options import DEFAULT_MIN_RELATIVE_SCORE, GatewayOptions
 
-__all__ = ["GatewaySettings", "WorkerSettings", "DEFAULT_SESSION_TTL", "is_memory", "url_host"]
+__all__ = [
+    "DEFAULT_SESSION_TTL",
+    "GatewaySettings",
+    "WorkerSettings",
+    "is_memory",
+    "url_host",
+]
 
 DEFAULT_SESSION_TTL = 3600.0  # stateless sessions and context handles have no connection to end them: idle this long
 Transport = Literal["stdio", "http"]
@@ -82,6 +88,9 @@ class GatewaySettings:
       installed, else bm25); `backend_options` go to it.
     - `pinned`: tools every client always has (names, server names or globs).
     - `max_discovered`: at most this many found tools per handshake-era session (LRU).
+    - `min_relative_score`: a search exposes no hit scoring below this fraction of its best hit's
+      score (default 0.25; 0 exposes every hit): weak matches are not added to a handshake-era
+      client's list nor returned to a 2026-era one, and the result says how many were left out.
     - `call_tool`: offer the `call_tool` proxy to handshake-era clients (the 2026 era always has it).
     - `require_discovery`: refuse `call_tool` for tools the request's context never found.
     - `contexts`: let `tool_search` mint context handles (False: the 2026 era is fully stateless).
@@ -101,6 +110,7 @@ class GatewaySettings:
     backend_options: Mapping[str, Any] = field(default_factory=dict)
     pinned: tuple[str, ...] = ()
     max_discovered: int | None = None
+    min_relative_score: float = DEFAULT_MIN_RELATIVE_SCORE
     call_tool: bool = True
     require_discovery: bool = False
     contexts: bool = True
@@ -120,6 +130,12 @@ class GatewaySettings:
             raise InvalidArgumentError(f"path must start with '/', got {self.path!r}")
         if self.max_discovered is not None and self.max_discovered < 1:
             raise InvalidArgumentError(f"max_discovered must be at least 1, got {self.max_discovered}")
+        floor = self.min_relative_score
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor < 1:
+            raise InvalidArgumentError(
+                f"min_relative_score must be a fraction from 0 (expose every hit) up to but not including 1, "
+                f"got {floor!r}"
+            )
         object.__setattr__(self, "pinned", tuple(self.pinned))
         object.__setattr__(self, "backend_options", dict(self.backend_options))
         if self.workers.session_header is not None and self.transport != "http":
