@@ -9,12 +9,15 @@ import pytest
 from pg_server import pg_server  # noqa: F401  (a fixture: the session's Postgres server)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _postgres_store(request: pytest.FixtureRequest) -> Iterator[None]:
-    """When a postgres case is collected, the session's server is named in $TOOLSEARCH_STORE for the whole session,
-    as a user's process would be given it (module-scoped indexes are built before any function fixture runs)."""
-    wanted = any("postgres" in getattr(getattr(item, "callspec", None), "params", {}).values()
-                 for item in request.session.items)
+    """While a module with postgres cases runs, the session's server is named in $TOOLSEARCH_STORE, as a user's
+    process would be given it (its module-scoped indexes are built before any function fixture runs). Set for
+    that module only: the gateway reads the same variable, and other tests must not find a store there."""
+    wanted = any(
+        item.module is request.module and "postgres" in getattr(getattr(item, "callspec", None), "params", {}).values()
+        for item in request.session.items
+    )
     if not wanted:
         yield
         return
