@@ -991,3 +991,12 @@ def test_demo_says_what_its_token_counts_are(
     code, out, _ = run(capsys, "demo", "--backend", "bm25", "--format", fmt, "--cache-dir", "cache")
     assert code == EXIT_OK and wording in " ".join(out.split())
     assert ("exact" in out) == (fmt == "openai_chat")
+
+
+def test_demo_saves_its_catalog_as_a_tool_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch import load_tools
+    from toolsearch.demo import demo_tools
+
+    code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
+    assert code == EXIT_OK and out == "wrote the demo's 197 tools in 18 namespaces to tools.json\n", err
+    assert load_tools(home / "tools.json") == demo_tools() and "index" not in err  # nothing else ran

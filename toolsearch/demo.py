@@ -625,10 +625,22 @@ def _token_wording(report: Mapping[str, Any]) -> str:
             f"not {provider}'s figures)")
 
 
+def save_catalog(path: Path, console: Console) -> int:
+    """`demo --save-catalog FILE`: the bundled catalog as a tool file of one's own, in toolsearch's JSON shape."""
+    tools = demo_tools()
+    text = json.dumps([t.to_dict() for t in tools], indent=1, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+    namespaces = len({t.namespace for t in tools})
+    console.print(f"wrote the demo's {len(tools)} tools in {namespaces} namespaces to {path}")
+    return 0
+
+
 def main(args: argparse.Namespace, console: Console) -> int:
     """The `toolsearch demo` command."""
     from .backends import get_backend_spec
 
+    if args.save_catalog:
+        return save_catalog(Path(args.save_catalog), console)
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     get_backend_spec(args.backend)  # unknown names and missing extras fail here, before any work
     console.note("toolsearch demo: " + MODEL_NOTE)
