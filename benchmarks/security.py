@@ -5,7 +5,9 @@ Starts the test suite's protected server (tests/fakes/protected_mcp.py: a real M
 0.0.0.0, and a real `toolsearch mcp serve` with a tool policy, with a local issuer
 (tests/fakes/oauth_issuer.py), and sends the attacks of
 tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; foreign Origin and
-Host for every method; a session used with another caller's token; a request flood; half-open
+Host for every method; a session used with another caller's token; a session or context handle used with
+a narrower token of the same subject, and what a caller may not use told to it (tests/mcp/test_gateway_rights.py);
+an upstream colliding with --augment (tests/mcp/test_gateway_augment_schema.py); a request flood; half-open
 connections; and floods that per-caller caps bound (tests/mcp/test_mcp_auth_limits.py): sessions and
 context handles never closed, bad tokens from one address, one caller's rate across two workers
 sharing one Redis; hostile answer lines from a stdio upstream, JWT dates that are not numbers and an index
@@ -79,6 +81,175 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
         tried, ran = anyio.run(outside_policy)
         row("a caller's searches and calls of tools its policy does not give it", tried, tried - ran, ran,
             "tool error; not found by search")
+
+
+def rights_rows(row: Any, folder: Path) -> None:
+    """Rights decided on every request, and nothing told about what a caller may not use
+    (tests/mcp/test_gateway_rights.py): a real `toolsearch mcp serve` with two upstream servers, `safe` and
+    `bank`, a policy giving `tools:admin` both and `tools` only `safe`, and --require-discovery. The caller holds
+    an admin token and a narrower one with the same subject; each era's session or handle, made with the admin
+    token, is used with the narrower one."""
+    import anyio
+    import httpx2
+    from fakes.oauth_issuer import LocalIssuer
+    from mcp import Client, ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_servers import http_gateway, toy, write_config
+
+    config = write_config(folder / "rights-servers.json", {"safe": toy(), "bank": toy()})
+    policy = folder / "rights-policy.json"
+    rules = [
+        {"when": {"scopes": ["tools:admin"]}, "servers": ["*"]},
+        {"when": {"scopes": ["tools"]}, "servers": ["safe"]},
+    ]
+    policy.write_text(json.dumps({"rules": rules}))
+    bank = ["bank__echo", "bank__add_numbers", "bank__pid"]
+    arguments = {"bank__echo": {"text": "x"}, "bank__add_numbers": {"a": 1, "b": 2}, "bank__pid": {}}
+
+    def texts(result: Any) -> str:
+        return "".join(getattr(c, "text", "") for c in result.content)
+
+    with LocalIssuer() as issuer, http_gateway(
+        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-scope", "tools",
+        "--tool-policy", str(policy), "--require-discovery", "--rate-limit", "0", "--auth-failures", "0",
+    ) as gateway:  # fmt: skip
+        url = gateway.url or ""
+        admin = issuer.mint("alice", scopes=["tools", "tools:admin"], audience=url)
+        narrow = issuer.mint("alice", scopes=["tools"], audience=url)
+
+        async def modern() -> tuple[int, int]:
+            tried = got_in = 0
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {admin}"}, timeout=30) as http, \
+                    Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
+                query = {"query": "echo add numbers process id", "max_results": 10}
+                found = await client.call_tool("tool_search", query)
+                handle = (found.structured_content or {})["context"]
+                http.headers["authorization"] = f"Bearer {narrow}"
+                for name in bank:
+                    tried += 1
+                    call = {"name": name, "arguments": arguments[name], "context": handle}
+                    got_in += not (await client.call_tool("call_tool", call)).is_error
+                tried += 2
+                got_in += "bank__" in texts(await client.call_tool("tool_search", {**query, "context": handle}))
+                got_in += any(t.name.startswith("bank__") for t in (await client.list_tools()).tools)
+            return tried, got_in
+
+        async def handshake() -> tuple[int, int]:
+            tried = got_in = 0
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {admin}"}, timeout=30) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                await s.call_tool("tool_search", {"query": "echo add numbers process id", "max_results": 10})
+                http.headers["authorization"] = f"Bearer {narrow}"
+                for name in bank:
+                    tried += 2
+                    got_in += not (await s.call_tool(name, arguments[name])).is_error
+                    proxied = await s.call_tool("call_tool", {"name": name, "arguments": arguments[name]})
+                    got_in += not proxied.is_error
+                tried += 1
+                got_in += any(t.name.startswith("bank__") for t in (await s.list_tools()).tools)
+            return tried, got_in
+
+        tried, got_in = anyio.run(modern)
+        row("a 2026-07-28 context handle made with an admin token, used with a narrower token of the same subject: "
+            "calls, searches and lists reaching the tools only the admin token gives", tried, tried - got_in, got_in,
+            "not available; not found; not listed")
+        tried, got_in = anyio.run(handshake)
+        row("a handshake-era session opened with an admin token, used with a narrower token of the same subject: "
+            "direct and call_tool calls, and lists, reaching the tools only the admin token gives", tried,
+            tried - got_in, got_in, "not available; not listed")
+
+        async def told() -> tuple[int, int]:
+            tried = named = 0
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {narrow}"}, timeout=30) as http:
+                async with streamable_http_client(url, http_client=http) as (read, write), \
+                        ClientSession(read, write) as s:
+                    initialized = await s.initialize()
+                    tried += 1
+                    named += "bank" in (initialized.instructions or "")
+                    answers = []
+                    for name in ("bank__echo", "bank__no_such_tool"):
+                        result = await s.call_tool("call_tool", {"name": name, "arguments": {"text": "x"}})
+                        answers.append(texts(result).replace(name, "<tool>"))
+                    tried += 1
+                    named += answers[0] != answers[1]
+                async with Client(streamable_http_client(url, http_client=http)) as client:  # probes server/discover
+                    tried += 1
+                    named += "bank" in (client.instructions or "")
+                    answers = []
+                    for name in ("bank__echo", "bank__no_such_tool"):
+                        result = await client.call_tool("call_tool", {"name": name, "arguments": {"text": "x"}})
+                        answers.append(texts(result).replace(name, "<tool>"))
+                    tried += 1
+                    named += answers[0] != answers[1]
+            return tried, named
+
+        tried, named = anyio.run(told)
+        row("what a caller may not use, told to it: its instructions naming a server it may not use, or a forbidden "
+            "tool answered otherwise than a missing one (--require-discovery), both eras", tried, tried - named,
+            named, "only its own servers named; one answer for both")
+
+
+def augment_rows(row: Any, folder: Path) -> None:
+    """A hostile upstream that adds a parameter named like the gateway's augmented field
+    (tests/mcp/test_gateway_augment_schema.py): what it may not do is blank searches or lists, or turn calls
+    into protocol errors; a `reason` hidden in `allOf` / `$ref` / `oneOf` must stop the start."""
+    import anyio
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+    from mcp_servers import gateway_argv, gateway_env, http_gateway, write_config
+    from mcp_servers.clients import connect, faulty
+
+    augment = folder / "augment.json"
+    reason = {"type": "string"}
+    augment.write_text(json.dumps({"type": "object", "properties": {"reason": reason}, "required": ["reason"]}))
+    nested = [
+        {"type": "object", "allOf": [{"properties": {"reason": reason}}]},
+        {"type": "object", "$ref": "#/$defs/R", "$defs": {"R": {"type": "object", "properties": {"reason": reason}}}},
+        {"type": "object", "oneOf": [{"properties": {"a": reason}}, {"properties": {"reason": reason}}]},
+    ]
+    started = 0
+    for i, schema in enumerate(nested):
+        tool = {"name": "refund", "description": "Refund a payment.", "inputSchema": schema}
+        config = write_config(folder / f"augment-{i}.json", {"pay": faulty(FAULTY_EXTRA_TOOLS=json.dumps([tool]))})
+        done = subprocess.run(gateway_argv(config, "--augment", str(augment), "--backend", "bm25"), env=gateway_env(),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        started += done.returncode == 0
+    row("a tool whose own parameter is named like an augmented field, hidden in allOf / $ref / oneOf: gateways "
+        "that start anyway", len(nested), len(nested) - started, started, "refused at start, naming the tool")
+
+    config = write_config(folder / "augment-up.json", {"up": faulty()})
+    colliding = {"type": "object", "properties": {"text": {"type": "string"}, "reason": reason}}
+    why = "the bench asks"
+    with http_gateway(config, "--augment", str(augment), "--backend", "bm25") as gateway:
+        url = gateway.url or ""
+
+        async def collide() -> tuple[int, int]:
+            tried = broken = 0
+            async with connect(url) as old, Client(url) as modern:
+                await old.search("echo the given text back unchanged", max_results=3)
+                change = {"tool": "echo", "schema": colliding, "reason": why}
+                await modern.call_tool("call_tool", {"name": "up__mutate", "arguments": change})
+                if not gateway.logged("cannot be offered with --augment", timeout=60):
+                    raise RuntimeError("the gateway did not see the upstream change")
+                tried += 1
+                searched = await modern.call_tool("tool_search", {"query": "echo the given text back unchanged"})
+                broken += bool(searched.is_error)
+                for attempt in (old.names(), old.call("up__echo", {"text": "x", "reason": why}),
+                                old.search("echo the given text back unchanged")):
+                    tried += 1
+                    try:
+                        result = await attempt
+                    except MCPError:
+                        broken += 1
+                    else:
+                        broken += bool(getattr(result, "is_error", False)) and "Traceback" in str(result)
+            return tried, broken
+
+        tried, broken = anyio.run(collide)
+    row("an upstream that later adds a parameter named like the augmented field: 2026 searches failed whole, "
+        "handshake-era lists and calls answered with a protocol error", tried, tried - broken, broken,
+        "left out with a note; its calls a tool error")
 
 
 def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None:
@@ -340,6 +511,8 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
                 "403")
 
         gateway_rows(row, Path(folder), tokens, static, unscoped)
+        rights_rows(row, Path(folder))
+        augment_rows(row, Path(folder))
         limit_rows(row, Path(folder))
         upstream_rows(row, Path(folder))
         date_claim_rows(row, Path(folder))
