@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -147,7 +147,11 @@ async def _serve(
             )
         except ImportError as exc:
             raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
-        await anyio.to_thread.run_sync(_warm, gateway.index)
+        if settings.transport != "stdio":
+            # A stdio gateway is started by its client, often for one call (the MCP Inspector's CLI starts one per
+            # call): the embedding model loads on its first search (on numpy: see _numpy_queries), not on every
+            # start. Over HTTP one start serves many clients: load it and onnxruntime's query graph now.
+            await anyio.to_thread.run_sync(_warm, gateway.index)
         servers = len(source.ready)
         logger.info(
             "gateway ready: %d tools from %d %s (%s index: %s; %s sessions)",
@@ -205,6 +209,26 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
+@contextlib.contextmanager
+def _numpy_queries() -> Iterator[None]:
+    """Queries embedded by numpy for the block, unless $TOOLSEARCH_EMBED_RUNTIME says otherwise.
+
+    A stdio gateway serves one client, often for a call or a few (the MCP Inspector's CLI starts one per
+    call): numpy embeds its first query at once, while onnxruntime's faster graph would first take about
+    1 s to build (`toolsearch query` chooses numpy for the same reason).
+    """
+    from ..embeddings import RUNTIME_ENV
+
+    if RUNTIME_ENV in os.environ:
+        yield
+        return
+    os.environ[RUNTIME_ENV] = "numpy"
+    try:
+        yield
+    finally:
+        os.environ.pop(RUNTIME_ENV, None)
+
+
 def configure_logging(quiet: bool) -> None:
     """Log to stderr as `toolsearch: ...` (only errors when quiet), unless the host configured logging."""
     if not logging.getLogger().handlers:
@@ -238,6 +262,8 @@ def serve(config_path: str | Path, settings: GatewaySettings | None = None, *, q
     with contextlib.ExitStack() as stack:
         # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
         errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        if settings.transport == "stdio":
+            stack.enter_context(_numpy_queries())
         anyio.run(lambda: aserve(config_path, settings, announce=announce, errlog=errlog))
     if _INTERRUPTED.is_set():
         raise KeyboardInterrupt
