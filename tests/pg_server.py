@@ -129,26 +129,32 @@ class PostgresServer:
     def _tree(self) -> list[psutil.Process]:
         """The postmaster and its backends (a paused server must stop answering on open connections too)."""
         assert self.process is not None
-        main = psutil.Process(self.process.pid)
-        return [main, *main.children(recursive=True)]
+        try:
+            main = psutil.Process(self.process.pid)
+            return [main, *main.children(recursive=True)]
+        except psutil.NoSuchProcess:  # the postmaster is gone already
+            return []
+
+    def _signal(self, signum: int) -> None:
+        """Send `signum` to the postmaster and every backend (a backend that exits meanwhile is skipped)."""
+        for proc in self._tree():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signum)
 
     def kill(self) -> None:
         """SIGKILL the postmaster and every backend: the server is gone at once, mid-query if one runs."""
         if self.process is not None and self.process.poll() is None:
-            for proc in self._tree():
-                proc.kill()
+            self._signal(signal.SIGKILL)
             self.process.wait(10)
             for stale in (self.data / "postmaster.pid",):
                 stale.unlink(missing_ok=True)
 
     def pause(self) -> None:
         """SIGSTOP everything: connections stay open but nothing answers (a hung or very slow Postgres)."""
-        for proc in self._tree():
-            proc.send_signal(signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        for proc in self._tree():
-            proc.send_signal(signal.SIGCONT)
+        self._signal(signal.SIGCONT)
 
     def restart(self) -> PostgresServer:
         self.kill()
@@ -156,7 +162,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.resume()
+            self.resume()  # a paused server would never see the signal below
             self.process.send_signal(signal.SIGINT)  # fast shutdown: disconnects clients, no waiting on them
             try:
                 self.process.wait(20)
