@@ -32,7 +32,7 @@ MANY = 10_000
 ANALYZE_AFTER = 1_000
 # A catalog's first write of at least this many tools builds its HNSW graph after the rows are in, with this memory.
 BULK = 10_000
-BULK_MEMORY = "1GB"
+BULK_MEMORY = "2GB"  # a million 384-d vectors and their graph: more than 1 GB, or the build slows down
 
 
 @dataclass(frozen=True, slots=True)
