@@ -404,8 +404,19 @@ def test_e5_embedder_is_multilingual_prefixed_and_keeps_the_thread_setting(monke
         E5Embedder(threads=0)
 
 
-def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path) -> None:
-    with pytest.raises(BackendError, match="model='default'"):
+def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What toolsearch makes of sentence-transformers failing to load a folder. The tests install no torch, so the
+    package is a stand-in that fails as the real one does for a folder without a model (an OSError naming a file)."""
+    import types
+
+    def refuse(source: str, device: str) -> None:
+        raise OSError(f"{source} does not appear to have a file named config.json")
+
+    stand_in = types.ModuleType("sentence_transformers")
+    stand_in.SentenceTransformer = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sentence_transformers", stand_in)
+    monkeypatch.setattr(emb, "_MODELS", {})
+    with pytest.raises(BackendError, match=r"cannot load the embedding model .*config\.json.*model='default'"):
         SentenceTransformerEmbedder(str(tmp_path)).embed(["x"])
 
 
