@@ -916,7 +916,7 @@ def test_a_request_in_another_language_says_so_and_the_multilingual_model_finds_
     # the same index's tools embedded with the multilingual model for this query: the weather tool comes first
     code, out, err = run(capsys, "query", "en", SPANISH, "-k", "1", "--model", "multilingual-e5-small", "--json")
     assert code == EXIT_OK, err
-    assert "was embedded with sentence-transformers/all-MiniLM-L6-v2" in err
+    assert "was embedded with toolsearch/tools-minilm-l6-v1@" in err
     result = json.loads(out)
     assert result["hits"][0]["name"] == "get_weather" and result["notes"] == []
     # an index built with it says nothing about the language, and finds it too

@@ -80,11 +80,16 @@ def test_default_model_is_deterministic_normalised_and_semantic(minilm: NumpyEmb
 
 
 def test_default_model_id_and_aliases_resolve_to_the_packaged_model() -> None:
-    for alias in ("default", "all-MiniLM-L6-v2", DEFAULT_MODEL_ID):
+    for alias in ("default", "all-MiniLM-L6-v2", "minilm", DEFAULT_MODEL_ID):
         for embedder in (NumpyEmbedder(alias), SentenceTransformerEmbedder(alias)):
             assert embedder.model_id == DEFAULT_MODEL_ID  # one id: shared cache entries and indexes
             assert embedder.dimension == 384  # read from the model folder, without loading the model
+    for alias in ("all-MiniLM-L6-v2", "minilm", DEFAULT_MODEL_ID):
         assert isinstance(emb.resolve_embedder(alias), NumpyEmbedder)
+    # a backend's default is the tools model: requests by the trained encoder, tools by all-MiniLM-L6-v2
+    for default in (None, "default", "tools"):
+        chosen = emb.resolve_embedder(default)
+        assert isinstance(chosen, emb.ToolsEmbedder) and chosen.document_model_id == DEFAULT_MODEL_ID
 
 
 @pytest.mark.slow
@@ -337,7 +342,7 @@ def test_resolve_embedder_rejects_contradictions() -> None:
         emb.resolve_embedder("default", embedder)
     with pytest.raises(BackendError, match="embed"):
         emb.resolve_embedder(None, object())  # type: ignore[arg-type]
-    assert isinstance(emb.resolve_embedder(), NumpyEmbedder)
+    assert isinstance(emb.resolve_embedder(), emb.ToolsEmbedder)
     assert isinstance(emb.resolve_embedder("someone/some-hub-model"), SentenceTransformerEmbedder)
     assert isinstance(emb.resolve_embedder("multilingual-e5-small"), E5Embedder)
     assert emb.resolve_embedder(E5_MODEL_ID).model_id == E5_MODEL_ID

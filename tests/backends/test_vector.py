@@ -144,10 +144,10 @@ def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm
 
 def test_loading_with_another_model_names_both(tmp_path: Path, demo_tools: list[Tool]) -> None:
     ToolIndex.build(demo_tools[:10], backend="vector").save(tmp_path / "ix")
-    with pytest.raises(IndexFormatError, match=r"all-MiniLM-L6-v2.*other/model"):
+    with pytest.raises(IndexFormatError, match=r"tools-minilm-l6-v1@.*other/model"):
         ToolIndex.load(tmp_path / "ix", model="other/model")
     hashing = CallableEmbedder(hashing_vectors, "hash-64", 64)
-    with pytest.raises(IndexFormatError, match=r"all-MiniLM-L6-v2.*hash-64"):
+    with pytest.raises(IndexFormatError, match=r"tools-minilm-l6-v1@.*hash-64"):
         ToolIndex.load(tmp_path / "ix", embedder=hashing)
 
 
@@ -208,8 +208,8 @@ def test_the_shipped_query_adapter_moves_queries_only(demo_tools: list[Tool]) ->
     assert matrix is not None and matrix.shape == (384, 384) and matrix.dtype == np.float32
     assert 0 < float(np.linalg.norm(matrix - np.eye(384))) < 10  # learned, and held near the identity
     assert adapter_for("hash-64") is None
-    on = ToolIndex.build(demo_tools, backend="vector", query_adapter=True)
-    off = ToolIndex.build(demo_tools, backend="vector")
+    on = ToolIndex.build(demo_tools, backend="vector", model="minilm", query_adapter=True)
+    off = ToolIndex.build(demo_tools, backend="vector", model="minilm")
     assert on.backend.adapter is not None and off.backend.adapter is None  # type: ignore[attr-defined]
     assert on.backend.describe()["query_adapter"] is True and "query_adapter" not in off.backend.describe()
     assert on.key != off.key  # an index searched another way is another index
@@ -219,7 +219,7 @@ def test_the_shipped_query_adapter_moves_queries_only(demo_tools: list[Tool]) ->
     np.testing.assert_allclose(np.linalg.norm(on.backend.query_vectors(query), axis=1), 1.0, atol=1e-5)  # type: ignore[attr-defined]
     assert "weather_get_forecast" in on.search(query, 3).names
     # The hybrid backend takes the option at the top level (one list of vector options).
-    assert ToolIndex.build(demo_tools, "hybrid", query_adapter=True).backend.dense.adapter is not None  # type: ignore[attr-defined]
+    assert ToolIndex.build(demo_tools, "hybrid", model="minilm", query_adapter=True).backend.dense.adapter is not None  # type: ignore[attr-defined]
     with pytest.raises(Exception, match="query_adapter must be a square matrix"):
         ToolIndex.build(demo_tools, backend="vector", query_adapter=np.ones((3, 4)))
     with pytest.raises(Exception, match="query_adapter must be True, False or a square matrix"):

@@ -542,7 +542,7 @@ def create(**options: Any) -> VectorBackend:
 
 
 def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
-    """Open a saved vector index; `model=` or `embedder=` must match the model it was built with."""
+    """Open a saved vector index with the model it records; `model=` or `embedder=`, when given, must match it."""
     model, embedder, rest = _split_options(dict(options))
     if embedder is not None:
         if model is not None and _canonical_model(model) != embedder.model_id:
@@ -552,5 +552,13 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
             )
         chosen = resolve_embedder(None, embedder)
     else:
-        chosen = resolve_embedder(model or DEFAULT_MODEL_ID, None)
+        chosen = resolve_embedder(model or _stored_model(Path(folder)) or DEFAULT_MODEL_ID, None)
     return VectorBackend.open(Path(folder), tools, chosen, **rest)
+
+
+def _stored_model(folder: Path) -> str | None:
+    """The model a saved index records (None when unreadable: `VectorBackend.open` then says what is wrong)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        model = json.loads((folder / META_FILE).read_text(encoding="utf-8")).get("model")
+        return model if isinstance(model, str) else None
+    return None
