@@ -70,6 +70,20 @@ def test_named_tools_respect_the_allowed_subset() -> None:
 def test_a_value_in_the_request_never_outweighs_its_words() -> None:
     index = ToolIndex.build(TOOLS, "bm25")
     assert index.search("Email ana@example.com that the message is ready", 3).names[0] == "email_send_message"
+    # the address alone still finds what its words match: a value is weighed lightly, not dropped
+    assert index.search("ana@example.com", 3).names[0] == "analytics_track_event"
+
+
+def test_a_message_body_is_a_value_and_an_ordinary_clause_is_not() -> None:
+    from toolsearch.entities import split_entities
+
+    assert split_entities("Email ana@example.com that the report is ready") == (
+        "Email   that ", "ana@example.com the report is ready"
+    )
+    assert split_entities("tell the team saying we ship today. Then book a room")[1] == "we ship today"
+    assert split_entities("Find the file that contains the budget") == ("Find the file that contains the budget", "")
+    assert split_entities("convert mp3 to wav on ec2 with base64") == ("convert mp3 to wav on ec2 with base64", "")
+    assert split_entities("refund order #12345 of $30.50 from 2024-01-05")[1] == "#12345 $30.50 2024-01-05"
 
 
 def test_a_lucene_query_is_not_read_as_a_sentence() -> None:

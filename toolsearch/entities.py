@@ -24,9 +24,22 @@ ENTITY = re.compile(
 )
 
 
+# What a message says, after a verb of sending one ("Email Ana that the report is ready", "tell the
+# team saying we ship today"): the body is a value for the tool's text parameter, like an address.
+MESSAGE_BODY = re.compile(
+    r"\b(?:e-?mail|mail|message|text|sms|tell|notify|inform|remind|ping|post|reply|announce|say|write|dm)\b"
+    r"[^.?!;]*?\b(?:that|saying)\s+(?P<body>[^.?!;]+)",
+    re.IGNORECASE,
+)
+
+
 def split_entities(text: str) -> tuple[str, str]:
     """(the text with its values taken out, the values themselves, space-joined)."""
     found = [m.group(0) for m in ENTITY.finditer(text)]
-    if not found:
+    prose = ENTITY.sub(" ", text) if found else text
+    bodies = [m.group("body") for m in MESSAGE_BODY.finditer(prose)]
+    if bodies:
+        prose = MESSAGE_BODY.sub(lambda m: m.group(0)[: m.start("body") - m.start()], prose)
+    if not found and not bodies:
         return text, ""
-    return ENTITY.sub(" ", text), " ".join(found)
+    return prose, " ".join([*found, *bodies])
