@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from toolsearch import Tool, ToolIndex
@@ -45,6 +47,21 @@ def test_the_table_finds_identifiers_as_written_and_requests_that_are_only_a_nam
     assert NameTable(["getVO2Max", "ad4mat"]).named("estimate vo 2 max") == []
     assert NameTable(["getVO2Max", "ad4mat"]).named("I need ad 4 mat now") == ["ad4mat"]
     assert table.named("email_send_message to ana@example.com") == ["email_send_message"]
+
+
+def test_a_namespaced_tool_is_named_by_its_own_name_too(tmp_path: Path) -> None:
+    tools = [
+        Tool("github__create_issue", "Open an issue in a repository.", namespace="github"),
+        Tool("gitlab__create_issue", "Open an issue in a project.", namespace="gitlab"),
+        Tool("github__list_pull_requests", "List a repository's pull requests.", namespace="github"),
+        Tool("search_issues", "Search issues and pull requests by words in their title."),
+    ]
+    index = ToolIndex.build(tools, "bm25")
+    assert index.search("use list_pull_requests for octo/repo", 2).names[0] == "github__list_pull_requests"
+    assert sorted(index.search("create_issue", 2).names) == ["github__create_issue", "gitlab__create_issue"]
+    # a stored index reads the namespaces from its name table, without parsing a tool
+    loaded = ToolIndex.load(index.save(tmp_path / "ix"))
+    assert loaded.search("list pull requests", 1).names == ["github__list_pull_requests"]
 
 
 def test_a_pattern_names_a_tool_only_when_it_is_the_name() -> None:

@@ -132,8 +132,11 @@ class Catalog:
         """The catalog's names by spelling and identifier words (toolsearch.names), built on first use."""
         table: NameTable | None = getattr(self, "_name_table", None)  # a subclass may skip __init__
         if table is None:
-            table = self._name_table = NameTable(self.names)
+            table = self._name_table = NameTable(*self._names_and_namespaces())
         return table
+
+    def _names_and_namespaces(self) -> tuple[list[str], list[str | None]]:
+        return list(self._tools), [t.namespace for t in self._tools.values()]
 
     def names_in(self, namespaces: Iterable[str]) -> frozenset[str]:
         wanted = set(namespaces)

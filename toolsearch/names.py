@@ -21,6 +21,7 @@ dictionary reads per word of the request, whatever the catalog's size.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -60,14 +61,20 @@ class NameTable:
 
     __slots__ = ("_spelled", "_words")
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], namespaces: Iterable[str | None] = ()) -> None:
+        """`namespaces`, when given, pairs each name with its tool's namespace: a name that starts with its
+        namespace (`github__create_issue` in `github`) is also found by the rest (`create_issue`), as
+        users and models write the upstream's own name."""
         spelled: dict[str, list[str]] = {}
         words: dict[tuple[str, ...], list[str]] = {}
-        for name in names:
-            spelled.setdefault(name.strip().lower(), []).append(name)
-            key = split_identifier(name)
-            if 0 < len(key) <= MAX_NAME_WORDS:
-                words.setdefault(key, []).append(name)
+        for name, namespace in itertools.zip_longest(names, namespaces):
+            if name is None:
+                break
+            for form in (name, *_unprefixed(name, namespace)):
+                spelled.setdefault(form.strip().lower(), []).append(name)
+                key = split_identifier(form)
+                if 0 < len(key) <= MAX_NAME_WORDS:
+                    words.setdefault(key, []).append(name)
         self._spelled = {k: tuple(v) for k, v in spelled.items()}
         self._words = {k: tuple(v) for k, v in words.items()}
 
@@ -116,6 +123,15 @@ class NameTable:
                 if names is not None:
                     return names
         return ()
+
+
+def _unprefixed(name: str, namespace: str | None) -> tuple[str, ...]:
+    """`create_issue` for `github__create_issue` in namespace `github` (any of `_ . - / :` between them)."""
+    if not namespace or not name.lower().startswith(namespace.lower()):
+        return ()
+    rest = name[len(namespace) :]
+    stripped = rest.lstrip("_.-/:")
+    return (stripped,) if stripped and stripped != rest else ()
 
 
 def _outermost(found: list[_Found]) -> list[str]:

@@ -201,6 +201,10 @@ class LazyCatalog(Catalog):
     def namespaces(self) -> list[str]:
         return list(self._namespaces)
 
+    def _names_and_namespaces(self) -> tuple[list[str], list[str | None]]:  # from the name table: no tool is parsed
+        of = self._namespace_of
+        return list(self._rows), [self._namespaces[of[row]] if of[row] >= 0 else None for row in self._rows.values()]
+
     def names_in(self, namespaces: Iterable[str]) -> frozenset[str]:
         asked = set(namespaces)
         wanted = {i for i, ns in enumerate(self._namespaces) if ns in asked}
