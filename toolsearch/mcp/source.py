@@ -411,7 +411,8 @@ class _Screen:
     - a line that cannot be read but answers a request becomes an error answer to that request, so
       the call fails at once, naming the fault, instead of waiting out its timeout;
     - an upstream error under a code the SDK keeps for itself is renamed INTERNAL_ERROR;
-    - any other unreadable line goes on as it is (start-up reads it as noise) and is logged.
+    - any other unreadable line goes on as it is (start-up reads it as noise) and is logged, the first
+      `_NOISE_LOGGED` of a connection (a server that logs to stdout would flood the gateway's log).
     """
 
     def __init__(self, server: str, on_repair: Callable[[], None]) -> None:
@@ -450,12 +451,16 @@ class _Screen:
                 data=_Unreadable(reason, _excerpt(text)),  # logged by whoever waits for the answer
             )
             return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
+        if screened is None:  # not a line at all (a transport's own error): the session reports it
+            return item
         self.noise += 1
         if self.noise <= _NOISE_LOGGED:
-            line = _excerpt(screened[0]) if screened is not None else _short(item)
             more = "; later ones are not logged" if self.noise == _NOISE_LOGGED else ""
             logger.warning(
-                "MCP server %r wrote a line that is not an MCP message (ignored%s): %s", self.server, more, line
+                "MCP server %r wrote a line that is not an MCP message (ignored%s): %s",
+                self.server,
+                more,
+                _excerpt(screened[0]),
             )
         return item
 
