@@ -220,6 +220,16 @@ def test_a_live_writers_scratch_and_lock_are_left_alone(tmp_path: Path) -> None:
     assert not scratch.exists() and not lock.exists()
 
 
+def test_a_lock_file_of_no_index_is_left_alone(tmp_path: Path) -> None:
+    # e.g. the gateway workers' .build.lock in --index-dir: removing a lock file another program flocks would let
+    # two of its processes hold "the lock" at once (one on the removed file, one on a new one)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".build.lock").touch()
+    IndexStore(root).build([Tool("a")], "regex", "other")
+    assert (root / ".build.lock").exists()
+
+
 FULL_DISK = textwrap.dedent("""
     import resource, signal, sys
     from toolsearch import IndexStore, Tool, ToolSearchError

@@ -440,6 +440,8 @@ def _sweep(root: Path) -> None:
         current = _generation(target)
         if all(n.startswith(f".{name}.gen-") for n in names) and [root / n for n in names] == [current]:
             continue  # one generation and its pointer: nothing was left
+        if names == [f".{name}.lock"] and not _is_our_pointer(target):
+            continue  # a lock file and nothing of an index: not ours to remove (mcp.shared's .build.lock is one)
         try:
             with _writer_lock(target, wait=False) as mine:
                 if mine:
