@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from toolsearch import Tool, ToolIndex, tracing
+from toolsearch import InvalidQueryError, Tool, ToolIndex, tracing
+from toolsearch.learning import LearningIndex
 from toolsearch.loop import LoopOutcome, arun, run
 from toolsearch.metatool import ToolSearchMetaTool
 from toolsearch.session import SessionManager
+from toolsearch.usage import UsageLog
 
 
 class Telemetry:
@@ -186,6 +188,40 @@ async def test_an_async_run_is_one_trace_too(telemetry: Telemetry, index: ToolIn
     assert telemetry.counts("toolsearch.tool.calls_without_search") == {}
 
 
+def test_every_search_is_one_retrieval_span_however_it_was_asked(telemetry: Telemetry, index: ToolIndex) -> None:
+    """ToolIndex.search, Session.search and the meta-tool: one span each, never one per layer they pass through."""
+    learning = LearningIndex(index, UsageLog(index.catalog.hash))
+    allowed = [t.name for t in index.catalog if t.namespace == "weather"]
+    session = SessionManager(index).create("paths", allowed=allowed)
+    asked: dict[str, Callable[[], object]] = {
+        "index": lambda: index.search("weather forecast", 3),
+        "learning index": lambda: learning.search("weather forecast", 3),
+        "session": lambda: session.search("weather forecast", 3),
+        "meta-tool": lambda: ToolSearchMetaTool().run(session, {"query": "weather forecast", "max_results": 3}),
+    }
+    for path, search in asked.items():
+        telemetry.exporter.clear()
+        search()
+        spans = telemetry.spans()
+        assert [s.name for s in spans] == ["retrieval"], f"{path}: {[s.name for s in spans]}"
+        attrs = _attrs(spans[0])
+        documents = json.loads(attrs["gen_ai.retrieval.documents"])
+        assert len(documents) == 3 and documents[0]["id"].startswith("weather_"), path
+        assert (attrs["gen_ai.operation.name"], attrs["gen_ai.retrieval.top_k"]) == ("retrieval", 3), path
+        assert attrs["gen_ai.data_source.id"] == index.key, path
+        assert attrs["toolsearch.query.sha256"] == hashlib.sha256(b"weather forecast").hexdigest()[:16], path
+        assert attrs.get("toolsearch.search.allowed") == (len(allowed) if path in ("session", "meta-tool") else None)
+        assert attrs["toolsearch.search.learning"] is (path == "learning index")
+
+    # a search that fails is one span too, an error without the query's text (a parse error may quote it)
+    telemetry.exporter.clear()
+    with pytest.raises(InvalidQueryError):
+        session.search("   ")
+    [span] = telemetry.spans()
+    assert span.status.status_code is StatusCode.ERROR and _attrs(span)["error.type"] == "invalid_query"
+    assert not span.events
+
+
 def test_query_text_only_when_chosen_and_a_bad_query_is_an_error_span(
     telemetry: Telemetry, index: ToolIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,7 +260,8 @@ def test_without_a_provider_nothing_imports_opentelemetry(tmp_path: Path) -> Non
         "import sys, json; from toolsearch import Tool, ToolIndex; from toolsearch.loop import run\n"
         "from toolsearch.metatool import ToolSearchMetaTool; from toolsearch.session import SessionManager\n"
         "index = ToolIndex.build([Tool(name='echo', description='echo text back')], backend='bm25')\n"
-        "ToolSearchMetaTool().run(SessionManager(index).create('s'), {'query': 'echo'})\n"
+        "session = SessionManager(index).create('s'); session.search('echo'); index.search('echo')\n"
+        "ToolSearchMetaTool().run(session, {'query': 'echo'})\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opentelemetry'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)

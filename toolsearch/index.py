@@ -167,7 +167,11 @@ class ToolIndex:
         >>> ToolIndex.build(tools, "bm25").search("weather forecast for Paris", k=1).names
         ['get_weather']
         """
-        return self.search_checked(validate_query(query), validate_k(k), self.resolve_filter(allowed, namespaces))
+        from . import tracing  # here, not above: `import toolsearch` stays without it (about 1 ms)
+
+        with tracing.retrieval(self, allowed) as traced:  # one span per search, however it was asked
+            checked = validate_query(query), validate_k(k), self.resolve_filter(allowed, namespaces)
+            return traced.result(self.search_checked(*checked), k, namespaces)
 
     def search_checked(self, text: str, k: int, names: frozenset[str] | None) -> SearchResult:
         """`search` for a query, k and filter already checked and resolved (by `search` or a wrapper)."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from . import tracing
 from .backends import Backend
 from .catalog import Catalog
 from .index import ToolIndex, validate_k, validate_query
@@ -413,6 +414,12 @@ class LearningIndex(ToolIndex):
         *,
         allowed: Collection[str] | None = None,
         namespaces: Collection[str] | None = None,
+    ) -> SearchResult:
+        with tracing.retrieval(self, allowed) as traced:  # one span per search, as ToolIndex.search
+            return traced.result(self._search(query, k, allowed, namespaces), k, namespaces)
+
+    def _search(
+        self, query: str, k: int, allowed: Collection[str] | None, namespaces: Collection[str] | None
     ) -> SearchResult:
         if not self.enabled:
             return self.wrapped.search(query, k, allowed=allowed, namespaces=namespaces)

@@ -251,8 +251,8 @@ class ToolSearchMetaTool:
         left out, and the result says so and why. `min_relative_score` leaves out hits scoring below
         that fraction of the best hit's score (a best score of 0 or less sets no floor), with a note.
         """
-        with tracing.retrieval(session) as traced:  # every search path (loop, executor, gateway) comes here
-            return traced(self._run(session, arguments, alias, withheld or {}, min_relative_score))
+        with tracing.retrieval(session.index, session.allowed) as traced:  # the loop, the executor, the gateway
+            return traced.outcome(self._run(session, arguments, alias, withheld or {}, min_relative_score))
 
     def _run(
         self,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from . import tracing
 from ._errors import (
     InvalidArgumentError,
     SessionError,
@@ -434,7 +435,9 @@ class Session:
         self, query: str, k: int = 5, *, namespaces: Collection[str] | None = None, record: bool = True
     ) -> SearchResult:
         """Search only within the allowed subset; with `record`, the hits become discovered."""
-        result = self.index.search(query, k, allowed=self.allowed, namespaces=namespaces)
+        with tracing.retrieval(self.index, self.allowed) as traced:  # the index's own search opens no second span
+            found = self.index.search(query, k, allowed=self.allowed, namespaces=namespaces)
+            result = traced.result(found, k, namespaces)
         if record and result.hits:
             self.discover(result.names)
         return result

@@ -8,7 +8,9 @@ OpenTelemetry: when no provider was passed to `configure` and the application ne
 Names follow the OpenTelemetry GenAI semantic conventions (semantic-conventions-genai, status
 Development, as referenced by semantic-conventions v1.45.0):
 
-- a search is a `retrieval` span (INTERNAL): `gen_ai.operation.name`="retrieval",
+- a search is one `retrieval` span (INTERNAL), whichever way it was asked (`ToolIndex.search`,
+  `Session.search`, a `tool_search`; the outermost of these records it, the ones it calls do not):
+  `gen_ai.operation.name`="retrieval",
   `gen_ai.data_source.id` (the index key), `gen_ai.retrieval.top_k`, `gen_ai.retrieval.documents`
   (a JSON string of `{"id", "score"}` objects, best first: span attributes cannot hold a list of
   maps) and, only when queries are traced as text, `gen_ai.retrieval.query.text`; plus
@@ -51,20 +53,22 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, InvalidQueryError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from .executor import SearchRecord, ToolResult
+    from .index import ToolIndex
     from .metatool import MetaToolOutcome
-    from .session import Session
+    from .results import SearchResult
 
 __all__ = ["QUERIES_ENV", "QUERY_MODES", "TraceSettings", "configure", "restore", "settings"]
 
@@ -76,7 +80,6 @@ QUERIES_ENV = "TOOLSEARCH_TRACE_QUERIES"
 _SCOPE = "toolsearch"
 _NOT_CALLED = frozenset({"search", "search_error", "skipped"})  # ResultStatus values that are no tool call
 
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,21 +208,57 @@ def _error(span: Span, kind: str, message: str | None = None) -> None:
 # --- spans -------------------------------------------------------------------------------------
 
 
-def _identity(value: T) -> T:
-    return value
+class Retrieval:
+    """What one search's `retrieval` span records; `UNTRACED` records nothing and costs one call."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Span | None) -> None:
+        self._span = span
+
+    def result(self, result: SearchResult, k: int, namespaces: Collection[str] | str | None = None) -> SearchResult:
+        """A search's result (ToolIndex.search, Session.search), returned as it is."""
+        if self._span is not None:
+            _describe_query(self._span, result.query, k, _namespace(namespaces))
+            _describe_result(self._span, result)
+        return result
+
+    def outcome(self, outcome: MetaToolOutcome) -> MetaToolOutcome:
+        """A tool_search's outcome: what the model was shown, or why it was refused."""
+        span = self._span
+        if span is not None:
+            _describe_query(span, outcome.query, outcome.max_results, outcome.namespace)
+            if outcome.result is not None:
+                _describe_result(span, outcome.result)
+            if outcome.already_loaded:
+                span.set_attribute("toolsearch.search.already_loaded", list(outcome.already_loaded))
+            if outcome.error is not None:
+                kind = "invalid_query" if outcome.result is None and outcome.query is not None else "invalid_arguments"
+                _error(span, kind)
+        return outcome
 
 
-def retrieval(session: Session) -> AbstractContextManager[Callable[[MetaToolOutcome], MetaToolOutcome]]:
-    """Around one tool_search: `with retrieval(session) as record: return record(outcome)`."""
+UNTRACED = Retrieval(None)
+_UNTRACED = nullcontext(UNTRACED)  # stateless: one for every untraced search
+# Set while a search's span is open: a search inside it (the meta-tool calls Session.search, which calls
+# ToolIndex.search) is the same search, described by the outer span, so it opens none of its own.
+_searching: ContextVar[bool] = ContextVar("toolsearch_searching", default=False)
+
+
+def retrieval(index: ToolIndex, allowed: Collection[str] | None = None) -> AbstractContextManager[Retrieval]:
+    """Around one search over `index` (within `allowed`, when given): one `retrieval` span per search.
+
+    `with retrieval(index, allowed) as traced: return traced.result(...)` (or `traced.outcome(...)`).
+    ToolIndex.search, Session.search and the meta-tool each open one, and only the outermost records.
+    """
     tracer = _tracer()
-    if tracer is None:
-        return nullcontext(_identity)
-    return _retrieval(tracer, session)
+    if tracer is None or _searching.get():
+        return _UNTRACED
+    return _retrieval(tracer, index, allowed)
 
 
 @contextmanager
-def _retrieval(tracer: Tracer, session: Session) -> Iterator[Callable[[MetaToolOutcome], MetaToolOutcome]]:
-    index = session.index
+def _retrieval(tracer: Tracer, index: ToolIndex, allowed: Collection[str] | None) -> Iterator[Retrieval]:
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "retrieval",
         "gen_ai.data_source.id": index.key,
@@ -227,40 +266,52 @@ def _retrieval(tracer: Tracer, session: Session) -> Iterator[Callable[[MetaToolO
         # LearningIndex (toolsearch.learning) has `enabled`; a plain index learns nothing
         "toolsearch.search.learning": bool(getattr(index, "enabled", False)),
     }
-    if session.allowed is not None:
-        attributes["toolsearch.search.allowed"] = len(session.allowed)
-    with tracer.start_as_current_span("retrieval", attributes=attributes) as span:
+    if allowed is not None:
+        attributes["toolsearch.search.allowed"] = len(allowed)
+    token = _searching.set(True)
+    try:
+        # exceptions are recorded here, without their message: a backend's parse error may quote the query
+        with tracer.start_as_current_span(
+            "retrieval", attributes=attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
+            try:
+                yield Retrieval(span)
+            except Exception as exc:
+                _error(span, "invalid_query" if isinstance(exc, InvalidQueryError) else type(exc).__qualname__)
+                raise
+    finally:
+        _searching.reset(token)
 
-        def record(outcome: MetaToolOutcome) -> MetaToolOutcome:
-            _describe_search(span, outcome)
-            return outcome
 
-        yield record
+def _namespace(namespaces: Collection[str] | str | None) -> str | list[str] | None:
+    if not namespaces:
+        return None
+    if isinstance(namespaces, str):
+        return namespaces
+    listed = list(namespaces)
+    return listed[0] if len(listed) == 1 else listed
 
 
-def _describe_search(span: Span, outcome: MetaToolOutcome) -> None:
-    if outcome.max_results is not None:
-        span.set_attribute("gen_ai.retrieval.top_k", outcome.max_results)
-    if outcome.namespace:
-        span.set_attribute("toolsearch.search.namespace", outcome.namespace)
-    if outcome.query is not None:
+def _describe_query(span: Span, query: str | None, k: int | None, namespace: str | list[str] | None) -> None:
+    if k is not None:
+        span.set_attribute("gen_ai.retrieval.top_k", k)
+    if namespace:
+        span.set_attribute("toolsearch.search.namespace", namespace)
+    if query is not None:
         mode = _queries()
         if mode == "hash":
-            span.set_attribute("toolsearch.query.sha256", digest(outcome.query))
+            span.set_attribute("toolsearch.query.sha256", digest(query))
         elif mode == "text":
-            span.set_attribute("gen_ai.retrieval.query.text", outcome.query)
-    result = outcome.result
-    if result is not None:
-        documents = [{"id": h.name, "score": round(h.score, 6)} for h in result.hits]
-        span.set_attribute("gen_ai.retrieval.documents", json.dumps(documents))
-        span.set_attribute("toolsearch.search.backend", result.backend)
-        span.set_attribute("toolsearch.search.latency_ms", result.elapsed_ms)
-        if result.notes:
-            span.set_attribute("toolsearch.search.notes", list(result.notes))
-    if outcome.already_loaded:
-        span.set_attribute("toolsearch.search.already_loaded", list(outcome.already_loaded))
-    if outcome.error is not None:
-        _error(span, "invalid_query" if result is None and outcome.query is not None else "invalid_arguments")
+            span.set_attribute("gen_ai.retrieval.query.text", query)
+
+
+def _describe_result(span: Span, result: SearchResult) -> None:
+    documents = [{"id": h.name, "score": round(h.score, 6)} for h in result.hits]
+    span.set_attribute("gen_ai.retrieval.documents", json.dumps(documents))
+    span.set_attribute("toolsearch.search.backend", result.backend)
+    span.set_attribute("toolsearch.search.latency_ms", result.elapsed_ms)
+    if result.notes:
+        span.set_attribute("toolsearch.search.notes", list(result.notes))
 
 
 def tool_results(results: Sequence[ToolResult]) -> None:
