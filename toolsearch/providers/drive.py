@@ -1,0 +1,408 @@
+"""One flow, two drivers: how every turn runs from sync code or asyncio.
+
+A model request, a streamed turn, a batch of tool calls, a loop turn: each is written once, as a
+generator that yields the steps it needs done (httpx's `auth_flow` pattern), and `drive` answers them
+from sync code, `adrive` from asyncio. Around that: SDK calls either way (`call_sync`, `call_async`,
+with SDK errors translated), streams read either way (`StreamCall`), and handlers settled either way.
+The records these move (`ModelTurn`, `StreamEvent`, `ChatRequest`) are in `_base`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import aclosing, closing, contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
+
+from .._errors import ArgumentTypeError, InvalidArgumentError, ProviderError
+from ._base import ChatRequest, EventHandler, ModelTurn, StreamEvent, turn_events
+
+__all__ = [
+    "StreamAssembler",
+    "StreamCall",
+    "StreamsByCall",
+    "adeliver_event",
+    "adrive",
+    "asettle",
+    "call_async",
+    "call_sync",
+    "deliver_event",
+    "drive",
+    "is_async_callable",
+    "reject_stream_option",
+    "replay",
+    "run_sync",
+    "settle",
+    "translate_error",
+    "translated",
+]
+
+
+class _ClientLoop:
+    """One long-lived event loop, in a daemon thread, for async clients driven from sync code.
+
+    `asyncio.run` per request would bind the client's pooled connections to a loop that is closed
+    by the next request ("Event loop is closed"); a loop that outlives the requests keeps them usable.
+    """
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="toolsearch-async-clients", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+def _refuse_inside_event_loop(coro: Any = None) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if inspect.iscoroutine(coro):
+        coro.close()
+    raise ProviderError("an async client cannot be used from sync code inside a running event loop; use arun()")
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a coroutine from sync code (an async SDK client used through the sync `complete`)."""
+    _refuse_inside_event_loop(coro)
+    return asyncio.run_coroutine_threadsafe(coro, _ClientLoop.get()).result()
+
+
+def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> Exception:
+    """A ProviderError for an SDK/transport exception; other exceptions are returned unchanged."""
+    if isinstance(exc, ProviderError):
+        return exc
+    module = type(exc).__module__ or ""
+    if module.startswith(modules):
+        return ProviderError(f"{provider} request failed: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def is_async_callable(fn: Any) -> bool:
+    """True for coroutine functions, also behind decorators that hide it (the SDKs' `create`)."""
+    try:
+        target = inspect.unwrap(fn)
+    except ValueError:
+        target = fn
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+
+
+@contextmanager
+def translated(provider: str, modules: tuple[str, ...]) -> Iterator[None]:
+    """Around a provider call: an SDK or transport exception leaves as a ProviderError (the SDK's as `__cause__`)."""
+    try:
+        yield
+    except Exception as exc:
+        err = translate_error(exc, provider, modules)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def call_sync(create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]) -> Any:
+    """Call an SDK endpoint from sync code (an async client's coroutine is run to completion)."""
+    with translated(provider, modules):
+        response = create(**payload)
+        return run_sync(response) if inspect.isawaitable(response) else response
+
+
+async def call_async(
+    create: Callable[..., Any], payload: Mapping[str, Any], provider: str, modules: tuple[str, ...]
+) -> Any:
+    """Call an SDK endpoint from asyncio (a sync client runs in a worker thread)."""
+    with translated(provider, modules):
+        if is_async_callable(create):
+            return await create(**payload)
+        response = await asyncio.to_thread(create, **payload)
+        return await response if inspect.isawaitable(response) else response
+
+
+# --- one flow, two drivers -------------------------------------------------------------------
+#
+# Work that is the same in sync and async code but for what it waits on is written once, as a
+# generator that yields each step it needs done and is sent the step's answer (httpx's `auth_flow`
+# pattern): `drive` answers the steps from sync code, `adrive` from asyncio. Whatever would need an
+# `await` (a model request, a call batch, a stream's next chunk, a handler) is a step, never done
+# in the flow itself.
+
+Step = TypeVar("Step")
+Answer = TypeVar("Answer")
+Result = TypeVar("Result")
+
+
+def _advance(flow: Generator[Step, Answer, Result], answer: Any) -> tuple[bool, Any]:
+    """Send `answer` in: (False, the flow's next step), or (True, its result) once it returned."""
+    try:
+        return False, flow.send(answer)
+    except StopIteration as done:
+        return True, done.value
+
+
+def drive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Answer]) -> Result:
+    """Run `flow` from sync code: each step it yields is answered by `answer(step)`."""
+    with closing(flow):  # a step that raised leaves the flow closed, not suspended
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, answer(step))
+        return cast(Result, step)
+
+
+async def adrive(flow: Generator[Step, Answer, Result], answer: Callable[[Step], Awaitable[Answer]]) -> Result:
+    """Run `flow` from asyncio: each step it yields is answered by `await answer(step)`."""
+    with closing(flow):
+        done, step = _advance(flow, None)
+        while not done:
+            done, step = _advance(flow, await answer(step))
+        return cast(Result, step)
+
+
+# --- streaming transport ---------------------------------------------------------------------
+
+
+class StreamAssembler(Protocol):
+    """Turns a provider's stream chunks into StreamEvents as they arrive, and the whole into a ModelTurn."""
+
+    def feed(self, chunk: Any) -> Iterable[StreamEvent]: ...
+
+    def finish(self) -> ModelTurn: ...
+
+
+def reject_stream_option(options: Mapping[str, Any]) -> None:
+    """`stream` belongs to the loop (or `model.stream`); sent through `complete` it would break parsing."""
+    if "stream" in options:
+        raise InvalidArgumentError(
+            "do not pass stream= to the model: stream through the loop (run(..., stream=True) or on_text=...), "
+            "or call model.stream(request, on_event)"
+        )
+
+
+_END = object()  # the answer to a stream flow's request for a chunk once the stream has ended
+
+
+def _streamed_turn(assembler: StreamAssembler) -> Generator[StreamEvent | None, Any, ModelTurn]:
+    """One streamed turn: yields None for the next chunk (sent `_END` when there is none) and each
+    event the chunk makes, for the handler (answered with None); returns the turn the whole stream made."""
+    while (chunk := (yield None)) is not _END:
+        yield from assembler.feed(chunk)
+    return assembler.finish()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCall:
+    """One streaming request, read into a turn: `sync()` from sync code, `asynchronous()` from asyncio.
+
+    `create(**payload)` opens the stream; `assembler` turns its chunks into the events handed to
+    `on_event` as they arrive, and into the turn. The stream is closed however the turn ends (also
+    when a handler raised); an SDK or transport error leaves as a ProviderError naming `provider`.
+    """
+
+    create: Callable[..., Any]
+    payload: Mapping[str, Any]
+    assembler: StreamAssembler
+    on_event: EventHandler | None
+    provider: str
+    modules: tuple[str, ...]
+
+    def sync(self) -> ModelTurn:
+        """Handlers run in the calling thread; an async client's stream is read on the shared client loop."""
+        with translated(self.provider, self.modules), closing(_sync_chunks(self.create, self.payload)) as chunks:
+
+            def answer(step: StreamEvent | None) -> Any:
+                return next(chunks, _END) if step is None else deliver_event(self.on_event, step)
+
+            return drive(_streamed_turn(self.assembler), answer)
+
+    async def asynchronous(self) -> ModelTurn:
+        """Handlers run on the event loop (awaited when async); a sync client's stream is read in a
+        worker thread, chunk by chunk, so the event loop keeps serving."""
+        with translated(self.provider, self.modules):
+            async with aclosing(_async_chunks(self.create, self.payload)) as chunks:
+
+                async def answer(step: StreamEvent | None) -> Any:
+                    return await anext(chunks, _END) if step is None else await adeliver_event(self.on_event, step)
+
+                return await adrive(_streamed_turn(self.assembler), answer)
+
+
+class StreamsByCall:
+    """`stream` / `astream` of a provider model, from the one StreamCall its `_streamed` makes for a request."""
+
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
+        raise NotImplementedError
+
+    def stream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`complete`, streamed: `on_event` gets text deltas and tool-call starts as they arrive."""
+        return self._streamed(request, on_event, asynchronous=False).sync()
+
+    async def astream(self, request: ChatRequest, on_event: EventHandler | None = None) -> ModelTurn:
+        """`acomplete`, streamed; an async `on_event` is awaited."""
+        return await self._streamed(request, on_event, asynchronous=True).asynchronous()
+
+
+def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
+    """The stream's chunks for sync code; an async client's are read on the shared client loop."""
+    if is_async_callable(create):
+        _refuse_inside_event_loop()
+        return _client_loop_chunks(lambda: create(**payload))
+    stream = create(**payload)
+    if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
+        _refuse_inside_event_loop(stream)
+        return _client_loop_chunks(lambda: stream)
+    return _closing_iter(stream)
+
+
+def _async_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """The stream's chunks for asyncio; a sync client's are read in a worker thread."""
+    if is_async_callable(create):
+        return _awaited_chunks(create, payload)
+    return _thread_chunks(create, payload)
+
+
+def _close_sync(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        close()
+
+
+async def _close_async(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _closing_iter(stream: Any) -> Generator[Any, None, None]:
+    try:
+        yield from stream
+    finally:
+        _close_sync(stream)
+
+
+async def _awaited_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of an async client's stream (the SDK may hand it over behind an awaitable)."""
+    stream = create(**payload)
+    if inspect.isawaitable(stream):
+        stream = await stream
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await _close_async(stream)
+
+
+def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, None]:
+    """Chunks of an async stream read on the shared client loop, handed to this thread through a queue."""
+    chunks: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    async def pump() -> None:
+        try:
+            stream = open_stream()
+            if inspect.isawaitable(stream):
+                stream = await stream
+            try:
+                async for chunk in stream:
+                    chunks.put((True, chunk))
+            finally:
+                await _close_async(stream)
+            chunks.put((True, _END))
+        except BaseException as exc:  # the reader must always wake up, even on cancellation
+            chunks.put((False, exc))
+            raise
+
+    future = asyncio.run_coroutine_threadsafe(pump(), _ClientLoop.get())
+    try:
+        while (chunk := _opened(chunks.get())) is not _END:
+            yield chunk
+    finally:
+        future.cancel()  # the reader stopped early: the pump closes the stream
+
+
+async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+    """Chunks of a sync client's stream, read in a worker thread and handed over through a queue."""
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(ok: bool, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, (ok, value))
+        except RuntimeError:  # the event loop is gone: nobody is listening any more
+            stop.set()
+
+    def pump() -> None:
+        try:
+            stream = create(**payload)
+            try:
+                for chunk in stream:
+                    if stop.is_set():
+                        break
+                    put(True, chunk)
+            finally:
+                _close_sync(stream)
+            put(True, _END)
+        except BaseException as exc:
+            put(False, exc)
+
+    worker = threading.Thread(target=pump, name="toolsearch-stream", daemon=True)
+    worker.start()
+    try:
+        while (chunk := _opened(await inbox.get())) is not _END:
+            yield chunk
+    finally:
+        # a handler failed or the task was cancelled: the worker stops and closes the stream at its next chunk
+        stop.set()
+
+
+def _opened(item: tuple[bool, Any]) -> Any:
+    """A chunk a pump queued as (ok, value): the value, or the exception the pump hit, raised here."""
+    ok, value = item
+    if not ok:
+        raise value
+    return value
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+
+def settle(result: object) -> None:
+    """What a handler returned, from sync code: an awaitable is refused (nothing could await it)."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise ArgumentTypeError("an async on_event / on_text handler needs arun(); run() calls its handlers directly")
+
+
+async def asettle(result: object) -> None:
+    """What a handler returned, from asyncio: an awaitable is awaited."""
+    if inspect.isawaitable(result):
+        await result
+
+
+def deliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from sync code (an async handler is refused: nothing could await it)."""
+    if on_event is not None:
+        settle(on_event(event))
+
+
+async def adeliver_event(on_event: EventHandler | None, event: StreamEvent) -> None:
+    """Call a handler (if any) from asyncio, awaiting it when it returns an awaitable."""
+    if on_event is not None:
+        await asettle(on_event(event))
+
+
+def replay(turn: ModelTurn, events: Iterable[StreamEvent] | None = None) -> Generator[StreamEvent, None, ModelTurn]:
+    """A turn that is already in, as a stream flow: yields its events (`turn_events` unless given)
+    for the handler, then returns the turn."""
+    yield from turn_events(turn) if events is None else events
+    return turn
