@@ -27,7 +27,8 @@ from ._signatures import presented
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
-from .providers._base import Message, ToolCall, adrive, asettle, drive, is_async_callable, tool_result_text
+from .providers._base import Message, ToolCall, tool_result_text
+from .providers.drive import adrive, asettle, drive, is_async_callable
 from .providers.registry import augment_tools, parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat

@@ -44,15 +44,8 @@ from .providers._base import (
     ToolCall,
     ToolSearchMode,
     Usage,
-    adeliver_event,
-    adrive,
-    asettle,
-    deliver_event,
-    drive,
-    is_async_callable,
-    replay,
-    settle,
 )
+from .providers.drive import adeliver_event, adrive, asettle, deliver_event, drive, is_async_callable, replay, settle
 from .providers.registry import augment_request, augment_tools
 from .session import Session, SessionManager
 from .tokens import RequestTokens, request_tokens, tool_tokens

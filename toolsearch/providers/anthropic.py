@@ -23,18 +23,14 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
-    StreamCall,
     StreamEvent,
-    StreamsByCall,
     ToolCall,
     Usage,
-    call_async,
-    call_sync,
     parse_arguments,
-    reject_stream_option,
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
+from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 __all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "parse_message"]
 

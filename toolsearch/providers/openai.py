@@ -16,19 +16,14 @@ from ._base import (
     Message,
     ModelTurn,
     ProviderError,
-    StreamAssembler,
-    StreamCall,
     StreamEvent,
-    StreamsByCall,
     ToolCall,
     Usage,
-    call_async,
-    call_sync,
     parse_arguments,
-    reject_stream_option,
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
+from .drive import StreamAssembler, StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 _SDK_MODULES = ("openai", "httpx")
 

@@ -22,21 +22,8 @@ from typing import Any
 
 from .._errors import InvalidArgumentError, UnknownFormatError
 from ..tools import Tool
-from ._base import (
-    ChatRequest,
-    EventHandler,
-    Message,
-    ModelTurn,
-    ProviderError,
-    StreamEvent,
-    ToolCall,
-    Usage,
-    adeliver_event,
-    adrive,
-    deliver_event,
-    drive,
-    replay,
-)
+from ._base import ChatRequest, EventHandler, Message, ModelTurn, ProviderError, StreamEvent, ToolCall, Usage
+from .drive import adeliver_event, adrive, deliver_event, drive, replay
 from .registry import chat_format_names, request_payload
 
 __all__ = [
