@@ -5,7 +5,7 @@
 Writes reliability.json and reliability.md. It runs tests/test_fuzz.py (hypothesis, with statistics)
 and tests/test_stress.py in subprocesses and reads what they ran; it injects faults into stored
 indexes itself; and it times `verify_index` (every file's size and XXH3-128 digest) against the
-whole `load_index` at --tools tools.
+whole `ToolIndex.load` at --tools tools.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def check_cost(size: int, backends: list[str], runs: int) -> list[dict[str, Any]
     """Time the checks alone and the whole load, at `size` tools, for each backend."""
     from toolsearch.bench.scale import build_catalog
     from toolsearch.index import ToolIndex
-    from toolsearch.store import _digest, load_index, read_manifest, verify_index
+    from toolsearch.store import _digest, read_manifest, verify_index
 
     if not DATASETS.is_dir():
         from toolsearch.bench import DATASETS_HINT
@@ -59,7 +59,7 @@ def check_cost(size: int, backends: list[str], runs: int) -> list[dict[str, Any]
             manifest = read_manifest(folder)
             total = sum(r["bytes"] for r in manifest.files.values())
             verify_ms = _median_ms(lambda f=folder: verify_index(f), runs)
-            load_ms = _median_ms(lambda f=folder: load_index(f), runs)
+            load_ms = _median_ms(lambda f=folder: ToolIndex.load(f), runs)
             hash_only = _median_ms(lambda f=folder, m=manifest: [_digest(f / rel) for rel in m.files], runs)
             rows.append({
                 "backend": backend, "tools": size, "files": len(manifest.files), "bytes": total,
@@ -560,7 +560,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"## Cost of the checks at {report['cost'][0]['tools']:,} tools",
         "",
-        "`verify_index` reads every file and compares its size and XXH3-128 digest with the manifest; `load_index` "
+        "`verify_index` reads every file and compares its size and XXH3-128 digest with the manifest; `ToolIndex.load` "
         "is the whole load (checks, reading the tools, opening the backend; the embedding model is loaded lazily "
         "and is not part of it). Medians of several runs.",
         "",

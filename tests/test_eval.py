@@ -11,7 +11,6 @@ from toolsearch import ToolIndex
 from toolsearch.cli import EXIT_OK, EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.eval_cli import EXIT_BELOW_FLOOR
 from toolsearch.evaluation import LabeledQuery, queries_from_pairs, score_rankings, score_with_misses
-from toolsearch.store import load_index
 from toolsearch.tools import load_tools
 from toolsearch.usage import FileUsageStore, UsageLog, usage_path
 
@@ -118,7 +117,7 @@ def test_json_says_which_floor_failed(home: Path, capsys: pytest.CaptureFixture[
 def test_the_usage_log_is_a_source_of_labels(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "build", "tools.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
     folder = home / "home" / "indexes" / "kw"
-    log = UsageLog(load_index(folder).catalog.hash, privacy="raw")
+    log = UsageLog(ToolIndex.load(folder).catalog.hash, privacy="raw")
     log.add("send an email to the team", "send_email")
     log.add("send an email to the team", "send_email")  # repeated: still one query
     log.add("give a client their money back", "refund_payment")
@@ -133,7 +132,7 @@ def test_the_usage_log_is_a_source_of_labels(home: Path, capsys: pytest.CaptureF
 def test_a_hashed_usage_log_says_it_keeps_no_query_text(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "build", "tools.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
     folder = home / "home" / "indexes" / "kw"
-    log = UsageLog(load_index(folder).catalog.hash)
+    log = UsageLog(ToolIndex.load(folder).catalog.hash)
     log.add("send an email", "send_email")
     FileUsageStore(usage_path(folder)).save(log)
     code, out, err = run(capsys, "eval", "kw", "--usage")

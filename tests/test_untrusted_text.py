@@ -425,7 +425,7 @@ def _as_older_rules(folder: Path) -> None:
 def test_an_index_built_under_older_text_rules_is_cleaned_as_it_is_read(
     tmp_path: Path, older: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from toolsearch.store import load_index, save_index
+    from toolsearch.store import save_index
 
     # what an older toolsearch stored: a description its rules let through (restored as stored, unvalidated)
     smuggled = Tool._restore({"name": "send_email", "description": "Send an email.\U000e0100\U000e0101"}, "f" * 64)
@@ -433,7 +433,7 @@ def test_an_index_built_under_older_text_rules_is_cleaned_as_it_is_read(
                         tmp_path / "idx")
     if older:
         _as_older_rules(folder)
-    loaded = load_index(folder)
+    loaded = ToolIndex.load(folder)
     description = loaded.catalog["send_email"].description
     if older:
         assert description == "Send an email." and "rules for tool text" in caplog.text

@@ -41,11 +41,12 @@ from ._errors import (
     UpstreamError,
     UsageError,
 )
+from ._version import __version__ as __version__
 from .backends import BackendSpec, backend_names, default_backend, register_backend
 from .catalog import Catalog, CatalogDelta
 from .index import ToolIndex
+from .index_store import IndexStore
 from .results import Hit, Ranking, SearchResult
-from .store import IndexStore
 from .tools import NameMap, Tool, load_tools, provider_safe_name
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-__version__ = "0.1.0"
 
 # The whole root surface: docs/api.md lists it with the public modules, tests/test_packaging.py pins it.
 __all__ = [

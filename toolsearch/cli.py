@@ -393,7 +393,7 @@ def _unavailable(
 
 
 def _root(args: argparse.Namespace) -> Any:
-    from .store import IndexStore
+    from .index_store import IndexStore
 
     return IndexStore(getattr(args, "root", None))
 
@@ -600,7 +600,7 @@ def check_demo(args: argparse.Namespace) -> None:
 
 
 def _build_target(args: argparse.Namespace) -> tuple[Any, str | None]:
-    from .store import IndexStore
+    from .index_store import IndexStore
 
     if args.out:
         target = Path(os.path.abspath(args.out))  # not resolve(): the index folder is a link to its build
@@ -673,10 +673,10 @@ def _environ_default(name: str, value: str) -> Iterator[None]:
 def _query(
     args: argparse.Namespace, console: Console, path: Path, *, opened: Callable[[argparse.Namespace], Any] | None = None
 ) -> int:
-    from .store import load_index
+    from .index import ToolIndex
 
     start = time.perf_counter()
-    index = load_index(path) if opened is None else opened(args)
+    index = ToolIndex.load(path) if opened is None else opened(args)
     if args.model is not None and opened is None:
         index = _with_model(index, args.model, path, console)
     # A backend that loads a model lazily loads it now, so the search below is timed alone.
@@ -849,14 +849,14 @@ def cmd_usage(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     from .eval_cli import run_eval
-    from .store import load_index
+    from .index import ToolIndex
 
     if all(Path(source).is_file() for source in args.source):  # tool files: every backend is built from their tools
         return run_eval(args, console, load_sources(args.source, console))
     args.index = args.source[0]
     path = _resolve_index(args)
     with console.progress(f"loading index {path.name}"), _library_warnings(console):
-        index = load_index(path)
+        index = ToolIndex.load(path)
     return run_eval(args, console, list(index.catalog), index=index, folder=path)
 
 

@@ -318,7 +318,7 @@ def open_index(
     import time
 
     from .backends import get_backend_spec
-    from .store import IndexStore
+    from .index_store import IndexStore
 
     store = IndexStore(cache_dir)
     started = time.perf_counter()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 import time
@@ -18,16 +16,11 @@ from .catalog import Catalog
 from .confidence import request_notes
 from .lucene import looks_like_lucene
 from .results import Hit, SearchResult
+from .store import index_key, read_index, save_index  # the store owns the format; it never imports this
 from .tools import Tool
 
 MAX_QUERY_CHARS = 1_000
 MAX_K = 1_000
-
-
-def index_key(catalog_hash: str, backend: str, description: dict[str, Any]) -> str:
-    """The content address of an index: catalog content plus everything that shapes the backend."""
-    payload = json.dumps([catalog_hash, backend, description], sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def validate_query(query: object, *, max_chars: int = MAX_QUERY_CHARS) -> str:
@@ -96,17 +89,12 @@ class ToolIndex:
     @classmethod
     def load(cls, folder: str | Path, **options: Any) -> ToolIndex:
         """Open an index saved with `save` (see toolsearch.store for the checks it makes)."""
-        from .store import load_index
-
         if not isinstance(folder, (str, os.PathLike)):
             raise wrong_type("ToolIndex.load: folder", folder, "the index folder (str or Path)")
-
-        return load_index(Path(folder), **options)
+        return ToolIndex(*read_index(Path(folder), **options))
 
     def save(self, folder: str | Path) -> Path:
         """Write the index atomically: an interrupted save leaves any previous index intact."""
-        from .store import save_index
-
         return save_index(self, Path(folder))
 
     # --- properties ---------------------------------------------------------------------

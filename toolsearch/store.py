@@ -32,6 +32,9 @@ A read-only index (a read-only mount, as images ship them) opens for every backe
 backend cannot open its files in place (tantivy-py 0.27 offers only `Index.open(path)`, whose
 reader creates `.tantivy-meta.lock` with a write open, and has no read-only directory), they
 are copied into a private temporary folder that lives as long as the loaded backend.
+
+This module owns the format (the content address, `index_key`, included) and imports nothing above it:
+`ToolIndex.load` / `save` and `IndexStore` (toolsearch.index_store) are built on `read_index` / `save_index`.
 """
 
 from __future__ import annotations
@@ -49,26 +52,26 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ._errors import (
     IndexFormatError,
     IndexNotFoundError,
-    InvalidIndexNameError,
     StoredIndexError,
     ToolSearchError,
-    wrong_type,
 )
 from ._untrusted import RULES_VERSION
-from .backends import get_backend_spec
+from .backends import Backend, get_backend_spec
 from .catalog import Catalog
-from .index import ToolIndex, index_key
 from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, restore, write_table
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .index import ToolIndex  # what is saved; ToolIndex.load builds one from `read_index`
 
 FORMAT = "toolsearch-index"
 # 2: every file carries a BLAKE2b digest (format 1 recorded only sizes for the backend files)
@@ -85,6 +88,12 @@ _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _REBUILD = "rebuild the index (toolsearch build --rebuild)"
 _RESOLVE_ATTEMPTS = 100  # a reader re-resolves this often before giving up (each retry means a newer build)
+
+
+def index_key(catalog_hash: str, backend: str, description: dict[str, Any]) -> str:
+    """The content address of an index: catalog content plus everything that shapes the backend."""
+    payload = json.dumps([catalog_hash, backend, description], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def default_root() -> Path:
@@ -645,8 +654,9 @@ def _parse_manifest(folder: Path, raw: bytes) -> Manifest:
     return manifest
 
 
-def load_index(folder: Path, **options: Any) -> ToolIndex:
-    """Open a saved index after checking its manifest, files, catalog hash and key.
+def read_index(folder: Path, **options: Any) -> tuple[Catalog, Backend]:
+    """The catalog and loaded backend of a saved index (`ToolIndex.load`), after checking its manifest, files,
+    catalog hash and key.
 
     The pointer is resolved once: everything comes from one generation, whatever builds land
     meanwhile. `options` reach the backend's loader (for example an `embedder` for the vector
@@ -681,10 +691,10 @@ def load_index(folder: Path, **options: Any) -> ToolIndex:
                     )
             tools = list(catalog)
         backend = _load_backend(generation, manifest, tools, options)
-    index = ToolIndex(catalog, backend)
-    if not options and index.key != manifest.key:  # caller options may legitimately reshape the backend
+    # caller options may legitimately reshape the backend
+    if not options and index_key(catalog.hash, backend.name, backend.describe()) != manifest.key:
         raise IndexFormatError(f"{generation}: the loaded backend does not match the manifest's key; {_REBUILD}")
-    return index
+    return catalog, backend
 
 
 def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:
@@ -720,103 +730,3 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
     except TypeError:  # a backend without weak references: the copy goes at exit
         atexit.register(shutil.rmtree, str(copy), True)
     return backend
-
-
-class IndexStore:
-    """Named indexes under one root folder (default `./indexes`); names cannot escape it."""
-
-    def __init__(self, root: str | Path | None = None) -> None:
-        if root is not None and not isinstance(root, (str, os.PathLike)):
-            raise wrong_type("IndexStore: root", root, "a folder (str or Path), or None for the default")
-        self.root = Path(root) if root is not None else default_root()
-
-    def path(self, name: str) -> Path:
-        """The folder of a named index (its pointer), after checking the name."""
-        if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-            raise InvalidIndexNameError(
-                f"invalid index name {name!r}: use 1 to 128 letters, digits, '.', '_' and '-', starting with a "
-                "letter or digit (no path separators, no '..')"
-            )
-        return self.root / name
-
-    def names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
-        )
-
-    def manifest(self, name: str) -> Manifest:
-        return read_manifest(self.path(name))
-
-    def open(self, name: str, **options: Any) -> ToolIndex:
-        return load_index(self.path(name), **options)
-
-    def save(self, index: ToolIndex, name: str | None = None) -> str:
-        name = name or f"{index.backend_name}-{index.key[:12]}"
-        save_index(index, self.path(name))
-        return name
-
-    def remove(self, name: str) -> None:
-        path = self.path(name)
-        if not (path / MANIFEST).exists():
-            raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
-        with _writer_lock(path):
-            if path.is_symlink():
-                path.unlink()  # readers that resolved it keep their generation until they finish
-            else:
-                shutil.rmtree(path)
-            _collect(path, keep=None)
-
-    def build(
-        self,
-        tools: Iterable[Tool] | Catalog,
-        backend: str = "auto",
-        name: str | None = None,
-        *,
-        rebuild: bool = False,
-        **options: Any,
-    ) -> tuple[str, ToolIndex, bool]:
-        """Build and save, or reuse a stored index of the same content; returns (name, index, reused).
-
-        A stored index is reused only when its key matches and every file passes its checks; one
-        that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case. Builds of
-        one name take turns; a build that finds another one saved this name while it waited
-        reuses that index when it has the same content, and otherwise raises StoredIndexError
-        (the other build won; nothing is replaced silently).
-        """
-        if name is not None:
-            self.path(name)  # a bad name fails before any tool is checked or backend created
-        spec = get_backend_spec(backend)
-        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
-        probe = spec.create(**options)
-        key = index_key(catalog.hash, probe.name, probe.describe())
-        name = name or f"{probe.name}-{key[:12]}"
-        path = self.path(name)
-        _sweep(self.root)  # also when this build reuses its index and writes nothing
-        started_from = _generation(path)
-        with _writer_lock(path):
-            now = _generation(path)
-            if now != started_from and now is not None:
-                try:
-                    stored = read_manifest(path)
-                except IndexFormatError:
-                    stored = None
-                if stored is None or stored.key != key:
-                    theirs = stored.catalog_hash[:12] if stored else "?"
-                    raise StoredIndexError(
-                        f"another build saved the index {name!r} (catalog {theirs})"
-                        f" while this one (catalog {catalog.hash[:12]}) waited; nothing was replaced. Build again "
-                        "to replace it"
-                    )
-                return name, load_index(path, **options), True
-            if (path / MANIFEST).exists() and not rebuild:
-                try:
-                    if read_manifest(path).key == key:
-                        return name, load_index(path, **options), True
-                except IndexFormatError as exc:  # a broken or old index of this name is replaced below
-                    _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
-            probe.add(list(catalog))
-            index = ToolIndex(catalog, probe)
-            _publish(index, path)
-        return name, index, False

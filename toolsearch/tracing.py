@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._errors import InvalidArgumentError, InvalidQueryError
+from ._version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, MeterProvider
@@ -171,8 +172,6 @@ def _counter_pair() -> tuple[Counter, Counter] | None:
 
 
 def _version() -> str:
-    from . import __version__  # the package's one version string (the gateway reports the same)
-
     return __version__
 
 

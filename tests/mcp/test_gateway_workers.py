@@ -37,7 +37,7 @@ from mcp_servers import (
 from plugin_site import DEMO, demo_entry_points, write_distribution
 from redis_server import RedisServer
 
-from toolsearch.store import IndexStore
+from toolsearch.index_store import IndexStore
 
 pytestmark = pytest.mark.slow
 

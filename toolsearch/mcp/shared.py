@@ -15,7 +15,7 @@ from typing import Any
 from .._errors import SessionStoreError, StoredIndexError
 from ..catalog import Catalog
 from ..index import ToolIndex
-from ..store import IndexStore
+from ..index_store import IndexStore
 from ..stores.redis import REDIS_SCHEMES
 
 __all__ = ["SharedIndex", "CatalogEpoch", "CatalogBoard", "RedisCatalogBoard", "board_from_url"]

@@ -1,0 +1,138 @@
+"""IndexStore: named indexes under one root folder, each built once and reused by its content.
+
+The files, their checks and the pointer to the current generation are `store`'s (it owns the format and
+knows nothing of ToolIndex); this module names indexes in a folder and hands back ToolIndexes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ._errors import IndexFormatError, IndexNotFoundError, InvalidIndexNameError, StoredIndexError, wrong_type
+from .backends import get_backend_spec
+from .catalog import Catalog
+from .index import ToolIndex
+from .store import (  # the pointer's writer side
+    _NAME,
+    MANIFEST,
+    Manifest,
+    _collect,
+    _generation,
+    _publish,
+    _sweep,
+    _writer_lock,
+    default_root,
+    index_key,
+    read_manifest,
+    save_index,
+)
+from .tools import Tool
+
+__all__ = ["IndexStore"]
+
+_log = logging.getLogger(__name__)
+
+
+class IndexStore:
+    """Named indexes under one root folder (default `./indexes`); names cannot escape it."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise wrong_type("IndexStore: root", root, "a folder (str or Path), or None for the default")
+        self.root = Path(root) if root is not None else default_root()
+
+    def path(self, name: str) -> Path:
+        """The folder of a named index (its pointer), after checking the name."""
+        if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+            raise InvalidIndexNameError(
+                f"invalid index name {name!r}: use 1 to 128 letters, digits, '.', '_' and '-', starting with a "
+                "letter or digit (no path separators, no '..')"
+            )
+        return self.root / name
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
+        )
+
+    def manifest(self, name: str) -> Manifest:
+        return read_manifest(self.path(name))
+
+    def open(self, name: str, **options: Any) -> ToolIndex:
+        return ToolIndex.load(self.path(name), **options)
+
+    def save(self, index: ToolIndex, name: str | None = None) -> str:
+        name = name or f"{index.backend_name}-{index.key[:12]}"
+        save_index(index, self.path(name))
+        return name
+
+    def remove(self, name: str) -> None:
+        path = self.path(name)
+        if not (path / MANIFEST).exists():
+            raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
+        with _writer_lock(path):
+            if path.is_symlink():
+                path.unlink()  # readers that resolved it keep their generation until they finish
+            else:
+                shutil.rmtree(path)
+            _collect(path, keep=None)
+
+    def build(
+        self,
+        tools: Iterable[Tool] | Catalog,
+        backend: str = "auto",
+        name: str | None = None,
+        *,
+        rebuild: bool = False,
+        **options: Any,
+    ) -> tuple[str, ToolIndex, bool]:
+        """Build and save, or reuse a stored index of the same content; returns (name, index, reused).
+
+        A stored index is reused only when its key matches and every file passes its checks; one
+        that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case. Builds of
+        one name take turns; a build that finds another one saved this name while it waited
+        reuses that index when it has the same content, and otherwise raises StoredIndexError
+        (the other build won; nothing is replaced silently).
+        """
+        if name is not None:
+            self.path(name)  # a bad name fails before any tool is checked or backend created
+        spec = get_backend_spec(backend)
+        catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
+        probe = spec.create(**options)
+        key = index_key(catalog.hash, probe.name, probe.describe())
+        name = name or f"{probe.name}-{key[:12]}"
+        path = self.path(name)
+        _sweep(self.root)  # also when this build reuses its index and writes nothing
+        started_from = _generation(path)
+        with _writer_lock(path):
+            now = _generation(path)
+            if now != started_from and now is not None:
+                try:
+                    stored = read_manifest(path)
+                except IndexFormatError:
+                    stored = None
+                if stored is None or stored.key != key:
+                    theirs = stored.catalog_hash[:12] if stored else "?"
+                    raise StoredIndexError(
+                        f"another build saved the index {name!r} (catalog {theirs})"
+                        f" while this one (catalog {catalog.hash[:12]}) waited; nothing was replaced. Build again "
+                        "to replace it"
+                    )
+                return name, ToolIndex.load(path, **options), True
+            if (path / MANIFEST).exists() and not rebuild:
+                try:
+                    if read_manifest(path).key == key:
+                        return name, ToolIndex.load(path, **options), True
+                except IndexFormatError as exc:  # a broken or old index of this name is replaced below
+                    _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
+            probe.add(list(catalog))
+            index = ToolIndex(catalog, probe)
+            _publish(index, path)
+        return name, index, False
