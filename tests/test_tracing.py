@@ -199,9 +199,9 @@ def test_every_search_is_one_retrieval_span_however_it_was_asked(telemetry: Tele
         "session": lambda: session.search("weather forecast", 3),
         "meta-tool": lambda: ToolSearchMetaTool().run(session, {"query": "weather forecast", "max_results": 3}),
     }
-    for path, search in asked.items():
+    for path, ask in asked.items():
         telemetry.exporter.clear()
-        search()
+        ask()
         spans = telemetry.spans()
         assert [s.name for s in spans] == ["retrieval"], f"{path}: {[s.name for s in spans]}"
         attrs = _attrs(spans[0])
