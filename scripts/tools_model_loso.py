@@ -91,7 +91,7 @@ def report(parts: dict[str, dict[str, Any]], out: Path, meta: dict[str, Any]) ->
     lines = [
         "# The tools model, held out: query encoder and hybrid fusion chosen leave-one-set-out",
         "",
-        f"- Command: `python scripts/tools_model_loso.py {' '.join(sys.argv[1:])}`",
+        f"- Command: `{meta.get('command', 'python scripts/tools_model_loso.py')}`",
         f"- Load average at the start: {meta['load_start']}; at the end: {meta['load_end']}",
         f"- Queries: each set's benchmark sample (seed {SEED}, at most {SAMPLE}); the query encoder for a set was "
         "trained without that set, and its hybrid weight was chosen on the other two sets' held-out scores.",
@@ -140,15 +140,21 @@ def main() -> int:
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tools_model_loso")
     parser.add_argument("--shipped", type=Path, help="a model folder whose card gets the chosen hybrid weight")
+    parser.add_argument("--report-only", action="store_true", help="reuse the scores in --out's JSON (no scoring)")
     args = parser.parse_args()
     from toolsearch.embeddings import NumpyEmbedder, ToolsEmbedder
 
-    load_start = [round(x, 2) for x in os.getloadavg()]
-    parts = {}
-    for name in args.sets.split(","):
-        embedders = {"stock": NumpyEmbedder(), "held_out": ToolsEmbedder(args.held_out / f"without-{name}")}
-        parts[name] = score(args.datasets, name, embedders)
-    meta = {"load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]}
+    if args.report_only:
+        previous = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
+        parts, meta = previous["parts"], previous["meta"]
+    else:
+        load_start = [round(x, 2) for x in os.getloadavg()]
+        parts = {}
+        for name in args.sets.split(","):
+            embedders = {"stock": NumpyEmbedder(), "held_out": ToolsEmbedder(args.held_out / f"without-{name}")}
+            parts[name] = score(args.datasets, name, embedders)
+        meta = {"load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()],
+                "command": "python scripts/tools_model_loso.py " + " ".join(sys.argv[1:])}
     shipped = report(parts, args.out, meta)
     # The fusion travels with the model: each held-out encoder gets the weight chosen without its set,
     # the shipped one the weight chosen over all three (the retrieval bench and the hybrid read it there).
