@@ -2,11 +2,18 @@
 and the README matches .ci/run.
 
 Blocks run in document order, each document in its own empty folder with TOOLSEARCH_HOME set:
-```console blocks run their `$ ` lines (continued by a trailing backslash), ```bash and ```sh
-blocks run whole, ```python blocks run in a fresh interpreter, ```js blocks run as ES modules in
-Node. Each folder starts with `tools.json`, the bundled demo catalog as a JSON list, standing for
+```console blocks run their `$ ` lines (continued by a trailing backslash) one after another in one
+shell, as a reader types them (a `source` or `export` holds for the lines after it), ```bash and
+```sh blocks run whole, ```python blocks run in a fresh interpreter, ```js blocks run as ES modules
+in Node. Each folder starts with `tools.json`, the bundled demo catalog as a JSON list, standing for
 "your tool definitions", and `node_modules`, the npm packages .ci/setup.d installs into .cache/node,
-standing for "after `npm install ...`".
+standing for "after `npm install ...`". The README is read as a newcomer reads it, after its first
+command in a fresh shell: its folder holds only `.venv` (the venv the tests run in, standing for the
+one that command made), `toolsearch` is not on PATH, and no `tools.json` is there unless a block
+makes one.
+An example that exits 0 must not print an error (a JSON `"error"` field, a traceback, `...Error:`),
+and no tool result it sent the local model may be one: an example that "works" by printing its
+failure fails here.
 A block is left out only by an
 explicit marker on the line before its fence, which must give a reason:
 
@@ -130,7 +137,8 @@ def blocks(doc: Path) -> Iterator[Block]:
 
 
 def _fake_llm_policy() -> Any:
-    """How the local model server answers the docs' provider examples: search, call, answer."""
+    """How the local model server answers the docs' provider examples: search, call, answer; a call answered with
+    an error is followed by a call of the next tool found, as a model would try another."""
     from fakes import ToolCall, Turn
 
     from toolsearch.providers.scripted import example_arguments
@@ -138,17 +146,40 @@ def _fake_llm_policy() -> Any:
     def policy(request: Any) -> Any:
         calls = request.history_calls()
         names = request.tool_names
-        searched = any(c.name == "tool_search" for c in calls)
-        called = [c for c in calls if c.name != "tool_search"]
-        if "tool_search" in names and not searched:
-            return Turn(tool_calls=[ToolCall("tool_search", {"query": request.user_text})])
-        found = [n for n in names if n != "tool_search"]
-        if found and not called:
-            return Turn(tool_calls=[ToolCall(found[0], example_arguments(request.parameters(found[0]) or {}))])
+        # toolsearch's own tool, or a framework's name for the search it delegates to toolsearch
+        search = next((n for n in names if n in SEARCH_TOOLS), None)
+        searched = any(c.name in SEARCH_TOOLS for c in calls)
+        called = [c for c in calls if c.name not in SEARCH_TOOLS]
+        if search is not None and not searched:
+            return Turn(tool_calls=[ToolCall(search, _search_arguments(request.parameters(search), request.user_text))])
+        found = [n for n in names if n not in SEARCH_TOOLS]
         results = request.tool_results()
+        untried = [n for n in found if n not in {c.name for c in called}]
+        failed = bool(called) and bool(results) and all(_is_error(r) for r in results)
+        if untried and (not called or failed):
+            return Turn(tool_calls=[ToolCall(untried[0], example_arguments(request.parameters(untried[0]) or {}))])
         return Turn(text="Done: " + (results[-1].text[:80] if results else "nothing to do"))
 
     return policy
+
+
+SEARCH_TOOLS = ("tool_search", "search_tools")  # search_tools: Pydantic AI's tool, which asks toolsearch
+
+
+def _search_arguments(schema: dict[str, Any] | None, text: str) -> dict[str, Any]:
+    """The request's words for each required text parameter of a search tool: a string, or a list of one string
+    (toolsearch's `query`, Pydantic AI's `queries`); optional ones (a namespace filter) are left out."""
+    properties = (schema or {}).get("properties") or {"query": {"type": "string"}}
+    required = set((schema or {}).get("required") or ["query"])
+    out: dict[str, Any] = {}
+    for name, prop in properties.items():
+        if name not in required:
+            continue
+        if prop.get("type") == "string":
+            out[name] = text
+        elif prop.get("type") == "array" and (prop.get("items") or {}).get("type") == "string":
+            out[name] = [text]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -179,29 +210,84 @@ def _env(folder: Path, server: Any) -> dict[str, str]:
     return env
 
 
-def _run_block(block: Block, folder: Path, env: dict[str, str]) -> None:
-    if block.lang == "console":
-        runs = [["bash", "-c", command] for command in block.commands()]
-        assert runs, f"{block.where}: console block without `$ ` lines"
-    elif block.lang in ("bash", "sh"):
-        runs = [["bash", "-euo", "pipefail", "-c", block.code]]
-    elif block.lang == "js":
-        runs = [["node", "--input-type=module", "-e", block.code]]
-    else:
-        runs = [[sys.executable, "-c", block.code]]
-    expected = block.expected_output() if block.check_output else [None] * len(runs)
-    for argv, shown_lines in zip(runs, expected, strict=True):
-        proc = subprocess.run(
-            argv, cwd=folder, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        shown = argv[-1] if block.lang == "console" else f"{block.lang} block"
+MARK = "@@docs-test@@"
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One command's outcome (for a console block, one `$ ` line of its shell session)."""
+
+    shown: str
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _session(block: Block, folder: Path, env: dict[str, str]) -> list[Ran]:
+    """A console block's `$ ` lines in one bash, as typed; each line's output and status split off by markers."""
+    commands = block.commands()
+    assert commands, f"{block.where}: console block without `$ ` lines"
+    script = "".join(f'{c}\n__rc=$?; printf "\\n{MARK} %s\\n" "$__rc"; printf "\\n{MARK}\\n" >&2\n' for c in commands)
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True,
+        timeout=BLOCK_TIMEOUT * len(commands), stdin=subprocess.DEVNULL,
+    )
+    outs = re.split(rf"\n?{re.escape(MARK)} (\d+)\n", proc.stdout)
+    errs = proc.stderr.split(f"\n{MARK}\n")
+    assert len(outs) == 2 * len(commands) + 1, f"{block.where}: the session stopped early\n{proc.stdout}\n{proc.stderr}"
+    return [Ran(c, int(outs[2 * i + 1]), outs[2 * i], errs[i] if i < len(errs) else "") for i, c in enumerate(commands)]
+
+
+# what an example prints when it failed without saying so by its exit status
+PRINTED_ERROR = re.compile(r'"error"\s*:|^Traceback \(most recent call last\)|^\w*(?:Error|Exception): ', re.M)
+
+
+def _printed_error(text: str) -> str | None:
+    found = PRINTED_ERROR.search(text)
+    return None if found is None else text[text.rfind("\n", 0, found.start()) + 1:].split("\n", 1)[0]
+
+
+def _is_error(result: Any) -> bool:
+    return bool(result.is_error) or _printed_error(result.text) is not None
+
+
+def _tool_errors(requests: list[Any]) -> list[str]:
+    """The tool results the local model was left with, when they are errors: a run that recovered from one (another
+    tool tried) is fine, one that answered on an error is not."""
+    answered = [r for r in requests if r.tool_results()]
+    return [r.text[:200] for r in answered[-1].tool_results() if _is_error(r)] if answered else []
+
+
+def _run_block(block: Block, folder: Path, env: dict[str, str], server: Any | None = None) -> None:
+    before = len(server.requests) if server is not None else 0
+    ran = _session(block, folder, env) if block.lang == "console" else [_run_one(block, folder, env)]
+    expected = block.expected_output() if block.check_output else [None] * len(ran)
+    for proc, shown_lines in zip(ran, expected, strict=True):
         assert proc.returncode == block.exit_code, (
-            f"{block.where}: `{shown}` exited {proc.returncode}, expected {block.exit_code}\n"
+            f"{block.where}: `{proc.shown}` exited {proc.returncode}, expected {block.exit_code}\n"
             f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         )
+        if block.exit_code == 0:
+            printed = _printed_error(proc.stdout)
+            assert printed is None, f"{block.where}: `{proc.shown}` exited 0 but printed an error: {printed}"
         if shown_lines is not None:
-            _assert_output(block, argv[-1], shown_lines, proc, folder)
+            _assert_output(block, proc.shown, shown_lines, proc, folder)
+    if server is not None and block.exit_code == 0:
+        errors = _tool_errors(server.requests[before:])
+        assert not errors, f"{block.where}: the example ended with a tool answering the model with an error: {errors}"
+
+
+def _run_one(block: Block, folder: Path, env: dict[str, str]) -> Ran:
+    if block.lang in ("bash", "sh"):
+        argv = ["bash", "-euo", "pipefail", "-c", block.code]
+    elif block.lang == "js":
+        argv = ["node", "--input-type=module", "-e", block.code]
+    else:
+        argv = [sys.executable, "-c", block.code]
+    proc = subprocess.run(
+        argv, cwd=folder, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL,
+    )
+    return Ran(f"{block.lang} block", proc.returncode, proc.stdout, proc.stderr)
 
 
 def _comparable(text: str, folder: Path) -> str:
@@ -211,7 +297,7 @@ def _comparable(text: str, folder: Path) -> str:
     return text.rstrip()
 
 
-def _assert_output(block: Block, command: str, shown: list[str], proc: Any, folder: Path) -> None:
+def _assert_output(block: Block, command: str, shown: list[str], proc: Ran, folder: Path) -> None:
     """The doc's lines under a command are its stdout, give or take its stderr lines (progress)."""
     stderr = {_comparable(line, folder) for line in proc.stderr.splitlines()}
     expected = [line for line in (_comparable(s, folder) for s in shown) if line not in stderr or not line]
@@ -227,17 +313,30 @@ def _assert_output(block: Block, command: str, shown: list[str], proc: Any, fold
 # a document without code blocks (docs/testing.md) has nothing to run: no case is generated for it
 @pytest.mark.parametrize("doc", [d for d in DOCS if any(blocks(d))], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
-    from toolsearch.demo import demo_tools
+    env = _env(tmp_path, llm_server)
+    if doc.name == "README.md":
+        env = _after_the_first_command(tmp_path, env)
+    else:
+        from toolsearch.demo import demo_tools
 
-    tools = [tool.to_dict() for tool in demo_tools()]
-    (tmp_path / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False), encoding="utf-8")
-    if NODE_MODULES.is_dir():
-        (tmp_path / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
+        tools = [tool.to_dict() for tool in demo_tools()]
+        (tmp_path / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False), encoding="utf-8")
+        if NODE_MODULES.is_dir():
+            (tmp_path / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
     found = list(blocks(doc))
     runnable = [b for b in found if b.skip is None]
-    env = _env(tmp_path, llm_server)
     for block in runnable:
-        _run_block(block, tmp_path, env)
+        _run_block(block, tmp_path, env, llm_server)
+
+
+def _after_the_first_command(folder: Path, env: dict[str, str]) -> dict[str, str]:
+    """A fresh shell in a clone where the README's first command ran: `.venv` there, nothing on PATH from it."""
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "activate").is_file(), f"the tests run in {venv}, which is not a venv"
+    (folder / ".venv").symlink_to(venv, target_is_directory=True)
+    bins = {str(venv / "bin"), str(Path(sys.executable).parent)}
+    path = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p not in bins)
+    return {k: v for k, v in env.items() if k != "VIRTUAL_ENV"} | {"PATH": path}
 
 
 def test_docs_exist() -> None:
@@ -331,7 +430,7 @@ def test_integrations_says_which_openai_api_each_example_calls(tmp_path: Path, l
         if block.skip is not None or block.lang != "python" or framework is None:
             continue
         before = len(llm_server.requests)
-        _run_block(block, tmp_path, env)
+        _run_block(block, tmp_path, env, llm_server)
         seen.setdefault(framework, set()).update(r.path for r in llm_server.requests[before:])
     assert seen == expected
 
@@ -364,3 +463,52 @@ def test_docstring_examples_run() -> None:
         runner.run(test)
     failed, attempted = runner.summarize(verbose=False)
     assert attempted and not failed, f"{failed} of {attempted} docstring examples failed (see the output above)"
+
+
+# --- the docs test itself: an example that prints its failure fails ------------------------------------------------
+
+
+def test_an_example_that_prints_an_error_fails(tmp_path: Path, llm_server: Any) -> None:
+    env = _env(tmp_path, llm_server)
+    code = "print('Done: ' + '{\"error\":\"Please provide a query.\"}')\n"
+    printed = Block(ROOT / "docs" / "example.md", 1, "python", code)
+    with pytest.raises(AssertionError, match=r"docs/example.md:1: `python block` exited 0 but printed an error: Done:"):
+        _run_block(printed, tmp_path, env, llm_server)
+    traced = Block(ROOT / "docs" / "example.md", 3, "console", "$ echo 'ValueError: no tools'\n")
+    with pytest.raises(AssertionError, match="printed an error: ValueError: no tools"):
+        _run_block(traced, tmp_path, env, llm_server)
+    # an example whose tool answered the model with an error, though it printed nothing wrong
+    answered = '''
+from openai import OpenAI
+call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+OpenAI().chat.completions.create(model="m", messages=[
+    {"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+    {"role": "tool", "tool_call_id": "c1", "content": '{"error": "city is required"}'}],
+    tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])
+print("ok")
+'''
+    with pytest.raises(AssertionError, match="the example ended with a tool answering the model with an error"):
+        _run_block(Block(ROOT / "docs" / "example.md", 5, "python", answered), tmp_path, env, llm_server)
+    fine = Block(ROOT / "docs" / "example.md", 7, "console", "$ echo 'no errors here'\n$ export X=1\n$ echo $X\n")
+    _run_block(fine, tmp_path, env, llm_server)  # and a console block is one shell: the export holds
+
+
+def test_the_readme_block_needs_no_tools_json_and_no_path(tmp_path: Path, llm_server: Any) -> None:
+    """Its CLI block starts from nothing but `.venv`: it activates it and writes its own tools.json."""
+    env = _after_the_first_command(tmp_path, _env(tmp_path, llm_server))
+    where = subprocess.run(["bash", "-c", "command -v toolsearch || echo none"], env=env, capture_output=True,
+                           text=True, check=True)
+    assert where.stdout.strip() == "none", "toolsearch must not be on PATH before the README activates .venv"
+    cli = next(b for b in blocks(ROOT / "README.md") if b.lang == "console")
+    assert cli.commands()[0] == "source .venv/bin/activate" and "tools.json" in cli.commands()[1]
+    assert not (tmp_path / "tools.json").exists()
+
+
+def test_contributing_installs_what_ci_installs() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text()
+    extras = re.search(r"pip\"? install -e '(\.\[[^\]]+\])'", ci)
+    assert extras and f"pip install -e '{extras.group(1)}'" in text, "CONTRIBUTING's set-up drifted from .ci/run"
+    assert "toolsearch model install" in text and ".ci/setup.d/*.sh" in text and "when present" not in text
+    for source in ("bfcl-eval", "scripts/record_embedder_reference.py", "tests/data/demo_queries.jsonl"):
+        assert source in text, f"CONTRIBUTING does not say where {source} comes in"
