@@ -2,7 +2,8 @@
 
 A file that happens to sit next to this checkout on one machine (a data set, a config) must never be what makes a
 test pass, since a fresh clone has nothing beside it. `install()` adds an audit hook (PEP 578) to this process that
-refuses every `open`, `os.listdir` and `os.scandir` outside the allowed folders, and every subprocess whose
+refuses every `open`, `os.listdir` and `os.scandir` outside the allowed folders (those, and the few per-user folders
+a library keeps its own state in: `library_dirs`), and every subprocess whose
 arguments or working folder name a path beside the clone. A refusal raises PermissionError in the code that tried,
 and is also recorded: code that catches OSError (a fallback, a probe) cannot hide it, because the session fails on
 any recorded refusal (tests/conftest.py). The hook runs in this process only; the processes tests start are not
@@ -26,6 +27,17 @@ SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "
 AUDITED = {"open", "os.listdir", "os.scandir"}
 
 
+def library_dirs() -> list[str]:
+    """Per-user folders a library keeps its own state in, made on demand on any machine: matplotlib's config and
+    font list, and the font folders it scans. Named one by one: the rest of $HOME (a model hub's cache, say) is not
+    something a fresh machine has."""
+    home = Path.home()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache")
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    data = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
+    return [str(p) for p in (cache / "matplotlib", config / "matplotlib", data / "fonts", home / ".fonts")]
+
+
 class OutsideTheClone(PermissionError):
     """A read the test session refuses: the path lies outside the clone, its venv, temp and system folders."""
 
@@ -45,7 +57,7 @@ class CloneOnly:
         self.clone = _real(clone)
         venv = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()]
         temp = [tempfile.gettempdir(), os.environ.get("TMPDIR") or tempfile.gettempdir()]
-        roots = {self.clone, *map(_real, venv), *map(_real, temp), *map(_real, extra)}
+        roots = {self.clone, *map(_real, venv), *map(_real, temp), *map(_real, library_dirs()), *map(_real, extra)}
         roots |= {d for d in SYSTEM_DIRS if os.path.isdir(d)} | {_real(d) for d in SYSTEM_DIRS if os.path.isdir(d)}
         self.roots = tuple(sorted(roots))
         # What is beside the clone: its parent's other entries, refused even where an allowed folder holds them (a
