@@ -119,7 +119,8 @@ def run_eval(
 
     if args.usage:
         if folder is None:
-            raise EvalError(f"--usage reads the usage log beside an index; {' '.join(args.source)} are tool files")
+            files = " ".join(args.source) + (" is a tool file" if len(args.source) == 1 else " are tool files")
+            raise EvalError(f"--usage reads the usage log beside an index; {files}")
         queries, label_source = usage_queries(folder), f"usage log of {folder.name}"
     else:
         queries, label_source = load_queries(args.queries), str(args.queries)
