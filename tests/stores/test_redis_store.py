@@ -148,6 +148,23 @@ def test_a_turn_is_one_read_and_one_compare_and_set_on_redis(redis_server: Redis
     assert {"weather_current", "email_send", "calculator"} <= set(session.discovered)
 
 
+def test_a_conflicting_update_starts_again_from_the_newer_state_without_reading_it(redis_server: RedisServer) -> None:
+    store = _store(redis_server, ttl_seconds=60)
+    store.create(SessionState("race"))
+    stale = store.get("race")
+    assert stale is not None
+    store.update("race", lambda state: state.discovered.append("email_send"))  # another worker wrote meanwhile
+    client = redis_server.client()
+    client.config_resetstat()
+    kept = store.update("race", lambda state: state.discovered.append("calculator"), base=stale)
+    commands = {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
+    # two compare-and-sets, the first answered with the newer state: no GETEX between them
+    assert commands == {"config|resetstat": 1, "evalsha": 2, "get": 2, "pexpire": 1, "set": 1}, commands
+    assert kept.discovered == ["email_send", "calculator"] and kept.version == 2
+    assert store.get("race") == kept
+    assert 0 < client.pttl(store.key("race")) <= 60_000
+
+
 # --- Redis down or slow ---------------------------------------------------------------------------
 
 

@@ -6,21 +6,32 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from .._errors import SessionStoreError, ToolSearchError
+from .._errors import CatalogStoreError, SessionStoreError, ToolSearchError
+from ..pg._connect import OUTAGE_HOLD_SECONDS
 from .source import error_result
 
-__all__ = ["GATEWAY", "mcp_error", "tool_error", "protocol_error"]
+__all__ = ["CATALOG_UNAVAILABLE", "GATEWAY", "RETRY_AFTER_SECONDS", "mcp_error", "tool_error", "protocol_error"]
 
 GATEWAY = "toolsearch gateway"
+
+# JSON-RPC's implementation-defined server-error range, beside the rate limit's -32029 (toolsearch.mcp.guard): the
+# catalog store failed, nothing was served. Over HTTP the answer is 503 with Retry-After (toolsearch.mcp.outage);
+# on stdio the error itself says when to retry (`data.retryAfter`, seconds).
+CATALOG_UNAVAILABLE = -32030
+RETRY_AFTER_SECONDS = OUTAGE_HOLD_SECONDS  # how long a store failure stands without news (toolsearch.pg._connect)
 
 
 def mcp_error(exc: BaseException, what: str = GATEWAY) -> types.ErrorData:
     """The JSON-RPC code and message for `exc`, raised while serving `what` (a tool name or the gateway).
 
     The message is ours, which already says what to do; a store failure adds that nothing changed, so a
-    client may retry. Bad input (the tree's ValueError / TypeError kinds) is the caller's to fix: invalid
-    params; everything else is the server's: internal error.
+    client may retry. A catalog store that failed (CatalogStoreError) is CATALOG_UNAVAILABLE with when to retry:
+    never an answer from a catalog the gateway could not read. Bad input (the tree's ValueError / TypeError kinds)
+    is the caller's to fix: invalid params; everything else is the server's: internal error.
     """
+    if isinstance(exc, CatalogStoreError):
+        message = f"{what}: {exc}. Nothing was served; retry in {RETRY_AFTER_SECONDS} s."
+        return types.ErrorData(code=CATALOG_UNAVAILABLE, message=message, data={"retryAfter": RETRY_AFTER_SECONDS})
     if isinstance(exc, SessionStoreError):
         message = f"{what}: {exc}. This request changed nothing; retry once the session store answers."
         return types.ErrorData(code=INTERNAL_ERROR, message=message)
@@ -36,4 +47,4 @@ def tool_error(exc: BaseException, what: str = GATEWAY) -> types.CallToolResult:
 def protocol_error(exc: BaseException, what: str = GATEWAY) -> MCPError:
     """`exc` as a JSON-RPC error to raise from a handler: the form for a request that could not be served."""
     error = mcp_error(exc, what)
-    return MCPError(code=error.code, message=error.message)
+    return MCPError.from_error_data(error)

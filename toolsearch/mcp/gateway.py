@@ -33,9 +33,11 @@ from ..metatool import ToolSearchMetaTool
 from ..stores import InMemorySessionStore, SessionStore
 from .caller import is_modern
 from .caps import ConnectionCaps, caller_caps
+from .errors import protocol_error
 from .handshake import HandshakeEra
 from .identity import SessionIdentity
 from .modern import ModernEra
+from .outage import CatalogOutage, catalog_outage
 from .rules import GatewayRules, resolve_pins
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, url_host
 from .shared import CatalogBoard, SharedIndex
@@ -171,7 +173,16 @@ class Gateway:
                 return dict(tool.input_schema)
         return None
 
+    def _catalog_answers(self) -> None:
+        """While the catalog store is known to be failing, a request that needs the catalog is refused at once (a
+        protocol error, 503 over HTTP) rather than served from a copy the gateway cannot check or left to wait
+        on a store that does not answer."""
+        failure = catalog_outage(self.rules.index)
+        if failure is not None:
+            raise protocol_error(failure)
+
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        self._catalog_answers()
         if params is not None and params.cursor is not None:
             # The list is always one page, so any cursor is one we never issued.
             raise MCPError(
@@ -184,6 +195,7 @@ class Gateway:
         return await self.handshake.list_tools(ctx, asker)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        self._catalog_answers()
         asker = self.rules.resolve(ctx)
         if is_modern(ctx.protocol_version):
             return await self.modern.call_tool(ctx, asker, params)
@@ -279,6 +291,7 @@ class Gateway:
         checked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         if self.session_header is None:
             app = self.server.streamable_http_app(streamable_http_path=path, host=host, transport_security=checked)
+            app = self._outage_answers(app, path)
             if not self.caps.per_connection:
                 return app
             idle = getattr(getattr(self.server, "_session_manager", None), "session_idle_timeout", None)
@@ -286,6 +299,7 @@ class Gateway:
         app = self.server.streamable_http_app(
             streamable_http_path=path, host=host, stateless_http=True, transport_security=checked
         )
+        app = self._outage_answers(app, path)
         return SessionIdentity(
             app,
             header=self.session_header,
@@ -295,6 +309,12 @@ class Gateway:
             register=lambda key: self.store_call(self.handshake.register, key),
             caps=self.caps.sessions,
         )
+
+    def _outage_answers(self, app: Any, path: str) -> Any:
+        """With the catalog in a store (Postgres), a request refused while it fails is answered 503 + Retry-After."""
+        if not callable(getattr(self.rules.index, "outage", None)):
+            return app  # local files: no store to fail, and no answer held back to look at
+        return CatalogOutage(app, path=path)
 
     async def run_http(
         self,

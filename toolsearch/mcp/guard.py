@@ -63,10 +63,21 @@ def is_loopback(host: str) -> bool:
 
 
 async def jsonrpc_error_response(
-    send: Send, status: int, code: int, message: str, headers: Iterable[tuple[str, str]] = ()
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    headers: Iterable[tuple[str, str]] = (),
+    *,
+    request_id: str | int | None = None,
+    data: Any = None,
 ) -> None:
-    """Answer with `status` and a JSON-RPC error without an id (the request body is not read)."""
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    """Answer with `status` and a JSON-RPC error: without an id when the request body was not read, else with the
+    request's `request_id`; `data` is the error's optional `data` member."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
     await send({"type": "http.response.start", "status": status, "headers": raw})

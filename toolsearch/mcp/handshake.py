@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 
 from .. import tracing
-from .._errors import SessionError, SessionStoreError, ToolSearchError
+from .._errors import CatalogStoreError, SessionError, SessionStoreError, ToolSearchError
 from ..index import ToolIndex
 from ..session import Session, SessionManager
 from ..stores import SessionStore
@@ -32,7 +32,7 @@ from .errors import protocol_error, tool_error
 from .identity import session_key
 from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, with_text
 from .pinning import repinned_text
-from .rules import Asker, GatewayRules
+from .rules import Asker, Found, GatewayRules
 from .source import mcp_definition
 
 __all__ = ["HandshakeEra"]
@@ -40,6 +40,7 @@ __all__ = ["HandshakeEra"]
 logger = logging.getLogger("toolsearch.mcp")
 
 Run = Callable[..., Awaitable[Any]]
+T = TypeVar("T")
 
 _SESSION_KEY = "toolsearch.session"
 _CALL_TOOL_HINT = (
@@ -128,19 +129,26 @@ class HandshakeEra:
             return self.sessions.get_or_create(session_id, allowed=None, pinned=pinned).view()
         return Session(self.sessions, state, snapshot=True).view()
 
-    async def _opened(self, ctx: Any, asker: Asker) -> Session:
-        """The request's session, read once; a store that fails is a protocol error naming it (nothing changed)."""
+    async def _in_session(self, ctx: Any, asker: Asker, work: Callable[[Session], T]) -> T:
+        """`work` on the request's session, in one thread hop: one store read, `work`, and one atomic write of what
+        it changed (none when nothing did). A store that fails (the session store, or the catalog store a search
+        reads) is a protocol error naming it: nothing ran that a retry would repeat (an upstream tool is called
+        only after this returns)."""
+        session_id = self.session_id(ctx, asker.caller)
+        tracing.gateway_session(session_id)
+
+        def run() -> T:
+            session = self._open(session_id)
+            result = work(session)
+            if session._pending:
+                session.commit()
+            return result
+
         try:
-            session_id = self.session_id(ctx, asker.caller)
-            tracing.gateway_session(session_id)
-            return await self.store_call(self._open, session_id)  # type: ignore[no-any-return]
-        except SessionError as exc:
+            return await anyio.to_thread.run_sync(run)
+        except (SessionError, CatalogStoreError) as exc:
             logger.warning("%s failed: %s", ctx.method, exc)
             raise protocol_error(exc) from None
-
-    async def _commit(self, session: Session) -> None:
-        if session._pending:  # nothing changed: no thread hop, no store round trip
-            await self.store_call(session.commit)
 
     async def close(self, session_id: str) -> None:
         self.clients.pop(session_id, None)
@@ -162,14 +170,7 @@ class HandshakeEra:
 
     async def list_tools(self, ctx: Any, asker: Asker) -> types.ListToolsResult:
         """The session's list for this asker: tool_search, call_tool, and the pinned and found tools it may use."""
-        session = await self._opened(ctx, asker)
-        try:
-            result = await anyio.to_thread.run_sync(self._listing, asker, session)  # store reads and writes
-            await self._commit(session)
-        except SessionError as exc:
-            logger.warning("tools/list failed: %s", exc)
-            raise protocol_error(exc) from None
-        return result
+        return await self._in_session(ctx, asker, lambda session: self._listing(asker, session))
 
     def _listing(self, asker: Asker, session: Session) -> types.ListToolsResult:
         shown = self.rules.shown(asker, session)  # binds the session to the asker's rights first
@@ -184,51 +185,42 @@ class HandshakeEra:
 
     async def call_tool(self, ctx: Any, asker: Asker, params: types.CallToolRequestParams) -> types.CallToolResult:
         """A search, or a call of an upstream tool (by its name or through call_tool); what fails in it is a
-        tool error the model reads, except a session store that fails before anything ran (a protocol error)."""
-        session = await self._opened(ctx, asker)
+        tool error the model reads, except a store that fails before anything ran (a protocol error)."""
         name, arguments = params.name, dict(params.arguments or {})
         try:
             if name == self.rules.metatool.name:
-                result = await self._search(ctx, asker, session, arguments)
-            elif name == CALL_TOOL and self.rules.settings.call_tool:
+                return await self._search(ctx, asker, arguments)
+            via_call_tool = name == CALL_TOOL and self.rules.settings.call_tool
+            if via_call_tool:
                 target = call_tool_target(self.rules.metatool, arguments)
                 if isinstance(target, types.CallToolResult):
                     return target
-                result = await self._forward(ctx, asker, session, *target, via_call_tool=True)
-            else:
-                result = await self._forward(ctx, asker, session, name, arguments, via_call_tool=False)
-        except SessionError as exc:  # the store failed before the tool ran: nothing changed, the client may retry
-            logger.warning("tools/call failed: %s", exc)
-            raise protocol_error(exc) from None
+                name, arguments = target
+            return await self._forward(ctx, asker, name, arguments, via_call_tool=via_call_tool)
         except ToolSearchError as exc:
             logger.warning("%s failed: %s", name, exc)
             return tool_error(exc)
-        try:
-            await self._commit(session)
-        except SessionError as exc:
-            # The tool ran: an error now would invite the model to run it again. What is lost is
-            # bookkeeping (last-use ticks); a change the client was told of was written before.
-            logger.warning("tools/call answered, but its session update was not saved: %s", exc)
-        return result
 
-    async def _search(
-        self, ctx: Any, asker: Asker, session: Session, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
-        before = session.discovered
-        found = await anyio.to_thread.run_sync(self.rules.search, asker, session, arguments, session.id)
+    async def _search(self, ctx: Any, asker: Asker, arguments: dict[str, Any]) -> types.CallToolResult:
+        def search(session: Session) -> tuple[Found, bool]:
+            before = session.discovered
+            found = self.rules.search(asker, session, arguments, session.id)
+            return found, session.discovered != before
+
+        # The change is written (in the same hop) before the client is told: it lists its tools next, maybe
+        # through another worker.
+        found, discovered = await self._in_session(ctx, asker, search)
         outcome = found.outcome
         text = outcome.text
         if found.repinned:  # the model is told, not just shown: a changed tool is news it must read
             text += "\n" + repinned_text(found.repinned)
         if outcome.ok and outcome.tools and self.rules.settings.call_tool:
             text += "\n" + _CALL_TOOL_HINT.format(call=CALL_TOOL)
-        if session.discovered != before or found.repinned:
-            await self._notify_changed(ctx, session)
+        if discovered or found.repinned:
+            await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
-    async def _notify_changed(self, ctx: Any, session: Session) -> None:
-        # Write the change first: a notified client lists its tools next, maybe through another worker.
-        await self._commit(session)
+    async def _notify_changed(self, ctx: Any) -> None:
         # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
         try:
             await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
@@ -236,12 +228,14 @@ class HandshakeEra:
             logger.warning("could not send tools/list_changed: %s", exc)
 
     async def _forward(
-        self, ctx: Any, asker: Asker, session: Session, name: str, arguments: dict[str, Any], *, via_call_tool: bool
+        self, ctx: Any, asker: Asker, name: str, arguments: dict[str, Any], *, via_call_tool: bool
     ) -> types.CallToolResult:
-        admitted = await anyio.to_thread.run_sync(self.rules.admit, asker, session, name, arguments)
+        # The session is written before the upstream call (its last-use tick, a tool that joined the list): a store
+        # that fails then refuses the call before it ran, never after, when an error would invite a second run.
+        admitted = await self._in_session(ctx, asker, lambda session: self.rules.admit(asker, session, name, arguments))
         if isinstance(admitted, types.CallToolResult):
             return admitted
         if admitted.joined:  # a tool called by name joins this session's list, like a found one
-            await self._notify_changed(ctx, session)
+            await self._notify_changed(ctx)
         result = await self.rules.call(asker, admitted, str(getattr(ctx, "request_id", "")))
         return with_text(result) if via_call_tool else result

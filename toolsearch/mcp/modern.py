@@ -23,14 +23,14 @@ import anyio.to_thread
 import mcp_types as types
 
 from .. import tracing
-from .._errors import ToolSearchError
+from .._errors import CatalogStoreError, ToolSearchError
 from ..index import ToolIndex
 from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..stores.limits import Claim
 from .caller import Caller
 from .caps import StoreCaps, contexts_refused
-from .errors import tool_error
+from .errors import protocol_error, tool_error
 from .metatools import (
     CALL_TOOL,
     CONTEXT_ARGUMENT,
@@ -190,6 +190,9 @@ class ModernEra:
             if name == self.rules.metatool.name:  # a search may embed the query: always off the event loop
                 return await anyio.to_thread.run_sync(self.search, asker, arguments)
             return await self.call(asker, name, arguments, str(getattr(ctx, "request_id", "")))
+        except CatalogStoreError as exc:  # never an answer from a catalog that could not be read: a protocol error
+            logger.warning("%s failed: %s", name, exc)
+            raise protocol_error(exc) from None
         except ToolSearchError as exc:
             logger.warning("%s failed: %s", name, exc)
             return tool_error(exc)

@@ -128,7 +128,9 @@ class DefinitionPins:
     def record(self, session: Session, tools: Iterable[Tool], *, refresh: bool = False) -> dict[str, str]:
         """Pin the definitions of `tools` the session has not pinned yet (all of them with `refresh`).
 
-        One atomic update of the store, and none when nothing would change; returns the pins.
+        One change of the session, and none when nothing would change; returns the pins. On a view (what a
+        gateway request works on) the change joins the view's one commit, so a request that pins and discovers
+        writes its session once; on a plain handle it is one atomic update of the store.
         """
         tools = list(tools)
         self.archive.add(tools)  # what a session sees now is what it may be shown later
@@ -138,15 +140,17 @@ class DefinitionPins:
         if all((pins.get(n) == fp) if refresh else (n in pins) for n, fp in wanted.items()):
             return pins
 
-        def pin(state: SessionState) -> None:
+        def pin(state: SessionState) -> dict[str, str]:
             current = self.pins_of(state)  # a store may rerun this on a newer state: no outside reads
             for name, fingerprint in wanted.items():
                 if refresh or name not in current:
                     current[name] = fingerprint
             state.metadata[PINS_KEY] = current
+            return dict(current)
 
-        stored = session.manager.store.update(session.id, pin)
-        return self.pins_of(stored)
+        # Not the store directly: a write beside the view's own commit made that commit conflict (a re-read
+        # and a second compare-and-set: four Redis round trips more per search).
+        return session._change(pin)
 
     def refresh(self, session: Session, tools: Iterable[Tool]) -> list[Repinned]:
         """Re-pin `tools` to their current definitions (what a search does); the ones whose pin changed."""

@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 import mcp_types as types
 
-from .._errors import AugmentationError
+from .._errors import AugmentationError, UsageError
 from ..catalog import Catalog
 from ..executor import ExecutorConfig, ToolExecutor, invalid_arguments_text
 from ..index import ToolIndex
@@ -403,7 +404,14 @@ class GatewayRules:
         result = await self.source.call_tool(
             admitted.name, admitted.arguments, max_result_bytes=self.settings.options.max_result_bytes
         )
-        self.usage.called(admitted.usage_id, admitted.name, not result.is_error)
+        ok = not result.is_error
+        try:
+            if ok and self.usage.remote:  # a Redis round trip: off the event loop, which serves every other request
+                await anyio.to_thread.run_sync(self.usage.called, admitted.usage_id, admitted.name, ok)
+            else:
+                self.usage.called(admitted.usage_id, admitted.name, ok)
+        except UsageError as exc:  # the tool ran: its answer stands (an error would invite a second run)
+            logger.warning("the usage log could not credit a call of %s: %s", admitted.name, exc)
         return result
 
 

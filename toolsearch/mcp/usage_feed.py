@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..usage import (
     FileUsageStore,
+    InMemoryPendingSearches,
     InMemoryUsageStore,
     PendingSearches,
     Privacy,
@@ -84,6 +85,11 @@ class GatewayUsage:
     @property
     def log(self) -> UsageLog:
         return self.recorder.log
+
+    @property
+    def remote(self) -> bool:
+        """Whether crediting a call is a network round trip (the pending searches are shared, in Redis)."""
+        return self.enabled and not isinstance(self.recorder.pending, InMemoryPendingSearches)
 
     def searched(self, session_id: str, query: str | None, shown: Sequence[str]) -> None:
         self.recorder.record_search(session_id, query, shown)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +19,16 @@ from typing import Any, ClassVar, TypeVar
 from .._errors import BackendError, CatalogStoreError, missing_dependency
 from .._redact import HIDDEN, redacted_url
 
-__all__ = ["STORE_ENV", "PG_SCHEMES", "StoreSettings", "display_dsn", "is_postgres_url", "Connector", "default_dsn"]
+__all__ = [
+    "STORE_ENV",
+    "PG_SCHEMES",
+    "OUTAGE_HOLD_SECONDS",
+    "StoreSettings",
+    "display_dsn",
+    "is_postgres_url",
+    "Connector",
+    "default_dsn",
+]
 
 STORE_ENV = "TOOLSEARCH_STORE"
 PG_SCHEMES = ("postgres", "postgresql")
@@ -28,6 +38,12 @@ T = TypeVar("T")
 
 # A statement gets statement_timeout on the server; the client waits this much longer before it cuts the socket.
 _CLIENT_GRACE = 1.0
+
+# How long a failure of the store stands without news of it: meanwhile `Connector.outage` names it, so a server
+# (the gateway) refuses requests that need the store at once instead of leaving each to wait `timeout` on a store
+# known to be down; the first request after it tries the store again, and a success (or the change watcher
+# reaching the store again) ends it sooner. Also the Retry-After the gateway sends.
+OUTAGE_HOLD_SECONDS = 5
 
 
 def _cut_off(conn: Any, cut: threading.Event) -> None:
@@ -142,6 +158,7 @@ class Connector:
         )
         self._opened = False
         self._open_lock = threading.Lock()
+        self._failure: tuple[float, CatalogStoreError] | None = None  # (when, what) of the last outage, until news
 
     @classmethod
     def shared(cls, dsn: str, settings: StoreSettings) -> Connector:
@@ -214,7 +231,9 @@ class Connector:
                 if not slow:
                     deadline.start()
                 try:
-                    return fn(conn)
+                    result = fn(conn)
+                    self.answered()
+                    return result
                 except self._errors as exc:
                     stale = isinstance(exc, self._psycopg.OperationalError) and not cut.is_set() and conn.broken
                     if read and stale and attempt == 1:
@@ -224,12 +243,37 @@ class Connector:
                     deadline.cancel()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # --- outages: what a server tells its clients while the store fails -------------------------------------
+
+    def outage(self) -> CatalogStoreError | None:
+        """The store's last failure while it stands: no success since, and at most OUTAGE_HOLD_SECONDS old."""
+        failure = self._failure
+        if failure is None or time.monotonic() - failure[0] > OUTAGE_HOLD_SECONDS:
+            return None
+        return failure[1]
+
+    def failed(self, error: CatalogStoreError) -> CatalogStoreError:
+        """Record an outage (said once in the log, when it starts); returns `error`."""
+        if self._failure is None:
+            logger.warning("%s; what needs the catalog store fails until it answers", error)
+        self._failure = (time.monotonic(), error)
+        return error
+
+    def answered(self) -> None:
+        """The store answered: an outage recorded before is over."""
+        if self._failure is not None:
+            self._failure = None
+            logger.warning("catalog store %s answers again", self.shown)
+
     def error(self, what: str, exc: BaseException, *, hung: bool = False) -> CatalogStoreError:
-        """The one translation of a driver or pool failure: what failed, where, why, and what to do."""
+        """The one translation of a driver or pool failure: what failed, where, why, and what to do. A failure of
+        the store itself (down, restarting, hung, slow, out of connections, refusing the credentials) is recorded
+        as an outage (`outage`); an error in a statement is not."""
         import psycopg_pool
 
         psycopg = self._psycopg
         detail = " ".join(str(exc).split()) or type(exc).__name__
+        outage = True
         if hung:
             why = f"Postgres did not answer within {self.settings.timeout:g} s (hung, or very slow)"
         elif isinstance(exc, psycopg_pool.PoolTimeout):
@@ -245,6 +289,7 @@ class Connector:
             why = "the connection failed or was lost (Postgres down or restarting)"
         else:
             why = f"{type(exc).__name__}"
+            outage = False
         # a failed connection carries no SQLSTATE: the server's words say which failure it was
         if "password authentication failed" in detail:
             why = "Postgres refused the credentials: check the user and password of the DSN"
@@ -253,7 +298,8 @@ class Connector:
         advice = ("fix the DSN, or the role's password in Postgres" if "credentials" in why
                   else "nothing was half written; retry once Postgres answers")
         message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); {advice}"
-        return CatalogStoreError(self.scrub(message))
+        error = CatalogStoreError(self.scrub(message))
+        return self.failed(error) if outage else error
 
     def scrub(self, text: str) -> str:
         return text.replace(self._secret, HIDDEN) if self._secret else text

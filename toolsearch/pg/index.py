@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import IndexNotFoundError, InvalidArgumentError
+from .._errors import CatalogStoreError, IndexNotFoundError, InvalidArgumentError
 from ..backends import get_backend_spec
 from ..catalog import Catalog
 from ..index import ToolIndex
@@ -54,8 +54,7 @@ class PostgresIndex(ToolIndex):
         if poll is not None:
             row = backend.row
             assert row is not None
-            self._watcher = Watcher(backend.connector.direct, row.id, self._heard, poll=poll,
-                                    shown=backend.store).start()
+            self._watcher = Watcher(backend.connector, row.id, self._heard, poll=poll).start()
 
     # --- opening -----------------------------------------------------------------------------------
 
@@ -116,6 +115,12 @@ class PostgresIndex(ToolIndex):
     def version(self) -> int:
         """The catalog version this process holds."""
         return self._version
+
+    def outage(self) -> CatalogStoreError | None:
+        """The store's failure while it stands (down, restarting, hung, slow, out of connections; see
+        `Connector.outage`), else None: a server refuses what needs the catalog meanwhile (the gateway answers
+        503 with Retry-After) rather than answer from a copy it cannot check."""
+        return self._pg.connector.outage()
 
     def on_change(self, callback: Callable[[PostgresIndex], None]) -> None:
         self._listeners.append(callback)

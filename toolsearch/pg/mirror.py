@@ -12,12 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import CatalogStoreError, IndexNotFoundError
 from ..catalog import Catalog
 from ..tools import Tool
 from .schema import CHANNEL, tools_table
+
+if TYPE_CHECKING:
+    from ._connect import Connector
 
 __all__ = ["Snapshot", "read_whole", "read_since", "Watcher"]
 
@@ -89,16 +92,18 @@ def read_since(conn: Any, catalog_id: int, name: str, base: Snapshot) -> Snapsho
 
 class Watcher:
     """A daemon thread that calls `on_version(version)` when the catalog's version moves: at once on a NOTIFY,
-    else within `poll` seconds. A lost connection is logged once and opened again until `stop`."""
+    else within `poll` seconds. A lost connection is an outage of the store (`Connector.failed`: logged once,
+    and what needs the store is refused meanwhile); it is opened again until `stop`, and once it is, the outage is
+    over and the pool's connections to the old server are dropped."""
 
     def __init__(
-        self, connect: Callable[[], Any], catalog_id: int, on_version: Callable[[int], None], *, poll: float, shown: str
+        self, connector: Connector, catalog_id: int, on_version: Callable[[int], None], *, poll: float
     ) -> None:
-        self._connect = connect
+        self._connector = connector
         self.catalog_id = catalog_id
         self._on_version = on_version
         self.poll = poll
-        self.shown = shown
+        self.shown = connector.shown
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"toolsearch-pg-watch-{catalog_id}", daemon=True)
 
@@ -115,10 +120,12 @@ class Watcher:
         while not self._stop.is_set():
             conn = None
             try:
-                conn = self._connect()
+                conn = self._connector.direct()
                 conn.execute(f"LISTEN {CHANNEL}")
                 if failing:
-                    logger.warning("catalog store %s answers again; following catalog changes", self.shown)
+                    self._connector.answered()
+                    # a restarted server left the pool's idle connections dead: drop them here, not in a request
+                    self._connector.pool.check()
                 failing = False
                 self._check(conn)  # whatever changed while not listening
                 while not self._stop.is_set():
@@ -127,10 +134,13 @@ class Watcher:
                         heard = note.payload.split(":", 1)[0] == str(self.catalog_id)
                     if heard or not self._stop.is_set():
                         self._check(conn)
-            except Exception as exc:  # the store is down or restarting: try again; searches report it themselves
-                if not failing:
-                    logger.warning("lost the catalog store %s while following changes (%s); retrying",
-                                   self.shown, exc if isinstance(exc, CatalogStoreError) else type(exc).__name__)
+            except Exception as exc:  # the store is down or restarting: an outage until it answers; try again
+                if not isinstance(exc, CatalogStoreError):  # (a catch-up's error is translated and recorded already)
+                    if isinstance(exc, self._connector._errors):
+                        self._connector.error("follow catalog changes", exc)
+                    else:
+                        logger.warning("following changes of the catalog store %s failed (%s); retrying",
+                                       self.shown, type(exc).__name__)
                 failing = True
                 self._stop.wait(min(self.poll, 1.0))
             finally:

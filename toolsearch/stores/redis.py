@@ -29,14 +29,18 @@ INLINE_ALLOWED = 64
 _CACHED_SUBSETS = 256
 
 # Compare-and-set in one server-side step: the new state is written only when the key still
-# holds the version this update read, so a concurrent writer is detected (the caller retries)
-# and nothing is ever half written. Unreadable text counts as a conflict: the retry's read
-# reports it clearly.
+# holds the version this update read, so a concurrent writer is detected and nothing is ever
+# half written. A conflict answers with the newer state itself (its idle TTL renewed, as a read
+# renews it), so the retry starts from it without a second round trip to read it; unreadable
+# text is answered the same way, and decoding it reports it clearly. -1: no such session; 1: written.
 _CAS = """
 local current = redis.call('GET', KEYS[1])
 if not current then return -1 end
 local ok, state = pcall(cjson.decode, current)
-if not ok or type(state) ~= 'table' or state['version'] ~= tonumber(ARGV[1]) then return 0 end
+if not ok or type(state) ~= 'table' or state['version'] ~= tonumber(ARGV[1]) then
+  if ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+  return current
+end
 if ARGV[3] == '' then
   redis.call('SET', KEYS[1], ARGV[2])
 else
@@ -190,6 +194,11 @@ class RedisSessionStore:
             raw = self._call("read a session", self._client.getex, key, px=self._ttl_ms)
         if raw is None:
             return None
+        return self._decode(session_id, raw)
+
+    def _decode(self, session_id: str, raw: bytes | str) -> SessionState:
+        """A session's stored text as its state (the allowed subset it refers to read once per process)."""
+        key = self.key(session_id)
         where = f"key {key!r} in {self.url}"
         try:
             data = json.loads(raw)
@@ -215,8 +224,10 @@ class RedisSessionStore:
         return bool(results[-1])
 
     def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        """One atomic read-modify-write: a read (none when `base`, the caller's earlier read, is given) and one
+        compare-and-set; a conflict's answer is the newer state, which the next attempt starts from."""
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            if base is not None:  # the caller's earlier read stands in for this attempt's read
+            if base is not None:  # an earlier read (the caller's, or the conflicting state) stands in for a read
                 state, base = base.copy(), None
             else:
                 state = self.get(session_id) or _raise(_unknown(session_id))
@@ -228,10 +239,14 @@ class RedisSessionStore:
             state.version = read_version + 1
             args = [read_version, self._encode(state)[0], "" if self._ttl_ms is None else self._ttl_ms]
             outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
+            if isinstance(outcome, bytes | str):  # another writer was first: its state is the next base
+                base = self._decode(session_id, outcome)
+                continue
             if outcome == 1:
                 return state
             if outcome == -1:
                 raise _unknown(session_id)
+            raise SessionStoreError(f"session store {self.url} answered a compare-and-set with {outcome!r}")
         raise SessionStoreError(
             f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
         )
