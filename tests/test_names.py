@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from toolsearch import Tool, ToolIndex
+from toolsearch.demo import demo_tools
 from toolsearch.names import NameTable
 
 TOOLS = [
@@ -106,3 +107,27 @@ def test_a_message_body_is_a_value_and_an_ordinary_clause_is_not() -> None:
 def test_a_lucene_query_is_not_read_as_a_sentence() -> None:
     index = ToolIndex.build(TOOLS, "bm25")
     assert "get_weather" not in index.search("weather -get_weather", 5).names
+
+
+def test_a_request_to_send_a_message_is_read_as_one() -> None:
+    from toolsearch.entities import send_request
+
+    assert send_request("Email ana@example.com that the report is ready") == "Email ana@example.com that"
+    body = "please text Bob saying I'm late. Then book a room"
+    assert send_request(body) == "please text Bob saying. Then book a room"
+    # a question, a writing task and a request that names the action are not read so
+    assert send_request("Can you tell me the weather so that I know what to wear") is None
+    assert send_request("write a blog post that ranks well") is None
+    assert send_request("Send an email to Bob that the build is green") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["bm25", "vector", "hybrid"])
+def test_the_readme_request_finds_a_sending_tool_first(backend: str) -> None:
+    # the README's request over the bundled catalog: its body ("the report is ready") reads as a draft or a
+    # report, and a piece of its address as analytics; the request is to send an e-mail
+    index = ToolIndex.build(demo_tools(), backend)
+    first = index.search("Email ana@example.com that the report is ready", 3).names[0]
+    assert first.startswith("email_send_"), first
+    if backend != "bm25":  # bm25 reads the words alone: sending a draft matches them as well
+        assert first == "email_send_message"

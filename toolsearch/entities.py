@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ENTITY", "split_entities"]
+__all__ = ["ENTITY", "SEND", "send_request", "split_entities"]
 
 ENTITY = re.compile(
     r"""[\w.+-]+@[\w-]+(?:\.[\w-]+)+"""  # e-mail address
@@ -31,6 +31,26 @@ MESSAGE_BODY = re.compile(
     r"[^.?!;]*?\b(?:that|saying)\s+(?P<body>[^.?!;]+)",
     re.IGNORECASE,
 )
+
+
+# A request that opens with the medium of a message and says what it should say ("Email Ana that the report is
+# ready", "text Bob saying I'm late") asks for one to be sent: tools name that action `send` (send_email,
+# sms_send_text), and its body, a value for the tool's text parameter, says nothing about which tool (a dense
+# model reads "the report is ready" as a draft or a report). Only a request that opens so: "tell me ... that"
+# and "write a post that" are not sending requests.
+SEND = "send"
+SEND_REQUEST = re.compile(
+    r"^\W*(?:please\s+)?(?:e-?mail|mail|message|text|sms|dm|ping)\b(?P<to>[^.?!;]*?\b(?:that|saying))\s+[^.?!;]+",
+    re.IGNORECASE,
+)
+
+
+def send_request(text: str) -> str | None:
+    """For a request to send a message whose body it gives, the request without the body, else None."""
+    match = SEND_REQUEST.match(ENTITY.sub(lambda m: "x" * len(m.group(0)), text))  # an address's dots end nothing
+    if match is None or re.search(r"\bsend", text, re.IGNORECASE):
+        return None
+    return text[: match.end("to")] + text[match.end():]
 
 
 def split_entities(text: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from ..embeddings import (
     resolve_embedder,
     shared_cache,
 )
+from ..entities import send_request
 from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
 from ..stored_tools import tool_names
@@ -280,7 +281,8 @@ class VectorBackend:
 
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
-        rows = self._queries.get(self.embedder, query, query_clauses)
+        # A message's body says nothing about which tool sends it (toolsearch.entities): embedded without it.
+        rows = self._queries.get(self.embedder, send_request(query) or query, query_clauses)
         return rows if self.adapter is None else adapt(rows, self.adapter)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
