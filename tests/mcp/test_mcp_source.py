@@ -238,11 +238,12 @@ async def test_a_probe_met_strangely_falls_back_to_the_handshake_or_fails_clearl
             "refuses-2026": toy(TOY_ERA="handshake"),  # -32601 to the probe
         }
     }
-    started = anyio.current_time()
     async with MCPToolSource(config) as source:
-        took = anyio.current_time() - started
+        # No server waited out its startup timeout (30 s; 9 s for "silent", whose probe gives up after 3 s): each
+        # started, and the one that failed failed for its garbage, not for a timeout ("... within N s").
         assert set(source.failures) == {"all-garbage"}
         failure = source.failures["all-garbage"]
+        assert "within" not in failure
         assert "initialize handshake with output that is not JSON-RPC" in failure
         assert "'toy server: this line is not JSON-RPC'" in failure
         for name in ("closes", "silent", "garbage", "refuses-2026"):
@@ -250,7 +251,6 @@ async def test_a_probe_met_strangely_falls_back_to_the_handshake_or_fails_clearl
             assert server.protocol_version == "2025-11-25" and server.changes == "notifications", name
             echoed = await source.call_tool(f"{name}__echo", {"text": name})
             assert echoed.content[0].text == name  # type: ignore[union-attr]
-        assert took < 25  # no wait of a whole startup timeout (30 s) for any of them
         # the re-started server still hears of changes, in the handshake era
         changed = anyio.Event()
 
