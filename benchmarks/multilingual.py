@@ -11,7 +11,7 @@ queries are in neither subset. An English sample of the same size is drawn with 
 Then, for each backend (vector, hybrid) and embedder (`NumpyEmbedder()`, the default MiniLM;
 `E5Embedder(threads=1)`), the data set's whole tool catalog is indexed once and both subsets are
 searched one query at a time, scored by `toolsearch.evaluation` through the function
-`toolsearch bench retrieval` runs per backend. Tool embeddings go through the embedding cache
+`python benchmarks/retrieval.py` runs per backend. Tool embeddings go through the embedding cache
 (`--cache-dir` or `$TOOLSEARCH_CACHE_DIR`). Writes `<out>/<name>.md` and `<out>/<name>.json`.
 
     python benchmarks/multilingual.py --cache-dir /path/to/cache
@@ -32,7 +32,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from toolsearch.bench import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     command_line,
     log,
     machine_info,
@@ -145,9 +148,9 @@ def _embedder(name: str, threads: int) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    # `toolsearch bench retrieval`'s per-backend run: ToolIndex.build, then index.search per query,
+    # `python benchmarks/retrieval.py`'s per-backend run: ToolIndex.build, then index.search per query,
     # with its query-length cut, error counting and toolsearch.evaluation scores per subset.
-    from toolsearch.bench.retrieval import _run_backend
+    from benchmarks.retrieval import _run_backend
     from toolsearch.evaluation import load_queries
     from toolsearch.tools import load_tools
 
@@ -314,7 +317,7 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         "- Each (backend, embedder) pair builds its own index of the whole catalog with `ToolIndex.build(tools, "
         "backend=..., embedder=...)`, the embeddings of tools read from and written to the embedding cache (build s "
         "includes embedding the tools missing from the cache, and is a warm-cache time for the others), then "
-        "searches each query once: the function `toolsearch bench retrieval` runs per backend, queries over 1,000 "
+        "searches each query once: the function `python benchmarks/retrieval.py` runs per backend, queries over 1,000 "
         "characters cut to 1,000.",
         "- Metrics: `toolsearch.evaluation` (binary relevance; Recall@k = share of a query's relevant tools in the top "
         "k; nDCG@10 with ideal DCG over min(|relevant|, 10)); a subset's figure is the mean over its queries.",
@@ -366,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.embedders = _names(args.embedders, EMBEDDERS, "embedders")
     offline_environment(args.cache_dir)
     report = run(args)
-    report["command"] = command_line("multilingual")
+    report["command"] = command_line()
     write_report(Path(args.out), args.name, report, render_markdown(report, report["command"]))
     print(render_summary(report))
     return 0

@@ -8,7 +8,7 @@ Sections (`--sections`, default all):
   at the `ef_search` the backend uses.
 - latency: build time and search p50/p95 (query embedding included, as an agent pays it) at each of
   `--sizes` tools for bm25, vector, hybrid and postgres. Above the data sets' real tools, variants
-  (toolsearch.bench.synth) fill the catalog; their vectors are derived from the real tools' and stored
+  (benchmarks.lib.synth) fill the catalog; their vectors are derived from the real tools' and stored
   beforehand in both the local embedding cache and the store's embedding table, so no build embeds
   anything and build times compare indexing alone.
 - fleet: `--workers` processes follow one catalog while this process writes `--changes` changes; each
@@ -39,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from toolsearch.bench import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     log,
     machine_info,
     machine_markdown,
@@ -158,9 +161,9 @@ def _store_vectors(dsn: str, model: str, texts: Sequence[str], vectors: np.ndarr
 
 def run_latency(datasets: Sequence[Any], dsn: str, sizes: Sequence[int], n_queries: int,
                 backends: Sequence[str]) -> list[dict[str, Any]]:
+    from benchmarks.lib.synth import derived_vectors, plan_catalog
+    from benchmarks.lib.workload import sample_queries
     from toolsearch import ToolIndex
-    from toolsearch.bench.scale import sample_queries
-    from toolsearch.bench.synth import derived_vectors, plan_catalog
     from toolsearch.embeddings import embed_texts, resolve_embedder, shared_cache
     from toolsearch.pg import PostgresIndex
     from toolsearch.text import embedding_text

@@ -26,6 +26,8 @@ from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # `python benchmarks/reliability.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(ROOT)
 DATASETS = ROOT.parent / "shared" / "datasets"
 
 
@@ -40,12 +42,12 @@ def _median_ms(call: Any, runs: int) -> float:
 
 def check_cost(size: int, backends: list[str], runs: int) -> list[dict[str, Any]]:
     """Time the checks alone and the whole load, at `size` tools, for each backend."""
-    from toolsearch.bench.scale import build_catalog
+    from benchmarks.lib.workload import build_catalog
     from toolsearch.index import ToolIndex
     from toolsearch.store import _digest, read_manifest, verify_index
 
     if not DATASETS.is_dir():
-        from toolsearch.bench import DATASETS_HINT
+        from benchmarks.lib import DATASETS_HINT
 
         raise SystemExit(f"no data sets at {DATASETS}: {DATASETS_HINT}")
     datasets = [SimpleNamespace(name=p.name, tools_path=p / "tools.jsonl") for p in sorted(DATASETS.iterdir())

@@ -80,7 +80,8 @@ def sha(text: str) -> str:
 
 def bfcl_folder(work: Path) -> Path:
     """BFCL built from the installed bfcl-eval package, as the tests build it (digests checked)."""
-    from toolsearch.bench.data import fetch
+    sys.path.insert(0, str(ROOT))  # the clone's benchmarks/ package, which the installed toolsearch does not ship
+    from benchmarks.data import fetch
 
     return fetch("bfcl", out=work)
 

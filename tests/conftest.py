@@ -110,8 +110,8 @@ def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def bfcl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """BFCL (1,703 tools, 2,351 labelled queries) built from the installed bfcl-eval package, its files' digests
-    checked: `toolsearch bench data fetch bfcl` (.ci/setup.d/bfcl-eval.sh installs the package)."""
-    from toolsearch.bench.data import fetch
+    checked: `python benchmarks/data.py fetch bfcl` (.ci/setup.d/bfcl-eval.sh installs the package)."""
+    from benchmarks.data import fetch
 
     return fetch("bfcl", out=tmp_path_factory.mktemp("datasets"))
 

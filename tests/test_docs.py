@@ -7,10 +7,12 @@ shell, as a reader types them (a `source` or `export` holds for the lines after 
 ```sh blocks run whole, ```python blocks run in a fresh interpreter, ```js blocks run as ES modules
 in Node. Each folder starts with `tools.json`, the bundled demo catalog as a JSON list, standing for
 "your tool definitions", and `node_modules`, the npm packages .ci/setup.d installs into .cache/node,
-standing for "after `npm install ...`". The README is read as a newcomer reads it, after its first
-command in a fresh shell: its folder holds only `.venv` (the venv the tests run in, standing for the
-one that command made), `toolsearch` is not on PATH, and no `tools.json` is there unless a block
-makes one.
+standing for "after `npm install ...`", and `benchmarks`, a copy of the clone's benchmark scripts (not their
+results), with `tests`, a link to the clone's tests (the MCP servers some benchmarks start), standing for "in a
+clone", where the docs run them (`python benchmarks/NAME.py`). The README is read as
+a newcomer reads it, after its first command in a fresh shell: its folder holds only `.venv` (the venv the tests
+run in, standing for the one that command made), `toolsearch` is not on PATH, and no `tools.json` is there unless a
+block makes one.
 An example that exits 0 must not print an error (a JSON `"error"` field, a traceback, `...Error:`),
 and no tool result it sent the local model may be one: an example that "works" by printing its
 failure fails here.
@@ -37,6 +39,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -323,6 +326,10 @@ def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
         (tmp_path / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False), encoding="utf-8")
         if NODE_MODULES.is_dir():
             (tmp_path / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
+        # a copy, not a link: a benchmark's default output folder is beside its script
+        shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns(
+            "results", "__pycache__"))
+        (tmp_path / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
     found = list(blocks(doc))
     runnable = [b for b in found if b.skip is None]
     for block in runnable:

@@ -207,8 +207,8 @@ def test_bench_retrieval_runs_embedders_side_by_side(tmp_path: Path, demo_tools:
     """`bench retrieval --embedders numpy,numpy-only`: each embedder its own system and cache, and the parity
     section, which reads the arm named sentence-transformers (that arm needs torch, which the tests do not install:
     its vectors are held to the recording above, so here another real arm stands in under that name)."""
-    from toolsearch.bench import resolve_datasets
-    from toolsearch.bench import retrieval as bench
+    from benchmarks import retrieval as bench
+    from benchmarks.lib import resolve_datasets
 
     folder = tmp_path / "tiny"
     folder.mkdir()

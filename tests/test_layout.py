@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
-HELPERS = {"fakes", "mcp_servers", "interop", "skip_policy", "plugins", "__pycache__"}
-EXTRA = {"e2e"}  # whole tasks across the package, not one subpackage's tests
+HELPERS = {"fakes", "mcp_servers", "interop", "skip_policy", "plugins", "data", "__pycache__"}  # data: fixtures' files
+# e2e: whole tasks across the package, not one subpackage's tests; bench: the benchmarks' code (benchmarks/, which
+# the package does not ship)
+EXTRA = {"e2e", "bench"}
+# subpackages whose tests live in one file rather than a folder of their own
+ELSEWHERE = {"training": "test_training.py", "pg": "backends/test_postgres.py"}
 
 
 def test_every_test_folder_is_a_subpackage_or_a_named_tier() -> None:
@@ -16,7 +23,9 @@ def test_every_test_folder_is_a_subpackage_or_a_named_tier() -> None:
     folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in HELPERS and not p.name.startswith(".")}
     assert folders - subpackages - EXTRA == set(), "a test folder must mirror a subpackage of toolsearch"
     tested = {f for f in folders if any((TESTS / f).glob("test_*.py"))}
-    assert subpackages - {"data"} <= tested, f"subpackages without a test folder: {subpackages - {'data'} - tested}"
+    untested = subpackages - tested - set(ELSEWHERE)
+    assert not untested, f"subpackages without a test folder: {untested} (or name where their tests live)"
+    assert all((TESTS / where).is_file() for where in ELSEWHERE.values())
 
 
 def test_test_file_names_are_unique_across_folders() -> None:
@@ -118,3 +127,79 @@ def test_each_gateway_constant_has_one_home() -> None:
     in_mcp = {n: [p for p in ps if p.startswith("toolsearch/mcp/")] for n, ps in homes.items()}
     twice = {n: ps for n, ps in in_mcp.items() if len(ps) > 1}
     assert not twice, f"constants defined in two gateway modules: {twice}"
+
+
+# --- no import circles -----------------------------------------------------------------------------------
+
+
+def _modules(package: str) -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
+    """The modules of `modules` that `module` imports anywhere (functions too), except under `if TYPE_CHECKING:`."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def walk(nodes: Iterable[ast.AST]) -> Iterator[ast.Import | ast.ImportFrom]:
+        for node in nodes:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                yield node
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in _names(node.test):
+                yield from walk(node.orelse)
+            else:
+                yield from walk(ast.iter_child_nodes(node))
+
+    for node in walk([ast.parse(path.read_text(encoding="utf-8"))]):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in modules)
+            continue
+        if node.level:
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            base = node.module or ""
+        for alias in node.names:  # `from a import b`: the module a.b when there is one, else a
+            target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+            if target in modules and target != module:
+                yield target
+
+
+def _circles(package: str) -> list[list[str]]:
+    """Every import circle among the package's modules (a strongly connected set of two or more, Tarjan's)."""
+    modules = _modules(package)
+    graph = {m: set(_imports(m, p, modules)) for m, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            circle = []
+            while not circle or circle[-1] != module:
+                circle.append(stack.pop())
+            if len(circle) > 1:
+                circles.append(sorted(circle))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return circles
+
+
+@pytest.mark.parametrize("package", ["toolsearch", "benchmarks"])
+def test_no_import_circle(package: str) -> None:
+    # Imports inside functions count (they still tie two modules together); only type-only ones do not.
+    assert _circles(package) == [], f"import circles in {package}/: break each by giving what both use one home"

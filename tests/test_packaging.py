@@ -8,9 +8,11 @@ import importlib.metadata
 import importlib.resources
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,29 @@ def test_torch_comes_only_with_the_extras_that_need_it_and_ci_installs_none_of_t
     assert not ci & with_torch, f".ci/run installs an extra that pulls torch: {ci & with_torch}"
     readme = re.search(r"pip install -e '\.\[([^\]]+)\]'", (ROOT / "README.md").read_text())
     assert readme and not {e.strip() for e in readme.group(1).split(",")} & with_torch
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_no_benchmark_code(tmp_path: Path) -> None:
+    """The benchmarks run from a clone (benchmarks/): a wheel built from the sources holds none of their code."""
+    source = tmp_path / "source"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    for folder in ("toolsearch", "benchmarks"):  # benchmarks/ beside the package, as in a clone
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "results"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "--no-index",
+         "-w", str(tmp_path / "dist")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("toolsearch-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        code = {name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")}
+    assert any(name == "toolsearch/index.py" for name in names), names  # the package itself is there
+    shipped = [n for n in names if n.split("/")[0] == "benchmarks" or n.startswith("toolsearch/bench/")]
+    assert not shipped, f"benchmark code in the wheel: {shipped}"
+    importing = [n for n, text in code.items() if re.search(r"^\s*(from|import) benchmarks\b", text, re.M)]
+    assert not importing, f"shipped modules that import the benchmarks: {importing}"

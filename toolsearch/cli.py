@@ -1,4 +1,4 @@
-"""The `toolsearch` command line: build, query and inspect indexes, benchmark, run the demo, serve MCP."""
+"""The `toolsearch` command line: build, query and inspect indexes, evaluate, run the demo, serve MCP."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def _json_option() -> _Parser:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The full parser; benchmark and MCP modules are imported only when their command is used."""
+    """The full parser; the MCP modules are imported only when their command is used."""
     from . import __version__
 
     parser = _Parser(
@@ -314,21 +314,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     models.add_arguments(install)
     install.set_defaults(func=_run_plugin(models))
 
-    p = commands.add_parser("bench", parents=[common], help=f"run a benchmark ({', '.join(BENCHMARKS)})",
-                            description="Run one of the reproducible benchmarks; see each one's --help.")
+    # The benchmarks measure toolsearch and live in the repository (benchmarks/), not in the package: the
+    # command stays so that an old `toolsearch bench NAME` says what to run instead of "invalid choice".
+    p = commands.add_parser("bench", parents=[common], help="moved: run a benchmark from a clone of the repository",
+                            description=f"The benchmarks ({', '.join(BENCHMARKS)}) run from a clone of the "
+                            "repository: python benchmarks/NAME.py --help. On your own data set, `toolsearch eval` "
+                            "measures retrieval.")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=_Parser)
     benches.required = True
-    load_plugins = "bench" in argv  # importing a benchmark costs time; only when it may run
     for name, summary in BENCHMARKS.items():
-        sub = benches.add_parser(name, parents=[common], help=summary, description=summary)
-        module = _optional_module(f"toolsearch.bench.{name}") if load_plugins else None
-        if isinstance(module, ModuleType) and hasattr(module, "add_arguments") and hasattr(module, "main"):
-            module.add_arguments(sub)
-            sub.set_defaults(func=_run_plugin(module))
-        else:
-            sub.set_defaults(
-                func=_unavailable(f"bench {name}", f"toolsearch.bench.{name}", module, "bench"), any_arguments=True
-            )
+        sub = benches.add_parser(name, parents=[common], help=summary,
+                                 description=f"{summary}. Run from a clone: python benchmarks/{name}.py --help")
+        sub.set_defaults(func=_moved_benchmark(name), any_arguments=True)
 
     p = commands.add_parser("mcp", parents=[common], help="MCP gateway commands",
                             description="Front many MCP servers with one tool-search gateway.")
@@ -373,6 +370,17 @@ def _run_plugin(module: ModuleType) -> Callable[[argparse.Namespace, Console], i
     return run
 
 
+
+
+def _moved_benchmark(name: str) -> Callable[[argparse.Namespace, Console], int]:
+    def run(args: argparse.Namespace, console: Console) -> int:
+        raise CommandError(
+            f"`toolsearch bench {name}` is not part of the installed package: the benchmarks run from a clone of "
+            f"the repository (git clone, pip install -e '.[all]', then python benchmarks/{name}.py --help; "
+            "docs/benchmarks.md); to measure retrieval on your own data set, use `toolsearch eval`"
+        )
+
+    return run
 
 
 def _unavailable(

@@ -394,8 +394,8 @@ def test_quality_on_a_public_dataset(bfcl_bm25: ToolIndex, bfcl_dir: Path) -> No
 @pytest.fixture(scope="module")
 def variants_bm25(bfcl_dir: Path) -> ToolIndex:
     """bfcl's tools and variants of them: many tools share most of their words, so ties abound."""
-    from toolsearch.bench import Dataset
-    from toolsearch.bench.synth import plan_catalog
+    from benchmarks.lib import Dataset
+    from benchmarks.lib.synth import plan_catalog
 
     return ToolIndex.build(plan_catalog([Dataset(bfcl_dir)], 6_000, seed=3).tools(), backend="bm25")
 

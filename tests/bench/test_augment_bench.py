@@ -10,8 +10,8 @@ import pytest
 from test_bench_tokens import CATALOG as BENCH_CATALOG
 from test_bench_tokens import TASKS
 
+from benchmarks import tokens as bench
 from toolsearch import Tool
-from toolsearch.bench import tokens as bench
 from toolsearch.tokens import tool_tokens
 
 CLOSE_TICKET = {  # has a `reason` of its own: the benchmark's field must be named apart

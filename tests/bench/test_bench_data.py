@@ -1,4 +1,4 @@
-"""`toolsearch bench data fetch`: the data sets rebuilt from their public sources.
+"""`python benchmarks/data.py fetch`: the data sets rebuilt from their public sources.
 
 BFCL is rebuilt from the real bfcl-eval package (installed with `pip install --no-deps bfcl-eval==2026.3.23`,
 see .ci/setup.d) and must equal, byte for byte, the copy the benchmarks' reports were measured on (its SHA-256
@@ -13,12 +13,13 @@ import csv
 import hashlib
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from toolsearch.bench.data import DATASETS, DataSourceError, Source, convert, fetch, verify
-from toolsearch.cli import main as cli_main
+from benchmarks.data import DATASETS, DataSourceError, Source, convert, fetch, verify
 from toolsearch.evaluation import load_queries
 from toolsearch.tools import load_tools
 
@@ -38,9 +39,12 @@ def test_bfcl_from_the_bfcl_eval_package_equals_the_shared_copy(tmp_path: Path) 
     assert (record["tools"], record["queries"], record["verified"]) == (1703, 2351, True)
 
 
-def test_the_command_builds_a_data_set_the_benchmarks_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["bench", "data", "fetch", "bfcl", "--out", str(tmp_path)]) == 0
-    assert "1,703 tools and 2,351 queries" in capsys.readouterr().out
+def test_the_command_builds_a_data_set_the_benchmarks_read(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "data.py"  # run as the docs run it, from a clone
+    proc = subprocess.run([sys.executable, str(script), "fetch", "bfcl", "--out", str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert "1,703 tools and 2,351 queries" in proc.stdout
     tools = load_tools(tmp_path / "bfcl" / "tools.jsonl")
     queries = load_queries(tmp_path / "bfcl" / "queries.jsonl")
     names = {t.name for t in tools}
@@ -248,7 +252,7 @@ def test_seal_tools_converter_on_a_fixture_in_the_repository_layout(seal_checkou
 
 
 def test_a_report_prints_the_load_average_at_its_end_beside_the_one_at_its_start(tmp_path: Path) -> None:
-    from toolsearch.bench import machine_info, machine_markdown, write_report
+    from benchmarks.lib import machine_info, machine_markdown, write_report
 
     info = machine_info()
     markdown = "# r\n\n" + "\n".join(machine_markdown(info)) + "\n\nbody\n"
@@ -266,7 +270,7 @@ def test_a_report_prints_the_load_average_at_its_end_beside_the_one_at_its_start
 
 def test_a_report_prints_the_speed_probe_at_its_start_and_end(tmp_path: Path) -> None:
     """The load average cannot see a shared host's other tenants; the probe's time can, on both sides of a run."""
-    from toolsearch.bench import machine_info, machine_markdown, speed_probe, write_report
+    from benchmarks.lib import machine_info, machine_markdown, speed_probe, write_report
 
     assert 0 < speed_probe() < 60_000
     info = machine_info()

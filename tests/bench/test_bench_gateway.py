@@ -1,4 +1,4 @@
-"""`toolsearch bench gateway`: a small real run (worker processes, MCP clients), the report, its error checks."""
+"""`python benchmarks/gateway.py`: a small real run (worker processes, MCP clients), the report, its error checks."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import anyio
 import pytest
 from redis_server import require_redis
 
-from toolsearch.bench import gateway as bench
+from benchmarks import gateway as bench
 
 CLIENTS, LOOPS, WARMUP = (1, 3), 2, 1
 STORES = ("memory", "memory-stateless", "redis")
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gateway.py"
 
 
 def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "toolsearch", "bench", "gateway", *args]
+    argv = [sys.executable, str(SCRIPT), *args]  # as the docs run it, from a clone
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
@@ -71,7 +72,7 @@ def test_small_run_writes_a_complete_report(tmp_path: Path) -> None:
     markdown = (out / "gateway.md").read_text()
     assert "| clients | workers | store | era | routing |" in markdown
     assert "## What Redis adds" in markdown
-    assert "- Command: `toolsearch bench gateway --workers 1,2 --clients 1,3" in markdown
+    assert "- Command: `python benchmarks/gateway.py --workers 1,2 --clients 1,3" in markdown
     assert (out / "gateway.png").stat().st_size > 0
 
 

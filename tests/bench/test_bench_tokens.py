@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from toolsearch import Tool, ToolIndex
-from toolsearch.bench import tokens as bench
-from toolsearch.bench.policy import (
+from benchmarks import tokens as bench
+from benchmarks.lib.policy import (
     AgentPolicy,
     SearchStep,
     capability_words,
@@ -22,6 +21,7 @@ from toolsearch.bench.policy import (
     regex_pattern,
     split_clauses,
 )
+from toolsearch import Tool, ToolIndex
 from toolsearch.providers.scripted import ScriptedModel
 from toolsearch.session import SessionManager
 from toolsearch.tokens import count_tokens
@@ -454,8 +454,8 @@ def test_live_mode_reports_the_providers_usage(
 
 
 def test_session_benchmark_runs_small_and_checks_isolation(dataset: Path) -> None:
-    from toolsearch.bench import Dataset
-    from toolsearch.bench import sessions as session_bench
+    from benchmarks import sessions as session_bench
+    from benchmarks.lib import Dataset
 
     report = session_bench.run(
         [Dataset(dataset)], ["bm25"], size=40, sessions=4, creations=50, queries=12, allowed_size=10

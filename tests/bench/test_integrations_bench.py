@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolsearch.bench import Dataset
-from toolsearch.bench.frameworks import ARMS, render_markdown, run
-from toolsearch.bench.peers import PEER_NAMES, make_peers
+from benchmarks.frameworks import ARMS, render_markdown, run
+from benchmarks.lib import Dataset
+from benchmarks.lib.peers import PEER_NAMES, make_peers
 
 TOOLS = [
     ("get_weather", "Weather forecast for a city: temperature, rain and wind."),

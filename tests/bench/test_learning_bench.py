@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolsearch.bench import Dataset
-from toolsearch.bench.learning import ceilings, oracle_ranking, render_markdown, run
+from benchmarks.learning import ceilings, oracle_ranking, render_markdown, run
+from benchmarks.lib import Dataset
 from toolsearch.evaluation import LabeledQuery
 
 RANKED = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.lib import Dataset, write_report
+from benchmarks.lib.million import run as run_million
+from benchmarks.lib.synth import derived_vectors, plan_catalog, random_base_vectors
+from benchmarks.scale import _spawn
 from toolsearch import ToolIndex
 from toolsearch._errors import BackendError
 from toolsearch.backends import vector as vector_module
-from toolsearch.bench import Dataset, write_report
-from toolsearch.bench.million import run as run_million
-from toolsearch.bench.scale import _spawn
-from toolsearch.bench.synth import derived_vectors, plan_catalog, random_base_vectors
 from toolsearch.catalog import Catalog
 from toolsearch.tools import Tool
 
@@ -160,7 +160,7 @@ def test_add_vectors_and_search_vectors_reject_bad_input(plan5k) -> None:  # typ
 
 
 def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, demo: list[Dataset]) -> None:
-    from toolsearch.bench.million import render_markdown
+    from benchmarks.lib.million import render_markdown
 
     report = run_million(
         demo, sizes=[3_000], n_queries=20, recall_queries=10, vectors="random", work_dir=tmp_path,
@@ -203,7 +203,7 @@ def test_million_benchmark_runs_end_to_end_at_a_small_size(tmp_path: Path, demo:
 
 
 def test_variants_count_as_the_real_tool_they_vary() -> None:
-    from toolsearch.bench.million import _families
+    from benchmarks.lib.million import _families
 
     real = frozenset({"bfcl_get_weather", "seal_tool_v2"})
     hits = ["bfcl_get_weather_v12", "bfcl_send_v3", "bfcl_get_weather", "seal_tool_v2", "seal_tool_v2_v7"]
@@ -211,7 +211,7 @@ def test_variants_count_as_the_real_tool_they_vary() -> None:
 
 
 def test_million_targets_read_the_100000_row_for_the_small_load_target() -> None:
-    from toolsearch.bench.million import analyse
+    from benchmarks.lib.million import analyse
 
     queries = {"p50_ms": 4.0, "p95_ms": 16.0, "p99_ms": 30.0}
     report = {

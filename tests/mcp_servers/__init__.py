@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .served import ServedProcess
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TOY = HERE / "toy_server.py"
@@ -78,60 +80,24 @@ def gateway_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-class GatewayProcess:
+class GatewayProcess(ServedProcess):
     """The gateway over streamable HTTP as a child process; stderr is collected for assertions."""
 
     def __init__(self, config: Path, *extra: str, argv: list[str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            argv or gateway_argv(config, "--transport", "http", "--port", "0", *extra),
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=gateway_env(),
-        )
-        self.lines: list[str] = []
-        self.url: str | None = None
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            found = re.search(r"listening on (\S+)", line)
-            if found:
-                self.url = found.group(1)
-                self._ready.set()
-        self._ready.set()
+        super().__init__(argv or gateway_argv(config, "--transport", "http", "--port", "0", *extra), env=gateway_env())
 
     def wait_ready(self, timeout: float = 90) -> str:
         # Room for a loaded machine: a gateway that loads the embedding model and starts its upstream servers
         # took over 30 s beside other test runs; one that fails to start still ends the wait at once.
-        self._ready.wait(timeout)
-        if self.url is None:
+        url = self.wait_url(timeout)
+        if url is None:
             raise RuntimeError("gateway did not start:\n" + self.stderr)
-        return self.url
-
-    @property
-    def stderr(self) -> str:
-        return "\n".join(self.lines)
+        return url
 
     def logged(self, text: str, timeout: float = 10.0) -> bool:
         """Whether `text` reaches stderr within `timeout` s: a line logged while serving a call can reach this
         process's reader after the call's answer does."""
         return wait_until(lambda: text in self.stderr, timeout)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._reader.join(5)  # every line the process wrote is in `stderr` once it has stopped
-        return self.proc.returncode
 
 
 @contextmanager

@@ -95,8 +95,8 @@ class SynthPlan:
     def tools(self) -> Iterator[Any]:
         """The catalog's tools in order. Variants share their real tool's schema object (the
         library never mutates a tool), so memory grows with names and descriptions only."""
-        from ..text import clean_text
-        from ..tools import Tool
+        from toolsearch.text import clean_text
+        from toolsearch.tools import Tool
 
         sentences = [first_sentence(t.description) for t in self.bases]
         # The fingerprint is SHA-256 of the tool's canonical JSON (sorted keys); the schema's part
@@ -122,7 +122,7 @@ class SynthPlan:
 
 def plan_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> SynthPlan:
     """A seeded plan of `size` tools over the data sets' real tools (all of them when `size` allows)."""
-    from ..tools import Tool, load_tools
+    from toolsearch.tools import Tool, load_tools
 
     if size < 1:
         raise ValueError(f"size must be positive, got {size}")

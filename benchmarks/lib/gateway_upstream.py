@@ -1,6 +1,6 @@
-"""The upstream MCP server of `toolsearch bench gateway`: the bundled demo catalog over stdio, answering at once.
+"""The upstream MCP server of `python benchmarks/gateway.py`: the bundled demo catalog over stdio, answering at once.
 
-Run as ``python -m toolsearch.bench.gateway_upstream``. Every tool of the demo catalog (197 tools of
+Run as ``python -m benchmarks.lib.gateway_upstream``. Every tool of the demo catalog (197 tools of
 calendars, email, files, ...) is listed with its real schema; a call answers with one line naming the
 tool and its arguments, so the benchmark can check that each call reached the tool it asked for and
 measures the gateway, not the tool's work.
@@ -25,7 +25,7 @@ def main() -> None:
     from mcp.server.lowlevel.server import NotificationOptions, Server
     from mcp.server.stdio import stdio_server
 
-    from ..demo import demo_tools
+    from toolsearch.demo import demo_tools
 
     tools = [types.Tool.model_validate(tool.to_mcp()) for tool in demo_tools()]
     names = {tool.name for tool in tools}

@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     backend_list,
+    cli,
     log,
     machine_info,
     machine_markdown,
@@ -106,7 +111,7 @@ def distinct(queries: Sequence[Any], against: Sequence[Any] = (), *, threshold: 
     With `against` given, only `against` counts (the test side: disjoint from history, repeats allowed)."""
     import numpy as np
 
-    from ..usage import query_terms
+    from toolsearch.usage import query_terms
 
     postings: dict[str, list[int]] = {}
     sizes: list[int] = []
@@ -176,7 +181,7 @@ def ceilings(
     `base`, the most any learner that only promotes tools the history called can get; the re-ranker
     ceiling moves only those in `deep` (a re-ranker of the backend's top CEILING_DEPTH).
     """
-    from ..evaluation import ndcg_at
+    from toolsearch.evaluation import ndcg_at
 
     n = len(test) or 1
     pairs = sum(len(set(q.relevant)) for q in test) or 1
@@ -210,7 +215,7 @@ def _rankings(search: Callable[[str], Any], queries: Sequence[Any]) -> tuple[lis
 
 
 def _metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[str, float]:
-    from ..evaluation import score_rankings
+    from toolsearch.evaluation import score_rankings
 
     return {m: round(v, 4) for m, v in score_rankings(rankings, queries).items()}
 
@@ -221,8 +226,8 @@ def _learned_row(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Replay `history` (each query with what the backend showed for it) and search `test` through learning;
     `base` and `deep` are the backend's rankings of `test` (see `ceilings`)."""
-    from ..learning import LearnedRanker, LearningIndex
-    from ..usage import UsageLog
+    from toolsearch.learning import LearnedRanker, LearningIndex
+    from toolsearch.usage import UsageLog
 
     # A salt fixed by the seed: the hashed words order each query's terms, so a random salt changes the
     # order floating-point votes are summed in, and near-ties (and so a few figures, by 0.001) with it.
@@ -299,8 +304,8 @@ def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int,
     """`entries` usage entries: every data set's queries with their tools (prefixed as in the catalog),
     repeated with one word dropped or one word of another query added, so most entries differ; each
     shows five tools (the called one among four random ones)."""
-    from ..evaluation import load_queries
-    from ..usage import UsageLog
+    from toolsearch.evaluation import load_queries
+    from toolsearch.usage import UsageLog
 
     names = [t.name for t in catalog]
     present = set(names)
@@ -340,9 +345,9 @@ def synthetic_log(datasets: Sequence[Any], catalog: Sequence[Any], entries: int,
 def _latency(
     datasets: Sequence[Any], backend: str, tools: int, entries: int, queries: int, seed: int, log: Any
 ) -> dict[str, Any]:
-    from ..index import ToolIndex
-    from ..learning import LearnedRanker, LearningIndex
-    from .scale import build_catalog, sample_queries
+    from benchmarks.lib.workload import build_catalog, sample_queries
+    from toolsearch.index import ToolIndex
+    from toolsearch.learning import LearnedRanker, LearningIndex
 
     catalog, info = build_catalog(datasets, tools, seed=seed)
     log(f"[latency] building a {backend} index of {len(catalog)} tools ...")
@@ -420,9 +425,9 @@ def run(
     replay: bool = True,
     log: Any = None,
 ) -> dict[str, Any]:
-    from ..evaluation import load_queries
-    from ..index import ToolIndex
-    from ..learning import (
+    from toolsearch.evaluation import load_queries
+    from toolsearch.index import ToolIndex
+    from toolsearch.learning import (
         CALIBRATION_SAMPLE,
         CALIBRATION_TIE,
         DEFAULT_MIN_SIMILARITY,
@@ -434,7 +439,7 @@ def run(
         STOP_MIN_QUERIES,
         STOP_SHARE,
     )
-    from ..tools import load_tools
+    from toolsearch.tools import load_tools
 
     log = log or (lambda message: None)
     report: dict[str, Any] = {
@@ -645,3 +650,7 @@ def render_summary(report: dict[str, Any]) -> str:
                      f"{r['log_entries']} log entries")
     lines.append(f"targets: {report['targets']}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

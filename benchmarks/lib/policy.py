@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..providers._base import ChatRequest, ToolCall
-from ..providers.scripted import ScriptedTurn, call, example_arguments, search
-from ..tools import Tool
+from toolsearch.providers._base import ChatRequest, ToolCall
+from toolsearch.providers.scripted import ScriptedTurn, call, example_arguments, search
+from toolsearch.tools import Tool
 
 __all__ = [
     "AgentPolicy",

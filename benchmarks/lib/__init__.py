@@ -1,7 +1,8 @@
-"""Benchmarks of retrieval quality and speed against peer retrievers (`toolsearch bench ...`).
+"""What every benchmark shares: data sets, the machine a run was measured on, reports and progress.
 
-Shared helpers only; everything here is standard library so that `toolsearch bench --help`
-stays instant. `retrieval` and `scale` hold the two benchmarks, `peers` the peer adapters.
+Standard library only, so a script's `--help` is instant. The benchmarks are the scripts in
+`benchmarks/` (run from a clone: `python benchmarks/<name>.py --help`); this package holds what they
+share, `cli` their common command line.
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def default_datasets_root() -> Path:
 
 # How to get the data sets when they are not there, in one line (the benchmarks never download them themselves).
 DATASETS_HINT = (
-    "build them with `toolsearch bench data fetch bfcl --out datasets` (from PyPI's bfcl-eval; metatool and seal_tools "
-    "from checkouts of their repositories: docs/benchmarks.md#1-the-data-sets-from-their-public-sources), then pass "
-    "--dataset datasets/NAME or set TOOLSEARCH_DATASETS=datasets"
+    "build them with `python benchmarks/data.py fetch bfcl --out datasets` (from PyPI's bfcl-eval; metatool and "
+    "seal_tools from checkouts of their repositories: docs/benchmarks.md#1-the-data-sets-from-their-public-sources), "
+    "then pass --dataset datasets/NAME or set TOOLSEARCH_DATASETS=datasets"
 )
 
 
@@ -282,15 +283,18 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def command_line(benchmark: str) -> str:
-    """How this run was started, for the report (the CLI or the benchmarks/ entry point)."""
+def command_line() -> str:
+    """How this run was started, for the report: `python benchmarks/<name>.py ...` ("" when not from a script).
+
+    The script is named from the clone's root, where the docs run it, whatever the working directory was.
+    """
     argv = sys.argv
-    if benchmark in argv[1:]:
-        rest = argv[argv.index(benchmark) + 1 :]
-        return f"toolsearch bench {benchmark} " + " ".join(shlex.quote(a) for a in rest)
-    if argv and argv[0].endswith(".py"):
-        return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]])
-    return ""
+    if not (argv and argv[0].endswith(".py")):
+        return ""
+    script = Path(argv[0]).resolve()
+    clone = Path(__file__).resolve().parents[2]
+    shown = str(script.relative_to(clone)) if script.is_relative_to(clone) else os.path.relpath(script)
+    return "python " + " ".join(shlex.quote(a) for a in [shown, *argv[1:]])
 
 
 def offline_environment(cache_dir: str | Path | None = None) -> None:
@@ -303,8 +307,8 @@ def offline_environment(cache_dir: str | Path | None = None) -> None:
 
 def backend_list(spec: str) -> list[str]:
     """`--backends`: "none", "all" (every installed backend) or a comma-separated list of names."""
-    from .._errors import BackendError, MissingDependencyError
-    from ..backends import backend_names, get_backend_spec
+    from toolsearch._errors import BackendError, MissingDependencyError
+    from toolsearch.backends import backend_names, get_backend_spec
 
     if spec == "none":
         return []

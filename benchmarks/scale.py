@@ -7,7 +7,7 @@ fresh subprocess so peak memory and load times are clean: one per backend and ca
 warm-cache rebuild for the embedding backends, FastMCP's BM25 search transform on the same
 catalog and queries, and `import toolsearch` itself. Writes `<out>/<name>.md`, `.json` and
 `<name>_latency.png`. With `--million` it measures bm25 and the vector backend's approximate index
-at up to a million generated tools instead (toolsearch.bench.million).
+at up to a million generated tools instead (benchmarks.lib.million).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -25,8 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     backend_list,
+    cli,
     log,
     machine_info,
     machine_markdown,
@@ -35,12 +38,19 @@ from . import (
     resolve_datasets,
     write_report,
 )
-from .synth import first_sentence
+from benchmarks.lib.workload import (
+    WARMUP_QUERIES,
+    build_catalog,
+    peak_kib,
+    reset_peak,
+    rss_kib,
+    sample_long_queries,
+    sample_queries,
+)
 
-__all__ = ["add_arguments", "build_catalog", "main", "run", "sample_queries"]
+__all__ = ["add_arguments", "main", "run"]
 
 HEAVY_MODULES = ("torch", "sentence_transformers", "faiss", "tantivy", "transformers")
-WARMUP_QUERIES = 5
 K = 10
 # Targets from issue #2 (milliseconds / seconds).
 TARGETS = {
@@ -54,13 +64,7 @@ TARGETS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        action="append",
-        metavar="PATH",
-        help="data set folder (or name under the shared datasets folder) to pool tools and queries from; "
-        "repeatable (default: bfcl, metatool, seal_tools)",
-    )
+    cli.datasets(parser, "to pool tools and queries from")
     parser.add_argument(
         "--sizes",
         default=None,
@@ -78,12 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="timed queries for FastMCP BM25, which is slow at scale (default: same as --queries)",
     )
-    parser.add_argument(
-        "--backends",
-        default="all",
-        metavar="LIST",
-        help="comma-separated toolsearch backends (default: every installed one)",
-    )
+    cli.backends(parser)
     parser.add_argument("--no-fastmcp", action="store_true", help="skip the FastMCP BM25 peer")
     parser.add_argument(
         "--import-runs",
@@ -92,27 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="fresh interpreters timing `import toolsearch` (default 7; the median is reported)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for the catalog and query samples (default 0)")
-    parser.add_argument(
-        "--out",
-        default="benchmarks/results",
-        metavar="DIR",
-        help="where the report, JSON and plot go (default benchmarks/results)",
-    )
-    parser.add_argument("--name", default="scale", help="file name stem of the outputs (default scale)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG chart")
-    parser.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="reuse this embedding cache (development: 'cold' builds are then not cold); "
+    cli.seed(parser, "the catalog and query samples")
+    cli.outputs(parser, "scale")
+    cli.cache_dir(
+        parser,
+        "reuse this embedding cache (development: 'cold' builds are then not cold); "
         "default: a fresh, empty cache per embedding backend",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="torch/OpenMP threads in every worker (default: the libraries' own choice)",
-    )
+    cli.threads(parser, "torch/OpenMP threads in every worker (default: the libraries' own choice)")
     parser.add_argument("--work-dir", metavar="DIR", help="keep catalogs and saved indexes here (default: a temp dir)")
     parser.add_argument(
         "--embedders",
@@ -197,10 +183,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list[int], quiet: bool) -> int:
-    from . import command_line
-    from .million import render_markdown as million_markdown
-    from .million import render_summary as million_summary
-    from .million import run as run_million
+    from benchmarks.lib import command_line
+    from benchmarks.lib.million import render_markdown as million_markdown
+    from benchmarks.lib.million import render_summary as million_summary
+    from benchmarks.lib.million import run as run_million
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if not parts or set(parts) - {"bm25", "vector"}:
@@ -221,137 +207,13 @@ def _main_million(args: argparse.Namespace, datasets: Sequence[Any], sizes: list
         resume=bool(args.resume and args.work_dir),
     )
     name = args.name if args.name != "scale" else "scale_million"
-    command = command_line("scale") or "toolsearch bench scale --million"
+    command = command_line() or "python benchmarks/scale.py --million"
     write_report(Path(args.out), name, report, million_markdown(report, command), quiet=quiet)
     print(million_summary(report))
     return 0
 
 
-# --- catalog and queries ----------------------------------------------------------------------
-
-
-def build_catalog(datasets: Sequence[Any], size: int, *, seed: int = 0) -> tuple[list[Any], dict[str, Any]]:
-    """A seeded catalog of `size` tools pooled from the data sets, names prefixed `<dataset>_`.
-
-    Above the number of real tools, variants fill the gap: a real tool renamed `<name>_v<n>`
-    with a sentence of another tool's description appended, so no two definitions are equal.
-    """
-    from ..tools import Tool, load_tools
-
-    pool: list[Tool] = []
-    per_dataset: dict[str, int] = {}
-    for ds in datasets:
-        tools = load_tools(ds.tools_path)
-        per_dataset[ds.name] = len(tools)
-        for t in tools:
-            pool.append(
-                Tool(
-                    name=f"{ds.name}_{t.name}",
-                    description=t.description,
-                    input_schema=t.input_schema,
-                    namespace=ds.name,
-                )
-            )
-    rng = random.Random(seed)
-    rng.shuffle(pool)
-    catalog = pool[:size]
-    used = {t.name for t in pool}
-    variants = 0
-    round_no = 2
-    while len(catalog) < size:
-        for base in pool:
-            if len(catalog) >= size:
-                break
-            donor = pool[rng.randrange(len(pool))]
-            extra = first_sentence(donor.description)
-            name = f"{base.name}_v{round_no}"
-            while name in used:  # a real tool may already be called `<name>_v2`
-                name += "_"
-            used.add(name)
-            catalog.append(
-                Tool(
-                    name=name,
-                    description=f"{base.description} {extra}".strip(),
-                    input_schema=base.input_schema,
-                    namespace=base.namespace,
-                )
-            )
-            variants += 1
-        round_no += 1
-    rng.shuffle(catalog)
-    info = {"size": size, "real_tools": size - variants, "variants": variants, "pool": per_dataset}
-    return catalog, info
-
-
-def cut_query(text: str, max_chars: int = 1000) -> str:
-    """A data set's query as the benchmarks search it: stripped and cut to `max_chars`."""
-    return text.strip()[:max_chars].strip()
-
-
-def sample_queries(datasets: Sequence[Any], n: int, *, seed: int = 0, max_chars: int = 1000) -> list[str]:
-    """`n` distinct queries, an equal share from each data set, cut to `max_chars`."""
-    from ..evaluation import load_queries
-
-    per = -(-(n + WARMUP_QUERIES) // max(len(datasets), 1))
-    seen: set[str] = set()
-    buckets: list[list[str]] = []
-    for ds in datasets:
-        bucket = []
-        for q in load_queries(ds.queries_path, seed=seed):
-            text = cut_query(q.query, max_chars)
-            if text and text not in seen:
-                seen.add(text)
-                bucket.append(text)
-            if len(bucket) >= per:
-                break
-        buckets.append(bucket)
-    out = [q for group in zip(*buckets, strict=False) for q in group]  # interleave the data sets
-    rest = [q for bucket in buckets for q in bucket if q not in set(out)]
-    return (out + rest)[: n + WARMUP_QUERIES]
-
-
-def sample_long_queries(datasets: Sequence[Any], n: int, *, seed: int = 0) -> list[str]:
-    """Up to `n` (+ warm-up) distinct real queries of 300-600 characters (multi-part requests)."""
-    from ..evaluation import load_queries
-
-    buckets = [
-        [q.query.strip() for q in load_queries(ds.queries_path, seed=seed) if 300 <= len(q.query.strip()) <= 600]
-        for ds in datasets
-    ]
-    out = list(dict.fromkeys(q for group in zip(*buckets, strict=False) for q in group))
-    rest = [q for bucket in buckets for q in bucket if q not in set(out)]
-    return (out + rest)[: n + WARMUP_QUERIES]
-
-
 # --- subprocess workers -----------------------------------------------------------------------
-
-
-def _rss_kib(field: str = "VmRSS") -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's peak-RSS mark (VmHWM) so the next reading covers only what follows."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak_kib() -> int | None:
-    peak = _rss_kib("VmHWM")
-    if peak is None:
-        import resource
-
-        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return peak
 
 
 def _timed_queries(search: Any, queries: Sequence[str]) -> dict[str, Any]:
@@ -386,7 +248,7 @@ def _fit_queries(index: Any, queries: list[str]) -> list[str]:
 
 def _searcher(index: Any, out: dict[str, Any]) -> Any:
     """`index.search(q, 10)`; a rejected query is counted in `out["rejected_queries"]`, not raised."""
-    from .._errors import ToolSearchError
+    from toolsearch._errors import ToolSearchError
 
     out.setdefault("rejected_queries", 0)
 
@@ -425,7 +287,7 @@ def _worker(spec_path: Path) -> int:
     elif kind == "embedding":
         result.update(_work_embedding(spec, queries))
     elif kind.startswith("million-"):
-        from . import million
+        from benchmarks.lib import million
 
         work = {"million-bm25": million.work_bm25, "million-load": million.work_load,
                 "million-vector": million.work_vector}
@@ -437,16 +299,16 @@ def _worker(spec_path: Path) -> int:
 
 
 def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
-    from ..index import ToolIndex
-    from ..tools import load_tools
+    from toolsearch.index import ToolIndex
+    from toolsearch.tools import load_tools
 
     tools = load_tools(spec["catalog"])
-    rss0 = _rss_kib()
-    reset = _reset_peak()
+    rss0 = rss_kib()
+    reset = reset_peak()
     t0 = time.perf_counter()
     index = ToolIndex.build(tools, backend=spec["backend"], **_embedder_options(spec))
     build_s = time.perf_counter() - t0
-    peak_build = _peak_kib()
+    peak_build = peak_kib()
     out: dict[str, Any] = {
         "backend": index.backend_name,
         "options": index.backend.describe(),
@@ -466,7 +328,7 @@ def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
         if isinstance(cap, int):
             out["queries_cut_to_chars"] = cap
         out.update(_timed_queries(_searcher(index, out), queries))
-        peak_all = _peak_kib()
+        peak_all = peak_kib()
         out["peak_rss_after_queries_mib"] = _mib(peak_all)
         out["peak_rss_after_queries_delta_mib"] = _mib(peak_all - rss0) if (peak_all and rss0 and reset) else None
     if spec.get("long_queries"):
@@ -491,16 +353,16 @@ def _work_build(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
 
 
 def _work_load(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
-    rss0 = _rss_kib()
-    reset = _reset_peak()
+    rss0 = rss_kib()
+    reset = reset_peak()
     t0 = time.perf_counter()
-    from ..index import ToolIndex
+    from toolsearch.index import ToolIndex
 
     import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     index = ToolIndex.load(spec["folder"], **_embedder_options(spec, cache=False))
     load_s = time.perf_counter() - t0
-    peak = _peak_kib()
+    peak = peak_kib()
     out: dict[str, Any] = {
         "backend": index.backend_name,
         "load_s": round(load_s, 3),
@@ -512,7 +374,7 @@ def _work_load(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
         out["first_query_after_load_ms"] = timed["first_query_ms"]
         out["p50_ms_after_load"] = timed["p50_ms"]
         out["p95_ms_after_load"] = timed["p95_ms"]
-        peak_all = _peak_kib()
+        peak_all = peak_kib()
         out["peak_rss_after_queries_delta_mib"] = _mib(peak_all - rss0) if (peak_all and rss0 and reset) else None
     return out
 
@@ -522,7 +384,7 @@ def _embedder_options(spec: dict[str, Any], *, cache: bool = True) -> dict[str, 
     name = spec.get("embedder")
     if not name or name == "numpy":
         return {}
-    from ..embeddings import embedder_for
+    from toolsearch.embeddings import embedder_for
 
     options: dict[str, Any] = {"embedder": embedder_for(name)}
     if cache and spec.get("cache_dir"):
@@ -534,7 +396,7 @@ def _work_embedding(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
     """One embedder alone: model load, documents per second (no cache), single-query latency."""
     import contextlib
 
-    from ..embeddings import embed_queries, embed_texts, embedder_for
+    from toolsearch.embeddings import embed_queries, embed_texts, embedder_for
 
     texts = json.loads(Path(spec["texts"]).read_text())
     t0 = time.perf_counter()
@@ -570,24 +432,24 @@ def _work_embedding(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
 
 
 def _work_fastmcp(spec: dict[str, Any], queries: list[str]) -> dict[str, Any]:
-    from ..tools import load_tools
-    from .peers import FastMCPBM25Peer
+    from benchmarks.lib.peers import FastMCPBM25Peer
+    from toolsearch.tools import load_tools
 
     tools = load_tools(spec["catalog"])
     peer = FastMCPBM25Peer()
-    rss0 = _rss_kib()
-    reset = _reset_peak()
+    rss0 = rss_kib()
+    reset = reset_peak()
     t0 = time.perf_counter()
     peer.build(tools)
     build_s = time.perf_counter() - t0
-    peak = _peak_kib()
+    peak = peak_kib()
     out: dict[str, Any] = {
         "tools": len(tools),
         "build_s": round(build_s, 3),
         "peak_rss_build_delta_mib": _mib(peak - rss0) if (peak and rss0 and reset) else None,
     }
     out.update(_timed_queries(lambda q: peer.search(q, K), queries))
-    peak_all = _peak_kib()
+    peak_all = peak_kib()
     out["peak_rss_after_queries_delta_mib"] = _mib(peak_all - rss0) if (peak_all and rss0 and reset) else None
     scoring = _timed_queries(lambda q: peer.score_only(q, K), queries)
     out["score_only"] = {k: scoring[k] for k in ("p50_ms", "p95_ms", "mean_ms")}
@@ -607,7 +469,7 @@ def _spawn(spec: dict[str, Any], work: Path, label: str, log: Any, threads: int 
     spec_path.write_text(json.dumps(spec))
     if result_path.exists():
         result_path.unlink()
-    cmd = [sys.executable, "-m", "toolsearch.bench.scale", "--worker", str(spec_path)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -679,7 +541,7 @@ def run(
     embed_threads: int = 2,
 ) -> dict[str, Any]:
     """Measure every backend (and FastMCP BM25) at every size; returns the JSON-able report."""
-    from ..tools import Tool
+    from toolsearch.tools import Tool
 
     log = log or (lambda message: None)
     started = time.perf_counter()
@@ -807,7 +669,7 @@ def run(
             results[str(size)] = per_size
         report["results"] = {str(s): results[str(s)] for s in sorted(sizes)}
         if list(embedders) != ["numpy"]:
-            from .embedders import compare_embedders
+            from benchmarks.lib.embedders import compare_embedders
 
             report["embedders"] = compare_embedders(
                 embedders, catalog, queries, work, threads=embed_threads, spawn=_spawn, log=log
@@ -1024,7 +886,7 @@ def render_markdown(report: dict[str, Any], plot: Path | None = None) -> str:
         lines.append("")
 
     if report.get("embedders"):
-        from .embedders import render_markdown as embedder_markdown
+        from benchmarks.lib.embedders import render_markdown as embedder_markdown
 
         lines += embedder_markdown(report)
     lines += ["## Method", ""]
@@ -1069,7 +931,7 @@ def render_summary(report: dict[str, Any]) -> str:
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
         lines.append(f"{_TARGET_TEXT.get(key, key)}: {t['value']} -> {verdict}")
     if report.get("embedders"):
-        from .embedders import analyse as embedder_targets
+        from benchmarks.lib.embedders import analyse as embedder_targets
 
         for key, t in embedder_targets(report).items():
             verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
@@ -1135,8 +997,5 @@ def plot_latency(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-if __name__ == "__main__":  # the subprocess workers, and `python -m toolsearch.bench.scale`
-    _parser = argparse.ArgumentParser(prog="python -m toolsearch.bench.scale", description=__doc__)
-    _parser.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
-    add_arguments(_parser)
-    sys.exit(main(_parser.parse_args()))
+if __name__ == "__main__":  # a run, and the subprocess workers (`--worker SPEC`)
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

@@ -17,8 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     backend_list,
+    cli,
     log,
     machine_info,
     machine_markdown,
@@ -57,13 +61,7 @@ METRICS = ("R@1", "R@5", "R@10", "nDCG@10", "MRR@10")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        action="append",
-        metavar="PATH",
-        help="data set folder with tools.jsonl and queries.jsonl, or a name under the shared datasets "
-        "folder ($TOOLSEARCH_DATASETS, else ../shared/datasets); repeatable (default: bfcl, metatool, seal_tools)",
-    )
+    cli.datasets(parser)
     parser.add_argument(
         "--limit",
         type=int,
@@ -71,13 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="queries per data set, taken after a seeded shuffle (default 2000; 0 = all)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed for the query sample (default 0)")
-    parser.add_argument(
-        "--backends",
-        default="all",
-        metavar="LIST",
-        help="comma-separated toolsearch backends (default: every installed one)",
-    )
+    cli.seed(parser, "the query sample")
+    cli.backends(parser)
     parser.add_argument(
         "--peers",
         default="all",
@@ -86,26 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pydantic-ai-keywords; "
         "'all' (default) or 'none'",
     )
-    parser.add_argument(
-        "--out",
-        default="benchmarks/results",
-        metavar="DIR",
-        help="where the report, JSON and plot go (default benchmarks/results)",
-    )
-    parser.add_argument("--name", default="retrieval", help="file name stem of the outputs (default retrieval)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG chart")
-    parser.add_argument(
-        "--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR for this run)"
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="torch intra-op threads (default: torch's own choice). Quality figures do not "
+    cli.outputs(parser, "retrieval")
+    cli.cache_dir(parser)
+    cli.threads(
+        parser,
+        "torch intra-op threads (default: torch's own choice). Quality figures do not "
         "depend on it; on a busy machine 1 avoids thread oversubscription and is much faster",
     )
-
-
     parser.add_argument(
         "--held-out",
         metavar="DIR",
@@ -168,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _peer_list(spec: str) -> list[str]:
-    from .peers import PEER_NAMES
+    from benchmarks.lib.peers import PEER_NAMES
 
     if spec == "none":
         return []
@@ -182,7 +162,7 @@ def _peer_list(spec: str) -> list[str]:
 
 
 def _scores(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[str, Any]:
-    from ..evaluation import score_rankings
+    from toolsearch.evaluation import score_rankings
 
     overall = score_rankings(rankings, queries)
     by_subset: dict[str, dict[str, float]] = {}
@@ -206,8 +186,8 @@ def _error_reason(exc: Exception) -> str:
 def _run_backend(
     name: str, tools: list[Any], queries: list[Any], options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    from .._errors import ToolSearchError
-    from ..index import MAX_QUERY_CHARS, ToolIndex
+    from toolsearch._errors import ToolSearchError
+    from toolsearch.index import MAX_QUERY_CHARS, ToolIndex
 
     start = time.perf_counter()
     index = ToolIndex.build(tools, backend=name, **(options or {}))
@@ -299,15 +279,15 @@ def run(
 
     `held_out`: a folder of query encoders trained without each set; the embedding backends then run
     twice per set, with the stock model and with the tools model that never saw the set. `names`:
-    the exact-name table (toolsearch.bench.names) per set and backend.
+    the exact-name table (benchmarks.lib.names) per set and backend.
     """
     import tempfile
 
-    from ..backends import default_backend
-    from ..embeddings import EmbeddingCache, embedder_for
-    from ..evaluation import load_queries
-    from ..tools import load_tools
-    from .peers import make_peers
+    from benchmarks.lib.peers import make_peers
+    from toolsearch.backends import default_backend
+    from toolsearch.embeddings import EmbeddingCache, embedder_for
+    from toolsearch.evaluation import load_queries
+    from toolsearch.tools import load_tools
 
     log = log or (lambda message: None)
     report: dict[str, Any] = {
@@ -364,8 +344,8 @@ def run(
             "systems": systems,
         }
         if names:
-            from ..index import ToolIndex
-            from .names import run_names
+            from benchmarks.lib.names import run_names
+            from toolsearch.index import ToolIndex
 
             log(f"[{ds.name}] exact names ...")
             main_arm = dict(set_arms[0][1]) if held_out is not None else {}
@@ -389,7 +369,7 @@ def _model_arms(held_out: Path, dataset: str) -> list[tuple[str, dict[str, Any]]
 
     The default model's arm is labelled by the backend alone (`hybrid`), the other by its name (`hybrid@stock`).
     """
-    from ..embeddings import NumpyEmbedder, ToolsEmbedder, resolve_embedder
+    from toolsearch.embeddings import NumpyEmbedder, ToolsEmbedder, resolve_embedder
 
     tools = ToolsEmbedder(held_out / f"without-{dataset}")
     if dataset not in tools.card.get("left_out", []):
@@ -708,12 +688,12 @@ def render_markdown(report: dict[str, Any], plot: Path | None = None) -> str:
 
     named = {n: d["names"] for n, d in report["datasets"].items() if "names" in d}
     if named:
-        from .names import names_markdown
+        from benchmarks.lib.names import names_markdown
 
         lines += [
             "## Named tools: R@1 when a request names a tool outright",
             "",
-            "Every tool name of every set in four forms (toolsearch.bench.names); unique names only (no other tool "
+            "Every tool name of every set in four forms (benchmarks.lib.names); unique names only (no other tool "
             "has the same spelling or words); regex gets the bare name only (its queries are patterns).",
             "",
             *names_markdown(named),
@@ -740,7 +720,7 @@ METHOD_NOTES = (
     "their batch search divided by the number of queries (FastMCP: its index's scoring without the per-call "
     "catalog hash, which gives the same rankings). Indicative only; scale.md measures latency.",
     "Peer text: every peer indexes the text FastMCP's search transforms build: name, description, then each "
-    "top-level parameter's name and description, joined by spaces (`toolsearch.bench.peers.peer_text`).",
+    "top-level parameter's name and description, joined by spaces (`benchmarks.lib.peers.peer_text`).",
     "FastMCP BM25: `fastmcp.server.transforms.search.BM25SearchTransform._search`, the coroutine its "
     "`search_tools` tool runs (catalog hash, lazy pure-Python BM25 Okapi build, scoring; only tools with a "
     "positive score are returned), with `max_results=10`, over `fastmcp.tools.Tool` objects built from the "
@@ -841,3 +821,7 @@ def plot_ndcg(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._errors import missing_dependency
-from ..tools import Tool
+from toolsearch._errors import missing_dependency
+from toolsearch.tools import Tool
 
 __all__ = [
     "PEER_NAMES",

@@ -29,20 +29,21 @@ import argparse
 import asyncio
 import contextlib
 import random
-import shutil
-import socket
 import statistics
-import subprocess
-import tempfile
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import (
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     backend_list,
+    cli,
     command_line,
     log,
     machine_info,
@@ -52,6 +53,7 @@ from . import (
     resolve_datasets,
     write_report,
 )
+from benchmarks.lib.redis_server import local_redis, redis_version
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -76,7 +78,7 @@ def _stats_ms(samples: Sequence[float]) -> dict[str, float]:
 
 def measure_creation(index: Any, names: Sequence[str], count: int, seed: int, allowed_size: int) -> dict[str, Any]:
     """Time `create` for `count` sessions per variant (a fresh manager per variant, default LRU bound)."""
-    from ..session import SessionManager
+    from toolsearch.session import SessionManager
 
     rng = random.Random(seed)
     subsets = [rng.sample(names, allowed_size) for _ in range(min(count, 200))]
@@ -117,7 +119,7 @@ def measure_creation(index: Any, names: Sequence[str], count: int, seed: int, al
 
 
 def _make_sessions(index: Any, n: int, names: Sequence[str], subset: int, seed: int) -> tuple[Any, list[Any]]:
-    from ..session import SessionManager
+    from toolsearch.session import SessionManager
 
     rng = random.Random(seed)
     sessions = SessionManager(index, max_sessions=max(1000, n))
@@ -236,60 +238,12 @@ def measure_search(
 STORE_OPS = ("create", "get", "discover", "touch", "turn (view + discover + commit)")
 
 
-@contextlib.contextmanager
-def local_redis() -> Iterator[str | None]:
-    """A throwaway redis-server on a free loopback port (None when the binary is not installed)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        yield None
-        return
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="toolsearch-redis-") as folder:
-        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder, "--save", "", "--appendonly", "no"]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            _wait_for_redis(url, process)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(10)
-
-
-def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:
-    from ..stores import RedisSessionStore
-
-    store = RedisSessionStore(url, timeout=0.5)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            store.ping()
-            store.close()
-            return
-        except Exception:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _redis_version(url: str) -> str:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=2)
-    try:
-        return str(client.info("server").get("redis_version", "?"))
-    finally:
-        client.close()
-
-
 def measure_store_ops(
     index: Any, names: Sequence[str], count: int, seed: int, allowed_size: int, redis_url: str | None
 ) -> dict[str, Any]:
     """Per-call latency of each session operation, per store and per kind of session."""
-    from ..session import SessionManager
-    from ..stores import InMemorySessionStore, RedisSessionStore
+    from toolsearch.session import SessionManager
+    from toolsearch.stores import InMemorySessionStore, RedisSessionStore
 
     makers: dict[str, Callable[[], Any]] = {
         "memory": lambda: InMemorySessionStore(max_sessions=None),
@@ -389,8 +343,8 @@ def run(
     redis_url: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    from ..index import ToolIndex
-    from .scale import build_catalog, sample_queries
+    from benchmarks.lib.workload import build_catalog, sample_queries
+    from toolsearch.index import ToolIndex
 
     say = log or (lambda message: None)
     catalog, info = build_catalog(datasets, size, seed=seed)
@@ -434,7 +388,7 @@ def run(
             stores = measure_store_ops(index, names, store_ops, seed, allowed_size, url)
             report["stores"] = {
                 "backend": backends[0],
-                "redis": None if url is None else {"version": _redis_version(url), "given": redis_url is not None},
+                "redis": None if url is None else {"version": redis_version(url), "given": redis_url is not None},
                 "operations": stores,
                 "redis_extra_p50_ms": _redis_extra(stores),
             }
@@ -606,7 +560,7 @@ def main(args: argparse.Namespace) -> int:
         log=None if quiet else log,
     )
     out = Path(args.out)
-    write_report(out, args.name, report, render_markdown(report, command_line("sessions")), quiet=quiet)
+    write_report(out, args.name, report, render_markdown(report, command_line()), quiet=quiet)
     for backend, t in report["targets"].items():
         print(
             f"{backend}: session creation p50 {t['create_p50_ms'] * 1000:.1f} µs "
@@ -623,3 +577,7 @@ def main(args: argparse.Namespace) -> int:
             f"target ≤ {TARGET_REDIS_EXTRA_P50_MS:g} ms {verdict}"
         )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

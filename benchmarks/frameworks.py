@@ -1,7 +1,7 @@
 """Each agent framework's own answer to many tools, next to toolsearch's plug-in for that framework.
 
-    toolsearch bench frameworks                       # bfcl, metatool, seal_tools; offline
-    toolsearch bench frameworks --limit 10 --sizes 50,all
+    python benchmarks/frameworks.py                       # bfcl, metatool, seal_tools; offline
+    python benchmarks/frameworks.py --limit 10 --sizes 50,all
 
 Two parts, on the shared data sets:
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import Dataset, log, machine_info, machine_markdown, offline_environment, resolve_datasets, write_report
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
+    Dataset,
+    cli,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    resolve_datasets,
+    write_report,
+)
 
 __all__ = ["ARMS", "add_arguments", "main", "render_markdown", "run"]
 
@@ -66,8 +79,8 @@ class _Recorder:
     called: list[str] = field(default_factory=list)
 
     def answer(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        from ..providers.scripted import example_arguments
-        from ..tokens import count_json_tokens, request_tokens
+        from toolsearch.providers.scripted import example_arguments
+        from toolsearch.tokens import count_json_tokens, request_tokens
 
         counted = request_tokens(body, self.encoding).total
         if body.get("response_format"):
@@ -127,7 +140,7 @@ def _langchain(recorder: _Recorder, tools: Sequence[Any], own: bool) -> None:
     from langchain_core.tools import StructuredTool
     from langchain_openai import ChatOpenAI
 
-    from ..integrations.langchain import ToolSearchMiddleware
+    from toolsearch.integrations.langchain import ToolSearchMiddleware
 
     lc_tools = [
         StructuredTool.from_function(
@@ -155,7 +168,7 @@ def _pydantic_ai(recorder: _Recorder, tools: Sequence[Any], own: bool) -> None:
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    from ..integrations.pydantic_ai import tool_search
+    from toolsearch.integrations.pydantic_ai import tool_search
 
     client = openai.AsyncOpenAI(
         api_key="bench", max_retries=0, http_client=httpx.AsyncClient(transport=recorder.transport())  # type: ignore[arg-type]
@@ -176,7 +189,7 @@ def _openai_agents(recorder: _Recorder, tools: Sequence[Any], own: bool) -> None
     import openai
     from agents import Agent, FunctionTool, OpenAIChatCompletionsModel, RunConfig, Runner, set_tracing_disabled
 
-    from ..integrations.openai_agents import AgentToolSearch
+    from toolsearch.integrations.openai_agents import AgentToolSearch
 
     set_tracing_disabled(True)
 
@@ -219,7 +232,7 @@ _RUNNERS: dict[str, Callable[[_Recorder, Sequence[Any], bool], None]] = {
 
 def _safe_tools(ds: Dataset) -> tuple[list[Any], dict[str, str]]:
     """The data set's tools under provider-safe names (every framework sends names as they are)."""
-    from ..tools import Tool, load_tools, provider_safe_name
+    from toolsearch.tools import Tool, load_tools, provider_safe_name
 
     # a data set tool named like a framework's search tool (bfcl has a `tool_search`) would stand in for it
     tools = [t for t in load_tools(ds.tools_path) if provider_safe_name(t.name) not in SEARCH_NAMES]
@@ -229,9 +242,9 @@ def _safe_tools(ds: Dataset) -> tuple[list[Any], dict[str, str]]:
 
 
 def _retrieval(ds: Dataset, tools: Sequence[Any], renamed: Mapping[str, str], limit: int | None, seed: int) -> Any:
-    from ..evaluation import LabeledQuery, load_queries, score_rankings
-    from ..integrations.pydantic_ai import ToolSearchStrategy
-    from .peers import PydanticAIKeywordsPeer
+    from benchmarks.lib.peers import PydanticAIKeywordsPeer
+    from toolsearch.evaluation import LabeledQuery, load_queries, score_rankings
+    from toolsearch.integrations.pydantic_ai import ToolSearchStrategy
 
     queries = [q for q in load_queries(ds.queries_path, seed=seed) if q.query.strip()][:limit]
     labelled = [LabeledQuery(q.id, q.query, tuple(renamed.get(n, n) for n in q.relevant), q.subset) for q in queries]
@@ -256,7 +269,7 @@ def _retrieval(ds: Dataset, tools: Sequence[Any], renamed: Mapping[str, str], li
 
 
 def _tasks(ds: Dataset, names: set[str], renamed: Mapping[str, str], limit: int, seed: int) -> list[Any]:
-    from ..evaluation import load_queries
+    from toolsearch.evaluation import load_queries
 
     rows = load_queries(ds.queries_path, seed=seed)
     tasks = [(q.id, q.query, renamed[q.relevant[0]]) for q in rows if q.relevant and q.relevant[0] in renamed]
@@ -341,7 +354,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         "# Agent frameworks: each one's own answer to many tools vs toolsearch's plug-in",
         "",
-        "Generated by `toolsearch bench frameworks` (see `toolsearch/bench/frameworks.py` for the method).",
+        "Generated by `python benchmarks/frameworks.py` (see `benchmarks/frameworks.py` for the method).",
         "",
         "## Retrieval: Pydantic AI's keyword search vs toolsearch as its ToolSearch strategy",
         "",
@@ -414,7 +427,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .tokens import _sizes
 
     quiet = bool(getattr(args, "quiet", False))
     offline_environment()
@@ -426,7 +438,7 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit("--limit must be at least 1")
     report = run(
         resolve_datasets(args.dataset),
-        _sizes(args.sizes),
+        cli.sizes(args.sizes),
         limit=args.limit,
         retrieval_limit=args.retrieval_limit or None,
         seed=args.seed,
@@ -441,3 +453,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"{name}: at {last['catalog_size']:,} tools the frameworks' own answers cost {ratios} our tokens")
     return 0
 
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

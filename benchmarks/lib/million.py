@@ -1,7 +1,7 @@
 """`bench scale --million`: bm25 and the vector backend's approximate index at up to a million tools.
 
 Every size runs in fresh subprocesses (so each peak RSS is that process's own high-water mark):
-bm25 builds over a generated catalog (toolsearch.bench.synth), times queries and session
+bm25 builds over a generated catalog (benchmarks.lib.synth), times queries and session
 creation, and saves; a second process loads the saved index and queries it; the vector process
 adds derived unit vectors directly (`VectorBackend.add_vectors`: embedding a million texts on
 2 cores would take hours, so search is measured alone, query embedding excluded) and measures
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import machine_info, percentile
+from benchmarks.lib import machine_info, percentile
 
 __all__ = ["TARGETS", "render_markdown", "render_summary", "run", "work_bm25", "work_load", "work_vector"]
 
@@ -61,9 +61,9 @@ def _latencies(fn: Callable[[Any], Any], items: Sequence[Any]) -> dict[str, Any]
 
 
 def _peak_gib() -> float | None:
-    from .scale import _peak_kib
+    from benchmarks.lib.workload import peak_kib
 
-    peak = _peak_kib()
+    peak = peak_kib()
     return round(peak / 1024 / 1024, 3) if peak else None
 
 
@@ -72,17 +72,17 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _plan(spec: dict[str, Any]) -> Any:
-    from . import Dataset
-    from .synth import plan_catalog
+    from benchmarks.lib import Dataset
+    from benchmarks.lib.synth import plan_catalog
 
     return plan_catalog([Dataset(Path(p)) for p in spec["datasets"]], int(spec["size"]), seed=int(spec["seed"]))
 
 
 def work_bm25(spec: dict[str, Any]) -> dict[str, Any]:
     """Generate the catalog, build bm25, time queries and session creation, save."""
-    from ..catalog import Catalog
-    from ..index import ToolIndex
-    from ..session import SessionManager
+    from toolsearch.catalog import Catalog
+    from toolsearch.index import ToolIndex
+    from toolsearch.session import SessionManager
 
     queries = json.loads(Path(spec["queries"]).read_text())
     t0 = time.perf_counter()
@@ -117,8 +117,8 @@ def work_bm25(spec: dict[str, Any]) -> dict[str, Any]:
 
 def work_load(spec: dict[str, Any]) -> dict[str, Any]:
     """Open a saved bm25 index in a fresh process and query it."""
-    from ..index import ToolIndex
-    from ..session import SessionManager
+    from toolsearch.index import ToolIndex
+    from toolsearch.session import SessionManager
 
     queries = json.loads(Path(spec["queries"]).read_text())
     t0 = time.perf_counter()
@@ -139,8 +139,8 @@ def work_load(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _labels(datasets: Sequence[Any], queries: Sequence[str], seed: int) -> dict[str, list[str]]:
     """Each sampled query's relevant tools, named as the generated catalog names them (`<dataset>_<name>`)."""
-    from ..evaluation import load_queries
-    from .scale import cut_query
+    from benchmarks.lib.workload import cut_query
+    from toolsearch.evaluation import load_queries
 
     wanted, out = set(queries), {}
     for ds in datasets:
@@ -169,7 +169,7 @@ def _bound_against_exact(
     variant of (the generated variants share their tool's schema and description), over the
     labelled timed queries, and over those of them that met the bound.
     """
-    from ..evaluation import ndcg_at
+    from toolsearch.evaluation import ndcg_at
 
     timed = queries[WARMUP:]
     real = frozenset(name for names in labels.values() for name in names)
@@ -194,12 +194,12 @@ def _bound_against_exact(
 
 def _base_vectors(spec: dict[str, Any], plan: Any) -> tuple[np.ndarray, Any]:
     """One vector per real tool (embedded, or random), and a query embedder (None for random)."""
-    from .synth import random_base_vectors
+    from benchmarks.lib.synth import random_base_vectors
 
     if spec["vectors"] == "random":
         return random_base_vectors(len(plan.bases), seed=int(spec["seed"])), None
-    from ..embeddings import embed_texts, resolve_embedder, shared_cache
-    from ..text import embedding_text
+    from toolsearch.embeddings import embed_texts, resolve_embedder, shared_cache
+    from toolsearch.text import embedding_text
 
     embedder = resolve_embedder(None, None)
     cache = shared_cache(spec["cache_dir"]) if spec.get("cache_dir") else shared_cache()
@@ -209,8 +209,8 @@ def _base_vectors(spec: dict[str, Any], plan: Any) -> tuple[np.ndarray, Any]:
 
 def work_vector(spec: dict[str, Any]) -> dict[str, Any]:
     """Derived vectors added directly; search timed without the query embedding; recall vs exact."""
-    from ..backends import vector as vector_module
-    from .synth import derived_vectors
+    from benchmarks.lib.synth import derived_vectors
+    from toolsearch.backends import vector as vector_module
 
     queries = json.loads(Path(spec["queries"]).read_text())
     t0 = time.perf_counter()
@@ -270,7 +270,7 @@ def work_vector(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _exact_top(plan: Any, bases: np.ndarray, sample: np.ndarray) -> list[list[str]]:
-    from .synth import derived_vectors
+    from benchmarks.lib.synth import derived_vectors
 
     best_scores = np.full((len(sample), K), -np.inf, dtype=np.float32)
     best_ids = np.zeros((len(sample), K), dtype=np.int64)
@@ -311,7 +311,7 @@ def run(
     With `resume`, a worker whose result file is already in `work_dir` (from an earlier run over the
     same folder and settings) is not run again: a long run can be finished by a second invocation.
     """
-    from .scale import sample_queries
+    from benchmarks.lib.workload import sample_queries
 
     say = log or (lambda message: None)
     started = time.perf_counter()
@@ -451,7 +451,7 @@ def _mb(n: Any) -> str:
 def render_markdown(report: dict[str, Any], command: str) -> str:
     s = report["settings"]
     a = report["analysis"]
-    from . import machine_markdown
+    from benchmarks.lib import machine_markdown
 
     lines = ["# A million tools: bm25 and the vector backend's approximate index", ""]
     lines.append(f"Command: `{command}` (run time {report['elapsed_s'] / 60:.0f} min).")
@@ -563,7 +563,7 @@ def _bound_markdown(report: dict[str, Any]) -> list[str]:
 METHOD_NOTES = (
     "Catalog: the ~6,000 real tools of the data sets (names prefixed by data set), then variants until the size "
     "is reached: a real tool renamed `<name>_v<n>`, its description followed by the first sentence of a randomly "
-    "chosen real tool's description, its schema shared with the real tool (toolsearch.bench.synth, seeded). At a "
+    "chosen real tool's description, its schema shared with the real tool (benchmarks.lib.synth, seeded). At a "
     "million tools each real tool has about 167 variants, so many tools share most of their words: a harder "
     "ranking workload than a million unrelated tools, whose postings would be shorter.",
     "bm25: `ToolIndex.build(Catalog(tools), backend=\"bm25\")` timed alone; queries are the data sets' real "

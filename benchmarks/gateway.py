@@ -1,11 +1,11 @@
 """Gateway benchmark: concurrent MCP clients over streamable HTTP against 1, 2 and 4 gateway workers, per session store.
 
-    toolsearch bench gateway                          # writes benchmarks/results/gateway.{md,json,png}
-    toolsearch bench gateway --clients 4 --loops 5 --workers 1,2   # a quick run
-    toolsearch bench gateway --eras modern            # the 2026-07-28 era only
+    python benchmarks/gateway.py                          # writes benchmarks/results/gateway.{md,json,png}
+    python benchmarks/gateway.py --clients 4 --loops 5 --workers 1,2   # a quick run
+    python benchmarks/gateway.py --eras modern            # the 2026-07-28 era only
 
 Each configuration starts N `toolsearch mcp serve --transport http` worker processes in front of one
-upstream MCP server per worker (`toolsearch.bench.gateway_upstream`: the bundled 197-tool demo catalog
+upstream MCP server per worker (`benchmarks.lib.gateway_upstream`: the bundled 197-tool demo catalog
 over stdio, answering at once, so the figures are the gateway's). K clients, each a real `mcp`
 `ClientSession` over streamable HTTP, all in this process, loop `tool_search` -> `tools/list` ->
 `tools/call` (a tool the search found, with arguments that satisfy its schema), after a warm-up. The
@@ -47,7 +47,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -55,8 +54,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..mcp.options import positive_int
-from . import command_line, log, machine_info, machine_markdown, offline_environment, percentile, write_report
+from toolsearch.mcp.options import positive_int
+
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
+    cli,
+    command_line,
+    log,
+    machine_info,
+    machine_markdown,
+    offline_environment,
+    percentile,
+    write_report,
+)
+
+# The MCP tests' helpers hold the served gateway's reader (mcp_gateway.py and security.py start gateways with them too).
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from mcp_servers.served import ServedProcess
 
 __all__ = ["add_arguments", "main", "run", "render_markdown", "plot_report"]
 
@@ -70,14 +86,13 @@ SERVER = "demo"  # the upstream's name in the gateway config: tools are listed a
 SEARCH_TOOL = "tool_search"
 RESULTS_PER_SEARCH = 3
 _FOUND_LINE = re.compile(r"^- (\S+) \(score", re.MULTILINE)
-_LISTENING = re.compile(r"listening on (\S+)")
 
 
 # --- gateway workers ----------------------------------------------------------------------------------
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[1])
 
 
 def _child_env() -> dict[str, str]:
@@ -90,7 +105,7 @@ def write_config(folder: Path) -> Path:
     """The gateway config: one upstream, the bundled demo catalog over stdio."""
     entry = {
         "command": sys.executable,
-        "args": ["-m", "toolsearch.bench.gateway_upstream"],
+        "args": ["-m", "benchmarks.lib.gateway_upstream"],
         "env": {"PYTHONPATH": _package_root()},  # stdio upstreams inherit only a safe subset of the environment
     }
     path = folder / "servers.json"
@@ -98,55 +113,22 @@ def write_config(folder: Path) -> Path:
     return path
 
 
-class GatewayWorker:
+class GatewayWorker(ServedProcess):
     """One `toolsearch mcp serve --transport http` process on a free port; stderr kept for error reports."""
 
     def __init__(self, argv: Sequence[str]) -> None:
-        self.argv = list(argv)
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_child_env(),
-        )
-        self.lines: list[str] = []
-        self.url: str | None = None
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-            found = _LISTENING.search(line)
-            if found and self.url is None:
-                self.url = found.group(1)
-                self._ready.set()
-        self._ready.set()
+        super().__init__(argv, env=_child_env(), stdout=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float) -> str:
-        self._ready.wait(timeout)
-        if self.url is None:
+        url = self.wait_url(timeout)
+        if url is None:
             tail = "\n".join(self.lines[-20:])
             raise RuntimeError(f"gateway worker did not start ({' '.join(self.argv)}):\n{tail}")
-        return self.url
+        return url
 
     @property
     def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._reader.join(5)
+        return self.proc.pid
 
 
 def store_arguments(store: str, redis_url: str | None, session_header: str | None) -> list[str]:
@@ -197,7 +179,7 @@ def gateway_workers(
 
 def search_queries(seed: int) -> list[str]:
     """One query per demo tool: the first clause of its description, as a person would ask for it."""
-    from ..demo import demo_tools
+    from toolsearch.demo import demo_tools
 
     queries = []
     for tool in demo_tools():
@@ -376,8 +358,8 @@ async def run_client(
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from ..providers.scripted import example_arguments
-    from .gateway_upstream import reply_text
+    from benchmarks.lib.gateway_upstream import reply_text
+    from toolsearch.providers.scripted import example_arguments
 
     headers = {session_header: f"bench-{group}-{index}-{uuid.uuid4().hex[:8]}"} if session_header else None
     timeout = httpx2.Timeout(60.0, read=300.0)
@@ -679,7 +661,7 @@ def run(
     log: Any = None,
 ) -> dict[str, Any]:
     """Every (workers, store) configuration in turn, each client count on the same workers; returns the report."""
-    from .sessions import _redis_version, local_redis
+    from benchmarks.lib.redis_server import local_redis, redis_version
 
     say = log or (lambda message: None)
     queries = search_queries(seed)
@@ -703,7 +685,7 @@ def run(
             "session_header": session_header,
             "queries": len(queries),
             "seed": seed,
-            "upstream": "`toolsearch.bench.gateway_upstream`: the demo catalog, 197 tools, over stdio",
+            "upstream": "`benchmarks.lib.gateway_upstream`: the demo catalog, 197 tools, over stdio",
         },
         "configurations": [],
     }
@@ -720,7 +702,7 @@ def run(
                     "bench gateway: the redis store needs a Redis: install redis-server (Debian: apt-get install "
                     "redis-server) or pass --redis-url; or run --stores memory"
                 )
-            report["redis"] = {"version": _redis_version(url), "given": redis_url is not None}
+            report["redis"] = {"version": redis_version(url), "given": redis_url is not None}
         for count in workers:
             if "redis" in stores and redis_url is None and url is not None:
                 _flush(url)
@@ -1075,7 +1057,7 @@ def main(args: argparse.Namespace) -> int:
     plot = None if args.no_plot else out / f"{args.name}.png"
     if plot is not None:
         plot_report(report, plot)
-    markdown = render_markdown(report, command_line("gateway"), plot)
+    markdown = render_markdown(report, command_line(), plot)
     write_report(out, args.name, report, markdown, extra=[plot] if plot else [], quiet=quiet)
     t = report["targets"]
     for c in report["configurations"]:
@@ -1094,3 +1076,7 @@ def main(args: argparse.Namespace) -> int:
         )
     print(f"errors: {t['errors']} (target 0) {'met' if t['errors_met'] else 'NOT met'}")
     return 0 if t["errors_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

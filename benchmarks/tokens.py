@@ -1,7 +1,7 @@
 """Token-savings benchmark: every tool on every request (baseline) vs tool search, per backend and catalog size.
 
-    toolsearch bench tokens                              # offline, deterministic policy model
-    toolsearch bench tokens --provider openai --model gpt-4.1-mini --limit 10 --sizes 50,200
+    python benchmarks/tokens.py                              # offline, deterministic policy model
+    python benchmarks/tokens.py --provider openai --model gpt-4.1-mini --limit 10 --sizes 50,200
 
 Both arms run the same tasks through the same loop (`toolsearch.loop`) over the same catalog:
 
@@ -43,17 +43,23 @@ import itertools
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..loop import DIRECT_MAX_TOKENS
-from ..providers.registry import chat_format_names
-from . import (
+from toolsearch.loop import DIRECT_MAX_TOKENS
+from toolsearch.providers.registry import chat_format_names
+
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import (
     Dataset,
     backend_list,
+    cli,
     command_line,
     log,
     machine_info,
@@ -62,7 +68,7 @@ from . import (
     resolve_datasets,
     write_report,
 )
-from .policy import AgentPolicy, QueryStyle
+from benchmarks.lib.policy import AgentPolicy, QueryStyle
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -137,31 +143,10 @@ def _distractors(tools: Sequence[Any], task: Task, count: int, seed: str) -> lis
     return random.Random(seed).sample(others, min(len(others), count))
 
 
-def _sizes(spec: str) -> list[int | None]:
-    out: list[int | None] = []
-    for part in spec.split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        if part == "all":
-            out.append(None)
-            continue
-        try:
-            value = int(part)
-        except ValueError:
-            raise SystemExit(f"--sizes: {part!r} is not a number or 'all'") from None
-        if value < 1:
-            raise SystemExit("--sizes: catalog sizes must be positive")
-        out.append(value)
-    if not out:
-        raise SystemExit("--sizes: give at least one size, e.g. 50,200,all")
-    return sorted(set(out), key=lambda s: math.inf if s is None else s)
-
-
 @functools.cache
 def _metatool() -> Any:
     """One meta-tool for every run: it caches its per-backend definitions across sessions."""
-    from ..metatool import ToolSearchMetaTool
+    from toolsearch.metatool import ToolSearchMetaTool
 
     return ToolSearchMetaTool()
 
@@ -238,9 +223,9 @@ def run_task(
     `<backend>+native` for the provider's native form, `tool_search_mode="native"`). `usage`, a
     `UsageRecorder`, is fed the run's searches and calls; `augment`, a JSON schema, is the loop's
     `augment=` (an arm named `<arm>+reason`)."""
-    from ..loop import LoopConfig, ResultStatus
-    from ..loop import run as run_loop
-    from ..providers._base import ProviderError
+    from toolsearch.loop import LoopConfig, ResultStatus
+    from toolsearch.loop import run as run_loop
+    from toolsearch.providers._base import ProviderError
 
     plain = method.removesuffix(AUGMENT)
     baseline = plain == BASELINE
@@ -407,7 +392,7 @@ def _catalog_tokens(base: Mapping[str, Any]) -> float:
 
 
 def _load_tasks(ds: Dataset, limit: int | None, seed: int, names: set[str]) -> list[Task]:
-    from ..evaluation import load_queries
+    from toolsearch.evaluation import load_queries
 
     rows = load_queries(ds.queries_path, seed=seed)
     tasks = [Task(q.id, q.query, tuple(dict.fromkeys(q.relevant)), q.subset) for q in rows]
@@ -431,7 +416,7 @@ def _style(method: str) -> QueryStyle:
 def _model_factory(provider: str | None, model_name: str | None, fmt: str, base_url: str | None) -> Any:
     """(task, style, fill) -> ChatModel: the offline policy model per task (`fill`: argument values it
     gives every call whose tool has them, the augmented reason), or one live provider model."""
-    from ..providers.scripted import ScriptedModel
+    from toolsearch.providers.scripted import ScriptedModel
 
     if provider is None:
 
@@ -454,7 +439,7 @@ def _live_model(provider: str, model_name: str, base_url: str | None) -> Any:
             import openai
         except ImportError:
             raise SystemExit("the openai package is not installed: pip install 'toolsearch[providers]'") from None
-        from ..providers.openai import OpenAIChatModel
+        from toolsearch.providers.openai import OpenAIChatModel
 
         client = openai.OpenAI(base_url=base_url) if base_url else openai.OpenAI()
         return OpenAIChatModel(client, model_name)
@@ -465,7 +450,7 @@ def _live_model(provider: str, model_name: str, base_url: str | None) -> Any:
             import anthropic
         except ImportError:
             raise SystemExit("the anthropic package is not installed: pip install 'toolsearch[providers]'") from None
-        from ..providers.anthropic import AnthropicModel
+        from toolsearch.providers.anthropic import AnthropicModel
 
         aclient = anthropic.Anthropic(base_url=base_url) if base_url else anthropic.Anthropic()
         return AnthropicModel(aclient, model_name)
@@ -499,10 +484,10 @@ def run(
     `learn` adds `<backend>+learn` for each backend, whose index learns from the run's earlier tasks;
     `augment_backend` adds `baseline+reason` and `<backend>+reason`, both with a one-field augmentation.
     """
-    from ..cost import load_prices
-    from ..index import ToolIndex
-    from ..session import SessionManager
-    from ..tools import load_tools
+    from toolsearch.cost import load_prices
+    from toolsearch.index import ToolIndex
+    from toolsearch.session import SessionManager
+    from toolsearch.tools import load_tools
 
     say = log or (lambda message: None)
     live = provider is not None
@@ -704,7 +689,7 @@ def _value_tokens(text: str, encoding: str) -> int:
     """Tokens of one augmented value as a call's arguments carry it (a JSON string)."""
     import json
 
-    from ..tokens import count_tokens
+    from toolsearch.tokens import count_tokens
 
     return count_tokens(json.dumps(text, ensure_ascii=False), encoding)
 
@@ -735,9 +720,9 @@ def _learning_arms(
     The logs start empty and each is fed only by its own arm's earlier tasks at that size. The
     ranker recompiles on every change (`refresh_seconds=0`), so a run is deterministic.
     """
-    from ..learning import LearnedRanker, LearningIndex
-    from ..session import SessionManager
-    from ..usage import UsageLog, UsageRecorder
+    from toolsearch.learning import LearnedRanker, LearningIndex
+    from toolsearch.session import SessionManager
+    from toolsearch.usage import UsageLog, UsageRecorder
 
     out: dict[Any, Any] = dict(managers)
     recorders: dict[tuple[int | None, str], Any] = {}
@@ -1083,7 +1068,7 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
             if s.get("auto_backend")
             else ""
         ),
-        "- Offline, the model is a deterministic policy (`toolsearch/bench/policy.py`): it searches with the task "
+        "- Offline, the model is a deterministic policy (`benchmarks/lib/policy.py`): it searches with the task "
         "text, part by part for a multi-part task (regex backend: an alternation of the content words); while a "
         "needed tool is missing, with each part's capability words (no quoted strings, names or numbers), then "
         "the task's keywords, then the first queries again, each with 10 results (`tool_search` leaves tools the "
@@ -1461,7 +1446,7 @@ def main(args: argparse.Namespace) -> int:
     report = run(
         resolve_datasets(args.dataset),
         backends,
-        _sizes(args.sizes),
+        cli.sizes(args.sizes),
         limit=limit or None,
         seed=args.seed,
         fmt=args.format,
@@ -1479,6 +1464,10 @@ def main(args: argparse.Namespace) -> int:
     )
     out = Path(args.out)
     plots = [] if args.no_plot else plot(report, out, args.name)
-    write_report(out, args.name, report, render_markdown(report, plots, command_line("tokens")), quiet=quiet)
+    write_report(out, args.name, report, render_markdown(report, plots, command_line()), quiet=quiet)
     print(render_summary(report))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))

@@ -46,7 +46,7 @@ def compare_embedders(
     spawn: Callable[..., dict[str, Any]],
     log: Any,
 ) -> dict[str, Any]:
-    from ..text import embedding_text
+    from toolsearch.text import embedding_text
 
     texts_path = work / "embed-texts.json"
     texts_path.write_text(json.dumps([embedding_text(t) for t in catalog[:DOCUMENTS]]))

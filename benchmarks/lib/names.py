@@ -23,7 +23,7 @@ _REGEX_FORMS = ("bare",)
 
 def forms_of(name: str, position: int) -> dict[str, str]:
     """The four requests that name `name` (the sentence template rotates with `position`)."""
-    from ..text import split_identifier
+    from toolsearch.text import split_identifier
 
     split = " ".join(split_identifier(name))
     template = TEMPLATES[position % len(TEMPLATES)]
@@ -32,7 +32,7 @@ def forms_of(name: str, position: int) -> dict[str, str]:
 
 def unique_names(names: Sequence[str]) -> list[str]:
     """Names no other tool shares by spelling (case aside) or by identifier words."""
-    from ..text import split_identifier
+    from toolsearch.text import split_identifier
 
     spelled = Counter(n.strip().lower() for n in names)
     words = Counter(split_identifier(n) for n in names)

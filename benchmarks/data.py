@@ -1,10 +1,10 @@
-"""Build the benchmark data sets from their public sources: `toolsearch bench data fetch NAME`.
+"""Build the benchmark data sets from their public sources: `python benchmarks/data.py fetch NAME`.
 
     pip download --no-deps -d /tmp/bfcl bfcl-eval==2026.3.23
-    toolsearch bench data fetch bfcl --source /tmp/bfcl/bfcl_eval-2026.3.23-py3-none-any.whl
+    python benchmarks/data.py fetch bfcl --source /tmp/bfcl/bfcl_eval-2026.3.23-py3-none-any.whl
     git clone https://github.com/HowieHwong/MetaTool    # then: git -C MetaTool checkout 35e81bb75768...
-    toolsearch bench data fetch metatool --source MetaTool
-    toolsearch bench data fetch seal_tools --source Seal-Tools      # a checkout at ce753ecd60ed...
+    python benchmarks/data.py fetch metatool --source MetaTool
+    python benchmarks/data.py fetch seal_tools --source Seal-Tools      # a checkout at ce753ecd60ed...
 
 Each source's own files are read (the `bfcl-eval` wheel or installed package; a checkout of the
 MetaTool or Seal-Tools repository at the pinned commit), checked against the SHA-256 digests recorded
@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections import Counter
@@ -33,7 +34,11 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from .._errors import DataSourceError
+if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.lib import cli
+from toolsearch._errors import DataSourceError
 
 __all__ = ["DATASETS", "DataSourceError", "Source", "add_arguments", "convert", "fetch", "main"]
 
@@ -525,3 +530,7 @@ def main(args: argparse.Namespace) -> int:
     tools = sum(1 for _ in (target / "tools.jsonl").open(encoding="utf-8"))
     print(f"{args.name}: {tools:,} tools and {rows:,} queries in {target}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(__file__, __doc__, add_arguments, main))
