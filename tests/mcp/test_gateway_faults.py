@@ -6,6 +6,7 @@ answers late, exits mid-call, sends 10 MB, or lists malformed tool definitions o
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,26 +137,39 @@ async def test_a_dead_upstream_is_reported_restarted_and_others_finish(gateway: 
                     break
                 await anyio.sleep(0.5)
         assert text(after) != before  # a new process
-    assert gateway.logged("MCP server 'faulty': restarting (1 of 3)"), gateway.stderr
+    assert gateway.logged("MCP server 'faulty': restarting (attempt 1)"), gateway.stderr
 
 
-async def test_an_upstream_that_keeps_dying_is_marked_down(gateway: GatewayProcess) -> None:
+RESTARTING = re.compile(r"being restarted \(attempt (\d+), in about ([\d.]+) s\)")
+
+
+async def test_an_upstream_that_keeps_dying_is_restarted_after_longer_and_longer_waits(gateway: GatewayProcess) -> None:
+    """Backoff: each crash soon after a start waits about twice as long for its restart (1, 2, 4, 8 s, each jittered
+    to between half and all of that), and a call meanwhile says when the next attempt is due; never a loop."""
     async with connect(gateway.url or "") as client:
-        said = ""
+        attempts: list[tuple[int, float]] = []
         with anyio.fail_after(120):
-            for _ in range(10):  # 3 restarts, then it stays down
-                died = await client.call("call_tool", {"name": "fragile__die"})
-                said = text(died)
-                if "will not be restarted" in said:
-                    break
+            for _ in range(4):
+                said = text(await client.call("call_tool", {"name": "fragile__die"}))
+                restarting = RESTARTING.search(said)
+                assert restarting is not None, said
+                attempts.append((int(restarting[1]), float(restarting[2])))
+                # a call waits for an attempt due within 5 s, else is refused at once saying when it is due
                 while (await client.call("call_tool", {"name": "fragile__pid"})).is_error:
                     await anyio.sleep(0.5)
-        assert "It is down and will not be restarted; use another tool." in said
+            died = await client.call("call_tool", {"name": "fragile__die"})  # attempt 5: due in 8 to 16 s
+        assert [n for n, _ in attempts] == [1, 2, 3, 4], attempts  # crashes within a minute of each start: a loop
+        for n, wait in attempts:  # the wait the server chose, as the message says it (not a measured time)
+            assert 2 ** (n - 1) / 2 - 0.05 <= wait <= 2 ** (n - 1) + 0.05, attempts
+        restarting = RESTARTING.search(text(died))
+        assert restarting is not None and restarting[1] == "5" and 7.95 <= float(restarting[2]) <= 16.05, text(died)
         down = await client.call("call_tool", {"name": "fragile__echo", "arguments": {"text": "x"}})
-        assert down.is_error and "MCP server 'fragile' is not available" in text(down)
-        assert "Use a tool of another server" in text(down)
+        said = text(down)
+        assert down.is_error and "MCP server 'fragile' is not available" in said, said
+        assert "It is being restarted: attempt 5 is due in about" in said and "Use a tool of another server" in said
         ok = await client.call("call_tool", {"name": "toy__echo", "arguments": {"text": "others serve"}})
         assert text(ok) == "others serve"
+    assert gateway.logged("MCP server 'fragile': restart attempt 5 in"), gateway.stderr
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from toolsearch.mcp.source import (
     collect_tools,
     mcp_definition,
     namespaced_name,
+    restart_delay,
     tool_from_mcp,
     upstream_of,
 )
@@ -296,6 +298,28 @@ async def test_a_crash_found_by_a_relisting_restarts_the_server_at_the_next_call
         after = await source.call_tool("toy__pid")  # restarts it
         assert not after.is_error and after.content[0].text != before  # type: ignore[union-attr]
         assert upstream.changes == "ttl" and upstream.protocol_version == "2026-07-28"
+
+
+def test_restart_waits_double_up_to_a_minute_and_are_jittered() -> None:
+    rng = random.Random(7)
+    for attempt, whole in [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (10_000, 60.0)]:
+        waits = [restart_delay(attempt, rng=rng) for _ in range(200)]
+        assert all(whole / 2 <= w <= whole for w in waits), (attempt, min(waits), max(waits))
+        assert max(waits) - min(waits) > whole / 4, attempt  # servers that crashed together restart apart
+
+
+@pytest.mark.slow
+async def test_with_max_restarts_a_server_that_keeps_crashing_is_left_down_saying_so() -> None:
+    async with MCPToolSource({"mcpServers": {"toy": toy()}}, max_restarts=1) as source:
+        first = (await source.call_tool("toy__crash")).content[0].text  # type: ignore[union-attr]
+        assert "being restarted (attempt 1, in about" in first
+        assert not (await source.call_tool("toy__pid")).is_error  # waited for the attempt, due within a second
+        second = (await source.call_tool("toy__crash")).content[0].text  # type: ignore[union-attr]
+        assert "It is down and will not be restarted; use another tool." in second
+        down = await source.call_tool("toy__echo", {"text": "x"})
+        said = down.content[0].text  # type: ignore[union-attr]
+        assert down.is_error and "It will not be restarted; use a tool of another server." in said
+        assert "left down after 1 restart attempts in a row (max_restarts)" in said
 
 
 @pytest.mark.slow

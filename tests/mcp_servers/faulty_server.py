@@ -26,6 +26,12 @@ Environment:
 - ``FAULTY_EXTRA_TOOLS``: a JSON list of tool definitions appended to tools/list as written.
 - ``FAULTY_LIST_DELAY``: once ``mutate`` ran, tools/list answers after this many seconds (calls are
   answered meanwhile): the window between a change notification and the re-listing it asks for.
+- ``FAULTY_CHANGES``: a JSON object {tool name: {"description": ..., "inputSchema": ...}} applied to the
+  tools at start (what ``mutate`` changes, changed while no gateway was looking).
+- ``FAULTY_START_GATE``: a file path; the server reads nothing until that file exists (a start that
+  lasts as long as a test wants: the test creates the file to let it finish).
+- ``FAULTY_NO_START``: a file path; while that file exists, the server exits at once when started (a
+  server that cannot start, for as long as the test wants).
 """
 
 from __future__ import annotations
@@ -214,6 +220,15 @@ def handle(message: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    for name, change in json.loads(os.environ.get("FAULTY_CHANGES") or "{}").items():
+        TOOLS[name].update(change)
+    no_start = os.environ.get("FAULTY_NO_START")
+    if no_start and os.path.exists(no_start):
+        sys.stderr.write("faulty server: not starting on request\n")
+        sys.exit(4)
+    gate = os.environ.get("FAULTY_START_GATE")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.05)
     for line in sys.stdin:
         if line.strip():
             handle(json.loads(line))

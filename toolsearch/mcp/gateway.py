@@ -36,6 +36,7 @@ from .caps import ConnectionCaps, caller_caps
 from .errors import protocol_error
 from .handshake import HandshakeEra
 from .identity import SessionIdentity
+from .metatools import CALL_TOOL
 from .modern import ModernEra
 from .outage import CatalogOutage, catalog_outage
 from .rules import GatewayRules, resolve_pins
@@ -196,6 +197,11 @@ class Gateway:
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         self._catalog_answers()
+        # Started from the catalog its servers listed last time (toolsearch.mcp.remembered), a gateway admits a call
+        # once the called tool's server has listed its own tools: never against a remembered definition.
+        target = (params.arguments or {}).get("name") if params.name == CALL_TOOL else params.name
+        if target != self.rules.metatool.name:
+            await self.source.listed(target if isinstance(target, str) else None)
         asker = self.rules.resolve(ctx)
         if is_modern(ctx.protocol_version):
             return await self.modern.call_tool(ctx, asker, params)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import random
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from encodings import utf_8
@@ -44,6 +45,7 @@ __all__ = [
     "upstream_of",
     "mcp_definition",
     "error_result",
+    "restart_delay",
 ]
 
 logger = logging.getLogger("toolsearch.mcp")
@@ -52,6 +54,14 @@ SEPARATOR = "__"
 """Between server and tool name: `time__get_current_time`. Provider-safe, and rare inside tool names."""
 
 RESTART_WINDOW = 60.0  # seconds: a server that crashes sooner than this after starting is crash-looping
+# A crashed server is restarted after RESTART_FIRST seconds, then (while it keeps failing or crashing within
+# RESTART_WINDOW of each start) after twice as long each time, up to RESTART_CAP: a server that cannot run costs a
+# process start a minute, not a loop, and one that crashed once is back within about a second.
+RESTART_FIRST = 1.0
+RESTART_CAP = 60.0
+# A call to a server that is down waits for its next restart attempt when that is due this soon; else it fails at once,
+# saying when the next attempt is.
+CALL_WAITS_FOR_RESTART = 5.0
 MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
 ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
@@ -82,6 +92,16 @@ def _supported_versions(data: Any) -> list[str]:
 
 
 # --- tools ------------------------------------------------------------------------------------
+
+
+def restart_delay(attempt: int, *, rng: random.Random | None = None) -> float:
+    """Seconds to wait before restart attempt `attempt` (1: the first after a crash): RESTART_FIRST, doubled for each
+    attempt after it up to RESTART_CAP, then jittered to between half and all of that, so that servers which crashed
+    together (one cause, or one gateway restarted) do not all restart in step."""
+    doublings: int = min(max(attempt, 1) - 1, 16)
+    whole = min(RESTART_CAP, RESTART_FIRST * 2.0**doublings)
+    share: float = (rng or random).random()
+    return whole / 2 + share * whole / 2
 
 
 def namespaced_name(server: str, tool: str, *, separator: str = SEPARATOR) -> str:
@@ -484,9 +504,14 @@ async def _screening(read: Any, screen: _Screen) -> AsyncIterator[Any]:
 class UpstreamServer:
     """One upstream MCP server: its connection, its current tools, and calls routed to it.
 
-    A server whose connection ends during a call is restarted in the background, at most
-    `max_restarts` times in a row; then it is down (calls say so) until the gateway restarts.
-    Once it has served RESTART_WINDOW seconds since its last start, a crash starts a new count.
+    A server whose connection ends (found by a call or a re-listing) is restarted in the background
+    with backoff (`restart_delay`: about 1 s, then twice as long after each failed or crash-looping
+    attempt, up to a minute, jittered), for as long as the gateway runs, or at most `max_restarts`
+    attempts in a row when that is set; then it is down (calls say so, and how to recover). Once it
+    has served RESTART_WINDOW seconds since its last start, a crash starts a new count.
+
+    `remembered`: its tools as an earlier start listed them, served (found, not called) until it
+    lists its own (see `MCPToolSource`).
     """
 
     def __init__(
@@ -495,9 +520,10 @@ class UpstreamServer:
         *,
         separator: str = SEPARATOR,
         restart: bool = True,
-        max_restarts: int = 3,
+        max_restarts: int | None = None,
         on_tools_changed: ChangeListener | None = None,
         errlog: TextIO | None = None,
+        remembered: Iterable[Tool] = (),
     ) -> None:
         self.config = config
         self.separator = separator
@@ -505,7 +531,11 @@ class UpstreamServer:
         self.max_restarts = max_restarts
         self.state: State = "idle"
         self.error: str | None = None
-        self.restarts = 0
+        self.restarts = 0  # restart attempts since it last served RESTART_WINDOW seconds
+        self.next_restart: float | None = None  # when (anyio's clock) the next attempt is due, while one is scheduled
+        self._reviver: anyio.CancelScope | None = None  # the background restarts, while they run
+        self._attempted = anyio.Event()  # set when the next restart attempt has ended (a new one then)
+        self.stopping = False  # set by `stop`: nothing is started, restarted or announced after it
         self.tools: tuple[Tool, ...] = ()
         self.skipped: list[str] = []  # upstream tools whose definitions we could not accept
         self.server_info: types.Implementation | None = None
@@ -533,6 +563,11 @@ class UpstreamServer:
         self._generation = 0
         self._listing_problems: list[str] = []
         self._ready_at: float | None = None
+        # Tools remembered from an earlier start stand in for its own until it lists them (or fails to start):
+        # `listed` is set then, once the change (if any) has been announced.
+        self.tools = tuple(remembered)
+        self.remembered = bool(self.tools)
+        self.listed = anyio.Event()
 
     @property
     def name(self) -> str:
@@ -552,7 +587,7 @@ class UpstreamServer:
         async with self._lifecycle:
             return await self._start_locked(task_group)
 
-    async def _start_locked(self, task_group: anyio.abc.TaskGroup) -> bool:
+    async def _start_locked(self, task_group: anyio.abc.TaskGroup, *, restart: bool = False) -> bool:
         self._task_group = task_group
         self._generation += 1
         self.state, self.error = "starting", None
@@ -571,12 +606,17 @@ class UpstreamServer:
             with anyio.move_on_after(10):
                 await self._done.wait()
         ok = self.ready  # the runner task moved the state on while we waited
-        if not ok:
+        if not ok and not restart and not self.stopping:  # a failed restart is logged with when the next one is due
             logger.warning("MCP server %r skipped: %s", self.name, self.error)
         return ok
 
     async def stop(self) -> None:
-        """Close the connection (stdio: stdin closed, then the process tree is terminated)."""
+        """Close the connection (stdio: stdin closed, then the process tree is terminated); no restart follows."""
+        self.stopping = True
+        if self._reviver is not None:
+            self._reviver.cancel()
+        if self.state == "starting" and self._scope is not None:
+            self._scope.cancel()  # a start in progress (in the background, say) ends now, not when it would finish
         async with self._lifecycle:
             await self._stop_locked()
             self.state = "stopped"
@@ -987,9 +1027,8 @@ class UpstreamServer:
                     except Exception as exc:
                         cause = _leaf(exc)
                         if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
-                            # found by a re-listing, not a call: crashed, so the next call restarts it
-                            self._session, self.state = None, "crashed"
-                            self.error = "the connection closed while its tools were re-listed"
+                            # found by a re-listing, not a call: crashed, and restarted like any crash
+                            self._went_down("the connection closed while its tools were re-listed")
                         logger.warning("MCP server %r: re-listing tools failed: %s", self.name, cause)
                         return changed
                     changed = self._apply(listed) or changed
@@ -1003,27 +1042,117 @@ class UpstreamServer:
 
     # --- calls --------------------------------------------------------------------------------
 
+    # --- restarts ---------------------------------------------------------------------------
+
+    def _went_down(self, why: str) -> float | None:
+        """The connection ended (`why`): restarts are scheduled; the seconds to the next attempt, None without one."""
+        if self._ready_at is not None and anyio.current_time() - self._ready_at > RESTART_WINDOW:
+            self.restarts = 0  # it served a good while since its last start: a new crash, not a crash loop
+        self._session, self.state, self.error = None, "crashed", why
+        return self._schedule_restart()
+
+    def _gave_up(self) -> bool:
+        return self.max_restarts is not None and self.restarts >= self.max_restarts
+
+    def _schedule_restart(self) -> float | None:
+        """Have the background restarts bring the server back (started unless running); the seconds until the next
+        attempt, or None when it is not restarted (restarts off, stopped, or `max_restarts` used up)."""
+        task_group = self._task_group
+        if not self.restart_enabled or task_group is None or self.stopping or self._gave_up():
+            return None
+        now = anyio.current_time()
+        if self.next_restart is None:
+            delay = restart_delay(self.restarts + 1)
+            self.next_restart = now + delay
+            logger.warning("MCP server %r: restart attempt %d in %.1f s", self.name, self.restarts + 1, delay)
+        if self._reviver is None:
+            self._reviver = anyio.CancelScope()  # before the task runs: one reviver at a time
+            task_group.start_soon(self._revive, self._reviver)
+        return max(0.0, self.next_restart - now)
+
+    async def _revive(self, scope: anyio.CancelScope) -> None:
+        """Restart attempts, each when it is due, until one is not scheduled (it is up, gave up, or was stopped)."""
+        try:
+            with scope:
+                while self.next_restart is not None:
+                    await anyio.sleep(max(0.0, self.next_restart - anyio.current_time()))
+                    await self._restart()  # a failed attempt schedules the next one
+        finally:
+            if self._reviver is scope:
+                self._reviver = None
+
     async def _restart(self) -> bool:
+        """One restart attempt (the reviver's); True when the server is up after it."""
+        changed = False
         async with self._lifecycle:
-            if self.ready:
-                return True  # another caller restarted it already
-            if not self.restart_enabled or self._task_group is None or self.restarts >= self.max_restarts:
-                return False
-            self.restarts += 1
-            logger.warning("MCP server %r: restarting (%d of %d)", self.name, self.restarts, self.max_restarts)
-            await self._stop_locked()
-            before = [t.fingerprint for t in self.tools]
-            ok = await self._start_locked(self._task_group)
-        if ok and [t.fingerprint for t in self.tools] != before and self._on_tools_changed is not None:
+            attempted = self._attempted
+            try:
+                self.next_restart = None
+                if self.ready:
+                    return True  # it came back another way
+                task_group = self._task_group
+                if not self.restart_enabled or task_group is None or self.stopping or self._gave_up():
+                    return False
+                self.restarts += 1
+                logger.warning("MCP server %r: restarting (attempt %d)", self.name, self.restarts)
+                await self._stop_locked()
+                before = [t.fingerprint for t in self.tools]
+                ok = await self._start_locked(task_group, restart=True)
+                if not ok:
+                    self._failed_restart()
+                changed = ok and [t.fingerprint for t in self.tools] != before
+            finally:
+                self._attempted = anyio.Event()
+                attempted.set()  # the calls that waited for this attempt go on
+        if changed and self._on_tools_changed is not None:
             await self._on_tools_changed(self)
         return ok
 
+    def _failed_restart(self) -> None:
+        if self._gave_up():
+            self.error = f"{self.error}; {self._left_down()}"
+            logger.error("MCP server %r: restart attempt %d failed; %s", self.name, self.restarts, self._left_down())
+            return
+        delay = restart_delay(self.restarts + 1)
+        self.next_restart = anyio.current_time() + delay
+        logger.warning(
+            "MCP server %r: restart attempt %d failed (%s); the next in %.1f s",
+            self.name,
+            self.restarts,
+            self.error,
+            delay,
+        )
+
+    def _left_down(self) -> str:
+        return (
+            f"left down after {self.restarts} restart attempts in a row (max_restarts): fix what its log says, then "
+            "restart the gateway"
+        )
+
+    def _down_text(self, tool: str) -> str:
+        """What a call to this server while it is down is told: why, and what comes next."""
+        text = f"MCP server {self.name!r} is not available ({self.error or self.state}), so {tool!r} cannot run now. "
+        if self.next_restart is not None:
+            due = max(0.1, self.next_restart - anyio.current_time())
+            return text + (
+                f"It is being restarted: attempt {self.restarts + 1} is due in about {due:.1f} s. Use a tool of "
+                "another server, or try again later."
+            )
+        if self._gave_up():
+            return text + "It will not be restarted; use a tool of another server."
+        return text + "Use a tool of another server, or try again later."
+
     async def _session_for_call(self) -> ClientSession | None:
+        if not self.ready and self.state in ("crashed", "failed"):
+            # down: it is restarted with backoff; a call waits for an attempt that is due soon, else fails at once
+            attempted = self._attempted
+            wait = self._schedule_restart()
+            if wait is not None and wait <= CALL_WAITS_FOR_RESTART:
+                with anyio.move_on_after(wait + self.config.startup_timeout + 10):
+                    await attempted.wait()
         if self.state == "starting":
             with anyio.move_on_after(self.config.startup_timeout):
                 await self._ready.wait()
-        if not self.ready and self.state in ("crashed", "failed") and self.restart_enabled:
-            await self._restart()
         return self._session if self.ready else None
 
     async def call(
@@ -1036,10 +1165,7 @@ class UpstreamServer:
         """
         session = await self._session_for_call()
         if session is None:
-            return error_result(
-                f"MCP server {self.name!r} is not available ({self.error or self.state}), so {tool!r} cannot run now. "
-                "Use a tool of another server, or try again later."
-            )
+            return error_result(self._down_text(tool))
         try:
             result = await session.call_tool(
                 tool, dict(arguments) if arguments else None, read_timeout_seconds=self.config.call_timeout
@@ -1105,19 +1231,22 @@ class UpstreamServer:
         )
 
     async def _crashed(self, tool: str) -> types.CallToolResult:
-        if self._ready_at is not None and anyio.current_time() - self._ready_at > RESTART_WINDOW:
-            self.restarts = 0  # it served a good while since its last start: a new crash, not a crash loop
-        self.state = "crashed"
-        self.error = f"the connection closed while {tool!r} was running"
         logger.warning("MCP server %r: connection lost during %r", self.name, tool)
+        wait = self._went_down(f"the connection closed while {tool!r} was running")
         message = (
             f"MCP server {self.name!r} stopped (connection closed) while running {tool!r}; the call did not finish."
         )
-        if self.restart_enabled and self._task_group is not None and self.restarts < self.max_restarts:
-            self._task_group.start_soon(self._restart)
-            message += " The server is being restarted; check whether the call had an effect before you retry it."
+        if wait is not None:
+            message += (
+                f" The server is being restarted (attempt {self.restarts + 1}, in about {max(wait, 0.1):.1f} s); check "
+                "whether the call had an effect before you retry it."
+            )
+        elif self._gave_up():
+            self.error = f"{self.error}; {self._left_down()}"
+            logger.error("MCP server %r: %s", self.name, self._left_down())
+            message += " It is down and will not be restarted; use another tool."
         else:
-            self.error += f"; not restarted ({self.restarts} restarts used of {self.max_restarts})"
+            self.error = f"{self.error}; not restarted"
             message += " It is down and will not be restarted; use another tool."
         return error_result(message)
 
@@ -1139,6 +1268,12 @@ class MCPToolSource:
 
     Use as an async context manager. Servers start concurrently; one that fails to start or times
     out is logged and listed in `failures`, and the others still work.
+
+    `remembered`: the tools an earlier start listed (a catalog of namespaced tools). Entering then
+    returns at once: the servers start in the background, each standing in with its remembered tools
+    until it lists its own, which then replace them (a difference is announced to the listeners as
+    any change is, and logged by tool; a server that fails to start loses its remembered tools).
+    `listed()` waits for that; a call is routed only once its server listed its own tools.
     """
 
     def __init__(
@@ -1147,9 +1282,10 @@ class MCPToolSource:
         *,
         separator: str = SEPARATOR,
         restart: bool = True,
-        max_restarts: int = 3,
+        max_restarts: int | None = None,
         errlog: TextIO | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        remembered: Iterable[Tool] | None = None,
     ) -> None:
         if isinstance(config, str | Path):
             config = load_config(config)
@@ -1159,6 +1295,12 @@ class MCPToolSource:
         self.separator = separator
         self.max_result_bytes = max_result_bytes
         self._listeners: list[SourceListener] = []
+        self.background = remembered is not None
+        kept: dict[str, list[Tool]] = {}
+        for tool in remembered or ():
+            origin = upstream_of(tool)
+            if origin is not None:
+                kept.setdefault(origin[0], []).append(tool)
         self.servers: dict[str, UpstreamServer] = {
             server.name: UpstreamServer(
                 server,
@@ -1167,6 +1309,7 @@ class MCPToolSource:
                 max_restarts=max_restarts,
                 on_tools_changed=self._server_changed,
                 errlog=errlog,
+                remembered=kept.get(server.name, ()),
             )
             for server in config.servers
         }
@@ -1181,6 +1324,11 @@ class MCPToolSource:
         task_group = await stack.enter_async_context(anyio.create_task_group())
         stack.push_async_callback(self._stop_all)
         self._stack = stack
+        if self.background:
+            self._rebuild()  # the remembered tools, until each server lists its own
+            for server in self.servers.values():
+                task_group.start_soon(self._start_in_background, server, task_group)
+            return self
         try:
             async with anyio.create_task_group() as starting:
                 for server in self.servers.values():
@@ -1189,7 +1337,28 @@ class MCPToolSource:
             await stack.__aexit__(None, None, None)
             raise
         self._rebuild()
+        for server in self.servers.values():
+            server.listed.set()
         return self
+
+    async def _start_in_background(self, server: UpstreamServer, task_group: anyio.abc.TaskGroup) -> None:
+        remembered = [t.fingerprint for t in server.tools]
+        try:
+            if not await server.start(task_group):
+                server.tools = ()  # its remembered tools are not offered by anything now
+            server.remembered = False
+            if [t.fingerprint for t in server.tools] != remembered and not server.stopping:
+                await self._server_changed(server)
+        finally:
+            server.listed.set()
+
+    async def listed(self, name: str | None = None) -> None:
+        """Return once the server offering `name` (every server, when `name` is None or no server offers it yet) has
+        listed its own tools, or failed to start, and the listeners have heard of any change: at a start from
+        remembered tools, a call is admitted against what its server lists now, never a remembered definition."""
+        hit = self._routes.get(name) if name is not None else None
+        for server in [hit[0]] if hit is not None else list(self.servers.values()):
+            await server.listed.wait()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -1234,9 +1403,10 @@ class MCPToolSource:
         return next((t for t in hit[0].tools if t.name == name), None)
 
     def changing(self, server: str) -> bool:
-        """True while `server` announced a change to its tools that is not re-listed yet."""
+        """True while `server` announced a change to its tools that is not re-listed yet, or stands in with tools
+        remembered from an earlier start."""
         upstream = self.servers.get(server)
-        return upstream is not None and upstream.relisting
+        return upstream is not None and (upstream.relisting or upstream.remembered)
 
     def add_listener(self, listener: SourceListener) -> None:
         """Call `listener(source, server_name)` after a server's tools changed."""
@@ -1286,6 +1456,7 @@ class MCPToolSource:
         `max_result_bytes` caps the result for servers whose config does not set `maxResultBytes`
         (default: the source's `max_result_bytes`).
         """
+        await self.listed(name)  # a remembered definition is never called: its server's own listing is
         hit = self._routes.get(name)
         if hit is None:
             return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")

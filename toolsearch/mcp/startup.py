@@ -20,10 +20,12 @@ from .._errors import SessionStoreError, ToolSearchError
 from .._redact import redacted_url
 from ..index import ToolIndex
 from ..stores import InMemorySessionStore, SessionStore, store_spec
+from .config import load_config
 from .gateway import Gateway
+from .remembered import RememberedCatalog
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings
 from .shared import CatalogBoard, SharedIndex
-from .source import MCPToolSource, _leaf
+from .source import SEPARATOR, MCPToolSource, _leaf
 
 __all__ = ["serve", "aserve", "open_store", "configure_logging", "choose_backend"]
 
@@ -118,6 +120,16 @@ async def _serve(
     workers = settings.workers
     backend, why = choose_backend(settings.backend)
     settings = dataclasses.replace(settings, backend=backend)
+    config = load_config(config_path)
+    # A stdio gateway answers from the catalog its servers listed at its last start while they start (a stdio client
+    # starts a gateway per session, the MCP Inspector's CLI one per call); an index in Postgres or --index-dir is
+    # the operator's own, and an HTTP gateway announces its URL once its servers are up.
+    remembered = (
+        RememberedCatalog(config, backend, settings.backend_options, separator=SEPARATOR)
+        if settings.transport == "stdio" and workers.store is None and workers.index_dir is None
+        else None
+    )
+    index = None if remembered is None else await anyio.to_thread.run_sync(remembered.load)
     store = open_store(workers)
     board = board_from_url(workers.session_store) if workers.shared_store else CatalogBoard()
     if type(board) is CatalogBoard and store_spec(workers.session_store).shared:
@@ -128,34 +140,29 @@ async def _serve(
             "others (a redis:// store shares them too)",
             redacted_url(workers.session_store),
         )
-    async with MCPToolSource(config_path, errlog=errlog or sys.stderr) as source, anyio.create_task_group() as tg:
+    source = MCPToolSource(config, errlog=errlog or sys.stderr, remembered=None if index is None else index.catalog)
+    gateway: Gateway | None = None
+    if index is not None:
+        # Built before the servers start, so that it hears of every change their own listings make.
+        gateway = await anyio.to_thread.run_sync(
+            lambda: Gateway(source, settings, index=index, store=store, board=board)
+        )
+    async with source, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
-        if not source.ready:
-            failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
-            raise ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
-        shared = None
-        if workers.index_dir is not None:
-            shared = SharedIndex(workers.index_dir, backend, settings.backend_options or None)
-        try:
-            index: ToolIndex | None = None
-            if workers.store is not None:  # the catalog in Postgres: indexed once, followed by every worker
-                index = await anyio.to_thread.run_sync(_store_index, workers, source.catalog(), settings)
-            else:
-                index = None if shared is None else (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
-            gateway = await anyio.to_thread.run_sync(
-                lambda: Gateway(source, settings, index=index, store=store, board=board, shared_index=shared)
-            )
-        except ImportError as exc:
-            raise ToolSearchError(f"cannot build the {backend!r} index: {exc}") from None
+        if gateway is None:
+            gateway = await _gateway_when_listed(config_path, source, settings, store, board, remembered)
+        elif remembered is not None:
+            tg.start_soon(_remember_when_listed, config_path, source, remembered)
         if settings.transport != "stdio":
             # A stdio gateway is started by its client, often for one call (the MCP Inspector's CLI starts one per
             # call): the embedding model loads on its first search (on numpy: see _numpy_queries), not on every
             # start. Over HTTP one start serves many clients: load it and onnxruntime's query graph now.
             await anyio.to_thread.run_sync(_warm, gateway.index)
-        servers = len(source.ready)
+        servers = len(source.servers)
         logger.info(
-            "gateway ready: %d tools from %d %s (%s index: %s; %s sessions)",
+            "gateway ready: %d tools %s %d %s (%s index: %s; %s sessions)",
             len(gateway.index),
+            "remembered from the last start, while starting" if source.background else "from",
             servers,
             "server" if servers == 1 else "servers",
             gateway.index.backend_name,
@@ -179,6 +186,58 @@ async def _serve(
         finally:
             board.close()
         tg.cancel_scope.cancel()
+
+
+def _nothing_started(config_path: str | Path, source: MCPToolSource) -> ToolSearchError:
+    failures = "; ".join(f"{n}: {r}" for n, r in source.failures.items())
+    return ToolSearchError(f"no MCP server in {config_path} could be started ({failures})")
+
+
+async def _gateway_when_listed(
+    config_path: str | Path,
+    source: MCPToolSource,
+    settings: GatewaySettings,
+    store: SessionStore | None,
+    board: CatalogBoard,
+    remembered: RememberedCatalog | None,
+) -> Gateway:
+    """The gateway over the tools the servers listed (they have started): its index in Postgres, in --index-dir,
+    kept for the next start (stdio), or in memory."""
+    if not source.ready:
+        raise _nothing_started(config_path, source)
+    workers = settings.workers
+    shared = None
+    if workers.index_dir is not None:
+        shared = SharedIndex(workers.index_dir, settings.backend, settings.backend_options or None)
+    try:
+        index: ToolIndex | None = None
+        if workers.store is not None:  # the catalog in Postgres: indexed once, followed by every worker
+            index = await anyio.to_thread.run_sync(_store_index, workers, source.catalog(), settings)
+        elif shared is not None:
+            index = (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
+        elif remembered is not None:
+            index = await anyio.to_thread.run_sync(remembered.build, source.catalog())
+        return await anyio.to_thread.run_sync(
+            lambda: Gateway(source, settings, index=index, store=store, board=board, shared_index=shared)
+        )
+    except ImportError as exc:
+        raise ToolSearchError(f"cannot build the {settings.backend!r} index: {exc}") from None
+
+
+async def _remember_when_listed(config_path: str | Path, source: MCPToolSource, remembered: RememberedCatalog) -> None:
+    """Once every server started from remembered tools has listed its own: keep them for the next start.
+
+    When none could start, the gateway says so and serves on with no tools (a client is already served: a stdio
+    gateway cannot end its session, it ends when the client closes its stdin); nothing is kept, so the next start
+    answers from the last catalog that was listed.
+    """
+    await source.listed()
+    if not source.ready:
+        failure = _nothing_started(config_path, source)
+        logger.error("%s; this gateway offers no tools until it is started again", failure)
+        return
+    logger.info("MCP servers started: %d of %d", len(source.ready), len(source.servers))
+    await anyio.to_thread.run_sync(remembered.save, source.catalog())
 
 
 def _store_index(workers: WorkerSettings, catalog: Any, settings: GatewaySettings) -> ToolIndex:
