@@ -411,9 +411,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", action="append", metavar="PATH",
-                        help="data set folder or name under the shared datasets folder; repeatable "
-                        "(default: bfcl, metatool, seal_tools)")
+    cli.datasets(parser)
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
                         help=f"tasks per data set for the token part (default {DEFAULT_LIMIT})")
     parser.add_argument("--retrieval-limit", type=int, default=DEFAULT_RETRIEVAL_LIMIT, metavar="N",
@@ -421,9 +419,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"catalog sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--frameworks", default=",".join(ARMS),
                         help=f"comma-separated frameworks (default {','.join(ARMS)})")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="report folder")
-    parser.add_argument("--name", default="frameworks", help="file name stem of the outputs (default frameworks)")
+    cli.seed(parser, "the shuffle")
+    cli.outputs(parser, "frameworks", plots=False)
 
 
 def main(args: argparse.Namespace) -> int:

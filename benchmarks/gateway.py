@@ -1029,10 +1029,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-url", metavar="URL", help="Redis for the redis store (default: start a local redis-server for the run)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for the query order (default 0)")
-    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="output folder")
-    parser.add_argument("--name", default="gateway", help="file name stem of the report (default gateway)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG chart")
+    cli.seed(parser, "the query order")
+    cli.outputs(parser, "gateway")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -35,7 +35,6 @@ from benchmarks.lib import (
     log,
     machine_info,
     machine_markdown,
-    offline_environment,
     percentile,
     resolve_datasets,
     write_report,
@@ -59,15 +58,12 @@ CEILING_DEPTH = 50
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", action="append", metavar="PATH",
-                        help="data set folder or name under the shared datasets folder; repeatable "
-                        "(default: bfcl, metatool, seal_tools)")
+    cli.datasets(parser)
     parser.add_argument("--test", type=int, default=1000, metavar="N",
                         help="held-out test queries per data set, the last N after a seeded shuffle (at most half "
                         "the data set; default 1000); history is drawn from the other queries")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle and noise seed (default 0)")
-    parser.add_argument("--backends", default="bm25", metavar="LIST",
-                        help="comma-separated backends to learn over (default bm25; e.g. bm25,hybrid)")
+    cli.seed(parser, "the shuffle and the noise")
+    cli.backends(parser, default="bm25", help="comma-separated backends to learn over (default bm25; e.g. bm25,hybrid)")
     parser.add_argument("--latency-tools", type=int, default=10_000, metavar="N",
                         help="catalog size of the latency part (default 10000; 0 skips it)")
     parser.add_argument("--latency-log", type=int, default=100_000, metavar="N",
@@ -75,14 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-queries", type=int, default=1000, metavar="N",
                         help="timed searches per variant in the latency part (default 1000)")
     parser.add_argument("--no-replay", action="store_true", help="only the latency part")
-    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="report folder")
-    parser.add_argument("--name", default="learning", help="file name stem of the outputs (default learning)")
-    parser.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR)")
+    cli.outputs(parser, "learning", plots=False)
+    cli.cache_dir(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    quiet = bool(getattr(args, "quiet", False))
-    offline_environment(args.cache_dir)
+    quiet = cli.start(args)
     datasets = resolve_datasets(args.dataset)
     backends = backend_list(args.backends)
     report = run(

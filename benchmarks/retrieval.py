@@ -26,7 +26,6 @@ from benchmarks.lib import (
     log,
     machine_info,
     machine_markdown,
-    offline_environment,
     percentile,
     resolve_datasets,
     write_report,
@@ -98,14 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add the exact-name table: R@1 when a request names a tool (bare, split, in a sentence), per backend",
     )
-    parser.add_argument(
-        "--embedders",
-        default="numpy",
-        metavar="LIST",
-        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default; "
-        "queries on onnxruntime in int8), numpy-fp32 (queries on onnxruntime in float32), numpy-only, "
-        "sentence-transformers (the same model through torch), e5; with more than one, each runs as its own "
-        "system (`hybrid@sentence-transformers`) with its own fresh embedding cache (default: numpy)",
+    cli.embedders(
+        parser,
+        "with more than one, each runs as its own system (`hybrid@sentence-transformers`) with its own fresh "
+        "embedding cache",
     )
 
 
@@ -123,8 +118,7 @@ def _set_threads(n: int | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    quiet = bool(getattr(args, "quiet", False))
-    offline_environment(args.cache_dir)
+    quiet = cli.start(args)
     _set_threads(args.threads)
     datasets = resolve_datasets(args.dataset)
     backends = backend_list(args.backends)

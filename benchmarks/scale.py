@@ -100,16 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     cli.threads(parser, "torch/OpenMP threads in every worker (default: the libraries' own choice)")
     parser.add_argument("--work-dir", metavar="DIR", help="keep catalogs and saved indexes here (default: a temp dir)")
-    parser.add_argument(
-        "--embedders",
-        default="numpy",
-        metavar="LIST",
-        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default; "
-        "queries on onnxruntime in int8), numpy-fp32 (queries on onnxruntime in float32), numpy-only, "
-        "sentence-transformers (the same model through torch), e5. With more than one, the embedding backends "
-        "run once per embedder (`hybrid@sentence-transformers`) and an embedder section times model load, query "
-        "and document embedding, 300-600-character hybrid queries, a fresh `toolsearch query` process and a "
-        "cold `toolsearch demo` (default: numpy)",
+    cli.embedders(
+        parser,
+        "with more than one, the embedding backends run once per embedder (`hybrid@sentence-transformers`) and an "
+        "embedder section times model load, query and document embedding, 300-600-character hybrid queries, a fresh "
+        "`toolsearch query` process and a cold `toolsearch demo`",
     )
     parser.add_argument(
         "--embed-threads", type=int, default=2, metavar="N",

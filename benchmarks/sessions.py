@@ -48,7 +48,6 @@ from benchmarks.lib import (
     log,
     machine_info,
     machine_markdown,
-    offline_environment,
     percentile,
     resolve_datasets,
     write_report,
@@ -514,21 +513,16 @@ def _stores_markdown(report: dict[str, Any]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        action="append",
-        metavar="PATH",
-        help="data sets pooled into the catalog (default: bfcl, metatool, seal_tools under $TOOLSEARCH_DATASETS)",
-    )
+    cli.datasets(parser, "pooled into the catalog")
     parser.add_argument("--size", type=int, default=10_000, help="tools in the index (default 10000)")
-    parser.add_argument("--backends", default="bm25", metavar="LIST", help="comma-separated backends (default bm25)")
+    cli.backends(parser, default="bm25")
     parser.add_argument("--sessions", type=int, default=100, help="concurrent sessions (default 100)")
     parser.add_argument("--creations", type=int, default=5000, help="sessions created per variant (default 5000)")
     parser.add_argument(
         "--allowed", type=int, default=ALLOWED_SIZE, help=f"tools in each allowed subset (default {ALLOWED_SIZE})"
     )
     parser.add_argument("--queries", type=int, default=2000, help="queries per throughput run (default 2000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the catalog, subsets and queries (default 0)")
+    cli.seed(parser, "the catalog, subsets and queries")
     parser.add_argument(
         "--store-ops", type=int, default=2000, help="calls per session-store operation (default 2000; 0 skips)"
     )
@@ -537,14 +531,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="Redis for the store operations (default: start a local redis-server, if installed, for the run)",
     )
-    parser.add_argument("--out", default="benchmarks/results", metavar="DIR", help="output folder")
-    parser.add_argument("--name", default="sessions", help="file name stem of the report (default sessions)")
-    parser.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR)")
+    cli.outputs(parser, "sessions", plots=False)
+    cli.cache_dir(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    quiet = bool(getattr(args, "quiet", False))
-    offline_environment(args.cache_dir)
+    quiet = cli.start(args)
     backends = backend_list(args.backends)
     report = run(
         resolve_datasets(args.dataset),

@@ -64,7 +64,6 @@ from benchmarks.lib import (
     log,
     machine_info,
     machine_markdown,
-    offline_environment,
     resolve_datasets,
     write_report,
 )
@@ -1296,13 +1295,7 @@ def render_summary(report: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        action="append",
-        metavar="PATH",
-        help="data set folder (tools.jsonl + queries.jsonl) or a name under $TOOLSEARCH_DATASETS "
-        "(else ../shared/datasets); repeatable (default: bfcl, metatool, seal_tools)",
-    )
+    cli.datasets(parser)
     parser.add_argument(
         "--limit",
         type=int,
@@ -1311,19 +1304,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"tasks per data set after a seeded shuffle (default {DEFAULT_LIMIT}; "
         f"{DEFAULT_LIVE_LIMIT} with --provider; 0 = all)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for the task sample and the distractors (default 0)")
+    cli.seed(parser, "the task sample and the distractors")
     parser.add_argument(
         "--sizes",
         default=DEFAULT_SIZES,
         metavar="LIST",
         help=f"catalog sizes, 'all' = the whole data set (default {DEFAULT_SIZES})",
     )
-    parser.add_argument(
-        "--backends",
-        default="all",
-        metavar="LIST",
-        help="comma-separated backends for the tool-search arm (default: every installed one)",
-    )
+    cli.backends(parser, help="comma-separated backends for the tool-search arm (default: every installed one)")
     parser.add_argument(
         "--auto-backend",
         default=None,
@@ -1387,17 +1375,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="catalog size of the request-by-request example (default 1000)",
     )
-    parser.add_argument(
-        "--out",
-        default="benchmarks/results",
-        metavar="DIR",
-        help="where tokens.md, tokens.json and the plots go (default benchmarks/results)",
-    )
-    parser.add_argument("--name", default="tokens", help="file name stem of the report (default tokens)")
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG charts")
-    parser.add_argument(
-        "--cache-dir", metavar="DIR", help="embedding cache folder (sets TOOLSEARCH_CACHE_DIR for this run)"
-    )
+    cli.outputs(parser, "tokens")
+    cli.cache_dir(parser)
 
 
 def _backends(spec: str) -> list[str]:
@@ -1439,8 +1418,7 @@ def _augment_backend(spec: str | None, backends: Sequence[str]) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    quiet = bool(getattr(args, "quiet", False))
-    offline_environment(args.cache_dir)
+    quiet = cli.start(args)
     limit = args.limit if args.limit is not None else (DEFAULT_LIVE_LIMIT if args.provider else DEFAULT_LIMIT)
     backends = _backends(args.backends)
     report = run(

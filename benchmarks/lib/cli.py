@@ -7,7 +7,11 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["RESULTS", "backends", "cache_dir", "datasets", "outputs", "run", "seed", "sizes", "threads"]
+from benchmarks.lib import offline_environment
+
+__all__ = [
+    "RESULTS", "backends", "cache_dir", "datasets", "embedders", "outputs", "run", "seed", "sizes", "start", "threads",
+]
 
 # Reports go beside the scripts whatever the working directory, so a run from elsewhere updates the clone's.
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -57,6 +61,24 @@ def cache_dir(parser: argparse.ArgumentParser, help: str = "") -> None:
 
 def threads(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--threads", type=int, metavar="N", help=help)
+
+
+def embedders(parser: argparse.ArgumentParser, several: str) -> None:
+    """`--embedders`; `several` says what the benchmark does with more than one."""
+    parser.add_argument(
+        "--embedders",
+        default="numpy",
+        metavar="LIST",
+        help="embedders for the vector and hybrid backends, comma-separated: numpy (the default; queries on "
+        "onnxruntime in int8), numpy-fp32 (queries on onnxruntime in float32), numpy-only, sentence-transformers "
+        f"(the same model through torch), e5; {several} (default: numpy)",
+    )
+
+
+def start(args: argparse.Namespace) -> bool:
+    """Before a benchmark loads anything: no model hub, its `--cache-dir` in effect. Whether `--quiet` was given."""
+    offline_environment(getattr(args, "cache_dir", None))
+    return bool(getattr(args, "quiet", False))
 
 
 def sizes(spec: str) -> list[int | None]:
