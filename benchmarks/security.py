@@ -8,10 +8,10 @@ tests/fakes/attacks.py: forged, expired, misdirected and under-scoped tokens; fo
 Host for every method; a session used with another caller's token; a session or context handle used with
 a narrower token of the same subject, and what a caller may not use told to it (tests/mcp/test_gateway_rights.py);
 an upstream colliding with --augment (tests/mcp/test_gateway_augment_schema.py); a request flood; half-open
-connections; and floods that per-caller caps bound (tests/mcp/test_mcp_auth_limits.py): sessions and
+connections; and floods that per-caller caps bound (tests/mcp/test_gateway_auth_limits.py): sessions and
 context handles never closed, bad tokens from one address, one caller's rate across two workers
 sharing one Redis; hostile answer lines from a stdio upstream, JWT dates that are not numbers and an index
-manifest edited and given a new digest (tests/mcp/test_gateway_upstream_faults.py, tests/mcp/test_jwt_dates.py,
+manifest edited and given a new digest (tests/mcp/test_gateway_upstream_faults.py, tests/mcp/test_gateway_jwt_dates.py,
 tests/test_integrity.py). Counts only, no timings. Writes benchmarks/results/security.json and the
 "## Security" section of benchmarks/results/reliability.md (the rest of that file is kept).
 
@@ -385,7 +385,7 @@ def upstream_rows(row: Any, folder: Path) -> None:
 
 
 def date_claim_rows(row: Any, folder: Path) -> None:
-    """JWTs whose date claims are not numbers (tests/mcp/test_jwt_dates.py): PyJWT reads them with int(), so
+    """JWTs whose date claims are not numbers (tests/mcp/test_gateway_jwt_dates.py): PyJWT reads them with int(), so
     "9999999999" passed as an expiry; a real `toolsearch mcp serve` must refuse each with 401."""
     import httpx2
     from fakes.attacks import INITIALIZE, MCP_HEADERS
@@ -556,8 +556,8 @@ def render(report: dict[str, Any]) -> str:
         "HTTP request or connection, to a real MCP server behind `toolsearch.mcp.auth.protect` "
         "(tests/fakes/protected_mcp.py) or to a real `toolsearch mcp serve` process with two upstream servers, "
         "with tokens from a local issuer made for the run; the cases are tests/fakes/attacks.py, the ones "
-        "tests/mcp/test_mcp_auth.py, tests/mcp/test_mcp_guard.py, tests/mcp/test_mcp_auth_gateway.py and "
-        "tests/mcp/test_mcp_auth_limits.py send.",
+        "tests/mcp/test_gateway_oauth.py, tests/mcp/test_gateway_guard.py, tests/mcp/test_gateway_auth.py and "
+        "tests/mcp/test_gateway_auth_limits.py send.",
         "",
         "| attack | tried | refused | got in | answer |",
         "|---|---:|---:|---:|---|",

@@ -34,6 +34,18 @@ def test_test_file_names_are_unique_across_folders() -> None:
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
+def test_mcp_tests_follow_one_naming_scheme() -> None:
+    # tests/mcp: test_gateway_<topic>.py drives a real gateway process; test_<module>.py tests one module of
+    # toolsearch/mcp in-process. No second prefix (the folder already says mcp).
+    modules = {p.stem for p in (ROOT / "toolsearch" / "mcp").glob("*.py")}
+    odd = [
+        p.name
+        for p in (TESTS / "mcp").glob("test_*.py")
+        if not p.stem.startswith("test_gateway_") and p.stem.removeprefix("test_") not in modules
+    ]
+    assert not odd, f"tests/mcp files named neither test_gateway_<topic> nor test_<module of toolsearch/mcp>: {odd}"
+
+
 # --- the MCP gateway: one rules core, two thin protocol eras -----------------------------------------
 
 MCP = ROOT / "toolsearch" / "mcp"

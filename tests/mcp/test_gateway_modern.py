@@ -1,7 +1,7 @@
 """The gateway in the 2026-07-28 era, driven by the Python SDK's `mcp.Client(mode="2026-07-28")`.
 
 Real gateway processes over stdio and streamable HTTP, real upstream servers. The TypeScript v2
-client in the same era is in tests/mcp/test_mcp_interop_ts.py.
+client in the same era is in tests/mcp/test_gateway_interop_ts.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The gateway with the Python SDK's high-level `mcp.Client` in the handshake era (`mode="legacy"`).
 
-The 2026-07-28 era with the same client is tests/mcp/test_mcp_modern.py.
+The 2026-07-28 era with the same client is tests/mcp/test_gateway_modern.py.
 """
 
 from __future__ import annotations
