@@ -80,8 +80,9 @@ ROOT_API = {
     # errors
     "ToolSearchError", "InvalidToolError", "DuplicateToolError", "UnknownToolError", "InvalidQueryError",
     "QueryTimeoutError", "AugmentationError", "InvalidArgumentError", "UnknownFormatError", "ArgumentTypeError",
-    "BackendError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError", "IndexFormatError",
-    "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError", "SessionStoreError",
+    "BackendError", "CatalogStoreError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError",
+    "IndexFormatError", "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError",
+    "SessionStoreError",
     "SessionStateError", "ToolNotAllowedError", "ProviderError", "UsageError", "PriceTableError", "DataSourceError",
     "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError",
     "EvalError",

@@ -15,7 +15,7 @@ with those bases in parentheses:
     │   └── UnknownFormatError                     no wire format has that name
     ├── ArgumentTypeError (TypeError)              an argument is of the wrong kind
     ├── BackendError                               a backend is unknown or failed
-    │   └── CatalogStoreError                      the shared catalog store (Postgres) failed or refused us
+    │   └── CatalogStoreError                      the shared catalog store in Postgres failed or refused us
     ├── MissingDependencyError (ImportError)       an optional package is not installed
     ├── StoredIndexError                           a stored index is unusable
     │   ├── IndexNotFoundError (FileNotFoundError)
