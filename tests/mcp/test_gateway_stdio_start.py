@@ -269,3 +269,29 @@ def test_a_caller_sees_only_its_allowed_tools_in_a_remembered_catalog_too(tmp_pa
         failed, said = called(second.answer(pending))
         assert failed and "gated__pid" in said, said
     assert "remembered from the last start, while starting" in second.stderr
+
+
+def test_a_forbidden_tool_is_refused_no_sooner_than_a_missing_one_while_servers_start(tmp_path: Path) -> None:
+    # Two servers starting from a remembered catalog: a call to a tool the caller may not use waits, as a call to
+    # a name no server offers does, for every server; refused once its own server listed, it would tell apart a
+    # tool that exists from one that does not.
+    gates = {name: tmp_path / f"gate-{name}" for name in ("one", "two")}
+    for gate in gates.values():
+        gate.touch()
+    entries = {name: faulty(FAULTY_START_GATE=str(gate), startupTimeout=20) for name, gate in gates.items()}
+    config = write_config(tmp_path / "servers.json", entries)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"tools": ["one__echo", "two__echo"]}]}))
+    with stdio_gateway(config, "--backend", "bm25") as first:  # both servers' catalogs remembered
+        assert "one__pid" in search(first, "process id of this server")
+    for gate in gates.values():
+        gate.unlink()
+    with stdio_gateway(config, "--backend", "bm25", "--tool-policy", str(policy)) as second:
+        forbidden = second.send("tools/call", {"name": "one__pid", "arguments": {}})
+        allowed = second.send("tools/call", {"name": "one__echo", "arguments": {"text": "hi"}})
+        gates["one"].touch()  # its server lists; the other one still starts
+        assert called(second.answer(allowed)) == (False, "hi")  # answered once server one listed
+        assert forbidden not in second.answers, "refused before every server listed"
+        gates["two"].touch()
+        failed, said = called(second.answer(forbidden))
+        assert failed and "one__pid" in said, said

@@ -200,9 +200,14 @@ class Gateway:
         # Started from the catalog its servers listed last time (toolsearch.mcp.remembered), a gateway admits a call
         # once the called tool's server has listed its own tools: never against a remembered definition.
         target = (params.arguments or {}).get("name") if params.name == CALL_TOOL else params.name
-        if target != self.rules.metatool.name:
-            await self.source.listed(target if isinstance(target, str) else None)
         asker = self.rules.resolve(ctx)
+        if target != self.rules.metatool.name and not self.source.all_listed:
+            name = target if isinstance(target, str) else None
+            # A tool the caller may not use waits as long as one no server offers (for every server): refused
+            # sooner, its refusal would tell the caller that it exists.
+            allowed = asker.allowed is None or name in asker.allowed
+            await self.source.listed(name if allowed else None)
+            asker = self.rules.resolve(ctx)  # the policy reads the catalog its servers list now
         if is_modern(ctx.protocol_version):
             return await self.modern.call_tool(ctx, asker, params)
         return await self.handshake.call_tool(ctx, asker, params)

@@ -1352,6 +1352,11 @@ class MCPToolSource:
         finally:
             server.listed.set()
 
+    @property
+    def all_listed(self) -> bool:
+        """Whether every server has listed its own tools (or failed to start): nothing is answered from memory."""
+        return all(server.listed.is_set() for server in self.servers.values())
+
     async def listed(self, name: str | None = None) -> None:
         """Return once the server offering `name` (every server, when `name` is None or no server offers it yet) has
         listed its own tools, or failed to start, and the listeners have heard of any change: at a start from
