@@ -25,11 +25,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import clone_only
 from redis_server import RedisServer
+from skip_rules import SKIPS_ALLOWED, allowed_skips, disallowed_skips
 
 from toolsearch import Tool, load_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIPS_ALLOWED = Path(__file__).with_name("skips_allowed.txt")
 # Installed before any test module is imported, so a module-level read beside the clone is refused too.
 CLONE_ONLY = clone_only.install(ROOT)
 
@@ -45,19 +45,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def allowed_skips(text: str) -> list[str]:
-    """The entries of a skips_allowed.txt; an entry without its `  # reason` is refused."""
-    entries = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        entry, sep, reason = line.partition("  # ")
-        if not sep or not reason.strip() or not entry.strip():
-            raise pytest.UsageError(f"{SKIPS_ALLOWED}:{number}: an allowed skip needs `text  # reason`: {line!r}")
-        entries.append(entry.strip())
-    return entries
-
-
 _skipped: list[str] = []
 
 
@@ -65,10 +52,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _skipped.append(f"{report.nodeid}: {reason}")
-
-
-def disallowed_skips(skipped: list[str], entries: list[str]) -> list[str]:
-    return [s for s in skipped if not any(entry in s for entry in entries)]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SKIPS_ALLOWED, allowed_skips, disallowed_skips
+from skip_rules import SKIPS_ALLOWED, allowed_skips, disallowed_skips
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = "tests/skip_policy/sample_skip.py"
