@@ -28,14 +28,18 @@ AUDITED = {"open", "os.listdir", "os.scandir"}
 
 
 def library_dirs() -> list[str]:
-    """Per-user folders a library keeps its own state in, made on demand on any machine: matplotlib's config and
-    font list, and the font folders it scans. Named one by one: the rest of $HOME (a model hub's cache, say) is not
+    """Per-user folders and files a library keeps its own state in, looked for on any machine: matplotlib's config
+    and font list, and the font folders it scans; the Anthropic SDK's config folder (a client reads its profile
+    pointer, `active_config`, whenever it is made); and ~/.pdbrc, which the standard library's doctest reads through
+    pdb for every docstring example. Named one by one: the rest of $HOME (a model hub's cache, say) is not
     something a fresh machine has."""
     home = Path.home()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache")
     config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
     data = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
-    return [str(p) for p in (cache / "matplotlib", config / "matplotlib", data / "fonts", home / ".fonts")]
+    anthropic = Path(os.environ.get("ANTHROPIC_CONFIG_DIR") or home / ".config" / "anthropic")
+    named = (cache / "matplotlib", config / "matplotlib", data / "fonts", home / ".fonts", anthropic, home / ".pdbrc")
+    return [str(p) for p in named]
 
 
 class OutsideTheClone(PermissionError):

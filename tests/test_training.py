@@ -47,7 +47,7 @@ def test_the_trainer_needs_the_train_extra_or_trains(tmp_path: Path) -> None:
     vectors = np.eye(2, 384, dtype=np.float32)
     config = TrainConfig(epochs=1, batch_size=2)
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("sentence_transformers") is None:
-        with pytest.raises(MissingDependencyError, match=r"toolsearch\\[train\\]"):
+        with pytest.raises(MissingDependencyError, match=r"toolsearch\[train\]"):
             fine_tune_queries(tmp_path, vectors, rows, config, tmp_path / "out")
         return
     from toolsearch.embeddings import NumpyEmbedder
