@@ -546,6 +546,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         str(s.get("ceiling_depth", CEILING_DEPTH)) + ", what a re-ranker of its list can reach; *gained* is the "
         "row's Δ nDCG@10 and its share of the ceiling. Ranker settings (the same for every data set): "
         f"{s['ranker']}. "
+        "The vector and hybrid rows run the default model: the tools model's query encoder was trained on these "
+        "sets' requests (test queries included), so their *no learning* figures are not held out "
+        "(retrieval.md has the held-out ones); what a row measures here is learning's change on top of it. "
         f"Run time {report.get('elapsed_s', 0):.0f} s."
     )
     lines += ["", *machine_markdown(report["machine"]), ""]
