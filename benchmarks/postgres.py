@@ -151,12 +151,17 @@ def _store_vectors(dsn: str, model: str, texts: Sequence[str], vectors: np.ndarr
         register_vector(conn)
         conn.execute("CREATE TABLE IF NOT EXISTS toolsearch_embeddings (model text NOT NULL, digest text NOT NULL, "
                      "embedding vector NOT NULL, PRIMARY KEY (model, digest))")
-        with conn.cursor() as cur, cur.copy(
-            "COPY toolsearch_embeddings (model, digest, embedding) FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["text", "text", "vector"])
-            for key, vector in zip(keys, vectors, strict=True):
-                copy.write_row((model, key.hex(), vector))
+        # Through a staging table: a larger catalog holds the smaller one's tools (sizes are prefixes of one
+        # catalog), whose vectors are already stored.
+        with conn.transaction():
+            conn.execute("CREATE TEMP TABLE staged (model text, digest text, embedding vector) ON COMMIT DROP")
+            staging = "COPY staged (model, digest, embedding) FROM STDIN WITH (FORMAT BINARY)"
+            with conn.cursor() as cur, cur.copy(staging) as copy:
+                copy.set_types(["text", "text", "vector"])
+                for key, vector in zip(keys, vectors, strict=True):
+                    copy.write_row((model, key.hex(), vector))
+            conn.execute("INSERT INTO toolsearch_embeddings SELECT DISTINCT ON (model, digest) * FROM staged "
+                         "ON CONFLICT DO NOTHING")
 
 
 def run_latency(datasets: Sequence[Any], dsn: str, sizes: Sequence[int], n_queries: int,

@@ -58,12 +58,16 @@ _WORD = re.compile(r"[^\W\d_]+")
 
 def _script(text: str) -> tuple[str | None, float]:
     """The non-Latin script most of the text's letters are in, and the share of letters in it."""
+    if text.isascii():  # every request in plain English: no letter to look up (a name lookup costs ~1 µs a letter)
+        return None, 0.0
     counts: dict[str, int] = {}
     letters = 0
     for char in text:
         if not char.isalpha():
             continue
         letters += 1
+        if char < "\u0370":  # Latin, with its accented letters: before every script above (Greek is the first)
+            continue
         name = unicodedata.name(char, "")
         for prefix, script in _SCRIPTS.items():
             if name.startswith(prefix):
