@@ -137,15 +137,16 @@ def run_quality(datasets: Sequence[Any], dsn: str, limit: int, recall_queries: i
 # --- latency at scale -----------------------------------------------------------------------------
 
 
-def _store_vectors(dsn: str, model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
-    """Put precomputed vectors where both sides look first: the store's table and the local cache."""
+def _store_vectors(dsn: str, model: str, texts: Sequence[str], vectors: np.ndarray, cache_model: str) -> None:
+    """Put precomputed vectors where both sides look first: the store's table (under the embedder's id) and the
+    local cache (under the id its tool texts are cached by: the tools model's are all-MiniLM-L6-v2's)."""
     import psycopg
     from pgvector.psycopg import register_vector
 
     from toolsearch.embeddings import shared_cache, text_key
 
     keys = [text_key(t) for t in texts]
-    shared_cache().put(model, keys, vectors)
+    shared_cache().put(cache_model, keys, vectors)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         register_vector(conn)
@@ -186,7 +187,8 @@ def run_latency(datasets: Sequence[Any], dsn: str, sizes: Sequence[int], n_queri
         for start in range(0, size, 50_000):
             stop = min(size, start + 50_000)
             _store_vectors(dsn, embedder.model_id, [embedding_text(t) for t in tools[start:stop]],
-                           derived_vectors(plan, bases, start, stop))
+                           derived_vectors(plan, bases, start, stop),
+                           getattr(embedder, "document_model_id", None) or embedder.model_id)
         row: dict[str, Any] = {"size": size, **plan.info()}
         for backend in backends:
             log(f"latency: {size:,} tools: {backend}")
