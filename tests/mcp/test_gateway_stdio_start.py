@@ -155,12 +155,19 @@ def test_the_query_runtime_a_user_sets_is_kept(tmp_path: Path) -> None:
 # --- answering while the servers start ------------------------------------------------------------------------
 
 
+def _gated_servers(tmp_path: Path, *names: str, **settings: Any) -> tuple[Path, dict[str, Path]]:
+    """A config of faulty servers, each reading nothing until its gate file exists (they exist now)."""
+    gates = {name: tmp_path / f"gate-{name}" for name in names}
+    for gate in gates.values():
+        gate.touch()
+    entries = {name: faulty(FAULTY_START_GATE=str(gate), startupTimeout=20, **settings) for name, gate in gates.items()}
+    return write_config(tmp_path / "servers.json", entries), gates
+
+
 def _gated(tmp_path: Path, **settings: Any) -> tuple[Path, Path]:
-    """A config of one faulty server that reads nothing until the gate file exists (it exists now)."""
-    gate = tmp_path / "gate"
-    gate.touch()
-    entry = faulty(FAULTY_START_GATE=str(gate), startupTimeout=20, **settings)
-    return write_config(tmp_path / "servers.json", {"gated": entry}), gate
+    """A config of one gated server, `gated`."""
+    config, gates = _gated_servers(tmp_path, "gated", **settings)
+    return config, gates["gated"]
 
 
 def test_a_stdio_gateway_answers_from_what_its_server_listed_last_time_while_it_starts(tmp_path: Path) -> None:
@@ -275,11 +282,7 @@ def test_a_forbidden_tool_is_refused_no_sooner_than_a_missing_one_while_servers_
     # Two servers starting from a remembered catalog: a call to a tool the caller may not use waits, as a call to
     # a name no server offers does, for every server; refused once its own server listed, it would tell apart a
     # tool that exists from one that does not.
-    gates = {name: tmp_path / f"gate-{name}" for name in ("one", "two")}
-    for gate in gates.values():
-        gate.touch()
-    entries = {name: faulty(FAULTY_START_GATE=str(gate), startupTimeout=20) for name, gate in gates.items()}
-    config = write_config(tmp_path / "servers.json", entries)
+    config, gates = _gated_servers(tmp_path, "one", "two")
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"rules": [{"tools": ["one__echo", "two__echo"]}]}))
     with stdio_gateway(config, "--backend", "bm25") as first:  # both servers' catalogs remembered
