@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ENTITY", "SEND", "send_request", "split_entities"]
+__all__ = ["ENTITY", "SEND", "lexical_parts", "send_request", "split_entities"]
 
 ENTITY = re.compile(
     r"""(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"""  # e-mail address (tried where a token starts only)
@@ -81,6 +81,15 @@ def send_request(text: str) -> str | None:
     if match is None or re.search(r"\bsend", text, re.IGNORECASE):
         return None
     return text[: match.end("to")] + text[match.end():]
+
+
+def lexical_parts(text: str) -> tuple[str, str]:
+    """A request as lexical ranking reads it (the bm25 and postgres backends): (its words, with `send` added when
+    it asks to send a message whose body it gives; its values, which weigh lightly)."""
+    prose, values = split_entities(text)
+    if send_request(text) is not None:  # "Email Ana that ...": the action it asks for, in the words tools use
+        prose = f"{prose} {SEND}"
+    return prose, values
 
 
 def split_entities(text: str) -> tuple[str, str]:

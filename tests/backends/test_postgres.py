@@ -16,6 +16,9 @@ from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_ser
 
 from toolsearch import Tool, ToolIndex
 from toolsearch._errors import CatalogStoreError, IndexNotFoundError
+from toolsearch.backends.bm25 import VALUE_WEIGHT
+from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
+from toolsearch.demo import demo_tools
 from toolsearch.embeddings import CallableEmbedder
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
@@ -168,6 +171,27 @@ def test_a_request_that_names_a_tool_gets_it_first(pg_server: PostgresServer, ca
     index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None)
     for tool in TOOLS:
         assert index.search(tool.name, 3).names[0] == tool.name
+
+
+def test_a_request_is_read_and_fused_as_the_hybrid_backend_reads_it(pg_server: PostgresServer) -> None:  # noqa: F811
+    # the same fusion weight as hybrid for the same model (the tools model carries its own on its card), and the
+    # README's request read the same way: its address's pieces weigh lightly and `send` is read into it
+    tools = demo_tools()
+    local = ToolIndex.build(tools, "hybrid")
+    stored = ToolIndex.build(tools, "postgres", dsn=pg_server.dsn())
+    assert stored.backend.dense_weight == local.backend.dense_weight != DEFAULT_DENSE_WEIGHT
+    request = "Email ana@example.com that the report is ready"
+    assert stored.search(request, 3).names[0] == local.search(request, 3).names[0] == "email_send_message"
+
+
+def test_the_lexical_side_reads_a_request_as_bm25_does() -> None:
+    words, values, weight = pg_search.lexical_request("Email ana@example.com that the report is ready")
+    assert "send" in words.split() and "ana" not in words and "example" in values and weight == VALUE_WEIGHT
+    words, values, weight = pg_search.lexical_request("Can you find getUserById for me")
+    assert words.split() == ["find", "get", "User", "By", "Id", "for"] and values == ""
+    # filler alone is the query (nothing else says what is asked), and values alone count in full
+    assert pg_search.lexical_request("what can you do?")[0] == "what can you do?"
+    assert pg_search.lexical_request("ana@example.com")[2] == 1.0
 
 
 # --- saved indexes, and the DSN's password ------------------------------------------------------------

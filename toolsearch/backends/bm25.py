@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import BackendError, IndexFormatError, MissingDependencyError
-from ..entities import SEND, send_request, split_entities
+from ..entities import lexical_parts
 from ..lucene import QUERY_FIELDS, looks_like_lucene
 from ..results import Hit, Ranking
 from ..text import tool_text
@@ -636,10 +636,8 @@ class Bm25Backend:
 
     def _plain(self, query: str, searcher: Any) -> tuple[_Compiled | None, tuple[str, ...]]:
         """Every word OR-ed over every field, plus a bonus for a word that is a whole tool name."""
-        prose, values = split_entities(query)
+        prose, values = lexical_parts(query)
         tokens = self._tokens(prose, drop_filler=True) or self._tokens(prose)  # "what can you do?"
-        if send_request(query) is not None:  # "Email Ana that ...": the action it asks for, in the words tools use
-            tokens = [*tokens, *(t for t in self._tokens(SEND) if t not in tokens)]
         # The words of values (an address, a URL, an id) count lightly: they fill parameters, they
         # do not say which tool (toolsearch.entities).
         weak = [t for t in self._tokens(values) if t not in tokens] if values else []

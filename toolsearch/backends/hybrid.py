@@ -32,7 +32,8 @@ from . import bm25 as bm25_module
 from . import vector as vector_module
 from ._base import Backend
 
-__all__ = ["HybridBackend", "create", "load", "DEFAULT_CLAUSE_LEXICAL", "DEFAULT_DENSE_WEIGHT", "DEFAULT_POOL"]
+__all__ = ["HybridBackend", "create", "load", "fuse", "model_dense_weight", "DEFAULT_CLAUSE_LEXICAL",
+           "DEFAULT_DENSE_WEIGHT", "DEFAULT_POOL"]
 
 FORMAT_VERSION = 1
 META_FILE = "hybrid.json"
@@ -61,8 +62,8 @@ class HybridBackend:
         pool: int = DEFAULT_POOL,
         clause_lexical: float = DEFAULT_CLAUSE_LEXICAL,
     ) -> None:
-        if dense_weight is None:  # the model's own, chosen with it (ToolsEmbedder's card), else the stock one
-            dense_weight = getattr(dense.embedder, "hybrid_dense_weight", None) or DEFAULT_DENSE_WEIGHT
+        if dense_weight is None:
+            dense_weight = model_dense_weight(dense.embedder)
         if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
             raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
@@ -147,6 +148,13 @@ class HybridBackend:
         self.dense.save(folder / VECTOR_DIR)
         meta = {"format": FORMAT_VERSION, "model": self.dense.model_id}
         (folder / META_FILE).write_text(json.dumps(meta) + "\n")
+
+
+def model_dense_weight(embedder: Any) -> float:
+    """The dense weight a model was chosen with (a model trained for tools carries it on its card), else the
+    stock model's: every backend that fuses (hybrid, postgres) takes it from here."""
+    weight = getattr(embedder, "hybrid_dense_weight", None)
+    return float(weight) if weight else DEFAULT_DENSE_WEIGHT
 
 
 def fuse(dense: dict[str, float], lexical: dict[str, float], dense_weight: float) -> dict[str, float]:

@@ -30,7 +30,7 @@ from ..pg.writer import apply_change, tool_rows
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import vector as vector_module
-from .hybrid import DEFAULT_DENSE_WEIGHT, DEFAULT_POOL, fuse
+from .hybrid import DEFAULT_DENSE_WEIGHT, DEFAULT_POOL, fuse, model_dense_weight
 
 __all__ = ["PostgresBackend", "create", "load", "OPTIONS"]
 
@@ -51,9 +51,11 @@ class PostgresBackend:
         encoder: vector_module.VectorBackend,
         *,
         catalog: str | None = None,
-        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        dense_weight: float | None = None,
         pool: int = DEFAULT_POOL,
     ) -> None:
+        if dense_weight is None:  # the weight the hybrid backend fuses this model with
+            dense_weight = model_dense_weight(encoder.embedder)
         if isinstance(dense_weight, bool) or not isinstance(dense_weight, int | float) or not 0 <= dense_weight <= 1:
             raise BackendError(f"dense_weight must be a number between 0 and 1, got {dense_weight!r}")
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:

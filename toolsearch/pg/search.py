@@ -6,7 +6,10 @@ much as a rare one; here BM25 is computed in SQL instead: each tool's `english` 
 (stemmed, stop words out) carries a weight per field (A name words, B namespace and tags, C
 description, D parameters), a term's frequency is the sum of its occurrences' field weights (BM25F),
 and its idf comes from a document-frequency table kept in step by every change (toolsearch.pg.writer).
-A query word equal to a tool's whole name adds a fixed bonus, as the bm25 backend does. The inverted lists
+The request is read as the bm25 backend reads it (toolsearch.entities.lexical_parts): identifiers split into
+words, conversational filler dropped, the words of values (addresses, ids, numbers) weighing `VALUE_WEIGHT`,
+`send` added to a request to send a message. A query word equal to a tool's whole name adds a fixed bonus, as
+the bm25 backend does. The inverted lists
 are a postings table, (lexeme, tool) -> weighted frequency and tool length, so a query reads one index
 range per word (`ts_rank` over GIN matches would read and unpack every matching tool's vector, 23 µs each);
 its rarest words come first, and past `MAX_POSTINGS` the commonest are dropped.
@@ -25,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.bm25 import FILLER_WORDS, VALUE_WEIGHT, split_words
+from ..entities import lexical_parts
 from .schema import lexemes_table, postings_table, tools_table
 
 __all__ = ["Candidates", "search", "FIELD_WEIGHTS", "BM25_K1", "BM25_B", "EXACT_NAME_BONUS", "SUBSET_EXACT_MAX"]
@@ -64,11 +69,17 @@ def _sql(catalog_id: int, *, filtered: bool, exact: bool) -> str:
     lexical_cut = "" if filtered else "ORDER BY score DESC, tool LIMIT %(pool)s"
     return f"""
 WITH cat AS (SELECT version, doc_count, total_len FROM toolsearch_catalogs WHERE id = {int(catalog_id)}),
+asked AS (
+    SELECT lexeme, max(weight) AS weight FROM (
+        SELECT unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme, 1.0::float8 AS weight
+        UNION ALL
+        SELECT unnest(tsvector_to_array(to_tsvector('english', %(values)s))), %(value_weight)s::float8
+    ) AS a GROUP BY lexeme
+),
 words AS (
-    SELECT x.lexeme, x.df, ln(1 + (c.doc_count - x.df + 0.5) / (x.df + 0.5)) AS idf,
+    SELECT x.lexeme, x.df, w.weight * ln(1 + (c.doc_count - x.df + 0.5) / (x.df + 0.5)) AS idf,
            sum(x.df) OVER (ORDER BY x.df, x.lexeme) AS running
-    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lexeme) AS w
-    JOIN {lexemes} AS x ON x.lexeme = w.lexeme CROSS JOIN cat AS c
+    FROM asked AS w JOIN {lexemes} AS x ON x.lexeme = w.lexeme CROSS JOIN cat AS c
     WHERE x.df > 0
 ),
 terms AS (SELECT lexeme, idf FROM words WHERE running - df < {MAX_POSTINGS} ORDER BY df, lexeme LIMIT {MAX_TERMS}),
@@ -101,6 +112,22 @@ LEFT JOIN lexical ON lexical.name = f.name
 """
 
 
+_FILLER = frozenset(FILLER_WORDS.split())
+_EDGE = "\"'`.,;:!?()[]{}<>"
+
+
+def lexical_request(query: str) -> tuple[str, str, float]:
+    """(the words that rank, the values' words, their weight): the request as the bm25 backend reads it."""
+    prose, values = lexical_parts(query)
+    words = split_words(prose)
+    kept = " ".join(w for w in words.split() if w.strip(_EDGE).lower() not in _FILLER)
+    if not kept.strip(_EDGE + " "):  # "what can you do?": nothing but filler, so the filler is the query
+        kept = words
+    # values weigh lightly beside words; a request of values alone ranks by them in full, as bm25 does
+    weight = VALUE_WEIGHT if kept.strip(_EDGE + " ") else 1.0
+    return kept, split_words(values), weight
+
+
 def _chunks(query: str) -> list[str]:
     """The query's whitespace-separated pieces, lower-cased and trimmed of quotes and punctuation (tool names)."""
     pieces = {p.strip("\"'`.,;:!?()[]{}<>").lower() for p in query.split()}
@@ -113,8 +140,11 @@ def search(
     """Run the statement on `conn`; None when the catalog no longer exists."""
     filtered = allowed is not None
     exact = filtered and len(allowed or ()) <= SUBSET_EXACT_MAX
+    words, values, value_weight = lexical_request(query)
     params: dict[str, Any] = {
-        "text": query,
+        "text": words,
+        "values": values,
+        "value_weight": value_weight,
         "chunks": _chunks(query),
         "pool": pool,
         "vectors": [np.asarray(v, dtype=np.float32) for v in np.atleast_2d(vectors)],
