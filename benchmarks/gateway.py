@@ -369,7 +369,8 @@ async def run_client(
     url = urls[index % len(urls)]
     turn = itertools.count(index * 7)  # every group asks the same queries in the same order
     progress = {"arrived": False, "rounds": 0}
-    modern: dict[str, Any] = {"context": None, "listing": None}
+    # the 2026-07-28 era: the context handle, the last tools/list, and every schema the context's searches gave
+    modern: dict[str, Any] = {"context": None, "listing": None, "schemas": {}}
     # the operation awaiting the gateway: a transport failure cancels it (no exception of its own reaches
     # one_loop) and surfaces from the client's task group, so it is counted against this operation
     in_flight: dict[str, str | None] = {"op": None}
@@ -392,10 +393,14 @@ async def run_client(
             return
         t1 = time.perf_counter()
         if era == "modern":
-            entries = (found.structured_content or {}).get("tools") or []
-            names = [e["name"] for e in entries]
-            schemas = {e["name"]: e["inputSchema"] for e in entries}
-            modern["context"] = (found.structured_content or {}).get("context", modern["context"])
+            structured = found.structured_content or {}
+            entries = structured.get("tools") or []
+            schemas = modern["schemas"]
+            schemas.update({e["name"]: e["inputSchema"] for e in entries})
+            # a tool the context found earlier is not sent again (`alreadyFound`): it is still the search's answer
+            earlier = [n for n in structured.get("alreadyFound") or [] if n in schemas]
+            names = [e["name"] for e in entries] + earlier
+            modern["context"] = structured.get("context", modern["context"])
         else:
             names = _FOUND_LINE.findall(_text(found))
         if found.is_error or not names:
@@ -874,7 +879,8 @@ def render_markdown(report: dict[str, Any], command: str = "", plot: Path | None
         "",
         "## Errors (target: 0)",
         "",
-        f"{t['errors']} error(s) in all configurations. An error is a failed request, a search that found nothing, "
+        f"{t['errors']} error(s) in all configurations. An error is a failed request, a search that found nothing "
+        "(neither new tools nor ones the context found earlier), "
         "a `tools/list` missing a tool the session's search had just found, or a call whose answer was not the "
         "upstream's answer to the arguments sent.",
     ]

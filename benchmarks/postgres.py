@@ -310,7 +310,7 @@ def run_redis(operations: int) -> dict[str, Any]:
             time.sleep(0.05)
         redis.connection.AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
         out: dict[str, Any] = {}
-        for label, store in (("memory", InMemorySessionStore()),
+        for label, store in (("memory", InMemorySessionStore(max_sessions=None)),  # every session stays: no LRU bound
                              ("redis", RedisSessionStore(f"unix://{sock}", ttl_seconds=3600))):
             row: dict[str, Any] = {}
             for op, fn in _operations(store, SessionState, operations):
