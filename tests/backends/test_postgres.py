@@ -15,13 +15,14 @@ from mcp_servers import wait_until
 from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
 
 from toolsearch import Tool, ToolIndex
-from toolsearch._errors import CatalogStoreError, IndexNotFoundError
+from toolsearch._errors import CatalogStoreError, IndexFormatError, IndexNotFoundError
 from toolsearch.backends.bm25 import VALUE_WEIGHT
 from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
 from toolsearch.demo import demo_tools
 from toolsearch.embeddings import CallableEmbedder
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
+from toolsearch.pg.schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +93,48 @@ def test_opening_with_the_same_tools_writes_nothing(pg_server: PostgresServer, c
     changed = [*TOOLS[:-1], _tool("stock_get_quote", "Share price and volume for a ticker.", "finance")]
     third = PostgresIndex.open(pg_server.dsn(), catalog_name, changed, poll=None)
     assert third.version == 2 and third.catalog["stock_get_quote"].description.startswith("Share price and volume")
+
+
+def _postings_plan(dsn: str, catalog: str) -> str:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        catalog_id = conn.execute("SELECT id FROM toolsearch_catalogs WHERE name = %s", (catalog,)).fetchone()[0]
+        conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        plan = conn.execute(f"EXPLAIN SELECT tool, tf, doc_len FROM toolsearch_postings_{catalog_id} "
+                            "WHERE lexeme = 'weather'").fetchall()
+    return "\n".join(line for (line,) in plan)
+
+
+def test_a_word_s_postings_are_read_from_the_index_alone(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None).close()
+    assert "Index Only Scan" in _postings_plan(pg_server.dsn(), catalog_name)
+
+
+def test_a_catalog_of_the_first_schema_is_upgraded_and_a_later_one_refused(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    import psycopg
+
+    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None).close()
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:  # as the first schema wrote it
+        catalog_id = conn.execute("SELECT id FROM toolsearch_catalogs WHERE name = %s", (catalog_name,)).fetchone()[0]
+        postings = f"toolsearch_postings_{catalog_id}"
+        conn.execute(f"ALTER TABLE {postings} DROP CONSTRAINT {postings}_pkey, ADD PRIMARY KEY (lexeme, tool)")
+        conn.execute("UPDATE toolsearch_catalogs SET schema_version = 1 WHERE id = %s", (catalog_id,))
+    assert "Index Only Scan" not in _postings_plan(pg_server.dsn(), catalog_name)
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None)
+    try:
+        assert index.search("weather forecast for a city", 1).names == ["weather_get_forecast"]
+    finally:
+        index.close()
+    assert "Index Only Scan" in _postings_plan(pg_server.dsn(), catalog_name)
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        version = conn.execute("SELECT schema_version FROM toolsearch_catalogs WHERE id = %s", (catalog_id,))
+        assert version.fetchone()[0] == SCHEMA_VERSION
+        conn.execute("UPDATE toolsearch_catalogs SET schema_version = 99 WHERE id = %s", (catalog_id,))
+    with pytest.raises(IndexFormatError, match=r"later toolsearch \(catalog schema 99; .*upgrade toolsearch"):
+        PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None)
 
 
 def test_a_missing_catalog_is_a_clear_error(pg_server: PostgresServer) -> None:  # noqa: F811

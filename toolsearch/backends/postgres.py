@@ -24,9 +24,9 @@ import numpy as np
 
 from .._errors import BackendError, IndexFormatError, IndexNotFoundError
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
-from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog
+from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog, upgrade_catalog
 from ..pg.search import search as run_search
-from ..pg.writer import apply_change, tool_rows
+from ..pg.writer import apply_change, settle, tool_rows
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import vector as vector_module
@@ -120,6 +120,8 @@ class PostgresBackend:
                     if found is None and create:
                         fresh = name or f"private-{secrets.token_hex(8)}"
                         found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
+                    elif found is not None:
+                        upgrade_catalog(conn, found)
                     return found
 
             found = self.connector.call("open the catalog", find_or_make, read=True)
@@ -167,6 +169,8 @@ class PostgresBackend:
                     return row, apply_change(conn, row, rows, remove, self.model_id)
 
             row, version = self.connector.call("write a catalog change", write, slow=True)
+            changed = len(rows) + len(remove)
+            self.connector.call("vacuum the catalog", lambda conn: settle(conn, row, changed), slow=True)
             self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
             self.catalog_name = row.name
             return version

@@ -7,7 +7,12 @@
                             full-text vector, its length, the embedding and its model; an HNSW (cosine) index
     toolsearch_lexemes_<id> document frequency of each full-text lexeme of catalog <id> (BM25's idf)
     toolsearch_postings_<id> (lexeme, tool) -> the lexeme's field-weighted frequency in the tool and the tool's
-                            length: the inverted lists BM25 reads, one index range per query word
+                            length: the inverted lists BM25 reads, one index range per query word, from the
+                            primary key alone (it includes both numbers: an index-only scan; reading each row
+                            from the table instead took 287 ms per query at 100,000 tools, 34 ms this way)
+
+A catalog records the schema version that wrote it; an older one is brought up to this one when it is opened
+(`upgrade_catalog`), a newer one is refused.
 
 A catalog's tables are named by its numeric id, never by a user's text, so no name reaches SQL as code.
 """
@@ -17,13 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import BackendError
+from .._errors import BackendError, IndexFormatError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
            "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table", "postings_table",
-           "hnsw_index"]
+           "hnsw_index", "upgrade_catalog"]
 
-SCHEMA_VERSION = 1
+# 1: the first; 2: the postings' primary key includes tf and doc_len (index-only reads)
+SCHEMA_VERSION = 2
 CHANNEL = "toolsearch_catalog"  # NOTIFY payload: "<catalog id>:<version>"
 # pg_advisory_xact_lock key under which the shared tables are created (any constant of our own)
 _SCHEMA_LOCK = 0x7473_0001
@@ -102,7 +108,7 @@ CREATE INDEX ON {tools} (lower(name));
 CREATE INDEX ON {tools} (namespace);
 CREATE TABLE {lexemes} (lexeme text PRIMARY KEY, df bigint NOT NULL);
 CREATE TABLE {postings} (lexeme text NOT NULL, tool integer NOT NULL, tf real NOT NULL, doc_len real NOT NULL,
-                         PRIMARY KEY (lexeme, tool));
+                         PRIMARY KEY (lexeme, tool) INCLUDE (tf, doc_len));
 CREATE INDEX ON {postings} (tool);
 """
 
@@ -173,6 +179,25 @@ def copy_catalog(conn: Any, source: CatalogRow, name: str) -> CatalogRow:
         (row.id, source.id),
     )
     return CatalogRow(row.id, name, source.version, source.model, source.dimension, False)
+
+
+def upgrade_catalog(conn: Any, row: CatalogRow) -> None:
+    """Bring a catalog an earlier toolsearch wrote up to SCHEMA_VERSION (in the caller's transaction, which takes the
+    catalog's lock only when there is something to do); refuse one a later toolsearch wrote."""
+    query = "SELECT schema_version FROM toolsearch_catalogs WHERE id = %s"
+    if conn.execute(query, (row.id,)).fetchone()[0] == SCHEMA_VERSION:
+        return
+    version = conn.execute(query + " FOR UPDATE", (row.id,)).fetchone()[0]  # writers and other openers wait
+    if version > SCHEMA_VERSION:
+        raise IndexFormatError(
+            f"the catalog {row.name!r} was written by a later toolsearch (catalog schema {version}; this one reads "
+            f"up to {SCHEMA_VERSION}): upgrade toolsearch (pip install -U 'toolsearch[postgres]')"
+        )
+    if version < 2:  # the postings read index-only: a covering index beside the old primary key
+        postings = postings_table(row.id)
+        conn.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {postings}_covering ON {postings} (lexeme, tool) "
+                     "INCLUDE (tf, doc_len)")
+    conn.execute("UPDATE toolsearch_catalogs SET schema_version = %s WHERE id = %s", (SCHEMA_VERSION, row.id))
 
 
 def drop_catalog(conn: Any, row: CatalogRow) -> None:
