@@ -170,7 +170,7 @@ def run_latency(datasets: Sequence[Any], dsn: str, sizes: Sequence[int], n_queri
     from benchmarks.lib.synth import derived_vectors, plan_catalog
     from benchmarks.lib.workload import sample_queries
     from toolsearch import ToolIndex
-    from toolsearch.embeddings import embed_texts, resolve_embedder, shared_cache
+    from toolsearch.embeddings import document_cache_id, embed_texts, resolve_embedder, shared_cache
     from toolsearch.pg import PostgresIndex
     from toolsearch.text import embedding_text
 
@@ -188,7 +188,7 @@ def run_latency(datasets: Sequence[Any], dsn: str, sizes: Sequence[int], n_queri
             stop = min(size, start + 50_000)
             _store_vectors(dsn, embedder.model_id, [embedding_text(t) for t in tools[start:stop]],
                            derived_vectors(plan, bases, start, stop),
-                           getattr(embedder, "document_model_id", None) or embedder.model_id)
+                           document_cache_id(embedder))
         row: dict[str, Any] = {"size": size, **plan.info()}
         for backend in backends:
             log(f"latency: {size:,} tools: {backend}")

@@ -42,6 +42,7 @@ __all__ = [
     "embedder_for",
     "embed_texts",
     "embed_queries",
+    "document_cache_id",
     "default_cache_dir",
     "shared_cache",
 ]
@@ -885,6 +886,13 @@ def _want_progress(progress: bool | None, count: int) -> bool:
     return count >= PROGRESS_MIN_TEXTS and sys.stderr is not None and sys.stderr.isatty()
 
 
+def document_cache_id(embedder: Embedder) -> str:
+    """The model id a tool text's vector is cached under: an embedder whose tools are embedded by another model's
+    weights (ToolsEmbedder) shares that model's entries."""
+    shared: str | None = getattr(embedder, "document_model_id", None)
+    return shared or embedder.model_id
+
+
 def embed_texts(
     embedder: Embedder,
     texts: Sequence[str],
@@ -897,8 +905,7 @@ def embed_texts(
     `progress=None` shows a bar for long runs on a terminal; True/False force it on/off.
     """
     n = len(texts)
-    # An embedder whose tools are embedded by another model's weights (ToolsEmbedder) shares that model's entries.
-    key = getattr(embedder, "document_model_id", None) or embedder.model_id
+    key = document_cache_id(embedder)
     cached = cache.get(key, [text_key(t) for t in texts]) if cache is not None else [None] * n
     first = next((vec for vec in cached if vec is not None), None)
     # A warm cache knows the dimension: a model named by hub id is then never loaded.
