@@ -111,6 +111,28 @@ def test_a_word_s_postings_are_read_from_the_index_alone(pg_server: PostgresServ
     assert "Index Only Scan" in _postings_plan(pg_server.dsn(), catalog_name)
 
 
+def _postings_all_visible_pages(dsn: str, catalog: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return int(conn.execute(
+            "SELECT c.relallvisible FROM pg_class AS c JOIN toolsearch_catalogs AS t "
+            "ON c.relname = 'toolsearch_postings_' || t.id WHERE t.name = %s", (catalog,)).fetchone()[0])
+
+
+def test_a_large_change_is_vacuumed_and_a_small_one_left_to_autovacuum(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    # an index-only scan reads the table for every page the visibility map does not mark all-visible (VACUUM does)
+    small, large = catalog_name + "-small", catalog_name + "-large"
+    embedder = _counting_embedder([])
+    PostgresIndex.open(pg_server.dsn(), small, TOOLS, poll=None, embedder=embedder, cache=False).close()
+    many = [_tool(f"tool_{i}", f"Tool number {i} does task {i % 37} for topic {i % 11}.") for i in range(1_000)]
+    PostgresIndex.open(pg_server.dsn(), large, many, poll=None, embedder=embedder, cache=False).close()
+    assert _postings_all_visible_pages(pg_server.dsn(), small) == 0
+    assert _postings_all_visible_pages(pg_server.dsn(), large) > 0
+
+
 def test_a_catalog_of_the_first_schema_is_upgraded_and_a_later_one_refused(
     pg_server: PostgresServer, catalog_name: str  # noqa: F811
 ) -> None:

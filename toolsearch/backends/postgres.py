@@ -26,7 +26,7 @@ from .._errors import BackendError, IndexFormatError, IndexNotFoundError
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
 from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog, upgrade_catalog
 from ..pg.search import search as run_search
-from ..pg.writer import apply_change, settle, tool_rows
+from ..pg.writer import apply_change, needs_settling, settle, tool_rows
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import vector as vector_module
@@ -169,8 +169,8 @@ class PostgresBackend:
                     return row, apply_change(conn, row, rows, remove, self.model_id)
 
             row, version = self.connector.call("write a catalog change", write, slow=True)
-            changed = len(rows) + len(remove)
-            self.connector.call("vacuum the catalog", lambda conn: settle(conn, row, changed), slow=True)
+            if needs_settling(len(rows) + len(remove)):
+                self.connector.call("vacuum the catalog", lambda conn: settle(conn, row), slow=True)
             self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
             self.catalog_name = row.name
             return version

@@ -113,7 +113,7 @@ LEFT JOIN lexical ON lexical.name = f.name
 
 
 _FILLER = frozenset(FILLER_WORDS.split())
-_EDGE = "\"'`.,;:!?()[]{}<>"
+_EDGE = "\"'`.,;:!?()[]{}<> "  # trimmed from a word before it is compared with a filler word or a tool name
 
 
 def lexical_request(query: str) -> tuple[str, str, float]:
@@ -121,16 +121,16 @@ def lexical_request(query: str) -> tuple[str, str, float]:
     prose, values = lexical_parts(query)
     words = split_words(prose)
     kept = " ".join(w for w in words.split() if w.strip(_EDGE).lower() not in _FILLER)
-    if not kept.strip(_EDGE + " "):  # "what can you do?": nothing but filler, so the filler is the query
+    if not kept.strip(_EDGE):  # "what can you do?": nothing but filler, so the filler is the query
         kept = words
     # values weigh lightly beside words; a request of values alone ranks by them in full, as bm25 does
-    weight = VALUE_WEIGHT if kept.strip(_EDGE + " ") else 1.0
+    weight = VALUE_WEIGHT if kept.strip(_EDGE) else 1.0
     return kept, split_words(values), weight
 
 
 def _chunks(query: str) -> list[str]:
     """The query's whitespace-separated pieces, lower-cased and trimmed of quotes and punctuation (tool names)."""
-    pieces = {p.strip("\"'`.,;:!?()[]{}<>").lower() for p in query.split()}
+    pieces = {p.strip(_EDGE).lower() for p in query.split()}
     return sorted(p for p in pieces if p)
 
 

@@ -22,7 +22,7 @@ from ..tools import Tool
 from .schema import CHANNEL, CatalogRow, hnsw_index, lexemes_table, postings_table, tools_table
 from .search import FIELD_WEIGHTS
 
-__all__ = ["ToolRow", "tool_rows", "apply_change", "settle", "KEEP_CHANGES", "MANY"]
+__all__ = ["ToolRow", "tool_rows", "apply_change", "needs_settling", "settle", "KEEP_CHANGES", "MANY"]
 
 # Change records kept per catalog: a reader further behind than this reloads the whole catalog.
 KEEP_CHANGES = 10_000
@@ -200,11 +200,15 @@ def _insert(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], model: str, *, 
     return int(count), float(length)
 
 
-def settle(conn: Any, row: CatalogRow, changed: int) -> None:
+def needs_settling(changed: int) -> bool:
+    """Whether a change of `changed` tools is large enough to `settle` after (a small one is left to autovacuum)."""
+    return changed >= ANALYZE_AFTER
+
+
+def settle(conn: Any, row: CatalogRow) -> None:
     """After a large change has committed (VACUUM runs outside a transaction): mark the postings' pages all-visible,
     so searches read them from the primary key alone (an index-only scan reads the table for any other page)."""
-    if changed >= ANALYZE_AFTER:
-        conn.execute(f"VACUUM {postings_table(row.id)}")
+    conn.execute(f"VACUUM {postings_table(row.id)}")
 
 
 def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: Sequence[str], model: str) -> int:
