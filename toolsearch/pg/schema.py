@@ -8,8 +8,8 @@
     toolsearch_lexemes_<id> document frequency of each full-text lexeme of catalog <id> (BM25's idf)
     toolsearch_postings_<id> (lexeme, tool) -> the lexeme's field-weighted frequency in the tool and the tool's
                             length: the inverted lists BM25 reads, one index range per query word, from the
-                            primary key alone (it includes both numbers: an index-only scan; reading each row
-                            from the table instead took 287 ms per query at 100,000 tools, 34 ms this way)
+                            primary key alone (it includes both numbers: an index-only scan, where fetching
+                            each posting's row from the table would visit about one table page per posting)
 
 A catalog records the schema version that wrote it; an older one is brought up to this one when it is opened
 (`upgrade_catalog`), a newer one is refused.
