@@ -24,7 +24,7 @@ def checker() -> clone_only.CloneOnly:
 
 
 def test_a_read_beside_the_clone_is_refused_and_recorded(checker: clone_only.CloneOnly) -> None:
-    beside = ROOT.parent / "shared" / "datasets" / "bfcl" / "tools.jsonl"  # where CI once found its data
+    beside = ROOT.parent / "datasets" / "bfcl" / "tools.jsonl"  # a data set in a folder beside the clone
     with pytest.raises(PermissionError, match=r"reads only the clone .* fresh clone has nothing beside it"):
         beside.read_text()
     # caught and ignored by the code that tried, it is still on record: the session fails on it
@@ -45,7 +45,7 @@ def test_the_clone_the_venv_temp_and_system_folders_stay_readable(checker: clone
 
 
 def test_a_subprocess_handed_a_path_beside_the_clone_is_refused(checker: clone_only.CloneOnly) -> None:
-    beside = str(ROOT.parent / "shared" / "datasets")
+    beside = str(ROOT.parent / "datasets")
     with pytest.raises(PermissionError):
         subprocess.run([sys.executable, "-c", "pass", f"--data={beside}"], check=False)
     assert checker.take_refusals() == [f"a subprocess handed {beside!r}"]
@@ -68,10 +68,10 @@ def test_beside_the_clone_is_refused_even_inside_an_allowed_folder(tmp_path: Pat
     """A clone under the temp folder (as a fresh-clone check makes one) still may not read its neighbours."""
     clone = tmp_path / "work" / "clone"
     (clone / "tests").mkdir(parents=True)
-    (tmp_path / "work" / "shared").mkdir()
+    (tmp_path / "work" / "data").mkdir()
     checker = clone_only.CloneOnly(clone)  # not installed: the rules alone
     assert checker.allows(clone / "tests" / "x.py") and checker.allows(tmp_path / "elsewhere")
-    assert not checker.allows(tmp_path / "work" / "shared" / "data.jsonl")
-    assert checker.is_beside(str(tmp_path / "work" / "shared")) and not checker.is_beside(str(clone / "x"))
+    assert not checker.allows(tmp_path / "work" / "data" / "data.jsonl")
+    assert checker.is_beside(str(tmp_path / "work" / "data")) and not checker.is_beside(str(clone / "x"))
     # directly inside the temp folder, the temp folder is the clone's parent: its other entries stay readable
     assert clone_only.CloneOnly(Path(tempfile.gettempdir()) / "clone").beside is None

@@ -23,15 +23,15 @@ from benchmarks.data import DATASETS, DataSourceError, Source, convert, fetch, v
 from toolsearch.evaluation import load_queries
 from toolsearch.tools import load_tools
 
-# sha256 of ../shared/datasets/bfcl/{tools,queries}.jsonl, the copy every bfcl figure in benchmarks/results was
-# measured on (1,098,685 and 603,065 bytes)
+# sha256 of the bfcl tools.jsonl and queries.jsonl every bfcl figure in benchmarks/results was measured on
+# (1,098,685 and 603,065 bytes), recorded here so that no copy of them is needed
 SHARED_BFCL = {
     "tools.jsonl": "80cc27c3c49a3543fb00ab69205a86158d2952ae74d88f842ffa5264b5fd5705",
     "queries.jsonl": "4a1129bb867cd80ccb26da71e1b2966d7230163e1c016981a037881d62720391",
 }
 
 
-def test_bfcl_from_the_bfcl_eval_package_equals_the_shared_copy(tmp_path: Path) -> None:
+def test_bfcl_from_the_bfcl_eval_package_equals_the_measured_copy(tmp_path: Path) -> None:
     folder = fetch("bfcl", out=tmp_path)  # the installed bfcl-eval package, digests checked
     for name, digest in SHARED_BFCL.items():
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
