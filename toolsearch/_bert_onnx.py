@@ -22,6 +22,7 @@ changes it on 0.5% and moves nDCG@10 by at most 0.002 on bfcl, metatool and seal
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ def available() -> bool:
 
 
 class OnnxRunner:
-    """Mean-pooled (unnormalised) last hidden states of single texts, one onnxruntime session per thread count.
+    """Mean-pooled (unnormalised) last hidden states of texts, one onnxruntime session per thread count.
 
     `int8`: the dense layers run on 8-bit weights and activations (see the module's docstring).
     """
@@ -86,14 +87,32 @@ class OnnxRunner:
         return session
 
     def forward(self, ids: list[list[int]], threads: int) -> np.ndarray:
-        """One row per text; each text runs alone (no padding, so no attention mask is needed)."""
-        session = self.session(threads)
-        rows = [session.run(None, {"ids": np.asarray(seq, dtype=np.int64)})[0] for seq in ids]
-        return np.concatenate(rows, axis=0)
+        """One row per text, all texts in one run: their tokens packed side by side, each attending to its own."""
+        lengths = [len(seq) for seq in ids]
+        count = sum(lengths)
+        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=count)
+        positions = np.fromiter(itertools.chain.from_iterable(map(range, lengths)), dtype=np.int64, count=count)
+        # Which text each token belongs to: a token attends only to its own text's tokens (an additive
+        # mask), and a text's row is the mean of its own tokens (a pooling matrix).
+        owner = np.repeat(np.arange(len(ids)), lengths)
+        mask = np.where(owner[:, None] == owner[None, :], np.float32(0.0), np.float32(_MASKED))
+        pool = (owner[None, :] == np.arange(len(ids))[:, None]).astype(np.float32)
+        pool /= np.array(lengths, dtype=np.float32)[:, None]
+        inputs = {"ids": tokens, "positions": positions, "mask": mask, "pool": pool}
+        return np.asarray(self.session(threads).run(None, inputs)[0])
+
+
+# Added to the attention scores of a token pair from different texts: exp() of it is exactly 0 in float32,
+# and, unlike -inf, it cannot turn a row into NaN.
+_MASKED = -1e9
 
 
 def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str, np.ndarray]]:
     """The encoder's forward pass as an ONNX graph over (tokens, hidden) rows, and its weights by name.
+
+    Its inputs hold several texts packed side by side: `ids` and `positions` per token, `mask` (tokens,
+    tokens) added to every head's attention scores, and `pool` (texts, tokens), whose product with the
+    last hidden states is each text's mean-pooled row.
 
     The same arithmetic as `BertEncoder._forward`: the query weights come pre-scaled and fused with
     the key and value weights, products are `x @ W.T` (Gemm with transB, on the arrays as stored;
@@ -124,10 +143,8 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     const("axis0", [0])
     const("qkv_shape", [0, 3, heads, size])  # 0 = copy the token count
     const("hidden_shape", [0, hidden])
-    count = op("Squeeze", [op("Shape", ["ids"])])  # the token count, a scalar
-    steps = op("Range", [const("zero", 0), count, const("one", 1)])
     x = op("Gather", [weight("word", encoder.word), "ids"])
-    x = op("Add", [x, op("Gather", [weight("position", encoder.position), steps])])
+    x = op("Add", [x, op("Gather", [weight("position", encoder.position), "positions"])])
     x = op("Add", [x, weight("token_type", encoder.token_type0)])
     eps = encoder.eps
 
@@ -151,14 +168,15 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
         q, k, v = (f"l{i}_{n}" for n in "qkv")
         nodes.append(h.make_node("Split", [qkv], [q, k, v], axis=0, num_outputs=3))
         q, k, v = (op("Squeeze", [m, "axis0"]) for m in (q, k, v))
-        scores = op("Softmax", [op("MatMul", [q, op("Transpose", [k], perm=[0, 2, 1])])], axis=-1)
+        scores = op("MatMul", [q, op("Transpose", [k], perm=[0, 2, 1])])
+        scores = op("Softmax", [op("Add", [scores, "mask"])], axis=-1)
         context = op("Reshape", [op("Transpose", [op("MatMul", [scores, v])], perm=[1, 0, 2]), "hidden_shape"])
         attended = op("Add", [dense(context, layer.out_w, layer.out_b, f"l{i}_out"), x])
         attended = layer_norm(attended, layer.ln1_g, layer.ln1_b, f"l{i}_ln1")
         inner = op("Gelu", [dense(attended, layer.up_w, layer.up_b, f"l{i}_up")])
         x = op("Add", [dense(inner, layer.down_w, layer.down_b, f"l{i}_down"), attended])
         x = layer_norm(x, layer.ln2_g, layer.ln2_b, f"l{i}_ln2")
-    nodes.append(h.make_node("ReduceMean", [x, "axis0"], ["pooled"], keepdims=1))
+    nodes.append(h.make_node("MatMul", ["pool", x], ["pooled"]))
 
     def external(name: str, array: np.ndarray) -> Any:
         kind = TensorProto.UINT8 if array.dtype == np.uint8 else TensorProto.FLOAT
@@ -171,8 +189,13 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     graph = h.make_graph(
         nodes,
         "toolsearch-bert",
-        [h.make_tensor_value_info("ids", TensorProto.INT64, ["tokens"])],
-        [h.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, hidden])],
+        [
+            h.make_tensor_value_info("ids", TensorProto.INT64, ["tokens"]),
+            h.make_tensor_value_info("positions", TensorProto.INT64, ["tokens"]),
+            h.make_tensor_value_info("mask", TensorProto.FLOAT, ["tokens", "tokens"]),
+            h.make_tensor_value_info("pool", TensorProto.FLOAT, ["texts", "tokens"]),
+        ],
+        [h.make_tensor_value_info("pooled", TensorProto.FLOAT, ["texts", hidden])],
         [*small, *(external(n, a) for n, a in weights.items())],
     )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 20), h.make_opsetid("com.microsoft", 1)])
