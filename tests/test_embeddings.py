@@ -18,7 +18,6 @@ import pytest
 
 from toolsearch import BackendError, MissingDependencyError, _bert
 from toolsearch import embeddings as emb
-from toolsearch.backends.vector import request_parts
 from toolsearch.embeddings import (
     DEFAULT_MODEL_ID,
     E5_MODEL_ID,
@@ -328,50 +327,31 @@ def test_query_cache_is_a_bounded_lru() -> None:
     cache.get(embedder, "alpha beta")
     assert counting.seen == ["alpha beta", "gamma", "delta", "alpha beta"]
     counting.calls.clear()
-    split = lambda q: (["one two five", "ok", "two three four"], [0, 2])  # noqa: E731
-    rows = cache.get(embedder, "one two five. ok. two three four", split)
+    rows = cache.get(embedder, "one two five. two three four", lambda q: ["one two five", "two three four"])
     assert rows.shape == (3, 64)
-    # An embedder that cannot encode pieces side by side gets the query and its clauses in one call, query first.
-    assert counting.calls == [["one two five. ok. two three four", "one two five", "two three four"]]
+    # The query and its clauses go to the model in one call (one forward pass), query first.
+    assert counting.calls == [["one two five. two three four", "one two five", "two three four"]]
     np.testing.assert_allclose(rows[2], embedder.embed(["two three four"])[0])
 
 
-@pytest.mark.parametrize("runtime", ["numpy", "onnxruntime", "int8"])
-def test_a_multi_part_request_is_encoded_in_one_pass_each_piece_on_its_own(runtime: str) -> None:
-    """The BERT embedders encode a request's pieces side by side: each piece's row is the piece embedded
-    alone (its tokens never attend to another piece's), and the request's row is the mean of all the
-    pieces' token states."""
+@pytest.mark.parametrize("runtime", ["onnxruntime", "int8"])
+def test_a_query_and_its_clauses_run_in_one_onnxruntime_run_each_text_on_its_own(runtime: str) -> None:
+    """Texts packed into one run attend to their own tokens only: each row is what the text gives alone."""
+    from toolsearch.backends.vector import query_clauses
+
+    query = "Book a table for two in Rome tonight. Then send the booking to my partner by text"
+    texts = [query, *query_clauses(query)]
+    assert len(texts) == 3
     embedder = NumpyEmbedder(runtime=runtime)
-    query = "Book a table for two in Rome tonight. Thanks. Then send the booking to my partner by text"
-    pieces, clauses = request_parts(query)
-    assert pieces == ["Book a table for two in Rome tonight", "Thanks", "send the booking to my partner by text"]
-    assert clauses == [0, 2]
-    rows = emb.embed_request(embedder, query, pieces, clauses)
-    assert rows.shape == (3, 384)
-    atol = 0.03 if runtime == "int8" else 1e-5  # int8 quantises each run's activations as a whole
-    for row, piece in zip(rows[1:], (pieces[0], pieces[2]), strict=True):
-        np.testing.assert_allclose(row, embedder.embed_queries([piece])[0], atol=atol)
-    # The request's row: every piece's tokens, "Thanks" too, each weighted as one token of the request.
-    encoder = embedder.encoder
-    ids = encoder.token_ids(pieces)
-    states = encoder._forward(ids) if runtime == "numpy" else encoder.onnx_runner(runtime).forward(ids, 1)
-    whole = np.array([len(i) for i in ids], dtype=np.float32) @ states
-    np.testing.assert_allclose(rows[0], whole / np.linalg.norm(whole), atol=atol)
-    # One row per text, packed into one onnxruntime run, is what each text gives alone.
-    if runtime != "numpy":
-        runner = encoder.onnx_runner(runtime)
-        together = runner.forward(ids, 1)
-        for i, seq in enumerate(ids):
-            alone = runner.forward([seq], 1)[0]
-            assert float(together[i] @ alone) / float(np.linalg.norm(together[i]) * np.linalg.norm(alone)) > 0.999
-    # The tools model (request side trained, tools embedded by the stock model) takes the same path.
-    tools = emb.ToolsEmbedder(runtime=runtime)
-    np.testing.assert_allclose(
-        emb.embed_request(tools, query, pieces, clauses)[1], tools.embed_queries([pieces[0]])[0], atol=atol
-    )
-    # A single request is embedded as it is.
-    np.testing.assert_allclose(emb.embed_request(embedder, "weather in Rome", [], []),
-                               embedder.embed_queries(["weather in Rome"]), atol=1e-6)
+    runner = embedder.encoder.onnx_runner(runtime)
+    ids = embedder.encoder.token_ids(texts)
+    together = runner.forward(ids, 1)
+    alone = np.vstack([runner.forward([seq], 1) for seq in ids])
+    cosines = (together * alone).sum(axis=1) / np.linalg.norm(together, axis=1) / np.linalg.norm(alone, axis=1)
+    # float32: the same arithmetic; int8 quantises a run's activations together, so a little apart
+    assert cosines.min() > (0.99999 if runtime == "onnxruntime" else 0.999), cosines
+    np.testing.assert_allclose(embedder.embed_queries(texts), together / np.linalg.norm(together, axis=1)[:, None],
+                               atol=1e-6)
 
 
 def test_resolve_embedder_rejects_contradictions() -> None:

@@ -42,7 +42,6 @@ __all__ = [
     "embedder_for",
     "embed_texts",
     "embed_queries",
-    "embed_request",
     "document_cache_id",
     "default_cache_dir",
     "shared_cache",
@@ -203,11 +202,6 @@ class NumpyEmbedder:
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, query=True)
 
-    def embed_pieces(self, pieces: Sequence[str]) -> np.ndarray:
-        """The request the pieces make up (the mean of all their tokens), then each piece; see `embed_request`."""
-        rows: np.ndarray = self.encoder.embed_pieces(list(pieces), self.runtime)
-        return rows
-
     def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -275,9 +269,6 @@ class ToolsEmbedder:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._queries.embed_queries(texts)
-
-    def embed_pieces(self, pieces: Sequence[str]) -> np.ndarray:
-        return self._queries.embed_pieces(pieces)
 
 
 def _tools_model_id(model: str) -> bool:
@@ -659,25 +650,6 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return fn(texts) if callable(fn) else embedder.embed(texts)  # type: ignore[no-any-return]
 
 
-def embed_request(embedder: Embedder, query: str, pieces: Sequence[str], clauses: Sequence[int]) -> np.ndarray:
-    """A request's rows: its own first, then one per clause (`pieces[i]` for i in `clauses`).
-
-    An embedder with `embed_pieces` (the built-in BERT ones) encodes the pieces side by side in one
-    pass, each attending only to itself, and reads the request's own row as the mean over all the
-    pieces' tokens: a request with several clauses then costs about what the request alone costs,
-    not that plus each clause again (on these 2 cores a 3-clause request took 13 ms, now 5; nDCG@10
-    moved by at most 0.0024 on bfcl, metatool and seal_tools, held out, docs/benchmarks.md). Any other
-    embedder embeds the request and its clauses as separate texts, in one call.
-    """
-    if not clauses:
-        return embed_queries(embedder, [query])
-    fn = getattr(embedder, "embed_pieces", None)
-    if callable(fn):
-        rows = np.asarray(fn(list(pieces)), dtype=np.float32)
-        return rows[[0, *(1 + i for i in clauses)]]
-    return embed_queries(embedder, [query, *(pieces[i] for i in clauses)])
-
-
 # --- on-disk cache ---------------------------------------------------------------------------
 
 
@@ -1006,17 +978,16 @@ class QueryCache:
         self._items: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(
-        self, embedder: Embedder, query: str, split: Callable[[str], tuple[list[str], list[int]]] | None = None
-    ) -> np.ndarray:
-        """The query's rows; `split(query)` gives its pieces and which of them are clauses (see `embed_request`)."""
+    def get(self, embedder: Embedder, query: str, expand: Callable[[str], list[str]] | None = None) -> np.ndarray:
         with self._lock:
             rows = self._items.get(query)
             if rows is not None:
                 self._items.move_to_end(query)
                 return rows
-        pieces, clauses = split(query) if split else ([], [])
-        rows = np.array(embed_request(embedder, query, pieces, clauses), dtype=np.float32)
+        extra = expand(query) if expand else []
+        # The whole query and its clauses in one call: one forward pass (padded to the longest,
+        # masked) costs less than one per text, whose fixed cost dominates at query sizes.
+        rows = np.array(embed_queries(embedder, [query, *extra]), dtype=np.float32)
         rows.setflags(write=False)
         with self._lock:
             self._items[query] = rows

@@ -39,8 +39,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
 __all__ = [
-    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "request_parts",
-    "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD",
+    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"
 ]
 
 FORMAT_VERSION = 1
@@ -81,20 +80,9 @@ _MAX_CLAUSES = 8
 
 def query_clauses(query: str) -> list[str]:
     """The parts of a multi-part request (empty when the query is a single request)."""
-    pieces, clauses = request_parts(query)
-    return [pieces[i] for i in clauses]
-
-
-def request_parts(query: str) -> tuple[list[str], list[int]]:
-    """Every piece of a request between its breaks, and which pieces are its clauses (`query_clauses`).
-
-    A piece too short to be a clause ("Thanks", "and pay") still belongs to the request: an embedder that
-    encodes the pieces side by side (see embeddings.embed_request) reads the whole request from all of them.
-    Both lists are empty when the query is a single request.
-    """
-    pieces = [p for p in (p.strip(" ,.") for p in _CLAUSE_BREAK.split(query) if p) if p]
-    clauses = [i for i, p in enumerate(pieces) if len(p.split()) >= _MIN_CLAUSE_WORDS][:_MAX_CLAUSES]
-    return (pieces, clauses) if len(clauses) >= 2 else ([], [])
+    parts = [p.strip(" ,.") for p in _CLAUSE_BREAK.split(query) if p]
+    parts = [p for p in parts if len(p.split()) >= _MIN_CLAUSE_WORDS]
+    return parts[:_MAX_CLAUSES] if len(parts) >= 2 else []
 
 
 class VectorBackend:
@@ -294,7 +282,7 @@ class VectorBackend:
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
         # A message's body says nothing about which tool sends it (toolsearch.entities): embedded without it.
-        rows = self._queries.get(self.embedder, send_request(query) or query, request_parts)
+        rows = self._queries.get(self.embedder, send_request(query) or query, query_clauses)
         return rows if self.adapter is None else adapt(rows, self.adapter)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
