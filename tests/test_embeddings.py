@@ -177,6 +177,41 @@ def test_numpy_embedder_runs_only_what_it_can(tmp_path: Path) -> None:
         NumpyEmbedder(str(tmp_path))
 
 
+def test_a_folder_saved_by_sentence_transformers_6_runs_without_torch(tmp_path: Path) -> None:
+    """sentence-transformers 6 writes a model's pooling and its truncation length in new places; such a folder (a
+    model fine-tuned today) runs in numpy as one saved by earlier versions does: same vectors, cut at 256 tokens."""
+    import shutil
+
+    packaged = NumpyEmbedder(runtime="numpy")
+    folder = tmp_path / "saved-by-st6"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copyfile(packaged.folder / name, folder / name)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"embedding_dimension": 384, "pooling_mode": "mean", "include_prompt": True}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize",
+         "type": "sentence_transformers.base.modules.normalize.Normalize"},
+    ]))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"transformer_task": "feature-extraction"}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 256, "max_length": 128}))
+    saved = NumpyEmbedder(str(folder), runtime="numpy")
+    assert saved.dimension == 384
+    texts = ["send an email with an attachment", "list open pull requests " * 80]
+    np.testing.assert_allclose(saved.embed(texts), packaged.embed(texts), atol=1e-6)
+    assert max(len(ids) for ids in saved.encoder.token_ids(texts)) == 256  # not the position table's 512
+    # A projection after pooling (a Dense module) still needs torch, in either format.
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(BackendError, match="mean pooling without a projection"):
+        NumpyEmbedder(str(folder), runtime="numpy").embed(["x"])
+
+
 @pytest.mark.slow
 def test_cache_hit_never_calls_the_real_model_again(tmp_path: Path, minilm: NumpyEmbedder) -> None:
     counting = Counting(minilm.embed)

@@ -116,9 +116,17 @@ def _default_model_path() -> Path:
 
 
 def _max_seq_length(path: Path, fallback: int = 512) -> int:
-    """sentence-transformers' truncation length for a model folder (256 for all-MiniLM-L6-v2)."""
+    """sentence-transformers' truncation length for a model folder (256 for all-MiniLM-L6-v2).
+
+    sentence-transformers before 6 writes it to sentence_bert_config.json; 6 writes it as the
+    tokenizer's `model_max_length` (tokenizer_config.json) instead.
+    """
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         return int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        length = int(json.loads((path / "tokenizer_config.json").read_text())["model_max_length"])
+        if 0 < length <= fallback:  # transformers writes a huge sentinel when a tokenizer sets no limit
+            return length
     return fallback
 
 
@@ -213,10 +221,7 @@ def _check_numpy_model(folder: Path) -> None:
     problems = [name for name in ("config.json", "tokenizer.json") if not (folder / name).is_file()]
     if not (folder / "model.safetensors").is_file() and not (folder / WEIGHTS_FILE).is_file():
         problems.append(f"model.safetensors (or toolsearch's {WEIGHTS_FILE})")
-    pooling: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
-    if not pooling.get("pooling_mode_mean_tokens") or _local_dimension(folder) is None:
+    if not _pooling(folder)[0] or _local_dimension(folder) is None:
         problems.append("mean pooling without a projection (1_Pooling/config.json, modules.json)")
     if problems:
         raise BackendError(
@@ -404,14 +409,29 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
+def _pooling(path: Path) -> tuple[bool, int | None]:
+    """Whether a sentence-transformers folder mean-pools, and its pooled size, from 1_Pooling/config.json.
+
+    Both formats: sentence-transformers before 6 writes `pooling_mode_mean_tokens` and
+    `word_embedding_dimension`, 6 writes `pooling_mode: "mean"` and `embedding_dimension`.
+    """
+    pooling: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+    if not isinstance(pooling, dict):
+        return False, None
+    mean = pooling.get("pooling_mode_mean_tokens") is True or pooling.get("pooling_mode") == "mean"
+    size = pooling.get("word_embedding_dimension", pooling.get("embedding_dimension"))
+    return mean, size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def _local_dimension(path: Path) -> int | None:
     """Read the output dimension from a sentence-transformers folder without loading torch."""
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         modules = json.loads((path / "modules.json").read_text())
         # Dense or other projection layers change the size; only trust plain transformer + pooling.
         if all(m.get("type", "").rsplit(".", 1)[-1] in ("Transformer", "Pooling", "Normalize") for m in modules):
-            return int(pooling["word_embedding_dimension"])
+            return _pooling(path)[1]
     return None
 
 
