@@ -204,6 +204,10 @@ def test_a_folder_saved_by_sentence_transformers_6_runs_without_torch(tmp_path: 
     texts = ["send an email with an attachment", "list open pull requests " * 80]
     np.testing.assert_allclose(saved.embed(texts), packaged.embed(texts), atol=1e-6)
     assert max(len(ids) for ids in saved.encoder.token_ids(texts)) == 256  # not the position table's 512
+    # a tokenizer with no limit of its own (transformers' sentinel) is cut at the model's 512 positions
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": int(1e30)}))
+    unlimited = NumpyEmbedder(str(folder), runtime="numpy")
+    assert len(unlimited.encoder.token_ids(["list open pull requests " * 200])[0]) == 512
     # A projection after pooling (a Dense module) still needs torch, in either format.
     modules = json.loads((folder / "modules.json").read_text())
     modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})

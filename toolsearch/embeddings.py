@@ -123,9 +123,11 @@ def _max_seq_length(path: Path, fallback: int = 512) -> int:
     """
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         return int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, OverflowError):
+        # transformers writes a huge sentinel when a tokenizer sets no limit: BertEncoder cuts any length to the
+        # model's position table
         length = int(json.loads((path / "tokenizer_config.json").read_text())["model_max_length"])
-        if 0 < length <= fallback:  # transformers writes a huge sentinel when a tokenizer sets no limit
+        if length > 0:
             return length
     return fallback
 
