@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,9 @@ import numpy as np
 from ._errors import BackendError, missing_dependency
 from .model_file import WEIGHTS_FILE, load_weights
 
-__all__ = ["BertEncoder", "load_encoder"]
+__all__ = ["BertEncoder", "Observer", "load_encoder"]
+
+Observer = Callable[[str, np.ndarray], None]
 
 _log = logging.getLogger("toolsearch")
 
@@ -205,8 +207,11 @@ class BertEncoder:
             raise missing_dependency(f"onnxruntime for query embedding ({self._onnx_error[precision]})", "vector")
         return runner
 
-    def _forward(self, ids: list[list[int]]) -> np.ndarray:
+    def _forward(self, ids: list[list[int]], observe: Observer | None = None) -> np.ndarray:
         """Mean-pooled (unnormalised) last hidden states of texts packed side by side.
+
+        `observe(name, x)`, where given, sees each dense layer's input that follows a layer norm
+        ("l{i}_qkv", "l{i}_up"; x is (hidden, tokens)): the int8 graph's calibration reads it.
 
         No padding: the texts' tokens are the columns of one (hidden, tokens) matrix, so every
         matrix product runs on real tokens only (a query and its clauses padded to the longest
@@ -224,7 +229,9 @@ class BertEncoder:
         x = np.ascontiguousarray(x.T)  # (hidden, tokens)
         _layer_norm(x, self.emb_ln_g, self.emb_ln_b, self.eps)
         heads, size, hidden = self.heads, self.hidden // self.heads, self.hidden
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            if observe is not None:
+                observe(f"l{i}_qkv", x)
             qkv = layer.qkv_w @ x
             qkv += layer.qkv_b
             context = self._attention(qkv, spans, heads, size) if len(spans) > 1 else None
@@ -238,6 +245,8 @@ class BertEncoder:
             attended += layer.out_b
             attended += x
             _layer_norm(attended, layer.ln1_g, layer.ln1_b, self.eps)
+            if observe is not None:
+                observe(f"l{i}_up", attended)
             inner = layer.up_w @ attended
             inner += layer.up_b
             _gelu(inner)
