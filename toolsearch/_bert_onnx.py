@@ -11,17 +11,19 @@ external initializers, so there is one set of weights and no export step.
 
 The int8 graph is the same graph with each dense layer's product in integers: the weights rounded
 to int8 with one scale per output column (made here, from the loaded arrays), and at run time each
-token's activations rounded to uint8 with a scale of its own, then one `MatMulInteger` (u8 x s8:
-the CPU's integer dot-product instructions) and a rescale by both scales. A layer norm's output
-has a few channels ~10x larger than the rest in every token; they would set each token's scale and
-leave the other channels a handful of levels, so before rounding part of each channel's range
-moves into the weights (SmoothQuant: x/s @ (W*s).T is the same product), with s measured when the
-graph is built, by one float32 pass over 16 built-in sentences (~0.05 s). onnxruntime's per-tensor
-dynamic quantisation (`quantize_dynamic`, one scale for a whole activation matrix) changed the top
-hit of 1-2% of hybrid searches; this ranks like float32 (hybrid nDCG@10 within 0.0013 of float32
-queries on bfcl, metatool and seal_tools with the tools model and the stock one, the same top hit
-for 99%; tests/test_embedder_parity.py holds it there). It runs about twice as fast as the
-`MatMulNBits` kernel this graph used before, whose int8 path rounds activations by blocks of 32.
+token's activations rounded to uint8 with a scale of its own (`QuantizeLinear` along the tokens),
+then one `MatMulIntegerToFloat` (u8 x s8: the CPU's integer dot-product instructions, rescaled by
+the columns' scales) and a rescale by the tokens' scales. A layer norm's output has a few channels
+~10x larger than the rest in every token; they would set each token's scale and leave the other
+channels a handful of levels, so before rounding part of each channel's range moves into the
+weights (SmoothQuant: x/s @ (W*s).T is the same product), with s measured when the graph is built,
+by one float32 pass over 16 built-in sentences (~0.05 s). onnxruntime's per-tensor dynamic
+quantisation (`quantize_dynamic`, one scale for a whole activation matrix) changed the top hit of
+1-2% of hybrid searches; this ranks like float32 (hybrid nDCG@10 within 0.002 of float32 queries
+on bfcl, metatool and seal_tools with the tools model and the stock one, the same top hit for 99%;
+tests/test_embedder_parity.py holds it there). A run takes 0.55-0.6x the time of the `MatMulNBits`
+kernel this graph used before (one thread, 12 to 96 tokens), whose int8 path rounds activations by
+blocks of 32 and ran barely faster than float32 here.
 
 A query and the clauses of a multi-part request go through one run, their tokens packed side by
 side as numpy packs them: an additive attention mask keeps each text to its own tokens, and a
@@ -106,6 +108,8 @@ class OnnxRunner:
         pool = (owner[None, :] == np.arange(len(ids))[:, None]).astype(np.float32)
         pool /= np.array(lengths, dtype=np.float32)[:, None]
         inputs = {"ids": tokens, "positions": positions, "mask": mask, "pool": pool}
+        if self.int8:
+            inputs["zero_points"] = np.full(count, 128, dtype=np.uint8)
         return np.asarray(self.session(threads).run(None, inputs)[0])
 
 
@@ -150,8 +154,9 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     size = hidden // heads
     const("axis0", [0])
     const("axis1", [1])
-    for name, value, kind in (("tiny", np.finfo(np.float32).tiny, np.float32), ("int8_max", 127.0, np.float32),
-                              ("uint8_zero", 128.0, np.float32), ("zero_point", 128, np.uint8)):
+    const("flat", [-1])
+    for name, value, kind in (("tiny", np.finfo(np.float32).tiny, np.float32), ("one", 1.0, np.float32),
+                              ("inverse_int8_max", 1 / 127, np.float32), ("zero_point", 128, np.uint8)):
         small.append(numpy_helper.from_array(np.array(value, dtype=kind), name))
     const("qkv_shape", [0, 3, heads, size])  # 0 = copy the token count
     const("hidden_shape", [0, hidden])
@@ -175,15 +180,15 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
             factor = _smoothing(peaks[name], w)
             x = op("Mul", [x, weight(name + "_smooth", 1.0 / factor)])
             w = w * factor
-        # Each token's row gets its own scale; the +128 shifts it to uint8 (zero point 128), the
-        # operand order the integer kernels run fastest (u8 activations x s8 weights).
-        scale = op("Div", [op("Max", [op("ReduceMax", [op("Abs", [x]), "axis1"], keepdims=1), "tiny"]), "int8_max"])
-        quantised = op("Cast", [op("Add", [op("Round", [op("Div", [x, scale])]), "uint8_zero"])], to=TensorProto.UINT8)
+        # Each token's row gets its own scale (its largest magnitude over 127), and is rounded to uint8 around
+        # 128 (`zero_points`: one per token), the operand order the integer kernels run fastest (u8 x s8).
+        peak = op("Max", [op("ReduceMax", [op("Abs", [x]), "axis1"], keepdims=1), "tiny"])
+        scale = op("Mul", [peak, "inverse_int8_max"])  # (tokens, 1)
+        quantised = op("QuantizeLinear", [x, op("Reshape", [scale, "flat"]), "zero_points"], axis=0)
         columns, column_scales = _int8_columns(w)
-        product = op("MatMulInteger", [quantised, weight(name + "_q", columns), "zero_point"])
-        product = op("Mul", [op("Mul", [op("Cast", [product], to=TensorProto.FLOAT), scale]),
-                             weight(name + "_s", column_scales)])
-        return op("Add", [product, weight(name + "_b", b.ravel())])
+        product = op("MatMulIntegerToFloat", [quantised, weight(name + "_q", columns), "one",
+                                              weight(name + "_s", column_scales), "zero_point"], domain="com.microsoft")
+        return op("Add", [op("Mul", [product, scale]), weight(name + "_b", b.ravel())])
 
     x = layer_norm(x, encoder.emb_ln_g, encoder.emb_ln_b, "emb_ln")
     for i, layer in enumerate(encoder.layers):
@@ -218,6 +223,7 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
             h.make_tensor_value_info("positions", TensorProto.INT64, ["tokens"]),
             h.make_tensor_value_info("mask", TensorProto.FLOAT, ["tokens", "tokens"]),
             h.make_tensor_value_info("pool", TensorProto.FLOAT, ["texts", "tokens"]),
+            *([h.make_tensor_value_info("zero_points", TensorProto.UINT8, ["tokens"])] if int8 else []),
         ],
         [h.make_tensor_value_info("pooled", TensorProto.FLOAT, ["texts", hidden])],
         [*small, *(external(n, a) for n, a in weights.items())],
