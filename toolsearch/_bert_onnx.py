@@ -127,7 +127,7 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
 
     The same arithmetic as `BertEncoder._forward`: the query weights come pre-scaled and fused with
     the key and value weights, products are `x @ W.T` (Gemm with transB, on the arrays as stored;
-    with `int8`, MatMulInteger over each token's activations and the same arrays rounded to int8,
+    with `int8`, MatMulIntegerToFloat over each token's activations and the same arrays rounded to int8,
     see the module's docstring).
     """
     from onnx import TensorProto, numpy_helper
@@ -280,7 +280,7 @@ def _smoothing(peak: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _int8_columns(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(out, in) float weights as MatMulInteger's (in, out) int8 matrix and one scale per output column.
+    """(out, in) float weights as MatMulIntegerToFloat's (in, out) int8 matrix and one scale per output column.
 
     Symmetric rounding: the weights' zero point is 0, so only the activations carry one.
     """
