@@ -108,8 +108,6 @@ class OnnxRunner:
         pool = (owner[None, :] == np.arange(len(ids))[:, None]).astype(np.float32)
         pool /= np.array(lengths, dtype=np.float32)[:, None]
         inputs = {"ids": tokens, "positions": positions, "mask": mask, "pool": pool}
-        if self.int8:
-            inputs["zero_points"] = np.full(count, 128, dtype=np.uint8)
         return np.asarray(self.session(threads).run(None, inputs)[0])
 
 
@@ -153,11 +151,6 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     hidden, heads = encoder.hidden, encoder.heads
     size = hidden // heads
     const("axis0", [0])
-    const("axis1", [1])
-    const("flat", [-1])
-    for name, value, kind in (("tiny", np.finfo(np.float32).tiny, np.float32), ("one", 1.0, np.float32),
-                              ("inverse_int8_max", 1 / 127, np.float32), ("zero_point", 128, np.uint8)):
-        small.append(numpy_helper.from_array(np.array(value, dtype=kind), name))
     const("qkv_shape", [0, 3, heads, size])  # 0 = copy the token count
     const("hidden_shape", [0, hidden])
     x = op("Gather", [weight("word", encoder.word), "ids"])
@@ -170,6 +163,14 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
                   axis=-1, epsilon=eps)
 
     peaks = _activation_peaks(encoder) if int8 else {}
+    if int8:
+        const("axis1", [1])
+        const("flat", [-1])
+        for name, value, kind in (("tiny", np.finfo(np.float32).tiny, np.float32), ("one", 1.0, np.float32),
+                                  ("inverse_int8_max", 1 / 127, np.float32), ("zero_point", 128, np.uint8)):
+            small.append(numpy_helper.from_array(np.array(value, dtype=kind), name))
+        # QuantizeLinear along the tokens takes one zero point per token: 128 for each, made once per run.
+        nodes.append(h.make_node("Expand", ["zero_point", op("Shape", ["ids"])], ["zero_points"]))
 
     def dense(x: str, w: np.ndarray, b: np.ndarray, name: str) -> str:
         if not int8:
@@ -181,7 +182,7 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
             x = op("Mul", [x, weight(name + "_smooth", 1.0 / factor)])
             w = w * factor
         # Each token's row gets its own scale (its largest magnitude over 127), and is rounded to uint8 around
-        # 128 (`zero_points`: one per token), the operand order the integer kernels run fastest (u8 x s8).
+        # 128, the operand order the integer kernels run fastest (u8 x s8).
         peak = op("Max", [op("ReduceMax", [op("Abs", [x]), "axis1"], keepdims=1), "tiny"])
         scale = op("Mul", [peak, "inverse_int8_max"])  # (tokens, 1)
         quantised = op("QuantizeLinear", [x, op("Reshape", [scale, "flat"]), "zero_points"], axis=0)
@@ -223,7 +224,6 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
             h.make_tensor_value_info("positions", TensorProto.INT64, ["tokens"]),
             h.make_tensor_value_info("mask", TensorProto.FLOAT, ["tokens", "tokens"]),
             h.make_tensor_value_info("pool", TensorProto.FLOAT, ["texts", "tokens"]),
-            *([h.make_tensor_value_info("zero_points", TensorProto.UINT8, ["tokens"])] if int8 else []),
         ],
         [h.make_tensor_value_info("pooled", TensorProto.FLOAT, ["texts", hidden])],
         [*small, *(external(n, a) for n, a in weights.items())],
