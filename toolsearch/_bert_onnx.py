@@ -19,11 +19,12 @@ channels a handful of levels, so before rounding part of each channel's range mo
 weights (SmoothQuant: x/s @ (W*s).T is the same product), with s measured when the graph is built,
 by one float32 pass over 16 built-in sentences (about 0.1 s). onnxruntime's per-tensor dynamic
 quantisation (`quantize_dynamic`, one scale for a whole activation matrix) changed the top hit of
-1-2% of hybrid searches; this ranks like float32 (hybrid nDCG@10 within 0.002 of float32 queries
-on bfcl, metatool and seal_tools with the tools model and the stock one, the same top hit for 99%;
-tests/test_embedder_parity.py holds it there). A run takes 0.55-0.6x the time of the `MatMulNBits`
-kernel this graph used before (one thread, 12 to 96 tokens), whose int8 path rounds activations by
-blocks of 32 and ran barely faster than float32 here.
+1-2% of hybrid searches; this ranks like float32 (tests/test_embedder_parity.py holds it within
+0.003 nDCG@10 of float32 queries, the same top hit for 99%, and benchmarks/results/tools_model_loso.md
+scores it held out). It replaced onnxruntime's `MatMulNBits`, whose int8 path rounds activations by
+blocks of 32 and ran barely faster than float32 on this project's benchmark host
+(benchmarks/results/scale_embedders.md: 4.8 ms per int8 query against 6.4 in float32; 5.8 against
+6.3 in the previous run, on `MatMulNBits`).
 
 A query and the clauses of a multi-part request go through one run, their tokens packed side by
 side as numpy packs them: an additive attention mask keeps each text to its own tokens, and a
