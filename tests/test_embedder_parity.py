@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from toolsearch import Tool, ToolIndex, load_tools
+from toolsearch import SearchResult, Tool, ToolIndex, load_tools
 from toolsearch.embeddings import NumpyEmbedder
 
 pytestmark = pytest.mark.slow
@@ -179,7 +179,7 @@ def test_int8_queries_rank_like_float32(request: pytest.FixtureRequest, dataset:
 
     tools, queries = _labelled(request, dataset)
     texts = [q.query.strip()[:MAX_QUERY_CHARS] for q in queries]
-    ranked: dict[str, list[Any]] = {}
+    ranked: dict[str, list[SearchResult]] = {}
     ndcg: dict[str, float] = {}
     for runtime in ("onnxruntime", "int8"):
         embedder = NumpyEmbedder(runtime=runtime)
