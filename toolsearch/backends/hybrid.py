@@ -11,7 +11,7 @@ and mapped onto the dense scale of this query, so a strong lexical match carries
 the best semantic match and weak ones fade. Candidates bm25 did not return get no bm25 share.
 
 A multi-part request ("Find X. Also do Y") is embedded clause by clause on the dense side
-(vector.query_clauses). With `clause_lexical` > 0, bm25 also searches each clause on its own: a
+(toolsearch.clauses). With `clause_lexical` > 0, bm25 also searches each clause on its own: a
 tool's bm25 share is the larger of its whole-query score and `clause_lexical` times its score for
 a clause, each relative to that list's best hit, so the words of one need are not drowned by the
 others'. Off by default: its leave-one-set-out figures are in benchmarks/results/ranking_loso.md.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import BackendError, IndexFormatError
+from ..clauses import query_clauses
 from ..lucene import looks_like_lucene
 from ..results import Hit, Ranking
 from ..tools import Tool
@@ -130,7 +131,7 @@ class HybridBackend:
         self, query: str, whole: dict[str, float], depth: int, allowed: frozenset[str] | None
     ) -> dict[str, float]:
         """bm25 shares relative to each list's best hit: the whole query's, or a clause's times clause_lexical."""
-        clauses = vector_module.query_clauses(query)
+        clauses = query_clauses(query)
         if not clauses:
             return whole
         combined = _relative(whole, 1.0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import BackendError, IndexFormatError, missing_dependency
+from ..clauses import query_clauses, request_parts
 from ..embeddings import (
     DEFAULT_MODEL_ID,
     Embedder,
@@ -66,23 +66,8 @@ SUBSET_EXACT_MAX = 4_096
 _SUBSET_CACHE = 8
 # HNSW cannot delete; removed ids are tombstoned and the graph rebuilt past this share.
 _TOMBSTONE_REBUILD = 0.25
-# A request that asks for several things ("Find X. Also do Y, then Z") is embedded whole and
-# clause by clause; a tool scores its best match. One vector for a multi-part request blurs
-# every part (on Seal-Tools' multi-tool requests this lifts nDCG@10 from 0.69 to 0.88).
-_CLAUSE_BREAK = re.compile(
-    r"(?<=[.!?;])\s+|\s*\b(?:additionally|also|finally|furthermore|moreover|besides|after that|afterwards|then)\b,?\s*",
-    re.IGNORECASE,
-)
-_MIN_CLAUSE_WORDS = 3
+# A tool scores its best lifted clause match (`_clause_scores`); toolsearch.clauses says why clauses.
 CLAUSE_LIFT = 0.5
-_MAX_CLAUSES = 8
-
-
-def query_clauses(query: str) -> list[str]:
-    """The parts of a multi-part request (empty when the query is a single request)."""
-    parts = [p.strip(" ,.") for p in _CLAUSE_BREAK.split(query) if p]
-    parts = [p for p in parts if len(p.split()) >= _MIN_CLAUSE_WORDS]
-    return parts[:_MAX_CLAUSES] if len(parts) >= 2 else []
 
 
 class VectorBackend:
@@ -282,7 +267,7 @@ class VectorBackend:
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
         # A message's body says nothing about which tool sends it (toolsearch.entities): embedded without it.
-        rows = self._queries.get(self.embedder, send_request(query) or query, query_clauses)
+        rows = self._queries.get(self.embedder, send_request(query) or query, request_parts)
         return rows if self.adapter is None else adapt(rows, self.adapter)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
