@@ -366,11 +366,45 @@ def test_query_cache_is_a_bounded_lru() -> None:
     cache.get(embedder, "alpha beta")
     assert counting.seen == ["alpha beta", "gamma", "delta", "alpha beta"]
     counting.calls.clear()
-    rows = cache.get(embedder, "one two five. two three four", lambda q: ["one two five", "two three four"])
+    split = lambda q: (["one two five", "ok", "two three four"], [0, 2])  # noqa: E731
+    rows = cache.get(embedder, "one two five. ok. two three four", split)
     assert rows.shape == (3, 64)
-    # The query and its clauses go to the model in one call (one forward pass), query first.
-    assert counting.calls == [["one two five. two three four", "one two five", "two three four"]]
+    # An embedder not trained to read a request from its pieces gets the query and its clauses in one call,
+    # query first.
+    assert counting.calls == [["one two five. ok. two three four", "one two five", "two three four"]]
     np.testing.assert_allclose(rows[2], embedder.embed(["two three four"])[0])
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "int8"])
+def test_the_tools_model_reads_a_multi_part_request_from_its_pieces_each_encoded_alone(runtime: str) -> None:
+    """The tools model was trained to read a request from its pieces: each clause's row is the clause alone, and
+    the request's row is the mean of every piece's token states, short pieces too; the stock model reads it whole."""
+    from toolsearch.clauses import request_parts
+
+    query = "Book a table for two in Rome tonight. Thanks. Then send the booking to my partner by text"
+    pieces, clauses = request_parts(query)
+    assert pieces == ["Book a table for two in Rome tonight", "Thanks", "send the booking to my partner by text"]
+    assert clauses == [0, 2]
+    tools = emb.ToolsEmbedder(runtime=runtime)
+    assert tools.reads_pieces and tools.card["hyperparameters"]["pieces"] is True
+    rows = emb.embed_request(tools, query, pieces, clauses)
+    assert rows.shape == (3, 384)
+    for row, piece in zip(rows[1:], (pieces[0], pieces[2]), strict=True):
+        np.testing.assert_allclose(row, tools.embed_queries([piece])[0], atol=1e-5)
+    encoder = tools._queries.encoder
+    ids = encoder.token_ids(pieces)
+    states = encoder._forward(ids) if runtime == "numpy" else encoder.onnx_runner(runtime).forward(ids, 1)
+    whole = np.array([len(i) for i in ids], dtype=np.float32) @ states
+    np.testing.assert_allclose(rows[0], whole / np.linalg.norm(whole), atol=1e-5)
+    assert float(rows[0] @ tools.embed_queries([query])[0]) < 0.999  # not the request read whole
+    # A single request is embedded as it is.
+    np.testing.assert_allclose(emb.embed_request(tools, "weather in Rome", [], []),
+                               tools.embed_queries(["weather in Rome"]), atol=1e-6)
+    # The stock model was not trained for it: the request whole, then its clauses.
+    stock = NumpyEmbedder(runtime=runtime)
+    assert not getattr(stock, "reads_pieces", False)
+    np.testing.assert_allclose(emb.embed_request(stock, query, pieces, clauses),
+                               stock.embed_queries([query, pieces[0], pieces[2]]), atol=1e-6)
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "int8"])

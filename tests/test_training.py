@@ -11,7 +11,7 @@ import pytest
 from toolsearch import MissingDependencyError, Tool
 from toolsearch.evaluation import LabeledQuery
 from toolsearch.training.pairs import catalog_anchors, query_rows, request_anchors, tool_texts
-from toolsearch.training.trainer import QueryRow, TrainConfig, fine_tune_queries
+from toolsearch.training.trainer import QueryRow, TrainConfig, fine_tune_queries, request_rows
 
 TOOLS = [
     Tool("send_email", "Send an email. It goes to every recipient at once."),
@@ -54,3 +54,27 @@ def test_the_trainer_needs_the_train_extra_or_trains(tmp_path: Path) -> None:
 
     run = fine_tune_queries(NumpyEmbedder().folder, vectors, rows, config, tmp_path / "out")
     assert run["steps"] == 1 and run["rows"] == 2 and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_training_reads_a_multi_part_request_as_search_does() -> None:
+    """The trainer's row of a multi-part request is the one search embeds (embeddings.embed_request)."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("sentence_transformers") is None:
+        with pytest.raises(MissingDependencyError, match=r"toolsearch\[train\]"):
+            request_rows(None, ["a request"], TrainConfig(), "cpu")
+        return
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from toolsearch.clauses import request_parts
+    from toolsearch.embeddings import NumpyEmbedder
+
+    stock = NumpyEmbedder(runtime="numpy")
+    model = SentenceTransformer(str(stock.folder), device="cpu")
+    texts = ["find the weather in Paris", "Post a note in the team Slack channel. Thanks. Also open a GitHub issue"]
+    with torch.no_grad():
+        pieces = request_rows(model, texts, TrainConfig(), "cpu").numpy()
+        whole = request_rows(model, texts, TrainConfig(pieces=False), "cpu").numpy()
+    np.testing.assert_allclose(whole, stock.embed_queries(texts), atol=1e-5)
+    np.testing.assert_allclose(pieces[0], whole[0], atol=1e-5)
+    np.testing.assert_allclose(pieces[1], stock.embed_pieces(request_parts(texts[1])[0])[0], atol=1e-5)
+    assert float(pieces[1] @ whole[1]) < 0.999

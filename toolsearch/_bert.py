@@ -148,17 +148,33 @@ class BertEncoder:
         Documents run here, packed, except with runtime "onnxruntime" (the same vectors either way),
         so no int8 vector ever reaches an index or the embedding cache.
         """
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
-            return out
-        ids = self.token_ids(texts)
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return _normalise(self._pooled(self.token_ids(texts), runtime, query=query))
+
+    def embed_pieces(self, pieces: Sequence[str], runtime: str = "numpy") -> np.ndarray:
+        """The request `pieces` make up, then each piece: L2-normalised rows, 1 + len(pieces) of them.
+
+        Each piece is encoded alone (its tokens attend to its own only), all in one run; the
+        request's row is the mean over every piece's tokens, the reading the tools model is trained
+        with (toolsearch.training.trainer).
+        """
+        ids = self.token_ids(pieces)
+        pooled = self._pooled(ids, runtime, query=True)
+        lengths = np.array([len(seq) for seq in ids], dtype=np.float32)
+        whole = (lengths @ pooled) / lengths.sum()
+        return _normalise(np.vstack([whole[None, :], pooled]))
+
+    def _pooled(self, ids: list[list[int]], runtime: str, *, query: bool) -> np.ndarray:
+        """Mean-pooled (unnormalised) rows of tokenised texts, each text attending to its own tokens only."""
+        out = np.zeros((len(ids), self.dimension), dtype=np.float32)
         count = sum(map(len, ids))
         few = count <= _FEW_TOKENS
         runner = self.onnx_runner(runtime, query=query) if few and runtime != "numpy" else None
         if runner is not None:
             alone = runner.int8 and count <= _INT8_ONE_THREAD_TOKENS
             out[:] = runner.forward(ids, 1 if alone or not _idle_core() else _cores())
-            return _normalise(out)
+            return out
         # Longest first: a batch's texts are then of similar length (its attention blocks alike).
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         with _blas_threads(1) if few and not _idle_core() else contextlib.nullcontext():
@@ -171,7 +187,7 @@ class BertEncoder:
                 batch = order[start:stop]
                 out[batch] = self._forward([ids[i] for i in batch])
                 start = stop
-        return _normalise(out)
+        return out
 
     def onnx_runner(self, runtime: str, *, query: bool = True) -> Any:
         """The onnxruntime runner for `runtime`, built once per precision; None where numpy runs.

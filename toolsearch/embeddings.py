@@ -42,6 +42,7 @@ __all__ = [
     "embedder_for",
     "embed_texts",
     "embed_queries",
+    "embed_request",
     "document_cache_id",
     "default_cache_dir",
     "shared_cache",
@@ -212,6 +213,11 @@ class NumpyEmbedder:
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, query=True)
 
+    def embed_pieces(self, pieces: Sequence[str]) -> np.ndarray:
+        """The request the pieces make up (the mean of all their tokens), then each piece; see `embed_request`."""
+        rows: np.ndarray = self.encoder.embed_pieces(list(pieces), self.runtime)
+        return rows
+
     def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -263,6 +269,10 @@ class ToolsEmbedder:
         self.hybrid_dense_weight: float | None = fusion.get("dense_weight") if isinstance(fusion, dict) else None
         self._documents = NumpyEmbedder("default", runtime)
         self._queries = NumpyEmbedder(str(folder), runtime)
+        # Trained to read a multi-part request from its pieces, each encoded alone (`embed_request`);
+        # a model trained on whole requests (v1, its held-out variants) reads them whole.
+        trained = card.get("hyperparameters", {})
+        self.reads_pieces = bool(trained.get("pieces", False)) if isinstance(trained, dict) else False
 
     def __repr__(self) -> str:
         return f"ToolsEmbedder({self.model_id!r})"
@@ -277,15 +287,23 @@ class ToolsEmbedder:
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._queries.embed_queries(texts)
 
+    def embed_pieces(self, pieces: Sequence[str]) -> np.ndarray:
+        return self._queries.embed_pieces(pieces)
+
+
+# Any version of the shipped model: an index embedded by an earlier one is refused by name, not taken for a hub id.
+_TOOLS_VERSIONS = re.compile(rf"toolsearch/{re.escape(SHIPPED.name)}-v\d+")
+
 
 def _tools_model_id(model: str) -> bool:
-    return model.split("@", 1)[0] in _TOOLS_ALIASES
+    name = model.split("@", 1)[0]
+    return name in _TOOLS_ALIASES or _TOOLS_VERSIONS.fullmatch(name) is not None
 
 
 def _tools_embedder(model: str) -> ToolsEmbedder:
     """The shipped tools model for `model`; a pinned id whose weights are not the shipped ones is refused."""
     embedder = ToolsEmbedder()
-    if "@" in model and model != embedder.model_id:
+    if ("@" in model and model != embedder.model_id) or model.split("@", 1)[0] not in _TOOLS_ALIASES:
         raise BackendError(
             f"this index was embedded with {model}, but this toolsearch ships {embedder.model_id}; "
             "rebuild the index (its tool vectors are reused from the embedding cache) or install the toolsearch "
@@ -672,6 +690,24 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return fn(texts) if callable(fn) else embedder.embed(texts)  # type: ignore[no-any-return]
 
 
+def embed_request(embedder: Embedder, query: str, pieces: Sequence[str], clauses: Sequence[int]) -> np.ndarray:
+    """A request's rows: its own first, then one per clause (`pieces[i]` for i in `clauses`; toolsearch.clauses).
+
+    An embedder trained to read a request from its pieces (`reads_pieces`: the tools model since v2)
+    encodes them side by side in one run, each attending only to itself, and takes the request's
+    own row as the mean over all the pieces' tokens. A multi-part request then costs about what the
+    request alone costs, not that plus each clause again. Any other embedder embeds the request and
+    its clauses as separate texts, in one call.
+    """
+    if not clauses:
+        return embed_queries(embedder, [query])
+    fn = getattr(embedder, "embed_pieces", None)
+    if getattr(embedder, "reads_pieces", False) and callable(fn):
+        rows = np.asarray(fn(list(pieces)), dtype=np.float32)
+        return rows[[0, *(1 + i for i in clauses)]]
+    return embed_queries(embedder, [query, *(pieces[i] for i in clauses)])
+
+
 # --- on-disk cache ---------------------------------------------------------------------------
 
 
@@ -991,8 +1027,8 @@ def _progress_bar(total: int, model_id: str) -> Any:
 class QueryCache:
     """A small thread-safe LRU of query embeddings (queries repeat; embedding one costs milliseconds).
 
-    Each entry is a matrix: the query's own vector first, then one per extra text that
-    `expand(query)` returns (for example the clauses of a multi-part request).
+    Each entry is a matrix: the query's own vector first, then one per clause of a multi-part
+    request, where `split(query)` gives its pieces and which of them are clauses (`embed_request`).
     """
 
     def __init__(self, maxsize: int = 1024) -> None:
@@ -1000,16 +1036,18 @@ class QueryCache:
         self._items: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, embedder: Embedder, query: str, expand: Callable[[str], list[str]] | None = None) -> np.ndarray:
+    def get(
+        self, embedder: Embedder, query: str, split: Callable[[str], tuple[list[str], list[int]]] | None = None
+    ) -> np.ndarray:
         with self._lock:
             rows = self._items.get(query)
             if rows is not None:
                 self._items.move_to_end(query)
                 return rows
-        extra = expand(query) if expand else []
-        # The whole query and its clauses in one call: one forward pass (padded to the longest,
-        # masked) costs less than one per text, whose fixed cost dominates at query sizes.
-        rows = np.array(embed_queries(embedder, [query, *extra]), dtype=np.float32)
+        pieces, clauses = split(query) if split else ([], [])
+        # The whole query and its clauses in one call: one run costs less than one per text, whose
+        # fixed cost dominates at query sizes.
+        rows = np.array(embed_request(embedder, query, pieces, clauses), dtype=np.float32)
         rows.setflags(write=False)
         with self._lock:
             self._items[query] = rows

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import missing_dependency
+from ..clauses import request_parts
 
-__all__ = ["QueryRow", "TrainConfig", "fine_tune_queries"]
+__all__ = ["QueryRow", "TrainConfig", "fine_tune_queries", "request_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class TrainConfig:
     query_tokens: int = 64
     duplicate: float = 0.92  # tools this similar to the right one are not its negatives
     freeze_embeddings: bool = True  # the token embeddings stay the base model's
+    # A multi-part request's row is read from its pieces, each encoded alone (embeddings.embed_request),
+    # so the model learns the reading search uses; False: the request encoded whole (v1's recipe).
+    pieces: bool = True
     seed: int = 0
     threads: int = 2
 
@@ -108,7 +112,6 @@ def fine_tune_queries(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     matrix = torch.tensor(np.ascontiguousarray(tools, dtype=np.float32), device=device)
     near = (matrix @ matrix.T) > config.duplicate  # near-duplicate tools: never each other's negatives
-    tokenizer = model.tokenizer
     start = time.perf_counter()
     losses: list[float] = []
     step = 0
@@ -117,12 +120,7 @@ def fine_tune_queries(
         random.Random(config.seed + epoch).shuffle(order)
         for first in range(0, len(order), config.batch_size):
             batch = order[first : first + config.batch_size]
-            features = tokenizer(
-                [r.text.strip() for r in batch], padding=True, truncation=True, max_length=config.query_tokens,
-                return_tensors="pt",
-            )
-            embedded = model({k: v.to(device) for k, v in features.items()})["sentence_embedding"]
-            queries = torch.nn.functional.normalize(embedded, dim=-1)
+            queries = request_rows(model, [r.text.strip() for r in batch], config, device)
             logits = config.scale * queries @ matrix.T
             positives = torch.tensor([r.positive for r in batch], device=device)
             mask = near[positives].clone()
@@ -155,6 +153,34 @@ def fine_tune_queries(
         "device": device,
         "torch": torch.__version__,
     }
+
+
+def request_rows(model: Any, texts: list[str], config: TrainConfig, device: str) -> Any:
+    """Unit rows of requests, read as search reads them: a multi-part request's from all its pieces' tokens
+    (embeddings.embed_request), each piece encoded alone."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise missing_dependency(exc.name or "torch", "train") from None
+
+    pieces = [(request_parts(t)[0] or [t]) if config.pieces else [t] for t in texts]
+    flat = [(len(model.tokenizer.tokenize(p)), i, p) for i, parts in enumerate(pieces) for p in parts]
+    flat.sort(key=lambda item: item[0])  # similar lengths run together: padding to the longest is cheap
+    sums: Any = 0
+    counts: Any = 0
+    for first in range(0, len(flat), len(texts)):
+        chunk = flat[first : first + len(texts)]
+        owner = torch.tensor([i for _, i, _ in chunk], device=device)
+        features = model.tokenizer(
+            [p for _, _, p in chunk], padding=True, truncation=True, max_length=config.query_tokens,
+            return_tensors="pt",
+        )
+        tokens = model({k: v.to(device) for k, v in features.items()})["token_embeddings"]
+        mask = features["attention_mask"].to(device).unsqueeze(-1).to(tokens.dtype)
+        pooled = (tokens * mask).sum(1)
+        sums = sums + torch.zeros(len(texts), tokens.shape[-1], device=device).index_add(0, owner, pooled)
+        counts = counts + torch.zeros(len(texts), 1, device=device).index_add(0, owner, mask.sum(1))
+    return torch.nn.functional.normalize(sums / counts, dim=-1)
 
 
 def _no_decay(name: str) -> bool:
