@@ -1,7 +1,7 @@
 """Score the tools model held out and choose its hybrid fusion leave-one-set-out (results/tools_model_loso.md).
 
     python scripts/train_retriever.py --without bfcl --out .cache/held-out/without-bfcl       # and so on per set
-    python scripts/tools_model_loso.py --held-out .cache/held-out --shipped toolsearch/data/models/tools-minilm-l6-v1
+    python scripts/tools_model_loso.py --held-out .cache/held-out --shipped toolsearch/data/models/tools-minilm-l6-v2
 
 For each shared set X, the query encoder trained without X (`<held-out>/without-<X>`) is scored on
 X's benchmark sample (seed 0, 2,000 queries at most, queries in the default int8 runtime) with the

@@ -19,6 +19,7 @@ from toolsearch import IndexStore, default_backend
 from toolsearch.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.eval_cli import EXIT_BELOW_FLOOR
 from toolsearch.index import index_key
+from toolsearch.model_file import SHIPPED
 from toolsearch.store import MANIFEST, manifest_digest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -899,7 +900,7 @@ def test_a_request_in_another_language_says_so_and_the_multilingual_model_finds_
     # the same index's tools embedded with the multilingual model for this query: the weather tool comes first
     code, out, err = run(capsys, "query", "en", SPANISH, "-k", "1", "--model", "multilingual-e5-small", "--json")
     assert code == EXIT_OK, err
-    assert "was embedded with toolsearch/tools-minilm-l6-v1@" in err
+    assert f"was embedded with {SHIPPED.model_id}@" in err
     result = json.loads(out)
     assert result["hits"][0]["name"] == "get_weather" and result["notes"] == []
     # an index built with it says nothing about the language, and finds it too

@@ -71,7 +71,15 @@ def test_an_index_records_its_model_and_never_mixes_two(tmp_path: Path) -> None:
         ToolIndex.load(folder, embedder=NumpyEmbedder())
 
 
-def test_another_version_of_the_tools_model_is_refused_clearly() -> None:
-    pinned = "toolsearch/tools-minilm-l6-v1@000000000000"
-    with pytest.raises(BackendError, match=rf"embedded with {pinned}.*rebuild the index"):
-        resolve_embedder("toolsearch/tools-minilm-l6-v1@000000000000")
+@pytest.mark.parametrize(
+    "pinned",
+    [
+        "toolsearch/tools-minilm-l6-v1@2d25511cf103",  # the first release's weights: an index built before v2
+        "toolsearch/tools-minilm-l6-v1",
+        f"{SHIPPED.model_id}@000000000000",  # this version's name, other weights
+    ],
+)
+def test_another_version_of_the_tools_model_is_refused_clearly(pinned: str) -> None:
+    with pytest.raises(BackendError, match=rf"embedded with {pinned}, but this toolsearch ships "
+                       rf"{SHIPPED.model_id}@.*rebuild the index"):
+        resolve_embedder(pinned)

@@ -46,7 +46,7 @@ class ShippedModel:
         return Path(__file__).resolve().parent / "data" / "models" / f"{self.name}-v{self.version}"
 
 
-SHIPPED = ShippedModel("tools-minilm-l6", 1)
+SHIPPED = ShippedModel("tools-minilm-l6", 2)
 
 
 def _sha256(path: Path) -> str:

@@ -12,6 +12,7 @@ from toolsearch.backends import default_backend
 from toolsearch.backends import hybrid as hybrid_module
 from toolsearch.backends.hybrid import fuse
 from toolsearch.embeddings import CallableEmbedder
+from toolsearch.model_file import SHIPPED
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +88,7 @@ def test_real_model_hybrid_on_the_demo_catalog(demo_tools: list[Tool]) -> None:
     assert "calendar_book_room" in index.search("reserve a conference space for my meeting", 3).names
     assert "payments_refund_payment" in index.search("give the customer their money back", 3).names
     described = index.backend.describe()
-    assert described["model"].startswith("toolsearch/tools-minilm-l6-v1@") and "bm25" in described
+    assert described["model"].startswith(SHIPPED.model_id + "@") and "bm25" in described
     assert described["dense_weight"] == 0.7  # the tools model's own, from its card
     stock = ToolIndex.build(demo_tools, backend="hybrid", model="minilm").backend.describe()
     assert stock["model"] == "sentence-transformers/all-MiniLM-L6-v2" and "dense_weight" not in stock
@@ -105,7 +106,7 @@ def test_save_load_round_trip_and_model_check(tmp_path: Path, demo_tools: list[T
         assert loaded.search(query, 5).names == built.search(query, 5).names
     loaded.upsert([Tool("zz_sing", "Sing a lullaby to a sleepy child.")])
     assert loaded.search("sing a song for the baby", 1).names == ["zz_sing"]
-    with pytest.raises(IndexFormatError, match=r"tools-minilm-l6-v1@.*concepts-16"):
+    with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*concepts-16"):
         store.open(name, embedder=CallableEmbedder(concept_vectors, "concepts-16", 16))
 
 

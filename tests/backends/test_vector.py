@@ -12,6 +12,7 @@ from toolsearch import IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import vector as vector_module
 from toolsearch.backends.vector import VectorBackend, query_clauses
 from toolsearch.embeddings import CallableEmbedder, NumpyEmbedder
+from toolsearch.model_file import SHIPPED
 from toolsearch.text import embedding_text
 
 pytestmark = pytest.mark.slow
@@ -144,10 +145,10 @@ def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm
 
 def test_loading_with_another_model_names_both(tmp_path: Path, demo_tools: list[Tool]) -> None:
     ToolIndex.build(demo_tools[:10], backend="vector").save(tmp_path / "ix")
-    with pytest.raises(IndexFormatError, match=r"tools-minilm-l6-v1@.*other/model"):
+    with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*other/model"):
         ToolIndex.load(tmp_path / "ix", model="other/model")
     hashing = CallableEmbedder(hashing_vectors, "hash-64", 64)
-    with pytest.raises(IndexFormatError, match=r"tools-minilm-l6-v1@.*hash-64"):
+    with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*hash-64"):
         ToolIndex.load(tmp_path / "ix", embedder=hashing)
 
 
