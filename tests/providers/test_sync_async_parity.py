@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -149,6 +150,12 @@ def _causes(exc: BaseException) -> tuple[str, ...]:
     return tuple(chain)
 
 
+def _unported(text: str) -> str:
+    """`text` without the fake server's port: each side talks to a server of its own, and some SDKs name the
+    address in a connection error ("Connection to 127.0.0.1:45659 failed: ...")."""
+    return re.sub(r"(127\.0\.0\.1|localhost):\d+", r"\1:<port>", text)
+
+
 def _untimed(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _untimed(v) for k, v in value.items() if k not in _TIMING}
@@ -247,7 +254,7 @@ def side(
                     asyncio.run(arun(model, PROMPT, **arguments)) if asynchronous else run(model, PROMPT, **arguments)
                 )
         except Exception as exc:
-            out.error = (type(exc).__name__, str(exc), _causes(exc))
+            out.error = (type(exc).__name__, _unported(str(exc)), _causes(exc))
         out.requests = [(r.path, r.stream, r.raw) for r in server.requests]
     if out.result is not None:
         out.result = _untimed(out.result.to_dict())
