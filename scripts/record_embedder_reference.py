@@ -88,7 +88,7 @@ def bfcl_folder(work: Path) -> Path:
 
 def entries(bfcl: Path) -> list[dict[str, Any]]:
     """What is recorded, in order: each entry's role, and its text or where to read it."""
-    from toolsearch.backends.vector import query_clauses
+    from toolsearch.clauses import query_clauses
     from toolsearch.demo import demo_tools
     from toolsearch.text import embedding_text
 

@@ -43,7 +43,7 @@ Embedded = tuple[list[str], np.ndarray, list[np.ndarray], list[tuple[str, ...]],
 
 def _embedded(datasets: Path, name: str) -> Embedded:
     from toolsearch import load_tools
-    from toolsearch.backends.vector import query_clauses
+    from toolsearch.clauses import query_clauses
     from toolsearch.embeddings import NumpyEmbedder, embed_texts, shared_cache
     from toolsearch.evaluation import load_queries
     from toolsearch.index import MAX_QUERY_CHARS

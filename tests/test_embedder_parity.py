@@ -114,7 +114,7 @@ def test_vectors_match_sentence_transformers_per_text(reference: Reference, mini
 
 def test_onnxruntime_query_path_matches_sentence_transformers(reference: Reference) -> None:
     """Queries (a few texts a call) run on onnxruntime: each text alone, and a query with its clauses."""
-    from toolsearch.backends.vector import query_clauses
+    from toolsearch.clauses import query_clauses
 
     fast = NumpyEmbedder(MINILM, runtime="onnxruntime")
     rows = reference.role("text")[:60] + reference.role("query")[::2]

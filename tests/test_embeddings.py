@@ -410,7 +410,7 @@ def test_the_tools_model_reads_a_multi_part_request_from_its_pieces_each_encoded
 @pytest.mark.parametrize("runtime", ["onnxruntime", "int8"])
 def test_a_query_and_its_clauses_run_in_one_onnxruntime_run_each_text_on_its_own(runtime: str) -> None:
     """Texts packed into one run attend to their own tokens only: each row is what the text gives alone."""
-    from toolsearch.backends.vector import query_clauses
+    from toolsearch.clauses import query_clauses
 
     query = "Book a table for two in Rome tonight. Then send the booking to my partner by text"
     texts = [query, *query_clauses(query)]

@@ -10,7 +10,8 @@ from test_embeddings import Counting, hashing_vectors
 
 from toolsearch import IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import vector as vector_module
-from toolsearch.backends.vector import VectorBackend, query_clauses
+from toolsearch.backends.vector import VectorBackend
+from toolsearch.clauses import query_clauses
 from toolsearch.embeddings import CallableEmbedder, NumpyEmbedder
 from toolsearch.model_file import SHIPPED
 from toolsearch.text import embedding_text
@@ -56,6 +57,7 @@ def test_multi_part_request_finds_every_part(demo_index: ToolIndex) -> None:
     assert top.names[0] == "slack_post_message"
     assert any(t.namespace == "github" for t in top.tools)  # one vector for both parts would miss it
     assert query_clauses("find the weather in Paris") == []
+    assert vector_module.query_clauses is query_clauses  # still importable from its former home
 
 
 def test_filters_restrict_results(demo_index: ToolIndex, demo_tools: list[Tool]) -> None:
