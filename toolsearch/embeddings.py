@@ -290,6 +290,10 @@ class ToolsEmbedder:
     def embed_pieces(self, pieces: Sequence[str]) -> np.ndarray:
         return self._queries.embed_pieces(pieces)
 
+    def warm(self) -> None:
+        """Read and check the request encoder's weights now (they otherwise load on the first request)."""
+        self._queries.encoder  # noqa: B018 - the property loads them
+
 
 # Any version of the shipped model: an index embedded by an earlier one is refused by name, not taken for a hub id.
 _TOOLS_VERSIONS = re.compile(rf"toolsearch/{re.escape(SHIPPED.name)}-v\d+")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
@@ -20,6 +21,7 @@ from ..embeddings import (
     Embedder,
     EmbeddingCache,
     QueryCache,
+    ToolsEmbedder,
     _canonical_model,
     embed_queries,
     embed_texts,
@@ -27,6 +29,7 @@ from ..embeddings import (
     shared_cache,
 )
 from ..entities import send_request
+from ..model_file import CARD_FILE, SHIPPED
 from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
 from ..stored_tools import tool_names
@@ -45,6 +48,9 @@ __all__ = [
 FORMAT_VERSION = 1
 INDEX_FILE = "vectors.faiss"
 META_FILE = "vector.json"
+# A request encoder that does not ship with toolsearch (one `toolsearch tune` made, a held-out model) is
+# saved inside the index, so the index reopens with the model that embedded it.
+MODEL_DIR = "model"
 # Exact search over 20k x 384 floats is still a few milliseconds; past that HNSW pays off.
 DEFAULT_HNSW_THRESHOLD = 20_000
 HNSW_M = 32
@@ -264,6 +270,17 @@ class VectorBackend:
         """Load the embedding model now (it otherwise loads on the first search or add)."""
         embed_queries(self.embedder, ["warm up"])
 
+    def tool_matrix(self, names: Sequence[str]) -> np.ndarray:
+        """The stored unit vectors of the named tools, one row each, in the order given."""
+        with self._lock:
+            missing = [n for n in names if n not in self._ids]
+            if missing:
+                raise BackendError(f"tool_matrix: {len(missing)} name(s) not in the index, e.g. {missing[0]!r}")
+            if not names:
+                return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+            ids = np.array([self._ids[n] for n in names], dtype=np.int64)
+            return np.ascontiguousarray(self._index.reconstruct_batch(ids), dtype=np.float32)
+
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
         # A message's body says nothing about which tool sends it (toolsearch.entities): embedded without it.
@@ -390,6 +407,9 @@ class VectorBackend:
                 "names": [self._names[i] for i in ids],
             }
         (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
+        own = _own_model(self.embedder)
+        if own is not None:
+            shutil.copytree(own, folder / MODEL_DIR)
 
     @classmethod
     def open(cls, folder: Path, tools: Sequence[Tool], embedder: Embedder, **options: Any) -> VectorBackend:
@@ -538,9 +558,30 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
                 f"{embedder.model_id!r}; pass an embedder for {model!r} or rebuild the index"
             )
         chosen = resolve_embedder(None, embedder)
+    elif (Path(folder) / MODEL_DIR / CARD_FILE).is_file():
+        chosen = _saved_model(Path(folder), model)
     else:
         chosen = resolve_embedder(model or _stored_model(Path(folder)) or DEFAULT_MODEL_ID, None)
     return VectorBackend.open(Path(folder), tools, chosen, **rest)
+
+
+def _own_model(embedder: Embedder) -> Path | None:
+    """The folder of a request encoder that does not ship with toolsearch, where `embedder` runs one."""
+    if isinstance(embedder, ToolsEmbedder) and embedder.folder != SHIPPED.folder:
+        return embedder.folder
+    return None
+
+
+def _saved_model(folder: Path, model: str | None) -> Embedder:
+    """The request encoder saved inside the index, loaded now: a rebuild may retire this folder later."""
+    embedder = ToolsEmbedder(query_model=folder / MODEL_DIR)
+    if model is not None and _canonical_model(model) != embedder.model_id:
+        raise IndexFormatError(
+            f"{folder} carries its own model {embedder.model_id!r}, but {model!r} was requested; open it without "
+            "model= or rebuild the index with that model"
+        )
+    embedder.warm()
+    return embedder
 
 
 def _stored_model(folder: Path) -> str | None:
