@@ -23,7 +23,7 @@ from toolsearch.model_file import SHIPPED
 from toolsearch.store import MANIFEST, manifest_digest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["build", "query", "info", "list", "rm", "eval", "demo", "bench", "mcp"]
+COMMANDS = ["build", "query", "info", "list", "rm", "eval", "tune", "demo", "bench", "mcp"]
 
 OPENAI_TOOLS = [
     {"type": "function", "function": {
@@ -596,6 +596,8 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
     (["eval", "kw"], EXIT_USAGE),
     (["eval", "bad name", "--queries", "queries.jsonl"], EXIT_USAGE),
     (["eval", "kw", "--queries", "queries.jsonl", "--min-ndcg", "2"], EXIT_USAGE),
+    (["tune", "kw"], EXIT_USER_ERROR),  # a bm25 index has no request encoder to tune
+    (["tune", "kw", "--learning-rate", "0"], EXIT_USAGE),
     (["rm", "kw"], EXIT_OK),
     (["bench", "--help"], EXIT_OK),
     (["mcp", "serve", "--help"], EXIT_OK),

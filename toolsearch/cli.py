@@ -17,7 +17,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from ._errors import BackendError, CommandError, InvalidIndexNameError, InvalidQueryError, ToolSearchError
+from ._errors import (
+    BackendError,
+    CommandError,
+    InvalidArgumentError,
+    InvalidIndexNameError,
+    InvalidQueryError,
+    ToolSearchError,
+)
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .model_option import MODEL_HELP, add_model_option, check_model
@@ -58,7 +65,7 @@ BENCHMARKS = {
 
 
 # Errors the argument checks raise: the command line itself is wrong (exit 2), not the files it names.
-_USAGE_ERRORS = (InvalidQueryError, InvalidIndexNameError, BackendError)
+_USAGE_ERRORS = (InvalidQueryError, InvalidArgumentError, InvalidIndexNameError, BackendError)
 
 
 # --- output helpers ----------------------------------------------------------------------------
@@ -278,6 +285,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     from .usage_cli import add_usage_command
 
     add_usage_command(commands, [common, root], cmd_usage)
+
+    from .tune_cli import add_tune_command
+
+    add_tune_command(commands, [common, root], cmd_tune)
 
     from .eval_cli import add_eval_command
 
@@ -853,6 +864,12 @@ def cmd_usage(args: argparse.Namespace, console: Console) -> int:
     from .usage_cli import cmd_usage as run_usage
 
     return run_usage(args, console, _resolve_index(args))
+
+
+def cmd_tune(args: argparse.Namespace, console: Console) -> int:
+    from .tune_cli import run_tune
+
+    return run_tune(args, console, _resolve_index(args))
 
 
 def cmd_eval(args: argparse.Namespace, console: Console) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .usage import FileUsageStore, UsageError, UsageLog, usage_path
 
-__all__ = ["add_usage_command", "cmd_usage"]
+__all__ = ["add_usage_command", "cmd_usage", "read_export"]
 
 
 def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
@@ -50,7 +50,7 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     if args.action == "import":
         if not args.file:
             raise UsageError("usage import needs the FILE to import, e.g. `toolsearch usage import INDEX usage.json`")
-        incoming = _read_export(args.file)
+        incoming = read_export(args.file)
         if log is None or not len(log):
             # An empty log takes the imported one whole (salt and privacy), so hashed terms still match.
             incoming.catalog = catalog
@@ -65,7 +65,8 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     return 0
 
 
-def _read_export(path: str) -> UsageLog:
+def read_export(path: str) -> UsageLog:
+    """A log written by `toolsearch usage export` ("-": standard input)."""
     source = sys.stdin if path == "-" else None
     try:
         text = source.read() if source else Path(path).read_text(encoding="utf-8")

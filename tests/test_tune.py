@@ -1,0 +1,149 @@
+"""`toolsearch tune` (toolsearch.training.tune): the rows it learns from, what it refuses, and an index that
+carries its own request encoder. Training itself needs torch (the `train` extra), which CI does not install;
+benchmarks/results/tune.md measures it, and the refusal without torch is tested here in every environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from toolsearch import IndexFormatError, StoredIndexError, Tool, ToolIndex
+from toolsearch._errors import BackendError, UsageError
+from toolsearch.cli import EXIT_USAGE, EXIT_USER_ERROR, main
+from toolsearch.embeddings import ToolsEmbedder
+from toolsearch.model_file import WEIGHTS_FILE, export_int8, read_card
+from toolsearch.training.tune import TUNED_MODEL_ID, float_folder, tune_index, usage_anchors
+from toolsearch.usage import FileUsageStore, UsageLog, usage_path
+
+pytestmark = pytest.mark.slow  # the real model's weights
+
+TOOLS = [
+    Tool("send_email", "Send an email message to one or more recipients."),
+    Tool("get_weather", "Current weather and forecast for a city."),
+    Tool("create_invoice", "Create a customer invoice with line items."),
+    Tool("track_shipment", "Track a parcel by its tracking number."),
+]
+
+
+def raw_log(index: ToolIndex, pairs: list[tuple[str, str]]) -> UsageLog:
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    for query, tool in pairs:
+        log.add(query, tool, [])
+    return log
+
+
+@pytest.fixture(scope="module")
+def own_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped request encoder widened and exported again under the tuned id, as `tune_index` exports one."""
+    work = tmp_path_factory.mktemp("own")
+    base = float_folder(ToolsEmbedder(), work / "base")
+    export_int8(base, base, work / "model", {"name": "tuned", "version": 1, "model_id": TUNED_MODEL_ID,
+                                              "hyperparameters": {"pieces": True}})
+    return work / "model"
+
+
+def test_the_log_gives_one_row_per_request_text_with_every_tool_it_led_to() -> None:
+    index = ToolIndex.build(TOOLS, backend="bm25")
+    log = raw_log(index, [("mail the team", "send_email"), ("mail the team", "create_invoice"),
+                          ("rain in Oslo?", "get_weather"), ("rain in Oslo?", "no_such_tool")])
+    log.add("hashed request", "send_email", [])  # kept as text: privacy raw
+    hashed = UsageLog(index.catalog.hash)
+    hashed.add("where is my parcel", "track_shipment", [])
+    anchors, skipped = usage_anchors(log, {t.name for t in TOOLS})
+    assert {(a.text, a.relevant) for a in anchors} == {
+        ("mail the team", ("send_email", "create_invoice")), ("rain in Oslo?", ("get_weather",)),
+        ("hashed request", ("send_email",)),
+    }
+    assert skipped == {"without_text": 0, "unknown_tool": 1}
+    assert usage_anchors(hashed, {t.name for t in TOOLS}) == ([], {"without_text": 1, "unknown_tool": 0})
+
+
+def test_what_tune_cannot_learn_from_is_refused_before_any_training() -> None:
+    hybrid = ToolIndex.build(TOOLS, backend="hybrid")
+    with pytest.raises(UsageError, match="usage log is empty"):
+        tune_index(hybrid, UsageLog(hybrid.catalog.hash, privacy="raw"))
+    hashed = UsageLog(hybrid.catalog.hash)
+    hashed.add("where is my parcel", "track_shipment", [])
+    with pytest.raises(UsageError, match="no request text.*privacy 'raw'"):
+        tune_index(hybrid, hashed)
+    with pytest.raises(UsageError, match="names a tool of this index"):
+        tune_index(hybrid, raw_log(hybrid, [("pay the bill", "pay_bill")]))
+    lexical = ToolIndex.build(TOOLS, backend="bm25")
+    with pytest.raises(BackendError, match="bm25 backend: build it with --backend hybrid"):
+        tune_index(lexical, raw_log(lexical, [("where is my parcel", "track_shipment")]))
+
+
+def test_without_torch_tune_names_the_extra_to_install(tmp_path: Path) -> None:
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # as on a machine without the train extra
+        from toolsearch import Tool, ToolIndex
+        from toolsearch.training.tune import tune_index
+        from toolsearch.usage import UsageLog
+        from toolsearch._errors import MissingDependencyError
+        index = ToolIndex.build([Tool("track_shipment", "Track a parcel by its tracking number."),
+                                 Tool("get_weather", "Current weather for a city.")], backend="hybrid")
+        log = UsageLog(index.catalog.hash, privacy="raw")
+        log.add("where is my parcel", "track_shipment", [])
+        try:
+            tune_index(index, log, work=__import__("pathlib").Path(sys.argv[1]))
+        except MissingDependencyError as exc:
+            print("refused:", exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    assert "refused:" in proc.stdout and "toolsearch[train]" in proc.stdout, proc.stdout
+    assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
+
+
+def test_an_index_carries_a_request_encoder_that_does_not_ship(own_model: Path, tmp_path: Path) -> None:
+    embedder = ToolsEmbedder(query_model=own_model)
+    assert embedder.model_id.startswith(TUNED_MODEL_ID + "@") and embedder.model_id != ToolsEmbedder().model_id
+    index = ToolIndex.build(TOOLS, backend="hybrid", embedder=embedder)
+    folder = index.save(tmp_path / "idx")
+    carried = next(folder.resolve().rglob(WEIGHTS_FILE))
+    assert read_card(carried.parent)["sha256"] == embedder.card["sha256"]
+    # a fresh process: nothing but the index folder says which encoder embeds requests
+    script = textwrap.dedent("""
+        import json, sys
+        from toolsearch import ToolIndex
+        index = ToolIndex.load(sys.argv[1])
+        print(json.dumps([index.backend.describe()["model"], index.search("where is my parcel", k=2).names]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    model, names = json.loads(proc.stdout)
+    assert model == embedder.model_id
+    assert names == index.search("where is my parcel", k=2).names
+    with pytest.raises(IndexFormatError, match="carries its own model.*open it without model="):
+        ToolIndex.load(folder, model="tools")
+    # the carried weights are covered by the index's own digests
+    with carried.open("r+b") as fh:
+        fh.seek(-100, 2)
+        fh.write(b"\x00" * 50)
+    with pytest.raises(StoredIndexError, match=WEIGHTS_FILE):
+        ToolIndex.load(folder)
+
+
+def test_the_cli_refuses_a_log_without_text_and_bad_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = ToolIndex.build(TOOLS, backend="hybrid")
+    folder = index.save(tmp_path / "idx")
+    hashed = UsageLog(index.catalog.hash)
+    hashed.add("where is my parcel", "track_shipment", [])
+    FileUsageStore(usage_path(folder)).save(hashed)
+    assert main(["tune", str(folder)]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "no request text" in err and "privacy 'raw'" in err
+    assert main(["tune", str(folder), "--epochs", "0"]) == EXIT_USAGE
+    assert "--epochs must be at least 1" in capsys.readouterr().err
+    assert main(["tune", str(folder), "--usage", str(tmp_path / "missing.json")]) == EXIT_USER_ERROR
+    assert "not a readable usage export" in capsys.readouterr().err

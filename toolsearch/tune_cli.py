@@ -1,0 +1,76 @@
+"""`toolsearch tune INDEX`: give an index its own request encoder, fine-tuned on its usage log (the `train` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_tune_command", "run_tune"]
+
+
+def add_tune_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
+    """Register `tune` on the CLI's sub-parsers; `handler(args, console)` is what the CLI dispatches to."""
+    p = commands.add_parser(
+        "tune", parents=parents, help="fine-tune an index's request encoder on its usage log (needs torch)",
+        description="Fine-tune the encoder a vector or hybrid index embeds requests with on the index's usage log "
+        "(searches that led to successful calls; the log must keep request text: privacy 'raw'), on the CPU, and "
+        "save the index with that encoder inside it. Tool vectors do not change. Needs the train extra: pip "
+        "install 'toolsearch[train]'. See docs/guide.md.",
+    )
+    p.add_argument("index", metavar="INDEX", help="index name or folder")
+    p.add_argument("--usage", metavar="FILE",
+                   help="a usage export to learn from (`toolsearch usage export`; default: the log beside the index)")
+    p.add_argument("--out", metavar="DIR", help="save the tuned index here (default: replace INDEX)")
+    # No defaults here: they are the recipe's (toolsearch.training.tune.TUNE_CONFIG), which needs numpy to
+    # import, and every command builds this parser.
+    p.add_argument("--epochs", type=int, help="passes over the log (default: the recipe's, 2)")
+    p.add_argument("--learning-rate", type=float, help="peak learning rate (default: the recipe's, 1e-4)")
+    p.add_argument("--catalog", action="store_true",
+                   help="also train on the pseudo-requests each tool gives (its name words, a description sentence)")
+    p.add_argument("--threads", type=int, help="CPU threads torch trains on (default: the recipe's, 2)")
+    p.add_argument("--seed", type=int, help="training seed (default: the recipe's, 0)")
+    p.add_argument("--json", action="store_true", help="print the new model's card as JSON on stdout")
+    p.set_defaults(func=handler, check=check_tune)
+
+
+def check_tune(args: argparse.Namespace) -> None:
+    from ._errors import InvalidArgumentError
+
+    for name in ("epochs", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise InvalidArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.learning_rate is not None and not args.learning_rate > 0:
+        raise InvalidArgumentError(f"--learning-rate must be positive, got {args.learning_rate}")
+
+
+def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
+    """Tune the index in `folder` (resolved by the CLI like every INDEX) and save it."""
+    from .index import ToolIndex
+    from .store import read_manifest
+    from .training.tune import TUNE_CONFIG, tune_index
+    from .usage import FileUsageStore, UsageLog, usage_path
+    from .usage_cli import read_export
+
+    catalog = read_manifest(folder).catalog_hash
+    log = read_export(args.usage) if args.usage else FileUsageStore(usage_path(folder)).load(catalog)
+    log = log or UsageLog(catalog)
+    given = {name: getattr(args, name) for name in ("epochs", "learning_rate", "threads", "seed")}
+    config = dataclasses.replace(TUNE_CONFIG, **{k: v for k, v in given.items() if v is not None})
+    with console.progress(f"loading index {folder.name}"):
+        index = ToolIndex.load(folder)
+    tuned, card = tune_index(index, log, config=config, catalog=args.catalog, progress=console.note)
+    target = Path(args.out) if args.out else folder
+    tuned.save(target)
+    run = card["run"]
+    if args.json:
+        console.json({"index": str(target), **card})
+    else:
+        console.print(
+            f"tuned {target}: requests now embedded by {tuned.backend.describe()['model']} "
+            f"({run['rows']} pairs, {run['steps']} steps, {run['seconds']:.0f} s, loss {run['loss_start']} -> "
+            f"{run['loss_end']})"
+        )
+    return 0
