@@ -70,7 +70,7 @@ def test_what_tune_cannot_learn_from_is_refused_before_any_training() -> None:
         tune_index(hybrid, UsageLog(hybrid.catalog.hash, privacy="raw"))
     hashed = UsageLog(hybrid.catalog.hash)
     hashed.add("where is my parcel", "track_shipment", [])
-    with pytest.raises(UsageError, match="no request text.*privacy 'raw'"):
+    with pytest.raises(UsageError, match=r"no request text.*privacy 'raw'"):
         tune_index(hybrid, hashed)
     with pytest.raises(UsageError, match="names a tool of this index"):
         tune_index(hybrid, raw_log(hybrid, [("pay the bill", "pay_bill")]))
@@ -122,7 +122,7 @@ def test_an_index_carries_a_request_encoder_that_does_not_ship(own_model: Path, 
     model, names = json.loads(proc.stdout)
     assert model == embedder.model_id
     assert names == index.search("where is my parcel", k=2).names
-    with pytest.raises(IndexFormatError, match="carries its own model.*open it without model="):
+    with pytest.raises(IndexFormatError, match=r"carries its own model.*open it without model="):
         ToolIndex.load(folder, model="tools")
     # the carried weights are covered by the index's own digests
     with carried.open("r+b") as fh:
