@@ -16,8 +16,10 @@ learn a language nobody types.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -74,7 +76,9 @@ def tune_index(
     """`index` answering with a query encoder fine-tuned on `log`; and the new model's card.
 
     `catalog`: add the pseudo-requests every tool gives (its name words, a description sentence).
-    The given index is left as it is. Needs the `train` extra (torch, sentence-transformers).
+    The given index is left as it is; save the new one to keep its encoder (until then it lives in a temporary
+    folder, under `work` when given, removed when the process ends). Needs the `train` extra (torch,
+    sentence-transformers).
     """
     dense = _dense_half(index)
     names = [t.name for t in index.catalog]
@@ -113,7 +117,9 @@ def tune_index(
             "run": run,
             "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        # The new encoder lives here until the index is saved (saving copies it in); gone when the process ends.
         folder = Path(tempfile.mkdtemp(prefix="toolsearch-tuned-", dir=work))
+        atexit.register(shutil.rmtree, str(folder), True)
         export_int8(Path(scratch) / "float", base, folder, card)
     tuned = ToolsEmbedder(query_model=folder)
     tuned.warm()
