@@ -105,7 +105,7 @@ def tune_index(
                 "catalog_sha256": index.catalog.hash,
                 "tools": len(names),
                 "usage_entries": len(log),
-                "usage_requests": len(anchors) if not catalog else len(anchors) - _catalog_count(anchors),
+                "usage_requests": len(anchors) - _catalog_count(anchors),
                 "usage_pairs_sha256": _pairs_digest(anchors),
                 "skipped": skipped,
                 "catalog_pairs": catalog,
