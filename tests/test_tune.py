@@ -124,6 +124,12 @@ def test_an_index_carries_a_request_encoder_that_does_not_ship(own_model: Path, 
     assert names == index.search("where is my parcel", k=2).names
     with pytest.raises(IndexFormatError, match=r"carries its own model.*open it without model="):
         ToolIndex.load(folder, model="tools")
+    # a change to the tools keeps it: the new tool is embedded by the document model, requests by the carried one
+    reopened = ToolIndex.load(folder)
+    reopened.upsert([Tool("book_flight", "Book a flight between two airports on a date.")])
+    again = ToolIndex.load(reopened.save(tmp_path / "idx2"))
+    assert again.backend.describe()["model"] == embedder.model_id
+    assert again.search("fly from Oslo to Rome on Friday", k=1).names == ["book_flight"]
     # the carried weights are covered by the index's own digests
     with carried.open("r+b") as fh:
         fh.seek(-100, 2)
