@@ -20,7 +20,9 @@ import numpy as np
 
 from ._errors import BackendError, missing_dependency
 
-__all__ = ["CARD_FILE", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "export_int8", "load_weights", "read_card"]
+__all__ = [
+    "CARD_FILE", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "copy_configs", "export_int8", "load_weights", "read_card"
+]
 
 WEIGHTS_FILE = "model.int8.safetensors"
 CARD_FILE = "card.json"
@@ -96,6 +98,15 @@ def load_weights(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def copy_configs(source: Path, out: Path) -> None:
+    """Copy what runs a model folder besides its weights (configs, tokenizer) from `source` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for relative in _COPIED:
+        if (source / relative).is_file():
+            (out / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / relative, out / relative)
+
+
 def export_int8(float_folder: Path, base: Path, out: Path, card: dict[str, Any]) -> Path:
     """Write `float_folder`'s weights (a fine-tuned `base`) to `out` in int8, with `base`'s configs and `card`."""
     try:
@@ -113,12 +124,7 @@ def export_int8(float_folder: Path, base: Path, out: Path, card: dict[str, Any])
             packed[name + _SCALE] = scale.astype(np.float32)
         else:
             packed[name] = tensor
-    out.mkdir(parents=True, exist_ok=True)
-    for relative in _COPIED:
-        source = base / relative
-        if source.is_file():
-            (out / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, out / relative)
+    copy_configs(base, out)
     weights = out / WEIGHTS_FILE
     save_file(packed, str(weights), metadata={"format": "toolsearch-int8-rows", "version": "1"})
     full = {"name": SHIPPED.name, "version": SHIPPED.version, "model_id": SHIPPED.model_id, **card,

@@ -32,7 +32,7 @@ import numpy as np
 from .._errors import BackendError, UsageError, missing_dependency
 from ..embeddings import DEFAULT_MODEL_ID, NumpyEmbedder, ToolsEmbedder
 from ..index import MAX_QUERY_CHARS, ToolIndex
-from ..model_file import export_int8, load_weights
+from ..model_file import copy_configs, export_int8, load_weights
 from ..usage import UsageLog
 from .pairs import Anchor, catalog_anchors, query_rows
 from .trainer import TrainConfig, fine_tune_queries
@@ -45,8 +45,6 @@ TUNED_MODEL_ID = "toolsearch/tuned"
 # thousands) and a larger step: 1e-4 against 3e-5 took metatool +0.081 nDCG@10 against +0.011 (chosen there,
 # then bfcl +0.050 and seal_tools +0.004: benchmarks/results/tune.md).
 TUNE_CONFIG = TrainConfig(epochs=2, batch_size=32, learning_rate=1e-4)
-# Files beside the int8 weights that a sentence-transformers folder needs (toolsearch.model_file copies them).
-_CONFIGS = ("config.json", "tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
 
 
 def usage_anchors(log: UsageLog, tools: set[str]) -> tuple[list[Anchor], dict[str, int]]:
@@ -155,12 +153,7 @@ def float_folder(embedder: Any, out: Path) -> Path:
         from safetensors.numpy import save_file
     except ImportError as exc:
         raise missing_dependency(exc.name or "safetensors", "vector") from None
-    out.mkdir(parents=True)
-    for relative in _CONFIGS:
-        source = embedder.folder / relative
-        if source.is_file():
-            (out / relative).parent.mkdir(parents=True, exist_ok=True)
-            (out / relative).write_bytes(source.read_bytes())
+    copy_configs(embedder.folder, out)
     save_file({k: np.ascontiguousarray(v) for k, v in load_weights(embedder.folder).items()},
               str(out / "model.safetensors"))
     return out
