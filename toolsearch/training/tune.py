@@ -111,7 +111,7 @@ def tune_index(
             "loss": "InfoNCE over every tool of the index (fixed tool vectors), a request's other right tools and "
                     "near-duplicates of its right tool masked",
             "hyperparameters": config.as_dict(),
-            "hybrid": _base_card(base_embedder).get("hybrid", {}),
+            "hybrid": getattr(base_embedder, "card", {}).get("hybrid", {}),  # the base's fusion weight
             "run": run,
             "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -121,16 +121,21 @@ def tune_index(
         export_int8(Path(scratch) / "float", base, folder, card)
     tuned = ToolsEmbedder(query_model=folder)
     tuned.warm()
-    return _with_embedder(index, tuned), tuned.card
+    return _with_embedder(index, tuned, names, matrix), tuned.card
 
 
-def _dense_half(index: ToolIndex) -> Any:
+def _vector_half(backend: Any) -> Any:
+    """The vector backend that embeds requests: the backend itself, or a hybrid's dense half (else None)."""
     from ..backends.hybrid import HybridBackend
     from ..backends.vector import VectorBackend
 
-    backend = index.backend
     dense = backend.dense if isinstance(backend, HybridBackend) else backend
-    if not isinstance(dense, VectorBackend):
+    return dense if isinstance(dense, VectorBackend) else None
+
+
+def _dense_half(index: ToolIndex) -> Any:
+    dense = _vector_half(index.backend)
+    if dense is None:
         raise BackendError(
             f"tune trains the encoder a vector or hybrid index embeds requests with; this index uses the "
             f"{index.backend_name} backend: build it with --backend hybrid"
@@ -159,10 +164,6 @@ def float_folder(embedder: Any, out: Path) -> Path:
     return out
 
 
-def _base_card(embedder: Any) -> dict[str, Any]:
-    return dict(embedder.card) if isinstance(embedder, ToolsEmbedder) else {}
-
-
 def _catalog_count(anchors: list[Anchor]) -> int:
     return sum(a.kind != "request" for a in anchors)
 
@@ -183,9 +184,17 @@ def _no_pairs(log: UsageLog, skipped: dict[str, int]) -> str:
     return "no entry of the usage log names a tool of this index; was the log recorded for another catalog?"
 
 
-def _with_embedder(index: ToolIndex, embedder: ToolsEmbedder) -> ToolIndex:
-    """The same tools and backend options, requests embedded by `embedder` (tool vectors from the cache)."""
+def _with_embedder(index: ToolIndex, embedder: ToolsEmbedder, names: list[str], vectors: np.ndarray) -> ToolIndex:
+    """The same tools and backend options, requests embedded by `embedder`; the tool vectors are the index's own
+    (`vectors`, one row per name, read for training), so no tool is embedded again."""
+    from ..backends import get_backend_spec
+
     options = {k: v for k, v in index.backend.describe().items() if k != "model"}
-    return ToolIndex.build(index.catalog, backend=index.backend_name, embedder=embedder, **options)
+    engine = get_backend_spec(index.backend_name).create(embedder=embedder, **options)
+    dense = _vector_half(engine)
+    dense.add_vectors(names, vectors)
+    if dense is not engine:  # a hybrid: its bm25 half indexes the tools' text
+        engine.lexical.add(list(index.catalog))  # type: ignore[attr-defined]
+    return ToolIndex(index.catalog, engine)
 
 
