@@ -40,7 +40,7 @@ from benchmarks.lib import (
     write_report,
 )
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "distinct", "main", "metrics", "run"]
 
 K = 10
 FRACTIONS = (0.0, 0.10, 0.25, 0.50)
@@ -208,7 +208,8 @@ def _rankings(search: Callable[[str], Any], queries: Sequence[Any]) -> tuple[lis
     return rankings, results, latencies
 
 
-def _metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[str, float]:
+def metrics(rankings: Sequence[Sequence[str]], queries: Sequence[Any]) -> dict[str, float]:
+    """score_rankings' figures, rounded to 4 places as the reports print them."""
     from toolsearch.evaluation import score_rankings
 
     return {m: round(v, 4) for m, v in score_rankings(rankings, queries).items()}
@@ -234,7 +235,7 @@ def _learned_row(
     rankings, results, lat = _rankings(partial(learning.search, k=K), test)
     calibration = ranker.calibration
     row: dict[str, Any] = {"history": len(history), "noise": noise, "log_entries": len(usage),
-                           **_metrics(rankings, test), "query_ms_p50": round(percentile(lat, 50), 3),
+                           **metrics(rankings, test), "query_ms_p50": round(percentile(lat, 50), 3),
                            # a string for "never" (JSON has no infinity)
                            "prior": None if calibration is None else f"{calibration.prior:g}",
                            "calibrated_on": None if calibration is None else calibration.searches,
@@ -247,7 +248,7 @@ def _replay(
 ) -> dict[str, Any]:
     base_rankings, base_results, base_lat = _rankings(lambda q: index.search(q, K), test)
     rows: dict[str, Any] = {
-        "no learning": {"history": 0, "noise": 0.0, **_metrics(base_rankings, test),
+        "no learning": {"history": 0, "noise": 0.0, **metrics(base_rankings, test),
                         "query_ms_p50": round(percentile(base_lat, 50), 3)}
     }
     log(f"[{label}] no learning: nDCG@10={rows['no learning']['nDCG@10']:.3f} R@5={rows['no learning']['R@5']:.3f}")
@@ -281,7 +282,7 @@ def _replay(
     positions = {id(q): i for i, q in enumerate(test)}
     kept_base = [base_rankings[positions[id(q)]] for q in kept]
     kept_deep = [deep_rankings[positions[id(q)]] for q in kept]
-    base = {"history": 0, "noise": 0.0, "test_queries": len(kept), **_metrics(kept_base, kept)}
+    base = {"history": 0, "noise": 0.0, "test_queries": len(kept), **metrics(kept_base, kept)}
     rows["distinct: no learning"] = base
     log(f"[{label}] distinct: {len(history)} of {largest} history queries, {len(kept)} of {len(test)} test queries")
     for noise in (0.0, NOISE):

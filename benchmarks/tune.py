@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from benchmarks.learning import distinct
+from benchmarks.learning import distinct, metrics
 from benchmarks.lib import cli, log, machine_info, machine_markdown, resolve_datasets, write_report
 
 __all__ = ["add_arguments", "main", "run"]
@@ -119,19 +119,13 @@ def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, cat
     rows: dict[str, Any] = {}
     for name, searcher in arms.items():
         rankings = {id(q): searcher.search(q.query[:1000], k=K).names for q in test}
-        rows[name] = {"all": _scores([rankings[id(q)] for q in test], test),
-                      "distinct": _scores([rankings[id(q)] for q in kept], kept)}
+        rows[name] = {"all": metrics([rankings[id(q)] for q in test], test),
+                      "distinct": metrics([rankings[id(q)] for q in kept], kept)}
         log(f"[{ds.name}] {name}: nDCG@10 {rows[name]['all']['nDCG@10']:.4f}, distinct "
             f"{rows[name]['distinct']['nDCG@10']:.4f}")
     return {"tools": len(index), "history_queries": len(pool), "log_entries": len(usage), "test_queries": len(test),
             "distinct_test_queries": len(kept), "base_model": embedder.model_id, "tuned_model": card["model_id"],
             "tune_seconds": round(seconds, 1), "training": card["run"], "rows": rows}
-
-
-def _scores(rankings: list[list[str]], queries: list[Any]) -> dict[str, float]:
-    from toolsearch.evaluation import score_rankings
-
-    return {m: round(v, 4) for m, v in score_rankings(rankings, queries).items()}
 
 
 def render_markdown(report: dict[str, Any]) -> str:
