@@ -52,13 +52,13 @@ def test_the_log_gives_one_row_per_request_text_with_every_tool_it_led_to() -> N
     index = ToolIndex.build(TOOLS, backend="bm25")
     log = raw_log(index, [("mail the team", "send_email"), ("mail the team", "create_invoice"),
                           ("rain in Oslo?", "get_weather"), ("rain in Oslo?", "no_such_tool")])
-    log.add("hashed request", "send_email", [])  # kept as text: privacy raw
+    log.add("bill the client", "send_email", [])
     hashed = UsageLog(index.catalog.hash)
     hashed.add("where is my parcel", "track_shipment", [])
     anchors, skipped = usage_anchors(log, {t.name for t in TOOLS})
     assert {(a.text, a.relevant) for a in anchors} == {
         ("mail the team", ("send_email", "create_invoice")), ("rain in Oslo?", ("get_weather",)),
-        ("hashed request", ("send_email",)),
+        ("bill the client", ("send_email",)),
     }
     assert skipped == {"without_text": 0, "unknown_tool": 1}
     assert usage_anchors(hashed, {t.name for t in TOOLS}) == ([], {"without_text": 1, "unknown_tool": 0})

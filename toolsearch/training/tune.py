@@ -79,7 +79,7 @@ def tune_index(
     sentence-transformers).
     """
     dense = _dense_half(index)
-    names = [t.name for t in index.catalog]
+    names = index.catalog.names  # from a stored index's name table: no tool is parsed for it
     anchors, skipped = usage_anchors(log, set(names))
     if not anchors:
         raise UsageError(_no_pairs(log, skipped))
