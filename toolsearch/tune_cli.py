@@ -1,4 +1,4 @@
-"""`toolsearch tune INDEX`: give an index its own request encoder, fine-tuned on its usage log (the `train` extra)."""
+"""`toolsearch tune INDEX` gives an index its own request encoder (the `train` extra); `model export` writes it out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_tune_command", "run_tune"]
+__all__ = ["add_model_export", "add_tune_command", "run_model_export", "run_tune"]
 
 
 def add_tune_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
@@ -22,7 +22,8 @@ def add_tune_command(commands: Any, parents: list[argparse.ArgumentParser], hand
     )
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("--usage", metavar="FILE",
-                   help="a usage export to learn from (`toolsearch usage export`; default: the log beside the index)")
+                   help="learn from this usage file: a `toolsearch usage export`, or the file of `toolsearch mcp "
+                   "serve --usage-log` (every log in it that keeps request text); default: the log beside the index")
     p.add_argument("--out", metavar="DIR", help="save the tuned index here (default: replace INDEX)")
     # No defaults here: they are the recipe's (toolsearch.training.tune.TUNE_CONFIG), which needs numpy to
     # import, and every command builds this parser.
@@ -52,10 +53,10 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     from .store import read_manifest
     from .training.tune import TUNE_CONFIG, tune_index
     from .usage import FileUsageStore, UsageLog, usage_path
-    from .usage_cli import read_export
+    from .usage_cli import read_usage
 
     catalog = read_manifest(folder).catalog_hash
-    log = read_export(args.usage) if args.usage else FileUsageStore(usage_path(folder)).load(catalog)
+    log = read_usage(args.usage, catalog) if args.usage else FileUsageStore(usage_path(folder)).load(catalog)
     log = log or UsageLog(catalog)
     given = {name: getattr(args, name) for name in ("epochs", "learning_rate", "threads", "seed")}
     config = dataclasses.replace(TUNE_CONFIG, **{k: v for k, v in given.items() if v is not None})
@@ -73,4 +74,29 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
             f"({run['rows']} pairs, {run['steps']} steps, {run['seconds']:.0f} s, loss {run['loss_start']} -> "
             f"{run['loss_end']})"
         )
+    return 0
+
+
+def add_model_export(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
+    """Register `model export` on the `model` command's sub-parsers."""
+    p = commands.add_parser(
+        "export", parents=parents, help="write the request encoder a tuned index carries to a folder",
+        description="Copy the request encoder an index carries (one `toolsearch tune` made) to a new folder, "
+        "checked against its digest, so other indexes, an MCP gateway or a Postgres catalog can embed requests "
+        "with it: --model DIR.",
+    )
+    p.add_argument("index", metavar="INDEX", help="index name or folder")
+    p.add_argument("--out", metavar="DIR", required=True, help="the new folder to write the encoder to")
+    p.set_defaults(func=handler)
+
+
+def run_model_export(args: argparse.Namespace, console: Any, folder: Path) -> int:
+    """Export the encoder the index in `folder` carries to `--out`."""
+    from .index import ToolIndex
+    from .training.tune import export_model
+
+    with console.progress(f"loading index {folder.name}"):
+        index = ToolIndex.load(folder)
+    out = export_model(index, Path(args.out))
+    console.print(f"wrote {index.backend.describe()['model']} to {out}; use it with --model {out}")
     return 0

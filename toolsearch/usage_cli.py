@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import Counter
@@ -12,7 +13,7 @@ from typing import Any
 
 from .usage import FileUsageStore, UsageError, UsageLog, usage_path
 
-__all__ = ["add_usage_command", "cmd_usage", "read_export"]
+__all__ = ["add_usage_command", "cmd_usage", "read_export", "read_usage"]
 
 
 def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
@@ -76,6 +77,31 @@ def read_export(path: str) -> UsageLog:
             f"{path} is not a readable usage export ({exc}); export one with `toolsearch usage export`"
         ) from None
     return UsageLog.from_dict(data, path)
+
+
+def read_usage(path: str, catalog: str) -> UsageLog:
+    """A usage export, or every log of a usage file (`mcp serve --usage-log`, `<INDEX>.usage.json`) read as one.
+
+    A gateway keeps one log per catalog, and its catalog changes whenever an upstream's tools do, so
+    all of a file's logs say what its users asked; the logs that keep request text are joined (for
+    `catalog`), and a file with none gives its first log, which `tune` refuses by its privacy.
+    """
+    from .usage import FORMAT
+
+    if path != "-":
+        with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("format") == FORMAT + "-store":
+                store = FileUsageStore(path)
+                logs = [log for log in map(store.load, store.catalogs()) if log is not None]
+                raw = [log for log in logs if log.privacy == "raw"]
+                if not raw:
+                    return logs[0] if logs else UsageLog(catalog)
+                joined = UsageLog(catalog, privacy="raw", max_entries=max(1, sum(map(len, raw))))
+                for log in raw:
+                    joined.merge(log)
+                return joined
+    return read_export(path)
 
 
 def _show(console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, *, as_json: bool) -> int:

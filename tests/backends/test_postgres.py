@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from mcp_servers import wait_until
 from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
+from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch import Tool, ToolIndex
 from toolsearch._errors import CatalogStoreError, IndexFormatError, IndexNotFoundError
 from toolsearch.backends.bm25 import VALUE_WEIGHT
 from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
 from toolsearch.demo import demo_tools
-from toolsearch.embeddings import CallableEmbedder
+from toolsearch.embeddings import CallableEmbedder, ToolsEmbedder
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
 from toolsearch.pg.schema import SCHEMA_VERSION
@@ -81,6 +82,23 @@ def test_a_second_process_reads_the_catalog_the_first_built_and_sees_its_changes
         first.remove(["parking_find_spot"])
         assert wait_until(lambda: "parking_find_spot" not in second.catalog, timeout=30)
         assert "parking_find_spot" not in second.search("park my car", 10).names
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_fleet_embeds_requests_with_a_tuned_encoder_from_its_folder(
+    pg_server: PostgresServer, catalog_name: str, tuned_model: Path  # noqa: F811
+) -> None:
+    first = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, model=str(tuned_model))
+    second = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None, model=str(tuned_model))
+    try:
+        tuned_id = ToolsEmbedder(query_model=tuned_model).model_id
+        assert first.backend.describe()["model"] == second.backend.describe()["model"] == tuned_id
+        assert second.search("send an email", 1).names == ["email_send_message"]
+        # a worker without the folder is refused, and told what to pass: the id alone cannot find the weights
+        with pytest.raises(IndexFormatError, match=r"was embedded with 'toolsearch/tuned@.*the folder of that encoder"):
+            PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None)
     finally:
         first.close()
         second.close()

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import BackendError, IndexFormatError, IndexNotFoundError
+from ..embeddings import model_option
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
 from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog, upgrade_catalog
 from ..pg.search import search as run_search
@@ -129,7 +130,8 @@ class PostgresBackend:
                 if found.model != self.model_id:
                     raise IndexFormatError(
                         f"the catalog {found.name!r} in {self.store} was embedded with {found.model!r}, not "
-                        f"{self.model_id!r}; open it with model={found.model!r} or build it again under another name"
+                        f"{self.model_id!r}; open it with {model_option(found.model)} or build it again under "
+                        "another name"
                     )
                 self._row = found
                 self.catalog_name = found.name

@@ -25,6 +25,7 @@ from ..embeddings import (
     _canonical_model,
     embed_queries,
     embed_texts,
+    model_option,
     resolve_embedder,
     shared_cache,
 )
@@ -42,7 +43,8 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
 __all__ = [
-    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"
+    "OPTIONS", "VectorBackend", "create", "load", "own_model", "query_clauses", "DEFAULT_HNSW_THRESHOLD",
+    "DEFAULT_IVF_THRESHOLD",
 ]
 
 FORMAT_VERSION = 1
@@ -407,7 +409,7 @@ class VectorBackend:
                 "names": [self._names[i] for i in ids],
             }
         (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
-        own = _own_model(self.embedder)
+        own = own_model(self.embedder)
         if own is not None:
             shutil.copytree(own, folder / MODEL_DIR)
 
@@ -426,7 +428,7 @@ class VectorBackend:
         if stored != embedder.model_id:
             raise IndexFormatError(
                 f"{folder} was built with embedding model {stored!r} but {embedder.model_id!r} was requested; "
-                f"load it with model={stored!r} or rebuild the index with the new model"
+                f"load it with {model_option(str(stored))} or rebuild the index with the new model"
             )
         ids, names = meta.get("ids"), meta.get("names")
         if not isinstance(ids, list) or not isinstance(names, list) or len(ids) != len(names):
@@ -565,7 +567,7 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
     return VectorBackend.open(Path(folder), tools, chosen, **rest)
 
 
-def _own_model(embedder: Embedder) -> Path | None:
+def own_model(embedder: Embedder) -> Path | None:
     """The folder of a request encoder that does not ship with toolsearch, where `embedder` runs one."""
     if isinstance(embedder, ToolsEmbedder) and embedder.folder != SHIPPED.folder:
         return embedder.folder
