@@ -29,6 +29,8 @@ from mcp_servers import (
 from mcp_servers.clients import GatewayClient, connect, text
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from toolsearch.embeddings import ToolsEmbedder
+
 pytestmark = pytest.mark.slow
 
 META = ["tool_search", "call_tool"]
@@ -279,6 +281,7 @@ async def test_tools_list_with_an_unknown_cursor_is_invalid_params(gateway: Gate
         ("--port", "99999", "argument --port: must be from 0 to 65535"),
         ("--path", "mcp", "argument --path: must start with '/'"),
         ("--max-discovered", "0", "argument --max-discovered: must be at least 1"),
+        ("--usage-privacy", "secret", "argument --usage-privacy: invalid choice: 'secret'"),
     ],
 )
 def test_bad_values_are_refused_before_any_upstream_starts(tmp_path: Path, flag: str, value: str, said: str) -> None:
@@ -306,7 +309,8 @@ def test_an_ipv6_host_is_announced_in_brackets_and_the_backend_choice_is_logged(
         assert (gateway.url or "").startswith("http://[::1]:")
         # the default backend says which it is and why; faiss's CPU-build lines are not shown
         ready = next(line for line in gateway.lines if "gateway ready" in line)
-        assert "hybrid index: the vector extra and its embedding model are installed" in ready
+        assert f"hybrid index, model {ToolsEmbedder().model_id}: the vector extra and its embedding model are " \
+            "installed" in ready
         assert " tools from 1 server (" in ready  # one server, not "1 servers"
         assert "AVX512" not in gateway.stderr
 

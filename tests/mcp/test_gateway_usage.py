@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import anyio
 import pytest
-from mcp_servers import GatewayProcess, toy, wait_until, write_config
+from mcp_servers import GatewayProcess, gateway_argv, gateway_env, toy, wait_until, write_config
 from mcp_servers.clients import connect, text
+from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
+from toolsearch.embeddings import ToolsEmbedder
 from toolsearch.usage import FileUsageStore, UsageLog
+from toolsearch.usage_cli import read_usage
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +60,31 @@ async def test_searches_then_successful_calls_land_in_the_usage_log(tmp_path: Pa
     assert len(logs) == 2  # the old catalog's log, and the new one's: saved at exit, nothing lost
     newest = max(logs.values(), key=len)
     assert [e.called for e in newest.entries()] == ["toy__add_numbers", "toy__quokka_census"]
+
+
+async def test_a_raw_log_keeps_request_text_for_tune_and_a_tuned_encoder_serves(
+    tmp_path: Path, tuned_model: Path  # noqa: F811
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    usage = tmp_path / "usage.json"
+    gateway = GatewayProcess(config, "--usage-log", str(usage), "--usage-privacy", "raw", "--backend", "hybrid",
+                             "--model", str(tuned_model))
+    try:
+        async with connect(gateway.wait_ready()) as client:
+            assert "toy__add_numbers" in text(await client.search("add two integers", max_results=2))
+            assert text(await client.call("toy__add_numbers", {"a": 2, "b": 3})) == "5"
+            assert wait_until(lambda: usage.exists() and any(len(lg) for lg in _logs(usage).values()), timeout=20)
+        ready = next(line for line in gateway.stderr.splitlines() if "gateway ready" in line)
+        assert f"hybrid index, model {ToolsEmbedder(query_model=tuned_model).model_id}:" in ready
+    finally:
+        gateway.stop()
+    (entry,) = read_usage(str(usage), "any").entries()  # what `toolsearch tune --usage` learns from
+    assert (entry.query, entry.called) == ("add two integers", "toy__add_numbers")
+    # the same file under the default setting: a log keeps one setting, so the start is refused, saying why
+    done = subprocess.run(gateway_argv(config, "--transport", "http", "--port", "0", "--usage-log", str(usage)),
+                          capture_output=True, text=True, env=gateway_env(), timeout=120)
+    assert done.returncode == 1 and "keeps requests with privacy 'raw', not 'hashed'" in done.stderr, done.stderr
+    assert (entry,) == tuple(read_usage(str(usage), "any").entries())  # and the log is as it was
 
 
 async def test_no_usage_log_records_nothing(tmp_path: Path) -> None:

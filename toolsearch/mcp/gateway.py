@@ -87,7 +87,8 @@ class Gateway:
         # Beside the session store: with Redis every worker appends to one log and credits a call to
         # the search that found it, whichever worker served either; else the file (merged) or memory.
         feed = GatewayUsage.from_url(
-            index.catalog.hash, settings.workers.session_store, path=options.usage_file, enabled=options.usage_log
+            index.catalog.hash, settings.workers.session_store, path=options.usage_file, enabled=options.usage_log,
+            privacy=options.usage_privacy,
         )
         # AugmentationError here (a tool whose own parameter is named like an augmented field) stops the start
         self.rules = GatewayRules(

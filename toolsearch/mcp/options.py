@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .._errors import ArgumentTypeError, InvalidArgumentError
 from ..model_option import add_model_option
+from ..usage import PRIVACY_SETTINGS, Privacy
 from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
 from .metatools import CALL_TOOL
 
@@ -37,12 +38,15 @@ class GatewayOptions:
       does not set `changedTools`.
     - `usage_log`: record (query, tools shown, tools then called successfully) per catalog.
     - `usage_file`: keep that log in this JSON file (one log per catalog); None keeps it in memory.
+    - `usage_privacy`: what the log keeps of a request (toolsearch.usage): "hashed" words (the default),
+      "tokens", or the "raw" text, which `toolsearch tune` needs.
     """
 
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     changed_tools: ChangedTools = "keep"
     usage_log: bool = True
     usage_file: Path | None = None
+    usage_privacy: Privacy = "hashed"
 
     def __post_init__(self) -> None:
         if isinstance(self.max_result_bytes, bool) or not isinstance(self.max_result_bytes, int):
@@ -51,6 +55,10 @@ class GatewayOptions:
             raise InvalidArgumentError(f"max_result_bytes must be a positive integer, got {self.max_result_bytes!r}")
         if self.changed_tools not in ("keep", "block"):
             raise InvalidArgumentError(f"changed_tools must be 'keep' or 'block', got {self.changed_tools!r}")
+        if self.usage_privacy not in PRIVACY_SETTINGS:
+            raise InvalidArgumentError(
+                f"usage_privacy must be one of {', '.join(PRIVACY_SETTINGS)}, got {self.usage_privacy!r}"
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GatewayOptions:
@@ -59,6 +67,7 @@ class GatewayOptions:
             changed_tools=args.changed_tools,
             usage_log=not args.no_usage_log,
             usage_file=args.usage_log,
+            usage_privacy=args.usage_privacy,
         )
 
 
@@ -207,4 +216,11 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-usage-log",
         action="store_true",
         help="record no usage log (no queries are kept anywhere)",
+    )
+    parser.add_argument(
+        "--usage-privacy",
+        choices=PRIVACY_SETTINGS,
+        default="hashed",
+        help="what the usage log keeps of a request: its words hashed (default), its words, or the raw text, "
+        "which `toolsearch tune` learns from (docs/learning.md)",
     )

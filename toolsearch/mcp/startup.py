@@ -159,13 +159,15 @@ async def _serve(
             # start. Over HTTP one start serves many clients: load it and onnxruntime's query graph now.
             await anyio.to_thread.run_sync(_warm, gateway.index)
         servers = len(source.servers)
+        model = gateway.index.backend.describe().get("model")  # the encoder requests go through, when one does
         logger.info(
-            "gateway ready: %d tools %s %d %s (%s index: %s; %s sessions)",
+            "gateway ready: %d tools %s %d %s (%s index%s: %s; %s sessions)",
             len(gateway.index),
             "remembered from the last start, while starting" if source.background else "from",
             servers,
             "server" if servers == 1 else "servers",
             gateway.index.backend_name,
+            f", model {model}" if model else "",
             why,
             f"stateless, {redacted_url(workers.session_store)}" if gateway.stateless else "per-connection",
         )

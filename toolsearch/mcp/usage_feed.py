@@ -61,10 +61,19 @@ class GatewayUsage:
     def _open(self, catalog: str, privacy: Privacy) -> UsageLog:
         # A store shared by workers creates the log once, so every worker hashes words with one salt.
         opener = getattr(self.store, "open_log", None)
-        if callable(opener):
-            log: UsageLog = opener(catalog, privacy=privacy)
-            return log
-        return self.store.load(catalog) or UsageLog(catalog, privacy=privacy)
+        log: UsageLog = (opener(catalog, privacy=privacy) if callable(opener)
+                         else self.store.load(catalog) or UsageLog(catalog, privacy=privacy))
+        if log.privacy != privacy:
+            # A log keeps one setting: going on in the stored one would keep request text the operator just
+            # chose not to keep, or hash what they asked to keep readable.
+            raise UsageError(
+                f"the usage log of this catalog in {self.store!r} keeps requests with privacy {log.privacy!r}, "
+                f"not {privacy!r} as asked (--usage-privacy): a log keeps one setting. Serve with --usage-privacy "
+                f"{log.privacy} to go on with it, or start a {privacy!r} log "
+                + ("in another --usage-log file (or after deleting this one)" if isinstance(self.store, FileUsageStore)
+                   else "after deleting this one from the store")
+            )
+        return log
 
     @classmethod
     def from_url(cls, catalog: str, url: str, *, path: str | Path | None = None, enabled: bool = True,
