@@ -207,7 +207,8 @@ def _no_pairs(log: UsageLog, skipped: dict[str, int]) -> str:
     if skipped["without_text"] == len(log):
         return (
             f"the usage log keeps no request text (privacy {log.privacy!r}): tune learns from how requests read, "
-            "so it needs a log kept with privacy 'raw' (UsageLog(privacy='raw'), or --usage-privacy raw)"
+            "so it needs a log kept with privacy 'raw' (UsageLog(privacy='raw'), or `toolsearch mcp serve "
+            "--usage-privacy raw`)"
         )
     return "no entry of the usage log names a tool of this index; was the log recorded for another catalog?"
 
