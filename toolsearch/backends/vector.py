@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import os
 import shutil
+import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -575,15 +578,35 @@ def own_model(embedder: Embedder) -> Path | None:
 
 
 def _saved_model(folder: Path, model: str | None) -> Embedder:
-    """The request encoder saved inside the index, loaded now: a rebuild may retire this folder later."""
-    embedder = ToolsEmbedder(query_model=folder / MODEL_DIR)
-    if model is not None and _canonical_model(model) != embedder.model_id:
-        raise IndexFormatError(
-            f"{folder} carries its own model {embedder.model_id!r}, but {model!r} was requested; open it without "
-            "model= or rebuild the index with that model"
-        )
-    embedder.warm()
+    """The request encoder saved inside the index, run from a private copy and loaded now.
+
+    The generation it is read from is retired by the next save of the index, this process's or
+    another's, while the index stays open; a later save copies the encoder from where it runs, so
+    that must outlive the generation. The copy is hard-linked where the file system allows (the
+    files of a generation never change), else copied, and goes with the embedder.
+    """
+    private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
+    try:
+        shutil.copytree(folder / MODEL_DIR, private, copy_function=_link_or_copy, dirs_exist_ok=True)
+        embedder = ToolsEmbedder(query_model=private)
+        if model is not None and _canonical_model(model) != embedder.model_id:
+            raise IndexFormatError(
+                f"{folder} carries its own model {embedder.model_id!r}, but {model!r} was requested; open it "
+                "without model= or rebuild the index with that model"
+            )
+        embedder.warm()
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    weakref.finalize(embedder, shutil.rmtree, str(private), True)  # also at exit
     return embedder
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
 
 
 def _stored_model(folder: Path) -> str | None:
