@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -467,6 +468,15 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _os_advice(exc: OSError) -> str:
+    """What to do about a failed write: free space only when space is what ran out."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "Free space there"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "Make the folder writable"
+    return "Check the folder and what the message names"
+
+
 def _written_by_us(target: Path) -> set[str] | None:
     """The files an existing index folder's manifest lists (any format version), or None when unreadable."""
     try:
@@ -551,7 +561,7 @@ def _publish(index: ToolIndex, target: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
         raise StoredIndexError(
             f"cannot write the index {target.name!r} in {target.parent}: {_os_reason(exc)}; nothing was replaced. "
-            "Free space there (or choose another folder) and build again"
+            f"{_os_advice(exc)} (or choose another folder) and build again"
         ) from None
     except BaseException:  # KeyboardInterrupt included: never leave a half-written index
         shutil.rmtree(scratch, ignore_errors=True)
