@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch import IndexFormatError, StoredIndexError, Tool, ToolIndex
@@ -19,6 +20,7 @@ from toolsearch._errors import BackendError, UsageError
 from toolsearch.cli import EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.embeddings import ToolsEmbedder, resolve_embedder
 from toolsearch.model_file import WEIGHTS_FILE, read_card
+from toolsearch.stores.usage_redis import RedisUsageStore
 from toolsearch.training.tune import TUNED_MODEL_ID, tune_index, usage_anchors
 from toolsearch.usage import FileUsageStore, UsageLog, usage_path
 from toolsearch.usage_cli import read_usage
@@ -183,6 +185,30 @@ def test_tune_reads_every_log_of_a_usage_file_that_keeps_request_text(tmp_path: 
     store.path.write_text(store.path.read_text().replace("catalog-c", "catalog-d"), encoding="utf-8")
     with pytest.raises(UsageError, match="does not match its checksum"):  # a damaged file is an error, not a guess
         read_usage(str(store.path), "mine")
+
+
+def test_tune_reads_the_logs_gateway_workers_share_in_redis(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RedisUsageStore(redis_server.url)  # the store and prefix `mcp serve --session-store redis://` uses
+    for catalog, privacy, query, tool in [("catalog-a", "raw", "mail the team", "send_email"),
+                                          ("catalog-b", "raw", "rain in Oslo?", "get_weather"),
+                                          ("catalog-c", "hashed", "bill the client", "create_invoice")]:
+        log = store.open_log(catalog, privacy=privacy)  # type: ignore[arg-type]
+        store.append(log, [e for e in [log.add(query, tool, [tool])] if e is not None])
+    RedisUsageStore(redis_server.url, prefix="elsewhere:").open_log("catalog-z", privacy="raw")  # not this store's
+    assert store.catalogs() == ["catalog-a", "catalog-b", "catalog-c"]
+    joined = read_usage(redis_server.url, "mine")
+    assert joined.catalog == "mine" and sorted(e.query or "" for e in joined) == ["mail the team", "rain in Oslo?"]
+    # a store whose logs keep no text is read, and tune refuses it for that, naming the setting to use
+    for catalog in ("catalog-a", "catalog-b"):
+        store.delete(catalog)
+    folder = ToolIndex.build(TOOLS, backend="hybrid").save(tmp_path / "idx")
+    assert main(["tune", str(folder), "--usage", redis_server.url]) == EXIT_USER_ERROR
+    assert "--usage-privacy raw" in capsys.readouterr().err
+    redis_server.stop()
+    assert main(["tune", str(folder), "--usage", redis_server.url]) == EXIT_USER_ERROR  # unreachable: said, not hung
+    assert "usage store redis://" in capsys.readouterr().err
 
 
 def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(

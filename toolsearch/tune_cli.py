@@ -21,9 +21,10 @@ def add_tune_command(commands: Any, parents: list[argparse.ArgumentParser], hand
         "install 'toolsearch[train]'. See docs/guide.md.",
     )
     p.add_argument("index", metavar="INDEX", help="index name or folder")
-    p.add_argument("--usage", metavar="FILE",
-                   help="learn from this usage file: a `toolsearch usage export`, or the file of `toolsearch mcp "
-                   "serve --usage-log` (every log in it that keeps request text); default: the log beside the index")
+    p.add_argument("--usage", metavar="FILE|URL",
+                   help="learn from this usage log instead of the one beside the index: a `toolsearch usage export`, "
+                   "the file of `toolsearch mcp serve --usage-log`, or the Redis URL gateway workers share "
+                   "(redis://host:port/db); every log in a file or store that keeps request text is read")
     p.add_argument("--out", metavar="DIR", help="save the tuned index here (default: replace INDEX)")
     # No defaults here: they are the recipe's (toolsearch.training.tune.TUNE_CONFIG), which needs numpy to
     # import, and every command builds this parser.

@@ -79,29 +79,45 @@ def read_export(path: str) -> UsageLog:
     return UsageLog.from_dict(data, path)
 
 
-def read_usage(path: str, catalog: str) -> UsageLog:
-    """A usage export, or every log of a usage file (`mcp serve --usage-log`, `<INDEX>.usage.json`) read as one.
+def read_usage(source: str, catalog: str) -> UsageLog:
+    """What `tune --usage` learns from: a usage export, or every log of a usage file (`mcp serve --usage-log`,
+    `<INDEX>.usage.json`) or of a usage store URL (`redis://...`: the one gateway workers share), read as one.
 
     A gateway keeps one log per catalog, and its catalog changes whenever an upstream's tools do, so
-    all of a file's logs say what its users asked; the logs that keep request text are joined (for
-    `catalog`), and a file with none gives its first log, which `tune` refuses by its privacy.
+    all of a file's or store's logs say what its users asked; the logs that keep request text are
+    joined (for `catalog`), and a source with none gives its first log, which `tune` refuses by its
+    privacy.
     """
+    from .stores import USAGE_STORES, url_scheme, usage_store_from_url
     from .usage import FORMAT
 
-    if path != "-":
+    if "://" in source and USAGE_STORES.find(url_scheme(source)) is not None:
+        store = usage_store_from_url(source)
+        try:
+            listed = getattr(store, "catalogs", None)
+            names = listed() if callable(listed) else [catalog]
+            return _joined([log for log in map(store.load, names) if log is not None], catalog)
+        finally:
+            closer = getattr(store, "close", None)
+            if callable(closer):
+                closer()
+    if source != "-":
         with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("format") == FORMAT + "-store":
-                store = FileUsageStore(path)
-                logs = [log for log in map(store.load, store.catalogs()) if log is not None]
-                raw = [log for log in logs if log.privacy == "raw"]
-                if not raw:
-                    return logs[0] if logs else UsageLog(catalog)
-                joined = UsageLog(catalog, privacy="raw", max_entries=max(1, sum(map(len, raw))))
-                for log in raw:
-                    joined.merge(log)
-                return joined
-    return read_export(path)
+                files = FileUsageStore(source)
+                return _joined([log for log in map(files.load, files.catalogs()) if log is not None], catalog)
+    return read_export(source)
+
+
+def _joined(logs: list[UsageLog], catalog: str) -> UsageLog:
+    raw = [log for log in logs if log.privacy == "raw"]
+    if not raw:
+        return logs[0] if logs else UsageLog(catalog)
+    joined = UsageLog(catalog, privacy="raw", max_entries=max(1, sum(map(len, raw))))
+    for log in raw:
+        joined.merge(log)
+    return joined
 
 
 def _show(console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, *, as_json: bool) -> int:

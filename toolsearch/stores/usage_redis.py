@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -87,6 +88,15 @@ class RedisUsageStore:
 
     def _keys(self, catalog: str) -> tuple[str, str]:
         return f"{self.prefix}usage:{catalog}:meta", f"{self.prefix}usage:{catalog}:entries"
+
+    def catalogs(self) -> list[str]:
+        """The catalogs this store holds a log of (a gateway starts one whenever its catalog changes)."""
+        head, tail = f"{self.prefix}usage:", ":meta"
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", head) + "*" + tail  # the prefix matched literally
+        keys = self._redis.call("list the usage logs", lambda: list(
+            self._redis.client.scan_iter(match=pattern, count=1000)))
+        names = (k.decode() if isinstance(k, bytes) else str(k) for k in keys)
+        return sorted(name[len(head):-len(tail)] for name in names)
 
     def load(self, catalog: str) -> UsageLog | None:
         meta_key, entries_key = self._keys(catalog)
