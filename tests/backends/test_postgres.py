@@ -20,10 +20,11 @@ from toolsearch._errors import CatalogStoreError, IndexFormatError, IndexNotFoun
 from toolsearch.backends.bm25 import VALUE_WEIGHT
 from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
 from toolsearch.demo import demo_tools
-from toolsearch.embeddings import CallableEmbedder, ToolsEmbedder
+from toolsearch.embeddings import DEFAULT_MODEL_ID, CallableEmbedder, ToolsEmbedder, text_key
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
 from toolsearch.pg.schema import SCHEMA_VERSION
+from toolsearch.text import embedding_text
 
 pytestmark = pytest.mark.slow
 
@@ -87,13 +88,27 @@ def test_a_second_process_reads_the_catalog_the_first_built_and_sees_its_changes
         second.close()
 
 
+def _stored_models(dsn: str, tools: list[Tool]) -> dict[str, int]:
+    """How many of `tools`' texts the store's shared embedding table holds, by the model they are keyed under."""
+    import psycopg
+
+    digests = [text_key(embedding_text(t)).hex() for t in tools]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT model, count(*) FROM toolsearch_embeddings WHERE digest = ANY(%s) GROUP BY model",
+                            (digests,)).fetchall()
+    return {model: count for model, count in rows}
+
+
 def test_a_fleet_embeds_requests_with_a_tuned_encoder_from_its_folder(
     pg_server: PostgresServer, catalog_name: str, tuned_model: Path  # noqa: F811
 ) -> None:
-    first = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, model=str(tuned_model))
+    tuned_id = ToolsEmbedder(query_model=tuned_model).model_id
+    PostgresIndex.open(pg_server.dsn(), catalog_name + "-stock", TOOLS, poll=None, cache=False).close()
+    first = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, model=str(tuned_model), cache=False)
     second = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None, model=str(tuned_model))
     try:
-        tuned_id = ToolsEmbedder(query_model=tuned_model).model_id
+        # tools are embedded by all-MiniLM-L6-v2 under either encoder: the tuned catalog reused the stored vectors
+        assert _stored_models(pg_server.dsn(), TOOLS) == {DEFAULT_MODEL_ID: len(TOOLS)}
         assert first.backend.describe()["model"] == second.backend.describe()["model"] == tuned_id
         assert second.search("send an email", 1).names == ["email_send_message"]
         # a worker without the folder is refused, and told what to pass: the id alone cannot find the weights

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.bm25 import split_words
-from ..embeddings import Embedder, EmbeddingCache, embed_texts, text_key
+from ..embeddings import Embedder, EmbeddingCache, document_cache_id, embed_texts, text_key
 from ..text import embedding_text, tool_text
 from ..tools import Tool
 from .schema import CHANNEL, CatalogRow, hnsw_index, lexemes_table, postings_table, tools_table
@@ -71,8 +71,12 @@ def embeddings(
     connector: Any, embedder: Embedder, texts: Sequence[str], *, cache: EmbeddingCache | None, progress: bool | None
 ) -> np.ndarray:
     """One unit vector per text: from the store's shared table when any process embedded it before, else computed
-    here (through the local cache) and added to that table, so a fleet embeds each text once."""
-    model = embedder.model_id
+    here (through the local cache) and added to that table, so a fleet embeds each text once.
+
+    Keyed like the local cache, by the model that embeds tools (`document_cache_id`): catalogs whose requests
+    go through different encoders (the tools model, a tuned one, the stock model) share their tools' vectors.
+    """
+    model = document_cache_id(embedder)
     digests = [text_key(t).hex() for t in texts]
     found: dict[str, np.ndarray] = {}
     chunk = 5_000
