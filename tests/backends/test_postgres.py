@@ -99,6 +99,30 @@ def _stored_models(dsn: str, tools: list[Tool]) -> dict[str, int]:
     return {model: count for model, count in rows}
 
 
+def test_vectors_a_store_kept_under_the_tools_model_s_id_are_read_not_embedded_again(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    import psycopg
+
+    # as a store kept them before they were keyed by the model that embeds tools: one planted vector per text,
+    # which no embedding would give, so finding it in the new key proves it was read
+    tools = [_tool(f"{catalog_name}_{t.name}", t.description, t.namespace) for t in TOOLS]
+    planted = np.zeros(384, dtype=np.float32)
+    planted[7] = 1.0
+    digests = [text_key(embedding_text(t)).hex() for t in tools]
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        PostgresIndex.open(pg_server.dsn(), catalog_name + "-schema", TOOLS[:1], poll=None).close()  # the tables
+        for digest in digests:
+            conn.execute("INSERT INTO toolsearch_embeddings (model, digest, embedding) VALUES (%s, %s, %s)",
+                         (ToolsEmbedder().model_id, digest, "[" + ",".join(map(str, planted)) + "]"))
+    PostgresIndex.open(pg_server.dsn(), catalog_name, tools, poll=None, cache=False).close()
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        rows = conn.execute("SELECT embedding::text FROM toolsearch_embeddings WHERE model = %s AND digest = ANY(%s)",
+                            (DEFAULT_MODEL_ID, digests)).fetchall()
+    assert len(rows) == len(tools)
+    assert all(np.array_equal(np.array(json.loads(text), dtype=np.float32), planted) for (text,) in rows)
+
+
 def test_a_fleet_embeds_requests_with_a_tuned_encoder_from_its_folder(
     pg_server: PostgresServer, catalog_name: str, tuned_model: Path  # noqa: F811
 ) -> None:

@@ -75,30 +75,45 @@ def embeddings(
 
     Keyed like the local cache, by the model that embeds tools (`document_cache_id`): catalogs whose requests
     go through different encoders (the tools model, a tuned one, the stock model) share their tools' vectors.
+    Rows a store kept under the whole embedder's id, as it did before, are read once and kept under that key.
     """
     model = document_cache_id(embedder)
     digests = [text_key(t).hex() for t in texts]
-    found: dict[str, np.ndarray] = {}
-    chunk = 5_000
-    for start in range(0, len(digests), chunk):
-        part = digests[start : start + chunk]
-        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part),
-                                    read=True))
-    missing = [i for i, d in enumerate(digests) if d not in found]
+    found = _stored(connector, model, digests)
+    missing = [d for d in digests if d not in found]
+    if missing and embedder.model_id != model:
+        earlier = _stored(connector, embedder.model_id, missing)
+        if earlier:
+            _store(connector, model, list(earlier), np.stack(list(earlier.values())))
+            found.update(earlier)
+            missing = [d for d in missing if d not in found]
     if missing:
-        fresh = embed_texts(embedder, [texts[i] for i in missing], cache=cache, progress=progress)
-        new_digests = [digests[i] for i in missing]
-        for i, vector in zip(missing, fresh, strict=True):
-            found[digests[i]] = vector
-        for start in range(0, len(new_digests), chunk):
-            stop = start + chunk
-            connector.call(
-                "store embeddings",
-                lambda conn, s=start, e=stop: _remember(conn, model, new_digests[s:e], fresh[s:e]),
-            )
+        at = {d: i for i, d in enumerate(digests)}
+        fresh = embed_texts(embedder, [texts[at[d]] for d in missing], cache=cache, progress=progress)
+        found.update(zip(missing, fresh, strict=True))
+        _store(connector, model, missing, fresh)
     if not texts:
         return np.zeros((0, embedder.dimension), dtype=np.float32)
     return np.stack([found[d] for d in digests]).astype(np.float32, copy=False)
+
+
+_CHUNK = 5_000  # digests per statement
+
+
+def _stored(connector: Any, model: str, digests: list[str]) -> dict[str, np.ndarray]:
+    found: dict[str, np.ndarray] = {}
+    for start in range(0, len(digests), _CHUNK):
+        part = digests[start : start + _CHUNK]
+        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part),
+                                    read=True))
+    return found
+
+
+def _store(connector: Any, model: str, digests: list[str], vectors: np.ndarray) -> None:
+    for start in range(0, len(digests), _CHUNK):
+        stop = start + _CHUNK
+        connector.call("store embeddings",
+                       lambda conn, s=start, e=stop: _remember(conn, model, digests[s:e], vectors[s:e]))
 
 
 def tool_rows(
