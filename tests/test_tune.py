@@ -85,6 +85,7 @@ def test_without_torch_tune_names_the_extra_to_install(tmp_path: Path) -> None:
                                  Tool("get_weather", "Current weather for a city.")], backend="hybrid")
         log = UsageLog(index.catalog.hash, privacy="raw")
         log.add("where is my parcel", "track_shipment", [])
+        log.add("make me a coffee", "kitchen_brew_coffee", [])  # a tool of another catalog: left out, and said
         try:
             tune_index(index, log, work=__import__("pathlib").Path(sys.argv[1]))
         except MissingDependencyError as exc:
@@ -94,6 +95,7 @@ def test_without_torch_tune_names_the_extra_to_install(tmp_path: Path) -> None:
                           timeout=300, env={**os.environ})
     assert proc.returncode == 0, proc.stderr
     assert "refused:" in proc.stdout and "toolsearch[train]" in proc.stdout, proc.stdout
+    assert "log entries left out: 1 calling tools this index does not have" in proc.stdout, proc.stdout
     assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
 
 

@@ -90,7 +90,8 @@ def tune_index(
     base_embedder = dense.embedder
     with tempfile.TemporaryDirectory(prefix="toolsearch-tune-", dir=work) as scratch:
         base = float_folder(base_embedder, Path(scratch) / "base")
-        progress(f"training on {len(rows)} pairs ({len(anchors)} requests) against {len(names)} tools")
+        progress(f"training on {len(rows)} pairs ({len(anchors)} requests) against {len(names)} tools"
+                 + _skipped_note(skipped))
         run = fine_tune_queries(base, matrix, rows, config, Path(scratch) / "float", log=progress)
         card = {
             "name": "tuned",
@@ -199,6 +200,16 @@ def _catalog_count(anchors: list[Anchor]) -> int:
 def _pairs_digest(anchors: list[Anchor]) -> str:
     pairs = sorted((a.text, list(a.relevant)) for a in anchors if a.kind == "request")
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+def _skipped_note(skipped: dict[str, int]) -> str:
+    """What of the log was left out, said beside what trains (a log of another catalog's names shows up here)."""
+    parts = []
+    if skipped["without_text"]:
+        parts.append(f"{skipped['without_text']} without request text")
+    if skipped["unknown_tool"]:
+        parts.append(f"{skipped['unknown_tool']} calling tools this index does not have")
+    return f"; log entries left out: {', '.join(parts)}" if parts else ""
 
 
 def _no_pairs(log: UsageLog, skipped: dict[str, int]) -> str:
