@@ -87,6 +87,24 @@ async def test_a_raw_log_keeps_request_text_for_tune_and_a_tuned_encoder_serves(
     assert (entry,) == tuple(read_usage(str(usage), "any").entries())  # and the log is as it was
 
 
+def test_every_stored_log_must_keep_the_setting_asked_for_before_anything_is_written(tmp_path: Path) -> None:
+    from toolsearch.mcp.usage_feed import GatewayUsage
+    from toolsearch.usage import UsageError
+
+    # yesterday's raw log of catalog B, then a hashed start on catalog A: when an upstream's tools change back to
+    # B, the feed would record request text into B's log although hashing was asked for
+    store = FileUsageStore(tmp_path / "usage.json")
+    earlier = UsageLog("catalog-b", privacy="raw")
+    earlier.add("mail the team", "send_email", [])
+    store.save(earlier)
+    before = (tmp_path / "usage.json").read_bytes()
+    with pytest.raises(UsageError, match=r"catalog catalog-b .* privacy 'raw', not 'hashed'.*another --usage-log"):
+        GatewayUsage("catalog-a", store=store)
+    assert (tmp_path / "usage.json").read_bytes() == before  # no log of catalog A was started
+    feed = GatewayUsage("catalog-a", store=store, privacy="raw")  # the setting the stored logs keep
+    assert feed.log.privacy == "raw" and store.catalogs() == ["catalog-a", "catalog-b"]
+
+
 async def test_no_usage_log_records_nothing(tmp_path: Path) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
     usage = tmp_path / "usage.json"

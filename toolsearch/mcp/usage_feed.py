@@ -59,21 +59,32 @@ class GatewayUsage:
             atexit.register(_save_at_exit, weakref.ref(self))  # a weak reference: a finished gateway can go
 
     def _open(self, catalog: str, privacy: Privacy) -> UsageLog:
+        # Every stored log is checked before anything is written: the feed moves to another catalog's log
+        # whenever an upstream's tools change, so each must keep the setting asked for.
+        listed = getattr(self.store, "catalogs", None)
+        for name in listed() if callable(listed) else ():
+            stored = self.store.load(name)
+            if stored is not None:
+                self._check_setting(stored, privacy)
         # A store shared by workers creates the log once, so every worker hashes words with one salt.
         opener = getattr(self.store, "open_log", None)
         log: UsageLog = (opener(catalog, privacy=privacy) if callable(opener)
                          else self.store.load(catalog) or UsageLog(catalog, privacy=privacy))
-        if log.privacy != privacy:
-            # A log keeps one setting: going on in the stored one would keep request text the operator just
-            # chose not to keep, or hash what they asked to keep readable.
-            raise UsageError(
-                f"the usage log of this catalog in {self.store!r} keeps requests with privacy {log.privacy!r}, "
-                f"not {privacy!r} as asked (--usage-privacy): a log keeps one setting. Serve with --usage-privacy "
-                f"{log.privacy} to go on with it, or start a {privacy!r} log "
-                + ("in another --usage-log file (or after deleting this one)" if isinstance(self.store, FileUsageStore)
-                   else "after deleting this one from the store")
-            )
+        self._check_setting(log, privacy)
         return log
+
+    def _check_setting(self, log: UsageLog, privacy: Privacy) -> None:
+        """A log keeps one setting: going on in a stored one would keep request text the operator just chose
+        not to keep, or hash what they asked to keep readable."""
+        if log.privacy == privacy:
+            return
+        raise UsageError(
+            f"the usage log of catalog {log.catalog[:12]} in {self.store!r} keeps requests with privacy "
+            f"{log.privacy!r}, not {privacy!r} as asked (--usage-privacy): a log keeps one setting. Serve with "
+            f"--usage-privacy {log.privacy} to go on with it, or start {privacy!r} logs "
+            + ("in another --usage-log file (or after deleting this one)" if isinstance(self.store, FileUsageStore)
+               else "after deleting the stored ones")
+        )
 
     @classmethod
     def from_url(cls, catalog: str, url: str, *, path: str | Path | None = None, enabled: bool = True,
