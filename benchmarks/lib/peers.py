@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -324,8 +325,14 @@ class RRFPeer:
 # --- Pydantic AI ------------------------------------------------------------------------------
 
 
+# Where Pydantic AI keeps its keyword search: public since 2.7x (`capabilities.keywords_search`), before that a
+# private function of the tool-search toolset; the same function under either name.
+_PYDANTIC_AI_KEYWORDS = (("pydantic_ai.capabilities", "keywords_search"),
+                         ("pydantic_ai.toolsets._tool_search", "keywords_search_fn"))
+
+
 class PydanticAIKeywordsPeer:
-    """Pydantic AI's `keywords_search_fn`: the local search its `ToolSearch` capability runs when the
+    """Pydantic AI's `keywords_search`: the local search its `ToolSearch` capability runs when the
     provider has no native tool search (keyword overlap with name + description, most overlap first).
 
     Called exactly as the capability calls it, with Pydantic AI `ToolDefinition`s of our tools.
@@ -336,11 +343,23 @@ class PydanticAIKeywordsPeer:
     def __init__(self) -> None:
         try:
             from pydantic_ai.tools import ToolDefinition
-            from pydantic_ai.toolsets._tool_search import keywords_search_fn
         except ImportError:
             raise missing_dependency("pydantic_ai", "pydantic-ai") from None
+        found = None
+        for module, attribute in _PYDANTIC_AI_KEYWORDS:
+            try:
+                found = getattr(importlib.import_module(module), attribute, None)
+            except ImportError:
+                continue
+            if callable(found):
+                break
+        if not callable(found):
+            raise RuntimeError(
+                "this pydantic-ai has no keyword search where the benchmark looks for it "
+                f"({', '.join(f'{m}.{a}' for m, a in _PYDANTIC_AI_KEYWORDS)}); pip install -U 'pydantic-ai-slim'"
+            )
         self._definition = ToolDefinition
-        self._search = keywords_search_fn
+        self._search = found
         self._tools: list[Any] = []
 
     def build(self, tools: Sequence[Tool]) -> None:
