@@ -223,6 +223,11 @@ def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(
     assert main(["build", str(catalog), "--out", str(tmp_path / "idx"), "--backend", "hybrid",
                  "--model", str(tuned_model)]) == 0
     assert ToolIndex.load(tmp_path / "idx").backend.describe()["model"] == tuned_id
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "idx")]) == 0  # `info` says so, from the card, without loading the index
+    assert f"request encoder  {tuned_id}, carried in the index" in capsys.readouterr().out
+    assert main(["info", str(tmp_path / "idx"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["encoder"]["model"] == tuned_id
     assert ToolIndex.load(tmp_path / "idx", model=str(tuned_model)).search("where is my parcel", 1).names == [
         "track_shipment"
     ]
@@ -236,6 +241,8 @@ def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(
     assert "not an empty folder" in capsys.readouterr().err
     assert not list(tmp_path.glob(".exported-*"))  # no half copy left behind
     ToolIndex.build(TOOLS, backend="hybrid").save(tmp_path / "stock")
+    assert main(["info", str(tmp_path / "stock"), "--json"]) == 0
+    assert "encoder" not in json.loads(capsys.readouterr().out)  # the shipped model is not carried
     assert main(["model", "export", str(tmp_path / "stock"), "--out", str(tmp_path / "none")]) == EXIT_USER_ERROR
     assert "carries no request encoder of its own" in capsys.readouterr().err and not (tmp_path / "none").exists()
     # its id alone cannot find it: the message says where a tuned encoder comes from

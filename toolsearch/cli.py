@@ -783,6 +783,36 @@ def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
     return data
 
 
+def _carried_encoder(path: Path) -> dict[str, Any] | None:
+    """What the request encoder an index carries says of itself (a tuned one: `toolsearch tune`), from its card."""
+    from .model_file import CARD_FILE, card_model_id
+
+    for card_path in sorted(path.glob(f"backend/**/model/{CARD_FILE}")):
+        try:
+            card = json.loads(card_path.read_text(encoding="utf-8"))
+            base = card.get("base_model", {})
+            data = card.get("data", {})
+            return {
+                "model": card_model_id(card),
+                "base_model": base.get("id") if isinstance(base, dict) else None,
+                "usage_requests": data.get("usage_requests") if isinstance(data, dict) else None,
+                "trained_at": card.get("trained_at"),
+            }
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            return {"model": None, "error": f"{card_path} is unreadable; `health` says whether the index is whole"}
+    return None
+
+
+def _describe_encoder(encoder: dict[str, Any]) -> str:
+    if encoder.get("model") is None:
+        return str(encoder.get("error"))
+    made = [f"tuned from {encoder['base_model']}" if encoder.get("base_model") else "",
+            f"on {encoder['usage_requests']} logged requests" if encoder.get("usage_requests") is not None else "",
+            encoder.get("trained_at") or ""]
+    detail = ", ".join(part for part in made if part)
+    return f"{encoder['model']}, carried in the index" + (f" ({detail})" if detail else "")
+
+
 def _query_syntax(spec: BackendSpec | None) -> str:
     if spec is None:
         return "unknown: no installed backend has this name (install the plug-in that built the index)"
@@ -796,6 +826,9 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
     path = _resolve_index(args)
     manifest = read_manifest(path)
     data = _manifest_dict(path, manifest)
+    encoder = _carried_encoder(path)
+    if encoder is not None:
+        data["encoder"] = encoder
     if args.json:
         console.json(data)
         return EXIT_OK
@@ -807,6 +840,7 @@ def cmd_info(args: argparse.Namespace, console: Console) -> int:
     lines = [
         ("index", f"{path.name}  ({path})"),
         ("backend", f"{manifest.backend}  ({options})"),
+        *([("request encoder", _describe_encoder(encoder))] if encoder is not None else []),
         ("query syntax", _query_syntax(find_backend_spec(manifest.backend))),
         ("tools", str(manifest.tool_count)),
         ("namespaces", f"{len(manifest.namespaces)}: {namespaces}" if manifest.namespaces else namespaces),
