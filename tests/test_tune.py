@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from toolsearch import IndexFormatError, StoredIndexError, Tool, ToolIndex
 from toolsearch._errors import BackendError, UsageError
 from toolsearch.cli import EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.embeddings import ToolsEmbedder, resolve_embedder
-from toolsearch.model_file import WEIGHTS_FILE, read_card
+from toolsearch.model_file import WEIGHTS_FILE, copy_model, read_card
 from toolsearch.stores.usage_redis import RedisUsageStore
 from toolsearch.training.tune import TUNED_MODEL_ID, tune_index, usage_anchors
 from toolsearch.usage import FileUsageStore, UsageLog, usage_path
@@ -239,7 +240,6 @@ def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(
     assert ToolIndex.build(TOOLS, "vector", model=str(tmp_path / "exported")).backend.describe()["model"] == tuned_id
     assert main(["model", "export", str(tmp_path / "idx"), "--out", str(tmp_path / "exported")]) == EXIT_USER_ERROR
     assert "not an empty folder" in capsys.readouterr().err
-    assert not list(tmp_path.glob(".exported-*"))  # no half copy left behind
     ToolIndex.build(TOOLS, backend="hybrid").save(tmp_path / "stock")
     assert main(["info", str(tmp_path / "stock"), "--json"]) == 0
     assert "encoder" not in json.loads(capsys.readouterr().out)  # the shipped model is not carried
@@ -248,3 +248,14 @@ def test_a_tuned_encoder_is_a_model_anything_that_embeds_can_use(
     # its id alone cannot find it: the message says where a tuned encoder comes from
     with pytest.raises(BackendError, match=r"pass its folder.*toolsearch model export"):
         resolve_embedder(tuned_id)
+
+
+def test_a_damaged_encoder_is_not_exported_and_leaves_nothing(tuned_model: Path, tmp_path: Path) -> None:  # noqa: F811
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tuned_model, damaged)
+    with (damaged / WEIGHTS_FILE).open("r+b") as fh:
+        fh.seek(-100, 2)
+        fh.write(b"\x00" * 50)
+    with pytest.raises(BackendError, match="damaged or was replaced"):
+        copy_model(damaged, tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["damaged"]  # neither the folder asked for nor a half copy

@@ -785,22 +785,22 @@ def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
 
 def _carried_encoder(path: Path) -> dict[str, Any] | None:
     """What the request encoder an index carries says of itself (a tuned one: `toolsearch tune`), from its card."""
-    from .model_file import CARD_FILE, card_model_id
+    from .model_file import card_model_id, carried_model, read_card
 
-    for card_path in sorted(path.glob(f"backend/**/model/{CARD_FILE}")):
-        try:
-            card = json.loads(card_path.read_text(encoding="utf-8"))
-            base = card.get("base_model", {})
-            data = card.get("data", {})
-            return {
-                "model": card_model_id(card),
-                "base_model": base.get("id") if isinstance(base, dict) else None,
-                "usage_requests": data.get("usage_requests") if isinstance(data, dict) else None,
-                "trained_at": card.get("trained_at"),
-            }
-        except (OSError, ValueError, AttributeError, KeyError, TypeError):
-            return {"model": None, "error": f"{card_path} is unreadable; `health` says whether the index is whole"}
-    return None
+    folder = carried_model(path)
+    if folder is None:
+        return None
+    try:
+        card = read_card(folder)
+    except BackendError as exc:
+        return {"model": None, "error": f"{exc}; `health` says whether the index is whole"}
+    base, data = card.get("base_model"), card.get("data")
+    return {
+        "model": card_model_id(card),
+        "base_model": base.get("id") if isinstance(base, dict) else None,
+        "usage_requests": data.get("usage_requests") if isinstance(data, dict) else None,
+        "trained_at": card.get("trained_at"),
+    }
 
 
 def _describe_encoder(encoder: dict[str, Any]) -> str:

@@ -12,21 +12,25 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from ._errors import BackendError, CommandError, missing_dependency
 
-from ._errors import BackendError, missing_dependency
+if TYPE_CHECKING:  # numpy is imported where weights are read: `toolsearch info` reads cards only
+    import numpy as np
 
 __all__ = [
-    "CARD_FILE", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "card_model_id", "copy_configs", "export_int8",
-    "is_model_folder", "load_weights", "read_card",
+    "CARD_FILE", "CARRIED_DIR", "WEIGHTS_FILE", "SHIPPED", "ShippedModel", "card_model_id", "carried_model",
+    "check_weights", "copy_configs", "copy_model", "export_int8", "is_model_folder", "load_weights", "read_card",
 ]
 
 WEIGHTS_FILE = "model.int8.safetensors"
 CARD_FILE = "card.json"
+# An index that carries its own request encoder keeps it here, beside its vector files (backend/[vector/]model/).
+CARRIED_DIR = "model"
 _SCALE = ".int8_scale"
 # Beside the weights: what the numpy encoder and sentence-transformers read to run the folder, taken
 # from the base model's folder (fine-tuning changes weights, not the architecture or the tokenizer).
@@ -83,12 +87,14 @@ def is_model_folder(path: Path) -> bool:
     return (path / CARD_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
-def load_weights(folder: Path) -> dict[str, np.ndarray]:
-    """The float32 tensors of an exported folder, after checking the weights file against the card's digest."""
-    try:
-        from safetensors.numpy import load_file
-    except ImportError as exc:
-        raise missing_dependency(exc.name or "safetensors", "vector") from None
+def carried_model(index_folder: Path) -> Path | None:
+    """The request encoder folder a saved index carries (one `toolsearch tune` made), found from its files alone."""
+    found = sorted(Path(index_folder).glob(f"backend/**/{CARRIED_DIR}/{CARD_FILE}"))
+    return found[0].parent if found else None
+
+
+def check_weights(folder: Path) -> Path:
+    """The weights file of an exported folder, after checking it against the card's digest."""
     card = read_card(folder)
     path = folder / WEIGHTS_FILE
     if not path.is_file():
@@ -99,13 +105,41 @@ def load_weights(folder: Path) -> dict[str, np.ndarray]:
             f"{path} is damaged or was replaced: its SHA-256 is {actual[:16]}..., the model card says "
             f"{card['sha256'][:16]}...; reinstall toolsearch"
         )
-    stored = load_file(str(path))
+    return path
+
+
+def load_weights(folder: Path) -> dict[str, np.ndarray]:
+    """The float32 tensors of an exported folder, after checking the weights file against the card's digest."""
+    try:
+        import numpy as np
+        from safetensors.numpy import load_file
+    except ImportError as exc:
+        raise missing_dependency(exc.name or "safetensors", "vector") from None
+    stored = load_file(str(check_weights(folder)))
     out: dict[str, np.ndarray] = {}
     for name, tensor in stored.items():
         if name.endswith(_SCALE):
             continue
         scale = stored.get(name + _SCALE)
         out[name] = tensor.astype(np.float32) * scale[:, None] if scale is not None else tensor.astype(np.float32)
+    return out
+
+
+def copy_model(folder: Path, out: Path) -> Path:
+    """Copy an exported folder to the new folder `out`, checked against its digest (`toolsearch model export`)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CommandError(f"{out} already exists and is not an empty folder; give a new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:  # a copy under a temporary name, renamed when whole: an interrupted export leaves no half model
+        shutil.copytree(folder, partial, dirs_exist_ok=True)
+        check_weights(partial)
+        if out.exists():
+            out.rmdir()
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return out
 
 
@@ -121,6 +155,7 @@ def copy_configs(source: Path, out: Path) -> None:
 def export_int8(float_folder: Path, base: Path, out: Path, card: dict[str, Any]) -> Path:
     """Write `float_folder`'s weights (a fine-tuned `base`) to `out` in int8, with `base`'s configs and `card`."""
     try:
+        import numpy as np
         from safetensors.numpy import load_file, save_file
     except ImportError as exc:
         raise missing_dependency(exc.name or "safetensors", "vector") from None

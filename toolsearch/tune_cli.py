@@ -92,12 +92,20 @@ def add_model_export(commands: Any, parents: list[argparse.ArgumentParser], hand
 
 
 def run_model_export(args: argparse.Namespace, console: Any, folder: Path) -> int:
-    """Export the encoder the index in `folder` carries to `--out`."""
-    from .index import ToolIndex
-    from .training.tune import export_model
+    """Export the encoder the index in `folder` carries to `--out`, from its files: nothing is loaded."""
+    from ._errors import CommandError
+    from .model_file import card_model_id, carried_model, copy_model, read_card
+    from .store import read_manifest, verify_files
 
-    with console.progress(f"loading index {folder.name}"):
-        index = ToolIndex.load(folder)
-    out = export_model(index, Path(args.out))
-    console.print(f"wrote {index.backend.describe()['model']} to {out}; use it with --model {out}")
+    manifest = read_manifest(folder)
+    verify_files(folder, manifest)  # the carried encoder is among the files the index's digests cover
+    carried = carried_model(folder)
+    if carried is None:
+        uses = manifest.options.get("model") or f"no request encoder (a {manifest.backend} index)"
+        raise CommandError(
+            f"this index carries no request encoder of its own (it uses {uses}); export one from an index "
+            "`toolsearch tune` made"
+        )
+    out = copy_model(carried, Path(args.out))
+    console.print(f"wrote {card_model_id(read_card(out))} to {out}; use it with --model {out}")
     return 0

@@ -33,7 +33,7 @@ from ..embeddings import (
     shared_cache,
 )
 from ..entities import send_request
-from ..model_file import CARD_FILE, SHIPPED
+from ..model_file import CARD_FILE, CARRIED_DIR, SHIPPED
 from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
 from ..stored_tools import tool_names
@@ -55,7 +55,7 @@ INDEX_FILE = "vectors.faiss"
 META_FILE = "vector.json"
 # A request encoder that does not ship with toolsearch (one `toolsearch tune` made, a held-out model) is
 # saved inside the index, so the index reopens with the model that embedded it.
-MODEL_DIR = "model"
+MODEL_DIR = CARRIED_DIR
 # Exact search over 20k x 384 floats is still a few milliseconds; past that HNSW pays off.
 DEFAULT_HNSW_THRESHOLD = 20_000
 HNSW_M = 32

@@ -37,7 +37,7 @@ from ..usage import UsageLog
 from .pairs import Anchor, catalog_anchors, query_rows
 from .trainer import TrainConfig, fine_tune_queries
 
-__all__ = ["TUNED_MODEL_ID", "TUNE_CONFIG", "export_model", "float_folder", "tune_index", "usage_anchors"]
+__all__ = ["TUNED_MODEL_ID", "TUNE_CONFIG", "float_folder", "tune_index", "usage_anchors"]
 
 # The model id a tuned encoder records (with its digest: `toolsearch/tuned@<sha256[:12]>`).
 TUNED_MODEL_ID = "toolsearch/tuned"
@@ -123,34 +123,6 @@ def tune_index(
     tuned = ToolsEmbedder(query_model=folder)
     tuned.warm()
     return _with_embedder(index, tuned, names, matrix), tuned.card
-
-
-def export_model(index: ToolIndex, out: Path) -> Path:
-    """Write the request encoder `index` carries (one `tune_index` made) to the new folder `out`, for `model=out`."""
-    from ..backends.vector import own_model
-
-    dense = _vector_half(index.backend)
-    folder = own_model(dense.embedder) if dense is not None else None
-    if folder is None:
-        what = dense.embedder.model_id if dense is not None else f"no request encoder (a {index.backend_name} index)"
-        raise UsageError(
-            f"this index carries no request encoder of its own (it uses {what}); export one from an index "
-            "`toolsearch tune` made"
-        )
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} already exists and is not an empty folder; give a new folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:  # a copy under a temporary name, renamed when whole: an interrupted export leaves no half model
-        shutil.copytree(folder, partial, dirs_exist_ok=True)
-        load_weights(partial)  # the copy is checked against its card's digest
-        if out.exists():
-            out.rmdir()
-        partial.rename(out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return out
 
 
 def _vector_half(backend: Any) -> Any:
