@@ -47,6 +47,7 @@ __all__ = [
     "UsageRecorder",
     "UsageStore",
     "query_terms",
+    "stored_logs",
     "usage_path",
 ]
 
@@ -251,6 +252,14 @@ class UsageStore(Protocol):
     def save(self, log: UsageLog) -> None: ...
 
     def delete(self, catalog: str) -> None: ...
+
+
+def stored_logs(store: UsageStore) -> list[UsageLog] | None:
+    """Every log a store holds, where it can list them (`catalogs()`: a file, Redis); None where it cannot."""
+    listed = getattr(store, "catalogs", None)
+    if not callable(listed):
+        return None
+    return [log for log in map(store.load, listed()) if log is not None]
 
 
 class InMemoryUsageStore:

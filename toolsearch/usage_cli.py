@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .usage import FileUsageStore, UsageError, UsageLog, usage_path
+from .usage import FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
 
 __all__ = ["add_usage_command", "cmd_usage", "read_export", "read_usage"]
 
@@ -94,9 +94,8 @@ def read_usage(source: str, catalog: str) -> UsageLog:
     if "://" in source and USAGE_STORES.find(url_scheme(source)) is not None:
         store = usage_store_from_url(source)
         try:
-            listed = getattr(store, "catalogs", None)
-            names = listed() if callable(listed) else [catalog]
-            return _joined([log for log in map(store.load, names) if log is not None], catalog)
+            logs = stored_logs(store)
+            return _joined(logs if logs is not None else [log for log in [store.load(catalog)] if log], catalog)
         finally:
             closer = getattr(store, "close", None)
             if callable(closer):
@@ -105,8 +104,7 @@ def read_usage(source: str, catalog: str) -> UsageLog:
         with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             data = json.loads(Path(source).read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("format") == FORMAT + "-store":
-                files = FileUsageStore(source)
-                return _joined([log for log in map(files.load, files.catalogs()) if log is not None], catalog)
+                return _joined(stored_logs(FileUsageStore(source)) or [], catalog)
     return read_export(source)
 
 

@@ -20,6 +20,7 @@ from ..usage import (
     UsageLog,
     UsageRecorder,
     UsageStore,
+    stored_logs,
 )
 
 __all__ = ["GatewayUsage"]
@@ -61,11 +62,8 @@ class GatewayUsage:
     def _open(self, catalog: str, privacy: Privacy) -> UsageLog:
         # Every stored log is checked before anything is written: the feed moves to another catalog's log
         # whenever an upstream's tools change, so each must keep the setting asked for.
-        listed = getattr(self.store, "catalogs", None)
-        for name in listed() if callable(listed) else ():
-            stored = self.store.load(name)
-            if stored is not None:
-                self._check_setting(stored, privacy)
+        for stored in stored_logs(self.store) or ():
+            self._check_setting(stored, privacy)
         # A store shared by workers creates the log once, so every worker hashes words with one salt.
         opener = getattr(self.store, "open_log", None)
         log: UsageLog = (opener(catalog, privacy=privacy) if callable(opener)
