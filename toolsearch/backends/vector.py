@@ -46,16 +46,12 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise missing_dependency("faiss-cpu", "vector") from None
 
 __all__ = [
-    "OPTIONS", "VectorBackend", "create", "load", "own_model", "query_clauses", "DEFAULT_HNSW_THRESHOLD",
-    "DEFAULT_IVF_THRESHOLD",
+    "OPTIONS", "VectorBackend", "create", "load", "query_clauses", "DEFAULT_HNSW_THRESHOLD", "DEFAULT_IVF_THRESHOLD"
 ]
 
 FORMAT_VERSION = 1
 INDEX_FILE = "vectors.faiss"
 META_FILE = "vector.json"
-# A request encoder that does not ship with toolsearch (one `toolsearch tune` made, a held-out model) is
-# saved inside the index, so the index reopens with the model that embedded it.
-MODEL_DIR = CARRIED_DIR
 # Exact search over 20k x 384 floats is still a few milliseconds; past that HNSW pays off.
 DEFAULT_HNSW_THRESHOLD = 20_000
 HNSW_M = 32
@@ -412,9 +408,9 @@ class VectorBackend:
                 "names": [self._names[i] for i in ids],
             }
         (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
-        own = own_model(self.embedder)
+        own = _own_model(self.embedder)
         if own is not None:
-            shutil.copytree(own, folder / MODEL_DIR)
+            shutil.copytree(own, folder / CARRIED_DIR)
 
     @classmethod
     def open(cls, folder: Path, tools: Sequence[Tool], embedder: Embedder, **options: Any) -> VectorBackend:
@@ -563,14 +559,14 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:
                 f"{embedder.model_id!r}; pass an embedder for {model!r} or rebuild the index"
             )
         chosen = resolve_embedder(None, embedder)
-    elif (Path(folder) / MODEL_DIR / CARD_FILE).is_file():
+    elif (Path(folder) / CARRIED_DIR / CARD_FILE).is_file():
         chosen = _saved_model(Path(folder), model)
     else:
         chosen = resolve_embedder(model or _stored_model(Path(folder)) or DEFAULT_MODEL_ID, None)
     return VectorBackend.open(Path(folder), tools, chosen, **rest)
 
 
-def own_model(embedder: Embedder) -> Path | None:
+def _own_model(embedder: Embedder) -> Path | None:
     """The folder of a request encoder that does not ship with toolsearch, where `embedder` runs one."""
     if isinstance(embedder, ToolsEmbedder) and embedder.folder != SHIPPED.folder:
         return embedder.folder
@@ -587,7 +583,7 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
     """
     private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
     try:
-        shutil.copytree(folder / MODEL_DIR, private, copy_function=_link_or_copy, dirs_exist_ok=True)
+        shutil.copytree(folder / CARRIED_DIR, private, copy_function=_link_or_copy, dirs_exist_ok=True)
         embedder = ToolsEmbedder(query_model=private)
         if model is not None and _canonical_model(model) != embedder.model_id:
             raise IndexFormatError(
