@@ -12,6 +12,7 @@ needs three digits or more, mixed with letters.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["ENTITY", "SEND", "lexical_parts", "send_request", "split_entities"]
 
@@ -92,6 +93,7 @@ def lexical_parts(text: str) -> tuple[str, str]:
     return prose, values
 
 
+@lru_cache(maxsize=1024)  # a search reads its request here twice (its words for bm25, a name's words)
 def split_entities(text: str) -> tuple[str, str]:
     """(the text with its values taken out, the values themselves, space-joined)."""
     prose, found = _values_out(text)

@@ -113,6 +113,8 @@ class NameTable:
         tail = len(words)
         while tail > 0 and words[tail - 1] in FILLER:
             tail -= 1
+        if tail - head > MAX_NAME_WORDS:  # every cut keeps the words between the filler: too many for any name
+            return ()
         # the name itself may begin or end with filler ("get ...", "... help"): try every cut of the ends
         for size in range(len(words), 0, -1):
             for start in range(0, head + 1):

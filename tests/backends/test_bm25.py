@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import tantivy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex
+from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex, lucene
 from toolsearch.backends import bm25
 from toolsearch.backends.bm25 import looks_like_lucene, split_words
 from toolsearch.entities import split_entities
@@ -146,6 +148,15 @@ def test_sentences_are_plain(query: str) -> None:
 )
 def test_lucene_attempts_are_recognised(query: str) -> None:
     assert looks_like_lucene(query)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abcANDORT :+-~*&|()\"'1 \n")), max_size=40))
+def test_the_quick_test_passes_every_query_with_a_mark(query: str) -> None:
+    # looks_like_lucene answers "plain" without scanning when the quick test finds nothing; it must never
+    # miss a mark the full pattern would find.
+    if lucene._LUCENE_HINT.search(query):
+        assert lucene._MAY_MARK.search(query)
 
 
 def test_field_restriction(index: ToolIndex) -> None:
@@ -350,6 +361,17 @@ def test_updates_after_save_keep_working(tmp_path: Path) -> None:
     built.save(tmp_path / "two")
     assert ToolIndex.load(tmp_path / "one").search("translate", 3).names == []
     assert ToolIndex.load(tmp_path / "two").search("translate", 3).names == ["translate"]
+
+
+def test_hits_name_the_tools_of_the_current_commit() -> None:
+    # Hit names are cached by document address; a commit reuses addresses for other tools.
+    backend = bm25.create()
+    backend.add([_tool("old_one", "Send an email message."), _tool("old_two", "Send an email reply.")])
+    assert {h.name for h in backend.search("send email", 5).hits} == {"old_one", "old_two"}
+    backend.remove(["old_one", "old_two"])
+    backend.add([_tool("new_one", "Send an email message."), _tool("new_two", "Send an email reply.")])
+    assert {h.name for h in backend.search("send email", 5).hits} == {"new_one", "new_two"}
+    assert {h.name for h in backend.search("send email", 5, frozenset({"new_two"})).hits} == {"new_two"}
 
 
 def test_searches_run_while_tools_are_updated() -> None:
