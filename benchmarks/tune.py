@@ -6,8 +6,10 @@ held out: nothing the base model learned came from the set. The set's queries ar
 (seeded); the last `--test` are the test queries, the first `--history` of the rest are replayed
 into a usage log kept with privacy "raw" as searches that led to a successful call of each of
 their labelled tools (what `toolsearch tune` reads). Then, in one run, the test queries are
-searched with the hybrid backend four ways: as built, through learning (LearningIndex over the
-same log), after `tune_index` on the log, and tuned with learning on top. The distinct protocol
+searched with the hybrid backend five ways: as built, through learning (LearningIndex over the
+same log), after `tune_index` on the log, and tuned with learning on top, over the log as `toolsearch
+tune` leaves it (its requests re-ranked by the tuned index: `learning.shown_now`) and over the log as
+recorded (the lists the encoder before showed). The distinct protocol
 scores only the test queries near-identical to no history query (benchmarks.learning.distinct),
 the part a log cannot answer by memory. Training runs on the CPU threads given; its time is
 reported. Writes `<out>/<name>.md` and `.json`.
@@ -87,7 +89,7 @@ def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, cat
     from toolsearch import ToolIndex, load_tools
     from toolsearch.embeddings import ToolsEmbedder
     from toolsearch.evaluation import load_queries
-    from toolsearch.learning import LearnedRanker, LearningIndex
+    from toolsearch.learning import LearnedRanker, LearningIndex, shown_now
     from toolsearch.training.tune import tune_index
     from toolsearch.usage import UsageLog
 
@@ -114,7 +116,10 @@ def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, cat
         "as built": index,
         "learning": LearningIndex(index, LearnedRanker(usage, refresh_seconds=0)),
         "tuned": tuned,
-        "tuned + learning": LearningIndex(tuned, LearnedRanker(usage, refresh_seconds=0)),
+        # What `toolsearch tune` leaves beside the index it tunes in place: the log's requests re-ranked by it.
+        "tuned + learning": LearningIndex(tuned, LearnedRanker(usage.reshown(shown_now(tuned, usage)),
+                                                               refresh_seconds=0)),
+        "tuned + learning, lists as recorded": LearningIndex(tuned, LearnedRanker(usage, refresh_seconds=0)),
     }
     rows: dict[str, Any] = {}
     for name, searcher in arms.items():
@@ -140,7 +145,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "others go into a usage log (privacy raw) as successful calls of their labelled tools, and `tune_index` "
         f"fine-tunes on it (catalog pseudo-requests: {'yes' if s['catalog_pairs'] else 'no'}; hyperparameters "
         f"{s['hyperparameters']}). Hybrid backend, k={K}. *Distinct*: only the test queries near-identical to no "
-        "history query (word Jaccard < 0.5).",
+        "history query (word Jaccard < 0.5). *tuned + learning* learns from the log as `toolsearch tune` leaves it, "
+        "each request's list re-ranked by the tuned index (what learning calibrates its trust against); *lists as "
+        "recorded* keeps the lists the encoder before showed.",
         "",
         "| set | tools | log entries | train s | row | nDCG@10 | R@5 | distinct nDCG@10 | distinct R@5 |",
         "|---|---:|---:|---:|---|---:|---:|---:|---:|",

@@ -229,3 +229,73 @@ def test_a_long_query_keeps_its_first_words_in_order_up_to_the_limit() -> None:
     kept = query_terms(" ".join(reversed(words)))  # said last-to-first: the latest-numbered come first
     assert len(kept) == MAX_TERMS == 256
     assert set(kept) == set(words[-MAX_TERMS:])  # the first 256 the query says, not the alphabetically first
+
+
+def test_refresh_re_ranks_the_logged_requests_with_the_index_as_it_is_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolsearch.index import MAX_QUERY_CHARS
+
+    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email"),
+             Tool("email_stats", "Statistics of sent email")]
+    folder = tmp_path / "idx"
+    index = ToolIndex.build(tools, backend="bm25")
+    index.save(folder)
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    # What an older ranking showed: learning would calibrate its trust against a backend that is gone.
+    log.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)
+    log.add("send an email", "send_email", ["billing_refund", "email_stats", "send_email"], at=2.0)
+    log.add("send an email", "send_email", [], at=3.0)  # recorded no list: it has none to replace
+    too_long = "refund " * MAX_QUERY_CHARS
+    log.add(too_long, "billing_refund", ["send_email"], at=4.0)  # no search takes it: it keeps its list
+    store = FileUsageStore(usage_path(folder))
+    store.save(log)
+
+    assert cli_main(["usage", "refresh", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "re-ranked the 2 logged requests" in out and "1 entries keep the lists they recorded" in out
+    stored = store.load(index.catalog.hash)
+    assert stored is not None
+    shown = {(e.query, e.at): e.shown for e in stored.entries()}
+    assert shown[("refund the invoice", 1.0)] == ("billing_refund",)  # cut to the length it recorded
+    assert shown[("send an email", 2.0)] == tuple(index.search("send an email", 3).names)
+    assert shown[("send an email", 2.0)][0] == "send_email"
+    assert shown[("send an email", 3.0)] == ()
+    assert shown[(too_long, 4.0)] == ("send_email",)
+    assert len(stored) == 4  # replaced, not merged in beside the old versions
+
+
+def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolsearch.learning import shown_now
+
+    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
+    folder = tmp_path / "idx"
+    index = ToolIndex.build(tools, backend="bm25")
+    index.save(folder)
+    store = FileUsageStore(usage_path(folder))
+    assert store.update(index.catalog.hash, lambda log: log) is None and not store.path.exists()
+    assert cli_main(["usage", "refresh", str(folder)]) == 0
+    assert "no usage log to refresh" in capsys.readouterr().out
+
+    hashed = UsageLog(index.catalog.hash)  # no request text: nothing to search again
+    hashed.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)
+    store.save(hashed)
+    assert cli_main(["usage", "refresh", str(folder)]) == 0
+    assert "re-ranked the 0 logged requests" in capsys.readouterr().out
+    assert [e.shown for e in store.load(index.catalog.hash).entries()] == [("send_email", "billing_refund")]  # type: ignore[union-attr]
+
+    store.delete(index.catalog.hash)
+    raw = UsageLog(index.catalog.hash, privacy="raw")
+    raw.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)
+    store.save(raw)
+    lists = shown_now(index, raw)
+    later = UsageLog(index.catalog.hash, privacy="raw", salt=raw.salt)
+    later.add("email the customer", "send_email", ["send_email"], at=2.0)
+    store.save(later)  # another process saves while the lists are made
+    updated = store.update(index.catalog.hash, lambda log: log.reshown(lists))
+    assert updated is not None
+    assert [(e.query, e.shown) for e in updated.entries()] == [
+        ("refund the invoice", ("billing_refund",)), ("email the customer", ("send_email",)),
+    ]

@@ -25,6 +25,14 @@ and the larger prior, so a log whose votes do not beat the backend turns learnin
 fewer than `MIN_CALIBRATION` searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool names are
 compared, so hashed logs calibrate as well as readable ones.
 
+The lists are the backend's as it ranked then. When its ranking changes (a tuned encoder, another
+model), `shown_now` re-ranks the requests a raw log keeps and `UsageLog.reshown` puts the new lists
+in their place (`toolsearch tune` does both for the log beside the index it tunes in place;
+`toolsearch usage refresh INDEX` for any other): calibrated against a weaker backend's lists, the
+log's votes look better than they are, and learning over a tuned encoder fell below that encoder
+alone (bfcl, distinct requests: 0.880 against 0.883 nDCG@10; 0.886 with the lists re-ranked,
+benchmarks/results/tune.md).
+
 So little or dissimilar evidence leaves the backend's order almost untouched, a few wrong calls
 among many right ones take only their share, and with no neighbour the backend's own result is
 returned unchanged. The candidates are the backend's k hits plus the voted tools, restricted to
@@ -42,14 +50,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import tracing
+from ._errors import InvalidQueryError
 from .backends import Backend
 from .catalog import Catalog
-from .index import ToolIndex, validate_k, validate_query
+from .index import MAX_K, ToolIndex, validate_k, validate_query
 from .results import Hit, SearchResult
 from .tools import Tool
 from .usage import UsageLog
 
-__all__ = ["Calibration", "LearnedRanker", "LearningIndex", "Signal", "rank_score"]
+__all__ = ["Calibration", "LearnedRanker", "LearningIndex", "Signal", "rank_score", "shown_now"]
 
 # The same for every catalog; chosen by what each means, not fitted to a data set.
 DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals the backend's best hit
@@ -440,3 +449,22 @@ class LearningIndex(ToolIndex):
         hits = tuple(Hit(n, s) for n, s in order)
         elapsed = (time.perf_counter() - start) * 1000
         return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, base.notes)
+
+
+def shown_now(index: ToolIndex, log: UsageLog) -> dict[str, tuple[str, ...]]:
+    """What `index` shows now for each request text `log` keeps (privacy "raw"), as deep as its deepest recorded
+    list of that request: the lists `UsageLog.reshown` puts in place of those the log recorded.
+
+    Each request is searched over the whole catalog: a list recorded under a session's filter comes back unfiltered.
+    """
+    depth: dict[str, int] = {}
+    for entry in log.entries():
+        if entry.query is not None and entry.shown:
+            depth[entry.query] = max(depth.get(entry.query, 0), len(entry.shown))
+    lists: dict[str, tuple[str, ...]] = {}
+    for query, k in depth.items():
+        try:
+            lists[query] = tuple(index.search(query, min(k, MAX_K)).names)
+        except InvalidQueryError:  # no words, or longer than a search takes: it keeps the list it recorded
+            continue
+    return lists

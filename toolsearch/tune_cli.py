@@ -66,9 +66,17 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     tuned, card = tune_index(index, log, config=config, catalog=args.catalog, progress=console.note)
     target = Path(args.out) if args.out else folder
     tuned.save(target)
+    refreshed = None
+    if target.resolve() == folder.resolve():
+        # The log beside the index recorded what the old encoder showed, and learning calibrates against it.
+        from .usage_cli import describe_refresh, refresh_usage
+
+        refreshed = refresh_usage(tuned, target)
+        console.note(describe_refresh(refreshed, usage_path(target)))
     run = card["run"]
     if args.json:
-        console.json({"index": str(target), **card})
+        usage = None if refreshed is None else {"requests_reranked": refreshed[0], "entries_kept": refreshed[1]}
+        console.json({"index": str(target), **card, "usage_refreshed": usage})
     else:
         console.print(
             f"tuned {target}: requests now embedded by {tuned.backend.describe()['model']} "

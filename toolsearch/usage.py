@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +225,21 @@ class UsageLog:
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where} is incomplete ({exc}); clear it with `toolsearch usage clear`") from None
 
+    def reshown(self, lists: Mapping[str, Sequence[str]]) -> UsageLog:
+        """A copy in which each entry whose request text `lists` holds shows that list (cut to the length it
+        recorded) instead of the one it recorded; entries without text, or that recorded no list, keep theirs.
+
+        `toolsearch.learning.shown_now` makes `lists`: what the index shows for those requests now.
+        """
+        entries = [
+            UsageEntry(e.terms, e.called, tuple(lists[e.query])[: len(e.shown)], e.query, e.at)
+            if e.shown and e.query is not None and e.query in lists
+            else e
+            for e in self.entries()
+        ]
+        return UsageLog(self.catalog, max_entries=self.max_entries, privacy=self.privacy, salt=self.salt,
+                        entries=entries)
+
     def merge(self, other: UsageLog) -> int:
         """Append another log's entries (an import); their terms must be comparable with ours."""
         hashed = "hashed" in (other.privacy, self.privacy)
@@ -394,6 +409,20 @@ class FileUsageStore:
             merged = log if stored is None else merged_logs(UsageLog.from_dict(stored, where), log, where)
             logs[log.catalog] = merged.to_dict()
             self._write(logs)
+
+    def update(self, catalog: str, change: Callable[[UsageLog], UsageLog]) -> UsageLog | None:
+        """Replace the stored log of `catalog` by `change(stored)`, read and written under one lock; None, and
+        nothing written, when there is no such log. Unlike `save`, nothing is merged: an entry `change` alters
+        is kept once, altered."""
+        with self._locked(write=True):
+            logs = self._read()
+            data = logs.get(catalog)
+            if data is None:
+                return None
+            log = change(UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})"))
+            logs[catalog] = log.to_dict()
+            self._write(logs)
+            return log
 
     def delete(self, catalog: str) -> None:
         with self._locked(write=True):

@@ -1,4 +1,4 @@
-"""`toolsearch usage show|export|import|clear INDEX`: inspect and manage the usage log beside an index."""
+"""`toolsearch usage show|export|import|refresh|clear INDEX`: inspect and manage the usage log beside an index."""
 
 from __future__ import annotations
 
@@ -13,17 +13,21 @@ from typing import Any
 
 from .usage import FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
 
-__all__ = ["add_usage_command", "cmd_usage", "read_export", "read_usage"]
+__all__ = ["add_usage_command", "cmd_usage", "describe_refresh", "read_export", "read_usage", "refresh_usage"]
 
 
 def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
     """Register `usage` on the CLI's sub-parsers; `handler(args, console)` is what the CLI dispatches to."""
     p = commands.add_parser(
-        "usage", parents=parents, help="inspect, export, import or clear the usage log that search learns from",
+        "usage", parents=parents,
+        help="inspect, export, import, refresh or clear the usage log that search learns from",
         description="The usage log of an index records which tools were called successfully after which "
-        "search (see docs/learning.md). It is kept beside the index folder as <INDEX>.usage.json.",
+        "search (see docs/learning.md). It is kept beside the index folder as <INDEX>.usage.json. `refresh` "
+        "re-ranks the requests the log keeps (privacy 'raw') with the index as it is now, so that learning "
+        "calibrates against what the index shows, not what it showed (after a rebuild with another model; "
+        "`toolsearch tune` does it itself).",
     )
-    p.add_argument("action", choices=["show", "export", "import", "clear"], help="what to do")
+    p.add_argument("action", choices=["show", "export", "import", "refresh", "clear"], help="what to do")
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="export: write here instead of stdout; import: the exported log to add")
@@ -61,9 +65,46 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
         store.save(log)
         console.print(f"imported {added} usage entries into {store.path} ({len(log)} in total)")
         return 0
+    if args.action == "refresh":
+        from .index import ToolIndex
+
+        with console.progress(f"loading index {folder.name}"):
+            index = ToolIndex.load(folder)
+        console.print(describe_refresh(refresh_usage(index, folder), store.path))
+        return 0
     store.delete(catalog)
     console.print(f"cleared the usage log of {folder.name} ({store.path})")
     return 0
+
+
+def refresh_usage(index: Any, folder: Path) -> tuple[int, int] | None:
+    """Re-rank the requests of the log beside `folder` with `index` (that folder's index as it is now): the
+    lists learning calibrates against (toolsearch.learning.shown_now). (requests re-ranked, entries left as
+    they were: no request text or no list); None when there is no log."""
+    from .learning import shown_now
+
+    store = FileUsageStore(usage_path(folder))
+    catalog = index.catalog.hash
+    log = store.load(catalog)
+    if log is None:
+        return None
+    lists = shown_now(index, log)  # outside the lock: a gateway saving beside us waits only for the write
+    updated = store.update(catalog, lambda stored: stored.reshown(lists))
+    if updated is None:  # cleared meanwhile
+        return None
+    kept = sum(1 for e in updated.entries() if e.shown and (e.query is None or e.query not in lists))
+    return len(lists), kept
+
+
+def describe_refresh(counts: tuple[int, int] | None, path: Path) -> str:
+    """What `refresh_usage` did, in a line."""
+    if counts is None:
+        return f"no usage log to refresh ({path})"
+    requests, kept = counts
+    text = f"re-ranked the {requests} logged requests in {path} with the index as it is now"
+    if kept:
+        text += f"; {kept} entries keep the lists they recorded (no request text, or none a search takes)"
+    return text
 
 
 def read_export(path: str) -> UsageLog:
