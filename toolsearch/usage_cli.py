@@ -9,9 +9,12 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .usage import FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
+
+if TYPE_CHECKING:
+    from .index import ToolIndex
 
 __all__ = ["add_usage_command", "cmd_usage", "describe_refresh", "read_export", "read_usage", "refresh_usage"]
 
@@ -77,10 +80,12 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     return 0
 
 
-def refresh_usage(index: Any, folder: Path) -> tuple[int, int] | None:
-    """Re-rank the requests of the log beside `folder` with `index` (that folder's index as it is now): the
-    lists learning calibrates against (toolsearch.learning.shown_now). (requests re-ranked, entries left as
-    they were: no request text or no list); None when there is no log."""
+def refresh_usage(index: ToolIndex, folder: Path) -> tuple[int, int] | None:
+    """Re-rank the requests of the log beside `folder` with `index`, that folder's plain index as it is now: the
+    lists learning calibrates against (toolsearch.learning.shown_now).
+
+    Returns (requests re-ranked, entries that keep the list they recorded), or None when there is no log.
+    """
     from .learning import shown_now
 
     store = FileUsageStore(usage_path(folder))
@@ -88,7 +93,7 @@ def refresh_usage(index: Any, folder: Path) -> tuple[int, int] | None:
     log = store.load(catalog)
     if log is None:
         return None
-    lists = shown_now(index, log)  # outside the lock: a gateway saving beside us waits only for the write
+    lists = shown_now(index, log)  # outside the lock: a process saving into the file waits only for the write
     updated = store.update(catalog, lambda stored: stored.reshown(lists))
     if updated is None:  # cleared meanwhile
         return None
