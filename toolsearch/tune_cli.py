@@ -71,7 +71,8 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
         # The log beside the index recorded what the old encoder showed, and learning calibrates against it.
         from .usage_cli import describe_refresh, refresh_usage
 
-        refreshed = refresh_usage(tuned, target)
+        with console.progress("re-ranking the requests of the log beside it with the new encoder"):
+            refreshed = refresh_usage(tuned, target)
         console.note(describe_refresh(refreshed, usage_path(target)))
     run = card["run"]
     if args.json:

@@ -73,7 +73,9 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
 
         with console.progress(f"loading index {folder.name}"):
             index = ToolIndex.load(folder)
-        console.print(describe_refresh(refresh_usage(index, folder), store.path))
+        with console.progress("re-ranking the logged requests (one search each)"):
+            counts = refresh_usage(index, folder)
+        console.print(describe_refresh(counts, store.path))
         return 0
     store.delete(catalog)
     console.print(f"cleared the usage log of {folder.name} ({store.path})")
