@@ -268,7 +268,7 @@ def test_refresh_re_ranks_the_logged_requests_with_the_index_as_it_is_now(
 def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from toolsearch.learning import shown_now
+    from toolsearch.learning import LearnedRanker, LearningIndex, shown_now
 
     tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
     folder = tmp_path / "idx"
@@ -291,6 +291,12 @@ def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
     raw.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)
     store.save(raw)
     lists = shown_now(index, raw)
+    votes = UsageLog(index.catalog.hash, privacy="raw")
+    for _ in range(3):
+        votes.add("refund the invoice", "send_email", ["billing_refund"])
+    learning = LearningIndex(index, LearnedRanker(votes, refresh_seconds=0))
+    assert learning.search("refund the invoice", 2).names[0] == "send_email"
+    assert shown_now(learning, raw) == lists  # the backend's lists, never learning's
     later = UsageLog(index.catalog.hash, privacy="raw", salt=raw.salt)
     later.add("email the customer", "send_email", ["send_email"], at=2.0)
     store.save(later)  # another process saves while the lists are made

@@ -456,7 +456,10 @@ def shown_now(index: ToolIndex, log: UsageLog) -> dict[str, tuple[str, ...]]:
     list of that request: the lists `UsageLog.reshown` puts in place of those the log recorded.
 
     Each request is searched over the whole catalog: a list recorded under a session's filter comes back unfiltered.
+    A LearningIndex is searched without its learning: the lists stand for what the backend alone shows.
     """
+    while isinstance(index, LearningIndex):
+        index = index.wrapped
     depth: dict[str, int] = {}
     for entry in log.entries():
         if entry.query is not None and entry.shown:
