@@ -263,6 +263,8 @@ def test_refresh_re_ranks_the_logged_requests_with_the_index_as_it_is_now(
     assert shown[("send an email", 3.0)] == ()
     assert shown[(too_long, 4.0)] == ("send_email",)
     assert len(stored) == 4  # replaced, not merged in beside the old versions
+    assert cli_main(["usage", "refresh", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["usage_refreshed"] == {"requests_reranked": 2, "entries_kept": 1}
 
 
 def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
@@ -278,6 +280,8 @@ def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
     assert store.update(index.catalog.hash, lambda log: log) is None and not store.path.exists()
     assert cli_main(["usage", "refresh", str(folder)]) == 0
     assert "no usage log to refresh" in capsys.readouterr().out
+    assert cli_main(["usage", "refresh", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["usage_refreshed"] is None
 
     hashed = UsageLog(index.catalog.hash)  # no request text: nothing to search again
     hashed.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)

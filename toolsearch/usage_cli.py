@@ -34,7 +34,7 @@ def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], han
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="export: write here instead of stdout; import: the exported log to add")
-    p.add_argument("--json", action="store_true", help="show: print machine-readable JSON on stdout")
+    p.add_argument("--json", action="store_true", help="show, refresh: print machine-readable JSON on stdout")
     p.set_defaults(func=handler)
 
 
@@ -75,7 +75,11 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
             index = ToolIndex.load(folder)
         with console.progress("re-ranking the logged requests (one search each)"):
             counts = refresh_usage(index, folder)
-        console.print(describe_refresh(counts, store.path))
+        if args.json:
+            refreshed = None if counts is None else {"requests_reranked": counts[0], "entries_kept": counts[1]}
+            console.json({"path": str(store.path), "usage_refreshed": refreshed})
+        else:
+            console.print(describe_refresh(counts, store.path))
         return 0
     store.delete(catalog)
     console.print(f"cleared the usage log of {folder.name} ({store.path})")
