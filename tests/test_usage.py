@@ -19,6 +19,7 @@ from toolsearch.usage import (
     UsageRecorder,
     UsageStore,
     query_terms,
+    stored_logs,
     usage_path,
 )
 
@@ -309,3 +310,20 @@ def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
     assert [(e.query, e.shown) for e in updated.entries()] == [
         ("refund the invoice", ("billing_refund",)), ("email the customer", ("send_email",)),
     ]
+
+
+def test_every_stored_log_is_read_as_each_one_alone_reads(tmp_path: Path) -> None:
+    store = FileUsageStore(tmp_path / "usage.json")
+    for catalog, privacy in [("catalog-b", "raw"), ("catalog-a", "hashed")]:
+        log = UsageLog(catalog, privacy=privacy)  # type: ignore[arg-type]
+        log.add("mail the team", "send_email", ["send_email"], at=1.0)
+        store.save(log)
+    every = stored_logs(store)
+    assert every is not None
+    alone = [store.load(c) for c in store.catalogs()]
+    assert [log.to_dict() for log in every] == [log.to_dict() for log in alone if log is not None]
+    assert [log.catalog for log in every] == ["catalog-a", "catalog-b"]
+    assert stored_logs(InMemoryUsageStore()) is None  # a store that cannot list its logs says so
+    store.path.write_text(store.path.read_text().replace("mail the team", "mail the boss"))
+    with pytest.raises(UsageError, match="does not match its checksum"):
+        stored_logs(store)

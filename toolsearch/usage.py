@@ -270,7 +270,13 @@ class UsageStore(Protocol):
 
 
 def stored_logs(store: UsageStore) -> list[UsageLog] | None:
-    """Every log a store holds, where it can list them (`catalogs()`: a file, Redis); None where it cannot."""
+    """Every log a store holds, where it can list them (`catalogs()`: a file, Redis); None where it cannot.
+
+    A store that reads all its logs in one go (`logs()`: a file, whose every `load` reads it whole) is asked so.
+    """
+    whole = getattr(store, "logs", None)
+    if callable(whole):
+        return list(whole())
     listed = getattr(store, "catalogs", None)
     if not callable(listed):
         return None
@@ -380,14 +386,24 @@ class FileUsageStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def _where(self, catalog: str) -> str:
+        """A stored log, as errors name it."""
+        return f"{self.path} (catalog {catalog[:12]})"
+
     def catalogs(self) -> list[str]:
         with self._locked(write=False):
             return sorted(self._read())
 
+    def logs(self) -> list[UsageLog]:
+        """Every log the file holds, by catalog, from one read (`stored_logs`)."""
+        with self._locked(write=False):
+            logs = self._read()
+        return [UsageLog.from_dict(logs[c], self._where(c)) for c in sorted(logs)]
+
     def load(self, catalog: str) -> UsageLog | None:
         with self._locked(write=False):
             data = self._read().get(catalog)
-        return None if data is None else UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})")
+        return None if data is None else UsageLog.from_dict(data, self._where(catalog))
 
     def open_log(self, catalog: str, *, privacy: Privacy = "hashed") -> UsageLog:
         """The stored log of `catalog`, created (and stored) when there is none: processes share its salt."""
@@ -395,7 +411,7 @@ class FileUsageStore:
             logs = self._read()
             data = logs.get(catalog)
             if data is not None:
-                return UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})")
+                return UsageLog.from_dict(data, self._where(catalog))
             log = UsageLog(catalog, privacy=privacy)
             logs[catalog] = log.to_dict()
             self._write(logs)
@@ -405,7 +421,7 @@ class FileUsageStore:
         with self._locked(write=True):
             logs = self._read()
             stored = logs.get(log.catalog)
-            where = f"{self.path} (catalog {log.catalog[:12]})"
+            where = self._where(log.catalog)
             merged = log if stored is None else merged_logs(UsageLog.from_dict(stored, where), log, where)
             logs[log.catalog] = merged.to_dict()
             self._write(logs)
@@ -419,7 +435,7 @@ class FileUsageStore:
             data = logs.get(catalog)
             if data is None:
                 return None
-            log = change(UsageLog.from_dict(data, f"{self.path} (catalog {catalog[:12]})"))
+            log = change(UsageLog.from_dict(data, self._where(catalog)))
             logs[catalog] = log.to_dict()
             self._write(logs)
             return log
