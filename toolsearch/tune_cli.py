@@ -54,7 +54,7 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     from .store import read_manifest
     from .training.tune import TUNE_CONFIG, tune_index
     from .usage import FileUsageStore, UsageLog, usage_path
-    from .usage_cli import read_usage
+    from .usage_cli import describe_refresh, read_usage, refresh_usage, refreshed_json
 
     catalog = read_manifest(folder).catalog_hash
     log = read_usage(args.usage, catalog) if args.usage else FileUsageStore(usage_path(folder)).load(catalog)
@@ -69,15 +69,12 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     refreshed = None
     if target.resolve() == folder.resolve():
         # The log beside the index recorded what the old encoder showed, and learning calibrates against it.
-        from .usage_cli import describe_refresh, refresh_usage
-
         with console.progress("re-ranking the requests of the log beside it with the new encoder"):
             refreshed = refresh_usage(tuned, target)
         console.note(describe_refresh(refreshed, usage_path(target)))
     run = card["run"]
     if args.json:
-        usage = None if refreshed is None else {"requests_reranked": refreshed[0], "entries_kept": refreshed[1]}
-        console.json({"index": str(target), **card, "usage_refreshed": usage})
+        console.json({"index": str(target), **card, "usage_refreshed": refreshed_json(refreshed)})
     else:
         console.print(
             f"tuned {target}: requests now embedded by {tuned.backend.describe()['model']} "

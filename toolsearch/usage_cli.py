@@ -9,14 +9,17 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .usage import FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
 
 if TYPE_CHECKING:
     from .index import ToolIndex
 
-__all__ = ["add_usage_command", "cmd_usage", "describe_refresh", "read_export", "read_usage", "refresh_usage"]
+__all__ = [
+    "Refreshed", "add_usage_command", "cmd_usage", "describe_refresh", "read_export", "read_usage", "refresh_usage",
+    "refreshed_json",
+]
 
 
 def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
@@ -44,6 +47,18 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
 
     catalog = read_manifest(folder).catalog_hash
     store = FileUsageStore(usage_path(folder))
+    if args.action == "refresh":  # reads the log itself, around the searches
+        from .index import ToolIndex
+
+        with console.progress(f"loading index {folder.name}"):
+            index = ToolIndex.load(folder)
+        with console.progress("re-ranking the logged requests (one search each)"):
+            refreshed = refresh_usage(index, folder)
+        if args.json:
+            console.json({"path": str(store.path), "usage_refreshed": refreshed_json(refreshed)})
+        else:
+            console.print(describe_refresh(refreshed, store.path))
+        return 0
     log = store.load(catalog)
     if args.action == "show":
         return _show(console, store, catalog, log, as_json=args.json)
@@ -68,29 +83,21 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
         store.save(log)
         console.print(f"imported {added} usage entries into {store.path} ({len(log)} in total)")
         return 0
-    if args.action == "refresh":
-        from .index import ToolIndex
-
-        with console.progress(f"loading index {folder.name}"):
-            index = ToolIndex.load(folder)
-        with console.progress("re-ranking the logged requests (one search each)"):
-            counts = refresh_usage(index, folder)
-        if args.json:
-            refreshed = None if counts is None else {"requests_reranked": counts[0], "entries_kept": counts[1]}
-            console.json({"path": str(store.path), "usage_refreshed": refreshed})
-        else:
-            console.print(describe_refresh(counts, store.path))
-        return 0
     store.delete(catalog)
     console.print(f"cleared the usage log of {folder.name} ({store.path})")
     return 0
 
 
-def refresh_usage(index: ToolIndex, folder: Path) -> tuple[int, int] | None:
-    """Re-rank the requests of the log beside `folder` with `index`, that folder's plain index as it is now: the
-    lists learning calibrates against (toolsearch.learning.shown_now).
+class Refreshed(NamedTuple):
+    """What `refresh_usage` did (`--json` shows it as is)."""
 
-    Returns (requests re-ranked, entries that keep the list they recorded), or None when there is no log.
+    requests_reranked: int
+    entries_kept: int  # entries that keep the list they recorded: no request text, or none a search takes
+
+
+def refresh_usage(index: ToolIndex, folder: Path) -> Refreshed | None:
+    """Re-rank the requests of the log beside `folder` with `index`, that folder's plain index as it is now: the
+    lists learning calibrates against (toolsearch.learning.shown_now). None when there is no log.
     """
     from .learning import shown_now
 
@@ -104,17 +111,22 @@ def refresh_usage(index: ToolIndex, folder: Path) -> tuple[int, int] | None:
     if updated is None:  # cleared meanwhile
         return None
     kept = sum(1 for e in updated.entries() if e.shown and (e.query is None or e.query not in lists))
-    return len(lists), kept
+    return Refreshed(len(lists), kept)
 
 
-def describe_refresh(counts: tuple[int, int] | None, path: Path) -> str:
+def refreshed_json(refreshed: Refreshed | None) -> dict[str, int] | None:
+    """What `refresh_usage` did, as `--json` shows it (`usage refresh`, `tune`)."""
+    return None if refreshed is None else dict(refreshed._asdict())
+
+
+def describe_refresh(refreshed: Refreshed | None, path: Path) -> str:
     """What `refresh_usage` did, in a line."""
-    if counts is None:
+    if refreshed is None:
         return f"no usage log to refresh ({path})"
-    requests, kept = counts
-    text = f"re-ranked the {requests} logged requests in {path} with the index as it is now"
-    if kept:
-        text += f"; {kept} entries keep the lists they recorded (no request text, or none a search takes)"
+    text = f"re-ranked the {refreshed.requests_reranked} logged requests in {path} with the index as it is now"
+    if refreshed.entries_kept:
+        text += (f"; {refreshed.entries_kept} entries keep the lists they recorded (no request text, or none a "
+                 "search takes)")
     return text
 
 
