@@ -186,16 +186,24 @@ def test_usage_path_is_beside_the_index_folder() -> None:
     assert usage_path("indexes/tools") == Path("indexes/tools.usage.json")
 
 
-def test_the_cli_shows_exports_imports_and_clears_a_log(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
+REFUND_AND_EMAIL = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
+
+
+def _saved_bm25(tmp_path: Path, tools: list[Tool]) -> tuple[Path, ToolIndex, FileUsageStore]:
+    """A bm25 index of `tools` saved in tmp_path/idx, and the store of the usage log beside it."""
     folder = tmp_path / "idx"
     index = ToolIndex.build(tools, backend="bm25")
     index.save(folder)
+    return folder, index, FileUsageStore(usage_path(folder))
+
+
+def test_the_cli_shows_exports_imports_and_clears_a_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
     log = UsageLog(index.catalog.hash, privacy="raw")
     log.add("give the customer their money back", "billing_refund", ["billing_refund"])
-    FileUsageStore(usage_path(folder)).save(log)
+    store.save(log)
 
     assert cli_main(["usage", "show", str(folder)]) == 0
     out = capsys.readouterr().out
@@ -237,11 +245,7 @@ def test_refresh_re_ranks_the_logged_requests_with_the_index_as_it_is_now(
 ) -> None:
     from toolsearch.index import MAX_QUERY_CHARS
 
-    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email"),
-             Tool("email_stats", "Statistics of sent email")]
-    folder = tmp_path / "idx"
-    index = ToolIndex.build(tools, backend="bm25")
-    index.save(folder)
+    folder, index, store = _saved_bm25(tmp_path, [*REFUND_AND_EMAIL, Tool("email_stats", "Statistics of sent email")])
     log = UsageLog(index.catalog.hash, privacy="raw")
     # What an older ranking showed: learning would calibrate its trust against a backend that is gone.
     log.add("refund the invoice", "billing_refund", ["send_email", "billing_refund"], at=1.0)
@@ -249,7 +253,6 @@ def test_refresh_re_ranks_the_logged_requests_with_the_index_as_it_is_now(
     log.add("send an email", "send_email", [], at=3.0)  # recorded no list: it has none to replace
     too_long = "refund " * MAX_QUERY_CHARS
     log.add(too_long, "billing_refund", ["send_email"], at=4.0)  # no search takes it: it keeps its list
-    store = FileUsageStore(usage_path(folder))
     store.save(log)
 
     assert cli_main(["usage", "refresh", str(folder)]) == 0
@@ -273,11 +276,7 @@ def test_refresh_keeps_what_it_cannot_re_rank_and_what_others_save_meanwhile(
 ) -> None:
     from toolsearch.learning import LearnedRanker, LearningIndex, shown_now
 
-    tools = [Tool("billing_refund", "Refund an invoice"), Tool("send_email", "Send an email")]
-    folder = tmp_path / "idx"
-    index = ToolIndex.build(tools, backend="bm25")
-    index.save(folder)
-    store = FileUsageStore(usage_path(folder))
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
     assert store.update(index.catalog.hash, lambda log: log) is None and not store.path.exists()
     assert cli_main(["usage", "refresh", str(folder)]) == 0
     assert "no usage log to refresh" in capsys.readouterr().out
