@@ -253,3 +253,42 @@ def test_the_wheel_ships_no_benchmark_code(tmp_path: Path) -> None:
     assert not shipped, f"benchmark code in the wheel: {shipped}"
     importing = [n for n, text in code.items() if re.search(r"^\s*(from|import) benchmarks\b", text, re.M)]
     assert not importing, f"shipped modules that import the benchmarks: {importing}"
+
+
+def test_ci_pins_every_dependency_it_installs_to_a_version_pyproject_allows() -> None:
+    """.ci/constraints.txt (what `.ci/run` installs) names each distribution CI's extras ask for, at a version the
+    extras admit: a dependency added or raised without refreshing the file fails here, not in a later CI run."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    installed = re.search(r"pip\"? install -e '\.\[([^\]]+)\]'", (ROOT / ".ci" / "run").read_text())
+    assert installed and 'export PIP_CONSTRAINT="$PWD/.ci/constraints.txt"' in (ROOT / ".ci" / "run").read_text()
+    pins: dict[str, str] = {}
+    for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f".ci/constraints.txt: {line!r} is not NAME==VERSION"
+            pins[canonicalize_name(name)] = version.strip()
+    wanted = list(project["dependencies"])
+    todo = [extra.strip() for extra in installed.group(1).split(",")]
+    seen: set[str] = set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for text in extras[extra]:
+            requirement = Requirement(text)
+            if requirement.name == "toolsearch":
+                todo.extend(requirement.extras)
+            else:
+                wanted.append(text)
+    for text in wanted:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is not in .ci/constraints.txt: refresh it (CONTRIBUTING.md)"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f".ci/constraints.txt pins {requirement.name}=={pins[name]}, which {text!r} does not admit"
+        )
