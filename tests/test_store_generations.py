@@ -312,3 +312,22 @@ def test_a_tampered_manifest_is_caught_and_says_what_to_do(tmp_path: Path) -> No
             read_manifest(tmp_path / "kw")
     path.write_text(original)
     assert store.open("kw").search("weather", 1).names == ["get_weather"]
+
+
+def test_an_open_index_keeps_the_generation_it_reads_until_it_is_let_go(tmp_path: Path) -> None:
+    """An index loaded from a folder reads its files there (tantivy's segments) when it is saved or changed: saves
+    of the folder, its own or another's, leave that generation until the index is let go."""
+    ToolIndex.build(_catalog("a"), backend="bm25").save(tmp_path / "idx")
+    loaded = ToolIndex.load(tmp_path / "idx")
+    first = (tmp_path / "idx").resolve()
+    loaded.save(tmp_path / "idx")
+    loaded.save(tmp_path / "idx")  # the files it copies are the first generation's
+    ToolIndex.load(tmp_path / "idx").save(tmp_path / "idx")  # another writer, after it
+    assert first.is_dir()
+    loaded.upsert([Tool("tool_three", "Book a table at a restaurant.")])
+    assert ToolIndex.load(loaded.save(tmp_path / "idx")).search("restaurant table", 1).names == ["tool_three"]
+    del loaded  # let go: the next writer removes what it held
+    assert first.is_dir()
+    ToolIndex.build(_catalog("b"), backend="bm25").save(tmp_path / "idx")
+    assert not first.exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".idx.gen-")] == [(tmp_path / "idx").resolve().name]

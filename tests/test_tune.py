@@ -127,11 +127,10 @@ def test_an_index_carries_a_request_encoder_that_does_not_ship(tuned_model: Path
     again = ToolIndex.load(reopened.save(tmp_path / "idx2"))
     assert again.backend.describe()["model"] == embedder.model_id
     assert again.search("fly from Oslo to Rome on Friday", k=1).names == ["book_flight"]
-    # saved in place, twice: the first save retires the generation the encoder was read from, and the second
-    # still has the encoder to save
+    # saved in place, twice: the generation the encoder was read from stays while the index that read it is open
     reopened.save(folder)
     reopened.upsert([Tool("rent_car", "Rent a car at an airport for some days.")])
-    assert not carried.exists()
+    assert carried.exists()
     assert ToolIndex.load(reopened.save(folder)).search("hire a car in Rome", k=1).names == ["rent_car"]
     # the carried weights are covered by the index's own digests
     carried = next(folder.resolve().rglob(WEIGHTS_FILE))

@@ -17,8 +17,9 @@ worked before (`NAME/manifest.json`, `ToolIndex.load(NAME)`) still works through
 A reader holds a shared `flock` on its generation's manifest while it reads; a writer removes
 an old generation only after taking that lock exclusively and renaming the folder away, so no
 reader is ever cut off mid-load (a reader that resolved a generation just retired re-resolves
-the pointer and reads the new one). Once loaded, an index needs no files of its generation:
-tantivy and faiss keep their maps of unlinked files, so no grace period is needed.
+the pointer and reads the new one). A loaded index keeps that lock for as long as it lives: bm25
+copies its tantivy segments from the generation when the index is first changed or saved, so the
+generation stays until the index is let go, and the next writer of the name removes it.
 
 An index folder of the earlier layout (a plain folder at NAME, format 2) is refused with a
 "rebuild" error; the next build of that name moves it aside as an old generation and points
@@ -302,10 +303,13 @@ def _is_our_pointer(target: Path) -> bool:
 
 
 @contextmanager
-def _reading(folder: Path) -> Iterator[tuple[Path, bytes]]:
+def _reading(folder: Path, held: list[int] | None = None) -> Iterator[tuple[Path, bytes]]:
     """Resolve the pointer once and hold the generation it names: yields (generation, manifest bytes).
 
     The shared lock on the manifest keeps writers from removing the generation while it is read.
+    With `held`, a duplicate of the locked descriptor is appended to it, and the lock lasts until
+    the caller closes that too (an open index: `_hold`). A plain folder of the earlier layout is
+    not held: the writer that moves it aside waits for its readers.
     """
     previous: Path | None = None
     for _ in range(_RESOLVE_ATTEMPTS):
@@ -340,6 +344,8 @@ def _reading(folder: Path) -> Iterator[tuple[Path, bytes]]:
                 previous = None
                 continue  # retired between our open and our lock
             raw = fh.read()
+            if held is not None and generation != folder:
+                held.append(os.dup(fh.fileno()))  # the same open file: its lock outlives this `with`
             try:
                 yield generation, raw
             except IndexFormatError as exc:  # about its files: name the index, not the generation folder behind it
@@ -671,8 +677,41 @@ def read_index(folder: Path, **options: Any) -> tuple[Catalog, Backend]:
     The pointer is resolved once: everything comes from one generation, whatever builds land
     meanwhile. `options` reach the backend's loader (for example an `embedder` for the vector
     backend); a loader raises IndexFormatError when they contradict what the index was built with.
+    The backend holds that generation for as long as it lives (`_hold`).
     """
-    with _reading(Path(folder)) as (generation, raw):
+    held: list[int] = []
+    try:
+        catalog, backend = _read_held(Path(folder), held, options)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    _hold(backend, held)
+    return catalog, backend
+
+
+def _hold(backend: Any, held: list[int]) -> None:
+    """Keep the generation a loaded backend came from for as long as the backend lives.
+
+    An open index reads files of its generation again after loading: bm25 copies its tantivy
+    segments when it is first changed (to a private folder) and when it is saved. A writer
+    removes only generations whose lock it can take, so the generation stays until the backend
+    is let go, and the next writer of the name removes it.
+    """
+    if not held:
+        return
+    with contextlib.suppress(TypeError):  # a backend without weak references: held until the process ends
+        weakref.finalize(backend, _close_all, tuple(held))
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[Catalog, Backend]:
+    with _reading(folder, held) as (generation, raw):
         manifest = _parse_manifest(generation, raw)
         _verify_digests(generation, manifest)  # the fields are checked below, against the catalog read once
         catalog: Catalog

@@ -576,10 +576,11 @@ def _own_model(embedder: Embedder) -> Path | None:
 def _saved_model(folder: Path, model: str | None) -> Embedder:
     """The request encoder saved inside the index, run from a private copy and loaded now.
 
-    The generation it is read from is retired by the next save of the index, this process's or
-    another's, while the index stays open; a later save copies the encoder from where it runs, so
-    that must outlive the generation. The copy is hard-linked where the file system allows (the
-    files of a generation never change), else copied, and goes with the embedder.
+    The generation it is read from stays while the index is open (toolsearch.store holds it), but
+    the embedder can outlive the index (handed to another one), and a later save copies the encoder
+    from where it runs, so that must outlive the generation. The copy is hard-linked where the file
+    system allows (the files of a generation never change), else copied, and goes with the
+    embedder.
     """
     private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
     try:
