@@ -410,7 +410,10 @@ class VectorBackend:
         (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
         own = _own_model(self.embedder)
         if own is not None:
-            shutil.copytree(own, folder / CARRIED_DIR)
+            # A private copy (_saved_model) never changes, so the new generation may share its files; a folder
+            # the caller named may change after this save, so it is copied.
+            private = str(own) in _PRIVATE_COPIES
+            shutil.copytree(own, folder / CARRIED_DIR, copy_function=_link_or_copy if private else shutil.copy2)
 
     @classmethod
     def open(cls, folder: Path, tools: Sequence[Tool], embedder: Embedder, **options: Any) -> VectorBackend:
@@ -580,7 +583,7 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
     the embedder can outlive the index (handed to another one), and a later save copies the encoder
     from where it runs, so that must outlive the generation. The copy is hard-linked where the file
     system allows (the files of a generation never change), else copied, and goes with the
-    embedder.
+    embedder. A later save links its files in turn (23 MB not copied per save of a tuned index).
     """
     private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
     try:
@@ -595,8 +598,18 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
-    weakref.finalize(embedder, shutil.rmtree, str(private), True)  # also at exit
+    _PRIVATE_COPIES.add(str(embedder.folder))  # the folder resolved, as _own_model gives it at a save
+    weakref.finalize(embedder, _drop_private, str(private), str(embedder.folder))  # also at exit
     return embedder
+
+
+# The folders _saved_model filled and an embedder runs from: their files are a generation's, which never change.
+_PRIVATE_COPIES: set[str] = set()
+
+
+def _drop_private(folder: str, resolved: str) -> None:
+    _PRIVATE_COPIES.discard(resolved)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _link_or_copy(source: str, target: str) -> None:
