@@ -5,15 +5,20 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from toolsearch import IndexFormatError, IndexStore, Tool, ToolIndex
 from toolsearch.store import MANIFEST, read_manifest
@@ -331,3 +336,58 @@ def test_an_open_index_keeps_the_generation_it_reads_until_it_is_let_go(tmp_path
     ToolIndex.build(_catalog("b"), backend="bm25").save(tmp_path / "idx")
     assert not first.exists()
     assert [n for n in os.listdir(tmp_path) if n.startswith(".idx.gen-")] == [(tmp_path / "idx").resolve().name]
+
+
+class OpenIndexesAndWriters(RuleBasedStateMachine):
+    """Indexes held open while others load, change and save the same name, in any order: every change and save of
+    an open index works, a save is what the next load reads, and nothing outlives the last index let go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="toolsearch-gens-"))
+        self.folder = self.root / "idx"
+        ToolIndex.build(_catalog("a"), backend="bm25").save(self.folder)
+        self.open: list[ToolIndex] = []
+        self.added = 0
+
+    @rule()
+    def load(self) -> None:
+        self.open.append(ToolIndex.load(self.folder))
+
+    @rule(flavour=st.sampled_from("ab"))
+    def another_writer_builds(self, flavour: str) -> None:
+        ToolIndex.build(_catalog(flavour), backend="bm25").save(self.folder)
+
+    @precondition(lambda self: self.open)
+    @rule(pick=st.integers(0, 7))
+    def change_an_open_index(self, pick: int) -> None:
+        index = self.open[pick % len(self.open)]
+        self.added += 1
+        name = f"added_{self.added}"
+        index.upsert([Tool(name, f"Reserve seat {self.added} at the zoo{self.added} ticket desk.")])
+        assert index.search(f"zoo{self.added}", 1).names == [name]
+
+    @precondition(lambda self: self.open)
+    @rule(pick=st.integers(0, 7))
+    def save_an_open_index(self, pick: int) -> None:
+        index = self.open[pick % len(self.open)]
+        index.save(self.folder)
+        assert ToolIndex.load(self.folder).catalog.names == index.catalog.names
+
+    @precondition(lambda self: self.open)
+    @rule(pick=st.integers(0, 7))
+    def let_one_go(self, pick: int) -> None:
+        del self.open[pick % len(self.open)]
+
+    def teardown(self) -> None:
+        try:
+            self.open.clear()
+            ToolIndex.build(_catalog("a"), backend="bm25").save(self.folder)
+            left = [n for n in os.listdir(self.root) if n.startswith(".idx.")]
+            assert left == [self.folder.resolve().name], left
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+OpenIndexesAndWriters.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
+test_open_indexes_and_writers_in_any_order = OpenIndexesAndWriters.TestCase
