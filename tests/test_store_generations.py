@@ -320,22 +320,35 @@ def test_a_tampered_manifest_is_caught_and_says_what_to_do(tmp_path: Path) -> No
 
 
 def test_an_open_index_keeps_the_generation_it_reads_until_it_is_let_go(tmp_path: Path) -> None:
-    """An index loaded from a folder reads its files there (tantivy's segments) when it is saved or changed: saves
-    of the folder, its own or another's, leave that generation until the index is let go."""
-    ToolIndex.build(_catalog("a"), backend="bm25").save(tmp_path / "idx")
-    loaded = ToolIndex.load(tmp_path / "idx")
-    first = (tmp_path / "idx").resolve()
-    loaded.save(tmp_path / "idx")
-    loaded.save(tmp_path / "idx")  # the files it copies are the first generation's
-    ToolIndex.load(tmp_path / "idx").save(tmp_path / "idx")  # another writer, after it
-    assert first.is_dir()
-    loaded.upsert([Tool("tool_three", "Book a table at a restaurant.")])
-    assert ToolIndex.load(loaded.save(tmp_path / "idx")).search("restaurant table", 1).names == ["tool_three"]
-    del loaded  # let go: the next writer removes what it held
-    assert first.is_dir()
-    ToolIndex.build(_catalog("b"), backend="bm25").save(tmp_path / "idx")
-    assert not first.exists()
-    assert [n for n in os.listdir(tmp_path) if n.startswith(".idx.gen-")] == [(tmp_path / "idx").resolve().name]
+    """An index loaded from a folder reads its files there (tantivy's segments) when it is changed or saved: other
+    writers' saves leave that generation until the index is let go, and its own saves under the name move it to the
+    generation they wrote, so the one it was loaded from goes with its first save, as with any other save."""
+    folder = tmp_path / "idx"
+
+    def generations() -> set[str]:
+        return {n for n in os.listdir(tmp_path) if n.startswith(".idx.gen-")}
+
+    ToolIndex.build(_catalog("a"), backend="bm25").save(folder)
+    loaded = ToolIndex.load(folder)
+    first = folder.resolve()
+    ToolIndex.build(_catalog("b"), backend="bm25").save(folder)  # other writers
+    ToolIndex.build(_catalog("a"), backend="bm25").save(folder)
+    assert first.is_dir() and generations() == {first.name, folder.resolve().name}
+    loaded.upsert([Tool("tool_three", "Book a table at a restaurant.")])  # its tantivy files come from `first`
+    loaded.save(folder)  # under its own name: it holds what it wrote, and `first` goes
+    assert not first.exists() and generations() == {folder.resolve().name}
+    assert ToolIndex.load(folder).search("restaurant table", 1).names == ["tool_three"]
+    del loaded
+    # an index that saves itself twice: the second save copies what the first wrote
+    own = ToolIndex.load(folder)
+    own.save(folder)
+    own.save(folder)
+    assert ToolIndex.load(folder).catalog.names == own.catalog.names and len(generations()) == 1
+    ToolIndex.build(_catalog("b"), backend="bm25").save(folder)  # another writer: `own` keeps what it reads
+    assert len(generations()) == 2
+    del own  # let go: the next writer removes what it held
+    ToolIndex.build(_catalog("a"), backend="bm25").save(folder)
+    assert generations() == {folder.resolve().name}
 
 
 class OpenIndexesAndWriters(RuleBasedStateMachine):

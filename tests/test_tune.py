@@ -129,7 +129,8 @@ def test_an_index_carries_a_request_encoder_that_does_not_ship(tuned_model: Path
     again = ToolIndex.load(reopened.save(tmp_path / "idx2"))
     assert again.backend.describe()["model"] == embedder.model_id
     assert again.search("fly from Oslo to Rome on Friday", k=1).names == ["book_flight"]
-    # saved in place, twice: the generation the encoder was read from stays while the index that read it is open
+    # saved in place, twice: the first save retires the generation the encoder was read from (the index now holds
+    # the one it wrote), and the second still has the encoder to save
     reopened.save(folder)
     # the encoder runs from a private copy, which never changes: the new generation shares its files where the
     # file system allows (no 23 MB copy per save), else copies them
@@ -138,7 +139,7 @@ def test_an_index_carries_a_request_encoder_that_does_not_ship(tuned_model: Path
     assert saved != carried
     assert (saved.stat().st_ino == running.stat().st_ino) is (saved.stat().st_dev == running.stat().st_dev)
     reopened.upsert([Tool("rent_car", "Rent a car at an airport for some days.")])
-    assert carried.exists()
+    assert not carried.exists()
     assert ToolIndex.load(reopened.save(folder)).search("hire a car in Rome", k=1).names == ["rent_car"]
     # the carried weights are covered by the index's own digests
     carried = next(folder.resolve().rglob(WEIGHTS_FILE))

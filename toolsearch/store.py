@@ -19,7 +19,8 @@ an old generation only after taking that lock exclusively and renaming the folde
 reader is ever cut off mid-load (a reader that resolved a generation just retired re-resolves
 the pointer and reads the new one). A loaded index keeps that lock for as long as it lives: bm25
 copies its tantivy segments from the generation when the index is first changed or saved, so the
-generation stays until the index is let go, and the next writer of the name removes it.
+generation stays until the index is let go, and the next writer of the name removes it. An index
+that saves itself under its own name moves the lock to the generation it wrote (`_Hold`).
 
 An index folder of the earlier layout (a plain folder at NAME, format 2) is refused with a
 "rebuild" error; the next build of that name moves it aside as an old generation and points
@@ -308,7 +309,7 @@ def _reading(folder: Path, held: list[int] | None = None) -> Iterator[tuple[Path
 
     The shared lock on the manifest keeps writers from removing the generation while it is read.
     With `held`, a duplicate of the locked descriptor is appended to it, and the lock lasts until
-    the caller closes that too (an open index: `_hold`). A plain folder of the earlier layout is
+    the caller closes that too (an open index: `_Hold`). A plain folder of the earlier layout is
     not held: the writer that moves it aside waits for its readers.
     """
     previous: Path | None = None
@@ -577,6 +578,7 @@ def _publish(index: ToolIndex, target: Path) -> None:
     except BaseException:
         shutil.rmtree(generation, ignore_errors=True)
         raise
+    _Hold.move(index.backend, target, generation)
     _collect(target, keep=generation)
 
 
@@ -677,40 +679,84 @@ def read_index(folder: Path, **options: Any) -> tuple[Catalog, Backend]:
     The pointer is resolved once: everything comes from one generation, whatever builds land
     meanwhile. `options` reach the backend's loader (for example an `embedder` for the vector
     backend); a loader raises IndexFormatError when they contradict what the index was built with.
-    The backend holds that generation for as long as it lives (`_hold`).
+    The backend holds that generation for as long as it lives (`_Hold`).
     """
     held: list[int] = []
     try:
-        catalog, backend = _read_held(Path(folder), held, options)
+        generation, catalog, backend = _read_held(Path(folder), held, options)
     except BaseException:
-        for fd in held:
-            os.close(fd)
+        _close_all(held)
         raise
-    _hold(backend, held)
+    if held:
+        _Hold.attach(backend, generation, held)
     return catalog, backend
 
 
-def _hold(backend: Any, held: list[int]) -> None:
-    """Keep the generation a loaded backend came from for as long as the backend lives.
+class _Hold:
+    """The generation a loaded backend came from, kept for as long as the backend lives.
 
     An open index reads files of its generation again after loading: bm25 copies its tantivy
     segments when it is first changed (to a private folder) and when it is saved. A writer
     removes only generations whose lock it can take, so the generation stays until the backend
-    is let go, and the next writer of the name removes it.
+    is let go, and the next writer of the name removes it. When the index saves itself under the
+    name it was loaded from, the hold moves to the new generation, for a backend that can read
+    its files from there (`saved_in`), and the old one goes with that save.
     """
-    if not held:
-        return
-    with contextlib.suppress(TypeError):  # a backend without weak references: held until the process ends
-        weakref.finalize(backend, _close_all, tuple(held))
+
+    def __init__(self, generation: Path, fds: list[int]) -> None:
+        self.generation = generation
+        self.fds = fds
+
+    @classmethod
+    def attach(cls, backend: Any, generation: Path, fds: list[int]) -> None:
+        hold = cls(generation, fds)
+        with contextlib.suppress(TypeError):  # a backend without weak references: held until the process ends
+            _HOLDS[backend] = hold
+            weakref.finalize(backend, hold.release)
+
+    def release(self) -> None:
+        _close_all(self.fds)
+        self.fds = []
+
+    @classmethod
+    def move(cls, backend: Any, target: Path, generation: Path) -> None:
+        """After `backend` was saved as `generation` of `target`: hold that instead of its generation of `target`."""
+        hold = _HOLDS.get(backend)
+        moved = getattr(backend, "saved_in", None)
+        if hold is None or not callable(moved) or not _same_name(hold.generation, target):
+            return
+        with (generation / MANIFEST).open("rb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_SH)
+            fd = os.dup(fh.fileno())
+        try:
+            moved(generation / BACKEND_DIR)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, hold.fds, hold.generation = hold.fds, [fd], generation
+        _close_all(old)
 
 
-def _close_all(fds: tuple[int, ...]) -> None:
+_HOLDS: weakref.WeakKeyDictionary[Any, _Hold] = weakref.WeakKeyDictionary()
+
+
+def _same_name(generation: Path, target: Path) -> bool:
+    """Whether `generation` is a generation of the index `target` names."""
+    if not generation.name.startswith(f".{target.name}.gen-"):
+        return False
+    try:
+        return os.path.samefile(generation.parent, target.parent)
+    except OSError:
+        return False
+
+
+def _close_all(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
 
 
-def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[Catalog, Backend]:
+def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[Path, Catalog, Backend]:
     with _reading(folder, held) as (generation, raw):
         manifest = _parse_manifest(generation, raw)
         _verify_digests(generation, manifest)  # the fields are checked below, against the catalog read once
@@ -743,7 +789,7 @@ def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[
     # caller options may legitimately reshape the backend
     if not options and index_key(catalog.hash, backend.name, backend.describe()) != manifest.key:
         raise IndexFormatError(f"{generation}: the loaded backend does not match the manifest's key; {_REBUILD}")
-    return catalog, backend
+    return generation, catalog, backend
 
 
 def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:

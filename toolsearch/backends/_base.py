@@ -21,6 +21,11 @@ class Backend(Protocol):
     names when given; `save` writes the backend's own files into an existing folder; `describe`
     returns the JSON-able options that recreate it (stored in the manifest, and part of the
     index's content address), including `"model"` when a model shapes the index.
+
+    A loaded backend keeps the stored generation it was read from while it lives, in case it reads
+    those files again. One that does may define `saved_in(folder)`: called after it saved itself
+    under the name it was loaded from, it reads its files from `folder` from then on, and the old
+    generation can go (toolsearch.store; bm25 does this).
     """
 
     name: str

@@ -463,6 +463,13 @@ class Bm25Backend:
         layout = {"layout": LAYOUT_VERSION, "fields": ["id", "name_exact", *_TEXT_FIELDS], "analyzer": ANALYZER}
         (folder / LAYOUT_FILE).write_text(json.dumps(layout) + "\n")
 
+    def saved_in(self, folder: Path) -> None:
+        """`save` wrote `folder`, which is now the index's stored generation: a loaded index copies its files from
+        there from now on, so the generation it was loaded from can go (toolsearch.store)."""
+        with self._lock:
+            if not self._private and self._writer is None:
+                self._folder = folder / TANTIVY_DIR
+
     def __len__(self) -> int:
         return 0 if self._searcher is None else int(self._searcher.num_docs)
 

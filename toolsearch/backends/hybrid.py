@@ -142,6 +142,12 @@ class HybridBackend:
                     combined[name] = share
         return combined
 
+    def saved_in(self, folder: Path) -> None:
+        """See `Bm25Backend.saved_in`: only the bm25 half reads its files again after loading."""
+        moved = getattr(self.lexical, "saved_in", None)
+        if callable(moved):
+            moved(folder / BM25_DIR)
+
     def save(self, folder: Path) -> None:
         (folder / BM25_DIR).mkdir()
         (folder / VECTOR_DIR).mkdir()

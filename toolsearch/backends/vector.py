@@ -579,11 +579,12 @@ def _own_model(embedder: Embedder) -> Path | None:
 def _saved_model(folder: Path, model: str | None) -> Embedder:
     """The request encoder saved inside the index, run from a private copy and loaded now.
 
-    The generation it is read from stays while the index is open (toolsearch.store holds it), but
-    the embedder can outlive the index (handed to another one), and a later save copies the encoder
-    from where it runs, so that must outlive the generation. The copy is hard-linked where the file
-    system allows (the files of a generation never change), else copied, and goes with the
-    embedder. A later save links its files in turn (23 MB not copied per save of a tuned index).
+    The generation it is read from goes when the index saves itself under its own name (the store
+    then holds the generation it wrote), and the embedder can outlive the index (handed to another
+    one); a later save copies the encoder from where it runs, so that must outlive the generation.
+    The copy is hard-linked where the file system allows (the files of a generation never change),
+    else copied, and goes with the embedder. A later save links its files in turn (23 MB not copied
+    per save of a tuned index).
     """
     private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
     try:
