@@ -477,8 +477,12 @@ def gateway_faults(rounds: int) -> dict[str, Any]:
             await anyio.sleep(1)
             totals["changed_unseen"] += (await victim.tools())["faulty__echo"].description != seen
         async with connect(url) as client:
-            found = text(await client.search("tool", namespace="malformed", max_results=10))
-            totals["malformed_listed"] += sum(name in found for name in ("schema_is_a", "properties_not_an_object"))
+            # Each tool asked for by its own name or words: a search for a vague word ("tool") leaves weaker matches
+            # out, so a tool missing from it says nothing about whether the gateway listed it.
+            for name in ("schema_is_a_string", "schema_is_an_array", "properties_not_an_object", "lone_surrogate"):
+                found = text(await client.search(name, namespace="malformed", max_results=10))
+                totals["malformed_listed"] += f"malformed__{name}" in found
+            found = text(await client.search("echo the given text back unchanged", namespace="malformed"))
             totals["good_listed_beside_malformed"] += "malformed__echo" in found
 
     folder = Path(tempfile.mkdtemp())
@@ -746,7 +750,7 @@ def _write(out: Path, report: dict[str, Any]) -> int:
     text = render(report)
     security = out / "security.json"
     if security.exists():  # the section benchmarks/security.py wrote, kept when the others are rerun
-        from security import render as render_security
+        from benchmarks.security import render as render_security
 
         text = text.rstrip("\n") + "\n\n" + render_security(json.loads(security.read_text()))
     (out / "reliability.md").write_text(text)
