@@ -1,4 +1,5 @@
-"""Stored indexes as generations behind one pointer: readers during rebuilds, rival builders, killed builds, modes."""
+"""Stored indexes as generations behind one pointer: readers during rebuilds, open indexes beside writers, rival
+builders, killed builds, modes."""
 
 from __future__ import annotations
 
