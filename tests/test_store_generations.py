@@ -405,3 +405,18 @@ class OpenIndexesAndWriters(RuleBasedStateMachine):
 
 OpenIndexesAndWriters.TestCase.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)
 test_open_indexes_and_writers_in_any_order = OpenIndexesAndWriters.TestCase
+
+
+def test_a_backend_without_weak_references_holds_no_descriptor(tmp_path: Path) -> None:
+    """Its end cannot be seen, so a descriptor kept for it would stay open for the life of the process, one per load."""
+    from toolsearch.store import _Hold
+
+    class Slotted:
+        __slots__ = ()
+
+    ToolIndex.build(_catalog("a"), backend="bm25").save(tmp_path / "idx")
+    fd = os.open(tmp_path / "idx" / MANIFEST, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # as a reader holds it
+    _Hold.attach(Slotted(), (tmp_path / "idx").resolve(), [fd])
+    with (tmp_path / "idx" / MANIFEST).open("rb") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a writer removing the generation takes: free

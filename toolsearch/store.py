@@ -710,9 +710,12 @@ class _Hold:
     @classmethod
     def attach(cls, backend: Any, generation: Path, fds: list[int]) -> None:
         hold = cls(generation, fds)
-        with contextlib.suppress(TypeError):  # a backend without weak references: held until the process ends
+        try:
             _HOLDS[backend] = hold
-            weakref.finalize(backend, hold.release)
+        except TypeError:  # a backend without weak references: its end cannot be seen, so it holds nothing
+            hold.release()  # (a descriptor per load, never closed, would run a long process out of them)
+            return
+        weakref.finalize(backend, hold.release)
 
     def release(self) -> None:
         _close_all(self.fds)
