@@ -599,8 +599,8 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
-    _PRIVATE_COPIES.add(str(embedder.folder))  # the folder resolved, as _own_model gives it at a save
-    weakref.finalize(embedder, _drop_private, str(private), str(embedder.folder))  # also at exit
+    _PRIVATE_COPIES.add(str(embedder.folder))  # `private` resolved, as _own_model gives it at a save
+    weakref.finalize(embedder, _drop_private, str(embedder.folder))  # also at exit
     return embedder
 
 
@@ -608,8 +608,8 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
 _PRIVATE_COPIES: set[str] = set()
 
 
-def _drop_private(folder: str, resolved: str) -> None:
-    _PRIVATE_COPIES.discard(resolved)
+def _drop_private(folder: str) -> None:
+    _PRIVATE_COPIES.discard(folder)
     shutil.rmtree(folder, ignore_errors=True)
 
 
