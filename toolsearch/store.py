@@ -41,7 +41,6 @@ This module owns the format (the content address, `index_key`, included) and imp
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import fcntl
@@ -52,7 +51,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -70,6 +68,7 @@ from ._errors import (
 from ._untrusted import RULES_VERSION
 from .backends import Backend, get_backend_spec
 from .catalog import Catalog
+from .scratch import new_scratch
 from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, restore, write_table
 from .tools import Tool
 
@@ -810,21 +809,18 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
                 "rebuild the index"
             ) from None
     # A read-only folder (the files were checked above): open a private copy of the backend files.
-    copy = Path(tempfile.mkdtemp(prefix="toolsearch-readonly-"))
+    copy = new_scratch("readonly-")
     try:
-        shutil.copytree(folder / BACKEND_DIR, copy / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
-        backend = spec.load(copy / BACKEND_DIR, tools, **merged)
+        shutil.copytree(folder / BACKEND_DIR, copy.path / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
+        backend = spec.load(copy.path / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
-        shutil.rmtree(copy, ignore_errors=True)
+        copy.remove()
         raise
     except Exception as exc:
-        shutil.rmtree(copy, ignore_errors=True)
+        copy.remove()
         raise IndexFormatError(
             f"{folder}: the {manifest.backend} backend files cannot be read from this read-only folder, nor "
             f"from a private copy ({type(exc).__name__}: {exc}); rebuild the index"
         ) from None
-    try:
-        weakref.finalize(backend, shutil.rmtree, str(copy), True)
-    except TypeError:  # a backend without weak references: the copy goes at exit
-        atexit.register(shutil.rmtree, str(copy), True)
+    copy.goes_with(backend)
     return backend

@@ -15,9 +15,7 @@ import json
 import math
 import re
 import shutil
-import tempfile
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from .._errors import BackendError, IndexFormatError, MissingDependencyError
 from ..entities import lexical_parts
 from ..lucene import QUERY_FIELDS, looks_like_lucene
 from ..results import Hit, Ranking
+from ..scratch import new_scratch
 from ..text import tool_text
 from ..tools import Tool
 
@@ -394,12 +393,21 @@ class Bm25Backend:
         self._searcher = index.searcher()
 
     def _scratch(self) -> Path:
-        path = Path(tempfile.mkdtemp(prefix="toolsearch-bm25-"))
-        weakref.finalize(self, shutil.rmtree, str(path), True)
-        return path
+        return new_scratch("bm25-").goes_with(self)
+
+    def _check_private(self) -> None:
+        """Refuse to write when our private folder was removed under us (a cleaner of the temporary folder that
+        ignores the lock toolsearch.scratch holds): tantivy would fail with a bare file-not-found error."""
+        if self._private and self._folder is not None and not (self._folder / "meta.json").is_file():
+            raise BackendError(
+                f"bm25 backend: its private index folder {self._folder} was removed while in use (a temporary-file "
+                "cleaner?). It still answers searches but can no longer be changed or saved: build or load it again, "
+                "and set TMPDIR to a folder that no cleaner ages"
+            )
 
     def _writable(self) -> Any:
         """The open writer; a loaded (read-only, memory-mapped) index is first copied privately."""
+        self._check_private()
         if self._writer is not None:
             return self._writer
         if self._index is None:
@@ -449,6 +457,7 @@ class Bm25Backend:
 
     def save(self, folder: Path) -> None:
         with self._lock:
+            self._check_private()
             if self._index is None:  # never given a tool: save an empty index
                 self._writable()
                 self._commit()

@@ -7,7 +7,6 @@ import inspect
 import json
 import os
 import shutil
-import tempfile
 import threading
 import weakref
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from ..entities import send_request
 from ..model_file import CARD_FILE, CARRIED_DIR, SHIPPED
 from ..query_adapter import adapt, adapter_for
 from ..results import Hit, Ranking
+from ..scratch import Scratch, new_scratch
 from ..stored_tools import tool_names
 from ..text import embedding_text
 from ..tools import Tool
@@ -586,10 +586,10 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
     else copied, and goes with the embedder. A later save links its files in turn (23 MB not copied
     per save of a tuned index).
     """
-    private = Path(tempfile.mkdtemp(prefix="toolsearch-model-"))
+    scratch = new_scratch("model-")
     try:
-        shutil.copytree(folder / CARRIED_DIR, private, copy_function=_link_or_copy, dirs_exist_ok=True)
-        embedder = ToolsEmbedder(query_model=private)
+        shutil.copytree(folder / CARRIED_DIR, scratch.path, copy_function=_link_or_copy, dirs_exist_ok=True)
+        embedder = ToolsEmbedder(query_model=scratch.path)
         if model is not None and _canonical_model(model) != embedder.model_id:
             raise IndexFormatError(
                 f"{folder} carries its own model {embedder.model_id!r}, but {model!r} was requested; open it "
@@ -597,10 +597,10 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
             )
         embedder.warm()
     except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
+        scratch.remove()
         raise
-    _PRIVATE_COPIES.add(str(embedder.folder))  # `private` resolved, as _own_model gives it at a save
-    weakref.finalize(embedder, _drop_private, str(embedder.folder))  # also at exit
+    _PRIVATE_COPIES.add(str(embedder.folder))  # the folder resolved, as _own_model gives it at a save
+    weakref.finalize(embedder, _drop_private, str(embedder.folder), scratch)  # also at exit
     return embedder
 
 
@@ -608,9 +608,9 @@ def _saved_model(folder: Path, model: str | None) -> Embedder:
 _PRIVATE_COPIES: set[str] = set()
 
 
-def _drop_private(folder: str) -> None:
+def _drop_private(folder: str, scratch: Scratch) -> None:
     _PRIVATE_COPIES.discard(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+    scratch.remove()
 
 
 def _link_or_copy(source: str, target: str) -> None:

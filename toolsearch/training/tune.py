@@ -16,10 +16,8 @@ learn a language nobody types.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
-import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -33,6 +31,7 @@ from .._errors import BackendError, UsageError, missing_dependency
 from ..embeddings import DEFAULT_MODEL_ID, NumpyEmbedder, ToolsEmbedder
 from ..index import MAX_QUERY_CHARS, ToolIndex
 from ..model_file import copy_configs, export_int8, load_weights
+from ..scratch import new_scratch
 from ..usage import UsageLog
 from .pairs import Anchor, catalog_anchors, query_rows
 from .trainer import TrainConfig, fine_tune_queries
@@ -75,8 +74,8 @@ def tune_index(
 
     `catalog`: add the pseudo-requests every tool gives (its name words, a description sentence).
     The given index is left as it is; save the new one to keep its encoder (until then it lives in a temporary
-    folder, under `work` when given, removed when the process ends). Needs the `train` extra (torch,
-    sentence-transformers).
+    folder, under `work` when given, removed with the new index's encoder or when the process ends). Needs the
+    `train` extra (torch, sentence-transformers).
     """
     dense = _dense_half(index)
     names = index.catalog.names  # from a stored index's name table: no tool is parsed for it
@@ -116,12 +115,16 @@ def tune_index(
             "run": run,
             "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        # The new encoder lives here until the index is saved (saving copies it in); gone when the process ends.
-        folder = Path(tempfile.mkdtemp(prefix="toolsearch-tuned-", dir=work))
-        atexit.register(shutil.rmtree, str(folder), True)
-        export_int8(Path(scratch) / "float", base, folder, card)
-    tuned = ToolsEmbedder(query_model=folder)
-    tuned.warm()
+        # The new encoder lives here until the index is saved (saving copies it in); it goes with its embedder.
+        folder = new_scratch("tuned-", within=work)
+        try:
+            export_int8(Path(scratch) / "float", base, folder.path, card)
+            tuned = ToolsEmbedder(query_model=folder.path)
+            tuned.warm()
+        except BaseException:
+            folder.remove()
+            raise
+    folder.goes_with(tuned)
     return _with_embedder(index, tuned, names, matrix), tuned.card
 
 
