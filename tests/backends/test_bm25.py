@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -361,6 +364,71 @@ def test_updates_after_save_keep_working(tmp_path: Path) -> None:
     built.save(tmp_path / "two")
     assert ToolIndex.load(tmp_path / "one").search("translate", 3).names == []
     assert ToolIndex.load(tmp_path / "two").search("translate", 3).names == ["translate"]
+
+
+def _threads(prefix: str) -> int:
+    count = 0
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            count += (task / "comm").read_text().startswith(prefix)
+    return count
+
+
+def test_a_built_index_holds_no_writer(tmp_path: Path) -> None:
+    # Before: a built index kept tantivy's writer open for its life: its lock, four merge threads, an indexer and a
+    # segment updater, and megabytes of arena, per index. A changed one keeps it until it is saved.
+    def writer_free(index: ToolIndex) -> bool:
+        try:
+            tantivy.Index.open(str(index.backend._folder)).writer(heap_size=15_000_000).rollback()  # type: ignore[attr-defined]
+        except ValueError as exc:
+            assert "LockBusy" in str(exc)
+            return False
+        return True
+
+    before = _threads("merge_thread")
+    built = [ToolIndex.build(TOOLS, backend="bm25") for _ in range(3)]
+    assert [writer_free(index) for index in built] == [True, True, True]
+    built[0].upsert([_tool("translate", "Translate text between languages.")])
+    assert not writer_free(built[0])
+    built[0].save(tmp_path / "saved")
+    assert writer_free(built[0])
+    deadline = time.monotonic() + 30  # threads end shortly after their writer: wait for them, do not time them
+    while _threads("merge_thread") > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threads("merge_thread") == before
+    assert built[0].search("translate", 1).names == ["translate"]
+
+
+class _Interrupted(Sequence[Tool]):
+    """Tools whose reading stops at the third (as a Ctrl-C would, two tools into the change)."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.tools = tools
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __getitem__(self, i: int) -> Tool:  # type: ignore[override]
+        return self.tools[i]
+
+    def __iter__(self) -> Iterator[Tool]:
+        for i, tool in enumerate(self.tools):
+            if i == 2:
+                raise KeyboardInterrupt
+            yield tool
+
+
+def test_a_change_interrupted_midway_leaves_nothing_of_itself() -> None:
+    # Before: the tools added before the interruption stayed in the open writer, and the next change committed them.
+    backend = bm25.create()
+    backend.add(TOOLS)
+    extra = [_tool(f"half_{i}", f"Half added tool number {i}.") for i in range(4)]
+    with pytest.raises(KeyboardInterrupt):
+        backend.add(_Interrupted(extra))
+    backend.add([_tool("translate", "Translate text between languages.")])
+    assert [h.name for h in backend.search("half added tool", 5).hits] == []
+    assert [h.name for h in backend.search("translate", 1).hits] == ["translate"]
+    assert len(backend) == len(TOOLS) + 1
 
 
 def test_hits_name_the_tools_of_the_current_commit() -> None:

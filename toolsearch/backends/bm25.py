@@ -11,6 +11,7 @@ model as an exception: the words are searched as plain text and `Ranking.notes` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -406,7 +407,7 @@ class Bm25Backend:
             )
 
     def _writable(self) -> Any:
-        """The open writer; a loaded (read-only, memory-mapped) index is first copied privately."""
+        """The open writer, else a new one; a loaded (read-only, memory-mapped) index is first copied privately."""
         self._check_private()
         if self._writer is not None:
             return self._writer
@@ -426,45 +427,64 @@ class Bm25Backend:
         self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
 
-    def _commit(self) -> None:
-        self._writer.commit()
+    @contextlib.contextmanager
+    def _change(self, *, release: bool = False) -> Iterator[Any]:
+        """A writer for one change, committed at the end (and let go, with `release`); a change that fails is
+        rolled back whole."""
+        writer = self._writable()
+        try:
+            yield writer
+        except BaseException:
+            writer.rollback()  # else the next change would commit what this one added before it failed
+            raise
+        writer.commit()
+        if release:
+            self._release()
         self._index.reload()
         self._searcher = self._index.searcher()
+
+    def _release(self) -> None:
+        """Let the open writer go once the merges it started are done (the files meta.json names are then final).
+
+        An open tantivy writer holds six threads (an indexer, four mergers, a segment updater) and
+        megabytes of arena. A build lets its writer go: 100 built 20-tool indexes held 699 threads and
+        ~475 MB with theirs open, 101 and ~225 MB without. Later changes keep theirs until the index is
+        saved: let go after each, a change to a 4,000-tool index waits for its merges (p90 70 ms
+        against 17 ms) and opens a writer again.
+        """
+        if self._writer is not None:
+            self._writer.wait_merging_threads()
+            self._writer = None
 
     def add(self, tools: Sequence[Tool]) -> None:
         if not tools:
             return
         with self._lock:
-            writer = self._writable()
-            # Into an empty index, unique names replace nothing: a million deletes would cost build time.
-            empty = self._searcher is None or self._searcher.num_docs == 0
-            replace = not empty or len({t.name for t in tools}) != len(tools)
-            # Each document is made as it is added: a million tantivy documents held at once cost gigabytes.
-            for tool in tools:
-                if replace:
-                    writer.delete_documents_by_term("id", tool.name)
-                writer.add_document(_document(tool))
-            self._commit()
+            empty = self._searcher is None or self._searcher.num_docs == 0  # then this is a build
+            with self._change(release=empty) as writer:
+                # Into an empty index, unique names replace nothing: a million deletes would cost build time.
+                replace = not empty or len({t.name for t in tools}) != len(tools)
+                # Each document is made as it is added: a million tantivy documents held at once cost gigabytes.
+                for tool in tools:
+                    if replace:
+                        writer.delete_documents_by_term("id", tool.name)
+                    writer.add_document(_document(tool))
 
     def remove(self, names: Collection[str]) -> None:
         if not names or self._index is None:
             return
-        with self._lock:
-            writer = self._writable()
+        with self._lock, self._change() as writer:
             for name in names:
                 writer.delete_documents_by_term("id", name)
-            self._commit()
 
     def save(self, folder: Path) -> None:
         with self._lock:
             self._check_private()
             if self._index is None:  # never given a tool: save an empty index
-                self._writable()
-                self._commit()
-            if self._writer is not None:
-                # Finish background merges so the files we copy are the ones meta.json names.
-                self._writer.wait_merging_threads()
-                self._writer = None
+                with self._change():
+                    pass
+            if self._writer is not None:  # save the files as meta.json names them, merges done
+                self._release()
                 self._index.reload()
                 self._searcher = self._index.searcher()
             assert self._folder is not None
