@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from toolsearch import IndexFormatError, IndexStore, Tool, ToolIndex
+from toolsearch import BackendError, IndexFormatError, IndexStore, Tool, ToolIndex
 from toolsearch.backends import default_backend
 from toolsearch.backends import hybrid as hybrid_module
 from toolsearch.backends.hybrid import fuse
@@ -161,3 +162,17 @@ def test_clause_lexical_lets_one_need_of_a_multi_part_request_reach_the_top() ->
     assert per_clause.search("polish the brass", 3).names == whole.search("polish the brass", 3).names
     with pytest.raises(Exception, match="clause_lexical must be a number between 0 and 1"):
         hybrid_module.create(clause_lexical=2)
+
+
+def test_a_change_that_bm25_cannot_write_changes_neither_half() -> None:
+    # Before: the vectors went in first, so a tool bm25 refused was still found by the dense half.
+    tools = [Tool("send_email", "Send an email message to a recipient."), Tool("get_weather", "Weather for a city.")]
+    index = ToolIndex.build(tools, backend="hybrid")
+    folder = index.backend.lexical._folder  # type: ignore[attr-defined]
+    assert folder.name.startswith("bm25-")  # the index's own private folder: nothing else is removed
+    shutil.rmtree(folder)  # as a cleaner of the temporary folder that ignores the lock would
+    with pytest.raises(BackendError, match="was removed while in use"):
+        index.upsert([Tool("book_flight", "Book a flight to another city.")])
+    dense = index.backend.dense  # type: ignore[attr-defined]
+    assert sorted(h.name for h in dense.search("book a flight", 5).hits) == ["get_weather", "send_email"]
+    assert "book_flight" not in index.search("book a flight", 5).names

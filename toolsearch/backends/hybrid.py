@@ -104,11 +104,16 @@ class HybridBackend:
         self.dense.warm()
 
     def add(self, tools: Sequence[Tool]) -> None:
-        self.dense.add(tools)  # the slow half first: if embedding fails, bm25 is left untouched
+        # A failure leaves both halves as they were. Embedding (the slow half, and the likelier to fail) runs while
+        # nothing has changed; bm25 rolls a failed change back whole; inserting the vectors is in memory.
+        if not tools:
+            return
+        names, vectors = self.dense.embed_tools(tools)
         self.lexical.add(tools)
+        self.dense.add_vectors(names, vectors)
 
     def remove(self, names: Collection[str]) -> None:
-        self.lexical.remove(names)
+        self.lexical.remove(names)  # the half that can fail (its files) first; removing vectors is in memory
         self.dense.remove(names)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:

@@ -177,12 +177,16 @@ class VectorBackend:
     def add(self, tools: Sequence[Tool]) -> None:
         if not tools:
             return
-        latest = {t.name: t for t in tools}  # the last definition of a name wins
-        names = list(latest)
-        vectors = embed_texts(
-            self.embedder, [embedding_text(latest[n]) for n in names], cache=self.cache, progress=self.progress
-        )
+        names, vectors = self.embed_tools(tools)
         self._add_vectors(names, vectors, what=f"embedder {self.model_id!r} returned")
+
+    def embed_tools(self, tools: Sequence[Tool]) -> tuple[list[str], np.ndarray]:
+        """The names of `tools` (the last definition of a name wins) and their vectors, as `add` inserts them;
+        the index is not changed (hybrid embeds first, changes bm25, then inserts them with `add_vectors`)."""
+        latest = {t.name: t for t in tools}
+        names = list(latest)
+        texts = [embedding_text(latest[n]) for n in names]
+        return names, embed_texts(self.embedder, texts, cache=self.cache, progress=self.progress)
 
     def add_vectors(self, names: Sequence[str], vectors: np.ndarray) -> None:
         """Insert or replace tools by name with vectors computed elsewhere (one unit-norm row per name).
