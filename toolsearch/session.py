@@ -345,7 +345,7 @@ class Session:
         made meanwhile by other handles or workers are kept); nothing to do when it has none."""
         if self._snapshot is None or not self._pending:
             return
-        changes, self._pending = self._pending, []
+        changes = list(self._pending)
 
         def replay(state: SessionState) -> None:
             for change in changes:
@@ -354,6 +354,8 @@ class Session:
         # The first attempt replays on the state as read (no second read); a conflict re-reads.
         self._snapshot = self._manager.store.update(self.id, replay, base=self._base)
         self._base = self._snapshot.copy()
+        # Only now are they written: a failed update (Redis down) keeps them, and the next commit writes them.
+        self._pending = self._pending[len(changes):]
 
     def state(self) -> SessionState:
         """A snapshot of the stored state."""

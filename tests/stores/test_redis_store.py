@@ -205,6 +205,26 @@ def test_a_hung_redis_fails_within_the_timeout_and_nothing_is_half_written(
     assert SessionManager(index, store=_store(redis_server)).get("hung").discovered == ("calculator",)
 
 
+def test_a_view_whose_commit_failed_writes_its_changes_at_the_next_commit(
+    redis_server: RedisServer, index: ToolIndex
+) -> None:
+    # Before: the failed commit dropped the view's changes, and the next commit wrote nothing, silently.
+    store = _store(redis_server, timeout=0.3)
+    view = SessionManager(index, store=store).create("retry").view()
+    view.discover(["calculator"])
+    redis_server.pause()
+    try:
+        with pytest.raises(SessionStoreError, match="TimeoutError"):
+            view.commit()
+    finally:
+        redis_server.resume()
+    assert SessionManager(index, store=_store(redis_server)).get("retry").discovered == ()
+    view.commit()
+    assert SessionManager(index, store=_store(redis_server)).get("retry").discovered == ("calculator",)
+    view.commit()  # nothing left to write
+    assert view.discovered == ("calculator",)
+
+
 def test_an_unreachable_redis_at_start_is_a_clear_error(index: ToolIndex) -> None:
     require_redis()
     from redis_server import free_port
