@@ -91,6 +91,25 @@ def test_a_call_is_credited_to_a_search_another_worker_served(redis_server: Redi
     assert entry.terms == log.terms("refund the last invoice")
 
 
+def test_entries_a_failed_append_could_not_save_are_saved_by_the_next(redis_server: RedisServer) -> None:
+    # Before: the entries were taken out before the append, and a Redis blip lost them for good.
+    store = RedisUsageStore(redis_server.url, prefix="blip:", timeout=0.3)
+    feed = GatewayUsage(CATALOG, store=store, privacy="raw")
+    feed.searched("s1", "weather in paris", ["weather_current"])
+    feed.called("s1", "weather_current", True)
+    redis_server.pause()
+    try:
+        feed.save()  # logged, not raised: the gateway goes on serving
+    finally:
+        redis_server.resume()
+    feed.searched("s1", "send an email", ["send_email"])
+    feed.called("s1", "send_email", True)
+    feed.save()
+    log = RedisUsageStore(redis_server.url, prefix="blip:").load(CATALOG)
+    assert log is not None and [e.called for e in log.entries()] == ["weather_current", "send_email"]
+    feed.enabled = False
+
+
 @pytest.mark.parametrize("privacy", ["hashed", "tokens", "raw"])
 def test_the_redis_log_is_bounded_and_keeps_its_privacy_setting(redis_server: RedisServer, privacy: str) -> None:
     store = RedisUsageStore(redis_server.url, prefix=f"t-{privacy}:")

@@ -178,7 +178,9 @@ class GatewayUsage:
             else:  # the file store merges what it holds with this log, so nothing of another worker's is lost
                 self.store.save(self.recorder.log)
         except (OSError, UsageError) as exc:
-            logger.warning("could not save the usage log: %s", exc)
+            with self._lock:  # kept for the next save (Redis may be back by then): recorded once, never dropped
+                self._unsaved = unsaved + self._unsaved
+            logger.warning("could not save the usage log (its new entries are kept for the next save): %s", exc)
 
 
 def _save_at_exit(ref: weakref.ReferenceType[GatewayUsage]) -> None:
