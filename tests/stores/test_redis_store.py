@@ -302,7 +302,10 @@ def test_a_key_prefix_separates_deployments(redis_server: RedisServer, index: To
         (b"[1, 2]", "expected a JSON object"),
         (b'{"schema": 99, "id": "bad"}', f"state schema 99 is not the one this toolsearch reads ({SCHEMA_VERSION})"),
         (b'{"schema": 1, "id": "bad", "discovered": "calculator"}', "field 'discovered' must be a list"),
-        (b'{"schema": 1, "id": "other"}', "holds session 'other', not 'bad'"),
+        (b'{"schema": 1, "id": "other", "version": 0}', "holds session 'other', not 'bad'"),
+        # Before: read as version 0, then every update "conflicted" (1,000 round trips, then a false message)
+        (b'{"schema": 1, "id": "bad", "version": "0"}', "field 'version' must be an int, got str"),
+        (b'{"schema": 1, "id": "bad"}', "field 'version' is missing"),
     ],
 )
 def test_an_unreadable_state_is_a_clear_error_never_a_silent_fresh_session(

@@ -148,7 +148,12 @@ def test_the_json_form_carries_a_schema_version_and_round_trips() -> None:
         ('{"schema": 1}', "field 'id' is missing"),
         ('{"schema": 1, "id": "x", "allowed": "calc"}', "field 'allowed' must be a list of tool names"),
         ('{"schema": 1, "id": "x", "last_used": {"a": "1"}}', "field 'last_used' must map tool names to integers"),
-        ('{"schema": 1, "id": "x", "tick": [1]}', "int() argument must be"),
+        ('{"schema": 1, "id": "x", "version": 0, "tick": [1]}', "field 'tick' must be an int, got list"),
+        # a store's compare-and-set matches the version as written: without one, every update would be a "conflict"
+        ('{"schema": 1, "id": "x"}', "field 'version' is missing"),
+        ('{"schema": 1, "id": "x", "version": "0"}', "field 'version' must be an int, got str"),
+        ('{"schema": 1, "id": "x", "version": true}', "field 'version' must be an int, got bool"),
+        ('{"schema": 1, "id": "x", "version": 0, "created_at": "today"}', "field 'created_at' must be a number"),
     ],
 )
 def test_an_unreadable_state_is_a_clear_error(text: str, problem: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import UnionType
 from typing import Any, Protocol, runtime_checkable
 
 from .._errors import SessionStateError, SessionStoreError
@@ -98,25 +99,35 @@ class SessionState:
                 pinned=tuple(_names(data.get("pinned") or [], "pinned")),
                 discovered=_names(data.get("discovered") or [], "discovered"),
                 last_used=dict(used),
-                tick=int(data.get("tick", 0)),
-                created_at=float(data.get("created_at", 0.0)),
+                tick=_integer(data, "tick", 0),
+                created_at=float(_typed(data, "created_at", int | float, 0.0)),
                 metadata=dict(_typed(data, "metadata", dict, {})),
-                version=int(data.get("version", 0)),
+                # Required: a store's compare-and-set matches it as written (Redis: in Lua), so a missing or
+                # mistyped version would make every update look like a conflict with another worker.
+                version=_integer(data, "version"),
             )
         except TypeError as exc:
             raise SessionStateError(str(exc)) from None
         return state
 
 
-def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any = ...) -> Any:
+def _typed(data: Mapping[str, Any], key: str, kind: type | UnionType, default: Any = ...) -> Any:
     if key not in data or data[key] is None:
         if default is ...:
             raise SessionStateError(f"field {key!r} is missing")
         return default
     value = data[key]
     if not isinstance(value, kind):
-        raise SessionStateError(f"field {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        what = {"int": "an int", "str": "a string", "dict": "an object"}.get(getattr(kind, "__name__", ""), "a number")
+        raise SessionStateError(f"field {key!r} must be {what}, got {type(value).__name__}")
     return value
+
+
+def _integer(data: Mapping[str, Any], key: str, default: Any = ...) -> int:
+    value = _typed(data, key, int, default)
+    if isinstance(value, bool):
+        raise SessionStateError(f"field {key!r} must be an int, got bool")  # (bool is an int to isinstance)
+    return int(value)
 
 
 def _names(value: Any, key: str) -> list[str]:
