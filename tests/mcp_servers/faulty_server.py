@@ -14,8 +14,8 @@ Tools:
 - ``garbage()``: answers with a result that is not a tool result (``content`` is not a list).
 - ``badbytes()``: answers with a line holding bytes that are not UTF-8 (``\\xff\\xfe`` inside the text).
 - ``badjson()``: answers with a line that is not JSON (a result cut off in the middle).
-- ``bigerror(bytes, code)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that many
-  bytes.
+- ``bigerror(bytes, code, text)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that
+  many bytes, or ``text`` when given.
 - ``unpaired()``: answers with a text holding a lone surrogate escape (``\\ud800``): valid JSON, not text.
 - ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
   ``notifications/tools/list_changed`` (a "rug pull").
@@ -70,7 +70,7 @@ TOOLS: dict[str, dict[str, Any]] = {
         _tool(
             "bigerror",
             "Answer with an error message of the given number of bytes.",
-            {"bytes": {"type": "integer"}, "code": {"type": "integer"}},
+            {"bytes": {"type": "integer"}, "code": {"type": "integer"}, "text": {"type": "string"}},
         ),
         _tool("unpaired", "Answer with a text holding an unpaired UTF-16 escape."),
         _tool(
@@ -157,7 +157,7 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         head = json.dumps({"jsonrpc": "2.0", "id": request_id}, separators=(",", ":"))[:-1].encode()
         send_raw(head + b',"result":{"content":[{"type":"text","text":"cut off\n')
     elif name == "bigerror":
-        message = "e" * int(args.get("bytes", 5_000_000))
+        message = args.get("text") or "e" * int(args.get("bytes", 5_000_000))
         code = int(args.get("code", -32000))
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
     elif name == "unpaired":

@@ -28,6 +28,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 from pydantic import ValidationError
 
 from .._errors import InvalidToolError, UpstreamError
+from .._untrusted import clean_text
 from ..catalog import Catalog
 from ..stores.redis import redacted_url
 from ..tools import Tool, provider_safe_name
@@ -282,15 +283,24 @@ def _result_bytes(result: types.CallToolResult, limit: int) -> int:
 
 
 def _cut(text: str, limit: int) -> str:
-    """`text`, or its first `limit` characters and how many more there were."""
+    """A server's message fit for a model and a log line (`_plain`): all of it, or its first `limit` characters and
+    how many more there were."""
+    text = _plain(text)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit:,} characters of the server's message left out)"
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc) or type(exc).__name__
+    text = _plain(str(exc)) or type(exc).__name__  # an error's text may quote what the server sent
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _plain(text: str) -> str:
+    """Text a server sent, on one line and without what a reader cannot see: terminal escapes, bidirectional
+    overrides and tag characters hide instructions from a person reading the log while the model reads them, and
+    a line end would let the server write log lines of its own."""
+    return " ".join(clean_text(text).split())
 
 
 _HIGH = r"\\u[dD][89abAB][0-9a-fA-F]{2}"
