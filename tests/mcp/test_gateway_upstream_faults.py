@@ -48,6 +48,9 @@ async def still_serves(client: GatewayClient, pid: str) -> None:
     [
         ("badbytes", "with a line that is not valid UTF-8"),
         ("badjson", "with a line that is not JSON"),
+        # Before: the gateway's own reading of the line failed (RecursionError): the connection was dropped and a
+        # healthy server restarted, failing every other call in flight to it.
+        ("deep", "with a line that nests deeper than the MCP client reads"),
     ],
 )
 async def test_an_unreadable_answer_fails_its_call_and_the_server_goes_on(

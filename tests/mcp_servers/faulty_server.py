@@ -16,6 +16,7 @@ Tools:
 - ``badjson()``: answers with a line that is not JSON (a result cut off in the middle).
 - ``bigerror(bytes, code, text)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that
   many bytes, or ``text`` when given.
+- ``deep()``: answers with a result whose structured content nests 5,000 arrays (valid JSON, 10 kB).
 - ``unpaired()``: answers with a text holding a lone surrogate escape (``\\ud800``): valid JSON, not text.
 - ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
   ``notifications/tools/list_changed`` (a "rug pull").
@@ -73,6 +74,7 @@ TOOLS: dict[str, dict[str, Any]] = {
             {"bytes": {"type": "integer"}, "code": {"type": "integer"}, "text": {"type": "string"}},
         ),
         _tool("unpaired", "Answer with a text holding an unpaired UTF-16 escape."),
+        _tool("deep", "Answer with a result nested 5,000 levels deep."),
         _tool(
             "mutate",
             "Change the description or input schema of one of this server's tools.",
@@ -160,6 +162,10 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         message = args.get("text") or "e" * int(args.get("bytes", 5_000_000))
         code = int(args.get("code", -32000))
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+    elif name == "deep":
+        nested = "[" * 5_000 + "]" * 5_000
+        answer = '{"content": [{"type": "text", "text": "deep"}], "structuredContent": {"a": ' + nested + "}}"
+        send_raw(f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, "result": {answer}}}\n'.encode())
     elif name == "unpaired":
         send_raw(
             json.dumps(

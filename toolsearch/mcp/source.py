@@ -401,7 +401,7 @@ def _answer_id(raw: str) -> int | str | None:
     """
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: valid JSON, read as a broken line
         for found in _ANSWER_ID.finditer(raw):
             before = _JSON_STRING.sub("", raw[: found.start()])
             if '"' not in before and before.count("{") + before.count("[") - before.count("}") - before.count("]") == 1:
@@ -427,7 +427,11 @@ def _screened(error: Exception) -> tuple[str, str] | None:
     text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if text != raw:
         return text, "is not valid UTF-8"
-    return text, "is not JSON" if problems[0].get("type") == "json_invalid" else "is not a JSON-RPC message"
+    if problems[0].get("type") != "json_invalid":
+        return text, "is not a JSON-RPC message"
+    if "recursion limit" in str(problems[0].get("msg", "")):
+        return text, "nests deeper than the MCP client reads (about 200 levels)"
+    return text, "is not JSON"
 
 
 def _excerpt(text: str, limit: int = 120) -> str:
