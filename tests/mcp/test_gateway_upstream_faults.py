@@ -93,6 +93,17 @@ async def test_an_error_message_reaches_the_model_on_one_line_without_hidden_tex
     assert message == f"MCP server 'faulty' rejected the call to 'bigerror': {said}"
 
 
+async def test_a_result_is_relayed_without_running_the_servers_own_patterns(gateway: GatewayProcess) -> None:
+    # Before: the SDK checked the result against the tool's output schema on the gateway's event loop, and the
+    # server's pattern backtracked there (here about a second; 31 characters took 83 s and froze every client).
+    # The client checks what it is relayed against the same schema, as it would with the server itself.
+    async with connect(gateway.url or "") as client:
+        _, pid = await call(client, "pid")
+        failed, message = await call(client, "patterned")
+        assert (failed, message) == (False, "patterned")
+        await still_serves(client, pid)
+
+
 async def test_a_repaired_result_logs_one_line_not_a_traceback(gateway: GatewayProcess) -> None:
     async with connect(gateway.url or "") as client:
         failed, message = await call(client, "unpaired")

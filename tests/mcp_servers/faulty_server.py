@@ -17,6 +17,8 @@ Tools:
 - ``bigerror(bytes, code, text)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that
   many bytes, or ``text`` when given.
 - ``deep()``: answers with a result whose structured content nests 5,000 arrays (valid JSON, 10 kB).
+- ``patterned()``: answers with structured content that its output schema's pattern, ``^(a+)+$``, backtracks on
+  (catastrophically: each more character doubles the time; 20 take about a second).
 - ``unpaired()``: answers with a text holding a lone surrogate escape (``\\ud800``): valid JSON, not text.
 - ``mutate(tool, description?, schema?)``: changes a tool's definition and sends
   ``notifications/tools/list_changed`` (a "rug pull").
@@ -75,6 +77,7 @@ TOOLS: dict[str, dict[str, Any]] = {
         ),
         _tool("unpaired", "Answer with a text holding an unpaired UTF-16 escape."),
         _tool("deep", "Answer with a result nested 5,000 levels deep."),
+        _tool("patterned", "Answer with structured content its output schema's pattern backtracks on."),
         _tool(
             "mutate",
             "Change the description or input schema of one of this server's tools.",
@@ -84,6 +87,7 @@ TOOLS: dict[str, dict[str, Any]] = {
 }
 TOOLS["mutate"]["inputSchema"]["required"] = ["tool"]
 TOOLS["bigerror"]["inputSchema"]["required"] = ["bytes"]
+TOOLS["patterned"]["outputSchema"] = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
 
 MALFORMED: list[Any] = [
     {"name": "schema_is_a_string", "description": "A tool whose input schema is a string.", "inputSchema": "object"},
@@ -166,6 +170,9 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         nested = "[" * 5_000 + "]" * 5_000
         answer = '{"content": [{"type": "text", "text": "deep"}], "structuredContent": {"a": ' + nested + "}}"
         send_raw(f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, "result": {answer}}}\n'.encode())
+    elif name == "patterned":
+        content = [{"type": "text", "text": "patterned"}]
+        result(request_id, {"content": content, "structuredContent": {"s": "a" * 20 + "!"}})
     elif name == "unpaired":
         send_raw(
             json.dumps(

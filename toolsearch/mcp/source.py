@@ -393,6 +393,19 @@ class _UpstreamCode:
     data: Any
 
 
+class _RelaySession(ClientSession):
+    """The SDK's client session, less its check of a result against the tool's output schema.
+
+    A gateway relays results to a client that was given the same output schema and checks them
+    itself. The SDK's check runs the server's own `pattern` regexes on the event loop, where `re`
+    holds the interpreter until it is done: one server whose pattern backtracks catastrophically
+    (`^(a+)+$` against 31 characters: 83 s) froze every client of every server.
+    """
+
+    async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        return None
+
+
 def _answer_id(raw: str) -> int | str | None:
     """The request id an unreadable line answers, when one can be found; None for a request, a notification or noise.
 
@@ -711,7 +724,7 @@ class UpstreamServer:
     async def _open(self, stack: AsyncExitStack) -> ClientSession:
         read, write = await stack.enter_async_context(self._transport())
         return await stack.enter_async_context(
-            ClientSession(
+            _RelaySession(
                 read,
                 write,
                 message_handler=self._on_message,
@@ -1219,7 +1232,7 @@ class UpstreamServer:
                 f"MCP server {self.name!r}: calling {tool!r} failed: it answered with a malformed result "
                 f"({where}: {first['msg']}). The tool may have run, but its result cannot be read; use another tool."
             )
-        except Exception as exc:  # e.g. a result that fails its own output schema
+        except Exception as exc:  # an answer the SDK refuses otherwise
             return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_short(_leaf(exc))}")
         limit = self.config.max_result_bytes or max_result_bytes or DEFAULT_MAX_RESULT_BYTES
         size = _result_bytes(result, limit)
