@@ -455,7 +455,10 @@ def provider_safe_name(name: str) -> str:
         return name
     base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "tool"
     digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]  # any name a model sends
-    return f"{base[:55]}_{digest}"
+    return f"{base[:SAFE_NAME_KEPT]}_{digest}"
+
+
+SAFE_NAME_KEPT = 55  # how much of a name provider_safe_name rewrites it keeps, before its digest
 
 
 class NameMap:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +352,24 @@ def test_collect_tools_is_a_one_shot_snapshot(tmp_path: Path) -> None:
     collected = collect_tools(path)
     assert [t.name for t in collected.tools] == ["time__get_current_time", "time__convert_time"]
     assert list(collected.failures) == ["gone"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("a", "a__b"),  # 'a' listing 'b__c' and 'a__b' listing 'c' both give 'a__b__c'
+        ("a", "a."),  # one prefix: '.' is read as '_', and '_' at either end is dropped
+        ("x" * 55 + "1", "x" * 55 + "2"),  # long names keep 55 characters before a 32-bit digest a server can match
+    ],
+)
+def test_servers_whose_tools_names_could_coincide_are_refused(first: str, second: str) -> None:
+    # Before: a re-listing of the first server took the second one's tool name, and its calls.
+    servers = {"mcpServers": {first: toy(), second: toy()}}
+    with pytest.raises(MCPConfigError, match=rf"servers '{first}' and '{re.escape(second)}': their tools' names could"):
+        MCPToolSource(servers)
+
+
+def test_servers_whose_names_only_look_alike_are_accepted() -> None:
+    names = ["ab", "abc", "a_b", "a-b", "a_b_c", "b__a"]
+    source = MCPToolSource({"mcpServers": {name: toy() for name in names}})
+    assert list(source.servers) == names

@@ -27,11 +27,11 @@ from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, UNSUPP
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from .._errors import InvalidToolError, UpstreamError
+from .._errors import InvalidToolError, MCPConfigError, UpstreamError
 from .._untrusted import clean_text
 from ..catalog import Catalog
 from ..stores.redis import redacted_url
-from ..tools import Tool, provider_safe_name
+from ..tools import SAFE_NAME_KEPT, Tool, provider_safe_name
 from .config import DEFAULT_MAX_RESULT_BYTES, MCPConfig, ServerConfig, load_config, parse_config
 
 __all__ = [
@@ -107,8 +107,33 @@ def restart_delay(attempt: int, *, rng: random.Random | None = None) -> float:
 
 def namespaced_name(server: str, tool: str, *, separator: str = SEPARATOR) -> str:
     """The name a tool gets in the combined catalog: `<server><separator><tool>`, provider-safe."""
-    prefix = _UNSAFE.sub("_", server).strip("_") or "server"
-    return provider_safe_name(f"{prefix}{separator}{tool}")
+    return provider_safe_name(f"{_prefix(server)}{separator}{tool}")
+
+
+def _prefix(server: str) -> str:
+    return _UNSAFE.sub("_", server).strip("_") or "server"
+
+
+def check_namespaces(servers: Iterable[str], separator: str = SEPARATOR) -> None:
+    """Refuse two servers whose tools' names could coincide, so that no server can take another's tool.
+
+    Server `a` listing `b__c` and server `a__b` listing `c` both give `a__b__c`; so do `a` and `a.`
+    (one prefix), and names that agree in the part of a long name `provider_safe_name` keeps before
+    its 32-bit digest, which a server can search for. Routing by first server would send the other's
+    calls to whichever server listed the name first, so the config is refused instead.
+    """
+    seen: dict[str, str] = {}
+    for server in servers:
+        mine = f"{_prefix(server)}{separator}"[:SAFE_NAME_KEPT]
+        for other, theirs in seen.items():
+            if mine.startswith(theirs) or theirs.startswith(mine):
+                raise MCPConfigError(
+                    f"servers {other!r} and {server!r}: their tools' names could coincide (each is the server's "
+                    f"name, '_' for '.', then {separator!r} and the tool's name, so {theirs!r}... and {mine!r}... "
+                    "overlap), and one server could take the other's tool by listing such a name. Rename one so "
+                    f"that neither name starts with the other followed by {separator!r}"
+                )
+        seen[server] = mine
 
 
 def tool_from_mcp(definition: Any, server: str, *, separator: str = SEPARATOR) -> Tool:
@@ -1318,6 +1343,7 @@ class MCPToolSource:
             config = load_config(config)
         elif not isinstance(config, MCPConfig):
             config = parse_config(config)
+        check_namespaces((server.name for server in config.servers), separator)
         self.config = config
         self.separator = separator
         self.max_result_bytes = max_result_bytes
