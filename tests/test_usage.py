@@ -146,6 +146,12 @@ def test_the_file_store_writes_atomically_and_leaves_no_temporary_files(tmp_path
          "format 99"),
         ('{"format": "toolsearch-usage-store", "logs": {"cat": {"format": "toolsearch-usage", "version": 1, '
          '"salt": "s", "entries": [{"terms": "oops"}]}}}', "entry 0: not a usage entry"),
+        # Before: a bare RecursionError, and errors that named neither the file nor what to do
+        ("[" * 100_000 + "]" * 100_000, "is not a readable usage log .*maximum recursion depth"),
+        ('{"format": "toolsearch-usage-store", "logs": {"cat": {"format": "toolsearch-usage", "version": 1, '
+         '"salt": "s", "max_entries": 0, "entries": []}}}', r"max_entries must be a positive integer, got 0; clear"),
+        ('{"format": "toolsearch-usage-store", "logs": {"cat": {"format": "toolsearch-usage", "version": 1, '
+         '"salt": "s", "privacy": "secret", "entries": []}}}', r"privacy must be one of .*got 'secret'; clear"),
     ],
 )
 def test_a_corrupt_file_is_a_clear_error_and_is_not_overwritten(tmp_path: Path, content: str, message: str) -> None:
@@ -155,7 +161,7 @@ def test_a_corrupt_file_is_a_clear_error_and_is_not_overwritten(tmp_path: Path, 
     with pytest.raises(UsageError, match=message) as info:
         store.load("cat")
     assert str(path) in str(info.value)
-    if "entry 0" not in message and "format 99" not in message:  # an unreadable file is never overwritten
+    if "clear" not in message and "entry 0" not in message and "format 99" not in message:  # never overwritten
         with pytest.raises(UsageError, match=message):
             store.save(UsageLog("cat"))
     assert path.read_text() == content
@@ -226,7 +232,33 @@ def test_the_cli_shows_exports_imports_and_clears_a_log(
 
     (tmp_path / "bad.json").write_text("[]")
     assert cli_main(["usage", "import", str(folder), str(tmp_path / "bad.json")]) == 1
-    assert "is not a toolsearch usage log" in capsys.readouterr().err
+    assert "is not a toolsearch usage export; export one with `toolsearch usage export`" in capsys.readouterr().err
+    # Before: a usage file (what a gateway writes) was "not a toolsearch usage log; clear it with `usage clear`",
+    # which would have cleared the index's own log and fixed nothing
+    gateway_file = tmp_path / "gateway.usage.json"
+    FileUsageStore(gateway_file).save(log)
+    assert cli_main(["usage", "import", str(folder), str(gateway_file)]) == 1
+    said = capsys.readouterr().err
+    assert f"{gateway_file} is a usage file" in said and f"--usage {gateway_file}" in said and "clear" not in said
+
+
+def test_a_query_with_a_lone_surrogate_is_kept_repaired_and_the_log_saves(tmp_path: Path) -> None:
+    # Before: the entry made every later save of the file fail (UnicodeEncodeError), losing what came after it;
+    # under privacy "hashed" the add itself raised it.
+    broken = json.loads('"weather in \\ud800 paris"')  # what JSON gives for a client's escaped lone surrogate
+    store = FileUsageStore(tmp_path / "idx.usage.json")
+    for privacy in ("raw", "hashed"):
+        log = UsageLog(f"cat-{privacy}", privacy=privacy)  # type: ignore[arg-type]
+        entry = log.add(broken, "get_weather", ["get_weather"])
+        assert entry is not None and (entry.query == "weather in \ufffd paris") is (privacy == "raw")
+        store.save(log)
+        log.add("send an email", "send_email", ["send_email"])
+        store.save(log)
+        assert len(store.load(f"cat-{privacy}") or []) == 2
+    exported = UsageLog("cat", privacy="raw").to_dict()
+    exported["entries"] = [{"terms": ["weather"], "called": "get_weather", "shown": [], "query": broken, "at": 1.0}]
+    (entry,) = UsageLog.from_dict(exported, "export.json").entries()
+    assert entry.query == "weather in \ufffd paris"
 
 
 def test_a_long_query_keeps_its_first_words_in_order_up_to_the_limit() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._errors import UsageError as UsageError  # defined in the error tree; importable here as before
+from ._untrusted import repair_surrogates
 from .text import WORD_CHUNKS, split_identifier
 
 __all__ = [
@@ -112,7 +113,18 @@ class UsageEntry:
             ok = False
         if not ok:
             raise UsageError(f"{where}: not a usage entry (needs terms, called, shown); clear or re-export the log")
-        return cls(tuple(terms), called, tuple(shown), query, float(at))
+        # A lone surrogate (JSON can escape one, UTF-8 cannot encode it) would make the log unsavable: repaired.
+        fix = repair_surrogates
+        return cls(tuple(map(fix, terms)), fix(called), tuple(map(fix, shown)), query and fix(query), float(at))
+
+
+def settings_problem(max_entries: Any, privacy: Any) -> str | None:
+    """What is wrong with a log's settings, or None."""
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+        return f"max_entries must be a positive integer, got {max_entries!r}"
+    if privacy not in PRIVACY_SETTINGS:
+        return f"privacy must be one of {', '.join(PRIVACY_SETTINGS)}, got {privacy!r}"
+    return None
 
 
 class UsageLog:
@@ -130,10 +142,9 @@ class UsageLog:
         salt: str | None = None,
         entries: Iterable[UsageEntry] = (),
     ) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise UsageError(f"max_entries must be a positive integer, got {max_entries!r}")
-        if privacy not in PRIVACY_SETTINGS:
-            raise UsageError(f"privacy must be one of {', '.join(PRIVACY_SETTINGS)}, got {privacy!r}")
+        problem = settings_problem(max_entries, privacy)
+        if problem is not None:
+            raise UsageError(problem)
         self.catalog = catalog
         self.max_entries = max_entries
         self.privacy: Privacy = privacy
@@ -165,6 +176,7 @@ class UsageLog:
 
     def add(self, query: str, called: str, shown: Sequence[str] = (), *, at: float | None = None) -> UsageEntry | None:
         """Record that `query` led to a successful call of `called`; None when the query has no words."""
+        query = repair_surrogates(query)  # else the log could never be written again (nor hashed, at all)
         terms = self.terms(query)
         if not terms:
             return None
@@ -214,11 +226,15 @@ class UsageLog:
         rows = data.get("entries")
         if not isinstance(rows, list):
             raise UsageError(f"{where} has no entries list; clear it with `toolsearch usage clear`")
+        max_entries, privacy = data.get("max_entries", DEFAULT_MAX_ENTRIES), data.get("privacy", "hashed")
+        problem = settings_problem(max_entries, privacy)
+        if problem is not None:
+            raise UsageError(f"{where}: {problem}; clear it with `toolsearch usage clear`")
         try:
             return cls(
                 str(data.get("catalog", "")),
-                max_entries=int(data.get("max_entries", DEFAULT_MAX_ENTRIES)),
-                privacy=data.get("privacy", "hashed"),
+                max_entries=max_entries,
+                privacy=privacy,
                 salt=str(data["salt"]),
                 entries=[UsageEntry.from_dict(row, f"{where}, entry {i}") for i, row in enumerate(rows)],
             )
@@ -352,7 +368,7 @@ class FileUsageStore:
             return {}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # (nested too deep)
             raise UsageError(
                 f"{self.path} is not a readable usage log ({exc}); delete it or run `toolsearch usage clear`"
             ) from None

@@ -136,10 +136,20 @@ def read_export(path: str) -> UsageLog:
     try:
         text = source.read() if source else Path(path).read_text(encoding="utf-8")
         data = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise UsageError(
             f"{path} is not a readable usage export ({exc}); export one with `toolsearch usage export`"
         ) from None
+    from .usage import FORMAT
+
+    if isinstance(data, dict) and data.get("format") == FORMAT + "-store":  # not the index's log: nothing to clear
+        raise UsageError(
+            f"{path} is a usage file (what `mcp serve --usage-log` writes, one log per catalog), not an export: "
+            f"`toolsearch tune INDEX --usage {path}` learns from it as it is; `usage import` takes what "
+            "`toolsearch usage export INDEX` writes"
+        )
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"{path} is not a toolsearch usage export; export one with `toolsearch usage export`")
     return UsageLog.from_dict(data, path)
 
 

@@ -149,6 +149,7 @@ def test_the_json_form_carries_a_schema_version_and_round_trips() -> None:
         ('{"schema": 1, "id": "x", "allowed": "calc"}', "field 'allowed' must be a list of tool names"),
         ('{"schema": 1, "id": "x", "last_used": {"a": "1"}}', "field 'last_used' must map tool names to integers"),
         ('{"schema": 1, "id": "x", "version": 0, "tick": [1]}', "field 'tick' must be an int, got list"),
+        ("[" * 100_000 + "]" * 100_000, "maximum recursion depth exceeded"),  # before: a bare RecursionError
         # a store's compare-and-set matches the version as written: without one, every update would be a "conflict"
         ('{"schema": 1, "id": "x"}', "field 'version' is missing"),
         ('{"schema": 1, "id": "x", "version": "0"}', "field 'version' must be an int, got str"),

@@ -110,6 +110,22 @@ def test_entries_a_failed_append_could_not_save_are_saved_by_the_next(redis_serv
     feed.enabled = False
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [("max_entries", "0", "max_entries must be a positive integer, got 0"),
+     ("privacy", "secret", "privacy must be one of hashed, tokens, raw, got 'secret'")],
+)
+def test_a_stored_log_with_bad_settings_names_itself(
+    redis_server: RedisServer, field: str, value: str, said: str
+) -> None:
+    # Before: the bare setting's error, naming neither the log nor what to do
+    store = RedisUsageStore(redis_server.url, prefix="bad:")
+    store.open_log(CATALOG)
+    redis_server.client().hset(f"bad:usage:{CATALOG}:meta", field, value)
+    with pytest.raises(UsageError, match=rf"usage log {CATALOG[:12]} in redis://.*is unreadable \({said}\); clear it"):
+        store.load(CATALOG)
+
+
 @pytest.mark.parametrize("privacy", ["hashed", "tokens", "raw"])
 def test_the_redis_log_is_bounded_and_keeps_its_privacy_setting(redis_server: RedisServer, privacy: str) -> None:
     store = RedisUsageStore(redis_server.url, prefix=f"t-{privacy}:")

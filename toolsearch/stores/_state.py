@@ -145,7 +145,7 @@ def decode_state(raw: str | bytes, where: str) -> SessionState:
     """The state in stored JSON text; SessionStoreError naming `where` when it is not one."""
     try:
         return SessionState.from_dict(json.loads(raw))
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise unreadable_state(where, exc) from None
 
 

@@ -206,7 +206,7 @@ class RedisSessionStore:
             state = SessionState.from_dict(data)
             if ref is not None:
                 state.allowed = self._subset(ref, where)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise unreadable_state(where, exc) from None
         if state.id != session_id:
             raise SessionStoreError(

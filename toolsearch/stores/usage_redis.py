@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from .._errors import missing_dependency
 from .._redact import redacted_url
-from ..usage import Privacy, UsageEntry, UsageError, UsageLog
+from ..usage import Privacy, UsageEntry, UsageError, UsageLog, settings_problem
 from .redis import REDIS_SCHEMES
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
@@ -109,10 +109,14 @@ class RedisUsageStore:
         where = f"usage log {catalog[:12]} in {self.url}"
         try:
             fields = {k.decode(): v.decode() for k, v in meta.items()}
+            max_entries, privacy = int(fields["max_entries"]), fields["privacy"]
+            problem = settings_problem(max_entries, privacy)
+            if problem is not None:
+                raise ValueError(problem)
             entries = [UsageEntry.from_dict(json.loads(row), f"{where}, entry {i}") for i, row in enumerate(rows)]
-            return UsageLog(catalog, max_entries=int(fields["max_entries"]), privacy=fields["privacy"],  # type: ignore[arg-type]
+            return UsageLog(catalog, max_entries=max_entries, privacy=privacy,  # type: ignore[arg-type]
                             salt=fields["salt"], entries=entries)
-        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        except (KeyError, ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise UsageError(f"{where} is unreadable ({exc}); clear it with `toolsearch usage clear`") from None
 
     def open_log(self, catalog: str, *, privacy: Privacy = "hashed") -> UsageLog:
