@@ -488,3 +488,20 @@ def test_executor_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="undiscovered"):
         ExecutorConfig(undiscovered="run")  # type: ignore[arg-type]
     assert ExecutorConfig(return_direct={"a"}).return_direct == frozenset({"a"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda m: m.create("user-\ud800"), r"session id 'user-\\ud800' holds a lone surrogate"),
+        (lambda m: m.create("u1", metadata={"since": object()}), "session metadata must be plain JSON"),
+        (lambda m: m.create("u1", metadata={"name": "x\udc80"}), "session metadata must be plain JSON.*surrogate"),
+        (lambda m: m.create("u1", metadata={"score": float("nan")}), "session metadata must be plain JSON"),
+    ],
+)
+def test_what_no_store_can_keep_is_refused_at_create_on_every_store(index: ToolIndex, call: Any, said: str) -> None:
+    # Before: accepted by the in-memory store, and a bare UnicodeEncodeError or TypeError from a shared one
+    for store in (InMemorySessionStore(), InMemorySessionStore(serialize=True)):
+        manager = SessionManager(index, store=store)
+        with pytest.raises(SessionError, match=said):
+            call(manager)

@@ -9,6 +9,7 @@ refusals) live in `toolsearch.executor`, above this module.
 from __future__ import annotations
 
 import importlib
+import json
 import threading
 import time
 import warnings
@@ -52,6 +53,21 @@ _Change = Callable[[SessionState], Any]
 # --- manager ---------------------------------------------------------------------------------
 
 _MAX_INTERNED = 1024
+
+
+def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A session's metadata, checked to be what every store can keep: JSON, UTF-8 text."""
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise wrong_type("metadata", metadata, "a mapping of JSON values (or None)")
+    out = dict(metadata or {})
+    try:
+        json.dumps(out, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
+        raise SessionError(
+            f"session metadata must be plain JSON (string keys; strings, numbers, booleans, null, lists and objects; "
+            f"no lone surrogates), as a shared store keeps it: {exc}"
+        ) from None
+    return out
 
 
 class SessionManager:
@@ -139,6 +155,13 @@ class SessionManager:
             )
         if not isinstance(session_id, str):
             raise SessionRequiredError(f"session id must be a string, got {type(session_id).__name__}")
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:  # a store keys sessions by their id: a shared one (Redis) cannot write this one
+            raise SessionError(
+                f"session id {session_id!r} holds a lone surrogate (U+D800-U+DFFF), which UTF-8 cannot encode; "
+                "pass the id as text"
+            ) from None
         return session_id
 
     def _check_names(self, names: Collection[str], what: str, allowed: frozenset[str] | None) -> tuple[str, ...]:
@@ -181,7 +204,7 @@ class SessionManager:
             allowed=allowed_set,
             pinned=self._check_names(pinned, "pinned", allowed_set),
             created_at=time.time(),
-            metadata=dict(metadata or {}),
+            metadata=_plain_metadata(metadata),
         )
         if not self._store.create(state):
             raise SessionError(f"session {session_id!r} already exists; use get() or get_or_create()")
