@@ -60,6 +60,9 @@ def test_tool_is_immutable_and_copies_its_schema() -> None:
         ({"name": "t", "input_schema": {"properties": {}, "required": "a"}}, "'required'"),
         ({"name": "t", "input_schema": {"properties": {"a": {"default": {1, 2}}}}}, "not JSON-serialisable"),
         ({"name": "t", "metadata": {"f": object()}}, "'metadata'"),
+        # before: any size (one 3.9 MB schema broke a gateway's clients at the protocol level)
+        ({"name": "t", "input_schema": {"properties": {"a": {"description": "x" * 256_000}}}},
+         "input schema is 256,042 characters of JSON; the limit is 256,000"),
     ],
 )
 def test_invalid_tools(kwargs: dict[str, Any], message: str) -> None:

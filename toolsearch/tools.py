@@ -17,6 +17,10 @@ from ._untrusted import Walk, clean_text, quoted
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
+# An input schema's JSON. The largest of 6,000 real tools' here is 4,969 characters (BFCL). A client takes in a
+# tool's schema whole, in one message: the MCP SDK's HTTP client reads at most 1 MiB per event, and one 3.9 MB
+# schema made a gateway's tool_search and tools/list fail at the protocol level for that client's session.
+MAX_SCHEMA_CHARS = 256_000
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
@@ -247,11 +251,16 @@ def _validated_schema(walk: Walk, schema: Any) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise InvalidToolError(f"{where}: input schema must be a JSON object, got {type(schema).__name__}")
     try:
-        copy: dict[str, Any] = json.loads(json.dumps(schema))
+        text = json.dumps(schema)
+        copy: dict[str, Any] = json.loads(text) if len(text) <= MAX_SCHEMA_CHARS else {}
     except (TypeError, ValueError) as exc:
         raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
     except RecursionError:
         raise InvalidToolError(f"{where}: input schema is nested too deeply") from None
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise InvalidToolError(
+            f"{where}: input schema is {len(text):,} characters of JSON; the limit is {MAX_SCHEMA_CHARS:,}"
+        )
     copy = walk.schema(("input_schema",), copy)
     kind = copy.setdefault("type", "object")
     if kind != "object":
