@@ -51,6 +51,7 @@ async def still_serves(client: GatewayClient, pid: str) -> None:
         # Before: the gateway's own reading of the line failed (RecursionError): the connection was dropped and a
         # healthy server restarted, failing every other call in flight to it.
         ("deep", "with a line that nests deeper than the MCP client reads"),
+        ("bignumber", "with a line that holds a number too long for the MCP client to read"),
     ],
 )
 async def test_an_unreadable_answer_fails_its_call_and_the_server_goes_on(

@@ -17,6 +17,7 @@ Tools:
 - ``bigerror(bytes, code, text)``: answers with a JSON-RPC error (code -32000 unless given) whose message is that
   many bytes, or ``text`` when given.
 - ``deep()``: answers with a result whose structured content nests 5,000 arrays (valid JSON, 10 kB).
+- ``bignumber()``: answers with a result holding a 5,000-digit integer (valid JSON).
 - ``patterned()``: answers with structured content that its output schema's pattern, ``^(a+)+$``, backtracks on
   (catastrophically: each more character doubles the time; 20 take about a second).
 - ``unpaired()``: answers with a text holding a lone surrogate escape (``\\ud800``): valid JSON, not text.
@@ -77,6 +78,7 @@ TOOLS: dict[str, dict[str, Any]] = {
         ),
         _tool("unpaired", "Answer with a text holding an unpaired UTF-16 escape."),
         _tool("deep", "Answer with a result nested 5,000 levels deep."),
+        _tool("bignumber", "Answer with a result holding a 5,000-digit integer."),
         _tool("patterned", "Answer with structured content its output schema's pattern backtracks on."),
         _tool(
             "mutate",
@@ -166,8 +168,8 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         message = args.get("text") or "e" * int(args.get("bytes", 5_000_000))
         code = int(args.get("code", -32000))
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
-    elif name == "deep":
-        nested = "[" * 5_000 + "]" * 5_000
+    elif name in ("deep", "bignumber"):
+        nested = "[" * 5_000 + "]" * 5_000 if name == "deep" else "1" * 5_000
         answer = '{"content": [{"type": "text", "text": "deep"}], "structuredContent": {"a": ' + nested + "}}"
         send_raw(f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, "result": {answer}}}\n'.encode())
     elif name == "patterned":

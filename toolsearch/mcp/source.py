@@ -467,8 +467,11 @@ def _screened(error: Exception) -> tuple[str, str] | None:
         return text, "is not valid UTF-8"
     if problems[0].get("type") != "json_invalid":
         return text, "is not a JSON-RPC message"
-    if "recursion limit" in str(problems[0].get("msg", "")):
+    said = str(problems[0].get("msg", ""))
+    if "recursion limit" in said:
         return text, "nests deeper than the MCP client reads (about 200 levels)"
+    if "number out of range" in said:
+        return text, "holds a number too long for the MCP client to read"
     return text, "is not JSON"
 
 
