@@ -6,6 +6,7 @@ answers late, exits mid-call, sends 10 MB, or lists malformed tool definitions o
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -23,6 +24,12 @@ pytestmark = pytest.mark.slow
 
 CALL_TIMEOUT = 3
 LIMIT = 1_000_000
+# One tool whose schema nests 250 arrays: past the MCP SDK's JSON reader (about 200 levels), within Python's.
+_DEEP: dict[str, Any] = {"type": "string"}
+for _ in range(250):
+    _DEEP = {"type": "array", "items": _DEEP}
+DEEP_TOOL = {"name": "deep_schema", "description": "A tool nested too deeply.",
+             "inputSchema": {"type": "object", "properties": {"x": _DEEP}}}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +41,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "bulky": faulty(callTimeout=300),
         "fragile": faulty(callTimeout=CALL_TIMEOUT),
         "malformed": faulty(FAULTY_MALFORMED=1),
+        "deep": faulty(FAULTY_EXTRA_TOOLS=json.dumps([DEEP_TOOL])),
         "small": faulty(maxResultBytes=5_000),
         "toy": toy(),
     }
@@ -53,6 +61,18 @@ async def test_malformed_tool_definitions_are_skipped_and_named(gateway: Gateway
         found = await client.search("echo the given text", namespace="malformed")
         assert "malformed__echo" in text(found) and "schema_is" not in text(found) and "surrogate" not in text(found)
         echoed = await client.call("malformed__echo", {"text": "still listed"})
+        assert not echoed.is_error and text(echoed) == "still listed"
+
+
+async def test_one_tool_nested_past_the_clients_reader_leaves_out_that_tool_alone(gateway: GatewayProcess) -> None:
+    # Before: the whole tools/list answer was refused, and every tool of the server with it ("skipped: ... not JSON").
+    log = gateway.stderr
+    assert "MCP server 'deep': its tool list nests deeper than the MCP client reads" in log
+    assert "MCP server 'deep': skipped a tool (the others are listed): tool 'deep_schema': input_schema is nested " \
+        "deeper than 64 levels" in log
+    assert "'deep' skipped" not in log
+    async with connect(gateway.url or "") as client:
+        echoed = await client.call("deep__echo", {"text": "still listed"})
         assert not echoed.is_error and text(echoed) == "still listed"
 
 

@@ -26,9 +26,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .._errors import InvalidToolError, MCPConfigError, UpstreamError
-from .._untrusted import clean_text
+from .._untrusted import MAX_DEPTH, clean_text
 from ..catalog import Catalog
 from ..stores.redis import redacted_url
 from ..tools import SAFE_NAME_KEPT, Tool, provider_safe_name
@@ -355,6 +356,36 @@ def _repair_message(error: Exception) -> SessionMessage | None:
         return None
 
 
+def _deep_listing(error: Exception) -> SessionMessage | None:
+    """A tools/list answer the SDK's JSON reader refused only for its depth (about 200 levels), read by another.
+
+    One tool's schema nested that deep would otherwise sink every tool of its server. Python's reader
+    goes deeper (to its recursion limit); the message is then checked as Python data, which the SDK
+    does not walk into a schema, and the deep tool alone is refused when it is converted (`Walk`'s
+    depth limit). Only a listing: a deep call result could not be relayed (pydantic will not write
+    it as JSON either), so that call fails as an unreadable answer.
+    """
+    if not isinstance(error, ValidationError):
+        return None
+    problems = error.errors()
+    if not problems or problems[0].get("type") != "json_invalid":
+        return None
+    raw = problems[0].get("input")
+    if not isinstance(raw, str | bytes) or "recursion limit" not in str(problems[0].get("msg", "")):
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+        return None
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(data))
+    except (ValueError, RecursionError):
+        return None
+
+
 # --- lines a stdio server should not have written ------------------------------------------------
 
 # The SDK's stdio reader decodes strictly: one byte that is not UTF-8 raises inside it, and it then
@@ -507,6 +538,14 @@ class _Screen:
             return item
         if not isinstance(item, Exception):
             return item
+        deep = _deep_listing(item)
+        if deep is not None:
+            logger.warning(
+                "MCP server %r: its tool list nests deeper than the MCP client reads; it was read another way, "
+                "and the tools nested too deeply are left out",
+                self.server,
+            )
+            return deep
         repaired = _repair_message(item)
         if repaired is not None:
             logger.warning(
@@ -1010,13 +1049,16 @@ class UpstreamServer:
         seen: set[str] = set()
         broken, self._broken_text = self._broken_text, False
         for definition in listed:
-            if broken and _REPLACED in definition.model_dump_json():
-                skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
-                continue
             try:
+                if broken and _REPLACED in definition.model_dump_json():
+                    skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
+                    continue
                 tool = tool_from_mcp(definition, self.name, separator=self.separator)
             except InvalidToolError as exc:
                 skipped.append(str(exc))
+                continue
+            except PydanticSerializationError:  # a definition read past the SDK's depth (_deep_listing)
+                skipped.append(f"tool {definition.name!r}: its definition is nested deeper than {MAX_DEPTH} levels")
                 continue
             except UnicodeError:  # e.g. a lone surrogate escape ("\\ud800"): valid JSON, not encodable text
                 skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
