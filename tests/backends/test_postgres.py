@@ -339,6 +339,19 @@ def test_display_dsn_hides_the_password_in_both_dsn_forms() -> None:
     assert display_dsn(f"postgresql://app:{PASSWORD}@db:5432/tools") == "postgresql://***@db:5432/tools"
     shown = display_dsn(f"host=db port=5432 user=app password={PASSWORD} dbname=tools")
     assert PASSWORD not in shown and "host=db" in shown and "password=***" in shown
+    # before: the key that unlocks the client's TLS key was shown (in messages, logs and saved manifests)
+    shown = display_dsn(f"host=db user=app sslpassword={PASSWORD} dbname=tools")
+    assert PASSWORD not in shown and "sslpassword=***" in shown
+
+
+def test_a_dsn_that_cannot_be_parsed_is_never_quoted(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: libpq's message quoted the token it could not read, here the password itself, and advised a retry.
+    secret = "Zq9%zzTopSecret"
+    with pytest.raises(CatalogStoreError) as caught:
+        PostgresIndex.open(pg_server.dsn(password=secret), "anything", TOOLS, poll=None)
+    message = str(caught.value)
+    assert "the DSN cannot be parsed" in message and "fix the DSN" in message and "retry" not in message
+    assert "TopSecret" not in message and "zz" not in message
 
 
 def test_wrong_credentials_are_a_clear_error_without_the_password(pg_server: PostgresServer) -> None:  # noqa: F811

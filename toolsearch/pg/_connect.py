@@ -83,17 +83,22 @@ def display_dsn(dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except Exception:  # not parseable: show nothing of it rather than risk a secret
         return HIDDEN
-    return " ".join(f"{k}={HIDDEN if k == 'password' else v}" for k, v in parts.items() if v is not None)
+    return " ".join(f"{k}={HIDDEN if k in _SECRET_KEYS else v}" for k, v in parts.items() if v is not None)
 
 
-def _password(dsn: str) -> str | None:
+# libpq's parameters that hold a secret: the role's password, and the one that unlocks the client's TLS key
+_SECRET_KEYS = frozenset({"password", "sslpassword"})
+
+
+def _secrets(dsn: str) -> tuple[str, ...] | None:
+    """The secrets a DSN holds, to scrub from messages; None when it cannot be parsed (then anything may be one)."""
     try:
         from psycopg.conninfo import conninfo_to_dict
 
-        value = conninfo_to_dict(dsn).get("password")
+        parts = conninfo_to_dict(dsn)
     except Exception:
         return None
-    return str(value) if value else None
+    return tuple(str(parts[k]) for k in _SECRET_KEYS if parts.get(k))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,7 @@ class Connector:
         self.dsn = dsn
         self.shown = display_dsn(dsn)
         self.settings = settings
-        self._secret = _password(dsn)
+        self._secrets = _secrets(dsn)
         self._psycopg = psycopg
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout, OSError)
         self.pool = psycopg_pool.ConnectionPool(
@@ -297,12 +302,18 @@ class Connector:
             why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
         advice = ("fix the DSN, or the role's password in Postgres" if "credentials" in why
                   else "nothing was half written; retry once Postgres answers")
+        if self._secrets is None:  # libpq quotes the part it cannot read, which may be the password
+            why, detail = "the DSN cannot be parsed", type(exc).__name__
+            advice = "fix the DSN (its text is not shown: it may hold a password)"
+            outage = False
         message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); {advice}"
         error = CatalogStoreError(self.scrub(message))
         return self.failed(error) if outage else error
 
     def scrub(self, text: str) -> str:
-        return text.replace(self._secret, HIDDEN) if self._secret else text
+        for secret in self._secrets or ():
+            text = text.replace(secret, HIDDEN)
+        return text
 
     def close(self) -> None:
         with Connector._lock:
