@@ -361,3 +361,23 @@ def test_wrong_credentials_are_a_clear_error_without_the_password(pg_server: Pos
     message = str(caught.value)
     assert "refused the credentials" in message and "127.0.0.1" in message
     assert wrong not in message and PASSWORD not in message
+
+
+def test_an_interrupted_first_build_is_never_served_as_an_empty_catalog(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: the catalog's row was committed before its tools were embedded; an open without tools then served it,
+    # empty, at version 0 ("0 of 0 tools"), after a build that had failed.
+    def dies(texts: list[str]) -> np.ndarray:
+        raise KeyboardInterrupt
+
+    embedder = CallableEmbedder(dies, model_id="dies-8", dimension=8)
+    with pytest.raises(KeyboardInterrupt):
+        PostgresIndex.open(pg_server.dsn(), "interrupted", TOOLS, poll=None, embedder=embedder, cache=False)
+    with pytest.raises(IndexNotFoundError, match="holds no build yet: one is running, or was interrupted"):
+        PostgresIndex.open(pg_server.dsn(), "interrupted", poll=None, embedder=embedder, cache=False)
+    # a build of no tools is a build: it opens, empty
+    PostgresIndex.open(pg_server.dsn(), "empty", [], poll=None, embedder=embedder, cache=False).close()
+    empty = PostgresIndex.open(pg_server.dsn(), "empty", poll=None, embedder=embedder, cache=False)
+    try:
+        assert len(empty.catalog) == 0 and empty.version == 1
+    finally:
+        empty.close()

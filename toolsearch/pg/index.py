@@ -91,15 +91,22 @@ class PostgresIndex(ToolIndex):
                 stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, row.id, catalog),
                                                 read=True, slow=True)
                 delta = stored.catalog.diff(wanted)
-                if delta:
+                # Version 0 is a catalog made but never written (below); an empty build is written too, as version 1.
+                if delta or row.version == 0:
                     logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools", catalog,
                                 backend.store, len(delta.added), len(delta.changed), len(delta.removed))
                     backend.change([wanted[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
                     wrote = True
-        elif backend.attach(create=False) is None:
+        elif (existing := backend.attach(create=False)) is None:
             raise IndexNotFoundError(
                 f"no catalog {catalog!r} in {backend.store}; build it with `toolsearch build FILE --store URL "
                 f"--name {catalog}` or open it with tools"
+            )
+        elif existing.version == 0:  # its row is made (and committed) before its tools are embedded and written
+            raise IndexNotFoundError(
+                f"the catalog {catalog!r} in {backend.store} holds no build yet: one is running, or was interrupted "
+                f"before it wrote anything. Wait for it, or build it again (`toolsearch build FILE --store URL "
+                f"--name {catalog}`)"
             )
         found = backend.row
         assert found is not None
