@@ -381,3 +381,28 @@ def test_an_interrupted_first_build_is_never_served_as_an_empty_catalog(pg_serve
         assert len(empty.catalog) == 0 and empty.version == 1
     finally:
         empty.close()
+
+
+def test_workers_building_one_new_catalog_at_once_share_it(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: both found no catalog and both inserted it; the second failed with "UniqueViolation ... retry once
+    # Postgres answers" (5 of 5 tries). The timeouts differ so that each worker has a pool of its own.
+    for attempt in range(3):
+        name = f"shared-{attempt}"
+        barrier = threading.Barrier(2)
+        built: list[object] = []
+
+        def work(worker: int, name: str = name, barrier: threading.Barrier = barrier, built: list[object] = built,
+                 ) -> None:
+            barrier.wait()
+            try:
+                built.append(len(ToolIndex.build(TOOLS, "postgres", dsn=pg_server.dsn(), catalog=name,
+                                                 timeout=3.0 + worker)))
+            except Exception as exc:  # reported below
+                built.append(exc)
+
+        threads = [threading.Thread(target=work, args=(worker,)) for worker in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert built == [len(TOOLS), len(TOOLS)], built

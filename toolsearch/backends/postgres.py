@@ -116,11 +116,20 @@ class PostgresBackend:
             name = self.catalog_name
 
             def find_or_make(conn: Any) -> CatalogRow | None:
+                from psycopg.errors import UniqueViolation
+
                 with conn.transaction():
                     found = find_catalog(conn, name) if name is not None else None
                     if found is None and create:
                         fresh = name or f"private-{secrets.token_hex(8)}"
-                        found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
+                        try:
+                            with conn.transaction():  # a savepoint: another worker may make the same catalog meanwhile
+                                found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
+                        except UniqueViolation:  # it did (its insert committed while ours waited): use that one
+                            found = find_catalog(conn, fresh)
+                            if found is None:
+                                raise
+                            upgrade_catalog(conn, found)
                     elif found is not None:
                         upgrade_catalog(conn, found)
                     return found
