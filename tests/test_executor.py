@@ -392,3 +392,45 @@ def test_a_batch_of_neutral_calls_keeps_its_order_and_ids(index: ToolIndex) -> N
         assert [(r.call.id, r.status, r.value["key"]) for r in results] == [
             (f"c{i}", ResultStatus.OK, f"k{i}") for i in range(5)
         ]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ failed")
+
+
+def unprintable_failure(item: str) -> str:
+    """Fail with an exception whose message cannot be read."""
+    raise _Unprintable()
+
+
+async def cancelled_fetch(url: str) -> str:
+    """Fetch a page, but the fetch is cancelled underneath."""
+    raise asyncio.CancelledError
+
+
+def weather_now(city: str) -> str:
+    """Current weather for a city."""
+    return "sunny"
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_call_that_fails_oddly_fails_alone(driver: Driver) -> None:
+    # Before: a tool that ended cancelled (a BaseException) or whose exception's __str__ raised ended the whole turn;
+    # the other calls' results were lost after they ran.
+    functions = {fn.__name__: fn for fn in (unprintable_failure, cancelled_fetch, weather_now)}
+    odd_index = ToolIndex.build([Tool.from_callable(fn) for fn in functions.values()], backend="bm25")
+    session = SessionManager(odd_index).create("odd")
+    session.discover(list(functions))
+    calls = [call("weather_now", city="Paris", id="ok"), call("unprintable_failure", item="x", id="str"),
+             call("cancelled_fetch", url="https://example.com", id="cancel")]
+    if driver == "sync":
+        results = handle_tool_calls(session, calls, functions)
+    else:
+        results = asyncio.run(ahandle_tool_calls(session, calls, functions))
+    assert [(r.call.id, r.status, r.content) for r in results] == [
+        ("ok", ResultStatus.OK, "sunny"),
+        ("str", ResultStatus.ERROR, "Tool 'unprintable_failure' failed: _Unprintable: (its message could not be read)"),
+        ("cancel", ResultStatus.ERROR, "Tool 'cancelled_fetch' failed: Cancelled: the tool was cancelled before it "
+                                       "returned"),
+    ]

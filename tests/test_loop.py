@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from toolsearch import Tool, ToolIndex
+from toolsearch import NameMap, Tool, ToolIndex
 from toolsearch.executor import ahandle_tool_calls, handle_tool_calls
 from toolsearch.loop import LoopConfig, LoopOutcome, ResultStatus, ToolSearchLoop, arun, run
 from toolsearch.providers import (
@@ -230,6 +230,42 @@ def test_invalid_arguments_are_refused_before_the_tool_runs(sessions: SessionMan
     assert "days: 'three' is not of type 'integer'" in schema_error.content
     assert json_error.status is ResultStatus.INVALID_ARGUMENTS and "not valid JSON" in json_error.content
     assert CALLS == []
+
+
+def test_arguments_no_provider_can_send_back_are_refused_before_the_tool_runs(sessions: SessionManager) -> None:
+    # Before: NaN and 1e999 reached the tool, and the next request failed to encode them (a bare ValueError from the
+    # provider's SDK); arguments nested 500 deep ran the tool, then raised RecursionError counting the request.
+    deep = "[" * 200 + "]" * 200
+    texts = ['{"city": "Paris", "days": NaN}', '{"city": "Paris", "days": 1e999}',
+             '{"city": "Paris", "x": ' + deep + "}"]
+    calls = [ToolCall.from_json(f"c{i}", "weather_forecast", text) for i, text in enumerate(texts)]
+    model = ScriptedModel([search("weather forecast"), calls, "giving up"])
+    result = run(model, "x", session=_session(sessions), functions=EVERYTHING)
+    refused = result.tool_results[-3:]
+    assert [r.status for r in refused] == [ResultStatus.INVALID_ARGUMENTS] * 3
+    assert "arguments hold nan, which is not a JSON number" in refused[0].content
+    assert "arguments hold inf, which is not a JSON number" in refused[1].content
+    assert "arguments are nested deeper than 128 levels" in refused[2].content
+    assert CALLS == [] and result.outcome is LoopOutcome.COMPLETED
+
+
+def test_a_tool_call_whose_name_is_not_text_is_a_provider_error() -> None:
+    # Before: a bare TypeError from inside the turn (the SDKs build answers without checking them)
+    from toolsearch.providers.anthropic import parse_message
+    from toolsearch.providers.openai import parse_chat_completion
+
+    chat = {"choices": [{"message": {"tool_calls": [{"id": "1", "function": {"name": 123, "arguments": "{}"}}]}}]}
+    with pytest.raises(ProviderError, match="a tool call whose name is int 123, not a string"):
+        parse_chat_completion(chat, NameMap([]))
+    anthropic = {"content": [{"type": "tool_use", "id": "t", "name": ["weather"], "input": {}}]}
+    with pytest.raises(ProviderError, match=r"whose name is list \['weather'\], not a string"):
+        parse_message(anthropic, NameMap([]))
+    deep: Any = {}
+    for _ in range(600):  # a provider hands over parsed input however deep it is
+        deep = {"x": deep}
+    anthropic = {"content": [{"type": "tool_use", "id": 7, "name": "weather", "input": deep}]}
+    (parsed,) = parse_message(anthropic, NameMap([])).message.tool_calls
+    assert parsed.id == "7" and parsed.arguments_error is not None and "deeper than 128" in parsed.arguments_error
 
 
 def test_timeouts_of_sync_and_async_tools(sessions: SessionManager) -> None:

@@ -337,14 +337,23 @@ def _plain(item: Any) -> Any:
 
 
 def _references(value: Any) -> list[str]:
-    """Names of the `tool_reference` blocks anywhere inside a message."""
-    if isinstance(value, Mapping):
-        if value.get("type") == "tool_reference" and isinstance(value.get("tool_name"), str):
-            return [value["tool_name"]]
-        return [n for v in value.values() for n in _references(v)]
-    if isinstance(value, list | tuple):
-        return [n for v in value for n in _references(v)]
-    return []
+    """Names of the `tool_reference` blocks anywhere inside a message, in order.
+
+    Walked with a stack, not by recursion: a message holds a model's tool-call arguments, which a
+    provider hands over parsed however deep they are (500 levels raised RecursionError here).
+    """
+    found: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if item.get("type") == "tool_reference" and isinstance(item.get("tool_name"), str):
+                found.append(item["tool_name"])
+            else:
+                stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
+    return found
 
 
 def _marked(item: Mapping[str, Any]) -> bool:

@@ -451,9 +451,8 @@ class ToolExecutor:
                 error = exc
             else:
                 return ToolResult(call, text, ResultStatus.OK, outcome.elapsed_ms, value=outcome.value)
-        return ToolResult(
-            call, f"Tool {shown!r} failed: {type(error).__name__}: {error}", ResultStatus.ERROR, outcome.elapsed_ms
-        )
+        said = f"Tool {shown!r} failed: {type(error).__name__}: {_said(error)}"
+        return ToolResult(call, said, ResultStatus.ERROR, outcome.elapsed_ms)
 
     def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
         return [_coerce_call(c, session, self.metatool.name) for c in calls]
@@ -632,6 +631,8 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
     if not done:
         task.cancel()
         return _Outcome(_ms(started), timed_out=True)
+    if task.cancelled():  # the tool cancelled itself: task.exception() would raise, ending the whole turn
+        return _Outcome(_ms(started), error=Cancelled())
     exc = task.exception()
     if exc is not None:
         return _Outcome(_ms(started), error=exc)
@@ -641,8 +642,27 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
     value = fn(**arguments)
     if asyncio.iscoroutine(value):  # an async tool driven from sync code: run it in this worker thread
-        value = asyncio.run(value)
+        try:
+            value = asyncio.run(value)
+        except asyncio.CancelledError:  # not an Exception: it would end the whole turn, every other result lost
+            raise Cancelled() from None
     return value
+
+
+class Cancelled(RuntimeError):
+    """An async tool that ended cancelled (it cancelled itself, or something it awaited): its call failed."""
+
+    def __init__(self) -> None:
+        super().__init__("the tool was cancelled before it returned")
+
+
+def _said(error: BaseException, limit: int = 4_000) -> str:
+    """An exception's message for the model: one whose __str__ raises must not fail the turn, and a huge one is cut."""
+    try:
+        text = str(error)
+    except Exception:
+        return "(its message could not be read)"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} characters left out)"
 
 
 def _ms(started: float) -> float:

@@ -6,6 +6,7 @@ How a turn runs, from sync code or asyncio (requests, streams, handlers), is `pr
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -69,10 +70,52 @@ def parse_arguments(text: str | Mapping[str, Any] | None) -> tuple[dict[str, Any
             return {}, "arguments are nested too deeply; send a flat JSON object matching the tool's schema"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    problem = _shape_problem(value)
+    if problem is not None:
+        return {}, f"{problem}; send a JSON object matching the tool's schema"
     problem = surrogate_problem(value, "arguments")  # kept, it would crash the next request's encoding
     if problem is not None:
         return {}, f"{problem}; send the arguments again as valid text"
     return value, None
+
+
+def call_text(value: Any, what: str) -> str:
+    """A tool call's name or id from a provider's answer ("" when absent); ProviderError when it is not text.
+
+    SDKs build response objects without checking them, so a malformed answer's name can be a number or
+    a list: it would fail later, inside the turn, as a bare TypeError.
+    """
+    if value is None:
+        return ""
+    if what == "id" and isinstance(value, int) and not isinstance(value, bool):  # a number is an id all the same
+        return str(value)
+    if not isinstance(value, str):
+        raise ProviderError(
+            f"the model's answer holds a tool call whose {what} is {type(value).__name__} {value!r:.80}, not a "
+            "string: the provider's answer is malformed"
+        )
+    return value
+
+
+# Deeper than any schema a tool may have can describe (toolsearch._untrusted.MAX_DEPTH, two schema levels a value).
+MAX_ARGUMENT_DEPTH = 128
+
+
+def _shape_problem(value: Any) -> str | None:
+    """What makes parsed arguments unfit to pass on, or None: a number JSON cannot hold (NaN, Infinity, 1e999:
+    Python reads them, every provider's encoder refuses them on the next request) or nesting past
+    `MAX_ARGUMENT_DEPTH` (a provider hands over arguments parsed however deep they are)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"arguments hold {item!r}, which is not a JSON number"
+        if isinstance(item, Mapping | list | tuple):
+            if depth > MAX_ARGUMENT_DEPTH:
+                return f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+            children = item.values() if isinstance(item, Mapping) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

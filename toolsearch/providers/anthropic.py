@@ -26,6 +26,7 @@ from ._base import (
     StreamEvent,
     ToolCall,
     Usage,
+    call_text,
     parse_arguments,
 )
 from ._wire import dump as _dump
@@ -170,9 +171,9 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
         if kind == "text":
             texts.append(_get(block, "text") or "")
         elif kind == "tool_use":
-            alias = _get(block, "name") or ""
+            alias = call_text(_get(block, "name"), "name")
             args, error = parse_arguments(_get(block, "input"))
-            calls.append(ToolCall(_get(block, "id") or "", names.original(alias) or alias, args, error))
+            calls.append(ToolCall(call_text(_get(block, "id"), "id"), names.original(alias) or alias, args, error))
         elif kind in ("thinking", "redacted_thinking"):
             kept.append(_dump(block))
     usage = _get(response, "usage")
@@ -224,8 +225,8 @@ class AnthropicStreamAssembler:
             self.blocks[index] = block
             if block.get("type") == "tool_use":
                 self.partial_json[index] = []
-                alias = block.get("name") or ""
-                return [StreamEvent.tool_call_start(block.get("id") or "", self.names.original(alias) or alias)]
+                alias, call_id = call_text(block.get("name"), "name"), call_text(block.get("id"), "id")
+                return [StreamEvent.tool_call_start(call_id, self.names.original(alias) or alias)]
             if block.get("type") == "text" and block.get("text"):
                 return [StreamEvent.text_delta(block["text"])]
         elif kind == "content_block_delta":

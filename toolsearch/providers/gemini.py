@@ -31,6 +31,7 @@ from ._base import (
     StreamEvent,
     ToolCall,
     Usage,
+    call_text,
     parse_arguments,
 )
 from ._wire import dump as _dump
@@ -144,7 +145,7 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
     for part in _get(_get(candidate, "content"), "parts") or ():
         fn = _get(part, "function_call")
         if fn is not None:
-            alias = _get(fn, "name") or ""
+            alias = call_text(_get(fn, "name"), "name")
             args, error = parse_arguments(_get(fn, "args"))
             call_id = _get(fn, "id") or f"{LOCAL_ID}{next(_local_ids)}"
             calls.append(ToolCall(call_id, _original(names, alias), args, error))
@@ -192,7 +193,7 @@ class GeminiStreamAssembler:
                 self.parts.append(part)
                 fn = _get(part, "function_call")
                 if fn is not None:
-                    alias = _get(fn, "name") or ""
+                    alias = call_text(_get(fn, "name"), "name")
                     name = _original(self.names, alias)
                     events.append(StreamEvent.tool_call_start(_get(fn, "id") or "", name))
                 elif _get(part, "text") and not _get(part, "thought"):

@@ -19,6 +19,7 @@ from ._base import (
     StreamEvent,
     ToolCall,
     Usage,
+    call_text,
     parse_arguments,
 )
 from ._wire import dump as _dump
@@ -89,9 +90,9 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
     calls: list[ToolCall] = []
     for tc in _get(msg, "tool_calls") or ():
         fn = _get(tc, "function")
-        alias = _get(fn, "name") or ""
+        alias = call_text(_get(fn, "name"), "name")
         args, error = parse_arguments(_get(fn, "arguments"))
-        calls.append(ToolCall(_get(tc, "id") or "", names.original(alias) or alias, args, error))
+        calls.append(ToolCall(call_text(_get(tc, "id"), "id"), names.original(alias) or alias, args, error))
     usage = _get(response, "usage")
     parsed_usage = None
     if usage is not None:
@@ -147,9 +148,9 @@ class ChatStreamAssembler:
                     len(self.calls) if index is None else index, {"id": "", "name": "", "arguments": []}
                 )
                 # id and name arrive whole in the first fragment; some servers repeat them later
-                slot["id"] = slot["id"] or _get(fragment, "id") or ""
+                slot["id"] = slot["id"] or call_text(_get(fragment, "id"), "id")
                 fn = _get(fragment, "function")
-                name = _get(fn, "name") if fn is not None else None
+                name = call_text(_get(fn, "name"), "name") if fn is not None else None
                 if name and not slot["name"]:
                     slot["name"] = name
                     events.append(StreamEvent.tool_call_start(slot["id"], self.names.original(name) or name))
@@ -366,9 +367,9 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
                 elif _get(part, "type") == "refusal":
                     texts.append(_get(part, "refusal") or "")
         elif kind == "function_call":
-            alias = _get(item, "name") or ""
+            alias = call_text(_get(item, "name"), "name")
             args, error = parse_arguments(_get(item, "arguments"))
-            calls.append(ToolCall(_get(item, "call_id") or "", names.original(alias) or alias, args, error))
+            calls.append(ToolCall(call_text(_get(item, "call_id"), "id"), names.original(alias) or alias, args, error))
         elif kind == "tool_search_call" and _get(item, "execution") == "client":
             args, error = parse_arguments(_get(item, "arguments"))
             call_id = _get(item, "call_id") or _get(item, "id") or ""
@@ -414,7 +415,7 @@ class ResponsesStreamAssembler:
             item_type = _get(item, "type")
             call_id = _get(item, "call_id") or _get(item, "id") or ""
             if item_type == "function_call":
-                alias = _get(item, "name") or ""
+                alias = call_text(_get(item, "name"), "name")
                 return [StreamEvent.tool_call_start(call_id, self.names.original(alias) or alias)]
             if item_type == "tool_search_call" and _get(item, "execution") == "client":
                 return [StreamEvent.tool_call_start(call_id, self.search_tool or "tool_search", "tool_search")]
