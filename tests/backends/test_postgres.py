@@ -406,3 +406,38 @@ def test_workers_building_one_new_catalog_at_once_share_it(pg_server: PostgresSe
         for thread in threads:
             thread.join()
         assert built == [len(TOOLS), len(TOOLS)], built
+
+
+def test_a_sync_is_exact_when_another_writer_changes_the_catalog_while_it_embeds(
+    pg_server: PostgresServer,  # noqa: F811
+) -> None:
+    # Before: the sync wrote the change it had worked out before embedding, and a tool another process upserted
+    # meanwhile survived it, silently: the catalog was not the tools the sync was given.
+    PostgresIndex.open(pg_server.dsn(), "race", TOOLS, poll=None, embedder=_counting_embedder([]), cache=False).close()
+    other = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=_counting_embedder([]), cache=False)
+    extra = Tool("crypto_get_price", "Latest price of a cryptocurrency in a currency.", namespace="finance")
+    plain = _counting_embedder([])
+    armed: list[bool] = []
+    interfered: list[bool] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if armed and not interfered:  # the first time the sync embeds: another writer's upsert lands now
+            interfered.append(True)
+            other.upsert([extra])
+        return np.asarray(plain.embed(texts))
+
+    syncing = PostgresIndex.open(pg_server.dsn(), "race", poll=None, cache=False,
+                                 embedder=CallableEmbedder(embed, model_id="counting-32", dimension=32))
+    wanted = [*TOOLS[:2], Tool("translate_text", "Translate text between languages.", namespace="language")]
+    try:
+        armed.append(True)
+        syncing.sync(wanted)
+        assert interfered
+        fresh = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=_counting_embedder([]), cache=False)
+        try:
+            assert sorted(t.name for t in fresh.catalog) == sorted(t.name for t in wanted)
+        finally:
+            fresh.close()
+    finally:
+        syncing.close()
+        other.close()

@@ -23,6 +23,7 @@ from ..index import ToolIndex
 from ..results import SearchResult
 from ..tools import Tool
 from .mirror import Snapshot, Watcher, read_since, read_whole
+from .writer import CatalogMoved
 
 if TYPE_CHECKING:
     from ..backends.postgres import PostgresBackend
@@ -33,6 +34,7 @@ logger = logging.getLogger("toolsearch.pg")
 
 DEFAULT_CATALOG = "default"
 _CATCH_UP_ATTEMPTS = 5  # searches retried while other processes keep changing the catalog
+_SYNC_TRIES = 5  # a sync worked out again while lock-free writers (upsert, remove) keep changing the catalog
 _LOCK_SPACE = 0x7473  # advisory lock keys: (this, crc32 of the catalog name)
 
 
@@ -192,10 +194,22 @@ class PostgresIndex(ToolIndex):
         """Bring the stored catalog to exactly `tools` in one transaction (only what differs is written)."""
         newer = tools if isinstance(tools, Catalog) else Catalog(tools)
         with _advisory_lock(self._pg, self._pg.catalog_name):
-            self.catch_up()
-            delta = self._catalog.diff(newer)
-            if delta:
-                self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
+            for _ in range(_SYNC_TRIES):
+                based = self.catch_up()
+                delta = self._catalog.diff(newer)
+                if not delta:
+                    break
+                try:  # written only if the catalog is still at `based`: an upsert or remove takes no lock
+                    self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], list(delta.removed),
+                                    based_on=based)
+                    break
+                except CatalogMoved:  # another writer changed it while this sync embedded: work it out again
+                    continue
+            else:
+                raise CatalogStoreError(
+                    f"catalog {self._pg.catalog_name!r} in {self._pg.store}: other writers changed it {_SYNC_TRIES} "
+                    "times while this sync worked out its change, so nothing was written; sync again"
+                )
         self.catch_up()
 
     def __repr__(self) -> str:
