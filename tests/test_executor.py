@@ -431,6 +431,6 @@ def test_a_call_that_fails_oddly_fails_alone(driver: Driver) -> None:
     assert [(r.call.id, r.status, r.content) for r in results] == [
         ("ok", ResultStatus.OK, "sunny"),
         ("str", ResultStatus.ERROR, "Tool 'unprintable_failure' failed: _Unprintable: (its message could not be read)"),
-        ("cancel", ResultStatus.ERROR, "Tool 'cancelled_fetch' failed: Cancelled: the tool was cancelled before it "
-                                       "returned"),
+        ("cancel", ResultStatus.ERROR, "Tool 'cancelled_fetch' failed: ToolCancelledError: the tool was cancelled "
+                                       "before it returned"),
     ]

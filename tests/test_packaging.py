@@ -80,10 +80,10 @@ ROOT_API = {
     # errors
     "ToolSearchError", "InvalidToolError", "DuplicateToolError", "UnknownToolError", "InvalidQueryError",
     "QueryTimeoutError", "AugmentationError", "InvalidArgumentError", "UnknownFormatError", "ArgumentTypeError",
-    "BackendError", "CatalogStoreError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError",
+    "BackendError", "CatalogStoreError", "CatalogMovedError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError",
     "IndexFormatError", "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError",
     "SessionStoreError",
-    "SessionStateError", "ToolNotAllowedError", "ProviderError", "UsageError", "PriceTableError", "DataSourceError",
+    "SessionStateError", "ToolNotAllowedError", "ProviderError", "ToolCancelledError", "UsageError", "PriceTableError", "DataSourceError",
     "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError",
     "EvalError",
 }

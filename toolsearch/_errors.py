@@ -16,6 +16,7 @@ with those bases in parentheses:
     ├── ArgumentTypeError (TypeError)              an argument is of the wrong kind
     ├── BackendError                               a backend is unknown or failed
     │   └── CatalogStoreError                      the shared catalog store in Postgres failed or refused us
+    │       └── CatalogMovedError                  the catalog moved past the version a change was worked out on
     ├── MissingDependencyError (ImportError)       an optional package is not installed
     ├── StoredIndexError                           a stored index is unusable
     │   ├── IndexNotFoundError (FileNotFoundError)
@@ -28,6 +29,7 @@ with those bases in parentheses:
     │   │   └── SessionStateError (ValueError)     one stored state is malformed
     │   └── ToolNotAllowedError (PermissionError)
     ├── ProviderError                              a model provider call failed
+    ├── ToolCancelledError                         an async tool ended cancelled: its call failed, not the turn
     ├── UsageError                                 a usage log or its file is unusable
     ├── PriceTableError (ValueError)               a price table is unreadable or lacks a figure
     ├── DataSourceError (ValueError)               a benchmark data set source is unusable
@@ -119,6 +121,15 @@ class CatalogStoreError(BackendError):
     credentials; the message names the store (never its password). Nothing was half written: retry later."""
 
 
+class CatalogMovedError(CatalogStoreError):
+    """A change worked out against one catalog version found the catalog at another, so nothing was written
+    (`PostgresIndex.sync` works its change out again)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"the catalog is at version {version} now; work the change out again")
+        self.version = version
+
+
 class MissingDependencyError(ToolSearchError, ImportError):
     """An optional dependency is not installed; the message names the pip extra."""
 
@@ -174,6 +185,14 @@ class ToolNotAllowedError(SessionError, PermissionError):
 
 class ProviderError(ToolSearchError):
     """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
+
+
+class ToolCancelledError(ToolSearchError):
+    """An async tool ended cancelled (it cancelled itself, or something it awaited was): its call failed, with this
+    as its error, and the turn's other calls went on."""
+
+    def __init__(self) -> None:
+        super().__init__("the tool was cancelled before it returned")
 
 
 class UsageError(ToolSearchError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
+from ._errors import ArgumentTypeError, InvalidArgumentError, ToolCancelledError, wrong_type
 from ._signatures import presented
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
@@ -632,7 +632,7 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
         task.cancel()
         return _Outcome(_ms(started), timed_out=True)
     if task.cancelled():  # the tool cancelled itself: task.exception() would raise, ending the whole turn
-        return _Outcome(_ms(started), error=Cancelled())
+        return _Outcome(_ms(started), error=ToolCancelledError())
     exc = task.exception()
     if exc is not None:
         return _Outcome(_ms(started), error=exc)
@@ -645,15 +645,8 @@ def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
         try:
             value = asyncio.run(value)
         except asyncio.CancelledError:  # not an Exception: it would end the whole turn, every other result lost
-            raise Cancelled() from None
+            raise ToolCancelledError() from None
     return value
-
-
-class Cancelled(RuntimeError):
-    """An async tool that ended cancelled (it cancelled itself, or something it awaited): its call failed."""
-
-    def __init__(self) -> None:
-        super().__init__("the tool was cancelled before it returned")
 
 
 def _said(error: BaseException, limit: int = 4_000) -> str:

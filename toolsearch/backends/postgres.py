@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendError, IndexFormatError, IndexNotFoundError
+from .._errors import BackendError, CatalogMovedError, IndexFormatError, IndexNotFoundError
 from ..embeddings import model_option
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
 from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog, upgrade_catalog
 from ..pg.search import search as run_search
-from ..pg.writer import CatalogMoved, apply_change, needs_settling, settle, tool_rows
+from ..pg.writer import apply_change, needs_settling, settle, tool_rows
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import vector as vector_module
@@ -171,7 +171,7 @@ class PostgresBackend:
         """Upsert and remove in one transaction (one new version); embeddings are computed before it opens.
 
         `based_on`: the catalog version the change was worked out against; when another writer has moved
-        the catalog past it meanwhile, nothing is written and `CatalogMoved` says so (sync works it out again).
+        the catalog past it meanwhile, nothing is written and `CatalogMovedError` says so (sync works it out again).
         """
         with self._lock:
             self.attach(create=True)
@@ -182,7 +182,7 @@ class PostgresBackend:
                 with conn.transaction():
                     row = self._writable(conn)
                     if based_on is not None and row.version != based_on:
-                        raise CatalogMoved(row.version)
+                        raise CatalogMovedError(row.version)
                     return row, apply_change(conn, row, rows, remove, self.model_id)
 
             row, version = self.connector.call("write a catalog change", write, slow=True)

@@ -16,14 +16,13 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import CatalogStoreError, IndexNotFoundError, InvalidArgumentError
+from .._errors import CatalogMovedError, CatalogStoreError, IndexNotFoundError, InvalidArgumentError
 from ..backends import get_backend_spec
 from ..catalog import Catalog
 from ..index import ToolIndex
 from ..results import SearchResult
 from ..tools import Tool
 from .mirror import Snapshot, Watcher, read_since, read_whole
-from .writer import CatalogMoved
 
 if TYPE_CHECKING:
     from ..backends.postgres import PostgresBackend
@@ -203,7 +202,7 @@ class PostgresIndex(ToolIndex):
                     self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], list(delta.removed),
                                     based_on=based)
                     break
-                except CatalogMoved:  # another writer changed it while this sync embedded: work it out again
+                except CatalogMovedError:  # another writer changed it while this sync embedded: work it out again
                     continue
             else:
                 raise CatalogStoreError(

@@ -22,7 +22,7 @@ from ..tools import Tool
 from .schema import CHANNEL, CatalogRow, hnsw_index, lexemes_table, postings_table, tools_table
 from .search import FIELD_WEIGHTS
 
-__all__ = ["CatalogMoved", "ToolRow", "tool_rows", "apply_change", "needs_settling", "settle", "KEEP_CHANGES", "MANY"]
+__all__ = ["ToolRow", "tool_rows", "apply_change", "needs_settling", "settle", "KEEP_CHANGES", "MANY"]
 
 # Change records kept per catalog: a reader further behind than this reloads the whole catalog.
 KEEP_CHANGES = 10_000
@@ -228,14 +228,6 @@ def settle(conn: Any, row: CatalogRow) -> None:
     """After a large change has committed (VACUUM runs outside a transaction): mark the postings' pages all-visible,
     so searches read them from the primary key alone (an index-only scan reads the table for any other page)."""
     conn.execute(f"VACUUM {postings_table(row.id)}")
-
-
-class CatalogMoved(Exception):
-    """A change worked out against one version found the catalog at another (`PostgresBackend.change`)."""
-
-    def __init__(self, version: int) -> None:
-        super().__init__(f"the catalog is at version {version} now")
-        self.version = version
 
 
 def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: Sequence[str], model: str) -> int:
