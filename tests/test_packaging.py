@@ -80,12 +80,11 @@ ROOT_API = {
     # errors
     "ToolSearchError", "InvalidToolError", "DuplicateToolError", "UnknownToolError", "InvalidQueryError",
     "QueryTimeoutError", "AugmentationError", "InvalidArgumentError", "UnknownFormatError", "ArgumentTypeError",
-    "BackendError", "CatalogStoreError", "CatalogMovedError", "MissingDependencyError", "StoredIndexError", "IndexNotFoundError",
-    "IndexFormatError", "InvalidIndexNameError", "SessionError", "SessionRequiredError", "UnknownSessionError",
-    "SessionStoreError",
-    "SessionStateError", "ToolNotAllowedError", "ProviderError", "ToolCancelledError", "UsageError", "PriceTableError", "DataSourceError",
-    "MCPConfigError", "UpstreamError", "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError",
-    "EvalError",
+    "BackendError", "CatalogStoreError", "CatalogMovedError", "MissingDependencyError", "StoredIndexError",
+    "IndexNotFoundError", "IndexFormatError", "InvalidIndexNameError", "SessionError", "SessionRequiredError",
+    "UnknownSessionError", "SessionStoreError", "SessionStateError", "ToolNotAllowedError", "ProviderError",
+    "ToolCancelledError", "UsageError", "PriceTableError", "DataSourceError", "MCPConfigError", "UpstreamError",
+    "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError", "EvalError",
 }
 
 
