@@ -340,15 +340,24 @@ _BROKEN_TEXT = (
 )
 
 
-def _repair_message(error: Exception) -> SessionMessage | None:
-    """A message the SDK could not parse because of lone surrogate escapes, parsed with them replaced."""
+def _refused_json(error: Exception) -> tuple[str | bytes, str] | None:
+    """(the line, the reader's words) when the SDK's JSON reader refused a line; None for any other error."""
     if not isinstance(error, ValidationError):
         return None
     problems = error.errors()
-    raw = problems[0].get("input") if problems and problems[0].get("type") == "json_invalid" else None
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", "replace")
-    if not isinstance(raw, str) or not _LONE_SURROGATE.search(raw):
+    if not problems or problems[0].get("type") != "json_invalid":
+        return None
+    raw = problems[0].get("input")
+    return (raw, str(problems[0].get("msg", ""))) if isinstance(raw, str | bytes) else None
+
+
+def _repair_message(error: Exception) -> SessionMessage | None:
+    """A message the SDK could not parse because of lone surrogate escapes, parsed with them replaced."""
+    refused = _refused_json(error)
+    if refused is None:
+        return None
+    raw = refused[0].decode("utf-8", "replace") if isinstance(refused[0], bytes) else refused[0]
+    if not _LONE_SURROGATE.search(raw):
         return None
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(_LONE_SURROGATE.sub(r"\\ufffd", raw)))
@@ -365,16 +374,11 @@ def _deep_listing(error: Exception) -> SessionMessage | None:
     depth limit). Only a listing: a deep call result could not be relayed (pydantic will not write
     it as JSON either), so that call fails as an unreadable answer.
     """
-    if not isinstance(error, ValidationError):
-        return None
-    problems = error.errors()
-    if not problems or problems[0].get("type") != "json_invalid":
-        return None
-    raw = problems[0].get("input")
-    if not isinstance(raw, str | bytes) or "recursion limit" not in str(problems[0].get("msg", "")):
+    refused = _refused_json(error)
+    if refused is None or "recursion limit" not in refused[1]:
         return None
     try:
-        data = json.loads(raw)
+        data = json.loads(refused[0])
     except (ValueError, RecursionError):
         return None
     result = data.get("result") if isinstance(data, dict) else None
