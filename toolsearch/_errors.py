@@ -127,7 +127,6 @@ class CatalogMovedError(CatalogStoreError):
 
     def __init__(self, version: int) -> None:
         super().__init__(f"the catalog is at version {version} now; work the change out again")
-        self.version = version
 
 
 class MissingDependencyError(ToolSearchError, ImportError):
