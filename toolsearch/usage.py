@@ -442,6 +442,16 @@ class FileUsageStore:
             logs[log.catalog] = merged.to_dict()
             self._write(logs)
 
+    def append(self, log: UsageLog, entries: Sequence[UsageEntry]) -> None:
+        """Add `entries`, new in `log`, to the stored log of `log.catalog` (created with `log`'s settings when
+        there is none). A gateway saves this way rather than its whole log, so a log that `toolsearch usage
+        clear` deleted under it stays cleared: only what it recorded since its last save comes back."""
+        if not entries:
+            return
+        fresh = UsageLog(log.catalog, max_entries=log.max_entries, privacy=log.privacy, salt=log.salt,
+                         entries=entries)
+        self.save(fresh)
+
     def update(self, catalog: str, change: Callable[[UsageLog], UsageLog]) -> UsageLog | None:
         """Replace the stored log of `catalog` by `change(stored)`, read and written under one lock; None, and
         nothing written, when there is no such log. Unlike `save`, nothing is merged: an entry `change` alters

@@ -170,3 +170,22 @@ async def test_a_context_pairs_the_2026_eras_searches_and_calls(tmp_path: Path) 
             assert entry.called == "toy__add_numbers" and entry.terms == log.terms("add two integers")
     finally:
         gateway.stop()
+
+
+def test_a_log_cleared_under_a_running_gateway_stays_cleared(tmp_path: Path) -> None:
+    from toolsearch.mcp.usage_feed import GatewayUsage
+
+    path = tmp_path / "usage.json"
+    feed = GatewayUsage.from_file("catalog-a", path)
+    feed.searched("s", "weather in lisbon", ["weather_get"])
+    feed.called("s", "weather_get", ok=True)
+    feed.save()
+    assert [e.called for e in _logs(path)["catalog-a"].entries()] == ["weather_get"]
+
+    FileUsageStore(path).delete("catalog-a")  # what `toolsearch usage clear` does, the gateway still serving
+    feed.searched("s", "send an email", ["email_send"])
+    feed.called("s", "email_send", ok=True)
+    feed.save()  # only what is new since the last save: the cleared entry does not come back
+    assert [e.called for e in _logs(path)["catalog-a"].entries()] == ["email_send"]
+    feed.save()  # nothing new: nothing written twice
+    assert [e.called for e in _logs(path)["catalog-a"].entries()] == ["email_send"]

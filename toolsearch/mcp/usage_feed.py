@@ -173,9 +173,9 @@ class GatewayUsage:
             return
         append = getattr(self.store, "append", None)
         try:
-            if callable(append):  # only what is new: other workers' entries are in the store already
-                append(self.recorder.log, unsaved)
-            else:  # the file store merges what it holds with this log, so nothing of another worker's is lost
+            if callable(append):  # only what is new: other workers' entries are in the store already, and a log
+                append(self.recorder.log, unsaved)  # cleared under this gateway does not come back whole
+            else:  # a store of a plug-in without `append`: the whole log
                 self.store.save(self.recorder.log)
         except (OSError, UsageError) as exc:
             with self._lock:  # kept for the next save (Redis may be back by then): recorded once, never dropped
