@@ -511,12 +511,17 @@ class _ConsoleHandler(logging.Handler):
         self.console = console
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "outage", False):  # a store's outage (pg._connect.OUTAGE_RECORD): the command fails
+            return  # with that same error, which says it once
         self.console.note(self.format(record))
 
 
 @contextmanager
 def _library_warnings(console: Console) -> Iterator[None]:
     logger = logging.getLogger("toolsearch")
+    if any(isinstance(h, _ConsoleHandler) for h in logger.handlers):  # nested: each record once
+        yield
+        return
     handler = _ConsoleHandler(console)
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
@@ -673,11 +678,11 @@ def cmd_query(args: argparse.Namespace, console: Console) -> int:
     from .embeddings import RUNTIME_ENV
 
     if args.store is not None:  # a named catalog in Postgres
-        with _environ_default(RUNTIME_ENV, "numpy"):
+        with _environ_default(RUNTIME_ENV, "numpy"), _library_warnings(console):
             return _query(args, console, Path(pg_cli.where(args, args.index)), opened=pg_cli.open_catalog)
     path = _resolve_index(args)
     # One query per process: building the faster onnxruntime query path would cost more than it saves.
-    with _environ_default(RUNTIME_ENV, "numpy"):
+    with _environ_default(RUNTIME_ENV, "numpy"), _library_warnings(console):
         return _query(args, console, path)
 
 

@@ -59,3 +59,17 @@ def test_refusals_are_one_line_and_hide_the_password(pg_server: PostgresServer, 
     assert both.returncode == 2 and "--store and --out" in both.stderr
     for done in (missing, refused, not_pg, both):
         assert PASSWORD not in done.stderr + done.stdout and len(done.stderr.strip().splitlines()) >= 1
+    assert refused.stderr.count("refused the credentials") == 1  # said once: not also as a log line
+
+
+def test_a_store_that_is_down_is_one_error_said_once(tmp_path: Path) -> None:
+    from redis_server import free_port
+
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{free_port()}/postgres"  # nothing listens there
+    for args in (("build", "tools.json", "--store", url), ("query", "cli", "email", "--store", url)):
+        down = _cli(tmp_path, *args, env=dict(os.environ))
+        assert down.returncode == 1 and PASSWORD not in down.stderr + down.stdout
+        # the outage's log line (for a server's log) is not printed beside the command's own error
+        assert down.stderr.count("Postgres down or restarting") == 1, down.stderr
+        assert down.stderr.strip().splitlines()[-1].startswith("toolsearch: error: catalog store")

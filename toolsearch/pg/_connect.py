@@ -45,6 +45,10 @@ _CLIENT_GRACE = 1.0
 # reaching the store again) ends it sooner. Also the Retry-After the gateway sends.
 OUTAGE_HOLD_SECONDS = 5
 
+# Marks the log records that an outage starts and ends: they are for a server's log. A one-shot command drops them
+# (cli._ConsoleHandler), since the command fails with the same error, and printed it twice.
+OUTAGE_RECORD = {"outage": True}
+
 
 def _cut_off(conn: Any, cut: threading.Event) -> None:
     """Shut the socket of a connection whose server does not answer: the blocked call then fails at once."""
@@ -260,7 +264,7 @@ class Connector:
     def failed(self, error: CatalogStoreError) -> CatalogStoreError:
         """Record an outage (said once in the log, when it starts); returns `error`."""
         if self._failure is None:
-            logger.warning("%s; what needs the catalog store fails until it answers", error)
+            logger.warning("%s; what needs the catalog store fails until it answers", error, extra=OUTAGE_RECORD)
         self._failure = (time.monotonic(), error)
         return error
 
@@ -268,7 +272,7 @@ class Connector:
         """The store answered: an outage recorded before is over."""
         if self._failure is not None:
             self._failure = None
-            logger.warning("catalog store %s answers again", self.shown)
+            logger.warning("catalog store %s answers again", self.shown, extra=OUTAGE_RECORD)
 
     def error(self, what: str, exc: BaseException, *, hung: bool = False) -> CatalogStoreError:
         """The one translation of a driver or pool failure: what failed, where, why, and what to do. A failure of
