@@ -8,6 +8,7 @@ whole, and each kind of call is also checked against what it must give.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 import time
@@ -285,6 +286,63 @@ def test_one_by_one_a_call_after_an_abandoned_one_still_runs(index: ToolIndex, d
     calls = [call("sleepy_report", seconds=2.5, id="slow"), call("lookup_record", key="k", id="next")]
     slow, following = _batch(driver, _session(index, f"abandoned-{driver}"), calls, config=config)
     assert (slow.status, following.status) == (ResultStatus.TIMEOUT, ResultStatus.OK)
+
+
+def test_abandoned_calls_in_asyncio_leave_later_calls_and_the_applications_threads_free() -> None:
+    # A long-running async app: sync tools that hang are abandoned at their timeout but keep their threads. More of
+    # them than asyncio's default executor has workers (at most 32) must not leave later calls waiting behind them
+    # (to time out unrun), nor the application's own asyncio.to_thread work.
+    gate = threading.Event()
+
+    def stuck(n: int) -> str:
+        """Wait for an upstream that does not answer."""
+        gate.wait(30)
+        return "late"
+
+    def quick(n: int) -> str:
+        """Answer at once."""
+        return f"quick {n}"
+
+    tools = [Tool.from_callable(stuck), Tool.from_callable(quick)]
+    session = SessionManager(ToolIndex.build(tools, backend="regex")).create("hung")
+    session.discover(["stuck", "quick"])
+    functions = {"stuck": stuck, "quick": quick}
+
+    async def app() -> tuple[list[ToolResult], ToolResult, int]:
+        hung = [call("stuck", n=i, id=f"s{i}") for i in range(33)]
+        abandoned = await ahandle_tool_calls(session, hung, functions, config=ExecutorConfig(tool_timeout=0.2))
+        (answered,) = await ahandle_tool_calls(session, [call("quick", n=1, id="q")], functions,
+                                               config=ExecutorConfig(tool_timeout=10.0))
+        own = await asyncio.wait_for(asyncio.to_thread(lambda: 7), 10.0)
+        return abandoned, answered, own
+
+    try:
+        abandoned, answered, own = asyncio.run(app())
+    finally:
+        gate.set()
+    assert {r.status for r in abandoned} == {ResultStatus.TIMEOUT}
+    assert (answered.status, answered.content, own) == (ResultStatus.OK, "quick 1", 7)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_sync_tool_sees_the_callers_context_variables(driver: Driver) -> None:
+    # As if called directly: a request id (or a tracing span) the application set is visible in the tool's thread.
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+    def whose(n: int) -> str:
+        """Say which request this call serves."""
+        return request_id.get()
+
+    session = SessionManager(ToolIndex.build([Tool.from_callable(whose)], backend="regex")).create(f"ctx-{driver}")
+    session.discover(["whose"])
+    calls = [call("whose", n=1, id="a"), call("whose", n=2, id="b")]
+    request_id.set("req-42")
+    if driver == "sync":
+        results = handle_tool_calls(session, calls, {"whose": whose}, config=ExecutorConfig(tool_timeout=10.0))
+    else:
+        results = asyncio.run(ahandle_tool_calls(session, calls, {"whose": whose},
+                                                 config=ExecutorConfig(tool_timeout=10.0)))
+    assert [r.content for r in results] == ["req-42", "req-42"]
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

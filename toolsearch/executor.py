@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import enum
+import functools
 import inspect
 import threading
 import time
@@ -581,7 +583,7 @@ def _answer(step: _Step) -> Any:
 async def _aanswer(step: _Step) -> Any:
     """A step of a batch done from asyncio: async tools and consumers are awaited, sync tools run in threads."""
     if isinstance(step, _Calls):
-        return await asyncio.gather(*(_acall(call, fn, step.timeout) for call, fn in step.calls))
+        return await _acalls(step)
     return await asettle(step.returned)
 
 
@@ -595,14 +597,22 @@ def _call_in_threads(step: _Calls) -> list[_Outcome]:
         except Exception as exc:
             return [_Outcome(_ms(started), error=exc)]
         return [_Outcome(_ms(started), value)]
-    # A pool per group: a call abandoned by a timeout keeps its worker, and the next call must not wait for it.
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(step.calls), thread_name_prefix="toolsearch-tool")
+    pool = _tool_threads(len(step.calls))
     try:
         started = time.perf_counter()
-        futures = [pool.submit(_call_sync, fn, call.arguments) for call, fn in step.calls]
+        # each in the caller's context (its context variables: a request id, a tracing span), as if called here
+        futures = [pool.submit(contextvars.copy_context().run, _call_sync, fn, call.arguments)
+                   for call, fn in step.calls]
         return [_collect(future, step.timeout, started) for future in futures]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _tool_threads(count: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A thread per call of a group. A call abandoned by a timeout keeps its thread: the group's other calls, the
+    next group's, and (from asyncio) the application's own `to_thread` work must not queue behind it, as they would
+    in a shared pool (asyncio's default executor has at most 32 threads) and time out unrun."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=count, thread_name_prefix="toolsearch-tool")
 
 
 def _collect(future: concurrent.futures.Future[Any], timeout: float | None, started: float) -> _Outcome:
@@ -616,8 +626,21 @@ def _collect(future: concurrent.futures.Future[Any], timeout: float | None, star
     return _Outcome(_ms(started), value)
 
 
-async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) -> _Outcome:
-    """Run one call from asyncio: an async tool awaited, a sync one in a worker thread; cancelled on timeout."""
+async def _acalls(step: _Calls) -> list[_Outcome]:
+    """Run a group of calls from asyncio: async tools awaited, sync ones each in a thread of its own."""
+    threaded = sum(not is_async_callable(fn) for _, fn in step.calls)
+    pool = _tool_threads(threaded) if threaded else None
+    try:
+        return await asyncio.gather(*(_acall(call, fn, step.timeout, pool) for call, fn in step.calls))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _acall(
+    call: ToolCall, fn: Callable[..., Any], timeout: float | None, pool: concurrent.futures.Executor | None
+) -> _Outcome:
+    """Run one call from asyncio: an async tool awaited, a sync one in `pool`; cancelled on timeout."""
     started = time.perf_counter()
     if is_async_callable(fn):
         try:  # a bad signature raises at call time, before there is a coroutine to await
@@ -625,8 +648,9 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
         except Exception as call_error:
             return _Outcome(_ms(started), error=call_error)
         task = asyncio.ensure_future(coroutine)
-    else:
-        task = asyncio.ensure_future(asyncio.to_thread(_call_sync, fn, call.arguments))
+    else:  # in the caller's context, as asyncio.to_thread runs a function
+        run = functools.partial(contextvars.copy_context().run, _call_sync, fn, call.arguments)
+        task = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(pool, run))
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         task.cancel()
