@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from fakes.attacks import INITIALIZE, MCP_HEADERS, origin_attacks, send, token_attacks
@@ -151,3 +152,16 @@ def test_settings_for_every_interface_without_auth_are_refused_in_the_library_to
         GatewaySettings(transport="http", host="0.0.0.0")
     GatewaySettings(transport="http", host="0.0.0.0", auth=AuthSettings(no_auth=True))
     GatewaySettings(transport="http", host="127.0.0.1")
+
+
+async def test_run_http_refuses_every_interface_without_auth_whatever_the_settings_say() -> None:
+    # The library's own entry point: a host given to run_http is checked as the settings' host is.
+    from toolsearch.mcp import Gateway, MCPToolSource
+
+    async with MCPToolSource({"mcpServers": {"toy": toy()}}) as source:
+        gateway = Gateway(source, GatewaySettings(backend="bm25"))  # stdio settings: their host was never checked
+        with anyio.fail_after(60), pytest.raises(AuthConfigError, match=r"refusing to listen on 0\.0\.0\.0 without"):
+            await gateway.run_http(host="0.0.0.0", port=0)  # (served forever, unauthenticated, before)
+        http = Gateway(source, GatewaySettings(backend="bm25", transport="http"))  # a host not the settings' own
+        with anyio.fail_after(60), pytest.raises(AuthConfigError, match=r"refusing to listen on 10\.1\.2\.3 without"):
+            await http.run_http(host="10.1.2.3")

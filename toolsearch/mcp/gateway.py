@@ -349,7 +349,7 @@ class Gateway:
         """
         import uvicorn
 
-        from .auth import default_resource_url, protect
+        from .auth import check_exposure, default_resource_url, protect
         from .guard import header_timeout_protocol
 
         class _Server(uvicorn.Server):
@@ -358,6 +358,8 @@ class Gateway:
                 yield  # the start-up code handles signals, so the upstream servers are stopped cleanly too
 
         auth = self.settings.auth
+        if not (self.settings.transport == "http" and host == self.settings.host):  # settings checked their own
+            check_exposure(host, auth)  # AuthConfigError: no non-loopback address without authentication
         sock = reuse_port_socket(host, port, reuse=reuse_port)
         bound = sock.getsockname()[1]
         resource = auth.resource_url or default_resource_url(host, bound, path)
