@@ -262,6 +262,46 @@ def test_a_view_answers_from_one_read_and_commits_once(manager: SessionManager) 
     assert s.state().version == 2
 
 
+# --- a conversation reset while a turn runs -------------------------------------------------------
+
+
+def _reset(manager: SessionManager, session_id: str) -> SessionState:
+    """Close the session and start it again with only the calculator allowed; the new state as stored."""
+    manager.close(session_id)
+    manager.create(session_id, allowed=["calculator"], metadata={"tenant": "new"})
+    return manager.get(session_id).state()
+
+
+@pytest.mark.parametrize("serialize", [False, True], ids=["objects", "json"])
+def test_a_turn_on_a_closed_session_never_writes_over_the_session_created_again(
+    index: ToolIndex, serialize: bool
+) -> None:
+    # Before: both incarnations started at version 0, so the old turn's compare-and-set matched the new
+    # session and wrote the old snapshot over it, its wider rights (every tool allowed) and metadata included.
+    store = InMemorySessionStore(serialize=serialize)
+    worker_a, worker_b = SessionManager(index, store=store), SessionManager(index, store=store)
+    worker_a.create("user-7", metadata={"tenant": "old"})  # every tool allowed
+    turn = worker_a.get("user-7").view()
+    turn.discover(["github_create_issue"])  # pending until the turn commits
+    reset = _reset(worker_b, "user-7")
+    with pytest.raises(UnknownSessionError, match="'user-7' was closed and created again"):
+        turn.commit()
+    assert worker_b.get("user-7").state() == reset  # the new session exactly as created
+    assert reset.allowed == frozenset({"calculator"}) and reset.metadata == {"tenant": "new"}
+    assert reset.discovered == [] and reset.version == 0
+
+
+def test_a_handle_on_a_closed_session_never_changes_the_session_created_again(manager: SessionManager) -> None:
+    # Before: the old handle kept its wider allowed set and discovered a tool the new session does not allow.
+    old = manager.create("user-8")  # every tool allowed
+    reset = _reset(manager, "user-8")
+    for use in (lambda: old.discover(["email_send"]), lambda: old.pin(["email_send"]), lambda: old.discovered):
+        with pytest.raises(UnknownSessionError, match="'user-8' was closed and created again"):
+            use()
+    assert manager.get("user-8").state() == reset
+    assert manager.get("user-8").discover(["calculator"]).added == ("calculator",)  # a new handle works
+
+
 # --- expiry and bounds ---------------------------------------------------------------------------
 
 

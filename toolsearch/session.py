@@ -29,6 +29,7 @@ from ._errors import (
 from .index import ToolIndex
 from .results import SearchResult
 from .stores import InMemorySessionStore, SessionState, SessionStore
+from .stores._state import new_incarnation, replaced_session
 from .tools import NameMap, Tool
 
 if TYPE_CHECKING:
@@ -205,6 +206,9 @@ class SessionManager:
             pinned=self._check_names(pinned, "pinned", allowed_set),
             created_at=time.time(),
             metadata=_plain_metadata(metadata),
+            # Set here, not left to the store, so a third-party store that knows nothing of incarnations
+            # still keeps one, and this call's handles can tell this session from a later one of the same id.
+            incarnation=new_incarnation(),
         )
         if not self._store.create(state):
             raise SessionError(f"session {session_id!r} already exists; use get() or get_or_create()")
@@ -249,13 +253,17 @@ class SessionManager:
         return isinstance(session_id, str) and self._store.get(session_id) is not None
 
     def ids(self) -> list[str]:
+        """The ids of the live sessions: one listing of the store (with Redis, a SCAN of its keyspace)."""
         return self._store.ids()
 
     def __len__(self) -> int:
+        """The number of live sessions: as costly as `ids()`, and it fails as the store fails."""
         return len(self._store.ids())
 
     def __repr__(self) -> str:
-        return f"SessionManager({self._index!r}, {len(self)} sessions)"
+        # No session count: that is a scan of the store (a SCAN of a shared Redis), and a repr must be
+        # cheap and must not fail, as it is what a log line or a traceback shows during an outage.
+        return f"SessionManager({self._index!r}, store={self._store!r})"
 
     def _enforce_caps(self, state: SessionState) -> list[str]:
         """Evict least recently used discovered tools over the caps; the evicted names."""
@@ -310,12 +318,17 @@ class Session:
     `view()` gives a handle on one snapshot instead: its questions are answered from that one
     read, its changes apply to the snapshot at once and reach the store together, in one atomic
     update, on `commit()` (what a turn of the executor does).
+
+    A handle belongs to one incarnation of its id: once the session is closed and created again
+    (a conversation reset, perhaps with fewer tools allowed), the old handle's reads and writes
+    raise UnknownSessionError instead of acting on the new session with the old one's rights.
     """
 
     def __init__(self, manager: SessionManager, state: SessionState, *, snapshot: bool = False) -> None:
         self._manager = manager
         self.id = state.id
         self.allowed: frozenset[str] | None = state.allowed
+        self._incarnation = state.incarnation  # the session this handle is on, as against a later one of its id
         self._snapshot = state if snapshot else None
         self._pending: list[_Change] = []
         self._base: SessionState | None = None  # a view's snapshot as read, for its commit
@@ -338,7 +351,13 @@ class Session:
         state = self._manager.store.get(self.id)
         if state is None:
             raise UnknownSessionError(f"session {self.id!r} has expired or was closed; create it again")
+        self._check_incarnation(state)
         return state
+
+    def _check_incarnation(self, state: SessionState) -> None:
+        """UnknownSessionError when `state` is of a later session of this id than the one this handle is on."""
+        if state.incarnation != self._incarnation:
+            raise replaced_session(self.id)
 
     def _change(self, change: Callable[[SessionState], T]) -> T:
         """Apply a change: to the snapshot (kept for `commit`) or to the store, atomically, now."""
@@ -349,6 +368,9 @@ class Session:
         box: list[T] = []
 
         def apply(state: SessionState) -> None:
+            # The store reads the session anew: it may be a later one of this id, whose allowed set is not
+            # the one this handle checked the change against.
+            self._check_incarnation(state)
             box[:] = [change(state)]  # the store may retry: the last run is the one kept
 
         self._manager.store.update(self.id, apply)
@@ -371,6 +393,9 @@ class Session:
         changes = list(self._pending)
 
         def replay(state: SessionState) -> None:
+            # The stores shipped refuse another incarnation in their compare-and-set; this also covers a
+            # store that checks only versions, whenever it runs the replay on a state it read again.
+            self._check_incarnation(state)
             for change in changes:
                 change(state)
 

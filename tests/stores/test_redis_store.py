@@ -165,6 +165,58 @@ def test_a_conflicting_update_starts_again_from_the_newer_state_without_reading_
     assert 0 < client.pttl(store.key("race")) <= 60_000
 
 
+# --- a conversation reset while a turn runs ------------------------------------------------------
+
+
+def test_a_turn_on_a_closed_session_never_writes_over_the_session_created_again_on_redis(
+    redis_server: RedisServer, index: ToolIndex
+) -> None:
+    # Before: both incarnations started at version 0, so the compare-and-set of worker A's turn matched the
+    # session worker B created again and wrote the old snapshot over it: every tool allowed again, old metadata.
+    worker_a = SessionManager(index, store=_store(redis_server, ttl_seconds=600))
+    worker_b = SessionManager(index, store=_store(redis_server, ttl_seconds=600))
+    worker_a.create("user-7", metadata={"tenant": "old"})  # every tool allowed
+    turn = worker_a.get("user-7").view()
+    turn.discover(["github_create_issue"])  # pending until the turn commits
+    old_handle = worker_a.get("user-7")
+    worker_b.close("user-7")
+    worker_b.create("user-7", allowed=["calculator"], metadata={"tenant": "new"})
+    reset = worker_b.get("user-7").state()
+    with pytest.raises(UnknownSessionError, match="'user-7' was closed and created again"):
+        turn.commit()
+    with pytest.raises(UnknownSessionError, match="'user-7' was closed and created again"):
+        old_handle.discover(["email_send"])
+    stored = worker_a.get("user-7").state()
+    assert stored == reset and stored.allowed == frozenset({"calculator"}) and stored.metadata == {"tenant": "new"}
+    assert stored.discovered == [] and stored.version == 0
+
+
+def test_a_state_written_before_incarnations_still_loads_and_updates(
+    redis_server: RedisServer, index: ToolIndex
+) -> None:
+    # The previous release wrote no incarnation: such a session reads and updates as before (incarnation "").
+    legacy = (
+        b'{"schema":1,"id":"old","version":4,"allowed":null,"pinned":[],"discovered":["calculator"],'
+        b'"last_used":{"calculator":1},"tick":1,"created_at":1.5,"metadata":{"team":"t"}}'
+    )
+    store = _store(redis_server, ttl_seconds=600)
+    redis_server.client().set(store.key("old"), legacy)
+    manager = SessionManager(index, store=store)
+    session = manager.get("old")
+    view = session.view()
+    view.discover(["email_send"])
+    view.commit()  # the compare-and-set of the first attempt, on the state as read
+    session.discover(["weather_current"])  # a plain update
+    state = manager.get("old").state()
+    assert state.incarnation == "" and state.version == 6 and state.metadata == {"team": "t"}
+    assert state.discovered == ["calculator", "email_send", "weather_current"]
+    manager.close("old")
+    assert manager.create("old").state().incarnation != ""  # created again: an incarnation of its own
+    view.discover(["calculator"])  # on the view's snapshot, of the closed legacy session
+    with pytest.raises(UnknownSessionError, match="closed and created again"):
+        view.commit()
+
+
 # --- Redis down or slow ---------------------------------------------------------------------------
 
 
@@ -306,6 +358,7 @@ def test_a_key_prefix_separates_deployments(redis_server: RedisServer, index: To
         # Before: read as version 0, then every update "conflicted" (1,000 round trips, then a false message)
         (b'{"schema": 1, "id": "bad", "version": "0"}', "field 'version' must be an int, got str"),
         (b'{"schema": 1, "id": "bad"}', "field 'version' is missing"),
+        (b'{"schema": 1, "id": "bad", "version": 0, "incarnation": 7}', "field 'incarnation' must be a string"),
     ],
 )
 def test_an_unreadable_state_is_a_clear_error_never_a_silent_fresh_session(
@@ -358,6 +411,34 @@ def test_a_large_allowed_subset_is_stored_once_and_shared(redis_server: RedisSer
     missing = r"refers to the allowed subset 'toolsearch:allowed:\w+', which is missing"
     with pytest.raises(SessionStoreError, match=missing):
         SessionManager(big, store=_store(redis_server)).get("t1")
+
+
+def test_an_update_that_changes_a_large_allowed_subset_keeps_it_readable(redis_server: RedisServer) -> None:
+    # Before: only create wrote the subset key, so after this update every read failed "... which is missing".
+    store = _store(redis_server, ttl_seconds=600)
+    store.create(SessionState("tenant", allowed=frozenset(f"tool_{i}" for i in range(100))))
+    narrower = frozenset(f"tool_{i}" for i in range(80))
+    store.update("tenant", lambda state: setattr(state, "allowed", narrower))
+    for reader in (store, _store(redis_server)):  # this worker, and another with nothing cached
+        state = reader.get("tenant")
+        assert state is not None and state.allowed == narrower
+    assert len(redis_server.client().keys("toolsearch:allowed:*")) == 2  # one key per distinct subset
+
+
+def test_a_managers_repr_needs_no_redis(tmp_path: Path, index: ToolIndex) -> None:
+    # Before: repr counted the sessions with a SCAN, so logging the manager during an outage raised.
+    server = RedisServer(tmp_path).start()
+    try:
+        store = RedisSessionStore(server.url, timeout=0.5)
+        manager = SessionManager(index, store=store)
+        manager.create("s")
+        assert len(manager) == 1  # len still counts, with a scan
+        server.kill()
+        assert repr(manager) == f"SessionManager({index!r}, store={store!r})"  # no count, so no Redis call
+        with pytest.raises(SessionStoreError, match="failed to list sessions"):
+            len(manager)
+    finally:
+        server.stop()
 
 
 # --- per-caller limits beside the sessions ----------------------------------------------------------

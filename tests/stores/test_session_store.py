@@ -120,23 +120,46 @@ def test_update_of_a_missing_session_and_nothing_to_write(index: ToolIndex) -> N
     assert not store.create(SessionState("s"))  # an id exists once
 
 
+@pytest.mark.parametrize("serialize", [False, True], ids=["objects", "json"])
+def test_a_write_meant_for_a_closed_session_never_lands_on_the_one_created_again(serialize: bool) -> None:
+    # Before: the compare-and-set matched the version alone, and each incarnation of an id starts at 0.
+    store = InMemorySessionStore(serialize=serialize)
+    first = SessionState("s")
+    assert store.create(first) and first.incarnation  # create gives a state without an incarnation a fresh one
+    stale = store.get("s")
+    assert stale is not None and stale.incarnation == first.incarnation
+    store.delete("s")
+    again = SessionState("s", allowed=frozenset({"calculator"}))
+    store.create(again)
+    assert again.incarnation not in ("", first.incarnation)
+    with pytest.raises(UnknownSessionError, match="'s' was closed and created again"):
+        store.update("s", lambda state: state.discovered.append("email_send"), base=stale)
+    store.update("s", lambda state: setattr(state, "incarnation", "forged"))  # an update never changes it
+    assert store.get("s") == again
+
+
 def test_get_returns_a_copy_that_changes_nothing_stored() -> None:
     store = InMemorySessionStore()
-    store.create(SessionState("s"))
+    created = SessionState("s")
+    store.create(created)  # which gives it its incarnation
     got = store.get("s")
     assert got is not None
     got.discovered.append("x")
-    assert store.get("s") == SessionState("s")
+    assert store.get("s") == created and created.discovered == []
 
 
 # --- the stored form -----------------------------------------------------------------------------
 
 
 def test_the_json_form_carries_a_schema_version_and_round_trips() -> None:
-    state = SessionState("x", frozenset({"b", "a"}), ("p",), ["a"], {"a": 1}, 1, 2.5, {"team": "t"}, 3)
+    state = SessionState("x", frozenset({"b", "a"}), ("p",), ["a"], {"a": 1}, 1, 2.5, {"team": "t"}, 3, "c0ffee")
     text = encode_state(state)
     assert text.startswith('{"schema":1,"id":"x","version":3,"allowed":["a","b"]')
+    assert text.endswith(',"incarnation":"c0ffee"}')
     assert decode_state(text, "here") == state
+    # the previous release wrote no incarnation: such a state reads as before, as incarnation ""
+    legacy = '{"schema":1,"id":"x","version":3,"allowed":null,"tick":0,"created_at":0,"metadata":{}}'
+    assert decode_state(legacy, "here") == SessionState("x", version=3, incarnation="")
 
 
 @pytest.mark.parametrize(
@@ -155,6 +178,7 @@ def test_the_json_form_carries_a_schema_version_and_round_trips() -> None:
         ('{"schema": 1, "id": "x", "version": "0"}', "field 'version' must be an int, got str"),
         ('{"schema": 1, "id": "x", "version": true}', "field 'version' must be an int, got bool"),
         ('{"schema": 1, "id": "x", "version": 0, "created_at": "today"}', "field 'created_at' must be a number"),
+        ('{"schema": 1, "id": "x", "version": 0, "incarnation": 7}', "field 'incarnation' must be a string, got int"),
     ],
 )
 def test_an_unreadable_state_is_a_clear_error(text: str, problem: str) -> None:

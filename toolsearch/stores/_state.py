@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import SessionStateError, SessionStoreError
+from .._errors import SessionStateError, SessionStoreError, UnknownSessionError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -17,10 +18,13 @@ __all__ = [
     "StateUpdate",
     "decode_state",
     "encode_state",
+    "new_incarnation",
+    "replaced_session",
     "unreadable_state",
 ]
 
-# Bumped when the JSON form changes incompatibly; a reader refuses a schema it does not know
+# Bumped when the JSON form changes incompatibly (adding `incarnation` did not: older readers ignore it, and a
+# state without it reads as incarnation ""); a reader refuses a schema it does not know
 # rather than guess (a rolling deploy must not silently drop another version's sessions).
 SCHEMA_VERSION = 1
 
@@ -36,6 +40,10 @@ class SessionState:
     `discovered` keeps first-discovery order (a stable order keeps provider prompt caches warm);
     `last_used` holds a per-session tick for each discovered tool, for least-recently-used eviction.
     `version` counts the writes; stores set it and use it to detect concurrent updates.
+    `incarnation` is a random token a session gets when it is created: an id closed and created again
+    is another incarnation, starting again at version 0, so stores compare it along with the version
+    and refuse a write meant for the closed one (a turn still running on it) instead of letting it
+    land on the new one. States written before incarnations existed read as "".
     """
 
     id: str
@@ -47,6 +55,7 @@ class SessionState:
     created_at: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     version: int = 0
+    incarnation: str = ""  # last, so positional construction written for earlier releases still works
 
     def copy(self) -> SessionState:
         """An independent copy (the immutable allowed set and pinned tuple are shared)."""
@@ -60,6 +69,7 @@ class SessionState:
             self.created_at,
             dict(self.metadata),
             self.version,
+            self.incarnation,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,6 +85,7 @@ class SessionState:
             "tick": self.tick,
             "created_at": self.created_at,
             "metadata": dict(self.metadata),
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -105,6 +116,8 @@ class SessionState:
                 # Required: a store's compare-and-set matches it as written (Redis: in Lua), so a missing or
                 # mistyped version would make every update look like a conflict with another worker.
                 version=_integer(data, "version"),
+                # Optional: states written by earlier releases have none, and compare as "" (as they did, by version).
+                incarnation=_typed(data, "incarnation", str, ""),
             )
         except TypeError as exc:
             raise SessionStateError(str(exc)) from None
@@ -134,6 +147,19 @@ def _names(value: Any, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
         raise SessionStateError(f"field {key!r} must be a list of tool names")
     return value
+
+
+def new_incarnation() -> str:
+    """A fresh random incarnation token (64 bits: two incarnations of one id never share one)."""
+    return secrets.token_hex(8)
+
+
+def replaced_session(session_id: str) -> UnknownSessionError:
+    """The error for a write (or a handle) meant for an incarnation of the session that was closed."""
+    return UnknownSessionError(
+        f"session {session_id!r} was closed and created again since this state was read, so nothing was written "
+        "to the new one; get it again (SessionManager.get) and work on that, whose allowed and pinned tools may differ"
+    )
 
 
 def encode_state(state: SessionState) -> str:
@@ -173,7 +199,11 @@ class SessionStore(Protocol):
         ...
 
     def create(self, state: SessionState) -> bool:
-        """Store a new session; False (and nothing written) when the id already exists."""
+        """Store a new session; False (and nothing written) when the id already exists.
+
+        The stores shipped give a state without an incarnation a fresh one, set on `state` too, so
+        the caller's copy names the session it created (and can serve as an update's `base`).
+        """
         ...
 
     def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
@@ -181,6 +211,9 @@ class SessionStore(Protocol):
 
         `base` is a state the caller read earlier: the first attempt applies `fn` to a copy of
         it without reading again, and succeeds if the stored version is still `base.version`.
+        A state of another incarnation (the session was closed and created again since `base`,
+        or since this update read it) is never written: UnknownSessionError, saying so. `fn`
+        cannot change the incarnation.
         """
         ...
 

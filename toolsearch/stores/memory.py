@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError
-from ._state import SessionState, StateUpdate, decode_state, encode_state
+from ._state import SessionState, StateUpdate, decode_state, encode_state, new_incarnation, replaced_session
 
 __all__ = ["InMemorySessionStore", "MAX_UPDATE_ATTEMPTS"]
 
@@ -24,6 +24,7 @@ MAX_UPDATE_ATTEMPTS = 1000
 @dataclass(slots=True)
 class _Entry:
     version: int
+    incarnation: str  # beside the version, so a write is checked against both without decoding the state
     value: SessionState | str  # a private state, or its JSON text when the store serialises
     accessed: float
 
@@ -33,7 +34,8 @@ class InMemorySessionStore:
 
     `update` is optimistic: `fn` runs outside the store's lock on a private copy, and the result
     is kept only if the session's version did not move meanwhile (else `fn` runs again on the
-    newer state); the lock only guards the dictionary. `serialize=True` keeps each state as its
+    newer state) and it is still the incarnation `fn` ran on (else UnknownSessionError: the
+    session was closed and created again); the lock only guards the dictionary. `serialize=True` keeps each state as its
     JSON text, as a shared store does: a state that does not survive the round trip shows up
     here, in a single process, rather than in production.
     """
@@ -98,13 +100,15 @@ class InMemorySessionStore:
         return None if value is None else self._unpack(value, session_id)
 
     def create(self, state: SessionState) -> bool:
+        if not state.incarnation:
+            state.incarnation = new_incarnation()
         now = self._clock()
         value = self._pack(state)
         with self._lock:
             self._prune(now)
             if self._live(state.id, now) is not None:
                 return False
-            self._items[state.id] = _Entry(state.version, value, now)
+            self._items[state.id] = _Entry(state.version, state.incarnation, value, now)
             while self.max_sessions is not None and len(self._items) > self.max_sessions:
                 self._items.popitem(last=False)
         return True
@@ -120,9 +124,10 @@ class InMemorySessionStore:
                         raise _unknown(session_id)
                     value = entry.value
                 state = self._unpack(value, session_id)
-            read_version = state.version
+            read_version, incarnation = state.version, state.incarnation
             before = state.copy()
             fn(state)
+            state.incarnation = incarnation  # which session this is, never a change an update makes
             if state == before:  # nothing changed: no write, no conflict possible
                 return state
             state.version = read_version + 1
@@ -131,6 +136,10 @@ class InMemorySessionStore:
                 entry = self._live(session_id, self._clock())
                 if entry is None:
                     raise _unknown(session_id)
+                # Checked before the version: each incarnation counts its versions from 0, so a write meant
+                # for a closed one can match the version of the one created again under the same id.
+                if entry.incarnation != incarnation:
+                    raise replaced_session(session_id)
                 if entry.version != read_version:
                     continue  # another writer won: run fn again on its result
                 entry.version, entry.value = state.version, packed

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError, missing_dependency
 from .._redact import redacted_url
-from ._state import SessionState, StateUpdate, encode_state, unreadable_state
+from ._state import SessionState, StateUpdate, encode_state, new_incarnation, replaced_session, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -29,15 +29,30 @@ INLINE_ALLOWED = 64
 _CACHED_SUBSETS = 256
 
 # Compare-and-set in one server-side step: the new state is written only when the key still
-# holds the version this update read, so a concurrent writer is detected and nothing is ever
-# half written. A conflict answers with the newer state itself (its idle TTL renewed, as a read
-# renews it), so the retry starts from it without a second round trip to read it; unreadable
-# text is answered the same way, and decoding it reports it clearly. -1: no such session; 1: written.
+# holds the incarnation (ARGV[4]) and the version (ARGV[1]) this update read, so a concurrent
+# writer is detected and nothing is ever half written. The incarnation comes first: every
+# incarnation of an id counts from version 0, so a turn still running on a closed session would
+# otherwise match the session created again under its id and write the old snapshot over it.
+# Another incarnation answers -2 (the update fails; retrying on the new session would replay a
+# change meant for the old one). A version conflict answers with the newer state itself (its idle
+# TTL renewed, as a read renews it), so the retry starts from it without a second round trip;
+# unreadable text is answered the same way, and decoding it reports it clearly. A state without
+# an incarnation (written by an earlier release) is incarnation ''. -1: no such session; 1: written.
 _CAS = """
 local current = redis.call('GET', KEYS[1])
 if not current then return -1 end
 local ok, state = pcall(cjson.decode, current)
-if not ok or type(state) ~= 'table' or state['version'] ~= tonumber(ARGV[1]) then
+local readable = ok and type(state) == 'table'
+if readable then
+  local incarnation = state['incarnation']
+  if incarnation == nil or incarnation == cjson.null then incarnation = '' end
+  if type(incarnation) ~= 'string' then
+    readable = false
+  elseif incarnation ~= ARGV[4] then
+    return -2
+  end
+end
+if not readable or state['version'] ~= tonumber(ARGV[1]) then
   if ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
   return current
 end
@@ -64,7 +79,8 @@ class RedisSessionStore:
     Size bounds are Redis's job (`maxmemory` with a TTL-aware eviction policy). An allowed
     subset of more than 64 tools is kept once per distinct subset under `{prefix}allowed:{hash}`
     (without expiry: sessions that outlive any TTL still need it; there are as many such keys
-    as distinct subsets).
+    as distinct subsets), written by `create` and by an `update` that changes the subset, each
+    time before the session refers to it.
     """
 
     def __init__(
@@ -215,6 +231,8 @@ class RedisSessionStore:
         return state
 
     def create(self, state: SessionState) -> bool:
+        if not state.incarnation:
+            state.incarnation = new_incarnation()
         text, subset = self._encode(state)
         pipe = self._client.pipeline(transaction=False)
         if subset is not None:  # content-addressed: written before any session refers to it
@@ -231,13 +249,21 @@ class RedisSessionStore:
                 state, base = base.copy(), None
             else:
                 state = self.get(session_id) or _raise(_unknown(session_id))
-            read_version = state.version
+            read_version, incarnation = state.version, state.incarnation
             before = state.copy()
             fn(state)
+            state.incarnation = incarnation  # which session this is, never a change an update makes
             if state == before:
                 return state
             state.version = read_version + 1
-            args = [read_version, self._encode(state)[0], "" if self._ttl_ms is None else self._ttl_ms]
+            text, subset = self._encode(state)
+            if subset is not None and state.allowed != before.allowed:
+                # A new large subset: its key is written before any session refers to it (content-addressed,
+                # so SET NX; a separate command, as its key may live on another Redis Cluster node than the
+                # session's). An unchanged subset was written by whoever wrote it into the session.
+                self._call("write an allowed subset", self._client.set, self.subset_key(subset[0]), subset[1], nx=True)
+            ttl = "" if self._ttl_ms is None else self._ttl_ms
+            args = [read_version, text, ttl, incarnation]
             outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
             if isinstance(outcome, bytes | str):  # another writer was first: its state is the next base
                 base = self._decode(session_id, outcome)
@@ -246,6 +272,8 @@ class RedisSessionStore:
                 return state
             if outcome == -1:
                 raise _unknown(session_id)
+            if outcome == -2:
+                raise replaced_session(session_id)
             raise SessionStoreError(f"session store {self.url} answered a compare-and-set with {outcome!r}")
         raise SessionStoreError(
             f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
