@@ -208,3 +208,57 @@ def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMS
     _script(server)
     _drive(agent, "invoke", "What's the weather in Paris?", "t-off")
     assert RAN == ["get_weather"] and len(off.log) == 0
+
+
+def send_sms(number: str, text: str) -> str:
+    """Send an SMS text message to a phone number."""
+    RAN.append("send_sms")
+    return "ok"
+
+
+def _plain_model(server: FakeLLMServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                      max_retries=0, use_responses_api=False)
+
+
+def test_a_larger_index_never_offers_tools_the_agent_lacks(server: FakeLLMServer) -> None:
+    from toolsearch import Tool, ToolIndex
+
+    # an application's index that also holds a tool this agent does not have
+    tools = [Tool.from_callable(f) for f in (toy_tools.get_weather, toy_tools.send_email, send_sms)]
+    index = ToolIndex.build(tools, "bm25")
+    middleware = ToolSearchMiddleware([get_weather, send_email], index=index)
+    agent = create_agent(_plain_model(server), middleware=[middleware], checkpointer=InMemorySaver())
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
+        Turn(text="ok"),
+    )
+    state = _drive(agent, "invoke", "text Bob", "t-index")
+    assert "send_sms" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
+
+
+def test_an_unknown_tool_is_refused_without_listing_the_catalog(server: FakeLLMServer) -> None:
+    agent = _agent(server)
+    server.enqueue(Turn(tool_calls=[("book_flight", {"to": "Paris"}, "c1")]), Turn(text="ok"))
+    _drive(agent, "invoke", "fly me to Paris", "t-unknown")
+    (answer,) = server.requests[1].tool_results()
+    assert "'book_flight' is not available" in answer.text and "tool_search" in answer.text
+    assert not any(t.name in answer.text for t in CATALOG)  # the hidden tools stay hidden
+
+
+def test_a_tool_found_by_a_search_of_the_same_turn_runs(server: FakeLLMServer) -> None:
+    agent = _agent(server)
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast city", "max_results": 1}, "s1"),
+                         ("get_weather", {"city": "Paris"}, "c1"),
+                         ("send_email", {"to": "a@b.c", "subject": "hi"}, "c2")]),  # not found: still refused
+        Turn(text="Sunny."),
+    )
+    state = _drive(agent, "invoke", "weather in Paris", "t-same")
+    results = {r.call_id: r.text for r in server.requests[1].tool_results()}
+    assert results["c1"] == "sunny in Paris"
+    assert "not loaded yet" in results["c2"]
+    assert RAN == ["get_weather"] and state[STATE_KEY] == ["get_weather"]

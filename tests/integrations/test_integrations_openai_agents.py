@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from agents.run_config import ToolErrorFormatterArgs
 from fakes import FakeLLMServer, Turn, toy_tools
 from fakes.toy_tools import RAN
 
-from toolsearch import SessionRequiredError
-from toolsearch.integrations.openai_agents import AgentToolSearch
+from toolsearch import SessionManager, SessionRequiredError, Tool, ToolIndex
+from toolsearch.integrations.openai_agents import AgentToolSearch, tool_from_function_tool
 from toolsearch.usage import UsageLog, UsageRecorder
 
 set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
@@ -162,3 +163,111 @@ def test_a_switched_off_recorder_logs_nothing(server: FakeLLMServer) -> None:
     _script(server)
     Runner.run_sync(agent, "weather?", context=search.session("off"), run_config=search.run_config())
     assert RAN == ["get_weather"] and len(usage.log) == 0
+
+
+def get_status() -> str:
+    """Service status dashboard: uptime and incidents."""
+    RAN.append("get_status")
+    return "all green"
+
+
+def send_sms(number: str, text: str) -> str:
+    """Send an SMS text message to a phone number."""
+    RAN.append("send_sms")
+    return "ok"
+
+
+def test_a_tool_called_in_the_turn_of_its_search_is_told_to_call_it_again(server: FakeLLMServer) -> None:
+    # The SDK answers "tool not found" after the turn's tools ran, so the tool is visible by then:
+    # its arguments (never sent to the formatter) must not be checked, and the answer must say why.
+    search = AgentToolSearch([get_weather, send_email, function_tool(get_status)])
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast city"}, "s1"),
+                         ("get_weather", {"city": "Paris"}, "c1"),
+                         ("get_status", {}, "c2"),  # not found by this turn's search: still refused
+                         ("no_such_tool", {}, "c3")]),
+        Turn(text="ok"),
+    )
+    Runner.run_sync(agent, "weather in Paris", context=search.session("u1"), run_config=search.run_config())
+    results = {r.call_id: r.text for r in server.requests[1].tool_results()}
+    assert "just loaded by tool_search" in results["c1"] and "again" in results["c1"]
+    assert "Invalid arguments" not in results["c1"]
+    assert "not loaded yet" in results["c2"]
+    assert "is not available" in results["c3"]
+    assert RAN == []
+
+
+def _app_manager(max_sessions: int = 1000) -> SessionManager:
+    # An application's index that also holds a tool this agent does not have (another agent's, say).
+    tools = [Tool.from_callable(f) for f in (toy_tools.get_weather, toy_tools.send_email, send_sms)]
+    return SessionManager(ToolIndex.build(tools, "bm25"), max_sessions=max_sessions)
+
+
+def test_a_shared_manager_never_offers_tools_the_agent_lacks(server: FakeLLMServer) -> None:
+    manager = _app_manager()
+    search = AgentToolSearch([get_weather, send_email], sessions=manager)
+    assert search.sessions is manager  # an empty manager is falsy, and still the one to use
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send text message sms", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_sms", {"number": "1", "text": "hi"}, "c1")]),
+        Turn(text="done"),
+    )
+    session = search.session("u1")
+    Runner.run_sync(agent, "text Bob", context=session, run_config=search.run_config())
+    assert "send_sms" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert "send_sms" not in session.discovered and RAN == []
+    assert set(search.session("u2", allowed=["get_weather", "send_sms"]).allowed or ()) == {"get_weather"}
+
+
+def test_building_on_a_full_shared_manager_keeps_its_sessions() -> None:
+    manager = _app_manager(max_sessions=2)
+    manager.create("alice")
+    manager.create("bob")
+    AgentToolSearch([get_weather, send_email], sessions=manager)
+    assert sorted(manager.ids()) == ["alice", "bob"]
+
+
+def test_an_evicted_session_is_created_again_with_its_pins(server: FakeLLMServer) -> None:
+    tools = [get_time, get_weather, send_email]
+    index = ToolIndex.build([tool_from_function_tool(t) for t in tools], "bm25")
+    search = AgentToolSearch(tools, pinned=["get_time"], sessions=SessionManager(index, max_sessions=1))
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    alice = search.session("alice")
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "weather forecast"}, "s1")]), Turn(text="ok"))
+    Runner.run_sync(agent, "weather", context=alice, run_config=search.run_config())
+    assert alice.discovered == ("get_weather",)
+    search.session("bob")  # another conversation takes alice's place in the store
+    server.enqueue(Turn(tool_calls=[("get_weather", {"city": "Paris"}, "c1")]), Turn(text="ok"))
+    Runner.run_sync(agent, "and tomorrow?", context=alice, run_config=search.run_config())
+    assert server.requests[2].tool_names == FIRST  # pinned again; the discovery was lost with the session
+    assert "not loaded yet" in server.requests[3].tool_results()[0].text
+    assert search.session("alice").pinned == ("get_time",) and RAN == []
+
+
+def test_run_config_chains_the_callers_error_formatter(server: FakeLLMServer) -> None:
+    seen: list[str] = []
+
+    def mine(args: ToolErrorFormatterArgs[Any]) -> str:
+        seen.append(args.kind)
+        return f"custom {args.kind}"
+
+    search = AgentToolSearch([get_time, get_weather, send_email, convert_currency], pinned=["convert_currency"])
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    server.enqueue(
+        Turn(tool_calls=[("send_email", {"to": "a@b.c", "subject": "hi"}, "c1"),  # ours: not loaded yet
+                         ("convert_currency", {"amount": 3, "currency": "EUR"}, "c2")]),  # theirs: it failed
+        Turn(text="ok"),
+    )
+    config = search.run_config(tool_error_formatter=mine, workflow_name="chained")
+    assert config.workflow_name == "chained"
+    Runner.run_sync(agent, "mail and euros", context=search.session("u1"), run_config=config)
+    results = {r.call_id: r.text for r in server.requests[1].tool_results()}
+    assert "not loaded yet" in results["c1"]
+    assert results["c2"] == "custom tool_exception" and seen == ["tool_exception"]

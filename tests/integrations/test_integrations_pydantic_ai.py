@@ -4,7 +4,9 @@ real `openai` client against the local wire-format server; every request's exact
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 from fakes import FakeLLMServer, Turn
@@ -14,6 +16,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.tools import ToolDefinition
 
+from toolsearch import InvalidQueryError
 from toolsearch.integrations.pydantic_ai import LearningToolSearch, ToolSearchStrategy, tool_search
 from toolsearch.usage import UsageLog, UsageRecorder
 
@@ -147,3 +150,52 @@ def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMS
     _script(server)
     _agent(server, tool_search(max_results=1, usage=off)).run_sync("What's the weather in Paris?")
     assert RAN == ["get_weather"] and len(off.log) == 0
+
+
+def list_books(shelf: Literal["\u06a9\u062a\u0627\u0628\u200c\u0647\u0627", "magazines"]) -> str:
+    """List the books on a library shelf."""
+    return "none"
+
+
+def test_a_tool_toolsearch_refuses_is_left_out_and_the_rest_stay_searchable(
+    server: FakeLLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # list_books' Literal holds Persian "books", written with U+200C (zero-width): toolsearch refuses it
+    capability = tool_search(max_results=1)
+    tools = [Tool(get_weather, defer_loading=True), Tool(list_books, defer_loading=True)]
+    agent = Agent(_model(server), tools=tools, capabilities=[capability])
+    server.enqueue(
+        Turn(tool_calls=[("search_tools", {"queries": ["weather forecast"]}, "s1")]),
+        Turn(tool_calls=[("get_weather", {"city": "Paris"}, "c1"),
+                         ("search_tools", {"queries": ["books on a shelf"]}, "s2")]),
+        Turn(text="Sunny."),
+    )
+    with caplog.at_level(logging.WARNING, logger="toolsearch.integrations.pydantic_ai"):
+        assert agent.run_sync("weather in Paris?").output == "Sunny."
+    assert '"get_weather"' in server.requests[1].tool_results()[0].text
+    assert RAN == ["get_weather"]
+    warnings = [r.getMessage() for r in caplog.records if "list_books" in r.getMessage()]
+    assert len(warnings) == 1 and "U+200C" in warnings[0]  # once: the index (and what it left out) is cached
+    strategy = capability.strategy
+    assert isinstance(strategy, ToolSearchStrategy) and strategy.builds == 1
+
+
+def test_a_refused_query_tells_the_model_why(server: FakeLLMServer) -> None:
+    long_query = "weather forecast for a city " + "with hourly temperature, rain and wind details " * 25
+    agent = _agent(server, tool_search())
+    server.enqueue(
+        Turn(tool_calls=[("search_tools", {"queries": [long_query]}, "s1")]),
+        Turn(tool_calls=[("search_tools", {"queries": ["weather\x00", "(unclosed"]}, "s2")]),  # one query left
+        Turn(text="ok"),
+    )
+    agent.run_sync("weather?")
+    (refused,) = server.requests[1].tool_results()
+    assert "the limit is 1000" in refused.text and "No matching tools" not in refused.text
+    (partly,) = server.requests[2].tool_results()
+    assert "U+0000" not in partly.text  # one query could be searched: its (empty) result stands
+
+    strategy = ToolSearchStrategy()
+    defs = [Tool(get_weather).tool_def]
+    with pytest.raises(InvalidQueryError, match="the limit is 1000"):
+        strategy.search([long_query], defs)
+    assert strategy.search(["weather\x00", "weather"], defs) == ["get_weather"]

@@ -44,6 +44,19 @@ def check_catalog(
         augment.check(index.catalog, catalog_key=index.catalog.hash)
 
 
+def agent_allowed(
+    index: ToolIndex, names: Collection[str], allowed: Collection[str] | None = None
+) -> frozenset[str] | None:
+    """The allowed subset for an agent's sessions: `allowed` (None: every tool), limited to the
+    agent's own tools `names` when the index also holds others (an application's shared index), so
+    a search never offers a tool the agent cannot call. None when nothing needs limiting."""
+    limit = None if set(index.catalog.names) <= set(names) else frozenset(names)
+    if allowed is None:
+        return limit
+    given = frozenset(allowed)
+    return given if limit is None else given & limit
+
+
 @contextmanager
 def scratch_session(
     sessions: SessionManager,
@@ -85,6 +98,13 @@ def gate(
     executor = ToolExecutor({name: lambda **_: _ALLOWED}, metatool=metatool, config=GATE_CONFIG, augment=augment)
     (result,) = executor.execute(session, [call])
     return result
+
+
+def admission(session: Session, call_id: str, name: str, metatool: ToolSearchMetaTool) -> ToolResult | None:
+    """The refusal of a call by the allow and discover rules alone, or None when the tool is
+    callable now; its arguments are not looked at (for a framework that reports a call without them)."""
+    executor = ToolExecutor(metatool=metatool, config=GATE_CONFIG)
+    return executor.admit(session, ToolCall(call_id, name, {}))
 
 
 def allowed(result: ToolResult) -> bool:

@@ -20,6 +20,7 @@ tool its own arguments only; the AI message in the thread keeps the model's call
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
@@ -38,9 +39,9 @@ from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
-from ..session import SessionManager
+from ..session import Session, SessionManager
 from ..tools import Tool
-from ._gate import allowed, check_catalog, gate, record_call, record_search, scratch_session
+from ._gate import agent_allowed, allowed, check_catalog, gate, record_call, record_search, scratch_session
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
@@ -71,6 +72,23 @@ def _discovered_in(state: Any) -> list[str]:
     return list(value or ())
 
 
+def _messages_in(state: Any) -> list[Any]:
+    value = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    return list(value or ())
+
+
+def _turn_calls(request: Any) -> list[Any]:
+    """The tool calls of the model turn (the AI message) that made this request's call."""
+    call_id = request.tool_call.get("id")
+    if not call_id:
+        return []
+    for message in reversed(_messages_in(request.state)):
+        calls = list(getattr(message, "tool_calls", None) or ())
+        if any(c.get("id") == call_id for c in calls):
+            return calls
+    return []
+
+
 def _conversation(request: Any) -> str:
     """The key that joins a thread's searches to its calls in the usage log: the LangGraph thread id,
     else (no checkpointer) the id of the conversation's first message, which add_messages assigns."""
@@ -79,8 +97,7 @@ def _conversation(request: Any) -> str:
     thread = (config.get("configurable") or {}).get("thread_id")
     if thread is not None:
         return f"thread:{thread}"
-    state = request.state
-    messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    messages = _messages_in(request.state)
     first = getattr(messages[0], "id", None) if messages else None
     return f"message:{first}" if first else "langchain"
 
@@ -100,7 +117,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     The catalog's tools are registered with the agent by the middleware (pass them here, not
     also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
     through untouched. `allowed` limits what the agent can find and call (None: every catalog
-    tool). `backend` picks the search backend (or pass a built `index` over the same tools);
+    tool). `backend` picks the search backend (or pass a built `index` holding the same tools; a
+    search never offers one of its tools that is not in `tools`);
     `metatool` configures the tool_search tool (name, result count, description). `usage` feeds
     a usage log (see docs/learning.md): each search and the catalog tools then called successfully.
     """
@@ -127,11 +145,15 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
         catalog_tools = [t if isinstance(t, BaseTool) else as_tool(t) for t in tools]
         self._by_name: dict[str, BaseTool] = {t.name: t for t in catalog_tools}
-        self.index = index or ToolIndex.build([tool_from_langchain(t) for t in catalog_tools], backend)
+        # `is None`, not `or`: an index is falsy when empty
+        if index is None:
+            index = ToolIndex.build([tool_from_langchain(t) for t in catalog_tools], backend)
+        self.index = index
         self.metatool = metatool or ToolSearchMetaTool()
         check_catalog(self.index, self._by_name.keys(), self.metatool, self.augment)
         self.pinned = tuple(dict.fromkeys(pinned))
-        self.allowed = None if allowed is None else frozenset(allowed)
+        # An index that holds more tools than `tools` (an application's) must not offer what this agent cannot call.
+        self.allowed = agent_allowed(self.index, self._by_name.keys(), allowed)
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
@@ -150,7 +172,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
     def _tools_for(self, request: ModelRequest[Any]) -> list[BaseTool | dict[str, Any]]:
         """Pinned (and non-catalog) tools, tool_search, then this thread's discovered tools."""
-        catalog = self.index.catalog
+        catalog = self._by_name
         offered = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
         passthrough = [
             t for t in request.tools
@@ -184,19 +206,34 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     # --- tool calls -------------------------------------------------------------------------
 
     def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
-        """None for a tool outside the catalog; else the gate's result (`allowed(result)`: the call
-        may run, with `result.call.arguments`; otherwise its content is what to send back) and
-        the thread's discovered names after it."""
+        """None for an agent's own tool outside the catalog; else the gate's result (`allowed(result)`:
+        the call may run, with `result.call.arguments`; otherwise its content is what to send back)
+        and the thread's discovered names after it. A name the agent does not know at all is refused
+        by the gate too: ToolNode's own answer would list every registered tool, hidden ones included."""
         call = request.tool_call
         name = call["name"]
-        if name != self.search_tool.name and name not in self.index.catalog:
+        if name != self.search_tool.name and name not in self._by_name and request.tool is not None:
             return None  # not a catalog tool: the agent's own business
         discovered = _discovered_in(request.state)
         with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
+            if name != self.search_tool.name:
+                self._settle_searches(session, request)
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
             discovered = list(session.discovered)
         record_search(self.usage, _conversation(request), result)
         return result, discovered
+
+    def _settle_searches(self, session: Session, request: Any) -> None:
+        """Run the tool_search calls of this call's model turn on its scratch session first.
+
+        The core executor runs a turn's searches before its other calls; ToolNode runs each call
+        against the state from before the turn, where what those searches find is not recorded
+        yet. They run again here (each search's own call answers the model and updates the state),
+        with their augmented values checked but not handed to `on_augment` a second time."""
+        quiet = None if self.augment is None else dataclasses.replace(self.augment, on_augment=None)
+        for call in _turn_calls(request):
+            if call.get("name") == self.search_tool.name:
+                gate(session, call.get("id") or "", call["name"], call.get("args"), self.metatool, quiet)
 
     def _runnable(self, request: Any, checked: tuple[ToolResult, list[str]] | None) -> Any:
         """The request the tool runs with: its own arguments only when the call was augmented."""
@@ -206,7 +243,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
     def _ran(self, request: Any, ok: bool) -> None:
         name = request.tool_call["name"]
-        if self.usage is not None and name in self.index.catalog:
+        if self.usage is not None and name in self._by_name:
             record_call(self.usage, _conversation(request), name, ok)
 
     def _answer(self, request: Any, checked: tuple[ToolResult, list[str]]) -> ToolMessage | Command[Any]:

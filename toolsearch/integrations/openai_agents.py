@@ -25,24 +25,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     from agents import FunctionTool, RunConfig, RunContextWrapper
-    from agents.run_config import ToolErrorFormatterArgs
+    from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     from .._errors import missing_dependency
 
     raise missing_dependency("agents", "openai-agents") from exc
 
-from .._errors import InvalidToolError, SessionRequiredError
+from .._errors import InvalidToolError, SessionRequiredError, UnknownSessionError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
 from ..tools import Tool
-from ._gate import allowed, check_catalog, gate, record_call, record_search
+from ._gate import admission, agent_allowed, allowed, check_catalog, gate, record_call, record_search, scratch_session
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentToolSearch", "tool_from_function_tool"]
 
 SessionOf = Callable[[RunContextWrapper[Any]], Session]
+T = TypeVar("T")
 
 # Set on the tool context by the SDK when its default failure handler turned a tool's exception into
 # the error text the model gets (read, not consumed: the SDK reads it after us). A custom
@@ -99,14 +100,18 @@ class AgentToolSearch:
         self.usage = usage
         if sessions is not None:
             index = sessions.index
-        self.index = index or ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
+        # `is None`, not `or`: an empty index or manager (no session yet) is falsy, and is still the caller's
+        if index is None:
+            index = ToolIndex.build([tool_from_function_tool(t) for t in tools], backend)
+        self.index = index
         self.metatool = metatool or ToolSearchMetaTool()
         self.augment = Augmentation.of(augment, on_augment=on_augment)
-        check_catalog(self.index, {t.name for t in tools}, self.metatool, self.augment)
-        self.sessions = sessions or SessionManager(self.index)
+        by_name = {t.name: t for t in tools}
+        check_catalog(self.index, by_name.keys(), self.metatool, self.augment)
+        self.sessions = sessions if sessions is not None else SessionManager(self.index)
         self.pinned = tuple(dict.fromkeys(pinned))
         self.session_of: SessionOf = session_of or _context_session
-        by_name = {t.name: t for t in tools}
+        self._names = frozenset(by_name)
         unknown = [n for n in self.pinned if n not in by_name]
         if unknown:
             raise InvalidToolError(f"pinned tool(s) {unknown} are not among the tools given")
@@ -115,36 +120,67 @@ class AgentToolSearch:
         self.tools: list[FunctionTool] = [*first, self._search_tool(), *rest]
 
     def session(self, session_id: str, *, allowed: Collection[str] | None = None) -> Session:
-        """The session for a conversation (created with the pinned tools on first use)."""
-        return self.sessions.get_or_create(session_id, allowed=allowed, pinned=self.pinned)
+        """The session for a conversation (created with the pinned tools on first use; an existing one
+        keeps its settings). It can find and call only this agent's tools, within `allowed`."""
+        limited = agent_allowed(self.index, self._names, allowed)
+        return self.sessions.get_or_create(session_id, allowed=limited, pinned=self.pinned)
 
-    def run_config(self, **options: Any) -> RunConfig:
-        """A RunConfig whose "tool not found" answers say how to find the tool (`options` go to RunConfig)."""
-        return RunConfig(
-            tool_not_found_behavior="return_error_to_model", tool_error_formatter=self.format_error, **options
-        )
+    def run_config(self, *, tool_error_formatter: ToolErrorFormatter | None = None, **options: Any) -> RunConfig:
+        """A RunConfig whose "tool not found" answers say how to find the tool (`options` go to RunConfig).
+
+        A `tool_error_formatter` of the caller's answers every error that `format_error` leaves to the SDK.
+        """
+        formatter: ToolErrorFormatter = self.format_error
+        if tool_error_formatter is not None:
+            theirs = tool_error_formatter
+
+            def formatter(args: ToolErrorFormatterArgs[Any]) -> Awaitable[str | None] | str | None:
+                """Ours first (only the "tool not found" answers), then the caller's."""
+                ours = self.format_error(args)
+                return ours if ours is not None else theirs(args)
+
+        return RunConfig(tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter, **options)
 
     def format_error(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
-        """The instructive answer to a call of a tool the session does not expose (the SDK's text otherwise)."""
+        """The instructive answer to a call of a tool the session does not expose (the SDK's text otherwise).
+
+        The SDK builds these answers after the turn's tools ran and without the call's arguments, so
+        only admission is checked: a tool this turn's tool_search just made visible is told to be
+        called again (the SDK had left it out of the turn's tools)."""
         if args.kind != "tool_not_found":
             return None
-        result = gate(self.session_of(args.run_context), args.call_id, args.tool_name, {}, self.metatool)
-        return None if allowed(result) else result.content
+        session = self.session_of(args.run_context)
+        refused = self._revived(session, lambda live: admission(live, args.call_id, args.tool_name, self.metatool))
+        if refused is not None:
+            return refused.content
+        return f"Tool {args.tool_name!r} was just loaded by {self.metatool.name}: call it again now."
+
+    def _revived(self, session: Session, action: Callable[[Session], T]) -> T:
+        """`action` on the run's session. When the store dropped it (evicted by newer sessions, or
+        expired), it is created again with its allowed and pinned tools (its discoveries are lost) and
+        `action` runs on a handle of that; a session of this id created meanwhile is used as it is."""
+        try:
+            return action(session)
+        except UnknownSessionError:
+            pinned = [n for n in self.pinned if session.allowed is None or n in session.allowed]
+            return action(session.manager.get_or_create(session.id, allowed=session.allowed, pinned=pinned))
 
     # --- tools ------------------------------------------------------------------------------
 
     def _search_tool(self) -> FunctionTool:
-        probe = self.sessions.create("agents-probe-" + str(id(self)), pinned=self.pinned)
-        try:
+        # Rendered in a private manager: a probe session in a shared one could evict a live conversation.
+        probe_sessions = SessionManager(self.index, max_sessions=1)
+        with scratch_session(probe_sessions, self.pinned, (), agent_allowed(self.index, self._names)) as probe:
             definition = self.metatool.definition(probe)
-        finally:
-            self.sessions.close(probe.id)
         if self.augment is not None and self.augment.search:
             definition = self.augment.extend(definition)
 
         async def invoke(ctx: Any, arguments: str) -> str:
             session = self.session_of(ctx)
-            result = gate(session, ctx.tool_call_id, definition.name, arguments, self.metatool, self.augment)
+            result = self._revived(
+                session,
+                lambda live: gate(live, ctx.tool_call_id, definition.name, arguments, self.metatool, self.augment),
+            )
             record_search(self.usage, session.id, result)
             return result.content
 
@@ -162,11 +198,14 @@ class AgentToolSearch:
         augment = self.augment
 
         def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            return self.session_of(ctx).is_visible(name)
+            session = self.session_of(ctx)
+            return self._revived(session, lambda live: live.is_visible(name))
 
         async def invoke(ctx: Any, arguments: str) -> Any:
             session = self.session_of(ctx)
-            result = gate(session, ctx.tool_call_id, name, arguments, self.metatool, augment)
+            result = self._revived(
+                session, lambda live: gate(live, ctx.tool_call_id, name, arguments, self.metatool, augment)
+            )
             if not allowed(result):
                 return result.content
             if augment is not None:  # the tool's own invoke parses its own arguments only

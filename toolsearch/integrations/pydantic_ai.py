@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("pydantic_ai", "pydantic-ai") from exc
 
-from .._errors import InvalidArgumentError, InvalidQueryError
+from .._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..catalog import Catalog
 from ..executor import invalid_arguments_text
@@ -60,6 +61,8 @@ __all__ = [
     "tool_from_definition",
 ]
 
+logger = logging.getLogger(__name__)
+
 _RRF_K = 60  # reciprocal-rank fusion constant for several queries (the usual value from the RRF paper)
 
 
@@ -72,12 +75,25 @@ def tool_from_definition(definition: ToolDefinition) -> Tool:
     )
 
 
+def _searchable(tools: Sequence[ToolDefinition]) -> list[Tool]:
+    """The tools toolsearch accepts; each one it refuses is left out with a warning naming it and why,
+    so one odd definition (a zero-width character in an enum value, say) cannot break every search."""
+    accepted = []
+    for definition in tools:
+        try:
+            accepted.append(tool_from_definition(definition))
+        except InvalidToolError as exc:
+            logger.warning("tool_search leaves out the deferred tool %r: %s", definition.name, exc)
+    return accepted
+
+
 class ToolSearchStrategy:
     """A `ToolSearch(strategy=...)` search function backed by a toolsearch index.
 
     `backend` names the search backend ("bm25", "vector", "hybrid", "regex", "auto"); `options`
     go to its constructor. Several queries in one call are fused by reciprocal rank. Indexes are
-    cached by catalog hash (at most `cache_size` tool sets, least recently used dropped).
+    cached by catalog hash (at most `cache_size` tool sets, least recently used dropped). A tool
+    toolsearch refuses is left out of the index (a warning says which and why, once per index).
     `usage` is told what each search showed (the calls that follow are told by LearningToolSearch).
     """
 
@@ -104,8 +120,9 @@ class ToolSearchStrategy:
         self._lock = threading.Lock()
         self.builds = 0  # how many indexes were built (a cache hit builds none)
 
-    def index_for(self, tools: Sequence[ToolDefinition]) -> ToolIndex:
-        """The index over these tools: cached by the catalog's content hash, built on a miss."""
+    def index_for(self, tools: Sequence[ToolDefinition]) -> ToolIndex | None:
+        """The index over these tools (those toolsearch accepts; None when it accepts none): cached by
+        the catalog's content hash, built on a miss."""
         # The search function gets the definitions on every call; one JSON dump of them finds a
         # known tool set without validating and hashing each tool again.
         seen = json.dumps(
@@ -117,7 +134,10 @@ class ToolSearchStrategy:
             if index is not None and key is not None:
                 self._indexes.move_to_end(key)
                 return index
-        catalog = Catalog(tool_from_definition(t) for t in tools)
+        accepted = _searchable(tools)
+        if not accepted:
+            return None
+        catalog = Catalog(accepted)
         with self._lock:
             index = self._indexes.get(catalog.hash)
         if index is None:
@@ -133,24 +153,37 @@ class ToolSearchStrategy:
         return index
 
     def search(self, queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
-        """Tool names for the queries, best first (at most `max_results`)."""
+        """Tool names for the queries, best first (at most `max_results`).
+
+        A query toolsearch refuses (too long, a control character) is skipped; InvalidQueryError,
+        saying why, when every query was refused."""
         texts = [q.strip() for q in queries if isinstance(q, str) and q.strip()]
         if not texts or not tools:
             return []
         index = self.index_for(tools)
+        if index is None:
+            return []
         scores: dict[str, float] = {}
+        refusals: list[str] = []
         for text in texts:
             try:
                 result = index.search(text, self.max_results)
-            except InvalidQueryError:
+            except InvalidQueryError as exc:
+                refusals.append(str(exc))
                 continue  # one unparsable query must not lose the others' results
             for rank, name in enumerate(result.names):
                 scores[name] = scores.get(name, 0.0) + 1.0 / (_RRF_K + rank + 1)
+        if len(refusals) == len(texts):
+            raise InvalidQueryError("; ".join(dict.fromkeys(refusals)))
         ranked = sorted(scores, key=lambda name: -scores[name])
         return ranked[: self.max_results]
 
     def __call__(self, ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
-        names = self.search(queries, tools)
+        try:
+            names = self.search(queries, tools)
+        except InvalidQueryError as exc:
+            # Not "no matching tools": the model is told why its search was refused and tries again.
+            raise ModelRetry(f"The search was refused: {exc}") from exc
         if self.usage is not None:
             # One search of all its queries: the words of each may be what found the tool.
             text = "; ".join(q.strip() for q in queries if isinstance(q, str) and q.strip())
