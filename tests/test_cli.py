@@ -989,3 +989,72 @@ def test_demo_saves_its_catalog_as_a_tool_file(home: Path, capsys: pytest.Captur
     code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
     assert code == EXIT_OK and out == "wrote the demo's 197 tools in 18 namespaces to tools.json\n", err
     assert load_tools(home / "tools.json") == demo_tools() and "index" not in err  # nothing else ran
+
+
+# --- an index whose generation lost its manifest, and one copied without its generation ------------------------
+
+
+def test_an_index_whose_manifest_is_gone_is_listed_removed_and_rebuilt(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("kw", "other"):
+        assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", name)[0] == EXIT_OK
+    root = home / "home" / "indexes"
+    for name in ("kw", "other"):
+        (root / name / MANIFEST).unlink()
+    code, out, _ = run(capsys, "list")
+    # Before: `list` showed neither, as if there were no index of these names.
+    assert code == EXIT_OK and out.count("damaged (see below)") == 2, out
+    assert "kw: damaged: " in out and MANIFEST in out
+    # Before: "exists and is not a toolsearch index; refusing to replace it" (build) and "no index named" (rm).
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw", "--rebuild")
+    assert code == EXIT_OK, err
+    assert run(capsys, "query", "kw", "email")[0] == EXIT_OK
+    code, _, err = run(capsys, "rm", "other")
+    assert code == EXIT_OK, err
+    assert not (root / "other").exists() and not (root / "other").is_symlink()
+    assert not [p for p in root.iterdir() if p.name.startswith(".other.")]
+
+
+def test_an_index_copied_without_its_generation_says_how_to_copy_one(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    (home / "copy").mkdir()
+    subprocess.run(["cp", "-r", str(home / "home" / "indexes" / "kw"), str(home / "copy")], check=True)
+    code, _, err = run(capsys, "query", "copy/kw", "email")
+    # Before: "points at .kw.gen-..., which is missing; rebuild the index".
+    assert_one_line_error(code, err, "copied without", "cp -rL")
+    code, out, _ = run(capsys, "list", "--root", "copy")
+    assert code == EXIT_OK and "kw" in out and "damaged (see below)" in out and "cp -rL" in out, out
+    assert run(capsys, "rm", "kw", "--root", "copy")[0] == EXIT_OK
+    assert not (home / "copy" / "kw").is_symlink()
+    subprocess.run(["cp", "-rL", str(home / "home" / "indexes" / "kw"), str(home / "copy")], check=True)
+    assert run(capsys, "query", "copy/kw", "email")[0] == EXIT_OK
+
+
+def test_a_name_defined_in_two_files_names_both_files(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "more.json").write_text(json.dumps([{"name": "send_email", "description": "Another mailer."}]))
+    code, _, err = run(capsys, "build", "openai.json", "more.json", "--backend", "bm25")
+    # Before: "1 tool name(s) defined more than once: 'send_email'", naming no file.
+    assert_one_line_error(code, err, "'send_email' (openai.json, more.json)", "--namespace")
+
+
+def test_an_empty_namespace_is_a_usage_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--namespace", " ")
+    # Before: ignored, and the tools were indexed without a namespace.
+    assert_one_line_error(code, err, "--namespace is empty", exit_code=EXIT_USAGE)
+
+
+def test_a_model_folder_that_does_not_exist_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "vector", "--model", "./no-such-model")
+    # Before: a Hugging Face error about repository ids.
+    assert_one_line_error(code, err, "--model ./no-such-model: no such folder")
+    assert "repo" not in err.lower()
+
+
+def test_a_root_that_is_a_file_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "afile").write_text("not a folder")
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--root", "afile", "--name", "kw")
+    # Before: "afile: File exists".
+    assert_one_line_error(code, err, "--root afile is a file, not a folder")

@@ -182,3 +182,58 @@ def test_score_with_misses_extends_the_shared_metrics() -> None:
     assert {m: scores[m] for m in score_rankings(rankings, queries)} == score_rankings(rankings, queries)
     assert scores["R@2"] == pytest.approx((0.5 + 1.0) / 2)
     assert [(m.query.id, m.missing, m.ranked) for m in misses] == [("1", ("b",), ("a", "z"))]
+
+
+def test_the_usage_logs_of_earlier_catalogs_are_labels_too(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "tools.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    folder = home / "home" / "indexes" / "kw"
+    log = UsageLog("an-earlier-catalog", privacy="raw")  # logged before a tool changed and the index was rebuilt
+    log.add("send an email to the team", "send_email")
+    FileUsageStore(usage_path(folder)).save(log)
+    code, out, err = run(capsys, "eval", "kw", "--usage", "--json")
+    # Before: "has no entries for this catalog", with the entry beside it.
+    assert code == EXIT_OK, err
+    assert json.loads(out)["queries"] == 1
+    assert "1 of the 1 usage entries were recorded for earlier catalogs" in err
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ('{"id": "s", "query": "send mail", "relevant": "send_email"}', "'relevant' must be a list of tool names"),
+    ('{"id": "e", "query": "send mail", "relevant": []}', "'relevant' lists no tool"),
+    ('{"id": "n", "query": "send mail", "relevant": [["send_email"]]}', "'relevant' must be a list of tool names"),
+    ('{"id": "q", "query": 5, "relevant": ["send_email"]}', "'query' must be text"),
+])
+def test_a_label_row_of_the_wrong_shape_is_named_by_file_and_line(
+    line: str, needle: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (home / "labels.jsonl").write_text(json.dumps(QUERIES[0]) + "\n" + line + "\n")
+    code, out, err = run(capsys, "eval", "tools.json", "--queries", "labels.jsonl", "--backends", "bm25")
+    assert code == EXIT_USER_ERROR and out == "", err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("toolsearch: error: labels.jsonl:2: ") and needle in last and "unexpected" not in last
+
+
+def test_a_label_file_that_is_not_utf8_is_named_by_line(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    row = json.dumps({"id": "l", "query": "caf\u00e9 finder", "relevant": ["send_email"]}, ensure_ascii=False)
+    (home / "latin1.jsonl").write_bytes((json.dumps(QUERIES[0]) + "\n" + row + "\n").encode("latin-1"))
+    code, _, err = run(capsys, "eval", "tools.json", "--queries", "latin1.jsonl", "--backends", "bm25")
+    last = err.strip().splitlines()[-1]
+    assert code == EXIT_USER_ERROR and last.startswith("toolsearch: error: latin1.jsonl:2: "), err
+    assert "UTF-8" in last and "unexpected" not in last
+
+
+def test_a_query_the_regex_backend_cannot_run_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "rx.jsonl").write_text(
+        json.dumps(QUERIES[0]) + "\n" + json.dumps({"id": "broken", "query": "a{2,1}", "relevant": ["send_email"]})
+    )
+    code, _, err = run(capsys, "eval", "tools.json", "--queries", "rx.jsonl", "--backends", "regex")
+    last = err.strip().splitlines()[-1]
+    # Before: the regex engine's message alone, naming neither the file nor the query.
+    assert code == EXIT_USER_ERROR and "rx.jsonl: query 'broken'" in last and "regex backend" in last, err
+
+
+def test_an_empty_catalog_has_nothing_to_evaluate(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "none.json").write_text("[]")
+    code, _, err = run(capsys, "eval", "none.json", "--queries", "queries.jsonl", "--backends", "bm25")
+    # Before: "k (max results) must be between 1 and 1000, got 0".
+    assert code == EXIT_USER_ERROR and "the sources hold no tools; nothing to evaluate" in err, err

@@ -267,3 +267,68 @@ def test_a_damaged_encoder_is_not_exported_and_leaves_nothing(tuned_model: Path,
     with pytest.raises(BackendError, match="damaged or was replaced"):
         copy_model(damaged, tmp_path / "out")
     assert [p.name for p in tmp_path.iterdir()] == ["damaged"]  # neither the folder asked for nor a half copy
+
+
+def test_tune_reads_the_logs_of_earlier_catalogs_beside_the_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = ToolIndex.build(TOOLS, backend="hybrid")
+    folder = index.save(tmp_path / "idx")
+    # Logged before a tool changed and the index was rebuilt: kept under the old catalog's hash.
+    earlier = UsageLog("an-earlier-catalog")
+    earlier.add("where is my parcel", "track_shipment", [])
+    FileUsageStore(usage_path(folder)).save(earlier)
+    assert main(["tune", str(folder)]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    # Before: "the usage log is empty", with an entry beside it. Now it is read, and refused for what it keeps.
+    assert "1 of the 1 usage entries were recorded for earlier catalogs" in err
+    assert "no request text" in err and "privacy 'raw'" in err
+
+
+@pytest.mark.parametrize(("out", "expected", "needle"), [
+    ("bad name", EXIT_USAGE, "invalid index name 'bad name'"),
+    ("mine", EXIT_USER_ERROR, "mine exists and is not a toolsearch index; refusing to replace it"),
+])
+def test_a_tune_target_that_cannot_be_written_is_refused_before_anything_is_read(
+    out: str, expected: int, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    index = ToolIndex.build(TOOLS, backend="hybrid")
+    folder = index.save(tmp_path / "idx")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's own")
+    # A usage file that cannot even be read: before, it (or, with a good log, the whole training) came first,
+    # and the refused target was found only when the tuned index was saved.
+    usage_path(folder).write_text("{not json")
+    code = main(["tune", str(folder), "--out", out])
+    err = capsys.readouterr().err
+    assert code == expected, err
+    assert needle in err and "not a readable usage log" not in err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's own"
+
+
+def test_build_does_not_replace_a_tuned_index_unless_told_to(
+    tuned_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    from toolsearch import IndexStore
+
+    root = tmp_path / "indexes"
+    tuned = ToolIndex.build(TOOLS, backend="hybrid", embedder=ToolsEmbedder(query_model=tuned_model))
+    IndexStore(root).save(tuned, "mine")
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    argv = ["build", str(tmp_path / "tools.json"), "--backend", "hybrid", "--root", str(root), "--name", "mine"]
+    # Before: built over it, and the tuned encoder (minutes of training, nowhere else) was gone.
+    assert main(argv) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "carries a request encoder" in err and "toolsearch model export mine --out DIR" in err and "--rebuild" in err
+    assert ToolIndex.load(root / "mine").backend.describe()["model"] == tuned.backend.describe()["model"]
+    # Kept the way the message says: exported, then built from its export over changed tools (no --rebuild).
+    assert main(["model", "export", "mine", "--root", str(root), "--out", str(tmp_path / "encoder")]) == 0
+    grown = [*TOOLS, Tool("book_flight", "Book a flight between two airports.")]
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in grown]))
+    assert main([*argv, "--model", str(tmp_path / "encoder")]) == 0
+    kept = ToolIndex.load(root / "mine")
+    assert len(kept) == len(grown) and kept.backend.describe()["model"] == tuned.backend.describe()["model"]
+    assert main([*argv, "--rebuild"]) == 0
+    assert ToolIndex.load(root / "mine").backend.describe()["model"] != tuned.backend.describe()["model"]

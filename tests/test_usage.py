@@ -358,3 +358,89 @@ def test_every_stored_log_is_read_as_each_one_alone_reads(tmp_path: Path) -> Non
     store.path.write_text(store.path.read_text().replace("mail the team", "mail the boss"))
     with pytest.raises(UsageError, match="does not match its checksum"):
         stored_logs(store)
+
+
+def _log_of(catalog: str, query: str, called: str, *, at: float = 1.0) -> UsageLog:
+    log = UsageLog(catalog, privacy="raw")
+    log.add(query, called, [called], at=at)
+    return log
+
+
+def test_usage_sees_and_clears_the_logs_of_an_earlier_catalog_of_the_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A tool changed and the index was rebuilt: the log recorded before is kept under the old catalog's hash.
+    folder, _, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    store.save(_log_of("an-earlier-catalog", "give the customer their money back", "billing_refund"))
+    store.save(_log_of("another-earlier-one", "mail the team", "send_email"))
+
+    assert cli_main(["usage", "show", str(folder)]) == 0
+    out = capsys.readouterr().out
+    # Before: "no usage recorded for this index", with two logs of raw request text in the file.
+    assert "2 entries in 2 logs of earlier catalogs" in out and "usage clear" in out
+    assert cli_main(["usage", "show", str(folder), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["entries"] == 0 and shown["earlier_catalogs"] == {"logs": 2, "entries": 2}
+
+    assert cli_main(["usage", "clear", str(folder)]) == 0
+    assert "cleared 2 usage entries (2 logs)" in capsys.readouterr().out
+    # Before: "cleared", and the file still held both logs, request text and all.
+    assert not store.path.exists()
+    assert cli_main(["usage", "show", str(folder)]) == 0
+    assert "no usage recorded for this index" in capsys.readouterr().out
+
+
+def test_a_corrupt_usage_file_is_moved_aside_by_clear_and_import_restores_into_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    store.save(_log_of(index.catalog.hash, "give the customer their money back", "billing_refund"))
+    export = tmp_path / "export.json"
+    assert cli_main(["usage", "export", str(folder), str(export)]) == 0
+    store.path.write_text("{not json")
+    capsys.readouterr()
+
+    assert cli_main(["usage", "show", str(folder)]) == 1
+    assert "usage clear" in capsys.readouterr().err
+    # Before: clear failed with the same error that told the user to run it.
+    assert cli_main(["usage", "clear", str(folder)]) == 0
+    out = capsys.readouterr().out
+    backups = list(tmp_path.glob("idx.usage.json.unreadable-*"))
+    assert len(backups) == 1 and backups[0].read_text() == "{not json"
+    assert f"moved it to {backups[0]}" in out and not store.path.exists()
+
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0
+    assert "imported 1 new usage entries" in capsys.readouterr().out
+    restored = store.load(index.catalog.hash)
+    assert restored is not None and [e.query for e in restored] == ["give the customer their money back"]
+
+
+def test_import_reports_what_the_stored_log_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    log = _log_of(index.catalog.hash, "give the customer their money back", "billing_refund")
+    store.save(log)
+    export = tmp_path / "export.json"
+    assert cli_main(["usage", "export", str(folder), str(export)]) == 0
+    capsys.readouterr()
+    # The same entries again: the store keeps each once. Before: "imported 1 ... (2 in total)" with 1 stored.
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 0 new usage entries" in out and "(1 in total)" in out, out
+    stored = store.load(index.catalog.hash)
+    assert stored is not None and len(stored) == 1
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["import", "IDX"], "usage import needs the FILE"),  # before: exit 1
+    (["show", "IDX", "extra.json"], "usage show takes no FILE"),  # before: the extra word was ignored
+    (["clear", "IDX", "extra.json"], "usage clear takes no FILE"),
+    (["refresh", "IDX", "extra.json"], "usage refresh takes no FILE"),
+])
+def test_usage_arguments_are_checked_before_anything_is_read(
+    argv: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _, _ = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    code = cli_main(["usage", *[str(folder) if a == "IDX" else a for a in argv]])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and "toolsearch usage --help" in err

@@ -284,7 +284,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     from .usage_cli import add_usage_command
 
-    add_usage_command(commands, [common, root], cmd_usage)
+    add_usage_command(commands, [common, root], cmd_usage, check_usage)
 
     from .tune_cli import add_tune_command
 
@@ -419,7 +419,12 @@ def _unavailable(
 def _root(args: argparse.Namespace) -> Any:
     from .index_store import IndexStore
 
-    return IndexStore(getattr(args, "root", None))
+    root = getattr(args, "root", None)
+    if root is not None and Path(root).exists() and not Path(root).is_dir():
+        # else the first write there fails with the system's bare "File exists"
+        raise CommandError(f"--root {root} is a file, not a folder; give the folder of named indexes (it is created "
+                           "when missing)")
+    return IndexStore(root)
 
 
 def _resolve_index(args: argparse.Namespace) -> Path:
@@ -542,6 +547,7 @@ def load_sources(
     from .tools import load_tools
 
     tools: list[Any] = []
+    origins: dict[str, list[str]] = {}  # tool name -> the sources defining it, for a duplicate's message
     for source in sources:
         path = Path(source)
         if path.is_dir():
@@ -555,9 +561,28 @@ def load_sources(
             found = load_tools(path, namespace=namespace)
             console.note(f"{path}: {_count(len(found), 'tool')}")
         tools.extend(found)
+        for tool in found:
+            origins.setdefault(tool.name, []).append(source)
+    _refuse_duplicates_across(origins)
     if prefix_namespaces:
         tools = _prefix_namespaces(tools, console)
     return tools
+
+
+def _refuse_duplicates_across(origins: dict[str, list[str]]) -> None:
+    """A name several sources define, said with the sources (Catalog, which knows no files, names only the tool)."""
+    from ._errors import DuplicateToolError
+
+    across = sorted(name for name, where in origins.items() if len(set(where)) > 1)
+    if not across:
+        return  # a name repeated within one file is Catalog's to report
+    shown = ", ".join(f"{name!r} ({', '.join(dict.fromkeys(origins[name]))})" for name in across[:10])
+    more = f" and {len(across) - 10} more" if len(across) > 10 else ""
+    raise DuplicateToolError(
+        f"{len(across)} tool name(s) defined in more than one source: {shown}{more}; give each tool a unique name, "
+        "or build each source into its own namespace (--namespace NS, one build per file)",
+        across,
+    )
 
 
 def _prefix_namespaces(tools: list[Any], console: Console) -> list[Any]:
@@ -579,12 +604,25 @@ def check_build(args: argparse.Namespace) -> None:
     from .backends import get_backend_spec
 
     spec = get_backend_spec(args.backend)
+    if args.namespace is not None and not args.namespace.strip():
+        raise InvalidArgumentError("--namespace is empty; give the namespace to put every tool of the files in")
     if args.model is not None:
         check_model(spec, args.model)
+        _check_model_folder(args.model)
     check_store(args)
     store, name = _build_target(args)
     if name is not None:
         store.path(name)
+
+
+def _check_model_folder(model: str) -> None:
+    """A --model that is written as a path must be a folder there: else the model loader takes it for a hub id and
+    says so in its own words. (A hub id such as org/name has a '/' too, so only an explicit path is checked.)"""
+    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+        raise CommandError(
+            f"--model {model}: no such folder; give the folder of a model (one `toolsearch model export` wrote, or a "
+            "sentence-transformers folder) or a model name: tools, minilm, multilingual-e5-small"
+        )
 
 
 def check_query(args: argparse.Namespace) -> None:
@@ -595,6 +633,8 @@ def check_query(args: argparse.Namespace) -> None:
     for namespace in args.namespace or ():
         if not namespace.strip():
             raise InvalidQueryError("--namespace is empty; give a namespace name (see `toolsearch info INDEX`)")
+    if args.model is not None:
+        _check_model_folder(args.model)
     check_store(args)
     check_index_argument(args)
 
@@ -604,10 +644,19 @@ def check_index_argument(args: argparse.Namespace) -> None:
         _root(args).path(args.index)
 
 
+def check_usage(args: argparse.Namespace) -> None:
+    from .usage_cli import check_usage_arguments
+
+    check_usage_arguments(args)
+    check_index_argument(args)
+
+
 def check_eval(args: argparse.Namespace) -> None:
     from .eval_cli import check_eval_options
 
     check_eval_options(args)
+    if args.model is not None:
+        _check_model_folder(args.model)
     sources = args.source
     files = [s for s in sources if Path(s).is_file()]
     if files and len(files) != len(sources):
@@ -870,7 +919,8 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         try:
             entries.append(_manifest_dict(path, read_manifest(path)))
         except ToolSearchError as exc:  # one unreadable index must not hide the others
-            entries.append({"name": name, "path": str(path), "error": _error_message(exc)})
+            entries.append({"name": name, "path": str(path), "error": _error_message(exc),
+                            "health": f"damaged: {_error_message(exc)}"})
     if args.json:
         console.json({"root": str(store.root), "indexes": entries})
         return EXIT_OK
@@ -880,13 +930,12 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     rows = [
         (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"],
          e["health"].split(":", 1)[0] + (" (see below)" if e["health"] != "ok" else ""))
-        if "error" not in e else (e["name"], "?", "?", "?", "?", "unreadable (see below)")
+        if "error" not in e else (e["name"], "?", "?", "?", "?", "damaged (see below)")
         for e in entries
     ]
     console.print(_table(rows, ["name", "backend", "tools", "size", "created", "health"]))
     # the whole reason, never cut to the terminal's width: it says what is wrong and what to do
-    troubled = [(e["name"], e.get("health") if "error" not in e else f"unreadable: {e['error']}") for e in entries
-                if e.get("health", "") != "ok"]
+    troubled = [(e["name"], e["health"]) for e in entries if e["health"] != "ok"]
     if troubled:
         console.print()
         console.print("\n".join(f"{name}: {health}" for name, health in troubled))

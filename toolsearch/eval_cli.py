@@ -80,26 +80,29 @@ def _backend_names(spec: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def usage_queries(folder: Path) -> list[LabeledQuery]:
-    """The search→call pairs of the usage log beside an index folder, as labelled queries."""
+def usage_queries(folder: Path, console: Any) -> list[LabeledQuery]:
+    """The search→call pairs of the usage file beside an index folder, as labelled queries: every log it keeps,
+    those of the index's earlier catalogs too (what users asked before a tool changed still labels a request).
+    """
     from .store import read_manifest
-    from .usage import FileUsageStore, usage_path
+    from .usage import usage_path
+    from .usage_cli import logs_beside
 
-    catalog = read_manifest(folder).catalog_hash
-    store = FileUsageStore(usage_path(folder))
-    log = store.load(catalog)
-    entries = list(log or ())
+    log, earlier = logs_beside(folder, read_manifest(folder).catalog_hash)
+    entries = list(log)
     if not entries:
         raise EvalError(
-            f"the usage log of {folder.name} ({store.path}) has no entries for this catalog; "
+            f"the usage log of {folder.name} ({usage_path(folder)}) has no entries; "
             "give labelled queries with --queries FILE instead"
         )
+    if earlier:
+        console.note(f"note: {earlier} of the {len(entries)} usage entries were recorded for earlier catalogs of "
+                     "this index (before its tools changed); a tool that is gone counts as a miss")
     pairs = [(entry.query, entry.called) for entry in entries if entry.query]
     if not pairs:
         raise EvalError(
             f"the usage log of {folder.name} keeps no query text ({len(entries)} entries, privacy="
-            f"{getattr(log, 'privacy', '?')!r}): only privacy='raw' stores it; give labelled queries with "
-            "--queries FILE instead"
+            f"{log.privacy!r}): only privacy='raw' stores it; give labelled queries with --queries FILE instead"
         )
     return queries_from_pairs(pairs)
 
@@ -121,9 +124,9 @@ def run_eval(
         if folder is None:
             files = " ".join(args.source) + (" is a tool file" if len(args.source) == 1 else " are tool files")
             raise EvalError(f"--usage reads the usage log beside an index; {files}")
-        queries, label_source = usage_queries(folder), f"usage log of {folder.name}"
+        queries, label_source = usage_queries(folder, console), f"usage log of {folder.name}"
     else:
-        queries, label_source = load_queries(args.queries), str(args.queries)
+        queries, label_source = load_queries(args.queries, need_relevant=True), str(args.queries)
     if not queries:
         raise EvalError(f"{label_source} holds no queries; write one JSON object a line: "
                         '{"id": "q1", "query": "...", "relevant": ["tool_name"]}')
@@ -133,6 +136,8 @@ def run_eval(
         except InvalidQueryError as exc:
             raise EvalError(f"{label_source}: query {q.id!r}: {exc}") from None
     catalog = index.catalog if index is not None else Catalog(tools)
+    if not len(catalog):
+        raise EvalError("the sources hold no tools; nothing to evaluate")
     known = set(catalog.names)
     unknown = sorted({name for q in queries for name in q.relevant} - known)
     if unknown:
@@ -151,7 +156,7 @@ def run_eval(
                 engine = ToolIndex.build(catalog, spec.name, **options)
             build_s = progress.elapsed
         start = time.perf_counter()
-        rankings = [[hit.name for hit in engine.search(q.query, min(depth, len(catalog))).hits] for q in queries]
+        rankings = [_ranked(engine, q, min(depth, len(catalog)), spec.name, label_source) for q in queries]
         search_s = time.perf_counter() - start
         scores, misses = score_with_misses(rankings, queries, args.k)
         results[spec.name] = {"scores": scores, "misses": misses, "build_s": build_s, "search_s": search_s}
@@ -162,6 +167,18 @@ def run_eval(
     else:
         console.print(_render(report, results, args.k))
     return EXIT_BELOW_FLOOR if failures else 0
+
+
+def _ranked(engine: Any, query: LabeledQuery, depth: int, backend: str, label_source: str) -> list[str]:
+    """The names `engine` ranks for one labelled query; a query it refuses (a pattern the regex backend cannot
+    compile) is an error naming the labels' source and the query, not the backend's words alone."""
+    try:
+        return [hit.name for hit in engine.search(query.query, depth).hits]
+    except InvalidQueryError as exc:
+        raise EvalError(
+            f"{label_source}: query {query.id!r} cannot be run by the {backend} backend: {exc}; fix the query, or "
+            "leave that backend out with --backends"
+        ) from None
 
 
 def _embeds(spec: Any) -> bool:

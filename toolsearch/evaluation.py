@@ -22,22 +22,60 @@ class LabeledQuery:
     subset: str = ""
 
 
-def load_queries(path: str | Path, *, limit: int | None = None, seed: int | None = None) -> list[LabeledQuery]:
-    """Read a dataset's queries.jsonl; with `seed`, shuffle before taking the first `limit`."""
+def load_queries(
+    path: str | Path, *, limit: int | None = None, seed: int | None = None, need_relevant: bool = False
+) -> list[LabeledQuery]:
+    """Read a dataset's queries.jsonl; with `seed`, shuffle before taking the first `limit`.
+
+    Each row is checked: a row of the wrong shape (a `relevant` that is a string, which would split into
+    characters) or a line that is not UTF-8 raises InvalidToolError naming the file and line. With
+    `need_relevant` (`toolsearch eval`), so does a row whose `relevant` is empty: it can only miss. Data
+    sets may hold such rows on purpose (requests no tool answers), so that is the caller's choice.
+    """
     path = Path(path)
     out: list[LabeledQuery] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidToolError(
+                    f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02X} at column {exc.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                out.append(LabeledQuery(str(row["id"]), row["query"], tuple(row["relevant"]), row.get("subset", "")))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise InvalidToolError(f"{path}:{lineno}: not a query row ({exc})") from None
+            out.append(_query_row(row, f"{path}:{lineno}", need_relevant))
     if seed is not None:
         random.Random(seed).shuffle(out)
     return out[:limit] if limit is not None else out
+
+
+def _query_row(row: object, where: str, need_relevant: bool) -> LabeledQuery:
+    """One row of a queries file, checked field by field (each problem says how the row should look)."""
+    shape = '; write {"id": "q1", "query": "...", "relevant": ["tool_name"]}'
+    if not isinstance(row, dict):
+        raise InvalidToolError(f"{where}: not a query row (a JSON {type(row).__name__}, not an object){shape}")
+    missing = [key for key in ("id", "query", "relevant") if key not in row]
+    if missing:
+        raise InvalidToolError(f"{where}: not a query row (no {', '.join(repr(k) for k in missing)}){shape}")
+    query, relevant, subset = row["query"], row["relevant"], row.get("subset", "")
+    if not isinstance(query, str):
+        raise InvalidToolError(f"{where}: 'query' must be text, got {type(query).__name__}{shape}")
+    if not isinstance(relevant, list) or not all(isinstance(name, str) for name in relevant):
+        raise InvalidToolError(
+            f"{where}: 'relevant' must be a list of tool names (strings), got {json.dumps(relevant)[:80]}{shape}"
+        )
+    if need_relevant and not relevant:
+        raise InvalidToolError(f"{where}: 'relevant' lists no tool, so the query can only miss; name the tools that "
+                               "answer it, or leave the row out")
+    if not isinstance(row["id"], str | int) or isinstance(row["id"], bool):
+        raise InvalidToolError(f"{where}: 'id' must be text or a number, got {json.dumps(row['id'])[:80]}{shape}")
+    return LabeledQuery(str(row["id"]), query, tuple(relevant), str(subset))
 
 
 def recall_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:

@@ -23,6 +23,7 @@ from .store import (  # the pointer's writer side
     Manifest,
     _collect,
     _generation,
+    _is_our_pointer,
     _publish,
     _sweep,
     _writer_lock,
@@ -56,10 +57,14 @@ class IndexStore:
         return self.root / name
 
     def names(self) -> list[str]:
+        """The indexes in the root: every folder with a manifest, and every pointer toolsearch made, whatever state
+        its generation is in (one that lost its manifest, or was copied without it, is an index to repair or remove,
+        not nothing)."""
         if not self.root.is_dir():
             return []
         return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
+            p.name for p in self.root.iterdir()
+            if not p.name.startswith(".") and ((p.is_dir() and (p / MANIFEST).exists()) or _is_our_pointer(p))
         )
 
     def manifest(self, name: str) -> Manifest:
@@ -75,7 +80,7 @@ class IndexStore:
 
     def remove(self, name: str) -> None:
         path = self.path(name)
-        if not (path / MANIFEST).exists():
+        if not (path / MANIFEST).exists() and not _is_our_pointer(path):  # a damaged index of ours goes too
             raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
         with _writer_lock(path):
             if path.is_symlink():
@@ -96,7 +101,9 @@ class IndexStore:
         """Build and save, or reuse a stored index of the same content; returns (name, index, reused).
 
         A stored index is reused only when its key matches and every file passes its checks; one
-        that fails is rebuilt (logged as a warning). `rebuild` builds anew in any case. Builds of
+        that fails is rebuilt (logged as a warning). A stored index that carries a request encoder of
+        its own (`toolsearch tune`) is not built over: StoredIndexError says how to keep the encoder.
+        `rebuild` builds anew in any case. Builds of
         one name take turns; a build that finds another one saved this name while it waited
         reuses that index when it has the same content, and otherwise raises StoredIndexError
         (the other build won; nothing is replaced silently).
@@ -132,7 +139,23 @@ class IndexStore:
                         return name, ToolIndex.load(path, **options), True
                 except IndexFormatError as exc:  # a broken or old index of this name is replaced below
                     _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
+                else:
+                    _refuse_to_drop_an_encoder(path, name, probe.describe().get("model"))
             probe.add(list(catalog))
             index = ToolIndex(catalog, probe)
             _publish(index, path)
         return name, index, False
+
+
+def _refuse_to_drop_an_encoder(path: Path, name: str, model: object) -> None:
+    """Refuse to build over an index that carries its own request encoder (one `toolsearch tune` made): it
+    may exist nowhere else, and the new index would not carry it. A build with that same encoder (`--model DIR`
+    of its export: the model's id names its content) keeps it; `rebuild` replaces it all the same."""
+    from .model_file import carried_model
+
+    if carried_model(path) is not None and read_manifest(path).model != model:
+        raise StoredIndexError(
+            f"the index {name!r} ({path}) carries a request encoder of its own (one `toolsearch tune` made), which "
+            f"building over it would lose; keep it with `toolsearch model export {name} --out DIR` (then build with "
+            "--model DIR to use it), or build with --rebuild (rebuild=True) to replace the index and its encoder"
+        )

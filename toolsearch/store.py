@@ -327,7 +327,9 @@ def _reading(folder: Path, held: list[int] | None = None) -> Iterator[tuple[Path
             if generation != folder and not generation.exists():
                 if generation == previous:  # the pointer names a folder that is gone for good
                     raise IndexFormatError(
-                        f"{folder} points at {generation.name}, which is missing; {_REBUILD}"
+                        f"{folder} points at {generation.name}, which is not beside it: the index was copied "
+                        f"without the folder it points at, or that folder was deleted. Copy an index with "
+                        f"`cp -rL` (or copy the {generation.name} folder beside it too), or {_REBUILD}"
                     ) from None
                 previous = generation
                 continue  # retired after we resolved it: the pointer names a newer generation now
@@ -515,14 +517,16 @@ def _foreign_files(target: Path) -> list[str]:
 
 def _check_replaceable(target: Path) -> None:
     """Refuse to replace a folder that is not an index, or an index holding the user's own files."""
-    if target.is_symlink() and not _is_our_pointer(target):
+    ours = _is_our_pointer(target)
+    if target.is_symlink() and not ours:
         raise StoredIndexError(
             f"{target} is a link toolsearch did not make; refusing to replace it. Choose another folder"
         )
     current = _generation(target)
     if current is None or not current.exists():
         return
-    if not (current / MANIFEST).exists() and (not current.is_dir() or any(current.iterdir())):
+    # A generation of ours that lost its manifest is a damaged index, not the user's folder: it is replaced.
+    if not ours and not (current / MANIFEST).exists() and (not current.is_dir() or any(current.iterdir())):
         raise StoredIndexError(
             f"{target} exists and is not a toolsearch index; refusing to replace it. Choose another folder"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,16 @@ def check_tune(args: argparse.Namespace) -> None:
             raise InvalidArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.learning_rate is not None and not args.learning_rate > 0:
         raise InvalidArgumentError(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.out is not None:
+        from .index_store import IndexStore
+
+        target = _out_target(args.out)
+        IndexStore(target.parent).path(target.name)  # the name rule `build --out` follows: exit 2, before any work
+
+
+def _out_target(out: str) -> Path:
+    """`--out DIR` as the index folder it names (absolute, not resolved: an index folder is a link to its build)."""
+    return Path(os.path.abspath(out))
 
 
 def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
@@ -53,18 +64,29 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     from .index import ToolIndex
     from .store import read_manifest
     from .training.tune import TUNE_CONFIG, tune_index
-    from .usage import FileUsageStore, UsageLog, usage_path
-    from .usage_cli import describe_refresh, read_usage, refresh_usage, refreshed_json
+    from .usage import usage_path
+    from .usage_cli import describe_refresh, logs_beside, read_usage, refresh_usage, refreshed_json
 
+    target = Path(args.out) if args.out else folder
+    if args.out:
+        from .store import _check_replaceable
+
+        # Before the log is read and the model trained: a target that `save` refuses at the end threw the
+        # trained encoder away (minutes of training) for a mistake the command line held from the start.
+        _check_replaceable(_out_target(args.out))
     catalog = read_manifest(folder).catalog_hash
-    log = read_usage(args.usage, catalog) if args.usage else FileUsageStore(usage_path(folder)).load(catalog)
-    log = log or UsageLog(catalog)
+    if args.usage:
+        log = read_usage(args.usage, catalog)
+    else:  # every log of the file beside it: those of its earlier catalogs too (docs/cli.md#tune)
+        log, earlier = logs_beside(folder, catalog)
+        if earlier:
+            console.note(f"note: {earlier} of the {len(log)} usage entries were recorded for earlier catalogs of "
+                         "this index (before its tools changed); tools that are gone are left out")
     given = {name: getattr(args, name) for name in ("epochs", "learning_rate", "threads", "seed")}
     config = dataclasses.replace(TUNE_CONFIG, **{k: v for k, v in given.items() if v is not None})
     with console.progress(f"loading index {folder.name}"):
         index = ToolIndex.load(folder)
     tuned, card = tune_index(index, log, config=config, catalog=args.catalog, progress=console.note)
-    target = Path(args.out) if args.out else folder
     tuned.save(target)
     refreshed = None
     if target.resolve() == folder.resolve():

@@ -472,6 +472,33 @@ class FileUsageStore:
             if logs.pop(catalog, None) is not None:
                 self._write(logs)
 
+    def clear(self) -> tuple[int, int, Path | None, str | None]:
+        """Remove every log the file holds, whatever catalog it was kept for: the file goes.
+
+        A file that cannot be read as a usage file (corrupt, edited, foreign) is not deleted but moved
+        aside to `<file>.unreadable-<time>`, so what it holds can still be looked at, and the next save
+        starts a new file. Returns (logs removed, entries removed, where an unreadable file went, why it
+        could not be read); the last two are None when the file was read.
+        """
+        with self._locked(write=True):
+            try:
+                logs = self._read()
+            except UsageError as exc:
+                stem = f"{self.path.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
+                backup, n = self.path.with_name(stem), 1
+                while backup.exists():  # an earlier backup of the same second is kept too
+                    n += 1
+                    backup = self.path.with_name(f"{stem}-{n}")
+                os.replace(self.path, backup)
+                return 0, 0, backup, str(exc)
+            # Counted from the raw logs: a log this toolsearch cannot parse is cleared all the same.
+            entries = sum(
+                len(data["entries"]) for data in logs.values()
+                if isinstance(data, dict) and isinstance(data.get("entries"), list)
+            )
+            self.path.unlink(missing_ok=True)
+            return len(logs), entries, None, None
+
 
 STORE_VERSION = 2  # 2: the file carries a digest of its logs
 

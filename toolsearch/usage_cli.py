@@ -17,13 +17,16 @@ if TYPE_CHECKING:
     from .index import ToolIndex
 
 __all__ = [
-    "Refreshed", "add_usage_command", "cmd_usage", "describe_refresh", "read_export", "read_usage", "refresh_usage",
-    "refreshed_json",
+    "Refreshed", "add_usage_command", "check_usage_arguments", "cmd_usage", "describe_refresh", "read_export",
+    "logs_beside", "read_usage", "refresh_usage", "refreshed_json",
 ]
 
 
-def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int]) -> None:
-    """Register `usage` on the CLI's sub-parsers; `handler(args, console)` is what the CLI dispatches to."""
+def add_usage_command(
+    commands: Any, parents: list[argparse.ArgumentParser], handler: Callable[..., int],
+    check: Callable[[argparse.Namespace], None],
+) -> None:
+    """Register `usage` on the CLI's sub-parsers; the CLI dispatches to `handler(args, console)` after `check(args)`."""
     p = commands.add_parser(
         "usage", parents=parents,
         help="inspect, export, import, refresh or clear the usage log that search learns from",
@@ -31,22 +34,40 @@ def add_usage_command(commands: Any, parents: list[argparse.ArgumentParser], han
         "search (see docs/learning.md). It is kept beside the index folder as <INDEX>.usage.json. `refresh` "
         "re-ranks the requests the log keeps (privacy 'raw') with the index as it is now, so that learning "
         "calibrates against what the index shows, not what it showed (after a rebuild with another model; "
-        "`toolsearch tune` does it itself).",
+        "`toolsearch tune` does it itself). The file keeps one log per catalog: `show` says how many entries the "
+        "logs of the index's earlier catalogs hold, and `clear` deletes the whole file (an unreadable one is moved "
+        "aside, and its new name printed).",
     )
     p.add_argument("action", choices=["show", "export", "import", "refresh", "clear"], help="what to do")
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="export: write here instead of stdout; import: the exported log to add")
     p.add_argument("--json", action="store_true", help="show, refresh: print machine-readable JSON on stdout")
-    p.set_defaults(func=handler)
+    p.set_defaults(func=handler, check=check)
+
+
+def check_usage_arguments(args: argparse.Namespace) -> None:
+    """FILE is there exactly when the action takes one (before the index or any file is read)."""
+    from ._errors import InvalidArgumentError
+
+    if args.action == "import" and not args.file:
+        raise InvalidArgumentError(
+            "usage import needs the FILE to import, e.g. `toolsearch usage import INDEX usage.json`"
+        )
+    if args.action in ("show", "refresh", "clear") and args.file:
+        raise InvalidArgumentError(
+            f"usage {args.action} takes no FILE (got {args.file!r}); only export and import do"
+        )
 
 
 def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     """Run one usage action for the index in `folder` (resolved by the CLI like every INDEX)."""
     from .store import read_manifest
 
-    catalog = read_manifest(folder).catalog_hash
     store = FileUsageStore(usage_path(folder))
+    if args.action == "clear":  # the whole file, and before the index is read: a damaged index's log goes too
+        return _clear(console, store, folder)
+    catalog = read_manifest(folder).catalog_hash
     if args.action == "refresh":  # reads the log itself, around the searches
         from .index import ToolIndex
 
@@ -59,9 +80,12 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
         else:
             console.print(describe_refresh(refreshed, store.path))
         return 0
-    log = store.load(catalog)
     if args.action == "show":
-        return _show(console, store, catalog, log, as_json=args.json)
+        logs = store.logs()
+        log = next((each for each in logs if each.catalog == catalog), None)
+        return _show(console, store, catalog, log, [each for each in logs if each.catalog != catalog],
+                     as_json=args.json)
+    log = store.load(catalog)
     if args.action == "export":
         data = json.dumps((log or UsageLog(catalog)).to_dict(), ensure_ascii=False, indent=1)
         if args.file:
@@ -70,21 +94,37 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
         else:
             console.print(data)
         return 0
-    if args.action == "import":
-        if not args.file:
-            raise UsageError("usage import needs the FILE to import, e.g. `toolsearch usage import INDEX usage.json`")
-        incoming = read_export(args.file)
-        if log is None or not len(log):
-            # An empty log takes the imported one whole (salt and privacy), so hashed terms still match.
-            incoming.catalog = catalog
-            log, added = incoming, len(incoming)
-        else:
-            added = log.merge(incoming)
-        store.save(log)
-        console.print(f"imported {added} usage entries into {store.path} ({len(log)} in total)")
-        return 0
-    store.delete(catalog)
-    console.print(f"cleared the usage log of {folder.name} ({store.path})")
+    incoming = read_export(args.file)
+    before = len(log or ())
+    if log is None or not len(log):
+        # An empty log takes the imported one whole (salt and privacy), so hashed terms still match.
+        incoming.catalog = catalog
+        log = incoming
+    else:
+        log.merge(incoming)
+    store.save(log)
+    # What the file holds now: saving keeps each entry once (an entry imported twice is one) and the newest
+    # max_entries, so counting what was sent would overstate it.
+    total = len(store.load(catalog) or ())
+    console.print(f"imported {max(total - before, 0)} new usage entries into {store.path} ({total} in total)")
+    return 0
+
+
+def _clear(console: Any, store: FileUsageStore, folder: Path) -> int:
+    logs, entries, moved_to, problem = store.clear()
+    if moved_to is not None:
+        console.print(
+            f"the usage file of {folder.name} could not be read ({problem}); moved it to {moved_to}, so the "
+            "index has no usage log now. Delete that file once nothing in it is needed, or import an export "
+            "with `toolsearch usage import`"
+        )
+    elif not logs:
+        console.print(f"no usage log to clear for {folder.name} ({store.path})")
+    else:
+        console.print(
+            f"cleared {entries} usage entries ({logs} {'log' if logs == 1 else 'logs'}) of {folder.name}: "
+            f"deleted {store.path}"
+        )
     return 0
 
 
@@ -182,6 +222,20 @@ def read_usage(source: str, catalog: str) -> UsageLog:
     return read_export(source)
 
 
+def logs_beside(folder: Path, catalog: str) -> tuple[UsageLog, int]:
+    """What `tune` and `eval --usage` learn from in the usage file beside an index: every log it keeps, read as
+    `read_usage` reads a usage file, and how many of those entries were logged for other (earlier) catalogs.
+
+    The file keeps one log per catalog, so after a tool changed and the index was rebuilt the requests
+    logged before sit under the old catalog's hash; they still say what users asked (tools that are gone
+    are left out by whoever reads the log), so they are read too rather than ignored.
+    """
+    logs = sorted(FileUsageStore(usage_path(folder)).logs(), key=lambda log: log.catalog != catalog)  # its own first
+    joined = _joined(logs, catalog)
+    earlier = sum(len(log) for log in logs if log.catalog != catalog and (log is joined or log.privacy == "raw"))
+    return joined, earlier
+
+
 def _joined(logs: list[UsageLog], catalog: str) -> UsageLog:
     raw = [log for log in logs if log.privacy == "raw"]
     if not raw:
@@ -192,24 +246,38 @@ def _joined(logs: list[UsageLog], catalog: str) -> UsageLog:
     return joined
 
 
-def _show(console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, *, as_json: bool) -> int:
+def _show(
+    console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, earlier: list[UsageLog], *,
+    as_json: bool,
+) -> int:
     entries = log.entries() if log else []
     top = Counter(e.called for e in entries).most_common(10)
+    earlier_entries = sum(map(len, earlier))
     if as_json:
         console.json({
             "path": str(store.path), "catalog": catalog, "entries": len(entries),
             "max_entries": log.max_entries if log else None, "privacy": log.privacy if log else None,
             "top_tools": [{"name": n, "calls": c} for n, c in top],
             "latest": [e.to_dict() for e in entries[-10:]],
+            "earlier_catalogs": {"logs": len(earlier), "entries": earlier_entries},
         })
         return 0
     if not entries:
         console.print(f"no usage recorded for this index ({store.path})")
-        return 0
-    assert log is not None
-    console.print(f"{len(entries)} usage entries (cap {log.max_entries}, privacy {log.privacy}) in {store.path}")
-    console.print("most called after a search: " + ", ".join(f"{n} ({c})" for n, c in top))
-    for e in entries[-10:]:
-        shown = e.query if e.query is not None else " ".join(e.terms) if log.privacy == "tokens" else "(hashed)"
-        console.print(f"  {shown!s:60.60}  -> {e.called}")
+    else:
+        assert log is not None
+        console.print(f"{len(entries)} usage entries (cap {log.max_entries}, privacy {log.privacy}) in {store.path}")
+        console.print("most called after a search: " + ", ".join(f"{n} ({c})" for n, c in top))
+        for e in entries[-10:]:
+            shown = e.query if e.query is not None else " ".join(e.terms) if log.privacy == "tokens" else "(hashed)"
+            console.print(f"  {shown!s:60.60}  -> {e.called}")
+    if earlier:
+        # The file keeps one log per catalog: after a tool changed and the index was rebuilt, what was
+        # recorded before sits under the old catalog's hash, and the user should know it is still there.
+        console.print(
+            f"also {earlier_entries} entries in {len(earlier)} {'log' if len(earlier) == 1 else 'logs'} of earlier "
+            "catalogs of this index (recorded before its tools changed): `toolsearch tune` and `eval --usage` "
+            "read them too, learned ranking reads only the current catalog's log (docs/learning.md); "
+            "`toolsearch usage clear` deletes them all"
+        )
     return 0
