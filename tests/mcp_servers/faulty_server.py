@@ -27,7 +27,8 @@ Tools:
 Environment:
 - ``FAULTY_MALFORMED=1``: tools/list also carries tools whose definitions are malformed (a schema
   that is not an object, a schema of type array, a missing name, properties that are not an object).
-- ``FAULTY_EXTRA_TOOLS``: a JSON list of tool definitions appended to tools/list as written.
+- ``FAULTY_EXTRA_TOOLS``: a JSON list of tool definitions appended to tools/list as written; a call of one
+  answers with its arguments as JSON (what reached the server).
 - ``FAULTY_LIST_DELAY``: once ``mutate`` ran, tools/list answers after this many seconds (calls are
   answered meanwhile): the window between a change notification and the re-listing it asks for.
 - ``FAULTY_CHANGES``: a JSON object {tool name: {"description": ..., "inputSchema": ...}} applied to the
@@ -137,7 +138,11 @@ def list_tools() -> list[Any]:
     if os.environ.get("FAULTY_MALFORMED") == "1":
         # malformed entries first and between good ones: the good ones after them must still be listed
         tools = MALFORMED[:2] + tools[:1] + MALFORMED[2:] + tools[1:] + [SURROGATE]
-    return tools + json.loads(os.environ.get("FAULTY_EXTRA_TOOLS") or "[]")
+    return tools + _extra_tools()
+
+
+def _extra_tools() -> list[Any]:
+    return list(json.loads(os.environ.get("FAULTY_EXTRA_TOOLS") or "[]"))
 
 
 def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
@@ -198,6 +203,8 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         _mutated.set()
         text_result(request_id, f"changed {target['name']}")
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    elif any(isinstance(t, dict) and t.get("name") == name for t in _extra_tools()):
+        text_result(request_id, json.dumps(args, sort_keys=True))
     else:
         text_result(request_id, f"unknown tool {name!r}", error=True)
 

@@ -118,9 +118,13 @@ def found_definition(tool: Tool) -> dict[str, Any]:
 
 
 def found_text(entry: Mapping[str, Any]) -> str:
+    """One found tool as the search's text shows it: its description on one line, so an upstream's text cannot
+    begin a line that looks like the gateway's (another tool's entry, a context to pass); the structured
+    content keeps it as written."""
     server = f" (server {entry['server']})" if entry.get("server") else ""
     schema = json.dumps(entry["inputSchema"], separators=(",", ":"), ensure_ascii=False)
-    return f"- {entry['name']}{server}: {entry['description']}\n  input schema: {schema}"
+    description = " ".join(str(entry["description"]).split())
+    return f"- {entry['name']}{server}: {description}\n  input schema: {schema}"
 
 
 def with_text(result: types.CallToolResult) -> types.CallToolResult:

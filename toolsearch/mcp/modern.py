@@ -28,6 +28,7 @@ from ..index import ToolIndex
 from ..session import Session, SessionManager
 from ..stores import InMemorySessionStore, SessionStore
 from ..stores.limits import Claim
+from ..tools import Tool
 from .caller import Caller
 from .caps import StoreCaps, contexts_refused
 from .errors import protocol_error, tool_error
@@ -255,7 +256,10 @@ class ModernEra:
     def admit(self, asker: Asker, name: str, arguments: dict[str, Any]) -> Admitted | types.CallToolResult:
         """Parse a call (call_tool's target, the context handle) and have the rules admit it on the
         conversation's session: (the admitted call) or the tool error."""
-        handle = arguments.pop(CONTEXT_ARGUMENT, None)
+        # The gateway's own argument of call_tool; on a direct call, unless the tool declares one of its own (a
+        # pinned tool listed with its full definition), whose value is the tool's argument, not a context handle.
+        own = name != CALL_TOOL and _declares(self.rules.index.catalog.get(name), CONTEXT_ARGUMENT)
+        handle = None if own else arguments.pop(CONTEXT_ARGUMENT, None)
         if name == CALL_TOOL:
             target = call_tool_target(self.rules.metatool, arguments)
             if isinstance(target, types.CallToolResult):
@@ -275,3 +279,9 @@ class ModernEra:
         if isinstance(admitted, types.CallToolResult):
             return admitted
         return with_text(await self.rules.call(asker, admitted, call_id))
+
+
+def _declares(tool: Tool | None, argument: str) -> bool:
+    """Whether `tool`'s input schema names `argument` among its properties."""
+    properties = tool.input_schema.get("properties") if tool is not None else None
+    return isinstance(properties, dict) and argument in properties
