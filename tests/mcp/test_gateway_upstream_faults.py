@@ -113,3 +113,20 @@ async def test_a_repaired_result_logs_one_line_not_a_traceback(gateway: GatewayP
     assert gateway.logged(line), gateway.stderr
     assert "Traceback" not in gateway.stderr and "Failed to parse JSONRPC message" not in gateway.stderr
     assert sum(line in logged for logged in gateway.lines) == 1
+
+
+async def test_an_upstreams_protocol_metadata_is_not_relayed_as_the_gateways(gateway: GatewayProcess) -> None:
+    # `io.modelcontextprotocol/*` keys describe the upstream's connection (its server info, its request state); a
+    # client would take them as the gateway's. The server's own keys pass on. Both eras relay through one source.
+    from mcp import Client
+
+    async with connect(gateway.url or "") as client:
+        relayed = await client.call("call_tool", {"name": "faulty__metaful"})
+    async with Client(gateway.url or "", mode="2026-07-28") as modern:
+        direct = await modern.call_tool("call_tool", {"name": "faulty__metaful"})
+    for result in (relayed, direct):
+        assert not result.is_error and text(result) == "metaful"
+        meta = result.meta or {}
+        assert meta.get("example.com/trace") == "kept" and "io.modelcontextprotocol/requestState" not in meta
+        assert (meta.get("io.modelcontextprotocol/serverInfo") or {}).get("name") != "not-the-gateway"
+        assert result.content[0].meta == {"example.com/own": 2}

@@ -308,6 +308,34 @@ def _result_bytes(result: types.CallToolResult, limit: int) -> int:
     return len(text) if len(text) > limit else len(text.encode())
 
 
+def _reserved(key: str) -> bool:
+    """Whether a `_meta` key is in MCP's own namespace: a prefix (before the '/') with a label `modelcontextprotocol`
+    or `mcp` (`io.modelcontextprotocol/serverInfo`, `mcp.dev/...`), which the spec reserves for the protocol."""
+    prefix, slash, _ = key.rpartition("/")
+    return bool(slash) and any(label in ("modelcontextprotocol", "mcp") for label in prefix.lower().split("."))
+
+
+def _own_meta(result: types.CallToolResult) -> types.CallToolResult:
+    """A result without the upstream's protocol `_meta` keys, on it and on its content: they describe the upstream's
+    connection (its server info, its request state), not the gateway's, and a client would take them as the
+    gateway's. The upstream's own keys pass on."""
+
+    def kept(meta: Any) -> Any:
+        if not isinstance(meta, dict) or not any(_reserved(str(k)) for k in meta):
+            return meta
+        return {k: v for k, v in meta.items() if not _reserved(str(k))} or None
+
+    content = []
+    for block in result.content:
+        own = getattr(block, "meta", None)
+        cleaned = kept(own)
+        content.append(block if cleaned is own else block.model_copy(update={"meta": cleaned}))
+    meta = kept(result.meta)
+    if meta is result.meta and all(a is b for a, b in zip(content, result.content, strict=True)):
+        return result
+    return result.model_copy(update={"meta": meta, "content": content})
+
+
 def _cut(text: str, limit: int) -> str:
     """A server's message fit for a model and a log line (`_plain`): all of it, or its first `limit` characters and
     how many more there were."""
@@ -1312,7 +1340,7 @@ class UpstreamServer:
         size = _result_bytes(result, limit)
         if size > limit:
             return self._oversized(tool, size, limit)
-        return result
+        return _own_meta(result)
 
     def _oversized(self, tool: str, size: int, limit: int) -> types.CallToolResult:
         # An error, not a truncated result: a cut-off list or JSON document reads as complete to a
