@@ -33,7 +33,7 @@ TOKENS = {"alice": "alice-" + "a" * 40, "root": "root-" + "r" * 40, "guest": "gu
 POLICY = {
     "rules": [
         {"when": {"scopes": ["tools:admin"]}, "servers": ["*"]},
-        {"when": {"subjects": ["alice"]}, "servers": ["toy"]},
+        {"when": {"issuer": "static", "subjects": ["alice"]}, "servers": ["toy"]},
         {"when": {"claims": {"groups": "ops"}}, "servers": ["time"]},
     ]
 }
@@ -110,6 +110,25 @@ async def test_a_caller_sees_searches_and_calls_only_its_tools(deployment: Deplo
         assert refused.is_error
         echoed = await alice.call_tool("call_tool", {"name": "toy__echo", "arguments": {"text": "mine"}})
         assert not echoed.is_error and text(echoed) == "mine"
+    # The issuer's "alice" is not the token file's: the rule names its issuer (before, a subject matched either).
+    namesake = deployment.issuer.mint("alice", audience=deployment.url, scopes=["tools"])
+    async with session(deployment.url, namesake) as other:
+        echoed = await other.call_tool("call_tool", {"name": "toy__echo", "arguments": {"text": "not mine"}})
+        assert echoed.is_error and "not mine" not in text(echoed)
+
+
+def test_a_subject_rule_without_an_issuer_is_refused_where_two_sources_vouch(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"toy": toy()})
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": [{"subject": "alice", "token": TOKENS["alice"]}]}))
+    (tmp_path / "policy.json").write_text(json.dumps({"rules": [{"when": {"subjects": ["alice"]}, "servers": ["*"]}]}))
+    refused = subprocess.run(
+        [PY, "-m", "toolsearch", "mcp", "serve", "--config", str(config), "--transport", "http",
+         "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-issuer", "https://id.example", "--auth-scope", "tools",
+         "--tool-policy", str(tmp_path / "policy.json")],
+        capture_output=True, text=True, timeout=60, env=gateway_env(),
+    )  # fmt: skip
+    assert refused.returncode != 0 and "ready" not in refused.stderr
+    assert "rule 1 names subjects without an issuer" in refused.stderr and '"issuer": "static"' in refused.stderr
 
 
 async def test_an_admin_and_an_oauth_caller_get_what_their_rules_give(deployment: Deployment) -> None:

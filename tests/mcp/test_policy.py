@@ -157,3 +157,30 @@ def test_an_answer_is_worked_out_once_per_catalog_and_applying_rules() -> None:
     grown = Catalog([*CATALOG, tool("github", "close_issue")])
     again = policy.allowed(git, grown)
     assert again is not None and "github__close_issue" in again and "github__close_issue" not in first
+
+
+def test_an_issuer_condition_matches_only_the_callers_it_vouched_for() -> None:
+    policy = ToolPolicy([{"when": {"issuer": "static", "subjects": ["ci-bot"]}, "servers": ["bank"]}])
+    static = Caller.authenticated_as("static", "ci-bot")
+    namesake = Caller.authenticated_as("https://id.example", "ci-bot")  # another issuer's subject of that name
+    assert policy.allowed(static, CATALOG) == {"bank__send_money", "bank__balance"}
+    assert policy.allowed(namesake, CATALOG) == frozenset()
+    assert (static.issuer, namesake.issuer, ANONYMOUS.issuer) == ("static", "https://id.example", "")
+
+
+def test_rules_the_token_sources_make_ambiguous_or_dead_are_refused() -> None:
+    from toolsearch.mcp.auth import AuthSettings
+    from toolsearch.mcp.settings import GatewaySettings
+
+    bare = ToolPolicy([{"when": {"scopes": ["tools"]}, "servers": ["time"]},
+                       {"when": {"subjects": ["ci-bot"]}, "servers": ["bank"]}], source="p.json")
+    bare.check_issuers({"static"})  # one source: its subjects are unambiguous
+    with pytest.raises(PolicyError, match=r"p\.json: rule 2 names subjects without an issuer.*'static'"):
+        bare.check_issuers({"static", "https://id.example"})
+    typo = ToolPolicy([{"when": {"issuer": "statik", "subjects": ["ci-bot"]}, "servers": ["bank"]}], source="p.json")
+    with pytest.raises(PolicyError, match=r"rule 1 names the issuer 'statik', which is not one this gateway accepts"):
+        typo.check_issuers({"static"})
+    both = AuthSettings(issuer="https://id.example", tokens_file=Path("tokens.json"))
+    assert both.issuers == {"static", "https://id.example"}
+    with pytest.raises(PolicyError, match="rule 2 names subjects without an issuer"):
+        GatewaySettings(transport="http", policy=bare, auth=both)

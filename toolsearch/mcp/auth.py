@@ -106,6 +106,12 @@ class AuthSettings:
         return self.issuer is not None or self.tokens_file is not None
 
     @property
+    def issuers(self) -> frozenset[str]:
+        """Who may vouch for a caller, as `Caller.issuer` names it: "static" (the token file), the issuer's URL."""
+        return frozenset(([StaticTokens.kind] if self.tokens_file is not None else [])
+                         + ([self.issuer] if self.issuer is not None else []))
+
+    @property
     def address_sessions(self) -> int:
         """The cap on open sessions that callers without authentication share per client address."""
         return self.sessions_per_caller if self.sessions_per_address is None else self.sessions_per_address

@@ -47,7 +47,9 @@ class Caller:
 
     `key` names the principal stably without holding a credential: session store keys, context
     handles and usage-log entries are bound to it, so one caller can never name another's state.
-    `subject` is what logs show; `scopes` and `claims` are what a policy decides on.
+    `subject` is what logs show; `scopes` and `claims` are what a policy decides on. `issuer` is who
+    vouched for the subject ("static" for the gateway's token file, else the token issuer's URL; ""
+    unauthenticated): a subject names a principal only together with it.
     """
 
     key: str
@@ -55,6 +57,7 @@ class Caller:
     scopes: frozenset[str] = frozenset()
     claims: Mapping[str, Any] = field(default_factory=dict)
     authenticated: bool = False
+    issuer: str = ""
 
     @classmethod
     def authenticated_as(
@@ -68,7 +71,8 @@ class Caller:
         """A caller proven by a credential of `kind` (e.g. the token issuer, or "static")."""
         digest = hashlib.sha256(f"{kind}\0{subject}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return cls(
-            key=f"c-{digest}", subject=subject, scopes=frozenset(scopes), claims=dict(claims or {}), authenticated=True
+            key=f"c-{digest}", subject=subject, scopes=frozenset(scopes), claims=dict(claims or {}), authenticated=True,
+            issuer=kind,
         )
 
 

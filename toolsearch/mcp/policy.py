@@ -6,14 +6,18 @@ A policy file holds rules; each rule says whom it applies to (`when`) and what i
       {"when": {"scopes": ["tools:admin"]}, "servers": ["*"]},
       {"when": {"scopes": ["tools"]}, "servers": ["time", "docs"], "tools": ["github__list_*"]},
       {"when": {"claims": {"groups": "finance"}}, "tools": ["bank__*"]},
-      {"when": {"subjects": ["ci-bot"]}, "tools": ["github__get_*"]}
+      {"when": {"issuer": "static", "subjects": ["ci-bot"]}, "tools": ["github__get_*"]}
     ]}
 
 A rule applies when every condition it states holds: the caller has all `scopes`, each claim in
 `claims` equals the value (or, when the claim is a list, contains it; a list value means any of
-those), and its subject is one of `subjects`. A rule with no `when` applies to every caller,
-anonymous ones included. `servers` and `tools` are shell-style globs (case-sensitive) over server
-names and the gateway's namespaced tool names (`server__tool`); a caller may use the union of what
+those), its credential came from `issuer` ("static": the gateway's token file; else the token
+issuer's URL), and its subject is one of `subjects`. A subject names a principal only together with
+its issuer: a gateway that accepts tokens from more than one (`check_issuers`) refuses a rule that
+names subjects without one, since a token of either source with that subject would match it.
+A rule with no `when` applies to every caller, anonymous ones included. `servers` and `tools` are
+shell-style globs (case-sensitive) over server names and the gateway's namespaced tool names
+(`server__tool`); a caller may use the union of what
 its applying rules allow. **A caller no rule applies to gets no tools at all**: access is denied by
 default, so a forgotten rule hides tools rather than exposing them.
 """
@@ -24,7 +28,7 @@ import argparse
 import fnmatch
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +51,7 @@ class _When(BaseModel):
     scopes: list[str] = Field(default_factory=list)
     claims: dict[str, _Claim] = Field(default_factory=dict)
     subjects: list[str] | None = None
+    issuer: str | None = None
 
 
 class _Rule(BaseModel):
@@ -122,6 +127,8 @@ class ToolPolicy:
         when = rule.when
         if any(s not in caller.scopes for s in when.scopes):
             return False
+        if when.issuer is not None and caller.issuer != when.issuer:
+            return False
         if when.subjects is not None and caller.subject not in when.subjects:
             return False
         return all(name in caller.claims and _claim_matches(caller.claims[name], v) for name, v in when.claims.items())
@@ -149,6 +156,24 @@ class ToolPolicy:
                 ):
                     names.add(tool.name)
         return frozenset(names)
+
+    def check_issuers(self, issuers: Collection[str]) -> None:
+        """Refuse rules that the gateway's token sources (`issuers`: "static" and/or issuer URLs) make unsafe or dead:
+        subjects without an issuer when there is more than one source (whose subjects may coincide), and an
+        issuer no source has (a typo, which would match nobody). PolicyError names the rule."""
+        for i, rule in enumerate(self._rules, start=1):
+            when = rule.when
+            if when.issuer is not None and when.issuer not in issuers:
+                raise PolicyError(
+                    f"policy {self.source}: rule {i} names the issuer {when.issuer!r}, which is not one this gateway "
+                    f"accepts tokens from ({', '.join(map(repr, sorted(issuers))) or 'none'}); it would apply to nobody"
+                )
+            if when.subjects is not None and when.issuer is None and len(issuers) > 1:
+                raise PolicyError(
+                    f"policy {self.source}: rule {i} names subjects without an issuer, and this gateway accepts tokens "
+                    f"from {' and '.join(map(repr, sorted(issuers)))}: a token of either with one of those subjects "
+                    'would get its tools. Add "issuer" to its "when" (e.g. "issuer": "static" for --auth-tokens)'
+                )
 
     def __repr__(self) -> str:
         return f"ToolPolicy({self.source!r}, {len(self._rules)} rules)"

@@ -146,6 +146,9 @@ class GatewaySettings:
             )
         if self.transport == "http":
             check_exposure(self.host, self.auth)  # AuthConfigError: no non-loopback address without auth
+        check_issuers = getattr(self.policy, "check_issuers", None)  # (a ToolPolicy; a plug-in's own may not have it)
+        if callable(check_issuers) and self.auth.enabled:
+            check_issuers(self.auth.issuers)  # PolicyError: subjects whose issuer is ambiguous, an issuer nobody is
 
     @property
     def url(self) -> str:
