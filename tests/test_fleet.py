@@ -143,3 +143,37 @@ async def test_gateway_workers_share_one_postgres_catalog(pg_server: PostgresSer
         assert tools >= 2 and changes == 1  # two workers, one index build
     finally:
         redis.stop()
+
+
+async def test_gateway_workers_started_while_redis_is_down_serve_once_it_answers(tmp_path: Path) -> None:
+    # Before: each worker exited at start (`usage store ... failed to list the usage logs: ConnectionError`), so
+    # `--workers 2` did not start at all, and a worker restarted during an outage exited at once.
+    from mcp_servers import GatewayProcess, time_server, write_config
+    from redis_server import RedisServer
+
+    config = write_config(tmp_path / "servers.json", {"time": time_server()})
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")  # not started: its port refuses connections
+    gateway = GatewayProcess(config, "--backend", "bm25", "--session-store", redis.url, "--workers", "2")
+    try:
+        url = gateway.wait_ready(300)  # bounded: a gateway whose workers exit ends the wait at once
+        assert "usage store" in gateway.stderr and "recording in memory" in gateway.stderr
+        redis.start()
+        assert "time__get_current_time" in await _search(url, "current time in a timezone")
+    finally:
+        gateway.stop()
+        redis.stop()
+
+
+def test_a_redis_password_with_a_url_delimiter_stops_the_gateway_without_showing_it(tmp_path: Path) -> None:
+    # Before: `unexpected ValueError: Port could not be cast to integer value as 'Xy7' ... please report it`
+    from mcp_servers import gateway_argv, gateway_env, time_server, write_config
+    from redis_server import free_port
+
+    config = write_config(tmp_path / "servers.json", {"time": time_server()})
+    env = {**gateway_env(), "TOOLSEARCH_SESSION_STORE": f"redis://:Xy7#kQ2pLm@127.0.0.1:{free_port()}/0"}
+    done = subprocess.run(gateway_argv(config, "--transport", "http", "--port", "0", "--backend", "bm25"),
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Xy7" not in done.stderr and "kQ2pLm" not in done.stderr, done.stderr
+    assert "percent-encode" in done.stderr and "unexpected" not in done.stderr, done.stderr

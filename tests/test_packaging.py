@@ -83,7 +83,8 @@ ROOT_API = {
     "BackendError", "CatalogStoreError", "CatalogMovedError", "MissingDependencyError", "StoredIndexError",
     "IndexNotFoundError", "IndexFormatError", "InvalidIndexNameError", "SessionError", "SessionRequiredError",
     "UnknownSessionError", "SessionStoreError", "SessionStateError", "ToolNotAllowedError", "ProviderError",
-    "ToolCancelledError", "UsageError", "PriceTableError", "DataSourceError", "MCPConfigError", "UpstreamError",
+    "ToolCancelledError", "UsageError", "UsageStoreUnreachableError", "UsageLogReplacedError",
+    "PriceTableError", "DataSourceError", "MCPConfigError", "UpstreamError",
     "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError", "EvalError",
 }
 

@@ -20,6 +20,13 @@ from toolsearch._redact import redacted_command, redacted_url, redacted_words
     ("https://host?access_token=t-1", "https://host?access_token=***"),
     ("https://host/cb#access_token=t-1", "https://host/cb#***"),
     ("https://host/a@b/mcp", "https://host/a@b/mcp"),  # an @ in the path is not user info
+    # a password holding a URL delimiter, unencoded (generated passwords do): before, the text was cut at the
+    # delimiter before the @ was looked for, and what came before it (`redis://:Xy7#***`) was shown
+    ("redis://:Xy7#kQ2pLm@127.0.0.1:6379/0", "redis://***@127.0.0.1:6379/0"),
+    ("redis://:Xy7?kQ2pLm@127.0.0.1:6379/0", "redis://***@127.0.0.1:6379/0"),
+    ("redis://:Xy7/kQ2pLm@127.0.0.1:6379/0", "redis://***@127.0.0.1:6379/0"),
+    ("rediss://user:a@b#c?d/e@[::1]:6380/2", "rediss://***@[::1]:6380/2"),
+    ("https://u:p@host/mcp?next=a@b", "https://***@b"),  # ambiguous: more is hidden, never a password part
 ])
 def test_a_url_keeps_where_it_points_and_loses_its_credentials(url: str, shown: str) -> None:
     assert redacted_url(url) == shown

@@ -43,6 +43,8 @@ from ._errors import (
     UnknownToolError,
     UpstreamError,
     UsageError,
+    UsageLogReplacedError,
+    UsageStoreUnreachableError,
 )
 from ._version import __version__ as __version__
 from .backends import BackendSpec, backend_names, default_backend, register_backend
@@ -156,6 +158,8 @@ __all__ = [
     "ProviderError",
     "ToolCancelledError",
     "UsageError",
+    "UsageLogReplacedError",
+    "UsageStoreUnreachableError",
     "PriceTableError",
     "DataSourceError",
     "MCPConfigError",

@@ -31,6 +31,8 @@ with those bases in parentheses:
     ├── ProviderError                              a model provider call failed
     ├── ToolCancelledError                         an async tool ended cancelled: its call failed, not the turn
     ├── UsageError                                 a usage log or its file is unusable
+    │   ├── UsageStoreUnreachableError             the shared usage store did not answer
+    │   └── UsageLogReplacedError                  the stored log was created again under another salt
     ├── PriceTableError (ValueError)               a price table is unreadable or lacks a figure
     ├── DataSourceError (ValueError)               a benchmark data set source is unusable
     ├── MCPConfigError (ValueError)                an MCP servers config is unusable
@@ -196,6 +198,18 @@ class ToolCancelledError(ToolSearchError):
 
 class UsageError(ToolSearchError):
     """A usage log or its file is unusable (corrupt, another format version, bad setting)."""
+
+
+class UsageStoreUnreachableError(UsageError):
+    """The usage store did not answer (down, restarting, unreachable, refusing the credentials): try again later.
+
+    A gateway feed that meets it keeps recording in memory and saves once the store answers.
+    """
+
+
+class UsageLogReplacedError(UsageError):
+    """The stored log is not the one the entries were hashed for: it was created again under another salt
+    (Redis restarted empty and another worker opened the log first). Open it again (`open_log`) and re-hash."""
 
 
 class PriceTableError(ToolSearchError, ValueError):

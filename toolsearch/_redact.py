@@ -25,19 +25,51 @@ def redacted_url(url: str) -> str:
     Scheme, host, port, path and query parameter names stay, so a message still says where:
     `redis://:pw@host:6379/0` -> `redis://***@host:6379/0`, `https://h/mcp?token=t` -> `https://h/mcp?token=***`.
     A text that is not a URL (`memory`) is returned as it is, unless it holds an `@`.
+
+    A password may hold an unencoded `#`, `?` or `/` (generated ones do), which a URL parser takes for the end of
+    the authority (`redis://:Xy7#kQ@host/0`): see `_user_info_end`. Where the text is ambiguous, more is hidden.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
+    end = _user_info_end(rest)
+    user_info, rest = ("", rest) if end < 0 else (f"{HIDDEN}@", rest[end + 1:])
     rest, hashed, fragment = rest.partition("#")
     rest, asked, query = rest.partition("?")
     authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = f"{HIDDEN}@{authority.rpartition('@')[2]}"
     if query:
         query = "&".join(_hidden_value(part) for part in query.split("&"))
-    shown = f"{scheme}{sep}{authority}{slash}{path}{asked}{query}"
+    shown = f"{scheme}{sep}{user_info}{authority}{slash}{path}{asked}{query}"
     return f"{shown}#{HIDDEN}" if hashed and fragment else f"{shown}{hashed}"
+
+
+# What may follow the user info: a host (a name, an IPv4 or a bracketed IPv6 address) and a port, up to the path.
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]*\]|[^\[\]@/?#:]*)(:[0-9]*)?")
+_DELIMITERS = re.compile(r"[/?#]")
+
+
+def _user_info_end(rest: str) -> int:
+    """Where the user info of `rest` (a URL after `scheme://`) ends: the index of its last `@`, or -1 (none).
+
+    Read as RFC 3986 says, the authority ends at the first `/`, `?` or `#`, and its last `@` ends the user info.
+    A password holding one of those delimiters, unencoded, moves part of it past that point, so an `@` found later
+    also counts when the text before it cannot be a plain host (`:Xy7`, `user:pw`: a `:` or another `@`); then the
+    user info runs to the last `@` that a plausible host[:port] follows. A URL with a port and an `@` in its path or
+    query is read that way too: it loses some detail, where reading it strictly could show part of a password.
+    """
+    first = _DELIMITERS.search(rest)
+    authority = rest if first is None else rest[: first.start()]
+    end = authority.rfind("@")
+    if first is None or "@" not in rest[first.start():]:
+        return end
+    if end < 0 and ":" not in authority:
+        return -1  # `host/a@b`: an @ in the path of a URL without user info or port
+    later = [i for i, c in enumerate(rest) if c == "@" and i > first.start()]
+    for at in reversed(later):
+        after = _DELIMITERS.search(rest, at + 1)
+        if _HOST_PORT.fullmatch(rest[at + 1: len(rest) if after is None else after.start()]):
+            return at
+    return len(rest) - 1 - rest[::-1].index("@")  # no plausible host after any: hide up to the last @
 
 
 def _hidden_value(parameter: str) -> str:

@@ -634,13 +634,20 @@ class UsageRecorder:
 
     def record_call(self, session_id: str, tool: str, ok: bool) -> UsageEntry | None:
         """Credit a successful call to the search that showed it; returns the entry written, if any."""
+        credited = self.credit_call(session_id, tool, ok)
+        return None if credited is None else credited[0]
+
+    def credit_call(self, session_id: str, tool: str, ok: bool) -> tuple[UsageEntry, str] | None:
+        """`record_call`, also giving the request the entry was made from (its text, whatever the log keeps of it:
+        a feed that saves later can hash it again should the stored log's salt change meanwhile)."""
         if not self.enabled or not ok:
             return None
         found = self.pending.credit(session_id, tool)
         if found is None:
             return None
         query, shown = found
-        return self.log.add(query, tool, shown)
+        entry = self.log.add(query, tool, shown)
+        return None if entry is None else (entry, query)
 
     def record_run(self, result: _RunLike) -> int:
         """Feed a finished `toolsearch.run` result; returns how many entries it added."""

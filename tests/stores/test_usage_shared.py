@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -191,3 +192,157 @@ def test_the_gateway_feed_keeps_its_api_with_a_file(tmp_path: Path) -> None:
     feed.save()
     stored = FileUsageStore(tmp_path / "u.json").load(CATALOG)
     assert stored is not None and [e.called for e in stored.entries()] == ["get_weather"]
+
+
+# --- a fleet through Redis outages, restarts and catalog changes ----------------------------------------
+
+
+def _pair(feed: GatewayUsage, session: str, query: str, tool: str) -> None:
+    feed.searched(session, query, [tool])
+    feed.called(session, tool, True)
+
+
+def test_a_feed_started_while_redis_is_down_saves_once_it_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: the feed raised `failed to list the usage logs: ConnectionError` and the gateway worker exited.
+    server = RedisServer(tmp_path)  # its port is free: nothing answers yet
+    try:
+        feed = GatewayUsage.from_url(CATALOG, server.url)
+        assert "cannot be reached" in caplog.text and "recording in memory" in caplog.text
+        server.start()
+        _pair(feed, "s1", "weather in paris", "weather_get")
+        feed.save()  # the stored log is opened now, and what was recorded saved into it
+        log = RedisUsageStore(server.url).load(CATALOG)
+        assert log is not None and [e.called for e in log.entries()] == ["weather_get"]
+        assert log.entries()[0].terms == log.terms("weather in paris")  # hashed with the stored log's salt
+        _pair(feed, "s2", "send an email", "email_send")
+        feed.save()
+        log = RedisUsageStore(server.url).load(CATALOG)
+        assert log is not None and [e.called for e in log.entries()] == ["weather_get", "email_send"]
+        feed.enabled = False
+    finally:
+        server.stop()
+
+
+def test_a_feed_started_while_redis_is_down_keeps_out_of_a_log_with_another_privacy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = RedisServer(tmp_path)
+    try:
+        feed = GatewayUsage.from_url(CATALOG, server.url)  # asks for "hashed"
+        server.start()
+        RedisUsageStore(server.url).open_log("other-catalog", privacy="raw")  # what the operator kept before
+        _pair(feed, "s1", "weather in paris", "weather_get")
+        feed.save()
+        assert "privacy 'raw', not 'hashed'" in caplog.text and "1 entry recorded" in caplog.text
+        assert RedisUsageStore(server.url).catalogs() == ["other-catalog"]  # nothing of this feed was written
+        _pair(feed, "s2", "send an email", "email_send")  # and nothing more is recorded
+        feed.save()
+        assert RedisUsageStore(server.url).catalogs() == ["other-catalog"]
+    finally:
+        server.stop()
+    # a store that answers at start with another setting still refuses the start, as before
+    with RedisServerRunning(tmp_path / "again") as url:
+        RedisUsageStore(url).open_log("other-catalog", privacy="raw")
+        with pytest.raises(UsageError, match="privacy 'raw', not 'hashed'"):
+            GatewayUsage.from_url(CATALOG, url)
+
+
+class RedisServerRunning:
+    """A redis-server of its own for a `with` block; its URL."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.server = RedisServer(folder)
+
+    def __enter__(self) -> str:
+        return self.server.start().url
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+
+def test_a_running_feed_rehashes_its_entries_when_redis_restarts_empty_under_another_salt(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: once another worker had opened the log again (a new salt), every append of the running worker
+    # failed ("hashed with another salt"), and its unsaved entries piled up for ever.
+    running = GatewayUsage.from_url(CATALOG, redis_server.url)
+    _pair(running, "a0", "weather in paris", "weather_get")
+    running.save()
+    redis_server.kill()
+    redis_server.start()  # no persistence: it comes back empty
+    started = GatewayUsage.from_url(CATALOG, redis_server.url)  # a worker (re)started now: a new salt wins
+    _pair(started, "c0", "send an email", "email_send")
+    started.save()
+    for i in range(3):
+        _pair(running, f"a{i + 1}", f"weather in rome {i}", "weather_get")
+        running.save()
+    log = RedisUsageStore(redis_server.url).load(CATALOG)
+    assert log is not None and [e.called for e in log.entries()] == ["email_send"] + ["weather_get"] * 3
+    assert log.salt == started.log.salt == running.log.salt
+    assert [e.terms for e in log.entries()][1:] == [log.terms(f"weather in rome {i}") for i in range(3)]
+    assert "could not save" not in caplog.text
+    running.enabled = started.enabled = False
+
+
+def test_entries_waiting_for_a_store_that_refuses_them_are_bounded(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: every entry an append could not save was kept for the next save, without a bound.
+    store = RedisUsageStore(redis_server.url, prefix="cap:")
+    store.save(UsageLog(CATALOG, max_entries=3, privacy="tokens"))
+    feed = GatewayUsage(CATALOG, store=store, privacy="tokens")
+    meta = f"cap:usage:{CATALOG}:meta"
+    redis_server.client().delete(meta)
+    redis_server.client().set(meta, "not a hash")  # every append now fails (WRONGTYPE); crediting still works
+    for i in range(5):
+        _pair(feed, f"s{i}", f"request number {i}", f"tool_{i}")
+        feed.save()
+    assert "could not save the usage log" in caplog.text
+    dropped = [re.search(r"(\d+) older unsaved entr(?:y was|ies were) dropped", r.getMessage()) for r in caplog.records]
+    assert sum(int(found.group(1)) for found in dropped if found) == 2  # over the log's own bound of 3, said
+    redis_server.client().delete(meta)  # the store takes writes again
+    feed.save()
+    log = store.load(CATALOG)
+    assert log is not None and [e.called for e in log.entries()] == ["tool_2", "tool_3", "tool_4"]
+    feed.enabled = False
+
+
+def _two_feeds(kind: str, tmp_path: Path, url: str, catalog: str) -> tuple[GatewayUsage, GatewayUsage]:
+    if kind == "redis":
+        return GatewayUsage.from_url(catalog, url), GatewayUsage.from_url(catalog, url)
+    return (GatewayUsage(catalog, store=FileUsageStore(tmp_path / "u.json")),
+            GatewayUsage(catalog, store=FileUsageStore(tmp_path / "u.json")))
+
+
+def _stored(kind: str, tmp_path: Path, url: str, catalog: str) -> list[str]:
+    store = RedisUsageStore(url) if kind == "redis" else FileUsageStore(tmp_path / "u.json")
+    log = store.load(catalog)
+    return sorted(e.called for e in log.entries()) if log is not None else []
+
+
+@pytest.mark.parametrize("kind", ["redis", "file"])
+def test_a_catalog_change_on_every_worker_carries_every_workers_entries(
+    kind: str, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    # Before: the first worker to switch carried only its own entries, and the others carried none (theirs were
+    # older than the new log's newest); with Redis the switch then replaced the shared log whole.
+    a, b = _two_feeds(kind, tmp_path, redis_server.url, "cat-old")
+    for i in range(3):  # b's calls first, then a's
+        _pair(b, f"b{i}", f"send mail {i}", "mail_send")
+    for i in range(3):
+        _pair(a, f"a{i}", f"weather {i}", "weather_get")
+    a.save()
+    b.save()
+    a.catalog_changed("cat-new")
+    _pair(a, "a9", "book a flight", "flight_book")  # a serves on the new catalog before b hears of it
+    a.save()
+    b.catalog_changed("cat-new")
+    expected = ["flight_book"] + ["mail_send"] * 3 + ["weather_get"] * 3
+    assert _stored(kind, tmp_path, redis_server.url, "cat-new") == expected
+    assert sorted(e.called for e in b.log.entries()) == expected  # b ranks with every worker's entries
+    a.catalog_changed("cat-old")  # back: only what the old log lacks, each entry once
+    assert _stored(kind, tmp_path, redis_server.url, "cat-old") == expected
+    a.enabled = b.enabled = False

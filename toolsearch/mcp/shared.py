@@ -93,8 +93,9 @@ class RedisCatalogBoard(CatalogBoard):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        from ..stores.redis import redacted_url
+        from ..stores.redis import check_redis_url, redacted_url
 
+        check_redis_url(url, "catalog board", SessionStoreError)
         self.url = redacted_url(url)
         self.key = f"{prefix}catalog"
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)

@@ -7,8 +7,11 @@ import logging
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
+from .._errors import UsageLogReplacedError, UsageStoreUnreachableError
 from ..usage import (
     FileUsageStore,
     InMemoryPendingSearches,
@@ -30,6 +33,17 @@ logger = logging.getLogger("toolsearch.mcp")
 SAVE_DELAY = 1.0  # seconds: entries landing together are written in one save
 
 
+@dataclass(frozen=True, slots=True)
+class _Unsaved:
+    """An entry the store has not received yet, with what re-hashes it should the stored log's salt change: its
+    request text (in this process's memory only, until saved; the shared pending searches hold it too) and the
+    salt its terms were hashed with."""
+
+    entry: UsageEntry
+    query: str
+    salt: str
+
+
 class GatewayUsage:
     """A `UsageRecorder` over the log of the gateway's current catalog, saved to a store.
 
@@ -37,6 +51,13 @@ class GatewayUsage:
     SAVE_DELAY seconds after new entries, in a background thread, and at interpreter exit. When
     the catalog changes (an upstream's tools changed), the log moves to the new catalog's hash
     with its entries (votes for tools that are gone are ignored by the ranker).
+
+    A store with `append` (a file, Redis) is shared: only new entries are written to it, never the
+    whole log over what other workers wrote. When it cannot be reached at start, the feed records in
+    memory and opens the stored log (checking its privacy setting) at the first save it answers; when
+    the stored log was created again under another salt (Redis restarted empty), the feed opens it
+    again and re-hashes what it has not saved. Entries waiting for the store are bounded by the log's
+    own bound (the oldest dropped first, with a warning counting them).
     """
 
     def __init__(
@@ -50,12 +71,25 @@ class GatewayUsage:
         self.store: UsageStore = store if store is not None else InMemoryUsageStore()
         self.enabled = enabled
         self.privacy: Privacy = privacy
-        self.recorder = UsageRecorder(self._open(catalog, privacy) if enabled else UsageLog(catalog, privacy=privacy),
-                                      enabled=enabled, pending=_shared_pending(self.store))
-        self._unsaved: list[UsageEntry] = []  # entries a store with `append` has not received yet
+        self._unsaved: list[_Unsaved] = []  # entries a store with `append` has not received yet
+        self._dropped = 0  # unsaved entries dropped over the bound since the last warning said so
         self._lock = threading.Lock()
         self._switch = threading.Lock()  # searches run in worker threads: one catalog switch at a time
+        self._saving = threading.Lock()  # one save (or catalog switch) talks to the store at a time
         self._timer: threading.Timer | None = None
+        self._appends = callable(getattr(self.store, "append", None))
+        self._opened = True  # whether `log` is the stored log; False: in memory until the store answers
+        log = UsageLog(catalog, privacy=privacy)
+        if enabled:
+            try:
+                log = self._open(catalog, privacy)
+            except UsageStoreUnreachableError as exc:  # a worker starting in an outage serves; the log waits
+                self._opened = False
+                logger.warning(
+                    "%s; recording in memory until it answers: the stored log is then opened (its privacy setting "
+                    "checked) and what was recorded meanwhile saved", str(exc).rstrip("."),
+                )
+        self.recorder = UsageRecorder(log, enabled=enabled, pending=_shared_pending(self.store))
         if enabled:
             atexit.register(_save_at_exit, weakref.ref(self))  # a weak reference: a finished gateway can go
 
@@ -64,6 +98,9 @@ class GatewayUsage:
         # whenever an upstream's tools change, so each must keep the setting asked for.
         for stored in stored_logs(self.store) or ():
             self._check_setting(stored, privacy)
+        return self._open_one(catalog, privacy)
+
+    def _open_one(self, catalog: str, privacy: Privacy) -> UsageLog:
         # A store shared by workers creates the log once, so every worker hashes words with one salt.
         opener = getattr(self.store, "open_log", None)
         log: UsageLog = (opener(catalog, privacy=privacy) if callable(opener)
@@ -113,11 +150,31 @@ class GatewayUsage:
         self.recorder.record_search(session_id, query, shown)
 
     def called(self, session_id: str, tool: str, ok: bool) -> None:
-        entry = self.recorder.record_call(session_id, tool, ok)
-        if entry is not None:
-            with self._lock:
-                self._unsaved.append(entry)
-            self._save_soon()
+        if not self.enabled or not ok:
+            return
+        if not self._appends:  # the whole log is saved: nothing to keep apart
+            if self.recorder.record_call(session_id, tool, ok) is not None:
+                self._save_soon()
+            return
+        # With the request text: an entry not saved yet can then be re-hashed should the stored log come back
+        # under another salt
+        log = self.recorder.log
+        credited = self.recorder.credit_call(session_id, tool, ok)
+        if credited is None:
+            return
+        entry, query = credited
+        with self._lock:
+            self._unsaved.append(_Unsaved(entry, query, log.salt))
+            self._bound_unsaved(log.max_entries)
+        self._save_soon()
+
+    def _bound_unsaved(self, limit: int) -> None:
+        """Keep the newest `limit` unsaved entries (called under `_lock`): the store keeps no more of a log than
+        its bound, so older ones could never be stored; they are counted for the next warning."""
+        over = len(self._unsaved) - limit
+        if over > 0:
+            del self._unsaved[:over]
+            self._dropped += over
 
     def catalog_changed(self, catalog: str) -> None:
         """Carry the log over to the new catalog hash (a no-op when it is the same catalog)."""
@@ -128,6 +185,60 @@ class GatewayUsage:
                 self._switch_to(catalog)
 
     def _switch_to(self, catalog: str) -> None:
+        if not self._appends:
+            self._switch_whole(catalog)
+            return
+        with self._saving:
+            old = self.recorder.log
+            self._save_now()  # this worker's entries join the old log, which every worker's carry reads
+            if not self.enabled:
+                return  # the stored logs keep another privacy setting: `_save_now` said so and stopped recording
+            with self._lock:
+                waiting = bool(self._unsaved)
+            try:
+                if not self._opened or waiting:
+                    raise UsageStoreUnreachableError("the usage store did not take this worker's entries")
+                # Carried from the stored log, which holds every worker's entries (this worker's memory holds
+                # only its own): each worker that switches carries it, and the merge keeps each entry once, so
+                # entries another worker appends to either log meanwhile are never overwritten nor lost.
+                source = self.store.load(old.catalog)
+                if source is not None and len(source):
+                    carried = UsageLog(catalog, max_entries=source.max_entries, privacy=source.privacy,
+                                       salt=source.salt, entries=source.entries())
+                    try:
+                        self._unite(carried)
+                    except UsageStoreUnreachableError:
+                        raise
+                    except UsageError as exc:  # a stored log of that catalog with another salt: kept as it is
+                        logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
+                log = self._open_one(catalog, self.privacy)
+            except UsageError as exc:
+                # The store is away (or its log of the new catalog unreadable): the new catalog's log is opened,
+                # its setting checked, and what waits saved into it at the first save the store answers.
+                logger.warning("usage log: the new catalog's log is kept in memory until the store answers: %s", exc)
+                self._opened = False
+                log = UsageLog(catalog, max_entries=old.max_entries, privacy=old.privacy, salt=old.salt,
+                               entries=old.entries())
+            self.recorder.log = log
+
+    def _unite(self, carried: UsageLog) -> None:
+        """Merge `carried` into the stored log of its catalog, each entry once, never over another worker's."""
+        merge = getattr(self.store, "merge", None)
+        if callable(merge):  # Redis: under WATCH
+            merge(carried)
+        elif isinstance(self.store, FileUsageStore):  # its save merges, under the file lock
+            self.store.save(carried)
+        else:  # a plug-in's store with `append` only: what the target lacks by time
+            target = self.store.load(carried.catalog)
+            newest = max((e.at for e in target.entries()), default=float("-inf")) if target else float("-inf")
+            self._append(carried, [e for e in carried.entries() if round(e.at, 3) > newest])
+
+    def _append(self, log: UsageLog, entries: Sequence[UsageEntry]) -> None:
+        """The store's `append` (not part of the UsageStore protocol: `_appends` says whether it has one)."""
+        cast(Any, self.store).append(log, entries)
+
+    def _switch_whole(self, catalog: str) -> None:
+        """A catalog switch for a store that saves whole logs (memory, a plug-in's without `append`)."""
         old = self.recorder.log
         self.save()
         log = self.store.load(catalog) or UsageLog(catalog, privacy=old.privacy, salt=old.salt)
@@ -140,16 +251,7 @@ class GatewayUsage:
         except UsageError as exc:  # a stored log of that catalog with another salt: keep it as it is
             logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
         self.recorder.log = log
-        with self._lock:
-            self._unsaved = []  # the whole log is saved below
-        saver = getattr(self.store, "append", None)
-        if callable(saver):
-            try:
-                self.store.save(log)
-            except UsageError as exc:
-                logger.warning("could not save the usage log: %s", exc)
-        else:
-            self._save_soon()
+        self._save_soon()
 
     def _save_soon(self) -> None:
         if isinstance(self.store, InMemoryUsageStore):
@@ -167,20 +269,87 @@ class GatewayUsage:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        if not self.enabled:
+            return
+        if not self._appends:  # a store of a plug-in without `append` (or memory): the whole log
+            if len(self.recorder.log):
+                try:
+                    self.store.save(self.recorder.log)
+                except (OSError, UsageError) as exc:
+                    logger.warning("could not save the usage log: %s", exc)
+            return
+        with self._saving:
+            self._save_now()
+
+    def _save_now(self) -> None:
+        """Append what is new to the store (called under `_saving`): only what is new, since other workers'
+        entries are in the store already, and a log cleared under this gateway does not come back whole."""
         with self._lock:
             unsaved, self._unsaved = self._unsaved, []
-        if not self.enabled or not len(self.recorder.log):
-            return
-        append = getattr(self.store, "append", None)
         try:
-            if callable(append):  # only what is new: other workers' entries are in the store already, and a log
-                append(self.recorder.log, unsaved)  # cleared under this gateway does not come back whole
-            else:  # a store of a plug-in without `append`: the whole log
-                self.store.save(self.recorder.log)
+            if unsaved and not self._opened:
+                self._open_late(len(unsaved))
+            if not self.enabled:
+                return  # `_open_late` found a log with another setting: nothing is written
+            unsaved = self._fitted(unsaved)
+            try:
+                self._append(self.recorder.log, [u.entry for u in unsaved])
+            except UsageLogReplacedError:  # created again under another salt: open it again, re-hash, append again
+                self.recorder.log = self._open_one(self.recorder.log.catalog, self.privacy)
+                unsaved = self._fitted(unsaved)
+                self._append(self.recorder.log, [u.entry for u in unsaved])
         except (OSError, UsageError) as exc:
             with self._lock:  # kept for the next save (Redis may be back by then): recorded once, never dropped
                 self._unsaved = unsaved + self._unsaved
-            logger.warning("could not save the usage log (its new entries are kept for the next save): %s", exc)
+                self._bound_unsaved(self.recorder.log.max_entries)
+                kept = len(self._unsaved)
+            logger.warning("could not save the usage log (%d unsaved entries kept for the next save): %s",
+                           kept, exc)
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            logger.warning(
+                "usage log: %d older unsaved %s dropped: more entries than the log keeps (%d) waited for the store",
+                dropped, "entry was" if dropped == 1 else "entries were", self.recorder.log.max_entries,
+            )
+
+    def _open_late(self, waiting: int) -> None:
+        """Open the stored log the feed could not open at start (or after a switch), now that `waiting` entries
+        taken out of the unsaved list need it."""
+        catalog = self.recorder.log.catalog
+        try:
+            log = self._open(catalog, self.privacy)
+        except UsageStoreUnreachableError:
+            raise
+        except UsageError as exc:  # at start this refuses to serve; now it stops recording, saying why
+            with self._lock:
+                lost, self._unsaved = waiting + len(self._unsaved), []
+            self.enabled = self.recorder.enabled = False
+            logger.error(
+                "usage log off until the gateway restarts: %s (%d %s recorded while the store was away %s not saved)",
+                exc, lost, "entry" if lost == 1 else "entries", "was" if lost == 1 else "were",
+            )
+            return
+        self.recorder.log = log
+        self._opened = True
+
+    def _fitted(self, unsaved: list[_Unsaved]) -> list[_Unsaved]:
+        """`unsaved` as the current log stores them: re-hashed with its salt where they were hashed with another
+        (and added to it, since they were recorded into the log it replaced)."""
+        log = self.recorder.log
+        fitted: list[_Unsaved] = []
+        moved: list[UsageEntry] = []
+        for item in unsaved:
+            if item.salt != log.salt:
+                entry = item.entry
+                if log.privacy == "hashed":
+                    entry = UsageEntry(log.terms(item.query), entry.called, entry.shown, None, entry.at)
+                item = _Unsaved(entry, item.query, log.salt)
+                moved.append(entry)
+            fitted.append(item)
+        if moved:
+            log.extend(moved)
+        return fitted
 
 
 def _save_at_exit(ref: weakref.ReferenceType[GatewayUsage]) -> None:

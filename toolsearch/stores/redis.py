@@ -9,7 +9,13 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
-from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError, missing_dependency
+from .._errors import (
+    InvalidArgumentError,
+    SessionStoreError,
+    ToolSearchError,
+    UnknownSessionError,
+    missing_dependency,
+)
 from .._redact import redacted_url
 from ._state import SessionState, StateUpdate, encode_state, new_incarnation, replaced_session, unreadable_state
 from .memory import MAX_UPDATE_ATTEMPTS
@@ -17,7 +23,7 @@ from .memory import MAX_UPDATE_ATTEMPTS
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 """URL schemes of a Redis server: the session store, the usage store and the catalog board all take them."""
 
-__all__ = ["RedisSessionStore", "redacted_url"]  # redacted_url: its home is toolsearch._redact
+__all__ = ["RedisSessionStore", "check_redis_url", "redacted_url"]  # redacted_url: its home is toolsearch._redact
 
 T = TypeVar("T")
 
@@ -63,6 +69,32 @@ else
 end
 return 1
 """
+
+
+def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]) -> None:
+    """Raise `error` when redis-py would refuse or misread `url`, naming it without its credentials.
+
+    A password holding an unencoded `#`, `?`, `/` (or `@`) cuts the authority short: redis-py then raises a
+    ValueError quoting the password's first part as a port (`Port could not be cast to integer value as 'Xy7'`),
+    or, when that part is digits, connects to localhost on it and names that port in every connection error. So
+    an `@` past the authority of a `redis://` URL is refused too (a `unix://` URL keeps its password in the query,
+    where an `@` is the password's own). Every Redis client of toolsearch calls this before redis-py sees the URL.
+    """
+    from redis.connection import parse_url
+
+    parts = urlsplit(url)
+    misread = parts.scheme in ("redis", "rediss") and "@" in url.partition("://")[2] and "@" not in parts.netloc
+    try:
+        if not misread:
+            parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError:
+        misread = True  # its message may quote part of the password: never shown
+    if misread:
+        raise error(
+            f"{what} URL {redacted_url(url)!r} cannot be read: its port, database or query is malformed, or its "
+            "password holds an unencoded '#', '?', '/' or '@'; percent-encode the password "
+            "(urllib.parse.quote(password, safe=''): '#' is %23, '?' %3F, '/' %2F, '@' %40)"
+        )
 
 
 class RedisSessionStore:
@@ -118,6 +150,7 @@ class RedisSessionStore:
         self.timeout = timeout
         self._ttl_ms = None if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
+        check_redis_url(url, "session store", SessionStoreError)
         self._pool = redis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,

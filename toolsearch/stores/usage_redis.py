@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .._errors import missing_dependency
+from .._errors import UsageLogReplacedError, UsageStoreUnreachableError, missing_dependency
 from .._redact import redacted_url
-from ..usage import Privacy, UsageEntry, UsageError, UsageLog, settings_problem
-from .redis import REDIS_SCHEMES
+from ..usage import Privacy, UsageEntry, UsageError, UsageLog, merged_logs, settings_problem
+from .redis import REDIS_SCHEMES, check_redis_url
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 
 T = TypeVar("T")
+
+MERGE_ATTEMPTS = 20  # a merge re-read this often because workers kept appending: given up, said so
+
 
 # Credit a call in one server-side step, so two workers serving calls of one session never both
 # credit the same search: the newest search that showed the tool and has not credited it yet.
@@ -50,9 +53,15 @@ class _Redis:
             raise missing_dependency("redis", "redis") from None
         if urlsplit(url).scheme not in REDIS_SCHEMES:
             raise UsageError(f"usage store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db")
+        check_redis_url(url, "usage store", UsageError)
         self.url = redacted_url(url)
         self.prefix = prefix
         self.errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
+        # no answer at all, as opposed to an answer refusing the command (WRONGTYPE, OOM, a script error)
+        self.unreachable: tuple[type[BaseException], ...] = (
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+        )
+        self.watch_error: type[BaseException] = redis.exceptions.WatchError
         self.client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
         )
@@ -60,6 +69,10 @@ class _Redis:
     def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
+        except self.unreachable as exc:
+            raise UsageStoreUnreachableError(
+                f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {exc}"
+            ) from None
         except self.errors as exc:
             raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {exc}") from None
 
@@ -104,6 +117,10 @@ class RedisUsageStore:
         pipe.hgetall(meta_key)
         pipe.lrange(entries_key, 0, -1)
         meta, rows = self._redis.call("read a usage log", pipe.execute)
+        return self._parsed(catalog, meta, rows)
+
+    def _parsed(self, catalog: str, meta: Mapping[Any, Any], rows: Sequence[Any]) -> UsageLog | None:
+        """The log stored as `meta` and `rows`; None when there is no meta (no such log)."""
         if not meta:
             return None
         where = f"usage log {catalog[:12]} in {self.url}"
@@ -143,7 +160,7 @@ class RedisUsageStore:
         stored = self._redis.call("read a usage log", self._redis.client.hmget, meta_key, "privacy", "salt")
         privacy, salt = (v.decode() if isinstance(v, bytes) else v for v in stored)
         if "hashed" in (log.privacy, privacy) and (privacy, salt) != (log.privacy, log.salt):
-            raise UsageError(
+            raise UsageLogReplacedError(
                 f"the usage log {log.catalog[:12]} in {self.url} is hashed with another salt or privacy; "
                 "open it with open_log() so every worker hashes alike"
             )
@@ -152,15 +169,64 @@ class RedisUsageStore:
         pipe.ltrim(entries_key, -log.max_entries, -1)
         self._redis.call("append to a usage log", pipe.execute)
 
-    def save(self, log: UsageLog) -> None:
-        """Replace the stored log of `log.catalog` with `log` whole (an import, a catalog switch)."""
+    def merge(self, log: UsageLog) -> None:
+        """Unite `log` with the stored log of `log.catalog`, as `FileUsageStore.save` does: each entry once, by
+        time, the newest `max_entries` kept; a log not stored yet is created with `log`'s settings and salt.
+
+        The stored log keeps its own settings and salt: hashed entries under another salt raise UsageError (their
+        terms do not compare). Read and written under WATCH, so an entry another worker appends meanwhile is
+        never overwritten: the merge reads again and retries. A gateway carries a log to a new catalog this way.
+        """
         meta_key, entries_key = self._keys(log.catalog)
-        pipe = self._redis.client.pipeline(transaction=True)
+
+        def attempt() -> bool:
+            with self._redis.client.pipeline(transaction=True) as pipe:
+                pipe.watch(meta_key, entries_key)  # type: ignore[no-untyped-call]
+                stored = self._parsed(log.catalog, pipe.hgetall(meta_key), pipe.lrange(entries_key, 0, -1))
+                united = log if stored is None else self._united(stored, log)
+                pipe.multi()
+                self._write(pipe, united)
+                try:
+                    pipe.execute()
+                except self._redis.watch_error:
+                    return False  # another worker wrote in between: read again
+                return True
+
+        for _ in range(MERGE_ATTEMPTS):
+            if self._redis.call("merge into a usage log", attempt):
+                return
+        raise UsageError(
+            f"usage store {self.url}: the usage log {log.catalog[:12]} changed under {MERGE_ATTEMPTS} merges in a "
+            "row (workers appending to it); nothing was merged"
+        )
+
+    def _united(self, stored: UsageLog, log: UsageLog) -> UsageLog:
+        if "hashed" in (stored.privacy, log.privacy) and (stored.privacy, stored.salt) != (log.privacy, log.salt):
+            raise UsageError(
+                f"the usage log {log.catalog[:12]} in {self.url} is hashed with another salt or privacy setting than "
+                "the entries merged into it (their terms do not compare); they were not merged"
+            )
+        keep_query = stored.privacy == "raw"  # a log keeps one setting: no request text enters a log without it
+        incoming = UsageLog(
+            stored.catalog, max_entries=stored.max_entries, privacy=stored.privacy, salt=stored.salt,
+            entries=(e if keep_query else UsageEntry(e.terms, e.called, e.shown, None, e.at) for e in log.entries()),
+        )
+        return merged_logs(stored, incoming, f"usage log {log.catalog[:12]} in {self.url}")
+
+    def _write(self, pipe: Any, log: UsageLog) -> None:
+        """Queue on `pipe` the commands that store `log` whole."""
+        meta_key, entries_key = self._keys(log.catalog)
         pipe.delete(meta_key, entries_key)
         pipe.hset(meta_key, mapping={"privacy": log.privacy, "salt": log.salt, "max_entries": str(log.max_entries)})
         rows = [json.dumps(e.to_dict(), ensure_ascii=False) for e in log.entries()]
         if rows:
             pipe.rpush(entries_key, *rows)
+
+    def save(self, log: UsageLog) -> None:
+        """Replace the stored log of `log.catalog` with `log` whole (an import). It overwrites what other workers
+        appended since `log` was read: a gateway never saves a shared log this way (see `append`, `merge`)."""
+        pipe = self._redis.client.pipeline(transaction=True)
+        self._write(pipe, log)
         self._redis.call("save a usage log", pipe.execute)
 
     def delete(self, catalog: str) -> None:
