@@ -89,6 +89,21 @@ def test_words_only_users_use_reach_a_tool_described_in_another_language(index: 
     assert learning(index, log).search("write to the accountant", 3).names[0] == "herramienta_correo"
 
 
+def test_hits_only_use_found_say_so_and_not_that_nothing_matched(index: ToolIndex) -> None:
+    # Words no tool holds: the backend finds nothing and says to try other words; what earlier users called is found.
+    plain = index.search("zorglub my plumbus", 3)
+    assert not plain.hits and any("no tool matched" in note for note in plain.notes)
+    log = UsageLog()
+    for text in ("zorglub my plumbus", "zorglub the plumbus", "zorglub plumbus now"):
+        log.add(text, "weather_now")
+    found = learning(index, log).search("zorglub plumbus", 3)
+    assert found.names == ["weather_now"]
+    assert not any("no tool matched" in note for note in found.notes)
+    assert any("earlier requests" in note for note in found.notes)
+    reordered = learning(index, log).search("zorglub plumbus weather", 3)  # the backend's own hits keep its notes
+    assert reordered.hits and reordered.notes == index.search("zorglub plumbus weather", 3).notes
+
+
 def test_learned_tools_never_escape_the_session_filter(index: ToolIndex) -> None:
     log = UsageLog()
     for _ in range(5):

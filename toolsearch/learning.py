@@ -65,6 +65,8 @@ DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals 
 DEFAULT_PRIOR = 1.0  # the evidence of one identical past query makes the confidence 1/2 (uncalibrated logs)
 # Priors the calibration chooses from: factors of 2 from 1/16 to 16 around the default, and never.
 PRIOR_GRID: tuple[float, ...] = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, math.inf)
+# The note a search gets when no tool's words matched it and every hit is learned from use.
+LEARNED_ONLY = "no tool's words matched these; they were found from what earlier requests like this one called"
 MIN_CALIBRATION = 50  # past searches with a shown list: fewer cannot tell priors a factor of 2 apart
 CALIBRATION_SAMPLE = 1_000  # past searches left out one at a time; bounds the compile cost
 CALIBRATION_TIE = 0.001  # nDCG@10 gains below this are noise: the larger prior wins
@@ -448,7 +450,10 @@ class LearningIndex(ToolIndex):
         order = _mix(shown, learned, 1.0, signal.confidence, self.ranker.weight, k)
         hits = tuple(Hit(n, s) for n, s in order)
         elapsed = (time.perf_counter() - start) * 1000
-        return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, base.notes)
+        # The backend's notes explain its own result; where it found nothing, they say so ("no tool matched these
+        # words; try other words"), which the learned hits make untrue: they would send the model to rephrase.
+        notes = base.notes if base.hits else (LEARNED_ONLY,)
+        return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, notes)
 
 
 def shown_now(index: ToolIndex, log: UsageLog) -> dict[str, tuple[str, ...]]:
