@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -24,9 +25,10 @@ from fakes.e2e import Calls, call_found, catalog_tools, implementations, make_mo
 from mcp import Client
 from mcp_servers import http_gateway, toy, wait_until, write_config
 from mcp_servers.clients import connect, text
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -35,8 +37,11 @@ from toolsearch import InvalidQueryError, Tool, ToolIndex, tracing
 from toolsearch.learning import LearningIndex
 from toolsearch.loop import LoopOutcome, arun, run
 from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.providers import ChatRequest, ScriptedModel
+from toolsearch.providers import call as scripted_call
+from toolsearch.providers import search as scripted_search
 from toolsearch.session import SessionManager
-from toolsearch.usage import UsageLog
+from toolsearch.usage import UsageLog, UsageRecorder
 
 
 class Telemetry:
@@ -382,3 +387,104 @@ def test_augmented_values_are_span_attributes_under_the_privacy_setting(
     assert (hashed == hashlib.sha256(reason.encode()).hexdigest()[:16]) is (mode == "hash")
     assert mode == "hash" or hashed is None
     assert reason not in json.dumps(attrs) or mode == "text"
+
+
+@pytest.mark.parametrize("mode", ["hash", "text", "none"])
+def test_notes_that_quote_the_query_reach_a_span_only_when_queries_are_text(telemetry: Telemetry, mode: str) -> None:
+    """A backend's notes quote the query (an invalid regex, words left out): outside "text" mode only their count."""
+    tracing.configure(tracer_provider=telemetry.tracer_provider, queries=mode)  # type: ignore[arg-type]
+    index = ToolIndex.build([Tool("get_weather", "Weather forecast for a city")], backend="regex")
+    secret = "weather for patient Jane Doe ("  # not a valid pattern: the regex backend's note quotes it
+    result = index.search(secret, 3)
+    assert result.notes and any("Jane Doe" in note for note in result.notes)
+    [span] = telemetry.spans("retrieval")
+    attrs = _attrs(span)
+    if mode == "text":
+        assert attrs["toolsearch.search.notes"] == result.notes
+    else:
+        assert "Jane Doe" not in json.dumps(attrs)
+        assert "toolsearch.search.notes" not in attrs
+    assert attrs["toolsearch.search.note_count"] == len(result.notes)
+
+
+def test_a_failed_run_is_an_error_span_without_the_exception_message(telemetry: Telemetry, index: ToolIndex) -> None:
+    """A provider's error may quote the conversation: the run's span gets its type, never its message."""
+    secret = "my diagnosis is private"
+
+    def refuse(request: ChatRequest) -> str:
+        raise ConnectionError(f"the provider refused the request {request.messages[-1].content!r}")
+
+    session = SessionManager(index).create("failing")
+    with pytest.raises(ConnectionError, match=secret):
+        run(ScriptedModel([refuse]), secret, session=session)
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    assert _attrs(agent)["error.type"] == "ConnectionError"
+    assert agent.status.status_code is StatusCode.ERROR and not agent.status.description
+    assert not agent.events
+    assert secret not in agent.to_json()
+
+
+class _RaisingProcessor(SpanProcessor):
+    """An application's span processor with a bug: it raises from `hook` for every span."""
+
+    def __init__(self, hook: str, error: type[Exception]) -> None:
+        self.hook, self.error = hook, error
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self.hook == "on_start":
+            raise self.error("processor bug")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.hook == "on_end":
+            raise self.error("processor bug")
+
+
+@pytest.mark.parametrize("hook", ["on_start", "on_end"])
+def test_a_span_processor_that_raises_never_fails_a_run_or_loses_its_usage(
+    telemetry: Telemetry, index: ToolIndex, hook: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an exception type of this case's own: each kind of failure is logged once per process
+    bug = type(f"ProcessorBug_{hook}", (RuntimeError,), {})
+    telemetry.tracer_provider.add_span_processor(_RaisingProcessor(hook, bug))  # after the exporter's
+    log = UsageLog(index.catalog.hash)
+    sent: list[dict[str, Any]] = []
+
+    def send(**arguments: Any) -> str:
+        sent.append(arguments)
+        return "sent"
+
+    def once() -> None:
+        model = ScriptedModel(
+            [scripted_search("weather forecast"), scripted_call("weather_get_forecast", {"location": "Paris"}), "done"]
+        )
+        session = SessionManager(index).create(f"processor-{hook}")
+        result = run(
+            model, "Weather?", session=session, functions={"weather_get_forecast": send}, usage=UsageRecorder(log)
+        )
+        assert result.outcome is LoopOutcome.COMPLETED and result.output == "done"
+
+    with caplog.at_level(logging.WARNING, logger="toolsearch.tracing"):
+        once()
+        assert len(sent) == 1 and len(log) == 1  # the tool ran, and its search was credited
+        first = [r for r in caplog.records if r.name == "toolsearch.tracing"]
+        assert first and all(bug.__name__ in r.getMessage() for r in first)
+        assert index.search("weather forecast", 3).hits  # a search outside a run too
+        caplog.clear()
+        once()  # the same failures again: carried on, not logged again
+        assert len(sent) == 2 and len(log) == 2
+        assert not [r for r in caplog.records if r.name == "toolsearch.tracing"]
+    if hook == "on_end":  # the exporter's processor comes first: every span still reached it
+        names = sorted({s.name for s in telemetry.spans()})
+        assert names == ["chat scripted", "execute_tool weather_get_forecast", "invoke_agent toolsearch", "retrieval"]
+
+
+@pytest.mark.parametrize(
+    ("wire_format", "provider"),
+    [("openai_chat", "openai"), ("openai_responses", "openai"), ("anthropic", "anthropic"), ("gemini", "gcp.gemini")],
+)
+def test_provider_name_is_the_semantic_conventions_value(
+    telemetry: Telemetry, index: ToolIndex, wire_format: str, provider: str
+) -> None:
+    run(ScriptedModel(["hi"], format=wire_format), "hi", session=SessionManager(index).create("provider"))
+    [chat] = telemetry.spans("chat scripted")
+    assert (_attrs(chat)["gen_ai.provider.name"], _attrs(chat)["toolsearch.provider.format"]) == (provider, wire_format)

@@ -309,15 +309,16 @@ class ToolExecutor:
         self.augment = augment
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
+        if self.usage is not None:
+            for result in results:  # searches first: a call in the same batch may use what they showed
+                if result.search is not None and result.search.error is None:
+                    self.usage.record_search(session.id, result.search.query, result.search.names)
+            for result in results:
+                if result.search is None and result.status in _CALL_OUTCOMES:
+                    self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
+        # traced last: the tools have run and their usage is recorded, whatever the application's
+        # span processors do (the hook never raises, but the order keeps that true for any hook)
         tracing.tool_results(results)
-        if self.usage is None:
-            return list(results)
-        for result in results:  # searches first: a call in the same batch may use what they showed
-            if result.search is not None and result.search.error is None:
-                self.usage.record_search(session.id, result.search.query, result.search.names)
-        for result in results:
-            if result.search is None and result.status in _CALL_OUTCOMES:
-                self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
         return list(results)
 
     def shown(self, name: str) -> str:

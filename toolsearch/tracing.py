@@ -5,6 +5,10 @@ The one place toolsearch makes spans and metric points, on the OpenTelemetry API
 OpenTelemetry: when no provider was passed to `configure` and the application never imported
 `opentelemetry.trace`, no provider can be set, and each hook returns after one dict lookup.
 
+Tracing never fails what it traces: every hook is guarded, so a provider, span processor or
+exporter that raises (in `start_span`, `span.end()`, a counter's `add`) costs that span or point
+only, and is logged once per kind of failure (what toolsearch was doing, the exception's type).
+
 Names follow the OpenTelemetry GenAI semantic conventions (semantic-conventions-genai, status
 Development, as referenced by semantic-conventions v1.45.0):
 
@@ -15,16 +19,23 @@ Development, as referenced by semantic-conventions v1.45.0):
   (a JSON string of `{"id", "score"}` objects, best first: span attributes cannot hold a list of
   maps) and, only when queries are traced as text, `gen_ai.retrieval.query.text`; plus
   `toolsearch.search.*` (backend, namespace filter, allowed-subset size, learning on/off, the
-  matches left out because the session already has them) and `toolsearch.query.sha256`;
+  matches left out because the session already has them), `toolsearch.search.note_count` and
+  `toolsearch.query.sha256`; the result's notes themselves (`toolsearch.search.notes`) only when
+  queries are traced as text, since a note may quote the query (an invalid pattern, the words a
+  search left out). A search that raises sets `error.type` and an ERROR status without the
+  exception's message (a parse error may quote the query);
 - a tool call the loop or executor settled is an `execute_tool {name}` span (INTERNAL):
   `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`="function", `error.type` (the
   result status) when it failed. It is recorded when the batch is settled, with the call's own
   start and duration (spans a tool makes itself are not its children);
-- a model request is a `chat {model}` span (CLIENT): `gen_ai.provider.name`,
+- a model request is a `chat {model}` span (CLIENT): `gen_ai.provider.name` (the convention's
+  value for a built-in wire format: "openai", "anthropic", "gcp.gemini"; another format's name as it is),
   `gen_ai.request.model`, `gen_ai.usage.input_tokens` / `output_tokens` /
   `cache_read.input_tokens` as the provider reported them, `gen_ai.response.finish_reasons`,
   `toolsearch.loop.iteration`, `toolsearch.request.tools` (how many tools it carried);
-- a `run()` is an `invoke_agent toolsearch` span (INTERNAL), the parent of all of the above;
+- a `run()` is an `invoke_agent toolsearch` span (INTERNAL), the parent of all of the above; a
+  run that raises sets `error.type` (the exception's class) and an ERROR status, again without the
+  message, which may quote the conversation;
 - gateway requests: the `mcp` SDK already opens the MCP SERVER span (`mcp.method.name`,
   `gen_ai.tool.name`, parent read from the request's `_meta` `traceparent`/`tracestate`) and
   writes `_meta` on the requests it forwards upstream; the gateway only adds `mcp.session.id`
@@ -47,17 +58,18 @@ Counters (metrics API, meter "toolsearch"), both counted when a `run()` finishes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ._errors import InvalidArgumentError, InvalidQueryError
 from ._version import __version__
@@ -80,7 +92,11 @@ QUERY_MODES: tuple[QueryMode, ...] = ("hash", "text", "none")
 QUERIES_ENV = "TOOLSEARCH_TRACE_QUERIES"
 _SCOPE = "toolsearch"
 _NOT_CALLED = frozenset({"search", "search_error", "skipped"})  # ResultStatus values that are no tool call
-
+# gen_ai.provider.name's well-known values for the built-in chat formats other than openai* (all "openai");
+# another format, a plug-in's, is named as it is
+_PROVIDER_NAMES = {"anthropic": "anthropic", "gemini": "gcp.gemini"}
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +114,7 @@ _settings = TraceSettings()
 _tracer_of: tuple[Any, Tracer] | None = None
 _counters_of: tuple[Any, tuple[Counter, Counter]] | None = None
 _warned: set[str] = set()
+_failures: set[tuple[str, str]] = set()  # (what toolsearch was doing, the exception's type), each logged once
 
 
 def configure(
@@ -197,11 +214,88 @@ def _at(started: float) -> int:
     return time.time_ns() - int((time.perf_counter() - started) * 1e9)
 
 
-def _error(span: Span, kind: str, message: str | None = None) -> None:
+def _error(span: Span, kind: str) -> None:
+    """Mark `span` failed with `kind`; never with a message, which may quote the query or the conversation."""
     from opentelemetry.trace import Status, StatusCode
 
     span.set_attribute("error.type", kind)
-    span.set_status(Status(StatusCode.ERROR, message))
+    span.set_status(Status(StatusCode.ERROR))
+
+
+# --- guards ------------------------------------------------------------------------------------
+
+
+def _failed(action: str, exc: Exception) -> None:
+    """Log a tracing failure, once per `action` and exception type: a broken processor fails every span,
+    and one line per span would bury the log (and cost more than the span)."""
+    kind = (action, f"{type(exc).__module__}.{type(exc).__qualname__}")
+    if kind in _failures:
+        return
+    _failures.add(kind)
+    logger.warning(
+        "tracing failed %s (%s); toolsearch carries on without that span or point, and does not log this again",
+        action,
+        type(exc).__qualname__,
+        exc_info=exc,
+    )
+
+
+def _never_raises(action: str, fallback: _R) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """A hook that returns `fallback` instead of raising: the provider, its span processors and exporters
+    are the application's, and a bug there must not fail a search or a run whose tools already ran."""
+
+    def guard(hook: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(hook)
+        def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return hook(*args, **kwargs)
+            except Exception as exc:
+                _failed(action, exc)
+                return fallback
+
+        return guarded
+
+    return guard
+
+
+@contextmanager
+def _current_span(
+    tracer: Tracer, name: str, attributes: Mapping[str, Any], error_type: Callable[[Exception], str]
+) -> Iterator[Span | None]:
+    """`name` as the current span around the body (None there when it could not be started).
+
+    Not `start_as_current_span`: that records an exception's message (an event and the status),
+    which may quote the query, and lets a raising `span.end()` replace the body's own outcome. Here
+    the body's exception sets `error_type(exc)` only and goes on as it was; a start or end that
+    raises is logged and skipped.
+    """
+    from opentelemetry import context
+    from opentelemetry.trace import set_span_in_context
+
+    span: Span | None
+    try:
+        span = tracer.start_span(name, attributes=attributes)
+    except Exception as exc:
+        _failed(f"starting a {name!r} span", exc)
+        span = None
+    if span is None:  # the body runs outside the except clause, so its exceptions do not chain to this one
+        yield None
+        return
+    token = context.attach(set_span_in_context(span))
+    try:
+        yield span
+    except Exception as exc:
+        try:
+            _error(span, error_type(exc))
+        except Exception as failure:
+            _failed(f"marking a {name!r} span failed", failure)
+        raise
+    finally:
+        context.detach(token)  # the API logs a failed detach itself
+        try:
+            span.end()
+        except Exception as exc:
+            _failed(f"ending a {name!r} span", exc)
 
 
 # --- spans -------------------------------------------------------------------------------------
@@ -218,32 +312,44 @@ class Retrieval:
     def result(self, result: SearchResult, k: int, namespaces: Collection[str] | str | None = None) -> SearchResult:
         """A search's result (ToolIndex.search, Session.search), returned as it is."""
         if self._span is not None:
-            _describe_query(self._span, result.query, k, _namespace(namespaces))
-            _describe_result(self._span, result)
+            try:
+                _describe_query(self._span, result.query, k, _namespace(namespaces))
+                _describe_result(self._span, result)
+            except Exception as exc:  # the search itself succeeded: a span's bug must not fail it
+                _failed("describing a 'retrieval' span", exc)
         return result
 
     def outcome(self, outcome: MetaToolOutcome) -> MetaToolOutcome:
         """A tool_search's outcome: what the model was shown, or why it was refused."""
         span = self._span
         if span is not None:
-            _describe_query(span, outcome.query, outcome.max_results, outcome.namespace)
-            if outcome.result is not None:
-                _describe_result(span, outcome.result)
-            if outcome.already_loaded:
-                span.set_attribute("toolsearch.search.already_loaded", list(outcome.already_loaded))
-            if outcome.error is not None:
-                kind = "invalid_query" if outcome.result is None and outcome.query is not None else "invalid_arguments"
-                _error(span, kind)
+            try:
+                _describe_outcome(span, outcome)
+            except Exception as exc:  # the model gets its answer whatever the span's processors do
+                _failed("describing a 'retrieval' span", exc)
         return outcome
 
 
+def _describe_outcome(span: Span, outcome: MetaToolOutcome) -> None:
+    _describe_query(span, outcome.query, outcome.max_results, outcome.namespace)
+    if outcome.result is not None:
+        _describe_result(span, outcome.result)
+    if outcome.already_loaded:
+        span.set_attribute("toolsearch.search.already_loaded", list(outcome.already_loaded))
+    if outcome.error is not None:
+        kind = "invalid_query" if outcome.result is None and outcome.query is not None else "invalid_arguments"
+        _error(span, kind)
+
+
 UNTRACED = Retrieval(None)
-_UNTRACED = nullcontext(UNTRACED)  # stateless: one for every untraced search
+_UNTRACED: AbstractContextManager[Retrieval] = nullcontext(UNTRACED)  # stateless: one for every untraced search
+_NO_SPAN: AbstractContextManager[Any] = nullcontext()  # likewise, for an untraced run
 # Set while a search's span is open: a search inside it (the meta-tool calls Session.search, which calls
 # ToolIndex.search) is the same search, described by the outer span, so it opens none of its own.
 _searching: ContextVar[bool] = ContextVar("toolsearch_searching", default=False)
 
 
+@_never_raises("opening a 'retrieval' span", _UNTRACED)
 def retrieval(index: ToolIndex, allowed: Collection[str] | None = None) -> AbstractContextManager[Retrieval]:
     """Around one search over `index` (within `allowed`, when given): one `retrieval` span per search.
 
@@ -267,19 +373,16 @@ def _retrieval(tracer: Tracer, index: ToolIndex, allowed: Collection[str] | None
     }
     if allowed is not None:
         attributes["toolsearch.search.allowed"] = len(allowed)
-    token = _searching.set(True)
+    token = _searching.set(True)  # even when the span cannot start: the searches inside are still this one
     try:
-        # exceptions are recorded here, without their message: a backend's parse error may quote the query
-        with tracer.start_as_current_span(
-            "retrieval", attributes=attributes, record_exception=False, set_status_on_exception=False
-        ) as span:
-            try:
-                yield Retrieval(span)
-            except Exception as exc:
-                _error(span, "invalid_query" if isinstance(exc, InvalidQueryError) else type(exc).__qualname__)
-                raise
+        with _current_span(tracer, "retrieval", attributes, _search_error) as span:
+            yield UNTRACED if span is None else Retrieval(span)
     finally:
         _searching.reset(token)
+
+
+def _search_error(exc: Exception) -> str:
+    return "invalid_query" if isinstance(exc, InvalidQueryError) else type(exc).__qualname__
 
 
 def _namespace(namespaces: Collection[str] | str | None) -> str | list[str] | None:
@@ -310,9 +413,14 @@ def _describe_result(span: Span, result: SearchResult) -> None:
     span.set_attribute("toolsearch.search.backend", result.backend)
     span.set_attribute("toolsearch.search.latency_ms", result.elapsed_ms)
     if result.notes:
-        span.set_attribute("toolsearch.search.notes", list(result.notes))
+        span.set_attribute("toolsearch.search.note_count", len(result.notes))
+        # notes may quote the query (an invalid pattern, the words a search left out): word for word only
+        # where the query itself is shown
+        if _queries() == "text":
+            span.set_attribute("toolsearch.search.notes", list(result.notes))
 
 
+@_never_raises("recording 'execute_tool' spans", None)
 def tool_results(results: Sequence[ToolResult]) -> None:
     """An `execute_tool` span per settled tool call of a batch (searches have their retrieval span)."""
     tracer = _tracer()
@@ -325,23 +433,27 @@ def tool_results(results: Sequence[ToolResult]) -> None:
         if result.search is not None or result.status.value in ("search", "search_error"):
             continue
         call = result.call
-        span = tracer.start_span(
-            f"execute_tool {call.name}",
-            kind=SpanKind.INTERNAL,
-            start_time=now - int(result.elapsed_ms * 1e6),
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.id,
-                "gen_ai.tool.type": "function",
-                "toolsearch.tool.status": result.status.value,
-            },
-        )
-        if result.is_error:
-            _error(span, result.status.value)
-        span.end(end_time=now)
+        try:  # each span on its own: a processor that fails on one tool's span loses that span only
+            span = tracer.start_span(
+                f"execute_tool {call.name}",
+                kind=SpanKind.INTERNAL,
+                start_time=now - int(result.elapsed_ms * 1e6),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.tool.type": "function",
+                    "toolsearch.tool.status": result.status.value,
+                },
+            )
+            if result.is_error:
+                _error(span, result.status.value)
+            span.end(end_time=now)
+        except Exception as exc:
+            _failed("recording an 'execute_tool' span", exc)
 
 
+@_never_raises("recording an 'augment' span", None)
 def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
     """An `augment {tool}` span for one call's augmented values (toolsearch.augment), recorded as
     `toolsearch.augment.<field>` under the query privacy setting: a value is the model's own words
@@ -365,6 +477,7 @@ def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
     tracer.start_span(f"augment {name}", attributes=attributes).end()
 
 
+@_never_raises("recording a 'chat' span", None)
 def model_request(model: Any, iteration: int, tools: int, turn: Any, started: float) -> None:
     """A `chat` span for one model request that began at perf_counter `started` and just returned."""
     tracer = _tracer()
@@ -376,7 +489,7 @@ def model_request(model: Any, iteration: int, tools: int, turn: Any, started: fl
     name = getattr(model, "model", None)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai" if fmt.startswith("openai") else fmt,
+        "gen_ai.provider.name": "openai" if fmt.startswith("openai") else _PROVIDER_NAMES.get(fmt, fmt),
         "toolsearch.provider.format": fmt,
         "toolsearch.loop.iteration": iteration,
         "toolsearch.request.tools": tools,
@@ -404,19 +517,29 @@ def model_request(model: Any, iteration: int, tools: int, turn: Any, started: fl
     span.end()
 
 
+@_never_raises("opening an 'invoke_agent' span", _NO_SPAN)
 def agent_run(session_id: str) -> AbstractContextManager[Any]:
-    """Around one `run()`: the parent span of its requests, searches and tool calls."""
+    """Around one `run()`: the parent span of its requests, searches and tool calls.
+
+    A run that raises marks it with `error.type` (the exception's class) and no message: a provider's
+    or a backend's error may quote the query or the conversation.
+    """
     tracer = _tracer()
     if tracer is None:
-        return nullcontext()
+        return _NO_SPAN
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "toolsearch",
         "gen_ai.conversation.id": digest(session_id),  # caller-chosen ids may name a user
     }
-    return tracer.start_as_current_span("invoke_agent toolsearch", attributes=attributes)
+    return _current_span(tracer, "invoke_agent toolsearch", attributes, _exception_type)
 
 
+def _exception_type(exc: Exception) -> str:
+    return type(exc).__qualname__
+
+
+@_never_raises("naming the session on the MCP request's span", None)
 def gateway_session(session_id: str) -> None:
     """Name the session on the MCP SDK's span of the request being served (a digest, never the id)."""
     trace = sys.modules.get("opentelemetry.trace")
@@ -430,6 +553,7 @@ def gateway_session(session_id: str) -> None:
 # --- counters ----------------------------------------------------------------------------------
 
 
+@_never_raises("counting a finished run", None)
 def run_finished(searches: Sequence[SearchRecord], results: Sequence[ToolResult]) -> None:
     """Count a finished run's calls without a search and its found-but-never-called tools."""
     if not results and not searches:
