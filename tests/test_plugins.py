@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,28 @@ import pytest
 from plugin_site import DEMO, demo_entry_points, write_distribution
 from redis_server import RedisServer
 
-from toolsearch import BackendError, SessionStoreError, Tool, ToolIndex
-from toolsearch.backends import BACKENDS, BackendSpec, backend_names, get_backend_spec
+from toolsearch import BackendError, SessionStoreError, Tool, ToolIndex, handle_tool_calls
+from toolsearch.backends import (
+    BACKENDS,
+    BackendSpec,
+    backend_names,
+    find_backend_spec,
+    get_backend_spec,
+    register_backend,
+)
 from toolsearch.backends._builtin import BM25
 from toolsearch.embeddings import EMBEDDERS, embedder_for, resolve_embedder
 from toolsearch.metatool import ToolSearchMetaTool, query_help
 from toolsearch.plugins import GROUPS, PluginError, PluginRegistry, PluginWarning, rescan
-from toolsearch.providers import parse_tool_call
-from toolsearch.providers.registry import FORMATS, UnknownFormatError, format_names, get_format, render_tools
+from toolsearch.providers import ScriptedModel, parse_tool_call
+from toolsearch.providers.registry import (
+    FORMATS,
+    UnknownFormatError,
+    chat_format_names,
+    format_names,
+    get_format,
+    render_tools,
+)
 from toolsearch.session import SessionManager
 from toolsearch.stores import (
     SESSION_STORES,
@@ -307,6 +322,180 @@ def test_code_registration_wins_and_unregisters(install: Install) -> None:
     finally:
         assert BACKENDS.unregister("bm25")
     assert get_backend_spec("bm25") is not words
+
+
+# --- one faulty plug-in does not break what does not name it ---------------------------------------------
+
+OPENAI_SEARCH_CALL = {
+    "id": "c1", "type": "function", "function": {"name": "tool_search", "arguments": '{"query": "email"}'},
+}
+
+
+@pytest.fixture()
+def broken_format(install: Install) -> Path:
+    """A wire-format plug-in whose module fails to import (its distribution is installed, a dependency is not)."""
+    return install(
+        "acme-broken",
+        {"toolsearch.wire_formats": {"acme_fmt": "acme_broken:FMT"}},
+        acme_broken="import acme_wire_library_that_is_missing\n",
+    )
+
+
+def test_a_broken_format_plugin_leaves_the_builtin_formats_working(broken_format: Path, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a built-in reads the call: the plug-in is not even tried
+        call = parse_tool_call({"id": "1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}})
+        assert (call.id, call.name, dict(call.arguments)) == ("1", "get_weather", {"city": "Paris"})
+        session = SessionManager(ToolIndex.build(TOOLS, "bm25")).create("s")
+        [result] = handle_tool_calls(session, [OPENAI_SEARCH_CALL], {})
+        assert "send_email" in result.content
+    with pytest.warns(PluginWarning, match=r"left out of the chat formats: the tool format plug-in 'acme_fmt' "
+                      r"failed to load "
+                      r"\(ModuleNotFoundError: .*"
+                      r"entry point acme_fmt = 'acme_broken:FMT' in group 'toolsearch.wire_formats' of acme-broken"):
+        assert chat_format_names() == ["openai_chat", "openai_responses", "anthropic", "gemini"]
+    with pytest.warns(PluginWarning, match="acme_fmt"):
+        assert ScriptedModel(["hi"]).format == "openai_chat"
+    with pytest.raises(PluginError, match="tool format plug-in 'acme_fmt' failed to load"):
+        get_format("acme_fmt")  # asked for by name: its error, as before
+    demo_help = subprocess.run(
+        [sys.executable, "-m", "toolsearch", "demo", "--help"], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(broken_format), str(ROOT)])},
+    )
+    assert demo_help.returncode == 0 and "acme_fmt" in demo_help.stderr, demo_help.stderr
+    assert "openai_chat" in demo_help.stdout
+
+
+def test_plugin_formats_are_tried_one_by_one_after_the_builtins(broken_format: Path, demo: None) -> None:
+    assert parse_tool_call({"name": "get_weather", "arguments": {}}).name == "get_weather"
+    assert "toolsearch_demo_backend" not in sys.modules  # a built-in read it: no plug-in was imported
+    # a later plug-in still reads its own shape; the broken one before it is skipped with a warning
+    with pytest.warns(PluginWarning, match="tool format plug-in 'acme_fmt'"):
+        call = parse_tool_call({"ID": "c1", "CALL": "get_weather", "ARGS": {"city": "Paris"}})
+    assert (call.id, call.name) == ("c1", "get_weather")
+    # a call no format reads may have been the broken plug-in's: the error says it could not be tried
+    with pytest.warns(PluginWarning), pytest.raises(PluginError, match=r"no tool format reads a call with keys "
+                                                    r"\['ARGZ'\].*plug-in 'acme_fmt' failed to load"):
+        parse_tool_call({"ARGZ": 1})
+
+
+SHAPES = """
+from toolsearch import Hit, Ranking
+from toolsearch.backends import BackendSpec
+
+
+class Listing:
+    name = "listy"
+
+    def __init__(self):
+        self.names = []
+
+    def add(self, tools):
+        self.names += [tool.name for tool in tools]
+
+    def remove(self, names):
+        pass
+
+    def search(self, query, k, allowed=None):
+        return [Hit(name, 1.0) for name in self.names][:k]  # a list, not a Ranking
+
+    def save(self, folder):
+        pass
+
+    def describe(self):
+        return {}
+
+
+class Ranked(Listing):
+    name = "unloadable"
+
+    def search(self, query, k, allowed=None):
+        return Ranking([Hit(name, 1.0) for name in self.names][:k])
+
+
+class Forgetful:  # no describe
+    name = "forgetful"
+
+    def add(self, tools):
+        pass
+
+    def remove(self, names):
+        pass
+
+    def search(self, query, k, allowed=None):
+        return Ranking([])
+
+    def save(self, folder):
+        pass
+
+
+LISTY = BackendSpec("listy", create=lambda **o: Listing(), load=lambda f, t, **o: Listing())
+NONEBK = BackendSpec("nonebk", create=lambda **o: None, load=lambda f, t, **o: None)
+UNLOADABLE = BackendSpec("unloadable", create=lambda **o: Ranked(), load=lambda f, t, **o: None)
+FORGETFUL = BackendSpec("forgetful", create=lambda **o: Forgetful(), load=lambda f, t, **o: Forgetful())
+"""
+
+
+def test_a_backend_plugin_that_makes_the_wrong_thing_names_its_entry_point(install: Install, tmp_path: Path) -> None:
+    names = ("listy", "nonebk", "unloadable", "forgetful")
+    install("acme-shapes", {"toolsearch.backends": {n: f"acme_shapes:{n.upper()}" for n in names}}, acme_shapes=SHAPES)
+    where = "in group 'toolsearch.backends' of acme-shapes 1.0"
+    with pytest.raises(PluginError, match=rf"the backend 'nonebk' \(entry point nonebk = 'acme_shapes:NONEBK' "
+                       rf"{where}\) "
+                       r"returned NoneType, not a toolsearch.backends.Backend \(name, add, remove, search, save, "
+                       r"describe\)"):
+        ToolIndex.build(TOOLS, "nonebk")
+    with pytest.raises(PluginError, match=r"'forgetful' .* returned Forgetful, not a toolsearch.backends.Backend .*; "
+                       r"it has no describe"):
+        ToolIndex.build(TOOLS, "forgetful")
+    listy = ToolIndex.build(TOOLS, "listy")  # it has every method: only its search's answer shows what is wrong
+    with pytest.raises(PluginError, match=rf"the backend 'listy' \(entry point listy = 'acme_shapes:LISTY' {where}\) "
+                       r"returned list, not a toolsearch.Ranking"):
+        listy.search("weather", 2)
+    folder = ToolIndex.build(TOOLS, "unloadable").save(tmp_path / "idx")  # create is right, load is not
+    with pytest.raises(PluginError, match=r"the backend 'unloadable' \(entry point unloadable = .*\) returned None"):
+        ToolIndex.load(folder)
+
+
+@pytest.mark.parametrize("looked_up_first", [False, True])
+def test_registering_in_code_over_a_plugin_wins_whatever_was_looked_up_before(
+    demo: None, looked_up_first: bool
+) -> None:
+    plugin = find_backend_spec("words") if looked_up_first else None
+    mine = BackendSpec("words", create=BM25.create, load=BM25.load)
+    with pytest.warns(PluginWarning, match=r"the backend 'words' registered in code shadows the plug-in entry point "
+                      r"words = 'toolsearch_demo_backend:WORDS' in group 'toolsearch.backends' of "
+                      r"toolsearch-demo-backend 1.0"):
+        register_backend(mine)
+    try:
+        assert find_backend_spec("words") is mine
+        with pytest.raises(BackendError, match="'words' is already registered in code; pass replace=True"):
+            register_backend(BackendSpec("words", create=BM25.create, load=BM25.load))
+    finally:
+        assert BACKENDS.unregister("words")
+    again = find_backend_spec("words")  # the plug-in shows again
+    assert again is not mine and again is not None and again.summary == (plugin or again).summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own object, registered again, shadows nothing
+        register_backend(again)
+    assert BACKENDS.entry("words") is not None  # still the entry point's
+
+
+def test_a_plugin_registering_itself_on_import_shadows_nothing(install: Install) -> None:
+    install(
+        "acme-self",
+        {"toolsearch.backends": {"selfreg": "acme_self:SPEC"}},
+        acme_self=(
+            "from toolsearch.backends import BackendSpec, register_backend\n"
+            "from toolsearch.backends._builtin import BM25\n"
+            "SPEC = BackendSpec('selfreg', create=BM25.create, load=BM25.load)\n"
+            "register_backend(SPEC)\n"
+        ),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = get_backend_spec("selfreg")
+    assert spec is sys.modules["acme_self"].SPEC
 
 
 # --- a real plug-in package, pip-installed into a venv, used by the CLI ---------------------------------------

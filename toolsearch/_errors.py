@@ -44,7 +44,7 @@ with those bases in parentheses:
     └── EvalError                                  an evaluation cannot run as asked
 
     UserWarning
-    └── PluginWarning                              a plug-in was ignored: its name is taken
+    └── PluginWarning                              a plug-in was ignored, hidden or skipped
 
 Every message says which input is wrong, what is wrong with it and what to do instead.
 """
@@ -247,7 +247,8 @@ class PluginError(ToolSearchError):
 
 
 class PluginWarning(UserWarning):
-    """A plug-in was ignored because a built-in (or an earlier plug-in) already has its name."""
+    """A plug-in was ignored because a built-in (or an earlier plug-in) already has its name, hidden by a registration
+    in code of its name, or skipped because it failed to load where other plug-ins could answer instead."""
 
 
 class CommandError(ToolSearchError):

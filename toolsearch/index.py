@@ -11,12 +11,12 @@ from typing import Any
 
 from ._errors import InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
-from .backends import Backend, get_backend_spec
+from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
 from .confidence import request_notes
 from .lucene import looks_like_lucene
-from .results import Hit, SearchResult
-from .store import index_key, read_index, save_index  # the store owns the format; it never imports this
+from .results import Hit, Ranking, SearchResult
+from .store import index_key, made_backend, read_index, save_index  # the store owns the format; it never imports this
 from .tools import Tool
 
 MAX_QUERY_CHARS = 1_000
@@ -82,7 +82,7 @@ class ToolIndex:
         """Index tools with the named backend ("auto" = the best installed)."""
         spec = get_backend_spec(backend)  # an unknown backend fails before 10,000 tools are validated
         catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
-        engine = spec.create(**options)
+        engine = made_backend(spec.name, spec.create(**options))  # a plug-in's wrong product named before use
         engine.add(list(catalog))
         return cls(catalog, engine)
 
@@ -170,6 +170,8 @@ class ToolIndex:
             hits, notes = [], ("no tools are visible under the given filter",)
         else:
             ranking = self._backend.search(text, k, names)
+            if not isinstance(ranking, Ranking):  # a plug-in's mistake, named here, not an AttributeError below
+                raise BACKENDS.wrong_product(self.backend_name, ranking, "a toolsearch.Ranking (hits, notes)")
             hits, notes = [h for h in ranking.hits if h.name in catalog][:k], ranking.notes
             whole_only = bool(getattr(self._backend, "pattern_queries", False)) or looks_like_lucene(text)
             named = [n for n in catalog.name_table.named(text, whole_only=whole_only) if names is None or n in names]

@@ -16,12 +16,16 @@ pyproject.toml declares for the installed package, and loads it through the same
 Nothing is imported until its name is asked for; the installed entry points are read once per
 process, on the first lookup. Precedence: objects registered in code (`register`), then built-ins,
 then plug-ins; a plug-in that reuses a built-in's name (or another plug-in's) is ignored with a
-`PluginWarning`.
+`PluginWarning`. Code registering a built-in's name must say `replace=True` (its author knows the
+built-ins); code registering an installed plug-in's name always wins, with a `PluginWarning` naming
+the entry point it shadows (its author cannot know what a user installs, and the rule must not
+depend on whether something looked the plug-in up first).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -113,6 +117,15 @@ def _resolve(value: str) -> Any:
     obj: Any = importlib.import_module(module.strip())
     for attr in filter(None, attrs.strip().split(".")):
         obj = getattr(obj, attr)
+    return obj
+
+
+def _imported(value: str) -> Any:
+    """What an entry point's value names if its module is imported already (None otherwise); imports nothing."""
+    module, _, attrs = value.split("[", 1)[0].strip().partition(":")
+    obj: Any = sys.modules.get(module.strip())
+    for attr in filter(None, attrs.strip().split(".")):
+        obj = getattr(obj, attr, None)
     return obj
 
 
@@ -263,18 +276,36 @@ class PluginRegistry(Generic[T]):
         )
 
     def register(self, name: str, obj: T, *, replace: bool = False) -> None:
-        """Make `obj` known as `name` in this process; it takes precedence over a built-in or plug-in."""
+        """Make `obj` known as `name` in this process; it takes precedence over a built-in or plug-in.
+
+        A name registered in code or built in needs `replace=True`. An installed plug-in's name does
+        not, whether or not the plug-in was looked up yet: the code wins, with a PluginWarning naming
+        the entry point it shadows.
+        """
         if not isinstance(name, str) or not name:
             raise self.error(f"a {self.kind}'s name must be a non-empty string, got {name!r}")
         problem = self._check(obj, name)
         if problem is not None:
             raise self.error(f"cannot register the {self.kind} {name!r}: {problem}")
         with self._lock:
-            taken = name in self._registered or name in self._loaded or name in self._builtins
-            if taken and not replace:
+            if name in self._registered and not replace:
+                raise self.error(f"a {self.kind} named {name!r} is already registered in code; pass replace=True")
+            if name in self._builtins and not replace:
                 raise self.error(f"a {self.kind} named {name!r} is already registered; pass replace=True")
-            if name not in self._registered and self._loaded.get(name) is obj:
-                return  # the object its entry point loads, registered again: it stays that entry point's
+            plugin = None if name in self._registered or name in self._builtins else self.plugins().get(name)
+            if name not in self._registered and (
+                self._loaded.get(name) is obj or (plugin is not None and _imported(plugin.value) is obj)
+            ):
+                # the object its entry point names, registered again (or by its own module as it is
+                # imported): it stays that entry point's, shadowing nothing
+                return
+            if plugin is not None:
+                warnings.warn(
+                    f"the {self.kind} {name!r} registered in code shadows the plug-in {plugin.describe(self.group)} "
+                    "in this process; register it under another name to use both",
+                    PluginWarning,
+                    stacklevel=3,  # the caller of register_backend / register_format
+                )
             self._registered[name] = obj
 
     def wrong_product(self, name: str, product: object, expected: str) -> PluginError:

@@ -66,7 +66,7 @@ from ._errors import (
     ToolSearchError,
 )
 from ._untrusted import RULES_VERSION
-from .backends import Backend, get_backend_spec
+from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
 from .scratch import new_scratch
 from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, restore, write_table
@@ -798,11 +798,28 @@ def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[
     return generation, catalog, backend
 
 
+_BACKEND_MEMBERS = ("name", "add", "remove", "search", "save", "describe")
+
+
+def made_backend(name: str, made: object) -> Backend:
+    """What the backend spec called `name` created or loaded, once checked against the Backend Protocol.
+
+    A plug-in's spec that returns something else fails here, with a PluginError naming its entry point
+    and distribution, rather than later as an AttributeError naming nothing.
+    """
+    if isinstance(made, Backend):  # runtime_checkable: every member is present
+        return made
+    lacking = [member for member in _BACKEND_MEMBERS if not hasattr(made, member)]
+    which = f"; it has no {', '.join(lacking)}" if len(lacking) < len(_BACKEND_MEMBERS) else ""
+    expected = f"a toolsearch.backends.Backend ({', '.join(_BACKEND_MEMBERS)}){which}"
+    raise BACKENDS.wrong_product(name, made, expected)
+
+
 def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:
     spec = get_backend_spec(manifest.backend)
     merged = {**manifest.options, **options}
     try:
-        return spec.load(folder / BACKEND_DIR, tools, **merged)
+        loaded = spec.load(folder / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
         if os.access(folder / BACKEND_DIR, os.W_OK):
             raise
@@ -812,12 +829,15 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
                 f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
                 "rebuild the index"
             ) from None
+    else:
+        # checked outside the try: a wrong product is the plug-in's fault, not a read-only folder's
+        return made_backend(spec.name, loaded)
     # A read-only folder (the files were checked above): open a private copy of the backend files.
     copy = new_scratch("readonly-")
     try:
         shutil.copytree(folder / BACKEND_DIR, copy.path / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
-        backend = spec.load(copy.path / BACKEND_DIR, tools, **merged)
-    except ToolSearchError:
+        backend = made_backend(spec.name, spec.load(copy.path / BACKEND_DIR, tools, **merged))
+    except ToolSearchError:  # a PluginError for a wrong product included
         copy.remove()
         raise
     except Exception as exc:

@@ -18,11 +18,12 @@ renders whole chat requests and can drive a `ScriptedModel`, the demo and the to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ArgumentTypeError, InvalidArgumentError, UnknownFormatError
+from .._errors import ArgumentTypeError, InvalidArgumentError, PluginError, PluginWarning, UnknownFormatError
 from ..plugins import PluginRegistry, named_instance
 from ..tools import NameMap, Tool
 from ._base import ChatRequest, ToolCall, parse_arguments
@@ -99,13 +100,38 @@ def format_names() -> list[str]:
     return FORMATS.names()
 
 
-def _all_formats() -> list[WireFormat]:
-    return [FORMATS.get(name) for name in FORMATS.names()]
+def _formats_in_order() -> Iterator[WireFormat | PluginError]:
+    """Each format in `format_names()` order, loaded only when the caller goes on to it.
+
+    A plug-in that fails to load comes as its PluginError: one broken plug-in must not stop the
+    built-ins (or other plug-ins) from being used by whoever did not ask for it.
+    """
+    for name in FORMATS.names():
+        try:
+            found = FORMATS.find(name)
+        except PluginError as exc:
+            yield exc
+            continue
+        if found is not None:  # None: unregistered since the names were listed
+            yield found
+
+
+def _left_out(error: PluginError, where: str) -> None:
+    warnings.warn(f"left out of {where}: {error}", PluginWarning, stacklevel=3)
 
 
 def chat_format_names() -> list[str]:
-    """Formats that render whole chat requests (usable by ScriptedModel, the demo and benchmarks)."""
-    return [fmt.name for fmt in _all_formats() if fmt.payload is not None]
+    """Formats that render whole chat requests (usable by ScriptedModel, the demo and benchmarks).
+
+    A plug-in that fails to load is left out with a PluginWarning naming it (`get_format` of its name raises).
+    """
+    names: list[str] = []
+    for fmt in _formats_in_order():
+        if isinstance(fmt, PluginError):
+            _left_out(fmt, "the chat formats")
+        elif fmt.payload is not None:
+            names.append(fmt.name)
+    return names
 
 
 def get_format(name: str) -> WireFormat:
@@ -174,17 +200,27 @@ def render_result(format: str, call: ToolCall, content: str, *, is_error: bool =
 def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
     """A neutral ToolCall from a neutral call, or any registered format's call object or dict.
 
-    Names are returned as sent (aliases are resolved by the session, which knows them).
+    Formats are tried in `format_names()` order (built-ins first), each loaded only when the ones
+    before it did not read the call. A plug-in that fails to load is skipped with a PluginWarning;
+    when no format reads the call, the PluginError of the first such plug-in is raised (the call
+    may have been its shape). Names are returned as sent (aliases are resolved by the session).
     """
     if isinstance(raw, ToolCall):
         return raw
     data = raw.model_dump(mode="json") if hasattr(raw, "model_dump") else raw
     if not isinstance(data, Mapping):
         raise ArgumentTypeError(f"cannot read a tool call from {type(raw).__name__}: pass a ToolCall or provider call")
-    for fmt in _all_formats():
+    broken: PluginError | None = None
+    for fmt in _formats_in_order():
+        if isinstance(fmt, PluginError):
+            _left_out(fmt, "the formats that read a tool call")
+            broken = broken or fmt
+            continue
         call = fmt.parse_call(data, search_name)
         if call is not None:
             return call
+    if broken is not None:
+        raise PluginError(f"no tool format reads a call with keys {sorted(data)}, and {broken}") from broken
     raise ArgumentTypeError(f"a tool call needs at least a 'name'; got keys {sorted(data)}")
 
 
