@@ -19,7 +19,7 @@ import pytest
 from plugin_site import DEMO, demo_entry_points, write_distribution
 from redis_server import RedisServer
 
-from toolsearch import BackendError, SessionStoreError, Tool, ToolIndex, handle_tool_calls
+from toolsearch import BackendError, IndexStore, SessionStoreError, Tool, ToolIndex, handle_tool_calls
 from toolsearch.backends import (
     BACKENDS,
     BackendSpec,
@@ -445,6 +445,8 @@ def test_a_backend_plugin_that_makes_the_wrong_thing_names_its_entry_point(insta
                        r"returned NoneType, not a toolsearch.backends.Backend \(name, add, remove, search, save, "
                        r"describe\)"):
         ToolIndex.build(TOOLS, "nonebk")
+    with pytest.raises(PluginError, match=r"the backend 'nonebk' \(entry point nonebk = .*\) returned NoneType"):
+        IndexStore(tmp_path / "indexes").build(TOOLS, "nonebk")  # a stored build asks the spec too
     with pytest.raises(PluginError, match=r"'forgetful' .* returned Forgetful, not a toolsearch.backends.Backend .*; "
                        r"it has no describe"):
         ToolIndex.build(TOOLS, "forgetful")

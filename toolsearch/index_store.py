@@ -29,6 +29,7 @@ from .store import (  # the pointer's writer side
     _writer_lock,
     default_root,
     index_key,
+    made_backend,
     read_manifest,
     save_index,
 )
@@ -112,7 +113,7 @@ class IndexStore:
             self.path(name)  # a bad name fails before any tool is checked or backend created
         spec = get_backend_spec(backend)
         catalog = tools if isinstance(tools, Catalog) else Catalog(tools)
-        probe = spec.create(**options)
+        probe = made_backend(spec.name, spec.create(**options))  # a plug-in's wrong product named, as in build
         key = index_key(catalog.hash, probe.name, probe.describe())
         name = name or f"{probe.name}-{key[:12]}"
         path = self.path(name)
