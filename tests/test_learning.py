@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 import toolsearch
 from toolsearch import SearchResult, Tool, ToolIndex
+from toolsearch.demo import demo_tools
 from toolsearch.learning import LearnedRanker, LearningIndex
 from toolsearch.providers import ScriptedModel, call, search
 from toolsearch.session import SessionManager
@@ -370,3 +372,77 @@ def test_the_mixture_keeps_the_backend_order_where_nothing_votes(index: ToolInde
     signal = learned.ranker.signal(query)
     for hit in result.hits[1:]:
         assert hit.score == pytest.approx((1 - signal.confidence) * rank_score(plain.index(hit.name)))
+
+
+# --- one vote per conversation -----------------------------------------------------------------
+
+SPAM_QUERY = "weather forecast send email message"
+
+
+def _honest_demo_log(index: ToolIndex) -> UsageLog:
+    """The audit's honest log over the demo catalog: 120 searches whose called tool the backend ranked 3rd
+    (so the calibration trusts the votes), then 30 users asking about the weather and calling the forecast."""
+    log = UsageLog(index.catalog.hash)
+    rnd = random.Random(0)
+    for tool in rnd.sample(demo_tools(), 60):
+        words = tool.description.split()[:6]
+        for user in range(2):
+            text = " ".join(rnd.sample(words, 4)) + f" please {user}"
+            shown = [name for name in index.search(text, 10).names if name != tool.name]
+            log.add(text, tool.name, [*shown[:2], tool.name, *shown[2:9]])
+    for i in range(30):
+        log.add(f"weather forecast for city {i}", "weather_get_forecast",
+                ["weather_get_hourly_forecast", "weather_get_marine_forecast", "weather_get_forecast"])
+    return log
+
+
+@pytest.fixture(scope="module")
+def demo_index() -> ToolIndex:
+    return ToolIndex.build(demo_tools(), backend="bm25")
+
+
+def _spam(recorder: UsageRecorder, index: ToolIndex, sessions: list[str]) -> None:
+    """Each session in turn searches SPAM_QUERY and calls email_send_message, which that search showed."""
+    shown = index.search(SPAM_QUERY, 10).names
+    assert "email_send_message" in shown
+    for session in sessions:
+        recorder.record_search(session, SPAM_QUERY, shown)
+        assert recorder.record_call(session, "email_send_message", ok=True) is not None
+
+
+def test_one_conversation_repeating_a_search_and_call_does_not_take_over_the_ranking(demo_index: ToolIndex) -> None:
+    query = "weather forecast for paris tomorrow"
+    log = _honest_demo_log(demo_index)
+    learned = learning(demo_index, log)
+    assert learned.search(query, 3).names[0] == "weather_get_forecast"
+    # Before: 300 repeats by one client were 300 votes and put email_send_message first for everyone
+    _spam(UsageRecorder(log), demo_index, ["mallory"] * 300)
+    assert len(log) == 150 + 300
+    assert learned.search(query, 3).names[0] == "weather_get_forecast"
+    spam_key = log.terms(SPAM_QUERY)
+    snap = learned.ranker.snapshot()
+    keys = list(dict.fromkeys(e.terms for e in log.entries()))
+    assert snap.votes[keys.index(spam_key)] == (("email_send_message",), (1.0,))
+
+
+def test_many_conversations_still_count_each(demo_index: ToolIndex) -> None:
+    log = _honest_demo_log(demo_index)
+    learned = learning(demo_index, log)
+    _spam(UsageRecorder(log), demo_index, [f"user-{i}" for i in range(300)])
+    snap = learned.ranker.snapshot()
+    keys = list(dict.fromkeys(e.terms for e in log.entries()))
+    assert snap.votes[keys.index(log.terms(SPAM_QUERY))] == (("email_send_message",), (300.0,))
+    assert len({e.by for e in log.entries() if e.by is not None}) == 300
+    # real popularity still lifts its tool
+    assert learned.search("weather forecast for paris tomorrow", 3).names[0] == "email_send_message"
+
+
+def test_entries_without_a_voter_count_each_as_before(index: ToolIndex) -> None:
+    log = UsageLog()
+    for _ in range(3):
+        log.add("send invoice", "mail_send")  # no `by`: older logs, the benchmarks
+    log.add("send invoice", "mail_send", by="aaaa")
+    log.add("send invoice", "mail_send", by="aaaa")
+    log.add("send invoice", "mail_send", by="bbbb")
+    log.add("send invoice", "mail_draft", by="aaaa")  # one voter, but another tool: its own vote
+    assert learning(index, log).ranker.snapshot().votes == [(("mail_send", "mail_draft"), (5.0, 1.0))]

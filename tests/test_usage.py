@@ -444,3 +444,117 @@ def test_usage_arguments_are_checked_before_anything_is_read(
     err = capsys.readouterr().err
     assert code == 2, err
     assert needle in err and "toolsearch usage --help" in err
+
+
+# --- who voted: a salted digest of the session ---------------------------------------------------
+
+
+def test_the_recorder_marks_each_entry_with_a_salted_digest_of_its_session_never_the_id() -> None:
+    import hashlib
+
+    log = UsageLog(salt="0f" * 16)
+    rec = UsageRecorder(log)
+    for session in ("mcp-session-secret-1", "mcp-session-secret-1", "mcp-session-secret-2"):
+        rec.record_search(session, "weather in paris", ["weather_now"])
+        assert rec.record_call(session, "weather_now", ok=True) is not None
+    one, again, two = (e.by for e in log)
+    assert one == again != two and one is not None and two is not None
+    assert one == hashlib.blake2b(b"mcp-session-secret-1", key=log.salt.encode(), digest_size=8).hexdigest()
+    assert "secret" not in json.dumps(log.to_dict())
+    # keyed by the log's salt: the same session cannot be linked across logs
+    assert UsageLog(salt="another").voter("mcp-session-secret-1") != one
+    # `add` without `by` records no voter, as before
+    assert log.add("weather in paris", "weather_now").by is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("salt", ["x" * 200, "caf\u00e9", "\ud800"])
+def test_any_stored_salt_gives_a_voter_key(salt: str) -> None:
+    log = UsageLog(privacy="tokens", salt=salt)  # tokens and raw logs never used their salt before
+    assert log.voter("s") == UsageLog(privacy="tokens", salt=salt).voter("s") != log.voter("t")
+
+
+def test_by_round_trips_and_is_written_only_when_set() -> None:
+    entry = UsageEntry(("a",), "tool", ("tool",), None, 3.0, "0123456789abcdef")
+    assert entry.to_dict()["by"] == "0123456789abcdef"
+    assert UsageEntry.from_dict(entry.to_dict(), "here") == entry
+    assert "by" not in UsageEntry(("a",), "tool").to_dict()
+
+
+def test_an_entry_written_before_by_still_loads_without_a_voter() -> None:
+    old = {"terms": ["a", "b"], "called": "tool", "shown": ["tool"], "at": 2.0}
+    assert UsageEntry.from_dict(old, "here") == UsageEntry(("a", "b"), "tool", ("tool",), None, 2.0)
+    assert UsageEntry.from_dict(old, "here").by is None
+
+
+@pytest.mark.parametrize("by", [7, ["x"], "x" * 65])
+def test_a_bad_voter_is_a_clear_error_naming_the_entry(by: object) -> None:
+    data = {"format": "toolsearch-usage", "version": 1, "salt": "s",
+            "entries": [{"terms": ["a"], "called": "tool", "by": by}]}
+    with pytest.raises(UsageError, match="usage log, entry 0: not a usage entry"):
+        UsageLog.from_dict(data)
+    if isinstance(by, str):  # and `add` refuses what a load would
+        with pytest.raises(UsageError, match="by must be a string of at most 64 characters"):
+            UsageLog().add("refund", "tool", by=by)
+
+
+def _voted_log(catalog: str) -> UsageLog:
+    log = UsageLog(catalog, privacy="tokens")
+    rec = UsageRecorder(log)
+    for i, session in enumerate(["a", "a", "b"]):
+        rec.record_search(session, f"refund invoice {i}", ["billing_refund"])
+        rec.record_call(session, "billing_refund", ok=True)
+    log.add("send an email", "send_email", ["send_email"])  # no voter; the newest (saves order entries by time)
+    return log
+
+
+def test_by_round_trips_through_the_file_store_and_its_merging_saves(tmp_path: Path) -> None:
+    store = FileUsageStore(tmp_path / "x.usage.json")
+    log = _voted_log("cat")
+    store.save(log)
+    store.save(log)  # merged with itself: each entry once, its voter kept
+    loaded = store.load("cat")
+    assert loaded is not None
+    assert [(e.called, e.by) for e in loaded] == [(e.called, e.by) for e in log]
+    assert [e.by is None for e in loaded] == [False, False, False, True]
+    store.append(loaded, [e for e in log.entries()[:1]])  # already there: still once
+    assert len(store.load("cat") or ()) == 4
+    # merge (an import into a non-empty log) and reshown keep the voter too
+    joined = UsageLog("cat", privacy="tokens", salt=log.salt)
+    joined.merge(log)
+    assert [e.by for e in joined] == [e.by for e in log]
+    assert [e.by for e in joined.reshown({})] == [e.by for e in log]
+    raw = UsageLog("cat", privacy="raw")
+    raw.add("refund please", "billing_refund", ["billing_refund", "send_email"], by="v1")
+    assert raw.reshown({"refund please": ["send_email", "billing_refund"]}).entries()[0].by == "v1"
+
+
+def test_by_round_trips_through_a_cli_export_and_import(tmp_path: Path) -> None:
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    log = _voted_log(index.catalog.hash)
+    store.save(log)
+    export = tmp_path / "export.json"
+    assert cli_main(["usage", "export", str(folder), str(export)]) == 0
+    assert [row.get("by") for row in json.loads(export.read_text())["entries"]] == [e.by for e in log]
+    assert cli_main(["usage", "clear", str(folder)]) == 0
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0
+    assert cli_main(["usage", "import", str(folder), str(export)]) == 0  # into a non-empty log: merged, once each
+    loaded = store.load(index.catalog.hash)
+    assert loaded is not None and [e.by for e in loaded] == [e.by for e in log]
+
+
+def test_a_copy_of_an_entry_that_lost_its_voter_is_the_same_entry_when_saves_merge(tmp_path: Path) -> None:
+    # Before: an entry rewritten without `by` (an older toolsearch sharing the file, a store that rebuilds
+    # entries) compared unequal to itself and was kept twice
+    store = FileUsageStore(tmp_path / "x.usage.json")
+    log = _voted_log("cat")
+    store.save(log)
+    stripped = UsageLog("cat", privacy="tokens", salt=log.salt,
+                        entries=[UsageEntry(e.terms, e.called, e.shown, e.query, e.at) for e in log])
+    store.save(stripped)
+    loaded = store.load("cat")
+    assert loaded is not None and [e.by for e in loaded] == [e.by for e in log]
+    # saved the other way round, the copy that names its voter wins too
+    other = FileUsageStore(tmp_path / "y.usage.json")
+    other.save(stripped)
+    other.save(log)
+    assert [e.by for e in other.load("cat") or ()] == [e.by for e in log]

@@ -4,7 +4,9 @@ trusted as far as the log shows the votes beat the backend.
 For a new query the log's nearest past queries are found by TF-IDF cosine over their words (an
 inverted index from word to distinct past queries, so the cost grows with the postings of the
 query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
-`neighbours` closest) votes s**2 times its success count for each tool it led to. The votes give
+`neighbours` closest) votes s**2 times its success count for each tool it led to. A success counts once
+per voter (`UsageEntry.by`, a salted digest of the conversation): one conversation repeating a search
+and a call is one success, however often it repeats them; entries without a voter count each. The votes give
 each tool a share, and the evidence a confidence against a prior, the evidence needed to outweigh
 the backend (the vote's exponent is 2 unless the calibration below finds 1 better):
 
@@ -124,9 +126,17 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
     keys: dict[tuple[str, ...], dict[str, float]] = {}
     # One past search per (words, shown list): the entries of one search that led to several calls.
     searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
+    # One vote per voter for a request and a tool: one conversation repeating a search and a call is one
+    # vote, or a single client could outvote every other user for everyone's similar requests. Entries
+    # without a voter (older logs, `UsageLog.add` without `by`) count each, as they always did.
+    voted: set[tuple[tuple[str, ...], str, str]] = set()
     for entry in log.entries():
         tools = keys.setdefault(entry.terms, {})
-        tools[entry.called] = tools.get(entry.called, 0.0) + 1.0
+        repeat = entry.by is not None and (entry.terms, entry.called, entry.by) in voted
+        # setdefault either way: a tool's place among its request's votes stays where it first appeared
+        tools[entry.called] = tools.get(entry.called, 0.0) + (0.0 if repeat else 1.0)
+        if entry.by is not None:
+            voted.add((entry.terms, entry.called, entry.by))
         if entry.shown:
             searches.setdefault((entry.terms, entry.shown), set()).add(entry.called)
     lists: dict[str, list[int]] = {}

@@ -13,6 +13,11 @@ What is kept of the query text is the log's `privacy` setting:
 - "tokens": the query's words (lower-case, de-duplicated, sorted), not the text itself.
 - "raw": the query text too (for inspection with `toolsearch usage show`).
 Learning needs only the words, so every setting learns the same.
+
+Each entry `UsageRecorder` writes also says who voted (`by`): a keyed BLAKE2b digest of the session id
+(the key is the log's salt), never the id itself, which may be a secret (an MCP session id). Learning
+counts one vote per voter for a request and a tool, so one conversation repeating a search and a call
+cannot outvote everyone else; entries without a voter (older logs, `UsageLog.add` without `by`) count each.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -64,6 +69,10 @@ DEFAULT_MAX_ENTRIES = 100_000  # ~10 MB as JSON; the ranker stays under 1 ms at 
 MAX_TERMS = 256
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
+# The longest voter (`UsageEntry.by`) a log may hold: the recorder writes 16 hex digits; the bound leaves room
+# for another digest and stops an edited or foreign file from carrying anything larger.
+MAX_VOTER_CHARS = 64
+_MAX_KEY_BYTES = 64  # the longest key BLAKE2b takes
 
 
 
@@ -80,26 +89,30 @@ def query_terms(query: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class UsageEntry:
-    """One search that led to a successful call: its query terms, the tools shown, the tool called."""
+    """One search that led to a successful call: its query terms, the tools shown, the tool called, and who
+    voted (`by`: a salted digest of the session, see `UsageLog.voter`; None where unknown, counted alone)."""
 
     terms: tuple[str, ...]
     called: str
     shown: tuple[str, ...] = ()
     query: str | None = None  # only with privacy="raw"
     at: float = 0.0
+    by: str | None = None  # last: entries built positionally before it existed keep their meaning
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"terms": list(self.terms), "called": self.called, "shown": list(self.shown)}
         if self.query is not None:
             out["query"] = self.query
         out["at"] = round(self.at, 3)
+        if self.by is not None:  # absent, not null: files without voters stay as they were written
+            out["by"] = self.by
         return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> UsageEntry:
         try:
             terms, called, shown = data["terms"], data["called"], data.get("shown", [])
-            query, at = data.get("query"), data.get("at", 0.0)
+            query, at, by = data.get("query"), data.get("at", 0.0), data.get("by")
             ok = (
                 isinstance(called, str)
                 and isinstance(terms, list)
@@ -108,6 +121,7 @@ class UsageEntry:
                 and all(isinstance(s, str) for s in shown)
                 and (query is None or isinstance(query, str))
                 and isinstance(at, int | float)
+                and (by is None or (isinstance(by, str) and len(by) <= MAX_VOTER_CHARS))
             )
         except (KeyError, TypeError):
             ok = False
@@ -115,7 +129,8 @@ class UsageEntry:
             raise UsageError(f"{where}: not a usage entry (needs terms, called, shown); clear or re-export the log")
         # A lone surrogate (JSON can escape one, UTF-8 cannot encode it) would make the log unsavable: repaired.
         fix = repair_surrogates
-        return cls(tuple(map(fix, terms)), fix(called), tuple(map(fix, shown)), query and fix(query), float(at))
+        return cls(tuple(map(fix, terms)), fix(called), tuple(map(fix, shown)), query and fix(query), float(at),
+                   by and fix(by))
 
 
 def settings_problem(max_entries: Any, privacy: Any) -> str | None:
@@ -174,8 +189,40 @@ class UsageLog:
         key = self.salt.encode()
         return tuple(sorted({hashlib.blake2b(w.encode(), key=key, digest_size=8).hexdigest() for w in words}))
 
-    def add(self, query: str, called: str, shown: Sequence[str] = (), *, at: float | None = None) -> UsageEntry | None:
-        """Record that `query` led to a successful call of `called`; None when the query has no words."""
+    def voter(self, session_id: str) -> str:
+        """Who voted, as this log records it (`UsageEntry.by`): a BLAKE2b digest of the session id keyed by the
+        salt. A session id may be a secret (an MCP session id); the digest cannot be turned back into it, and
+        logs with other salts give the same session other digests, so voters cannot be linked across logs."""
+        return hashlib.blake2b(
+            session_id.encode("utf-8", "surrogatepass"), key=self._voter_key(), digest_size=8
+        ).hexdigest()
+
+    def _voter_key(self) -> bytes:
+        """The salt's bytes, as `terms` keys its hashes with (the salt's text, hex or not, as UTF-8).
+
+        Every privacy setting records voters, and a tokens or raw log never used its salt before, so a salt
+        `terms` could not take (read from a file: over 64 bytes, a lone surrogate) must still give a key:
+        lone surrogates are kept as bytes, and a longer salt is hashed down to 64 bytes.
+        """
+        key = self.salt.encode("utf-8", "surrogatepass")
+        return key if len(key) <= _MAX_KEY_BYTES else hashlib.blake2b(key, digest_size=_MAX_KEY_BYTES).digest()
+
+    def add(
+        self,
+        query: str,
+        called: str,
+        shown: Sequence[str] = (),
+        *,
+        at: float | None = None,
+        by: str | None = None,
+    ) -> UsageEntry | None:
+        """Record that `query` led to a successful call of `called`; None when the query has no words.
+
+        `by` says who voted (`voter` makes it from a session id); without it the entry counts alone.
+        """
+        if by is not None and (not isinstance(by, str) or len(by) > MAX_VOTER_CHARS):
+            # refused here, or the log would be written and then refused by every load
+            raise UsageError(f"by must be a string of at most {MAX_VOTER_CHARS} characters (see UsageLog.voter)")
         query = repair_surrogates(query)  # else the log could never be written again (nor hashed, at all)
         terms = self.terms(query)
         if not terms:
@@ -186,6 +233,7 @@ class UsageLog:
             tuple(shown),
             query if self.privacy == "raw" else None,
             time.time() if at is None else at,
+            by,
         )
         self.extend([entry])
         return entry
@@ -248,7 +296,7 @@ class UsageLog:
         `toolsearch.learning.shown_now` makes `lists`: what the index shows for those requests now.
         """
         entries = [
-            UsageEntry(e.terms, e.called, tuple(lists[e.query])[: len(e.shown)], e.query, e.at)
+            replace(e, shown=tuple(lists[e.query])[: len(e.shown)])  # its voter kept
             if e.shown and e.query is not None and e.query in lists
             else e
             for e in self.entries()
@@ -266,7 +314,7 @@ class UsageLog:
             )
         entries = other.entries()
         if self.privacy != "raw":
-            entries = [UsageEntry(e.terms, e.called, e.shown, None, e.at) for e in entries]
+            entries = [replace(e, query=None) for e in entries]  # its voter kept
         self.extend(entries)
         return len(entries)
 
@@ -523,12 +571,18 @@ def merged_logs(stored: UsageLog, incoming: UsageLog, where: str) -> UsageLog:
             "(their terms do not compare); clear it with `toolsearch usage clear` or save into another file"
         )
     keep_query = incoming.privacy == "raw" and stored.privacy == "raw"
-    seen: dict[UsageEntry, None] = {}
+    # Each entry once, compared as before voters were recorded: a copy that lost its voter on the way (a
+    # writer that does not keep `by`: an older toolsearch sharing the file, a store or feed that rebuilds
+    # entries) is the same entry, not a second one; the copy that names its voter is kept.
+    seen: dict[UsageEntry, UsageEntry] = {}
     for entry in (*stored.entries(), *incoming.entries()):
-        entry = UsageEntry(entry.terms, entry.called, entry.shown, entry.query if keep_query else None,
-                           round(entry.at, 3))  # as stored, so one entry saved twice compares equal
-        seen.setdefault(entry)
-    entries = sorted(seen, key=lambda e: e.at)
+        # as stored, so one entry saved twice compares equal
+        entry = replace(entry, query=entry.query if keep_query else None, at=round(entry.at, 3))
+        key = replace(entry, by=None)
+        kept = seen.get(key)
+        if kept is None or (kept.by is None and entry.by is not None):
+            seen[key] = entry  # a key set again keeps its place: the order by time below is as before
+    entries = sorted(seen.values(), key=lambda e: e.at)
     return UsageLog(stored.catalog, max_entries=incoming.max_entries, privacy=incoming.privacy,
                     salt=incoming.salt, entries=entries[-incoming.max_entries:])
 
@@ -605,7 +659,8 @@ class UsageRecorder:
     Call `record_search(session_id, query, shown)` after every tool_search and
     `record_call(session_id, tool, ok)` after every other tool call. A successful call is credited
     to the latest search of the same session that showed the tool (once per search and tool);
-    calls no search showed (pinned tools, direct calls) teach nothing. `enabled=False` records
+    calls no search showed (pinned tools, direct calls) teach nothing. Each entry records its
+    session as its voter (`UsageLog.voter`: a salted digest, never the id). `enabled=False` records
     nothing. Pending searches live in `pending` (this process's memory by default, bounded:
     `max_sessions` sessions, `max_searches` each; a shared one lets any worker credit a call).
     """
@@ -646,7 +701,8 @@ class UsageRecorder:
         if found is None:
             return None
         query, shown = found
-        entry = self.log.add(query, tool, shown)
+        # The session is the voter: its repeats of one search and call are one vote (see toolsearch.learning)
+        entry = self.log.add(query, tool, shown, by=self.log.voter(session_id))
         return None if entry is None else (entry, query)
 
     def record_run(self, result: _RunLike) -> int:

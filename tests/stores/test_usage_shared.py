@@ -283,6 +283,7 @@ def test_a_running_feed_rehashes_its_entries_when_redis_restarts_empty_under_ano
     assert log is not None and [e.called for e in log.entries()] == ["email_send"] + ["weather_get"] * 3
     assert log.salt == started.log.salt == running.log.salt
     assert [e.terms for e in log.entries()][1:] == [log.terms(f"weather in rome {i}") for i in range(3)]
+    assert all(e.by is not None for e in log.entries())  # re-hashed entries keep their voter
     assert "could not save" not in caplog.text
     running.enabled = started.enabled = False
 
@@ -343,6 +344,8 @@ def test_a_catalog_change_on_every_worker_carries_every_workers_entries(
     expected = ["flight_book"] + ["mail_send"] * 3 + ["weather_get"] * 3
     assert _stored(kind, tmp_path, redis_server.url, "cat-new") == expected
     assert sorted(e.called for e in b.log.entries()) == expected  # b ranks with every worker's entries
+    # each keeps its voter (one vote per conversation), carried over as recorded
+    assert all(e.by is not None for e in b.log.entries()) and len({e.by for e in b.log.entries()}) == 7
     a.catalog_changed("cat-old")  # back: only what the old log lacks, each entry once
     assert _stored(kind, tmp_path, redis_server.url, "cat-old") == expected
     a.enabled = b.enabled = False

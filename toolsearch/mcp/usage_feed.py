@@ -7,7 +7,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -343,7 +343,7 @@ class GatewayUsage:
             if item.salt != log.salt:
                 entry = item.entry
                 if log.privacy == "hashed":
-                    entry = UsageEntry(log.terms(item.query), entry.called, entry.shown, None, entry.at)
+                    entry = replace(entry, terms=log.terms(item.query), query=None)  # its voter kept
                 item = _Unsaved(entry, item.query, log.salt)
                 moved.append(entry)
             fitted.append(item)

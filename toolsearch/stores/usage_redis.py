@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -209,7 +210,7 @@ class RedisUsageStore:
         keep_query = stored.privacy == "raw"  # a log keeps one setting: no request text enters a log without it
         incoming = UsageLog(
             stored.catalog, max_entries=stored.max_entries, privacy=stored.privacy, salt=stored.salt,
-            entries=(e if keep_query else UsageEntry(e.terms, e.called, e.shown, None, e.at) for e in log.entries()),
+            entries=(e if keep_query else replace(e, query=None) for e in log.entries()),  # its voter kept
         )
         return merged_logs(stored, incoming, f"usage log {log.catalog[:12]} in {self.url}")
 
