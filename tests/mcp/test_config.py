@@ -182,3 +182,33 @@ def test_a_refused_url_is_quoted_without_its_credentials() -> None:
     refused = "url must start with http:// or https://, got 'ftp://***@files.example.test/mcp?token=***'"
     assert refused in str(caught.value)
     assert "hunter2" not in str(caught.value) and "tok-123" not in str(caught.value)
+
+
+def test_a_server_named_twice_is_refused_not_dropped(tmp_path: Path) -> None:
+    # Before: json kept the last "toy", and the first server was dropped without a word.
+    path = tmp_path / "servers.json"
+    path.write_text('{"mcpServers": {"toy": {"command": "a"}, "other": {"command": "b"}, "toy": {"command": "c"}}}')
+    with pytest.raises(MCPConfigError, match=r"servers\.json: the key 'toy' is written twice in one object"):
+        load_config(path)
+    path.write_text('{"mcpServers": {"toy": {"command": "a", "env": {"KEY": "1", "KEY": "2"}}}}')
+    with pytest.raises(MCPConfigError, match=r"the key 'KEY' is written twice"):
+        load_config(path)
+
+
+def test_an_entry_without_command_or_url_says_so_and_names_its_keys() -> None:
+    # Before: a typo of 'command' read as an HTTP server missing its 'url'.
+    with pytest.raises(MCPConfigError, match=r"neither 'command' \(a stdio server\) nor 'url' .*keys: 'cmd', 'args'"):
+        parse_config({"mcpServers": {"toy": {"cmd": "python", "args": ["server.py"]}}})
+    with pytest.raises(MCPConfigError, match=r"neither 'command' .*its keys: none"):
+        parse_config({"mcpServers": {"toy": {}}})
+
+
+@pytest.mark.parametrize("value", [None, {"a": 1}, ["x"]])
+def test_an_env_or_header_value_that_is_not_a_string_number_or_boolean_is_refused(value: Any) -> None:
+    # Before: null reached the server as the text "null" (an `Authorization: null` header), an object as JSON text.
+    with pytest.raises(MCPConfigError, match=r"env\.Y"):
+        parse_config({"mcpServers": {"toy": {"command": "python", "env": {"Y": value}}}})
+    with pytest.raises(MCPConfigError, match=r"headers\.Authorization"):
+        parse_config({"mcpServers": {"remote": {"url": "https://h/mcp", "headers": {"Authorization": value}}}})
+    kept = parse_config({"mcpServers": {"toy": {"command": "python", "env": {"N": 3, "B": True, "S": "s"}}}})
+    assert dict(kept.servers[0].env) == {"N": "3", "B": "true", "S": "s"}

@@ -303,6 +303,33 @@ def test_bad_values_are_refused_before_any_upstream_starts(tmp_path: Path, flag:
     assert "ExceptionGroup" not in done.stderr and "started" not in done.stderr  # no upstream was started
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        # Before: NaN compared false with every bound, so it passed the checks and turned the limit off.
+        ("--rate-limit", "nan", "--rate-limit must be >= 0"),
+        ("--session-ttl", "nan", "--session-ttl must be a positive number of seconds, got nan"),
+        # Before: found only after the upstream servers had started, and said twice.
+        ("--backend", "bogus", "unknown backend 'bogus'; choose one of: auto, bm25"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_once_before_any_upstream_starts(
+    tmp_path: Path, flag: str, value: str, said: str
+) -> None:
+    import subprocess
+
+    marker = tmp_path / "started"
+    config = write_config(tmp_path / "servers.json", {"toy": toy(TOY_STDERR=f"started {marker}")})
+    done = subprocess.run(
+        [str(Path(PY).parent / "toolsearch"), "mcp", "serve", "--config", str(config), "--transport", "http", flag,
+         value],
+        capture_output=True, text=True, env=gateway_env(), timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and said in lines[0], done.stderr
+    assert "started" not in done.stderr  # no upstream was started
+
+
 def test_an_ipv6_host_is_announced_in_brackets_and_the_backend_choice_is_logged(tmp_path: Path) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
     with http_gateway(config, "--host", "::1") as gateway:

@@ -161,7 +161,7 @@ class AuthSettings:
                     f"--allowed-origins {origin!r} is not an origin; write scheme://host[:port] "
                     "(or scheme://host:* for any port), without a path"
                 )
-        if self.rate_limit < 0 or self.rate_burst < 1:
+        if not self.rate_limit >= 0 or not self.rate_burst >= 1:  # `not >=`: NaN, which compares false, is refused
             raise AuthConfigError("--rate-limit must be >= 0 (0 turns it off) and --rate-burst >= 1")
         if not self.header_timeout > 0:
             raise AuthConfigError("--header-timeout must be > 0 seconds")

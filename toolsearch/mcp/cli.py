@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
     auth = AuthSettings.from_args(args)  # AuthConfigError (a ToolSearchError) names the flag
+    if args.backend != "auto":  # an unknown one fails here, before any upstream server starts (and is said once)
+        get_backend_spec(args.backend)
     if args.model is not None:
         check_model(get_backend_spec(args.backend), args.model)  # a BackendError that says which backends embed
     try:

@@ -82,9 +82,11 @@ class _ServerEntry(BaseModel):
     @field_validator("env", "headers", mode="before")
     @classmethod
     def _stringify(cls, value: Any) -> Any:
-        # Numbers and booleans in env blocks are common; the process env only takes strings.
+        # Numbers and booleans in env blocks are common; the process env only takes strings. Anything else (null,
+        # an object, a list) has no one string form: as JSON text it reached the server as "null" (an
+        # `Authorization: null` header), so it is left for the string check to refuse, naming the key.
         if isinstance(value, Mapping):
-            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+            return {str(k): json.dumps(v) if isinstance(v, bool | int | float) else v for k, v in value.items()}
         return value
 
 
@@ -245,6 +247,11 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
         raise MCPConfigError(f"{where}: {loc}: {first['msg']}") from None
     if entry.disabled:
         return None
+    if not (entry.type or entry.command or entry.url):
+        keys = ", ".join(repr(k) for k in raw) if isinstance(raw, Mapping) and raw else "none"
+        raise MCPConfigError(
+            f"{where}: neither 'command' (a stdio server) nor 'url' (an HTTP server) is given (its keys: {keys})"
+        )
     kind = entry.type.lower().replace(" ", "") if entry.type else ("stdio" if entry.command else "http")
     transport = _TYPE_ALIASES.get(kind)
     if transport is None:
@@ -317,17 +324,38 @@ def parse_config(
     return MCPConfig(enabled)
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object of the config names one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key written twice: json keeps the last one, so a server listed twice under one name
+    (or a repeated `env` entry) would drop the first silently."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> MCPConfig:
     """Read and validate a servers config file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: editors on Windows write a BOM
+        # -sig: editors on Windows write a BOM
+        data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise MCPConfigError(f"{path}: config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MCPConfigError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise MCPConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    except _RepeatedKey as exc:
+        raise MCPConfigError(
+            f"{path}: the key {exc.args[0]!r} is written twice in one object (JSON keeps only the last, so the first "
+            "would be dropped); give each server, and each env or header entry, its own name"
+        ) from None
     except RecursionError:
         raise MCPConfigError(f"{path}: JSON nested too deeply to be a servers config") from None
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -126,7 +127,7 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             f"--session-header {args.session_header} trusts a header any client can send: add "
             "--trust-proxy-header, and have the proxy in front strip that header from client requests"
         )
-    if args.session_ttl is not None and args.session_ttl <= 0:
+    if args.session_ttl is not None and not 0 < args.session_ttl < math.inf:  # (NaN compares false: refused too)
         raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
     if args.store is not None and not is_postgres_url(args.store):
         raise ToolSearchError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
