@@ -490,6 +490,11 @@ class FileUsageStore:
             logs[log.catalog] = merged.to_dict()
             self._write(logs)
 
+    def merge(self, log: UsageLog) -> None:
+        """Unite `log` with the stored log of its catalog, each entry once (`save` merges, under the file lock): the
+        carry-over of a catalog switch, as `RedisUsageStore.merge` does it."""
+        self.save(log)
+
     def append(self, log: UsageLog, entries: Sequence[UsageEntry]) -> None:
         """Add `entries`, new in `log`, to the stored log of `log.catalog` (created with `log`'s settings when
         there is none). A gateway saves this way rather than its whole log, so a log that `toolsearch usage

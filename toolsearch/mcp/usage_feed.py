@@ -224,10 +224,8 @@ class GatewayUsage:
     def _unite(self, carried: UsageLog) -> None:
         """Merge `carried` into the stored log of its catalog, each entry once, never over another worker's."""
         merge = getattr(self.store, "merge", None)
-        if callable(merge):  # Redis: under WATCH
+        if callable(merge):  # Redis under WATCH, a file under its lock
             merge(carried)
-        elif isinstance(self.store, FileUsageStore):  # its save merges, under the file lock
-            self.store.save(carried)
         else:  # a plug-in's store with `append` only: what the target lacks by time
             target = self.store.load(carried.catalog)
             newest = max((e.at for e in target.entries()), default=float("-inf")) if target else float("-inf")
