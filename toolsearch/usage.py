@@ -414,6 +414,9 @@ class FileUsageStore:
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
             return {}
+        if self.path.is_dir():  # (the advice below, to delete it, must never reach a folder)
+            raise UsageError(f"{self.path} is a folder, not a usage log: name a JSON file, e.g. "
+                             f"{self.path / 'usage.json'}")
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # (nested too deep)

@@ -17,6 +17,13 @@ from .workers import add_worker_arguments, check_worker_arguments, run_workers, 
 
 __all__ = ["add_arguments", "main", "settings_from_args"]
 
+# Flags only the HTTP transport reads: on stdio (the client launches the gateway and talks over its pipes) they
+# would be accepted and do nothing, so a user who forgot `--transport http` would never learn it.
+_HTTP_ONLY = (
+    "host", "port", "path", "resource_url", "allowed_origins", "allowed_hosts", "rate_limit", "rate_burst",
+    "header_timeout", "auth_failures", "sessions_per_caller", "sessions_per_address", "trust_proxy_header",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mcp_arguments(parser)
@@ -25,8 +32,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_policy_arguments(parser)
 
 
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Refuse flags that would be accepted and ignored, naming them (a ToolSearchError)."""
+    if args.transport != "http":
+        defaults = argparse.ArgumentParser()
+        add_arguments(defaults)
+        given = [name for name in _HTTP_ONLY if getattr(args, name, None) != defaults.get_default(name)]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            verb = "applies" if len(given) == 1 else "apply"
+            raise ToolSearchError(f"{flags} {verb} to the HTTP transport only: add --transport http, or leave them "
+                                  "out (on stdio the client that launches the gateway talks to it over its pipes)")
+    if args.no_usage_log and args.usage_log is not None:
+        raise ToolSearchError("--no-usage-log and --usage-log FILE contradict each other: give one of them")
+    if args.no_usage_log and args.usage_privacy != "hashed":
+        raise ToolSearchError("--usage-privacy says what the usage log keeps, and --no-usage-log keeps none: "
+                              "give one of them")
+    if args.usage_log is not None and args.usage_log.is_dir():
+        raise ToolSearchError(f"--usage-log {args.usage_log} is a folder: name a JSON file, e.g. "
+                              f"--usage-log {args.usage_log / 'usage.json'}")
+
+
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """The one settings value the parsed flags describe; a combination that cannot work is a ToolSearchError."""
+    _check_combinations(args)
     auth = AuthSettings.from_args(args)  # AuthConfigError (a ToolSearchError) names the flag
     if args.backend != "auto":  # an unknown one fails here, before any upstream server starts (and is said once)
         get_backend_spec(args.backend)

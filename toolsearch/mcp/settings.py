@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import regex
+
 from .._errors import InvalidArgumentError
 from ..augment import Augmentation
 from .auth import AuthSettings, check_exposure
@@ -18,12 +20,26 @@ __all__ = [
     "DEFAULT_SESSION_TTL",
     "GatewaySettings",
     "WorkerSettings",
+    "check_header_name",
     "is_memory",
     "url_host",
 ]
 
 DEFAULT_SESSION_TTL = 3600.0  # stateless sessions and context handles have no connection to end them: idle this long
 Transport = Literal["stdio", "http"]
+
+
+# An HTTP field name is a token (RFC 9110 5.1): an empty or spaced name would never match a request's header.
+_HEADER_NAME = regex.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def check_header_name(name: str, what: str = "session_header (--session-header)") -> None:
+    """Refuse a header name no request can carry (InvalidArgumentError naming `what`)."""
+    if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"{what} {name!r} is not an HTTP header name: give a name such as x-user-id (letters, digits and "
+            "!#$%&'*+-.^_`|~, no spaces)"
+        )
 
 
 def is_memory(url: str) -> bool:
@@ -60,7 +76,9 @@ class WorkerSettings:
             raise InvalidArgumentError(f"session_ttl must be a positive number of seconds, got {self.session_ttl}")
         if not self.catalog_poll > 0:
             raise InvalidArgumentError(f"catalog_poll must be a positive number of seconds, got {self.catalog_poll}")
-        custom = self.session_header is not None and self.session_header.strip().lower() != MCP_SESSION_HEADER
+        if self.session_header is not None:
+            check_header_name(self.session_header)
+        custom = self.session_header is not None and self.session_header.lower() != MCP_SESSION_HEADER
         if custom and not self.trust_proxy_header:
             raise InvalidArgumentError(
                 "session_header is a header clients could forge: honour it only behind a proxy that strips it "

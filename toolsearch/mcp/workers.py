@@ -21,7 +21,7 @@ from .._errors import SessionStoreError, ToolSearchError
 from ..pg._connect import STORE_ENV, default_dsn, display_dsn, is_postgres_url
 from ..stores import SessionStoreSpec, store_spec, url_scheme
 from .gateway import reuse_port_socket
-from .settings import WorkerSettings
+from .settings import WorkerSettings, check_header_name
 from .startup import configure_logging
 
 __all__ = ["add_worker_arguments", "worker_settings", "check_worker_arguments", "run_workers", "child_argv"]
@@ -121,7 +121,9 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
         )
     if args.session_header is not None and args.transport != "http":
         raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
-    custom = args.session_header is not None and args.session_header.strip().lower() != "mcp-session-id"
+    if args.session_header is not None:
+        check_header_name(args.session_header, "--session-header")  # before the forgery check, which assumes one
+    custom = args.session_header is not None and args.session_header.lower() != "mcp-session-id"
     if custom and not args.trust_proxy_header:
         raise ToolSearchError(
             f"--session-header {args.session_header} trusts a header any client can send: add "
