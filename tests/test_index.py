@@ -8,6 +8,7 @@ import pytest
 from fakes.core import ListBackend, weather
 
 from toolsearch import (
+    ArgumentTypeError,
     Catalog,
     DuplicateToolError,
     IndexStore,
@@ -90,3 +91,50 @@ def test_cheap_checks_come_before_the_backend() -> None:
         assert not outcome.ok and "tool_search" in outcome.text
     with pytest.raises(InvalidIndexNameError):
         IndexStore(Path("unused")).build([Tool("bad name is fine")], "list-never-created", name="../x")
+
+
+# --- a lone name or tool where a collection is expected ------------------------------------------------------------
+
+
+def _three() -> ToolIndex:
+    return ToolIndex.build(
+        [Tool("send_email", "Send an email"), Tool("get_weather", "Weather for a city"), Tool("x", "Tool x")], "bm25"
+    )
+
+
+@pytest.mark.parametrize("names", ["send_email", "x_tool", b"send_email", None, 5])
+def test_remove_refuses_a_lone_name_or_a_non_collection(names: object) -> None:
+    index = _three()
+    with pytest.raises(ArgumentTypeError, match=r"ToolIndex\.remove: names must be a list of tool names.*pass a list"):
+        index.remove(names)  # type: ignore[arg-type]
+    assert index.catalog.names == ["send_email", "get_weather", "x"]
+
+
+def test_remove_refuses_an_item_that_is_not_a_name() -> None:
+    index = _three()
+    with pytest.raises(ArgumentTypeError, match=r"item 1 must be a tool name \(str\), got int"):
+        index.remove(["get_weather", 5])  # type: ignore[list-item]
+    with pytest.raises(ArgumentTypeError, match=r"got Tool \(pass its name, 'x'\)"):
+        index.remove([index.catalog["x"]])  # type: ignore[list-item]
+    assert len(index) == 3
+
+
+@pytest.mark.parametrize("method", ["upsert", "sync"])
+def test_upsert_and_sync_refuse_a_lone_tool(method: str) -> None:
+    index = _three()
+    expected = rf"ToolIndex\.{method}: tools must be a list of Tool, got Tool.*\[tool\]"
+    with pytest.raises(ArgumentTypeError, match=expected):
+        getattr(index, method)(Tool("new_tool", "A new tool"))
+    with pytest.raises(ArgumentTypeError, match=rf"ToolIndex\.{method}: tools must be a list of Tool, got str"):
+        getattr(index, method)("new_tool")
+    assert len(index) == 3
+
+
+def test_allowed_refuses_a_lone_name() -> None:
+    index = _three()
+    with pytest.raises(ArgumentTypeError, match=r"allowed must be a list of tool names, got str \('send_email'\)"):
+        index.search("send an email", allowed="send_email")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"allowed: item 0 must be a tool name"):
+        index.resolve_filter(allowed=[index.catalog["x"]])  # type: ignore[list-item]
+    assert index.search("send an email", allowed=["send_email"]).names == ["send_email"]
+    assert index.search("send an email", allowed=frozenset({"send_email"})).names == ["send_email"]

@@ -131,3 +131,65 @@ def test_the_readme_request_finds_a_sending_tool_first(backend: str) -> None:
     assert first.startswith("email_send_"), first
     if backend != "bm25":  # bm25 reads the words alone: sending a draft matches them as well
         assert first == "email_send_message"
+
+
+# --- a name written as a call, possessive, URL or inside text without spaces ---------------------------------------
+
+VERBATIM = [
+    Tool("get_weather", "Current conditions."),
+    Tool("weather_forecast_city", "Get the weather forecast for a city such as Paris, with temperature and rain."),
+    Tool("send_email", "Send an email"),
+]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "call get_weather(city='Paris') for the weather in Paris",
+        "get_weather's output for Paris weather forecast",
+        "get_weather?city=Paris weather forecast",
+        "请用get_weather查询巴黎天气预报",
+        "see [get_weather](docs) for the weather forecast",
+    ],
+)
+def test_a_name_inside_a_chunk_is_named(query: str) -> None:
+    assert NameTable([t.name for t in VERBATIM]).named(query) == ["get_weather"]
+    for backend in ("bm25", "hybrid"):
+        assert ToolIndex.build(VERBATIM, backend).search(query, k=1).names == ["get_weather"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["what's the weather(today) forecast?", "weather-forecast for paris", "my_get_weather(city) please"],
+)
+def test_a_run_of_one_word_or_a_longer_identifier_names_nothing(query: str) -> None:
+    assert NameTable(["get_weather", "weather", "forecast", "weather-forecast-city"]).named(query) == []
+
+
+# --- names that differ only by case or Unicode normalisation ---------------------------------------------------------
+
+NFC_NAME, NFD_NAME = "caf\u00e9_menu", "cafe\u0301_menu"
+CASED = [
+    Tool("get_weather", "Current weather for a city"),
+    Tool("Get_Weather", "Historical weather archive for a city"),
+    Tool("send_email", "Send an SMS"),
+    Tool("Send_Email", "Send an email"),
+    Tool(NFC_NAME, "menu"),
+    Tool(NFD_NAME, "menu"),
+]
+
+
+def test_the_exact_spelling_is_named_before_a_case_or_normalisation_variant() -> None:
+    table = NameTable([t.name for t in CASED])
+    assert table.named("Get_Weather") == ["Get_Weather"]
+    assert table.named("use get_weather now") == ["get_weather"]
+    assert table.named("call Send_Email(to='x')") == ["Send_Email"]
+    assert table.named(NFD_NAME) == [NFD_NAME]
+    assert set(table.named("GET_WEATHER")) == {"get_weather", "Get_Weather"}  # neither spelled exactly: both
+
+
+@pytest.mark.parametrize("backend", ["bm25", "regex", pytest.param("hybrid", marks=pytest.mark.slow)])
+def test_a_query_that_is_exactly_a_name_ranks_that_spelling_first(backend: str) -> None:
+    index = ToolIndex.build(CASED, backend)
+    for query in ("Get_Weather", "get_weather", "send_email", "Send_Email", NFC_NAME, NFD_NAME):
+        assert index.search(query, k=2).names[0] == query

@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import InvalidQueryError, wrong_type
+from ._errors import ArgumentTypeError, InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
@@ -50,6 +50,32 @@ def validate_k(k: object) -> int:
     if k < 1 or k > MAX_K:
         raise InvalidQueryError(f"k (max results) must be between 1 and {MAX_K}, got {k}")
     return k
+
+
+def _names_list(what: str, names: object) -> list[str]:
+    """`names` as a list of tool names, or ArgumentTypeError: a lone name (a str is itself a collection of
+    one-letter names), a Tool or anything else that is not a collection of strings is refused, never misread."""
+    if isinstance(names, str | bytes | Tool) or not isinstance(names, Iterable):
+        shown = f" ({names!r})" if isinstance(names, str | bytes) else ""
+        raise ArgumentTypeError(
+            f"{what} must be a list of tool names, got {type(names).__name__}{shown}; pass a list, e.g. ['send_email']"
+        )
+    items = list(names)
+    for i, name in enumerate(items):
+        if not isinstance(name, str):
+            hint = f" (pass its name, {name.name!r})" if isinstance(name, Tool) else ""
+            raise ArgumentTypeError(f"{what}: item {i} must be a tool name (str), got {type(name).__name__}{hint}")
+    return items
+
+
+def _tools_list(what: str, tools: object) -> list[Tool]:
+    """`tools` as a list, or ArgumentTypeError for a lone Tool, a str or anything that is not a collection of
+    tools (the items themselves are checked by Catalog)."""
+    if isinstance(tools, Tool | str | bytes) or not isinstance(tools, Iterable):
+        raise ArgumentTypeError(
+            f"{what} must be a list of Tool, got {type(tools).__name__}; pass a list, e.g. [tool] for one tool"
+        )
+    return list(tools)
 
 
 def named_first(hits: list[Hit], named: list[str], k: int) -> list[Hit]:
@@ -127,7 +153,7 @@ class ToolIndex:
         self, allowed: Collection[str] | None = None, namespaces: Collection[str] | None = None
     ) -> frozenset[str] | None:
         """Turn an allowed-name subset and a namespace filter into one name set (None = all)."""
-        result: frozenset[str] | None = None if allowed is None else frozenset(allowed)
+        result = None if allowed is None else frozenset(_names_list("allowed", allowed))
         if namespaces:
             if isinstance(namespaces, str):
                 namespaces = [namespaces]
@@ -186,7 +212,7 @@ class ToolIndex:
 
     def upsert(self, tools: Iterable[Tool]) -> None:
         """Add tools, replacing any with the same name, without a rebuild."""
-        incoming = list(tools)
+        incoming = _tools_list("ToolIndex.upsert: tools", tools)
         with self._write_lock:
             catalog = self._catalog.updated(upsert=incoming)
             self._backend.add(incoming)
@@ -194,14 +220,14 @@ class ToolIndex:
 
     def remove(self, names: Iterable[str]) -> None:
         """Remove tools by name; unknown names are ignored."""
-        gone = [n for n in names if n in self._catalog]
+        gone = [n for n in _names_list("ToolIndex.remove: names", names) if n in self._catalog]
         with self._write_lock:
             self._backend.remove(gone)
             self._catalog = self._catalog.updated(remove=gone)
 
     def sync(self, tools: Iterable[Tool] | Catalog) -> None:
         """Bring the index to exactly `tools`, touching only what changed."""
-        newer = tools if isinstance(tools, Catalog) else Catalog(tools)
+        newer = tools if isinstance(tools, Catalog) else Catalog(_tools_list("ToolIndex.sync: tools", tools))
         delta = self._catalog.diff(newer)
         if delta.removed:
             self.remove(delta.removed)

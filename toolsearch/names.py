@@ -22,6 +22,8 @@ dictionary reads per word of the request, whatever the catalog's size.
 from __future__ import annotations
 
 import itertools
+import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -47,6 +49,26 @@ FILLER = frozenset(
 )
 # Characters around a name in prose: "(math.factorial)," names math.factorial.
 _TRIM = "\"'`.,;:!?()[]{}<>*"
+# An identifier-shaped run inside a chunk of a request: letters, digits and `_`, joined by `.`, `:`, `/` or `-`,
+# so `get_weather(city='Paris')`, `get_weather's`, `get_weather?city=` and `请用get_weather查询` hold
+# `get_weather`. Scripts written without spaces (CJK, kana, Hangul, Thai) end a run: they are the prose around it.
+_ID_CHAR = r"[^\W\u0e00-\u0e7f\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+_RUN = re.compile(rf"{_ID_CHAR}+(?:[.:/-]{_ID_CHAR}+)*")
+
+
+def _fold(spelling: str) -> str:
+    """The form names are compared in: trimmed, NFC-normalised and case-folded."""
+    return unicodedata.normalize("NFC", spelling.strip()).casefold()
+
+
+def _exact_first(names: tuple[str, ...], written: str) -> tuple[str, ...]:
+    """Of names that share a folded form, the one spelled exactly as `written` when there is one, else them all:
+    `Get_Weather` in a request names `Get_Weather`, not also `get_weather`."""
+    if len(names) > 1:
+        for spelling in (written, unicodedata.normalize("NFC", written)):
+            if spelling in names:
+                return (spelling,)
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +93,7 @@ class NameTable:
             if name is None:
                 break
             for form in (name, *_unprefixed(name, namespace)):
-                spelled.setdefault(form.strip().lower(), []).append(name)
+                spelled.setdefault(_fold(form), []).append(name)
                 key = split_identifier(form)
                 if 0 < len(key) <= MAX_NAME_WORDS:
                     words.setdefault(key, []).append(name)
@@ -84,16 +106,16 @@ class NameTable:
         `whole_only`: only a query that is itself a name counts (a pattern or Lucene query, whose
         words are operators and fragments, not a sentence).
         """
-        whole = self._spelled.get(query.strip().strip(_TRIM).lower())
+        written = query.strip().strip(_TRIM)
+        whole = self._spelled.get(_fold(written))
         if whole is not None or whole_only:
-            return list(whole or ())
+            return list(_exact_first(whole or (), written))
         found: list[_Found] = []
         position = 0
         for chunk in query.split():
             chunk_words = split_identifier(chunk)
-            spelled = self._spelled.get(chunk.strip(_TRIM).lower()) if len(chunk_words) >= 2 else None
-            if spelled is not None:
-                found.append(_Found(position, position + len(chunk_words), spelled))
+            if len(chunk_words) >= 2:
+                found.extend(self._in_chunk(chunk, position))
             position += len(chunk_words)
         if found:
             return _outermost(found)
@@ -104,6 +126,23 @@ class NameTable:
             prose = split_identifier(split_entities(query)[0])
             only = self._only_name(prose) if prose != words else ()
         return list(only)
+
+    def _in_chunk(self, chunk: str, position: int) -> list[_Found]:
+        """The names one whitespace-separated chunk holds: the chunk itself, else the identifier-shaped runs in it
+        (each of at least two identifier words, as a whole chunk must be)."""
+        written = chunk.strip(_TRIM)
+        spelled = self._spelled.get(_fold(written))
+        if spelled is not None:
+            return [_Found(position, position + len(split_identifier(chunk)), _exact_first(spelled, written))]
+        found = []
+        for run in _RUN.finditer(chunk):
+            text = run.group()
+            run_words = split_identifier(text)
+            names = self._spelled.get(_fold(text)) if len(run_words) >= 2 and text != written else None
+            if names is not None:
+                start = position + len(split_identifier(chunk[: run.start()]))
+                found.append(_Found(start, start + len(run_words), _exact_first(names, text)))
+        return found
 
     def _only_name(self, words: tuple[str, ...]) -> tuple[str, ...]:
         """The tools whose words are the request's words less filler at either end (the longest such name)."""
@@ -116,11 +155,10 @@ class NameTable:
         if tail - head > MAX_NAME_WORDS:  # every cut keeps the words between the filler: too many for any name
             return ()
         # the name itself may begin or end with filler ("get ...", "... help"): try every cut of the ends
-        for size in range(len(words), 0, -1):
-            for start in range(0, head + 1):
+        # (no name has more than MAX_NAME_WORDS words; a cut must reach `tail` and stay within the request)
+        for size in range(min(len(words), MAX_NAME_WORDS), 0, -1):
+            for start in range(max(0, tail - size), min(head, len(words) - size) + 1):
                 end = start + size
-                if end < tail or end > len(words) or start >= end:
-                    continue
                 names = self._words.get(words[start:end])
                 if names is not None:
                     return names

@@ -507,7 +507,8 @@ def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, 
         terms = [*backend._terms(tokens, backend._fields), *(light if tokens else plain_weak)]
         whole = bm25._any_of([*terms, *([exact] if exact is not None else [])])
     searcher = backend._searcher
-    return [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
+    found = [(searcher.doc(a).get_first("id"), float(s)) for s, a in searcher.search(whole, limit).hits]
+    return sorted(found, key=lambda pair: (-pair[1], pair[0]))  # the backend breaks ties by name
 
 
 def test_plain_queries_rank_exactly_as_the_whole_query(variants_bm25: ToolIndex, bfcl_dir: Path) -> None:

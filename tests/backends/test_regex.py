@@ -195,3 +195,25 @@ def test_counted_repeats_that_would_blow_up_at_compile_time_are_refused(index: T
 
 def test_small_counted_repeats_still_work(index: ToolIndex) -> None:
     assert isinstance(index.search(r"\d{4}-\d{2}|weather").hits, tuple)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [("^(?=.*weather)(?=.*city)", ["get_weather"]), ("(?=.*send)(?=.*email)", ["send_email"])],
+)
+def test_a_pattern_of_lookaheads_alone_matches_the_tools_it_describes(pattern: str, expected: list[str]) -> None:
+    tools = [
+        Tool("get_weather", "Current weather for a city"),
+        Tool("send_email", "Send an email"),
+        Tool("get_weather_alerts", "Severe weather alerts"),
+    ]
+    result = ToolIndex.build(tools, "regex").search(pattern, k=5)
+    assert result.names == expected and not result.notes
+
+
+def test_the_reverse_flag_is_refused() -> None:
+    tools = [Tool("get_weather", "Current weather"), Tool("get_weather_alerts", "Severe weather alerts")]
+    index = ToolIndex.build(tools, "regex")
+    for pattern in ("(?r)weather", "(?r:weather)s"):
+        with pytest.raises(InvalidQueryError, match=r"REVERSE flag \(\(\?r\)\).*remove \(\?r\)"):
+            index.search(pattern, k=5)

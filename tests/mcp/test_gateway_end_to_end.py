@@ -326,7 +326,8 @@ def test_settings_that_cannot_work_are_refused_once_before_any_upstream_starts(
         capture_output=True, text=True, env=gateway_env(), timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1 and said in lines[0], done.stderr
+    # a usage error (docs/cli.md: exit 2), as `toolsearch build --backend bogus` is
+    assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr
     assert "started" not in done.stderr  # no upstream was started
 
 

@@ -20,6 +20,7 @@ others'. Off by default: its leave-one-set-out figures are in benchmarks/results
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,9 @@ class HybridBackend:
         lexical = self.lexical.search(query, depth, allowed)
         lexical_scores = {h.name: h.score for h in lexical.hits}
         lucene = looks_like_lucene(query)
+        if lucene and not lexical.hits and bm25_module.lucene_constraints(query):
+            # `+must`, `-not`, `NOT` or `name:` that let no tool through: the dense half must not bring them back.
+            return Ranking([], tuple(lexical.notes))
         if self.clause_lexical > 0 and not lucene:
             lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
@@ -170,12 +174,21 @@ def model_dense_weight(embedder: Any) -> float:
 
 
 def fuse(dense: dict[str, float], lexical: dict[str, float], dense_weight: float) -> dict[str, float]:
-    """Convex combination of dense similarity and bm25 scaled to the best dense similarity."""
+    """Convex combination of dense similarity and bm25 scaled to the best dense similarity.
+
+    Every score it returns is finite: a dense score that is not is left out, an infinite bm25 score counts as
+    the best (and the finite ones as nothing beside it), a NaN one as no bm25 match.
+    """
+    dense = {n: s for n, s in dense.items() if math.isfinite(s)}
     if not dense:
         return {}
     top_dense = max(dense.values())
+    weight = (1.0 - dense_weight) * max(top_dense, 0.0)
+    if any(s == math.inf for s in lexical.values()):
+        return {n: dense_weight * s + (weight if lexical.get(n) == math.inf else 0.0) for n, s in dense.items()}
+    lexical = {n: s for n, s in lexical.items() if math.isfinite(s)}
     top_lexical = max(lexical.values(), default=0.0)
-    scale = (1.0 - dense_weight) * max(top_dense, 0.0) / top_lexical if top_lexical > 0 else 0.0
+    scale = weight / top_lexical if top_lexical > 0 else 0.0
     return {n: dense_weight * s + scale * lexical.get(n, 0.0) for n, s in dense.items()}
 
 

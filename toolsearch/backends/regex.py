@@ -173,6 +173,11 @@ class RegexBackend:
                 ) from None
             notes.append(f"{query!r} is not a valid regular expression ({exc}); searched for any of its words instead")
             pattern, fallback = _compile(words), True
+        if pattern.flags & regex.REVERSE:
+            raise InvalidQueryError(
+                f"the pattern {query!r} sets the REVERSE flag ((?r)), which this search does not support (it would "
+                "skip tools); remove (?r) and write the pattern to match forwards"
+            )
         if pattern.search("") is not None:
             raise InvalidQueryError(
                 f"the pattern {query!r} also matches empty text, so it would match every tool; "
@@ -224,14 +229,18 @@ class RegexBackend:
                 seg = segments[index]
                 if allowed is None or seg.tool in allowed:
                     distinct = set()
+                    empty = False  # a zero-width match (a lookahead, an anchor) matches the segment too
                     for m in pattern.finditer(seg.text, timeout=wall):
                         if m.end() > m.start():
                             distinct.add(m.group().lower())
                             if len(distinct) >= _MAX_COUNTED:
                                 break
-                    if distinct:
+                        else:
+                            empty = True
+                    count = len(distinct) or int(empty)
+                    if count:
                         fields = found.setdefault(seg.tool, {})
-                        fields[seg.field] = max(fields.get(seg.field, 0), len(distinct))
+                        fields[seg.field] = max(fields.get(seg.field, 0), count)
                 pos = starts[index + 1] if index + 1 < len(starts) else len(blob)
         except TimeoutError:
             raise QueryTimeoutError(

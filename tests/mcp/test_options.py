@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolsearch import UsageError
-from toolsearch.cli import main
+from toolsearch.cli import EXIT_USAGE, EXIT_USER_ERROR, main
 from toolsearch.mcp import WorkerSettings
 from toolsearch.usage import FileUsageStore
 
@@ -36,7 +36,7 @@ def test_http_flags_on_stdio_are_refused_by_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], named: str
 ) -> None:
     code, err = serve(tmp_path, capsys, *flags)
-    assert code != 0 and named in err, err
+    assert code == EXIT_USAGE and named in err, err  # the command line itself is wrong (docs/cli.md)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_contradicting_usage_flags_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
 ) -> None:
     code, err = serve(tmp_path, capsys, *flags)
-    assert code != 0 and said in err, err
+    assert code == EXIT_USAGE and said in err, err
 
 
 def test_a_usage_log_that_is_a_folder_is_refused_without_advice_to_delete_it(
@@ -60,7 +60,7 @@ def test_a_usage_log_that_is_a_folder_is_refused_without_advice_to_delete_it(
     (folder / "kept").mkdir(parents=True)
     code, err = serve(tmp_path, capsys, "--usage-log", str(folder))
     said = f"--usage-log {folder} is a folder: name a JSON file, e.g. --usage-log {folder}/usage.json"
-    assert code != 0 and said in err, err
+    assert code == EXIT_USER_ERROR and said in err, err  # the file system, not the command line, is at fault
     assert "delete" not in err
     with pytest.raises(UsageError, match="is a folder, not a usage log: name a JSON file") as raised:
         FileUsageStore(folder).logs()  # the library's own reader says the same, not "delete it"
@@ -74,7 +74,7 @@ def test_a_session_header_that_no_request_can_carry_is_refused(
 ) -> None:
     code, err = serve(tmp_path, capsys, "--transport", "http", "--port", "0", "--session-header", header,
                       "--trust-proxy-header")
-    assert code != 0 and f"--session-header {header!r} is not an HTTP header name" in err, err
+    assert code == EXIT_USAGE and f"--session-header {header!r} is not an HTTP header name" in err, err
     with pytest.raises(ValueError, match="is not an HTTP header name"):
         WorkerSettings(session_header=header, trust_proxy_header=True)
 
@@ -89,3 +89,36 @@ def test_the_flags_that_fit_the_transport_still_pass(tmp_path: Path) -> None:
     assert settings.workers.identity_header == "X-User" and settings.auth.rate_limit == 5
     argv = ["mcp", "serve", "--config", "servers.json", "--port", "8000", "--usage-privacy", "hashed"]
     assert settings_from_args(build_parser(argv).parse_args(argv)).transport == "stdio"  # defaults restated pass
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # values out of range and an unknown name: usage errors, as `build --backend nope` is (docs/cli.md)
+        (["--backend", "nope"], "unknown backend 'nope'"),
+        (["--session-ttl", "-5"], "--session-ttl must be a positive number of seconds, got -5.0"),
+        (["--session-ttl", "nan"], "--session-ttl must be a positive number of seconds, got nan"),
+        (["--transport", "http", "--rate-limit", "nan"], "--rate-limit must be >= 0 (0 turns it off)"),
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--workers", "2"], "--workers N serves HTTP: add --transport http"),
+        (["--session-store", "nope://x"], "--session-store is not a store this gateway knows"),
+        (["--transport", "http", "--host", "0.0.0.0"], "refusing to listen on 0.0.0.0 without authentication"),
+        (["--transport", "http", "--no-auth", "--auth-tokens", "t.json", "--auth-scope", "s"], "--no-auth contradicts"),
+    ],
+)
+def test_values_and_combinations_that_cannot_work_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    code, err = serve(tmp_path, capsys, *flags)
+    lines = err.strip().splitlines()
+    assert code == EXIT_USAGE and len(lines) == 1 and said in lines[0], err
+    assert "(see 'toolsearch mcp serve --help')" in lines[0]
+
+
+def test_a_file_that_cannot_be_used_is_not_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the flags are sound and the file is missing: the input is wrong, exit 1 (docs/cli.md)
+    code, err = serve(tmp_path, capsys, "--transport", "http", "--auth-tokens", str(tmp_path / "missing.json"),
+                      "--auth-scope", "tools")
+    assert code == EXIT_USER_ERROR and "--auth-tokens" in err and "cannot read it" in err, err
+    code, err = serve(tmp_path, capsys, "--tool-policy", str(tmp_path / "missing.json"))
+    assert code == EXIT_USER_ERROR and "cannot read it" in err, err
