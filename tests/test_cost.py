@@ -315,3 +315,44 @@ def test_gemini_payloads_are_blocks_in_render_order_and_priced_with_implicit_cac
     assert (first.cache_write, first.cache_read) == (0, 0)
     assert (second.fresh, second.cache_read) == (50, 1300)
     assert second.price_usd == pytest.approx((50 * 0.3 + 1300 * 0.03) / 1e6)
+
+
+def test_a_model_is_priced_as_the_table_entry_it_names_and_an_unknown_one_warns_once() -> None:
+    import warnings
+
+    from toolsearch import UnknownModelPriceWarning
+
+    table = load_prices()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known model, a dated snapshot or Gemini's models/ prefix: no warning
+        for fmt, model, entry in [("openai_chat", "gpt-5-mini-2025-08-07", "gpt-5-mini"),
+                                  ("anthropic", "claude-opus-4-6-20260101", "claude-opus-4-6"),
+                                  ("gemini", "models/gemini-2.5-pro", "gemini-2.5-pro"),
+                                  ("openai_chat", "gpt-4.1", "gpt-4.1")]:
+            price = table.model_for(fmt, model)
+            assert (price.model, price.priced_as, price.input) == (model, entry, table.models[entry].input)
+        assert table.rules_for("gemini", "models/gemini-2.5-pro").min_cacheable_tokens == 2048
+    unknown = "gemini-2.5-flash-lite-test-only"  # another model, not a snapshot of gemini-2.5-flash
+    with pytest.warns(UnknownModelPriceWarning, match=f"{unknown}.*'gemini-2.5-flash'"):
+        price = table.model_for("gemini", unknown)
+    assert (price.model, price.priced_as) == (unknown, "gemini-2.5-flash")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert PromptCache.for_format("gemini", unknown).price.priced_as == "gemini-2.5-flash"  # warned once
+
+
+def test_a_scripted_run_is_priced_as_the_providers_default_without_a_warning() -> None:
+    import warnings
+
+    from toolsearch import UnknownModelPriceWarning
+
+    sessions = SessionManager(ToolIndex.build([Tool("send_email", "Send an email")], "regex"))
+    functions = {"send_email": lambda **_: "ok"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownModelPriceWarning)  # the demo, the main job, runs a scripted model
+        result = run(ScriptedModel([call("send_email"), "done"]), "mail", session=sessions.create("a"),
+                     functions=functions)
+    assert result.requests[0].cache is not None and result.requests[0].cache.price_usd > 0
+    with pytest.warns(UnknownModelPriceWarning, match="'made-up-model'"):
+        run(ScriptedModel([call("send_email"), "done"], priced_as="made-up-model"), "mail",
+            session=sessions.create("b"), functions=functions)

@@ -148,11 +148,14 @@ def _bad_calls(tmp: Path) -> dict[str, Case]:
     from toolsearch import (
         Augmentation,
         Catalog,
+        E5Embedder,
         IndexStore,
         InMemorySessionStore,
         LoopConfig,
         NameMap,
+        NumpyEmbedder,
         RedisSessionStore,
+        SentenceTransformerEmbedder,
         SessionManager,
         SessionState,
         Tool,
@@ -160,6 +163,7 @@ def _bad_calls(tmp: Path) -> dict[str, Case]:
         ToolIndex,
         ToolSearchLoop,
         ToolSearchMetaTool,
+        ToolsEmbedder,
         ahandle_tool_calls,
         arun,
         handle_tool_calls,
@@ -207,6 +211,13 @@ def _bad_calls(tmp: Path) -> dict[str, Case]:
         "Catalog('abc')": ("Catalog", lambda: Catalog("abc"), "Tool"),
         "Catalog(duplicates)": ("Catalog", lambda: Catalog([Tool("a"), Tool("a", "other")]), "unique"),
         "catalog['nope']": ("Catalog", lambda: index.catalog["nope"], "nope"),
+        # embedders: wrong types, unknown runtimes and models, folders that hold no model
+        "NumpyEmbedder(5)": ("NumpyEmbedder", lambda: NumpyEmbedder(5), "model"),
+        "NumpyEmbedder(runtime='bogus')": ("NumpyEmbedder", lambda: NumpyEmbedder(runtime="bogus"), "runtime"),
+        "ToolsEmbedder(missing)": ("ToolsEmbedder", lambda: ToolsEmbedder(query_model=tmp / "nothing"), "nothing"),
+        "E5Embedder(threads=0)": ("E5Embedder", lambda: E5Embedder(threads=0), "threads"),
+        "SentenceTransformerEmbedder('minlm')": (
+            "SentenceTransformerEmbedder", lambda: SentenceTransformerEmbedder("minlm"), "did you mean minilm"),
         # indexes and search: unknown names, wrong types, empty queries
         "ToolIndex.build(backend='nope')": ("ToolIndex", lambda: ToolIndex.build(tools, "nope"), "backend"),
         "ToolIndex.build(42)": ("ToolIndex", lambda: ToolIndex.build(42, "regex"), "Tool"),

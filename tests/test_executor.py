@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from toolsearch import ArgumentTypeError, Tool, ToolIndex, provider_safe_name, tracing
+from toolsearch import ArgumentTypeError, InvalidArgumentError, Tool, ToolIndex, provider_safe_name, tracing
 from toolsearch.executor import (
     ExecutorConfig,
     ResultStatus,
@@ -30,7 +30,7 @@ from toolsearch.executor import (
     ahandle_tool_calls,
     handle_tool_calls,
 )
-from toolsearch.loop import LoopOutcome, arun, run
+from toolsearch.loop import LoopConfig, LoopOutcome, arun, run
 from toolsearch.providers import ScriptedModel, ToolCall, call, search
 from toolsearch.session import Session, SessionManager
 from toolsearch.usage import UsageLog, UsageRecorder
@@ -492,3 +492,74 @@ def test_a_call_that_fails_oddly_fails_alone(driver: Driver) -> None:
         ("cancel", ResultStatus.ERROR, "Tool 'cancelled_fetch' failed: ToolCancelledError: the tool was cancelled "
                                        "before it returned"),
     ]
+
+
+def dump_logs(size: int, char: str = "x") -> str:
+    """Dump the server logs."""
+    DUMPED.append(size)
+    return char * size
+
+
+DUMPED: list[int] = []
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_result_over_max_result_bytes_is_an_error_saying_the_call_ran(driver: Driver) -> None:
+    # Before: no bound, so a huge result went to the model whole (and the loop's token count raised on it).
+    session = SessionManager(ToolIndex.build([Tool.from_callable(dump_logs)], backend="bm25")).create("big")
+    session.discover(["dump_logs"])
+    config = ExecutorConfig(max_result_bytes=1_000)
+    calls = [call("dump_logs", size=1_000), call("dump_logs", size=600, char="é"), call("dump_logs", size=1_001)]
+    DUMPED.clear()
+    if driver == "sync":
+        results = handle_tool_calls(session, calls, [dump_logs], config=config)
+    else:
+        results = asyncio.run(ahandle_tool_calls(session, calls, [dump_logs], config=config))
+    assert sorted(DUMPED) == [600, 1_000, 1_001]  # every call ran
+    assert [r.status for r in results] == [ResultStatus.OK, ResultStatus.ERROR, ResultStatus.ERROR]
+    assert results[1].content == (  # 600 characters, 1,200 bytes: the bound is on bytes
+        "Tool 'dump_logs' ran, but its result (1,200 bytes) is 200 bytes over the limit of 1,000 bytes, so it was "
+        "dropped. Do not repeat the same call to see it: ask for less (narrower arguments: a filter, a page or a "
+        "limit, if the tool has one)."
+    )
+    assert "(1,001 bytes) is 1 bytes over" in results[2].content and results[2].value is None
+    unbounded = handle_tool_calls(session, calls[2:], [dump_logs], config=ExecutorConfig(max_result_bytes=None))
+    assert unbounded[0].status is ResultStatus.OK and len(unbounded[0].content) == 1_001
+
+
+def test_a_run_with_a_huge_result_and_a_huge_prompt_finishes() -> None:
+    # Before: counting the request's tokens raised "Input too long to encode safely" after the tools had run.
+    session = SessionManager(ToolIndex.build([Tool.from_callable(dump_logs)], backend="bm25")).create("huge")
+    session.pin(["dump_logs"])
+    model = ScriptedModel([[call("dump_logs", size=1_000_000), call("dump_logs", size=1_000_001)], "done"])
+    result = run(model, "y" * 1_000_000, session=session, functions=[dump_logs])
+    assert result.outcome is LoopOutcome.COMPLETED
+    # 1,000,000 bytes is the default limit: at it passes, one byte over does not
+    assert [r.status for r in result.tool_results] == [ResultStatus.OK, ResultStatus.ERROR]
+    assert result.requests[1].tokens is not None and result.requests[1].tokens.messages > 250_000
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "said"),
+    [
+        ({"return_direct": "final_answer"}, ArgumentTypeError, r"return_direct takes a collection of tool names, not a "
+         r"single string \('final_answer'\); pass \{'final_answer'\}"),
+        ({"return_direct": None}, ArgumentTypeError, "return_direct must be a collection of tool names"),
+        ({"return_direct": [1]}, ArgumentTypeError, "return_direct holds 1"),
+        ({"tool_timeout": "5"}, ArgumentTypeError, "tool_timeout must be a number of seconds"),
+        ({"tool_timeout": True}, ArgumentTypeError, "tool_timeout must be a number of seconds"),
+        ({"tool_timeout": float("nan")}, InvalidArgumentError, "tool_timeout must be positive"),
+        ({"max_result_bytes": "1000"}, ArgumentTypeError, "max_result_bytes must be a whole number of bytes"),
+        ({"max_result_bytes": True}, ArgumentTypeError, "max_result_bytes must be a whole number of bytes"),
+        ({"max_result_bytes": 0}, InvalidArgumentError, "max_result_bytes must be at least 1"),
+        ({"parallel_tool_calls": "no"}, ArgumentTypeError, "parallel_tool_calls must be True or False"),
+    ],
+)
+def test_execution_settings_of_the_wrong_kind_are_refused_by_name(
+    settings: dict[str, Any], error: type[Exception], said: str
+) -> None:
+    # Before: "final_answer" became a set of its characters; None and "5" gave bare TypeErrors naming nothing.
+    for make in (ExecutorConfig, LoopConfig):
+        with pytest.raises(error, match=said):
+            make(**settings)
+    assert ExecutorConfig().max_result_bytes == LoopConfig().max_result_bytes == 1_000_000

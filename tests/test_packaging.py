@@ -36,6 +36,8 @@ def _modules_after(code: str) -> set[str]:
     [
         "import toolsearch",
         "from toolsearch import ToolIndex, IndexStore, Tool, load_tools, Catalog",
+        # the embedders are named from the root; constructing one loads no model, and importing them no torch
+        "from toolsearch import NumpyEmbedder, ToolsEmbedder, E5Embedder, SentenceTransformerEmbedder",
         # the CLI starts fast: parsing and --help import no backend, model or SDK
         "import toolsearch.cli; toolsearch.cli.build_parser(['build'])",
         # the integrations package itself imports no framework (each module imports its own)
@@ -72,6 +74,8 @@ ROOT_API = {
     # indexes and search
     "ToolIndex", "IndexStore", "Hit", "Ranking", "SearchResult",
     "BackendSpec", "register_backend", "backend_names", "default_backend",
+    # embedders
+    "NumpyEmbedder", "ToolsEmbedder", "E5Embedder", "SentenceTransformerEmbedder",
     # sessions and the agent loop
     "SessionManager", "Session", "SessionStore", "InMemorySessionStore", "RedisSessionStore", "SessionState",
     "store_from_url", "ToolSearchMetaTool", "system_prompt_suffix", "ToolSearchLoop", "LoopConfig", "LoopOutcome",
@@ -85,7 +89,8 @@ ROOT_API = {
     "UnknownSessionError", "SessionStoreError", "SessionStateError", "ToolNotAllowedError", "ProviderError",
     "ToolCancelledError", "UsageError", "UsageStoreUnreachableError", "UsageLogReplacedError",
     "PriceTableError", "DataSourceError", "MCPConfigError", "UpstreamError",
-    "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "CommandError", "EvalError",
+    "AuthConfigError", "PolicyError", "PluginError", "PluginWarning", "UnknownModelPriceWarning", "CommandError",
+    "EvalError",
 }
 
 
@@ -291,3 +296,22 @@ def test_ci_pins_every_dependency_it_installs_to_a_version_pyproject_allows() ->
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f".ci/constraints.txt pins {requirement.name}=={pins[name]}, which {text!r} does not admit"
         )
+
+
+def test_the_names_the_docs_import_live_in_public_modules() -> None:
+    """docs/guide.md, mcp.md, learning.md and plugins.md import these from public modules, not implementation ones;
+    the packages stay lazy (toolsearch.stores loads redis-py only when a Redis store is asked for)."""
+    code = (
+        "import toolsearch.stores, toolsearch.mcp, sys\n"
+        "assert 'redis' not in sys.modules and 'toolsearch.stores.usage_redis' not in sys.modules\n"
+        "from toolsearch import E5Embedder, NumpyEmbedder, SentenceTransformerEmbedder, ToolsEmbedder\n"
+        "from toolsearch.mcp import GatewayOptions\n"
+        "from toolsearch.stores import RedisUsageStore\n"
+        "import toolsearch.embeddings as e, toolsearch.mcp.options as o, toolsearch.stores.usage_redis as u\n"
+        "assert (NumpyEmbedder, ToolsEmbedder, E5Embedder) == (e.NumpyEmbedder, e.ToolsEmbedder, e.E5Embedder)\n"
+        "assert SentenceTransformerEmbedder is e.SentenceTransformerEmbedder\n"
+        "assert GatewayOptions is o.GatewayOptions and RedisUsageStore is u.RedisUsageStore\n"
+        "assert 'GatewayOptions' in toolsearch.mcp.__all__ and 'RedisUsageStore' in toolsearch.stores.__all__\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

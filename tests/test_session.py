@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from toolsearch import (
+    ArgumentTypeError,
     BackendSpec,
     Ranking,
     SessionError,
@@ -21,6 +22,7 @@ from toolsearch import (
     register_backend,
 )
 from toolsearch.executor import ExecutorConfig, handle_tool_calls, tools_for_request
+from toolsearch.providers import call, search
 from toolsearch.session import InMemorySessionStore, SessionManager, SessionState, SessionStore
 from toolsearch.stores import StateUpdate
 from toolsearch.tokens import tool_tokens
@@ -545,3 +547,59 @@ def test_what_no_store_can_keep_is_refused_at_create_on_every_store(index: ToolI
         manager = SessionManager(index, store=store)
         with pytest.raises(SessionError, match=said):
             call(manager)
+
+
+def test_caps_must_be_whole_numbers(index: ToolIndex) -> None:
+    # Before: "5" gave a bare TypeError naming nothing, and True was taken as a cap of 1.
+    for setting in ({"max_discovered": "5"}, {"max_discovered": True}, {"max_discovered_tokens": "2000"},
+                    {"max_discovered_tokens": 2.5e3}):
+        (name,) = setting
+        with pytest.raises(ArgumentTypeError, match=f"SessionManager: {name} must be a whole number"):
+            SessionManager(index, **setting)  # type: ignore[arg-type]
+    assert SessionManager(index, max_discovered=5).max_discovered == 5
+
+
+def test_one_name_as_a_string_is_refused_by_discover_touch_and_forget(manager: SessionManager) -> None:
+    # Before: forget("email_send") and touch(...) did nothing, discover("calculator") named the tool 'c'.
+    s = manager.create("one-name")
+    s.discover(["calculator", "email_send"])
+    before = s.state().last_used
+    for method in (s.discover, s.touch, s.forget):
+        said = rf"{method.__name__} takes a collection of tool names.*\['email_send'\]"
+        with pytest.raises(SessionError, match=said):
+            method("email_send")
+    assert s.state().last_used == before and s.discovered == ("calculator", "email_send")
+
+
+def test_a_tool_removed_from_the_index_holds_no_slot_under_the_cap(index: ToolIndex) -> None:
+    # Before: the removed tool still counted against max_discovered, so a live tool was evicted in its place.
+    own = ToolIndex.build(TOOLS, backend="bm25")
+    s = SessionManager(own, max_discovered=2).create("removed")
+    s.discover(["email_send"])
+    s.discover(["calculator"])
+    own.remove(["calculator"])
+    update = s.discover(["weather_current"])
+    assert update.evicted == () and s.discovered == ("email_send", "weather_current")
+    assert s.discover(["github_list_issues"]).evicted == ("email_send",)  # the live ones still count
+
+
+def test_a_tool_called_with_a_search_of_the_same_turn_runs_and_is_evicted_last(index: ToolIndex) -> None:
+    # Before: the turn's search evicted the tool first, and its call was refused as "not loaded yet".
+    s = SessionManager(index, max_discovered=2).create("spare")
+    s.discover(["weather_current"])
+    s.discover(["calculator"])  # weather_current is the least recently used
+    calls = [call("weather_current", city="Porto"), search("send an email", 1)]
+    ran: list[str] = []
+    results = handle_tool_calls(s, calls, {"weather_current": lambda city: ran.append(city) or "sunny"})
+    assert [r.status.value for r in results] == ["ok", "search"] and ran == ["Porto"]
+    assert results[1].search is not None and results[1].search.evicted == ("calculator",)
+    assert s.discovered == ("weather_current", "email_send")
+
+
+def test_with_one_slot_a_tool_called_with_a_search_still_runs(index: ToolIndex) -> None:
+    s = SessionManager(index, max_discovered=1).create("one-slot")
+    s.discover(["weather_current"])
+    calls = [call("weather_current", city="Porto"), search("send an email", 1)]
+    results = handle_tool_calls(s, calls, {"weather_current": lambda city: "sunny"})
+    assert [r.status.value for r in results] == ["ok", "search"]
+    assert s.discovered == ("email_send",)  # the search's hit takes the one slot: the cap holds

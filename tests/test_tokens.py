@@ -91,3 +91,18 @@ def test_anthropic_payload_with_block_system_and_model_keys_ignored() -> None:
 
 def test_no_tools_counts_zero_tool_tokens() -> None:
     assert request_tokens({"messages": [{"role": "user", "content": "x"}]}).tools == 0
+
+
+def test_a_text_of_a_million_characters_or_more_is_counted_not_refused() -> None:
+    # Before: the tokenizer's "Input too long to encode safely" (1,000,000 characters or more) or its
+    # 200,000-token limit ended the run that counted a huge tool result or a pasted document.
+    line = "The quick brown fox jumps over the lazy dog.\n"
+    assert count_tokens(line * 30_000) == 300 * count_tokens(line * 100)  # cut where the tokenizer splits: exact
+    words = "word  " * 300_000
+    assert count_tokens(words) == 300 * count_tokens("word  " * 1_000)
+    no_space = count_tokens("x" * 1_000_000)  # one word: cut at the piece limit, within a token a piece
+    assert abs(no_space - 25 * count_tokens("x" * 40_000)) <= 25
+    dense = "漢字" * 300_000  # 600,000 characters, far more than 200,000 tokens
+    assert abs(count_tokens(dense) - 15 * count_tokens("漢字" * 20_000)) <= 15
+    parts = request_tokens({"messages": [{"role": "user", "content": "y" * 1_000_000}], "system": "s" * 1_000_000})
+    assert parts.messages > 0 and parts.system > 0

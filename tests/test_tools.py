@@ -297,3 +297,10 @@ def test_descriptions_are_cleaned_of_invisible_characters(kind: str, dirty: str,
     # what is indexed is what is shown: a search for the visible word finds the tool
     index = ToolIndex.build([tool, Tool("other", "Something unrelated.")], backend="bm25")
     assert index.search(clean.split()[0], 1).names == ["send_email"]
+
+
+@pytest.mark.parametrize("name", [" send_email", "send_email ", "send_email\n", "\tsend_email"])
+def test_a_name_with_surrounding_whitespace_is_refused(name: str) -> None:
+    with pytest.raises(InvalidToolError, match=r"tool .*send_email.*starts or ends with whitespace.*'send_email'"):
+        Tool(name, "Send an email")
+    assert Tool("send email", "inner spaces stay allowed").name == "send email"

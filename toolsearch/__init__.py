@@ -39,6 +39,7 @@ from ._errors import (
     ToolNotAllowedError,
     ToolSearchError,
     UnknownFormatError,
+    UnknownModelPriceWarning,
     UnknownSessionError,
     UnknownToolError,
     UpstreamError,
@@ -56,6 +57,7 @@ from .tools import NameMap, Tool, load_tools, provider_safe_name
 
 if TYPE_CHECKING:
     from .augment import Augmentation
+    from .embeddings import E5Embedder, NumpyEmbedder, SentenceTransformerEmbedder, ToolsEmbedder
     from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
     from .metatool import ToolSearchMetaTool, system_prompt_suffix
@@ -77,6 +79,9 @@ _LAZY = {
     ),
     "StreamEvent": "toolsearch.providers",
     "Augmentation": "toolsearch.augment",
+    **dict.fromkeys(
+        ("NumpyEmbedder", "ToolsEmbedder", "E5Embedder", "SentenceTransformerEmbedder"), "toolsearch.embeddings"
+    ),
 }
 
 
@@ -108,6 +113,11 @@ __all__ = [
     "register_backend",
     "backend_names",
     "default_backend",
+    # embedders for the vector and hybrid backends (`embedder=`)
+    "NumpyEmbedder",
+    "ToolsEmbedder",
+    "E5Embedder",
+    "SentenceTransformerEmbedder",
     # sessions and the agent loop
     "SessionManager",
     "Session",
@@ -168,6 +178,7 @@ __all__ = [
     "PolicyError",
     "PluginError",
     "PluginWarning",
+    "UnknownModelPriceWarning",
     "CommandError",
     "EvalError",
 ]

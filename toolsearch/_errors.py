@@ -44,7 +44,8 @@ with those bases in parentheses:
     └── EvalError                                  an evaluation cannot run as asked
 
     UserWarning
-    └── PluginWarning                              a plug-in was ignored, hidden or skipped
+    ├── PluginWarning                              a plug-in was ignored, hidden or skipped
+    └── UnknownModelPriceWarning                   a model the price table lacks was priced as a stand-in
 
 Every message says which input is wrong, what is wrong with it and what to do instead.
 """
@@ -249,6 +250,10 @@ class PluginError(ToolSearchError):
 class PluginWarning(UserWarning):
     """A plug-in was ignored because a built-in (or an earlier plug-in) already has its name, hidden by a registration
     in code of its name, or skipped because it failed to load where other plug-ins could answer instead."""
+
+
+class UnknownModelPriceWarning(UserWarning):
+    """A model the price table does not know was priced as its provider's default model (warned once per model)."""
 
 
 class CommandError(ToolSearchError):

@@ -38,14 +38,17 @@ import copy
 import hashlib
 import json
 import os
+import re
+import threading
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import PriceTableError
+from ._errors import PriceTableError, UnknownModelPriceWarning
 from .tokens import (
     DEFAULT_ENCODING,
     by_content,
@@ -76,7 +79,12 @@ _FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    """One model's input prices in USD per million tokens (`cache_write` None: writes cost the input rate)."""
+    """One model's input prices in USD per million tokens (`cache_write` None: writes cost the input rate).
+
+    `model` is the model asked about; `priced_as` the price table's entry whose figures these are:
+    the same model, the entry of a dated snapshot (`gpt-5-mini-2025-08-07` is `gpt-5-mini`), or, for
+    a model the table does not know, the provider's default model (`PriceTable.model_for` warns).
+    """
 
     model: str
     provider: str
@@ -86,6 +94,11 @@ class ModelPrice:
     output: float | None = None
     min_cacheable_tokens: int | None = None
     source: str = ""
+    priced_as: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.priced_as:
+            object.__setattr__(self, "priced_as", self.model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +159,32 @@ class PriceTable:
     retrieved: str = ""
 
     def model_for(self, fmt: str, model: str | None = None) -> ModelPrice:
-        """The price of `model`, or of the default model of the provider behind `fmt`."""
-        if model is not None and model in self.models:
-            return self.models[model]
+        """The price of `model`, or of the default model of the provider behind `fmt`.
+
+        `model` is read as providers name it: Gemini's `models/` prefix is dropped, and a dated or
+        versioned snapshot (`gpt-5-mini-2025-08-07`, `claude-opus-4-6-20260101`, `...@20250101`,
+        `...-latest`) is priced as the longest model of the table it extends. A model the table still
+        does not know is priced as the provider's default, with an UnknownModelPriceWarning (once per
+        model) naming both; `priced_as` on the result says which entry was used.
+        """
         provider = self.provider(fmt)
-        return self.models[self.default_models[provider]]
+        if model is None:
+            return self.models[self.default_models[provider]]
+        found = self.known_model(model)
+        if found is not None:
+            entry = self.models[found]
+            return entry if found == model else replace(entry, model=model, priced_as=found)
+        stand_in = self.default_models[provider]
+        _warn_unknown(model, stand_in, provider)
+        return replace(self.models[stand_in], model=model, priced_as=stand_in)
+
+    def known_model(self, model: str) -> str | None:
+        """The table's entry for `model` as providers name it (see `model_for`), None when there is none."""
+        name = model.removeprefix("models/")
+        if name in self.models:
+            return name
+        extended = [k for k in self.models if name.startswith(k) and _SNAPSHOT.match(name, len(k))]
+        return max(extended, key=len) if extended else None
 
     def provider(self, fmt: str) -> str:
         try:
@@ -175,6 +209,26 @@ class PriceTable:
                 rules.deferred_tools_in_prefix,
             )
         return rules
+
+
+# what may follow a known model's name in a snapshot of it: a date or version (-2025-08-07, -20260101,
+# -001, @20250101, :0) or -latest. Not a word: gpt-4.1-mini or gemini-2.5-flash-lite are other models.
+_SNAPSHOT = re.compile(r"(?:[-@:]\d[\w.:-]*|-latest)$")
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_unknown(model: str, stand_in: str, provider: str) -> None:
+    with _warned_lock:
+        if (provider, model) in _warned:
+            return
+        _warned.add((provider, model))
+    warnings.warn(
+        f"the price table has no model {model!r}: it is priced as {provider}'s default {stand_in!r}, so its "
+        f"costs may be wrong; add {model!r} to a price file of your own (TOOLSEARCH_PRICES or load_prices(path))",
+        UnknownModelPriceWarning,
+        stacklevel=3,
+    )
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

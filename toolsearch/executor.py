@@ -19,7 +19,7 @@ import inspect
 import threading
 import time
 import types
-from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
@@ -57,6 +57,9 @@ __all__ = [
 ToolFunctions = Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]
 # A call's augmented values waiting for the consumer: (call index, tool name, values, call id).
 _Delivery = tuple[int, str, Mapping[str, Any], str]
+# The largest tool result passed on by default, in UTF-8 bytes (about 250k tokens, more than a model takes in from
+# one result): the loop's and the MCP gateway's (`mcp serve --max-result-bytes`) default.
+DEFAULT_MAX_RESULT_BYTES = 1_000_000
 
 
 class ExecutionSettings(Protocol):
@@ -74,6 +77,8 @@ class ExecutionSettings(Protocol):
     def parallel_tool_calls(self) -> bool: ...
     @property
     def provider_names(self) -> bool: ...
+    @property
+    def max_result_bytes(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +91,50 @@ class ExecutorConfig:
     validate_arguments: bool = True
     parallel_tool_calls: bool = True
     provider_names: bool = True
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
 
     def __post_init__(self) -> None:
         check_execution_settings(self)
 
 
 def check_execution_settings(config: ExecutionSettings) -> None:
-    """Refuse settings a turn cannot run with; a frozen config's `return_direct` becomes a frozenset."""
-    if config.tool_timeout is not None and config.tool_timeout <= 0:
-        raise InvalidArgumentError(f"tool_timeout must be positive (or None for no limit), got {config.tool_timeout!r}")
+    """Refuse settings a turn cannot run with; a frozen config's `return_direct` becomes a frozenset.
+
+    Every value's kind is checked before any comparison: `"5" <= 0` is a bare TypeError, and a
+    string `return_direct` would become a set of its characters.
+    """
+    timeout = config.tool_timeout
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        raise wrong_type("tool_timeout", timeout, "a number of seconds (or None for no limit)")
+    if timeout is not None and not timeout > 0:  # NaN too
+        raise InvalidArgumentError(f"tool_timeout must be positive (or None for no limit), got {timeout!r}")
     if config.undiscovered not in ("instruct", "execute"):
         raise InvalidArgumentError(f"undiscovered must be 'instruct' or 'execute', got {config.undiscovered!r}")
-    object.__setattr__(config, "return_direct", frozenset(config.return_direct))
+    for name in ("validate_arguments", "parallel_tool_calls", "provider_names"):
+        if not isinstance(getattr(config, name), bool):
+            raise wrong_type(name, getattr(config, name), "True or False")
+    limit = getattr(config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise wrong_type("max_result_bytes", limit, "a whole number of bytes (or None for no limit)")
+    if limit is not None and limit < 1:
+        raise InvalidArgumentError(f"max_result_bytes must be at least 1 (or None for no limit), got {limit!r}")
+    object.__setattr__(config, "return_direct", _tool_names("return_direct", config.return_direct))
+
+
+def _tool_names(what: str, names: object) -> frozenset[str]:
+    """A setting that holds tool names, as a frozenset; one name as a string is refused, not split into characters."""
+    if isinstance(names, (str, bytes)):
+        raise ArgumentTypeError(
+            f"{what} takes a collection of tool names, not a single string ({names!r}); "
+            f"pass {{{names!r}}} for one tool"
+        )
+    if names is None or not isinstance(names, Iterable):
+        raise wrong_type(what, names, "a collection of tool names (an empty one for none)")
+    out = frozenset(names)
+    for name in out:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"{what} holds {name!r} ({type(name).__name__}); it takes tool names (strings)")
+    return out
 
 
 class ResultStatus(enum.StrEnum):
@@ -370,9 +407,13 @@ class ToolExecutor:
         status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
         return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
 
-    def admit(self, session: Session, call: ToolCall) -> ToolResult | None:
+    def admit(self, session: Session, call: ToolCall, *, loaded: Collection[str] = ()) -> ToolResult | None:
         """The allow and discover rules of one call: its refusal, or None when it may go on (a tool
-        not loaded yet is discovered when `undiscovered="execute"`). The MCP gateway shares them."""
+        not loaded yet is discovered when `undiscovered="execute"`). The MCP gateway shares them.
+
+        `loaded`: the tools the turn's request carried (loaded before its searches ran); a call to
+        one of them goes on even when a search of the same turn evicted it since.
+        """
         name = call.name
         shown = self.shown(name)
         if not session.is_allowed(name):
@@ -382,7 +423,7 @@ class ToolExecutor:
                 "then call one of the names it returns.",
                 ResultStatus.NOT_AVAILABLE,
             )
-        if not session.is_visible(name):
+        if name not in loaded and not session.is_visible(name):
             if self.config.undiscovered == "instruct":
                 return ToolResult(
                     call,
@@ -407,11 +448,12 @@ class ToolExecutor:
         return replace(call, arguments=own), values, augment.problems(values)
 
     def _prepare(
-        self, session: Session, call: ToolCall
+        self, session: Session, call: ToolCall, loaded: Collection[str] = ()
     ) -> ToolResult | tuple[ToolCall, Callable[..., Any], dict[str, Any] | None]:
         """Everything before running a call: a ToolResult when it must not run, else the call with
-        the tool's own arguments, the callable and the augmented values (None without augmentation)."""
-        refused = self.admit(session, call)
+        the tool's own arguments, the callable and the augmented values (None without augmentation);
+        `loaded` as for `admit`."""
+        refused = self.admit(session, call, loaded=loaded)
         if refused is not None:
             return refused
         name = call.name
@@ -453,9 +495,30 @@ class ToolExecutor:
             except Exception as exc:  # a value that cannot be rendered (its model_dump raised) fails the call
                 error = exc
             else:
+                oversized = self._oversized(shown, text)
+                if oversized is not None:
+                    return ToolResult(call, oversized, ResultStatus.ERROR, outcome.elapsed_ms)
                 return ToolResult(call, text, ResultStatus.OK, outcome.elapsed_ms, value=outcome.value)
         said = f"Tool {shown!r} failed: {type(error).__name__}: {_said(error)}"
         return ToolResult(call, said, ResultStatus.ERROR, outcome.elapsed_ms)
+
+    def _oversized(self, shown: str, text: str) -> str | None:
+        """What the model is told instead of a result over `max_result_bytes` (None when it fits).
+
+        An error, not a cut-off result (as the MCP gateway does): a truncated list or document reads
+        as complete to a model. The call did run, so the text says not to repeat it.
+        """
+        limit = getattr(self.config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
+        if limit is None or len(text) * 4 <= limit:  # UTF-8 takes at most 4 bytes a character
+            return None
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size <= limit:
+            return None
+        return (
+            f"Tool {shown!r} ran, but its result ({size:,} bytes) is {size - limit:,} bytes over the limit of "
+            f"{limit:,} bytes, so it was dropped. Do not repeat the same call to see it: ask for less (narrower "
+            "arguments: a filter, a page or a limit, if the tool has one)."
+        )
 
     def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
         return [_coerce_call(c, session, self.metatool.name) for c in calls]
@@ -486,6 +549,10 @@ class ToolExecutor:
         neutral = self._split(turn, calls)
         results: list[ToolResult | None] = [None] * len(neutral)
         deliveries: list[_Delivery] = []
+        # The tools the request carried that the model calls: a search of this turn evicts them last, and
+        # their calls run even if it does (with max_discovered=1, its hit takes the one slot).
+        loaded = turn.loaded_names().intersection(c.name for c in neutral if not self._is_search(c))
+        turn.spare(loaded)
         for i, call in enumerate(neutral):
             if self._is_search(call):
                 results[i] = self._search(turn, call, iteration, deliveries, i)
@@ -493,7 +560,7 @@ class ToolExecutor:
         for i, raw in enumerate(neutral):
             if results[i] is None:
                 call = self._resolve(turn, raw)  # after the searches: they may have found the alias
-                prepared = self._prepare(turn, call)
+                prepared = self._prepare(turn, call, loaded)
                 if isinstance(prepared, ToolResult):
                     results[i] = prepared
                 else:

@@ -18,16 +18,19 @@ same ModelTurn, so searches, tools and history behave exactly as without streami
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
+import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
+from ._errors import ArgumentTypeError, InvalidArgumentError, SessionError, wrong_type
 from ._signatures import presented
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
@@ -52,6 +55,8 @@ from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from .usage import UsageRecorder
 
 __all__ = [
@@ -86,15 +91,20 @@ Prompt = str | Message | Mapping[str, Any] | Sequence[Message | Mapping[str, Any
 TextHandler = Callable[[str], object]
 P = ParamSpec("P")
 _HANDLERS = ("on_event", "on_text", "on_augment")  # the keyword arguments run() refuses async callables for
+# Statuses of a call that ran (the tool or the search was invoked), for the note on a failed run.
+_RAN = frozenset({ResultStatus.OK, ResultStatus.SEARCH, ResultStatus.ERROR, ResultStatus.TIMEOUT})
 
 
 class LoopOutcome(enum.StrEnum):
     """Why a run stopped."""
 
     COMPLETED = "completed"  # the model answered without tool calls
+    TRUNCATED = "truncated"  # the answer was cut at the provider's output token limit; output is the text so far
+    REFUSED = "refused"  # the model declined, or the provider's safety filter withheld the answer; output is any text
     RETURN_DIRECT = "return_direct"  # a return_direct tool ran; its output is the answer
     MAX_ITERATIONS = "max_iterations"  # the request limit was reached while the model still called tools
     REPEATED_CALL = "repeated_call"  # the model repeated an identical call too often
+    ERROR = "error"  # the run raised; only on the exception's `partial` record (see LoopResult)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +135,8 @@ class LoopConfig:
       `on_text` to a run streams too; `stream=True` alone is for long turns behind proxies
       that cut idle connections. A model without streaming methods is asked with `complete`
       and its turn is replayed to the handlers in one piece.
+    - `max_result_bytes`: the largest tool result (UTF-8 bytes) passed on to the model (None: no
+      limit); a larger one becomes an ERROR result telling the model to ask for less.
     """
 
     max_iterations: int = 10
@@ -143,6 +155,7 @@ class LoopConfig:
     parallel_tool_calls: bool = True
     provider_names: bool = True
     stream: bool = False
+    max_result_bytes: int | None = 1_000_000
 
     def __post_init__(self) -> None:
         for name, kinds, expected in _CONFIG_KINDS:  # before any comparison: `"3" < 1` is a bare TypeError
@@ -197,7 +210,13 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class LoopResult:
-    """A finished run: the answer, why it stopped, the whole history, every search and request."""
+    """A finished run: the answer, why it stopped, the whole history, every search and request.
+
+    A run that raises (a provider error, a failing session store or handler) raises the original
+    exception with the run so far attached as `exc.partial`, a LoopResult whose outcome is `ERROR`
+    (its messages, tool_results, searches and requests up to the failure), and a note saying
+    which tool calls had already run.
+    """
 
     output: str
     outcome: LoopOutcome
@@ -260,6 +279,22 @@ class LoopResult:
         }
 
 
+# A turn without tool calls that stopped for one of these reasons (ModelTurn.stop_kind) is not a complete answer.
+_STOP_OUTCOMES: Mapping[str | None, LoopOutcome] = {
+    "truncated": LoopOutcome.TRUNCATED,
+    "refused": LoopOutcome.REFUSED,
+}
+
+
+def _malformed_call_note(reason: str | None) -> str:
+    """The user-role note that answers a turn whose tool call the provider could not read (nothing ran)."""
+    return (
+        f"[toolsearch] Your last reply held a tool call the API could not read ({reason or 'malformed call'}), "
+        "so no tool ran. Call the tool again with its exact name from the tools list and its arguments as one "
+        "valid JSON object matching its schema, or answer in text."
+    )
+
+
 def _call_key(call: ToolCall) -> str:
     return call.name + "\0" + json.dumps(dict(call.arguments), sort_keys=True, default=str)
 
@@ -267,12 +302,45 @@ def _call_key(call: ToolCall) -> str:
 # --- the loop ------------------------------------------------------------------------------
 
 
-def _initial_messages(prompt: Prompt) -> list[Message]:
+def _initial_messages(prompt: Prompt, tools: Callable[[str], Tool | None] | None = None) -> list[Message]:
+    """The run's first messages; `tools` looks up the tools a resumed search result names (see Message.coerce)."""
+    if isinstance(prompt, str) and not prompt.strip():
+        raise InvalidArgumentError(
+            f"the prompt is {'an empty' if not prompt else 'a blank'} string; pass the user's request as text, "
+            "e.g. run(model, \"What's the weather in Paris?\", ...)"
+        )
     if isinstance(prompt, (str, Message, Mapping)):
-        return [Message.coerce(prompt)]
-    if not isinstance(prompt, Iterable):
+        messages = [Message.coerce(prompt, tools=tools)]
+    elif not isinstance(prompt, Iterable):
         raise wrong_type("the prompt", prompt, "a str, a Message, a {'role', 'content'} mapping or a list of them")
-    return [Message.coerce(m) for m in prompt]
+    else:
+        messages = [Message.coerce(m, tools=tools, where=f"the prompt's message {i}") for i, m in enumerate(prompt)]
+    messages = _named_results(messages)
+    if not messages:
+        raise InvalidArgumentError(
+            "the prompt is an empty list of messages; pass the user's request as a str, or a list of messages "
+            "that holds at least one user message"
+        )
+    if not any(m.role == "user" for m in messages):
+        roles = ", ".join(dict.fromkeys(m.role for m in messages))
+        raise InvalidArgumentError(
+            f"the prompt's {len(messages)} message(s) hold no user message (roles: {roles}), so the model has no "
+            "request to answer; add the user's request to the list, as a str or {'role': 'user', 'content': ...}"
+        )
+    return messages
+
+
+def _named_results(messages: list[Message]) -> list[Message]:
+    """The messages with each tool result that names no tool (an OpenAI Chat Completions history's
+    `{"role": "tool", "tool_call_id", "content"}`) named after the call it answers: Gemini matches
+    a result to its call by name."""
+    names: dict[str, str] = {}
+    out: list[Message] = []
+    for m in messages:
+        names.update((c.id, c.name) for c in m.tool_calls)
+        answered = names.get(m.tool_call_id or "") if m.role == "tool" and not m.name else None
+        out.append(replace(m, name=answered) if answered else m)
+    return out
 
 
 def _synchronous(start: Callable[P, _Run]) -> Callable[P, LoopResult]:
@@ -349,11 +417,20 @@ class ToolSearchLoop:
             usage=usage,
             augment=self.augment,
         )
+        _warn_unknown_functions(self.executor.functions, sessions)
 
     def session(
         self, session_id: str, *, allowed: Collection[str] | None = None, pinned: Collection[str] = ()
     ) -> Session:
-        return self.sessions.get_or_create(session_id, allowed=allowed, pinned=pinned)
+        """The session `session_id`, created with `allowed` / `pinned` when new.
+
+        An existing session keeps the allowed and pinned tools it was created with: passing others
+        raises SessionError (close the session to start it again with new ones); the defaults,
+        `allowed=None` and `pinned=()`, take the stored ones as they are.
+        """
+        session = self.sessions.get_or_create(session_id, allowed=allowed, pinned=pinned)
+        _check_session_settings(session, allowed, pinned)
+        return session
 
     def _start(
         self,
@@ -401,6 +478,70 @@ class ToolSearchLoop:
         return "\n\n".join(parts) or None
 
 
+def _names(names: Iterable[str], limit: int = 5) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+    return ", ".join(map(repr, shown[:limit])) + more
+
+
+def _check_session_settings(session: Session, allowed: Collection[str] | None, pinned: Collection[str]) -> None:
+    """SessionError when a run asks an existing session for other allowed or pinned tools than it holds."""
+    for what, names in (("allowed", allowed), ("pinned", pinned)):
+        if isinstance(names, str):
+            raise SessionError(f"{what} takes a collection of tool names, not a single string; pass [{names!r}]")
+        if names is not None and not isinstance(names, Iterable):
+            raise wrong_type(what, names, "a collection of tool names")
+    differences: list[str] = []
+    if allowed is not None:
+        given = frozenset(allowed)
+        stored = session.allowed
+        if stored is None:
+            differences.append(f"allowed: the stored session allows every tool, this run passed {len(given)}")
+        elif given != stored:
+            parts = [f"the stored session also allows {_names(stored - given)}"] if stored - given else []
+            parts += [f"this run also passed {_names(given - stored)}"] if given - stored else []
+            differences.append("allowed: " + " and ".join(parts))
+    if pinned:
+        given_pins = frozenset(pinned)
+        if given_pins != frozenset(session.pinned):
+            shown = _names(session.pinned) if session.pinned else "none"
+            differences.append(f"pinned: the stored session pins {shown}, this run passed {_names(given_pins)}")
+    if differences:
+        raise SessionError(
+            f"session {session.id!r} already exists with other tools than this run passed ({'; '.join(differences)}). "
+            "A session keeps the allowed and pinned tools it was created with: to change them, close it "
+            f"(sessions.close({session.id!r})) and run again; to keep the stored ones, call without allowed= / pinned=."
+        )
+
+
+def _warn_unknown_functions(functions: Mapping[str, Callable[..., Any]], sessions: SessionManager) -> None:
+    """Warn about `functions` keys that name no catalog tool (a typo, most likely).
+
+    A warning, not an error: every index takes new tools after it is built (`upsert`, `sync`, a shared
+    Postgres catalog another worker writes), so a name unknown now may be a tool added later.
+    """
+    catalog = sessions.index.catalog
+    unknown = sorted(name for name in functions if name not in catalog)
+    if not unknown:
+        return
+    names = catalog.names
+    hints = []
+    for name in unknown[:5]:
+        close = difflib.get_close_matches(name, names, n=3)
+        hints.append(f"{name!r} (did you mean {' or '.join(map(repr, close))}?)" if close else repr(name))
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    level, frame = 1, cast("FrameType | None", sys._getframe(0))  # points at the first caller outside toolsearch
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "toolsearch":
+        level, frame = level + 1, frame.f_back
+    warnings.warn(
+        f"functions names {len(unknown)} tool(s) the index does not hold: {', '.join(hints)}{more}; "
+        "a call can reach a function only under its tool's catalog name: fix the name, or add the tool "
+        "to the index (index.upsert) before the model needs it",
+        UserWarning,
+        stacklevel=level,
+    )
+
+
 class _Run:
     """The state of one run (shared by the sync and async drivers)."""
 
@@ -426,12 +567,14 @@ class _Run:
         self.all_tools = loop.direct_tools(session)  # None: the run searches
         self.direct = self.all_tools is not None
         self.executor = loop.direct_executor if self.direct else loop.executor
-        self.messages = _initial_messages(prompt)
+        self.messages = _initial_messages(prompt, session.index.catalog.get)
         self.system = loop.system_prompt(session, direct=self.direct)
         self.searches: list[SearchRecord] = []
         self.requests: list[RequestRecord] = []
         self.results: list[ToolResult] = []
         self.seen: Counter[str] = Counter()
+        self.in_flight: Sequence[ToolCall] = ()  # the calls being run, while they are
+        self.in_flight_iteration = 0
         self.prompt_cache = _prompt_cache(loop.model, self.config.encoding) if self.config.count_tokens else None
         self.cache_use: CacheUse | None = None
         self.started = time.perf_counter()  # request times for the cache lifetime (a slow tool can outlast it)
@@ -511,8 +654,9 @@ class _Run:
         ]
         return "\n".join(r.content for r in direct) if direct else None
 
-    def finish(self, output: str, outcome: LoopOutcome) -> LoopResult:
-        tracing.run_finished(self.searches, self.results)
+    def finish(self, output: str, outcome: LoopOutcome, *, traced: bool = True) -> LoopResult:
+        if traced:
+            tracing.run_finished(self.searches, self.results)
         return LoopResult(
             output=output,
             outcome=outcome,
@@ -545,8 +689,35 @@ class _Run:
         if self.on_text is not None and event.type == "text_delta":
             yield self.on_text(event.text)
 
-    def last_text(self) -> str:
-        return next((m.content for m in reversed(self.messages) if m.role == "assistant" and m.content), "")
+    def stopped_text(self, why: str) -> str:
+        """The output of a run a guard stopped: the model's text of those turns was interim, never an answer."""
+        return f"The run stopped after {len(self.requests)} model request(s), before the model gave an answer ({why})."
+
+    def attach(self, exc: Exception) -> None:
+        """Give `exc` the run so far (`exc.partial`, outcome ERROR) and a note on the tool calls that had run."""
+        ran = [r.call.name for r in self.results if r.status in _RAN]
+        names = f" ({_names(set(ran))})" if ran else ""
+        note = (
+            f"toolsearch: the run of session {self.session.id!r} failed after {len(self.requests)} answered model "
+            f"request(s); {len(ran)} tool call(s) had run before it{names}"
+        )
+        if self.in_flight:
+            note += (
+                f", and the {len(self.in_flight)} call(s) of request {self.in_flight_iteration} "
+                f"({_names({c.name for c in self.in_flight})}) were running: whether they ran is unknown"
+            )
+        partial = self.finish(
+            f"The run failed with {type(exc).__name__} after {len(self.requests)} model request(s): {exc}",
+            LoopOutcome.ERROR,
+            traced=False,
+        )
+        try:
+            exc.partial = partial  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):  # an exception type that takes no attributes: the note still says it
+            note += "; this exception type cannot hold the run, so it is lost"
+        else:
+            note += "; exc.partial holds the run so far (messages, tool_results, searches, requests)"
+        exc.add_note(note)
 
     def turns(self) -> Generator[_Ask | _Execute, Any, LoopResult]:
         """The run, written once: yields each model request and each batch of calls, and is sent
@@ -559,26 +730,42 @@ class _Run:
             self.record(iteration, request, tokens, turn, started)
             calls = turn.message.tool_calls
             if not calls:
-                return self.finish(turn.message.content, LoopOutcome.COMPLETED)
+                if turn.stop_kind == "malformed_call":  # nothing ran: say so, and let the model try again
+                    self.messages.append(Message.user(_malformed_call_note(turn.stop_reason)))
+                    continue
+                return self.finish(turn.message.content, _STOP_OUTCOMES.get(turn.stop_kind, LoopOutcome.COMPLETED))
             if self.guard(calls):
-                return self.finish(self.last_text(), LoopOutcome.REPEATED_CALL)
+                limit = self.config.max_identical_calls
+                why = f"it repeated an identical tool call more than max_identical_calls={limit} times"
+                return self.finish(self.stopped_text(why), LoopOutcome.REPEATED_CALL)
+            self.in_flight, self.in_flight_iteration = calls, iteration
             batch: list[ToolResult] = yield _Execute(calls, iteration)
+            self.in_flight = ()
             for result in batch:
                 self.add(result)
             direct = self.direct_output(batch)
             if direct is not None:
                 return self.finish(direct, LoopOutcome.RETURN_DIRECT)
-        return self.finish(self.last_text(), LoopOutcome.MAX_ITERATIONS)
+        why = f"max_iterations={self.config.max_iterations} reached while it still called tools"
+        return self.finish(self.stopped_text(why), LoopOutcome.MAX_ITERATIONS)
 
     def sync(self) -> LoopResult:
         augment = self.loop.augment
         _check_sync_handlers(self.on_event, self.on_text, augment.on_augment if augment else None)
-        with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
-            return drive(self.turns(), self.answer)
+        try:
+            with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
+                return drive(self.turns(), self.answer)
+        except Exception as exc:
+            self.attach(exc)
+            raise
 
     async def asynchronous(self) -> LoopResult:
-        with tracing.agent_run(self.session.id):
-            return await adrive(self.turns(), self.aanswer)
+        try:
+            with tracing.agent_run(self.session.id):
+                return await adrive(self.turns(), self.aanswer)
+        except Exception as exc:
+            self.attach(exc)
+            raise
 
     def answer(self, step: _Ask | _Execute) -> Any:
         """A step of `turns` done from sync code: handlers are called directly."""
@@ -688,7 +875,8 @@ def _prompt_cache(model: ChatModel, encoding: str) -> PromptCache | None:
     prices = load_prices()
     if model.format not in prices.formats:
         return None
-    name = getattr(model, "model", None)
+    # a stand-in model (the scripted one) says which model it is priced as: None, the provider's default, unwarned
+    name = getattr(model, "priced_as", getattr(model, "model", None))
     model_name = name if isinstance(name, str) else None
     return PromptCache.for_format(model.format, model_name, prices=prices, encoding=encoding)
 

@@ -97,6 +97,9 @@ class SessionManager:
     ) -> None:
         if not hasattr(index, "catalog") or not callable(getattr(index, "search", None)):
             raise wrong_type("SessionManager: index", index, "a ToolIndex (ToolIndex.build, IndexStore.open)")
+        for what, cap in (("max_discovered", max_discovered), ("max_discovered_tokens", max_discovered_tokens)):
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)):  # before `"5" < 1` fails bare
+                raise wrong_type(f"SessionManager: {what}", cap, "a whole number (or None for no cap)")
         if max_discovered is not None and max_discovered < 1:
             raise InvalidArgumentError(
                 "max_discovered must be at least 1 (or None for no cap)"
@@ -265,27 +268,36 @@ class SessionManager:
         # cheap and must not fail, as it is what a log line or a traceback shows during an outage.
         return f"SessionManager({self._index!r}, store={self._store!r})"
 
-    def _enforce_caps(self, state: SessionState) -> list[str]:
-        """Evict least recently used discovered tools over the caps; the evicted names."""
+    def _enforce_caps(self, state: SessionState, spare: Collection[str] = ()) -> list[str]:
+        """Evict least recently used discovered tools over the caps; the evicted names.
+
+        Only tools still in the catalog count: one removed from the index holds no slot (its entry
+        stays, as another worker's newer catalog may hold it, and it counts again once it is back).
+        Names in `spare` (the tools a turn calls) go only once no other can; the most recent tool
+        (a search's best hit) always stays.
+        """
         evicted: list[str] = []
         cap = self.max_discovered
         budget = self.max_discovered_tokens
         if cap is None and budget is None:
             return evicted
-        by_age = sorted(state.last_used, key=state.last_used.__getitem__)  # least recent first
+        catalog = self._index.catalog
+        by_age = sorted((n for n in state.last_used if n in catalog), key=state.last_used.__getitem__)
+        if spare and len(by_age) > 1:  # least recent first, the spared after the others, the newest last
+            *older, newest = by_age
+            by_age = [n for n in older if n not in spare] + [n for n in older if n in spare] + [newest]
 
         def evict(name: str) -> None:
             evicted.append(name)
             del state.last_used[name]
 
         if cap is not None:
-            while len(state.last_used) > cap:
+            while len(by_age) > cap:
                 evict(by_age.pop(0))
         if budget is not None:
             from .tokens import tool_tokens
 
-            catalog = self._index.catalog
-            cost = {n: tool_tokens(catalog[n], self.encoding) if n in catalog else 0 for n in by_age}
+            cost = {n: tool_tokens(catalog[n], self.encoding) for n in by_age}
             total = sum(cost.values())
             # The most recent tool always stays, even alone over budget: the model asked for it.
             while total > budget and len(by_age) > 1:
@@ -334,6 +346,7 @@ class Session:
         self._base: SessionState | None = None  # a view's snapshot as read, for its commit
         self._namespaces: list[str] | None = None
         self._names: NameMap | None = None
+        self._spare: frozenset[str] = frozenset()  # see `spare`
 
     # --- state ---------------------------------------------------------------------------
 
@@ -384,6 +397,13 @@ class Session:
         view._names = self.name_map  # aliases learned in the view stay known to this handle
         view._namespaces = self._namespaces
         return view
+
+    def spare(self, names: Collection[str]) -> None:
+        """Keep these tools loaded through this handle's later discoveries (a turn's searches) while the
+        caps can evict others instead: the tools the turn calls, which its request carried."""
+        if isinstance(names, str):
+            raise SessionError("spare takes a collection of tool names, not a single string")
+        self._spare = frozenset(names)
 
     def commit(self) -> None:
         """Write a view's changes in one atomic update (replayed on the newest state, so changes
@@ -498,13 +518,14 @@ class Session:
         Already-discovered names are refreshed (they become the most recently used). A name outside
         the allowed subset raises ToolNotAllowedError and changes nothing.
         """
-        wanted = list(dict.fromkeys(names))
+        wanted = list(dict.fromkeys(_names("discover", names)))
         for name in wanted:
             if not self.is_allowed(name):
                 raise ToolNotAllowedError(f"tool {name!r} is not available in session {self.id!r}")
         if not wanted:
             return DiscoveryUpdate()
         enforce_caps = self._manager._enforce_caps
+        spare = self._spare
 
         def discover(state: SessionState) -> DiscoveryUpdate:
             pinned = set(state.pinned)
@@ -524,7 +545,7 @@ class Session:
             if len(added) > 1:
                 new = set(added)
                 state.discovered[-len(added) :] = [n for n in todo if n in new]
-            evicted = enforce_caps(state)
+            evicted = enforce_caps(state, spare)
             kept_new = set(added) - set(evicted)
             kept_old = set(refreshed) - set(evicted)
             return DiscoveryUpdate(
@@ -537,7 +558,7 @@ class Session:
 
     def touch(self, names: Iterable[str]) -> None:
         """Mark discovered tools as just used (a call keeps a tool from being evicted)."""
-        names = list(names)
+        names = list(_names("touch", names))
         if not names:
             return
 
@@ -551,7 +572,7 @@ class Session:
 
     def forget(self, names: Iterable[str] | None = None) -> None:
         """Hide discovered tools again (all of them when `names` is None)."""
-        gone = None if names is None else set(names)
+        gone = None if names is None else set(_names("forget", names))
 
         def forget(state: SessionState) -> None:
             if gone is None:
@@ -626,6 +647,13 @@ class Session:
     def __repr__(self) -> str:
         allowed = "all" if self.allowed is None else len(self.allowed)
         return f"Session({self.id!r}, allowed={allowed})"
+
+
+def _names(what: str, names: Iterable[str]) -> Iterable[str]:
+    """`names`, refused when it is one name as a string: iterating it would name one tool per character."""
+    if isinstance(names, str):
+        raise SessionError(f"{what} takes a collection of tool names, not a single string; pass [{names!r}]")
+    return names
 
 
 def _byol(name: str) -> Callable[..., Any]:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import marshal
+import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -80,11 +81,47 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+# The tokenizer refuses one input of 1,000,000 characters or more, or of more than 200,000 tokens: a longer
+# text is encoded in pieces of at most this many characters (at most 4 tokens a character: 160,000 tokens).
+_PIECE_CHARS = 40_000
+# Where a piece may end, best first, each searched for its last match in the piece's second half: before a
+# space that follows a non-space (the tokenizer splits there itself, so the count stays exact), after a line
+# break that a non-space follows, after any whitespace. Failing all three (one 40,000-character word) a piece
+# ends at its limit; each cut but the first kind can move the count by about one token.
+_CUTS = tuple(re.compile(pattern, re.DOTALL) for pattern in (r".*\S(?= )", r".*[\r\n](?=\S)", r".*\s"))
+
+
 def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
-    """Exact number of tokens of `text`; special-token strings count as ordinary text."""
+    """Exact number of tokens of `text`; special-token strings count as ordinary text.
+
+    Any length is counted: a text of more than `_PIECE_CHARS` characters (a huge tool result or a
+    pasted document) is encoded in pieces cut at whitespace, where the tokenizer splits anyway, so
+    the count stays exact or within about a token per piece.
+    """
     if not text:
         return 0
-    return len(_encoder(encoding).encode_ordinary(text))
+    encoder = _encoder(encoding)
+    if len(text) <= _PIECE_CHARS:
+        return len(encoder.encode_ordinary(text))
+    return sum(len(encoder.encode_ordinary(piece)) for piece in _pieces(text))
+
+
+def _pieces(text: str, size: int = _PIECE_CHARS) -> Iterator[str]:
+    """`text` in consecutive pieces of at most `size` characters, each ending where the tokenizer
+    splits anyway when the piece has such a place in its second half (see `_CUTS`)."""
+    start = 0
+    while len(text) - start > size:
+        limit = start + size
+        floor = start + size // 2
+        end = limit
+        for cut in _CUTS:
+            found = cut.match(text, floor, limit)
+            if found is not None and found.end() > floor:
+                end = found.end()
+                break
+        yield text[start:end]
+        start = end
+    yield text[start:]
 
 
 def count_json_tokens(value: Any, encoding: str = DEFAULT_ENCODING) -> int:

@@ -52,6 +52,11 @@ class Tool:
         where = f"tool {quoted(self.name)}" if isinstance(self.name, str) else "tool"
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidToolError(f"{where}: 'name' must be a non-empty string, got {self.name!r}")
+        if self.name != self.name.strip():
+            raise InvalidToolError(
+                f"{where}: the name starts or ends with whitespace, so it would pass for {quoted(self.name.strip())} "
+                f"while differing from it; remove the surrounding whitespace (name={quoted(self.name.strip())})"
+            )
         if len(self.name) > MAX_NAME_CHARS:
             raise InvalidToolError(f"{where}: name is {len(self.name)} chars; the limit is {MAX_NAME_CHARS}")
         walk = Walk(where)
@@ -133,8 +138,17 @@ class Tool:
         return {"type": "function", "function": fn}
 
     def to_anthropic(self, *, name: str | None = None) -> dict[str, Any]:
-        """Anthropic Messages tool definition."""
-        return {"name": name or self.name, "description": self.description, "input_schema": self.input_schema}
+        """Anthropic Messages tool definition.
+
+        Anthropic refuses (HTTP 400, the whole request) an `input_schema` with `oneOf`, `anyOf` or
+        `allOf` at its top level: such a schema is sent folded into one object schema (see
+        `anthropic_input_schema`). Calls are still validated against the tool's own schema.
+        """
+        return {
+            "name": name or self.name,
+            "description": self.description,
+            "input_schema": anthropic_input_schema(self.input_schema),
+        }
 
     def to_mcp(self, *, name: str | None = None) -> dict[str, Any]:
         """MCP `Tool` shape (camelCase inputSchema)."""
@@ -280,6 +294,63 @@ def _validated_schema(walk: Walk, schema: Any) -> dict[str, Any]:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise InvalidToolError(f"{where}: input schema 'required' must be a list of parameter names")
     return copy
+
+
+# --- Anthropic's input_schema ------------------------------------------------------------------
+
+_COMBINATORS = ("allOf", "anyOf", "oneOf")
+_COMBINATOR_NOTE = {
+    "allOf": "all of these apply",
+    "anyOf": "at least one of these applies",
+    "oneOf": "exactly one of these applies",
+}
+_MAX_NOTE_CHARS = 2_000
+
+
+def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`schema` as Anthropic's `input_schema` accepts it: no `oneOf` / `anyOf` / `allOf` at the top level.
+
+    Each top-level combinator is folded into the object schema: its branches' properties are added
+    (a property the branches define differently becomes the same combinator of their definitions),
+    and a property is required when the top level requires it, when every branch of an anyOf/oneOf
+    requires it, or when any branch of an allOf does. The alternatives themselves are written into
+    the schema's `description`, so the model still reads which combinations are valid. A schema
+    without a top-level combinator is returned as it is.
+    """
+    if not any(key in schema for key in _COMBINATORS):
+        return schema
+    out: dict[str, Any] = {k: v for k, v in schema.items() if k not in _COMBINATORS}
+    properties: dict[str, Any] = dict(out.get("properties") or {})
+    required: list[str] = list(out.get("required") or [])
+    notes: list[str] = []
+    for key in _COMBINATORS:
+        branches = [b for b in schema.get(key) or () if isinstance(b, Mapping)]
+        if not branches:
+            continue
+        branches = [anthropic_input_schema(b) for b in branches]  # a branch's own top-level combinators
+        defined: dict[str, list[Any]] = {}
+        for branch in branches:
+            for pname, pschema in (branch.get("properties") or {}).items():
+                if pschema not in defined.setdefault(pname, []):
+                    defined[pname].append(pschema)
+        for pname, found in defined.items():
+            if pname not in properties:
+                properties[pname] = found[0] if len(found) == 1 else {key: found}
+        sets = [set(b.get("required") or ()) for b in branches]
+        wanted = set.union(*sets) if key == "allOf" else set.intersection(*sets)
+        required.extend(r for r in sorted(wanted) if r not in required)
+        listed = "; ".join(f"({i}) {_canonical(b)}" for i, b in enumerate(branches, 1))
+        notes.append(f"The arguments must match {key}, {_COMBINATOR_NOTE[key]}: {listed}")
+    out["type"] = "object"
+    out["properties"] = properties
+    if required:
+        out["required"] = required
+    note = " ".join(notes)
+    if len(note) > _MAX_NOTE_CHARS:
+        note = note[: _MAX_NOTE_CHARS - 3] + "..."
+    description = out.get("description")
+    out["description"] = f"{description}\n\n{note}" if isinstance(description, str) and description else note
+    return out
 
 
 # --- callables -------------------------------------------------------------------------------

@@ -40,7 +40,6 @@ ChangedTools = Literal["keep", "block"]
 
 DEFAULT_STARTUP_TIMEOUT = 30.0
 DEFAULT_CALL_TIMEOUT = 300.0
-DEFAULT_MAX_RESULT_BYTES = 1_000_000  # about 250k tokens: more than a model takes in from one result
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # ${NAME}, ${env:NAME}, ${NAME:-default}, ${input:ID}, ${command:...}: the kind, the name, the default
 _VARIABLE = re.compile(r"\$\{(?:(?P<kind>[A-Za-z]+):(?!-))?(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")

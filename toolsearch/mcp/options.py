@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import ArgumentTypeError, InvalidArgumentError
+from ..executor import DEFAULT_MAX_RESULT_BYTES
 from ..model_option import add_model_option
 from ..usage import PRIVACY_SETTINGS, Privacy
-from .config import DEFAULT_MAX_RESULT_BYTES, ChangedTools
+from .config import ChangedTools
 from .metatools import CALL_TOOL
 
 __all__ = [

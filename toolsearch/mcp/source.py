@@ -31,9 +31,10 @@ from pydantic_core import PydanticSerializationError
 from .._errors import InvalidToolError, MCPConfigError, UpstreamError
 from .._untrusted import MAX_DEPTH, clean_text
 from ..catalog import Catalog
+from ..executor import DEFAULT_MAX_RESULT_BYTES
 from ..stores.redis import redacted_url
 from ..tools import SAFE_NAME_KEPT, Tool, provider_safe_name
-from .config import DEFAULT_MAX_RESULT_BYTES, MCPConfig, ServerConfig, load_config, parse_config
+from .config import MCPConfig, ServerConfig, load_config, parse_config
 
 __all__ = [
     "SEPARATOR",

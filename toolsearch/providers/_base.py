@@ -15,6 +15,8 @@ from .._errors import ArgumentTypeError, DuplicateToolError, InvalidArgumentErro
 from .._errors import ProviderError as ProviderError  # its old home: imports from here keep working
 from .._untrusted import repair_surrogates, surrogate_problem
 from ..tools import NameMap, Tool, provider_safe_name
+from ._wire import StopKind, dump
+from ._wire import stop_kind as _stop_kind
 
 Role = Literal["system", "user", "assistant", "tool"]
 ToolSearchMode = Literal["schema", "native"]
@@ -47,12 +49,64 @@ class ToolCall:
         return json.dumps(dict(self.arguments), ensure_ascii=False, separators=(",", ":"))
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form; `ToolCall.coerce` (and `Message.coerce`) read it back."""
         out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
         if self.arguments_error:
             out["arguments_error"] = self.arguments_error
         if self.kind != "function":
             out["kind"] = self.kind
         return out
+
+    @classmethod
+    def coerce(cls, value: ToolCall | Mapping[str, Any], *, where: str = "tool call") -> ToolCall:
+        """A ToolCall from a ToolCall or a mapping in one of `CALL_SHAPES`: the one `to_dict` writes
+        (`arguments` an object, or its JSON text) or an OpenAI Chat Completions call.
+
+        Arguments given as text that is not a JSON object come back as `arguments_error`, as a
+        provider's reply would; any other shape is an InvalidArgumentError that names `where`
+        (e.g. "message 2's tool_calls[0]") and the field.
+        """
+        if isinstance(value, ToolCall):
+            return value
+        if not isinstance(value, Mapping):
+            raise ArgumentTypeError(f"{where} is {type(value).__name__}, not a ToolCall or a mapping; {CALL_SHAPES}")
+        fn = value.get("function")
+        chat = isinstance(fn, Mapping)  # OpenAI Chat Completions: the name and arguments are under "function"
+        source: Mapping[str, Any] = fn if isinstance(fn, Mapping) else value
+        prefix = "function." if chat else ""
+        missing = [
+            f"{prefix if key != 'id' else ''}{key}"
+            for key, holder in (("id", value), ("name", source))
+            if not isinstance(holder.get(key), str)
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"{where} {dict(value)!r:.120} lacks a string {' and '.join(missing)}; {CALL_SHAPES}"
+            )
+        kind = value.get("kind", "function")
+        if kind not in ("function", "tool_search"):
+            raise InvalidArgumentError(
+                f"{where} {source['name']!r} has kind {kind!r}; a kind is 'function' (the default) or 'tool_search'"
+            )
+        given = source.get("arguments")
+        if given is not None and not isinstance(given, Mapping | str):
+            raise InvalidArgumentError(
+                f"{where}'s {prefix}arguments is {type(given).__name__} {given!r:.60}, not an object or its JSON "
+                f"text; {CALL_SHAPES}"
+            )
+        arguments, error = parse_arguments(given)
+        saved = value.get("arguments_error")
+        if saved is not None and not isinstance(saved, str):
+            raise InvalidArgumentError(f"{where}'s arguments_error is {type(saved).__name__}, not text or null")
+        return cls(value["id"], source["name"], arguments, saved or error, kind)
+
+
+# What ToolCall.coerce (and Message.coerce's tool_calls) read, for the errors that refuse anything else.
+CALL_SHAPES = (
+    'a tool call is a ToolCall, a mapping as ToolCall.to_dict() writes it ({"id", "name", "arguments"}, arguments '
+    'an object or its JSON text), or an OpenAI Chat Completions call ({"id", "type": "function", "function": '
+    '{"name", "arguments": "<JSON text>"}})'
+)
 
 
 def parse_arguments(text: str | Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
@@ -179,8 +233,23 @@ class Message:
         )
 
     @classmethod
-    def coerce(cls, value: Message | Mapping[str, Any] | str) -> Message:
-        """Accept a Message, a plain string (a user message) or a `{"role", "content"}` mapping."""
+    def coerce(
+        cls,
+        value: Message | Mapping[str, Any] | str,
+        *,
+        tools: Callable[[str], Tool | None] | None = None,
+        where: str = "message",
+    ) -> Message:
+        """Accept a Message, a plain string (a user message) or a `{"role", "content"}` mapping.
+
+        A mapping as `to_dict` writes it comes back as the same message (calls with their kind and
+        argument errors, a search result's tools, a provider's own items), so a history saved with
+        `LoopResult.to_dict()` resumes as it was. A search result's `tool_references` may also name
+        tools only (as earlier releases wrote them): `tools(name)` looks each one up (the loop
+        passes its catalog's `get`). An assistant message's `tool_calls` may also be OpenAI Chat
+        Completions calls, their arguments JSON text (see `ToolCall.coerce`). Errors name `where`
+        (the loop passes "the prompt's message N") and the field.
+        """
         if isinstance(value, Message):
             return value
         if isinstance(value, str):
@@ -190,17 +259,27 @@ class Message:
             if role == "developer":
                 role = "system"
             if role not in ("system", "user", "assistant", "tool"):
-                raise InvalidArgumentError(f"message role must be system, user, assistant or tool; got {role!r}")
+                raise InvalidArgumentError(
+                    f"{where} has role {role!r}; a message role is system, user, assistant or tool"
+                )
             content = value.get("content") or ""
             if not isinstance(content, str):
                 raise InvalidArgumentError(
-                    "only plain-text message content is supported in neutral messages:"
-                    " pass content as a str"
+                    f"{where}'s content is {type(content).__name__}: only plain-text message content is supported "
+                    "in neutral messages: pass content as a str"
                 )
-            calls = tuple(
-                c if isinstance(c, ToolCall) else ToolCall(c["id"], c["name"], dict(c.get("arguments") or {}))
-                for c in value.get("tool_calls") or ()
-            )
+            given = value.get("tool_calls") or ()
+            if isinstance(given, str | bytes | Mapping) or not isinstance(given, Sequence):
+                raise InvalidArgumentError(
+                    f"{where}'s tool_calls is {type(given).__name__}, not a list of tool calls; {CALL_SHAPES}"
+                )
+            calls = tuple(ToolCall.coerce(c, where=f"{where}'s tool_calls[{i}]") for i, c in enumerate(given))
+            call_kind = value.get("call_kind", "function")
+            if call_kind not in ("function", "tool_search"):
+                raise InvalidArgumentError(
+                    f"{where}'s call_kind is {call_kind!r}; it is 'function' (the default) or 'tool_search'"
+                )
+            provider = value.get("provider")
             return cls(
                 role,
                 content,
@@ -208,6 +287,11 @@ class Message:
                 tool_call_id=value.get("tool_call_id"),
                 name=value.get("name"),
                 is_error=bool(value.get("is_error", False)),
+                call_kind=call_kind,
+                tool_references=_references(value.get("tool_references") or (), tools),
+                provider=provider if isinstance(provider, str) else None,
+                # JSON turns a (call id, signature) pair into a list: the pair comes back as a tuple
+                provider_items=tuple(tuple(i) if isinstance(i, list) else i for i in value.get("provider_items") or ()),
             )
         raise ArgumentTypeError(
             f"cannot turn {type(value).__name__} into a Message;"
@@ -215,7 +299,7 @@ class Message:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able form (for logs and token accounting)."""
+        """A JSON-able form (for logs, token accounting and resuming: `Message.coerce` reads it back as it was)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
@@ -225,9 +309,45 @@ class Message:
             out["name"] = self.name
         if self.is_error:
             out["is_error"] = True
+        if self.call_kind != "function":
+            out["call_kind"] = self.call_kind
         if self.tool_references:
-            out["tool_references"] = [t.name for t in self.tool_references]
+            out["tool_references"] = [t.to_dict() for t in self.tool_references]
+        if self.provider is not None:
+            out["provider"] = self.provider
+        if self.provider_items:
+            out["provider_items"] = [dump(i) for i in self.provider_items]
         return out
+
+
+def _references(
+    values: Sequence[Tool | Mapping[str, Any] | str], tools: Callable[[str], Tool | None] | None
+) -> tuple[Tool, ...]:
+    """A search result's found tools, from Tools, definitions (what `Message.to_dict` writes) or names."""
+    if isinstance(values, str | Mapping) or not isinstance(values, Sequence):
+        raise ArgumentTypeError(
+            f"message tool_references must be a list of tool definitions, got {type(values).__name__}"
+        )
+    out: list[Tool] = []
+    for value in values:
+        if isinstance(value, Tool):
+            out.append(value)
+        elif isinstance(value, Mapping):
+            out.append(Tool.from_dict(value))
+        elif isinstance(value, str):
+            found = tools(value) if tools is not None else None
+            if found is None:
+                where = "the index does not hold it" if tools is not None else "no catalog was given to look it up"
+                raise InvalidArgumentError(
+                    f"message tool_references names tool {value!r}, but {where}; pass the tool definitions "
+                    "as Message.to_dict() writes them"
+                )
+            out.append(found)
+        else:
+            raise ArgumentTypeError(
+                f"a tool_references entry must be a tool definition (a mapping) or a name, got {type(value).__name__}"
+            )
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +370,23 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ModelTurn:
-    """What one model request returned: the assistant message, usage, stop reason, raw response."""
+    """What one model request returned: the assistant message, usage, stop reason, raw response.
+
+    `stop_reason` is the provider's own word; `stop_kind` says, in any provider's terms, why the turn
+    is not a complete answer: "truncated" (cut at a token limit), "refused" (the model declined, or
+    a safety filter withheld the output), "malformed_call" (a tool call the API could not read), or
+    None for a normal end. Left out, it follows from `stop_reason` (`_wire.STOP_KINDS`).
+    """
 
     message: Message
     usage: Usage | None = None
     stop_reason: str | None = None
     raw: Any = field(default=None, repr=False, compare=False)
+    stop_kind: StopKind | None = None
+
+    def __post_init__(self) -> None:
+        if self.stop_kind is None:
+            object.__setattr__(self, "stop_kind", _stop_kind(self.stop_reason))
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from ._base import (
     call_text,
     parse_arguments,
 )
+from ._wire import anthropic_call_id, token_count, unique_call_ids
 from ._wire import dump as _dump
 from ._wire import get as _get
 from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
@@ -64,6 +65,7 @@ def anthropic_payload(
     messages: list[dict[str, Any]] = []
     system_parts = [request.system] if request.system else []
     referenced: dict[str, Tool] = {}
+    ids = _WireIds()
 
     def user_blocks() -> list[dict[str, Any]]:
         last = messages[-1] if messages else None
@@ -85,11 +87,13 @@ def anthropic_payload(
             if m.content:
                 blocks.append({"type": "text", "text": m.content})
             for c in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": c.id, "name": names.safe(c.name), "input": dict(c.arguments)})
+                blocks.append(
+                    {"type": "tool_use", "id": ids.call(c.id), "name": names.safe(c.name), "input": dict(c.arguments)}
+                )
             if blocks:  # an empty reply is left out: the API refuses empty text blocks
                 messages.append({"role": "assistant", "content": blocks})
         else:
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ids.result(m.tool_call_id or "")}
             if native and m.tool_references and not m.is_error:
                 block["content"] = [
                     {"type": "tool_reference", "tool_name": names.safe(t.name)} for t in m.tool_references
@@ -131,6 +135,36 @@ def anthropic_payload(
     if prompt_caching:
         _mark_breakpoints(payload, conversation="cache_control" not in options)
     return payload
+
+
+class _WireIds:
+    """Call ids as Anthropic accepts them (`^[a-zA-Z0-9_-]+$`), the same for a tool_use and its tool_result.
+
+    A history may hold ids from another provider ("functions.get_time:0") or none at all (""): an id
+    the pattern refuses is sent as `anthropic_call_id(id)`; an empty one gets `toolu_noid_N`, N counting
+    the empty ids of the history in order (stable from one request to the next, so the prompt cache
+    holds), and an empty-id result answers the oldest empty-id call not yet answered.
+    """
+
+    def __init__(self) -> None:
+        self.empty = 0
+        self.waiting: list[str] = []
+
+    def call(self, call_id: str) -> str:
+        if call_id:
+            return anthropic_call_id(call_id)
+        self.empty += 1
+        made = f"toolu_noid_{self.empty}"
+        self.waiting.append(made)
+        return made
+
+    def result(self, call_id: str) -> str:
+        if call_id:
+            return anthropic_call_id(call_id)
+        if self.waiting:
+            return self.waiting.pop(0)
+        self.empty += 1
+        return f"toolu_noid_{self.empty}"
 
 
 def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool) -> None:
@@ -176,16 +210,18 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
             calls.append(ToolCall(call_text(_get(block, "id"), "id"), names.original(alias) or alias, args, error))
         elif kind in ("thinking", "redacted_thinking"):
             kept.append(_dump(block))
+    calls = unique_call_ids(calls, "toolu_")
     usage = _get(response, "usage")
     parsed_usage = None
     if usage is not None:
         # Anthropic's input_tokens leaves out what was read from or written to the cache: add them
         # back, so input_tokens is the whole prompt as OpenAI reports it
-        read = _get(usage, "cache_read_input_tokens")
-        inp = _get(usage, "input_tokens")
+        read = token_count(_get(usage, "cache_read_input_tokens"), "cache_read_input_tokens", "Anthropic")
+        written = token_count(_get(usage, "cache_creation_input_tokens"), "cache_creation_input_tokens", "Anthropic")
+        inp = token_count(_get(usage, "input_tokens"), "input_tokens", "Anthropic")
         if inp is not None:
-            inp += (read or 0) + (_get(usage, "cache_creation_input_tokens") or 0)
-        out = _get(usage, "output_tokens")
+            inp += (read or 0) + (written or 0)
+        out = token_count(_get(usage, "output_tokens"), "output_tokens", "Anthropic")
         parsed_usage = Usage(
             input_tokens=inp,
             output_tokens=out,
@@ -226,6 +262,11 @@ class AnthropicStreamAssembler:
             if block.get("type") == "tool_use":
                 self.partial_json[index] = []
                 alias, call_id = call_text(block.get("name"), "name"), call_text(block.get("id"), "id")
+                # the id the call runs under, given now so its start event and its result agree
+                others = [ToolCall(b.get("id") or "", "") for i, b in self.blocks.items() if i != index
+                          and b.get("type") == "tool_use"]
+                call_id = unique_call_ids([*others, ToolCall(call_id, "")], "toolu_")[-1].id
+                block["id"] = call_id
                 return [StreamEvent.tool_call_start(call_id, self.names.original(alias) or alias)]
             if block.get("type") == "text" and block.get("text"):
                 return [StreamEvent.text_delta(block["text"])]

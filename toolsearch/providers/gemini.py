@@ -8,7 +8,9 @@ result under `output` (or `error`), as the API documents. The Gemini Developer A
 ids, so a call without one gets a local id (`gemini-call-N`) that is never sent back: the response
 is matched by its place and name. Thought signatures the model attaches to its parts are kept and
 replayed with them, which Gemini 3 requires for function calling. Gemini names must start with a
-letter or `_`: a provider-safe alias that starts otherwise (`3d_print`) is sent as `_3d_print`.
+letter or `_`: a provider-safe alias that starts otherwise (`3d_print`) is sent as `_3d_print` (one
+that would then pass 64 characters keeps its first 55 and ends in an 8-digit digest of the alias, so
+two such names never meet, and each maps back to its tool).
 
 Schema injection only: Gemini has no native deferred-tool form. Gemini caches prompt prefixes by
 itself (implicit caching), so nothing is marked; `toolsearch.cost` prices the reused prefix.
@@ -17,6 +19,7 @@ itself (implicit caching), so nothing is marked; `toolsearch.cost` prices the re
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import re
 from typing import Any
@@ -36,22 +39,37 @@ from ._base import (
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
+from ._wire import token_count
 from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 __all__ = [
     "GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response", "wire_name",
 ]
 
-_SDK_MODULES = ("google.genai", "httpx", "google.auth")
+# pydantic: the SDK validates an answer into its types, and a malformed one fails there (a ValidationError)
+_SDK_MODULES = ("google.genai", "httpx", "google.auth", "pydantic", "pydantic_core")
 LOCAL_ID = "gemini-call-"  # ids made here for calls the API sent without one; never sent back
 _local_ids = itertools.count(1)
 # Gemini names must start with a letter or "_"; a provider-safe alias may start with a digit or "-"
 _GEMINI_START = re.compile(r"^[A-Za-z_]")
 
 
+_WIRE_KEPT = 55  # of an alias too long for "_" + alias, the characters kept before its digest
+
+
 def wire_name(alias: str) -> str:
-    """The name Gemini is sent for a provider-safe alias: `_` put before one that starts otherwise."""
-    return alias if _GEMINI_START.match(alias) else f"_{alias}"[:64]
+    """The name Gemini is sent for a provider-safe alias: `_` put before one that starts otherwise.
+
+    `_` + alias past 64 characters is `_` + its first 55 characters + 8 hex digits of its SHA-256:
+    unique per alias (two long names that differ only at the end no longer meet) and mapped back
+    by `_original`.
+    """
+    if _GEMINI_START.match(alias):
+        return alias
+    if len(alias) < 64:
+        return f"_{alias}"
+    digest = hashlib.sha256(alias.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"_{alias[:_WIRE_KEPT]}{digest}"
 
 
 def _original(names: NameMap, sent: str) -> str:
@@ -59,6 +77,11 @@ def _original(names: NameMap, sent: str) -> str:
     found = names.original(sent)
     if found is None and sent.startswith("_"):
         found = names.original(sent[1:])
+    if found is None and len(sent) == 64 and sent.startswith("_"):
+        # a shortened wire name: the alias of the request's tools whose wire name it is
+        prefix = sent[1 : 1 + _WIRE_KEPT]
+        aliases: dict[str, str] = getattr(names, "_to_name", {})  # NameMap's aliases (it lists none publicly)
+        found = next((names.original(a) for a in aliases if a.startswith(prefix) and wire_name(a) == sent), None)
     return found or sent
 
 
@@ -157,12 +180,19 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
     usage = _get(response, "usage_metadata")
     parsed_usage = None
     if usage is not None:
-        inp, out = _get(usage, "prompt_token_count"), _get(usage, "candidates_token_count")
+        inp = token_count(_get(usage, "prompt_token_count"), "prompt_token_count", "Gemini")
+        out = token_count(_get(usage, "candidates_token_count"), "candidates_token_count", "Gemini")
+        # a thinking model's thoughts are output tokens, billed as such, that the API counts apart
+        thoughts = token_count(_get(usage, "thoughts_token_count"), "thoughts_token_count", "Gemini")
+        if thoughts is not None:
+            out = (out or 0) + thoughts
         parsed_usage = Usage(
             input_tokens=inp,
             output_tokens=out,
-            total_tokens=_get(usage, "total_token_count"),
-            cached_input_tokens=_get(usage, "cached_content_token_count"),
+            total_tokens=token_count(_get(usage, "total_token_count"), "total_token_count", "Gemini"),
+            cached_input_tokens=token_count(
+                _get(usage, "cached_content_token_count"), "cached_content_token_count", "Gemini"
+            ),
         )
     reason = _get(candidate, "finish_reason")
     stop = getattr(reason, "value", reason)
@@ -195,7 +225,11 @@ class GeminiStreamAssembler:
                 if fn is not None:
                     alias = call_text(_get(fn, "name"), "name")
                     name = _original(self.names, alias)
-                    events.append(StreamEvent.tool_call_start(_get(fn, "id") or "", name))
+                    call_id = call_text(_get(fn, "id"), "id")
+                    if not call_id and isinstance(fn, dict):
+                        # the local id the call runs under, given now so its start event and its result agree
+                        call_id = fn["id"] = f"{LOCAL_ID}{next(_local_ids)}"
+                    events.append(StreamEvent.tool_call_start(call_id, name))
                 elif _get(part, "text") and not _get(part, "thought"):
                     events.append(StreamEvent.text_delta(_get(part, "text")))
             self.finish_reason = _get(candidate, "finish_reason") or self.finish_reason

@@ -24,6 +24,7 @@ from ._base import (
 )
 from ._wire import dump as _dump
 from ._wire import get as _get
+from ._wire import stop_kind, token_count, unique_call_ids
 from .drive import StreamAssembler, StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 _SDK_MODULES = ("openai", "httpx")
@@ -87,6 +88,11 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
         raise ProviderError("the Chat Completions response has no choices")
     choice = choices[0]
     msg = _get(choice, "message")
+    if msg is None or isinstance(msg, str | bytes | int | float | list | tuple):
+        raise ProviderError(
+            f"the Chat Completions answer's choices[0].message is {type(msg).__name__} {msg!r:.60}, not an object "
+            "with role, content and tool_calls: the provider's (or a proxy's) answer is malformed"
+        )
     calls: list[ToolCall] = []
     for tc in _get(msg, "tool_calls") or ():
         fn = _get(tc, "function")
@@ -98,13 +104,47 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
     if usage is not None:
         details = _get(usage, "prompt_tokens_details")
         parsed_usage = Usage(
-            input_tokens=_get(usage, "prompt_tokens"),
-            output_tokens=_get(usage, "completion_tokens"),
-            total_tokens=_get(usage, "total_tokens"),
-            cached_input_tokens=_get(details, "cached_tokens") if details is not None else None,
+            input_tokens=token_count(_get(usage, "prompt_tokens"), "prompt_tokens", "Chat Completions"),
+            output_tokens=token_count(_get(usage, "completion_tokens"), "completion_tokens", "Chat Completions"),
+            total_tokens=token_count(_get(usage, "total_tokens"), "total_tokens", "Chat Completions"),
+            cached_input_tokens=token_count(
+                _get(details, "cached_tokens") if details is not None else None,
+                "prompt_tokens_details.cached_tokens",
+                "Chat Completions",
+            ),
         )
-    message = Message("assistant", _get(msg, "content") or "", tuple(calls), provider="openai_chat")
-    return ModelTurn(message, parsed_usage, _get(choice, "finish_reason"), response)
+    # a refusal comes in `refusal` with content null: it is the reply's text all the same, and the turn is refused
+    refusal = _chat_text(_get(msg, "refusal"), "refusal")
+    text = _chat_text(_get(msg, "content"), "content") or refusal
+    calls = unique_call_ids(calls, "call_")
+    message = Message("assistant", text, tuple(calls), provider="openai_chat")
+    reason = _get(choice, "finish_reason")
+    return ModelTurn(message, parsed_usage, reason, response, "refused" if refusal else stop_kind(reason))
+
+
+def _chat_text(value: Any, field: str) -> str:
+    """A Chat Completions message's `content` (or `refusal`) as text: a string, or a list of text parts
+    (what several OpenAI-compatible servers send) joined; ProviderError for anything else."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if not isinstance(value, list | tuple):
+        raise ProviderError(
+            f"the Chat Completions answer's choices[0].message.{field} is {type(value).__name__} {value!r:.60}, "
+            "not text or a list of text parts: the provider's (or a proxy's) answer is malformed"
+        )
+    texts: list[str] = []
+    for i, part in enumerate(value):
+        kind = _get(part, "type")
+        key = "refusal" if kind == "refusal" else "text"
+        text = _get(part, key) if kind in ("text", "output_text", "refusal") else None
+        if not isinstance(text, str):
+            raise ProviderError(
+                f"the Chat Completions answer's choices[0].message.{field}[{i}] is a part of type {kind!r} "
+                f"({_dump(part)!r:.80}); only text parts can be read as the reply: the provider's answer is "
+                "malformed or uses content this client does not support"
+            )
+        texts.append(text)
+    return "".join(texts)
 
 
 class ChatStreamAssembler:
@@ -120,6 +160,7 @@ class ChatStreamAssembler:
         self.response_id: str | None = None
         self.model: str | None = None
         self.texts: list[str] = []
+        self.refusals: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: Any = None
@@ -142,6 +183,10 @@ class ChatStreamAssembler:
             if content:
                 self.texts.append(content)
                 events.append(StreamEvent.text_delta(content))
+            refusal = _get(delta, "refusal")
+            if refusal:
+                self.refusals.append(refusal)
+                events.append(StreamEvent.text_delta(refusal))
             for fragment in _get(delta, "tool_calls") or ():
                 index = _get(fragment, "index")
                 slot = self.calls.setdefault(
@@ -153,6 +198,11 @@ class ChatStreamAssembler:
                 name = call_text(_get(fn, "name"), "name") if fn is not None else None
                 if name and not slot["name"]:
                     slot["name"] = name
+                    # the id the call runs under, given now so its start event and its result agree
+                    others = [s["id"] for s in self.calls.values() if s is not slot]
+                    slot["id"] = unique_call_ids(
+                        [ToolCall(i, "") for i in others] + [ToolCall(slot["id"], "")], "call_"
+                    )[-1].id
                     events.append(StreamEvent.tool_call_start(slot["id"], self.names.original(name) or name))
                 arguments = _get(fn, "arguments") if fn is not None else None
                 if arguments:
@@ -162,6 +212,8 @@ class ChatStreamAssembler:
     def completion(self) -> dict[str, Any]:
         """The assembled stream as a `ChatCompletion`-shaped dict."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.texts) or None}
+        if self.refusals:
+            message["refusal"] = "".join(self.refusals)
         if self.calls:
             message["tool_calls"] = [
                 {
@@ -358,6 +410,7 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
     texts: list[str] = []
     calls: list[ToolCall] = []
     kept: list[Any] = []
+    refused = False
     for item in _get(response, "output") or ():
         kind = _get(item, "type")
         if kind == "message":
@@ -366,6 +419,7 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
                     texts.append(_get(part, "text") or "")
                 elif _get(part, "type") == "refusal":
                     texts.append(_get(part, "refusal") or "")
+                    refused = True
         elif kind == "function_call":
             alias = call_text(_get(item, "name"), "name")
             args, error = parse_arguments(_get(item, "arguments"))
@@ -376,20 +430,28 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
             calls.append(ToolCall(call_id, search_tool or "tool_search", args, error, kind="tool_search"))
         elif kind == "reasoning":
             kept.append(_dump(item))
+    calls = unique_call_ids(calls, "call_")
     usage = _get(response, "usage")
     parsed_usage = None
     if usage is not None:
         details = _get(usage, "input_tokens_details")
         parsed_usage = Usage(
-            input_tokens=_get(usage, "input_tokens"),
-            output_tokens=_get(usage, "output_tokens"),
-            total_tokens=_get(usage, "total_tokens"),
-            cached_input_tokens=_get(details, "cached_tokens") if details is not None else None,
+            input_tokens=token_count(_get(usage, "input_tokens"), "input_tokens", "Responses"),
+            output_tokens=token_count(_get(usage, "output_tokens"), "output_tokens", "Responses"),
+            total_tokens=token_count(_get(usage, "total_tokens"), "total_tokens", "Responses"),
+            cached_input_tokens=token_count(
+                _get(details, "cached_tokens") if details is not None else None,
+                "input_tokens_details.cached_tokens",
+                "Responses",
+            ),
         )
     message = Message(
         "assistant", "".join(texts), tuple(calls), provider="openai_responses", provider_items=tuple(kept)
     )
-    return ModelTurn(message, parsed_usage, _get(response, "status"), response)
+    status = _get(response, "status")
+    # an incomplete turn says why in incomplete_details: max_output_tokens (truncated) or content_filter (refused)
+    kind = "refused" if refused else stop_kind(status, _get(_get(response, "incomplete_details"), "reason"))
+    return ModelTurn(message, parsed_usage, status, response, kind)
 
 
 class ResponsesStreamAssembler:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ArgumentTypeError, InvalidArgumentError, PluginError, PluginWarning, UnknownFormatError
 from ..plugins import PluginRegistry, named_instance
-from ..tools import NameMap, Tool
+from ..tools import NameMap, Tool, provider_safe_name
 from ._base import ChatRequest, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
@@ -269,7 +269,11 @@ def _gemini_call(data: Mapping[str, Any], search_name: str) -> ToolCall | None:
 
 
 def _gemini_result(call: ToolCall, content: str, is_error: bool) -> dict[str, Any]:
-    response: dict[str, Any] = {"name": call.name, "response": {"error" if is_error else "output": content}}
+    from .gemini import wire_name
+
+    # named as the function was declared (tools_for_request(session, "gemini")), not by its catalog name
+    name = wire_name(provider_safe_name(call.name)) if call.name else call.name
+    response: dict[str, Any] = {"name": name, "response": {"error" if is_error else "output": content}}
     if call.id:
         response["id"] = call.id
     return {"function_response": response}

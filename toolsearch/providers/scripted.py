@@ -184,6 +184,7 @@ class ScriptedModel:
         format: str = "openai_chat",
         model: str = "scripted",
         usage: Callable[[ChatRequest, dict[str, Any]], Usage | None] | None = None,
+        priced_as: str | None = None,
     ) -> None:
         if (turns is None) == (policy is None):
             raise InvalidArgumentError(
@@ -194,6 +195,9 @@ class ScriptedModel:
             raise UnknownFormatError(f"format must be one of {', '.join(chat_format_names())}; got {format!r}")
         self.format = format
         self.model = model
+        # the model whose prices a run's requests are counted at: None is the format's provider's default model, with
+        # no warning (toolsearch.cost warns of a model it has no price for, and a scripted one never has)
+        self.priced_as = priced_as
         self._turns = list(turns) if turns is not None else None
         self._policy = policy
         self._usage = usage

@@ -1,0 +1,120 @@
+"""How a run that does not end in an answer ends: a guard's output, and a failure that keeps the run so far."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from toolsearch import ProviderError, Tool, ToolIndex
+from toolsearch.loop import LoopOutcome, ResultStatus, arun, run
+from toolsearch.providers import ScriptedModel, call, reply, search
+from toolsearch.session import SessionManager
+
+SENT: list[str] = []
+
+
+def weather_forecast(city: str, days: int = 3) -> dict[str, Any]:
+    """Weather forecast for a city, day by day."""
+    return {"city": city, "days": days, "sky": "sunny"}
+
+
+def send_email(to: str, subject: str, body: str) -> str:
+    """Send an email message to a recipient."""
+    SENT.append(to)
+    return f"sent to {to}"
+
+
+FUNCTIONS = {f.__name__: f for f in (weather_forecast, send_email)}
+EMAIL = call("send_email", to="bob@example.com", subject="Hi", body="Hello")
+
+
+@pytest.fixture()
+def sessions() -> SessionManager:
+    SENT.clear()
+    return SessionManager(ToolIndex.build([Tool.from_callable(f) for f in FUNCTIONS.values()], backend="bm25"))
+
+
+# --- a guard's output ---------------------------------------------------------------------------------
+
+
+def test_the_iteration_limit_never_passes_interim_text_off_as_the_answer(sessions: SessionManager) -> None:
+    model = ScriptedModel([reply(search("send email", 1), text="Sure, I'll email Bob now."), EMAIL, "Done."])
+    result = run(model, "Email Bob", session=sessions.create("s"), functions=FUNCTIONS, max_iterations=1)
+    assert result.outcome is LoopOutcome.MAX_ITERATIONS
+    assert result.output == (
+        "The run stopped after 1 model request(s), before the model gave an answer "
+        "(max_iterations=1 reached while it still called tools)."
+    )
+
+
+def test_the_repeated_call_guard_says_the_run_stopped(sessions: SessionManager) -> None:
+    weather = reply(call("weather_forecast", city="Oslo"), text="Checking the weather again.")
+    model = ScriptedModel([reply(search("weather forecast", 1), text="Let me look."), weather, weather, weather])
+    result = run(model, "Weather?", session=sessions.create("s"), functions=FUNCTIONS, max_identical_calls=2)
+    assert result.outcome is LoopOutcome.REPEATED_CALL
+    assert result.output == (
+        "The run stopped after 4 model request(s), before the model gave an answer "
+        "(it repeated an identical tool call more than max_identical_calls=2 times)."
+    )
+
+
+# --- a failure keeps the run so far -------------------------------------------------------------------
+
+
+def test_a_provider_error_after_a_side_effect_keeps_the_run_on_the_exception(sessions: SessionManager) -> None:
+    # The scripted model has no third turn: its third request fails with a ProviderError, as an overloaded API would.
+    model = ScriptedModel([search("send email", 1), EMAIL])
+    with pytest.raises(ProviderError, match="has only 2 turn") as raised:
+        run(model, "Email Bob", session=sessions.create("s"), functions=FUNCTIONS)
+    assert SENT == ["bob@example.com"]
+    partial = raised.value.partial  # type: ignore[attr-defined]
+    assert partial.outcome is LoopOutcome.ERROR and partial.session_id == "s"
+    assert partial.output.startswith("The run failed with ProviderError after 2 model request(s): the scripted model")
+    assert [(r.call.name, r.status) for r in partial.tool_results] == [
+        ("tool_search", ResultStatus.SEARCH),
+        ("send_email", ResultStatus.OK),
+    ]
+    assert [s.query for s in partial.searches] == ["send email"] and len(partial.requests) == 2
+    assert [m.role for m in partial.messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert raised.value.__notes__ == [
+        "toolsearch: the run of session 's' failed after 2 answered model request(s); 2 tool call(s) had run "
+        "before it ('send_email', 'tool_search'); exc.partial holds the run so far (messages, tool_results, "
+        "searches, requests)"
+    ]
+    partial.to_dict()  # the record is a LoopResult like any other
+
+
+def test_a_handler_that_raises_under_arun_keeps_the_run_too(sessions: SessionManager) -> None:
+    class Disconnected(Exception):
+        pass
+
+    def on_text(piece: str) -> None:
+        if "Bob" in piece:
+            raise Disconnected("the client went away")
+
+    model = ScriptedModel([search("send email", 1), EMAIL, "Emailed Bob."])
+    with pytest.raises(Disconnected) as raised:
+        asyncio.run(arun(model, "Email Bob", session=sessions.create("s"), functions=FUNCTIONS, on_text=on_text))
+    partial = raised.value.partial  # type: ignore[attr-defined]
+    assert SENT == ["bob@example.com"] and len(partial.requests) == 2 and partial.tool_results[-1].content == (
+        "sent to bob@example.com"
+    )
+    assert "2 tool call(s) had run" in raised.value.__notes__[0]
+
+
+def test_a_failure_while_calls_run_says_they_were_running(sessions: SessionManager) -> None:
+    def on_augment(tool: str, values: Any, call_id: str) -> None:
+        raise RuntimeError("audit log unavailable")
+
+    reason = {"type": "object", "properties": {"reason": {"type": "string"}}}
+    model = ScriptedModel([search("send email", 1), call("send_email", dict(EMAIL.arguments), reason="asked"), "x"])
+    with pytest.raises(RuntimeError, match="audit log unavailable") as raised:
+        run(model, "Email Bob", session=sessions.create("s"), functions=FUNCTIONS, augment=reason,
+            on_augment=on_augment)
+    assert SENT == []
+    note = raised.value.__notes__[0]
+    assert "1 tool call(s) had run before it ('tool_search')" in note
+    assert "the 1 call(s) of request 2 ('send_email') were running: whether they ran is unknown" in note
+    assert raised.value.partial.messages[-1].tool_calls[0].name == "send_email"  # type: ignore[attr-defined]
