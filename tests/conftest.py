@@ -88,6 +88,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     # One cache for the whole run: the model embeds each text once across tests.
     os.environ["TOOLSEARCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("toolsearch-cache"))
+    # A model hub cache of the run's own, empty: a model a user once downloaded must never make a test pass, and an
+    # unknown model name is looked up there (toolsearch.embeddings.check_model_name), not beside the clone.
+    os.environ["HF_HUB_CACHE"] = str(tmp_path_factory.mktemp("hf-hub"))
 
 
 @pytest.fixture(scope="session")

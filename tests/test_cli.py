@@ -880,8 +880,40 @@ def test_model_applies_to_the_backends_that_embed(home: Path, capsys: pytest.Cap
     argv = ["mcp", "serve", "--config", "servers.json", "--model", "multilingual-e5-small"]
     settings = settings_from_args(build_parser(argv).parse_args(argv))
     assert dict(settings.backend_options) == {"model": "multilingual-e5-small"}
-    code, _, err = run(capsys, *argv, "--backend", "bm25")
-    assert_one_line_error(code, err, "needs a backend that embeds (vector or hybrid), not bm25")
+    code, _, err = run(capsys, *argv, "--backend", "bm25")  # a usage error, as for build and eval above
+    assert_one_line_error(code, err, "needs a backend that embeds (vector or hybrid), not bm25", exit_code=EXIT_USAGE)
+
+
+def test_eval_refuses_a_model_for_an_index_that_does_not_embed(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    for source in ("kw", str(IndexStore(home / "home" / "indexes").path("kw"))):
+        code, out, err = run(capsys, "eval", source, "--queries", "queries.jsonl", "--model", "bogus")
+        assert_one_line_error(code, err, "--model 'bogus' needs a backend that embeds (vector or hybrid), not bm25",
+                              exit_code=EXIT_USAGE)
+        assert out == ""
+    assert run(capsys, "eval", "kw", "--queries", "queries.jsonl")[0] == EXIT_OK
+
+
+def test_a_model_the_backend_cannot_use_is_named_as_the_problem(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backend that embeds is not blamed for the model: the error says what is wrong with the model."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))  # an unknown name is looked for there: an empty cache
+    bad = home / "card-bad"
+    bad.mkdir()
+    (bad / "card.json").write_text('{"sha256": "0"\n')
+    (bad / "model.int8.safetensors").write_bytes(b"")
+    for model, reason in (
+        ("./card-bad", f"--model ./card-bad: {bad.resolve()}/card.json cannot be read"),
+        ("toolsearch/tuned@0123456789ab", "--model toolsearch/tuned@0123456789ab: toolsearch/tuned@0123456789ab is a "
+                                          "request encoder made for one index"),
+        ("minlm", "--model minlm: unknown model 'minlm'; did you mean minilm?"),
+    ):
+        code, _, err = run(capsys, "build", "openai.json", "--backend", "hybrid", "--model", model, "--name", "x")
+        assert_one_line_error(code, err, reason, exit_code=EXIT_USAGE)
+        assert "needs a backend that embeds" not in err
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "hybrid", "--model", "./card-bad", "--name", "x")
+    assert "export the model to this folder again (toolsearch model export INDEX --out DIR)" in err
 
 
 SPANISH = "¿Qué tiempo hará mañana en Madrid?"

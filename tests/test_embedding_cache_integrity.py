@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from toolsearch import Tool
-from toolsearch.embeddings import DEFAULT_MODEL_ID, CallableEmbedder, EmbeddingCache, embed_texts, text_key
+from toolsearch.embeddings import (
+    CallableEmbedder,
+    EmbeddingCache,
+    NumpyEmbedder,
+    document_cache_id,
+    embed_texts,
+    text_key,
+)
 from toolsearch.text import embedding_text
 
 DIM = 16
@@ -115,7 +122,8 @@ def test_a_killed_cold_vector_build_keeps_its_finished_batches(tmp_path: Path) -
     cache = tmp_path / "cache"
     env = {**os.environ, "TOOLSEARCH_CACHE_DIR": str(cache)}
     build = subprocess.Popen([sys.executable, "-c", SLOW_BUILD, str(count)], env=env, stdout=subprocess.PIPE)
-    folder = EmbeddingCache(cache).folder(DEFAULT_MODEL_ID)
+    key = document_cache_id(NumpyEmbedder())  # the stock model's weights embed the tools (its id and digest)
+    folder = EmbeddingCache(cache).folder(key)
     deadline = time.monotonic() + 240
     while not (folder.is_dir() and list(folder.glob("*.keys2"))):
         assert build.poll() is None, "the build ended before it wrote a batch"
@@ -126,5 +134,5 @@ def test_a_killed_cold_vector_build_keeps_its_finished_batches(tmp_path: Path) -
     tools = [Tool(f"tool_{i}", f"Tool {i} handles request kind {i} for customer account {i * 7}.")
              for i in range(count)]
     texts = [embedding_text(t) for t in tools]
-    kept = sum(v is not None for v in EmbeddingCache(cache).get(DEFAULT_MODEL_ID, [text_key(t) for t in texts]))
+    kept = sum(v is not None for v in EmbeddingCache(cache).get(key, [text_key(t) for t in texts]))
     assert 0 < kept < count, kept

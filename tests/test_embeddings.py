@@ -447,7 +447,9 @@ def test_the_int8_graph_evens_out_every_layer_norm_output_before_rounding_it() -
     np.testing.assert_allclose(restored, layer.qkv_w * factor, atol=float(weights["l0_qkv_s"].max()))
 
 
-def test_resolve_embedder_rejects_contradictions() -> None:
+def test_resolve_embedder_rejects_contradictions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # a hub name is run only from the local cache
+    (tmp_path / "models--someone--some-hub-model" / "snapshots" / "0123abc").mkdir(parents=True)
     embedder = CallableEmbedder(hashing_vectors, "hash-64", 64)
     assert emb.resolve_embedder(None, embedder) is embedder
     assert emb.resolve_embedder("hash-64", embedder) is embedder
@@ -527,7 +529,7 @@ def test_an_unloadable_model_says_what_to_pass_instead(tmp_path: Path, monkeypat
     package is a stand-in that fails as the real one does for a folder without a model (an OSError naming a file)."""
     import types
 
-    def refuse(source: str, device: str) -> None:
+    def refuse(source: str, device: str, **options: object) -> None:
         raise OSError(f"{source} does not appear to have a file named config.json")
 
     stand_in = types.ModuleType("sentence_transformers")

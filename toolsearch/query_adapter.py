@@ -1,4 +1,4 @@
-"""A learned linear map of the default model's query vectors towards the tools that answer them (query side only).
+"""A learned linear map of all-MiniLM-L6-v2's query vectors towards the tools that answer them (query side only).
 
 MiniLM embeds a request and a tool description as two sentences; a request that states a goal
 ("my package never arrived") lands away from the tool text that serves it ("track a shipment by
@@ -9,7 +9,9 @@ what the model already gets right is kept.
 
 The matrix ships in the package (`data/query_adapter_minilm.npy`, float16), made by
 `scripts/train_query_adapter.py` from the shared data sets; its leave-one-set-out figures are in
-benchmarks/results/ranking_loso.md. It applies to the default model only.
+benchmarks/results/ranking_loso.md. It applies to all-MiniLM-L6-v2 (`model="minilm"`) only, which was the default
+model when it was fitted; the tools model (the default now) embeds requests with an encoder of its own, and a new
+backend that asks for the matrix with it is refused rather than left unmapped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["ADAPTER_FILE", "adapt", "adapter_for"]
+__all__ = ["ADAPTER_FILE", "adapt", "adapted_models", "adapter_for"]
 
 ADAPTER_FILE = "query_adapter_minilm.npy"
 _LOCK = threading.Lock()
@@ -33,11 +35,16 @@ def _shipped() -> np.ndarray:
     return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
-def adapter_for(model_id: str) -> np.ndarray | None:
-    """The shipped matrix for `model_id`'s query vectors, or None when there is none for that model."""
+def adapted_models() -> tuple[str, ...]:
+    """The ids of the models a matrix ships for (all-MiniLM-L6-v2, `model="minilm"`; not the default tools model)."""
     from .embeddings import DEFAULT_MODEL_ID
 
-    if model_id != DEFAULT_MODEL_ID:
+    return (DEFAULT_MODEL_ID,)
+
+
+def adapter_for(model_id: str) -> np.ndarray | None:
+    """The shipped matrix for `model_id`'s query vectors, or None when there is none for that model."""
+    if model_id not in adapted_models():
         return None
     with _LOCK:
         return _shipped()

@@ -815,6 +815,21 @@ def made_backend(name: str, made: object) -> Backend:
     raise BACKENDS.wrong_product(name, made, expected)
 
 
+def _raise_for_carried_model(folder: Path) -> None:
+    """After a backend failed to load: when the request encoder the index carries is what cannot run (its files, not
+    a private copy's, checked in place), say so, naming the index, instead of the loader's words."""
+    from .model_file import carried_model, model_folder_problem
+
+    carried = carried_model(folder)
+    problem = model_folder_problem(carried) if carried is not None else None
+    if problem is not None:
+        raise IndexFormatError(
+            f"{folder}: the request encoder this index carries cannot be read ({problem}); rebuild the index with a "
+            "good model folder (toolsearch build FILE --model DIR --rebuild), exporting that folder again from the "
+            "index it came from if it is damaged too (toolsearch model export INDEX --out DIR)"
+        ) from None
+
+
 def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], options: dict[str, Any]) -> Any:
     spec = get_backend_spec(manifest.backend)
     merged = {**manifest.options, **options}
@@ -822,9 +837,11 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
         loaded = spec.load(folder / BACKEND_DIR, tools, **merged)
     except ToolSearchError:
         if os.access(folder / BACKEND_DIR, os.W_OK):
+            _raise_for_carried_model(folder)
             raise
     except Exception as exc:  # a backend's own error types never reach the caller
         if os.access(folder / BACKEND_DIR, os.W_OK):
+            _raise_for_carried_model(folder)
             raise IndexFormatError(
                 f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
                 "rebuild the index"
@@ -839,9 +856,11 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
         backend = made_backend(spec.name, spec.load(copy.path / BACKEND_DIR, tools, **merged))
     except ToolSearchError:  # a PluginError for a wrong product included
         copy.remove()
+        _raise_for_carried_model(folder)
         raise
     except Exception as exc:
         copy.remove()
+        _raise_for_carried_model(folder)
         raise IndexFormatError(
             f"{folder}: the {manifest.backend} backend files cannot be read from this read-only folder, nor "
             f"from a private copy ({type(exc).__name__}: {exc}); rebuild the index"

@@ -20,7 +20,7 @@ from toolsearch._errors import CatalogStoreError, IndexFormatError, IndexNotFoun
 from toolsearch.backends.bm25 import VALUE_WEIGHT
 from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
 from toolsearch.demo import demo_tools
-from toolsearch.embeddings import DEFAULT_MODEL_ID, CallableEmbedder, ToolsEmbedder, text_key
+from toolsearch.embeddings import CallableEmbedder, ToolsEmbedder, document_cache_id, text_key
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
 from toolsearch.pg.schema import SCHEMA_VERSION
@@ -118,7 +118,7 @@ def test_vectors_a_store_kept_under_the_tools_model_s_id_are_read_not_embedded_a
     PostgresIndex.open(pg_server.dsn(), catalog_name, tools, poll=None, cache=False).close()
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         rows = conn.execute("SELECT embedding::text FROM toolsearch_embeddings WHERE model = %s AND digest = ANY(%s)",
-                            (DEFAULT_MODEL_ID, digests)).fetchall()
+                            (document_cache_id(ToolsEmbedder()), digests)).fetchall()
     assert len(rows) == len(tools)
     assert all(np.array_equal(np.array(json.loads(text), dtype=np.float32), planted) for (text,) in rows)
 
@@ -132,7 +132,8 @@ def test_a_fleet_embeds_requests_with_a_tuned_encoder_from_its_folder(
     second = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None, model=str(tuned_model))
     try:
         # tools are embedded by all-MiniLM-L6-v2 under either encoder: the tuned catalog reused the stored vectors
-        assert _stored_models(pg_server.dsn(), TOOLS) == {DEFAULT_MODEL_ID: len(TOOLS)}
+        # (under the stock weights' key, which names their digest: `document_cache_id`)
+        assert _stored_models(pg_server.dsn(), TOOLS) == {document_cache_id(ToolsEmbedder()): len(TOOLS)}
         assert first.backend.describe()["model"] == second.backend.describe()["model"] == tuned_id
         assert second.search("send an email", 1).names == ["email_send_message"]
         # a worker without the folder is refused, and told what to pass: the id alone cannot find the weights

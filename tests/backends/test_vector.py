@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_embeddings import Counting, hashing_vectors
 
-from toolsearch import IndexFormatError, Tool, ToolIndex
+from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex
 from toolsearch.backends import vector as vector_module
 from toolsearch.backends.vector import VectorBackend
 from toolsearch.clauses import query_clauses
@@ -147,8 +147,10 @@ def test_warm_cache_build_does_not_call_the_model(demo_tools: list[Tool], minilm
 
 def test_loading_with_another_model_names_both(tmp_path: Path, demo_tools: list[Tool]) -> None:
     ToolIndex.build(demo_tools[:10], backend="vector").save(tmp_path / "ix")
-    with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*other/model"):
-        ToolIndex.load(tmp_path / "ix", model="other/model")
+    with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*all-MiniLM-L6-v2"):
+        ToolIndex.load(tmp_path / "ix", model="minilm")  # a model there is, but not this index's
+    with pytest.raises(BackendError, match="unknown model 'other/model'"):
+        ToolIndex.load(tmp_path / "ix", model="other/model")  # one there is not: said first, without the network
     hashing = CallableEmbedder(hashing_vectors, "hash-64", 64)
     with pytest.raises(IndexFormatError, match=rf"{SHIPPED.model_id}@.*hash-64"):
         ToolIndex.load(tmp_path / "ix", embedder=hashing)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendError, IndexFormatError, missing_dependency
+from .._errors import BackendError, IndexFormatError, ToolSearchError, missing_dependency
 from ..clauses import query_clauses, request_parts
 from ..embeddings import (
     DEFAULT_MODEL_ID,
@@ -32,8 +32,8 @@ from ..embeddings import (
     shared_cache,
 )
 from ..entities import send_request
-from ..model_file import CARD_FILE, CARRIED_DIR, SHIPPED
-from ..query_adapter import adapt, adapter_for
+from ..model_file import CARD_FILE, CARRIED_DIR, SHIPPED, check_model_folder
+from ..query_adapter import adapt, adapted_models, adapter_for
 from ..results import Hit, Ranking
 from ..scratch import Scratch, new_scratch
 from ..stored_tools import tool_names
@@ -80,8 +80,8 @@ CLAUSE_LIFT = 0.5
 class VectorBackend:
     """Tools embedded with `embedder`; inner product of normalised vectors = cosine similarity.
 
-    `query_adapter`: True maps the default model's query vectors by the shipped matrix
-    (toolsearch.query_adapter; no effect for other models), False (default) searches with the raw
+    `query_adapter`: True maps the query vectors by the shipped matrix (toolsearch.query_adapter: fitted for
+    all-MiniLM-L6-v2, model='minilm'; a new backend of another model is refused), False (default) searches with the raw
     query vectors, a square matrix uses that one (experiments; it is not recorded by `describe`).
     Off by default: on data sets it was not fitted on it moves nDCG@10 by +0.000 to +0.006 only
     (benchmarks/results/ranking_loso.md), too little to change every index's ranking for.
@@ -414,6 +414,7 @@ class VectorBackend:
         (folder / META_FILE).write_text(json.dumps(meta, ensure_ascii=False))
         own = _own_model(self.embedder)
         if own is not None:
+            _check_own_model(self.embedder, warm=False)  # the caller's folder may have changed since it was loaded
             # A private copy (_saved_model) never changes, so the new generation may share its files; a folder
             # the caller named may change after this save, so it is copied.
             private = str(own) in _PRIVATE_COPIES
@@ -551,9 +552,38 @@ def _split_options(options: dict[str, Any]) -> tuple[str | None, Embedder | None
 
 
 def create(**options: Any) -> VectorBackend:
-    """An empty vector backend; the model loads only when something is embedded."""
+    """An empty vector backend; the model loads only when something is embedded, except a request encoder of the
+    caller's (a folder `toolsearch model export` wrote), which is checked and loaded now: an index carries it."""
     model, embedder, rest = _split_options(dict(options))
-    return VectorBackend(resolve_embedder(model, embedder), **rest)
+    chosen = resolve_embedder(model, embedder)
+    if rest.get("query_adapter") is True and adapter_for(chosen.model_id) is None:
+        raise BackendError(
+            f"query_adapter=True: the shipped query adapter is a matrix for {', '.join(adapted_models())} only, "
+            f"not {chosen.model_id}; build with model='minilm' to use it, or leave query_adapter off"
+        )
+    _check_own_model(chosen, warm=True)
+    return VectorBackend(chosen, **rest)
+
+
+def _check_own_model(embedder: Embedder, *, warm: bool) -> None:
+    """Refuse a request encoder of the caller's that cannot run (a digest that does not match, a tokenizer that
+    cannot be read), naming the caller's folder, before an index is built with it or carries it."""
+    own = _own_model(embedder)
+    if own is None or str(own) in _PRIVATE_COPIES:  # an index's own copy was checked and loaded when it opened
+        return
+    check_model_folder(own)
+    if not warm:
+        return
+    try:
+        embedder.warm()  # type: ignore[attr-defined]  # a ToolsEmbedder: _own_model says so
+    except ToolSearchError:
+        raise
+    except Exception as exc:  # the tokenizers and safetensors packages raise their own (or bare) exceptions
+        raise BackendError(
+            f"the model folder {own} cannot be used: it does not load ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}); export the model to this folder again (toolsearch model export INDEX "
+            "--out DIR) or give another model folder"
+        ) from None
 
 
 def load(folder: Path, tools: Sequence[Tool], **options: Any) -> VectorBackend:

@@ -27,6 +27,7 @@ __all__ = [
     # gateway
     "Gateway",
     "GatewaySettings",
+    "GatewayOptions",
     "WorkerSettings",
     "serve",
     "aserve",
@@ -44,6 +45,7 @@ _LAZY = {
     "Gateway": "gateway",
     "GatewaySettings": "settings",
     "WorkerSettings": "settings",
+    "GatewayOptions": "options",
     "serve": "startup",
     "aserve": "startup",
     "add_mcp_arguments": "options",

@@ -117,8 +117,11 @@ class AuthSettings:
         return self.sessions_per_caller if self.sessions_per_address is None else self.sessions_per_address
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> AuthSettings:
-        """Settings from `add_auth_arguments` flags, checked; AuthConfigError names the flag at fault."""
+    def from_args(cls, args: argparse.Namespace, *, read_files: bool = True) -> AuthSettings:
+        """Settings from `add_auth_arguments` flags, checked; AuthConfigError names the flag at fault.
+
+        `read_files=False` checks the flags alone and leaves `--auth-tokens`'s file to `check_files()`.
+        """
         settings = cls(
             issuer=_url_flag("--auth-issuer", args.auth_issuer),
             jwks_url=_url_flag("--auth-jwks-url", args.auth_jwks_url),
@@ -137,11 +140,19 @@ class AuthSettings:
             contexts_per_caller=int(args.contexts_per_caller),
             sessions_per_address=None if args.sessions_per_address is None else int(args.sessions_per_address),
         )
-        settings.check()
+        if read_files:
+            settings.check()
+        else:
+            settings.check_flags()
         return settings
 
     def check(self) -> None:
-        """Refuse contradictory or unsafe combinations before anything starts."""
+        """Refuse contradictory or unsafe combinations, and an unusable token file, before anything starts."""
+        self.check_flags()
+        self.check_files()
+
+    def check_flags(self) -> None:
+        """Refuse contradictory or unsafe combinations and values out of range; no file is read."""
         if self.no_auth and self.enabled:
             raise AuthConfigError("--no-auth contradicts --auth-issuer/--auth-tokens; give one or the other")
         if self.enabled and not self.scopes:
@@ -171,6 +182,9 @@ class AuthSettings:
             raise AuthConfigError("--sessions-per-caller and --contexts-per-caller must be >= 0 (0: no cap)")
         if self.sessions_per_address is not None and self.sessions_per_address < 0:
             raise AuthConfigError("--sessions-per-address must be >= 0 (0: no cap)")
+
+    def check_files(self) -> None:
+        """Refuse a `--auth-tokens` file that cannot be used, naming the entry."""
         if self.tokens_file is not None:
             StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import SessionStoreError, ToolSearchError
+from .._errors import InvalidArgumentError, SessionStoreError, ToolSearchError
 from ..pg._connect import STORE_ENV, default_dsn, display_dsn, is_postgres_url
 from ..stores import SessionStoreSpec, store_spec, url_scheme
 from .gateway import reuse_port_socket
@@ -101,11 +101,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_worker_arguments(args: argparse.Namespace) -> None:
-    """Refuse combinations that cannot work, saying what to use instead."""
+    """Refuse values and combinations that cannot work, saying what to use instead (InvalidArgumentError: a
+    usage error, exit code 2 from `toolsearch mcp serve`)."""
     if args.workers < 1:
-        raise ToolSearchError(f"--workers must be at least 1, got {args.workers}")
+        raise InvalidArgumentError(f"--workers must be at least 1, got {args.workers}")
     if args.workers > 1 and args.transport != "http":
-        raise ToolSearchError("--workers N serves HTTP: add --transport http")
+        raise InvalidArgumentError("--workers N serves HTTP: add --transport http")
     spec = _store_spec(args.session_store)
     if args.workers > 1 and not spec.shared:
         scheme = url_scheme(args.session_store)
@@ -115,29 +116,29 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             else f"the {scheme}:// store does not declare itself shared between processes (a plug-in says so "
             "with toolsearch.stores.SessionStoreSpec(open, shared=True)), so each worker may keep its own sessions"
         )
-        raise ToolSearchError(
+        raise InvalidArgumentError(
             f"--workers N needs a shared --session-store (redis://host:port/db): {why}, and a client's next "
             "request could land on a worker that never saw it"
         )
     if args.session_header is not None and args.transport != "http":
-        raise ToolSearchError("--session-header names an HTTP header: use it with --transport http")
+        raise InvalidArgumentError("--session-header names an HTTP header: use it with --transport http")
     if args.session_header is not None:
         check_header_name(args.session_header, "--session-header")  # before the forgery check, which assumes one
     custom = args.session_header is not None and args.session_header.lower() != "mcp-session-id"
     if custom and not args.trust_proxy_header:
-        raise ToolSearchError(
+        raise InvalidArgumentError(
             f"--session-header {args.session_header} trusts a header any client can send: add "
             "--trust-proxy-header, and have the proxy in front strip that header from client requests"
         )
     if args.session_ttl is not None and not 0 < args.session_ttl < math.inf:  # (NaN compares false: refused too)
-        raise ToolSearchError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
+        raise InvalidArgumentError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
     if args.store is not None and not is_postgres_url(args.store):
-        raise ToolSearchError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
+        raise InvalidArgumentError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
                               "postgresql://user@host:5432/db")
     if args.store is not None and args.index_dir is not None:
-        raise ToolSearchError("--store and --index-dir both say where the index lives: give one of them")
+        raise InvalidArgumentError("--store and --index-dir both say where the index lives: give one of them")
     if args.catalog_poll <= 0:
-        raise ToolSearchError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
+        raise InvalidArgumentError(f"--catalog-poll must be a positive number of seconds, got {args.catalog_poll}")
 
 
 def _store_spec(url: str) -> SessionStoreSpec:
@@ -145,7 +146,7 @@ def _store_spec(url: str) -> SessionStoreSpec:
     try:
         return store_spec(url)
     except SessionStoreError as exc:
-        raise ToolSearchError(f"--session-store is not a store this gateway knows: {exc}") from None
+        raise InvalidArgumentError(f"--session-store is not a store this gateway knows: {exc}") from None
 
 
 def worker_settings(args: argparse.Namespace) -> WorkerSettings:

@@ -1,4 +1,5 @@
-"""Session stores: the state record, the store interface, the memory and Redis stores, and stores by URL scheme."""
+"""Session stores: the state record, the store interface, the memory and Redis stores, and stores by URL scheme;
+beside them the usage stores by URL scheme, and the Redis usage store the gateway's workers share."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .redis import REDIS_SCHEMES
 if TYPE_CHECKING:
     from ..usage import UsageStore
     from .redis import RedisSessionStore
+    from .usage_redis import RedisUsageStore
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -33,6 +35,7 @@ __all__ = [
     "url_scheme",
     "USAGE_STORES",
     "usage_store_from_url",
+    "RedisUsageStore",
 ]
 
 
@@ -41,6 +44,10 @@ def __getattr__(name: str) -> Any:
         from .redis import RedisSessionStore
 
         return RedisSessionStore
+    if name == "RedisUsageStore":  # likewise
+        from .usage_redis import RedisUsageStore
+
+        return RedisUsageStore
     raise AttributeError(f"module 'toolsearch.stores' has no attribute {name!r}")
 
 
