@@ -393,9 +393,9 @@ def _tools_embedder(model: str) -> ToolsEmbedder:
     embedder = ToolsEmbedder()
     if ("@" in model and model != embedder.model_id) or model.split("@", 1)[0] not in _TOOLS_ALIASES:
         raise BackendError(
-            f"this index was embedded with {model}, but this toolsearch ships {embedder.model_id}; "
-            "rebuild the index (its tool vectors are reused from the embedding cache) or install the toolsearch "
-            "version that built it"
+            f"{model} is not the tools model this toolsearch ships ({embedder.model_id}): an index embedded with it "
+            "needs a rebuild (its tool vectors are reused from the embedding cache) or the toolsearch version that "
+            "built it, and a new build takes the shipped one with --model tools (model='tools')"
         )
     return embedder
 

@@ -211,7 +211,10 @@ def check_model_folder(folder: Path, what: str | None = None) -> None:
     """Refuse an exported folder that cannot run (`model_folder_problem`), naming it as `what` (the folder)."""
     problem = model_folder_problem(folder)
     if problem is not None:
-        raise BackendError(f"{what or folder}: the model cannot be used: {problem}; {_advice(folder)}")
+        # the problem names the file, so the folder is said once (a caller's `--model X:` prefix names it too)
+        shown = what or str(folder)
+        where = "" if shown in problem else f"{shown}: "
+        raise BackendError(f"{where}the model cannot be used: {problem}; {_advice(folder)}")
 
 
 def load_weights(folder: Path) -> dict[str, np.ndarray]:

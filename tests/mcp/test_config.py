@@ -132,6 +132,61 @@ def test_build_indexes_a_vscode_config(tmp_path: Path) -> None:
     assert json.loads(built.stdout)["tools"] >= 2  # get_current_time, convert_time
 
 
+# --- a stdio server's envFile (VS Code) ------------------------------------------------------------------------
+
+
+def _env_file_config(folder: Path, entry: dict[str, Any]) -> Path:
+    (folder / ".vscode").mkdir(parents=True, exist_ok=True)
+    (folder / ".vscode" / "mcp.json").write_text(json.dumps({"servers": {"srv": entry}}))
+    return folder / ".vscode" / "mcp.json"
+
+
+def test_an_env_file_reaches_the_server_under_its_env_entries(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text('# the team keys\nAPI_KEY=from-file\nexport REGION="eu west"\nLOG=debug\nEMPTY=\n')
+    config = load_config(_env_file_config(tmp_path, {
+        "type": "stdio", "command": "srv", "envFile": "${workspaceFolder}/.env", "env": {"LOG": "info"}}))
+    # as written in the file (quotes taken off, `export` allowed), and an `env` entry wins over the file's
+    assert config["srv"].env == {"API_KEY": "from-file", "REGION": "eu west", "LOG": "info", "EMPTY": ""}
+    relative = load_config(_env_file_config(tmp_path / "b", {"command": "srv", "envFile": "../../.env"}))
+    assert relative["srv"].env["API_KEY"] == "from-file"  # against the config's own folder, like cwd
+
+
+@pytest.mark.parametrize(
+    ("text", "entry", "said"),
+    [
+        (None, {"command": "srv", "envFile": "missing.env"}, "envFile 'missing.env' is not a file"),
+        ("A=1\nthis line is no assignment\n", {"command": "srv", "envFile": "x.env"}, "line 2 is not KEY=value"),
+        ("A=1\nTOKEN\n", {"command": "srv", "envFile": "x.env"}, "line 2 names 'TOKEN' without a value"),
+        ("A=1\n", {"url": "https://mcp.example.test/mcp", "envFile": "x.env"}, "an HTTP server has none"),
+    ],
+)
+def test_an_env_file_that_cannot_be_used_is_refused_naming_it(
+    tmp_path: Path, text: str | None, entry: dict[str, Any], said: str
+) -> None:
+    if text is not None:
+        (tmp_path / ".vscode").mkdir()
+        (tmp_path / ".vscode" / "x.env").write_text(text)
+    with pytest.raises(MCPConfigError, match="server 'srv': .*" + said):
+        load_config(_env_file_config(tmp_path, entry))
+
+
+def test_build_starts_a_server_with_the_variables_of_its_env_file(tmp_path: Path) -> None:
+    """The toy server lists as many filler tools as its environment asks: the envFile's variable reached it."""
+    toy = Path(__file__).resolve().parents[1] / "mcp_servers" / "toy_server.py"
+    (tmp_path / "toy.env").write_text("TOY_EXTRA_TOOLS=5\n")
+    (tmp_path / "servers.json").write_text(json.dumps({"mcpServers": {"toy": {
+        "command": sys.executable, "args": [str(toy)], "envFile": "toy.env"}}}))
+    env = {**os.environ, "TOOLSEARCH_HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "toolsearch", "build", "servers.json", "--backend", "bm25", "--json"]
+    with_file = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert with_file.returncode == 0, with_file.stderr
+    (tmp_path / "toy.env").write_text("TOY_EXTRA_TOOLS=0\n")
+    without = subprocess.run([*argv, "--rebuild"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert without.returncode == 0, without.stderr
+    assert json.loads(with_file.stdout)["tools"] == json.loads(without.stdout)["tools"] + 5
+
+
 # --- credentials written literally in a URL ------------------------------------------------------------------
 
 

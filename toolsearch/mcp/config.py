@@ -10,12 +10,18 @@ Variables are expanded where the desktop clients expand them (Claude Code, Curso
   `TOOLSEARCH_INPUT_GITHUB_TOKEN`), else the input's `default`, else it is an error naming both;
 - `${userHome}` and `${workspaceFolder}` (VS Code, Cursor): the home folder, and the folder the
   config belongs to (the parent of a `.vscode` / `.cursor` folder holding it, else its own folder).
+
+A stdio server's `envFile` (VS Code) is read as a dotenv file (python-dotenv, the parser the Python
+world shares, rather than one more of our own): its variables reach the server, under the `env`
+entries, which win; its values are taken as written (no expansion), its path expanded and resolved
+like `cwd`. A missing file, or a line without a value, is an error naming the server and the file.
 Messages name a variable, never its value: a server is described by its settings as written, its URLs
 redacted (`toolsearch._redact`).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -67,6 +73,7 @@ class _ServerEntry(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
+    env_file: str | None = Field(default=None, alias="envFile")
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     disabled: bool = False
@@ -260,17 +267,16 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
             raise MCPConfigError(f"{where}: a stdio server needs 'command' (and optional 'args', 'env', 'cwd')")
         cwd = None
         if entry.cwd:
-            path = Path(os.path.expanduser(_expand(entry.cwd, f"{where} cwd", environ)))
-            if not path.is_absolute() and base is not None:
-                path = base / path
-            cwd = str(path)
+            cwd = str(_config_path(_expand(entry.cwd, f"{where} cwd", environ), base))
+        env = _env_file(entry.env_file, where, base, environ) if entry.env_file is not None else {}
+        env.update((k, _expand(v, f"{where} env {k}", environ)) for k, v in entry.env.items())
         return ServerConfig(
             written=redacted_command([entry.command, *entry.args]),
             name=name,
             transport="stdio",
             command=_expand(entry.command, f"{where} command", environ),
             args=tuple(_expand(a, f"{where} args", environ) for a in entry.args),
-            env={k: _expand(v, f"{where} env {k}", environ) for k, v in entry.env.items()},
+            env=env,
             cwd=cwd,
             startup_timeout=entry.startup_timeout,
             call_timeout=entry.call_timeout,
@@ -279,6 +285,9 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
         )
     if not entry.url:
         raise MCPConfigError(f"{where}: an HTTP server needs 'url' (and optional 'headers')")
+    if entry.env_file is not None:
+        raise MCPConfigError(f"{where}: 'envFile' sets a stdio server's environment; an HTTP server has none (give "
+                             "its credentials in 'headers')")
     url = _expand(entry.url, f"{where} url", environ)
     if not url.startswith(("http://", "https://")):
         # as written: the expanded URL may hold a variable's value
@@ -294,6 +303,41 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
         max_result_bytes=entry.max_result_bytes,
         changed_tools=entry.changed_tools,
     )
+
+
+def _config_path(written: str, base: Path | None) -> Path:
+    """A path of the config (`cwd`, `envFile`), `~` expanded, relative ones against the config's folder."""
+    path = Path(os.path.expanduser(written))
+    return base / path if not path.is_absolute() and base is not None else path
+
+
+def _env_file(written: str, where: str, base: Path | None, environ: _Variables) -> dict[str, str]:
+    """The variables of a server's `envFile`, as written in it (module docstring)."""
+    path = _config_path(_expand(written, f"{where} envFile", environ), base)
+    try:
+        from dotenv.parser import parse_stream
+    except ImportError:
+        raise MCPConfigError(f"{where}: reading 'envFile' needs python-dotenv; install it with: pip install "
+                             "'toolsearch[mcp]'") from None
+    if not path.is_file():
+        raise MCPConfigError(f"{where}: envFile {written!r} is not a file ({path}); fix the path or remove 'envFile'")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MCPConfigError(f"{where}: envFile {written!r} cannot be read ({exc})") from None
+    values: dict[str, str] = {}
+    # python-dotenv's own reader skips a line it cannot parse with a log line; here it is an error naming the line
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            raise MCPConfigError(f"{where}: envFile {written!r} line {line} is not KEY=value; fix or remove it")
+        if binding.key is None:
+            continue  # a comment or a blank line
+        if binding.value is None:
+            raise MCPConfigError(f"{where}: envFile {written!r} line {line} names {binding.key!r} without a value; "
+                                 "write KEY=value (KEY= for an empty one)")
+        values[binding.key] = binding.value
+    return values
 
 
 def parse_config(
