@@ -37,6 +37,7 @@ STOPS = [
     ("gemini", "MAX_TOKENS", "truncated"),
     ("gemini", "SAFETY", "refused"),
     ("gemini", "PROHIBITED_CONTENT", "refused"),
+    ("gemini", "LANGUAGE", "refused"),
 ]
 
 
@@ -83,16 +84,19 @@ def test_a_normal_end_is_still_completed(server: FakeLLMServer, kind: str) -> No
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["complete", "streamed"])
-def test_a_gemini_call_the_api_could_not_read_is_retried_with_a_note(server: FakeLLMServer, streamed: bool) -> None:
-    server.enqueue(Turn(stop_reason="MALFORMED_FUNCTION_CALL"), Turn(text="It is noon."))
+@pytest.mark.parametrize("reason", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"])
+def test_a_gemini_call_the_api_could_not_read_is_retried_with_a_note(
+    server: FakeLLMServer, streamed: bool, reason: str
+) -> None:
+    server.enqueue(Turn(stop_reason=reason), Turn(text="It is noon."))
     result = run(make_model("gemini", server), "What time is it?", session=session_with(),
                  on_text=(lambda _: None) if streamed else None)
     assert (result.outcome, result.output) == (LoopOutcome.COMPLETED, "It is noon.")
-    assert [r.stop_reason for r in result.requests] == ["MALFORMED_FUNCTION_CALL", "STOP"]
+    assert [r.stop_reason for r in result.requests] == [reason, "STOP"]
     retry = server.requests_for(GEMINI)[1]
     assert_valid_request(retry)  # the strict server's Gemini rules: the empty reply is left out, the note is sent
     note = retry.messages[-1]
-    assert note["role"] == "user" and "MALFORMED_FUNCTION_CALL" in note["parts"][0]["text"]
+    assert note["role"] == "user" and reason in note["parts"][0]["text"]
     assert "valid JSON object" in note["parts"][0]["text"]
     assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
 

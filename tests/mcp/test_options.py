@@ -122,3 +122,15 @@ def test_a_file_that_cannot_be_used_is_not_a_usage_error(tmp_path: Path, capsys:
     assert code == EXIT_USER_ERROR and "--auth-tokens" in err and "cannot read it" in err, err
     code, err = serve(tmp_path, capsys, "--tool-policy", str(tmp_path / "missing.json"))
     assert code == EXIT_USER_ERROR and "cannot read it" in err, err
+
+
+def test_python_m_toolsearch_mcp_is_the_same_command_with_the_same_exit_codes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"absent": {"command": str(tmp_path / "no-such-server")}}}))
+    done = subprocess.run([sys.executable, "-m", "toolsearch.mcp", "--config", str(config), "--port", "9"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr  # a usage error, as `toolsearch mcp serve` answers it (it said 1)
+    assert "--port applies to the HTTP transport only" in done.stderr and "absent" not in done.stderr

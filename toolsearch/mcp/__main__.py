@@ -1,25 +1,15 @@
-"""`python -m toolsearch.mcp --config servers.json`: the gateway without the full CLI."""
+"""`python -m toolsearch.mcp --config servers.json`: `toolsearch mcp serve`, for environments without the script."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-
-from .._errors import ToolSearchError
-from . import cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolsearch.mcp", description="Serve the tool-search MCP gateway.")
-    cli.add_arguments(parser)
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
-    try:
-        return cli.main(parser.parse_args(argv))
-    except ToolSearchError as exc:
-        print(f"toolsearch: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    # The one command line: the same flags, checks, messages and exit codes (2: a usage error) as the script's.
+    from ..cli import main as toolsearch
+
+    return toolsearch(["mcp", "serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -45,7 +45,10 @@ STOP_KINDS: Mapping[str, StopKind] = {
     "IMAGE_SAFETY": "refused",
     "IMAGE_PROHIBITED_CONTENT": "refused",
     "IMAGE_RECITATION": "refused",
+    "LANGUAGE": "refused",  # a language the model does not serve
     "MALFORMED_FUNCTION_CALL": "malformed_call",
+    "UNEXPECTED_TOOL_CALL": "malformed_call",  # a call of a tool the request did not declare
+    "TOO_MANY_TOOL_CALLS": "malformed_call",  # more calls in a row than the API takes
 }
 
 
