@@ -563,3 +563,12 @@ def test_execution_settings_of_the_wrong_kind_are_refused_by_name(
         with pytest.raises(error, match=said):
             make(**settings)
     assert ExecutorConfig().max_result_bytes == LoopConfig().max_result_bytes == 1_000_000
+
+
+def test_numbers_of_numpy_and_the_like_are_settings_too() -> None:
+    import numpy as np
+
+    # numbers.Real / Integral, as before the kinds were checked (a value read from a numpy config array)
+    for make in (ExecutorConfig, LoopConfig):
+        config = make(tool_timeout=np.float32(2.5), max_result_bytes=np.int64(4096))
+        assert config.tool_timeout == 2.5 and config.max_result_bytes == 4096

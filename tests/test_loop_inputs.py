@@ -57,15 +57,18 @@ def test_a_revoked_tool_is_refused_not_kept_callable(sessions: SessionManager) -
     message = str(refused.value)
     assert "session 'tenant-1' already exists" in message
     assert "the stored session also allows 'send_email'" in message
-    assert "sessions.close('tenant-1')" in message and "call without allowed= / pinned=" in message
+    assert "sessions.close('tenant-1')" in message and "call without allowed=" in message
     assert SENT == [] and sessions.get("tenant-1").allowed == {"weather_forecast", "send_email"}
 
 
-def test_other_pinned_tools_for_an_existing_session_are_refused(sessions: SessionManager) -> None:
+def test_pins_a_run_passes_are_added_and_pins_made_between_runs_are_kept(sessions: SessionManager) -> None:
     loop = ToolSearchLoop(ScriptedModel(policy=lambda request: "ok"), sessions, FUNCTIONS)
     loop.run("hi", session_id="s", pinned=["create_issue"])
-    with pytest.raises(SessionError, match="the stored session pins 'create_issue', this run passed 'send_email'"):
-        loop.run("hi", session_id="s", pinned=["send_email"])
+    sessions.get("s").pin(["weather_forecast"])  # the documented way to change pins between runs
+    loop.run("hi", session_id="s", pinned=["create_issue"])  # the same pins on every run: no error
+    assert set(sessions.get("s").pinned) == {"create_issue", "weather_forecast"}
+    loop.run("hi", session_id="s", pinned=["send_email"])  # a pin the session lacks is pinned
+    assert set(sessions.get("s").pinned) == {"create_issue", "weather_forecast", "send_email"}
     with pytest.raises(SessionError, match="allowed: the stored session allows every tool, this run passed 1"):
         loop.run("hi", session_id="s", allowed=["create_issue"])
 

@@ -87,6 +87,23 @@ def test_a_found_tool_saved_by_name_only_is_looked_up_in_the_sessions_catalog(in
         Message.coerce(saved[2])
 
 
+def test_a_history_naming_a_tool_the_index_no_longer_holds_resumes_without_it(index: ToolIndex) -> None:
+    # Catalogs change between requests: the saved reference goes, with a warning, and the conversation goes on.
+    sessions = SessionManager(index)
+    saved = json.loads(json.dumps(_first_run(sessions, "anthropic").to_dict()))["messages"]
+    for message in saved:
+        if "tool_references" in message:
+            message["tool_references"] = [t["name"] for t in message["tool_references"]]
+    index.remove(["weather_forecast"])
+    with pytest.warns(UserWarning, match="names tool 'weather_forecast', which the index no longer holds"):
+        payload = _next_payload(sessions, "anthropic", saved)
+    references = [block for message in payload["messages"] if isinstance(message["content"], list)
+                  for item in message["content"] if item.get("type") == "tool_result"
+                  for block in (item["content"] if isinstance(item.get("content"), list) else [])
+                  if block.get("type") == "tool_reference"]
+    assert references == []  # Anthropic refuses a reference to a tool the request does not carry
+
+
 def test_a_saved_call_of_an_unknown_kind_is_refused_with_the_kinds_there_are() -> None:
     with pytest.raises(InvalidArgumentError, match="kind 'web_search'; a kind is 'function'"):
         Message.coerce({"role": "assistant", "tool_calls": [{"id": "c", "name": "x", "kind": "web_search"}]})

@@ -557,6 +557,9 @@ def test_caps_must_be_whole_numbers(index: ToolIndex) -> None:
         with pytest.raises(ArgumentTypeError, match=f"SessionManager: {name} must be a whole number"):
             SessionManager(index, **setting)  # type: ignore[arg-type]
     assert SessionManager(index, max_discovered=5).max_discovered == 5
+    import numpy as np
+
+    assert SessionManager(index, max_discovered=np.int64(5)).max_discovered == 5  # a numpy integer is a whole number
 
 
 def test_one_name_as_a_string_is_refused_by_discover_touch_and_forget(manager: SessionManager) -> None:

@@ -16,6 +16,7 @@ import contextvars
 import enum
 import functools
 import inspect
+import numbers
 import threading
 import time
 import types
@@ -104,7 +105,8 @@ def check_execution_settings(config: ExecutionSettings) -> None:
     string `return_direct` would become a set of its characters.
     """
     timeout = config.tool_timeout
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+    # numbers.Real / Integral: numpy's numbers pass too, as they did before the kind was checked
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
         raise wrong_type("tool_timeout", timeout, "a number of seconds (or None for no limit)")
     if timeout is not None and not timeout > 0:  # NaN too
         raise InvalidArgumentError(f"tool_timeout must be positive (or None for no limit), got {timeout!r}")
@@ -114,7 +116,7 @@ def check_execution_settings(config: ExecutionSettings) -> None:
         if not isinstance(getattr(config, name), bool):
             raise wrong_type(name, getattr(config, name), "True or False")
     limit = getattr(config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)):
         raise wrong_type("max_result_bytes", limit, "a whole number of bytes (or None for no limit)")
     if limit is not None and limit < 1:
         raise InvalidArgumentError(f"max_result_bytes must be at least 1 (or None for no limit), got {limit!r}")

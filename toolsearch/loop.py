@@ -22,8 +22,10 @@ import difflib
 import enum
 import json
 import sys
+import threading
 import time
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -485,7 +487,8 @@ def _names(names: Iterable[str], limit: int = 5) -> str:
 
 
 def _check_session_settings(session: Session, allowed: Collection[str] | None, pinned: Collection[str]) -> None:
-    """SessionError when a run asks an existing session for other allowed or pinned tools than it holds."""
+    """SessionError when a run asks an existing session for other allowed tools than it holds; pins it lacks are
+    pinned (a pin only shows a tool, and `Session.pin` / `unpin` change them between runs, as documented)."""
     for what, names in (("allowed", allowed), ("pinned", pinned)):
         if isinstance(names, str):
             raise SessionError(f"{what} takes a collection of tool names, not a single string; pass [{names!r}]")
@@ -501,17 +504,19 @@ def _check_session_settings(session: Session, allowed: Collection[str] | None, p
             parts = [f"the stored session also allows {_names(stored - given)}"] if stored - given else []
             parts += [f"this run also passed {_names(given - stored)}"] if given - stored else []
             differences.append("allowed: " + " and ".join(parts))
-    if pinned:
-        given_pins = frozenset(pinned)
-        if given_pins != frozenset(session.pinned):
-            shown = _names(session.pinned) if session.pinned else "none"
-            differences.append(f"pinned: the stored session pins {shown}, this run passed {_names(given_pins)}")
     if differences:
         raise SessionError(
             f"session {session.id!r} already exists with other tools than this run passed ({'; '.join(differences)}). "
-            "A session keeps the allowed and pinned tools it was created with: to change them, close it "
-            f"(sessions.close({session.id!r})) and run again; to keep the stored ones, call without allowed= / pinned=."
+            "A session keeps the allowed tools it was created with: to change them, close it "
+            f"(sessions.close({session.id!r})) and run again; to keep the stored ones, call without allowed=."
         )
+    missing = [name for name in dict.fromkeys(pinned) if name not in session.pinned]
+    if missing:
+        session.pin(missing)  # ToolNotAllowedError for a tool the session may not show
+
+
+_WARNED_FUNCTIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, tuple[str, ...]]]] = weakref.WeakKeyDictionary()
+_WARNED_LOCK = threading.Lock()
 
 
 def _warn_unknown_functions(functions: Mapping[str, Callable[..., Any]], sessions: SessionManager) -> None:
@@ -524,10 +529,22 @@ def _warn_unknown_functions(functions: Mapping[str, Callable[..., Any]], session
     unknown = sorted(name for name in functions if name not in catalog)
     if not unknown:
         return
+    # once per index, catalog and names: `run()` builds a loop per call, and the close-name search reads every name
+    key = (catalog.hash, tuple(unknown))
+    with _WARNED_LOCK:
+        try:
+            seen = _WARNED_FUNCTIONS.setdefault(sessions.index, set())
+        except TypeError:  # an index of a plug-in's class that takes no weak reference: warned each time
+            seen = set()
+        if key in seen:
+            return
+        seen.add(key)
     names = catalog.names
     hints = []
     for name in unknown[:5]:
-        close = difflib.get_close_matches(name, names, n=3)
+        # difflib reads every name (about 40 ms per 1,000): in a large catalog only those sharing the first letters
+        pool = names if len(names) <= 5_000 else [n for n in names if n[:2].lower() == name[:2].lower()]
+        close = difflib.get_close_matches(name, pool, n=3)
         hints.append(f"{name!r} (did you mean {' or '.join(map(repr, close))}?)" if close else repr(name))
     more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
     level, frame = 1, cast("FrameType | None", sys._getframe(0))  # points at the first caller outside toolsearch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import numbers
 import threading
 import time
 import warnings
@@ -98,7 +99,7 @@ class SessionManager:
         if not hasattr(index, "catalog") or not callable(getattr(index, "search", None)):
             raise wrong_type("SessionManager: index", index, "a ToolIndex (ToolIndex.build, IndexStore.open)")
         for what, cap in (("max_discovered", max_discovered), ("max_discovered_tokens", max_discovered_tokens)):
-            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)):  # before `"5" < 1` fails bare
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral)):  # before "5" < 1
                 raise wrong_type(f"SessionManager: {what}", cap, "a whole number (or None for no cap)")
         if max_discovered is not None and max_discovered < 1:
             raise InvalidArgumentError(

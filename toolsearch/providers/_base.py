@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -335,13 +336,22 @@ def _references(
         elif isinstance(value, Mapping):
             out.append(Tool.from_dict(value))
         elif isinstance(value, str):
-            found = tools(value) if tools is not None else None
-            if found is None:
-                where = "the index does not hold it" if tools is not None else "no catalog was given to look it up"
+            if tools is None:
                 raise InvalidArgumentError(
-                    f"message tool_references names tool {value!r}, but {where}; pass the tool definitions "
-                    "as Message.to_dict() writes them"
+                    f"message tool_references names tool {value!r}, but no catalog was given to look it up; pass the "
+                    "tool definitions as Message.to_dict() writes them"
                 )
+            found = tools(value)
+            if found is None:
+                # a history saved before the catalog changed: the reference goes (a provider refuses one to a tool
+                # the request does not carry), the conversation resumes, and the caller is told
+                warnings.warn(
+                    f"a saved search result names tool {value!r}, which the index no longer holds; it is left out "
+                    "of the resumed history",
+                    UserWarning,
+                    stacklevel=4,
+                )
+                continue
             out.append(found)
         else:
             raise ArgumentTypeError(
