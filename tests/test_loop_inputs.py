@@ -91,8 +91,14 @@ def test_a_function_named_like_no_tool_is_warned_about_with_the_close_name(sessi
         ToolSearchLoop(ScriptedModel(["ok"]), sessions, functions)
     assert len(caught) == 1 and caught[0].filename == __file__  # it points at the caller's line
     assert "add the tool to the index (index.upsert)" in str(caught[0].message)
-    with pytest.warns(UserWarning, match="'weather_forcast'") as caught:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per index and names: run() builds a loop per call
         run(ScriptedModel(["ok"]), "hi", session=sessions.create("r"), functions=functions)
+    other = SessionManager(ToolIndex.build([Tool.from_callable(f) for f in FUNCTIONS.values()], backend="bm25"))
+    with pytest.warns(UserWarning, match="'weather_forcast'") as caught:
+        run(ScriptedModel(["ok"]), "hi", session=other.create("r"), functions=functions)
     assert caught[0].filename == __file__
 
 
