@@ -1,18 +1,18 @@
 """`toolsearch tune` replayed: how much an index's own fine-tuned request encoder gains from its usage log.
 
-For each data set the encoder it starts from is the tools model trained without that set
-(`--held-out DIR`, folders `without-<set>` from scripts/train_retriever.py), so every figure is
-held out: nothing the base model learned came from the set. The set's queries are shuffled
-(seeded); the last `--test` are the test queries, the first `--history` of the rest are replayed
-into a usage log kept with privacy "raw" as searches that led to a successful call of each of
-their labelled tools (what `toolsearch tune` reads). Then, in one run, the test queries are
-searched with the hybrid backend five ways: as built, through learning (LearningIndex over the
-same log), after `tune_index` on the log, and tuned with learning on top, over the log as `toolsearch
-tune` leaves it (its requests re-ranked by the tuned index: `learning.shown_now`) and over the log as
-recorded (the lists the encoder before showed). The distinct protocol
-scores only the test queries near-identical to no history query (benchmarks.learning.distinct),
-the part a log cannot answer by memory. Training runs on the CPU threads given; its time is
-reported. Writes `<out>/<name>.md` and `.json`.
+For each data set the encoder it starts from is the tools model trained without that set (`--held-out DIR`,
+folders `without-<set>` from scripts/train_retriever.py), so every figure is held out: nothing the base model
+learned came from the set. The set's queries are merged by text (rows with the same request, case and spacing
+aside, become one query labelled with all their tools, so no test request's text is in the log), then shuffled
+(seeded); the last `--test` are the test queries, the first `--history` of the rest are replayed into a usage
+log kept with privacy "raw" as searches that led to a successful call of each of their labelled tools (what
+`toolsearch tune` reads). Then, in one run, the test queries are searched with the hybrid backend five ways:
+as built, through learning (LearningIndex over the same log), after `tune_index` on the log, and tuned with
+learning on top, over the log as `toolsearch tune` leaves it (its requests re-ranked by the tuned index:
+`learning.shown_now`) and over the log as recorded (the lists the encoder before showed). The distinct
+protocol scores only the test queries near-identical to no history query (benchmarks.learning.distinct), the
+part a log cannot answer by memory. Training runs on the CPU threads given; its time is reported. Writes
+`<out>/<name>.md` and `.json`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,13 @@ if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the 
 from benchmarks.learning import distinct, metrics
 from benchmarks.lib import cli, log, machine_info, machine_markdown, resolve_datasets, write_report
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "main", "run", "split"]
 
 K = 10
+# What the split guarantees, said in the report.
+SPLIT = ("query rows with the same text (the first 1,000 characters, as searched and logged; case and spacing aside) "
+         "are merged into one query labelled with all their tools before the split, so no test query's text is in "
+         "the usage log")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +79,7 @@ def run(datasets: list[Any], held_out: Path, *, test_size: int, history: int, ep
     report: dict[str, Any] = {
         "benchmark": "tune", "machine": machine_info(),
         "settings": {"test": test_size, "history": history, "catalog_pairs": catalog, "seed": seed,
-                     "held_out": str(held_out), "hyperparameters": config.as_dict()},
+                     "held_out": str(held_out), "hyperparameters": config.as_dict(), "split": SPLIT},
         "sets": {},
     }
     for ds in datasets:
@@ -95,10 +99,8 @@ def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, cat
 
     if not base.is_dir():
         raise SystemExit(f"{base} is missing: python scripts/train_retriever.py --without {ds.name} --out {base}")
-    queries = list(load_queries(ds.queries_path))
-    random.Random(seed).shuffle(queries)
-    test_size = min(test_size, len(queries) // 2)
-    test, pool = queries[-test_size:], queries[:-test_size][:history]
+    labelled = load_queries(ds.queries_path, need_relevant=True)
+    test, pool = split(labelled, test_size, history, seed)
     embedder = ToolsEmbedder(query_model=base)
     index = ToolIndex.build(load_tools(ds.tools_path), backend="hybrid", embedder=embedder)
     usage = UsageLog(privacy="raw", salt=f"{seed:032x}")
@@ -128,9 +130,36 @@ def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, cat
                       "distinct": metrics([rankings[id(q)] for q in kept], kept)}
         log(f"[{ds.name}] {name}: nDCG@10 {rows[name]['all']['nDCG@10']:.4f}, distinct "
             f"{rows[name]['distinct']['nDCG@10']:.4f}")
-    return {"tools": len(index), "history_queries": len(pool), "log_entries": len(usage), "test_queries": len(test),
+    return {"tools": len(index), "query_rows": len(labelled), "history_queries": len(pool), "log_entries": len(usage),
+            "test_queries": len(test),
             "distinct_test_queries": len(kept), "base_model": embedder.model_id, "tuned_model": card["model_id"],
             "tune_seconds": round(seconds, 1), "training": card["run"], "rows": rows}
+
+
+def _text_key(text: str) -> str:
+    """A request as the log keeps it (its first 1,000 characters), case and spacing aside."""
+    return " ".join(text[:1000].split()).casefold()
+
+
+def split(queries: list[Any], test_size: int, history: int, seed: int) -> tuple[list[Any], list[Any]]:
+    """(test, history): queries merged by text (`SPLIT`), shuffled with `seed`; the last `test_size` (at most half)
+    are the test, the first `history` of the rest the history. No test text equals a history text."""
+    import dataclasses
+
+    merged: dict[str, Any] = {}
+    for q in queries:
+        key = _text_key(q.query)
+        first = merged.get(key)
+        if first is None:
+            merged[key] = q
+        else:  # one request, every tool any of its rows names, in the order first seen
+            merged[key] = dataclasses.replace(first, relevant=tuple(dict.fromkeys((*first.relevant, *q.relevant))))
+    texts = list(merged.values())
+    random.Random(seed).shuffle(texts)
+    test_size = min(test_size, len(texts) // 2)
+    if test_size < 1:
+        raise SystemExit(f"{len(texts)} distinct query texts: too few to split into test and history")
+    return texts[-test_size:], texts[:-test_size][:history]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -140,12 +169,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         *machine_markdown(report["machine"]),
         "",
-        f"Per set: the base encoder is the tools model trained without the set ({s['held_out']}); the last "
+        f"Per set: the base encoder is the tools model trained without the set ({s['held_out']}); "
+        f"{s.get('split', 'queries are not merged by text')}. The last "
         f"{s['test']} of the shuffled queries (seed {s['seed']}) are the test queries, up to {s['history']} of the "
         "others go into a usage log (privacy raw) as successful calls of their labelled tools, and `tune_index` "
         f"fine-tunes on it (catalog pseudo-requests: {'yes' if s['catalog_pairs'] else 'no'}; hyperparameters "
-        f"{s['hyperparameters']}). Hybrid backend, k={K}. *Distinct*: only the test queries near-identical to no "
-        "history query (word Jaccard < 0.5). *tuned + learning* learns from the log as `toolsearch tune` leaves it, "
+        f"{s['hyperparameters']}). Hybrid backend, k={K}. *All*: every test query; none has its exact text in the log. "
+        "*Distinct*: only the test queries near-identical to no history query (word Jaccard < 0.5), the part a log "
+        "cannot answer by memory. *tuned + learning* learns from the log as `toolsearch tune` leaves it, "
         "each request's list re-ranked by the tuned index (what learning calibrates its trust against); *lists as "
         "recorded* keeps the lists the encoder before showed.",
         "",

@@ -237,3 +237,28 @@ def test_an_empty_catalog_has_nothing_to_evaluate(home: Path, capsys: pytest.Cap
     code, _, err = run(capsys, "eval", "none.json", "--queries", "queries.jsonl", "--backends", "bm25")
     # Before: "k (max results) must be between 1 and 1000, got 0".
     assert code == EXIT_USER_ERROR and "the sources hold no tools; nothing to evaluate" in err, err
+
+
+def test_a_name_ranked_twice_gains_once() -> None:
+    from toolsearch.evaluation import mrr_at, ndcg_at, recall_at
+
+    assert ndcg_at(["a", "a", "b"], ["a"]) == 1.0
+    assert ndcg_at(["a", "a"], ["a", "b"]) == pytest.approx(1 / (1 + 1 / 1.5849625007211563))
+    assert recall_at(["a", "a"], ["a", "b"], 2) == 0.5 and mrr_at(["x", "a", "a"], ["a"]) == 0.5
+    queries = [LabeledQuery("1", "q", ("a",)), LabeledQuery("2", "q", ("a", "a"))]
+    assert all(0 <= v <= 1 for v in score_rankings([["a", "a", "a"], ["a", "a"]], queries).values())
+
+
+def test_queries_with_no_label_are_left_out_of_the_means_and_counted() -> None:
+    queries = [LabeledQuery("1", "q", ()), LabeledQuery("2", "q", ("a",))]
+    scores = score_rankings([["x"], ["a"]], queries)
+    assert dict(scores) == dict.fromkeys(("R@1", "R@5", "R@10", "nDCG@10", "MRR@10"), 1.0)
+    assert (scores.queries, scores.unlabelled) == (1, 1)
+    assert scores.notes == ("1 of the 2 queries name no relevant tool, so they have no score; the means are over "
+                            "the other 1",)
+    with_misses, misses = score_with_misses([["x"], ["a"]], queries, 3)
+    assert with_misses["R@3"] == 1.0 and with_misses.notes == scores.notes and misses == []
+    labelled = score_rankings([["a"]], queries[1:])
+    assert labelled.unlabelled == 0 and labelled.notes == ()
+    none = score_rankings([["x"]], queries[:1])
+    assert set(none.values()) == {0.0} and none.unlabelled == 1

@@ -30,7 +30,8 @@ def load_queries(
     Each row is checked: a row of the wrong shape (a `relevant` that is a string, which would split into
     characters) or a line that is not UTF-8 raises InvalidToolError naming the file and line. With
     `need_relevant` (`toolsearch eval`), so does a row whose `relevant` is empty: it can only miss. Data
-    sets may hold such rows on purpose (requests no tool answers), so that is the caller's choice.
+    sets may hold such rows on purpose (requests no tool answers), so that is the caller's choice;
+    `score_rankings` leaves them out of its means and says how many it left out.
     """
     path = Path(path)
     out: list[LabeledQuery] = []
@@ -84,8 +85,14 @@ def recall_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
 
 
 def ndcg_at(ranked: Sequence[str], relevant: Iterable[str], k: int = 10) -> float:
+    """nDCG@k with binary gains; each relevant name gains once, at its first place (a repeat is a wasted slot)."""
     rel = set(relevant)
-    dcg = sum(1.0 / math.log2(i + 2) for i, name in enumerate(ranked[:k]) if name in rel)
+    found: set[str] = set()
+    dcg = 0.0
+    for i, name in enumerate(ranked[:k]):
+        if name in rel and name not in found:
+            found.add(name)
+            dcg += 1.0 / math.log2(i + 2)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(rel), k)))
     return dcg / ideal if ideal else 0.0
 
@@ -101,17 +108,50 @@ def mrr_at(ranked: Sequence[str], relevant: Iterable[str], k: int = 10) -> float
 METRICS = ("R@1", "R@5", "R@10", "nDCG@10", "MRR@10")
 
 
-def score_rankings(rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQuery]) -> dict[str, float]:
-    """Mean Recall@1/5/10, nDCG@10 and MRR@10 over paired rankings and queries."""
-    n = len(queries) or 1
+class Scores(dict[str, float]):
+    """Mean metrics by name (a plain dict of them), plus how many queries they average and any notes.
+
+    `queries` counts the queries the means are over; `unlabelled`, those left out because they name no
+    relevant tool (a query no tool answers has no recall or nDCG to measure: counted as 0 it would pull every
+    mean down without a word). `notes` says so, in the words `toolsearch eval` prints its notes in.
+    """
+
+    queries: int
+    unlabelled: int
+    notes: tuple[str, ...]
+
+    def __init__(self, means: dict[str, float], *, queries: int, unlabelled: int) -> None:
+        super().__init__(means)
+        self.queries = queries
+        self.unlabelled = unlabelled
+        self.notes = (unlabelled_note(unlabelled, queries + unlabelled),) if unlabelled else ()
+
+
+def unlabelled_note(unlabelled: int, total: int) -> str:
+    """The note for `unlabelled` of `total` queries that name no relevant tool."""
+    return (f"{unlabelled} of the {total} queries name no relevant tool, so they have no score; the means are over "
+            f"the other {total - unlabelled}")
+
+
+def score_rankings(rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQuery]) -> Scores:
+    """Mean Recall@1/5/10, nDCG@10 and MRR@10 over paired rankings and queries.
+
+    A query with no relevant tool is left out of the means and counted in the result's `unlabelled`
+    (with a note); with none labelled at all, every mean is 0.
+    """
     totals = dict.fromkeys(METRICS, 0.0)
+    labelled = 0
     for ranked, q in zip(rankings, queries, strict=True):
+        if not q.relevant:
+            continue
+        labelled += 1
         totals["R@1"] += recall_at(ranked, q.relevant, 1)
         totals["R@5"] += recall_at(ranked, q.relevant, 5)
         totals["R@10"] += recall_at(ranked, q.relevant, 10)
         totals["nDCG@10"] += ndcg_at(ranked, q.relevant, 10)
         totals["MRR@10"] += mrr_at(ranked, q.relevant, 10)
-    return {m: v / n for m, v in totals.items()}
+    return Scores({m: v / (labelled or 1) for m, v in totals.items()}, queries=labelled,
+                  unlabelled=len(queries) - labelled)
 
 
 def evaluate(search: Callable[[str], Sequence[str]], queries: Sequence[LabeledQuery]) -> dict[str, float]:
@@ -149,11 +189,12 @@ def recall_name(k: int) -> str:
 
 def score_with_misses(
     rankings: Sequence[Sequence[str]], queries: Sequence[LabeledQuery], k: int
-) -> tuple[dict[str, float], list[Miss]]:
-    """`score_rankings` plus mean Recall@k for this k, and the queries that missed at k."""
+) -> tuple[Scores, list[Miss]]:
+    """`score_rankings` plus mean Recall@k for this k (over the same labelled queries), and the queries that missed
+    at k."""
     scores = score_rankings(rankings, queries)
     scores[recall_name(k)] = sum(recall_at(r, q.relevant, k) for r, q in zip(rankings, queries, strict=True)) / (
-        len(queries) or 1
+        scores.queries or 1
     )
     misses = []
     for ranked, q in zip(rankings, queries, strict=True):

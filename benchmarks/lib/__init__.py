@@ -15,24 +15,28 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DEFAULT_DATASETS",
+    "QUIET_BELOW",
     "Dataset",
     "backend_list",
     "command_line",
     "offline_environment",
     "log",
     "default_datasets_root",
+    "load_average",
     "machine_info",
     "machine_markdown",
     "percentile",
     "resolve_datasets",
+    "wait_quiet",
     "write_json",
+    "write_report",
 ]
 
 DEFAULT_DATASETS = ("bfcl", "metatool", "seal_tools")
@@ -117,8 +121,21 @@ def resolve_datasets(specs: Sequence[str] | None) -> list[Dataset]:
         missing = [p.name for p in (ds.tools_path, ds.queries_path) if not p.is_file()]
         if missing:
             raise SystemExit(f"{folder}: not a data set folder (missing {', '.join(missing)}); {DATASETS_HINT}")
+        _refuse_unlabelled(ds)
         out.append(ds)
     return out
+
+
+def _refuse_unlabelled(ds: Dataset) -> None:
+    """Refuse a data set with a query that names no relevant tool: every benchmark scores its queries against their
+    labels, and such a row can only miss (scored as 0 it would pull each mean down without a word)."""
+    from toolsearch._errors import InvalidToolError
+    from toolsearch.evaluation import load_queries
+
+    try:
+        load_queries(ds.queries_path, need_relevant=True)
+    except InvalidToolError as exc:
+        raise SystemExit(f"data set {ds.name}: {exc}") from None
 
 
 def _cpu_model() -> str:
@@ -173,6 +190,37 @@ def speed_probe() -> float:
     return round(best * 1000, 1)
 
 
+# The rule (CONTRIBUTING.md): a timing is a figure only when measured alone, the 1-minute load average under this at
+# the run's start and at its end.
+QUIET_BELOW = 1.5
+
+
+def load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages, rounded as reports print them; None where the platform has none."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def wait_quiet(seconds: float, *, below: float = QUIET_BELOW, poll: float = 5.0,
+               say: Callable[[str], None] | None = None) -> float | None:
+    """Wait at most `seconds` for the 1-minute load average to drop under `below`; the last reading (None: no load
+    average here). Never refuses: a run that starts loud is marked in its report (`write_report`), not stopped."""
+    load = load_average()
+    if load is None:
+        return None
+    deadline = time.monotonic() + seconds
+    if load[0] >= below and say is not None:
+        say(f"load average {load[0]} (1 min); waiting up to {seconds:g} s for it to drop under {below}")
+    while load[0] >= below and time.monotonic() < deadline:
+        time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+        load = load_average() or load
+    if load[0] >= below and say is not None:
+        say(f"load average still {load[0]} after {seconds:g} s; starting anyway (the report will say it is not a "
+            "figure)")
+    return load[0]
+
+
 def machine_info() -> dict[str, Any]:
     """What the figures were measured on: CPU, cores, memory, Python, package versions, load."""
     versions: dict[str, str | None] = {}
@@ -188,7 +236,7 @@ def machine_info() -> dict[str, Any]:
                 mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load = load_average()
     return {
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
@@ -197,11 +245,12 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "packages": versions,
-        "load_average_at_start": [round(x, 2) for x in load] if load else None,
+        "load_average_at_start": load,
         "speed_probe_ms_at_start": speed_probe(),
         "git_commit": _git_commit(),
         "env": {k: os.environ[k] for k in _ENV_SHOWN if k in os.environ},
         "argv": sys.argv,
+        "command": command_line(),
     }
 
 
@@ -211,6 +260,7 @@ def machine_markdown(info: dict[str, Any]) -> list[str]:
     missing = [k for k, v in info["packages"].items() if not v]
     lines = [
         f"- Date: {info['date']}; commit {info.get('git_commit') or 'unknown'}",
+        *([f"- Command: `{command}`"] if (command := info.get("command", command_line())) else []),
         f"- Machine: {info['cpu']}, {info['cores']} cores, {info.get('memory_gib')} GiB RAM; {info['platform']}",
         f"- Python {info['python']}; {pkgs}",
     ]
@@ -253,11 +303,12 @@ def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Seq
 
     A report that prints the load average at its start gets the one at its end beside it (in its
     markdown and in its JSON's `machine`), unless it wrote that itself: a timing is only a figure
-    when the machine was quiet on both sides of it.
+    when the machine was quiet on both sides of it. So the JSON's `machine` gets `quiet` (both 1-minute
+    readings under QUIET_BELOW), and a report where either is not gets a `NOT A FIGURE` line first in its header.
     """
     start = "- Load average at start (1/5/15 min): "
     if start in markdown and "- Load average at the end" not in markdown and hasattr(os, "getloadavg"):
-        end = [round(x, 2) for x in os.getloadavg()]
+        end = load_average()
         at = markdown.find("\n", markdown.index(start))
         at = len(markdown) if at < 0 else at
         markdown = f"{markdown[:at]}\n- Load average at the end (1/5/15 min): {end}{markdown[at:]}"
@@ -272,10 +323,62 @@ def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Seq
             markdown = f"{markdown[:at]}\n- {_PROBE_TEXT} at the end: {ms} ms{markdown[at:]}"
             if isinstance(machine, dict):
                 machine.setdefault("speed_probe_ms_at_end", ms)
+    markdown = _mark_loud(markdown, report)
+    markdown = _one_command_line(markdown)
     write_json(out / f"{name}.json", report)
     (out / f"{name}.md").write_text(markdown, encoding="utf-8")
     if not quiet:
         log("wrote " + ", ".join(str(p) for p in (out / f"{name}.md", out / f"{name}.json", *extra)))
+
+
+_NOT_A_FIGURE = "- **NOT A FIGURE**: "
+
+
+def _reading(markdown: str, prefix: str) -> float | None:
+    """The 1-minute load average on the markdown's line that starts with `prefix` (`[1.2, 0.9, 0.8]`)."""
+    at = markdown.find(prefix)
+    if at < 0:
+        return None
+    line = markdown[at + len(prefix):].split("\n", 1)[0]
+    try:
+        return float(line.strip().lstrip("[").split(",")[0].rstrip("]"))
+    except ValueError:
+        return None
+
+
+def _mark_loud(markdown: str, report: Any) -> str:
+    """Say in the report's header, and as `quiet` in its JSON's `machine`, whether the load average was under
+    QUIET_BELOW at its start and its end: a timing made beside other work is not a figure."""
+    start = _reading(markdown, "- Load average at start (1/5/15 min): ")
+    end = _reading(markdown, "- Load average at the end (1/5/15 min): ")
+    if start is None and end is None:
+        return markdown
+    loud = [f"{value:g} at the {side}" for side, value in (("start", start), ("end", end))
+            if value is not None and value >= QUIET_BELOW]
+    machine = report.get("machine") if isinstance(report, dict) else None
+    if isinstance(machine, dict):
+        machine["quiet"] = not loud
+    if not loud or _NOT_A_FIGURE in markdown:
+        return markdown
+    line = (f"{_NOT_A_FIGURE}load average {' and '.join(loud)} (the rule is under {QUIET_BELOW} at start and end, "
+            "measured alone); rerun alone")
+    if isinstance(machine, dict):
+        machine["not_a_figure"] = line[len(_NOT_A_FIGURE):]
+    # first in the header: before the machine lines (they start with the date), else before the load line
+    at = markdown.find("- Date: ")
+    if at < 0 or at > markdown.find("- Load average at "):
+        at = markdown.find("- Load average at ")
+    at = markdown.rfind("\n", 0, at) + 1
+    return f"{markdown[:at]}{line}\n{markdown[at:]}"
+
+
+def _one_command_line(markdown: str) -> str:
+    """The header's `- Command:` line once: a report that prints its command itself keeps its own line only."""
+    lines = markdown.split("\n")
+    commands = [i for i, line in enumerate(lines) if line.startswith("- Command: `")]
+    if len(commands) < 2 or len({lines[i] for i in commands}) != 1:
+        return markdown
+    return "\n".join(line for i, line in enumerate(lines) if i not in commands[1:])
 
 
 def log(message: str) -> None:

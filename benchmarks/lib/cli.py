@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.lib import offline_environment
+from benchmarks.lib import QUIET_BELOW, log, offline_environment, wait_quiet
 
 __all__ = [
     "RESULTS", "backends", "cache_dir", "datasets", "embedders", "outputs", "run", "seed", "sizes", "start", "threads",
@@ -117,5 +117,16 @@ def run(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    parser.add_argument(
+        "--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+        help=f"before starting, wait up to SECONDS for the 1-minute load average to drop under {QUIET_BELOW} (a "
+        "timing is a figure only when it is under that at the start and the end; a run that is not is marked "
+        "NOT A FIGURE in its report either way) (default 0: start at once)",
+    )
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if args.wait_quiet < 0:
+        parser.error("--wait-quiet: give a number of seconds, 0 or more")
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet, say=None if args.quiet else log)
+    return main(args)

@@ -1,0 +1,117 @@
+"""benchmarks/lib: what every report says about how it was made (the load rule, the command) and the data it takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.lib import QUIET_BELOW, cli, machine_info, machine_markdown, resolve_datasets, wait_quiet, write_report
+
+
+def _loads(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
+    """os.getloadavg gives these 1-minute readings in turn (the last one from then on)."""
+    values: Iterator[float] = iter(readings)
+    last = [readings[0]]
+
+    def getloadavg() -> tuple[float, float, float]:
+        last[0] = next(values, last[0])
+        return (last[0], 1.0, 1.0)
+
+    monkeypatch.setattr(os, "getloadavg", getloadavg)
+
+
+def _report(tmp_path: Path) -> tuple[str, dict[str, object]]:
+    info = machine_info()
+    write_report(tmp_path, "r", {"machine": info}, "# r\n\n" + "\n".join(machine_markdown(info)) + "\n\nbody\n",
+                 quiet=True)
+    return (tmp_path / "r.md").read_text(), json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_report_loud_at_its_end_says_it_is_not_a_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _loads(monkeypatch, 0.3, 2.95)
+    written, data = _report(tmp_path)
+    header = written.split("body")[0]
+    assert ("- **NOT A FIGURE**: load average 2.95 at the end (the rule is under 1.5 at start and end, measured "
+            "alone); rerun alone") in header
+    assert header.index("NOT A FIGURE") < header.index("- Date: ")
+    assert data["machine"]["quiet"] is False  # type: ignore[index]
+    # written again (a report rewritten from its own markdown), the line stays once
+    write_report(tmp_path, "r", data, written, quiet=True)
+    assert (tmp_path / "r.md").read_text().count("NOT A FIGURE") == 1
+
+
+def test_a_report_loud_at_its_start_says_so_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _loads(monkeypatch, QUIET_BELOW, 0.2)
+    written, data = _report(tmp_path)
+    assert "NOT A FIGURE**: load average 1.5 at the start (" in written
+    assert data["machine"]["quiet"] is False  # type: ignore[index]
+
+
+def test_a_quiet_report_says_it_was_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _loads(monkeypatch, 0.3, 1.49)
+    written, data = _report(tmp_path)
+    assert "NOT A FIGURE" not in written
+    assert data["machine"]["quiet"] is True  # type: ignore[index]
+
+
+def test_a_report_prints_the_command_that_made_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = Path(cli.__file__).resolve().parents[1] / "tune.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--held-out", "my models", "--limit", "3"])
+    written, data = _report(tmp_path)
+    line = "- Command: `python benchmarks/tune.py --held-out 'my models' --limit 3`"
+    assert line in written.split("body")[0]
+    assert data["machine"]["command"] == line[len("- Command: `"):-1]  # type: ignore[index]
+    # a report that prints its command itself (sessions, tokens, gateway) keeps one line
+    info = machine_info()
+    own = "\n".join(machine_markdown(info)) + f"\n{line}\n"
+    write_report(tmp_path, "s", {"machine": info}, own, quiet=True)
+    assert (tmp_path / "s.md").read_text().count("- Command: ") == 1
+
+
+def test_wait_quiet_waits_for_the_load_to_drop(monkeypatch: pytest.MonkeyPatch) -> None:
+    _loads(monkeypatch, 3.0, 2.0, 1.2)
+    slept: list[float] = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    said: list[str] = []
+    assert wait_quiet(60, poll=5, say=said.append) == 1.2
+    assert len(slept) == 2 and "waiting up to 60 s" in said[0]
+
+
+def test_wait_quiet_gives_up_after_its_time_and_never_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    _loads(monkeypatch, 3.0)
+    clock = [0.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr("time.sleep", sleep)
+    said: list[str] = []
+    assert wait_quiet(12, poll=5, say=said.append) == 3.0
+    assert clock[0] == 12 and "starting anyway" in said[-1]
+
+
+def test_every_benchmark_takes_wait_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    waited: list[float] = []
+    monkeypatch.setattr(cli, "wait_quiet", lambda seconds, say=None: waited.append(seconds))
+    seen: list[float] = []
+    code = cli.run("x.py", None, lambda parser: None, lambda args: seen.append(args.wait_quiet) or 0,
+                   ["--wait-quiet", "30", "-q"])
+    assert code == 0 and waited == [30.0] and seen == [30.0]
+    cli.run("x.py", None, lambda parser: None, lambda args: 0, [])
+    assert waited == [30.0]  # opt-in: no flag, no wait
+
+
+def test_a_data_set_with_a_query_that_names_no_tool_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "tools.jsonl").write_text(json.dumps({"name": "a", "description": "a tool"}) + "\n")
+    (folder / "queries.jsonl").write_text(json.dumps({"id": "1", "query": "use a", "relevant": ["a"]}) + "\n"
+                                          + json.dumps({"id": "2", "query": "nothing", "relevant": []}) + "\n")
+    with pytest.raises(SystemExit, match=r"data set set: .*queries.jsonl:2: 'relevant' lists no tool"):
+        resolve_datasets([str(folder)])
