@@ -28,6 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # `python benchmarks/reliability.py`: import from the clone's root, not benchmarks/
     sys.path[0] = str(ROOT)
+
+from benchmarks.lib import wait_quiet  # noqa: E402 - after the path above
+
 DATASETS = ROOT.parent / "shared" / "datasets"
 
 
@@ -768,11 +771,7 @@ def _settle(below: float = 1.0, at_most: float = 240.0) -> None:
     """Wait (at most `at_most` s) for the 1-minute load average to drop under `below`: the section before this one
     used both cores, and the average takes a minute or so to forget it. The section's note prints the load it
     started at either way."""
-    if not hasattr(os, "getloadavg"):
-        return
-    deadline = time.monotonic() + at_most
-    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
-        time.sleep(5)
+    wait_quiet(at_most, below=below)
 
 
 def _ended(run: dict[str, str]) -> dict[str, str]:
