@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ._errors import DuplicateToolError, InvalidToolError, wrong_type
 from ._untrusted import Walk, clean_text, quoted
@@ -316,18 +317,39 @@ def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     requires it, or when any branch of an allOf does. The alternatives themselves are written into
     the schema's `description`, so the model still reads which combinations are valid. A schema
     without a top-level combinator is returned as it is.
+
+    A branch that is a local reference (`{"$ref": "#/$defs/ByCity"}`, `#/definitions/...`) is read
+    as the schema it points to (a chain of references is followed; one that comes back to itself is
+    left as it is). The folded schema keeps `$defs` / `definitions` only while something in it still
+    references them.
     """
     if not any(key in schema for key in _COMBINATORS):
         return schema
+    out = _folded(schema, schema, frozenset())
+    if not _references(out, skip=_DEFINITIONS):
+        out = {k: v for k, v in out.items() if k not in _DEFINITIONS}
+    return out
+
+
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def _folded(schema: Mapping[str, Any], root: Mapping[str, Any], following: frozenset[str]) -> dict[str, Any]:
+    """`schema` with its top-level combinators folded (see anthropic_input_schema); `root` is the schema its local
+    references point into, `following` the references being resolved on the way here (a cycle guard)."""
     out: dict[str, Any] = {k: v for k, v in schema.items() if k not in _COMBINATORS}
     properties: dict[str, Any] = dict(out.get("properties") or {})
     required: list[str] = list(out.get("required") or [])
     notes: list[str] = []
     for key in _COMBINATORS:
-        branches = [b for b in schema.get(key) or () if isinstance(b, Mapping)]
-        if not branches:
+        found_branches = [b for b in schema.get(key) or () if isinstance(b, Mapping)]
+        if not found_branches:
             continue
-        branches = [anthropic_input_schema(b) for b in branches]  # a branch's own top-level combinators
+        branches: list[Mapping[str, Any]] = []
+        for branch in found_branches:
+            branch, seen = _resolved(branch, root, following)
+            # a branch's own top-level combinators
+            branches.append(_folded(branch, root, seen) if any(k in branch for k in _COMBINATORS) else branch)
         defined: dict[str, list[Any]] = {}
         for branch in branches:
             for pname, pschema in (branch.get("properties") or {}).items():
@@ -351,6 +373,50 @@ def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     description = out.get("description")
     out["description"] = f"{description}\n\n{note}" if isinstance(description, str) and description else note
     return out
+
+
+def _resolved(
+    branch: Mapping[str, Any], root: Mapping[str, Any], following: frozenset[str]
+) -> tuple[Mapping[str, Any], frozenset[str]]:
+    """`branch` with a local `$ref` (`#/...`) replaced by the schema it points to (its other keys kept over the
+    target's), following a chain of them; a reference already being followed, or one that points nowhere, stays."""
+    while True:
+        ref = branch.get("$ref")
+        if not isinstance(ref, str) or ref in following:
+            return branch, following
+        target = _pointed(root, ref)
+        if target is None:
+            return branch, following
+        following = following | {ref}
+        branch = {**target, **{k: v for k, v in branch.items() if k != "$ref"}}
+
+
+def _pointed(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
+    """The schema a local JSON pointer (`#/$defs/X`) names in `root`, or None."""
+    if not ref.startswith("#/"):
+        return None  # the root itself (`#`, a recursion) or an anchor (`#name`): not followed
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node if isinstance(node, Mapping) else None
+
+
+def _references(value: Any, *, skip: tuple[str, ...] = ()) -> bool:
+    """Whether `value` holds a local `$ref` anywhere (outside the top-level keys in `skip`)."""
+    if isinstance(value, Mapping):
+        ref = value.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            return True
+        return any(_references(v) for k, v in value.items() if k not in skip)
+    if isinstance(value, list):
+        return any(_references(v) for v in value)
+    return False
 
 
 # --- callables -------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""bm25 after edits ranks as a fresh build of the same tools: removed and replaced documents leave tantivy's BM25
-statistics before the next search or save, and ties are broken by name. Real tantivy (and the real model for hybrid)."""
+"""bm25 after edits ranks as a fresh build of the same tools where it promises to: removed and replaced documents
+leave tantivy's BM25 statistics before the next save, and before the next search of a small index (REINDEX_SMALL
+tools) or once they reach REINDEX_SHARE of a larger one; ties are broken by name. Real tantivy (and the real model
+for hybrid)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolsearch import Tool, ToolIndex
+from toolsearch.backends.bm25 import REINDEX_SHARE, REINDEX_SMALL
 
 A = Tool("lookup_forecast", "Forecast")
 B = Tool("city_weather", "Weather report for the city center today")
@@ -67,3 +70,62 @@ def test_edits_after_a_reindex_and_on_a_loaded_index_stay_exact(tmp_path: Path) 
     assert _ranked(loaded) == _ranked(fresh)
     assert _ranked(index, k=3) == _ranked(ToolIndex.build([A, B, Tool("extra_new", "Weather station raw data")],
                                                           "bm25"), k=3)
+
+
+def _catalog(n: int) -> list[Tool]:
+    words = ["weather", "forecast", "report", "city", "station", "email", "send", "file", "upload", "calendar", "event"]
+    return [
+        Tool(f"tool_{i}", " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(3 + i % 5))) for i in range(n)
+    ]
+
+
+def test_a_small_edit_to_a_large_index_is_searched_stale_and_saved_exact(tmp_path: Path) -> None:
+    tools = _catalog(REINDEX_SMALL + 500)
+    index = ToolIndex.build(tools, "bm25")
+    backend = index.backend
+    assert backend.stale_documents == 0
+    changed = Tool(tools[5].name, "Forecast weather report for the city")
+    index.upsert([changed])
+    index.remove([tools[7].name, "no_such_tool"])  # a name it never held counts nothing
+    assert backend.stale_documents == 2
+    ranked = _ranked(index, k=10)  # below the share: served with the stale statistics, no re-index under the lock
+    assert backend.stale_documents == 2 and changed.name in [name for name, _ in ranked]
+    rest = [changed if t.name == changed.name else t for t in tools if t.name != tools[7].name]
+    index.save(tmp_path / "i")  # a save re-indexes: what it stores ranks exactly as a fresh build
+    assert backend.stale_documents == 0
+    expected = _ranked(ToolIndex.build(rest, "bm25"), k=10)
+    assert _ranked(ToolIndex.load(tmp_path / "i"), k=10) == expected == _ranked(index, k=10)
+
+
+def test_a_large_index_re_indexes_on_search_once_the_share_is_reached() -> None:
+    tools = _catalog(REINDEX_SMALL + 500)
+    index = ToolIndex.build(tools, "bm25")
+    backend = index.backend
+    most = next(g for g in range(len(tools), 0, -1) if g < REINDEX_SHARE * (len(tools) - g))
+    gone = {t.name for t in tools[:most]}  # the most removals still below the share of the live tools left
+    index.remove(gone)
+    index.search(QUERY, k=3)
+    assert backend.stale_documents == len(gone)  # not yet REINDEX_SHARE of what is left
+    index.upsert([tools[-1], tools[-2]])  # two documents replaced
+    assert backend.stale_documents == len(gone) + 2 >= REINDEX_SHARE * len(backend)
+    ranked = _ranked(index, k=10)
+    assert backend.stale_documents == 0
+    assert ranked == _ranked(ToolIndex.build([t for t in tools if t.name not in gone], "bm25"), k=10)
+
+
+def test_a_small_index_re_indexes_on_the_next_search() -> None:
+    index = ToolIndex.build([A, B, *EXTRAS], "bm25")
+    index.remove(["extra_3"])
+    assert index.backend.stale_documents == 1
+    index.search("weather", k=1)
+    assert index.backend.stale_documents == 0
+
+
+def test_a_name_twice_in_one_batch_counts_one_replaced_document() -> None:
+    from toolsearch.backends import bm25
+
+    backend = bm25.create()
+    backend.add([A, Tool(A.name, "Forecast again"), B])
+    assert backend.stale_documents == 1 and len(backend) == 2
+    backend.search("forecast", 2)  # small: re-indexed
+    assert backend.stale_documents == 0

@@ -64,13 +64,40 @@ def test_a_query_nested_too_deep_is_searched_as_words(indexes: dict[str, ToolInd
     assert not any("deep" in note for note in indexes[backend].search(shallow, k=2).notes)
 
 
+# Symbols written on purpose (+required, -excluded, a field), alone or beside AND / NOT, and a query that only
+# excludes words (nothing to search by meaning): hybrid answers nothing where bm25 lets no tool through.
 @pytest.mark.slow
-@pytest.mark.parametrize("query", ["-weather", "weather NOT city", "+zebra weather", "name:zebra"])
+@pytest.mark.parametrize(
+    "query", ["-weather", "+zebra weather", "name:zebra", "weather AND +zebra", "weather NOT -city", "NOT weather"]
+)
 def test_hybrid_keeps_a_constraint_that_lets_no_tool_through(indexes: dict[str, ToolIndex], query: str) -> None:
     lexical = indexes["bm25"].search(query, k=4)
     result = indexes["hybrid"].search(query, k=4)
     assert lexical.names == [] and result.names == []
     assert set(lexical.notes) <= set(result.notes)
+
+
+# The operators AND / NOT are words a request in prose holds too ("weather for Paris AND London"): where they let no
+# tool through, hybrid answers by meaning (as it did before it kept constraints) and its note says the operator was
+# not applied; bm25 alone still answers nothing.
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("weather AND zebra", "no tool has every word the AND asks for"),
+        ("weather NOT city", "the NOT excluded every tool that matched"),
+        ("weather AND zebra NOT city", "without a word the NOT excludes"),
+        ("Current weather for a city AND zebra", "no tool has every word the AND asks for"),
+    ],
+)
+def test_hybrid_answers_by_meaning_where_and_or_not_let_no_tool_through(
+    indexes: dict[str, ToolIndex], query: str, said: str
+) -> None:
+    assert indexes["bm25"].search(query, k=4).names == []
+    result = indexes["hybrid"].search(query, k=4)
+    assert result.names[0] == "get_weather"
+    assert len(result.notes) == 1 and said in result.notes[0] and "closest tools by meaning" in result.notes[0]
+    assert not any("no tool matched" in note for note in result.notes)
 
 
 @pytest.mark.slow

@@ -185,6 +185,37 @@ def test_an_all_of_requires_what_any_branch_requires() -> None:
     assert tool.input_schema["allOf"]  # the tool itself keeps its schema
 
 
+def test_branches_that_are_local_references_are_folded_as_what_they_point_to() -> None:
+    by_city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    by_coords = {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                 "required": ["lat", "lon"]}
+    tool = Tool("get_weather", "Weather", input_schema={
+        "type": "object", "$defs": {"ByCity": by_city, "ByCoords": by_coords},
+        "oneOf": [{"$ref": "#/$defs/ByCity"}, {"$ref": "#/$defs/ByCoords"}],
+    })
+    schema = tool.to_anthropic()["input_schema"]
+    assert "oneOf" not in schema and schema["properties"] == {
+        "city": {"type": "string"}, "lat": {"type": "number"}, "lon": {"type": "number"}}
+    assert "required" not in schema  # no property is required by both branches
+    assert "$defs" not in schema  # nothing in the folded schema references them any more
+    assert '"required":["lat","lon"]' in schema["description"] and "$ref" not in schema["description"]
+
+
+def test_a_folded_schema_keeps_definitions_its_properties_reference_and_stops_at_a_cycle() -> None:
+    definitions = {
+        "Named": {"$ref": "#/definitions/Person"},  # a chain: followed
+        "Person": {"properties": {"address": {"$ref": "#/definitions/Address"}}, "required": ["address"]},
+        "Address": {"type": "string"},
+        "Loop": {"$ref": "#/definitions/Loop"},
+    }
+    tool = Tool("t", input_schema={"type": "object", "definitions": definitions,
+                                   "anyOf": [{"$ref": "#/definitions/Named"}, {"$ref": "#/definitions/Loop"},
+                                             {"$ref": "#"}]})
+    schema = tool.to_anthropic()["input_schema"]
+    assert schema["properties"] == {"address": {"$ref": "#/definitions/Address"}}
+    assert schema["definitions"] == definitions  # `address` still references them
+
+
 # --- call ids: duplicates, none, another provider's -------------------------------------------
 
 

@@ -49,6 +49,16 @@ DEFAULT_POOL = 50
 # scripts/ranking_loso.py, where the held-out sets did not show a gain, so it stays off.
 DEFAULT_CLAUSE_LEXICAL = 0.0
 
+# A hybrid answer by meaning alone where bm25's AND / NOT let no tool through, by (both, AND): see search.
+_OPERATOR_NOTES = {
+    (True, True): "no tool has every word the AND asks for without a word the NOT excludes; these are the closest "
+                  "tools by meaning, the AND and NOT not applied",
+    (False, True): "no tool has every word the AND asks for; these are the closest tools by meaning, the AND not "
+                   "applied",
+    (False, False): "the NOT excluded every tool that matched the words; these are the closest tools by meaning, "
+                    "the NOT not applied",
+}
+
 
 class HybridBackend:
     """bm25 (tantivy) and vector (faiss) over the same tools, searched together and fused."""
@@ -122,9 +132,18 @@ class HybridBackend:
         lexical = self.lexical.search(query, depth, allowed)
         lexical_scores = {h.name: h.score for h in lexical.hits}
         lucene = looks_like_lucene(query)
-        if lucene and not lexical.hits and bm25_module.lucene_constraints(query):
-            # `+must`, `-not`, `NOT` or `name:` that let no tool through: the dense half must not bring them back.
-            return Ranking([], tuple(lexical.notes))
+        instead: str | None = None  # the note on the dense half's answer where bm25's operators let no tool through
+        if lucene and not lexical.hits:
+            constraints = bm25_module.lucene_constraints(query)
+            searched = bm25_module.NO_MATCH_NOTE in lexical.notes  # (not so for a query that only excludes words)
+            if constraints & bm25_module.STRICT_CONSTRAINTS or (constraints and not searched):
+                # `+must`, `-not` or `name:`, symbols written on purpose, that let no tool through: the dense half
+                # must not bring them back.
+                return Ranking([], tuple(lexical.notes))
+            if constraints:
+                # Only `AND` / `NOT`, which a request in prose holds too ("weather for Paris AND London"): answer by
+                # meaning, as for a plain request, and say why.
+                instead = _OPERATOR_NOTES[constraints >= {"and", "not"}, "and" in constraints]
         if self.clause_lexical > 0 and not lucene:
             lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
@@ -134,6 +153,8 @@ class HybridBackend:
         fused = fuse(dense, lexical_scores, self.dense_weight)
         hits = [Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
         notes = lexical.notes if lexical.hits or not hits else ()
+        if instead is not None and hits:
+            notes = (*(n for n in lexical.notes if n != bm25_module.NO_MATCH_NOTE), instead)
         return Ranking(hits, tuple(notes))
 
     def _with_clauses(
