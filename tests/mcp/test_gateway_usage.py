@@ -9,6 +9,7 @@ import anyio
 import pytest
 from mcp_servers import GatewayProcess, gateway_argv, gateway_env, toy, wait_until, write_config
 from mcp_servers.clients import connect, text
+from redis_server import RedisServer
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch.embeddings import ToolsEmbedder
@@ -105,18 +106,22 @@ def test_every_stored_log_must_keep_the_setting_asked_for_before_anything_is_wri
     assert feed.log.privacy == "raw" and store.catalogs() == ["catalog-a", "catalog-b"]
 
 
-async def test_no_usage_log_records_nothing(tmp_path: Path) -> None:
+async def test_no_usage_log_records_nothing(tmp_path: Path, redis_server: RedisServer) -> None:
+    # A shared session store keeps the usage log beside the sessions: with --no-usage-log nothing reaches it.
+    # (--no-usage-log beside --usage-log FILE is refused as a contradiction: tests/mcp/test_options.py.)
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
-    usage = tmp_path / "usage.json"
-    gateway = GatewayProcess(config, "--usage-log", str(usage), "--no-usage-log")
-    try:
-        async with connect(gateway.wait_ready()) as client:
-            await client.search("add two integers", max_results=1)
-            assert text(await client.call("toy__add_numbers", {"a": 2, "b": 3})) == "5"
-            await anyio.sleep(2)  # longer than the gateway waits before it saves
-    finally:
-        assert gateway.stop() == 0
-    assert not usage.exists()
+    redis = redis_server.client()
+    for flags, recorded in (((), True), (("--no-usage-log",), False)):
+        gateway = GatewayProcess(config, "--session-store", redis_server.url, *flags)
+        try:
+            async with connect(gateway.wait_ready()) as client:
+                await client.search("add two integers", max_results=1)
+                assert text(await client.call("toy__add_numbers", {"a": 2, "b": 3})) == "5"
+                await anyio.sleep(2)  # longer than the gateway waits before it saves
+        finally:
+            assert gateway.stop() == 0
+        assert bool(redis.keys("toolsearch:usage:*")) is recorded, flags
+        redis.flushdb()
 
 
 def test_catalog_changes_carry_entries_without_duplicates(tmp_path: Path) -> None:
