@@ -95,4 +95,4 @@ def test_a_bad_address_cap_is_a_usage_error(tmp_path: Path, value: str, said: st
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
     argv = gateway_argv(config, "--transport", "http", "--port", "0", "--sessions-per-address", value)
     done = subprocess.run(argv, env=gateway_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and said in done.stderr, done.stderr
+    assert done.returncode == 2 and said in done.stderr, done.stderr  # a usage error

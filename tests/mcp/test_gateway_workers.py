@@ -400,7 +400,7 @@ def test_workers_need_a_shared_store(tmp_path: Path, flags: tuple[str, ...], mes
         gateway_argv(config, "--transport", "http", *flags),
         capture_output=True, text=True, env=gateway_env(), timeout=60,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2  # a usage error: the flags cannot work together
     assert message in done.stderr
     assert "pw@" not in done.stderr  # the password of a refused store URL is not echoed
 
@@ -420,7 +420,7 @@ def refused(config: Path, *flags: str) -> str:
         gateway_argv(config, "--transport", "http", *flags), capture_output=True, text=True, env=gateway_env(),
         timeout=60,
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr  # a usage error, as `toolsearch mcp serve` answers one
     return done.stderr
 
 
@@ -557,7 +557,7 @@ def test_a_proxy_header_is_refused_unless_the_proxy_is_trusted(tmp_path: Path) -
         gateway_argv(config, "--transport", "http", "--session-header", "X-User-Id"),
         capture_output=True, text=True, env=gateway_env(), timeout=60,
     )
-    assert done.returncode == 1 and "--trust-proxy-header" in done.stderr and "strip" in done.stderr
+    assert done.returncode == 2 and "--trust-proxy-header" in done.stderr and "strip" in done.stderr
     assert "Traceback" not in done.stderr
 
 
