@@ -244,10 +244,15 @@ def _safe_tools(ds: Dataset) -> tuple[list[Any], dict[str, str]]:
 def _retrieval(ds: Dataset, tools: Sequence[Any], renamed: Mapping[str, str], limit: int | None, seed: int) -> Any:
     from benchmarks.lib.peers import PydanticAIKeywordsPeer
     from toolsearch.evaluation import LabeledQuery, load_queries, score_rankings
+    from toolsearch.index import MAX_QUERY_CHARS
     from toolsearch.integrations.pydantic_ai import ToolSearchStrategy
 
     queries = [q for q in load_queries(ds.queries_path, seed=seed) if q.query.strip()][:limit]
-    labelled = [LabeledQuery(q.id, q.query, tuple(renamed.get(n, n) for n in q.relevant), q.subset) for q in queries]
+    # A request over toolsearch's limit is cut to it, as in benchmarks/retrieval.py, for both systems alike: the
+    # strategy refuses a longer one (its model is told to shorten it), which would score as no answer.
+    labelled = [LabeledQuery(q.id, q.query.strip()[:MAX_QUERY_CHARS], tuple(renamed.get(n, n) for n in q.relevant),
+                             q.subset) for q in queries]
+    truncated = sum(len(q.query.strip()) > MAX_QUERY_CHARS for q in queries)
     peer = PydanticAIKeywordsPeer()
     peer.build(tools)
     strategy = ToolSearchStrategy("bm25", max_results=10)
@@ -265,7 +270,7 @@ def _retrieval(ds: Dataset, tools: Sequence[Any], renamed: Mapping[str, str], li
         metrics = score_rankings(rankings, labelled)
         out[name] = {"nDCG@10": round(metrics["nDCG@10"], 4), "R@5": round(metrics["R@5"], 4),
                      "ms_per_query": round(elapsed, 3)}
-    return {"queries": len(labelled), "systems": out}
+    return {"queries": len(labelled), "truncated": truncated, "systems": out}
 
 
 def _tasks(ds: Dataset, names: set[str], renamed: Mapping[str, str], limit: int, seed: int) -> list[Any]:

@@ -202,6 +202,9 @@ def load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+END_SETTLE_S = 120.0  # the most write_report waits for a run's own load to fade before its end reading
+
+
 def wait_quiet(seconds: float, *, below: float = QUIET_BELOW, poll: float = 5.0,
                say: Callable[[str], None] | None = None) -> float | None:
     """Wait at most `seconds` for the 1-minute load average to drop under `below`; the last reading (None: no load
@@ -308,6 +311,9 @@ def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Seq
     """
     start = "- Load average at start (1/5/15 min): "
     if start in markdown and "- Load average at the end" not in markdown and hasattr(os, "getloadavg"):
+        # The end reading is meant to catch other work: the run's own threads have stopped by now, and the 1-minute
+        # average forgets them in about a minute (from 3 to under 1.5 in ~40 s), so it waits that long at most.
+        wait_quiet(END_SETTLE_S)
         end = load_average()
         at = markdown.find("\n", markdown.index(start))
         at = len(markdown) if at < 0 else at

@@ -25,6 +25,12 @@ def _loads(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
     monkeypatch.setattr(os, "getloadavg", getloadavg)
 
 
+@pytest.fixture(autouse=True)
+def _no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end reading's wait for a run's own load to fade, off: the readings below are the ones given."""
+    monkeypatch.setattr("benchmarks.lib.END_SETTLE_S", 0.0)
+
+
 def _report(tmp_path: Path) -> tuple[str, dict[str, object]]:
     info = machine_info()
     write_report(tmp_path, "r", {"machine": info}, "# r\n\n" + "\n".join(machine_markdown(info)) + "\n\nbody\n",
@@ -43,6 +49,18 @@ def test_a_report_loud_at_its_end_says_it_is_not_a_figure(tmp_path: Path, monkey
     # written again (a report rewritten from its own markdown), the line stays once
     write_report(tmp_path, "r", data, written, quiet=True)
     assert (tmp_path / "r.md").read_text().count("NOT A FIGURE") == 1
+
+
+def test_the_end_reading_waits_for_the_runs_own_load_to_fade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run that used both cores ends at ~2.9; with nothing else running the average drops within a minute
+    monkeypatch.setattr("benchmarks.lib.END_SETTLE_S", 120.0)
+    _loads(monkeypatch, 0.3, 2.9, 2.1, 1.2)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    written, data = _report(tmp_path)
+    assert "NOT A FIGURE" not in written and data["machine"]["quiet"] is True  # type: ignore[index]
+    assert "- Load average at the end (1/5/15 min): [1.2, 1.0, 1.0]" in written
 
 
 def test_a_report_loud_at_its_start_says_so_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
