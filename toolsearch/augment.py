@@ -41,7 +41,7 @@ from typing import Any
 
 from ._errors import AugmentationError, InvalidToolError
 from ._untrusted import Walk
-from .tools import Tool, _validated_schema
+from .tools import Tool, _validated_schema, json_pointer
 
 __all__ = ["Augmentation", "AugmentSpec", "OnAugment", "parameter_names"]
 
@@ -265,24 +265,10 @@ def parameter_names(schema: Mapping[str, Any]) -> frozenset[str]:
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#") and ref not in followed:
             followed.add(ref)
-            target = _pointer(schema, ref[1:])
+            target = json_pointer(schema, ref[1:])
             if target is not None:
                 todo.append(target)
     return frozenset(names)
-
-
-def _pointer(root: Mapping[str, Any], pointer: str) -> Any:
-    """The node a JSON pointer (`/$defs/Refund`) names in `root`, or None."""
-    node: Any = root
-    for raw in pointer.split("/")[1:] if pointer else []:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 _validators: dict[str, Any] = {}

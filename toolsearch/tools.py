@@ -391,19 +391,26 @@ def _resolved(
         branch = {**target, **{k: v for k, v in branch.items() if k != "$ref"}}
 
 
-def _pointed(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
-    """The schema a local JSON pointer (`#/$defs/X`) names in `root`, or None."""
-    if not ref.startswith("#/"):
-        return None  # the root itself (`#`, a recursion) or an anchor (`#name`): not followed
+def json_pointer(root: Mapping[str, Any], pointer: str, *, fragment: bool = False) -> Any:
+    """The node a JSON pointer (`/$defs/Refund`, RFC 6901) names in `root`, or None; `fragment`: the pointer comes
+    from a URI fragment (`#/$defs/X` less its `#`), whose parts are percent-encoded too."""
     node: Any = root
-    for part in ref[2:].split("/"):
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
+    for raw in pointer.split("/")[1:] if pointer else []:
+        part = (unquote(raw) if fragment else raw).replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
             return None
+    return node
+
+
+def _pointed(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
+    """The schema a local JSON pointer (`#/$defs/X`) names in `root`, or None."""
+    if not ref.startswith("#/"):
+        return None  # the root itself (`#`, a recursion) or an anchor (`#name`): not followed
+    node = json_pointer(root, ref[1:], fragment=True)
     return node if isinstance(node, Mapping) else None
 
 

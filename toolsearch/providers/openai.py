@@ -99,20 +99,7 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
         alias = call_text(_get(fn, "name"), "name")
         args, error = parse_arguments(_get(fn, "arguments"))
         calls.append(ToolCall(call_text(_get(tc, "id"), "id"), names.original(alias) or alias, args, error))
-    usage = _get(response, "usage")
-    parsed_usage = None
-    if usage is not None:
-        details = _get(usage, "prompt_tokens_details")
-        parsed_usage = Usage(
-            input_tokens=token_count(_get(usage, "prompt_tokens"), "prompt_tokens", "Chat Completions"),
-            output_tokens=token_count(_get(usage, "completion_tokens"), "completion_tokens", "Chat Completions"),
-            total_tokens=token_count(_get(usage, "total_tokens"), "total_tokens", "Chat Completions"),
-            cached_input_tokens=token_count(
-                _get(details, "cached_tokens") if details is not None else None,
-                "prompt_tokens_details.cached_tokens",
-                "Chat Completions",
-            ),
-        )
+    parsed_usage = _usage(_get(response, "usage"), "prompt_tokens", "completion_tokens", "Chat Completions")
     # a refusal comes in `refusal` with content null: it is the reply's text all the same, and the turn is refused
     refusal = _chat_text(_get(msg, "refusal"), "refusal")
     text = _chat_text(_get(msg, "content"), "content") or refusal
@@ -120,6 +107,22 @@ def parse_chat_completion(response: Any, names: NameMap) -> ModelTurn:
     message = Message("assistant", text, tuple(calls), provider="openai_chat")
     reason = _get(choice, "finish_reason")
     return ModelTurn(message, parsed_usage, reason, response, "refused" if refusal else stop_kind(reason))
+
+
+def _usage(usage: Any, inputs: str, outputs: str, api: str) -> Usage | None:
+    """An answer's token counts, each checked (`token_count`): Chat Completions names them prompt/completion
+    tokens, Responses input/output tokens; the cached ones sit in `<inputs>_details`."""
+    if usage is None:
+        return None
+    details = _get(usage, f"{inputs}_details")
+    return Usage(
+        input_tokens=token_count(_get(usage, inputs), inputs, api),
+        output_tokens=token_count(_get(usage, outputs), outputs, api),
+        total_tokens=token_count(_get(usage, "total_tokens"), "total_tokens", api),
+        cached_input_tokens=token_count(
+            _get(details, "cached_tokens") if details is not None else None, f"{inputs}_details.cached_tokens", api
+        ),
+    )
 
 
 def _chat_text(value: Any, field: str) -> str:
@@ -431,20 +434,7 @@ def parse_response(response: Any, names: NameMap, search_tool: str | None = None
         elif kind == "reasoning":
             kept.append(_dump(item))
     calls = unique_call_ids(calls, "call_")
-    usage = _get(response, "usage")
-    parsed_usage = None
-    if usage is not None:
-        details = _get(usage, "input_tokens_details")
-        parsed_usage = Usage(
-            input_tokens=token_count(_get(usage, "input_tokens"), "input_tokens", "Responses"),
-            output_tokens=token_count(_get(usage, "output_tokens"), "output_tokens", "Responses"),
-            total_tokens=token_count(_get(usage, "total_tokens"), "total_tokens", "Responses"),
-            cached_input_tokens=token_count(
-                _get(details, "cached_tokens") if details is not None else None,
-                "input_tokens_details.cached_tokens",
-                "Responses",
-            ),
-        )
+    parsed_usage = _usage(_get(response, "usage"), "input_tokens", "output_tokens", "Responses")
     message = Message(
         "assistant", "".join(texts), tuple(calls), provider="openai_responses", provider_items=tuple(kept)
     )
