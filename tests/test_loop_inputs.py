@@ -6,38 +6,19 @@ import warnings
 from typing import Any
 
 import pytest
+from fakes.loop_tools import SENT, create_issue, send_email, sessions_over, weather_forecast
 
 from toolsearch import InvalidArgumentError, SessionError, Tool, ToolIndex
 from toolsearch.loop import ResultStatus, ToolSearchLoop, run
 from toolsearch.providers import Message, ScriptedModel, call, search
 from toolsearch.session import SessionManager
 
-SENT: list[str] = []
-
-
-def weather_forecast(city: str, days: int = 3) -> dict[str, Any]:
-    """Weather forecast for a city, day by day."""
-    return {"city": city, "days": days, "sky": "sunny"}
-
-
-def send_email(to: str, subject: str, body: str) -> str:
-    """Send an email message to a recipient."""
-    SENT.append(to)
-    return f"sent to {to}"
-
-
-def create_issue(repo: str, title: str) -> dict[str, Any]:
-    """Create a new GitHub issue in a repository."""
-    return {"number": 7, "repo": repo}
-
-
 FUNCTIONS = {f.__name__: f for f in (weather_forecast, send_email, create_issue)}
 
 
 @pytest.fixture()
 def sessions() -> SessionManager:
-    SENT.clear()
-    return SessionManager(ToolIndex.build([Tool.from_callable(f) for f in FUNCTIONS.values()], backend="bm25"))
+    return sessions_over(FUNCTIONS)
 
 
 # --- an existing session's allowed and pinned tools --------------------------------------------------

@@ -6,25 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from fakes.loop_tools import SENT, send_email, sessions_over, weather_forecast
 
-from toolsearch import ProviderError, Tool, ToolIndex
+from toolsearch import ProviderError
 from toolsearch.loop import LoopOutcome, ResultStatus, arun, run
 from toolsearch.providers import ScriptedModel, call, reply, search
 from toolsearch.session import SessionManager
-
-SENT: list[str] = []
-
-
-def weather_forecast(city: str, days: int = 3) -> dict[str, Any]:
-    """Weather forecast for a city, day by day."""
-    return {"city": city, "days": days, "sky": "sunny"}
-
-
-def send_email(to: str, subject: str, body: str) -> str:
-    """Send an email message to a recipient."""
-    SENT.append(to)
-    return f"sent to {to}"
-
 
 FUNCTIONS = {f.__name__: f for f in (weather_forecast, send_email)}
 EMAIL = call("send_email", to="bob@example.com", subject="Hi", body="Hello")
@@ -32,8 +19,7 @@ EMAIL = call("send_email", to="bob@example.com", subject="Hi", body="Hello")
 
 @pytest.fixture()
 def sessions() -> SessionManager:
-    SENT.clear()
-    return SessionManager(ToolIndex.build([Tool.from_callable(f) for f in FUNCTIONS.values()], backend="bm25"))
+    return sessions_over(FUNCTIONS)
 
 
 # --- a guard's output ---------------------------------------------------------------------------------
