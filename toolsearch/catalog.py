@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ._errors import DuplicateToolError, InvalidToolError, UnknownToolError, wrong_type
@@ -40,6 +41,18 @@ def namespaces_from_prefix(tools: Iterable[Tool], *, min_tools: int = 2) -> list
             tool = dataclasses.replace(tool, namespace=prefix)
         out.append(tool)
     return out
+
+
+def _positions(names: Iterable[str]) -> Callable[[str], int]:
+    """A name's place among `names`, the table of places made on the first question only (most edits ask none)."""
+    places: dict[str, int] = {}
+
+    def position(name: str) -> int:
+        if not places:
+            places.update(zip(names, itertools.count()))
+        return places[name]
+
+    return position
 
 
 def unknown_tool(name: object) -> UnknownToolError:
@@ -152,14 +165,32 @@ class Catalog:
         )
 
     def updated(self, upsert: Iterable[Tool] = (), remove: Iterable[str] = ()) -> Catalog:
-        """A new catalog with tools added or replaced by name and others removed."""
+        """A new catalog with tools added or replaced by name and others removed.
+
+        A replaced tool keeps its place; an added one (or one removed and added again) goes last. When this
+        catalog's name table is built, the new one's is derived from it by the change alone: rebuilding it from
+        every name after each edit made the first search after an edit cost about a second at 100,000 tools.
+        """
+        old = self._tools
         gone = set(remove)
-        tools = {n: t for n, t in self._tools.items() if n not in gone}
+        tools = {n: t for n, t in old.items() if n not in gone}
         incoming = list(upsert)
         Catalog(incoming)  # duplicate names inside one update are an error too
+        dropped = [(n, old[n].namespace) for n in gone if n in old]
+        entered = []
         for tool in incoming:
+            kept = tools.get(tool.name)
+            # a tool replaced under the same namespace is filed under the same forms, in the same place
+            if kept is None or kept.namespace != tool.namespace:
+                if kept is not None:
+                    dropped.append((tool.name, kept.namespace))
+                entered.append((tool.name, tool.namespace))
             tools[tool.name] = tool
-        return Catalog(tools.values())
+        newer = Catalog(tools.values())
+        table: NameTable | None = getattr(self, "_name_table", None)  # a subclass may skip __init__
+        if table is not None:
+            newer._name_table = table.updated(dropped, entered, _positions(newer._tools))
+        return newer
 
     def __repr__(self) -> str:
         return f"Catalog({len(self)} tools, hash={self._hash[:12]})"
