@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import zlib
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from toolsearch.demo import demo_tools
 from toolsearch.embeddings import CallableEmbedder, ToolsEmbedder, document_cache_id, text_key
 from toolsearch.pg import PostgresIndex, display_dsn
 from toolsearch.pg import search as pg_search
+from toolsearch.pg._connect import Connector, StoreSettings, check_dsn
 from toolsearch.pg.schema import SCHEMA_VERSION
 from toolsearch.text import embedding_text
 
@@ -86,6 +89,53 @@ def test_a_second_process_reads_the_catalog_the_first_built_and_sees_its_changes
     finally:
         first.close()
         second.close()
+
+
+def test_forked_workers_never_share_the_parent_s_connections(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    # Before: a child forked after the parent searched (gunicorn --preload, Celery prefork, multiprocessing's fork)
+    # used the pool it inherited, whose sockets are the parent's: the children read each other's replies (another
+    # request's tools, "prepared statement already exists", "server sent data without prior row description").
+    # texts of its own: tests below count which models embedded TOOLS' texts
+    tools = [_tool(f"forked_{t.name}", t.description, t.namespace) for t in TOOLS]
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, tools, poll=None, embedder=_counting_embedder([]),
+                               cache=False, min_connections=4)
+    asks = ["weather forecast for a city", "send an email message to recipients", "convert money to another currency"]
+    want = {ask: index.search(ask, 1).names for ask in asks}  # the parent's pool holds connections at the fork
+    assert len({tuple(names) for names in want.values()}) == len(asks)
+    children: list[tuple[int, int]] = []
+    try:
+        for worker in range(4):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: search, report through the pipe, and leave without the parent's cleanup
+                code = 1
+                try:
+                    os.close(read)
+                    outcomes = []
+                    for turn in range(30):
+                        ask = asks[(worker + turn) % len(asks)]
+                        try:
+                            got = index.search(ask, 1).names
+                            outcomes.append("ok" if got == want[ask] else f"{ask!r} answered {got}")
+                        except Exception as exc:
+                            outcomes.append(f"{ask!r} failed: {exc}"[:300])
+                    os.write(write, json.dumps(outcomes).encode())
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write)
+            children.append((pid, read))
+        problems = []
+        for pid, read in children:
+            with os.fdopen(read, "rb") as pipe:
+                report = pipe.read()
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0 and report
+            problems += [outcome for outcome in json.loads(report) if outcome != "ok"]
+        assert not problems, problems[:5]
+        assert {ask: index.search(ask, 1).names for ask in asks} == want  # the parent's connections still serve it
+    finally:
+        index.close()
 
 
 def _stored_models(dsn: str, tools: list[Tool]) -> dict[str, int]:
@@ -353,6 +403,101 @@ def test_a_dsn_that_cannot_be_parsed_is_never_quoted(pg_server: PostgresServer) 
     message = str(caught.value)
     assert "the DSN cannot be parsed" in message and "fix the DSN" in message and "retry" not in message
     assert "TopSecret" not in message and "zz" not in message
+
+
+# passwords as generators make them: an unencoded '/' or '@' is misread by libpq, a '?' or '#' is read as written
+ODD_PASSWORDS = ["5439/xKq2", "Zq9817/xK2", "Ab12@cD9", "Ab12?cD9", "Ab12#cD9"]
+
+
+@pytest.mark.parametrize("secret", ODD_PASSWORDS)
+def test_no_piece_of_a_password_holding_a_url_delimiter_is_shown(
+    pg_server: PostgresServer, secret: str, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: libpq took `cD9@127.0.0.1` for the host of `Ab12@cD9`, and the error and the log named it, advising
+    # a retry "once Postgres answers"; a '/' made "postgres" the host and the password's start its port.
+    caplog.set_level(logging.DEBUG)
+    dsn = f"postgresql://postgres:{secret}@127.0.0.1:{pg_server.port}/postgres"
+    with pytest.raises(CatalogStoreError) as caught:
+        PostgresIndex.open(dsn, "anything", TOOLS, poll=None, embedder=_counting_embedder([]), cache=False,
+                           connect_timeout=2.0, timeout=3.0)
+    message = str(caught.value)
+    shown = (message + caplog.text).replace(str(pg_server.port), "")  # the port's digits are no piece of it
+    assert not [piece for i in range(len(secret) - 2) if (piece := secret[i:i + 3]) in shown], message
+    assert message.startswith("catalog store postgresql://***@127.0.0.1:"), message
+    if "@" in secret or "/" in secret:
+        assert "cannot be parsed" in message and "percent-encode" in message and "retry" not in message, message
+    else:  # read as written: the server refused it (it is not the role's password)
+        assert "refused the credentials" in message, message
+
+
+def test_a_dsn_libpq_reads_as_written_is_taken_and_one_it_misreads_refused() -> None:
+    for dsn in ["postgresql://u:p@h1:5432,h2:5433/db", "postgresql://u:p@[::1]:5432/db?application_name=a@b",
+                "postgresql:///db?host=/tmp&user=x", "postgresql://u:Ab12?cD9@h:5432/db", "postgres://u:Ab12#cD9@h/db",
+                "postgresql://u:Ab12%40cD9%2Fx@h/db", "host=db port=5432 user=app password=a@b/c dbname=tools"]:
+        check_dsn(dsn)
+    for dsn in ["postgresql://u:Ab12@cD9@h:5432/db", "postgresql://u:5439/xKq2@h:5432/db", "postgresql://u:p@h:5x/db",
+                "postgresql://u:Zq9%zz@h/db"]:
+        with pytest.raises(CatalogStoreError, match=r"cannot be parsed.*percent-encode") as caught:
+            check_dsn(dsn)
+        assert "***" in str(caught.value) and "cD9" not in str(caught.value) and "xKq2" not in str(caught.value)
+
+
+def test_every_piece_of_a_url_password_is_scrubbed_from_messages() -> None:
+    # Before: only the password as libpq read it was scrubbed, so a message quoting a piece of it kept that piece
+    connector = Connector("postgresql://postgres:Ab12?cD9@127.0.0.1:5432/postgres", StoreSettings())
+    scrubbed = connector.scrub('password "Ab12?cD9", or its start Ab12 or its end cD9, for user "postgres"')
+    assert "Ab12" not in scrubbed and "cD9" not in scrubbed and 'user "postgres"' in scrubbed
+
+
+def test_a_percent_encoded_password_with_url_delimiters_connects(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
+    import psycopg
+    from psycopg import sql
+
+    secret = "Ab12@cD9/x?y#z%w"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE odd_password LOGIN SUPERUSER PASSWORD {}").format(sql.Literal(secret)))
+    dsn = f"postgresql://odd_password:{quote(secret, safe='')}@127.0.0.1:{pg_server.port}/postgres"
+    index = PostgresIndex.open(dsn, catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]), cache=False)
+    try:
+        assert index.search("send an email message to recipients", 1).names == ["email_send_message"]
+    finally:
+        index.close()
+
+
+def test_the_same_model_id_with_another_dimension_is_refused_at_open(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    # Before: it opened, and every search failed inside Postgres ("different vector dimensions 64 and 32") with
+    # the advice to "retry once Postgres answers"
+    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]),
+                       cache=False).close()
+    wider = CallableEmbedder(lambda texts: np.full((len(texts), 64), 0.125, dtype=np.float32),
+                             model_id="counting-32", dimension=64)
+    with pytest.raises(IndexFormatError, match=r"holds 32-dimensional embeddings of 'counting-32'.* gives 64"):
+        index = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=None, embedder=wider, cache=False)
+        index.search("weather forecast", 1)
+
+
+def test_a_statement_postgres_refuses_is_no_outage_and_advises_no_retry(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    import psycopg
+
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]),
+                               cache=False)
+    try:
+        row = index._pg.row
+        assert row is not None
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:  # a table dropped by hand
+            conn.execute(f"DROP TABLE toolsearch_postings_{row.id}")
+        with pytest.raises(CatalogStoreError) as caught:
+            index.search("send an email message", 1)
+        message = str(caught.value)
+        # Before: "UndefinedTable (...); nothing was half written; retry once Postgres answers"
+        assert "UndefinedTable" in message and "retry once" not in message and "will not help" in message, message
+        assert index.outage() is None
+    finally:
+        index.close()
 
 
 def test_wrong_credentials_are_a_clear_error_without_the_password(pg_server: PostgresServer) -> None:  # noqa: F811

@@ -70,6 +70,27 @@ def test_postgres_restarted_mid_query(own_pg_server: PostgresServer) -> None:  #
         index.close()
 
 
+def test_the_first_reads_after_a_restart_answer_and_record_no_outage(own_pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: the retry "on a fresh connection" took another connection the restart had killed: the read failed and
+    # an outage was recorded (a gateway then refuses requests for 5 s) although Postgres answered again.
+    index = PostgresIndex.open(own_pg_server.dsn(), "restart", TOOLS, poll=None, timeout=3.0, connect_timeout=2.0,
+                               min_connections=3)
+    try:
+        assert index.search("weather in Paris", 1).names == ["weather_get_forecast"]
+        pool = index._pg.connector.pool
+        pool.wait(timeout=30)  # its connections are all idle in the pool: the restart kills every one
+        own_pg_server.restart()
+        assert index.search("send an email", 1).names == ["email_send_message"]
+        assert index.outage() is None
+        pool.wait(timeout=30)
+        own_pg_server.restart()
+        # an upsert's first statement reads the stored embeddings
+        index.upsert([Tool("parking_find_spot", "Find a free parking spot for a car.", namespace="travel")])
+        assert "parking_find_spot" in index.catalog and index.outage() is None
+    finally:
+        index.close()
+
+
 def _search_or_error(index: PostgresIndex) -> object:
     try:
         return index.search("convert dollars to euros", 3).names

@@ -14,8 +14,10 @@ import pytest
 from redis_server import RedisServer, require_redis
 
 from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
+from toolsearch._errors import UsageStoreUnreachableError
 from toolsearch.executor import handle_tool_calls
 from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, SessionState, store_from_url
+from toolsearch.stores.usage_redis import RedisUsageStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -285,6 +287,27 @@ def test_an_unreachable_redis_at_start_is_a_clear_error(index: ToolIndex) -> Non
     with pytest.raises(SessionStoreError, match=r"redis://\*\*\*@127\.0\.0\.1:\d+/3 failed to answer a ping") as error:
         store.ping()
     assert "hunter2" not in str(error.value)
+
+
+@pytest.mark.parametrize("given", ["a wrong password", "no password"])
+def test_refused_credentials_are_said_as_such_never_as_an_unreachable_redis(tmp_path: Path, given: str) -> None:
+    # Before: "AuthenticationError: invalid username-password pair or user is disabled. (timeout 0.5 s); check that
+    # Redis is running and reachable from this worker", and the usage store said it "cannot be reached"
+    server = RedisServer(tmp_path, password="s3cret-pass").start()
+    try:
+        auth = "alice:wrong-pass-9@" if given == "a wrong password" else ""
+        url = f"redis://{auth}127.0.0.1:{server.port}/0"
+        with pytest.raises(SessionStoreError) as session_error:
+            RedisSessionStore(url, timeout=0.5).ping()
+        with pytest.raises(UsageStoreUnreachableError) as usage_error:
+            RedisUsageStore(url, timeout=0.5).catalogs()
+        said = "refused the user and password in the URL" if auth else "requires a password and the URL gives none"
+        for message in (str(session_error.value), str(usage_error.value)):
+            assert said in message and "reachable" not in message and "cannot be reached" not in message, message
+            assert "wrong-pass" not in message and "s3cret" not in message and "alice" not in message, message
+            assert f"127.0.0.1:{server.port}/0" in message
+    finally:
+        server.stop()
 
 
 # --- isolation, expiry, prefixes --------------------------------------------------------------------

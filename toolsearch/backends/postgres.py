@@ -142,6 +142,15 @@ class PostgresBackend:
                         f"{self.model_id!r}; open it with {model_option(found.model)} or build it again under "
                         "another name"
                     )
+                # the same model id with another dimension (a model folder replaced, an embedder's id reused): every
+                # search would fail inside Postgres ("different vector dimensions"), looking like an outage
+                dimension = self.encoder.embedder.dimension
+                if found.dimension != dimension:
+                    raise IndexFormatError(
+                        f"the catalog {found.name!r} in {self.store} holds {found.dimension}-dimensional embeddings "
+                        f"of {found.model!r}, but that model now gives {dimension} dimensions; open it with the model "
+                        "that built it, or build it again under another name (or give this model another id)"
+                    )
                 self._row = found
                 self.catalog_name = found.name
             return found

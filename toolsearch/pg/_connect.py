@@ -1,23 +1,31 @@
 """Connections to the catalog store: the DSN and how it is shown, the pool, and psycopg's errors translated once.
 
 A DSN's password never leaves this module in text: `display_dsn` is what messages, logs, manifests and
-spans get, and every error message is scrubbed of the password's literal text as well (a server or
-driver message could echo it).
+spans get, a URL that libpq would misread (part of the password taken for the host) is refused before libpq
+sees it (`check_dsn`), and every error message is scrubbed of the password's literal text and its pieces as
+well (a server or driver message could echo them).
+
+A forked child never uses the pools it inherited (their sockets are its parent's): each Connector gets a
+fresh pool in the child, and the inherited one is kept, never closed (closing would end the parent's sessions).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import unquote
 
 from .._errors import BackendError, CatalogStoreError, missing_dependency
-from .._redact import HIDDEN, redacted_url
+from .._redact import HIDDEN, _user_info_end, redacted_url
 
 __all__ = [
     "STORE_ENV",
@@ -25,6 +33,7 @@ __all__ = [
     "OUTAGE_HOLD_SECONDS",
     "StoreSettings",
     "display_dsn",
+    "check_dsn",
     "is_postgres_url",
     "Connector",
     "default_dsn",
@@ -94,15 +103,68 @@ def display_dsn(dsn: str) -> str:
 _SECRET_KEYS = frozenset({"password", "sslpassword"})
 
 
+_PORTS = re.compile(r"[0-9]*(,[0-9]*)*")  # libpq's port list: one per host, each may be empty (the default)
+
+
+def check_dsn(dsn: str) -> None:
+    """Raise CatalogStoreError, naming the DSN without its password, when libpq would misread or refuse it.
+
+    libpq ends a URL's user info at its first `@` and its authority at the first `/`, so a password holding an
+    unencoded `@` (`postgres:Ab12@cD9@host`) makes the rest of it part of the host, and one holding a `/`
+    (`postgres:Zq98/xK2@host`) makes `postgres` the host and the password's start its port; libpq's errors then
+    quote those pieces and say the server is unreachable. Such a URL (a second `@` in the authority, an `@` in
+    the database path, a port that is not a number) is refused here, before any of it reaches libpq; a DSN that
+    libpq cannot parse at all is refused the same way (libpq's message quotes the part it could not read).
+    """
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # Connector says which extra to install
+        return
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        misread = True
+    else:
+        misread = not _PORTS.fullmatch(str(parts.get("port") or ""))
+        if "://" in dsn:
+            authority, _, after = dsn.partition("://")[2].partition("/")
+            misread = misread or authority.count("@") > 1 or "@" in after.partition("?")[0]
+    if misread:
+        raise CatalogStoreError(
+            f"catalog store {display_dsn(dsn)}: the DSN cannot be parsed (its host, port or database is malformed, "
+            "or its password holds an unencoded '@', '/' or '%', which libpq would read as part of the host or port); "
+            "fix the DSN: percent-encode the password (urllib.parse.quote(password, safe=''): '@' is %40, '/' %2F, "
+            "'%' %25)"
+        )
+
+
 def _secrets(dsn: str) -> tuple[str, ...] | None:
-    """The secrets a DSN holds, to scrub from messages; None when it cannot be parsed (then anything may be one)."""
+    """The secrets a DSN holds, to scrub from messages (longest first); None when it cannot be parsed (then anything
+    may be one). A URL's password is taken as libpq reads it and as the widest reading of its user info does
+    (`redacted_url`), with each piece of it between URL delimiters: a misread password reaches messages in pieces."""
     try:
         from psycopg.conninfo import conninfo_to_dict
 
         parts = conninfo_to_dict(dsn)
     except Exception:
         return None
-    return tuple(str(parts[k]) for k in _SECRET_KEYS if parts.get(k))
+    found = {str(parts[k]) for k in _SECRET_KEYS if parts.get(k)}
+    if "://" in dsn:
+        rest = dsn.partition("://")[2]
+        slash = rest.find("/")
+        first = rest.find("@", 0, len(rest) if slash < 0 else slash)  # where libpq ends the user info
+        end = max(_user_info_end(rest), first)
+        user_info = rest[:end] if end > 0 else ""
+        _, colon, password = user_info.partition(":")
+        if colon and password:  # a user name alone is no secret (and "postgres" is in every message)
+            for text in (password, unquote(password)):
+                found.add(text)
+                found.update(piece for piece in re.split(r"[@/?#:%]", text) if len(piece) >= _SHORTEST_PIECE)
+    return tuple(sorted((s for s in found if s), key=len, reverse=True))
+
+
+# Pieces of a password shorter than this are not scrubbed on their own: they would blank common words and numbers.
+_SHORTEST_PIECE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,14 +208,25 @@ class Connector:
             import psycopg_pool
         except ImportError:
             raise missing_dependency("psycopg", "postgres") from None
+        check_dsn(dsn)
         self.dsn = dsn
         self.shown = display_dsn(dsn)
         self.settings = settings
         self._secrets = _secrets(dsn)
         self._psycopg = psycopg
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout, OSError)
-        self.pool = psycopg_pool.ConnectionPool(
-            dsn,
+        self._pool = self._new_pool()
+        self._opened = False
+        self._open_lock = threading.Lock()
+        self._failure: tuple[float, CatalogStoreError] | None = None  # (when, what) of the last outage, until news
+        _LIVE.add(self)
+
+    def _new_pool(self) -> Any:
+        import psycopg_pool
+
+        settings = self.settings
+        return psycopg_pool.ConnectionPool(
+            self.dsn,
             min_size=settings.min_connections,
             max_size=settings.max_connections,
             timeout=settings.timeout,
@@ -165,9 +238,23 @@ class Connector:
             open=False,
             reconnect_timeout=0,  # never give up re-filling the pool; each caller still fails within timeout
         )
-        self._opened = False
-        self._open_lock = threading.Lock()
-        self._failure: tuple[float, CatalogStoreError] | None = None  # (when, what) of the last outage, until news
+
+    @property
+    def pool(self) -> Any:
+        """This process's pool (psycopg_pool.ConnectionPool)."""
+        return self._pool
+
+    def _forked(self) -> None:
+        """In a forked child: a pool of its own. The inherited one's connections are the parent's sessions (two
+        processes on one socket read each other's replies); it is kept, never used, closed or collected here, as
+        closing or finalising its connections would end them for the parent too."""
+        self._open_lock = threading.Lock()  # another thread may have held it at the fork
+        if self._opened and self._pool.closed:  # closed in the parent: it stays closed
+            return
+        _INHERITED.append(self._pool)
+        self._pool = self._new_pool()
+        self._opened = False  # opened again (the schema check, then the pool) on first use
+        self._failure = None
 
     @classmethod
     def shared(cls, dsn: str, settings: StoreSettings) -> Connector:
@@ -206,7 +293,7 @@ class Connector:
                     ensure_schema(conn)
             except self._errors as exc:
                 raise self.error("connect", exc) from None
-            self.pool.open(wait=False)
+            self._pool.open(wait=False)
             self._opened = True
 
     def direct(self) -> Any:
@@ -220,7 +307,7 @@ class Connector:
         """A pooled connection for one job; every failure becomes a CatalogStoreError saying `what` failed."""
         self._open()
         try:
-            with self.pool.connection() as conn:
+            with self._pool.connection() as conn:
                 yield conn
         except CatalogStoreError:
             raise
@@ -229,10 +316,13 @@ class Connector:
 
     def call(self, what: str, fn: Callable[[Any], T], *, read: bool = False, slow: bool = False) -> T:
         """`fn(conn)` on a pooled connection, cut off client-side when Postgres does not answer within the timeout
-        (a hung server keeps the socket open, so no server-side timeout fires). A `read` that finds its
-        connection dropped by the server (a restart since it was last used) runs once more on a fresh one.
+        (a hung server keeps the socket open, so no server-side timeout fires). A connection the server dropped
+        (a restart since it was last used) means the pool's other idle ones are likely dead too: they are checked
+        and replaced, and a `read` then runs once more on a fresh one (no outage is recorded when that answers).
         `slow` work (a whole catalog read or written) has no deadline: it sets `statement_timeout = 0` itself."""
         for attempt in (1, 2):
+            failure: BaseException | None = None
+            hung = stale = False
             with self.connection(what) as conn:
                 cut = threading.Event()
                 deadline = threading.Timer(self.settings.timeout + _CLIENT_GRACE, _cut_off, (conn, cut))
@@ -241,16 +331,28 @@ class Connector:
                     deadline.start()
                 try:
                     result = fn(conn)
+                except self._errors as exc:
+                    failure, hung = exc, cut.is_set()
+                    stale = isinstance(exc, self._psycopg.OperationalError) and not hung and conn.broken
+                else:
                     self.answered()
                     return result
-                except self._errors as exc:
-                    stale = isinstance(exc, self._psycopg.OperationalError) and not cut.is_set() and conn.broken
-                    if read and stale and attempt == 1:
-                        continue
-                    raise self.error(what, exc, hung=cut.is_set()) from None
                 finally:
                     deadline.cancel()
+            # the dead connection is back in the pool, which discarded it; now the idle ones it still holds
+            if stale:
+                self._drop_dead_connections()
+                if read and attempt == 1:
+                    continue
+            assert failure is not None
+            raise self.error(what, failure, hung=hung) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_dead_connections(self) -> None:
+        """Test the pool's idle connections (one empty statement each) and replace those the server dropped, so
+        that a retry, or the next caller, does not take another one left over from before a restart."""
+        with contextlib.suppress(Exception):  # the retry that follows says what is wrong, if anything is
+            self._pool.check()
 
     # --- outages: what a server tells its clients while the store fails -------------------------------------
 
@@ -296,22 +398,28 @@ class Connector:
             why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
         elif isinstance(exc, psycopg.OperationalError | OSError):
             why = "the connection failed or was lost (Postgres down or restarting)"
-        else:
-            why = f"{type(exc).__name__}"
+        else:  # Postgres answered, and refused this statement: the store is up, and the same statement fails again
+            why = f"Postgres refused the statement ({type(exc).__name__})"
             outage = False
         # a failed connection carries no SQLSTATE: the server's words say which failure it was
         if "password authentication failed" in detail:
             why = "Postgres refused the credentials: check the user and password of the DSN"
         elif "too many clients" in detail or "remaining connection slots" in detail:
             why = "Postgres is out of connections (max_connections): raise it or lower the workers' pools"
-        advice = ("fix the DSN, or the role's password in Postgres" if "credentials" in why
-                  else "nothing was half written; retry once Postgres answers")
+        if "credentials" in why:
+            advice = "fix the DSN, or the role's password in Postgres"
+        elif outage:
+            advice = "nothing was half written; retry once Postgres answers"
+        else:
+            advice = ("nothing was half written; this is no outage, so retrying will not help: check the catalog "
+                      "and what was asked of it, and build the catalog again if its tables were changed by hand")
         if self._secrets is None:  # libpq quotes the part it cannot read, which may be the password
             why, detail = "the DSN cannot be parsed", type(exc).__name__
             advice = "fix the DSN (its text is not shown: it may hold a password)"
             outage = False
-        message = f"catalog store {self.shown} failed to {what}: {why} ({detail}); {advice}"
-        error = CatalogStoreError(self.scrub(message))
+        # the server's and the driver's words are scrubbed; the rest is ours, and names the DSN redacted already
+        message = f"catalog store {self.shown} failed to {what}: {why} ({self.scrub(detail)}); {advice}"
+        error = CatalogStoreError(message)
         return self.failed(error) if outage else error
 
     def scrub(self, text: str) -> str:
@@ -324,7 +432,21 @@ class Connector:
             for key, value in list(Connector._pools.items()):
                 if value is self:
                     del Connector._pools[key]
-        self.pool.close()
+        self._pool.close()
 
     def __repr__(self) -> str:
         return f"Connector({self.shown!r})"
+
+
+# Every Connector of the process (weakly), and the pools forked children inherited: see `Connector._forked`.
+_LIVE: weakref.WeakSet[Connector] = weakref.WeakSet()
+_INHERITED: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    Connector._lock = threading.Lock()  # another thread may have held it at the fork
+    for connector in list(_LIVE):
+        connector._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .._errors import (
     InvalidArgumentError,
@@ -97,6 +97,30 @@ def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]
         )
 
 
+def has_credentials(url: str) -> bool:
+    """Whether a Redis URL carries a user or password (in its user info, or as a `unix://` URL's query)."""
+    parts = urlsplit(url)
+    return bool(parts.username or parts.password) or bool({"username", "password"} & set(parse_qs(parts.query)))
+
+
+def credentials_problem(exc: BaseException, credentials: bool) -> str | None:
+    """What to say when Redis refused the URL's credentials, wants some it lacks, or refuses its user a command;
+    None for any other failure. (redis-py raises these as connection errors: "check that Redis is running" would
+    send the reader after the wrong problem.) The credentials are never quoted; redis-py's own words hold none."""
+    from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissionError
+
+    if isinstance(exc, AuthenticationError):
+        if credentials:
+            return ("Redis refused the user and password in the URL (wrong, or the user is disabled); fix them in "
+                    "the URL (they are not shown here), or the user in Redis (requirepass, ACL SETUSER)")
+        return ("Redis requires a password and the URL gives none; put it in the URL "
+                "(redis://:PASSWORD@host:port/db or redis://USER:PASSWORD@..., percent-encoded)")
+    if isinstance(exc, AuthorizationError | NoPermissionError):
+        return ("Redis's ACL does not let the URL's user run this command; grant the user the commands and keys "
+                "toolsearch uses (ACL SETUSER), or use another user")
+    return None
+
+
 class RedisSessionStore:
     """Sessions in Redis, one key per session (`{prefix}session:{id}`) holding the state's JSON.
 
@@ -151,6 +175,7 @@ class RedisSessionStore:
         self._ttl_ms = None if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
         check_redis_url(url, "session store", SessionStoreError)
+        self._credentials = has_credentials(url)
         self._pool = redis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
@@ -175,6 +200,11 @@ class RedisSessionStore:
         try:
             return fn(*args, **kwargs)
         except self._errors as exc:
+            refused = credentials_problem(exc, self._credentials)
+            if refused is not None:
+                raise SessionStoreError(
+                    f"session store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {exc})"
+                ) from None
             raise SessionStoreError(
                 f"session store {self.url} failed to {what}: {type(exc).__name__}: {exc} "
                 f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"

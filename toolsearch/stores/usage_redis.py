@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from .._errors import UsageLogReplacedError, UsageStoreUnreachableError, missing_dependency
 from .._redact import redacted_url
 from ..usage import Privacy, UsageEntry, UsageError, UsageLog, merged_logs, settings_problem
-from .redis import REDIS_SCHEMES, check_redis_url
+from .redis import REDIS_SCHEMES, check_redis_url, credentials_problem, has_credentials
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 
@@ -56,6 +56,7 @@ class _Redis:
             raise UsageError(f"usage store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db")
         check_redis_url(url, "usage store", UsageError)
         self.url = redacted_url(url)
+        self.credentials = has_credentials(url)
         self.prefix = prefix
         self.errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
         # no answer at all, as opposed to an answer refusing the command (WRONGTYPE, OOM, a script error)
@@ -70,11 +71,16 @@ class _Redis:
     def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
-        except self.unreachable as exc:
-            raise UsageStoreUnreachableError(
-                f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {exc}"
-            ) from None
         except self.errors as exc:
+            unreachable = isinstance(exc, self.unreachable)  # redis-py's credential refusals are among these
+            refused = credentials_problem(exc, self.credentials)
+            if refused is not None:
+                message = f"usage store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {exc})"
+                raise (UsageStoreUnreachableError if unreachable else UsageError)(message) from None
+            if unreachable:
+                raise UsageStoreUnreachableError(
+                    f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {exc}"
+                ) from None
             raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {exc}") from None
 
 
