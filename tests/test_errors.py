@@ -114,7 +114,7 @@ def test_callers_catching_the_stdlib_error_still_catch_it(name: str, stdlib: typ
 def test_errors_reach_mcp_clients_through_one_translation() -> None:
     import mcp_types as types
 
-    from toolsearch.mcp.errors import mcp_error, protocol_error, tool_error
+    from toolsearch.mcp.errors import CATALOG_UNAVAILABLE, mcp_error, protocol_error, tool_error
 
     store = mcp_error(toolsearch.SessionStoreError("redis://localhost:6379 did not answer"))
     assert store.code == types.INTERNAL_ERROR
@@ -123,6 +123,12 @@ def test_errors_reach_mcp_clients_through_one_translation() -> None:
     bad = mcp_error(toolsearch.InvalidQueryError("the query is empty; give a few words"), "tool_search failed")
     assert (bad.code, bad.message) == (types.INVALID_PARAMS, "tool_search failed: the query is empty; give a few words")
     assert mcp_error(toolsearch.BackendError("faiss failed")).code == types.INTERNAL_ERROR
+    down = mcp_error(toolsearch.CatalogStoreError("catalog store postgresql://db failed to search"))
+    assert down.code == CATALOG_UNAVAILABLE and "retry in" in down.message and down.data == {"retryAfter": 5}
+    refused = toolsearch.CatalogStoreError("catalog store postgresql://db failed to search: Postgres refused ...")
+    refused.outage = False  # a statement Postgres refused, a malformed DSN: retrying cannot help
+    answer = mcp_error(refused)
+    assert answer.code == types.INTERNAL_ERROR and "retry" not in answer.message and answer.data is None
     result = tool_error(toolsearch.ToolNotAllowedError("not allowed"))
     assert result.is_error and result.content[0].text == "toolsearch gateway: not allowed"
     raised = protocol_error(toolsearch.SessionRequiredError("no session id"))

@@ -121,7 +121,11 @@ class BackendError(ToolSearchError):
 
 class CatalogStoreError(BackendError):
     """The shared catalog store (Postgres) is down, restarted, too slow, out of connections or refused the
-    credentials; the message names the store (never its password). Nothing was half written: retry later."""
+    credentials, or refused a statement; the message names the store (never its password). Nothing was half
+    written. `outage` says whether retrying later can help (the store failed) or not (a malformed DSN, a statement
+    Postgres refused): the message says which."""
+
+    outage: bool = True
 
 
 class CatalogMovedError(CatalogStoreError):

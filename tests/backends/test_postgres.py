@@ -495,7 +495,12 @@ def test_a_statement_postgres_refuses_is_no_outage_and_advises_no_retry(
         message = str(caught.value)
         # Before: "UndefinedTable (...); nothing was half written; retry once Postgres answers"
         assert "UndefinedTable" in message and "retry once" not in message and "will not help" in message, message
-        assert index.outage() is None
+        assert index.outage() is None and caught.value.outage is False
+        # and a gateway answers it as the server's error, not as a store outage to retry in 5 s
+        from toolsearch.mcp.errors import CATALOG_UNAVAILABLE, mcp_error
+
+        answer = mcp_error(caught.value)
+        assert answer.code != CATALOG_UNAVAILABLE and "retry in" not in answer.message, answer
     finally:
         index.close()
 

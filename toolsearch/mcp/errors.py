@@ -25,11 +25,12 @@ def mcp_error(exc: BaseException, what: str = GATEWAY) -> types.ErrorData:
     """The JSON-RPC code and message for `exc`, raised while serving `what` (a tool name or the gateway).
 
     The message is ours, which already says what to do; a store failure adds that nothing changed, so a
-    client may retry. A catalog store that failed (CatalogStoreError) is CATALOG_UNAVAILABLE with when to retry:
-    never an answer from a catalog the gateway could not read. Bad input (the tree's ValueError / TypeError kinds)
+    client may retry. A catalog store that failed (CatalogStoreError with `outage`) is CATALOG_UNAVAILABLE with when
+    to retry: never an answer from a catalog the gateway could not read; one that refused a statement is an internal
+    error, whose message says that retrying will not help. Bad input (the tree's ValueError / TypeError kinds)
     is the caller's to fix: invalid params; everything else is the server's: internal error.
     """
-    if isinstance(exc, CatalogStoreError):
+    if isinstance(exc, CatalogStoreError) and exc.outage:
         message = f"{what}: {exc}. Nothing was served; retry in {RETRY_AFTER_SECONDS} s."
         return types.ErrorData(code=CATALOG_UNAVAILABLE, message=message, data={"retryAfter": RETRY_AFTER_SECONDS})
     if isinstance(exc, SessionStoreError):

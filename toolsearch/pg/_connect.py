@@ -130,12 +130,14 @@ def check_dsn(dsn: str) -> None:
             authority, _, after = dsn.partition("://")[2].partition("/")
             misread = misread or authority.count("@") > 1 or "@" in after.partition("?")[0]
     if misread:
-        raise CatalogStoreError(
+        error = CatalogStoreError(
             f"catalog store {display_dsn(dsn)}: the DSN cannot be parsed (its host, port or database is malformed, "
             "or its password holds an unencoded '@', '/' or '%', which libpq would read as part of the host or port); "
             "fix the DSN: percent-encode the password (urllib.parse.quote(password, safe=''): '@' is %40, '/' %2F, "
             "'%' %25)"
         )
+        error.outage = False
+        raise error
 
 
 def _secrets(dsn: str) -> tuple[str, ...] | None:
@@ -420,6 +422,7 @@ class Connector:
         # the server's and the driver's words are scrubbed; the rest is ours, and names the DSN redacted already
         message = f"catalog store {self.shown} failed to {what}: {why} ({self.scrub(detail)}); {advice}"
         error = CatalogStoreError(message)
+        error.outage = outage
         return self.failed(error) if outage else error
 
     def scrub(self, text: str) -> str:
