@@ -130,6 +130,34 @@ def test_a_prompt_without_a_user_request_is_refused_before_a_request(
     assert model.payloads == []
 
 
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather_forecast", "arguments": '{"city": "Oslo"}'}}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "index", "call_id"),
+    [
+        (["Weather?", {"role": "tool", "tool_call_id": "call_9", "content": "sunny"}], 1, "'call_9'"),
+        (["Weather?", {"role": "assistant", "content": None, "tool_calls": [CALL]},
+          {"role": "tool", "tool_call_id": "call_2", "content": "sunny"}], 2, "'call_2'"),
+        (["Weather?", {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+          {"role": "assistant", "content": None, "tool_calls": [CALL]}], 1, "'call_1'"),
+        (["Weather?", {"role": "tool", "content": "sunny"}], 1, "None"),
+    ],
+    ids=["no-call-at-all", "another-calls-id", "result-before-its-call", "no-id"],
+)
+def test_a_tool_result_that_answers_no_earlier_call_is_refused_before_a_request(
+    sessions: SessionManager, prompt: Any, index: int, call_id: str
+) -> None:
+    model = ScriptedModel(["ok"])
+    with pytest.raises(InvalidArgumentError) as refused:
+        run(model, prompt, session=sessions.create("p"), functions=FUNCTIONS)
+    assert str(refused.value).startswith(
+        f"the prompt's message {index} is a tool result for call id {call_id}, which no earlier message's tool_calls "
+        "holds; providers refuse a result that answers no call. Put the assistant message that made the call"
+    )
+    assert model.payloads == []
+
+
 def test_a_history_with_a_user_message_runs(sessions: SessionManager) -> None:
     model = ScriptedModel(["ok"])
     prompt = [{"role": "system", "content": "be brief"}, {"role": "assistant", "content": "Hello."}, "Weather?"]

@@ -13,15 +13,17 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from fakes import GEMINI, FakeLLMServer, Turn
 from fakes.e2e import assert_valid_request, make_model
+from fakes.loop_tools import SENT, send_email, sessions_over
 
-from toolsearch import SessionManager, Tool, ToolIndex
-from toolsearch.loop import LoopOutcome, arun, run
-from toolsearch.providers import OpenAIChatModel, OpenAIResponsesModel
+from toolsearch import ProviderError, SessionManager, Tool, ToolIndex
+from toolsearch.loop import LoopOutcome, ResultStatus, arun, run
+from toolsearch.providers import OpenAIChatModel, OpenAIResponsesModel, StopKind
+from toolsearch.providers._wire import STOP_ERRORS, STOP_KINDS
 from toolsearch.session import Session
 
 CUT = "The report begins: first, the"
@@ -38,6 +40,9 @@ STOPS = [
     ("gemini", "SAFETY", "refused"),
     ("gemini", "PROHIBITED_CONTENT", "refused"),
     ("gemini", "LANGUAGE", "refused"),
+    ("gemini", "OTHER", "refused"),  # stopped for a reason the API does not name: not an answer, and no token limit
+    ("gemini", "CONTINUATION", "truncated"),
+    ("gemini", "MODEL_ARMOR", "refused"),
 ]
 
 
@@ -84,7 +89,9 @@ def test_a_normal_end_is_still_completed(server: FakeLLMServer, kind: str) -> No
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["complete", "streamed"])
-@pytest.mark.parametrize("reason", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"])
+@pytest.mark.parametrize(
+    "reason", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MALFORMED_RESPONSE"]
+)
 def test_a_gemini_call_the_api_could_not_read_is_retried_with_a_note(
     server: FakeLLMServer, streamed: bool, reason: str
 ) -> None:
@@ -99,6 +106,73 @@ def test_a_gemini_call_the_api_could_not_read_is_retried_with_a_note(
     assert note["role"] == "user" and reason in note["parts"][0]["text"]
     assert "valid JSON object" in note["parts"][0]["text"]
     assert [m.role for m in result.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_every_gemini_finish_reason_but_a_normal_end_is_mapped() -> None:
+    from google.genai import types
+
+    normal = {"STOP", "FINISH_REASON_UNSPECIFIED"}
+    unmapped = [r.value for r in types.FinishReason if r.value not in normal | set(STOP_KINDS) | set(STOP_ERRORS)]
+    assert not unmapped, f"the installed google-genai has finish reasons no table maps: {unmapped}"
+    assert set(STOP_KINDS.values()) <= set(get_args(StopKind))  # and the kinds are toolsearch.providers' StopKind
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "streamed"])
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("MISSING_THOUGHT_SIGNATURE", "resume from messages saved with LoopResult.to_dict()"),
+     ("PUP_LIMITED_DISABLED", "the account is limited or disabled")],
+)
+def test_a_gemini_stop_that_means_the_request_failed_is_a_provider_error(
+    server: FakeLLMServer, reason: str, says: str, streamed: bool
+) -> None:
+    server.enqueue(Turn(text="", stop_reason=reason))
+    with pytest.raises(ProviderError, match=f"^the Gemini answer ended with '{reason}': ") as raised:
+        run(make_model("gemini", server), "What time is it?", session=session_with(),
+            on_text=(lambda _: None) if streamed else None)
+    assert says in str(raised.value)  # what happened, and what to do: not a run COMPLETED with no answer
+    assert raised.value.partial.outcome is LoopOutcome.ERROR  # type: ignore[attr-defined]
+
+
+# --- a reply cut while it wrote tool calls runs none of them ----------------------------------------------
+
+EMAIL = ("send_email", {"to": "bob@example.com", "subject": "Hi", "body": "Hello Bob, the report is"})
+CUT_CALLS = [
+    ("openai_chat", "length", "truncated"),
+    ("openai_chat", "content_filter", "refused"),
+    ("openai_responses", "max_output_tokens", "truncated"),
+    ("anthropic", "max_tokens", "truncated"),
+    ("gemini", "MAX_TOKENS", "truncated"),
+    ("gemini", "OTHER", "refused"),
+]
+
+
+@pytest.mark.parametrize(("kind", "reason", "outcome"), CUT_CALLS)
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "streamed"])
+def test_a_reply_cut_while_it_held_tool_calls_runs_none_and_resumes(
+    server: FakeLLMServer, kind: str, reason: str, outcome: str, streamed: bool
+) -> None:
+    sessions = sessions_over({"send_email": send_email})
+    server.enqueue(Turn(text="Emailing Bob now.", tool_calls=[EMAIL, ("tool_search", {"query": "cal"})],
+                        stop_reason=reason))
+    result = run(make_model(kind, server), "Email Bob the report", session=sessions.create("s", pinned=["send_email"]),
+                 functions={"send_email": send_email}, on_text=(lambda _: None) if streamed else None)
+    assert SENT == []  # nothing with side effects ran on arguments that may be cut
+    assert result.outcome.value == outcome and result.iterations == 1
+    assert [(r.call.name, r.status) for r in result.tool_results] == [
+        ("send_email", ResultStatus.SKIPPED), ("tool_search", ResultStatus.SKIPPED)
+    ]
+    word = "incomplete" if kind == "openai_responses" else reason  # a Responses turn's stop reason is its status
+    assert f"Not run: your reply stopped with '{word}'" in result.tool_results[0].content
+    assert result.output.startswith("The run stopped after 1 model request(s), before the model gave an answer (")
+    assert f"stopped with '{word}'" in result.output
+    assert "'send_email', 'tool_search', which did not run" in result.output
+    assert result.searches == ()
+    # every call is answered, so the history resumes on the strict server as it is
+    server.enqueue(Turn(text="Done."))
+    again = run(make_model(kind, server), [*result.messages, "Go on"], session=sessions.get("s"),
+                functions={"send_email": send_email})
+    assert (again.outcome, again.output) == (LoopOutcome.COMPLETED, "Done.")
 
 
 def test_a_gemini_call_never_read_ends_at_max_iterations_not_as_an_answer(server: FakeLLMServer) -> None:

@@ -104,3 +104,70 @@ def test_a_failure_while_calls_run_says_they_were_running(sessions: SessionManag
     assert "1 tool call(s) had run before it ('tool_search')" in note
     assert "the 1 call(s) of request 2 ('send_email') were running: whether they ran is unknown" in note
     assert raised.value.partial.messages[-1].tool_calls[0].name == "send_email"  # type: ignore[attr-defined]
+
+
+# --- an interrupted or cancelled run keeps the run so far too -----------------------------------------
+
+
+def test_a_keyboard_interrupt_from_a_handler_keeps_the_run_and_is_raised_as_is(sessions: SessionManager) -> None:
+    interrupt = KeyboardInterrupt()
+
+    def on_text(piece: str) -> None:
+        if "Bob" in piece:
+            raise interrupt  # Ctrl-C while the answer streams, after the e-mail went out
+
+    model = ScriptedModel([search("send email", 1), EMAIL, "Emailed Bob."])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        run(model, "Email Bob", session=sessions.create("s"), functions=FUNCTIONS, on_text=on_text)
+    assert raised.value is interrupt  # the same exception, never swallowed nor replaced
+    partial = raised.value.partial  # type: ignore[attr-defined]
+    assert partial.outcome is LoopOutcome.ERROR and SENT == ["bob@example.com"]
+    assert [(r.call.name, r.status) for r in partial.tool_results][-1] == ("send_email", ResultStatus.OK)
+    assert partial.output == "The run was interrupted by KeyboardInterrupt after 2 model request(s)"
+    assert raised.value.__notes__[0].startswith(
+        "toolsearch: the run of session 's' was interrupted (KeyboardInterrupt) after 2 answered model request(s); "
+        "2 tool call(s) had run before it ('send_email', 'tool_search')"
+    )
+
+
+def test_a_keyboard_interrupt_while_a_tool_runs_says_the_call_was_running(sessions: SessionManager) -> None:
+    def weather_forecast(city: str, days: int = 3) -> str:
+        raise KeyboardInterrupt  # Ctrl-C lands while the tool runs in the caller's thread
+
+    model = ScriptedModel([search("weather forecast", 1), call("weather_forecast", city="Oslo"), "Sunny."])
+    with pytest.raises(KeyboardInterrupt) as raised:
+        run(model, "Weather?", session=sessions.create("s"), functions={"weather_forecast": weather_forecast},
+            tool_timeout=None)
+    note = raised.value.__notes__[0]
+    assert "the 1 call(s) of request 2 ('weather_forecast') were running: whether they ran is unknown" in note
+    assert raised.value.partial.messages[-1].tool_calls[0].name == "weather_forecast"  # type: ignore[attr-defined]
+
+
+def test_a_run_cancelled_while_a_tool_awaits_keeps_the_run_and_stays_cancelled(sessions: SessionManager) -> None:
+    waiting = asyncio.Event()
+
+    async def weather_forecast(city: str, days: int = 3) -> str:
+        waiting.set()
+        await asyncio.Event().wait()  # a slow upstream: the run is cancelled while it waits
+        return "sunny"
+
+    functions = {**FUNCTIONS, "weather_forecast": weather_forecast}
+    model = ScriptedModel([search("weather forecast", 1), call("weather_forecast", city="Oslo"), "Sunny."])
+
+    async def cancel_midway() -> asyncio.CancelledError:
+        task = asyncio.create_task(arun(model, "Weather?", session=sessions.create("s"), functions=functions))
+        await waiting.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError as cancelled:
+            return cancelled
+        raise AssertionError("the cancelled run returned")
+
+    cancelled = asyncio.run(cancel_midway())
+    partial = cancelled.partial  # type: ignore[attr-defined]
+    assert partial.outcome is LoopOutcome.ERROR and len(partial.requests) == 2
+    assert [(r.call.name, r.status) for r in partial.tool_results] == [("tool_search", ResultStatus.SEARCH)]
+    note = cancelled.__notes__[0]
+    assert "was interrupted (CancelledError) after 2 answered model request(s)" in note
+    assert "the 1 call(s) of request 2 ('weather_forecast') were running" in note

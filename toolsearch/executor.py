@@ -150,7 +150,7 @@ class ResultStatus(enum.StrEnum):
     TIMEOUT = "timeout"
     NOT_AVAILABLE = "not_available"  # unknown, outside the session, or without an implementation
     NOT_DISCOVERED = "not_discovered"  # allowed but not found by a search yet (undiscovered="instruct")
-    SKIPPED = "skipped"  # not run because the loop stopped (repeated-call guard)
+    SKIPPED = "skipped"  # not run because the loop stopped (repeated-call guard; a reply cut while it held the call)
 
     @property
     def is_error(self) -> bool:

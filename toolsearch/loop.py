@@ -18,6 +18,7 @@ same ModelTurn, so searches, tools and history behave exactly as without streami
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import enum
 import json
@@ -95,12 +96,18 @@ P = ParamSpec("P")
 _HANDLERS = ("on_event", "on_text", "on_augment")  # the keyword arguments run() refuses async callables for
 # Statuses of a call that ran (the tool or the search was invoked), for the note on a failed run.
 _RAN = frozenset({ResultStatus.OK, ResultStatus.SEARCH, ResultStatus.ERROR, ResultStatus.TIMEOUT})
+# What a run catches to attach the run so far before it re-raises: every error, and the two ways a run is stopped
+# from outside (Ctrl-C, a cancelled task), which are BaseExceptions; a caller that catches them must still see which
+# tool calls ran. Others (SystemExit, GeneratorExit) pass untouched.
+_ATTACHED = (Exception, KeyboardInterrupt, asyncio.CancelledError)
 
 
 class LoopOutcome(enum.StrEnum):
     """Why a run stopped."""
 
     COMPLETED = "completed"  # the model answered without tool calls
+    # The two below: a reply that held tool calls runs none of them (their arguments may be cut); each gets a SKIPPED
+    # result, and output is a sentence saying so instead of the text.
     TRUNCATED = "truncated"  # the answer was cut at the provider's output token limit; output is the text so far
     REFUSED = "refused"  # the model declined, or the provider's safety filter withheld the answer; output is any text
     RETURN_DIRECT = "return_direct"  # a return_direct tool ran; its output is the answer
@@ -217,7 +224,8 @@ class LoopResult:
     A run that raises (a provider error, a failing session store or handler) raises the original
     exception with the run so far attached as `exc.partial`, a LoopResult whose outcome is `ERROR`
     (its messages, tool_results, searches and requests up to the failure), and a note saying
-    which tool calls had already run.
+    which tool calls had already run. A run interrupted by KeyboardInterrupt or cancelled
+    (asyncio.CancelledError) re-raises that same exception with the same record attached.
     """
 
     output: str
@@ -281,7 +289,8 @@ class LoopResult:
         }
 
 
-# A turn without tool calls that stopped for one of these reasons (ModelTurn.stop_kind) is not a complete answer.
+# A turn that stopped for one of these reasons (ModelTurn.stop_kind) is not a complete answer; one that held tool
+# calls ends the run too, none of them run (`_Run.cut`).
 _STOP_OUTCOMES: Mapping[str | None, LoopOutcome] = {
     "truncated": LoopOutcome.TRUNCATED,
     "refused": LoopOutcome.REFUSED,
@@ -329,7 +338,23 @@ def _initial_messages(prompt: Prompt, tools: Callable[[str], Tool | None] | None
             f"the prompt's {len(messages)} message(s) hold no user message (roles: {roles}), so the model has no "
             "request to answer; add the user's request to the list, as a str or {'role': 'user', 'content': ...}"
         )
+    _check_results_answer_calls(messages)
     return messages
+
+
+def _check_results_answer_calls(messages: Sequence[Message]) -> None:
+    """InvalidArgumentError for a tool result whose tool_call_id no earlier assistant message's call has: every
+    provider refuses such a history (HTTP 400), so it is refused here, before any request, naming the message."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        calls.update(c.id for c in m.tool_calls)
+        if m.role == "tool" and (m.tool_call_id or "") not in calls:
+            raise InvalidArgumentError(
+                f"the prompt's message {i} is a tool result for call id {m.tool_call_id!r}, which no earlier "
+                "message's tool_calls holds; providers refuse a result that answers no call. Put the assistant "
+                "message that made the call (with its tool_calls) before its result, or leave the result out "
+                "(a history cut to its last messages may have lost the call: cut it at a user message instead)"
+            )
 
 
 def _named_results(messages: list[Message]) -> list[Message]:
@@ -706,16 +731,43 @@ class _Run:
         if self.on_text is not None and event.type == "text_delta":
             yield self.on_text(event.text)
 
+    def cut(self, turn: ModelTurn) -> LoopResult:
+        """End the run at a reply that stopped early (truncated, refused) while it held tool calls.
+
+        A call's arguments may be cut (a `send_email` without the end of its body, a `delete` without its
+        filter), so none of the calls runs, tool_search included: each gets a SKIPPED result saying why,
+        which also keeps the history whole (every call answered) for a run resumed from `result.messages`.
+        """
+        calls = turn.message.tool_calls
+        stopped = f"stopped with {turn.stop_reason!r}" if turn.stop_reason else "stopped early"
+        if turn.stop_kind == "truncated":
+            why, todo = "cut at the output token limit", ": raise the model's output token limit and resume"
+        else:
+            why, todo = "withheld by the provider", ""
+        for call in calls:
+            self.add(
+                ToolResult(
+                    call,
+                    f"Not run: your reply {stopped}, {why}, while it held this call, so its arguments may be "
+                    "incomplete.",
+                    ResultStatus.SKIPPED,
+                )
+            )
+        names = _names({c.name for c in calls})
+        held = f"its reply {stopped}, {why}, while it held tool call(s) {names}, which did not run{todo}"
+        return self.finish(self.stopped_text(held), _STOP_OUTCOMES[turn.stop_kind])
+
     def stopped_text(self, why: str) -> str:
         """The output of a run a guard stopped: the model's text of those turns was interim, never an answer."""
         return f"The run stopped after {len(self.requests)} model request(s), before the model gave an answer ({why})."
 
-    def attach(self, exc: Exception) -> None:
+    def attach(self, exc: BaseException) -> None:
         """Give `exc` the run so far (`exc.partial`, outcome ERROR) and a note on the tool calls that had run."""
         ran = [r.call.name for r in self.results if r.status in _RAN]
         names = f" ({_names(set(ran))})" if ran else ""
+        ended = "failed" if isinstance(exc, Exception) else f"was interrupted ({type(exc).__name__})"
         note = (
-            f"toolsearch: the run of session {self.session.id!r} failed after {len(self.requests)} answered model "
+            f"toolsearch: the run of session {self.session.id!r} {ended} after {len(self.requests)} answered model "
             f"request(s); {len(ran)} tool call(s) had run before it{names}"
         )
         if self.in_flight:
@@ -723,8 +775,10 @@ class _Run:
                 f", and the {len(self.in_flight)} call(s) of request {self.in_flight_iteration} "
                 f"({_names({c.name for c in self.in_flight})}) were running: whether they ran is unknown"
             )
+        how = "failed with" if isinstance(exc, Exception) else "was interrupted by"
+        said = f": {exc}" if isinstance(exc, Exception) or str(exc) else ""  # KeyboardInterrupt() says nothing
         partial = self.finish(
-            f"The run failed with {type(exc).__name__} after {len(self.requests)} model request(s): {exc}",
+            f"The run {how} {type(exc).__name__} after {len(self.requests)} model request(s){said}",
             LoopOutcome.ERROR,
             traced=False,
         )
@@ -746,6 +800,8 @@ class _Run:
             turn: ModelTurn = yield _Ask(request, iteration)
             self.record(iteration, request, tokens, turn, started)
             calls = turn.message.tool_calls
+            if calls and turn.stop_kind in _STOP_OUTCOMES:  # cut or withheld while it wrote calls: none runs
+                return self.cut(turn)
             if not calls:
                 if turn.stop_kind == "malformed_call":  # nothing ran: say so, and let the model try again
                     self.messages.append(Message.user(_malformed_call_note(turn.stop_reason)))
@@ -772,7 +828,7 @@ class _Run:
         try:
             with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
                 return drive(self.turns(), self.answer)
-        except Exception as exc:
+        except _ATTACHED as exc:
             self.attach(exc)
             raise
 
@@ -780,7 +836,7 @@ class _Run:
         try:
             with tracing.agent_run(self.session.id):
                 return await adrive(self.turns(), self.aanswer)
-        except Exception as exc:
+        except _ATTACHED as exc:
             self.attach(exc)
             raise
 

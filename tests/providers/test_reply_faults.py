@@ -20,7 +20,7 @@ import pytest
 from fakes.provider_rules import GEMINI_FUNCTION_NAME, Violation, check_anthropic, check_chat
 
 from toolsearch import ProviderError, SessionManager, Tool, ToolIndex, handle_tool_calls, run, tools_for_request
-from toolsearch.providers import AnthropicModel, GeminiModel, OpenAIChatModel
+from toolsearch.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from toolsearch.providers.gemini import wire_name
 from toolsearch.session import Session
 
@@ -336,6 +336,61 @@ def test_a_chat_message_that_is_not_an_object_is_a_provider_error(serve: Callabl
                           "choices": [{"index": 0, "message": "It is noon.", "finish_reason": "stop"}]}))
     with pytest.raises(ProviderError, match=r"choices\[0\]\.message is str"):
         run(OpenAIChatModel(server.openai(), "gpt-4.1"), "hi", session=session_with(("get_time", "Time.")))
+
+
+# --- Responses: a response that failed, was cancelled or is not finished ---------------------------
+
+
+def responses_body(status: str, output: list[Body], error: Body | None = None) -> Body:
+    return {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "status": status, "error": error,
+            "incomplete_details": None, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": [], "usage": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10,
+                                   "input_tokens_details": {"cached_tokens": 0},
+                                   "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+EMAIL_CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "send_email",
+              "arguments": '{"to": "bob@example.com"}', "status": "completed"}
+FAILED = {"code": "server_error", "message": "The model failed to generate a response."}
+
+
+def emailing() -> Session:
+    return session_with(("send_email", "Send."))
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "says"),
+    [
+        ("failed", FAILED, "'failed' (server_error: The model failed to generate a response.): the response failed"),
+        ("cancelled", None, "'cancelled': the response was cancelled before it finished"),
+        ("queued", None, "'queued': the response is not finished yet (a background response)"),
+    ],
+    ids=["failed", "cancelled", "queued"],
+)
+def test_a_responses_turn_that_did_not_complete_is_a_provider_error_and_runs_nothing(
+    serve: Callable[..., RawServer], status: str, error: Body | None, says: str
+) -> None:
+    server = serve((200, responses_body(status, [EMAIL_CALL], error)))
+    sent: list[str] = []
+    with pytest.raises(ProviderError, match=re.escape(f"the OpenAI Responses answer ended with {says}")) as raised:
+        run(OpenAIResponsesModel(server.openai(), "gpt-4.1"), "email bob", session=emailing(),
+            functions={"send_email": sent.append}, tool_search="off")
+    assert sent == []  # not an answer: its call did not run
+    assert raised.value.partial.requests == ()  # type: ignore[attr-defined]
+
+
+def test_a_streamed_responses_turn_that_failed_is_a_provider_error(serve: Callable[..., RawServer]) -> None:
+    body = responses_body("failed", [EMAIL_CALL], FAILED)
+    server = serve((200, [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**body, "status": "in_progress", "error": None}},
+        {"type": "response.failed", "sequence_number": 1, "response": body},
+    ]))
+    sent: list[str] = []
+    with pytest.raises(ProviderError, match=re.escape("ended with 'failed' (server_error: The model failed")):
+        run(OpenAIResponsesModel(server.openai(), "gpt-4.1"), "email bob", session=emailing(),
+            functions={"send_email": sent.append}, tool_search="off", on_text=lambda _: None)
+    assert sent == []
 
 
 # --- usage figures -----------------------------------------------------------------------------

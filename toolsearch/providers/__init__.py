@@ -21,6 +21,7 @@ from ._base import (
     tool_result_text,
     turn_events,
 )
+from ._wire import StopKind  # ModelTurn.stop_kind's values
 from .anthropic import AnthropicModel, AnthropicStreamAssembler, anthropic_payload
 from .gemini import GeminiModel, GeminiStreamAssembler, gemini_payload
 from .openai import (
@@ -50,6 +51,7 @@ __all__ = [
     "Message",
     "ToolCall",
     "ModelTurn",
+    "StopKind",
     "Usage",
     "ToolSearchMode",
     "parse_arguments",

@@ -14,7 +14,18 @@ from .._errors import ProviderError
 if TYPE_CHECKING:  # _base reads SDK objects through this module: no import back at run time
     from ._base import ToolCall
 
-__all__ = ["STOP_KINDS", "StopKind", "anthropic_call_id", "dump", "get", "stop_kind", "token_count", "unique_call_ids"]
+__all__ = [
+    "STOP_ERRORS",
+    "STOP_KINDS",
+    "StopKind",
+    "anthropic_call_id",
+    "check_stop",
+    "dump",
+    "get",
+    "stop_kind",
+    "token_count",
+    "unique_call_ids",
+]
 
 # Why a turn ended without a complete answer, whatever the provider: the output was cut at a token limit
 # ("truncated"), the model declined or the provider's safety filter withheld it ("refused"), or the model
@@ -49,6 +60,38 @@ STOP_KINDS: Mapping[str, StopKind] = {
     "MALFORMED_FUNCTION_CALL": "malformed_call",
     "UNEXPECTED_TOOL_CALL": "malformed_call",  # a call of a tool the request did not declare
     "TOO_MANY_TOOL_CALLS": "malformed_call",  # more calls in a row than the API takes
+    "MALFORMED_RESPONSE": "malformed_call",  # a reply the API could not parse: the loop says so and asks again
+    "CONTINUATION": "truncated",  # the per-request token limit cut a reply that was not finished
+    "ESCALATION": "refused",  # withheld by an escalation rule
+    "MODEL_ARMOR": "refused",  # withheld by Model Armor (Vertex AI)
+    "NO_IMAGE": "refused",  # the reply the request asked for was not given
+    # "stopped for a reason not otherwise specified": the reply is not a complete answer, and the API names no
+    # token limit, so TRUNCATED would send the user to raise one for nothing. REFUSED is the honest kind: the
+    # provider ended the reply early and withheld the rest; the run ends with any text, and a call the reply
+    # held does not run (its arguments may be cut).
+    "OTHER": "refused",
+    "IMAGE_OTHER": "refused",
+    # FINISH_REASON_UNSPECIFIED (the enum's default when the API sent none) ends a turn normally, as no reason does.
+}
+
+# Stop reasons that say the request failed rather than how a reply ended: there is no answer to keep and nothing the
+# model could do about it (a note and another turn would fail alike), so the adapter raises a ProviderError
+# (`check_stop`) saying what to do; the loop attaches the run so far to it, as to any provider failure.
+STOP_ERRORS: Mapping[str, str] = {
+    # OpenAI Responses status (a failed response's `error` object says why: `check_stop` quotes it)
+    "failed": "the response failed; a server_error or rate_limit_exceeded may pass when the request is sent again "
+    "later, any other code needs the request changed",
+    "cancelled": "the response was cancelled before it finished; send the request again",
+    "queued": "the response is not finished yet (a background response); the loop needs the finished response: "
+    "do not pass background=True to the model",
+    "in_progress": "the response is not finished yet (a background response); the loop needs the finished "
+    "response: do not pass background=True to the model",
+    # Gemini finish_reason
+    "MISSING_THOUGHT_SIGNATURE": "the request's history holds a Gemini function call without the thought signature "
+    "the model sent with it; resume from messages saved with LoopResult.to_dict() or Message.to_dict(), which keep "
+    "the signatures, instead of rebuilt ones",
+    "PUP_LIMITED_DISABLED": "the account is limited or disabled for Prohibited Use Policy violations; no request of "
+    "this account will be answered until the account is reviewed",
 }
 
 
@@ -62,6 +105,19 @@ def stop_kind(reason: Any, detail: Any = None) -> StopKind | None:
         if isinstance(value, str) and value in STOP_KINDS:
             return STOP_KINDS[value]
     return None
+
+
+def check_stop(reason: Any, provider: str, error: Any = None) -> None:
+    """ProviderError when a provider's stop reason (or a Responses status) is one of `STOP_ERRORS`.
+
+    `error` is the reply's own error object, if any (a failed Responses turn's `{"code", "message"}`):
+    its code and message are quoted, so the caller sees why without reading the raw reply.
+    """
+    if not isinstance(reason, str) or reason not in STOP_ERRORS:
+        return
+    said = [str(part) for part in (get(error, "code"), get(error, "message")) if part] if error is not None else []
+    why = f" ({': '.join(said)})" if said else ""
+    raise ProviderError(f"the {provider} answer ended with {reason!r}{why}: {STOP_ERRORS[reason]}")
 
 
 def get(obj: Any, key: str, default: Any = None) -> Any:

@@ -37,9 +37,9 @@ from ._base import (
     call_text,
     parse_arguments,
 )
+from ._wire import check_stop, token_count
 from ._wire import dump as _dump
 from ._wire import get as _get
-from ._wire import token_count
 from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 __all__ = [
@@ -196,6 +196,7 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
         )
     reason = _get(candidate, "finish_reason")
     stop = getattr(reason, "value", reason)
+    check_stop(stop, "Gemini")  # a missing thought signature, a disabled account: no reply to use or retry
     message = Message("assistant", "".join(texts), tuple(calls), provider="gemini", provider_items=tuple(signatures))
     return ModelTurn(message, parsed_usage, str(stop) if stop is not None else None, response)
 

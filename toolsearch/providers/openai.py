@@ -22,9 +22,9 @@ from ._base import (
     call_text,
     parse_arguments,
 )
+from ._wire import check_stop, stop_kind, token_count, unique_call_ids
 from ._wire import dump as _dump
 from ._wire import get as _get
-from ._wire import stop_kind, token_count, unique_call_ids
 from .drive import StreamAssembler, StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
 
 _SDK_MODULES = ("openai", "httpx")
@@ -409,7 +409,12 @@ def responses_payload(
 
 def parse_response(response: Any, names: NameMap, search_tool: str | None = None) -> ModelTurn:
     """A ModelTurn from a Responses `Response` (object or dict); `tool_search_call` items become
-    ToolCalls of kind "tool_search" named after the meta-tool."""
+    ToolCalls of kind "tool_search" named after the meta-tool.
+
+    A response that failed, was cancelled or is not finished (status `failed`, `cancelled`, `queued`,
+    `in_progress`) is a ProviderError quoting its `error`: it is no answer, not even a partial one.
+    """
+    check_stop(_get(response, "status"), "OpenAI Responses", _get(response, "error"))
     texts: list[str] = []
     calls: list[ToolCall] = []
     kept: list[Any] = []
