@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError, SessionError, wrong_type
+from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
 from ._signatures import presented
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
@@ -53,7 +53,7 @@ from .providers._base import (
 )
 from .providers.drive import adeliver_event, adrive, asettle, deliver_event, drive, is_async_callable, replay, settle
 from .providers.registry import augment_request, augment_tools
-from .session import Session, SessionManager
+from .session import Session, SessionManager, check_session_settings
 from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
 
@@ -456,7 +456,7 @@ class ToolSearchLoop:
         `allowed=None` and `pinned=()`, take the stored ones as they are.
         """
         session = self.sessions.get_or_create(session_id, allowed=allowed, pinned=pinned)
-        _check_session_settings(session, allowed, pinned)
+        check_session_settings(session, allowed, pinned)
         return session
 
     def _start(
@@ -509,35 +509,6 @@ def _names(names: Iterable[str], limit: int = 5) -> str:
     shown = sorted(names)
     more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
     return ", ".join(map(repr, shown[:limit])) + more
-
-
-def _check_session_settings(session: Session, allowed: Collection[str] | None, pinned: Collection[str]) -> None:
-    """SessionError when a run asks an existing session for other allowed tools than it holds; pins it lacks are
-    pinned (a pin only shows a tool, and `Session.pin` / `unpin` change them between runs, as documented)."""
-    for what, names in (("allowed", allowed), ("pinned", pinned)):
-        if isinstance(names, str):
-            raise SessionError(f"{what} takes a collection of tool names, not a single string; pass [{names!r}]")
-        if names is not None and not isinstance(names, Iterable):
-            raise wrong_type(what, names, "a collection of tool names")
-    differences: list[str] = []
-    if allowed is not None:
-        given = frozenset(allowed)
-        stored = session.allowed
-        if stored is None:
-            differences.append(f"allowed: the stored session allows every tool, this run passed {len(given)}")
-        elif given != stored:
-            parts = [f"the stored session also allows {_names(stored - given)}"] if stored - given else []
-            parts += [f"this run also passed {_names(given - stored)}"] if given - stored else []
-            differences.append("allowed: " + " and ".join(parts))
-    if differences:
-        raise SessionError(
-            f"session {session.id!r} already exists with other tools than this run passed ({'; '.join(differences)}). "
-            "A session keeps the allowed tools it was created with: to change them, close it "
-            f"(sessions.close({session.id!r})) and run again; to keep the stored ones, call without allowed=."
-        )
-    missing = [name for name in dict.fromkeys(pinned) if name not in session.pinned]
-    if missing:
-        session.pin(missing)  # ToolNotAllowedError for a tool the session may not show
 
 
 _WARNED_FUNCTIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, tuple[str, ...]]]] = weakref.WeakKeyDictionary()

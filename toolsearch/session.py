@@ -8,12 +8,14 @@ refusals) live in `toolsearch.executor`, above this module.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import numbers
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -44,6 +46,9 @@ __all__ = [
     "Session",
     "DiscoveryUpdate",
     "ToolFormat",
+    "MAX_SESSION_ID_LENGTH",
+    "check_session_settings",
+    "pinned_in",
 ]
 
 ToolFormat = Literal["openai_chat", "openai_responses", "anthropic", "mcp"]
@@ -55,6 +60,19 @@ _Change = Callable[[SessionState], Any]
 # --- manager ---------------------------------------------------------------------------------
 
 _MAX_INTERNED = 1024
+# Ids are store keys (a Redis key, a log field) and appear in error messages: bounded, as an HTTP header or a
+# database key would be. The gateway's own ids are 40-odd characters; a longer key is best hashed to an id.
+MAX_SESSION_ID_LENGTH = 256
+_SHOWN_ID_LENGTH = 64  # of an id quoted in a message: enough to tell conversations apart
+# The closes a manager remembers (see `SessionManager.was_closed`): a few hundred KiB at most.
+_MAX_CLOSES_KEPT = 10_000
+
+
+def _shown(session_id: str) -> str:
+    """A session id as a message quotes it: whole when short, else its start and its length."""
+    if len(session_id) <= _SHOWN_ID_LENGTH:
+        return repr(session_id)
+    return f"{session_id[:_SHOWN_ID_LENGTH]!r}... ({len(session_id)} characters)"
 
 
 def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -124,6 +142,9 @@ class SessionManager:
         self._names_cache: tuple[Any, frozenset[str]] | None = None
         self._interned: dict[frozenset[str], frozenset[str]] = {}
         self._intern_lock = threading.Lock()
+        # id -> wall-clock time of its last close through this manager, oldest close first
+        self._closes: OrderedDict[str, float] = OrderedDict()
+        self._closes_lock = threading.Lock()
 
     @property
     def index(self) -> ToolIndex:
@@ -160,11 +181,16 @@ class SessionManager:
             )
         if not isinstance(session_id, str):
             raise SessionRequiredError(f"session id must be a string, got {type(session_id).__name__}")
+        if len(session_id) > MAX_SESSION_ID_LENGTH:
+            raise SessionError(
+                f"session id {_shown(session_id)} is longer than the {MAX_SESSION_ID_LENGTH} characters a session id "
+                "may have; pass a shorter id (a hash of a longer key, say)"
+            )
         try:
             session_id.encode("utf-8")
         except UnicodeEncodeError:  # a store keys sessions by their id: a shared one (Redis) cannot write this one
             raise SessionError(
-                f"session id {session_id!r} holds a lone surrogate (U+D800-U+DFFF), which UTF-8 cannot encode; "
+                f"session id {_shown(session_id)} holds a lone surrogate (U+D800-U+DFFF), which UTF-8 cannot encode; "
                 "pass the id as text"
             ) from None
         return session_id
@@ -215,7 +241,7 @@ class SessionManager:
             incarnation=new_incarnation(),
         )
         if not self._store.create(state):
-            raise SessionError(f"session {session_id!r} already exists; use get() or get_or_create()")
+            raise SessionError(f"session {_shown(session_id)} already exists; use get() or get_or_create()")
         return Session(self, state)
 
     def get(self, session_id: str) -> Session:
@@ -224,7 +250,7 @@ class SessionManager:
         state = self._store.get(session_id)
         if state is None:
             raise UnknownSessionError(
-                f"unknown session {session_id!r} (never created, expired or evicted); create it first"
+                f"unknown session {_shown(session_id)} (never created, expired or evicted); create it first"
             )
         return Session(self, state)
 
@@ -250,8 +276,32 @@ class SessionManager:
             return Session(self, state)
 
     def close(self, session_id: str) -> None:
-        """Forget a session; closing an unknown id is not an error."""
-        self._store.delete(self._check_id(session_id))
+        """Forget a session; closing an unknown id is not an error.
+
+        The close is remembered (see `was_closed`): a handle still working on the closed session must
+        not bring it back, the way a session the store dropped may be brought back.
+        """
+        session_id = self._check_id(session_id)
+        with self._closes_lock:  # before the delete: from then on a handle's failed read finds the close
+            self._closes[session_id] = time.time()
+            self._closes.move_to_end(session_id)
+            while len(self._closes) > _MAX_CLOSES_KEPT:
+                self._closes.popitem(last=False)
+        self._store.delete(session_id)
+
+    def was_closed(self, session: Session) -> bool:
+        """True when this manager closed `session`'s id after that session was created: the handle is on
+        a session the application ended, which must stay ended (not be created again from the handle's
+        allowed and pinned tools). False when it is live, or the store dropped it by itself (evicted by
+        newer sessions, expired): such a session may be created again.
+
+        Only closes through this manager count, the last 10,000 of them: a close by another process
+        sharing the store leaves no trace a store keeps, so it reads as a drop.
+        """
+        with self._closes_lock:
+            closed_at = self._closes.get(session.id)
+        # created_at is wall-clock time set by `create`; a session created again after the close is a new one
+        return closed_at is not None and session.created_at <= closed_at
 
     def __contains__(self, session_id: object) -> bool:
         return isinstance(session_id, str) and self._store.get(session_id) is not None
@@ -342,6 +392,7 @@ class Session:
         self.id = state.id
         self.allowed: frozenset[str] | None = state.allowed
         self._incarnation = state.incarnation  # the session this handle is on, as against a later one of its id
+        self.created_at = state.created_at  # when (wall clock) the session this handle is on was created
         self._snapshot = state if snapshot else None
         self._pending: list[_Change] = []
         self._base: SessionState | None = None  # a view's snapshot as read, for its commit
@@ -364,7 +415,7 @@ class Session:
             return self._snapshot
         state = self._manager.store.get(self.id)
         if state is None:
-            raise UnknownSessionError(f"session {self.id!r} has expired or was closed; create it again")
+            raise UnknownSessionError(f"session {_shown(self.id)} has expired or was closed; create it again")
         self._check_incarnation(state)
         return state
 
@@ -394,10 +445,27 @@ class Session:
         """A handle on one snapshot of this session (one store read); see `commit`."""
         state = self._state() if self._snapshot is None else self._snapshot.copy()
         view = Session(self._manager, state.copy(), snapshot=True)
+        view.allowed = self.allowed  # a handle limited to fewer tools (`within`, a gateway's binding) stays so
         view._base = state
         view._names = self.name_map  # aliases learned in the view stay known to this handle
         view._namespaces = self._namespaces
         return view
+
+    def within(self, names: Collection[str]) -> Session:
+        """This handle limited to those of its allowed tools that are among `names`: for a framework agent
+        that holds fewer tools than the shared index, so a session stored with wider rights (or with
+        every tool allowed, before the index grew) never searches, shows or admits a tool the agent lacks.
+
+        The handle itself when it is within `names` already, else a copy that reads and writes the same
+        session (the stored allowed set is unchanged). Do not `commit` a copy of a view: commit the view.
+        """
+        limit = frozenset(_names("within", names))
+        if self.allowed is not None and self.allowed <= limit:
+            return self
+        narrowed = copy.copy(self)
+        narrowed.allowed = self._manager._intern(limit if self.allowed is None else self.allowed & limit)
+        narrowed._namespaces = None  # they follow the allowed set
+        return narrowed
 
     def spare(self, names: Collection[str]) -> None:
         """Keep these tools loaded through this handle's later discoveries (a turn's searches) while the
@@ -460,7 +528,7 @@ class Session:
     def tool(self, name: str) -> Tool:
         """The full definition of an allowed tool; ToolNotAllowedError otherwise."""
         if not self.is_allowed(name):
-            raise ToolNotAllowedError(f"tool {name!r} is not available in session {self.id!r}")
+            raise ToolNotAllowedError(f"tool {name!r} is not available in session {_shown(self.id)}")
         return self.index.catalog[name]
 
     def pinned_tools(self) -> list[Tool]:
@@ -522,7 +590,7 @@ class Session:
         wanted = list(dict.fromkeys(_names("discover", names)))
         for name in wanted:
             if not self.is_allowed(name):
-                raise ToolNotAllowedError(f"tool {name!r} is not available in session {self.id!r}")
+                raise ToolNotAllowedError(f"tool {name!r} is not available in session {_shown(self.id)}")
         if not wanted:
             return DiscoveryUpdate()
         enforce_caps = self._manager._enforce_caps
@@ -647,7 +715,62 @@ class Session:
 
     def __repr__(self) -> str:
         allowed = "all" if self.allowed is None else len(self.allowed)
-        return f"Session({self.id!r}, allowed={allowed})"
+        return f"Session({_shown(self.id)}, allowed={allowed})"
+
+
+# --- rules every entry point that opens a session shares ------------------------------------------
+
+
+def _some(names: Iterable[str], limit: int = 5) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+    return ", ".join(map(repr, shown[:limit])) + more
+
+
+def check_session_settings(session: Session, allowed: Collection[str] | None, pinned: Collection[str]) -> None:
+    """SessionError when a caller asks an existing session for other allowed tools than it holds; pins it lacks are
+    pinned (a pin only shows a tool, and `Session.pin` / `unpin` change them between runs, as documented).
+
+    `allowed=None` takes the stored tools as they are. The rule of the loop's `session_id=` and of every
+    framework plug-in's session entry point: a session keeps the allowed tools it was created with, so a
+    narrower set asked for later is refused rather than silently widened to the stored one.
+    """
+    for what, names in (("allowed", allowed), ("pinned", pinned)):
+        if isinstance(names, str):
+            raise SessionError(f"{what} takes a collection of tool names, not a single string; pass [{names!r}]")
+        if names is not None and not isinstance(names, Iterable):
+            raise wrong_type(what, names, "a collection of tool names")
+    differences: list[str] = []
+    if allowed is not None:
+        given = frozenset(allowed)
+        stored = session.allowed
+        if stored is None:
+            differences.append(f"allowed: the stored session allows every tool, this run passed {len(given)}")
+        elif given != stored:
+            parts = [f"the stored session also allows {_some(stored - given)}"] if stored - given else []
+            parts += [f"this run also passed {_some(given - stored)}"] if given - stored else []
+            differences.append("allowed: " + " and ".join(parts))
+    if differences:
+        shown = _shown(session.id)
+        raise SessionError(
+            f"session {shown} already exists with other tools than this run passed ({'; '.join(differences)}). "
+            "A session keeps the allowed tools it was created with: to change them, close it "
+            f"(sessions.close({shown})) and run again; to keep the stored ones, call without allowed=."
+        )
+    missing = [name for name in dict.fromkeys(pinned) if name not in session.pinned]
+    if missing:
+        session.pin(missing)  # ToolNotAllowedError for a tool the session may not show
+
+
+def pinned_in(pinned: Iterable[str], index: ToolIndex, allowed: Collection[str] | None = None) -> list[str]:
+    """The pins a new session can start with: those `index` holds now and `allowed` permits (None: all).
+
+    A configured pin the index no longer holds (its upstream removed it), or one outside the allowed set
+    a caller passed, is left out rather than refusing the session: `SessionManager.create` refuses both,
+    and an agent's pins are its setting, not the caller's. The MCP gateway resolves its pins the same way.
+    """
+    catalog = index.catalog
+    return [n for n in dict.fromkeys(_names("pinned", pinned)) if n in catalog and (allowed is None or n in allowed)]
 
 
 def _names(what: str, names: Iterable[str]) -> Iterable[str]:

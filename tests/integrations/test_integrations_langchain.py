@@ -262,3 +262,75 @@ def test_a_tool_found_by_a_search_of_the_same_turn_runs(server: FakeLLMServer) -
     assert results["c1"] == "sunny in Paris"
     assert "not loaded yet" in results["c2"]
     assert RAN == ["get_weather"] and state[STATE_KEY] == ["get_weather"]
+
+
+# --- a shared index that changes under the middleware -----------------------------------------------
+
+
+def _changing(server: FakeLLMServer, **options: Any) -> tuple[Any, Any]:
+    """An agent over an index built apart from it (an application's), so a test can change it between turns."""
+    from toolsearch import Tool, ToolIndex
+
+    index = ToolIndex.build([Tool.from_callable(f) for f in (toy_tools.get_time, toy_tools.get_weather,
+                                                             toy_tools.send_email)], "bm25")
+    middleware = ToolSearchMiddleware([get_time, get_weather, send_email], index=index, **options)
+    return index, create_agent(_plain_model(server), middleware=[middleware], checkpointer=InMemorySaver())
+
+
+def test_a_tool_the_shared_index_gains_later_is_never_offered(server: FakeLLMServer) -> None:
+    # Before: built while the index held only its tools, the middleware allowed every tool, so search offered
+    # send_sms once it was added, and LangGraph's answer to the call listed every registered tool.
+    from toolsearch import Tool
+
+    index, agent = _changing(server, pinned=["get_time"])
+    index.upsert([Tool.from_callable(send_sms)])
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
+        Turn(text="ok"),
+    )
+    state = _drive(agent, "invoke", "text Bob", "t-grow")
+    assert "send_sms" not in server.requests[1].tool_results()[0].text
+    assert "'send_sms' is not available" in server.requests[2].tool_results()[0].text
+    assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
+
+
+def test_a_pinned_tool_removed_from_the_index_is_left_out(server: FakeLLMServer) -> None:
+    # Before: every tool call of every thread raised SessionError "pinned tool 'get_time' is not in the index".
+    index, agent = _changing(server, pinned=["get_time"])
+    index.remove(["get_time"])
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+                   Turn(text="ok"))
+    state = _drive(agent, "invoke", "weather", "t-unpinned")
+    assert [r.tool_names for r in server.requests] == [["tool_search"], ["tool_search", "get_weather"]]
+    assert state[STATE_KEY] == ["get_weather"]
+
+
+def test_a_discovered_tool_removed_from_the_index_is_no_longer_sent(server: FakeLLMServer) -> None:
+    # Before: the thread's next request still carried get_weather, which the index no longer held.
+    index, agent = _changing(server, pinned=["get_time"])
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+                   Turn(text="ok"))
+    _drive(agent, "invoke", "weather", "t-removed")
+    index.remove(["get_weather"])
+    server.enqueue(Turn(tool_calls=[("get_weather", {"city": "Paris"}, "c1")]), Turn(text="ok"))
+    _drive(agent, "invoke", "again", "t-removed")
+    assert server.requests[2].tool_names == FIRST
+    assert "'get_weather' is not available" in server.requests[3].tool_results()[0].text and RAN == []
+
+
+def test_allowed_without_a_pinned_tool_leaves_the_pin_out(server: FakeLLMServer) -> None:
+    # Before: ToolNotAllowedError at construction, naming the pin as if the caller had passed it to a session.
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"], allowed=["get_weather"])
+    agent = create_agent(_plain_model(server), middleware=[middleware])
+    server.enqueue(Turn(tool_calls=[("get_time", {"timezone": "UTC"}, "c1")]), Turn(text="ok"))
+    agent.invoke({"messages": [{"role": "user", "content": "time"}]})
+    assert server.requests[0].tool_names == ["tool_search"]
+    assert "is not available" in server.requests[1].tool_results()[0].text and RAN == []
+
+
+def test_a_pin_that_names_no_given_tool_is_refused() -> None:
+    from toolsearch import InvalidToolError
+
+    with pytest.raises(InvalidToolError, match=r"pinned tool\(s\) \['get_tme'\] are not among the tools given"):
+        ToolSearchMiddleware(CATALOG, pinned=["get_tme"])

@@ -271,3 +271,104 @@ def test_run_config_chains_the_callers_error_formatter(server: FakeLLMServer) ->
     results = {r.call_id: r.text for r in server.requests[1].tool_results()}
     assert "not loaded yet" in results["c1"]
     assert results["c2"] == "custom tool_exception" and seen == ["tool_exception"]
+
+
+# --- a session's rights: asked again, closed, and over a shared index that changes --------------------
+
+
+def _own_index() -> ToolIndex:
+    # An index built apart from the agent (an application's, say), so a test can change it under the agent.
+    return ToolIndex.build([Tool.from_callable(f) for f in (toy_tools.get_time, toy_tools.get_weather,
+                                                             toy_tools.send_email)], "bm25")
+
+
+def _agent(server: FakeLLMServer, search: AgentToolSearch) -> Agent[Any]:
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    return Agent(name="assistant", model=model, tools=list(search.tools))
+
+
+def test_a_session_asked_again_with_fewer_tools_is_refused_as_the_loop_refuses_it(server: FakeLLMServer) -> None:
+    # Before: the stored session (every tool) was returned as it was, and the narrowed caller's run sent an email.
+    from toolsearch import SessionError
+
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_time"])
+    search.session("conv-1")  # an admin's request: every tool
+    with pytest.raises(SessionError, match=r"'conv-1' already exists with other tools .* also allows 'send_email'"):
+        search.session("conv-1", allowed=["get_time", "get_weather"])
+    stored = search.session("conv-1")  # allowed=None: the stored ones as they are
+    assert stored.allowed == frozenset({"get_time", "get_weather", "send_email"})
+    narrow = search.session("conv-2", allowed=["get_time", "get_weather"])
+    assert search.session("conv-2", allowed=["get_weather", "get_time"]).allowed == narrow.allowed  # the same set
+    server.enqueue(Turn(tool_calls=[("send_email", {"to": "x@y.z", "subject": "hi"}, "c1")]), Turn(text="no"))
+    Runner.run_sync(_agent(server, search), "mail", context=narrow, run_config=search.run_config())
+    assert "is not available" in server.requests[1].tool_results()[0].text and RAN == []
+
+
+def test_a_session_the_application_closed_is_never_brought_back_by_a_run(server: FakeLLMServer) -> None:
+    # Before: the run's old handle created the session again with its own rights (every tool), and the
+    # application's next session(id, allowed=narrow) got those instead of its narrow set.
+    from toolsearch import UnknownSessionError
+
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_time"])
+    handle = search.session("conv-1")  # a run in flight holds this handle
+    search.sessions.close("conv-1")  # the application ends the conversation
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "send an email"}, "s1")]), Turn(text="ok"))
+    with pytest.raises(UnknownSessionError, match="'conv-1' has expired or was closed"):
+        Runner.run_sync(_agent(server, search), "mail", context=handle, run_config=search.run_config())
+    assert "conv-1" not in search.sessions and RAN == []
+    again = search.session("conv-1", allowed=["get_time"])  # started again with fewer rights
+    assert again.allowed == frozenset({"get_time"}) and again.pinned == ("get_time",)
+    with pytest.raises(UnknownSessionError):  # the old handle stays on the closed session
+        Runner.run_sync(_agent(server, search), "mail", context=handle, run_config=search.run_config())
+    assert search.sessions.get("conv-1").allowed == frozenset({"get_time"})
+
+
+def test_a_tool_the_shared_index_gains_later_is_never_offered(server: FakeLLMServer) -> None:
+    # Before: a session made while the index held only the agent's tools allowed every tool, so a tool added
+    # to the index afterwards was offered by search and the model was told to call it again, and again.
+    index = _own_index()
+    search = AgentToolSearch([get_time, get_weather, send_email], index=index, pinned=["get_time"])
+    session = search.session("conv-1")
+    stored_wide = search.sessions.create("made-elsewhere")  # every tool allowed, as earlier releases stored it
+    index.upsert([Tool.from_callable(send_sms)])
+    for context in (session, stored_wide):
+        server.requests.clear()
+        server.enqueue(
+            Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
+            Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
+            Turn(text="ok"),
+        )
+        Runner.run_sync(_agent(server, search), "sms", context=context, run_config=search.run_config())
+        assert "send_sms" not in server.requests[1].tool_results()[0].text
+        assert "'send_sms' is not available" in server.requests[2].tool_results()[0].text
+        assert "send_sms" not in context.discovered and RAN == []
+
+
+def test_a_pinned_tool_removed_from_the_index_leaves_sessions_working(server: FakeLLMServer) -> None:
+    # Before: every new session (and the re-creation of an evicted one) raised "pinned tool 'get_time' is not
+    # in the index" once an upstream removed the pinned tool.
+    index = _own_index()
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_time"],
+                             sessions=SessionManager(index, max_sessions=1))
+    alice = search.session("alice")
+    index.remove(["get_time"])
+    bob = search.session("bob")  # takes alice's place in the store
+    assert bob.pinned == () and bob.allowed == frozenset({"get_weather", "send_email"})
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 1}, "s1")]),
+                   Turn(text="ok"))
+    Runner.run_sync(_agent(server, search), "weather", context=alice, run_config=search.run_config())
+    assert [r.tool_names for r in server.requests] == [["tool_search"], ["tool_search", "get_weather"]]
+    assert search.sessions.get("alice").discovered == ("get_weather",)
+
+
+def test_allowed_without_the_agents_pin_leaves_the_pin_out(server: FakeLLMServer) -> None:
+    # Before: ToolNotAllowedError naming a pin the caller never passed; now the pin is not shown, as a
+    # gateway caller is not shown a pinned tool its token does not allow.
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_time"])
+    session = search.session("u", allowed=["get_weather"])
+    assert session.allowed == frozenset({"get_weather"}) and session.pinned == ()
+    assert search.session("u", allowed=["get_weather"]).pinned == ()
+    server.enqueue(Turn(tool_calls=[("get_time", {"timezone": "UTC"}, "c1")]), Turn(text="ok"))
+    Runner.run_sync(_agent(server, search), "time", context=session, run_config=search.run_config())
+    assert server.requests[0].tool_names == ["tool_search"]
+    assert "is not available" in server.requests[1].tool_results()[0].text and RAN == []

@@ -12,7 +12,7 @@ from ..executor import ExecutorConfig, ResultStatus, ToolExecutor, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..providers._base import ToolCall
-from ..session import Session, SessionManager
+from ..session import Session, SessionManager, pinned_in
 
 if TYPE_CHECKING:
     from ..augment import Augmentation
@@ -44,17 +44,19 @@ def check_catalog(
         augment.check(index.catalog, catalog_key=index.catalog.hash)
 
 
-def agent_allowed(
-    index: ToolIndex, names: Collection[str], allowed: Collection[str] | None = None
-) -> frozenset[str] | None:
-    """The allowed subset for an agent's sessions: `allowed` (None: every tool), limited to the
-    agent's own tools `names` when the index also holds others (an application's shared index), so
-    a search never offers a tool the agent cannot call. None when nothing needs limiting."""
-    limit = None if set(index.catalog.names) <= set(names) else frozenset(names)
-    if allowed is None:
-        return limit
-    given = frozenset(allowed)
-    return given if limit is None else given & limit
+def agent_allowed(names: Collection[str], allowed: Collection[str] | None = None) -> frozenset[str]:
+    """The allowed subset for an agent's sessions: `allowed` (None: every tool) limited to the agent's
+    own tools `names`, always: the index may be an application's shared one, and may gain tools the
+    agent lacks at any time, so a search must never offer a tool the agent cannot call."""
+    own = frozenset(names)
+    return own if allowed is None else own & frozenset(allowed)
+
+
+def in_index(index: ToolIndex, names: Collection[str]) -> frozenset[str]:
+    """Those of `names` the index holds now: what a new session may be allowed (`create` refuses the
+    others), while a tool an upstream removed is out of the index."""
+    catalog = index.catalog
+    return frozenset(n for n in names if n in catalog)
 
 
 @contextmanager
@@ -62,11 +64,17 @@ def scratch_session(
     sessions: SessionManager,
     pinned: Collection[str],
     discovered: Sequence[str],
-    allowed: Collection[str] | None = None,
+    allowed: Collection[str],
 ) -> Iterator[Session]:
     """A short-lived session holding a conversation's discovered tools, for frameworks that keep
-    the discovered set in their own state (a LangGraph checkpoint, say); closed on exit."""
-    session = sessions.create(f"scratch-{uuid.uuid4().hex}", pinned=pinned, allowed=allowed)
+    the discovered set in their own state (a LangGraph checkpoint, say); closed on exit.
+
+    Allowed and pinned tools the index does not hold now (removed since the agent was built) and
+    pins outside `allowed` are left out, so a change of the shared index never breaks a turn."""
+    live = in_index(sessions.index, allowed)
+    session = sessions.create(
+        f"scratch-{uuid.uuid4().hex}", pinned=pinned_in(pinned, sessions.index, live), allowed=live
+    )
     try:
         known = [n for n in discovered if session.is_allowed(n)]
         if known:

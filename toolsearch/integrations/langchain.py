@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("langchain", "langchain") from exc
 
+from .._errors import InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
@@ -117,8 +118,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     The catalog's tools are registered with the agent by the middleware (pass them here, not
     also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
     through untouched. `allowed` limits what the agent can find and call (None: every catalog
-    tool). `backend` picks the search backend (or pass a built `index` holding the same tools; a
-    search never offers one of its tools that is not in `tools`);
+    tool); a pinned tool outside it is not sent. `backend` picks the search backend (or pass a
+    built `index` holding the same tools; a search never offers one of its tools that is not in `tools`);
     `metatool` configures the tool_search tool (name, result count, description). `usage` feeds
     a usage log (see docs/learning.md): each search and the catalog tools then called successfully.
     """
@@ -152,8 +153,12 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         self.metatool = metatool or ToolSearchMetaTool()
         check_catalog(self.index, self._by_name.keys(), self.metatool, self.augment)
         self.pinned = tuple(dict.fromkeys(pinned))
-        # An index that holds more tools than `tools` (an application's) must not offer what this agent cannot call.
-        self.allowed = agent_allowed(self.index, self._by_name.keys(), allowed)
+        unknown = [n for n in self.pinned if n not in self._by_name]
+        if unknown:
+            raise InvalidToolError(f"pinned tool(s) {unknown} are not among the tools given; pin catalog tools only")
+        # An index that holds more tools than `tools` (an application's, which may grow) must not offer what
+        # this agent cannot call.
+        self.allowed = agent_allowed(self._by_name.keys(), allowed)
         # sessions here are scratch views (created and closed per hook); the thread's state is the truth
         self.sessions = SessionManager(self.index, max_sessions=100_000)
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
@@ -171,19 +176,19 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     # --- model calls ------------------------------------------------------------------------
 
     def _tools_for(self, request: ModelRequest[Any]) -> list[BaseTool | dict[str, Any]]:
-        """Pinned (and non-catalog) tools, tool_search, then this thread's discovered tools."""
+        """Pinned (and non-catalog) tools, tool_search, then this thread's discovered tools: those the
+        thread's session shows now (a tool removed from the index, or outside `allowed`, is not sent)."""
         catalog = self._by_name
         offered = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
         passthrough = [
             t for t in request.tools
             if not (isinstance(t, BaseTool) and (t.name in catalog or t.name == self.search_tool.name))
         ]
-        pinned = [offered.get(n) or self._by_name[n] for n in self.pinned if n in self._by_name]
-        discovered = [
-            offered.get(n) or self._by_name[n]
-            for n in _discovered_in(request.state)
-            if n in self._by_name and n not in self.pinned and (self.allowed is None or n in self.allowed)
-        ]
+        with scratch_session(self.sessions, self.pinned, _discovered_in(request.state), self.allowed) as session:
+            shown = [t.name for t in session.visible_tools() if t.name in catalog]
+            pins = set(session.pinned)
+        pinned = [offered.get(n) or catalog[n] for n in shown if n in pins]
+        discovered = [offered.get(n) or catalog[n] for n in shown if n not in pins]
         augment = self.augment
         if augment is None:
             return [*passthrough, *pinned, self.search_tool, *discovered]

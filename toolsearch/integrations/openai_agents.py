@@ -40,9 +40,19 @@ from .._errors import InvalidToolError, SessionRequiredError, UnknownSessionErro
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
-from ..session import Session, SessionManager
+from ..session import Session, SessionManager, check_session_settings, pinned_in
 from ..tools import Tool
-from ._gate import admission, agent_allowed, allowed, check_catalog, gate, record_call, record_search, scratch_session
+from ._gate import (
+    admission,
+    agent_allowed,
+    allowed,
+    check_catalog,
+    gate,
+    in_index,
+    record_call,
+    record_search,
+    scratch_session,
+)
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
@@ -120,10 +130,27 @@ class AgentToolSearch:
         self.tools: list[FunctionTool] = [*first, self._search_tool(), *rest]
 
     def session(self, session_id: str, *, allowed: Collection[str] | None = None) -> Session:
-        """The session for a conversation (created with the pinned tools on first use; an existing one
-        keeps its settings). It can find and call only this agent's tools, within `allowed`."""
-        limited = agent_allowed(self.index, self._names, allowed)
-        return self.sessions.get_or_create(session_id, allowed=limited, pinned=self.pinned)
+        """The session for a conversation. It can find and call only this agent's tools, within `allowed`.
+
+        A new one is created with the agent's pinned tools (those the index holds and `allowed` permits).
+        An existing one keeps the allowed tools it was created with: passing others raises SessionError
+        (close the session to start it again with new ones), as the loop's `session_id=` does;
+        `allowed=None` takes the stored ones as they are. Pins it lacks are pinned.
+        """
+        wanted = agent_allowed(self._names, allowed)
+        fresh = in_index(self.sessions.index, wanted)
+        session = self.sessions.get_or_create(
+            session_id, allowed=fresh, pinned=pinned_in(self.pinned, self.sessions.index, fresh)
+        )
+        stored = session.allowed
+        asked = None
+        if allowed is not None:
+            # A tool the index does not hold now is not asked for, unless the stored session has it (the
+            # tool was removed after the session was created): a change of the index is no change of rights.
+            catalog = self.sessions.index.catalog
+            asked = frozenset(n for n in wanted if n in catalog or (stored is not None and n in stored))
+        check_session_settings(session, asked, pinned_in(self.pinned, self.sessions.index, stored))
+        return session.within(self._names)
 
     def run_config(self, *, tool_error_formatter: ToolErrorFormatter | None = None, **options: Any) -> RunConfig:
         """A RunConfig whose "tool not found" answers say how to find the tool (`options` go to RunConfig).
@@ -156,21 +183,29 @@ class AgentToolSearch:
         return f"Tool {args.tool_name!r} was just loaded by {self.metatool.name}: call it again now."
 
     def _revived(self, session: Session, action: Callable[[Session], T]) -> T:
-        """`action` on the run's session. When the store dropped it (evicted by newer sessions, or
-        expired), it is created again with its allowed and pinned tools (its discoveries are lost) and
-        `action` runs on a handle of that; a session of this id created meanwhile is used as it is."""
+        """`action` on the run's session, limited to this agent's tools (the session may be one stored
+        with wider rights, or before the index gained tools the agent lacks).
+
+        When the store dropped the session (evicted by newer sessions, or expired), it is created again
+        with its allowed and pinned tools (its discoveries are lost) and `action` runs on a handle of
+        that; a session of this id created meanwhile is used as it is. A session the application closed
+        stays closed: its UnknownSessionError is raised, as a loop turn on it raises it."""
         try:
-            return action(session)
+            return action(session.within(self._names))
         except UnknownSessionError:
-            pinned = [n for n in self.pinned if session.allowed is None or n in session.allowed]
-            return action(session.manager.get_or_create(session.id, allowed=session.allowed, pinned=pinned))
+            manager = session.manager
+            if manager.was_closed(session):
+                raise
+            fresh = in_index(manager.index, agent_allowed(self._names, session.allowed))
+            live = manager.get_or_create(session.id, allowed=fresh, pinned=pinned_in(self.pinned, manager.index, fresh))
+            return action(live.within(self._names))
 
     # --- tools ------------------------------------------------------------------------------
 
     def _search_tool(self) -> FunctionTool:
         # Rendered in a private manager: a probe session in a shared one could evict a live conversation.
         probe_sessions = SessionManager(self.index, max_sessions=1)
-        with scratch_session(probe_sessions, self.pinned, (), agent_allowed(self.index, self._names)) as probe:
+        with scratch_session(probe_sessions, self.pinned, (), agent_allowed(self._names)) as probe:
             definition = self.metatool.definition(probe)
         if self.augment is not None and self.augment.search:
             definition = self.augment.extend(definition)
