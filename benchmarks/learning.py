@@ -39,6 +39,7 @@ from benchmarks.lib import (
     resolve_datasets,
     write_report,
 )
+from benchmarks.lib.held_out import MODEL_BACKENDS, describe, held_out_embedders, held_out_line
 
 __all__ = ["add_arguments", "distinct", "main", "metrics", "run"]
 
@@ -71,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-queries", type=int, default=1000, metavar="N",
                         help="timed searches per variant in the latency part (default 1000)")
     parser.add_argument("--no-replay", action="store_true", help="only the latency part")
+    cli.held_out(parser, "the vector and hybrid backends of the replay")
     cli.outputs(parser, "learning", plots=False)
     cli.cache_dir(parser)
 
@@ -88,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
         latency_log=args.latency_log,
         latency_queries=args.latency_queries,
         replay=not args.no_replay,
+        held_out=Path(args.held_out) if args.held_out else None,
         log=None if quiet else log,
     )
     out = Path(args.out)
@@ -418,8 +421,14 @@ def run(
     latency_log: int = 100_000,
     latency_queries: int = 1000,
     replay: bool = True,
+    held_out: Path | None = None,
     log: Any = None,
 ) -> dict[str, Any]:
+    """Replay and time learning over every data set and backend; returns the JSON-able report.
+
+    `held_out`: a folder of tools models trained without each set (benchmarks.lib.held_out); the replay's
+    model backends then run, on each set, the one that never saw it (all are checked before anything runs).
+    """
     from toolsearch.evaluation import load_queries
     from toolsearch.index import ToolIndex
     from toolsearch.learning import (
@@ -437,12 +446,14 @@ def run(
     from toolsearch.tools import load_tools
 
     log = log or (lambda message: None)
+    held = held_out_embedders(held_out, [ds.name for ds in datasets]) if held_out is not None and replay else {}
     report: dict[str, Any] = {
         "benchmark": "learning",
         "machine": machine_info(),
         "settings": {
             "test": test_size, "seed": seed, "k": K, "backends": list(backends), "fractions": list(FRACTIONS),
             "noise": NOISE, "near_identical_jaccard": NEAR_IDENTICAL, "ceiling_depth": CEILING_DEPTH,
+            "held_out": str(held_out) if held else None, "held_out_models": describe(held),
             "ranker": {
                 "weight": DEFAULT_WEIGHT, "prior": "calibrated", "uncalibrated_prior": DEFAULT_PRIOR,
                 "prior_grid": [str(p) for p in PRIOR_GRID], "min_calibration": MIN_CALIBRATION,
@@ -464,7 +475,10 @@ def run(
                                  "test_queries": len(test), "backends": {}}
         for backend in backends:
             log(f"[{ds.name}] building {backend} over {len(tools)} tools ...")
-            index = ToolIndex.build(tools, backend=backend)
+            model = {"embedder": held[ds.name]} if held and backend in MODEL_BACKENDS else {}
+            index = ToolIndex.build(tools, backend=backend, **model)
+            if model:  # the model the index runs, as it says itself
+                entry.setdefault("models", {})[backend] = index.backend.describe().get("model")
             entry["backends"][backend] = _replay(index, pool, test, len(sample), tool_names, seed, log,
                                                  f"{ds.name} {backend}")
         report["datasets"][ds.name] = entry
@@ -547,12 +561,21 @@ def render_markdown(report: dict[str, Any]) -> str:
         str(s.get("ceiling_depth", CEILING_DEPTH)) + ", what a re-ranker of its list can reach; *gained* is the "
         "row's Δ nDCG@10 and its share of the ceiling. Ranker settings (the same for every data set): "
         f"{s['ranker']}. "
-        "The vector and hybrid rows run the default model: the tools model's query encoder was trained on these "
-        "sets' requests (test queries included), so their *no learning* figures are not held out "
-        "(retrieval.md has the held-out ones); what a row measures here is learning's change on top of it. "
-        f"Run time {report.get('elapsed_s', 0):.0f} s."
+        + ("The vector and hybrid rows run the tools model held out (see below); what a row measures is learning's "
+           "change on top of it. " if s.get("held_out") else
+           "The vector and hybrid rows run the default model: the tools model's query encoder was trained on these "
+           "sets' requests (test queries included), so their *no learning* figures are not held out "
+           "(`--held-out DIR` runs the held-out models; retrieval.md has held-out figures); what a row measures "
+           "here is learning's change on top of it. ")
+        + f"Run time {report.get('elapsed_s', 0):.0f} s."
     )
-    lines += ["", *machine_markdown(report["machine"]), ""]
+    lines += ["", *machine_markdown(report["machine"])]
+    if s.get("held_out"):
+        lines.append(held_out_line(s["held_out"], s["held_out_models"],
+                                   also="The latency part, over a catalog pooled from every set, runs the model "
+                                   "that ships (a timing does not depend on which weights)."
+                                   if report.get("latency") else ""))
+    lines.append("")
     lines += ["## Targets", ""]
     for backend, checks in report["targets"].items():
         for name, ok in checks.items():

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,6 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import UTC, datetime
 from functools import partial
 from importlib.metadata import version
 from itertools import pairwise
@@ -58,6 +56,7 @@ from mcp_servers import (  # noqa: E402
     toy,
 )
 
+from benchmarks.lib import cli, machine_info, machine_markdown, write_report  # noqa: E402
 from toolsearch import Tool  # noqa: E402
 from toolsearch.tokens import count_json_tokens, count_tokens, tool_tokens  # noqa: E402
 
@@ -358,10 +357,9 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# MCP gateway: tokens of the tools list, and latency per call",
         "",
-        f"Measured {data['date']} on {data['machine']} (1-minute load average "
-        f"{data.get('load_average_1m_start')} at the start and {data['load_average_1m']} "
-        f"at the end of the run), Python {data['python']}, mcp {data['mcp']}. "
-        "Reproduce with `python benchmarks/mcp_gateway.py`.",
+        f"mcp {data['mcp']}. Reproduce with `python benchmarks/mcp_gateway.py`.",
+        "",
+        *machine_markdown(data["machine"]),
         "",
         "## Tokens of the tools list a client sees",
         "",
@@ -463,7 +461,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     config = servers()
-    load_at_start = round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
+    machine = machine_info()  # the load average and speed probe at the start (write_report adds the end's)
     with tempfile.TemporaryDirectory() as tmp:
         config_path = Path(tmp) / "servers.json"
         config_path.write_text(json.dumps({"mcpServers": config}))
@@ -471,11 +469,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tokens = await measure_tokens(config, config_path)
         latency = await measure_latency(config_path, repo, args.calls, args.warmup)
     return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average_1m_start": load_at_start,
-        "load_average_1m": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(),
+        "machine": machine,
         "mcp": version("mcp"),
         "encoding": ENCODING,
         "servers": list(config),
@@ -491,13 +485,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="timed calls per cell (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed calls first (default 20)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="report folder")
+    cli.wait_quiet_option(parser)
     args = parser.parse_args(argv)
-    data = anyio.run(run, args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mcp_gateway.json").write_text(json.dumps(data, indent=2) + "\n")
-    (args.out / "mcp_gateway.md").write_text(markdown(data))
-    print(markdown(data))
+    cli.wait_if_asked(parser, args)
+    print(write(args.out, anyio.run(run, args)))
     return 0
+
+
+def write(out: Path, data: dict[str, Any]) -> str:
+    """Write `<out>/mcp_gateway.md` and `.json` the way every report is written (the load average at the end
+    beside the start's, NOT A FIGURE when either is high); the markdown written."""
+    write_report(out, "mcp_gateway", data, markdown(data))
+    return (out / "mcp_gateway.md").read_text(encoding="utf-8")
 
 
 if __name__ == "__main__":

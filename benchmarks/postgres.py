@@ -5,7 +5,9 @@ Sections (`--sections`, default all):
 - quality: nDCG@10 and Recall@5 of `postgres` and the local `hybrid` on the shared data sets (the same
   tools, the same first `--quality-limit` queries after `random.Random(0).shuffle`), their difference
   (target: within ±0.005), and the HNSW walk's recall of the dense top 10 / top 50 against an exact scan
-  at the `ef_search` the backend uses.
+  at the `ef_search` the backend uses. Both embed in this process with the library's model (postgres stores
+  the tools' vectors and runs the HNSW walk; the request is embedded here); `--held-out DIR` gives both, on
+  each set, the tools model trained without it.
 - latency: build time and search p50/p95 (query embedding included, as an agent pays it) at each of
   `--sizes` tools for bm25, vector, hybrid and postgres. Above the data sets' real tools, variants
   (benchmarks.lib.synth) fill the catalog; their vectors are derived from the real tools' and stored
@@ -43,6 +45,7 @@ if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the 
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from benchmarks.lib import (
+    cli,
     log,
     machine_info,
     machine_markdown,
@@ -51,6 +54,7 @@ from benchmarks.lib import (
     resolve_datasets,
     write_report,
 )
+from benchmarks.lib.held_out import describe, held_out_embedders, held_out_line
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
@@ -110,7 +114,9 @@ def hnsw_recall(index: Any, queries: Sequence[str], depths: Sequence[int] = (10,
     return {f"recall@{n}": round(found[n] / max(len(queries), 1), 4) for n in depths}
 
 
-def run_quality(datasets: Sequence[Any], dsn: str, limit: int, recall_queries: int) -> list[dict[str, Any]]:
+def run_quality(datasets: Sequence[Any], dsn: str, limit: int, recall_queries: int,
+                held_out: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """`held_out`: each data set's held-out model by name (benchmarks.lib.held_out), run by both backends."""
     from toolsearch import ToolIndex, load_tools
     from toolsearch.evaluation import load_queries, score_rankings
 
@@ -121,9 +127,13 @@ def run_quality(datasets: Sequence[Any], dsn: str, limit: int, recall_queries: i
         texts = [q.query.strip()[:1000] for q in queries]
         row: dict[str, Any] = {"dataset": ds.name, "tools": len(tools), "queries": len(queries)}
         for backend in ("hybrid", "postgres"):
-            options = {"dsn": dsn} if backend == "postgres" else {}
+            options: dict[str, Any] = {"dsn": dsn} if backend == "postgres" else {}
+            if held_out:
+                options["embedder"] = held_out[ds.name]
             log(f"quality: {ds.name} {backend}")
             index = ToolIndex.build(tools, backend, **options)
+            if held_out:  # the model the index runs, as it says itself
+                row.setdefault("models", {})[backend] = index.backend.describe().get("model")
             scores = score_rankings([index.search(t, K).names for t in texts], queries)
             row[backend] = {k: round(v, 4) for k, v in scores.items()}
             if backend == "postgres":
@@ -347,8 +357,16 @@ def _operations(store: Any, state: Any, n: int) -> list[tuple[str, Callable[[int
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = ["# Postgres backend, side by side with the local backends", "",
-             f"Command: `{report['command']}`", "", *machine_markdown(report["machine"]), ""]
+    lines = ["# Postgres backend, side by side with the local backends", ""]
+    if not report["machine"].get("command"):  # machine_markdown prints it when the run started from the script
+        lines += [f"Command: `{report['command']}`", ""]
+    lines += machine_markdown(report["machine"])
+    if report.get("held_out"):
+        lines.append(held_out_line(report["held_out"], report["held_out_models"],
+                                   also="The latency section runs the model that ships over a catalog pooled from "
+                                   "every set (a timing does not depend on which weights)."
+                                   if report.get("latency") else ""))
+    lines.append("")
     if report.get("quality"):
         lines += ["## Quality: postgres vs local hybrid (target: nDCG@10 within ±0.005)", "",
                   "| data set | tools | queries | hybrid nDCG@10 / R@5 | postgres nDCG@10 / R@5 | Δ nDCG@10 | "
@@ -411,16 +429,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "a million tools would otherwise land in the user's cache)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="report folder")
     parser.add_argument("--name", default="postgres", help="report file stem (default postgres)")
+    cli.held_out(parser, "the quality section's hybrid and postgres")
+    cli.wait_quiet_option(parser)
     args = parser.parse_args(argv)
     offline_environment(args.cache_dir or tempfile.mkdtemp(prefix="toolsearch-bench-cache-"))
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     datasets = resolve_datasets(args.dataset)
+    # checked before the server starts: a missing model is refused at once, not after the first sets
+    held = (held_out_embedders(Path(args.held_out), [ds.name for ds in datasets])
+            if args.held_out and "quality" in sections else {})
+    cli.wait_if_asked(parser, args)
     report: dict[str, Any] = {"machine": machine_info(),
                               "command": "python benchmarks/postgres.py " + " ".join(sys.argv[1:] if argv is None
-                                                                                     else argv)}
+                                                                                     else argv),
+                              "held_out": args.held_out if held else None, "held_out_models": describe(held)}
     with postgres(args.dsn) as dsn:
         if "quality" in sections:
-            report["quality"] = run_quality(datasets, dsn, args.quality_limit, args.recall_queries)
+            report["quality"] = run_quality(datasets, dsn, args.quality_limit, args.recall_queries, held)
         if "latency" in sections:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
             backends = [b.strip() for b in args.backends.split(",") if b.strip()]

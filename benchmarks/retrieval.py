@@ -363,11 +363,10 @@ def _model_arms(held_out: Path, dataset: str) -> list[tuple[str, dict[str, Any]]
 
     The default model's arm is labelled by the backend alone (`hybrid`), the other by its name (`hybrid@stock`).
     """
-    from toolsearch.embeddings import NumpyEmbedder, ToolsEmbedder, resolve_embedder
+    from benchmarks.lib.held_out import held_out_embedder
+    from toolsearch.embeddings import NumpyEmbedder, resolve_embedder
 
-    tools = ToolsEmbedder(held_out / f"without-{dataset}")
-    if dataset not in tools.card.get("left_out", []):
-        raise SystemExit(f"{tools.folder} was trained with {dataset}; its figures there would not be held out")
+    tools = held_out_embedder(held_out, dataset)
     stock_is_default = resolve_embedder(None).model_id == NumpyEmbedder().model_id
     tools_label, stock_label = ("tools", "numpy") if stock_is_default else ("numpy", "stock")
     arms: list[tuple[str, dict[str, Any]]] = [

@@ -10,7 +10,8 @@ from pathlib import Path
 from benchmarks.lib import QUIET_BELOW, log, offline_environment, wait_quiet
 
 __all__ = [
-    "RESULTS", "backends", "cache_dir", "datasets", "embedders", "outputs", "run", "seed", "sizes", "start", "threads",
+    "RESULTS", "backends", "cache_dir", "datasets", "embedders", "held_out", "outputs", "run", "seed", "sizes", "start",
+    "threads", "wait_quiet_option", "wait_if_asked",
 ]
 
 # Reports go beside the scripts whatever the working directory, so a run from elsewhere updates the clone's.
@@ -75,6 +76,16 @@ def embedders(parser: argparse.ArgumentParser, several: str) -> None:
     )
 
 
+def held_out(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--held-out DIR` (benchmarks.lib.held_out); `what` says which part of the run it changes."""
+    parser.add_argument(
+        "--held-out", metavar="DIR",
+        help="folder of the tools models trained without each data set (DIR/without-<set>, made by "
+        f"scripts/train_retriever.py --without SET --out DIR/without-SET): {what} run, on each set, the model that "
+        "never saw it, so their figures are held out (default: the model that ships, trained on every set)",
+    )
+
+
 def start(args: argparse.Namespace) -> bool:
     """Before a benchmark loads anything: no model hub, its `--cache-dir` in effect. Whether `--quiet` was given."""
     offline_environment(getattr(args, "cache_dir", None))
@@ -117,16 +128,26 @@ def run(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    wait_quiet_option(parser)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    wait_if_asked(parser, args)
+    return main(args)
+
+
+def wait_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """`--wait-quiet SECONDS`, which every benchmark takes (those with a parser of their own add it here)."""
     parser.add_argument(
         "--wait-quiet", type=float, default=0.0, metavar="SECONDS",
         help=f"before starting, wait up to SECONDS for the 1-minute load average to drop under {QUIET_BELOW} (a "
         "timing is a figure only when it is under that at the start and the end; a run that is not is marked "
         "NOT A FIGURE in its report either way) (default 0: start at once)",
     )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
+
+
+def wait_if_asked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Wait as `--wait-quiet` asks (saying so on stderr unless `--quiet`), before the run loads anything."""
     if args.wait_quiet < 0:
         parser.error("--wait-quiet: give a number of seconds, 0 or more")
     if args.wait_quiet:
-        wait_quiet(args.wait_quiet, say=None if args.quiet else log)
-    return main(args)
+        wait_quiet(args.wait_quiet, say=None if getattr(args, "quiet", False) else log)

@@ -133,3 +133,55 @@ def test_a_data_set_with_a_query_that_names_no_tool_is_refused(tmp_path: Path) -
                                           + json.dumps({"id": "2", "query": "nothing", "relevant": []}) + "\n")
     with pytest.raises(SystemExit, match=r"data set set: .*queries.jsonl:2: 'relevant' lists no tool"):
         resolve_datasets([str(folder)])
+
+
+# The reports written by scripts with a command line of their own go through write_report too: a run taken beside
+# other work says so. Each is written from its committed figures, with the machine as a run of today reads it.
+RESULTS = Path(cli.__file__).resolve().parents[1] / "results"
+
+
+def _committed(name: str, *old_keys: str) -> dict[str, object]:
+    """The committed report's figures, less the load and machine fields it kept itself, with today's machine."""
+    report = json.loads((RESULTS / f"{name}.json").read_text())
+    return {**{k: v for k, v in report.items() if k not in old_keys}, "machine": machine_info()}
+
+
+def _assert_loud_at_the_end(markdown: str, written: Path) -> None:
+    header = markdown.split("\n## ")[0].split("\n| ")[0]
+    assert "- **NOT A FIGURE**: load average 2.9 at the end (the rule is under 1.5" in header
+    assert header.index("NOT A FIGURE") < header.index("- Date: ")
+    assert "- Load average at start (1/5/15 min): [0.3, 1.0, 1.0]" in header
+    assert "- Load average at the end (1/5/15 min): [2.9, 1.0, 1.0]" in header
+    machine = json.loads(written.read_text())["machine"]
+    assert machine["quiet"] is False and machine["load_average_at_end"] == [2.9, 1.0, 1.0]
+
+
+def test_the_reliability_report_says_when_it_is_not_a_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import reliability
+
+    _loads(monkeypatch, 0.3, 2.9)
+    report = _committed("reliability")
+    assert reliability._write(tmp_path, report) == 0
+    _assert_loud_at_the_end((tmp_path / "reliability.md").read_text(), tmp_path / "reliability.json")
+
+
+def test_the_gateway_start_report_says_when_it_is_not_a_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import gateway_start
+
+    _loads(monkeypatch, 0.3, 2.9)
+    report = _committed("gateway_start", "date", "command", "load_start", "load_end")
+    markdown = gateway_start.write(tmp_path, report)
+    _assert_loud_at_the_end(markdown, tmp_path / "gateway_start.json")
+    assert "| tool_search |" in markdown
+
+
+def test_the_mcp_gateway_report_says_when_it_is_not_a_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import mcp_gateway
+
+    _loads(monkeypatch, 0.3, 2.9)
+    report = _committed("mcp_gateway", "date", "python", "load_average_1m_start", "load_average_1m")
+    markdown = mcp_gateway.write(tmp_path, report)
+    _assert_loud_at_the_end(markdown, tmp_path / "mcp_gateway.json")
+    assert "## Latency the gateway adds per call" in markdown
