@@ -9,6 +9,7 @@ sets, exporting each span as one JSON line to a file.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -37,7 +38,7 @@ from toolsearch import InvalidQueryError, Tool, ToolIndex, tracing
 from toolsearch.learning import LearningIndex
 from toolsearch.loop import LoopOutcome, arun, run
 from toolsearch.metatool import ToolSearchMetaTool
-from toolsearch.providers import ChatRequest, ScriptedModel
+from toolsearch.providers import ChatRequest, Message, ModelTurn, ScriptedModel
 from toolsearch.providers import call as scripted_call
 from toolsearch.providers import search as scripted_search
 from toolsearch.session import SessionManager
@@ -422,6 +423,114 @@ def test_a_failed_run_is_an_error_span_without_the_exception_message(telemetry: 
     assert agent.status.status_code is StatusCode.ERROR and not agent.status.description
     assert not agent.events
     assert secret not in agent.to_json()
+
+
+@pytest.mark.parametrize(
+    ("turn", "outcome"),
+    [
+        (ModelTurn(Message.assistant("The answer is"), stop_reason="length", stop_kind="truncated"), "truncated"),
+        (ModelTurn(Message.assistant(""), stop_reason="content_filter", stop_kind="refused"), "refused"),
+        (ModelTurn(Message.assistant("Sunny."), stop_reason="stop"), "completed"),
+        (
+            ModelTurn(
+                Message.assistant("", (scripted_call("weather_get_forecast", {"location": "Paris"}),)),
+                None,
+                "tool_calls",
+            ),
+            "max_iterations",
+        ),
+    ],
+)
+def test_the_run_span_says_how_the_run_ended(
+    telemetry: Telemetry, index: ToolIndex, turn: ModelTurn, outcome: str
+) -> None:
+    """A cut or withheld answer returns like a complete one: only the outcome on the run's span tells them apart."""
+    session = SessionManager(index).create(f"ended-{outcome}", pinned=["weather_get_forecast"])
+    result = run(
+        ScriptedModel([turn]),
+        "Weather?",
+        session=session,
+        functions={"weather_get_forecast": lambda **_: "sunny"},
+        max_iterations=1,
+    )
+    assert result.outcome.value == outcome
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    assert _attrs(agent)["toolsearch.loop.outcome"] == outcome
+    assert agent.status.status_code is StatusCode.UNSET  # the run returned: an outcome, not an error
+    [chat] = telemetry.spans("chat scripted")
+    assert _attrs(chat)["gen_ai.response.finish_reasons"] == (turn.stop_reason,)
+
+
+@pytest.mark.parametrize("driver", ["run", "arun"])
+async def test_a_model_request_that_raises_is_a_failed_chat_span(
+    telemetry: Telemetry, index: ToolIndex, driver: str
+) -> None:
+    """The request the run failed at is in the trace too, marked with the error's class, never its message."""
+    secret = "my diagnosis is private"
+
+    def refuse(request: ChatRequest) -> str:
+        raise ConnectionError(f"the provider refused the request {request.messages[0].content!r}")
+
+    model = ScriptedModel([scripted_search("weather forecast"), refuse])
+    session = SessionManager(index).create(f"failing-{driver}")
+    with pytest.raises(ConnectionError, match=secret):
+        if driver == "run":
+            run(model, secret, session=session)
+        else:
+            await arun(model, secret, session=session)
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    first, failed = telemetry.spans("chat scripted")
+    assert agent.context is not None and failed.parent is not None and failed.parent.span_id == agent.context.span_id
+    assert first.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR and not failed.status.description and not failed.events
+    assert _attrs(failed)["error.type"] == "ConnectionError" and _attrs(failed)["toolsearch.loop.iteration"] == 2
+    assert "gen_ai.response.finish_reasons" not in _attrs(failed)
+    assert (_attrs(agent)["error.type"], _attrs(agent)["toolsearch.loop.outcome"]) == ("ConnectionError", "error")
+    assert secret not in failed.to_json()
+
+
+@pytest.mark.parametrize("stop", ["cancel", "ctrl-c"])
+async def test_a_run_stopped_from_outside_is_an_error_span_and_so_is_the_call_it_stopped(
+    telemetry: Telemetry, index: ToolIndex, stop: str
+) -> None:
+    """A cancelled task (a timeout, a closed connection) or Ctrl-C: the run's span and the span of the tool that was
+    running say so, instead of an UNSET run span with no trace of the call."""
+    model = ScriptedModel(
+        [scripted_search("weather forecast"), scripted_call("weather_get_forecast", {"location": "Paris"}), "done"]
+    )
+    session = SessionManager(index).create(f"stopped-{stop}")
+    if stop == "cancel":
+        running = asyncio.Event()
+
+        async def forecast(**_: Any) -> str:
+            running.set()
+            await asyncio.Event().wait()  # until cancelled
+            return "sunny"
+
+        task = asyncio.ensure_future(
+            arun(model, "Weather?", session=session, functions={"weather_get_forecast": forecast})
+        )
+        await running.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        kind = "CancelledError"
+    else:
+
+        def interrupted(**_: Any) -> str:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run(model, "Weather?", session=session, functions={"weather_get_forecast": interrupted}, tool_timeout=None)
+        kind = "KeyboardInterrupt"
+    [agent] = telemetry.spans("invoke_agent toolsearch")
+    assert agent.status.status_code is StatusCode.ERROR
+    assert (_attrs(agent)["error.type"], _attrs(agent)["toolsearch.loop.outcome"]) == (kind, "error")
+    [tool] = telemetry.spans("execute_tool weather_get_forecast")
+    assert tool.status.status_code is StatusCode.ERROR and _attrs(tool)["error.type"] == kind
+    assert agent.context is not None and tool.parent is not None and tool.parent.span_id == agent.context.span_id
+    assert [s.status.status_code for s in telemetry.spans("chat scripted")] == [StatusCode.UNSET] * 2
+    assert telemetry.spans("retrieval")[0].status.status_code is StatusCode.UNSET
 
 
 class _RaisingProcessor(SpanProcessor):

@@ -54,6 +54,7 @@ from .providers._base import (
 from .providers.drive import adeliver_event, adrive, asettle, deliver_event, drive, is_async_callable, replay, settle
 from .providers.registry import augment_request, augment_tools
 from .session import Session, SessionManager, check_session_settings
+from .stores._state import shown_session_id
 from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
 
@@ -738,8 +739,8 @@ class _Run:
         names = f" ({_names(set(ran))})" if ran else ""
         ended = "failed" if isinstance(exc, Exception) else f"was interrupted ({type(exc).__name__})"
         note = (
-            f"toolsearch: the run of session {self.session.id!r} {ended} after {len(self.requests)} answered model "
-            f"request(s); {len(ran)} tool call(s) had run before it{names}"
+            f"toolsearch: the run of session {shown_session_id(self.session.id)} {ended} after {len(self.requests)} "
+            f"answered model request(s); {len(ran)} tool call(s) had run before it{names}"
         )
         if self.in_flight:
             note += (
@@ -797,37 +798,58 @@ class _Run:
         augment = self.loop.augment
         _check_sync_handlers(self.on_event, self.on_text, augment.on_augment if augment else None)
         try:
-            with tracing.agent_run(self.session.id):  # the parent span of the run's requests, searches and calls
-                return drive(self.turns(), self.answer)
+            with tracing.agent_run(self.session.id) as traced:  # the parent span of the run's requests, searches, calls
+                return traced.finished(drive(self.turns(), self.answer))
         except _ATTACHED as exc:
             self.attach(exc)
             raise
 
     async def asynchronous(self) -> LoopResult:
         try:
-            with tracing.agent_run(self.session.id):
-                return await adrive(self.turns(), self.aanswer)
+            with tracing.agent_run(self.session.id) as traced:
+                return traced.finished(await adrive(self.turns(), self.aanswer))
         except _ATTACHED as exc:
             self.attach(exc)
             raise
 
     def answer(self, step: _Ask | _Execute) -> Any:
         """A step of `turns` done from sync code: handlers are called directly."""
-        if isinstance(step, _Execute):
-            return self.executor.execute(self.session, step.calls, iteration=step.iteration)
-        if not self.streaming:
-            return self.model.complete(step.request)
-        return self.model.stream(step.request, lambda event: drive(self.deliveries(event, step.iteration), settle))
+        started = time.perf_counter()
+        try:
+            if isinstance(step, _Execute):
+                return self.executor.execute(self.session, step.calls, iteration=step.iteration)
+            if not self.streaming:
+                return self.model.complete(step.request)
+            return self.model.stream(step.request, lambda event: drive(self.deliveries(event, step.iteration), settle))
+        except BaseException as exc:
+            self.trace_failed(step, started, exc)
+            raise
 
     async def aanswer(self, step: _Ask | _Execute) -> Any:
         """A step of `turns` done from asyncio: async tools and handlers are awaited."""
-        if isinstance(step, _Execute):
-            return await self.executor.aexecute(self.session, step.calls, iteration=step.iteration)
-        if not self.streaming:
-            return await self.model.acomplete(step.request)
-        return await self.model.astream(
-            step.request, lambda event: adrive(self.deliveries(event, step.iteration), asettle)
-        )
+        started = time.perf_counter()
+        try:
+            if isinstance(step, _Execute):
+                return await self.executor.aexecute(self.session, step.calls, iteration=step.iteration)
+            if not self.streaming:
+                return await self.model.acomplete(step.request)
+            return await self.model.astream(
+                step.request, lambda event: adrive(self.deliveries(event, step.iteration), asettle)
+            )
+        except BaseException as exc:
+            self.trace_failed(step, started, exc)
+            raise
+
+    def trace_failed(self, step: _Ask | _Execute, started: float, exc: BaseException) -> None:
+        """Spans for a step that raised (or was cancelled) from perf_counter `started`: a request's `chat` span and
+        the unsettled calls' `execute_tool` spans are otherwise recorded only from what a step returns."""
+        if isinstance(exc, GeneratorExit):
+            return
+        if isinstance(step, _Ask):
+            tracing.model_request(self.loop.model, step.iteration, len(step.request.tools), None, started, exc)
+            return
+        search = self.loop.metatool.name
+        tracing.unsettled_calls([c for c in step.calls if c.kind == "function" and c.name != search], started, exc)
 
 
 class _Ask(NamedTuple):

@@ -33,6 +33,7 @@ from .index import ToolIndex
 from .results import SearchResult
 from .stores import InMemorySessionStore, SessionState, SessionStore
 from .stores._state import new_incarnation, replaced_session
+from .stores._state import shown_session_id as _shown
 from .tools import NameMap, Tool
 
 if TYPE_CHECKING:
@@ -63,16 +64,8 @@ _MAX_INTERNED = 1024
 # Ids are store keys (a Redis key, a log field) and appear in error messages: bounded, as an HTTP header or a
 # database key would be. The gateway's own ids are 40-odd characters; a longer key is best hashed to an id.
 MAX_SESSION_ID_LENGTH = 256
-_SHOWN_ID_LENGTH = 64  # of an id quoted in a message: enough to tell conversations apart
 # The closes a manager remembers (see `SessionManager.was_closed`): a few hundred KiB at most.
 _MAX_CLOSES_KEPT = 10_000
-
-
-def _shown(session_id: str) -> str:
-    """A session id as a message quotes it: whole when short, else its start and its length."""
-    if len(session_id) <= _SHOWN_ID_LENGTH:
-        return repr(session_id)
-    return f"{session_id[:_SHOWN_ID_LENGTH]!r}... ({len(session_id)} characters)"
 
 
 def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -27,15 +27,19 @@ Development, as referenced by semantic-conventions v1.45.0):
 - a tool call the loop or executor settled is an `execute_tool {name}` span (INTERNAL):
   `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`="function", `error.type` (the
   result status) when it failed. It is recorded when the batch is settled, with the call's own
-  start and duration (spans a tool makes itself are not its children);
-- a model request is a `chat {model}` span (CLIENT): `gen_ai.provider.name` (the convention's
+  start and duration (spans a tool makes itself are not its children); a call still running when
+  the run raised or was cancelled gets one too, failed with the exception's class;
+- a model request is a `chat {model}` span (CLIENT), also when it raised (`error.type`, the
+  exception's class, and an ERROR status): `gen_ai.provider.name` (the convention's
   value for a built-in wire format: "openai", "anthropic", "gcp.gemini"; another format's name as it is),
   `gen_ai.request.model`, `gen_ai.usage.input_tokens` / `output_tokens` /
   `cache_read.input_tokens` as the provider reported them, `gen_ai.response.finish_reasons`,
   `toolsearch.loop.iteration`, `toolsearch.request.tools` (how many tools it carried);
-- a `run()` is an `invoke_agent toolsearch` span (INTERNAL), the parent of all of the above; a
-  run that raises sets `error.type` (the exception's class) and an ERROR status, again without the
-  message, which may quote the conversation;
+- a `run()` is an `invoke_agent toolsearch` span (INTERNAL), the parent of all of the above, with
+  `toolsearch.loop.outcome` (the LoopOutcome value: a truncated or refused run returns, and only
+  this tells it from a complete one); a run that raises, is cancelled or is interrupted (Ctrl-C)
+  sets outcome "error", `error.type` (the exception's class) and an ERROR status, again without
+  the message, which may quote the conversation;
 - gateway requests: the `mcp` SDK already opens the MCP SERVER span (`mcp.method.name`,
   `gen_ai.tool.name`, parent read from the request's `_meta` `traceparent`/`tracestate`) and
   writes `_meta` on the requests it forwards upstream; the gateway only adds `mcp.session.id`
@@ -80,7 +84,9 @@ if TYPE_CHECKING:
 
     from .executor import SearchRecord, ToolResult
     from .index import ToolIndex
+    from .loop import LoopResult
     from .metatool import MetaToolOutcome
+    from .providers._base import ToolCall
     from .results import SearchResult
 
 __all__ = ["QUERIES_ENV", "QUERY_MODES", "TraceSettings", "configure", "restore", "settings"]
@@ -260,14 +266,14 @@ def _never_raises(action: str, fallback: _R) -> Callable[[Callable[_P, _R]], Cal
 
 @contextmanager
 def _current_span(
-    tracer: Tracer, name: str, attributes: Mapping[str, Any], error_type: Callable[[Exception], str]
+    tracer: Tracer, name: str, attributes: Mapping[str, Any], failed: Callable[[Span, BaseException], None]
 ) -> Iterator[Span | None]:
     """`name` as the current span around the body (None there when it could not be started).
 
     Not `start_as_current_span`: that records an exception's message (an event and the status),
     which may quote the query, and lets a raising `span.end()` replace the body's own outcome. Here
-    the body's exception sets `error_type(exc)` only and goes on as it was; a start or end that
-    raises is logged and skipped.
+    the body's exception is described by `failed(span, exc)` (an `error.type`, never the message)
+    and goes on as it was; a start or end that raises is logged and skipped.
     """
     from opentelemetry import context
     from opentelemetry.trace import set_span_in_context
@@ -284,11 +290,14 @@ def _current_span(
     token = context.attach(set_span_in_context(span))
     try:
         yield span
-    except Exception as exc:
-        try:
-            _error(span, error_type(exc))
-        except Exception as failure:
-            _failed(f"marking a {name!r} span failed", failure)
+    except BaseException as exc:
+        # a cancelled task or Ctrl-C ends the operation unfinished, an error like any other (semantic conventions,
+        # Recording Errors); a generator closed early (GeneratorExit) is no failure
+        if not isinstance(exc, GeneratorExit):
+            try:
+                failed(span, exc)
+            except Exception as failure:
+                _failed(f"marking a {name!r} span failed", failure)
         raise
     finally:
         context.detach(token)  # the API logs a failed detach itself
@@ -343,7 +352,6 @@ def _describe_outcome(span: Span, outcome: MetaToolOutcome) -> None:
 
 UNTRACED = Retrieval(None)
 _UNTRACED: AbstractContextManager[Retrieval] = nullcontext(UNTRACED)  # stateless: one for every untraced search
-_NO_SPAN: AbstractContextManager[Any] = nullcontext()  # likewise, for an untraced run
 # Set while a search's span is open: a search inside it (the meta-tool calls Session.search, which calls
 # ToolIndex.search) is the same search, described by the outer span, so it opens none of its own.
 _searching: ContextVar[bool] = ContextVar("toolsearch_searching", default=False)
@@ -375,14 +383,14 @@ def _retrieval(tracer: Tracer, index: ToolIndex, allowed: Collection[str] | None
         attributes["toolsearch.search.allowed"] = len(allowed)
     token = _searching.set(True)  # even when the span cannot start: the searches inside are still this one
     try:
-        with _current_span(tracer, "retrieval", attributes, _search_error) as span:
+        with _current_span(tracer, "retrieval", attributes, _search_failed) as span:
             yield UNTRACED if span is None else Retrieval(span)
     finally:
         _searching.reset(token)
 
 
-def _search_error(exc: Exception) -> str:
-    return "invalid_query" if isinstance(exc, InvalidQueryError) else type(exc).__qualname__
+def _search_failed(span: Span, exc: BaseException) -> None:
+    _error(span, "invalid_query" if isinstance(exc, InvalidQueryError) else type(exc).__qualname__)
 
 
 def _namespace(namespaces: Collection[str] | str | None) -> str | list[str] | None:
@@ -426,31 +434,50 @@ def tool_results(results: Sequence[ToolResult]) -> None:
     tracer = _tracer()
     if tracer is None:
         return
-    from opentelemetry.trace import SpanKind
-
     now = time.time_ns()
     for result in results:
         if result.search is not None or result.status.value in ("search", "search_error"):
             continue
-        call = result.call
-        try:  # each span on its own: a processor that fails on one tool's span loses that span only
-            span = tracer.start_span(
-                f"execute_tool {call.name}",
-                kind=SpanKind.INTERNAL,
-                start_time=now - int(result.elapsed_ms * 1e6),
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": call.name,
-                    "gen_ai.tool.call.id": call.id,
-                    "gen_ai.tool.type": "function",
-                    "toolsearch.tool.status": result.status.value,
-                },
-            )
-            if result.is_error:
-                _error(span, result.status.value)
-            span.end(end_time=now)
-        except Exception as exc:
-            _failed("recording an 'execute_tool' span", exc)
+        status = result.status.value
+        started = now - int(result.elapsed_ms * 1e6)
+        _tool_span(tracer, result.call, started, now, status, status if result.is_error else None)
+
+
+@_never_raises("recording 'execute_tool' spans", None)
+def unsettled_calls(calls: Sequence[ToolCall], started: float, exc: BaseException) -> None:
+    """An `execute_tool` span per tool call of a batch begun at perf_counter `started` that `exc` ended before it
+    settled (a cancelled task, Ctrl-C, a failing session store), marked with `exc`'s class: the trace shows which
+    tools were running when the run stopped, though whether each one ran is unknown. `calls` leaves searches out
+    (a search has its retrieval span)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    now, kind = time.time_ns(), type(exc).__qualname__
+    for call in calls:
+        _tool_span(tracer, call, _at(started), now, None, kind)
+
+
+def _tool_span(tracer: Tracer, call: ToolCall, start: int, end: int, status: str | None, error: str | None) -> None:
+    """One call's `execute_tool` span from epoch ns `start` to `end`, failed with `error` when given."""
+    from opentelemetry.trace import SpanKind
+
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+    }
+    if status is not None:
+        attributes["toolsearch.tool.status"] = status
+    try:  # each span on its own: a processor that fails on one tool's span loses that span only
+        span = tracer.start_span(
+            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+        )
+        if error is not None:
+            _error(span, error)
+        span.end(end_time=end)
+    except Exception as exc:
+        _failed("recording an 'execute_tool' span", exc)
 
 
 @_never_raises("recording an 'augment' span", None)
@@ -478,8 +505,11 @@ def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
 
 
 @_never_raises("recording a 'chat' span", None)
-def model_request(model: Any, iteration: int, tools: int, turn: Any, started: float) -> None:
-    """A `chat` span for one model request that began at perf_counter `started` and just returned."""
+def model_request(
+    model: Any, iteration: int, tools: int, turn: Any, started: float, error: BaseException | None = None
+) -> None:
+    """A `chat` span for one model request that began at perf_counter `started` and just returned `turn`, or
+    raised `error` (turn None): marked then with its class, never its message, which may quote the conversation."""
     tracer = _tracer()
     if tracer is None:
         return
@@ -514,15 +544,44 @@ def model_request(model: Any, iteration: int, tools: int, turn: Any, started: fl
         start_time=_at(started),
         attributes=attributes,
     )
+    if error is not None:
+        _error(span, type(error).__qualname__)
     span.end()
 
 
+_OUTCOME = "toolsearch.loop.outcome"
+
+
+class AgentRun:
+    """What one run's `invoke_agent` span records; `UNTRACED_RUN` records nothing and costs one call."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Span | None) -> None:
+        self._span = span
+
+    def finished(self, result: LoopResult) -> LoopResult:
+        """The run's result, returned as it is; its outcome goes on the span: a truncated or refused answer
+        returns like a complete one, and without it the trace could not tell them apart."""
+        if self._span is not None:
+            try:
+                self._span.set_attribute(_OUTCOME, result.outcome.value)
+            except Exception as exc:  # the run itself succeeded: a span's bug must not fail it
+                _failed("describing an 'invoke_agent' span", exc)
+        return result
+
+
+UNTRACED_RUN = AgentRun(None)
+_NO_SPAN: AbstractContextManager[AgentRun] = nullcontext(UNTRACED_RUN)  # stateless, like _UNTRACED
+
+
 @_never_raises("opening an 'invoke_agent' span", _NO_SPAN)
-def agent_run(session_id: str) -> AbstractContextManager[Any]:
+def agent_run(session_id: str) -> AbstractContextManager[AgentRun]:
     """Around one `run()`: the parent span of its requests, searches and tool calls.
 
-    A run that raises marks it with `error.type` (the exception's class) and no message: a provider's
-    or a backend's error may quote the query or the conversation.
+    `with agent_run(session.id) as traced: return traced.finished(result)`. A run that raises, or is
+    cancelled or interrupted, marks it with `error.type` (the exception's class) and no message (a provider's
+    or a backend's error may quote the query or the conversation), and with outcome "error".
     """
     tracer = _tracer()
     if tracer is None:
@@ -532,11 +591,18 @@ def agent_run(session_id: str) -> AbstractContextManager[Any]:
         "gen_ai.agent.name": "toolsearch",
         "gen_ai.conversation.id": digest(session_id),  # caller-chosen ids may name a user
     }
-    return _current_span(tracer, "invoke_agent toolsearch", attributes, _exception_type)
+    return _agent_run(tracer, attributes)
 
 
-def _exception_type(exc: Exception) -> str:
-    return type(exc).__qualname__
+@contextmanager
+def _agent_run(tracer: Tracer, attributes: Mapping[str, Any]) -> Iterator[AgentRun]:
+    with _current_span(tracer, "invoke_agent toolsearch", attributes, _run_failed) as span:
+        yield UNTRACED_RUN if span is None else AgentRun(span)
+
+
+def _run_failed(span: Span, exc: BaseException) -> None:
+    span.set_attribute(_OUTCOME, "error")  # LoopOutcome.ERROR, the outcome of the partial record exc carries
+    _error(span, type(exc).__qualname__)
 
 
 @_never_raises("naming the session on the MCP request's span", None)

@@ -30,7 +30,7 @@ from ..executor import ExecutorConfig, ToolExecutor, invalid_arguments_text
 from ..index import ToolIndex
 from ..metatool import MetaToolOutcome, ToolSearchMetaTool
 from ..providers import ToolCall
-from ..session import Session
+from ..session import Session, pinned_in
 from ..tools import Tool
 from .caller import Caller, caller_of_request, request_scope
 from .caps import owner_of
@@ -201,9 +201,9 @@ class GatewayRules:
 
     def pinned_in(self, index: ToolIndex) -> list[str]:
         """The always-shown tools a new session starts with, of those `index` holds (it may be a moment
-        behind or ahead of the rules' own while a catalog change is applied)."""
-        catalog = index.catalog
-        return [n for n in self.pinned if n in catalog]
+        behind or ahead of the rules' own while a catalog change is applied): the sessions' own rule
+        (session.pinned_in), with every tool allowed, since a request's rights are bound per request."""
+        return pinned_in(self.pinned, index)
 
     @property
     def varies_by_caller(self) -> bool:

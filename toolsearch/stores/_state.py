@@ -20,6 +20,7 @@ __all__ = [
     "encode_state",
     "new_incarnation",
     "replaced_session",
+    "shown_session_id",
     "unreadable_state",
 ]
 
@@ -154,11 +155,25 @@ def new_incarnation() -> str:
     return secrets.token_hex(8)
 
 
+_SHOWN_ID_LENGTH = 64  # of an id quoted in a message: enough to tell conversations apart
+
+
+def shown_session_id(session_id: str, *, prefix: str = "") -> str:
+    """A session id (or its store key, `prefix` + id) as a message quotes it: whole when the id is short, else
+    up to the id's first characters and the length. Ids may be long (up to session.MAX_SESSION_ID_LENGTH), and
+    every message that names one, the session's or a store's, quotes it the same way."""
+    text = prefix + session_id
+    if len(session_id) <= _SHOWN_ID_LENGTH:
+        return repr(text)
+    return f"{text[: len(prefix) + _SHOWN_ID_LENGTH]!r}... ({len(text)} characters)"
+
+
 def replaced_session(session_id: str) -> UnknownSessionError:
     """The error for a write (or a handle) meant for an incarnation of the session that was closed."""
     return UnknownSessionError(
-        f"session {session_id!r} was closed and created again since this state was read, so nothing was written "
-        "to the new one; get it again (SessionManager.get) and work on that, whose allowed and pinned tools may differ"
+        f"session {shown_session_id(session_id)} was closed and created again since this state was read, so nothing "
+        "was written to the new one; get it again (SessionManager.get) and work on that, whose allowed and pinned "
+        "tools may differ"
     )
 
 

@@ -10,7 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import InvalidArgumentError, SessionStoreError, UnknownSessionError
-from ._state import SessionState, StateUpdate, decode_state, encode_state, new_incarnation, replaced_session
+from ._state import (
+    SessionState,
+    StateUpdate,
+    decode_state,
+    encode_state,
+    new_incarnation,
+    replaced_session,
+    shown_session_id,
+)
 
 __all__ = ["InMemorySessionStore", "MAX_UPDATE_ATTEMPTS"]
 
@@ -88,7 +96,7 @@ class InMemorySessionStore:
 
     def _unpack(self, value: SessionState | str, session_id: str) -> SessionState:
         if isinstance(value, str):
-            return decode_state(value, f"session {session_id!r} in the in-memory store")
+            return decode_state(value, f"session {shown_session_id(session_id)} in the in-memory store")
         return value.copy()
 
     # --- the store interface -------------------------------------------------------------------
@@ -145,7 +153,8 @@ class InMemorySessionStore:
                 entry.version, entry.value = state.version, packed
             return state
         raise SessionStoreError(
-            f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
+            f"session {shown_session_id(session_id)}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent "
+            "updates"
         )
 
     def expires_in(self, session_id: str) -> float | None:
@@ -177,4 +186,4 @@ class InMemorySessionStore:
 
 
 def _unknown(session_id: str) -> UnknownSessionError:
-    return UnknownSessionError(f"session {session_id!r} has expired or was closed; create it again")
+    return UnknownSessionError(f"session {shown_session_id(session_id)} has expired or was closed; create it again")

@@ -17,7 +17,15 @@ from .._errors import (
     missing_dependency,
 )
 from .._redact import redacted_url
-from ._state import SessionState, StateUpdate, encode_state, new_incarnation, replaced_session, unreadable_state
+from ._state import (
+    SessionState,
+    StateUpdate,
+    encode_state,
+    new_incarnation,
+    replaced_session,
+    shown_session_id,
+    unreadable_state,
+)
 from .memory import MAX_UPDATE_ATTEMPTS
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -277,8 +285,7 @@ class RedisSessionStore:
 
     def _decode(self, session_id: str, raw: bytes | str) -> SessionState:
         """A session's stored text as its state (the allowed subset it refers to read once per process)."""
-        key = self.key(session_id)
-        where = f"key {key!r} in {self.url}"
+        where = f"key {shown_session_id(session_id, prefix=self.key(''))} in {self.url}"
         try:
             data = json.loads(raw)
             ref = data.pop("allowed_ref", None) if isinstance(data, dict) else None
@@ -289,7 +296,8 @@ class RedisSessionStore:
             raise unreadable_state(where, exc) from None
         if state.id != session_id:
             raise SessionStoreError(
-                f"{where} holds session {state.id!r}, not {session_id!r}; delete that key (the session starts over)"
+                f"{where} holds session {shown_session_id(state.id)}, not {shown_session_id(session_id)}; delete "
+                "that key (the session starts over)"
             )
         return state
 
@@ -339,7 +347,8 @@ class RedisSessionStore:
                 raise replaced_session(session_id)
             raise SessionStoreError(f"session store {self.url} answered a compare-and-set with {outcome!r}")
         raise SessionStoreError(
-            f"session {session_id!r}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent updates"
+            f"session {shown_session_id(session_id)}: gave up after {MAX_UPDATE_ATTEMPTS} conflicting concurrent "
+            "updates"
         )
 
     def delete(self, session_id: str) -> bool:
@@ -372,4 +381,4 @@ def _raise(error: Exception) -> NoReturn:
 
 
 def _unknown(session_id: str) -> UnknownSessionError:
-    return UnknownSessionError(f"session {session_id!r} has expired or was closed; create it again")
+    return UnknownSessionError(f"session {shown_session_id(session_id)} has expired or was closed; create it again")
