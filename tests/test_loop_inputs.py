@@ -141,9 +141,11 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "weather_foreca
           {"role": "tool", "tool_call_id": "call_2", "content": "sunny"}], 2, "'call_2'"),
         (["Weather?", {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
           {"role": "assistant", "content": None, "tool_calls": [CALL]}], 1, "'call_1'"),
-        (["Weather?", {"role": "tool", "content": "sunny"}], 1, "None"),
+        (["Weather?", {"role": "tool", "content": "sunny"}], 1, "tool None (no call id)"),
+        (["Weather?", {"role": "assistant", "content": None, "tool_calls": [CALL]},
+          {"role": "tool", "name": "send_email", "content": "sent"}], 2, "tool 'send_email' (no call id)"),
     ],
-    ids=["no-call-at-all", "another-calls-id", "result-before-its-call", "no-id"],
+    ids=["no-call-at-all", "another-calls-id", "result-before-its-call", "no-id", "no-id-another-tool"],
 )
 def test_a_tool_result_that_answers_no_earlier_call_is_refused_before_a_request(
     sessions: SessionManager, prompt: Any, index: int, call_id: str
@@ -151,11 +153,22 @@ def test_a_tool_result_that_answers_no_earlier_call_is_refused_before_a_request(
     model = ScriptedModel(["ok"])
     with pytest.raises(InvalidArgumentError) as refused:
         run(model, prompt, session=sessions.create("p"), functions=FUNCTIONS)
+    said = call_id if call_id.startswith("tool ") else f"call id {call_id}"
     assert str(refused.value).startswith(
-        f"the prompt's message {index} is a tool result for call id {call_id}, which no earlier message's tool_calls "
+        f"the prompt's message {index} is a tool result for {said}, which no earlier message's tool_calls "
         "holds; providers refuse a result that answers no call. Put the assistant message that made the call"
     )
     assert model.payloads == []
+
+
+def test_a_result_without_a_call_id_answers_the_earlier_call_of_its_tool(sessions: SessionManager) -> None:
+    # Gemini matches results by name, and a Gemini-shaped history carries no call ids: such a result answers the
+    # earlier call of its tool (before, every result without an id was refused)
+    model = ScriptedModel(["ok"], format="gemini")
+    prompt = ["Weather?", {"role": "assistant", "content": None, "tool_calls": [CALL]},
+              {"role": "tool", "name": "weather_forecast", "content": "sunny"}]
+    result = run(model, prompt, session=sessions.create("p"), functions=FUNCTIONS)
+    assert result.output == "ok" and len(model.payloads) == 1
 
 
 def test_a_history_with_a_user_message_runs(sessions: SessionManager) -> None:

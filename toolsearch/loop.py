@@ -344,17 +344,25 @@ def _initial_messages(prompt: Prompt, tools: Callable[[str], Tool | None] | None
 
 
 def _check_results_answer_calls(messages: Sequence[Message]) -> None:
-    """InvalidArgumentError for a tool result whose tool_call_id no earlier assistant message's call has: every
-    provider refuses such a history (HTTP 400), so it is refused here, before any request, naming the message."""
-    calls: set[str] = set()
+    """InvalidArgumentError for a tool result that answers no earlier assistant message's call: by its
+    `tool_call_id`, or, for a result without one, by its tool's name (Gemini matches results by name, and a
+    Gemini-shaped history carries none). Providers refuse such a history (HTTP 400), so it is refused here,
+    before any request, naming the message."""
+    ids: set[str] = set()
+    names: set[str] = set()
     for i, m in enumerate(messages):
-        calls.update(c.id for c in m.tool_calls)
-        if m.role == "tool" and (m.tool_call_id or "") not in calls:
+        ids.update(c.id for c in m.tool_calls)
+        names.update(c.name for c in m.tool_calls)
+        if m.role != "tool":
+            continue
+        answered = m.tool_call_id in ids if m.tool_call_id else bool(m.name) and m.name in names
+        if not answered:
+            said = f"call id {m.tool_call_id!r}" if m.tool_call_id else f"tool {m.name!r} (no call id)"
             raise InvalidArgumentError(
-                f"the prompt's message {i} is a tool result for call id {m.tool_call_id!r}, which no earlier "
-                "message's tool_calls holds; providers refuse a result that answers no call. Put the assistant "
-                "message that made the call (with its tool_calls) before its result, or leave the result out "
-                "(a history cut to its last messages may have lost the call: cut it at a user message instead)"
+                f"the prompt's message {i} is a tool result for {said}, which no earlier message's tool_calls "
+                "holds; providers refuse a result that answers no call. Put the assistant message that made the call "
+                "(with its tool_calls) before its result, or leave the result out (a history cut to its last "
+                "messages may have lost the call: cut it at a user message instead)"
             )
 
 

@@ -135,8 +135,8 @@ class SessionManager:
         self._names_cache: tuple[Any, frozenset[str]] | None = None
         self._interned: dict[frozenset[str], frozenset[str]] = {}
         self._intern_lock = threading.Lock()
-        # id -> wall-clock time of its last close through this manager, oldest close first
-        self._closes: OrderedDict[str, float] = OrderedDict()
+        # id -> (incarnation, wall-clock time) of its last close through this manager, oldest close first
+        self._closes: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         self._closes_lock = threading.Lock()
 
     @property
@@ -167,14 +167,17 @@ class SessionManager:
         return cached[1]
 
     @staticmethod
-    def _check_id(session_id: object) -> str:
+    def _check_id(session_id: object, *, new: bool = False) -> str:
+        """The id as text; SessionRequiredError / SessionError for one that cannot be a session's. The length
+        cap holds for a `new` session only: one stored under a longer id by an earlier release can still be
+        read and closed."""
         if session_id is None or (isinstance(session_id, str) and not session_id.strip()):
             raise SessionRequiredError(
                 "a session id is required: pass the conversation's id (e.g. a user or thread id)"
             )
         if not isinstance(session_id, str):
             raise SessionRequiredError(f"session id must be a string, got {type(session_id).__name__}")
-        if len(session_id) > MAX_SESSION_ID_LENGTH:
+        if new and len(session_id) > MAX_SESSION_ID_LENGTH:
             raise SessionError(
                 f"session id {_shown(session_id)} is longer than the {MAX_SESSION_ID_LENGTH} characters a session id "
                 "may have; pass a shorter id (a hash of a longer key, say)"
@@ -209,7 +212,7 @@ class SessionManager:
         metadata: Mapping[str, Any] | None = None,
     ) -> Session:
         """Start a session; `allowed` limits what it can search, see and call (None = every tool)."""
-        session_id = self._check_id(session_id)
+        session_id = self._check_id(session_id, new=True)
         catalog = self._index.catalog
         if isinstance(allowed, str):
             raise SessionError("allowed takes a collection of tool names, not a single string")
@@ -275,8 +278,11 @@ class SessionManager:
         not bring it back, the way a session the store dropped may be brought back.
         """
         session_id = self._check_id(session_id)
+        state = self._store.get(session_id)
+        # which session was closed: its incarnation (None: none stored, or a store that keeps none; then the time)
+        closed = ((state.incarnation or None) if state is not None else None, time.time())
         with self._closes_lock:  # before the delete: from then on a handle's failed read finds the close
-            self._closes[session_id] = time.time()
+            self._closes[session_id] = closed
             self._closes.move_to_end(session_id)
             while len(self._closes) > _MAX_CLOSES_KEPT:
                 self._closes.popitem(last=False)
@@ -292,9 +298,15 @@ class SessionManager:
         sharing the store leaves no trace a store keeps, so it reads as a drop.
         """
         with self._closes_lock:
-            closed_at = self._closes.get(session.id)
+            closed = self._closes.get(session.id)
+        if closed is None:
+            return False
+        incarnation, closed_at = closed
+        if incarnation is not None and session._incarnation:
+            # the very session that was closed, whatever the clocks of the hosts that created it say
+            return bool(session._incarnation == incarnation)
         # created_at is wall-clock time set by `create`; a session created again after the close is a new one
-        return closed_at is not None and session.created_at <= closed_at
+        return session.created_at <= closed_at
 
     def __contains__(self, session_id: object) -> bool:
         return isinstance(session_id, str) and self._store.get(session_id) is not None
@@ -392,6 +404,7 @@ class Session:
         self._namespaces: list[str] | None = None
         self._names: NameMap | None = None
         self._spare: frozenset[str] = frozenset()  # see `spare`
+        self._within: tuple[Collection[str], Session] | None = None  # the last `within` asked, and its answer
 
     # --- state ---------------------------------------------------------------------------
 
@@ -452,12 +465,18 @@ class Session:
         The handle itself when it is within `names` already, else a copy that reads and writes the same
         session (the stored allowed set is unchanged). Do not `commit` a copy of a view: commit the view.
         """
-        limit = frozenset(_names("within", names))
+        cached = self._within
+        if cached is not None and cached[0] is names:  # a framework asks per tool per turn with the same names
+            return cached[1]
+        limit = names if isinstance(names, frozenset) else frozenset(_names("within", names))
         if self.allowed is not None and self.allowed <= limit:
-            return self
-        narrowed = copy.copy(self)
-        narrowed.allowed = self._manager._intern(limit if self.allowed is None else self.allowed & limit)
-        narrowed._namespaces = None  # they follow the allowed set
+            narrowed = self
+        else:
+            narrowed = copy.copy(self)
+            narrowed.allowed = self._manager._intern(limit if self.allowed is None else self.allowed & limit)
+            narrowed._namespaces = None  # they follow the allowed set
+            narrowed._within = (names, narrowed)
+        self._within = (names, narrowed)
         return narrowed
 
     def spare(self, names: Collection[str]) -> None:

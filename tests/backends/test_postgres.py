@@ -433,7 +433,10 @@ def test_no_piece_of_a_password_holding_a_url_delimiter_is_shown(
 def test_a_dsn_libpq_reads_as_written_is_taken_and_one_it_misreads_refused() -> None:
     for dsn in ["postgresql://u:p@h1:5432,h2:5433/db", "postgresql://u:p@[::1]:5432/db?application_name=a@b",
                 "postgresql:///db?host=/tmp&user=x", "postgresql://u:Ab12?cD9@h:5432/db", "postgres://u:Ab12#cD9@h/db",
-                "postgresql://u:Ab12%40cD9%2Fx@h/db", "host=db port=5432 user=app password=a@b/c dbname=tools"]:
+                "postgresql://u:Ab12%40cD9%2Fx@h/db", "host=db port=5432 user=app password=a@b/c dbname=tools",
+                # an `@` in a query value of a URL without a database path (refused by the check's first version)
+                "postgresql://me:pw@localhost?application_name=svc@box",
+                "postgresql://me:pw@localhost:5432?sslmode=require&application_name=a@b"]:
         check_dsn(dsn)
     for dsn in ["postgresql://u:Ab12@cD9@h:5432/db", "postgresql://u:5439/xKq2@h:5432/db", "postgresql://u:p@h:5x/db",
                 "postgresql://u:Zq9%zz@h/db"]:

@@ -372,3 +372,14 @@ def test_allowed_without_the_agents_pin_leaves_the_pin_out(server: FakeLLMServer
     Runner.run_sync(_agent(server, search), "time", context=session, run_config=search.run_config())
     assert server.requests[0].tool_names == ["tool_search"]
     assert "is not available" in server.requests[1].tool_results()[0].text and RAN == []
+
+
+def test_a_pin_the_conversation_took_off_stays_off_and_within_answers_from_its_cache() -> None:
+    # Before: session(id) pinned the agent's pins again on every turn, undoing Session.unpin
+    search = AgentToolSearch([get_time, get_weather, send_email], pinned=["get_weather"])
+    session = search.session("conv-1")
+    session.unpin(["get_weather"])
+    assert search.session("conv-1").pinned == ()
+    # a framework asks per tool per turn: the same names give the same handle, not another walk over them
+    names = frozenset({"get_time", "get_weather"})
+    assert session.within(names) is session.within(names)

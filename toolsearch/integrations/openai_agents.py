@@ -135,7 +135,8 @@ class AgentToolSearch:
         A new one is created with the agent's pinned tools (those the index holds and `allowed` permits).
         An existing one keeps the allowed tools it was created with: passing others raises SessionError
         (close the session to start it again with new ones), as the loop's `session_id=` does;
-        `allowed=None` takes the stored ones as they are. Pins it lacks are pinned.
+        `allowed=None` takes the stored ones as they are. The agent's pins are given to a new session
+        only (one the conversation unpinned stays so).
         """
         wanted = agent_allowed(self._names, allowed)
         fresh = in_index(self.sessions.index, wanted)
@@ -149,7 +150,8 @@ class AgentToolSearch:
             # tool was removed after the session was created): a change of the index is no change of rights.
             catalog = self.sessions.index.catalog
             asked = frozenset(n for n in wanted if n in catalog or (stored is not None and n in stored))
-        check_session_settings(session, asked, pinned_in(self.pinned, self.sessions.index, stored))
+        # the agent's pins are given to a new session only: one the conversation unpinned stays unpinned
+        check_session_settings(session, asked, ())
         return session.within(self._names)
 
     def run_config(self, *, tool_error_formatter: ToolErrorFormatter | None = None, **options: Any) -> RunConfig:

@@ -127,8 +127,12 @@ def check_dsn(dsn: str) -> None:
     else:
         misread = not _PORTS.fullmatch(str(parts.get("port") or ""))
         if "://" in dsn:
-            authority, _, after = dsn.partition("://")[2].partition("/")
-            misread = misread or authority.count("@") > 1 or "@" in after.partition("?")[0]
+            # the authority ends at the first `/` or `?` (a URL without a database path may have a query, whose
+            # values may hold `@`: `?application_name=svc@box`); the path ends at the `?`
+            rest = dsn.partition("://")[2]
+            authority = re.split(r"[/?]", rest, maxsplit=1)[0]
+            path = rest[len(authority):].partition("?")[0] if rest[len(authority):].startswith("/") else ""
+            misread = misread or authority.count("@") > 1 or "@" in path
     if misread:
         error = CatalogStoreError(
             f"catalog store {display_dsn(dsn)}: the DSN cannot be parsed (its host, port or database is malformed, "
