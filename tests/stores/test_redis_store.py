@@ -16,6 +16,7 @@ from redis_server import RedisServer, require_redis
 from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
 from toolsearch._errors import UsageStoreUnreachableError
 from toolsearch.executor import handle_tool_calls
+from toolsearch.mcp.shared import RedisCatalogBoard
 from toolsearch.session import MAX_SESSION_ID_LENGTH
 from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, SessionState, store_from_url
 from toolsearch.stores.usage_redis import RedisUsageStore
@@ -302,8 +303,10 @@ def test_refused_credentials_are_said_as_such_never_as_an_unreachable_redis(tmp_
             RedisSessionStore(url, timeout=0.5).ping()
         with pytest.raises(UsageStoreUnreachableError) as usage_error:
             RedisUsageStore(url, timeout=0.5).catalogs()
+        with pytest.raises(SessionStoreError) as board_error:  # the gateway's catalog epoch in the same Redis
+            RedisCatalogBoard(url, timeout=0.5).read()
         said = "refused the user and password in the URL" if auth else "requires a password and the URL gives none"
-        for message in (str(session_error.value), str(usage_error.value)):
+        for message in (str(session_error.value), str(usage_error.value), str(board_error.value)):
             assert said in message and "reachable" not in message and "cannot be reached" not in message, message
             assert "wrong-pass" not in message and "s3cret" not in message and "alice" not in message, message
             assert f"127.0.0.1:{server.port}/0" in message

@@ -93,10 +93,11 @@ class RedisCatalogBoard(CatalogBoard):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        from ..stores.redis import check_redis_url, redacted_url
+        from ..stores.redis import check_redis_url, has_credentials, redacted_url
 
         check_redis_url(url, "catalog board", SessionStoreError)
         self.url = redacted_url(url)
+        self._credentials = has_credentials(url)
         self.key = f"{prefix}catalog"
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
         self._client = redis.Redis.from_url(
@@ -104,7 +105,11 @@ class RedisCatalogBoard(CatalogBoard):
         )
 
     def _fail(self, what: str, exc: BaseException) -> SessionStoreError:
-        return SessionStoreError(f"session store {self.url} failed to {what}: {type(exc).__name__}: {exc}")
+        from ..stores.redis import credentials_problem
+
+        refused = credentials_problem(exc, self._credentials)  # said as such, never as an unreachable Redis
+        why = f"{refused} ({type(exc).__name__}: {exc})" if refused else f"{type(exc).__name__}: {exc}"
+        return SessionStoreError(f"session store {self.url} failed to {what}: {why}")
 
     def publish(self, catalog_hash: str) -> CatalogEpoch:
         epoch = CatalogEpoch(secrets.token_hex(8), catalog_hash)
