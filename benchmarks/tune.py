@@ -82,26 +82,26 @@ def run(datasets: list[Any], held_out: Path, *, test_size: int, history: int, ep
                      "held_out": str(held_out), "hyperparameters": config.as_dict(), "split": SPLIT},
         "sets": {},
     }
+    from benchmarks.lib.held_out import held_out_embedders
+
+    # every set's base encoder checked before anything runs (missing, or trained with its set: refused by name)
+    bases = held_out_embedders(held_out, [ds.name for ds in datasets])
     for ds in datasets:
-        report["sets"][ds.name] = _one_set(ds, held_out / f"without-{ds.name}", test_size, history, config, catalog,
-                                           seed, log)
+        report["sets"][ds.name] = _one_set(ds, bases[ds.name], test_size, history, config, catalog, seed, log)
     return report
 
 
-def _one_set(ds: Any, base: Path, test_size: int, history: int, config: Any, catalog: bool, seed: int,
+def _one_set(ds: Any, embedder: Any, test_size: int, history: int, config: Any, catalog: bool, seed: int,
              log: Any) -> dict[str, Any]:
+    """Tune `embedder` (the tools model trained without `ds`) on `ds`'s history and score it on its test split."""
     from toolsearch import ToolIndex, load_tools
-    from toolsearch.embeddings import ToolsEmbedder
     from toolsearch.evaluation import load_queries
     from toolsearch.learning import LearnedRanker, LearningIndex, shown_now
     from toolsearch.training.tune import tune_index
     from toolsearch.usage import UsageLog
 
-    if not base.is_dir():
-        raise SystemExit(f"{base} is missing: python scripts/train_retriever.py --without {ds.name} --out {base}")
     labelled = load_queries(ds.queries_path, need_relevant=True)
     test, pool = split(labelled, test_size, history, seed)
-    embedder = ToolsEmbedder(query_model=base)
     index = ToolIndex.build(load_tools(ds.tools_path), backend="hybrid", embedder=embedder)
     usage = UsageLog(privacy="raw", salt=f"{seed:032x}")
     for q in pool:

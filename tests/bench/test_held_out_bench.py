@@ -11,7 +11,7 @@ import pytest
 from pg_server import PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
-from benchmarks import learning, postgres, retrieval
+from benchmarks import learning, postgres, retrieval, tune
 from benchmarks.lib import Dataset, cli
 from toolsearch.embeddings import ToolsEmbedder
 from toolsearch.model_file import export_int8
@@ -116,6 +116,14 @@ def test_retrieval_refuses_a_missing_held_out_model_the_same_way(tiny: Path, tmp
     with pytest.raises(SystemExit, match=r"data set tiny: .*without-tiny is missing; make it with `python "
                        r"scripts/train_retriever.py --without tiny"):
         retrieval.run([Dataset(tiny)], ["hybrid"], [], held_out=tmp_path / "none")
+
+
+def test_tune_refuses_a_missing_held_out_model_the_same_way(tiny: Path, tmp_path: Path) -> None:
+    # tune.py had a check of its own, which did not see a folder trained with the set
+    with pytest.raises(SystemExit, match=r"data set tiny: .*without-tiny is missing; make it with `python "
+                       r"scripts/train_retriever.py --without tiny"):
+        tune.run([Dataset(tiny)], tmp_path / "none", test_size=2, history=2, epochs=None, learning_rate=None,
+                 catalog=False, threads=1, seed=0, log=print)
 
 
 def test_postgres_refuses_a_missing_held_out_model_before_it_reaches_a_server(tiny: Path, tmp_path: Path) -> None:
