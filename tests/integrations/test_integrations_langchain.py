@@ -15,6 +15,7 @@ from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
+from toolsearch import Tool, ToolIndex
 from toolsearch.integrations.langchain import STATE_KEY, ToolSearchMiddleware
 from toolsearch.usage import UsageLog, UsageRecorder
 
@@ -334,3 +335,20 @@ def test_a_pin_that_names_no_given_tool_is_refused() -> None:
 
     with pytest.raises(InvalidToolError, match=r"pinned tool\(s\) \['get_tme'\] are not among the tools given"):
         ToolSearchMiddleware(CATALOG, pinned=["get_tme"])
+
+
+def test_the_live_subset_of_an_agents_tools_follows_the_index_and_is_kept_while_it_stands() -> None:
+    from toolsearch.integrations._gate import in_index
+
+    index = ToolIndex.build([Tool(name="a_tool", description="does a"), Tool(name="b_tool", description="does b")],
+                            backend="bm25")
+    names = frozenset({"a_tool", "b_tool", "gone_tool"})
+    first = in_index(index, names)
+    assert first == {"a_tool", "b_tool"} and in_index(index, names) is first  # kept: a hook asks every model call
+    index.remove(["b_tool"])
+    assert in_index(index, names) == {"a_tool"}  # a new catalog: worked out again
+    mutable = {"a_tool"}
+    assert in_index(index, mutable) == {"a_tool"}
+    mutable.add("b_tool")
+    index.upsert([Tool(name="b_tool", description="does b")])
+    assert in_index(index, mutable) == {"a_tool", "b_tool"}
