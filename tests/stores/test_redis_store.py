@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from fakes.long_ids import LONG_ID, assert_quoted_short, check_replaced_and_contended_messages
 from redis_server import RedisServer, require_redis
 
 from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
 from toolsearch._errors import UsageStoreUnreachableError
 from toolsearch.executor import handle_tool_calls
 from toolsearch.mcp.shared import RedisCatalogBoard
-from toolsearch.session import MAX_SESSION_ID_LENGTH
 from toolsearch.stores import SCHEMA_VERSION, InMemorySessionStore, RedisSessionStore, SessionState, store_from_url
 from toolsearch.stores.usage_redis import RedisUsageStore
 
@@ -556,47 +556,25 @@ def test_a_used_context_handle_keeps_its_owners_count_alive_with_few_store_calls
 
 # --- long session ids ---------------------------------------------------------------------------------
 
-LONG_ID = ("conversation-" + "0123456789abcdef" * 16)[:MAX_SESSION_ID_LENGTH]
-
-
 def test_a_long_session_id_is_quoted_short_in_the_redis_stores_messages(redis_server: RedisServer) -> None:
     # Before: each message quoted the whole id, and the key in it again (256 characters twice, in every log line)
     store = _store(redis_server, prefix="t:")
     short = f"{LONG_ID[:64]!r}... (256 characters)"
-
-    def quoted_short(message: str) -> str:
-        assert LONG_ID not in message and short in message, message
-        return message
-
     with pytest.raises(UnknownSessionError, match="has expired or was closed") as unknown:
         store.update(LONG_ID, lambda state: state.discovered.append("calculator"))
-    quoted_short(str(unknown.value))
+    assert_quoted_short(str(unknown.value))
 
     # a key holding another session's state: the key and the id both quoted short
     redis_server.client().set(store.key(LONG_ID), b'{"schema": 1, "id": "other", "version": 0}')
     with pytest.raises(SessionStoreError) as other:
         store.get(LONG_ID)
-    message = quoted_short(str(other.value))
+    message = assert_quoted_short(str(other.value))
     assert f"key {'t:session:' + LONG_ID[:64]!r}... (266 characters)" in message
     assert "holds session 'other', not " + short in message
     redis_server.client().set(store.key("bad"), b'{"schema": 1, "id": "%s", "version": 0}' % LONG_ID.encode())
     with pytest.raises(SessionStoreError) as bad:
         store.get("bad")
-    assert f"key 't:session:bad' in {store.url} holds session {short}, not 'bad'" in quoted_short(str(bad.value))
+    message = assert_quoted_short(str(bad.value))
+    assert f"key 't:session:bad' in {store.url} holds session {short}, not 'bad'" in message
     redis_server.client().delete(store.key(LONG_ID))
-
-    store.create(SessionState(LONG_ID))
-    stale = store.get(LONG_ID)
-    store.delete(LONG_ID)
-    store.create(SessionState(LONG_ID))
-    with pytest.raises(UnknownSessionError, match="was closed and created again") as replaced:
-        store.update(LONG_ID, lambda state: state.discovered.append("calculator"), base=stale)
-    quoted_short(str(replaced.value))
-
-    def always_second(state: SessionState) -> None:  # another writer wins every attempt
-        store.update(LONG_ID, lambda other: setattr(other, "tick", other.tick + 1))
-        state.discovered.append("calculator")
-
-    with pytest.raises(SessionStoreError, match="gave up after") as gave_up:
-        store.update(LONG_ID, always_second)
-    quoted_short(str(gave_up.value))
+    check_replaced_and_contended_messages(store)

@@ -9,10 +9,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from fakes.long_ids import LONG_ID, assert_quoted_short, check_replaced_and_contended_messages
 
 from toolsearch import SessionManager, SessionStoreError, Tool, ToolIndex, UnknownSessionError
 from toolsearch.executor import ExecutorConfig, ahandle_tool_calls
-from toolsearch.session import MAX_SESSION_ID_LENGTH
 from toolsearch.stores import SessionState, decode_state, encode_state, store_from_url
 from toolsearch.stores.memory import InMemorySessionStore
 
@@ -247,33 +247,10 @@ def test_token_buckets_refill_look_without_spending_and_stay_bounded() -> None:
 
 
 # An id of the longest length a session may have: every store message quotes its start and its length only.
-LONG_ID = ("conversation-" + "0123456789abcdef" * 16)[:MAX_SESSION_ID_LENGTH]
-
-
-def assert_quoted_short(message: str, session_id: str = LONG_ID) -> None:
-    assert session_id not in message, message
-    assert f"{session_id[:64]!r}... ({len(session_id)} characters)" in message, message
-
-
 @pytest.mark.parametrize("serialize", [False, True], ids=["objects", "json"])
 def test_a_long_session_id_is_quoted_short_in_the_memory_stores_messages(serialize: bool) -> None:
     store = InMemorySessionStore(serialize=serialize)
     with pytest.raises(UnknownSessionError) as unknown:
         store.update(LONG_ID, lambda state: state.discovered.append("calculator"))
     assert_quoted_short(str(unknown.value))
-
-    store.create(SessionState(LONG_ID))
-    stale = store.get(LONG_ID)
-    store.delete(LONG_ID)
-    store.create(SessionState(LONG_ID))
-    with pytest.raises(UnknownSessionError, match="was closed and created again") as replaced:
-        store.update(LONG_ID, lambda state: state.discovered.append("calculator"), base=stale)
-    assert_quoted_short(str(replaced.value))
-
-    def always_second(state: SessionState) -> None:  # another writer wins every attempt
-        store.update(LONG_ID, lambda other: setattr(other, "tick", other.tick + 1))
-        state.discovered.append("calculator")
-
-    with pytest.raises(SessionStoreError, match="gave up after") as gave_up:
-        store.update(LONG_ID, always_second)
-    assert_quoted_short(str(gave_up.value))
+    check_replaced_and_contended_messages(store)
