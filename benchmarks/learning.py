@@ -572,9 +572,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", *machine_markdown(report["machine"])]
     if s.get("held_out"):
         lines.append(held_out_line(s["held_out"], s["held_out_models"],
-                                   also="The latency part, over a catalog pooled from every set, runs the model "
-                                   "that ships (a timing does not depend on which weights)."
-                                   if report.get("latency") else ""))
+                                   latency="latency part" if report.get("latency") else ""))
     lines.append("")
     lines += ["## Targets", ""]
     for backend, checks in report["targets"].items():

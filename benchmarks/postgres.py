@@ -363,9 +363,7 @@ def render(report: dict[str, Any]) -> str:
     lines += machine_markdown(report["machine"])
     if report.get("held_out"):
         lines.append(held_out_line(report["held_out"], report["held_out_models"],
-                                   also="The latency section runs the model that ships over a catalog pooled from "
-                                   "every set (a timing does not depend on which weights)."
-                                   if report.get("latency") else ""))
+                                   latency="latency section" if report.get("latency") else ""))
     lines.append("")
     if report.get("quality"):
         lines += ["## Quality: postgres vs local hybrid (target: nDCG@10 within ±0.005)", "",

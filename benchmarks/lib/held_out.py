@@ -86,9 +86,12 @@ def describe(embedders: dict[str, Any]) -> dict[str, dict[str, Any]]:
                    "dense_weight_on_card": e.hybrid_dense_weight is not None} for name, e in embedders.items()}
 
 
-def held_out_line(root: str, models: dict[str, dict[str, Any]], *, also: str = "") -> str:
+def held_out_line(root: str, models: dict[str, dict[str, Any]], *, latency: str = "") -> str:
     """The report header's line saying what `--held-out root` changed: `models` maps each data set to the model
-    id and the hybrid dense weight its backends ran with; `also` says what part of the run it does not cover."""
+    id and the hybrid dense weight its backends ran with; `latency` names the report's timing part, if it ran,
+    which runs the model that ships over a catalog pooled from every set."""
+    also = (f"The {latency}, over a catalog pooled from every set, runs the model that ships (a timing does not "
+            "depend on which weights)." if latency else "")
     per = "; ".join(f"{name}: `{m['model']}`" + (f" (hybrid dense weight {m['dense_weight']}"
                                                    + ("" if m.get("dense_weight_on_card") else
                                                       ", the stock model's: its card names none") + ")"
