@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fakes.tiny_dataset import write_tiny
 from pg_server import PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
@@ -17,18 +18,6 @@ from toolsearch.embeddings import ToolsEmbedder
 from toolsearch.model_file import export_int8
 from toolsearch.training.tune import float_folder
 
-TOOLS = [
-    ("weather_forecast", "Get the weather forecast for a city."),
-    ("send_email", "Send an email message to a recipient."),
-    ("book_hotel", "Book a hotel room in a city for given dates."),
-    ("convert_currency", "Convert an amount between two currencies."),
-]
-REQUESTS = {
-    "weather_forecast": ["will it rain in {c} tomorrow", "is it going to be sunny in {c}"],
-    "send_email": ["write to my boss in {c}", "mail the team in {c} about the delay"],
-    "book_hotel": ["a room in {c} for two nights", "somewhere to sleep in {c} next week"],
-    "convert_currency": ["how many euros is 100 dollars in {c}", "exchange rate yen for my trip to {c}"],
-}
 HELD_OUT_ID = "toolsearch/tools-minilm-l6-v2-without-tiny"
 
 
@@ -40,18 +29,7 @@ def _no_settling(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    rows = [{"name": n, "description": d, "input_schema": {"type": "object", "properties": {}}} for n, d in TOOLS]
-    (folder / "tools.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    queries = [(text.format(c=city), tool) for tool, texts in REQUESTS.items() for text in texts
-               for city in ("lisbon", "oslo")]
-    (folder / "queries.jsonl").write_text(
-        "".join(json.dumps({"id": f"q{i}", "query": text, "relevant": [tool]}) + "\n"
-                for i, (text, tool) in enumerate(queries)),
-        encoding="utf-8",
-    )
-    return folder
+    return write_tiny(tmp_path / "tiny", tools=4, cities=("lisbon", "oslo"))
 
 
 @pytest.fixture(scope="module")

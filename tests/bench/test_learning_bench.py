@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
+from fakes.tiny_dataset import write_tiny
 
 from benchmarks.learning import ceilings, oracle_ranking, render_markdown, run
 from benchmarks.lib import Dataset
@@ -47,40 +47,9 @@ def test_nothing_seen_or_everything_already_on_top_leaves_no_room() -> None:
     assert out["ceiling_delta_nDCG@10"] == 0.0
 
 
-TOOLS = [
-    ("weather_forecast", "Get the weather forecast for a city."),
-    ("send_email", "Send an email message to a recipient."),
-    ("book_hotel", "Book a hotel room in a city for given dates."),
-    ("convert_currency", "Convert an amount between two currencies."),
-    ("translate_text", "Translate text into another language."),
-    ("create_invoice", "Create an invoice for a customer."),
-]
-REQUESTS = {
-    "weather_forecast": ["will it rain in {c} tomorrow", "is it going to be sunny in {c}"],
-    "send_email": ["write to my boss in {c}", "mail the team in {c} about the delay"],
-    "book_hotel": ["a room in {c} for two nights", "somewhere to sleep in {c} next week"],
-    "convert_currency": ["how many euros is 100 dollars in {c}", "exchange rate yen for my trip to {c}"],
-    "translate_text": ["say hello in the language of {c}", "what does this sign in {c} mean"],
-    "create_invoice": ["bill the client from {c}", "charge the customer in {c} for the work"],
-}
-
-
-CITIES = ("lisbon", "oslo", "lima")
-
-
 @pytest.fixture
 def dataset(tmp_path: Path) -> Dataset:
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    rows = [{"name": n, "description": d, "input_schema": {"type": "object", "properties": {}}} for n, d in TOOLS]
-    (folder / "tools.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    queries = [(text.format(c=city), tool) for tool, texts in REQUESTS.items() for text in texts for city in CITIES]
-    (folder / "queries.jsonl").write_text(
-        "".join(json.dumps({"id": f"q{i}", "query": text, "relevant": [tool]}) + "\n"
-                for i, (text, tool) in enumerate(queries)),
-        encoding="utf-8",
-    )
-    return Dataset(folder)
+    return Dataset(write_tiny(tmp_path / "tiny"))
 
 
 def test_every_learned_row_reports_its_coverage_and_ceilings(dataset: Dataset) -> None:
