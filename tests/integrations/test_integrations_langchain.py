@@ -230,15 +230,7 @@ def test_a_larger_index_never_offers_tools_the_agent_lacks(server: FakeLLMServer
     index = ToolIndex.build(tools, "bm25")
     middleware = ToolSearchMiddleware([get_weather, send_email], index=index)
     agent = create_agent(_plain_model(server), middleware=[middleware], checkpointer=InMemorySaver())
-    server.enqueue(
-        Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
-        Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
-        Turn(text="ok"),
-    )
-    state = _drive(agent, "invoke", "text Bob", "t-index")
-    assert "send_sms" not in server.requests[1].tool_results()[0].text
-    assert "is not available" in server.requests[2].tool_results()[0].text
-    assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
+    _assert_sms_is_never_offered(server, agent, "t-index")
 
 
 def test_an_unknown_tool_is_refused_without_listing_the_catalog(server: FakeLLMServer) -> None:
@@ -281,19 +273,9 @@ def _changing(server: FakeLLMServer, **options: Any) -> tuple[Any, Any]:
 def test_a_tool_the_shared_index_gains_later_is_never_offered(server: FakeLLMServer) -> None:
     # Before: built while the index held only its tools, the middleware allowed every tool, so search offered
     # send_sms once it was added, and LangGraph's answer to the call listed every registered tool.
-    from toolsearch import Tool
-
     index, agent = _changing(server, pinned=["get_time"])
     index.upsert([Tool.from_callable(send_sms)])
-    server.enqueue(
-        Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
-        Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
-        Turn(text="ok"),
-    )
-    state = _drive(agent, "invoke", "text Bob", "t-grow")
-    assert "send_sms" not in server.requests[1].tool_results()[0].text
-    assert "'send_sms' is not available" in server.requests[2].tool_results()[0].text
-    assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
+    _assert_sms_is_never_offered(server, agent, "t-grow")
 
 
 def test_a_pinned_tool_removed_from_the_index_is_left_out(server: FakeLLMServer) -> None:
@@ -352,3 +334,16 @@ def test_the_live_subset_of_an_agents_tools_follows_the_index_and_is_kept_while_
     mutable.add("b_tool")
     index.upsert([Tool(name="b_tool", description="does b")])
     assert in_index(index, mutable) == {"a_tool", "b_tool"}
+
+
+def _assert_sms_is_never_offered(server: FakeLLMServer, agent: Any, thread: str) -> None:
+    """The index holds send_sms, the agent does not: a search never names it, and a call of it is refused."""
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "send sms text message", "max_results": 1}, "s1")]),
+        Turn(tool_calls=[("send_sms", {"number": "1", "text": "x"}, "c1")]),
+        Turn(text="ok"),
+    )
+    state = _drive(agent, "invoke", "text Bob", thread)
+    assert "send_sms" not in server.requests[1].tool_results()[0].text
+    assert "'send_sms' is not available" in server.requests[2].tool_results()[0].text
+    assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
