@@ -53,7 +53,7 @@ from .providers._base import (
 )
 from .providers.drive import adeliver_event, adrive, asettle, deliver_event, drive, is_async_callable, replay, settle
 from .providers.registry import augment_request, augment_tools
-from .session import Session, SessionManager, check_session_settings
+from .session import Session, SessionManager, check_session_settings, quoted_names
 from .stores._state import shown_session_id
 from .tokens import RequestTokens, request_tokens, tool_tokens
 from .tools import Tool
@@ -514,12 +514,6 @@ class ToolSearchLoop:
         return "\n\n".join(parts) or None
 
 
-def _names(names: Iterable[str], limit: int = 5) -> str:
-    shown = sorted(names)
-    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
-    return ", ".join(map(repr, shown[:limit])) + more
-
-
 _WARNED_FUNCTIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, tuple[str, ...]]]] = weakref.WeakKeyDictionary()
 _WARNED_LOCK = threading.Lock()
 
@@ -733,7 +727,7 @@ class _Run:
                     ResultStatus.SKIPPED,
                 )
             )
-        names = _names({c.name for c in calls})
+        names = quoted_names({c.name for c in calls})
         held = f"its reply {stopped}, {why}, while it held tool call(s) {names}, which did not run{todo}"
         return self.finish(self.stopped_text(held), _STOP_OUTCOMES[turn.stop_kind])
 
@@ -744,7 +738,7 @@ class _Run:
     def attach(self, exc: BaseException) -> None:
         """Give `exc` the run so far (`exc.partial`, outcome ERROR) and a note on the tool calls that had run."""
         ran = [r.call.name for r in self.results if r.status in _RAN]
-        names = f" ({_names(set(ran))})" if ran else ""
+        names = f" ({quoted_names(set(ran))})" if ran else ""
         ended = "failed" if isinstance(exc, Exception) else f"was interrupted ({type(exc).__name__})"
         note = (
             f"toolsearch: the run of session {shown_session_id(self.session.id)} {ended} after {len(self.requests)} "
@@ -753,7 +747,7 @@ class _Run:
         if self.in_flight:
             note += (
                 f", and the {len(self.in_flight)} call(s) of request {self.in_flight_iteration} "
-                f"({_names({c.name for c in self.in_flight})}) were running: whether they ran is unknown"
+                f"({quoted_names({c.name for c in self.in_flight})}) were running: whether they ran is unknown"
             )
         how = "failed with" if isinstance(exc, Exception) else "was interrupted by"
         said = f": {exc}" if isinstance(exc, Exception) or str(exc) else ""  # KeyboardInterrupt() says nothing

@@ -733,7 +733,8 @@ class Session:
 # --- rules every entry point that opens a session shares ------------------------------------------
 
 
-def _some(names: Iterable[str], limit: int = 5) -> str:
+def quoted_names(names: Iterable[str], limit: int = 5) -> str:
+    """Sorted names as a message lists them: the first `limit` quoted, then how many more."""
     shown = sorted(names)
     more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
     return ", ".join(map(repr, shown[:limit])) + more
@@ -759,8 +760,8 @@ def check_session_settings(session: Session, allowed: Collection[str] | None, pi
         if stored is None:
             differences.append(f"allowed: the stored session allows every tool, this run passed {len(given)}")
         elif given != stored:
-            parts = [f"the stored session also allows {_some(stored - given)}"] if stored - given else []
-            parts += [f"this run also passed {_some(given - stored)}"] if given - stored else []
+            parts = [f"the stored session also allows {quoted_names(stored - given)}"] if stored - given else []
+            parts += [f"this run also passed {quoted_names(given - stored)}"] if given - stored else []
             differences.append("allowed: " + " and ".join(parts))
     if differences:
         shown = _shown(session.id)
