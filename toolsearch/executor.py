@@ -171,6 +171,9 @@ class SearchRecord:
     call_id: str = ""
     iteration: int = 0
     evicted: tuple[str, ...] = ()
+    # The backend's own order where learning re-ordered the hits (toolsearch.learning.LearnedSearchResult), for the
+    # usage log, which must record what the backend ranked (its calibration reads the lists so); None: `hits` is it.
+    ranked: tuple[str, ...] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -351,7 +354,8 @@ class ToolExecutor:
         if self.usage is not None:
             for result in results:  # searches first: a call in the same batch may use what they showed
                 if result.search is not None and result.search.error is None:
-                    self.usage.record_search(session.id, result.search.query, result.search.names)
+                    search = result.search
+                    self.usage.record_search(session.id, search.query, search.names, ranked=search.ranked)
             for result in results:
                 if result.search is None and result.status in _CALL_OUTCOMES:
                     self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
@@ -405,6 +409,7 @@ class ToolExecutor:
             call_id=call.id,
             iteration=iteration,
             evicted=outcome.update.evicted if outcome.update else (),
+            ranked=_backend_order(outcome),
         )
         status = ResultStatus.SEARCH if outcome.ok else ResultStatus.SEARCH_ERROR
         return ToolResult(call, outcome.text, status, record.latency_ms, tool_references=outcome.tools, search=record)
@@ -759,6 +764,18 @@ def _ms(started: float) -> float:
 def _query_of(call: ToolCall) -> str | None:
     query = call.arguments.get("query") if isinstance(call.arguments, Mapping) else None
     return query if isinstance(query, str) else None
+
+
+def _backend_order(outcome: MetaToolOutcome) -> tuple[str, ...] | None:
+    """What the usage log records as a learned search's list: the backend's own order (`ranked` of a
+    LearnedSearchResult), trimmed as the search trimmed what it showed (the tools the session had already
+    left out, `max_results` kept), so it reads as a plain search's list would; None for a plain search."""
+    ranked = getattr(outcome.result, "ranked", None)
+    if ranked is None:
+        return None
+    loaded = set(outcome.already_loaded)
+    kept = tuple(name for name in ranked if name not in loaded)
+    return kept[: outcome.max_results] if outcome.max_results else kept
 
 
 def _suggest_query(name: str) -> str:

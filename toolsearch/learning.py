@@ -18,14 +18,17 @@ position, 1 for its first hit) and the learned share, weighted by that confidenc
     score = (1 - c) / log2(rank + 2) + c * share(tool)
 
 How large the prior should be depends on how often the backend is right on this catalog, which
-only the log can tell: every entry keeps the ranked list the search showed (`shown`) beside the
-tool then called. So the prior is calibrated on the log itself, by leave-one-out: for a sample
-of past searches, the votes of every *other* past query are mixed with what that search showed
-at each prior of a fixed grid and with votes of s**2 or s, and the pair whose mixture ranked the
-called tools best (nDCG@10) is used; "never trust the votes" is on the grid, and ties go to s**2
-and the larger prior, so a log whose votes do not beat the backend turns learning off. A log with
-fewer than `MIN_CALIBRATION` searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool names are
-compared, so hashed logs calibrate as well as readable ones.
+only the log can tell: every entry keeps the backend's ranked list for its search (`shown`) beside
+the tool then called. With learning on, that is the list before learning re-ordered it
+(`LearnedSearchResult.ranked`, which the recorder records): the learned list would say the backend
+already ranks the called tool first, and learning would turn itself off. So the prior is
+calibrated on the log itself, by leave-one-out: for a sample of past searches, the votes of
+every *other* past query are mixed with what that search showed at each prior of a fixed grid
+and with votes of s**2 or s, and the pair whose mixture ranked the called tools best (nDCG@10)
+is used; "never trust the votes" is on the grid, and ties go to s**2 and the larger prior, so a
+log whose votes do not beat the backend turns learning off. A log with fewer than
+`MIN_CALIBRATION` searches with a shown list keeps the fixed `DEFAULT_PRIOR`. Only words and tool
+names are compared, so hashed logs calibrate as well as readable ones.
 
 The lists are the backend's as it ranked then. When its ranking changes (a tuned encoder, another
 model), `shown_now` re-ranks the requests a raw log keeps and `UsageLog.reshown` puts the new lists
@@ -52,15 +55,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import tracing
-from ._errors import InvalidQueryError
+from ._errors import InvalidArgumentError, InvalidQueryError, wrong_type
 from .backends import Backend
 from .catalog import Catalog
+from .confidence import request_notes
 from .index import MAX_K, ToolIndex, validate_k, validate_query
 from .results import Hit, SearchResult
 from .tools import Tool
 from .usage import UsageLog
 
-__all__ = ["Calibration", "LearnedRanker", "LearningIndex", "Signal", "rank_score", "shown_now"]
+__all__ = [
+    "Calibration", "LearnedRanker", "LearnedSearchResult", "LearningIndex", "Signal", "rank_score", "shown_now",
+]
 
 # The same for every catalog; chosen by what each means, not fitted to a data set.
 DEFAULT_WEIGHT = 1.0  # a plain mixture: full confidence in a share of 1 equals the backend's best hit
@@ -302,6 +308,7 @@ class LearnedRanker:
         neighbours: int = DEFAULT_NEIGHBOURS,
         refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
     ) -> None:
+        _check_settings(weight, prior, min_similarity, neighbours, refresh_seconds)
         self.log = log
         self.weight = weight
         self.prior = prior
@@ -365,6 +372,43 @@ class LearnedRanker:
     def calibration(self) -> Calibration | None:
         """How the compiled log's prior and exponent were chosen; None while the log has too few searches."""
         return self.snapshot().calibration
+
+
+def _check_settings(
+    weight: float, prior: float | None, min_similarity: float, neighbours: int, refresh_seconds: float
+) -> None:
+    """Refuse a LearnedRanker setting out of its range, naming it: a negative prior divides by zero (or lets fewer
+    votes count for more), NaN ranks in no order (it fails every comparison below, so it is refused too), and a
+    neighbour count below 1 selects nothing."""
+    for what, value in (("weight", weight), ("prior", prior), ("min_similarity", min_similarity),
+                        ("refresh_seconds", refresh_seconds)):
+        if not (value is None and what == "prior") and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise wrong_type(what, value, "a number" if what != "prior" else "a number or None")
+    if isinstance(neighbours, bool) or not isinstance(neighbours, int):
+        raise wrong_type("neighbours", neighbours, "a whole number")
+    checks: tuple[tuple[str, object, bool, str], ...] = (
+        ("weight", weight, math.isfinite(weight) and weight > 0, "a finite number above 0"),
+        ("prior", prior, prior is None or prior >= 0,
+         "None (calibrated on the log) or a number of 0 or more (math.inf: never trust the votes)"),
+        ("min_similarity", min_similarity, 0 <= min_similarity <= 1, "from 0 to 1"),
+        ("neighbours", neighbours, neighbours >= 1, "1 or more"),
+        ("refresh_seconds", refresh_seconds, refresh_seconds >= 0, "0 or more"),
+    )
+    for what, given, ok, expected in checks:
+        if not ok:
+            raise InvalidArgumentError(f"LearnedRanker's {what} must be {expected}, got {given!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedSearchResult(SearchResult):
+    """A search result the learned signal re-ordered: its hits mix the backend's rank with the votes of the log.
+
+    `ranked` is the backend's own order for the same search (its names, best first), what the usage log must
+    record as the search's list: the calibration reads each entry's list as what the backend ranked, and the
+    learned order read so would say the backend already ranks the called tool first, turning learning off.
+    """
+
+    ranked: tuple[str, ...] = ()
 
 
 class LearningIndex(ToolIndex):
@@ -463,7 +507,21 @@ class LearningIndex(ToolIndex):
         # The backend's notes explain its own result; where it found nothing, they say so ("no tool matched these
         # words; try other words"), which the learned hits make untrue: they would send the model to rephrase.
         notes = base.notes if base.hits else (LEARNED_ONLY,)
-        return SearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed, notes)
+        if base.hits and hits and self._learned_lead(hits[0], learned, signal.confidence):
+            # The notes on how well the request was served ("the best match scores 0.07, a weak match ... rephrase
+            # it", or "the tools found may not fit" a foreign request) judge the backend's best hit. The top hit is
+            # now one past requests like this one led to, by votes that outweigh its rank: telling the model to
+            # rephrase would undo what learning found, and the score quoted is not the top hit's. The backend's
+            # other notes (a query fallback, tools withheld) still hold and stay.
+            judged = set(request_notes(text, base.hits, base.tools, self.backend))
+            notes = tuple(note for note in notes if note not in judged)
+        return LearnedSearchResult(text, hits, tuple(catalog[h.name] for h in hits), self.backend_name, elapsed,
+                                   notes, ranked=tuple(shown))
+
+    def _learned_lead(self, top: Hit, learned: dict[str, float], confidence: float) -> bool:
+        """Whether learning put `top` first: its learned part (the weighted share of the votes) is at least half its
+        score, more than its rank with the backend gives it."""
+        return self.ranker.weight * confidence * learned.get(top.name, 0.0) >= top.score / 2
 
 
 def shown_now(index: ToolIndex, log: UsageLog) -> dict[str, tuple[str, ...]]:

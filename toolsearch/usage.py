@@ -25,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import secrets
 import tempfile
@@ -39,6 +40,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._errors import UsageError as UsageError  # defined in the error tree; importable here as before
 from ._untrusted import repair_surrogates
+from .index import MAX_QUERY_CHARS
 from .text import WORD_CHUNKS, split_identifier
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "FileUsageStore",
     "InMemoryPendingSearches",
     "InMemoryUsageStore",
+    "PendingSearch",
     "PendingSearches",
     "Privacy",
     "UsageEntry",
@@ -67,6 +70,15 @@ DEFAULT_MAX_ENTRIES = 100_000  # ~10 MB as JSON; the ranker stays under 1 ms at 
 # a request states its need first. (It used to keep the alphabetically first 32 words, which
 # dropped most of a long request.)
 MAX_TERMS = 256
+# The longest request text an entry keeps (privacy "raw"). A search takes MAX_QUERY_CHARS, but one recorded search
+# may join several queries (Pydantic AI's search takes a list), so ten searches' worth. Only a pasted document or
+# an imported or edited log goes over it; it is cut both when recorded and when read, so an entry reads the same.
+MAX_QUERY_TEXT = 10 * MAX_QUERY_CHARS
+# The largest `max_entries`: far more than a log held in memory can hold (100,000 entries are about 10 MB), and
+# small enough for every bound it sets (a deque's maxlen, Redis's LTRIM), which a larger number overflows.
+MAX_ENTRIES_LIMIT = 1_000_000_000
+# What a stored log's error advises by default: the log is the store's own, so clearing it is the way out.
+CLEAR_ADVICE = "clear it with `toolsearch usage clear`"
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 # The longest voter (`UsageEntry.by`) a log may hold: the recorder writes 16 hex digits; the bound leaves room
@@ -109,7 +121,12 @@ class UsageEntry:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> UsageEntry:
+    def from_dict(cls, data: Any, where: str, *, advice: str = "clear or re-export the log") -> UsageEntry:
+        """The entry `data` holds; UsageError naming it (`where`) and saying what to do (`advice`) if it holds none.
+
+        Read as `UsageLog.add` writes one: at most MAX_TERMS terms and MAX_QUERY_TEXT characters of text, so an
+        imported or edited log cannot make a giant entry either.
+        """
         try:
             terms, called, shown = data["terms"], data["called"], data.get("shown", [])
             query, at, by = data.get("query"), data.get("at", 0.0), data.get("by")
@@ -126,17 +143,39 @@ class UsageEntry:
         except (KeyError, TypeError):
             ok = False
         if not ok:
-            raise UsageError(f"{where}: not a usage entry (needs terms, called, shown); clear or re-export the log")
+            raise UsageError(f"{where}: not a usage entry (needs terms, called, shown); {advice}")
+        problem = time_problem(at)
+        if problem is not None:
+            raise UsageError(f"{where}: {problem}; {advice}")
         # A lone surrogate (JSON can escape one, UTF-8 cannot encode it) would make the log unsavable: repaired.
+        # Over the bound, the first terms are kept as the entry lists them (the terms of the entries toolsearch
+        # writes are sorted; which words a query said first is known only to the query, and hashed ones have none).
         fix = repair_surrogates
-        return cls(tuple(map(fix, terms)), fix(called), tuple(map(fix, shown)), query and fix(query), float(at),
-                   by and fix(by))
+        return cls(tuple(map(fix, terms[:MAX_TERMS])), fix(called), tuple(map(fix, shown)),
+                   query and fix(query)[:MAX_QUERY_TEXT], float(at), by and fix(by))
+
+
+def time_problem(at: Any) -> str | None:
+    """What is wrong with an entry's time (`at`, seconds since the epoch), or None.
+
+    NaN is never equal to itself, so a log could never recognise such an entry as one it holds: every save and
+    import would add it again (and NaN and Infinity are not JSON)."""
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return f"its time (at) must be a number of seconds since the epoch, got {type(at).__name__}"
+    try:
+        finite = math.isfinite(at)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    return None if finite else "its time (at) must be a finite number of seconds since the epoch, got " + (
+        repr(at) if isinstance(at, float) else "a larger number")
 
 
 def settings_problem(max_entries: Any, privacy: Any) -> str | None:
     """What is wrong with a log's settings, or None."""
     if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
         return f"max_entries must be a positive integer, got {max_entries!r}"
+    if max_entries > MAX_ENTRIES_LIMIT:  # (not printed: a number of thousands of digits cannot be)
+        return f"max_entries must be at most {MAX_ENTRIES_LIMIT:,}, got a larger number"
     if privacy not in PRIVACY_SETTINGS:
         return f"privacy must be one of {', '.join(PRIVACY_SETTINGS)}, got {privacy!r}"
     return None
@@ -223,6 +262,9 @@ class UsageLog:
         if by is not None and (not isinstance(by, str) or len(by) > MAX_VOTER_CHARS):
             # refused here, or the log would be written and then refused by every load
             raise UsageError(f"by must be a string of at most {MAX_VOTER_CHARS} characters (see UsageLog.voter)")
+        problem = None if at is None else time_problem(at)
+        if problem is not None:  # refused here, for the same reason
+            raise UsageError(f"the entry for {called!r}: {problem} (time.time() gives one)")
         query = repair_surrogates(query)  # else the log could never be written again (nor hashed, at all)
         terms = self.terms(query)
         if not terms:
@@ -231,8 +273,8 @@ class UsageLog:
             terms,
             called,
             tuple(shown),
-            query if self.privacy == "raw" else None,
-            time.time() if at is None else at,
+            query[:MAX_QUERY_TEXT] if self.privacy == "raw" else None,  # as a read of the saved log gives it
+            time.time() if at is None else float(at),
             by,
         )
         self.extend([entry])
@@ -262,32 +304,38 @@ class UsageLog:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "usage log") -> UsageLog:
+    def from_dict(cls, data: Any, where: str = "usage log", *, advice: str = CLEAR_ADVICE) -> UsageLog:
+        """The log `data` holds; UsageError naming it (`where`) and saying what to do (`advice`) if it is unusable.
+
+        The default advice is for a stored log (clear it); the reader of a file that is not the index's own log
+        (an export being imported) says what to do with that file instead, since clearing would delete the
+        index's intact log and leave the faulty file as it is.
+        """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise UsageError(f"{where} is not a toolsearch usage log; clear it with `toolsearch usage clear`")
+            raise UsageError(f"{where} is not a toolsearch usage log; {advice}")
         version = data.get("version")
         if version != FORMAT_VERSION:
             raise UsageError(
                 f"{where} has usage-log format {version!r}; this toolsearch reads {FORMAT_VERSION}. "
-                "Upgrade toolsearch, or clear the log with `toolsearch usage clear`"
+                f"Upgrade toolsearch, or {advice}"
             )
         rows = data.get("entries")
         if not isinstance(rows, list):
-            raise UsageError(f"{where} has no entries list; clear it with `toolsearch usage clear`")
+            raise UsageError(f"{where} has no entries list; {advice}")
         max_entries, privacy = data.get("max_entries", DEFAULT_MAX_ENTRIES), data.get("privacy", "hashed")
         problem = settings_problem(max_entries, privacy)
         if problem is not None:
-            raise UsageError(f"{where}: {problem}; clear it with `toolsearch usage clear`")
+            raise UsageError(f"{where}: {problem}; {advice}")
         try:
             return cls(
                 str(data.get("catalog", "")),
                 max_entries=max_entries,
                 privacy=privacy,
                 salt=str(data["salt"]),
-                entries=[UsageEntry.from_dict(row, f"{where}, entry {i}") for i, row in enumerate(rows)],
+                entries=[UsageEntry.from_dict(row, f"{where}, entry {i}", advice=advice) for i, row in enumerate(rows)],
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{where} is incomplete ({exc}); clear it with `toolsearch usage clear`") from None
+            raise UsageError(f"{where} is incomplete ({exc}); {advice}") from None
 
     def reshown(self, lists: Mapping[str, Sequence[str]]) -> UsageLog:
         """A copy in which each entry whose request text `lists` holds shows that list (cut to the length it
@@ -419,12 +467,21 @@ class FileUsageStore:
                              f"{self.path / 'usage.json'}")
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # (nested too deep)
+        # (ValueError: besides bad JSON, a number of over 4,300 digits, which Python will not read)
+        except (OSError, ValueError, RecursionError) as exc:  # (nested too deep)
             raise UsageError(
                 f"{self.path} is not a readable usage log ({exc}); delete it or run `toolsearch usage clear`"
             ) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT + "-store":
             raise UsageError(f"{self.path} is not a toolsearch usage file; move it away or delete it")
+        # Files from before the digest have no version; any other version than ours is refused before its content
+        # is read: a newer toolsearch may keep what this one cannot read, and saving would drop it (the file would be
+        # rewritten as this version).
+        if "version" in data and data["version"] != STORE_VERSION:
+            raise UsageError(
+                f"{self.path} is a usage file of store format {data['version']!r}; this toolsearch reads "
+                f"{STORE_VERSION}. Upgrade toolsearch to use it (it was left as it is)"
+            )
         logs = data.get("logs")
         if not isinstance(logs, dict):
             raise UsageError(f"{self.path} has no logs object; delete it or run `toolsearch usage clear`")
@@ -494,9 +551,36 @@ class FileUsageStore:
             self._write(logs)
 
     def merge(self, log: UsageLog) -> None:
-        """Unite `log` with the stored log of its catalog, each entry once (`save` merges, under the file lock): the
-        carry-over of a catalog switch, as `RedisUsageStore.merge` does it."""
+        """Unite `log` with the stored log of its catalog, each entry once (`save` merges, under the file lock), as
+        `RedisUsageStore.merge` does it."""
         self.save(log)
+
+    def move(self, source: str, target: str) -> UsageLog | None:
+        """The carry-over of a catalog switch: unite the stored log of catalog `source` with that of `target` (each
+        entry once; the target's settings and salt kept, or the source's where there is no target log) and delete
+        the source's, read and written under one lock, so an entry another process appends meanwhile is in one of
+        the two. One log goes forward: a copy left behind at every switch would grow the file without bound. Returns
+        the target's log as stored; None, and nothing written, when `source` has no log or no entries. United as
+        `save` unites them (`merged_logs`); hashed logs with different salts do not unite (their terms do not
+        compare): UsageError, and both are left as they are.
+        """
+        with self._locked(write=True):
+            logs = self._read()
+            data = logs.get(source)
+            if data is None:
+                return None
+            carried = UsageLog.from_dict(data, self._where(source))
+            if not len(carried):
+                return None
+            stored, where = logs.get(target), self._where(target)
+            moved = UsageLog(target, max_entries=carried.max_entries, privacy=carried.privacy, salt=carried.salt,
+                             entries=carried.entries())
+            if stored is not None:
+                moved = merged_logs(UsageLog.from_dict(stored, where), moved, where)
+            logs[target] = moved.to_dict()
+            del logs[source]
+            self._write(logs)
+            return moved
 
     def append(self, log: UsageLog, entries: Sequence[UsageEntry]) -> None:
         """Add `entries`, new in `log`, to the stored log of `log.catalog` (created with `log`'s settings when
@@ -598,29 +682,54 @@ def merged_logs(stored: UsageLog, incoming: UsageLog, where: str) -> UsageLog:
 # --- recording ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSearch:
+    """A search waiting for the calls it leads to.
+
+    `terms`: the request's words as the log stores them (`UsageLog.terms`: hashed with `salt` under privacy
+    "hashed"; `salt` is None for plain words). `shown`: what the model was shown; a call of one of these is
+    credited to the search. `ranked`: what the entry records as the search's list, the backend's own order
+    (learning may have re-ordered `shown`; the calibration reads the list as the backend's).
+    `query`: the request text, for this process only. A pending store that keeps searches anywhere else (Redis)
+    keeps it only when `keep_text` (the log's privacy is "raw"): a request is kept nowhere the log would not keep
+    it, whether or not a call follows. Where the text is known at the call, the entry is made from it with the
+    log as it is then (its salt may have changed meanwhile); where it is not, from `terms`.
+    """
+
+    terms: tuple[str, ...]
+    shown: tuple[str, ...]
+    ranked: tuple[str, ...]
+    query: str | None = None
+    salt: str | None = None
+    keep_text: bool = False
+
+
 @dataclass(slots=True)
 class _Pending:
-    query: str
-    shown: tuple[str, ...]
+    search: PendingSearch
     credited: set[str]
 
 
 class PendingSearches(Protocol):
     """Searches waiting for the calls they lead to, per session. Workers that share one (Redis) credit
-    a call to a search another worker served."""
+    a call to a search another worker served. One that keeps them outside this process's memory keeps a
+    search's `query` only when its `keep_text` says so (see `PendingSearch`)."""
 
-    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None: ...
+    def add(self, session_id: str, search: PendingSearch) -> None: ...
 
-    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+    def credit(self, session_id: str, tool: str) -> PendingSearch | None:
         """Atomically: the latest search of the session that showed `tool` and has not credited it yet,
-        marked as crediting it now; None when there is none. Returns (query, shown)."""
+        marked as crediting it now; None when there is none."""
         ...
 
     def forget(self, session_id: str) -> None: ...
 
 
 class InMemoryPendingSearches:
-    """Pending searches in this process: `max_sessions` sessions (least recent dropped), `max_searches` each."""
+    """Pending searches in this process: `max_sessions` sessions (least recent dropped), `max_searches` each.
+
+    The request text stays with each search (this process's memory, never written anywhere), so an entry can be
+    hashed with the log as it is at the call."""
 
     def __init__(self, *, max_sessions: int = 10_000, max_searches: int = 16) -> None:
         self.max_sessions = max_sessions
@@ -628,22 +737,22 @@ class InMemoryPendingSearches:
         self._pending: OrderedDict[str, deque[_Pending]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None:
+    def add(self, session_id: str, search: PendingSearch) -> None:
         with self._lock:
             searches = self._pending.pop(session_id, None) or deque(maxlen=self.max_searches)
-            searches.append(_Pending(query, tuple(shown), set()))
+            searches.append(_Pending(search, set()))
             self._pending[session_id] = searches  # most recently used last
             while len(self._pending) > self.max_sessions:
                 self._pending.popitem(last=False)
 
-    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+    def credit(self, session_id: str, tool: str) -> PendingSearch | None:
         with self._lock:
-            for search in reversed(self._pending.get(session_id) or ()):
-                if tool in search.shown:
-                    if tool in search.credited:
+            for pending in reversed(self._pending.get(session_id) or ()):
+                if tool in pending.search.shown:
+                    if tool in pending.credited:
                         return None
-                    search.credited.add(tool)
-                    return search.query, search.shown
+                    pending.credited.add(tool)
+                    return pending.search
         return None
 
     def forget(self, session_id: str) -> None:
@@ -690,28 +799,52 @@ class UsageRecorder:
             max_sessions=max_sessions, max_searches=max_searches
         )
 
-    def record_search(self, session_id: str, query: str | None, shown: Sequence[str]) -> None:
+    def record_search(
+        self, session_id: str, query: str | None, shown: Sequence[str], *, ranked: Sequence[str] | None = None
+    ) -> None:
+        """Remember a search until the calls it leads to. `shown`: what the model was shown. `ranked`: the backend's
+        own order where learning re-ordered it (`LearnedSearchResult.ranked`, `SearchRecord.ranked`; None: `shown`
+        is the backend's), which the entry records: the calibration reads an entry's list as what the backend
+        ranked, and a learned list read so would say the backend is right already and turn learning off."""
         if not self.enabled or not query or not shown:
             return
-        self.pending.add(session_id, query, shown)
+        log = self.log
+        query = repair_surrogates(query)
+        terms = log.terms(query)
+        if not terms:
+            return
+        self.pending.add(session_id, PendingSearch(
+            terms, tuple(shown), tuple(shown if ranked is None else ranked), query,
+            log.salt if log.privacy == "hashed" else None, keep_text=log.privacy == "raw",
+        ))
 
     def record_call(self, session_id: str, tool: str, ok: bool) -> UsageEntry | None:
         """Credit a successful call to the search that showed it; returns the entry written, if any."""
         credited = self.credit_call(session_id, tool, ok)
         return None if credited is None else credited[0]
 
-    def credit_call(self, session_id: str, tool: str, ok: bool) -> tuple[UsageEntry, str] | None:
-        """`record_call`, also giving the request the entry was made from (its text, whatever the log keeps of it:
-        a feed that saves later can hash it again should the stored log's salt change meanwhile)."""
+    def credit_call(self, session_id: str, tool: str, ok: bool) -> tuple[UsageEntry, str | None] | None:
+        """`record_call`, also giving the request the entry was made from where it is known (its text: a feed that
+        saves later can hash it again should the stored log's salt change meanwhile; None where the search was
+        kept without it, in a shared store under privacy "hashed" or "tokens")."""
         if not self.enabled or not ok:
             return None
         found = self.pending.credit(session_id, tool)
         if found is None:
             return None
-        query, shown = found
+        log = self.log
         # The session is the voter: its repeats of one search and call are one vote (see toolsearch.learning)
-        entry = self.log.add(query, tool, shown, by=self.log.voter(session_id))
-        return None if entry is None else (entry, query)
+        by = log.voter(session_id)
+        if found.query is not None:  # hashed (again) with the log as it is now
+            entry = log.add(found.query, tool, found.ranked, by=by)
+            return None if entry is None else (entry, found.query)
+        if found.salt != (log.salt if log.privacy == "hashed" else None) or not found.terms:
+            # Hashed with a salt this log does not have (the log was replaced meanwhile: a catalog switch, a store
+            # that restarted empty), and the text is not kept to hash it again: the terms would match nothing.
+            return None
+        entry = UsageEntry(found.terms[:MAX_TERMS], tool, found.ranked, None, time.time(), by)
+        log.extend([entry])
+        return entry, None
 
     def record_run(self, result: _RunLike) -> int:
         """Feed a finished `toolsearch.run` result; returns how many entries it added."""
@@ -720,7 +853,8 @@ class UsageRecorder:
             search = getattr(item, "search", None)
             if search is not None:
                 if getattr(search, "error", None) is None:
-                    self.record_search(result.session_id, search.query, [h.name for h in search.hits])
+                    self.record_search(result.session_id, search.query, [h.name for h in search.hits],
+                                       ranked=getattr(search, "ranked", None))
                 continue
             status = str(getattr(item, "status", ""))
             added += self.record_call(result.session_id, item.call.name, status == "ok") is not None

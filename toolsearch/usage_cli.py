@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .usage import FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
+from .usage import MAX_ENTRIES_LIMIT, FileUsageStore, UsageError, UsageLog, stored_logs, usage_path
 
 if TYPE_CHECKING:
     from .index import ToolIndex
@@ -41,8 +41,10 @@ def add_usage_command(
     p.add_argument("action", choices=["show", "export", "import", "refresh", "clear"], help="what to do")
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("file", nargs="?", metavar="FILE",
-                   help="export: write here instead of stdout; import: the exported log to add")
+                   help="export: write here instead of stdout ('-': stdout); import: the exported log to add "
+                   "('-': stdin)")
     p.add_argument("--json", action="store_true", help="show, refresh: print machine-readable JSON on stdout")
+    p.add_argument("--force", action="store_true", help="export: replace FILE if it exists")
     p.set_defaults(func=handler, check=check)
 
 
@@ -58,6 +60,8 @@ def check_usage_arguments(args: argparse.Namespace) -> None:
         raise InvalidArgumentError(
             f"usage {args.action} takes no FILE (got {args.file!r}); only export and import do"
         )
+    if getattr(args, "force", False) and (args.action != "export" or args.file in (None, "-")):
+        raise InvalidArgumentError("--force goes with `usage export INDEX FILE` (it lets the export replace FILE)")
 
 
 def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
@@ -88,8 +92,8 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     log = store.load(catalog)
     if args.action == "export":
         data = json.dumps((log or UsageLog(catalog)).to_dict(), ensure_ascii=False, indent=1)
-        if args.file:
-            Path(args.file).write_text(data + "\n", encoding="utf-8")
+        if args.file and args.file != "-":
+            _write_export(Path(args.file), data, store.path, force=args.force)
             console.note(f"wrote {len(log or ())} usage entries to {args.file}")
         else:
             console.print(data)
@@ -108,6 +112,36 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     total = len(store.load(catalog) or ())
     console.print(f"imported {max(total - before, 0)} new usage entries into {store.path} ({total} in total)")
     return 0
+
+
+def _write_export(path: Path, data: str, own: Path, *, force: bool) -> None:
+    """Write an export to `path`: never over the index's own usage file, nor over another file without `force`."""
+    import os
+    import tempfile
+
+    from ._errors import InvalidArgumentError
+
+    if path.exists() and path.resolve() == own.resolve():
+        # That file holds every catalog's log of the index; an export holds one, in another form.
+        raise InvalidArgumentError(
+            f"usage export: {path} is the index's own usage file, which the export would replace (losing the logs of "
+            "its other catalogs); give another FILE"
+        )
+    if path.is_dir():
+        raise InvalidArgumentError(f"usage export: {path} is a folder; give a FILE name")
+    if path.exists() and not force:
+        raise InvalidArgumentError(
+            f"usage export: {path} exists; refusing to overwrite it. Give another FILE, or add --force to replace it"
+        )
+    # Written beside it and moved into place: an interrupted export leaves the old file whole.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _clear(console: Any, store: FileUsageStore, folder: Path) -> int:
@@ -176,7 +210,8 @@ def read_export(path: str) -> UsageLog:
     try:
         text = source.read() if source else Path(path).read_text(encoding="utf-8")
         data = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    # (ValueError: besides bad JSON, a number of over 4,300 digits, which Python will not read)
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{path} is not a readable usage export ({exc}); export one with `toolsearch usage export`"
         ) from None
@@ -190,7 +225,12 @@ def read_export(path: str) -> UsageLog:
         )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f"{path} is not a toolsearch usage export; export one with `toolsearch usage export`")
-    return UsageLog.from_dict(data, path)
+    # The export is at fault, not the index's log: the stored log's advice (`usage clear`) would delete that
+    # intact log and leave this file as it is.
+    what = "the export on standard input" if path == "-" else path
+    advice = (f"fix {what} or export it again with `toolsearch usage export` (the index's own usage log is not at "
+              "fault and was left as it is)")
+    return UsageLog.from_dict(data, path, advice=advice)
 
 
 def read_usage(source: str, catalog: str) -> UsageLog:
@@ -240,7 +280,7 @@ def _joined(logs: list[UsageLog], catalog: str) -> UsageLog:
     raw = [log for log in logs if log.privacy == "raw"]
     if not raw:
         return logs[0] if logs else UsageLog(catalog)
-    joined = UsageLog(catalog, privacy="raw", max_entries=max(1, sum(map(len, raw))))
+    joined = UsageLog(catalog, privacy="raw", max_entries=min(max(1, sum(map(len, raw))), MAX_ENTRIES_LIMIT))
     for log in raw:
         joined.merge(log)
     return joined

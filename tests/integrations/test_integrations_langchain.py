@@ -27,6 +27,10 @@ translate_text = tool(toy_tools.translate_text)
 
 
 CATALOG = [get_time, get_weather, send_email, create_invoice, translate_text]
+ARGUMENTS = {  # a valid call of each
+    "get_time": {"timezone": "UTC"}, "get_weather": {"city": "Paris"}, "send_email": {"to": "a@b.c", "subject": "hi"},
+    "create_invoice": {"customer": "Acme", "amount": 3.0}, "translate_text": {"text": "hi", "language": "fr"},
+}
 FIRST = ["get_time", "tool_search"]
 AFTER_SEARCH = ["get_time", "tool_search", "get_weather"]
 
@@ -184,6 +188,34 @@ def test_searches_and_successful_calls_land_in_the_usage_log(server: FakeLLMServ
         ("weather forecast", "get_weather", ("get_weather",))
     ]
     assert sorted(RAN) == ["get_time", "get_weather", "get_weather"]
+
+
+def test_a_search_learning_reordered_logs_the_backends_order(server: FakeLLMServer) -> None:
+    # The usage log's calibration reads an entry's list as the backend's ranking: a learned order logged there would
+    # say the backend ranks right already and turn learning off (toolsearch.learning).
+    from toolsearch.integrations.langchain import tool_from_langchain
+    from toolsearch.learning import LearnedRanker, LearningIndex
+
+    index = ToolIndex.build([tool_from_langchain(t) for t in CATALOG])
+    backend = index.search("weather forecast", 2).names
+    log = UsageLog(index.catalog.hash, privacy="raw")
+    for i in range(5):
+        log.add("weather forecast", backend[1], backend, by=f"voter-{i}")
+    learning = LearningIndex(index, LearnedRanker(log, refresh_seconds=0))
+    assert learning.search("weather forecast", 2).names == [backend[1], backend[0]]
+    usage = UsageRecorder(log)
+    model = ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                       max_retries=0, use_responses_api=False)
+    middleware = ToolSearchMiddleware(CATALOG, index=learning, usage=usage)  # type: ignore[arg-type]
+    agent = create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast", "max_results": 2}, "s1")]),
+        Turn(tool_calls=[(backend[1], ARGUMENTS[backend[1]], "c1")]),
+        Turn(text="Done."),
+    )
+    _drive(agent, "invoke", "What's the weather like?", "t-learned")
+    assert server.requests[1].tool_names[-2:] == [backend[1], backend[0]]  # the model saw learning's order
+    assert log.entries()[-1].shown == tuple(backend)  # the log holds the backend's
 
 
 def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMServer) -> None:

@@ -145,7 +145,7 @@ def record_search(usage: UsageRecorder | None, conversation: str, result: ToolRe
     so whether the call worked is known only afterwards (`record_call`)."""
     search = result.search
     if usage is not None and search is not None and search.error is None:
-        usage.record_search(conversation, search.query, search.names)
+        usage.record_search(conversation, search.query, search.names, ranked=search.ranked)
 
 
 def record_call(usage: UsageRecorder | None, conversation: str, name: str, ok: bool) -> None:

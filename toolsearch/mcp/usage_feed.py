@@ -36,11 +36,12 @@ SAVE_DELAY = 1.0  # seconds: entries landing together are written in one save
 @dataclass(frozen=True, slots=True)
 class _Unsaved:
     """An entry the store has not received yet, with what re-hashes it should the stored log's salt change: its
-    request text (in this process's memory only, until saved; the shared pending searches hold it too) and the
-    salt its terms were hashed with."""
+    request text (in this process's memory only, until saved; None where this worker never had it: a search another
+    worker served, kept in the shared pending searches as the log's privacy allows) and the salt its terms were
+    hashed with."""
 
     entry: UsageEntry
-    query: str
+    query: str | None
     salt: str
 
 
@@ -50,7 +51,9 @@ class GatewayUsage:
     `enabled=False` records nothing. With a file store the log is written at most once per
     SAVE_DELAY seconds after new entries, in a background thread, and at interpreter exit. When
     the catalog changes (an upstream's tools changed), the log moves to the new catalog's hash
-    with its entries (votes for tools that are gone are ignored by the ranker).
+    with its entries (votes for tools that are gone are ignored by the ranker): the old catalog's
+    log is united with the new one's and deleted, so the store keeps one log within its
+    `max_entries` however often the catalog changes, not one copy per catalog ever served.
 
     A store with `append` (a file, Redis) is shared: only new entries are written to it, never the
     whole log over what other workers wrote. When it cannot be reached at start, the feed records in
@@ -146,8 +149,11 @@ class GatewayUsage:
         """Whether crediting a call is a network round trip (the pending searches are shared, in Redis)."""
         return self.enabled and not isinstance(self.recorder.pending, InMemoryPendingSearches)
 
-    def searched(self, session_id: str, query: str | None, shown: Sequence[str]) -> None:
-        self.recorder.record_search(session_id, query, shown)
+    def searched(
+        self, session_id: str, query: str | None, shown: Sequence[str], *, ranked: Sequence[str] | None = None
+    ) -> None:
+        """A search a client made and what it was shown (`ranked`: the backend's own order, where it differs)."""
+        self.recorder.record_search(session_id, query, shown, ranked=ranked)
 
     def called(self, session_id: str, tool: str, ok: bool) -> None:
         if not self.enabled or not ok:
@@ -201,16 +207,12 @@ class GatewayUsage:
                 # Carried from the stored log, which holds every worker's entries (this worker's memory holds
                 # only its own): each worker that switches carries it, and the merge keeps each entry once, so
                 # entries another worker appends to either log meanwhile are never overwritten nor lost.
-                source = self.store.load(old.catalog)
-                if source is not None and len(source):
-                    carried = UsageLog(catalog, max_entries=source.max_entries, privacy=source.privacy,
-                                       salt=source.salt, entries=source.entries())
-                    try:
-                        self._unite(carried)
-                    except UsageStoreUnreachableError:
-                        raise
-                    except UsageError as exc:  # a stored log of that catalog with another salt: kept as it is
-                        logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
+                try:
+                    self._carry(old.catalog, catalog)
+                except UsageStoreUnreachableError:
+                    raise
+                except UsageError as exc:  # a stored log of that catalog with another salt: kept as it is
+                    logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
                 log = self._open_one(catalog, self.privacy)
             except UsageError as exc:
                 # The store is away (or its log of the new catalog unreadable): the new catalog's log is opened,
@@ -220,6 +222,19 @@ class GatewayUsage:
                 log = UsageLog(catalog, max_entries=old.max_entries, privacy=old.privacy, salt=old.salt,
                                entries=old.entries())
             self.recorder.log = log
+
+    def _carry(self, source: str, target: str) -> None:
+        """Carry the stored log of catalog `source` over to `target`'s."""
+        move = getattr(self.store, "move", None)
+        if callable(move):  # a file, Redis: united and the source deleted in one step (one log goes forward)
+            move(source, target)
+            return
+        # A plug-in's store without `move`: united, and the source left as it is. Deleting it apart from the carry
+        # would lose what another worker appends to it in between.
+        stored = self.store.load(source)
+        if stored is not None and len(stored):
+            self._unite(UsageLog(target, max_entries=stored.max_entries, privacy=stored.privacy, salt=stored.salt,
+                                 entries=stored.entries()))
 
     def _unite(self, carried: UsageLog) -> None:
         """Merge `carried` into the stored log of its catalog, each entry once, never over another worker's."""
@@ -248,6 +263,10 @@ class GatewayUsage:
             log.merge(carried)
         except UsageError as exc:  # a stored log of that catalog with another salt: keep it as it is
             logger.warning("usage log: could not carry entries over to the new catalog: %s", exc)
+        else:
+            # One log goes forward (its bound kept by the log itself): the old one, now in the new, would otherwise
+            # stay as a copy, one per catalog ever served. The whole log is this feed's: nothing else writes to it.
+            self.store.delete(old.catalog)
         self.recorder.log = log
         self._save_soon()
 
@@ -337,16 +356,26 @@ class GatewayUsage:
         log = self.recorder.log
         fitted: list[_Unsaved] = []
         moved: list[UsageEntry] = []
+        lost = 0
         for item in unsaved:
             if item.salt != log.salt:
                 entry = item.entry
                 if log.privacy == "hashed":
+                    if item.query is None:  # its text was never in this process: its terms cannot be hashed again
+                        lost += 1
+                        continue
                     entry = replace(entry, terms=log.terms(item.query), query=None)  # its voter kept
                 item = _Unsaved(entry, item.query, log.salt)
                 moved.append(entry)
             fitted.append(item)
         if moved:
             log.extend(moved)
+        if lost:
+            logger.warning(
+                "usage log: %d unsaved %s hashed with the salt of a log that was replaced, from searches another "
+                "worker served (whose text is not kept), and could not be hashed again: not saved",
+                lost, "entry was" if lost == 1 else "entries were",
+            )
         return fitted
 
 

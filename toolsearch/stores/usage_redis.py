@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -11,7 +13,7 @@ from urllib.parse import urlsplit
 
 from .._errors import UsageLogReplacedError, UsageStoreUnreachableError, missing_dependency
 from .._redact import redacted_url
-from ..usage import Privacy, UsageEntry, UsageError, UsageLog, merged_logs, settings_problem
+from ..usage import PendingSearch, Privacy, UsageEntry, UsageError, UsageLog, merged_logs, settings_problem
 from .redis import REDIS_SCHEMES, check_redis_url, credentials_problem, has_credentials
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
@@ -133,6 +135,7 @@ class RedisUsageStore:
         where = f"usage log {catalog[:12]} in {self.url}"
         try:
             fields = {k.decode(): v.decode() for k, v in meta.items()}
+            # (a number too large for a log is refused by settings_problem; one of over 4,300 digits by int)
             max_entries, privacy = int(fields["max_entries"]), fields["privacy"]
             problem = settings_problem(max_entries, privacy)
             if problem is not None:
@@ -207,6 +210,45 @@ class RedisUsageStore:
             "row (workers appending to it); nothing was merged"
         )
 
+    def move(self, source: str, target: str) -> UsageLog | None:
+        """The carry-over of a catalog switch: unite the stored log of catalog `source` with that of `target` as
+        `merge` does, and delete the source's, in one transaction under WATCH of both, so an entry another worker
+        appends to either meanwhile is never lost (the move reads again). One log goes forward: a copy left behind
+        at every switch would grow the store without bound. Returns the target's log as stored; None, and nothing
+        written, when `source` has no log or no entries. Hashed logs with different salts do not unite: UsageError,
+        and both are left as they are."""
+        source_keys, target_keys = self._keys(source), self._keys(target)
+        moved: list[UsageLog | None] = []
+
+        def attempt() -> bool:
+            with self._redis.client.pipeline(transaction=True) as pipe:
+                pipe.watch(*source_keys, *target_keys)  # type: ignore[no-untyped-call]
+                carried = self._parsed(source, pipe.hgetall(source_keys[0]), pipe.lrange(source_keys[1], 0, -1))
+                if carried is None or not len(carried):
+                    moved.append(None)
+                    return True
+                carried = UsageLog(target, max_entries=carried.max_entries, privacy=carried.privacy,
+                                   salt=carried.salt, entries=carried.entries())
+                stored = self._parsed(target, pipe.hgetall(target_keys[0]), pipe.lrange(target_keys[1], 0, -1))
+                united = carried if stored is None else self._united(stored, carried)
+                pipe.multi()
+                self._write(pipe, united)
+                pipe.delete(*source_keys)
+                try:
+                    pipe.execute()
+                except self._redis.watch_error:
+                    return False  # another worker wrote in between: read again
+                moved.append(united)
+                return True
+
+        for _ in range(MERGE_ATTEMPTS):
+            if self._redis.call("move a usage log to a new catalog", attempt):
+                return moved[-1]
+        raise UsageError(
+            f"usage store {self.url}: the usage log {source[:12]} or {target[:12]} changed under {MERGE_ATTEMPTS} "
+            "moves in a row (workers appending to them); nothing was moved"
+        )
+
     def _united(self, stored: UsageLog, log: UsageLog) -> UsageLog:
         if "hashed" in (stored.privacy, log.privacy) and (stored.privacy, stored.salt) != (log.privacy, log.salt):
             raise UsageError(
@@ -249,32 +291,76 @@ class RedisUsageStore:
 
 class RedisPendingSearches:
     """Pending searches per session in `{prefix}usage-pending:{session}` (the newest `max_searches`,
-    expiring after `ttl_seconds` without a search)."""
+    expiring after `ttl_seconds` without a search).
 
-    def __init__(self, redis: _Redis, *, max_searches: int = 16, ttl_seconds: float = 3600.0) -> None:
+    Redis gets what the log may keep of a request: its terms as the log stores them (hashed under privacy
+    "hashed"), and its text only under "raw", so a search no call follows leaves nothing readable for the hour it
+    waits. The text of the searches this worker served stays in its memory (the newest `max_searches` of the
+    newest `max_sessions` sessions), so a call it credits can still be hashed with the log as it is then.
+    """
+
+    def __init__(
+        self, redis: _Redis, *, max_searches: int = 16, ttl_seconds: float = 3600.0, max_sessions: int = 10_000
+    ) -> None:
         self._redis = redis
         self.max_searches = max_searches
+        self.max_sessions = max_sessions
         self._ttl_ms = max(1, round(ttl_seconds * 1000))
         self._credit = redis.client.register_script(_CREDIT)
+        # session -> (terms, salt) -> request text, both least recently used first
+        self._texts: OrderedDict[str, OrderedDict[tuple[tuple[str, ...], str | None], str]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def _key(self, session_id: str) -> str:
         return f"{self._redis.prefix}usage-pending:{session_id}"
 
-    def add(self, session_id: str, query: str, shown: Sequence[str]) -> None:
+    def add(self, session_id: str, search: PendingSearch) -> None:
         key = self._key(session_id)
+        row: dict[str, object] = {"terms": list(search.terms), "salt": search.salt, "shown": list(search.shown),
+                                  "ranked": list(search.ranked), "credited": []}
+        if search.keep_text and search.query is not None:
+            row["query"] = search.query
         pipe = self._redis.client.pipeline(transaction=True)
-        pipe.rpush(key, json.dumps({"query": query, "shown": list(shown), "credited": []}, ensure_ascii=False))
+        pipe.rpush(key, json.dumps(row, ensure_ascii=False))
         pipe.ltrim(key, -self.max_searches, -1)
         pipe.pexpire(key, self._ttl_ms)
         self._redis.call("record a search", pipe.execute)
+        if search.query is not None and not search.keep_text:
+            self._remember(session_id, (search.terms, search.salt), search.query)
 
-    def credit(self, session_id: str, tool: str) -> tuple[str, tuple[str, ...]] | None:
+    def _remember(self, session_id: str, key: tuple[tuple[str, ...], str | None], text: str) -> None:
+        with self._lock:
+            texts = self._texts.pop(session_id, None) or OrderedDict()
+            texts.pop(key, None)
+            texts[key] = text
+            while len(texts) > self.max_searches:
+                texts.popitem(last=False)
+            self._texts[session_id] = texts  # most recently used last
+            while len(self._texts) > self.max_sessions:
+                self._texts.popitem(last=False)
+
+    def credit(self, session_id: str, tool: str) -> PendingSearch | None:
         raw = self._redis.call("credit a call", self._credit, [self._key(session_id)], [tool])
         if not raw:
             return None
         search = json.loads(raw)
-        return str(search["query"]), tuple(str(s) for s in search["shown"])
+        shown = tuple(str(s) for s in search["shown"])
+        if "terms" not in search:  # written by an earlier toolsearch: the text, read as it was
+            return PendingSearch((), shown, shown, str(search["query"]))
+        terms = tuple(str(t) for t in search["terms"] or ())  # (Lua's cjson writes an empty list as {})
+        salt = search.get("salt")
+        salt = None if salt is None else str(salt)
+        query = search.get("query")
+        if query is None:
+            with self._lock:
+                texts = self._texts.get(session_id)
+                query = None if texts is None else texts.get((terms, salt))
+        # (an empty "ranked" is a backend that showed nothing: only learning found the tools)
+        ranked = tuple(str(s) for s in search["ranked"]) if "ranked" in search else shown
+        return PendingSearch(terms, shown, ranked, query, salt, keep_text="query" in search)
 
     def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._texts.pop(session_id, None)
         self._redis.call("forget a session's searches", self._redis.client.delete, self._key(session_id))
 
