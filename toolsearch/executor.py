@@ -266,12 +266,81 @@ def _validator(tool: Tool) -> Any:
         cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
         try:
             cls.check_schema(tool.input_schema)
-            found = cls(tool.input_schema)
+            found = _bounded(cls)(tool.input_schema)
         except jsonschema.SchemaError:
             found = False  # a schema jsonschema cannot use: arguments are passed through unchecked
         with _validators_lock:
             _validators[tool.fingerprint] = found
     return found
+
+
+# A schema's regular expressions come from whoever wrote the tool (an MCP upstream: untrusted), its arguments from
+# the model. jsonschema matches them with `re`, which holds the GIL: `^(a+)+$` against 28 characters froze every
+# client of a gateway for 9 s. Each match runs under `regex`'s timeout instead; one that runs out is not judged.
+_PATTERN_TIMEOUT_S = 0.05
+
+
+class _Unjudged(Exception):
+    """A schema pattern ran past _PATTERN_TIMEOUT_S on an argument: the arguments are not checked."""
+
+
+def _search(pattern: str, text: str) -> bool:
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=_PATTERN_TIMEOUT_S, concurrent=True) is not None
+    except TimeoutError as exc:
+        raise _Unjudged(pattern) from exc
+
+
+def _bounded(cls: Any) -> Any:
+    """`cls` with every keyword that matches a schema's regular expression against an argument under a timeout.
+
+    jsonschema matches with `re` in `pattern`, `patternProperties` and the extras of `additionalProperties`; those
+    three are re-implemented here on `_search`. `unevaluatedProperties` also matches `patternProperties` with `re`:
+    a schema holding both is checked without `unevaluatedProperties` (the tool still checks for itself).
+    """
+    import jsonschema
+    from jsonschema import ValidationError
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterable[Any]:
+        if validator.is_type(instance, "string") and not _search(patrn, instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    def pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any) -> Iterable[Any]:
+        if not validator.is_type(instance, "object"):
+            return
+        for patrn, subschema in patterns.items():
+            for key, value in instance.items():
+                if _search(patrn, key):
+                    yield from validator.descend(value, subschema, path=key, schema_path=patrn)
+
+    def additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterable[Any]:
+        if not validator.is_type(instance, "object"):
+            return
+        known = schema.get("properties", {})
+        patterns = list(schema.get("patternProperties", {}))
+        extras = sorted(
+            (k for k in instance if k not in known and not any(_search(p, k) for p in patterns)), key=str
+        )
+        if validator.is_type(extra, "object"):
+            for key in extras:
+                yield from validator.descend(instance[key], extra, path=key)
+        elif not extra and extras:
+            said = f"{', '.join(map(repr, extras))} {'was' if len(extras) == 1 else 'were'} unexpected"
+            yield ValidationError(f"Additional properties are not allowed ({said})")
+
+    def unevaluated_properties(validator: Any, value: Any, instance: Any, schema: Any) -> Iterable[Any]:
+        if "patternProperties" not in schema:
+            yield from original(validator, value, instance, schema)
+
+    original = cls.VALIDATORS.get("unevaluatedProperties")
+    keywords = {
+        "pattern": pattern, "patternProperties": pattern_properties, "additionalProperties": additional_properties
+    }
+    if original is not None:
+        keywords["unevaluatedProperties"] = unevaluated_properties
+    return jsonschema.validators.extend(cls, keywords)
 
 
 def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
@@ -280,7 +349,7 @@ def _schema_errors(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
         return []
     try:
         errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: [str(p) for p in e.absolute_path])
-    except Exception:  # a schema that breaks while checking (e.g. a bad regex `pattern`): the tool checks
+    except Exception:  # a schema that breaks while checking (a bad or too slow regex `pattern`): the tool checks
         return []
     out = []
     for err in errors[:5]:

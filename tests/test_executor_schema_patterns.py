@@ -1,0 +1,56 @@
+"""A tool schema's regular expressions are matched under a timeout: a pattern that backtracks cannot hold the process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolsearch import Tool
+from toolsearch.executor import argument_problems
+
+# `re` takes exponential time on this pair (a run of 'a's that cannot end the match): far past the test's timeout.
+_BACKTRACKS = "^(a|aa)+$"
+_STUCK = "a" * 60 + "!"
+
+
+def _tool(name: str, schema: dict[str, Any]) -> Tool:
+    return Tool(name=name, description="A tool whose schema holds a pattern.", input_schema=schema)
+
+
+@pytest.mark.timeout(60)
+def test_a_pattern_that_backtracks_is_not_judged_and_does_not_hang() -> None:
+    tool = _tool("lookup", {"type": "object", "properties": {"code": {"type": "string", "pattern": _BACKTRACKS}}})
+    assert argument_problems(tool, {"code": _STUCK}) == []  # not judged: the tool checks for itself
+    assert argument_problems(tool, {"code": "aaa"}) == []
+    assert argument_problems(tool, {"code": "b"}) == ["code: 'b' does not match '^(a|aa)+$'"]
+
+
+@pytest.mark.timeout(60)
+def test_pattern_properties_and_their_extras_are_matched_under_the_timeout() -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {_BACKTRACKS: {"type": "integer"}, "^x_": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    tool = _tool("tagged", schema)
+    assert argument_problems(tool, {_STUCK: 1}) == []  # its name cannot be judged: not refused for it
+    assert argument_problems(tool, {"aa": 1, "x_note": "ok"}) == []
+    assert argument_problems(tool, {"aa": "one"}) == ["aa: 'one' is not of type 'integer'"]
+    assert argument_problems(tool, {"zz": 1, "yy": 2}) == [
+        "Additional properties are not allowed ('yy', 'zz' were unexpected)"
+    ]
+    typed_extras = _tool("typed", {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}})
+    assert argument_problems(typed_extras, {"a": 1, "b": 2}) == ["b: 2 is not of type 'string'"]
+
+
+@pytest.mark.timeout(60)
+def test_unevaluated_properties_beside_pattern_properties_is_left_to_the_tool() -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {_BACKTRACKS: {"type": "integer"}},
+        "unevaluatedProperties": False,
+    }
+    assert argument_problems(_tool("open", schema), {_STUCK: 1, "zz": 2}) == []
+    closed = _tool("closed", {"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False})
+    assert argument_problems(closed, {"a": 1, "b": 2}) != []  # without patternProperties it still checks
