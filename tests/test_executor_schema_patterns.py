@@ -1,4 +1,4 @@
-"""A tool schema's regular expressions are matched under a timeout: a pattern that backtracks cannot hold the process."""
+"""A tool schema's regular expressions are matched under a timeout: a backtracking pattern cannot hold the process."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_pattern_properties_and_their_extras_are_matched_under_the_timeout() -> 
     assert argument_problems(tool, {"zz": 1, "yy": 2}) == [
         "Additional properties are not allowed ('yy', 'zz' were unexpected)"
     ]
-    typed_extras = _tool("typed", {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}})
+    typed = {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}
+    typed_extras = _tool("typed", typed)
     assert argument_problems(typed_extras, {"a": 1, "b": 2}) == ["b: 2 is not of type 'string'"]
 
 

@@ -193,7 +193,7 @@ def test_a_stored_log_still_advises_clearing_it(tmp_path: Path) -> None:
 def test_an_export_never_replaces_a_file_without_force_nor_the_indexs_own_usage_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder, store, _ = _index_with_a_log(tmp_path)
+    folder, _, _ = _index_with_a_log(tmp_path)
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes, not a usage export\n")
     assert cli_main(["usage", "export", str(folder), str(notes)]) == 1
