@@ -598,6 +598,10 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
     (["eval", "kw", "--queries", "queries.jsonl", "--min-ndcg", "2"], EXIT_USAGE),
     (["tune", "kw"], EXIT_USER_ERROR),  # a bm25 index has no request encoder to tune
     (["tune", "kw", "--learning-rate", "0"], EXIT_USAGE),
+    # inf passed the check and trained NaN weights into the index; a learning rate past 1 overflowed inside torch
+    (["tune", "kw", "--learning-rate", "inf"], EXIT_USAGE),
+    (["tune", "kw", "--learning-rate", "2"], EXIT_USAGE),
+    (["tune", "kw", "--seed", "-1"], EXIT_USAGE),
     (["rm", "kw"], EXIT_OK),
     (["bench", "--help"], EXIT_OK),
     (["mcp", "serve", "--help"], EXIT_OK),
@@ -629,6 +633,7 @@ EXIT_TABLE: list[tuple[list[str], int]] = [
     (["rm", "../x"], EXIT_USAGE),
     (["demo", "--backend", "elastic"], EXIT_USAGE),
     (["demo", "--format", "morse"], EXIT_USAGE),
+    (["demo", "--force"], EXIT_USAGE),
     (["bench", "nope"], EXIT_USAGE),
     (["bench", "retrieval", "--bogus"], EXIT_USER_ERROR),  # moved: any options, one answer (run it from a clone)
     (["mcp", "serve"], EXIT_USAGE),
@@ -1090,3 +1095,240 @@ def test_a_root_that_is_a_file_is_named(home: Path, capsys: pytest.CaptureFixtur
     code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--root", "afile", "--name", "kw")
     # Before: "afile: File exists".
     assert_one_line_error(code, err, "--root afile is a file, not a folder")
+
+
+# --- only what toolsearch made is removed or replaced ------------------------------------------------------------
+
+
+USER_FOLDERS = {  # hidden folders of the user's that look like what a build leaves beside an index
+    ".config.old-2024-06-01/settings.ini": "precious settings",
+    ".data.tmp-1/data.csv": "precious data",
+    ".photos.trash-2023/holiday.jpg": "a photo",
+    ".site.gen-1/index.html": "<html>",
+    # the very shape of toolsearch's names, but nothing of toolsearch's inside (no mark, no toolsearch manifest)
+    ".tool-index.tmp-18ee68dcdb35d7b6-3e0d596c/draft.txt": "a draft",
+    ".tools.trash-18ee68dcdb35d7b6-3e0d596c/notes.txt": "notes",
+    ".tools.gen-18ee68dcdb35d7b6-3e0d596c/index.html": "<html>",
+    ".tools.old-12-34/kept.txt": "kept",
+}
+
+
+def _user_folders(where: Path) -> None:
+    for rel, text in USER_FOLDERS.items():
+        (where / rel).parent.mkdir(parents=True, exist_ok=True)
+        (where / rel).write_text(text)
+
+
+def test_builds_and_rm_leave_the_users_folders_that_look_like_leftovers(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for where in (home / "project", home / "home" / "indexes"):
+        _user_folders(where)
+    # --out sweeps the folder it writes in, --name the folder of named indexes; rebuilds retire, rm removes
+    for argv in (["--out", "project/tool-index"], ["--out", "project/tool-index", "--rebuild"],
+                 ["--name", "tools"], ["--name", "tools", "--rebuild"]):
+        code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", *argv)
+        assert code == EXIT_OK, err
+    assert run(capsys, "rm", "tools")[0] == EXIT_OK
+    for where in (home / "project", home / "home" / "indexes"):
+        # Before: every one of them was deleted, exit 0, nothing said.
+        assert {rel: (where / rel).read_text() for rel in USER_FOLDERS if (where / rel).is_file()} == USER_FOLDERS
+
+
+def test_what_a_killed_build_left_is_still_swept(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch.store import MADE_MARK
+
+    indexes = home / "home" / "indexes"
+    scratch = indexes / ".tools.tmp-18ee68dcdb35d7b6-3e0d5970"  # as a build killed half-way leaves it
+    (scratch / "backend").mkdir(parents=True)
+    (scratch / MADE_MARK).write_text("made by toolsearch")
+    (scratch / "tools.jsonl").write_text("{}\n")
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "other")[0] == EXIT_OK
+    assert not scratch.exists()
+
+
+def test_a_folder_with_a_manifest_of_another_kind_is_not_an_index(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = home / "myproject"
+    (app / "backend").mkdir(parents=True)
+    (app / "manifest.json").write_text('{"name": "my web app", "version": "1.0"}')
+    (app / "backend" / "app.py").write_text('print("my backend code")')
+    (app / "tools.jsonl").write_text('{"my": "own data"}\n')
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--out", "myproject")
+    # Before: "manifest.json is not a toolsearch manifest ... rebuilding it", exit 0, and the folder was gone.
+    assert_one_line_error(code, err, "myproject exists and is not a toolsearch index; refusing to replace it",
+                          "backend/, manifest.json, tools.jsonl", "not a toolsearch manifest")
+    assert "rebuilding it" not in err
+    assert (app / "backend" / "app.py").read_text() == 'print("my backend code")' and not app.is_symlink()
+    # the same rule in list and rm
+    code, out, _ = run(capsys, "list", "--root", ".")
+    assert code == EXIT_OK and "myproject" not in out, out  # before: listed as a damaged index
+    code, _, err = run(capsys, "rm", "myproject", "--root", ".")
+    assert_one_line_error(code, err, "myproject is not a toolsearch index", "refusing to remove it")
+    assert (app / "backend" / "app.py").is_file() and (app / "manifest.json").is_file()  # before: rmtree'd
+    # a folder without a manifest: refused as before, and now its files are named
+    (home / "u2").mkdir()
+    (home / "u2" / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--out", "u2")
+    assert_one_line_error(code, err, "u2 exists and is not a toolsearch index", "notes.txt", "no manifest.json")
+
+
+def test_a_damaged_index_of_ours_is_still_listed_rebuilt_and_removed(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a copy (cp -rL: a plain folder) whose manifest was cut short is still ours: its manifest says so
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw")[0] == EXIT_OK
+    subprocess.run(["cp", "-rL", str(home / "home" / "indexes" / "kw"), str(home / "copy")], check=True)
+    manifest = home / "copy" / MANIFEST
+    manifest.write_bytes(manifest.read_bytes()[:200])
+    code, out, _ = run(capsys, "list", "--root", ".")
+    assert code == EXIT_OK and "copy" in out and "damaged (see below)" in out, out
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--out", "copy")
+    assert code == EXIT_OK and "rebuilding it" in err, err
+    assert run(capsys, "query", "./copy", "email")[0] == EXIT_OK
+    assert run(capsys, "rm", "copy", "--root", ".")[0] == EXIT_OK
+    assert not [p for p in home.iterdir() if p.name.startswith((".copy.", "copy"))]
+
+
+def _as_newer_format(index: Path) -> None:
+    """The index as a newer toolsearch would write it: its manifest's format version past this one's."""
+    manifest = index.resolve() / MANIFEST
+    data = json.loads(manifest.read_text())
+    data["version"] += 1
+    data["digest"] = manifest_digest(data)
+    manifest.write_text(json.dumps(data, indent=2))
+
+
+def test_an_index_of_a_newer_format_is_not_built_over(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "future")[0] == EXIT_OK
+    index = home / "home" / "indexes" / "future"
+    _as_newer_format(index)
+    before = (index / MANIFEST).read_text()
+    for extra in ([], ["--rebuild"]):
+        code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "future", *extra)
+        # Before: "failed its checks ...; rebuilding it", exit 0, and what it carried was gone.
+        assert_one_line_error(code, err, "future was built by a newer toolsearch", "Upgrade toolsearch",
+                              "toolsearch rm future")
+        assert "rebuilding it" not in err
+        assert (index / MANIFEST).read_text() == before
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--out", "elsewhere")
+    assert code == EXIT_OK, err
+    _as_newer_format(home / "elsewhere")
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "regex", "--out", "elsewhere")
+    assert_one_line_error(code, err, "newer toolsearch")
+    assert run(capsys, "rm", "future")[0] == EXIT_OK  # the way out the message names
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "future")[0] == EXIT_OK
+
+
+def test_rm_removes_the_usage_log_too_and_says_so(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch.store import read_manifest
+    from toolsearch.usage import FileUsageStore, UsageLog, usage_path
+
+    assert run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "tools")[0] == EXIT_OK
+    folder = home / "home" / "indexes" / "tools"
+    log = UsageLog(read_manifest(folder).catalog_hash, privacy="raw")
+    log.add("refund ana's order 1234, she is furious", "send_email", ["send_email"])
+    FileUsageStore(usage_path(folder)).save(log)
+    code, out, _ = run(capsys, "rm", "tools")
+    # Before: "removed index 'tools'", and the log (raw request text) stayed for the next index of that name.
+    assert code == EXIT_OK and out.strip().endswith(f"and its usage log ({usage_path(folder)})"), out
+    assert not usage_path(folder).exists()
+    assert run(capsys, "build", "anthropic.json", "--backend", "bm25", "--name", "tools")[0] == EXIT_OK
+    code, out, _ = run(capsys, "rm", "tools", "--json")  # no log now: none named
+    assert code == EXIT_OK and json.loads(out)["usage_log"] is None
+
+
+# --- sources: pipes, JSONL line ends, MCP configs ------------------------------------------------------------------
+
+
+def test_tool_files_given_as_pipes_are_read_once(home: Path) -> None:
+    def piped(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "toolsearch", *argv], cwd=home, capture_output=True, text=True,
+                              input=(home / "openai.json").read_text(), timeout=120)
+
+    # Before: "/dev/stdin:1: invalid JSON (Expecting value)": the MCP sniff had read the pipe empty.
+    proc = piped("build", "/dev/stdin", "--backend", "bm25", "--name", "piped", "--json")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads(proc.stdout)["tools"] == 3
+    # Before: the pipe was taken for an index ("points at pipe:[...], which is not beside it").
+    proc = piped("eval", "/dev/stdin", "--queries", "queries.jsonl", "--backends", "bm25", "--json")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads(proc.stdout)["tools"] == 3
+    # an error about what the pipe held names the pipe, not a private copy of it
+    proc = subprocess.run([sys.executable, "-m", "toolsearch", "build", "/dev/stdin"], cwd=home, capture_output=True,
+                          text=True, input='[{"name": "a"},,]', timeout=120)
+    assert proc.returncode == EXIT_USER_ERROR and "/dev/stdin:1: invalid JSON" in proc.stderr, proc.stderr
+
+
+def test_jsonl_lines_end_at_newlines_only(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"name": "sign_contract", "description": "Sign a contract.\u2028Legal team only."},
+            {"name": "file_claim", "description": "File a claim\u0085for damages."}]
+    # as JSON.stringify or json.dumps(ensure_ascii=False) write them, one with Windows line ends
+    (home / "legal.jsonl").write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n",
+                                      encoding="utf-8", newline="")
+    code, out, err = run(capsys, "build", "legal.jsonl", "--backend", "bm25", "--name", "legal", "--json")
+    # Before: "legal.jsonl:1: invalid JSON (Unterminated string starting at)".
+    assert code == EXIT_OK and json.loads(out)["tools"] == 2, err
+    code, out, _ = run(capsys, "query", "legal", "sign contract", "-k", "1", "--json")
+    assert json.loads(out)["hits"][0]["description"] == rows[0]["description"]
+    # line numbers count newlines, not the separators inside strings
+    (home / "broken.jsonl").write_text(json.dumps(rows[0], ensure_ascii=False) + "\nnot json\n", encoding="utf-8")
+    code, _, err = run(capsys, "build", "broken.jsonl")
+    assert_one_line_error(code, err, "broken.jsonl:2: invalid JSON")
+
+
+def test_namespace_is_refused_for_an_mcp_config(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"time": {"command": "toolsearch-no-such-server"}}}))
+    code, out, err = run(capsys, "build", "servers.json", "openai.json", "--namespace", "billing")
+    # Before: accepted, and the tools stayed in their servers' namespaces (`query --namespace billing` found none).
+    assert_one_line_error(code, err, "--namespace applies to tool files only", "servers.json is an MCP servers config",
+                          exit_code=EXIT_USAGE)
+    assert "listing the tools" not in err and out == ""  # no server was started
+
+
+def test_quiet_keeps_the_reason_no_mcp_server_answered(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (home / "servers.json").write_text(json.dumps({"mcpServers": {"x": {"command": "/nonexistent/bin"}}}))
+    code, _, err = run(capsys, "build", "servers.json", "--backend", "bm25", "-q")
+    # Before: "no MCP server answered (1 failed); see the notes above", and -q had hidden those notes.
+    assert_one_line_error(code, err, "no MCP server answered (1 failed: 'x': command not found: '/nonexistent/bin'")
+    assert "see the notes above" not in err
+
+
+@pytest.mark.parametrize("command", [["query", "{}", "send an email"], ["info", "{}"]])
+@pytest.mark.parametrize("given", ["./openai.json", "openai.json"])
+def test_a_tool_file_given_as_an_index_says_to_build_one(
+    command: list[str], given: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, *[given if part == "{}" else part for part in command])
+    # Before: "tools.json/manifest.json cannot be read ([Errno 20] Not a directory ...); rebuild the index".
+    assert_one_line_error(code, err, f"{given} is a file, not an index",
+                          f"build an index from it first: toolsearch build {given}")
+    assert "Errno" not in err and "rebuild" not in err
+
+
+# --- demo files ----------------------------------------------------------------------------------------------------
+
+
+def test_demo_does_not_overwrite_a_file_unless_forced(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from toolsearch import load_tools
+    from toolsearch.demo import demo_tools
+
+    mine = '[{"name": "my_company_tool", "description": "Our own tool, written by hand."}]'
+    (home / "tools.json").write_text(mine)
+    code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
+    # Before: replaced by the demo's 197 tools, exit 0.
+    assert_one_line_error(code, err, "tools.json: the file exists; refusing to overwrite it", "--force")
+    assert (home / "tools.json").read_text() == mine and out == ""
+    code, out, err = run(capsys, "demo", "--save-catalog", "tools.json", "--force")
+    assert code == EXIT_OK and load_tools(home / "tools.json") == demo_tools(), err
+    # a file that holds the catalog already loses nothing: written again, as the docs' first command does
+    code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
+    assert code == EXIT_OK and out.startswith("wrote the demo's 197 tools"), err
+    assert [p.name for p in home.iterdir() if p.name.startswith(".tools.json")] == []  # no part-written file left
+
+
+def test_demo_cache_dir_that_is_a_file_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "demo", "--backend", "bm25", "--cache-dir", "openai.json")
+    # Before: "openai.json: File exists".
+    assert_one_line_error(code, err, "--cache-dir openai.json is a file, not a folder")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from toolsearch import IndexFormatError, IndexStore, Tool, ToolIndex
-from toolsearch.store import MANIFEST, read_manifest
+from toolsearch.store import MADE_MARK, MANIFEST, read_manifest
 
 PYTHON = sys.executable
 
@@ -215,8 +215,9 @@ def test_any_build_in_the_folder_clears_what_killed_builds_of_other_names_left(t
 def test_a_live_writers_scratch_and_lock_are_left_alone(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    lock, scratch = root / ".busy.lock", root / ".busy.tmp-1-2"
+    lock, scratch = root / ".busy.lock", root / ".busy.tmp-18ee68dcdb35d7b6-3e0d596c"
     scratch.mkdir()
+    (scratch / MADE_MARK).touch()  # what every folder toolsearch makes holds
     store = IndexStore(root)
     with lock.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # a build of "busy" in another process, writing its scratch

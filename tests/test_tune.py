@@ -332,3 +332,79 @@ def test_build_does_not_replace_a_tuned_index_unless_told_to(
     assert len(kept) == len(grown) and kept.backend.describe()["model"] == tuned.backend.describe()["model"]
     assert main([*argv, "--rebuild"]) == 0
     assert ToolIndex.load(root / "mine").backend.describe()["model"] != tuned.backend.describe()["model"]
+
+
+def test_a_learning_rate_that_is_not_finite_is_refused_before_training(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from toolsearch._errors import InvalidArgumentError
+    from toolsearch.training.tune import TUNE_CONFIG
+
+    index = ToolIndex.build(TOOLS, backend="hybrid")
+    log = raw_log(index, [("where is my parcel", "track_shipment")])
+    for rate in (float("inf"), float("nan"), -1e-4, 2.0):
+        # Before: inf trained NaN weights into the encoder, and `toolsearch tune` saved the index with them.
+        with pytest.raises(InvalidArgumentError, match="learning_rate must be a number above 0 and at most 1"):
+            tune_index(index, log, config=replace(TUNE_CONFIG, learning_rate=rate), work=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_diverged_is_refused_and_the_index_and_its_log_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    from dataclasses import replace
+
+    from toolsearch import MissingDependencyError
+    from toolsearch.training.tune import TUNE_CONFIG
+
+    index = ToolIndex.build(TOOLS, backend="hybrid")
+    log = raw_log(index, [("where is my parcel", "track_shipment"), ("mail the report to ana", "send_email")])
+    # logits scaled past any float: the loss and then every trained weight are NaN, as a far too large step makes them
+    diverging = replace(TUNE_CONFIG, scale=float("inf"), epochs=1, threads=1)
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("sentence_transformers") is None:
+        with pytest.raises(MissingDependencyError, match=r"toolsearch\[train\]"):
+            tune_index(index, log, config=diverging, work=tmp_path, progress=lambda _: None)
+        return
+    # The trainer's save writes a model card, for which sentence-transformers looks the base model up on the hub,
+    # reading the user's token first: a file beside the clone (tests/clone_only.py), here one that is not there.
+    monkeypatch.setattr("huggingface_hub.constants.HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
+    work = tmp_path / "work"
+    work.mkdir()
+    # Before: returned an index whose encoder gave NaN vectors, which `tune` saved in place of the old one.
+    with pytest.raises(BackendError, match=r"training diverged.*not finite.*nothing was saved"):
+        tune_index(index, log, config=diverging, work=work, progress=lambda _: None)
+    assert list(work.iterdir()) == []  # no encoder left half-made
+    assert index.search("where is my parcel", k=1).names == ["track_shipment"]
+
+
+def test_build_does_not_replace_a_tuned_index_that_fails_its_checks_or_is_newer(
+    tuned_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    from toolsearch import IndexStore
+    from toolsearch.model_file import CARD_FILE
+    from toolsearch.store import MANIFEST, manifest_digest
+
+    root = tmp_path / "indexes"
+    tuned = ToolIndex.build(TOOLS, backend="hybrid", embedder=ToolsEmbedder(query_model=tuned_model))
+    for name in ("damaged", "newer"):
+        IndexStore(root).save(tuned, name)
+    manifest = (root / "newer").resolve() / MANIFEST
+    data = json.loads(manifest.read_text())
+    data["version"] += 1  # as a newer toolsearch writes it
+    data["digest"] = manifest_digest(data)
+    manifest.write_text(json.dumps(data, indent=2))
+    (root / "damaged" / MANIFEST).write_text("{")  # its manifest is what fails: the encoder is found from its files
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    build = ["build", str(tmp_path / "tools.json"), "--backend", "hybrid", "--root", str(root), "--name"]
+    # Before: both were "rebuilt" with a warning, exit 0, and the encoder that existed nowhere else was gone.
+    assert main([*build, "damaged"]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "fails its checks" in err and "carries a request encoder of its own" in err and "--rebuild" in err
+    assert main([*build, "newer"]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "built by a newer toolsearch" in err and "Upgrade toolsearch" in err and "toolsearch rm newer" in err
+    for name in ("damaged", "newer"):
+        assert list((root / name).resolve().rglob(CARD_FILE)), name  # the encoder is still there
+    assert main([*build, "damaged", "--rebuild"]) == 0  # told to: replaced, encoder and all
+    assert not list((root / "damaged").resolve().rglob(CARD_FILE))

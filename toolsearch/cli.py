@@ -309,7 +309,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                    "default), openai_responses, anthropic, gemini, or one a plug-in adds")
     p.add_argument("--save-catalog", metavar="FILE",
                    help="write the bundled catalog (197 tools) to FILE as a JSON tool file, to try build and query "
-                   "on, and run nothing else")
+                   "on, and run nothing else; an existing FILE is not replaced (unless it holds that catalog already) "
+                   "without --force")
+    p.add_argument("--force", action="store_true", help="with --save-catalog: replace FILE if it exists")
     p.set_defaults(func=cmd_demo, check=check_demo)
 
     p = commands.add_parser("model", parents=[common],
@@ -431,17 +433,35 @@ def _root(args: argparse.Namespace) -> Any:
 def _resolve_index(args: argparse.Namespace) -> Path:
     """INDEX is a path when it looks like one (a separator, a leading '.'), else a name inside --root.
 
-    A bare name that is not in --root but is an index folder in the working directory is that folder.
+    A bare name that is not in --root but is an index folder in the working directory is that folder. A file (a
+    tool file given where an index goes) is refused with the command that makes an index of it.
     """
     from .store import MANIFEST
 
     given: str = args.index
     if _looks_like_path(given):
-        return Path(given)
+        return _not_a_file(Path(given), given)
     named = Path(_root(args).path(given))
     if not (named / MANIFEST).is_file() and (Path(given) / MANIFEST).is_file():
         return Path(given)
-    return named
+    if not named.exists() and not named.is_symlink() and _is_a_file(Path(given)):
+        _not_a_file(Path(given), given)
+    return _not_a_file(named, str(named))
+
+
+def _is_a_file(path: Path) -> bool:
+    """A file of any kind, a pipe (`<(...)`, /dev/stdin) included, as opposed to a folder (an index) or nothing."""
+    return path.exists() and not path.is_dir()
+
+
+def _not_a_file(path: Path, given: str) -> Path:
+    """`path`, unless it is a file: else the system's "Not a directory", and advice to rebuild, would be the answer."""
+    if _is_a_file(path):
+        raise CommandError(
+            f"{given} is a file, not an index; if it is a tool file, build an index from it first: "
+            f"toolsearch build {given}"
+        )
+    return path
 
 
 def _index_backend(args: argparse.Namespace) -> str | None:
@@ -449,7 +469,7 @@ def _index_backend(args: argparse.Namespace) -> str | None:
     cannot be found or read here: loading it says what is wrong)."""
     from .store import read_manifest
 
-    if len(args.source) != 1 or Path(args.source[0]).is_file():
+    if len(args.source) != 1 or _is_a_file(Path(args.source[0])):
         return None
     try:
         folder = _resolve_index(argparse.Namespace(**{**vars(args), "index": args.source[0]}))
@@ -472,7 +492,7 @@ def _is_mcp_config(path: Path) -> bool:
     return isinstance(data, dict) and any(isinstance(data.get(key), dict) for key in ("mcpServers", "servers"))
 
 
-def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
+def _tools_from_mcp_config(path: Path, console: Console, shown: Path | None = None) -> list[Any]:
     """Start the servers of an `mcpServers` config, list their tools (namespaced by server), stop them."""
     found = _optional_module("toolsearch.mcp.source")
     if not isinstance(found, ModuleType):
@@ -482,12 +502,16 @@ def _tools_from_mcp_config(path: Path, console: Console) -> list[Any]:
                 f"({_error_message(found)}); install them with: pip install 'toolsearch[mcp]'"
             )
         raise CommandError(f"{path} is an MCP servers config, but this installation has no MCP support")
-    with console.progress(f"listing the tools of the MCP servers in {path}"), _library_warnings(console), \
+    with console.progress(f"listing the tools of the MCP servers in {shown or path}"), _library_warnings(console), \
             _upstream_stderr(console) as errlog:
         # a server that fails is logged as skipped; the others still count
         collected = found.collect_tools(path, errlog=errlog)
     if not collected.tools and collected.failures:
-        raise CommandError(f"{path}: no MCP server answered ({len(collected.failures)} failed); see the notes above")
+        # the reasons in the error itself: under -q the notes that also say them are not printed
+        failures = list(collected.failures.items())
+        reasons = "; ".join(f"{name!r}: {_one_line(why)}" for name, why in failures[:3])
+        more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
+        raise CommandError(f"{path}: no MCP server answered ({len(failures)} failed: {reasons}{more})")
     tools: list[Any] = collected.tools
     return tools
 
@@ -569,12 +593,15 @@ def load_sources(
             raise CommandError(f"{path} is a folder; give a .json or .jsonl file of tool definitions")
         if not path.exists():
             raise CommandError(f"{path}: file not found")
-        if _is_mcp_config(path):
-            found = _tools_from_mcp_config(path, console)
-            console.note(f"{path}: {_count(len(found), 'tool')} from MCP servers")
-        else:
-            found = load_tools(path, namespace=namespace)
-            console.note(f"{path}: {_count(len(found), 'tool')}")
+        with _read_once(path) as readable:
+            if _is_mcp_config(readable):
+                if namespace is not None:
+                    raise InvalidArgumentError(_namespace_for_mcp(source))
+                found = _tools_from_mcp_config(readable, console, shown=path)
+                console.note(f"{path}: {_count(len(found), 'tool')} from MCP servers")
+            else:
+                found = load_tools(readable, namespace=namespace)
+                console.note(f"{path}: {_count(len(found), 'tool')}")
         tools.extend(found)
         for tool in found:
             origins.setdefault(tool.name, []).append(source)
@@ -582,6 +609,43 @@ def load_sources(
     if prefix_namespaces:
         tools = _prefix_namespaces(tools, console)
     return tools
+
+
+@contextmanager
+def _read_once(path: Path) -> Iterator[Path]:
+    """`path` when it is a regular file; else (a pipe: `<(...)`, `/dev/stdin`) a private copy of its bytes, read once.
+
+    A source is read twice (is it an MCP config? then its tools), and a pipe gives its bytes to one reader only:
+    the second read found it empty ("invalid JSON"). Errors about the copy name the source as given.
+    """
+    if path.is_file():
+        yield path
+        return
+    from .scratch import new_scratch
+
+    scratch = new_scratch("source-")
+    try:
+        copy = scratch.path / (path.name or "source")
+        try:
+            with path.open("rb") as given, copy.open("wb") as kept:
+                shutil.copyfileobj(given, kept)
+        except OSError as exc:
+            raise CommandError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        try:
+            yield copy
+        except ToolSearchError as exc:
+            exc.args = tuple(a.replace(str(copy), str(path)) if isinstance(a, str) else a for a in exc.args)
+            raise
+    finally:
+        scratch.remove()
+
+
+def _namespace_for_mcp(source: str) -> str:
+    return (
+        f"--namespace applies to tool files only, and {source} is an MCP servers config, whose tools are namespaced "
+        "by their server (time__get_current_time is in `time`); leave --namespace out, or build the tool files "
+        "with --namespace and the config without it, as separate indexes"
+    )
 
 
 def _refuse_duplicates_across(origins: dict[str, list[str]]) -> None:
@@ -621,6 +685,10 @@ def check_build(args: argparse.Namespace) -> None:
     spec = get_backend_spec(args.backend)
     if args.namespace is not None and not args.namespace.strip():
         raise InvalidArgumentError("--namespace is empty; give the namespace to put every tool of the files in")
+    if args.namespace is not None:  # refused before any server starts (a pipe is refused when it is read)
+        for source in args.sources:
+            if Path(source).is_file() and _is_mcp_config(Path(source)):
+                raise InvalidArgumentError(_namespace_for_mcp(source))
     if args.model is not None:
         check_model(spec, args.model)
         _check_model_folder(args.model)
@@ -673,9 +741,9 @@ def check_eval(args: argparse.Namespace) -> None:
     if args.model is not None:
         _check_model_folder(args.model)
     sources = args.source
-    files = [s for s in sources if Path(s).is_file()]
+    files = [s for s in sources if _is_a_file(Path(s))]
     if files and len(files) != len(sources):
-        missing = next(s for s in sources if not Path(s).is_file())
+        missing = next(s for s in sources if not _is_a_file(Path(s)))
         raise InvalidQueryError(f"{missing}: file not found (SOURCE is one index, or one or more tool files)")
     if not files:
         if len(sources) > 1:
@@ -690,6 +758,8 @@ def check_demo(args: argparse.Namespace) -> None:
     from .backends import get_backend_spec
 
     get_backend_spec(args.backend)
+    if args.force and not args.save_catalog:
+        raise InvalidArgumentError("--force goes with --save-catalog FILE (it lets the catalog replace FILE)")
 
 
 def _build_target(args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -958,13 +1028,23 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_rm(args: argparse.Namespace, console: Console) -> int:
+    from .usage import usage_path
+
     store = _root(args)
     path = store.path(args.index)  # names only: a path or '..' is refused here
     store.remove(args.index)
+    # Its usage log goes with it: it may keep request text, and an index built later under this name would read
+    # it as its own earlier catalogs' (tune, eval --usage)
+    log = usage_path(path)
+    try:
+        log.unlink()
+        removed = True
+    except FileNotFoundError:
+        removed = False
     if args.json:
-        console.json({"removed": args.index, "path": str(path)})
+        console.json({"removed": args.index, "path": str(path), "usage_log": str(log) if removed else None})
     else:
-        console.print(f"removed index {args.index!r} ({path})")
+        console.print(f"removed index {args.index!r} ({path})" + (f" and its usage log ({log})" if removed else ""))
     return EXIT_OK
 
 
@@ -990,7 +1070,7 @@ def cmd_eval(args: argparse.Namespace, console: Console) -> int:
     from .eval_cli import run_eval
     from .index import ToolIndex
 
-    if all(Path(source).is_file() for source in args.source):  # tool files: every backend is built from their tools
+    if all(_is_a_file(Path(source)) for source in args.source):  # tool files (pipes too): every backend is built
         return run_eval(args, console, load_sources(args.source, console))
     args.index = args.source[0]
     path = _resolve_index(args)

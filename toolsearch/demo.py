@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._errors import UnknownFormatError
+from ._errors import CommandError, UnknownFormatError
 from .providers.registry import chat_format_names, get_format
 from .tools import Tool, load_tools
 
@@ -625,14 +625,50 @@ def _token_wording(report: Mapping[str, Any]) -> str:
             f"not {provider}'s figures)")
 
 
-def save_catalog(path: Path, console: Console) -> int:
-    """`demo --save-catalog FILE`: the bundled catalog as a tool file of one's own, in toolsearch's JSON shape."""
+def save_catalog(path: Path, console: Console, *, force: bool = False) -> int:
+    """`demo --save-catalog FILE`: the bundled catalog as a tool file of one's own, in toolsearch's JSON shape.
+
+    An existing FILE is replaced only with `force`, or when it holds that catalog already (nothing is lost): it may
+    be the user's own tools.json, which the docs' examples name too.
+    """
     tools = demo_tools()
-    text = json.dumps([t.to_dict() for t in tools], indent=1, ensure_ascii=False) + "\n"
-    path.write_text(text, encoding="utf-8")
+    rows = [t.to_dict() for t in tools]
+    text = json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
+    if path.is_dir():
+        raise CommandError(f"--save-catalog {path} is a folder; give the name of a file to write the catalog to")
+    if path.exists() and not path.is_file():  # a pipe or a device (/dev/stdout): a stream, nothing to replace
+        path.write_text(text, encoding="utf-8")
+    else:
+        if path.exists() and not force and not _holds(path, rows):
+            raise CommandError(
+                f"--save-catalog {path}: the file exists; refusing to overwrite it with the demo's catalog. Give "
+                "another file name, or add --force to replace it"
+            )
+        _write_atomically(path, text)
     namespaces = len({t.namespace for t in tools})
     console.print(f"wrote the demo's {len(tools)} tools in {namespaces} namespaces to {path}")
     return 0
+
+
+def _holds(path: Path, rows: list[dict[str, Any]]) -> bool:
+    """Whether the tool file at `path` holds these rows already (a save of the catalog, in any layout)."""
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8-sig")) == rows)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a new file beside `path` and rename it over: a failed or interrupted write leaves what was there."""
+    import secrets
+
+    part = path.with_name(f".{path.name}.part-{secrets.token_hex(4)}")
+    try:
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -640,8 +676,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from .backends import get_backend_spec
 
     if args.save_catalog:
-        return save_catalog(Path(args.save_catalog), console)
+        return save_catalog(Path(args.save_catalog), console, force=args.force)
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if cache_dir.exists() and not cache_dir.is_dir():  # else the first write there fails with a bare "File exists"
+        where = "--cache-dir " if args.cache_dir else "the demo's cache folder "
+        raise CommandError(f"{where}{cache_dir} is a file, not a folder; give the folder the demo keeps its index in "
+                           "(it is created when missing)")
     get_backend_spec(args.backend)  # unknown names and missing extras fail here, before any work
     console.note("toolsearch demo: " + MODEL_NOTE)
     report = run_demo(

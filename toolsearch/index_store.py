@@ -21,6 +21,7 @@ from .store import (  # the pointer's writer side
     _NAME,
     MANIFEST,
     Manifest,
+    _check_replaceable,
     _collect,
     _generation,
     _is_our_pointer,
@@ -29,6 +30,7 @@ from .store import (  # the pointer's writer side
     _writer_lock,
     default_root,
     index_key,
+    is_toolsearch_manifest,
     made_backend,
     read_manifest,
     save_index,
@@ -58,14 +60,15 @@ class IndexStore:
         return self.root / name
 
     def names(self) -> list[str]:
-        """The indexes in the root: every folder with a manifest, and every pointer toolsearch made, whatever state
-        its generation is in (one that lost its manifest, or was copied without it, is an index to repair or remove,
-        not nothing)."""
+        """The indexes in the root: every folder with a toolsearch manifest, and every pointer toolsearch made,
+        whatever state its generation is in (one that lost its manifest, or was copied without it, is an index to
+        repair or remove, not nothing). A folder with some other `manifest.json` (a web app's) is not an index."""
         if not self.root.is_dir():
             return []
         return sorted(
             p.name for p in self.root.iterdir()
-            if not p.name.startswith(".") and ((p.is_dir() and (p / MANIFEST).exists()) or _is_our_pointer(p))
+            if not p.name.startswith(".")
+            and (_is_our_pointer(p) or (p.is_dir() and is_toolsearch_manifest(p / MANIFEST)))
         )
 
     def manifest(self, name: str) -> Manifest:
@@ -80,15 +83,28 @@ class IndexStore:
         return name
 
     def remove(self, name: str) -> None:
+        """Remove the index `name`: its pointer and every generation of it (a damaged index of ours goes too).
+
+        A folder of that name that is not an index toolsearch wrote (a `manifest.json` of another kind) is refused
+        with StoredIndexError and left as it is.
+        """
         path = self.path(name)
-        if not (path / MANIFEST).exists() and not _is_our_pointer(path):  # a damaged index of ours goes too
+        pointer = _is_our_pointer(path)
+        if not pointer and not (path / MANIFEST).exists():
             raise IndexNotFoundError(f"no index named {name!r} in {self.root}; see `toolsearch list`")
+        if not pointer and not is_toolsearch_manifest(path / MANIFEST):
+            raise StoredIndexError(
+                f"{path} is not a toolsearch index (its {MANIFEST} is not a toolsearch manifest); refusing to remove "
+                "it. Delete it yourself if it should go"
+            )
         with _writer_lock(path):
+            current = _generation(path)
             if path.is_symlink():
                 path.unlink()  # readers that resolved it keep their generation until they finish
             else:
                 shutil.rmtree(path)
-            _collect(path, keep=None)
+            # its generation is ours by the pointer, even one that lost its manifest
+            _collect(path, keep=None, known=current if pointer else None)
 
     def build(
         self,
@@ -139,6 +155,10 @@ class IndexStore:
                     if read_manifest(path).key == key:
                         return name, ToolIndex.load(path, **options), True
                 except IndexFormatError as exc:  # a broken or old index of this name is replaced below
+                    # ... but not a folder that is no index of ours, nor one a newer toolsearch wrote: refused, and
+                    # said so before any warning claims it is rebuilt
+                    _check_replaceable(path)
+                    _refuse_to_drop_the_encoder_of_a_damaged_index(path, name, exc)
                     _log.warning("index %r failed its checks (%s); rebuilding it", name, exc)
                 else:
                     _refuse_to_drop_an_encoder(path, name, probe.describe().get("model"))
@@ -146,6 +166,21 @@ class IndexStore:
             index = ToolIndex(catalog, probe)
             _publish(index, path)
         return name, index, False
+
+
+def _refuse_to_drop_the_encoder_of_a_damaged_index(path: Path, name: str, problem: IndexFormatError) -> None:
+    """An index that fails its checks but still holds a request encoder of its own (found from its files: its manifest
+    may be what fails) is not built over either: the encoder may exist nowhere else."""
+    from .model_file import carried_model
+
+    carried = carried_model(path)
+    if carried is not None:
+        raise StoredIndexError(
+            f"the index {name!r} ({path}) fails its checks ({problem}), and it carries a request encoder of its own "
+            f"(one `toolsearch tune` made), which building over it would lose; to keep it, copy its folder "
+            f"({carried}) elsewhere (cp -rL) and build with --model COPY, or build with --rebuild (rebuild=True) to "
+            "replace the index and its encoder"
+        )
 
 
 def _refuse_to_drop_an_encoder(path: Path, name: str, model: object) -> None:

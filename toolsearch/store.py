@@ -7,9 +7,14 @@ Layout of an index named NAME in a root folder:
     .NAME.lock             taken by writers of NAME (builds and saves serialise on it); exists while one writes
     .NAME.tmp-<id>/        a build in progress
 
-Every build or save first sweeps the folder: what a writer killed with -9 (or stopped by a full
-disk) left of any name, scratch, trash, generations nothing points at and its lock file, is
-removed once no live process holds that name's lock (the kernel drops a dead process's `flock`).
+A folder toolsearch makes there is known as its own by its toolsearch manifest (a generation) or
+by a mark, `.toolsearch-made` (a scratch or trash folder, which may have no manifest yet, or no
+longer). Every build or save first sweeps the folder:
+what a writer killed with -9 (or stopped by a full disk) left of any name, scratch, trash,
+generations nothing points at and its lock file, is removed once no live process holds that
+name's lock (the kernel drops a dead process's `flock`). Only folders that are provably
+toolsearch's go: a name of that shape alone proves nothing (`.config.old-2024-06-01` is the
+user's), so a folder without the mark or a toolsearch manifest is left alone, whatever its name.
 
 Why a symbolic link: replacing a link with `rename(2)` is atomic, so a reader resolves NAME
 once and then reads one generation only, whatever builds land meanwhile; and every path that
@@ -89,6 +94,18 @@ BACKEND_DIR = "backend"
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _REBUILD = "rebuild the index (toolsearch build --rebuild)"
+# What toolsearch writes into the scratch and trash folders it makes beside an index: the proof, as a toolsearch
+# manifest is a generation's, that a leftover of that name is ours to remove. Never in a generation.
+MADE_MARK = ".toolsearch-made"
+_MADE_TEXT = "made by toolsearch: a build folder of the index beside it, removed with that index\n"
+# The ids `_sibling` writes (creation time in ns, then 4 random bytes, in hex), and the earlier layout's
+# `.NAME.old-<pid>-<ns>`: a name that merely looks alike (`.photos.trash-2023`) is not one of ours.
+_ID = r"[0-9a-f]+-[0-9a-f]{8}"
+_KINDS = rf"(?:(?P<kind>gen|tmp|trash)-{_ID}|(?P<old>old)-[0-9]+-[0-9]+)"
+# How every manifest toolsearch wrote begins (json.dumps with indent=2, "format" first): a manifest of ours cut
+# short by a full disk or a copy still shows whose it is.
+_MANIFEST_START = b'{\n  "format": "toolsearch-index"'
+_MANIFEST_LIMIT = 4 << 20  # ours list a handful of files: a few kB
 _RESOLVE_ATTEMPTS = 100  # a reader re-resolves this often before giving up (each retry means a newer build)
 
 
@@ -159,7 +176,7 @@ def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
     return {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, kind: _digest(p, kind)}
         for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
+        if p.is_file() and p.name != MANIFEST and p.relative_to(folder).as_posix() != MADE_MARK  # the scratch's mark
     }
 
 
@@ -271,8 +288,9 @@ def _sibling(target: Path, kind: str) -> Path:
 
 
 def _siblings(target: Path) -> Iterator[tuple[str, Path]]:
-    """(kind, path) of every generation, scratch, trash and retired folder of `target`'s name."""
-    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(gen|tmp|trash|old)-[0-9a-f-]+$")
+    """(kind, path) of every generation, scratch, trash and retired folder of `target`'s name (by name: whether one
+    is ours is `_made_by_us`'s to say)."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.{_KINDS}$")
     try:
         entries = list(os.scandir(target.parent))
     except OSError:
@@ -280,7 +298,7 @@ def _siblings(target: Path) -> Iterator[tuple[str, Path]]:
     for entry in entries:
         found = pattern.match(entry.name)
         if found:
-            yield found.group(1), Path(entry.path)
+            yield found.group("kind") or found.group("old"), Path(entry.path)
 
 
 def _generation(target: Path) -> Path | None:
@@ -295,11 +313,73 @@ def _generation(target: Path) -> Path | None:
 
 
 def _is_our_pointer(target: Path) -> bool:
+    return _points_at_a_generation(target, target.name)
+
+
+def _points_at_a_generation(link: Path, name: str) -> bool:
+    """Whether `link` is a symbolic link to a generation of the index `name`, as toolsearch makes them."""
     try:
-        link = os.readlink(target)
+        to = os.readlink(link)
     except OSError:
         return False
-    return re.fullmatch(rf"\.{re.escape(target.name)}\.gen-[0-9a-f-]+", link) is not None
+    return re.fullmatch(rf"\.{re.escape(name)}\.gen-{_ID}", to) is not None
+
+
+def is_toolsearch_manifest(path: Path) -> bool:
+    """Whether `path` is a manifest toolsearch wrote (`"format": "toolsearch-index"`, any version, even cut short):
+    what makes a plain folder an index. Any other `manifest.json` (a web app's) is the user's."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(_MANIFEST_LIMIT + 1)  # a user's file of any size is not read whole to say it is not ours
+    except OSError:
+        return False
+    if raw.startswith(_MANIFEST_START):
+        return True
+    if len(raw) > _MANIFEST_LIMIT:
+        return False
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def _made_by_us(folder: Path) -> bool:
+    """Whether a folder beside an index is provably toolsearch's: it holds the mark toolsearch writes into each one it
+    makes, or a toolsearch manifest (a generation written before the mark, an earlier-layout folder moved aside)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return (folder / MADE_MARK).is_file() or is_toolsearch_manifest(folder / MANIFEST)
+
+
+def _mark(folder: Path) -> None:
+    """Mark a folder toolsearch made (or one it knows is its own) as such."""
+    mark = folder / MADE_MARK
+    if not mark.is_file():
+        with contextlib.suppress(OSError):
+            mark.write_text(_MADE_TEXT, encoding="utf-8")
+
+
+def _remove_made(folder: Path) -> None:
+    """Remove a folder of ours, its mark last: a removal cut short (a kill, a file that will not go) leaves a
+    folder still known as ours, which the next writer removes."""
+    _mark(folder)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name == MADE_MARK:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        if [e.name for e in os.scandir(folder)] == [MADE_MARK]:
+            os.unlink(folder / MADE_MARK)
+            os.rmdir(folder)
 
 
 @contextmanager
@@ -404,11 +484,11 @@ def _writer_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
 
 
 def _retire(folder: Path) -> bool:
-    """Remove a generation no reader holds (True), or leave it for a later writer (False)."""
+    """Remove a generation of ours no reader holds (True), or leave it for a later writer (False)."""
     try:
         fh = (folder / MANIFEST).open("rb")
     except FileNotFoundError:
-        shutil.rmtree(folder, ignore_errors=True)  # no manifest: never a readable generation
+        _remove_made(folder)  # no manifest: never a readable generation
         return True
     except OSError:
         return False
@@ -417,25 +497,44 @@ def _retire(folder: Path) -> bool:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # a reader is loading it; the next writer removes it
+        _mark(folder)  # one written before the mark: its trash must still be known as ours if the removal is cut short
         trash = _sibling(folder.parent / folder.name.rsplit(".gen-", 1)[0][1:], "trash")
         os.rename(folder, trash)  # readers that resolved it re-resolve from here on
-    shutil.rmtree(trash, ignore_errors=True)
+    _remove_made(trash)
     return True
 
 
-def _collect(target: Path, keep: Path | None) -> None:
-    """Remove old generations no reader holds, and what killed writers left (the writer lock is held)."""
+def _collect(target: Path, keep: Path | None, known: Path | None = None) -> None:
+    """Remove old generations of ours no reader holds, and what killed writers left (the writer lock is held).
+
+    Only what is provably ours goes: a folder with our mark or a toolsearch manifest, a link to one of
+    our generations, and `known`, the generation `target` pointed at (ours by the pointer, even if it
+    lost its manifest). Anything else of a matching name is the user's and is left as it is.
+    """
     for kind, path in _siblings(target):
+        if kind == "gen" and keep is not None and path.name == keep.name:
+            continue
+        if path.is_symlink():  # the new pointer of a writer killed before it replaced the old one
+            if kind == "tmp" and _points_at_a_generation(path, target.name):
+                path.unlink(missing_ok=True)
+            continue
+        if not _made_by_us(path) and (known is None or path.name != known.name):
+            _log.debug("leaving %s alone: not a folder toolsearch made", path)
+            continue
         if kind == "gen":
-            if keep is None or path.name != keep.name:
-                _retire(path)
-        elif path.is_symlink():  # the new pointer of a writer killed before it replaced the old one
-            path.unlink(missing_ok=True)
+            _retire(path)
         else:  # tmp of a killed build, trash of an interrupted removal, old of the earlier layout
-            shutil.rmtree(path, ignore_errors=True)
+            _remove_made(path)
 
 
-_LEFT = re.compile(r"^\.(?P<name>.+)\.(?:(?P<kind>gen|tmp|trash|old)-[0-9a-f-]+|lock)$")
+_LEFT = re.compile(rf"^\.(?P<name>.+)\.(?:{_KINDS}|lock)$")
+
+
+def _left_by_us(path: Path, name: str) -> bool:
+    """Whether `path`, named like a leftover of the index `name`, is one toolsearch made."""
+    if path.is_symlink():
+        return _points_at_a_generation(path, name)
+    return _made_by_us(path)
 
 
 def _sweep(root: Path) -> None:
@@ -456,10 +555,12 @@ def _sweep(root: Path) -> None:
     for name, names in found.items():
         target = root / name
         current = _generation(target)
-        if all(n.startswith(f".{name}.gen-") for n in names) and [root / n for n in names] == [current]:
-            continue  # one generation and its pointer: nothing was left
-        if names == [f".{name}.lock"] and not _is_our_pointer(target):
-            continue  # a lock file and nothing of an index: not ours to remove (mcp.shared's .build.lock is one)
+        lock = f".{name}.lock"
+        leftovers = [root / n for n in names if n != lock and root / n != current]
+        # A lock file beside our pointer is a killed writer's; one beside nothing of ours is not ours to remove
+        # (mcp.shared's .build.lock is one), nor are folders that only look like ours: the user's are never touched.
+        if not any(_left_by_us(path, name) for path in leftovers) and not (lock in names and _is_our_pointer(target)):
+            continue
         try:
             with _writer_lock(target, wait=False) as mine:
                 if mine:
@@ -506,7 +607,7 @@ def _foreign_files(target: Path) -> list[str]:
         if not path.is_file():
             continue
         rel = path.relative_to(target).as_posix()
-        if rel == MANIFEST:
+        if rel in (MANIFEST, MADE_MARK):
             continue
         # The backend folder is the backend's own: some write there when loading (tantivy's lock file).
         ours = rel in (listed or ()) or rel in _OUR_FILES or rel.startswith(BACKEND_DIR + "/")
@@ -515,8 +616,13 @@ def _foreign_files(target: Path) -> list[str]:
     return foreign
 
 
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _check_replaceable(target: Path) -> None:
-    """Refuse to replace a folder that is not an index, or an index holding the user's own files."""
+    """Refuse to replace a folder that is not an index, an index holding the user's own files, or an index of a
+    newer format than this toolsearch writes."""
     ours = _is_our_pointer(target)
     if target.is_symlink() and not ours:
         raise StoredIndexError(
@@ -525,17 +631,43 @@ def _check_replaceable(target: Path) -> None:
     current = _generation(target)
     if current is None or not current.exists():
         return
-    # A generation of ours that lost its manifest is a damaged index, not the user's folder: it is replaced.
-    if not ours and not (current / MANIFEST).exists() and (not current.is_dir() or any(current.iterdir())):
+    # A generation of ours that lost its manifest is a damaged index, not the user's folder: it is replaced. A
+    # plain folder is an index only when its manifest is a toolsearch one: any other `manifest.json` is the user's.
+    if not ours and not current.is_dir():
         raise StoredIndexError(
-            f"{target} exists and is not a toolsearch index; refusing to replace it. Choose another folder"
+            f"{target} exists and is not a toolsearch index; refusing to replace it (it is a file). Choose another "
+            "folder"
         )
-    foreign = _foreign_files(current) if current.is_dir() else []
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    if not ours and any(current.iterdir()) and not is_toolsearch_manifest(current / MANIFEST):
+        # what it holds at its top (not walked: `--out ~` must not read the whole home folder to say so)
+        held = sorted(p.name + ("/" if p.is_dir() else "") for p in current.iterdir())
+        why = f"its {MANIFEST} is not a toolsearch manifest" if (current / MANIFEST).exists() else f"no {MANIFEST}"
         raise StoredIndexError(
-            f"{target} holds files toolsearch did not write ({shown}); replacing the index would delete them. "
-            "Move them out or choose another folder"
+            f"{target} exists and is not a toolsearch index; refusing to replace it (it holds {_shown(held)}; {why}). "
+            "Choose another folder, or move its files out"
+        )
+    _refuse_a_newer_format(target, current)
+    foreign = _foreign_files(current)
+    if foreign:
+        raise StoredIndexError(
+            f"{target} holds files toolsearch did not write ({_shown(foreign)}); replacing the index would delete "
+            "them. Move them out or choose another folder"
+        )
+
+
+def _refuse_a_newer_format(target: Path, current: Path) -> None:
+    """An index a newer toolsearch wrote is not replaced by an older format: that toolsearch may be using it, and
+    what it carries (a tuned request encoder) may exist nowhere else."""
+    try:
+        data = json.loads((current / MANIFEST).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return  # no readable manifest: a damaged index of ours, replaced as such
+    version = data.get("version") if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise StoredIndexError(
+            f"{target} was built by a newer toolsearch (index format {version}; this one writes {FORMAT_VERSION}); "
+            f"refusing to replace it with an older format. Upgrade toolsearch, or remove it first (toolsearch rm "
+            f"{target.name} --root {target.parent}) to build it anew with this one"
         )
 
 
@@ -560,11 +692,16 @@ def _point(target: Path, generation: Path) -> None:
 def _publish(index: ToolIndex, target: Path) -> None:
     """Write a new generation and point `target` at it; the caller holds the writer lock."""
     _check_replaceable(target)
-    _collect(target, keep=_generation(target))
+    previous = _generation(target) if _is_our_pointer(target) else None
+    _collect(target, keep=previous)
     scratch = _sibling(target, "tmp")
     try:
         os.mkdir(scratch)  # mode 0o777 less the umask, like any folder the user makes
+        _mark(scratch)  # first: a build killed from here on leaves a folder known as ours
         _write_generation(index, scratch)
+        # A generation is known as ours by its manifest, and holds only the files the manifest lists
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(scratch / MADE_MARK)
         generation = _sibling(target, "gen")
         os.rename(scratch, generation)
     except OSError as exc:  # a full disk, a quota, a file too large: the system's words, and what to do
@@ -582,7 +719,7 @@ def _publish(index: ToolIndex, target: Path) -> None:
         shutil.rmtree(generation, ignore_errors=True)
         raise
     _Hold.move(index.backend, target, generation)
-    _collect(target, keep=generation)
+    _collect(target, keep=generation, known=previous)
 
 
 def _write_generation(index: ToolIndex, folder: Path) -> None:
@@ -640,7 +777,7 @@ def _parse_manifest(folder: Path, raw: bytes) -> Manifest:
     if version > FORMAT_VERSION:
         raise IndexFormatError(
             f"{folder} was built by a newer toolsearch (index format {version}, this one reads "
-            f"{FORMAT_VERSION}); upgrade toolsearch or rebuild the index"
+            f"{FORMAT_VERSION}); upgrade toolsearch (or remove the index with `toolsearch rm` and build it anew)"
         )
     if version < OLDEST_READ:
         raise IndexFormatError(

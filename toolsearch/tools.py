@@ -516,7 +516,9 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
     items: list[tuple[int, Any]] = []
     stripped = text.lstrip()
     if path.suffix == ".jsonl" or (stripped.startswith("{") and "\n{" in stripped and not _is_one_json(text)):
-        for lineno, line in enumerate(text.splitlines(), 1):
+        # "\n" alone ends a line ("\r\n" too: JSON reads the "\r" as white space): str.splitlines also splits
+        # on U+2028, U+0085 and others, which JSON writers leave raw inside strings (JS JSON.stringify does)
+        for lineno, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -45,8 +46,14 @@ def check_tune(args: argparse.Namespace) -> None:
     for name in ("epochs", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise InvalidArgumentError(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.learning_rate is not None and not args.learning_rate > 0:
-        raise InvalidArgumentError(f"--learning-rate must be positive, got {args.learning_rate}")
+    # inf passed `> 0` and trained NaN weights into the index (and 1e38 overflowed inside torch): fine-tuning takes
+    # steps far below 1
+    if args.learning_rate is not None and not (math.isfinite(args.learning_rate) and 0 < args.learning_rate <= 1):
+        raise InvalidArgumentError(
+            f"--learning-rate must be a number above 0 and at most 1 (the recipe's is 1e-4), got {args.learning_rate}"
+        )
+    if args.seed is not None and not 0 <= args.seed < 2**32:  # what numpy's seeding takes
+        raise InvalidArgumentError(f"--seed must be between 0 and {2**32 - 1}, got {args.seed}")
     if args.out is not None:
         from .index_store import IndexStore
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 import time
 from collections import defaultdict
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendError, UsageError, missing_dependency
+from .._errors import BackendError, InvalidArgumentError, UsageError, missing_dependency
 from ..embeddings import DEFAULT_MODEL_ID, NumpyEmbedder, ToolsEmbedder
 from ..index import MAX_QUERY_CHARS, ToolIndex
 from ..model_file import copy_configs, export_int8, load_weights
@@ -77,6 +78,11 @@ def tune_index(
     folder, under `work` when given, removed with the new index's encoder or when the process ends). Needs the
     `train` extra (torch, sentence-transformers).
     """
+    if not (math.isfinite(config.learning_rate) and 0 < config.learning_rate <= 1):
+        raise InvalidArgumentError(
+            f"tune: learning_rate must be a number above 0 and at most 1 (the recipe's is "
+            f"{TUNE_CONFIG.learning_rate}), got {config.learning_rate}"
+        )
     dense = _dense_half(index)
     names = index.catalog.names  # from a stored index's name table: no tool is parsed for it
     anchors, skipped = usage_anchors(log, set(names))
@@ -92,6 +98,7 @@ def tune_index(
         progress(f"training on {len(rows)} pairs ({len(anchors)} requests) against {len(names)} tools"
                  + _skipped_note(skipped))
         run = fine_tune_queries(base, matrix, rows, config, Path(scratch) / "float", log=progress)
+        _refuse_a_diverged_run(run, Path(scratch) / "float", config)
         card = {
             "name": "tuned",
             "version": 1,
@@ -120,12 +127,42 @@ def tune_index(
         try:
             export_int8(Path(scratch) / "float", base, folder.path, card)
             tuned = ToolsEmbedder(query_model=folder.path)
-            tuned.warm()
+            # Weights finite yet so large that a request's vector overflows answer no request either: what
+            # overflows is said below as an error, not as numpy's warnings on the way
+            with np.errstate(over="ignore", invalid="ignore"):
+                tuned.warm()
+                if not np.isfinite(tuned.embed_queries([anchors[0].text])).all():
+                    raise BackendError(_diverged(config, run, "the vectors it gives requests are not finite"))
         except BaseException:
             folder.remove()
             raise
     folder.goes_with(tuned)
     return _with_embedder(index, tuned, names, matrix), tuned.card
+
+
+def _refuse_a_diverged_run(run: dict[str, Any], trained: Path, config: TrainConfig) -> None:
+    """Training that diverged (a learning rate far too large) leaves NaN or infinite weights, and an index saved
+    with them finds no tool for any request: refused here, before anything is saved or the usage log re-ranked, so
+    the index and its log stay as they were."""
+    losses = (run.get("loss_start"), run.get("loss_end"))
+    if not all(isinstance(loss, int | float) and math.isfinite(loss) for loss in losses):
+        raise BackendError(_diverged(config, run, "its loss is not finite"))
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as exc:
+        raise missing_dependency(exc.name or "safetensors", "vector") from None
+    for weights in sorted(trained.rglob("*.safetensors")):
+        for name, tensor in load_file(str(weights)).items():
+            if np.issubdtype(tensor.dtype, np.floating) and not np.isfinite(tensor).all():
+                raise BackendError(_diverged(config, run, f"its weights are not finite ({name})"))
+
+
+def _diverged(config: TrainConfig, run: dict[str, Any], what: str) -> str:
+    return (
+        f"training diverged at learning rate {config.learning_rate} ({what}; loss {run.get('loss_start')} -> "
+        f"{run.get('loss_end')}); nothing was saved, the index and its usage log are as they were. Tune again with "
+        f"a smaller --learning-rate (the recipe's is {TUNE_CONFIG.learning_rate})"
+    )
 
 
 def _vector_half(backend: Any) -> Any:
