@@ -11,6 +11,7 @@ from benchmarks.lib.synth import first_sentence
 
 __all__ = [
     "WARMUP_QUERIES", "build_catalog", "cut_query", "peak_kib", "reset_peak", "rss_kib", "sample_long_queries",
+    "sample_short_queries",
     "sample_queries",
 ]
 
@@ -95,6 +96,23 @@ def sample_queries(datasets: Sequence[Any], n: int, *, seed: int = 0, max_chars:
     out = [q for group in zip(*buckets, strict=False) for q in group]  # interleave the data sets
     rest = [q for bucket in buckets for q in bucket if q not in set(out)]
     return (out + rest)[: n + WARMUP_QUERIES]
+
+
+def sample_short_queries(datasets: Sequence[Any], n: int, *, seed: int = 0) -> list[str]:
+    """Up to `n` (+ warm-up) distinct real queries under 300 characters, an equal share from each data set.
+
+    The sets' queries as they come (`sample_queries`) run up to 1,000 characters, a quarter of them 300 or more:
+    these are the short requests, beside the 300-600-character ones of `sample_long_queries`.
+    """
+    from toolsearch.evaluation import load_queries
+
+    buckets = [
+        [q.query.strip() for q in load_queries(ds.queries_path, seed=seed) if 0 < len(q.query.strip()) < 300]
+        for ds in datasets
+    ]
+    out = list(dict.fromkeys(q for group in zip(*buckets, strict=False) for q in group))
+    rest = [q for bucket in buckets for q in bucket if q not in set(out)]
+    return list(dict.fromkeys(out + rest))[: n + WARMUP_QUERIES]
 
 
 def sample_long_queries(datasets: Sequence[Any], n: int, *, seed: int = 0) -> list[str]:
