@@ -37,9 +37,11 @@ def test_pattern_properties_and_their_extras_are_matched_under_the_timeout() -> 
     assert argument_problems(tool, {_STUCK: 1}) == []  # its name cannot be judged: not refused for it
     assert argument_problems(tool, {"aa": 1, "x_note": "ok"}) == []
     assert argument_problems(tool, {"aa": "one"}) == ["aa: 'one' is not of type 'integer'"]
-    assert argument_problems(tool, {"zz": 1, "yy": 2}) == [
-        "Additional properties are not allowed ('yy', 'zz' were unexpected)"
+    assert argument_problems(tool, {"zz": 1, "yy": 2}) == [  # jsonschema's words: the key patterns the model may use
+        "'yy', 'zz' do not match any of the regexes: '^(a|aa)+$', '^x_'"
     ]
+    closed = _tool("closed", {"type": "object", "properties": {"a": {}}, "additionalProperties": False})
+    assert argument_problems(closed, {"a": 1, "b": 2}) == ["Additional properties are not allowed ('b' was unexpected)"]
     typed = {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}
     typed_extras = _tool("typed", typed)
     assert argument_problems(typed_extras, {"a": 1, "b": 2}) == ["b: 2 is not of type 'string'"]
@@ -53,5 +55,25 @@ def test_unevaluated_properties_beside_pattern_properties_is_left_to_the_tool() 
         "unevaluatedProperties": False,
     }
     assert argument_problems(_tool("open", schema), {_STUCK: 1, "zz": 2}) == []
+    # patternProperties it reaches through an applicator are matched with `re` too
+    nested = {"type": "object", "allOf": [{"patternProperties": {_BACKTRACKS: {}}}], "unevaluatedProperties": False}
+    assert argument_problems(_tool("nested", nested), {_STUCK: 1}) == []
     closed = _tool("closed", {"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False})
     assert argument_problems(closed, {"a": 1, "b": 2}) != []  # without patternProperties it still checks
+
+
+@pytest.mark.timeout(60)
+def test_a_subschema_naming_its_own_dialect_is_matched_under_the_timeout_too() -> None:
+    # jsonschema checks a subschema with a `$schema` of its own with that dialect's stock validator (`re`, unbounded)
+    draft7 = "http://json-schema.org/draft-07/schema#"
+    inline = {"type": "object", "properties": {"code": {"$schema": draft7, "type": "string", "pattern": _BACKTRACKS}}}
+    referred = {
+        "type": "object",
+        "$defs": {"code": {"$schema": draft7, "type": "string", "pattern": _BACKTRACKS}},
+        "properties": {"code": {"$ref": "#/$defs/code"}, "$schema": {"type": "string"}},  # a property of that name
+    }
+    for name, schema in (("inline", inline), ("referred", referred)):
+        tool = _tool(name, schema)
+        assert argument_problems(tool, {"code": _STUCK}) == []
+        assert argument_problems(tool, {"code": "b"}) == ["code: 'b' does not match '^(a|aa)+$'"]
+    assert argument_problems(_tool("referred", referred), {"$schema": 3}) == ["$schema: 3 is not of type 'string'"]

@@ -266,7 +266,7 @@ def _validator(tool: Tool) -> Any:
         cls = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
         try:
             cls.check_schema(tool.input_schema)
-            found = _bounded(cls)(tool.input_schema)
+            found = _bounded(cls, tool.input_schema)(_one_dialect(tool.input_schema))
         except jsonschema.SchemaError:
             found = False  # a schema jsonschema cannot use: arguments are passed through unchecked
         with _validators_lock:
@@ -293,12 +293,31 @@ def _search(pattern: str, text: str) -> bool:
         raise _Unjudged(pattern) from exc
 
 
-def _bounded(cls: Any) -> Any:
+def _one_dialect(schema: Any, *, root: bool = True) -> Any:
+    """`schema` without the `$schema` of its subschemas: jsonschema checks a subschema that names a dialect with that
+    dialect's stock validator, whose regular expressions run unbounded (`_bounded`). The root keeps its own."""
+    if isinstance(schema, list):
+        return [_one_dialect(item, root=False) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    # Only a string value is the keyword (a dialect's URI); a property named "$schema" holds a schema, kept.
+    return {k: _one_dialect(v, root=False) for k, v in schema.items()
+            if root or k != "$schema" or not isinstance(v, str)}
+
+
+def _has_key(value: Any, key: str) -> bool:
+    if isinstance(value, dict):
+        return key in value or any(_has_key(v, key) for v in value.values())
+    return isinstance(value, list) and any(_has_key(v, key) for v in value)
+
+
+def _bounded(cls: Any, schema: Any) -> Any:
     """`cls` with every keyword that matches a schema's regular expression against an argument under a timeout.
 
     jsonschema matches with `re` in `pattern`, `patternProperties` and the extras of `additionalProperties`; those
-    three are re-implemented here on `_search`. `unevaluatedProperties` also matches `patternProperties` with `re`:
-    a schema holding both is checked without `unevaluatedProperties` (the tool still checks for itself).
+    three are re-implemented here on `_search`. `unevaluatedProperties` also matches every `patternProperties` it
+    can reach (through `allOf`, `$ref`, ...) with `re`: in a schema holding any, it is not checked (the tool still
+    checks for itself), a rare pairing in tool schemas against a way to stall every caller.
     """
     import jsonschema
     from jsonschema import ValidationError
@@ -327,19 +346,20 @@ def _bounded(cls: Any) -> Any:
             for key in extras:
                 yield from validator.descend(instance[key], extra, path=key)
         elif not extra and extras:
-            said = f"{', '.join(map(repr, extras))} {'was' if len(extras) == 1 else 'were'} unexpected"
-            yield ValidationError(f"Additional properties are not allowed ({said})")
+            # jsonschema's own wording, which names the key patterns the model may use
+            verb = "does" if len(extras) == 1 else "do"
+            if patterns:
+                said = f"{', '.join(map(repr, extras))} {verb} not match any of the regexes: "
+                yield ValidationError(said + ", ".join(map(repr, sorted(patterns))))
+            else:
+                said = f"{', '.join(map(repr, extras))} {'was' if len(extras) == 1 else 'were'} unexpected"
+                yield ValidationError(f"Additional properties are not allowed ({said})")
 
-    def unevaluated_properties(validator: Any, value: Any, instance: Any, schema: Any) -> Iterable[Any]:
-        if "patternProperties" not in schema:
-            yield from original(validator, value, instance, schema)
-
-    original = cls.VALIDATORS.get("unevaluatedProperties")
     keywords = {
         "pattern": pattern, "patternProperties": pattern_properties, "additionalProperties": additional_properties
     }
-    if original is not None:
-        keywords["unevaluatedProperties"] = unevaluated_properties
+    if _has_key(schema, "patternProperties") and "unevaluatedProperties" in cls.VALIDATORS:
+        keywords["unevaluatedProperties"] = lambda *_: iter(())
     return jsonschema.validators.extend(cls, keywords)
 
 
