@@ -4,9 +4,9 @@ in text."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-__all__ = ["redacted_command", "redacted_url", "redacted_words"]
+__all__ = ["Scrubber", "redacted_command", "redacted_url", "redacted_words", "url_secrets"]
 
 HIDDEN = "***"
 # A flag or variable whose name holds one of these carries a credential (`--api-key`, `--githubToken`, `DB_PASSWORD`)
@@ -132,3 +132,69 @@ def _secret_name(name: str) -> bool:
 
 def _quoted(arg: str) -> str:
     return f'"{arg}"' if " " in arg else arg
+
+
+# Values scrubbed from text (`Scrubber`): any of at least this length whose name says it is a credential; others
+# only when they could be one (`_token_like`): `TZ=UTC`, `MODE=cursor` or `Accept: */*` must not blank words.
+_SHORTEST_NAMED = 3
+_SHORTEST_TOKEN = 8
+
+
+def _token_like(value: str) -> bool:
+    """Whether a value could be a credential though nothing names it one: one word of at least `_SHORTEST_TOKEN`
+    characters holding a digit or mixed case, and not a number or a path (`sk-ak-9fQ...`, `ghp_...`), where
+    `cursor`, `application/json` or `/home/bob` are words a message may need."""
+    return (
+        len(value) >= _SHORTEST_TOKEN
+        and not any(c.isspace() for c in value)
+        and (any(c.isdigit() for c in value) or (any(c.isupper() for c in value) and any(c.islower() for c in value)))
+        and not value.replace(".", "").isdigit()
+        and not value.startswith(("/", "~", "./", "../"))
+    )
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of `url` that `redacted_url` hides (its user info, user name and password apart, each query value,
+    the fragment), to scrub from text that quotes them on their own."""
+    _, sep, rest = url.partition("://")
+    if not sep:
+        rest = url
+    found: list[str] = []
+    end = _user_info_end(rest)
+    if end >= 0:
+        user_info, rest = rest[:end], rest[end + 1:]
+        found += [user_info, *user_info.split(":", 1)]
+    rest, _, fragment = rest.partition("#")
+    _, _, query = rest.partition("?")
+    found += [part.partition("=")[2] or part for part in query.split("&") if part]
+    found.append(fragment)
+    return [text for text in found if text]
+
+
+class Scrubber:
+    """Removes known secret values (what a server was configured with: env and header values, the values its
+    `${VAR}`s expanded to, the credentials of its URL) from text that someone else wrote and may quote them back:
+    an upstream's error message, a line it printed. Each is replaced by HIDDEN, the longest first (so a value
+    holding another is hidden whole).
+
+    Only values are known, not what a text is: `secrets` are hidden whatever they look like (from 3 characters),
+    `named` (name, value) pairs when the name says it is a credential (`_secret_name`: `API_TOKEN`,
+    `Authorization`) or the value could be one (`_token_like`), `values` only when they could be one.
+    """
+
+    def __init__(
+        self, *, secrets: Iterable[str] = (), named: Iterable[tuple[str, str]] = (), values: Iterable[str] = ()
+    ) -> None:
+        kept = {v for v in secrets if len(v) >= _SHORTEST_NAMED}
+        kept.update(v for name, v in named if (_secret_name(name) and len(v) >= _SHORTEST_NAMED) or _token_like(v))
+        kept.update(v for v in values if _token_like(v))
+        self.secrets = tuple(sorted(kept, key=len, reverse=True))
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, HIDDEN)
+        return text
+
+    def __bool__(self) -> bool:
+        return bool(self.secrets)

@@ -267,3 +267,30 @@ def test_an_env_or_header_value_that_is_not_a_string_number_or_boolean_is_refuse
         parse_config({"mcpServers": {"remote": {"url": "https://h/mcp", "headers": {"Authorization": value}}}})
     kept = parse_config({"mcpServers": {"toy": {"command": "python", "env": {"N": 3, "B": True, "S": "s"}}}})
     assert dict(kept.servers[0].env) == {"N": "3", "B": "true", "S": "s"}
+
+
+def test_a_servers_scrubber_hides_what_it_was_configured_with_and_keeps_plain_words() -> None:
+    # What an upstream sends back (a 401 quoting its token, a URL with its key) is scrubbed of these before the model
+    # or the log sees it; before, nothing was.
+    environ = {"TOKEN": "sk-live-Zq8x", "KEY": "PATHSECRET777", "PW": "pw"}
+    config = parse_config(
+        {
+            "mcpServers": {
+                "local": {
+                    "command": "x",
+                    "env": {"API_TOKEN": "${TOKEN}", "PASSWORD": "abc", "MODE": "cursor", "TZ": "UTC", "PORT": "8080",
+                            "HOME_DIR": "/home/bob/projects"},
+                },
+                "remote": {
+                    "url": "https://u:${PW}@h.example/s/${KEY}/mcp?sig=qs-99",
+                    "headers": {"Authorization": "Bearer ${TOKEN}", "Accept": "application/json"},
+                },
+            }
+        },
+        environ=environ,
+    )
+    local, remote = config["local"].scrubber(), config["remote"].scrubber()
+    quoted = "the credential 'sk-live-Zq8x' (password abc) was rejected: mode cursor, UTC, 8080, /home/bob/projects"
+    assert local(quoted) == quoted.replace("sk-live-Zq8x", "***").replace("abc", "***")  # the rest are plain words
+    said = "401 for 'Bearer sk-live-Zq8x' at /s/PATHSECRET777/mcp?sig=qs-99 (u:pw), Accept: application/json"
+    assert remote(said) == "401 for '***' at /s/***/mcp?sig=*** (***), Accept: application/json"

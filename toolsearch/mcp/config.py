@@ -26,14 +26,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import MCPConfigError
-from .._redact import redacted_command, redacted_url, redacted_words
+from .._redact import Scrubber, redacted_command, redacted_url, redacted_words, url_secrets
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -115,6 +116,22 @@ class ServerConfig:
     # the command line or URL as the config writes it, variables unexpanded (for messages and logs; a command
     # line with its credential-named arguments already hidden, since its argument boundaries are gone once joined)
     written: str | None = None
+    # what its `${VAR}`s (environment variables, inputs) expanded to: kept out of what its server's text shows
+    variable_values: tuple[str, ...] = ()
+
+    def scrubber(self) -> Scrubber:
+        """What keeps this server's configured values out of the text it sends back (an error quoting the token it
+        was given): its env and header values (and each word of a header: `Bearer <token>`), the credentials of its
+        URL or of a URL in its env, and every value a variable expanded to (a URL's path may hold one). See
+        `Scrubber` for which count."""
+        named = [*self.env.items(), *self.headers.items()]
+        urls = [self.url or "", *(value for value in self.env.values() if "://" in value)]
+        secrets = [part for url in urls for part in url_secrets(url)]
+        values = [*self.variable_values, *(word for value in self.headers.values() for word in value.split())]
+        quoted = [(name, unquote(value)) for name, value in named if "%" in value]  # a server may quote it decoded
+        return Scrubber(
+            secrets=[*secrets, *(unquote(s) for s in secrets)], named=[*named, *quoted], values=values
+        )
 
     def describe(self) -> str:
         """A short human description for messages: as written, so no expanded variable, header or env value,
@@ -165,11 +182,14 @@ class _Variables:
     environ: Mapping[str, str]
     inputs: Mapping[str, Mapping[str, Any]]
     workspace: Path | None
+    expanded: list[str] = field(default_factory=list)  # each environment or input value used, in order
 
     def value(self, kind: str | None, name: str, default: str | None, where: str) -> str:
         written = "${" + (f"{kind}:" if kind else "") + name + "}"
         if kind == "input":
-            return self._input(name, where)
+            found = self._input(name, where)
+            self.expanded.append(found)
+            return found
         if kind is None and name in ("userHome", "workspaceFolder") and name not in self.environ:
             return self._predefined(name, where)
         if kind not in (None, "env"):
@@ -181,6 +201,7 @@ class _Variables:
         if not _ENV_NAME.match(name):
             raise MCPConfigError(f"{where} uses {written}, which is not a variable name (letters, digits, '_')")
         if name in self.environ:
+            self.expanded.append(self.environ[name])
             return self.environ[name]
         if default is not None:
             return default
@@ -245,6 +266,16 @@ def _server(name: str, raw: Any, base: Path | None, environ: _Variables) -> Serv
         )
     if not isinstance(raw, Mapping):
         raise MCPConfigError(f"{where}: expected an object with 'command' (stdio) or 'url' (HTTP)")
+    first = len(environ.expanded)
+    server = _server_entry(name, raw, base, environ, where)
+    if server is None:
+        return None
+    return replace(server, variable_values=tuple(dict.fromkeys(environ.expanded[first:])))
+
+
+def _server_entry(
+    name: str, raw: Mapping[str, Any], base: Path | None, environ: _Variables, where: str
+) -> ServerConfig | None:
     try:
         entry = _ServerEntry.model_validate(raw)
     except ValidationError as exc:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
+import itertools
 import json
 import logging
 import random
 import re
+import secrets
 import sys
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from encodings import utf_8
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -32,8 +35,7 @@ from .._errors import InvalidToolError, MCPConfigError, UpstreamError
 from .._untrusted import MAX_DEPTH, clean_text
 from ..catalog import Catalog
 from ..executor import DEFAULT_MAX_RESULT_BYTES
-from ..stores.redis import redacted_url
-from ..tools import SAFE_NAME_KEPT, Tool, provider_safe_name
+from ..tools import MAX_DESCRIPTION_CHARS, MAX_SCHEMA_CHARS, SAFE_NAME_KEPT, Tool, provider_safe_name
 from .config import MCPConfig, ServerConfig, load_config, parse_config
 
 __all__ = [
@@ -66,12 +68,20 @@ RESTART_CAP = 60.0
 # saying when the next attempt is.
 CALL_WAITS_FOR_RESTART = 5.0
 MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
+# The longest line a stdio server's answer to tools/list may be (one page of its tools): a call's answer is limited
+# by its `maxResultBytes` (`UpstreamServer.message_limit`), a listing is not, but is not read without end either.
+LISTING_LINE_LIMIT = 64 * 1024 * 1024
 ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
 # A 2026-07-28 server without subscriptions/listen is re-listed when its list's ttlMs runs out, within
 # these bounds: ttlMs 0 (the SDK's default, "immediately stale") must not mean a re-listing loop.
 RELIST_FLOOR = 5.0
 RELIST_CEILING = 300.0
+# Announced changes of one server are re-listed at most once per RELIST_GAP seconds: a server announcing a change
+# every few milliseconds costs one listing a second (the announcements meanwhile all wait for the next one), not a
+# listing loop that starves the other servers and never gets round to applying what it read.
+RELIST_GAP = 1.0
+CHANGES_LOGGED = 10  # changed definitions one listing logs by name; the rest are counted on one line
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 State = Literal["idle", "starting", "ready", "failed", "crashed", "stopped"]
@@ -138,13 +148,42 @@ def check_namespaces(servers: Iterable[str], separator: str = SEPARATOR) -> None
         seen[server] = mine
 
 
+# What a client is shown of a tool beside its input schema (which `Tool` limits to MAX_SCHEMA_CHARS), in characters
+# of JSON: every client takes a tool in whole, in one message, so one 3 MB output schema or title made every
+# tools/list of a handshake-era HTTP session fail (the MCP SDK reads at most 1 MiB per event).
+_SHOWN_LIMITS = {"outputSchema": MAX_SCHEMA_CHARS, "title": MAX_DESCRIPTION_CHARS, "annotations": MAX_DESCRIPTION_CHARS}
+_SHOWN_NAMES = {"outputSchema": "output schema", "title": "title", "annotations": "annotations"}
+
+
+def _check_shown_sizes(data: Mapping[str, Any]) -> None:
+    """Refuse a definition whose output schema, title or annotations is over its limit (`_SHOWN_LIMITS`)."""
+    for key, limit in _SHOWN_LIMITS.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        try:
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+        except (TypeError, ValueError, RecursionError):
+            continue  # not JSON: Tool's own checks name what is wrong with it
+        if size > limit:
+            name = data.get("name")
+            raise InvalidToolError(
+                f"tool {str(name)[:80]!r}: {_SHOWN_NAMES[key]} is {size:,} characters"
+                f"{'' if isinstance(value, str) else ' of JSON'}; the limit is {limit:,}"
+            )
+
+
 def tool_from_mcp(definition: Any, server: str, *, separator: str = SEPARATOR) -> Tool:
-    """Convert one upstream MCP tool; the original name and output schema stay in `metadata["mcp"]`."""
+    """Convert one upstream MCP tool; the original name and output schema stay in `metadata["mcp"]`.
+
+    A definition larger than a client can take in (`_SHOWN_LIMITS`, and `Tool`'s own limits) is InvalidToolError.
+    """
     data = (
         definition.model_dump(by_alias=True, exclude_none=True, mode="json")
         if hasattr(definition, "model_dump")
         else dict(definition)
     )
+    _check_shown_sizes(data)
     base = Tool.from_mcp(data, namespace=server)
     origin: dict[str, Any] = {"server": server, "name": base.name}
     if isinstance(data.get("outputSchema"), Mapping):
@@ -263,7 +302,9 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
+def _describe_failure(config: ServerConfig, exc: BaseException, scrub: Callable[[str], str] = str) -> str:
+    """Why a server failed to start, in words; `scrub` hides its configured secrets in what it said (before any cut,
+    so that no part of one is left at the cut)."""
     exc = _leaf(exc)
     if isinstance(exc, UpstreamError):
         return str(exc)
@@ -278,16 +319,23 @@ def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
         return f"command not found: {config.command!r} (check 'command' and PATH)"
     if isinstance(exc, OSError) and config.transport == "stdio":
         return f"cannot start `{config.describe()}`: {exc.strerror or exc}"
+    if isinstance(exc, MCPError) and isinstance(exc.error.data, _TooLarge):
+        return (
+            f"it answered with a message over {exc.error.data.limit:,} bytes, more than this gateway reads in one "
+            "(over HTTP: 3 times 'maxResultBytes' plus 64 KiB, at least 1 MiB); have it list fewer tools per page, "
+            "or raise 'maxResultBytes'"
+        )
     if isinstance(exc, MCPError) and isinstance(exc.error.data, _Unreadable):
         return f"it answered with a line that {exc.error.data.reason}: {exc.error.data.excerpt}"
     if isinstance(exc, MCPError):
         data = exc.error.data
         code = data.code if isinstance(data, _UpstreamCode) else exc.error.code
-        return f"the server answered with an error: {_cut(exc.error.message, ERROR_CHARS)} (code {code})"
+        return f"the server answered with an error: {_cut(scrub(exc.error.message), ERROR_CHARS)} (code {code})"
     name = type(exc).__name__
     if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
-        # no user, password or query in the message: a ${VAR} there may have expanded to a credential
-        return f"cannot reach {redacted_url(config.url or '')}: {exc or name}"
+        # as written, variables unexpanded: a ${VAR} anywhere in it (a hosted service's key in the path, say) may
+        # have expanded to a credential
+        return f"cannot reach {config.describe()}: {exc or name}"
     return f"{name}: {exc}" if str(exc) else name
 
 
@@ -346,8 +394,8 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}... ({len(text) - limit:,} characters of the server's message left out)"
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
-    text = _plain(str(exc)) or type(exc).__name__  # an error's text may quote what the server sent
+def _short(exc: BaseException, limit: int = 300, *, scrub: Callable[[str], str] = str) -> str:
+    text = _plain(scrub(str(exc))) or type(exc).__name__  # an error's text may quote what the server sent
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -424,17 +472,95 @@ def _deep_listing(error: Exception) -> SessionMessage | None:
 # The SDK's stdio reader decodes strictly: one byte that is not UTF-8 raises inside it, and it then
 # drains (discards) the server's output for as long as the process lives, so every later call times
 # out. This codec decodes UTF-8 with such bytes kept as escapes (U+DC80..U+DCFF): the bad line reaches
-# the session as a line the parser refuses, and the next line is read as usual.
+# the session as a line the parser refuses, and the next line is read as usual. `<name>-<key>` is the
+# codec of one server's pipe (`_READERS`), whose lines it limits (`_LineDecoder`).
 _STDIO_ENCODING = "toolsearch-utf-8-escaped"
+_READERS: weakref.WeakValueDictionary[str, UpstreamServer] = weakref.WeakValueDictionary()
+_READER_KEYS = itertools.count(1)
+_LINE_KEPT = 4_096  # bytes kept from each end of a line over its limit: where its request id is
+# Between the two ends of a line that was cut: no server can write it, since none can guess it.
+_CUT = f"\x00toolsearch-cut-{secrets.token_hex(8)}\x00"
 
 
-class _EscapingDecoder(utf_8.IncrementalDecoder):
-    def __init__(self, errors: str = "strict") -> None:
+class _LineDecoder(codecs.IncrementalDecoder):
+    """UTF-8 with bytes that are not UTF-8 kept as escapes, handed on one whole line at a time, and a line
+    longer than its server's limit (`UpstreamServer.line_limit`) not kept.
+
+    Whole lines: the SDK's reader joins its buffer to every chunk it reads (`buffer + chunk`), which for a
+    line of N bytes read 64 kB at a time copies N² / 128 kB bytes (a 40 MB answer: 10 s and 374 MB, every
+    other server stalled meanwhile); handed whole lines, its buffer stays empty. A line over the limit keeps
+    its first and last `_LINE_KEPT` bytes, joined by `_CUT` and the limit, and `_Screen` answers its request
+    with an oversized error: at once when its first bytes name the request (the rest is read and dropped),
+    else at its end.
+    """
+
+    def __init__(self, errors: str = "strict", key: str = "") -> None:
         super().__init__("surrogateescape")  # whatever the reader asks for: this is the point of the codec
+        self.key = key
+        self.reset()
+
+    def reset(self) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._cut_at: int | None = None  # the limit the line went over, once it did
+        self._head = self._tail = b""
+        self._answered = False
+        self._roomy = False  # a JSON-RPC error: read up to LISTING_LINE_LIMIT
+
+    def decode(self, input: Any, final: bool = False) -> str:  # input: bytes, as the stdio reader reads them
+        data = bytes(input)
+        out: list[str] = []
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            self._take(data[start:end], out)
+            out.append(self._line())
+            start = end + 1
+        self._take(data[start:], out)
+        if final and (self._parts or self._cut_at is not None):
+            out.append(self._line().removesuffix("\n"))  # an unended last line, as the reader would see it
+        return "".join(out)
+
+    def _take(self, piece: bytes, out: list[str]) -> None:
+        if not piece:
+            return
+        self._size += len(piece)
+        if self._cut_at is not None:
+            self._tail = (self._tail + piece)[-_LINE_KEPT:]
+            return
+        self._parts.append(piece)
+        server = _READERS.get(self.key)
+        limit = None if server is None else LISTING_LINE_LIMIT if self._roomy else server.line_limit()
+        if limit is None or self._size <= limit:
+            return
+        line = b"".join(self._parts)
+        head = line[:_LINE_KEPT].decode("utf-8", "surrogateescape")
+        if limit < LISTING_LINE_LIMIT and _at_top_level(head, _ERROR_KEY) is not None:
+            # an error, not a result: its message is cut where it is passed on (ERROR_CHARS), so it is read
+            # whole unless it outgrows what a listing may be
+            self._parts, self._roomy = [line], True
+            return
+        self._parts, self._cut_at = [], limit
+        self._head, self._tail = line[:_LINE_KEPT], line[-_LINE_KEPT:]
+        if _at_top_level(head, _METHOD_KEY) is None and _answer_id(head) is not None:
+            # its request is answered now, not when (if ever) the line ends
+            out.append(f"{head}{_CUT}{limit}{_CUT}\n")
+            self._answered = True
+
+    def _line(self) -> str:
+        if self._cut_at is None:
+            text = b"".join(self._parts).decode("utf-8", "surrogateescape") + "\n"
+        elif self._answered:
+            text = ""
+        else:
+            head, tail = (part.decode("utf-8", "surrogateescape") for part in (self._head, self._tail))
+            text = f"{head}{_CUT}{self._cut_at}{_CUT}{tail}\n"
+        self.reset()
+        return text
 
 
 def _find_codec(name: str) -> codecs.CodecInfo | None:
-    if name != _STDIO_ENCODING.replace("-", "_"):
+    base = _STDIO_ENCODING.replace("-", "_")
+    if name != base and not name.startswith(f"{base}_"):
         return None
     utf8 = codecs.lookup("utf-8")
     return codecs.CodecInfo(
@@ -442,7 +568,7 @@ def _find_codec(name: str) -> codecs.CodecInfo | None:
         utf8.decode,
         name=_STDIO_ENCODING,
         incrementalencoder=utf8.incrementalencoder,
-        incrementaldecoder=_EscapingDecoder,
+        incrementaldecoder=partial(_LineDecoder, key=name[len(base) + 1 :]),
     )
 
 
@@ -463,6 +589,8 @@ logging.getLogger("mcp.client.stdio").addFilter(_QuietParseFailures())
 _SDK_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
 _ANSWER_ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_ERROR_KEY = re.compile(r'"error"\s*:\s*\{')
+_METHOD_KEY = re.compile(r'"method"\s*:')
 _NOISE_LOGGED = 10  # lines that are not MCP logged per connection; a server that logs to stdout would flood
 
 
@@ -482,6 +610,30 @@ class _UpstreamCode:
     data: Any
 
 
+@dataclass(frozen=True, slots=True)
+class _TooLarge:
+    """The error data of an answer not read past `limit` bytes (an SSE event over HTTP, a line over stdio)."""
+
+    limit: int
+
+
+# What the MCP SDK's streamable HTTP transport answers a request with when the stream that would carry the answer
+# broke (the server died or dropped it mid-call) or outgrew its event size limit: its own outcomes, not the server's.
+# An upstream could send the same words under the same code, but then it only makes itself look gone (restarted).
+_STREAM_LOST = ("SSE stream ended without a response", "SSE stream ended and reconnection attempts were exhausted")
+_STREAM_FAILED = "SSE stream failed: "
+_EVENT_TOO_LARGE = re.compile(r"SSE stream failed: Server-sent event exceeded the (\d+) byte limit")
+
+
+def _transport_made(error: types.ErrorData) -> bool:
+    """Whether an error on an HTTP connection's read stream is the SDK transport's own (see `_STREAM_LOST`)."""
+    return (
+        error.code == CONNECTION_CLOSED
+        and error.data is None
+        and (error.message in _STREAM_LOST or error.message.startswith(_STREAM_FAILED))
+    )
+
+
 class _RelaySession(ClientSession):
     """The SDK's client session, less its check of a result against the tool's output schema.
 
@@ -495,6 +647,15 @@ class _RelaySession(ClientSession):
         return None
 
 
+def _at_top_level(raw: str, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    """The first match of `pattern` (a key) in the top-level object of a JSON text that may be broken or cut off."""
+    for found in pattern.finditer(raw):
+        before = _JSON_STRING.sub("", raw[: found.start()])
+        if '"' not in before and before.count("{") + before.count("[") - before.count("}") - before.count("]") == 1:
+            return found
+    return None
+
+
 def _answer_id(raw: str) -> int | str | None:
     """The request id an unreadable line answers, when one can be found; None for a request, a notification or noise.
 
@@ -504,12 +665,14 @@ def _answer_id(raw: str) -> int | str | None:
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):  # nested past the parser's depth: valid JSON, read as a broken line
-        for found in _ANSWER_ID.finditer(raw):
-            before = _JSON_STRING.sub("", raw[: found.start()])
-            if '"' not in before and before.count("{") + before.count("[") - before.count("}") - before.count("]") == 1:
-                ident = json.loads(found.group(1))
-                return ident if isinstance(ident, int | str) else None
-        return None
+        found = _at_top_level(raw, _ANSWER_ID)
+        if found is None:
+            return None
+        try:  # `"id": "C:\Users\..."` (a debug line with a Windows path) is no JSON string: no id
+            ident = json.loads(found.group(1))
+        except ValueError:
+            return None
+        return ident if isinstance(ident, int | str) else None
     if not isinstance(data, dict) or "method" in data:
         return None
     ident = data.get("id")
@@ -554,9 +717,13 @@ class _Screen:
       `_NOISE_LOGGED` of a connection (a server that logs to stdout would flood the gateway's log).
     """
 
-    def __init__(self, server: str, on_repair: Callable[[], None]) -> None:
+    def __init__(
+        self, server: str, on_repair: Callable[[], None], scrub: Callable[[str], str] = str, *, http: bool = False
+    ) -> None:
         self.server = server
         self.on_repair = on_repair
+        self.scrub = scrub  # the server's configured secrets out of what is logged of its lines
+        self.http = http  # the SDK's HTTP transport puts errors of its own on the read stream (`_transport_made`)
         self.noise = 0
 
     def __call__(self, item: Any) -> Any:
@@ -564,6 +731,14 @@ class _Screen:
             message = item.message
             if isinstance(message, types.JSONRPCError) and message.error.code in _SDK_CODES:
                 error = message.error
+                if self.http and _transport_made(error):
+                    too_large = _EVENT_TOO_LARGE.match(error.message)
+                    if too_large is None:
+                        return item  # the connection broke mid-answer: the session reports it as closed
+                    answer = types.ErrorData(
+                        code=INTERNAL_ERROR, message=error.message, data=_TooLarge(int(too_large.group(1)))
+                    )
+                    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=answer))
                 renamed = types.ErrorData(
                     code=INTERNAL_ERROR, message=error.message, data=_UpstreamCode(error.code, error.data)
                 )
@@ -571,6 +746,9 @@ class _Screen:
             return item
         if not isinstance(item, Exception):
             return item
+        cut = _cut_line(item)
+        if cut is not None:
+            return self._too_large(item, *cut)
         deep = _deep_listing(item)
         if deep is not None:
             logger.warning(
@@ -595,11 +773,28 @@ class _Screen:
             error = types.ErrorData(
                 code=INTERNAL_ERROR,
                 message=f"it answered with a line that {reason}",
-                data=_Unreadable(reason, _excerpt(text)),  # logged by whoever waits for the answer
+                data=_Unreadable(reason, _excerpt(self.scrub(text))),  # logged by whoever waits for the answer
             )
             return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
         if screened is None:  # not a line at all (a transport's own error): the session reports it
             return item
+        return self._noisy(item, screened[0])
+
+    def _too_large(self, item: Exception, head: str, limit: int, tail: str) -> Any:
+        """A line the reader stopped keeping at `limit` bytes: an oversized error to the request it answers."""
+        ident = None
+        if _at_top_level(head, _METHOD_KEY) is None:  # a request or notification of the server's answers nothing
+            ident = _answer_id(head)
+            if ident is None:
+                ident = _last_id(tail)
+        if ident is None:
+            return self._noisy(item, f"{head}... (a line over {limit:,} bytes, not read)")
+        error = types.ErrorData(
+            code=INTERNAL_ERROR, message=f"it answered with a line over {limit:,} bytes", data=_TooLarge(limit)
+        )
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
+
+    def _noisy(self, item: Exception, line: str) -> Any:
         self.noise += 1
         if self.noise <= _NOISE_LOGGED:
             more = "; later ones are not logged" if self.noise == _NOISE_LOGGED else ""
@@ -607,9 +802,38 @@ class _Screen:
                 "MCP server %r wrote a line that is not an MCP message (ignored%s): %s",
                 self.server,
                 more,
-                _excerpt(screened[0]),
+                _excerpt(self.scrub(line)),
             )
         return item
+
+
+def _cut_line(error: Exception) -> tuple[str, int, str] | None:
+    """(its first bytes, the limit, its last bytes) of a line `_LineDecoder` cut; None for any other error."""
+    if not isinstance(error, ValidationError):
+        return None
+    problems = error.errors()
+    raw = problems[0].get("input") if problems else None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "surrogateescape")
+    if not isinstance(raw, str) or _CUT not in raw:
+        return None
+    head, limit, tail = raw.split(_CUT, 2)
+    return head, int(limit), tail
+
+
+_LAST_ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+
+
+def _last_id(tail: str) -> int | str | None:
+    """The request id at the very end of a line (`..."id": 7}`: written last, as the TypeScript SDK writes it)."""
+    found = _LAST_ID.search(tail)
+    if found is None:
+        return None
+    try:
+        ident = json.loads(found.group(1))
+    except ValueError:
+        return None
+    return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
 
 
 @asynccontextmanager
@@ -620,7 +844,16 @@ async def _screening(read: Any, screen: _Screen) -> AsyncIterator[Any]:
     async def pump() -> None:
         async with send:
             async for item in read:
-                await send.send(screen(item))
+                try:
+                    screened = screen(item)
+                except Exception as exc:  # a fault of our own reading must cost one line, never the connection
+                    logger.warning(
+                        "MCP server %r: a message could not be screened (%s); passed on as read",
+                        screen.server,
+                        _short(exc),
+                    )
+                    screened = item
+                await send.send(screened)
 
     async with anyio.create_task_group() as tg, receive:
         tg.start_soon(pump)
@@ -651,8 +884,10 @@ class UpstreamServer:
         on_tools_changed: ChangeListener | None = None,
         errlog: TextIO | None = None,
         remembered: Iterable[Tool] = (),
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.config = config
+        self.max_result_bytes = max_result_bytes  # the cap for calls when its config sets none
         self.separator = separator
         self.restart_enabled = restart
         self.max_restarts = max_restarts
@@ -675,6 +910,12 @@ class UpstreamServer:
         self._ttl_ms: int | None = None  # the shortest ttlMs of its last listing's pages
         self._on_tools_changed = on_tools_changed
         self._errlog = errlog
+        # What it sends back may quote what it was configured with (a 401 naming the token): hidden in every text of
+        # its that reaches the model or the log.
+        self._scrub = config.scrubber()
+        self._listing = 0  # tools/list requests in flight, which `line_limit` allows longer lines
+        self._reader_key = str(next(_READER_KEYS))
+        _READERS[self._reader_key] = self
         self._session: ClientSession | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._scope: anyio.CancelScope | None = None
@@ -685,10 +926,13 @@ class UpstreamServer:
         self._lifecycle = anyio.Lock()
         self._refresh_lock = anyio.Lock()
         self._refresh_pending = False
+        self._relisted_at: float | None = None  # when its last re-listing ended (anyio's clock), for RELIST_GAP
+        self._gap_logged = False  # the line saying announcements wait for RELIST_GAP: once per connection
         # True from a change notification until its re-listing is applied: "block" holds calls meanwhile.
         self.relisting = False
         self._generation = 0
         self._listing_problems: list[str] = []
+        self._conversions: dict[bytes, Tool | str] = {}  # by the digest of a definition's JSON, its last listing's
         self._ready_at: float | None = None
         # Tools remembered from an earlier start stand in for its own until it lists them (or fails to start):
         # `listed` is set then, once the change (if any) has been announced.
@@ -717,6 +961,7 @@ class UpstreamServer:
     async def _start_locked(self, task_group: anyio.abc.TaskGroup, *, restart: bool = False) -> bool:
         self._task_group = task_group
         self._generation += 1
+        self._gap_logged = False
         self.state, self.error = "starting", None
         self._stop, self._ready, self._done = anyio.Event(), anyio.Event(), anyio.Event()
         self._scope = anyio.CancelScope()
@@ -791,7 +1036,11 @@ class UpstreamServer:
             if not ready.is_set() and current():
                 self.state, self.error = "failed", self._failure(exc)
             elif not stop.is_set():
-                logger.warning("MCP server %r: connection ended with an error: %s", self.name, _leaf(exc))
+                why = _short(_leaf(exc), scrub=self._scrub)
+                logger.warning("MCP server %r: connection ended with an error: %s", self.name, why)
+                if current() and self.state == "ready":
+                    # its session is gone: down, and restarted like a crash (left "ready", no call would restart it)
+                    self._went_down(f"the connection ended with an error: {why}")
         finally:
             if current():
                 if self._session is session:
@@ -816,10 +1065,10 @@ class UpstreamServer:
         return f"speaks {version} ({how})"
 
     def _failure(self, exc: BaseException) -> str:
-        message = _describe_failure(self.config, exc)
+        message = _describe_failure(self.config, exc, self._scrub)
         if self._noise is not None and self._noise not in message:
             message += f"; it wrote to stdout a line that is not an MCP message: {self._noise!r}"
-        return message
+        return self._scrub(message)  # it may quote what the server was given to log in with
 
     async def _open(self, stack: AsyncExitStack) -> ClientSession:
         read, write = await stack.enter_async_context(self._transport())
@@ -983,12 +1232,12 @@ class UpstreamServer:
                     task_status.started()
                     started = True
                     async for _event in subscription:
-                        if self._task_group is not None:
-                            self.relisting = True
-                            self._task_group.start_soon(self.refresh)
+                        self._announced()
             except (MCPError, ListenNotSupportedError, SubscriptionLost, TimeoutError) as exc:
                 logger.warning(
-                    "MCP server %r: no subscriptions/listen stream (%s); re-listing on ttlMs", self.name, exc
+                    "MCP server %r: no subscriptions/listen stream (%s); re-listing on ttlMs",
+                    self.name,
+                    _short(exc, ERROR_CHARS, scrub=self._scrub),
                 )
         self.changes = "ttl"
         if not started:  # start-up goes on; changes are found by re-listing
@@ -1008,7 +1257,7 @@ class UpstreamServer:
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
-        screen = _Screen(self.name, self._repaired)
+        screen = _Screen(self.name, self._repaired, self._scrub, http=self.config.transport == "http")
         async with self._raw_transport() as (read, write), _screening(read, screen) as screened:
             yield screened, write
 
@@ -1024,7 +1273,7 @@ class UpstreamServer:
                 args=list(config.args),
                 env=dict(config.env) or None,
                 cwd=config.cwd,
-                encoding=_STDIO_ENCODING,
+                encoding=f"{_STDIO_ENCODING}-{self._reader_key}",  # its lines limited by `line_limit`
             )
             async with stdio_client(params, errlog=self._errlog or sys.stderr) as streams:
                 yield streams
@@ -1034,7 +1283,9 @@ class UpstreamServer:
 
             async with (
                 create_mcp_http_client(headers=dict(config.headers) or None) as client,
-                streamable_http_client(config.url or "", http_client=client) as streams,
+                streamable_http_client(
+                    config.url or "", http_client=client, max_sse_event_size=self.message_limit()
+                ) as streams,
             ):
                 yield streams
         else:
@@ -1043,11 +1294,35 @@ class UpstreamServer:
             async with sse_client(config.url or "", headers=dict(config.headers) or None) as streams:
                 yield streams
 
+    def message_limit(self) -> int:
+        """The largest message read from this server (an SSE event over HTTP, a line over stdio): room for any
+        result within its `maxResultBytes` as sent (a server may escape each non-ASCII character as `\\uXXXX`,
+        three times its UTF-8 bytes), so that such a result is read, measured and refused as oversized by one rule
+        on every transport; never less than the MCP SDK's default SSE limit (1 MiB). A larger one is not read
+        further, and its call is told it was too large."""
+        from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE
+
+        cap = self.config.max_result_bytes or self.max_result_bytes
+        return max(DEFAULT_MAX_SSE_EVENT_SIZE, 3 * cap + 65_536)
+
+    def line_limit(self) -> int:
+        """The longest line read from this stdio server (`_LineDecoder`): `message_limit`, or while it lists its
+        tools (a page of them is one line) at least LISTING_LINE_LIMIT."""
+        limit = self.message_limit()
+        return max(limit, LISTING_LINE_LIMIT) if self._listing else limit
+
     async def _list_all(self, session: ClientSession) -> list[types.Tool]:
         """Every page of tools/list; a repeated cursor or too many pages is an error, not a hang.
 
         Malformed definitions are left out and named in `_listing_problems` (reported by `_apply`).
         """
+        self._listing += 1
+        try:
+            return await self._list_pages(session)
+        finally:
+            self._listing -= 1
+
+    async def _list_pages(self, session: ClientSession) -> list[types.Tool]:
         tools: list[types.Tool] = []
         problems: list[str] = []
         cursor: str | None = None
@@ -1065,9 +1340,22 @@ class UpstreamServer:
                 self._ttl_ms = ttl
                 return tools
             if cursor in seen:
-                raise UpstreamError(f"tools/list repeated the cursor {cursor!r}; the server's pagination loops")
+                raise UpstreamError(  # the server's text: cut, on one line (repr), its secrets hidden
+                    f"tools/list repeated the cursor {_excerpt(self._scrub(cursor))}; the server's pagination loops"
+                )
             seen.add(cursor)
         raise UpstreamError(f"tools/list returned more than {MAX_PAGES} pages")
+
+    def _convert(self, definition: types.Tool) -> Tool | str:
+        """The tool, or why it is skipped."""
+        try:
+            return tool_from_mcp(definition, self.name, separator=self.separator)
+        except InvalidToolError as exc:
+            return str(exc)
+        except PydanticSerializationError:  # a definition read past the SDK's depth (_deep_listing)
+            return f"tool {definition.name!r}: its definition is nested deeper than {MAX_DEPTH} levels"
+        except UnicodeError:  # e.g. a lone surrogate escape ("\\ud800"): valid JSON, not encodable text
+            return f"tool {definition.name!r}: {_BROKEN_TEXT}"
 
     def _apply(self, listed: list[types.Tool]) -> bool:
         """Convert and store the listed tools; True when anything changed.
@@ -1081,21 +1369,27 @@ class UpstreamServer:
         self._listing_problems = []
         seen: set[str] = set()
         broken, self._broken_text = self._broken_text, False
+        # A definition listed as before is not converted again (a conversion checks every character of it, on the
+        # event loop): a static server of 15,000 tools re-listed on ttlMs stalled every client for 1.5 s each time.
+        known, self._conversions = self._conversions, {}
         for definition in listed:
             try:
-                if broken and _REPLACED in definition.model_dump_json():
-                    skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
-                    continue
-                tool = tool_from_mcp(definition, self.name, separator=self.separator)
-            except InvalidToolError as exc:
-                skipped.append(str(exc))
-                continue
-            except PydanticSerializationError:  # a definition read past the SDK's depth (_deep_listing)
-                skipped.append(f"tool {definition.name!r}: its definition is nested deeper than {MAX_DEPTH} levels")
-                continue
-            except UnicodeError:  # e.g. a lone surrogate escape ("\\ud800"): valid JSON, not encodable text
+                text: str | None = definition.model_dump_json(by_alias=True, exclude_none=True)
+            except (PydanticSerializationError, ValueError):  # too deep to write: converting it says why
+                text = None
+            if broken and text is not None and _REPLACED in text:
                 skipped.append(f"tool {definition.name!r}: {_BROKEN_TEXT}")
                 continue
+            key = None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+            outcome = known.get(key) if key is not None else None
+            if outcome is None:
+                outcome = self._convert(definition)
+            if key is not None:
+                self._conversions[key] = outcome
+            if isinstance(outcome, str):
+                skipped.append(outcome)
+                continue
+            tool = outcome
             if tool.name in seen:
                 skipped.append(f"tool {definition.name!r} is listed more than once; the first definition is kept")
                 continue
@@ -1103,12 +1397,18 @@ class UpstreamServer:
             converted.append(tool)
         for message in skipped:
             if message not in self.skipped:
-                logger.warning("MCP server %r: skipped a tool (the others are listed): %s", self.name, message)
+                logger.warning(
+                    "MCP server %r: skipped a tool (the others are listed): %s", self.name, self._scrub(message)
+                )
         self.skipped = skipped
         before = {t.name: t for t in self.tools}
+        redefined = 0
         for tool in converted:
             old = before.get(tool.name)
             if old is not None and old.fingerprint != tool.fingerprint:
+                redefined += 1
+                if redefined > CHANGES_LOGGED:
+                    continue  # a listing that redefines 200 tools is one line more, not 200
                 origin = upstream_of(tool)
                 logger.warning(
                     "MCP server %r changed the definition of tool %r (%s)",
@@ -1116,6 +1416,12 @@ class UpstreamServer:
                     origin[1] if origin else tool.name,
                     ", ".join(definition_changes(old, tool)),
                 )
+        if redefined > CHANGES_LOGGED:
+            logger.warning(
+                "MCP server %r changed the definitions of %d more tools in the same listing (not named)",
+                self.name,
+                redefined - CHANGES_LOGGED,
+            )
         changed = [t.fingerprint for t in converted] != [t.fingerprint for t in self.tools]
         self.tools = tuple(converted)
         return changed
@@ -1126,49 +1432,96 @@ class UpstreamServer:
         # Runs inline in the session's receive loop: never do session I/O here, spawn it.
         if isinstance(message, Exception):  # a line the transport could not read as JSON-RPC
             if self._noise is None:
-                line = _unreadable_line(message)
+                line = self._scrub(_unreadable_line(message))
                 self._noise = line if len(line) <= 120 else line[:120] + "..."
             if self._on_noise is not None:
                 self._on_noise()
             return
-        if isinstance(message, types.ToolListChangedNotification) and self._task_group is not None:
-            self.relisting = True  # now, not when the re-listing task starts
+        if isinstance(message, types.ToolListChangedNotification):
+            self._announced()
+
+    def _announced(self) -> None:
+        """The server said its tools changed: calls are held (changedTools: block) from now, not from when the
+        re-listing starts; a re-listing under way is followed by one more, however many announcements come."""
+        self.relisting = True
+        if self._refresh_lock.locked():
+            self._refresh_pending = True
+        elif self._task_group is not None:
             self._task_group.start_soon(self.refresh)
 
     async def refresh(self, *, announced: bool = True) -> bool:
         """Re-list the tools (as after tools/list_changed); True when they changed.
 
-        `announced=False` (a re-listing on ttlMs, no change known): calls are not held meanwhile.
+        `announced=False` (a re-listing on ttlMs, no change known): calls are not held meanwhile. Re-listings of
+        one server are RELIST_GAP apart and never overlap: a call while one runs asks for one more after it, and
+        each listing that changed the tools is announced at once (a flood of announcements must not hold back
+        the change it announces). A listing is bounded by `startupTimeout`, as at start-up.
         """
+        if announced:
+            self.relisting = True
         if self._refresh_lock.locked():
-            self._refresh_pending = True  # coalesce a burst of notifications into one more listing
+            self._refresh_pending = True  # one more listing after this one covers every announcement meanwhile
             return False
         changed = False
-        self.relisting = announced
         async with self._refresh_lock:
             try:
                 while True:
+                    wait = 0.0 if self._relisted_at is None else self._relisted_at + RELIST_GAP - anyio.current_time()
+                    if wait > 0:
+                        self._log_gap()
+                        await anyio.sleep(wait)
                     self._refresh_pending = False
                     session = self._session
                     if session is None:
                         return changed
-                    try:
-                        listed = await self._list_all(session)
-                    except Exception as exc:
-                        cause = _leaf(exc)
-                        if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
-                            # found by a re-listing, not a call: crashed, and restarted like any crash
-                            self._went_down("the connection closed while its tools were re-listed")
-                        logger.warning("MCP server %r: re-listing tools failed: %s", self.name, cause)
+                    listed = await self._relist(session)
+                    self._relisted_at = anyio.current_time()
+                    again = self._refresh_pending and self._session is session
+                    self.relisting = again  # the hold ends with the listing that covers the last announcement
+                    if listed is not None and self._apply(listed):
+                        changed = True
+                        if self._on_tools_changed is not None:
+                            await self._on_tools_changed(self)
+                    if not (self._refresh_pending and self._session is session):
                         return changed
-                    changed = self._apply(listed) or changed
-                    if not self._refresh_pending:
-                        break
             finally:
                 self.relisting = False
-        if changed and self._on_tools_changed is not None:
-            await self._on_tools_changed(self)
-        return changed
+
+    async def _relist(self, session: ClientSession) -> list[types.Tool] | None:
+        """Every page of tools/list within `startupTimeout`; None (logged) when it fails or runs out, and the tools
+        stay as last listed. A re-listing that finds the connection gone marks the server crashed."""
+        try:
+            with anyio.move_on_after(self.config.startup_timeout):
+                return await self._list_all(session)
+        except Exception as exc:
+            cause = _leaf(exc)
+            if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
+                # found by a re-listing, not a call: crashed, and restarted like any crash
+                self._went_down("the connection closed while its tools were re-listed")
+            # its words are the server's: one line, cut, its configured secrets hidden (as on every other path)
+            logger.warning(
+                "MCP server %r: re-listing tools failed: %s", self.name, _short(cause, ERROR_CHARS, scrub=self._scrub)
+            )
+            return None
+        logger.warning(
+            "MCP server %r: re-listing its tools got no answer within %g s (startupTimeout); they stay as last "
+            "listed, its calls go on, and its next announcement is re-listed again",
+            self.name,
+            self.config.startup_timeout,
+        )
+        return None
+
+    def _log_gap(self) -> None:
+        if self._gap_logged:
+            return
+        self._gap_logged = True
+        logger.warning(
+            "MCP server %r announces tool changes less than %g s apart; it is re-listed at most once per %g s, "
+            "each re-listing covering every announcement before it (logged once per connection)",
+            self.name,
+            RELIST_GAP,
+            RELIST_GAP,
+        )
 
     # --- calls --------------------------------------------------------------------------------
 
@@ -1296,6 +1649,7 @@ class UpstreamServer:
         session = await self._session_for_call()
         if session is None:
             return error_result(self._down_text(tool))
+        limit = self.config.max_result_bytes or max_result_bytes or self.max_result_bytes
         try:
             result = await session.call_tool(
                 tool, dict(arguments) if arguments else None, read_timeout_seconds=self.config.call_timeout
@@ -1313,6 +1667,8 @@ class UpstreamServer:
                     "gateway stopped waiting (the call may still be running there; a late answer is dropped). "
                     "Do not assume it worked: check its effect, or retry with a smaller request."
                 )
+            if isinstance(exc.error.data, _TooLarge):
+                return self._oversized(tool, None, limit, read=exc.error.data.limit)
             if isinstance(exc.error.data, _Unreadable):
                 logger.warning(
                     "MCP server %r: the answer to %r was a line that %s; the call failed, the connection reads on: %s",
@@ -1325,9 +1681,8 @@ class UpstreamServer:
                     f"MCP server {self.name!r} answered {tool!r} with a line that {exc.error.data.reason}, so its "
                     "result cannot be read. The tool may have run: check its effect before you retry it."
                 )
-            return error_result(
-                f"MCP server {self.name!r} rejected the call to {tool!r}: {_cut(exc.error.message, ERROR_CHARS)}"
-            )
+            said = _cut(self._scrub(exc.error.message), ERROR_CHARS)
+            return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {said}")
         except ValidationError as exc:  # an answer that is not a tool result at all
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "result"
@@ -1336,26 +1691,44 @@ class UpstreamServer:
                 f"({where}: {first['msg']}). The tool may have run, but its result cannot be read; use another tool."
             )
         except Exception as exc:  # an answer the SDK refuses otherwise
-            return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {_short(_leaf(exc))}")
-        limit = self.config.max_result_bytes or max_result_bytes or DEFAULT_MAX_RESULT_BYTES
+            said = _short(_leaf(exc), scrub=self._scrub)
+            return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {said}")
         size = _result_bytes(result, limit)
         if size > limit:
             return self._oversized(tool, size, limit)
+        if result.is_error:
+            result = self._scrubbed(result)
         return _own_meta(result)
 
-    def _oversized(self, tool: str, size: int, limit: int) -> types.CallToolResult:
+    def _scrubbed(self, result: types.CallToolResult) -> types.CallToolResult:
+        """A tool error with this server's configured secrets hidden in its text: servers report most failures this
+        way, and a failed login quotes the credential it was given. A result that is not an error is the tool's
+        data, passed on as sent."""
+        content: list[Any] = []
+        for block in result.content:
+            if isinstance(block, types.TextContent):
+                text = self._scrub(block.text)
+                if text != block.text:
+                    block = block.model_copy(update={"text": text})
+            content.append(block)
+        if all(a is b for a, b in zip(content, result.content, strict=True)):
+            return result
+        return result.model_copy(update={"content": content})
+
+    def _oversized(self, tool: str, size: int | None, limit: int, *, read: int = 0) -> types.CallToolResult:
         # An error, not a truncated result: a cut-off list or JSON document reads as complete to a
         # model, and structured or binary content cannot be cut meaningfully. The call did run, so
-        # the message says not to repeat it to see the result.
+        # the message says not to repeat it to see the result. `size` None: reading stopped after `read` bytes.
+        measured = f"{size:,} bytes" if size is not None else f"over {read:,} bytes"
         logger.warning(
-            "MCP server %r: the result of %r (%s bytes) is over the limit of %s bytes; it was dropped",
+            "MCP server %r: the result of %r (%s) is over the limit of %s bytes; it was dropped",
             self.name,
             tool,
-            f"{size:,}",
+            measured,
             f"{limit:,}",
         )
         return error_result(
-            f"The call to {tool!r} on MCP server {self.name!r} ran, but its result ({size:,} bytes) is larger than "
+            f"The call to {tool!r} on MCP server {self.name!r} ran, but its result ({measured}) is larger than "
             f"this gateway passes on ({limit:,} bytes), so it was dropped. Do not repeat the same call to see it: "
             "ask for less (a narrower query, a filter, a page or a limit argument, if the tool has one)."
         )
@@ -1441,6 +1814,7 @@ class MCPToolSource:
                 on_tools_changed=self._server_changed,
                 errlog=errlog,
                 remembered=kept.get(server.name, ()),
+                max_result_bytes=max_result_bytes,
             )
             for server in config.servers
         }

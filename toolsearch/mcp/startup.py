@@ -140,7 +140,12 @@ async def _serve(
             "others (a redis:// store shares them too)",
             redacted_url(workers.session_store),
         )
-    source = MCPToolSource(config, errlog=errlog or sys.stderr, remembered=None if index is None else index.catalog)
+    source = MCPToolSource(
+        config,
+        errlog=errlog or sys.stderr,
+        remembered=None if index is None else index.catalog,
+        max_result_bytes=settings.options.max_result_bytes,  # known at connect time: it sizes HTTP reads
+    )
     gateway: Gateway | None = None
     if index is not None:
         # Built before the servers start, so that it hears of every change their own listings make.
