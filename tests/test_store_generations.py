@@ -421,3 +421,57 @@ def test_a_backend_without_weak_references_holds_no_descriptor(tmp_path: Path) -
     _Hold.attach(Slotted(), (tmp_path / "idx").resolve(), [fd])
     with (tmp_path / "idx" / MANIFEST).open("rb") as writer:
         fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a writer removing the generation takes: free
+
+
+# --- what a release before the mark left ---------------------------------------------------------------------------
+
+
+def _left_by_an_earlier_release(root: Path, name: str) -> list[Path]:
+    """What builds and removals of `name` cut short leave when no mark was written (every release before the mark)."""
+    _kill_mid_save(root, name)  # killed while it wrote its backend files
+    (scratch,) = [root / n for n in os.listdir(root) if n.startswith(f".{name}.tmp-")]
+    (scratch / MADE_MARK).unlink()  # the only thing in it an earlier release did not write
+    empty = root / f".{name}.tmp-18ee6a55c43d5249-1f0e5cfc"  # killed between its mkdir and its mark
+    empty.mkdir()
+    cut = root / f".{name}.tmp-18ee6a55c43d524a-2a0e5cfc"  # killed while it wrote the manifest, last
+    (cut / "backend").mkdir(parents=True)
+    (cut / "tools.jsonl").write_text("{}\n")
+    (cut / MANIFEST).write_text('{\n  "form')
+    trash = root / f".{name}.trash-18ee6a55c43d524b-3a0e5cfc"  # a removal cut short after its manifest went
+    (trash / "backend" / "vector").mkdir(parents=True)
+    (trash / "backend" / "vector" / "vectors.npy").write_bytes(b"\0" * 64)
+    (trash / "tools.offsets.npy").write_bytes(b"\0" * 16)
+    (trash / "tools.table.json").write_text("{}")
+    return [scratch, empty, cut, trash]
+
+
+def _users_look_alikes(root: Path, name: str) -> dict[Path, str]:
+    """Folders of the user's with the exact name shape that hold something toolsearch never writes there."""
+    notes = root / f".{name}.tmp-18ee6a55c43d524c-4a0e5cfc"
+    (notes / "backend").mkdir(parents=True)
+    (notes / "tools.jsonl").write_text("my own tools\n")
+    (notes / "notes.txt").write_text("my notes")
+    app = root / f".{name}.trash-18ee6a55c43d524d-5a0e5cfc"
+    (app / "backend").mkdir(parents=True)
+    (app / MANIFEST).write_text('{"name": "my web app"}')
+    return {notes / "notes.txt": "my notes", app / MANIFEST: '{"name": "my web app"}'}
+
+
+@pytest.mark.parametrize("then", ["build it again", "build another", "rm it"])
+def test_what_builds_of_an_earlier_release_left_unmarked_is_removed(tmp_path: Path, then: str) -> None:
+    # Before: a build of a release before the mark, killed, left .NAME.tmp-<id> (its tools and backend files, GBs for
+    # a large vector index) that no later build or rm removed, and `list` did not show.
+    root = tmp_path / "root"
+    store = IndexStore(root)
+    store.build([Tool("a")], "regex", "kept")
+    left = _left_by_an_earlier_release(root, "kept")
+    users = _users_look_alikes(root, "kept")
+    if then == "build it again":
+        store.build([Tool("a")], "regex", "kept")
+    elif then == "build another":
+        store.build([Tool("b")], "regex", "other")
+    else:
+        store.remove("kept")
+    assert [p.name for p in left if os.path.lexists(p)] == []
+    assert {p: p.read_text() for p in users} == users  # the user's are left as they are
+    assert _left(root, "kept") == sorted(p.parent.name for p in users)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis_server import RedisServer
 
 from toolsearch import Tool, ToolIndex
 from toolsearch.cli import main as cli_main
+from toolsearch.stores.usage_redis import RedisUsageStore
 from toolsearch.usage import (
     MAX_ENTRIES_LIMIT,
     MAX_QUERY_TEXT,
@@ -150,6 +157,46 @@ def test_a_huge_max_entries_is_refused_as_zero_is(max_entries: int) -> None:
     assert UsageLog(max_entries=MAX_ENTRIES_LIMIT).max_entries == MAX_ENTRIES_LIMIT
 
 
+def _saved_by_an_earlier_release(path: Path, max_entries: int) -> None:
+    """A usage file as a release that took any max_entries saved one (it wrote this store version, too)."""
+    log = UsageLog("cat", privacy="tokens")
+    log.add("weather in lisbon", "weather_get", ["weather_get"], at=5.0)
+    logs = {"cat": {**log.to_dict(), "max_entries": max_entries}}
+    path.write_text(json.dumps({"format": "toolsearch-usage-store", "version": 2, "logs": logs,
+                                "digest": _store_digest(logs)}))
+
+
+def test_a_stored_log_with_a_bound_over_the_limit_is_read_with_the_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: "UsageError ... max_entries must be at most 1,000,000,000, got a larger number; clear it with
+    # `toolsearch usage clear`": the log was unreadable, and the advice was to delete it.
+    path = tmp_path / "u.usage.json"
+    _saved_by_an_earlier_release(path, 10**10)
+    store = FileUsageStore(path)
+    with caplog.at_level("WARNING", logger="toolsearch.usage"):
+        log = store.load("cat")
+    assert log is not None and log.max_entries == MAX_ENTRIES_LIMIT and [e.called for e in log] == ["weather_get"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "toolsearch.usage"]
+    assert f"{path} (catalog cat): max_entries is over 1,000,000,000" in warning and "read as 1,000,000,000" in warning
+    log.add("mail bob", "email_send", ["email_send"], at=6.0)
+    store.save(log)  # saved with the limit: read without a word from now on
+    caplog.clear()
+    assert json.loads(path.read_text())["logs"]["cat"]["max_entries"] == MAX_ENTRIES_LIMIT
+    assert len(store.load("cat") or ()) == 2 and not caplog.records
+    # an export of such a bound is still refused (test_a_faulty_export_is_blamed...), as is UsageLog(max_entries=...)
+
+
+def test_a_redis_log_with_a_bound_over_the_limit_is_read_with_the_limit(redis_server: RedisServer) -> None:
+    store = RedisUsageStore(redis_server.url)
+    log = UsageLog("cat", privacy="tokens")
+    log.add("weather in lisbon", "weather_get", ["weather_get"], at=5.0)
+    store.save(log)
+    redis_server.client().hset("toolsearch:usage:cat:meta", "max_entries", str(10**10))  # as an earlier one saved it
+    loaded = store.load("cat")  # before: UsageError "max_entries must be at most 1,000,000,000"
+    assert loaded is not None and loaded.max_entries == MAX_ENTRIES_LIMIT and len(loaded) == 1
+
+
 # --- importing a faulty export -------------------------------------------------------------------
 
 
@@ -214,3 +261,65 @@ def test_an_export_never_replaces_a_file_without_force_nor_the_indexs_own_usage_
     assert not (Path.cwd() / "-").exists()
     assert cli_main(["usage", "show", str(folder), "--force"]) == 2  # --force goes with export only
     assert "--force goes with" in capsys.readouterr().err
+
+
+def _export_cli(folder: Path, file: str, *more: str, **run: Any) -> subprocess.CompletedProcess[str]:
+    """`toolsearch usage export INDEX FILE` in a process of its own (its standard output is what the test gives)."""
+    argv = [sys.executable, "-m", "toolsearch", "usage", "export", str(folder), file, *more]
+    return subprocess.run(argv, text=True, timeout=120, **{"capture_output": True, **run})
+
+
+def test_an_export_writes_to_a_stream_in_place(tmp_path: Path) -> None:
+    # Before: `usage export INDEX /dev/stdout` (and `>(cmd)`, a fifo) said "exists; refusing to overwrite it", and
+    # --force, as the message advised, replaced a fifo with a regular file its reader never saw.
+    folder, _, _ = _index_with_a_log(tmp_path)
+    done = _export_cli(folder, "/dev/stdout")  # standard output a pipe
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["entries"]) == 2
+
+    out = tmp_path / "out.json"  # `... /dev/stdout > out.json`: the shell opened the file, not ours to refuse
+    with out.open("w") as fh:
+        done = _export_cli(folder, "/dev/stdout", capture_output=False, stdout=fh, stderr=subprocess.PIPE)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(out.read_text())["entries"]) == 2
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    done = _export_cli(folder, str(fifo))
+    reader.join(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(read[0])["entries"]) == 2
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the fifo
+
+
+def test_an_export_to_a_link_replaces_its_target_and_keeps_the_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: --force replaced the link itself with a regular file of mode 0600.
+    folder, _, _ = _index_with_a_log(tmp_path)
+    (tmp_path / "backups").mkdir()
+    real = tmp_path / "backups" / "usage.json"
+    real.write_text("{}")
+    real.chmod(0o640)
+    link = tmp_path / "latest.json"
+    link.symlink_to(real)
+    assert cli_main(["usage", "export", str(folder), str(link)]) == 1  # an existing file: refused without --force
+    assert "exists; refusing to overwrite it" in capsys.readouterr().err
+    assert real.read_text() == "{}"
+    assert cli_main(["usage", "export", str(folder), str(link), "--force"]) == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert len(read_export(str(real))) == 2 and stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(os.listdir(real.parent)) == ["usage.json"]  # written beside it, moved into place
+
+
+def test_an_export_into_a_missing_folder_names_that_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, _, _ = _index_with_a_log(tmp_path)
+    file = tmp_path / "nodir" / "x.json"
+    assert cli_main(["usage", "export", str(folder), str(file)]) == 1
+    err = capsys.readouterr().err
+    # Before: "…/nodir/.x.json.7t0wixfr.tmp: No such file or directory", a file the user never named.
+    assert f"cannot write {file}: its folder {file.parent} does not exist; create it or give another FILE" in err, err
+    assert ".tmp" not in err

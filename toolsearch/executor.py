@@ -441,13 +441,21 @@ class ToolExecutor:
 
     def _record_usage(self, session: Session, results: Sequence[ToolResult]) -> list[ToolResult]:
         if self.usage is not None:
-            for result in results:  # searches first: a call in the same batch may use what they showed
-                if result.search is not None and result.search.error is None:
-                    search = result.search
-                    self.usage.record_search(session.id, search.query, search.names, ranked=search.ranked)
-            for result in results:
-                if result.search is None and result.status in _CALL_OUTCOMES:
-                    self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
+            try:
+                for result in results:  # searches first: a call in the same batch may use what they showed
+                    if result.search is not None and result.search.error is None:
+                        search = result.search
+                        self.usage.record_search(session.id, search.query, search.names, ranked=search.ranked)
+                for result in results:
+                    if result.search is None and result.status in _CALL_OUTCOMES:
+                        self.usage.record_call(session.id, result.call.name, result.status is ResultStatus.OK)
+            except Exception as exc:
+                # The tools have run: a usage store that fails (unreachable, a plug-in's that raises) costs this
+                # batch's learning, never its results. The rest of the batch is not tried: a store that failed
+                # once would most likely fail again, each time after its timeout.
+                from .usage import usage_not_recorded
+
+                usage_not_recorded(self.usage, exc)
         # traced last: the tools have run and their usage is recorded, whatever the application's
         # span processors do (the hook never raises, but the order keeps that true for any hook)
         tracing.tool_results(results)

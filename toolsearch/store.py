@@ -15,6 +15,9 @@ generations nothing points at and its lock file, is removed once no live process
 name's lock (the kernel drops a dead process's `flock`). Only folders that are provably
 toolsearch's go: a name of that shape alone proves nothing (`.config.old-2024-06-01` is the
 user's), so a folder without the mark or a toolsearch manifest is left alone, whatever its name.
+One exception: a scratch or trash folder of toolsearch's exact name shape that holds nothing but
+what a build writes at an index folder's top (or nothing) is what a build killed before it wrote
+the mark left (every build of a release before the mark), and goes too.
 
 Why a symbolic link: replacing a link with `rename(2)` is atomic, so a reader resolves NAME
 once and then reads one generation only, whatever builds land meanwhile; and every path that
@@ -346,10 +349,53 @@ def is_toolsearch_manifest(path: Path) -> bool:
 
 def _made_by_us(folder: Path) -> bool:
     """Whether a folder beside an index is provably toolsearch's: it holds the mark toolsearch writes into each one it
-    makes, or a toolsearch manifest (a generation written before the mark, an earlier-layout folder moved aside)."""
+    makes, or a toolsearch manifest (a generation written before the mark, an earlier-layout folder moved aside), or
+    it is an unmarked scratch or trash folder holding only our layout (`_left_unmarked`)."""
     if folder.is_symlink() or not folder.is_dir():
         return False
-    return (folder / MADE_MARK).is_file() or is_toolsearch_manifest(folder / MANIFEST)
+    return (folder / MADE_MARK).is_file() or is_toolsearch_manifest(folder / MANIFEST) or _left_unmarked(folder)
+
+
+# What `_write_generation` (with `write_table`) writes at the top of an index folder: the backend's and a carried
+# request encoder's files all go under BACKEND_DIR.
+_LAYOUT_FILES = frozenset({MANIFEST, TOOLS_FILE, OFFSETS_FILE, TABLE_FILE})
+_LAYOUT_DIRS = frozenset({BACKEND_DIR})
+_UNMARKED = re.compile(rf"^\..+\.(?:tmp|trash)-{_ID}$")
+
+
+def _left_unmarked(folder: Path) -> bool:
+    """Whether `folder` is a scratch or trash folder toolsearch left without its mark: a build killed before it wrote
+    one (every build of a release before the mark: their scratch never has one), or a removal by such a release cut
+    short after the manifest went. Its name has toolsearch's exact shape and its top holds only what a build writes
+    there, or nothing; a user's folder of that name holding anything else is not ours."""
+    if not _UNMARKED.match(folder.name):
+        return False
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.name in _LAYOUT_DIRS:
+            ours = entry.is_dir(follow_symlinks=False)
+        elif entry.name == MANIFEST:
+            # not a toolsearch one (`_made_by_us` asked first): ours only if cut short before it said whose it is
+            # (written last, so a kill mid-write leaves it empty or a few bytes long)
+            ours = entry.is_file(follow_symlinks=False) and _cut_before_its_format(Path(entry.path))
+        else:
+            ours = entry.name in _LAYOUT_FILES and entry.is_file(follow_symlinks=False)
+        if not ours:
+            return False
+    return True
+
+
+def _cut_before_its_format(path: Path) -> bool:
+    """Whether the file holds the first bytes of a toolsearch manifest and stops before its "format" is written."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(len(_MANIFEST_START))
+    except OSError:
+        return False
+    return len(raw) < len(_MANIFEST_START) and _MANIFEST_START.startswith(raw)
 
 
 def _mark(folder: Path) -> None:
@@ -507,8 +553,9 @@ def _retire(folder: Path) -> bool:
 def _collect(target: Path, keep: Path | None, known: Path | None = None) -> None:
     """Remove old generations of ours no reader holds, and what killed writers left (the writer lock is held).
 
-    Only what is provably ours goes: a folder with our mark or a toolsearch manifest, a link to one of
-    our generations, and `known`, the generation `target` pointed at (ours by the pointer, even if it
+    Only what is provably ours goes: a folder with our mark or a toolsearch manifest, a scratch or trash
+    folder holding nothing but our layout (a killed build's of a release before the mark), a link to one
+    of our generations, and `known`, the generation `target` pointed at (ours by the pointer, even if it
     lost its manifest). Anything else of a matching name is the user's and is left as it is.
     """
     for kind, path in _siblings(target):

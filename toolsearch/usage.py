@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import inspect
 import json
+import logging
 import math
 import os
 import secrets
 import tempfile
 import threading
 import time
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -85,6 +88,7 @@ PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 # for another digest and stops an edited or foreign file from carrying anything larger.
 MAX_VOTER_CHARS = 64
 _MAX_KEY_BYTES = 64  # the longest key BLAKE2b takes
+_log = logging.getLogger(__name__)
 
 
 
@@ -179,6 +183,21 @@ def settings_problem(max_entries: Any, privacy: Any) -> str | None:
     if privacy not in PRIVACY_SETTINGS:
         return f"privacy must be one of {', '.join(PRIVACY_SETTINGS)}, got {privacy!r}"
     return None
+
+
+def capped_max_entries(max_entries: Any, where: str) -> Any:
+    """A stored log's `max_entries` as this toolsearch reads it: over MAX_ENTRIES_LIMIT (which an earlier toolsearch
+    saved without a word) it is the limit, said in a warning; anything else is returned as it is, to be checked.
+
+    Only what a store holds is read so: the log is the user's, and a bound past what any log can hold loses nothing
+    when lowered. `UsageLog(max_entries=...)` and an imported export still refuse it."""
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= MAX_ENTRIES_LIMIT:
+        return max_entries
+    _log.warning(
+        "%s: max_entries is over %s, the most a log may keep (an earlier toolsearch saved it); read as %s, which "
+        "keeps every entry it holds", where, f"{MAX_ENTRIES_LIMIT:,}", f"{MAX_ENTRIES_LIMIT:,}",
+    )
+    return MAX_ENTRIES_LIMIT
 
 
 class UsageLog:
@@ -304,12 +323,16 @@ class UsageLog:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "usage log", *, advice: str = CLEAR_ADVICE) -> UsageLog:
+    def from_dict(
+        cls, data: Any, where: str = "usage log", *, advice: str = CLEAR_ADVICE, stored: bool = True
+    ) -> UsageLog:
         """The log `data` holds; UsageError naming it (`where`) and saying what to do (`advice`) if it is unusable.
 
         The default advice is for a stored log (clear it); the reader of a file that is not the index's own log
         (an export being imported) says what to do with that file instead, since clearing would delete the
-        index's intact log and leave the faulty file as it is.
+        index's intact log and leave the faulty file as it is. A stored log's `max_entries` over MAX_ENTRIES_LIMIT
+        (an earlier toolsearch saved any) is read as the limit, with a warning (`capped_max_entries`);
+        `stored=False` (an export being imported) refuses it, as `UsageLog(max_entries=...)` does.
         """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise UsageError(f"{where} is not a toolsearch usage log; {advice}")
@@ -323,6 +346,8 @@ class UsageLog:
         if not isinstance(rows, list):
             raise UsageError(f"{where} has no entries list; {advice}")
         max_entries, privacy = data.get("max_entries", DEFAULT_MAX_ENTRIES), data.get("privacy", "hashed")
+        if stored:
+            max_entries = capped_max_entries(max_entries, where)
         problem = settings_problem(max_entries, privacy)
         if problem is not None:
             raise UsageError(f"{where}: {problem}; {advice}")
@@ -760,6 +785,100 @@ class InMemoryPendingSearches:
             self._pending.pop(session_id, None)
 
 
+class _EarlierPendingSearches:
+    """A `PendingSearches` written to the protocol of the release before `PendingSearch` (`add(session_id, query,
+    shown)`; `credit` returning `(query, shown)`), adapted to this one.
+
+    That protocol keeps the request text with each search, whatever the log's privacy setting: the store is the
+    application's, as it was. It has no place for the backend's own order either, so this adapter keeps it in this
+    process's memory (the newest `max_searches` of the newest `max_sessions` sessions); a search another process
+    served records what the model was shown, as that release did."""
+
+    def __init__(self, earlier: Any, *, max_sessions: int, max_searches: int) -> None:
+        self.earlier = earlier
+        self.max_sessions = max_sessions
+        self.max_searches = max_searches
+        # session -> (query, shown) -> ranked, both least recently used first
+        self._ranked: OrderedDict[str, OrderedDict[tuple[str, tuple[str, ...]], tuple[str, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return repr(self.earlier)
+
+    def add(self, session_id: str, search: PendingSearch) -> None:
+        query = search.query or ""  # (the recorder passes a search's text always)
+        self.earlier.add(session_id, query, search.shown)
+        if search.ranked == search.shown:
+            return
+        with self._lock:
+            ranked = self._ranked.pop(session_id, None) or OrderedDict()
+            ranked.pop((query, search.shown), None)
+            ranked[(query, search.shown)] = search.ranked
+            while len(ranked) > self.max_searches:
+                ranked.popitem(last=False)
+            self._ranked[session_id] = ranked
+            while len(self._ranked) > self.max_sessions:
+                self._ranked.popitem(last=False)
+
+    def credit(self, session_id: str, tool: str) -> PendingSearch | None:
+        found = self.earlier.credit(session_id, tool)
+        if found is None:
+            return None
+        query, shown = str(found[0]), tuple(str(name) for name in found[1])
+        with self._lock:
+            remembered = self._ranked.get(session_id)
+            ranked = shown if remembered is None else remembered.get((query, shown), shown)
+        return PendingSearch((), shown, ranked, query)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._ranked.pop(session_id, None)
+        self.earlier.forget(session_id)
+
+
+def _of_the_earlier_protocol(pending: object) -> bool:
+    """Whether `pending.add` takes (session_id, query, shown), as the release before `PendingSearch` asked, rather
+    than (session_id, search). One whose signature cannot be read is taken at its word: this protocol."""
+    try:
+        parameters = list(inspect.signature(pending.add).parameters.values())  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len([p for p in positional if p.default is p.empty]) >= 3
+
+
+_warned_earlier: set[type] = set()
+
+
+def _adapted(pending: PendingSearches, *, max_sessions: int, max_searches: int) -> PendingSearches:
+    """`pending` as this release's protocol asks for it: one of the earlier protocol adapted (warned once a class)."""
+    if not _of_the_earlier_protocol(pending):
+        return pending
+    kind = type(pending)
+    if kind not in _warned_earlier:
+        _warned_earlier.add(kind)
+        warnings.warn(
+            f"{kind.__qualname__} implements the earlier PendingSearches protocol (add(session_id, query, shown); "
+            "credit returning (query, shown)); it is adapted for now, and keeps each request's text whatever the "
+            "log's privacy setting. Implement add(session_id, search) and credit returning the "
+            "toolsearch.usage.PendingSearch it was given (see PendingSearches)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return _EarlierPendingSearches(pending, max_sessions=max_sessions, max_searches=max_searches)
+
+
+def usage_not_recorded(recorder: UsageRecorder, exc: Exception, what: str = "a batch of tool calls") -> None:
+    """Say (a warning) that recording usage failed, naming what was not recorded, the pending searches' store and the
+    error: the search's or calls' results stand, and learning goes without it."""
+    _log.warning(
+        "usage of %s not recorded: %s (pending searches in %r); the results stand",
+        what, f"{type(exc).__name__}: {exc}", getattr(recorder, "pending", recorder),
+    )
+
+
 class _RunLike(Protocol):
     """What `record_run` reads from a finished loop run (toolsearch.loop.LoopResult)."""
 
@@ -795,8 +914,9 @@ class UsageRecorder:
         self.enabled = enabled
         self.max_sessions = max_sessions
         self.max_searches = max_searches
-        self.pending: PendingSearches = pending if pending is not None else InMemoryPendingSearches(
-            max_sessions=max_sessions, max_searches=max_searches
+        self.pending: PendingSearches = (
+            InMemoryPendingSearches(max_sessions=max_sessions, max_searches=max_searches) if pending is None
+            else _adapted(pending, max_sessions=max_sessions, max_searches=max_searches)
         )
 
     def record_search(

@@ -218,6 +218,25 @@ def test_a_search_learning_reordered_logs_the_backends_order(server: FakeLLMServ
     assert log.entries()[-1].shown == tuple(backend)  # the log holds the backend's
 
 
+def test_a_usage_store_that_is_down_costs_learning_never_the_search_or_the_call(
+    server: FakeLLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from fakes.usage_stores import DownPending
+
+    agent = _learning_agent(server, UsageRecorder(UsageLog(), pending=DownPending()), CATALOG)
+    _script(server)
+    with caplog.at_level(logging.WARNING, logger="toolsearch"):
+        _drive(agent, "invoke", "What's the weather in Paris?", "t-down")
+    assert RAN == ["get_weather"]
+    assert server.requests[1].tool_names == AFTER_SEARCH
+    assert server.requests[2].tool_results()[1].text == "sunny in Paris"
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("usage of a tool_search not recorded: ConnectionError" in m for m in said), said
+    assert any("usage of a call of 'get_weather' not recorded: ConnectionError" in m for m in said), said
+
+
 def test_a_failing_call_and_a_switched_off_recorder_log_nothing(server: FakeLLMServer) -> None:
     @tool
     def convert_currency(amount: float, currency: str) -> str:

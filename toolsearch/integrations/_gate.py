@@ -145,10 +145,20 @@ def record_search(usage: UsageRecorder | None, conversation: str, result: ToolRe
     so whether the call worked is known only afterwards (`record_call`)."""
     search = result.search
     if usage is not None and search is not None and search.error is None:
-        usage.record_search(conversation, search.query, search.names, ranked=search.ranked)
+        try:
+            usage.record_search(conversation, search.query, search.names, ranked=search.ranked)
+        except Exception as exc:  # a failing usage store costs learning, never the search (as in the executor)
+            from ..usage import usage_not_recorded
+
+            usage_not_recorded(usage, exc, "a tool_search")
 
 
 def record_call(usage: UsageRecorder | None, conversation: str, name: str, ok: bool) -> None:
     """Tell the usage log how a call the framework ran went; it is credited to the search that showed it."""
     if usage is not None:
-        usage.record_call(conversation, name, ok)
+        try:
+            usage.record_call(conversation, name, ok)
+        except Exception as exc:  # the tool has run: its result stands
+            from ..usage import usage_not_recorded
+
+            usage_not_recorded(usage, exc, f"a call of {name!r}")

@@ -187,7 +187,12 @@ class ToolSearchStrategy:
         if self.usage is not None:
             # One search of all its queries: the words of each may be what found the tool.
             text = "; ".join(q.strip() for q in queries if isinstance(q, str) and q.strip())
-            self.usage.record_search(_conversation_of(ctx), text, names)
+            try:
+                self.usage.record_search(_conversation_of(ctx), text, names)
+            except Exception as exc:  # a failing usage store costs learning, never the search
+                from ..usage import usage_not_recorded
+
+                usage_not_recorded(self.usage, exc, "a tool search")
         return names
 
 
@@ -211,7 +216,12 @@ class LearningToolSearch(ToolSearch[Any]):
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any, result: Any
     ) -> Any:
         if self.usage is not None:
-            self.usage.record_call(_conversation_of(ctx), call.tool_name, True)
+            try:
+                self.usage.record_call(_conversation_of(ctx), call.tool_name, True)
+            except Exception as exc:  # the tool has run: its result stands
+                from ..usage import usage_not_recorded
+
+                usage_not_recorded(self.usage, exc, f"a call of {call.tool_name!r}")
         return result
 
 

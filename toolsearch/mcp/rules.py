@@ -24,7 +24,7 @@ from typing import Any
 import anyio.to_thread
 import mcp_types as types
 
-from .._errors import AugmentationError, UsageError
+from .._errors import AugmentationError
 from ..catalog import Catalog
 from ..executor import ExecutorConfig, ToolExecutor, invalid_arguments_text
 from ..index import ToolIndex
@@ -295,9 +295,12 @@ class GatewayRules:
         ]
         repinned = self.pins.refresh(session, [t for t in found if t.metadata.get("mcp")] + loaded)
         found += [r.tool for r in repinned if r.tool.name not in names]
-        self.usage.catalog_changed(self.index.catalog.hash)
         shown = [t.name for t in outcome.tools] + list(outcome.already_loaded)  # the search's own hits
-        self.usage.searched(usage_id, outcome.query, shown)
+        try:
+            self.usage.catalog_changed(self.index.catalog.hash)
+            self.usage.searched(usage_id, outcome.query, shown)
+        except Exception as exc:  # a usage store that fails (Redis down) costs learning, never the search
+            logger.warning("the usage log could not keep a search: %s: %s", type(exc).__name__, exc)
         return Found(outcome, tuple(found), tuple(repinned))
 
     # --- admit a call --------------------------------------------------------------------------
@@ -410,8 +413,9 @@ class GatewayRules:
                 await anyio.to_thread.run_sync(self.usage.called, admitted.usage_id, admitted.name, ok)
             else:
                 self.usage.called(admitted.usage_id, admitted.name, ok)
-        except UsageError as exc:  # the tool ran: its answer stands (an error would invite a second run)
-            logger.warning("the usage log could not credit a call of %s: %s", admitted.name, exc)
+        except Exception as exc:  # the tool ran: its answer stands (an error would invite a second run)
+            logger.warning("the usage log could not credit a call of %s: %s: %s", admitted.name, type(exc).__name__,
+                           exc)
         return result
 
 

@@ -13,7 +13,16 @@ from urllib.parse import urlsplit
 
 from .._errors import UsageLogReplacedError, UsageStoreUnreachableError, missing_dependency
 from .._redact import redacted_url
-from ..usage import PendingSearch, Privacy, UsageEntry, UsageError, UsageLog, merged_logs, settings_problem
+from ..usage import (
+    PendingSearch,
+    Privacy,
+    UsageEntry,
+    UsageError,
+    UsageLog,
+    capped_max_entries,
+    merged_logs,
+    settings_problem,
+)
 from .redis import REDIS_SCHEMES, check_redis_url, credentials_problem, has_credentials
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
@@ -24,19 +33,23 @@ MERGE_ATTEMPTS = 20  # a merge re-read this often because workers kept appending
 
 
 # Credit a call in one server-side step, so two workers serving calls of one session never both
-# credit the same search: the newest search that showed the tool and has not credited it yet.
+# credit the same search: the newest search that showed the tool and has not credited it yet. KEYS[1] holds the
+# searches this release writes, KEYS[2] those an earlier one wrote (while both serve one Redis, in an upgrade); the
+# earlier ones are read only when no search of the first showed the tool.
 _CREDIT = """
-local items = redis.call('LRANGE', KEYS[1], 0, -1)
-for i = #items, 1, -1 do
-  local ok, search = pcall(cjson.decode, items[i])
-  if ok and type(search) == 'table' then
-    local shown = false
-    for _, name in ipairs(search['shown']) do if name == ARGV[1] then shown = true end end
-    if shown then
-      for _, name in ipairs(search['credited']) do if name == ARGV[1] then return false end end
-      table.insert(search['credited'], ARGV[1])
-      redis.call('LSET', KEYS[1], i - 1, cjson.encode(search))
-      return items[i]
+for k = 1, #KEYS do
+  local items = redis.call('LRANGE', KEYS[k], 0, -1)
+  for i = #items, 1, -1 do
+    local ok, search = pcall(cjson.decode, items[i])
+    if ok and type(search) == 'table' then
+      local shown = false
+      for _, name in ipairs(search['shown']) do if name == ARGV[1] then shown = true end end
+      if shown then
+        for _, name in ipairs(search['credited']) do if name == ARGV[1] then return false end end
+        table.insert(search['credited'], ARGV[1])
+        redis.call('LSET', KEYS[k], i - 1, cjson.encode(search))
+        return items[i]
+      end
     end
   end
 end
@@ -135,8 +148,9 @@ class RedisUsageStore:
         where = f"usage log {catalog[:12]} in {self.url}"
         try:
             fields = {k.decode(): v.decode() for k, v in meta.items()}
-            # (a number too large for a log is refused by settings_problem; one of over 4,300 digits by int)
-            max_entries, privacy = int(fields["max_entries"]), fields["privacy"]
+            # (a number too large for a log is read as the limit, as an earlier toolsearch may have stored one; one
+            # of over 4,300 digits is refused by int)
+            max_entries, privacy = capped_max_entries(int(fields["max_entries"]), where), fields["privacy"]
             problem = settings_problem(max_entries, privacy)
             if problem is not None:
                 raise ValueError(problem)
@@ -290,8 +304,13 @@ class RedisUsageStore:
 
 
 class RedisPendingSearches:
-    """Pending searches per session in `{prefix}usage-pending:{session}` (the newest `max_searches`,
+    """Pending searches per session in `{prefix}usage-pending2:{session}` (the newest `max_searches`,
     expiring after `ttl_seconds` without a search).
+
+    An earlier toolsearch kept them in `{prefix}usage-pending:{session}`, as rows holding the request text, and
+    reads every row there as such; this one's rows need not hold it, so they go under another key, which workers of
+    that release never read (in a rolling upgrade on one Redis, they would fail to credit a call to such a row, and
+    lose it). Its rows are still credited here.
 
     Redis gets what the log may keep of a request: its terms as the log stores them (hashed under privacy
     "hashed"), and its text only under "raw", so a search no call follows leaves nothing readable for the hour it
@@ -311,7 +330,14 @@ class RedisPendingSearches:
         self._texts: OrderedDict[str, OrderedDict[tuple[tuple[str, ...], str | None], str]] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return f"RedisPendingSearches({self._redis.url!r})"
+
     def _key(self, session_id: str) -> str:
+        return f"{self._redis.prefix}usage-pending2:{session_id}"
+
+    def _earlier_key(self, session_id: str) -> str:
+        """Where an earlier toolsearch keeps the session's searches (read and credited, never written)."""
         return f"{self._redis.prefix}usage-pending:{session_id}"
 
     def add(self, session_id: str, search: PendingSearch) -> None:
@@ -340,7 +366,8 @@ class RedisPendingSearches:
                 self._texts.popitem(last=False)
 
     def credit(self, session_id: str, tool: str) -> PendingSearch | None:
-        raw = self._redis.call("credit a call", self._credit, [self._key(session_id)], [tool])
+        keys = [self._key(session_id), self._earlier_key(session_id)]
+        raw = self._redis.call("credit a call", self._credit, keys, [tool])
         if not raw:
             return None
         search = json.loads(raw)
@@ -362,5 +389,6 @@ class RedisPendingSearches:
     def forget(self, session_id: str) -> None:
         with self._lock:
             self._texts.pop(session_id, None)
-        self._redis.call("forget a session's searches", self._redis.client.delete, self._key(session_id))
+        self._redis.call("forget a session's searches", self._redis.client.delete, self._key(session_id),
+                         self._earlier_key(session_id))
 
