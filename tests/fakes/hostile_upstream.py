@@ -39,10 +39,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,32 +64,12 @@ def hostile(**settings: Any) -> dict[str, Any]:
 @contextmanager
 def hostile_over_http(**env: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """This server over streamable HTTP as its own process: the process and its URL."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE)],
-        env={**os.environ, "HOSTILE_HTTP_PORT": "0", **env},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url: list[str] = []
-    ready = threading.Event()
+    from mcp_servers import http_server_process  # (not at the top: this file also runs as the server's script)
 
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            found = re.search(r"listening on (\S+)", line)
-            if found:
-                url.append(found.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        ready.wait(60)
-        assert url, "the hostile HTTP server did not start"
-        yield proc, url[0]
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with http_server_process(
+        [sys.executable, str(HERE)], {"HOSTILE_HTTP_PORT": "0", **env}, "hostile HTTP server", kill=True
+    ) as served:
+        yield served
 
 
 # --- the server (run as a script) ----------------------------------------------------------------

@@ -120,11 +120,12 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) ->
 
 
 @contextmanager
-def toy_over_http(**env: str) -> Iterator[str]:
-    """The toy server over streamable HTTP as its own process (TOY_* switches in `env`); its URL."""
-    proc = subprocess.Popen(
-        [PY, str(TOY)], env={**os.environ, "TOY_HTTP_PORT": "0", **env}, stderr=subprocess.PIPE, text=True
-    )
+def http_server_process(
+    argv: list[str], env: dict[str, str], what: str, *, kill: bool = False
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A server script run as its own process that prints "listening on URL" on stderr: the process and its URL
+    (stopped at the end, with SIGKILL where `kill`)."""
+    proc = subprocess.Popen(argv, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
     url: list[str] = []
     ready = threading.Event()
 
@@ -140,8 +141,15 @@ def toy_over_http(**env: str) -> Iterator[str]:
     threading.Thread(target=read, daemon=True).start()
     try:
         ready.wait(60)
-        assert url, "the toy HTTP server did not start"
-        yield url[0]
+        assert url, f"the {what} did not start"
+        yield proc, url[0]
     finally:
-        proc.terminate()
+        proc.kill() if kill else proc.terminate()
         proc.wait(10)
+
+
+@contextmanager
+def toy_over_http(**env: str) -> Iterator[str]:
+    """The toy server over streamable HTTP as its own process (TOY_* switches in `env`); its URL."""
+    with http_server_process([PY, str(TOY)], {"TOY_HTTP_PORT": "0", **env}, "toy HTTP server") as (_, url):
+        yield url

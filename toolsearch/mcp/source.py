@@ -679,16 +679,23 @@ def _answer_id(raw: str) -> int | str | None:
     return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
 
 
-def _screened(error: Exception) -> tuple[str, str] | None:
-    """(the line as text, what is wrong with it) for a line the transport could not parse; None without the line."""
+def _unparsed_line(error: Exception) -> str | None:
+    """The line a transport could not parse, as text (undecodable bytes kept as surrogates); None for another error."""
     if not isinstance(error, ValidationError):
         return None
     problems = error.errors()
     raw = problems[0].get("input") if problems else None
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", "surrogateescape")
-    if not isinstance(raw, str):
+    return raw if isinstance(raw, str) else None
+
+
+def _screened(error: Exception) -> tuple[str, str] | None:
+    """(the line as text, what is wrong with it) for a line the transport could not parse; None without the line."""
+    raw = _unparsed_line(error)
+    if raw is None:
         return None
+    problems = error.errors() if isinstance(error, ValidationError) else []  # (it is: the line came from one)
     text = raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if text != raw:
         return text, "is not valid UTF-8"
@@ -809,13 +816,8 @@ class _Screen:
 
 def _cut_line(error: Exception) -> tuple[str, int, str] | None:
     """(its first bytes, the limit, its last bytes) of a line `_LineDecoder` cut; None for any other error."""
-    if not isinstance(error, ValidationError):
-        return None
-    problems = error.errors()
-    raw = problems[0].get("input") if problems else None
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", "surrogateescape")
-    if not isinstance(raw, str) or _CUT not in raw:
+    raw = _unparsed_line(error)
+    if raw is None or _CUT not in raw:
         return None
     head, limit, tail = raw.split(_CUT, 2)
     return head, int(limit), tail
