@@ -53,3 +53,12 @@ def test_every_url_of_a_command_line_is_redacted() -> None:
 ])
 def test_a_command_line_loses_the_values_of_its_credential_named_arguments(argv: list[str], shown: str) -> None:
     assert redacted_command(argv) == shown
+
+
+def test_a_scrubber_hides_a_secret_as_a_whole_token_never_inside_another_word() -> None:
+    # Before: a password `all` and a user name `install`... were replaced as substrings: "not ***owed", "c*** inst***".
+    from toolsearch._redact import Scrubber
+
+    scrub = Scrubber(secrets=["all", "pw-12"], named=[("API_KEY", "sk-abc12345"), ("AUTH_TYPE", "none")])
+    assert scrub("all of it is not allowed; call install; none") == "*** of it is not allowed; call install; none"
+    assert scrub("key=sk-abc12345, 'pw-12' and xpw-12 or sk-abc123456") == "key=***, '***' and xpw-12 or sk-abc123456"

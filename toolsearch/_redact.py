@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Scrubber", "redacted_command", "redacted_url", "redacted_words", "url_secrets"]
+__all__ = ["Scrubber", "command_secrets", "redacted_command", "redacted_url", "redacted_words", "url_secrets"]
 
 HIDDEN = "***"
 # A flag or variable whose name holds one of these carries a credential (`--api-key`, `--githubToken`, `DB_PASSWORD`)
@@ -134,28 +134,72 @@ def _quoted(arg: str) -> str:
     return f'"{arg}"' if " " in arg else arg
 
 
-# Values scrubbed from text (`Scrubber`): any of at least this length whose name says it is a credential; others
-# only when they could be one (`_token_like`): `TZ=UTC`, `MODE=cursor` or `Accept: */*` must not blank words.
-_SHORTEST_NAMED = 3
+# Values scrubbed from text (`Scrubber`): one named a credential when it is long enough to be one and no plain word
+# (`AUTH_TYPE=none` must not blank "none"); others only when they could be one (`_token_like`): `TZ=UTC`,
+# `MODE=cursor`, `AWS_REGION=us-east-1` or `Accept: */*` must not blank words. A URL's password counts from
+# `_SHORTEST_KNOWN`: it is a credential whatever it looks like.
+_SHORTEST_KNOWN = 3
+_SHORTEST_NAMED = 8
 _SHORTEST_TOKEN = 8
+# values a credential-named setting often holds that are no credential (`AUTH_MODE=disabled`, `API_KEY=optional`)
+_PLAIN_VALUES = frozenset({
+    "none", "null", "true", "false", "disabled", "enabled", "required", "optional", "anonymous", "password",
+    "localhost", "default", "undefined", "bearer", "basic", "oauth", "apikey", "token", "secret",
+})
+# query parameters that carry a credential though `_secret_name` does not say so (`?sig=` of a signed URL)
+_QUERY_SECRET_PARTS = frozenset({"sig", "signature", "code", "session", "sid", "jwt", "hmac", "credential"})
+# Shapes of values that hold digits or mixed case but are settings, not credentials
+_NOT_TOKENS = (
+    # a cloud region or zone: `us-east-1`, `ap-southeast-2`, `europe-west4-a`, `us-central1`
+    re.compile(r"(us|eu|ap|sa|ca|me|af|il|mx|cn|us-gov|europe|asia|australia|northamerica|southamerica|africa)"
+               r"-[a-z]+(-?\d+)(-[a-z])?"),
+    re.compile(r"[A-Z][A-Za-z_-]+(/[A-Z][A-Za-z_-]+)+|Etc/GMT[+-]\d{1,2}"),  # a time zone: `America/New_York`
+    re.compile(r"([a-z]{2,3}_[A-Z]{2}|C)\.[A-Za-z0-9-]+(@\w+)?"),  # a locale: `en_US.UTF-8`
+    re.compile(r"([a-z0-9-]+\.)+[a-z]{2,}(:\d+)?|[a-z][a-z0-9-]*:\d+"),  # a host name, a port: `db.internal:5432`
+    re.compile(r"\d{4}-\d{2}-\d{2}([T ][0-9:.]+Z?)?"),  # a date
+    re.compile(r"[A-Za-z]:[\\/].*"),  # a Windows path
+    re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+"),  # an e-mail address
+)
 
 
 def _token_like(value: str) -> bool:
     """Whether a value could be a credential though nothing names it one: one word of at least `_SHORTEST_TOKEN`
-    characters holding a digit or mixed case, and not a number or a path (`sk-ak-9fQ...`, `ghp_...`), where
-    `cursor`, `application/json` or `/home/bob` are words a message may need."""
+    characters holding a digit or mixed case, and not a number, a path, a URL (its credentials are found apart:
+    `url_secrets`) or another shape of a setting (`_NOT_TOKENS`: a region, a time zone, a host name...), where
+    `cursor`, `application/json`, `/home/bob` or `us-east-1` are words a message may need."""
     return (
         len(value) >= _SHORTEST_TOKEN
         and not any(c.isspace() for c in value)
         and (any(c.isdigit() for c in value) or (any(c.isupper() for c in value) and any(c.islower() for c in value)))
         and not value.replace(".", "").isdigit()
         and not value.startswith(("/", "~", "./", "../"))
+        and "://" not in value
+        and not any(shape.fullmatch(value) for shape in _NOT_TOKENS)
     )
 
 
+def _named_secret(name: str, value: str) -> bool:
+    """Whether `value`, set under `name`, is to be hidden: a credential's name, no plain word, and long enough to be
+    one (`_SHORTEST_NAMED`; a password from `_SHORTEST_KNOWN`: `AUTH_TYPE=none` is a setting, `DB_PASSWORD=abc` a
+    weak password), or a value that looks like one whatever its name."""
+    if _secret_name(name) and value.lower() not in _PLAIN_VALUES:
+        # a password is one whatever it looks like (as in a URL); a key or token shorter than this is a setting
+        password = any(word in re.sub(r"[-_.]", "", name).lower() for word in ("passw", "pwd", "passphrase"))
+        if len(value) >= (_SHORTEST_KNOWN if password else _SHORTEST_NAMED):
+            return True
+    return _token_like(value)
+
+
+def _secret_query_key(name: str) -> bool:
+    parts = {part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", name) if part}
+    return _secret_name(name) or bool(parts & _QUERY_SECRET_PARTS)
+
+
 def url_secrets(url: str) -> list[str]:
-    """The parts of `url` that `redacted_url` hides (its user info, user name and password apart, each query value,
-    the fragment), to scrub from text that quotes them on their own."""
+    """The credentials in `url`, to scrub from text that quotes them on their own: its password (and its whole user
+    info with it), a user name only when it looks like a token (`https://ghp_...@host`; `postgres` is a user name a
+    message may need), the values of credential-named query parameters (`?token=`, `?sig=`; not `?format=json`)
+    and a fragment that names one (`#access_token=...`). `redacted_url` hides more, since it shows the URL itself."""
     _, sep, rest = url.partition("://")
     if not sep:
         rest = url
@@ -163,38 +207,78 @@ def url_secrets(url: str) -> list[str]:
     end = _user_info_end(rest)
     if end >= 0:
         user_info, rest = rest[:end], rest[end + 1:]
-        found += [user_info, *user_info.split(":", 1)]
+        user, colon, password = user_info.partition(":")
+        if colon and password:
+            found += [user_info, password]
+        elif _token_like(user):
+            found.append(user)
     rest, _, fragment = rest.partition("#")
     _, _, query = rest.partition("?")
-    found += [part.partition("=")[2] or part for part in query.split("&") if part]
-    found.append(fragment)
+    for part in [*query.split("&"), *fragment.split("&")]:
+        name, equals, value = part.partition("=")
+        if (equals and _secret_query_key(name)) or (not equals and _token_like(name)):
+            found.append(value if equals else name)
     return [text for text in found if text]
+
+
+def command_secrets(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, value) of what `redacted_command` hides on a command line: the values of credential-named flags and
+    variables (`--api-key sk-1`, `--token=t-1`, `GITHUB_TOKEN=g-1`) and headers given by flag (`-H "Authorization:
+    Bearer b-1"`), to scrub from text that quotes them (`Scrubber`'s `named`)."""
+    found: list[tuple[str, str]] = []
+    secret_flag: str | None = None
+    header_next = False
+    for arg in argv:
+        if secret_flag is not None and not arg.startswith("-"):
+            found.append((secret_flag, arg))
+        elif header_next:
+            found.append(_header_pair(arg))
+        else:
+            name, equals, value = arg.partition("=")
+            if equals and value and _NAME.fullmatch(name.lstrip("-")):
+                if name in _HEADER_FLAGS:
+                    found.append(_header_pair(value))
+                elif _secret_name(name):
+                    found.append((name, value))
+        flag = arg.startswith("-") and "=" not in arg
+        secret_flag = arg if flag and _secret_name(arg) else None
+        header_next = flag and arg in _HEADER_FLAGS
+    return [(name, value) for name, value in found if value and not _VARIABLE.fullmatch(value)]
+
+
+def _header_pair(header: str) -> tuple[str, str]:
+    name, colon, value = header.partition(":")
+    return (name.strip(), value.strip()) if colon else ("", header)
 
 
 class Scrubber:
     """Removes known secret values (what a server was configured with: env and header values, the values its
     `${VAR}`s expanded to, the credentials of its URL) from text that someone else wrote and may quote them back:
-    an upstream's error message, a line it printed. Each is replaced by HIDDEN, the longest first (so a value
-    holding another is hidden whole).
+    an upstream's error message, a line it printed. Each is replaced by HIDDEN where it stands as a whole token
+    (never inside another word: a password `all` leaves "allowed" alone), the longest first (so a value holding
+    another is hidden whole).
 
     Only values are known, not what a text is: `secrets` are hidden whatever they look like (from 3 characters),
     `named` (name, value) pairs when the name says it is a credential (`_secret_name`: `API_TOKEN`,
-    `Authorization`) or the value could be one (`_token_like`), `values` only when they could be one.
+    `Authorization`) and the value is long enough to be one and no plain word, or the value could be one
+    (`_token_like`), `values` only when they could be one.
     """
 
     def __init__(
         self, *, secrets: Iterable[str] = (), named: Iterable[tuple[str, str]] = (), values: Iterable[str] = ()
     ) -> None:
-        kept = {v for v in secrets if len(v) >= _SHORTEST_NAMED}
-        kept.update(v for name, v in named if (_secret_name(name) and len(v) >= _SHORTEST_NAMED) or _token_like(v))
+        kept = {v for v in secrets if len(v) >= _SHORTEST_KNOWN}
+        kept.update(v for name, v in named if _named_secret(name, v))
         kept.update(v for v in values if _token_like(v))
         self.secrets = tuple(sorted(kept, key=len, reverse=True))
+        # a whole token: no letter, digit or `_` right before or after it
+        alternatives = "|".join(re.escape(secret) for secret in self.secrets)
+        self._pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)") if self.secrets else None
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, HIDDEN)
-        return text
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(HIDDEN, text)
 
     def __bool__(self) -> bool:
         return bool(self.secrets)

@@ -32,6 +32,8 @@ Tools:
 - ``endless(bytes, id_last)``: answers (stdio) with one line of ``bytes`` bytes whose end never comes (its text goes
   on, no newline); with ``id_last`` the line is whole but its ``id`` is written last, as the TypeScript SDK does.
 - ``sleep(seconds)``: answers after that long.
+- ``cut()`` (HTTP): its response stream ends without any event, the server serving on (what a proxy's read timeout
+  does to one long call).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def _serve() -> None:
             tool("huge", "Answer a text of the given number of bytes.", {"bytes": number}),
             tool("endless", "Answer with a line that never ends.", {"bytes": number, "id_last": flag}),
             tool("sleep", "Answer after the given number of seconds.", {"seconds": number}),
+            tool("cut", "Answer with a response stream that ends without an answer (HTTP)."),
         ]
         listed += [
             tool(f"t{i}", f"Flood tool {i}, version {state['version']}.")
@@ -268,7 +271,36 @@ def _serve() -> None:
 
         path = os.environ.get("HOSTILE_HTTP_PATH", "/mcp")
         app = server.streamable_http_app(host="127.0.0.1", streamable_http_path=path)
-        http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+
+        async def cutting(scope: Any, receive: Any, send: Any) -> None:
+            # A tools/call of `cut` gets an event stream that ends at once, no event in it; the rest goes to the app
+            if scope["type"] != "http" or scope["method"] != "POST":
+                return await app(scope, receive, send)
+            chunks, more = [], True
+            while more:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+            body = b"".join(chunks)
+            with contextlib.suppress(ValueError):
+                request = json.loads(body)
+                if isinstance(request, dict) and (request.get("params") or {}).get("name") == "cut":
+                    headers = [(b"content-type", b"text/event-stream")]
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    await send({"type": "http.response.body", "body": b""})
+                    return None
+            replayed = False
+
+            async def replay() -> Any:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            return await app(scope, replay, send)
+
+        http = uvicorn.Server(uvicorn.Config(cutting, host="127.0.0.1", port=port, log_level="warning"))
         async with anyio.create_task_group() as tg:
             tg.start_soon(http.serve)
             while not http.started:

@@ -294,3 +294,44 @@ def test_a_servers_scrubber_hides_what_it_was_configured_with_and_keeps_plain_wo
     assert local(quoted) == quoted.replace("sk-live-Zq8x", "***").replace("abc", "***")  # the rest are plain words
     said = "401 for 'Bearer sk-live-Zq8x' at /s/PATHSECRET777/mcp?sig=qs-99 (u:pw), Accept: application/json"
     assert remote(said) == "401 for '***' at /s/***/mcp?sig=*** (***), Accept: application/json"
+
+
+def test_a_servers_scrubber_hides_whole_credentials_only_and_leaves_settings_and_words_alone() -> None:
+    # Before: "database *** (region ***). Use format ***; auth *** is not ***owed; ***xistent column; c*** inst***
+    # first; time zone ***.": a URL's user name and query values, `AUTH_TYPE=none` and any 8+ character value with a
+    # digit were scrubbed, and inside other words.
+    env = {
+        "DATABASE_URL": "postgresql://postgres:S3cr3t-pw@db:5432/postgres",
+        "AWS_REGION": "us-east-1",
+        "AUTH_TYPE": "none",
+        "TZ": "Europe/Berlin",
+        "LANG": "en_US.UTF-8",
+        "EXPORT_URL": "https://api.example.com/export?format=json&user=all",
+        "SERVICE_TOKEN": "tok-9f8e7d6c5b",
+    }
+    config = parse_config({"mcpServers": {"db": {"command": "x", "env": env}}})
+    scrub = config["db"].scrubber()
+    said = (
+        'relation "users" does not exist in database postgres (region us-east-1). Use format json; auth none is not '
+        "allowed; nonexistent column; call install first; time zone Europe/Berlin; locale en_US.UTF-8."
+    )
+    assert scrub(said) == said
+    leaked = "login postgres:S3cr3t-pw failed (password S3cr3t-pw); token tok-9f8e7d6c5b, not xtok-9f8e7d6c5bx"
+    assert scrub(leaked) == "login *** failed (password ***); token ***, not xtok-9f8e7d6c5bx"
+
+
+def test_a_servers_scrubber_hides_the_credentials_on_its_command_line() -> None:
+    # Before: `describe()` hid `--api-key` and `--token=` values, but an upstream error quoting them reached the model
+    # unchanged ("401 Unauthorized: key 'sk-live-Zq8xSECRET4242' ...").
+    args = ["server.py", "--api-key", "sk-live-Zq8xSECRET4242", "--token=abcdefghijkl", "--db-password", "pw1",
+            "-H", "X-Api-Key: header-secret-value", "--mode", "fast", "--auth", "none"]
+    config = parse_config({"mcpServers": {"svc": {"command": "python", "args": args}}})
+    assert config["svc"].describe() == (
+        'python server.py --api-key *** --token=*** --db-password *** -H "X-Api-Key: ***" --mode fast --auth ***'
+    )
+    scrub = config["svc"].scrubber()
+    said = (
+        "401 Unauthorized: key 'sk-live-Zq8xSECRET4242', token abcdefghijkl, password pw1, header-secret-value; "
+        "mode fast, auth none"
+    )
+    assert scrub(said) == "401 Unauthorized: key '***', token ***, password ***, ***; mode fast, auth none"

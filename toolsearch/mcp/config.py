@@ -34,7 +34,7 @@ from urllib.parse import unquote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import MCPConfigError
-from .._redact import Scrubber, redacted_command, redacted_url, redacted_words, url_secrets
+from .._redact import Scrubber, command_secrets, redacted_command, redacted_url, redacted_words, url_secrets
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -121,13 +121,16 @@ class ServerConfig:
 
     def scrubber(self) -> Scrubber:
         """What keeps this server's configured values out of the text it sends back (an error quoting the token it
-        was given): its env and header values (and each word of a header: `Bearer <token>`), the credentials of its
-        URL or of a URL in its env, and every value a variable expanded to (a URL's path may hold one). See
-        `Scrubber` for which count."""
-        named = [*self.env.items(), *self.headers.items()]
-        urls = [self.url or "", *(value for value in self.env.values() if "://" in value)]
+        was given): its env and header values (and each word of a header: `Bearer <token>`), the values of the
+        credential-named flags and headers on its command line (`--api-key sk-...`, `--token=...`: what `describe`
+        hides), the credentials of its URL or of a URL in its env or its arguments, and every value a variable
+        expanded to (a URL's path may hold one). See `Scrubber` for which count."""
+        flagged = command_secrets(self.args)
+        named = [*self.env.items(), *self.headers.items(), *flagged]
+        urls = [self.url or "", *(value for value in [*self.env.values(), *self.args] if "://" in value)]
         secrets = [part for url in urls for part in url_secrets(url)]
-        values = [*self.variable_values, *(word for value in self.headers.values() for word in value.split())]
+        headers = [*self.headers.values(), *(value for _, value in flagged)]
+        values = [*self.variable_values, *(word for value in headers for word in value.split())]
         quoted = [(name, unquote(value)) for name, value in named if "%" in value]  # a server may quote it decoded
         return Scrubber(
             secrets=[*secrets, *(unquote(s) for s in secrets)], named=[*named, *quoted], values=values

@@ -73,6 +73,8 @@ MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
 LISTING_LINE_LIMIT = 64 * 1024 * 1024
 ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
+# seconds a ping may take that asks whether an HTTP server is still there after one request's stream ended unanswered
+PING_TIMEOUT = 10.0
 # A 2026-07-28 server without subscriptions/listen is re-listed when its list's ttlMs runs out, within
 # these bounds: ttlMs 0 (the SDK's default, "immediately stale") must not mean a re-listing loop.
 RELIST_FLOOR = 5.0
@@ -611,6 +613,14 @@ class _UpstreamCode:
 
 
 @dataclass(frozen=True, slots=True)
+class _StreamLost:
+    """The error data of a request whose HTTP response stream ended without its answer (the SDK transport's own
+    outcome, see `_STREAM_LOST`): that one stream ended, which alone does not say the connection did."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class _TooLarge:
     """The error data of an answer not read past `limit` bytes (an SSE event over HTTP, a line over stdio)."""
 
@@ -741,7 +751,12 @@ class _Screen:
                 if self.http and _transport_made(error):
                     too_large = _EVENT_TOO_LARGE.match(error.message)
                     if too_large is None:
-                        return item  # the connection broke mid-answer: the session reports it as closed
+                        # one request's stream ended or broke (a proxy's read timeout does this to a long call; so
+                        # does the server dying): still CONNECTION_CLOSED, marked so a call can ask which it was
+                        lost = types.ErrorData(
+                            code=CONNECTION_CLOSED, message=error.message, data=_StreamLost(error.message)
+                        )
+                        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=lost))
                     answer = types.ErrorData(
                         code=INTERNAL_ERROR, message=error.message, data=_TooLarge(int(too_large.group(1)))
                     )
@@ -916,6 +931,7 @@ class UpstreamServer:
         # its that reaches the model or the log.
         self._scrub = config.scrubber()
         self._listing = 0  # tools/list requests in flight, which `line_limit` allows longer lines
+        self._call_limits: list[int] = []  # the result limits of the calls in flight (`message_limit`)
         self._reader_key = str(next(_READER_KEYS))
         _READERS[self._reader_key] = self
         self._session: ClientSession | None = None
@@ -928,6 +944,7 @@ class UpstreamServer:
         self._lifecycle = anyio.Lock()
         self._refresh_lock = anyio.Lock()
         self._refresh_pending = False
+        self._pending_announced = False  # the pending listing follows an announcement: it holds calls (block)
         self._relisted_at: float | None = None  # when its last re-listing ended (anyio's clock), for RELIST_GAP
         self._gap_logged = False  # the line saying announcements wait for RELIST_GAP: once per connection
         # True from a change notification until its re-listing is applied: "block" holds calls meanwhile.
@@ -1301,10 +1318,12 @@ class UpstreamServer:
         result within its `maxResultBytes` as sent (a server may escape each non-ASCII character as `\\uXXXX`,
         three times its UTF-8 bytes), so that such a result is read, measured and refused as oversized by one rule
         on every transport; never less than the MCP SDK's default SSE limit (1 MiB). A larger one is not read
-        further, and its call is told it was too large."""
+        further, and its call is told it was too large. Without a `maxResultBytes` of its own, a call in flight that
+        allows more (`call(max_result_bytes=...)`) raises it for a stdio server, whose lines are measured as they
+        come; an HTTP connection's event limit is set when it connects."""
         from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE
 
-        cap = self.config.max_result_bytes or self.max_result_bytes
+        cap = self.config.max_result_bytes or max([self.max_result_bytes, *self._call_limits])
         return max(DEFAULT_MAX_SSE_EVENT_SIZE, 3 * cap + 65_536)
 
     def line_limit(self) -> int:
@@ -1443,43 +1462,54 @@ class UpstreamServer:
             self._announced()
 
     def _announced(self) -> None:
-        """The server said its tools changed: calls are held (changedTools: block) from now, not from when the
-        re-listing starts; a re-listing under way is followed by one more, however many announcements come."""
-        self.relisting = True
+        """The server said its tools changed: a re-listing under way is followed by one more, however many
+        announcements come. Calls are held (changedTools: block) only while a listing runs: from now when it starts
+        at once, not while one waits out RELIST_GAP (a server announcing after each call would have most calls
+        refused for up to a second)."""
         if self._refresh_lock.locked():
             self._refresh_pending = True
+            self._pending_announced = True
         elif self._task_group is not None:
+            if self._relist_wait() <= 0:
+                self.relisting = True
             self._task_group.start_soon(self.refresh)
+
+    def _relist_wait(self) -> float:
+        """Seconds until the next re-listing may start (RELIST_GAP after the last one ended)."""
+        return 0.0 if self._relisted_at is None else self._relisted_at + RELIST_GAP - anyio.current_time()
 
     async def refresh(self, *, announced: bool = True) -> bool:
         """Re-list the tools (as after tools/list_changed); True when they changed.
 
-        `announced=False` (a re-listing on ttlMs, no change known): calls are not held meanwhile. Re-listings of
-        one server are RELIST_GAP apart and never overlap: a call while one runs asks for one more after it, and
-        each listing that changed the tools is announced at once (a flood of announcements must not hold back
-        the change it announces). A listing is bounded by `startupTimeout`, as at start-up.
+        `announced=False` (a re-listing on ttlMs, no change known): calls are not held meanwhile; else they are
+        held while the listing runs, not while it waits out the gap. Re-listings of one server are RELIST_GAP apart
+        and never overlap: a call while one runs asks for one more after it, and each listing that changed the
+        tools is announced at once (a flood of announcements must not hold back the change it announces). A
+        listing is bounded by `startupTimeout`, as at start-up.
         """
-        if announced:
-            self.relisting = True
         if self._refresh_lock.locked():
             self._refresh_pending = True  # one more listing after this one covers every announcement meanwhile
+            self._pending_announced = self._pending_announced or announced
             return False
         changed = False
+        hold = announced
         async with self._refresh_lock:
             try:
                 while True:
-                    wait = 0.0 if self._relisted_at is None else self._relisted_at + RELIST_GAP - anyio.current_time()
+                    wait = self._relist_wait()
                     if wait > 0:
+                        self.relisting = False  # nothing is being read yet: calls go on, on the tools as listed
                         self._log_gap()
                         await anyio.sleep(wait)
+                    hold, self._pending_announced = hold or self._pending_announced, False
                     self._refresh_pending = False
                     session = self._session
                     if session is None:
                         return changed
+                    self.relisting = hold
                     listed = await self._relist(session)
                     self._relisted_at = anyio.current_time()
-                    again = self._refresh_pending and self._session is session
-                    self.relisting = again  # the hold ends with the listing that covers the last announcement
+                    self.relisting = hold = False  # the hold ends with the listing; a next one holds when it runs
                     if listed is not None and self._apply(listed):
                         changed = True
                         if self._on_tools_changed is not None:
@@ -1497,7 +1527,10 @@ class UpstreamServer:
                 return await self._list_all(session)
         except Exception as exc:
             cause = _leaf(exc)
-            if isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED:
+            closed = isinstance(cause, MCPError) and cause.error.code == CONNECTION_CLOSED
+            if closed and isinstance(cause, MCPError) and isinstance(cause.error.data, _StreamLost):
+                closed = not await self._still_connected(session)  # that listing's stream alone ended: see `call`
+            if closed and self._session is session:
                 # found by a re-listing, not a call: crashed, and restarted like any crash
                 self._went_down("the connection closed while its tools were re-listed")
             # its words are the server's: one line, cut, its configured secrets hidden (as on every other path)
@@ -1652,6 +1685,7 @@ class UpstreamServer:
         if session is None:
             return error_result(self._down_text(tool))
         limit = self.config.max_result_bytes or max_result_bytes or self.max_result_bytes
+        self._call_limits.append(limit)  # its answer is read as far as its own limit allows (`message_limit`)
         try:
             result = await session.call_tool(
                 tool, dict(arguments) if arguments else None, read_timeout_seconds=self.config.call_timeout
@@ -1659,7 +1693,9 @@ class UpstreamServer:
         except MCPError as exc:
             code = exc.error.code
             if code == CONNECTION_CLOSED:
-                return await self._crashed(tool)
+                if isinstance(exc.error.data, _StreamLost) and await self._still_connected(session):
+                    return self._stream_lost(tool, exc.error.data)
+                return await self._crashed(tool, session)
             if code == REQUEST_TIMEOUT:
                 logger.warning(
                     "MCP server %r: %r did not answer within %g s", self.name, tool, self.config.call_timeout
@@ -1695,6 +1731,8 @@ class UpstreamServer:
         except Exception as exc:  # an answer the SDK refuses otherwise
             said = _short(_leaf(exc), scrub=self._scrub)
             return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {said}")
+        finally:
+            self._call_limits.remove(limit)
         size = _result_bytes(result, limit)
         if size > limit:
             return self._oversized(tool, size, limit)
@@ -1735,12 +1773,45 @@ class UpstreamServer:
             "ask for less (a narrower query, a filter, a page or a limit argument, if the tool has one)."
         )
 
-    async def _crashed(self, tool: str) -> types.CallToolResult:
+    async def _still_connected(self, session: ClientSession) -> bool:
+        """Whether `session`'s connection still carries requests, asked with a ping after one request's HTTP
+        stream ended without its answer: that stream alone ending (a proxy's read timeout on a long call) is no
+        reason to restart the server and fail every other call in flight; the server being gone is. A ping that
+        gets no answer in time proves neither, so the connection is left as it is (its next failure says more)."""
+        with anyio.move_on_after(min(self.config.startup_timeout, PING_TIMEOUT)):
+            try:
+                await session.send_ping()
+            except MCPError as exc:  # any answer, an error included, came over a live connection
+                return exc.error.code != CONNECTION_CLOSED or isinstance(exc.error.data, _StreamLost)
+            except Exception:  # the transport could not send it: the server is gone
+                return False
+        return True
+
+    def _stream_lost(self, tool: str, lost: _StreamLost) -> types.CallToolResult:
+        """A call whose HTTP response stream ended without its answer, on a connection that still works."""
+        logger.warning(
+            "MCP server %r: the response stream of %r ended without its answer (%s); the server still answers, "
+            "so only this call failed",
+            self.name,
+            tool,
+            lost.reason,
+        )
+        return error_result(
+            f"MCP server {self.name!r}: the response to {tool!r} never came: its HTTP stream ended without an answer "
+            "(a proxy's read timeout on a long call does this). Whether the call ran is unknown: it may have run, "
+            "in full or in part. Check its effect before you retry it."
+        )
+
+    async def _crashed(self, tool: str, session: ClientSession) -> types.CallToolResult:
+        """The connection of `session` closed under a call. Only the current connection's end takes the server down
+        and schedules a restart: a call on an earlier one (ended by a restart) must not mark the new one crashed."""
         logger.warning("MCP server %r: connection lost during %r", self.name, tool)
-        wait = self._went_down(f"the connection closed while {tool!r} was running")
         message = (
             f"MCP server {self.name!r} stopped (connection closed) while running {tool!r}; the call did not finish."
         )
+        if self._session is not session:  # its end was seen already (a restart, a re-listing): nothing to change
+            return error_result(f"{message} {self._since_ended()}")
+        wait = self._went_down(f"the connection closed while {tool!r} was running")
         if wait is not None:
             message += (
                 f" The server is being restarted (attempt {self.restarts + 1}, in about {max(wait, 0.1):.1f} s); check "
@@ -1754,6 +1825,18 @@ class UpstreamServer:
             self.error = f"{self.error}; not restarted"
             message += " It is down and will not be restarted; use another tool."
         return error_result(message)
+
+    def _since_ended(self) -> str:
+        """What a call whose connection had already been found ended is told of the server now."""
+        check = "check whether the call had an effect before you retry it."
+        if self.ready:
+            return f"It has been restarted since; {check}"
+        if self.state == "starting":
+            return f"It is being restarted now; {check}"
+        if self.next_restart is not None:
+            due = max(0.1, self.next_restart - anyio.current_time())
+            return f"The server is being restarted (attempt {self.restarts + 1}, in about {due:.1f} s); {check}"
+        return "It is down; use another tool."
 
 
 def _version() -> str:
