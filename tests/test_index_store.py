@@ -44,10 +44,16 @@ def test_index_store(tmp_path: Path) -> None:
     assert store.save(changed, "copy") == "copy"
     (store.root / "not-an-index").mkdir()
     assert "not-an-index" not in store.names()
-    store.remove("copy")
+    assert store.remove("copy") is None  # it had no usage log
     assert "copy" not in store.names()
     with pytest.raises(IndexNotFoundError, match="no index named 'copy'"):
         store.remove("copy")
+    # the library removes an index's usage log with it, as `toolsearch rm` does: it may keep request text, and an
+    # index saved later under the name would read it as its own earlier catalogs'
+    store.save(changed, "copy")
+    log = store.root / "copy.usage.json"
+    log.write_text("{}")
+    assert store.remove("copy") == log and not log.exists()
 
 def test_a_broken_stored_index_is_rebuilt_by_build(tmp_path: Path) -> None:
     store = IndexStore(tmp_path)

@@ -1028,23 +1028,13 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_rm(args: argparse.Namespace, console: Console) -> int:
-    from .usage import usage_path
-
     store = _root(args)
     path = store.path(args.index)  # names only: a path or '..' is refused here
-    store.remove(args.index)
-    # Its usage log goes with it: it may keep request text, and an index built later under this name would read
-    # it as its own earlier catalogs' (tune, eval --usage)
-    log = usage_path(path)
-    try:
-        log.unlink()
-        removed = True
-    except FileNotFoundError:
-        removed = False
+    log = store.remove(args.index)  # its usage log goes with it
     if args.json:
-        console.json({"removed": args.index, "path": str(path), "usage_log": str(log) if removed else None})
+        console.json({"removed": args.index, "path": str(path), "usage_log": str(log) if log else None})
     else:
-        console.print(f"removed index {args.index!r} ({path})" + (f" and its usage log ({log})" if removed else ""))
+        console.print(f"removed index {args.index!r} ({path})" + (f" and its usage log ({log})" if log else ""))
     return EXIT_OK
 
 

@@ -82,12 +82,16 @@ class IndexStore:
         save_index(index, self.path(name))
         return name
 
-    def remove(self, name: str) -> None:
-        """Remove the index `name`: its pointer and every generation of it (a damaged index of ours goes too).
+    def remove(self, name: str) -> Path | None:
+        """Remove the index `name`: its pointer, every generation of it (a damaged index of ours goes too) and its
+        usage log (`toolsearch.usage.usage_path`); returns that log's path where there was one, else None.
 
-        A folder of that name that is not an index toolsearch wrote (a `manifest.json` of another kind) is refused
-        with StoredIndexError and left as it is.
+        The log goes with the index: it may keep request text, and an index built later under this name would
+        read it as its own earlier catalogs' (tune, eval --usage). A folder of that name that is not an index
+        toolsearch wrote (a `manifest.json` of another kind) is refused with StoredIndexError and left as it is.
         """
+        from .usage import usage_path
+
         path = self.path(name)
         pointer = _is_our_pointer(path)
         if not pointer and not (path / MANIFEST).exists():
@@ -105,6 +109,12 @@ class IndexStore:
                 shutil.rmtree(path)
             # its generation is ours by the pointer, even one that lost its manifest
             _collect(path, keep=None, known=current if pointer else None)
+            log = usage_path(path)
+            try:
+                log.unlink()
+            except FileNotFoundError:
+                return None
+            return log
 
     def build(
         self,
