@@ -1318,7 +1318,7 @@ def test_demo_does_not_overwrite_a_file_unless_forced(home: Path, capsys: pytest
     (home / "tools.json").write_text(mine)
     code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
     # Before: replaced by the demo's 197 tools, exit 0.
-    assert_one_line_error(code, err, "tools.json: the file exists; refusing to overwrite it", "--force")
+    assert_one_line_error(code, err, "tools.json exists; refusing to overwrite it", "--force")
     assert (home / "tools.json").read_text() == mine and out == ""
     code, out, err = run(capsys, "demo", "--save-catalog", "tools.json", "--force")
     assert code == EXIT_OK and load_tools(home / "tools.json") == demo_tools(), err
@@ -1326,6 +1326,21 @@ def test_demo_does_not_overwrite_a_file_unless_forced(home: Path, capsys: pytest
     code, out, err = run(capsys, "demo", "--save-catalog", "tools.json")
     assert code == EXIT_OK and out.startswith("wrote the demo's 197 tools"), err
     assert [p.name for p in home.iterdir() if p.name.startswith(".tools.json")] == []  # no part-written file left
+
+
+def test_demo_writes_its_catalog_to_standard_output_sent_to_a_file(tmp_path: Path) -> None:
+    # /dev/stdout names whatever the shell opened there, here an existing regular file: a stream to write, never a
+    # file of the user's to refuse (as `usage export` does; both go through toolsearch._output)
+    from toolsearch import load_tools
+    from toolsearch.demo import demo_tools
+
+    out = tmp_path / "catalog.json"
+    out.write_text("")
+    with out.open("w") as fh:
+        done = subprocess.run([sys.executable, "-m", "toolsearch", "demo", "--save-catalog", "/dev/stdout"],
+                              stdout=fh, stderr=subprocess.PIPE, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert load_tools(out) == demo_tools()
 
 
 def test_demo_cache_dir_that_is_a_file_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

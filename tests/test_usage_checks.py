@@ -321,5 +321,5 @@ def test_an_export_into_a_missing_folder_names_that_folder(tmp_path: Path, capsy
     assert cli_main(["usage", "export", str(folder), str(file)]) == 1
     err = capsys.readouterr().err
     # Before: "…/nodir/.x.json.7t0wixfr.tmp: No such file or directory", a file the user never named.
-    assert f"cannot write {file}: its folder {file.parent} does not exist; create it or give another FILE" in err, err
+    assert f"cannot write {file}: its folder {file.parent} does not exist; create it or give another file" in err, err
     assert ".tmp" not in err

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CommandError, UnknownFormatError
+from ._output import write_output
 from .providers.registry import chat_format_names, get_format
 from .tools import Tool, load_tools
 
@@ -634,19 +635,10 @@ def save_catalog(path: Path, console: Console, *, force: bool = False) -> int:
     tools = demo_tools()
     rows = [t.to_dict() for t in tools]
     text = json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
-    if path.is_dir():
-        raise CommandError(f"--save-catalog {path} is a folder; give the name of a file to write the catalog to")
-    if path.exists() and not path.is_file():  # a pipe or a device (/dev/stdout): a stream, nothing to replace
-        path.write_text(text, encoding="utf-8")
-    else:
-        if path.exists() and not force and not _holds(path, rows):
-            raise CommandError(
-                f"--save-catalog {path}: the file exists; refusing to overwrite it with the demo's catalog. Give "
-                "another file name, or add --force to replace it"
-            )
-        _write_atomically(path, text)
+    streamed = write_output(path, text, what="--save-catalog", force=force, replaceable=lambda kept: _holds(kept, rows))
     namespaces = len({t.namespace for t in tools})
-    console.print(f"wrote the demo's {len(tools)} tools in {namespaces} namespaces to {path}")
+    said = f"wrote the demo's {len(tools)} tools in {namespaces} namespaces to {path}"
+    (console.note if streamed else console.print)(said)  # not into the stream the catalog went to
     return 0
 
 
@@ -656,19 +648,6 @@ def _holds(path: Path, rows: list[dict[str, Any]]) -> bool:
         return bool(json.loads(path.read_text(encoding="utf-8-sig")) == rows)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a new file beside `path` and rename it over: a failed or interrupted write leaves what was there."""
-    import secrets
-
-    part = path.with_name(f".{path.name}.part-{secrets.token_hex(4)}")
-    try:
-        part.write_text(text, encoding="utf-8")
-        os.replace(part, path)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
 
 
 def main(args: argparse.Namespace, console: Console) -> int:

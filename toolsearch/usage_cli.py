@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import re
-import stat
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -119,13 +115,9 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
 
 
 def _write_export(path: Path, data: str, own: Path, *, force: bool) -> None:
-    """Write an export to `path`: never over the index's own usage file, nor over another file without `force`.
-
-    A regular file (or a link to one: its target) is written beside it and moved into place. Anything else that
-    exists is a stream (/dev/stdout, a fifo, a shell's `>(cmd)`) and is written in place, as is whatever a file
-    descriptor's name (/dev/stdout, /dev/fd/N) leads to: the shell opened it, nothing there is ours to replace.
-    """
+    """Write an export to `path` (toolsearch._output's rules), never over the index's own usage file."""
     from ._errors import InvalidArgumentError
+    from ._output import write_output
 
     if path.exists() and path.resolve() == own.resolve():
         # That file holds every catalog's log of the index; an export holds one, in another form.
@@ -133,74 +125,7 @@ def _write_export(path: Path, data: str, own: Path, *, force: bool) -> None:
             f"usage export: {path} is the index's own usage file, which the export would replace (losing the logs of "
             "its other catalogs); give another FILE"
         )
-    if path.is_dir():
-        raise InvalidArgumentError(f"usage export: {path} is a folder; give a FILE name")
-    text = data + "\n"
-    if (path.exists() and not path.is_file()) or _names_a_descriptor(path):
-        _write_in_place(path, text)
-        return
-    if path.exists() and not force:
-        raise InvalidArgumentError(
-            f"usage export: {path} exists; refusing to overwrite it. Give another FILE, or add --force to replace it"
-        )
-    # A link is written through: its target is replaced, and the link stays as the user made it.
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    _write_beside(path, target, text)
-
-
-def _names_a_descriptor(path: Path) -> bool:
-    """Whether `path` is, or links through, the name of an open file descriptor (/dev/stdout, /dev/fd/N,
-    /proc/self/fd/N): it names whatever the shell opened there, a regular file of a `> out.json` too."""
-    seen = 0
-    current = os.path.abspath(path)
-    while seen < 40 and os.path.islink(current):  # (the kernel's own bound on a chain of links)
-        if re.fullmatch(r"/(?:dev|proc/[^/]+)/fd", os.path.dirname(current)):
-            return True
-        current = os.path.join(os.path.dirname(current), os.readlink(current))
-        seen += 1
-    return False
-
-
-def _write_in_place(path: Path, text: str) -> None:
-    from ._errors import CommandError
-
-    try:
-        with path.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise CommandError(f"usage export: cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _write_beside(path: Path, target: Path, text: str) -> None:
-    """Write `text` to a file beside `target` and move it into place: an interrupted export leaves the old file whole.
-    The file replaced keeps its permissions; a new one is the owner's alone (an export may hold request text)."""
-    from ._errors import CommandError
-
-    folder = target.parent
-    if not folder.is_dir():
-        missing = "is not a folder" if folder.exists() else "does not exist"
-        raise CommandError(f"usage export: cannot write {path}: its folder {folder} {missing}; create it or give "
-                           "another FILE")
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        mode = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        reason = exc.strerror or exc
-        raise CommandError(f"usage export: cannot write {path} (a new file in {folder}): {reason}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise CommandError(f"usage export: cannot write {path}: {exc.strerror or exc}") from None
-        raise
+    write_output(path, data + "\n", what="usage export", force=force, private=True)  # it may hold request text
 
 
 def _clear(console: Any, store: FileUsageStore, folder: Path) -> int:
