@@ -32,6 +32,7 @@ from ..metatool import MetaToolOutcome, ToolSearchMetaTool
 from ..providers import ToolCall
 from ..session import Session, pinned_in
 from ..tools import Tool
+from ..usage import usage_not_recorded
 from .caller import Caller, caller_of_request, request_scope
 from .caps import owner_of
 from .metatools import CALL_TOOL, schema_problems
@@ -300,7 +301,7 @@ class GatewayRules:
             self.usage.catalog_changed(self.index.catalog.hash)
             self.usage.searched(usage_id, outcome.query, shown)
         except Exception as exc:  # a usage store that fails (Redis down) costs learning, never the search
-            logger.warning("the usage log could not keep a search: %s: %s", type(exc).__name__, exc)
+            usage_not_recorded(self.usage.recorder, exc, "a tool search")
         return Found(outcome, tuple(found), tuple(repinned))
 
     # --- admit a call --------------------------------------------------------------------------
@@ -414,8 +415,7 @@ class GatewayRules:
             else:
                 self.usage.called(admitted.usage_id, admitted.name, ok)
         except Exception as exc:  # the tool ran: its answer stands (an error would invite a second run)
-            logger.warning("the usage log could not credit a call of %s: %s: %s", admitted.name, type(exc).__name__,
-                           exc)
+            usage_not_recorded(self.usage.recorder, exc, f"a call of {admitted.name!r}")
         return result
 
 
