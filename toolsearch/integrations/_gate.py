@@ -13,6 +13,7 @@ from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..providers._base import ToolCall
 from ..session import Session, SessionManager, pinned_in
+from ..usage import usage_not_recorded
 
 if TYPE_CHECKING:
     from ..augment import Augmentation
@@ -148,8 +149,6 @@ def record_search(usage: UsageRecorder | None, conversation: str, result: ToolRe
         try:
             usage.record_search(conversation, search.query, search.names, ranked=search.ranked)
         except Exception as exc:  # a failing usage store costs learning, never the search (as in the executor)
-            from ..usage import usage_not_recorded
-
             usage_not_recorded(usage, exc, "a tool_search")
 
 
@@ -159,6 +158,4 @@ def record_call(usage: UsageRecorder | None, conversation: str, name: str, ok: b
         try:
             usage.record_call(conversation, name, ok)
         except Exception as exc:  # the tool has run: its result stands
-            from ..usage import usage_not_recorded
-
             usage_not_recorded(usage, exc, f"a call of {name!r}")

@@ -48,6 +48,7 @@ from ..catalog import Catalog
 from ..executor import invalid_arguments_text
 from ..index import ToolIndex
 from ..tools import Tool
+from ..usage import usage_not_recorded
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
@@ -190,8 +191,6 @@ class ToolSearchStrategy:
             try:
                 self.usage.record_search(_conversation_of(ctx), text, names)
             except Exception as exc:  # a failing usage store costs learning, never the search
-                from ..usage import usage_not_recorded
-
                 usage_not_recorded(self.usage, exc, "a tool search")
         return names
 
@@ -219,8 +218,6 @@ class LearningToolSearch(ToolSearch[Any]):
             try:
                 self.usage.record_call(_conversation_of(ctx), call.tool_name, True)
             except Exception as exc:  # the tool has run: its result stands
-                from ..usage import usage_not_recorded
-
                 usage_not_recorded(self.usage, exc, f"a call of {call.tool_name!r}")
         return result
 
