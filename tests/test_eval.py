@@ -262,3 +262,11 @@ def test_queries_with_no_label_are_left_out_of_the_means_and_counted() -> None:
     assert labelled.unlabelled == 0 and labelled.notes == ()
     none = score_rankings([["x"]], queries[:1])
     assert set(none.values()) == {0.0} and none.unlabelled == 1
+
+
+def test_a_queries_file_with_a_byte_order_mark_is_read(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Windows editors save UTF-8 with a BOM; load_tools reads such files, and so does --queries now.
+    (home / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (home / "queries.jsonl").read_bytes())
+    code, out, err = run(capsys, "eval", "tools.json", "--queries", "bom.jsonl", "--backends", "bm25", "--json")
+    assert code == EXIT_OK, err  # Before: "bom.jsonl:1: not a query row (Unexpected UTF-8 BOM ...)"
+    assert json.loads(out)["queries"] == len(QUERIES)

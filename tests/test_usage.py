@@ -558,3 +558,22 @@ def test_a_copy_of_an_entry_that_lost_its_voter_is_the_same_entry_when_saves_mer
     other.save(stripped)
     other.save(log)
     assert [e.by for e in other.load("cat") or ()] == [e.by for e in log]
+
+
+def test_usage_export_import_and_clear_answer_json_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, index, store = _saved_bm25(tmp_path, REFUND_AND_EMAIL)
+    store.save(_log_of(index.catalog.hash, "give the customer their money back", "billing_refund"))
+    export = tmp_path / "export.json"
+    capsys.readouterr()
+    # Before: --json was accepted and ignored, and each printed a sentence.
+    assert cli_main(["usage", "export", str(folder), str(export), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"path": str(store.path), "exported_to": str(export), "entries": 1}
+    assert cli_main(["usage", "import", str(folder), str(export), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"path": str(store.path), "imported": 0, "entries": 1}
+    assert cli_main(["usage", "clear", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "path": str(store.path), "logs": 1, "entries": 1, "moved_to": None, "problem": None,
+    }
+    assert not store.path.exists()

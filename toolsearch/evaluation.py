@@ -38,7 +38,8 @@ def load_queries(
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
-                line = raw.decode("utf-8")
+                # A byte-order mark (Windows editors write one) is not content, as load_tools reads it.
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 raise InvalidToolError(
                     f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02X} at column {exc.start + 1}); "

@@ -43,7 +43,9 @@ def add_usage_command(
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="export: write here instead of stdout ('-': stdout); import: the exported log to add "
                    "('-': stdin)")
-    p.add_argument("--json", action="store_true", help="show, refresh: print machine-readable JSON on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="print what was done as machine-readable JSON on stdout (export: only with a FILE, since "
+                   "the export itself is JSON)")
     p.add_argument("--force", action="store_true", help="export: replace FILE if it exists")
     p.set_defaults(func=handler, check=check)
 
@@ -70,7 +72,7 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
 
     store = FileUsageStore(usage_path(folder))
     if args.action == "clear":  # the whole file, and before the index is read: a damaged index's log goes too
-        return _clear(console, store, folder)
+        return _clear(console, store, folder, as_json=args.json)
     catalog = read_manifest(folder).catalog_hash
     if args.action == "refresh":  # reads the log itself, around the searches
         from .index import ToolIndex
@@ -94,7 +96,10 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
         data = json.dumps((log or UsageLog(catalog)).to_dict(), ensure_ascii=False, indent=1)
         if args.file and args.file != "-":
             _write_export(Path(args.file), data, store.path, force=args.force)
-            console.note(f"wrote {len(log or ())} usage entries to {args.file}")
+            if args.json:
+                console.json({"path": str(store.path), "exported_to": args.file, "entries": len(log or ())})
+            else:
+                console.note(f"wrote {len(log or ())} usage entries to {args.file}")
         else:
             console.print(data)
         return 0
@@ -110,7 +115,10 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     # What the file holds now: saving keeps each entry once (an entry imported twice is one) and the newest
     # max_entries, so counting what was sent would overstate it.
     total = len(store.load(catalog) or ())
-    console.print(f"imported {max(total - before, 0)} new usage entries into {store.path} ({total} in total)")
+    if args.json:
+        console.json({"path": str(store.path), "imported": max(total - before, 0), "entries": total})
+    else:
+        console.print(f"imported {max(total - before, 0)} new usage entries into {store.path} ({total} in total)")
     return 0
 
 
@@ -128,9 +136,12 @@ def _write_export(path: Path, data: str, own: Path, *, force: bool) -> None:
     write_output(path, data + "\n", what="usage export", force=force, private=True)  # it may hold request text
 
 
-def _clear(console: Any, store: FileUsageStore, folder: Path) -> int:
+def _clear(console: Any, store: FileUsageStore, folder: Path, *, as_json: bool) -> int:
     logs, entries, moved_to, problem = store.clear()
-    if moved_to is not None:
+    if as_json:
+        console.json({"path": str(store.path), "logs": logs, "entries": entries,
+                      "moved_to": None if moved_to is None else str(moved_to), "problem": problem})
+    elif moved_to is not None:
         console.print(
             f"the usage file of {folder.name} could not be read ({problem}); moved it to {moved_to}, so the "
             "index has no usage log now. Delete that file once nothing in it is needed, or import an export "

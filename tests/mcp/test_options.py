@@ -100,6 +100,8 @@ def test_the_flags_that_fit_the_transport_still_pass(tmp_path: Path) -> None:
         (["--session-ttl", "nan"], "--session-ttl must be a positive number of seconds, got nan"),
         (["--transport", "http", "--rate-limit", "nan"], "--rate-limit must be >= 0 (0 turns it off)"),
         (["--workers", "0"], "--workers must be at least 1, got 0"),
+        # Before: a catalog name without a store was dropped, and the gateway served its own index.
+        (["--catalog", "tools"], "--catalog 'tools' names a catalog in a Postgres store, and no store is given"),
         (["--workers", "2"], "--workers N serves HTTP: add --transport http"),
         (["--session-store", "nope://x"], "--session-store is not a store this gateway knows"),
         (["--transport", "http", "--host", "0.0.0.0"], "refusing to listen on 0.0.0.0 without authentication"),

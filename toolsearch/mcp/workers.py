@@ -81,7 +81,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "in $PGPASSWORD). The first worker indexes the upstream servers' tools there, the others read them, and a "
         "change any worker sees reaches all of them",
     )
-    parser.add_argument("--catalog", default="default", metavar="NAME",
+    parser.add_argument("--catalog", default=None, metavar="NAME",
                         help="with --store: the catalog's name there (default 'default')")
     parser.add_argument(
         "--workers",
@@ -135,6 +135,11 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
     if args.store is not None and not is_postgres_url(args.store):
         raise InvalidArgumentError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
                               "postgresql://user@host:5432/db")
+    if args.catalog is not None and args.store is None:
+        raise InvalidArgumentError(
+            f"--catalog {args.catalog!r} names a catalog in a Postgres store, and no store is given: add --store "
+            "postgresql://user@host:5432/db (or set $TOOLSEARCH_STORE), or drop --catalog"
+        )
     if args.store is not None and args.index_dir is not None:
         raise InvalidArgumentError("--store and --index-dir both say where the index lives: give one of them")
     if args.catalog_poll <= 0:
@@ -156,7 +161,7 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         session_ttl=args.session_ttl,
         index_dir=args.index_dir,
         store=args.store,
-        catalog=args.catalog,
+        catalog=args.catalog or "default",
         catalog_poll=args.catalog_poll,
         reuse_port=bool(args.reuse_port),
         trust_proxy_header=bool(args.trust_proxy_header),
