@@ -79,7 +79,8 @@ ROOT_API = {
     # sessions and the agent loop
     "SessionManager", "Session", "SessionStore", "InMemorySessionStore", "RedisSessionStore", "SessionState",
     "store_from_url", "ToolSearchMetaTool", "system_prompt_suffix", "ToolSearchLoop", "LoopConfig", "LoopOutcome",
-    "LoopResult", "run", "arun", "ToolExecutor", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls",
+    "LoopResult", "run", "arun", "ToolExecutor", "ExecutorConfig", "tools_for_request", "handle_tool_calls",
+    "ahandle_tool_calls",
     "StreamEvent", "Augmentation",
     # errors
     "ToolSearchError", "InvalidToolError", "DuplicateToolError", "UnknownToolError", "InvalidQueryError",

@@ -58,7 +58,7 @@ from .tools import NameMap, Tool, load_tools, provider_safe_name
 if TYPE_CHECKING:
     from .augment import Augmentation
     from .embeddings import E5Embedder, NumpyEmbedder, SentenceTransformerEmbedder, ToolsEmbedder
-    from .executor import ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
+    from .executor import ExecutorConfig, ToolExecutor, ahandle_tool_calls, handle_tool_calls, tools_for_request
     from .loop import LoopConfig, LoopOutcome, LoopResult, ToolSearchLoop, arun, run
     from .metatool import ToolSearchMetaTool, system_prompt_suffix
     from .providers import StreamEvent
@@ -75,7 +75,8 @@ _LAZY = {
     **dict.fromkeys(("SessionManager", "Session", "SessionStore", "InMemorySessionStore"), "toolsearch.session"),
     **dict.fromkeys(("SessionState", "RedisSessionStore", "store_from_url"), "toolsearch.stores"),
     **dict.fromkeys(
-        ("ToolExecutor", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls"), "toolsearch.executor"
+        ("ToolExecutor", "ExecutorConfig", "tools_for_request", "handle_tool_calls", "ahandle_tool_calls"),
+        "toolsearch.executor",
     ),
     "StreamEvent": "toolsearch.providers",
     "Augmentation": "toolsearch.augment",
@@ -135,6 +136,7 @@ __all__ = [
     "run",
     "arun",
     "ToolExecutor",
+    "ExecutorConfig",
     "tools_for_request",
     "handle_tool_calls",
     "ahandle_tool_calls",
