@@ -54,7 +54,7 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
     ) as gateway:
         url = gateway.url or ""
         attacks = token_attacks(issuer, url, static, unscoped) + origin_attacks(issuer.mint("x", audience=url), url)
-        wrong = [a for a in attacks if send(url, a).status_code != a.expected]
+        wrong = [a for a in attacks if not a.answered(send(url, a).status_code)]
         row("the token and Origin/Host attacks above, against `toolsearch mcp serve` (2 upstream servers)",
             len(attacks), len(attacks) - len(wrong), len(wrong), "401 / 403 / 421, as above")
 
@@ -480,8 +480,8 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             for attack in attacks:
                 status = send(url, attack).status_code
                 statuses[status] += 1
-                got_in += status < 400 or status != attack.expected
-            refused = sum(n for s, n in statuses.items() if s in (401, 403))
+                got_in += status < 400 or not attack.answered(status)
+            refused = sum(n for s, n in statuses.items() if s in (401, 403, 503))
             row("forged, expired, misdirected or under-scoped bearer tokens", len(attacks), refused, got_in,
                 ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())))
 
@@ -498,7 +498,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             row("a session id used with another caller's valid token", hijacks, hijacks - hijacked, hijacked, "404")
 
             origin = origin_attacks(alice, url)
-            wrong = [a for a in origin if send(url, a, session_id=session).status_code != a.expected]
+            wrong = [a for a in origin if not a.answered(send(url, a, session_id=session).status_code)]
             row("foreign Origin / Host with a valid token (POST, GET, DELETE), 127.0.0.2", len(origin),
                 len(origin) - len(wrong), len(wrong), "403 (Origin), 421 (Host)")
 
@@ -506,7 +506,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             port = served.url.rsplit(":", 1)[1]
             url = f"http://127.0.0.1:{port}"
             origin = origin_attacks("unused", url)[:6]  # the Origin cases: Host is unchecked without --resource-url
-            wrong = [a for a in origin if send(url, a).status_code != a.expected]
+            wrong = [a for a in origin if not a.answered(send(url, a).status_code)]
             row("foreign Origin on a gateway bound to 0.0.0.0", len(origin), len(origin) - len(wrong), len(wrong),
                 "403")
 

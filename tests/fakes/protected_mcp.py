@@ -29,7 +29,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from toolsearch._errors import AuthConfigError
 from toolsearch.mcp.auth import AuthSettings, add_auth_arguments, check_exposure, default_resource_url, protect
 from toolsearch.mcp.caller import caller_of_scope
-from toolsearch.mcp.guard import header_timeout_protocol
 
 
 def build_server() -> MCPServer:
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         protect(app, settings, path=args.path, resource_url=resource),
         log_level="warning",
         lifespan="on",
-        http=header_timeout_protocol(settings.header_timeout),
+        **settings.server_options(),  # the gateway's own timeouts and proxy rule
     )
     print(f"listening on {default_resource_url(args.host, port, args.path)}", flush=True)
     sys.stdout.flush()

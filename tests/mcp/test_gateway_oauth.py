@@ -102,7 +102,7 @@ def test_every_forged_or_misdirected_token_is_refused(deployment: Deployment) ->
     assert len(attacks) >= 20
     expected = {attack.name: attack.expected for attack in attacks}
     got = {attack.name: send(deployment.url, attack) for attack in attacks}
-    assert {name: r.status_code for name, r in got.items()} == expected
+    assert {a.name: a.shown(got[a.name].status_code) for a in attacks} == expected
     for name, response in got.items():
         assert "mcp-session-id" not in response.headers, name
         if response.status_code == 403:
@@ -149,7 +149,11 @@ async def test_the_issuers_keys_are_read_once_and_unknown_key_ids_cannot_force_r
     before = deployment.issuer.jwks_requests
     for i in range(20):
         forged = deployment.issuer.mint("bob", audience=deployment.url, key=deployment.issuer.rogue_key, kid=f"k{i}")
-        assert post(deployment.url, [("authorization", f"Bearer {forged}")]).status_code == 401
+        answer = post(deployment.url, [("authorization", f"Bearer {forged}")])
+        # 401 after a re-read found no such key; 503 with Retry-After while none is due (it may be a rotated key)
+        assert answer.status_code in (401, 503), answer.text
+        if answer.status_code == 503:
+            assert int(answer.headers["retry-after"]) >= 1
     assert deployment.issuer.jwks_requests - before <= 1  # at most one re-read per 30 s
 
 
@@ -162,7 +166,7 @@ def test_a_session_cannot_be_used_with_another_callers_token(deployment: Deploym
     hijack = httpx2.post(deployment.url, headers=[*MCP_HEADERS, *mallory], content=ping, timeout=10)
     assert hijack.status_code == 404
     for attack in origin_attacks(deployment.token("alice"), deployment.url):
-        assert send(deployment.url, attack, session_id=session).status_code == attack.expected, attack.name
+        assert attack.answered(send(deployment.url, attack, session_id=session).status_code), attack.name
 
 
 def test_the_token_file_and_tokens_never_reach_the_log(deployment: Deployment) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import math
@@ -50,9 +51,19 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import AuthConfigError
+from .._redact import redacted_url, redacted_words
 from ..stores.limits import CallerLimits, TokenBuckets
 from .caller import ANONYMOUS, CALLER_SCOPE_KEY, Caller
-from .guard import LOOPBACK_HOSTS, OriginGuard, RateLimit, is_loopback, jsonrpc_error_response, spend
+from .guard import (
+    DEFAULT_BODY_TIMEOUT,
+    LOOPBACK_HOSTS,
+    OriginGuard,
+    RateLimit,
+    header_timeout_protocol,
+    is_loopback,
+    jsonrpc_error_response,
+    spend,
+)
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
@@ -92,6 +103,7 @@ class AuthSettings:
     rate_limit: float = 600.0
     rate_burst: int = 60
     header_timeout: float = 10.0
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
     auth_failures: float = 30.0
     sessions_per_caller: int = 100
     contexts_per_caller: int = 1000
@@ -99,6 +111,9 @@ class AuthSettings:
     # a gateway without it shares one cap: set on its own, else the same as sessions_per_caller.
     sessions_per_address: int | None = None
     algorithms: tuple[str, ...] = ASYMMETRIC_ALGORITHMS
+    # Proxies whose X-Forwarded-For (and -Proto) name the client: none by default, so a client can never pick
+    # the address its refused-token budget and session cap are counted against.
+    forwarded_allow_ips: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -135,10 +150,12 @@ class AuthSettings:
             rate_limit=float(args.rate_limit),
             rate_burst=int(args.rate_burst),
             header_timeout=float(args.header_timeout),
+            body_timeout=float(args.body_timeout),
             auth_failures=float(args.auth_failures),
             sessions_per_caller=int(args.sessions_per_caller),
             contexts_per_caller=int(args.contexts_per_caller),
             sessions_per_address=None if args.sessions_per_address is None else int(args.sessions_per_address),
+            forwarded_allow_ips=_listed(args.forwarded_allow_ips),
         )
         if read_files:
             settings.check()
@@ -163,25 +180,61 @@ class AuthSettings:
         if (self.jwks_url or self.audience) and not self.issuer:
             raise AuthConfigError("--auth-jwks-url and --auth-audience need --auth-issuer (the token issuer's URL)")
         if self.issuer and not _secure_or_local(self.issuer):
-            raise AuthConfigError(f"--auth-issuer {self.issuer} must be https:// (plain http only on loopback)")
+            raise AuthConfigError(
+                f"--auth-issuer {redacted_url(self.issuer)} must be https:// (plain http only on loopback)"
+            )
         if self.jwks_url and not _secure_or_local(self.jwks_url):
-            raise AuthConfigError(f"--auth-jwks-url {self.jwks_url} must be https:// (plain http only on loopback)")
-        for origin in self.allowed_origins:
-            if origin != "null" and not re.fullmatch(r"https?://[^/?#\s]+", origin):
+            raise AuthConfigError(
+                f"--auth-jwks-url {redacted_url(self.jwks_url)} must be https:// (plain http only on loopback)"
+            )
+        for scope in self.scopes:
+            if not _SCOPE_TOKEN.fullmatch(scope):
+                # a token's `scope` claim is split at spaces: "tools admin" would be required whole and never held
                 raise AuthConfigError(
-                    f"--allowed-origins {origin!r} is not an origin; write scheme://host[:port] "
-                    "(or scheme://host:* for any port), without a path"
+                    f"--auth-scope {scope!r} is not one scope (RFC 6749: visible ASCII without spaces, quotes or "
+                    "backslashes); give each scope its own flag, e.g. --auth-scope tools --auth-scope admin"
                 )
-        if not self.rate_limit >= 0 or not self.rate_burst >= 1:  # `not >=`: NaN, which compares false, is refused
-            raise AuthConfigError("--rate-limit must be >= 0 (0 turns it off) and --rate-burst >= 1")
-        if not self.header_timeout > 0:
-            raise AuthConfigError("--header-timeout must be > 0 seconds")
-        if not self.auth_failures >= 0:
-            raise AuthConfigError("--auth-failures must be >= 0 (0 turns the limit off)")
+        for origin in self.allowed_origins:
+            problem = _origin_problem(origin)
+            if problem:
+                raise AuthConfigError(f"--allowed-origins {origin!r} {problem}")
+        for host in self.allowed_hosts:
+            if not _HOST_PATTERN.fullmatch(host):
+                raise AuthConfigError(
+                    f"--allowed-hosts {host!r} is not a Host header value: write host[:port] or host:* for any "
+                    "port (e.g. mcp.internal:8000), without a scheme, path or wildcard name"
+                )
+        for proxy in self.forwarded_allow_ips:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise AuthConfigError(
+                    f"--forwarded-allow-ips {proxy!r} is not an IP address or network: name the proxies in front "
+                    "of the gateway (e.g. 10.0.0.5 or 10.0.0.0/24)"
+                ) from None
+        # `not (... >= ...)` refuses NaN, which compares false; infinity is no rate either
+        if not (math.isfinite(self.rate_limit) and self.rate_limit >= 0) or not self.rate_burst >= 1:
+            raise AuthConfigError("--rate-limit must be >= 0 (0 turns it off) and finite, and --rate-burst >= 1")
+        if not (math.isfinite(self.header_timeout) and self.header_timeout > 0):
+            raise AuthConfigError("--header-timeout must be > 0 seconds (and finite)")
+        if not (math.isfinite(self.body_timeout) and self.body_timeout > 0):
+            raise AuthConfigError("--body-timeout must be > 0 seconds (and finite)")
+        if not (math.isfinite(self.auth_failures) and self.auth_failures >= 0):
+            raise AuthConfigError("--auth-failures must be >= 0 (0 turns the limit off) and finite")
         if self.sessions_per_caller < 0 or self.contexts_per_caller < 0:
             raise AuthConfigError("--sessions-per-caller and --contexts-per-caller must be >= 0 (0: no cap)")
         if self.sessions_per_address is not None and self.sessions_per_address < 0:
             raise AuthConfigError("--sessions-per-address must be >= 0 (0: no cap)")
+
+    def server_options(self) -> dict[str, Any]:
+        """The `uvicorn.Config` options these settings decide: the header and body timeouts, and whose
+        X-Forwarded-For names the client (for the refused-token budget, the rate limit and the session caps): only
+        the proxies the operator names, where uvicorn's default trusts any loopback peer."""
+        return {
+            "http": header_timeout_protocol(self.header_timeout, self.body_timeout),
+            "proxy_headers": bool(self.forwarded_allow_ips),
+            "forwarded_allow_ips": list(self.forwarded_allow_ips) or None,
+        }
 
     def check_files(self) -> None:
         """Refuse a `--auth-tokens` file that cannot be used, naming the entry."""
@@ -194,12 +247,46 @@ def _listed(values: list[str] | None) -> tuple[str, ...]:
     return tuple(item.strip() for value in values or () for item in value.split(",") if item.strip())
 
 
+# RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+# A Host header value: a name or IPv4 address, or a bracketed IPv6 address; then a port or `:*`
+_HOST_PATTERN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?)(:([0-9]{1,5}|\*))?")
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def _origin_problem(origin: str) -> str | None:
+    """Why `origin` can never equal a browser's `Origin` header (None when it can)."""
+    if origin == "null":
+        return None
+    found = re.fullmatch(r"(https?)://([^/?#\s@]+)", origin, re.IGNORECASE)
+    if found is None:
+        return "is not an origin; write scheme://host[:port] (or scheme://host:* for any port), without a path"
+    host = _HOST_PATTERN.fullmatch(found.group(2))
+    if host is None:
+        return (
+            "is not an origin a browser sends: its host must be a name or an address (a wildcard such as "
+            "https://*.example.com is not supported); list each origin, scheme://host[:port] or scheme://host:*"
+        )
+    if host.group(4) == _DEFAULT_PORTS[found.group(1).lower()]:
+        return f"names the default port, which a browser leaves out of Origin: write {found.group(1)}://{host.group(1)}"
+    return None
+
+
 def _url_flag(flag: str, value: str | None) -> str | None:
     if value is None:
         return None
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment or parts.query:
-        raise AuthConfigError(f"{flag} {value!r} is not an absolute http(s) URL without query or fragment")
+        raise AuthConfigError(
+            f"{flag} {redacted_url(value)!r} is not an absolute http(s) URL without query or fragment"
+        )
+    if parts.username is not None or parts.password is not None:
+        # refused, not scrubbed: it would go to every log line and error that names the URL, and to the
+        # issuer as Basic authentication; an issuer's `iss`, its key set and a resource URL hold none
+        raise AuthConfigError(
+            f"{flag} {redacted_url(value)!r} holds a user name or password: give the URL without them "
+            "(a JWK set and an issuer's metadata are public documents)"
+        )
     return value  # unchanged: an issuer is compared with the token's `iss` exactly (RFC 8414 §3.3)
 
 
@@ -247,7 +334,8 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
         "--allowed-origins",
         action="append",
         metavar="ORIGIN[,ORIGIN...]",
-        help="browser origins allowed to call (scheme://host[:port], or :* for any port; repeatable); others get 403",
+        help="browser origins allowed to call, answered with CORS headers (scheme://host[:port], or :* for any "
+        "port; repeatable); others get 403",
     )
     group.add_argument(
         "--allowed-hosts",
@@ -272,6 +360,21 @@ def add_auth_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="SECONDS",
         help="close a connection that does not send complete request headers in this time (default 10)",
+    )
+    group.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection that does not send a request's whole body in this time once its headers are "
+        f"in (default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--forwarded-allow-ips",
+        action="append",
+        metavar="IP[,IP...]",
+        help="proxies (addresses or networks) whose X-Forwarded-For names the client; from any other address the "
+        "header is ignored (default: none, the connection's address counts; repeatable)",
     )
     group.add_argument(
         "--auth-failures",
@@ -313,7 +416,7 @@ def default_resource_url(host: str, port: int, path: str) -> str:
 
 
 def check_exposure(host: str, settings: AuthSettings) -> None:
-    """Refuse to serve a non-loopback address unauthenticated, or with an audience nobody can mint tokens for."""
+    """Refuse to serve a non-loopback address unauthenticated, or an issuer's tokens without the public resource URL."""
     if not is_loopback(host) and not settings.enabled:
         if not settings.no_auth:
             raise AuthConfigError(
@@ -323,11 +426,14 @@ def check_exposure(host: str, settings: AuthSettings) -> None:
                 "authenticates every request; or listen on 127.0.0.1"
             )
         log.warning("listening on %s without authentication (--no-auth): every client that reaches it is trusted", host)
-    unspecified = host.strip("[]") in ("0.0.0.0", "::", "")
-    if settings.issuer and unspecified and not (settings.resource_url or settings.audience):
+    # Off loopback the default resource URL (http://HOST:PORT/PATH) is no address clients use: the 401 challenge
+    # and the metadata would send OAuth clients to get tokens for it (on 0.0.0.0, for http://0.0.0.0:...), which
+    # the gateway refuses when --auth-audience names another; --auth-audience does not take its place.
+    if settings.issuer and not is_loopback(host) and not settings.resource_url:
         raise AuthConfigError(
-            f"listening on {host} with --auth-issuer needs --resource-url (the gateway's public URL, e.g. "
-            "https://mcp.example.com/mcp): tokens are accepted only when their audience names it"
+            f"--auth-issuer on {host} needs --resource-url (the gateway's public URL, e.g. "
+            "https://mcp.example.com/mcp): OAuth clients are told to get tokens for it, and the issuer must know "
+            "it as the resource"
         )
 
 
@@ -341,6 +447,7 @@ class Refusal:
     description: str
     status: int = 401
     error: str = "invalid_token"
+    retry_after: int | None = None  # seconds, with a 503: when the answer may differ
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +613,10 @@ class JwtVerifier:
             problems.append(f"{url}: no usable https 'jwks_uri'")
         raise LookupError("; ".join(problems))
 
+    def _next_read_in(self) -> int:
+        """Whole seconds until the key set may be read again (at least 1: the Retry-After of a 503)."""
+        return max(1, math.ceil(self._tried_at + self.min_refresh_seconds - time.monotonic()))
+
     async def _refresh(self, *, force: bool) -> None:
         import httpx2
         import jwt
@@ -526,9 +637,13 @@ class JwtVerifier:
                 keys = jwt.PyJWKSet.from_dict(document).keys  # unusable keys are skipped
                 published = {k.get("kid"): k.get("alg") for k in document["keys"] if isinstance(k, dict)}
                 self._keys = [(key, published.get(key.key_id)) for key in keys]
-                self._fetched_at = now
+                self._fetched_at = time.monotonic()  # when read: a request that waited for it gets this set
             except Exception as exc:
-                log.warning("cannot read the signing keys of %s: %s: %s", self.issuer, type(exc).__name__, exc)
+                # the error may quote a URL from the issuer's metadata (httpx names the URL it failed on)
+                log.warning(
+                    "cannot read the signing keys of %s: %s: %s",
+                    redacted_url(self.issuer), type(exc).__name__, redacted_words(str(exc)),
+                )  # fmt: skip
 
     async def check(self, token: str) -> Verified | Refusal:
         """The token's caller, or why it is refused (nothing raised: every failure is a `Refusal`)."""
@@ -556,19 +671,37 @@ class JwtVerifier:
                     f"the token's {claim!r} claim must be a number of seconds since 1970 (RFC 7519 NumericDate)"
                 )
         kid = header.get("kid")
+        asked = time.monotonic()
         await self._refresh(force=False)
         key = self._key(kid, alg)
-        if key is None and self._keys is not None:
-            await self._refresh(force=True)
-            key = self._key(kid, alg)
+        if key is None and self._keys is not None and not self._holds(kid):
+            await self._refresh(force=True)  # a key rotation: the issuer may publish a key it did not before
+            key = self._key(kid, alg)  # (read by this request or by one that held the lock before it)
         if self._keys is None:
             return Refusal(
                 "the gateway cannot read its token issuer's signing keys right now; try again shortly",
                 status=503,
                 error="temporarily_unavailable",
+                retry_after=self._next_read_in(),
+            )
+        if key is None and kid is not None and not self._holds(kid) and self._fetched_at < asked:
+            # The set held was read before this token came, and could not be read again now (too soon after the
+            # last read, or the issuer did not answer): a key published since is not known yet. The client
+            # should retry, not sign in again, and its address is not charged for the gateway's stale set.
+            why = (
+                "the issuer did not answer when it was read again"
+                if self._tried_at >= asked
+                else f"it is read again at most once every {self.min_refresh_seconds:g} s"
+            )
+            return Refusal(
+                "the token's signing key is not in the issuer's key set as the gateway last read it, and "
+                f"{why}; retry in {self._next_read_in()} s",
+                status=503,
+                error="temporarily_unavailable",
+                retry_after=self._next_read_in(),
             )
         if key is None:
-            return Refusal("the token is signed by a key the issuer does not publish")
+            return Refusal("the token's key id and algorithm ('kid', 'alg') name no key the issuer publishes")
         try:
             claims = jwt.decode(
                 token,
@@ -613,6 +746,10 @@ class JwtVerifier:
         caller = Caller.authenticated_as(self.issuer, claims["sub"], scopes=scopes, claims=claims)
         return Verified(access, caller)
 
+    def _holds(self, kid: Any) -> bool:
+        """Whether the key set read last holds a key with this id (usable for the token or not)."""
+        return kid is not None and any(k.key_id == kid for k, _ in self._keys or ())
+
     def _key(self, kid: Any, alg: str) -> Any:
         if self._keys is None:
             return None
@@ -653,8 +790,9 @@ def _token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _quoted(text: str) -> str:
-    """A value fit for a quoted-string in WWW-Authenticate (no quotes, backslashes or controls)."""
-    return re.sub(r'["\\\x00-\x1f\x7f-\uffff]', "'", text)
+    """A value fit for a quoted-string in WWW-Authenticate: only RFC 6750's characters (%x20-21 / %x23-5B /
+    %x5D-7E), so no quote, backslash, control or non-ASCII character a token put in a description gets there."""
+    return re.sub(r"[^\x20\x21\x23-\x5b\x5d-\x7e]", "'", text)
 
 
 @dataclass(slots=True)
@@ -767,7 +905,8 @@ class _Gate:
         if status in (401, 403):
             headers.append((b"www-authenticate", ("Bearer " + ", ".join(parts)).encode("latin-1")))
         else:
-            headers.append((b"retry-after", b"5"))
+            retry = 5 if refusal is None or refusal.retry_after is None else refusal.retry_after
+            headers.append((b"retry-after", str(retry).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body.encode()})
 
@@ -875,7 +1014,9 @@ def protect(
     else:
         guarded = _Anonymous(guarded)
     origins, hosts = _guard_lists(settings, resource_url)
-    guarded = OriginGuard(guarded, allowed_origins=origins, allowed_hosts=hosts)
+    # CORS for the origins the operator listed only: pages on loopback origins pass the Origin check, as the SDK
+    # lets them, but no page gets to read an answer (or send a preflighted request) unless the operator said so
+    guarded = OriginGuard(guarded, allowed_origins=origins, allowed_hosts=hosts, cors_origins=settings.allowed_origins)
     if settings.issuer and metadata_url:
         from mcp.shared.auth import ProtectedResourceMetadata
 

@@ -13,8 +13,10 @@ default: `--sessions-per-caller`), and its 429 says so.
   really exist: an expired or deleted session, or one whose worker died, stops counting.
 - Per-connection sessions (the memory store: the SDK's manager keeps them in this one process) are
   counted by `ConnectionCaps`, which sees every request of every session: a session counts from the
-  response that issues its id until it is deleted, answered 404 (the SDK forgot it) or idle past the
-  SDK's idle timeout with no request in flight (the SDK's own rule for ending it).
+  response that issues its id until it has ended: deleted, no longer held by the SDK's manager, or
+  idle past the SDK's idle timeout with no request in flight (the SDK's own rule for ending it). A
+  404 alone ends nothing: the SDK gives it to a session presented with another credential too (the
+  same caller's token for another client id), and that session goes on.
 - Context handles are counted in the store that keeps them; an idle one ends by the store's TTL.
 """
 
@@ -173,29 +175,45 @@ class ConnectionCaps:
 
     Only handshake-era requests are looked at (a 2026-07-28 request opens no session). A POST
     without a session id would open one: refused with 429 when its owner holds `limit` already
-    (sessions being opened count too, so concurrent openings cannot overshoot).
+    (sessions being opened count too, so concurrent openings cannot overshoot). `live(session_id)`
+    says whether the SDK's manager still holds a session; without it a session answered 404 counts
+    until its idle timeout, as one the SDK might still serve.
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int, path: str = "/mcp", idle_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        path: str = "/mcp",
+        idle_timeout: float | None = None,
+        live: Callable[[str], bool] | None = None,
+    ) -> None:
         if limit < 1:
             raise InvalidArgumentError(f"limit must be at least 1, got {limit!r}")
         self.app = app
         self.limit = limit
         self.path = path.rstrip("/")
         self.idle_timeout = idle_timeout
+        self.live = live
         self._open: dict[str, dict[str, _Open]] = {}
         self._opening: dict[str, int] = {}
 
     def held(self, owner: str, now: float | None = None) -> dict[str, _Open]:
-        """The owner's live sessions (the SDK has ended those idle past its timeout: they are dropped)."""
+        """The owner's live sessions (those the SDK no longer holds, or has ended idle past its timeout, are
+        dropped)."""
         now = time.monotonic() if now is None else now
         held = self._open.get(owner, {})
-        if self.idle_timeout is not None:
-            for sid in [s for s, o in held.items() if not o.in_flight and now - o.last > self.idle_timeout]:
-                del held[sid]
+        for sid in [s for s, o in held.items() if not o.in_flight and self._ended(s, o, now)]:
+            del held[sid]
         if not held:
             self._open.pop(owner, None)
         return held
+
+    def _ended(self, session_id: str, entry: _Open, now: float) -> bool:
+        if self.live is not None and not self.live(session_id):
+            return True
+        return self.idle_timeout is not None and now - entry.last > self.idle_timeout
 
     def _claim(self, owner: str) -> Claim:
         now = time.monotonic()
@@ -239,7 +257,10 @@ class ConnectionCaps:
             if entry is not None:
                 entry.in_flight -= 1
                 entry.last = time.monotonic()
-            ended = status and (status[0] == 404 or (method == "DELETE" and status[0] < 300))
+            # A 404 is also the SDK's answer to this caller's session presented with another of its credentials
+            # (another client id): the session goes on, so it ends here only when the SDK holds it no more.
+            gone = status and status[0] == 404 and self.live is not None and not self.live(sid)
+            ended = gone or (status and method == "DELETE" and status[0] < 300)
             if ended:
                 self._open.get(owner, {}).pop(sid, None)
             elif entry is None and status and status[0] < 400:  # served for this owner: it is theirs, count it

@@ -21,7 +21,8 @@ __all__ = ["add_arguments", "check", "main", "settings_from_args"]
 # would be accepted and do nothing, so a user who forgot `--transport http` would never learn it.
 _HTTP_ONLY = (
     "host", "port", "path", "resource_url", "allowed_origins", "allowed_hosts", "rate_limit", "rate_burst",
-    "header_timeout", "auth_failures", "sessions_per_caller", "sessions_per_address", "trust_proxy_header",
+    "header_timeout", "body_timeout", "auth_failures", "sessions_per_caller", "sessions_per_address",
+    "trust_proxy_header", "forwarded_allow_ips",
 )
 
 

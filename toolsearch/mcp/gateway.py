@@ -306,8 +306,10 @@ class Gateway:
             app = self._outage_answers(app, path)
             if not self.caps.per_connection:
                 return app
-            idle = getattr(getattr(self.server, "_session_manager", None), "session_idle_timeout", None)
-            return ConnectionCaps(app, limit=self.caps.per_connection, path=path, idle_timeout=idle)
+            manager = getattr(self.server, "_session_manager", None)
+            idle = getattr(manager, "session_idle_timeout", None)
+            limit = self.caps.per_connection
+            return ConnectionCaps(app, limit=limit, path=path, idle_timeout=idle, live=_held_by(manager))
         app = self.server.streamable_http_app(
             streamable_http_path=path, host=host, stateless_http=True, transport_security=checked
         )
@@ -350,7 +352,6 @@ class Gateway:
         import uvicorn
 
         from .auth import check_exposure, default_resource_url, protect
-        from .guard import header_timeout_protocol
 
         class _Server(uvicorn.Server):
             @contextlib.contextmanager
@@ -371,8 +372,8 @@ class Gateway:
             app,
             log_level="warning",
             lifespan="on",
-            http=header_timeout_protocol(auth.header_timeout),
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            **auth.server_options(),
         )
         server = _Server(config)
         sockets = [sock]
@@ -419,6 +420,19 @@ class _GatewayServer(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
+
+
+def _held_by(manager: Any) -> Callable[[str], bool] | None:
+    """Whether the SDK's stateful session manager still holds a session id, or None where it cannot be told.
+
+    The SDK answers 404 both for a session it has ended and for one presented with another credential
+    (another client id of the same caller); only its own table says which, so a session stops counting
+    against its caller's cap when it has really ended.
+    """
+    instances = getattr(manager, "_server_instances", None)
+    if not isinstance(instances, dict):
+        return None
+    return lambda session_id: session_id in manager._server_instances
 
 
 def reuse_port_socket(host: str, port: int, *, reuse: bool = True) -> Any:

@@ -1,4 +1,4 @@
-"""Request guards for the HTTP gateway: Origin and Host checks, per-caller rate limits, a header-read timeout.
+"""Request guards for the HTTP gateway: Origin and Host checks with CORS, per-caller rate limits, read timeouts.
 
 The Origin and Host checks and the rate limit are ASGI middleware that answer before the MCP
 transport sees a request, for every method (a DELETE with a foreign Origin is refused like a
@@ -8,12 +8,20 @@ non-browser client (browsers always send it on cross-origin and on POST requests
 SDK's own `TransportSecurityMiddleware` lets it. Unlike that middleware, which is on only when the
 server binds 127.0.0.1/localhost/::1, these checks run on every address.
 
+A browser page calls the gateway cross-origin only with CORS: its POST (JSON, with `Authorization`
+and the MCP headers) is preflighted with an OPTIONS request, which carries no credentials, and it
+may read an answer, or a header such as `mcp-session-id`, only when the answer allows its origin.
+So for the origins the operator lists (`--allowed-origins`) the guard answers the preflight itself,
+before authentication, and adds `Access-Control-Allow-Origin`, `Vary: Origin` and the exposed
+headers to every answer, a 401 included (the page must read its `WWW-Authenticate` to sign in), as
+the MCP SDK's own CORS wrapping of its HTTP routes does (Starlette's `CORSMiddleware`).
+
 The header-read timeout cannot be ASGI middleware: an application is called only once the request
 line and headers are complete, so a client that connects and never finishes its headers is never
 seen there. uvicorn 0.54 has no such timeout (its `timeout_keep_alive` timer starts only after a
 response), so `header_timeout_protocol` extends uvicorn's h11 protocol: the connection must deliver
 complete request headers within a time bound, from its opening and again after each response,
-or it is closed.
+and then each request's whole body within another, or it is closed.
 """
 
 from __future__ import annotations
@@ -22,18 +30,20 @@ import asyncio
 import ipaddress
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
 import anyio.to_thread
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import InvalidArgumentError, SessionStoreError
 from ..stores.limits import CallerLimits, TokenBuckets
 from .caller import caller_of_scope
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT",
     "LOOPBACK_HOSTS",
     "OriginGuard",
     "RateLimit",
@@ -45,6 +55,18 @@ __all__ = [
 ]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds to send a request's body (the SDK takes up to 4 MiB: 140 kB/s at least)
+
+# What a page may send and read on the MCP endpoint (the streamable HTTP transport's headers, both eras)
+_CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
+_CORS_REQUEST_HEADERS = (
+    "authorization", "content-type", "accept", "last-event-id",
+    "mcp-protocol-version", "mcp-session-id", "mcp-method", "mcp-name",
+)  # fmt: skip
+_CORS_PARAM_PREFIX = "mcp-param-"  # 2026-07-28 `Mcp-Param-<name>` headers: their names depend on the tool
+_CORS_EXPOSED = b"mcp-session-id, mcp-protocol-version, www-authenticate, retry-after"
+_CORS_MAX_AGE = b"600"
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 # JSON-RPC's implementation-defined server-error range; the HTTP status says what happened too.
 _REFUSED = -32001
@@ -109,11 +131,21 @@ class OriginGuard:
 
     `allowed_hosts=None` leaves `Host` unchecked: a gateway bound to every interface without a
     configured public URL cannot know the names clients reach it by. `Origin` is checked always.
+    `cors_origins` (patterns as `allowed_origins`, and allowed too) get CORS: their preflights are
+    answered here, and their answers name them in `Access-Control-Allow-Origin`.
     """
 
-    def __init__(self, app: ASGIApp, *, allowed_origins: Iterable[str], allowed_hosts: Iterable[str] | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed_origins: Iterable[str],
+        allowed_hosts: Iterable[str] | None,
+        cors_origins: Iterable[str] = (),
+    ) -> None:
         self.app = app
-        self.allowed_origins = tuple(allowed_origins)
+        self.cors_origins = tuple(cors_origins)
+        self.allowed_origins = (*allowed_origins, *self.cors_origins)
         self.allowed_hosts = None if allowed_hosts is None else tuple(allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -141,7 +173,47 @@ class OriginGuard:
                 "origin the operator lists with --allowed-origins",
             )
             return
-        await self.app(scope, receive, send)
+        if not origins or not origin_allowed(origins[0], self.cors_origins):
+            await self.app(scope, receive, send)
+            return
+        origin = origins[0].encode("latin-1")
+        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            await _preflight(origin, headers, send)  # it carries no token: answered before authentication
+            return
+
+        async def with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"vary"]
+                vary = [v for k, v in message.get("headers", []) if k.lower() == b"vary"]
+                message = {**message, "headers": [*kept, *_cors_headers(origin, vary)]}
+            await send(message)
+
+        await self.app(scope, receive, with_cors)
+
+
+def _cors_headers(origin: bytes, vary: list[bytes] = []) -> list[tuple[bytes, bytes]]:  # noqa: B006 (never mutated)
+    """What every answer to an allowed cross-origin page carries (it depends on Origin: `Vary`, for caches)."""
+    return [
+        (b"access-control-allow-origin", origin),
+        (b"access-control-expose-headers", _CORS_EXPOSED),
+        (b"vary", b", ".join([*vary, b"Origin"])),
+    ]
+
+
+async def _preflight(origin: bytes, headers: Headers, send: Send) -> None:
+    """204 for a CORS preflight: the methods and request headers of the MCP transport (and the requested
+    `Mcp-Param-*` names) may be sent from `origin`; the browser itself refuses anything else."""
+    requested = [h.strip().lower() for h in headers.get("access-control-request-headers", "").split(",")]
+    params = [h for h in requested if h.startswith(_CORS_PARAM_PREFIX) and _HEADER_NAME.fullmatch(h)]
+    allowed = ", ".join(dict.fromkeys([*_CORS_REQUEST_HEADERS, *params])).encode("latin-1")
+    answer = [
+        *_cors_headers(origin),
+        (b"access-control-allow-methods", _CORS_METHODS),
+        (b"access-control-allow-headers", allowed),
+        (b"access-control-max-age", _CORS_MAX_AGE),
+    ]
+    await send({"type": "http.response.start", "status": 204, "headers": answer})
+    await send({"type": "http.response.body", "body": b""})
 
 
 class RateLimit:
@@ -240,23 +312,31 @@ async def spend(
         return None
 
 
-def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, closing a connection that does not complete its request headers in `seconds`.
+def header_timeout_protocol(seconds: float, body_seconds: float = DEFAULT_BODY_TIMEOUT) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing a connection that does not complete its request headers in `seconds`,
+    or a request's body in `body_seconds` once its headers are in.
 
-    Pass it as `uvicorn.Config(http=...)`. The timer runs from the connection's opening and again
-    from the end of each response, and stops when a request's headers are complete (a slow body
-    is the application's concern: the SDK bounds its size).
+    Pass it as `uvicorn.Config(http=...)`. The header timer runs from the connection's opening and
+    again from the end of each response, and stops when a request's headers are complete. The body
+    timer runs from then until the body is complete (or the response is, which arms the header timer
+    again): the SDK bounds a body's size, this bounds how long a client may take to send it, so a
+    caller trickling a byte a second cannot hold connections open for good.
     """
-    if not seconds > 0:
-        raise InvalidArgumentError(f"the header timeout must be > 0 seconds, got {seconds!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidArgumentError(f"the header timeout must be a number of seconds > 0, got {seconds!r}")
+    if not (math.isfinite(body_seconds) and body_seconds > 0):
+        raise InvalidArgumentError(f"the body timeout must be a number of seconds > 0, got {body_seconds!r}")
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutProtocol(H11Protocol):
         header_timeout = seconds
+        body_timeout = body_seconds
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._header_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
+            self._body_cycle: object = None  # the request whose body the body timer waits for
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
@@ -267,11 +347,32 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
                 self._header_timer.cancel()
                 self._header_timer = None
 
+        def _cancel_body_timer(self) -> None:
+            self._body_cycle = None
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
         def _header_timed_out(self) -> None:
             self._header_timer = None
             if not self.transport.is_closing():
                 self.logger.info("closing a connection that sent no complete request headers in %g s", seconds)
                 self.transport.close()
+
+        def _body_timed_out(self) -> None:
+            self._body_timer = None
+            if self._body_cycle is self.cycle and self.cycle.more_body and not self.transport.is_closing():
+                self.logger.info("closing a connection that sent no complete request body in %g s", body_seconds)
+                self.transport.close()  # the application's next receive() gets http.disconnect
+
+        def _watch_body(self) -> None:
+            cycle = self.cycle
+            if cycle is None or not cycle.more_body or cycle.response_complete or self.transport.is_closing():
+                self._cancel_body_timer()  # no body, all of it in, or answered without it
+            elif self._body_cycle is not cycle:
+                self._cancel_body_timer()
+                self._body_cycle = cycle
+                self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -279,6 +380,7 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_header_timer()
+            self._cancel_body_timer()
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
@@ -286,8 +388,10 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
             super().handle_events()
             if self.cycle is not cycle:  # a request's headers were parsed: a new cycle started
                 self._cancel_header_timer()
+            self._watch_body()
 
         def on_response_complete(self) -> None:
+            self._cancel_body_timer()
             # armed first: the base class may go on to parse a pipelined request, which stops it
             if not self.transport.is_closing():
                 self._arm_header_timer()
