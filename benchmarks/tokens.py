@@ -52,6 +52,7 @@ from typing import Any
 
 from toolsearch.loop import DIRECT_MAX_TOKENS
 from toolsearch.providers.registry import chat_format_names
+from toolsearch.tokens import count_wording
 
 if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
     sys.path[0] = str(Path(__file__).resolve().parents[1])
@@ -287,6 +288,8 @@ def run_task(
             )
     stats.requests = len(result.requests)
     cache = result.cache
+    if cache is None:  # a zero would read as a free task: a benchmark that cannot price must not report
+        raise RuntimeError(f"task {task.id!r} ({method}) was not priced: {result.unpriced}")
     stats.fresh_tokens, stats.cache_write_tokens, stats.cache_read_tokens = (
         cache.fresh,
         cache.cache_write,
@@ -542,6 +545,7 @@ def run(
                     "breakpoints": list(rules.breakpoints) if rules.breakpoints is not None else None,
                     "lookback_blocks": rules.lookback_blocks,
                     "deferred_tools_in_prefix": rules.deferred_tools_in_prefix,
+                    "tool_use_system_prompt_tokens": dict(rules.tool_use_prompt_tokens) or None,
                 },
             },
             "system_prompt": SYSTEM_PROMPT,
@@ -923,7 +927,8 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
     """The human-readable report."""
     s = report["settings"]
     live = s["mode"] != "offline policy model"
-    token_word = "provider-reported input tokens" if live else f"exact {s['encoding']} input tokens"
+    counted = count_wording(s["format"], s["encoding"], noun="input tokens", compared="the arms")
+    token_word = "provider-reported input tokens" if live else counted
     lines = [
         "# Token savings: every tool on every request vs tool search",
         "",
@@ -1080,12 +1085,30 @@ def render_markdown(report: dict[str, Any], plots: Sequence[Path] = (), command:
         "of similar tools. Only the labelled tool counts: an equivalent tool under another name (common in bfcl, "
         "which pools many function lists) is a miss, as is a query the policy cannot translate (bfcl has non-English "
         "requests). A run that misses makes no call and so sends slightly fewer tokens; savings include those runs.",
-        "- Token counts are exact for the named encoding over the serialisation described in "
-        "`toolsearch/tokens.py` (system text; each message and each tool definition as compact JSON). Providers "
-        "add a few template tokens per message and tool, so billed figures differ slightly; `--provider` shows them.",
+        f"- Token counts are {counted} over the serialisation described in `toolsearch/tokens.py` (system text; "
+        "each message and each tool definition as compact JSON). Providers add template tokens per message and "
+        f"tool{_tool_prompt_note(s)}, so billed figures differ; `--provider` shows them.",
         "- One index per data set and backend; a task's catalog is a session's allowed subset over it.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _tool_prompt_note(s: Mapping[str, Any]) -> str:
+    """The provider's tool-use system prompt, which raw counts leave out and the cost table prices (Anthropic)."""
+    tokens = ((s.get("prices") or {}).get("rules") or {}).get("tool_use_system_prompt_tokens")
+    if not tokens:
+        return ""
+    return (
+        f", and a tool-use system prompt of {tokens.get('auto', max(tokens.values())):,} tokens to every request "
+        "with tools, which these raw counts leave out and the cost table includes"
+    )
+
+
+def _tool_prompt_cost(rules: Mapping[str, Any]) -> str:
+    tokens = rules.get("tool_use_system_prompt_tokens")
+    if not tokens:
+        return ""
+    return f"; each request with tools also pays the tool-use system prompt ({tokens.get('auto', 0):,} tokens)"
 
 
 def _learning_markdown(report: dict[str, Any]) -> list[str]:
@@ -1148,7 +1171,10 @@ def _cost_markdown(report: dict[str, Any]) -> list[str]:
         "",
         f"Input price per 1,000 tasks at **{p['model']}** prices (input ${p['input']:g}/MTok, cache read "
         f"${p['cache_read']:g}/MTok; {how}; lifetime {r['lifetime_seconds']:.0f} s; figures from "
-        f"`toolsearch/data/prices.json`, retrieved {p['retrieved']}). Each task is one conversation: a request "
+        f"`toolsearch/data/prices.json`, retrieved {p['retrieved']}"
+        + ("" if str(s["format"]).startswith("openai") else f"; token counts are {s['encoding']} estimates")
+        + _tool_prompt_cost(r)
+        + "). Each task is one conversation: a request "
         "reads from cache the longest prefix (tools, system, messages, in that order) an earlier request of the "
         "same task left there (`toolsearch/cost.py`). Tokens here are counted per rendered block the same way as "
         "the raw counts below, except that deferred tools are left out and a `tool_reference` costs the definition "

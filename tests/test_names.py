@@ -190,6 +190,6 @@ def test_the_exact_spelling_is_named_before_a_case_or_normalisation_variant() ->
 
 @pytest.mark.parametrize("backend", ["bm25", "regex", pytest.param("hybrid", marks=pytest.mark.slow)])
 def test_a_query_that_is_exactly_a_name_ranks_that_spelling_first(backend: str) -> None:
-    index = ToolIndex.build(CASED, backend)
-    for query in ("Get_Weather", "get_weather", "send_email", "Send_Email", NFC_NAME, NFD_NAME):
+    index = ToolIndex.build([t for t in CASED if t.name != NFD_NAME], backend)  # a catalog refuses both forms
+    for query in ("Get_Weather", "get_weather", "send_email", "Send_Email", NFC_NAME):
         assert index.search(query, k=2).names[0] == query

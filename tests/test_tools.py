@@ -117,7 +117,8 @@ def test_mcp_dict_shape() -> None:
     assert tool.input_schema == SCHEMA and tool.namespace == "srv"
     assert tool.metadata == {"title": "Weather", "annotations": {"readOnlyHint": True}}
     assert Tool.from_dict(data).metadata["title"] == "Weather"
-    assert tool.to_mcp() == {"name": "get_weather", "description": "Current weather.", "inputSchema": SCHEMA}
+    assert tool.to_mcp() == {"name": "get_weather", "description": "Current weather.", "inputSchema": SCHEMA,
+                             "title": "Weather", "annotations": {"readOnlyHint": True}}  # kept both ways
 
 def test_mcp_sdk_object() -> None:
     import mcp.types as types

@@ -54,7 +54,7 @@ from ._errors import InvalidToolError
 # The version of these rules. Bump it when a rule cleans or refuses more than before: a stored index
 # records the version it was built under, and one built under an older version re-checks each tool
 # as it reads it (its tools were restored without validation, trusting the rules they were cleaned by).
-RULES_VERSION = 2  # 2: stray variation selectors
+RULES_VERSION = 3  # 2: stray variation selectors; 3: names with breaks, NaN, blank namespaces refused
 
 MAX_DEPTH = 64  # deeper than any real schema; recursive walks elsewhere would choke on more
 

@@ -191,14 +191,20 @@ class Augmentation:
         required = [*self.required, *(tool.input_schema.get("required") or ())]
         if required:
             schema["required"] = required
-        found = Tool(
-            name=tool.name,
-            description=tool.description,
-            input_schema=schema,
-            namespace=tool.namespace,
-            tags=tool.tags,
-            metadata=tool.metadata,
-        )
+        try:
+            found = Tool(
+                name=tool.name,
+                description=tool.description,
+                input_schema=schema,
+                namespace=tool.namespace,
+                tags=tool.tags,
+                metadata=tool.metadata,
+            )
+        except InvalidToolError as exc:  # the tool was valid alone: what the augmentation added broke it
+            raise AugmentationError(
+                f"the augmented field(s) {', '.join(map(repr, self.fields))} cannot be added to tool {tool.name!r}: "
+                f"{exc}; make the augmentation's schema smaller"
+            ) from None
         with _lock:
             if len(_extended) >= _CACHE_SIZE:
                 _extended.pop(next(iter(_extended)), None)
@@ -300,7 +306,12 @@ def _checked_schema(raw: Any) -> dict[str, Any]:
             "the augmentation schema needs 'properties' with at least one field, e.g. "
             '{"properties": {"reason": {"type": "string"}}, "required": ["reason"]}'
         )
-    schema["properties"] = {name: _inline(value, defs, name, ()) for name, value in props.items()}
+    budget = _Budget()
+    schema["properties"] = {name: _inline(value, defs, name, (), budget) for name, value in props.items()}
+    size = len(json.dumps(schema["properties"], ensure_ascii=False, separators=(",", ":")))
+    if size > MAX_INLINED_CHARS:  # the walk only estimates (escapes, numbers): the JSON itself decides
+        limit = f"is {size:,} characters of JSON; the limit is {MAX_INLINED_CHARS:,}"
+        raise _too_big(", ".join(map(repr, props)), limit)
     for value in schema["properties"].values():
         if isinstance(value, dict):
             value.pop("title", None)
@@ -320,13 +331,44 @@ def _checked_schema(raw: Any) -> dict[str, Any]:
     return schema
 
 
-def _inline(node: Any, defs: Mapping[str, Any], field_name: str, seen: tuple[str, ...]) -> Any:
+# The most an augmentation's fields may weigh once their `$ref`s are inlined, in characters of compact JSON:
+# they are added to every exposed tool of every request (a few hundred characters is usual). `$defs` that
+# refer to one another more than once double at each level: 1 KB of them grew to 67,582 characters (16,000
+# tokens on every tool), 1.5 KB to a million after ten seconds, so inlining stops as soon as it passes this.
+MAX_INLINED_CHARS = 32_000
+
+
+class _Budget:
+    """What inlining may still write, in (estimated) characters of JSON: each node it builds spends some,
+    so the time and memory inlining takes are bounded by the limit, not by the schema's nesting."""
+
+    def __init__(self) -> None:
+        self.left = MAX_INLINED_CHARS
+
+    def spend(self, chars: int, field_name: str) -> None:
+        self.left -= chars
+        if self.left < 0:
+            raise _too_big(repr(field_name), f"grows past the limit of {MAX_INLINED_CHARS:,} characters of JSON")
+
+
+def _too_big(fields: str, size: str) -> AugmentationError:
+    return AugmentationError(
+        f"augmented field(s) {fields}: the augmentation's schema, with its $refs inlined, {size}, and it would be "
+        "added to every exposed tool on every request; make the fields' schemas smaller, or refer to each $defs "
+        "type from one place only (each reference is a copy)"
+    )
+
+
+def _inline(node: Any, defs: Mapping[str, Any], field_name: str, seen: tuple[str, ...], budget: _Budget) -> Any:
     # A field's schema travels into every tool's schema, where the augmentation's `$defs` are not:
     # local references are replaced by what they name (a recursive one cannot be, and is refused).
     if isinstance(node, list):
-        return [_inline(item, defs, field_name, seen) for item in node]
+        budget.spend(2 + len(node), field_name)  # brackets and commas
+        return [_inline(item, defs, field_name, seen, budget) for item in node]
     if not isinstance(node, dict):
+        budget.spend(len(node) + 2 if isinstance(node, str) else 5, field_name)  # a string, or a short scalar
         return node
+    budget.spend(2 + sum(len(str(k)) + 4 for k in node), field_name)  # braces, each quoted key, colon and comma
     ref = node.get("$ref")
     if isinstance(ref, str):
         name = ref.rsplit("/", 1)[-1]
@@ -334,7 +376,7 @@ def _inline(node: Any, defs: Mapping[str, Any], field_name: str, seen: tuple[str
             raise AugmentationError(f"augmented field {field_name!r}: cannot resolve the reference {ref!r}")
         if name in seen:
             raise AugmentationError(f"augmented field {field_name!r}: recursive type {name!r} is not supported")
-        target = _inline(defs[name], defs, field_name, (*seen, name))
-        rest = {k: _inline(v, defs, field_name, seen) for k, v in node.items() if k != "$ref"}
+        target = _inline(defs[name], defs, field_name, (*seen, name), budget)
+        rest = {k: _inline(v, defs, field_name, seen, budget) for k, v in node.items() if k != "$ref"}
         return {**target, **rest}
-    return {k: _inline(v, defs, field_name, seen) for k, v in node.items()}
+    return {k: _inline(v, defs, field_name, seen, budget) for k, v in node.items()}

@@ -6,13 +6,14 @@ import dataclasses
 import hashlib
 import itertools
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ._errors import DuplicateToolError, InvalidToolError, UnknownToolError, wrong_type
 from .names import NameTable
-from .tools import Tool
+from .tools import Tool, provider_safe_name
 
 # A name's first word: what comes before its first separator (`hr_lookup_employee`, `git.commit`, `time__now`).
 _PREFIX = re.compile(r"^([^\W_]+)(?:__|[_.:-])\w")
@@ -53,6 +54,42 @@ def _positions(names: Iterable[str]) -> Callable[[str], int]:
         return places[name]
 
     return position
+
+
+# The end of an alias provider_safe_name makes: `_` and 8 hex digits of the original name's digest.
+_ALIAS_TAIL = re.compile(r"_[0-9a-f]{8}")
+
+
+def _refuse_lookalikes(tools: Mapping[str, Tool]) -> None:
+    """DuplicateToolError for two names a model cannot tell apart: equal after Unicode normalisation (NFC: they
+    print the same), or one equal to the provider-safe alias of another (`math_factorial_7458e2de` beside
+    `math.factorial`, which models are shown under that alias: a call meant for one would run the other, and a
+    request showing both would carry one name twice)."""
+    forms: dict[str, str] = {}
+    for name in tools:
+        if name.isascii():  # NFC leaves ASCII as it is (a non-ASCII name may still normalise to an ASCII one)
+            continue
+        form = unicodedata.normalize("NFC", name)
+        other = forms.get(form) or (form if form != name and form in tools else None)
+        if other is not None:
+            raise DuplicateToolError(
+                f"tools {other!a} and {name!a} are the same name in two Unicode forms (equal after NFC "
+                "normalisation): they print the same, so neither a model nor a reviewer can tell them apart; "
+                "rename one",
+                [other, name],
+            )
+        forms[form] = name
+    # Only a name ending like an alias can be one: the aliases of the others are made only when one does.
+    tails = {n for n in tools if len(n) > 9 and n[-9] == "_" and _ALIAS_TAIL.fullmatch(n, len(n) - 9)}
+    for name in tools if tails else ():
+        alias = provider_safe_name(name)
+        if alias != name and alias in tails:
+            raise DuplicateToolError(
+                f"tool {alias!r} is named like the provider-safe alias of tool {name!r} (models are shown "
+                f"{name!r} as {alias!r}, since LLM APIs refuse its name), so a call meant for one would run the "
+                f"other; rename {alias!r}",
+                [name, alias],
+            )
 
 
 def unknown_tool(name: object) -> UnknownToolError:
@@ -98,6 +135,7 @@ class Catalog:
                 dupes,
             )
         self._tools: dict[str, Tool] = {t.name: t for t in items}
+        _refuse_lookalikes(self._tools)
         # Sorted fingerprints: the same tools in another order address the same index.
         digest = hashlib.sha256()
         for fp in sorted(t.fingerprint for t in items):

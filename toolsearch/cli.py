@@ -654,7 +654,7 @@ def _refuse_duplicates_across(origins: dict[str, list[str]]) -> None:
 
     across = sorted(name for name, where in origins.items() if len(set(where)) > 1)
     if not across:
-        return  # a name repeated within one file is Catalog's to report
+        return  # a name repeated within one file is load_tools's to report, with its lines
     shown = ", ".join(f"{name!r} ({', '.join(dict.fromkeys(origins[name]))})" for name in across[:10])
     more = f" and {len(across) - 10} more" if len(across) > 10 else ""
     raise DuplicateToolError(

@@ -28,8 +28,31 @@ Matching is per block (a tool definition, the system text, one message), not per
 that differs anywhere counts as differing from its start. `cache_control` markers are not content:
 a block matches an earlier one with or without them. Prices (USD per million tokens) and the
 rules come from `toolsearch/data/prices.json`, which cites the providers' pages; point
-`TOOLSEARCH_PRICES` (or `load_prices(path)`) at a file of the same shape to override them. The
-prices cover input tokens only: both arms of a comparison produce about the same output.
+`TOOLSEARCH_PRICES` (or `load_prices(path)`) at a file of the same shape to override them: a
+model it names replaces the shipped entry whole (its `provider` kept when the file gives none),
+a provider it names has the rules the file gives changed and keeps the others. The file is
+checked: a figure that is not a finite, non-negative number, an entry that is not an object, a
+count that is not a whole number is a PriceTableError naming the file, the entry and the field.
+The prices cover input tokens only: both arms of a comparison produce about the same output.
+
+What else a request's price follows:
+
+- **Lifetimes**: an entry lives `lifetime_seconds` from its last use, or the lifetime the request
+  chooses among the provider's `lifetimes`: Anthropic's `cache_control` `ttl` ("5m", "1h"; a
+  1-hour write bills at the model's `cache_write_1h`), OpenAI's `prompt_cache_retention`
+  ("in_memory", "24h"; the same prices). A lifetime the table does not name is a PriceTableError.
+- **Long prompts**: a model's `long_context` tier (Gemini 2.5 Pro above 200,000 tokens) prices
+  every token of a prompt longer than its `above_tokens` at the tier's rates.
+- **Tool-use system prompt**: Anthropic adds one to every request that carries tools (346 tokens
+  under `tool_choice` auto or none, 313 under any or tool, per the table); it is priced as one
+  more block at the head of the tools.
+- **A model of another provider** (Claude through an OpenAI-compatible endpoint): priced at its
+  own rates with nothing cached, with an UnknownModelPriceWarning once per format and model: the
+  format's own caching is not what serves it. A price-file entry that files the model under the
+  format's provider prices it with that provider's caching instead.
+- **A conversation over several runs**: `PromptCache.state` gives the entries as plain JSON data
+  and `PromptCache.resume` takes them over, so a resumed run's first request reads what the
+  earlier run left (the loop passes them on as `LoopResult.cache_state` / `run(cache_state=...)`).
 """
 
 from __future__ import annotations
@@ -37,18 +60,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import re
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import PriceTableError, UnknownModelPriceWarning
+from ._errors import InvalidArgumentError, PriceTableError, UnknownModelPriceWarning
 from .tokens import (
     DEFAULT_ENCODING,
     by_content,
@@ -68,6 +92,7 @@ __all__ = [
     "CacheUse",
     "ModelPrice",
     "PriceTable",
+    "PriceTier",
     "PromptCache",
     "load_prices",
     "request_blocks",
@@ -78,12 +103,31 @@ _FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 
 
 @dataclass(frozen=True, slots=True)
+class PriceTier:
+    """The rates a model bills instead of its own for a prompt of more than `above_tokens` input tokens.
+
+    Every token of such a prompt, read from cache or not, bills at the tier's rates, as Google bills
+    Gemini 2.5 Pro prompts over 200,000 tokens (`cache_write` None: writes cost the tier's input rate).
+    """
+
+    above_tokens: int
+    input: float
+    cache_read: float
+    cache_write: float | None = None
+    cache_write_1h: float | None = None
+    output: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelPrice:
     """One model's input prices in USD per million tokens (`cache_write` None: writes cost the input rate).
 
     `model` is the model asked about; `priced_as` the price table's entry whose figures these are:
     the same model, the entry of a dated snapshot (`gpt-5-mini-2025-08-07` is `gpt-5-mini`), or, for
     a model the table does not know, the provider's default model (`PriceTable.model_for` warns).
+    `cache_write_1h` prices writes to Anthropic's 1-hour cache (`ttl: "1h"`); `long_context` the
+    prompts over its threshold (`for_prompt`).
     """
 
     model: str
@@ -95,15 +139,50 @@ class ModelPrice:
     min_cacheable_tokens: int | None = None
     source: str = ""
     priced_as: str = ""
+    cache_write_1h: float | None = None
+    long_context: PriceTier | None = None
 
     def __post_init__(self) -> None:
         if not self.priced_as:
             object.__setattr__(self, "priced_as", self.model)
 
+    def for_prompt(self, tokens: int) -> ModelPrice:
+        """The rates that bill a prompt of `tokens` input tokens: the `long_context` tier's above its threshold."""
+        tier = self.long_context
+        if tier is None or tokens <= tier.above_tokens:
+            return self
+        return replace(
+            self,
+            input=tier.input,
+            cache_read=tier.cache_read,
+            cache_write=tier.cache_write,
+            cache_write_1h=tier.cache_write_1h,
+            output=tier.output,
+            long_context=None,
+        )
+
+    def write_rate(self, ttl: str | None = None) -> float:
+        """USD per million tokens written to the cache with lifetime `ttl` (None: the provider's default)."""
+        if ttl == "1h":  # Anthropic's 1-hour cache, the one lifetime with a write price of its own
+            if self.cache_write_1h is None:
+                raise PriceTableError(
+                    f"model {self.priced_as!r} has no 'cache_write_1h' price for writes to the 1-hour cache "
+                    "(cache_control ttl '1h'); give its entry one in a price file (TOOLSEARCH_PRICES or "
+                    "load_prices(path))"
+                )
+            return self.cache_write_1h
+        return self.cache_write if self.cache_write is not None else self.input
+
 
 @dataclass(frozen=True, slots=True)
 class CacheRules:
-    """How a provider caches prompt prefixes (see the module docstring)."""
+    """How a provider caches prompt prefixes (see the module docstring).
+
+    `lifetimes` are the lifetimes a request may choose, by the name it gives them (Anthropic's
+    `cache_control` ttl, OpenAI's `prompt_cache_retention`); `tool_use_prompt_tokens` the tokens of
+    the system prompt the provider adds to a request with tools, by `tool_choice` type; `caches`
+    False prices every token fresh (a model of another provider sent through this format).
+    """
 
     provider: str
     min_cacheable_tokens: int
@@ -112,6 +191,31 @@ class CacheRules:
     breakpoints: tuple[str, ...] | None = None  # None: every prefix is cached automatically
     lookback_blocks: int | None = None
     deferred_tools_in_prefix: bool = True
+    lifetimes: tuple[tuple[str, float], ...] = ()
+    tool_use_prompt_tokens: tuple[tuple[str, int], ...] = ()
+    caches: bool = True
+
+    def lifetime(self, name: str | None) -> float:
+        """Seconds an entry lives under the lifetime a request names (None: the default `lifetime_seconds`)."""
+        if name is None:
+            return self.lifetime_seconds
+        for known, seconds in self.lifetimes:
+            if known == name:
+                return seconds
+        known_names = ", ".join(repr(k) for k, _ in self.lifetimes) or "none"
+        raise PriceTableError(
+            f"the cache lifetime {name!r} a request asks for (cache_control ttl or prompt_cache_retention) is not "
+            f"one the price table knows for {self.provider} ({known_names}); use one of those, or add it to "
+            f"providers.{self.provider}.lifetimes in a price file (TOOLSEARCH_PRICES or load_prices(path))"
+        )
+
+    def tool_use_tokens(self, tool_choice: Any) -> int:
+        """Tokens of the tool-use system prompt for a request with tools under `tool_choice` (0: none is added)."""
+        if not self.tool_use_prompt_tokens:
+            return 0
+        table = dict(self.tool_use_prompt_tokens)
+        kind = tool_choice.get("type") if isinstance(tool_choice, Mapping) else tool_choice
+        return table.get(kind if isinstance(kind, str) else "auto", table.get("auto", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,19 +299,20 @@ class PriceTable:
             ) from None
 
     def rules_for(self, fmt: str, model: str | None = None) -> CacheRules:
-        """The provider's rules, with the model's own minimum cacheable length where the table gives one."""
+        """The provider's rules, with the model's own minimum cacheable length where the table gives one.
+
+        A model the table files under another provider than the one behind `fmt` (Claude through an
+        OpenAI-compatible endpoint) is cached by neither: the rules cache nothing, keep the model's
+        own provider's tool-use prompt, and an UnknownModelPriceWarning says so once per format and model.
+        """
         rules = self.rules[self.provider(fmt)]
         price = self.model_for(fmt, model)
+        if price.provider != rules.provider:
+            _warn_other_provider(fmt, price, rules.provider)
+            own = self.rules[price.provider]
+            return replace(rules, caches=False, tool_use_prompt_tokens=own.tool_use_prompt_tokens)
         if price.min_cacheable_tokens is not None:
-            rules = CacheRules(
-                rules.provider,
-                price.min_cacheable_tokens,
-                rules.increment_tokens,
-                rules.lifetime_seconds,
-                rules.breakpoints,
-                rules.lookback_blocks,
-                rules.deferred_tools_in_prefix,
-            )
+            rules = replace(rules, min_cacheable_tokens=price.min_cacheable_tokens)
         return rules
 
 
@@ -231,13 +336,44 @@ def _warn_unknown(model: str, stand_in: str, provider: str) -> None:
     )
 
 
+def _warn_other_provider(fmt: str, price: ModelPrice, provider: str) -> None:
+    with _warned_lock:
+        if (f"{fmt} format", price.model) in _warned:  # apart from _warn_unknown's (provider, model)
+            return
+        _warned.add((f"{fmt} format", price.model))
+    warnings.warn(
+        f"model {price.model!r} is {price.provider}'s in the price table but is sent in the {fmt} format "
+        f"({provider}'s): it is priced at its own rates with nothing read from cache, since {provider}'s caching "
+        f"does not serve it; to price it with {provider}'s caching (a proxy that caches), give it an entry with "
+        f"\"provider\": {provider!r} in a price file (TOOLSEARCH_PRICES or load_prices(path))",
+        UnknownModelPriceWarning,
+        stacklevel=4,
+    )
+
+
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`: a model entry it names replaces the shipped one whole, and a provider entry
+    changes the rules it gives; any other top-level key is replaced.
+
+    A model's figures hang together (writes at 1.25x the input rate, the source they were read from),
+    so a re-priced model keeps none of the shipped ones; only its `provider`, which says whose model
+    it is rather than what it costs, is kept when the file gives none. A provider's rules are separate
+    facts (a minimum, a lifetime), so a file may change one and keep the others.
+    """
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        shipped = out.get(key)
+        if key in ("providers", "models") and isinstance(value, Mapping) and isinstance(shipped, dict):
+            for name, entry in value.items():
+                old = shipped.get(name)
+                if isinstance(entry, Mapping) and isinstance(old, Mapping):
+                    if key == "providers":
+                        entry = {**old, **entry}
+                    elif "provider" not in entry and "provider" in old:
+                        entry = {"provider": old["provider"], **entry}
+                shipped[name] = copy.deepcopy(entry)
         else:
-            out[key] = value
+            out[key] = copy.deepcopy(value)
     return out
 
 
@@ -259,67 +395,206 @@ def _shipped() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def _number(entry: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> float | None:
-    value = entry.get(key)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise PriceTableError(f"{where}: '{key}' must be a non-negative number (USD per million tokens), got {value!r}")
-    return float(value)
+_SHIPPED_FILE = "toolsearch/data/prices.json"
 
 
-def _table(data: Mapping[str, Any], origin: str) -> PriceTable:
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """Which file a figure of the merged table came from, so an error names the file to fix."""
+
+    user: str | None = None  # the price file merged over the shipped one
+    override: Mapping[str, Any] = field(default_factory=dict)
+
+    def of(self, section: str, name: str | None = None, key: str | None = None) -> str:
+        """The file that gave `section` (`providers` / `models`), its entry `name`, and that entry's `key`."""
+        given: Any = self.override.get(section)
+        if name is not None:
+            given = given.get(name) if isinstance(given, Mapping) else None
+            # a model entry comes whole from the file that names it; a provider's rule from the file that gives it
+            if key is not None and section == "providers" and isinstance(given, Mapping):
+                given = given.get(key)
+        if self.user is not None and given is not None:
+            return f"{self.user} (a price file over {_SHIPPED_FILE})"
+        return _SHIPPED_FILE
+
+
+class _Entry:
+    """One provider or model entry of a price table, read field by field with its type checked.
+
+    Every error names the file, the entry and the field, says what the field must be and what it
+    holds: a price table that reads NaN, a string or a negative step would otherwise price every run
+    wrongly without a word, or fail each run with an error that names none of them.
+    """
+
+    def __init__(self, origin: _Origin, section: str, name: str, entry: Any, *, file: str | None = None) -> None:
+        self.origin, self.section, self.name = origin, section, name
+        self.file = file  # the file of an entry inside another (a model's long_context): the outer entry's
+        if not isinstance(entry, Mapping):
+            raise PriceTableError(
+                f"{file or origin.of(section, name)}: {section}.{name} must be an object of fields "
+                f"({'rules' if section == 'providers' else 'prices'}), got {type(entry).__name__} {entry!r:.80}"
+            )
+        self.entry = entry
+
+    def fail(self, key: str, must: str) -> PriceTableError:
+        value = self.entry.get(key)
+        return PriceTableError(
+            f"{self.file or self.origin.of(self.section, self.name, key)}: {self.section}.{self.name}: '{key}' "
+            f"must be {must}, got {value!r:.80}"
+        )
+
+    def price(self, key: str, *, required: bool = True) -> float | None:
+        """A price in USD per million tokens: a finite number, zero or more."""
+        value = self.entry.get(key)
+        if value is None and not required:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise self.fail(key, "a finite, non-negative number (USD per million tokens)")
+        return float(value)
+
+    def seconds(self, key: str) -> float:
+        value = self.entry.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise self.fail(key, "a finite number of seconds above zero")
+        return float(value)
+
+    def count(self, key: str, *, minimum: int, required: bool = False, default: int | None = None) -> int | None:
+        """A whole number of tokens or blocks, at least `minimum` (1.0 is taken as 1; 1.5, "1k", true are not)."""
+        value = self.entry.get(key)
+        if value is None and not required:
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"a whole number of at least {minimum}")
+        return value
+
+    def text(self, key: str, *, required: bool = False) -> str:
+        value = self.entry.get(key)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            raise self.fail(key, "a non-empty string" if required else "a string")
+        return value
+
+    def names(self, key: str, *, required: bool = False, allowed: Sequence[str] = ()) -> tuple[str, ...] | None:
+        """A list of names (formats, breakpoints), each among `allowed` when it is given; None when absent."""
+        value = self.entry.get(key)
+        if value is None and not required:
+            return None
+        names = value if isinstance(value, list) and all(isinstance(v, str) and v for v in value) else None
+        if names is None or (required and not names) or (allowed and not set(names) <= set(allowed)):
+            one_of = f" among {', '.join(map(repr, allowed))}" if allowed else ""
+            raise self.fail(key, f"a{' non-empty' if required else ''} list of names{one_of}")
+        return tuple(names)
+
+    def table(self, key: str, read: Callable[[Any], Any], must: str) -> tuple[tuple[str, Any], ...]:
+        """An object of names to values (`lifetimes`, tool-use prompt tokens), each read by `read` (None: refused)."""
+        value = self.entry.get(key)
+        if value is None:
+            return ()
+        pairs = list(value.items()) if isinstance(value, Mapping) else None
+        read_pairs = [(k, read(v)) for k, v in pairs or ()]
+        if pairs is None or not all(isinstance(k, str) and k and v is not None for k, v in read_pairs):
+            raise self.fail(key, f"an object of names to {must}")
+        return tuple(read_pairs)
+
+
+def _positive_seconds(value: Any) -> float | None:
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def _token_count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _table(data: Mapping[str, Any], origin: _Origin) -> PriceTable:
     providers = data.get("providers")
     models = data.get("models")
     if not isinstance(providers, Mapping) or not isinstance(models, Mapping):
-        raise PriceTableError(f"{origin}: the price table needs 'providers' and 'models' objects")
+        bad = "providers" if not isinstance(providers, Mapping) else "models"
+        raise PriceTableError(
+            f"{origin.of(bad)}: the price table needs 'providers' and 'models' objects; '{bad}' is "
+            f"{type(data.get(bad)).__name__}"
+        )
     rules: dict[str, CacheRules] = {}
     defaults: dict[str, str] = {}
     formats: dict[str, str] = {}
-    for name, p in providers.items():
-        where = f"{origin}: providers.{name}"
-        breakpoints = p.get("breakpoints")
-        minimum = _number(p, "min_cacheable_tokens", where)
-        lifetime = _number(p, "lifetime_seconds", where)
+    for name, raw in providers.items():
+        p = _Entry(origin, "providers", name, raw)
+        breakpoints = p.names("breakpoints", allowed=("tools", "system", "last"))
+        deferred = p.entry.get("deferred_tools_in_prefix", True)
+        if not isinstance(deferred, bool):
+            raise p.fail("deferred_tools_in_prefix", "true or false")
         rules[name] = CacheRules(
             provider=name,
-            min_cacheable_tokens=int(minimum or 0),
-            increment_tokens=int(p.get("increment_tokens") or 1),
-            lifetime_seconds=float(lifetime or 0),
-            breakpoints=tuple(breakpoints) if breakpoints is not None else None,
-            lookback_blocks=p.get("lookback_blocks"),
-            deferred_tools_in_prefix=bool(p.get("deferred_tools_in_prefix", True)),
+            min_cacheable_tokens=p.count("min_cacheable_tokens", minimum=0, required=True) or 0,
+            increment_tokens=p.count("increment_tokens", minimum=1, default=1) or 1,
+            lifetime_seconds=p.seconds("lifetime_seconds"),
+            breakpoints=breakpoints,
+            lookback_blocks=p.count("lookback_blocks", minimum=1),
+            deferred_tools_in_prefix=deferred,
+            lifetimes=p.table("lifetimes", _positive_seconds, "seconds above zero"),
+            tool_use_prompt_tokens=p.table("tool_use_system_prompt_tokens", _token_count, "whole token counts"),
         )
-        if not set(rules[name].breakpoints or ()) <= {"tools", "system", "last"}:
-            raise PriceTableError(f"{where}: breakpoints may name only 'tools', 'system' and 'last'")
-        defaults[name] = str(p.get("default_model") or "")
-        for fmt in p.get("formats") or ():
-            formats[str(fmt)] = name
+        defaults[name] = p.text("default_model", required=True)
+        for fmt in p.names("formats", required=True) or ():
+            if fmt in formats:
+                raise p.fail("formats", f"formats no other provider names ({fmt!r} is providers.{formats[fmt]}'s too)")
+            formats[fmt] = name
     prices: dict[str, ModelPrice] = {}
-    for model, m in models.items():
-        where = f"{origin}: models.{model}"
-        provider = m.get("provider")
+    for model, raw in models.items():
+        m = _Entry(origin, "models", model, raw)
+        provider = m.entry.get("provider")
         if provider not in rules:
-            raise PriceTableError(f"{where}: 'provider' must be one of {', '.join(sorted(rules))}, got {provider!r}")
-        minimum = m.get("min_cacheable_tokens")
+            raise m.fail("provider", f"one of {', '.join(sorted(rules))}")
         prices[model] = ModelPrice(
             model=model,
             provider=provider,
-            input=_number(m, "input", where) or 0.0,
-            cache_read=_number(m, "cache_read", where) or 0.0,
-            cache_write=_number(m, "cache_write", where, required=False),
-            output=_number(m, "output", where, required=False),
-            min_cacheable_tokens=int(minimum) if minimum is not None else None,
-            source=str(m.get("source") or ""),
+            input=m.price("input") or 0.0,
+            cache_read=m.price("cache_read") or 0.0,
+            cache_write=m.price("cache_write", required=False),
+            output=m.price("output", required=False),
+            min_cacheable_tokens=m.count("min_cacheable_tokens", minimum=0),
+            source=m.text("source"),
+            cache_write_1h=m.price("cache_write_1h", required=False),
+            long_context=_tier(m),
         )
     for provider, model in defaults.items():
         if model not in prices:
-            raise PriceTableError(f"{origin}: providers.{provider}.default_model {model!r} has no entry in 'models'")
+            raise PriceTableError(
+                f"{origin.of('providers', provider, 'default_model')}: providers.{provider}.default_model {model!r} "
+                "has no entry in 'models'"
+            )
     return PriceTable(prices, rules, defaults, formats, str(data.get("retrieved") or ""))
 
 
+def _tier(m: _Entry) -> PriceTier | None:
+    """A model's `long_context` tier: `above_tokens`, and the rates of a prompt longer than that."""
+    raw = m.entry.get("long_context")
+    if raw is None:
+        return None
+    tier = _Entry(m.origin, m.section, f"{m.name}.long_context", raw, file=m.origin.of(m.section, m.name))
+    return PriceTier(
+        above_tokens=tier.count("above_tokens", minimum=1, required=True) or 1,
+        input=tier.price("input") or 0.0,
+        cache_read=tier.price("cache_read") or 0.0,
+        cache_write=tier.price("cache_write", required=False),
+        cache_write_1h=tier.price("cache_write_1h", required=False),
+        output=tier.price("output", required=False),
+        source=tier.text("source"),
+    )
+
+
 def load_prices(path: str | Path | None = None) -> PriceTable:
-    """The shipped price table, with the file at `path` (else `$TOOLSEARCH_PRICES`, if set) merged over it."""
+    """The shipped price table, with the file at `path` (else `$TOOLSEARCH_PRICES`, if set) over it.
+
+    A model the file names replaces the shipped entry whole (its `provider` kept when the file gives
+    none); a provider it names has the rules the file gives changed. PriceTableError, naming the file,
+    the entry and the field, for a figure that is not a finite non-negative number, an entry that is
+    not an object, a count that is not a whole number, a rule of the wrong kind.
+    """
     chosen = path if path is not None else os.environ.get("TOOLSEARCH_PRICES") or None
     return _load(str(chosen) if chosen is not None else None)
 
@@ -327,11 +602,11 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
 @cache
 def _load(chosen: str | None) -> PriceTable:  # every run reads the table: parse each file once
     data = _shipped()
-    origin = "toolsearch/data/prices.json"
+    override: dict[str, Any] = {}
     if chosen is not None:
-        data = _merge(data, _read_json(Path(chosen)))
-        origin = f"{origin} + {chosen}"
-    return _table(data, origin)
+        override = _read_json(Path(chosen))
+        data = _merge(data, override)
+    return _table(data, _Origin(chosen, override))
 
 
 # --- blocks in render order ------------------------------------------------------------------------
@@ -345,6 +620,7 @@ class Block:
     key: str  # a digest of the block's content
     tokens: int
     marked: bool = False  # it carries a cache_control breakpoint
+    ttl: str | None = None  # the lifetime its breakpoint names (cache_control ttl); None: the default
 
 
 def _digest(text: str) -> str:
@@ -365,6 +641,7 @@ class _ToolRender:
     name: str | None
     marked: bool
     deferred: bool
+    ttl: str | None
 
 
 _tool_renders: dict[bytes, _ToolRender] = {}  # content key -> render, oldest first
@@ -372,13 +649,13 @@ _tool_renders: dict[bytes, _ToolRender] = {}  # content key -> render, oldest fi
 
 def _render_tool(raw: Any) -> _ToolRender:
     tool = dict(_plain(raw))
-    marked = "cache_control" in tool
+    marked, ttl = _marker(tool)
     tool = without_cache_markers(tool)
     sent = definition_json(tool)
     deferred = bool(tool.pop("defer_loading", False))
     text = definition_json(tool) if deferred else sent
     name = tool.get("name") or (tool.get("function") or {}).get("name")
-    return _ToolRender(_text_digest(sent), text, name if isinstance(name, str) else None, marked, deferred)
+    return _ToolRender(_text_digest(sent), text, name if isinstance(name, str) else None, marked, deferred, ttl)
 
 
 def _tool_render(raw: Any) -> _ToolRender:
@@ -410,12 +687,19 @@ def _references(value: Any) -> list[str]:
     return found
 
 
-def _marked(item: Mapping[str, Any]) -> bool:
-    """Whether a tool, a system block or a message carries a cache_control breakpoint."""
-    if "cache_control" in item:
-        return True
+def _marker(item: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether a tool, a system block or a message carries a cache_control breakpoint, and the ttl it
+    names (None: the provider's default lifetime); of several, the last one's, where the block ends."""
+    markers = [item["cache_control"]] if "cache_control" in item else []
     content = item.get("content")
-    return isinstance(content, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in content)
+    if isinstance(content, list):
+        markers += [b["cache_control"] for b in content if isinstance(b, Mapping) and "cache_control" in b]
+    return (True, _ttl(markers[-1])) if markers else (False, None)
+
+
+def _ttl(marker: Any) -> str | None:
+    ttl = marker.get("ttl") if isinstance(marker, Mapping) else None
+    return ttl if ttl is None or isinstance(ttl, str) else repr(ttl)  # not a name: refused by CacheRules.lifetime
 
 
 def request_blocks(
@@ -425,45 +709,60 @@ def request_blocks(
 
     With `rules.deferred_tools_in_prefix` false (Anthropic), tools sent with `defer_loading` are left
     out and each `tool_reference` costs the definition of the tool it names. A block that carries a
-    `cache_control` marker is `marked` (counted and matched without it).
+    `cache_control` marker is `marked` (counted and matched without it), with the marker's `ttl`.
+    Where `rules` give the provider's tool-use system prompt (Anthropic), a request with tools starts
+    with a block of that many tokens (by its `tool_choice`): a cost the payload's own text leaves out.
     """
     if fmt not in _FORMATS:
         raise PriceTableError(f"unknown wire format {fmt!r}; choose one of: {', '.join(_FORMATS)}")
     skip_deferred = rules is not None and not rules.deferred_tools_in_prefix
     tools: list[Block] = []
     definitions: dict[str, int] = {}
-    for raw in payload_tools(payload):
+    sent = payload_tools(payload)
+    for raw in sent:
         tool = _tool_render(raw)
         tokens = definition_tokens(tool.text, encoding)
         if tool.name is not None:
             definitions[tool.name] = tokens
         if tool.deferred and skip_deferred:
             continue
-        tools.append(Block("tools", tool.key, tokens, tool.marked))
+        tools.append(Block("tools", tool.key, tokens, tool.marked, tool.ttl))
+    if rules is not None and sent:
+        choice = payload.get("tool_choice")
+        prompt = rules.tool_use_tokens(choice)
+        if prompt:  # the same text for the same tool_choice: cached with the tools that follow it
+            kind = choice.get("type") if isinstance(choice, Mapping) else choice
+            tools.insert(0, Block("tools", _digest(f"\0tool-use system prompt\0{kind or 'auto'}"), prompt))
     system, items = payload_parts(payload)
     raw_system = payload.get("system")
-    system_marked = isinstance(raw_system, list) and any(isinstance(b, Mapping) and _marked(b) for b in raw_system)
+    system_marked, system_ttl = False, None
+    if isinstance(raw_system, list):
+        for block in raw_system:
+            if isinstance(block, Mapping) and _marker(block)[0]:
+                system_marked, system_ttl = _marker(block)
     messages: list[Block] = []
     for item in items:
         if not messages and isinstance(item, Mapping) and item.get("role") in ("system", "developer"):
             system.append(text_of(item.get("content", "")))  # a leading system message is the system text
-            system_marked = system_marked or _marked(item)
+            if _marker(item)[0]:
+                system_marked, system_ttl = _marker(item)
             continue
-        marked = isinstance(item, Mapping) and _marked(item)
+        marked, ttl = _marker(item) if isinstance(item, Mapping) else (False, None)
         item = without_cache_markers(item)
         text = compact_json(item)
         tokens = count_tokens(text, encoding)  # what count_json_tokens does, without rendering twice
         if skip_deferred:
             tokens += sum(definitions.get(n, 0) for n in _references(item))
-        messages.append(Block("messages", _digest(text), tokens, marked))
+        messages.append(Block("messages", _digest(text), tokens, marked, ttl))
     out = tools
     if system:
         joined = "\n\n".join(system)
-        out.append(Block("system", _digest(joined), count_tokens(joined, encoding), system_marked))
+        out.append(Block("system", _digest(joined), count_tokens(joined, encoding), system_marked, system_ttl))
     out += messages
-    if payload.get("cache_control") and out:  # automatic caching: a breakpoint on the last block
+    automatic = payload.get("cache_control")
+    if automatic and out:  # automatic caching: a breakpoint on the last block
         last = out[-1]
-        out[-1] = Block(last.part, last.key, last.tokens, True)
+        out[-1] = Block(last.part, last.key, last.tokens, True, _ttl(automatic))
     return out
 
 
@@ -472,13 +771,18 @@ def request_blocks(
 
 @dataclass(slots=True)
 class PromptCache:
-    """The cache entries of one conversation and the price of each request against them."""
+    """The cache entries of one conversation and the price of each request against them.
+
+    `entries` maps the digest of a cached prefix to (its tokens, when it expires on this cache's
+    clock, the lifetime a use renews it by). `state` / `resume` carry them from one run of a
+    conversation to the next as plain JSON data.
+    """
 
     rules: CacheRules
     price: ModelPrice
     fmt: str
     encoding: str = DEFAULT_ENCODING
-    entries: dict[str, tuple[int, float]] = field(default_factory=dict)  # prefix digest -> (tokens, expiry)
+    entries: dict[str, tuple[int, float, float]] = field(default_factory=dict)
     clock: float = 0.0
 
     @classmethod
@@ -492,15 +796,26 @@ class PromptCache:
         """Bill one request (sent at `at` seconds; default: right after the previous one) and update the cache.
 
         Under breakpoint rules (Anthropic) the request's `cache_control` markers are its breakpoints,
-        and a request without any caches nothing, as the API does.
+        and a request without any caches nothing, as the API does; each marker's `ttl` is the lifetime
+        of the entry it writes. Under automatic rules (OpenAI) the payload's `prompt_cache_retention`
+        is the lifetime of every entry. A lifetime the rules do not name is a PriceTableError.
         """
         blocks = request_blocks(payload, self.fmt, self.encoding, rules=self.rules)
         explicit = self.rules.breakpoints is not None
-        return self.blocks(blocks, at=at, unmarked_cache=not explicit)
+        retention = None if explicit else payload.get("prompt_cache_retention")
+        return self.blocks(blocks, at=at, unmarked_cache=not explicit, retention=retention)
 
-    def blocks(self, blocks: Sequence[Block], *, at: float | None = None, unmarked_cache: bool = True) -> CacheUse:
+    def blocks(
+        self,
+        blocks: Sequence[Block],
+        *,
+        at: float | None = None,
+        unmarked_cache: bool = True,
+        retention: str | None = None,
+    ) -> CacheUse:
         """Bill one request given as blocks. Under breakpoint rules, marked blocks are the breakpoints;
-        without any, the rules' default breakpoints, or none when `unmarked_cache` is false."""
+        without any, the rules' default breakpoints, or none when `unmarked_cache` is false. Under
+        automatic rules, `retention` names the lifetime of what the request stores."""
         now = self.clock if at is None else at
         self.clock = now
         self.entries = {k: v for k, v in self.entries.items() if v[1] >= now}
@@ -512,17 +827,23 @@ class PromptCache:
             total += block.tokens
             prefixes.append(digest)
             ends.append(total)
-        if self.rules.breakpoints is None:
-            read, write, stored = self._automatic(prefixes, ends, total)
+        written: dict[str | None, int] = {}  # tokens written, by the lifetime they are written for
+        stored: list[tuple[int, float]] = []  # (block index, lifetime) of each entry this request leaves
+        if not self.rules.caches:
+            read = 0
+        elif self.rules.breakpoints is None:
+            lifetime = self.rules.lifetime(retention)
+            read, write, indexes = self._automatic(prefixes, ends, total)
+            written[None] = write  # OpenAI bills both retentions alike
+            stored = [(i, lifetime) for i in indexes]
         else:
-            read, write, stored = self._breakpoints(blocks, prefixes, ends, unmarked_cache)
-        expiry = now + self.rules.lifetime_seconds
-        for i in stored:
-            self.entries[prefixes[i]] = (ends[i], expiry)
+            read, written, stored = self._breakpoints(blocks, prefixes, ends, unmarked_cache)
+        for i, lifetime in stored:
+            self.entries[prefixes[i]] = (ends[i], now + lifetime, lifetime)
+        write = sum(written.values())
         fresh = total - read - write
-        p = self.price
-        write_rate = p.cache_write if p.cache_write is not None else p.input
-        cost = fresh * p.input + write * write_rate + read * p.cache_read
+        p = self.price.for_prompt(total)  # a long prompt bills every token at its tier's rates
+        cost = fresh * p.input + read * p.cache_read + sum(n * p.write_rate(ttl) for ttl, n in written.items() if n)
         return CacheUse(fresh, write, read, cost / 1e6, total * p.input / 1e6)
 
     def _automatic(self, prefixes: list[str], ends: list[int], total: int) -> tuple[int, int, list[int]]:
@@ -537,10 +858,16 @@ class PromptCache:
 
     def _breakpoints(
         self, blocks: Sequence[Block], prefixes: list[str], ends: list[int], unmarked_cache: bool
-    ) -> tuple[int, int, list[int]]:
-        """Anthropic: entries at breakpoints only; each breakpoint looks back a limited number of blocks."""
+    ) -> tuple[int, dict[str | None, int], list[tuple[int, float]]]:
+        """Anthropic: entries at breakpoints only; each breakpoint looks back a limited number of blocks.
+
+        The tokens written are billed by the lifetime of the breakpoint that ends them, as Anthropic
+        bills mixed lifetimes: up to the last 1-hour breakpoint at the 1-hour rate, the rest up to the
+        last breakpoint at the 5-minute rate (the API takes longer lifetimes first only).
+        """
         n = len(blocks)
         points: set[int] = {i for i, b in enumerate(blocks) if b.marked}  # last block of each breakpoint's prefix
+        lifetimes = {p: self.rules.lifetime(blocks[p].ttl) for p in points}  # an unknown ttl is refused here
         wanted = (self.rules.breakpoints or ()) if not points and unmarked_cache else ()
         tools_end = sum(1 for b in blocks if b.part == "tools") - 1
         system_end = tools_end + sum(1 for b in blocks if b.part == "system")
@@ -551,13 +878,79 @@ class PromptCache:
         if "last" in wanted and n:
             points.add(n - 1)
         lookback = self.rules.lookback_blocks if self.rules.lookback_blocks is not None else n
-        read, hits = 0, []
+        read, stored = 0, []
         for point in points:
             for i in range(point, max(-1, point - lookback - 1), -1):
                 if prefixes[i] in self.entries:
                     read = max(read, ends[i])
-                    hits.append(i)  # a hit refreshes the entry's lifetime
+                    stored.append((i, self.entries[prefixes[i]][2]))  # a hit renews the entry by its lifetime
                     break
         cacheable = sorted(p for p in points if ends[p] >= self.rules.min_cacheable_tokens)
-        write = max(0, ends[cacheable[-1]] - read) if cacheable else 0
-        return read, write, cacheable + hits
+        written: dict[str | None, int] = {}
+        done = read
+        for point in cacheable:
+            if ends[point] > done:
+                ttl = blocks[point].ttl if blocks[point].marked else None
+                written[ttl] = written.get(ttl, 0) + ends[point] - done
+                done = ends[point]
+        stored += [(p, lifetimes.get(p, self.rules.lifetime_seconds)) for p in cacheable]
+        return read, written, stored
+
+    def state(self, *, started: float) -> dict[str, Any]:
+        """The live entries as plain JSON data, for a later run of the same conversation (`resume`).
+
+        `started` is the wall-clock time (`time.time()`) of this cache's clock 0; the state records
+        the wall-clock time of its last request and how long each entry had left then.
+        """
+        return {
+            "version": _STATE_VERSION,
+            "format": self.fmt,
+            "model": self.price.model,
+            "encoding": self.encoding,
+            "at": started + self.clock,
+            "entries": [
+                [key, tokens, expiry - self.clock, lifetime]
+                for key, (tokens, expiry, lifetime) in self.entries.items()
+                if expiry >= self.clock
+            ],
+        }
+
+    def resume(self, state: Mapping[str, Any], *, started: float) -> bool:
+        """Take over the entries of `state` (an earlier run's `state()`) still alive at this cache's clock 0,
+        the wall-clock time `started`. True when it did; False, leaving the cache cold, for the state of
+        another wire format, model or encoding: another model's cache serves none of this one's requests.
+        InvalidArgumentError for data that is no such state."""
+        entries = state.get("entries") if isinstance(state, Mapping) else None
+        at = state.get("at") if isinstance(state, Mapping) else None
+        rows_ok = isinstance(entries, list) and all(
+            isinstance(row, list | tuple)
+            and len(row) == 4
+            and isinstance(row[0], str)
+            and isinstance(row[1], int)
+            and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in row[2:])
+            for row in entries
+        )
+        if (
+            not isinstance(state, Mapping)
+            or state.get("version") != _STATE_VERSION
+            or not rows_ok
+            or isinstance(at, bool)
+            or not isinstance(at, int | float)
+        ):
+            raise InvalidArgumentError(
+                "cache_state must be what LoopResult.cache_state (PromptCache.state) gave, as it gave it: an object "
+                f"with version {_STATE_VERSION}, format, model, encoding, at and entries; got "
+                f"{type(state).__name__ if not isinstance(state, Mapping) else 'an object of another shape'}"
+            )
+        if [state.get(k) for k in ("format", "model", "encoding")] != [self.fmt, self.price.model, self.encoding]:
+            return False
+        assert isinstance(entries, list)
+        offset = float(at) - started  # the state's last request, on this cache's clock
+        for key, tokens, left, lifetime in entries:
+            expiry = offset + float(left)
+            if expiry >= 0:
+                self.entries[key] = (tokens, expiry, float(lifetime))
+        return True
+
+
+_STATE_VERSION = 1

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CommandError, UnknownFormatError
 from ._output import write_output
 from .providers.registry import chat_format_names, get_format
+from .tokens import count_wording
 from .tools import Tool, load_tools
 
 if TYPE_CHECKING:
@@ -618,12 +619,7 @@ def render_text(report: Mapping[str, Any], width: int | None = None) -> str:
 
 def _token_wording(report: Mapping[str, Any]) -> str:
     """What the counts are: exact where the encoding is the format's provider's own, a common yardstick elsewhere."""
-    encoding = report["encoding"]
-    if str(report["format"]).startswith("openai"):
-        return f"exact {encoding} counts"
-    provider = str(FORMAT_LABELS.get(report["format"], report["format"])).split()[0]
-    return (f"{encoding} counts (OpenAI's tokenizer, not {provider}'s own: a fair comparison of the two runs, "
-            f"not {provider}'s figures)")
+    return count_wording(str(report["format"]), str(report["encoding"]), compared="the two runs")
 
 
 def save_catalog(path: Path, console: Console, *, force: bool = False) -> int:

@@ -650,6 +650,7 @@ class ToolExecutor:
         for the consumer: the first rule of `_batch`, done before anything waits.
         """
         turn = session.view()
+        self.metatool.check_clash(turn.is_visible)  # a catalog tool shown under its name: its calls would search
         neutral = self._split(turn, calls)
         results: list[ToolResult | None] = [None] * len(neutral)
         deliveries: list[_Delivery] = []
@@ -927,6 +928,8 @@ def tools_for_request(
     augmentation = setup_augmentation(session, augment)
     view = session.view()
     pinned, discovered = view.pinned_tools(), view.discovered_tools()
+    shown = {t.name for t in pinned} | {t.name for t in discovered}
+    meta.check_clash(shown.__contains__)  # else the request would carry two tools of the search tool's name
     tools = augment_tools([*pinned, meta.definition(view), *discovered], augmentation, meta.name)
     return render_tools(format, tools, session.name_map)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+import unicodedata
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import ArgumentTypeError, InvalidQueryError, wrong_type
+from ._errors import ArgumentTypeError, InvalidQueryError, UnknownToolError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
@@ -90,6 +91,23 @@ def named_first(hits: list[Hit], named: list[str], k: int) -> list[Hit]:
     first = [h for h in hits if h.name in wanted] + [Hit(n, top) for n in named if n not in ranked]
     lifted = [Hit(h.name, max(h.score, top)) for h in first]
     return (lifted + [h for h in hits if h.name not in wanted])[:k]
+
+
+def _folded(name: str) -> str:
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _refuse_near_misses(missing: list[str], catalog: Catalog) -> None:
+    """UnknownToolError for the first of `missing` (names the catalog lacks) that equals a catalog name but for
+    case or Unicode normalisation; the catalog's names are folded only when a name is missing (rare)."""
+    wanted = {_folded(n): n for n in missing}
+    for name in catalog.names:
+        asked = wanted.get(_folded(name))
+        if asked is not None:
+            raise UnknownToolError(
+                f"ToolIndex.remove: no tool is named {asked!r}, but {name!r} is (names differ in case or Unicode "
+                f"form); nothing was removed: pass the exact name, {name!r}"
+            )
 
 
 class ToolIndex:
@@ -219,8 +237,18 @@ class ToolIndex:
             self._catalog = catalog
 
     def remove(self, names: Iterable[str]) -> None:
-        """Remove tools by name; unknown names are ignored."""
-        gone = [n for n in _names_list("ToolIndex.remove: names", names) if n in self._catalog]
+        """Remove tools by name; a name no tool has is ignored (removing twice is harmless).
+
+        A name the catalog lacks while it holds one differing only in case or Unicode form (`Delete_Repo` for
+        `delete_repo`) raises UnknownToolError naming the tool it holds, and nothing is removed: names are exact,
+        and a revocation with a typo must not look done while the tool stays searchable and callable.
+        """
+        asked = _names_list("ToolIndex.remove: names", names)
+        catalog = self._catalog
+        missing = [n for n in asked if n not in catalog]
+        if missing:
+            _refuse_near_misses(missing, catalog)
+        gone = [n for n in asked if n in catalog]
         with self._write_lock:
             self._backend.remove(gone)
             self._catalog = self._catalog.updated(remove=gone)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError, wrong_type
+from ._errors import ArgumentTypeError, InvalidArgumentError, PriceTableError, wrong_type
 from ._signatures import presented
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .cost import CacheUse, PromptCache
@@ -227,6 +227,14 @@ class LoopResult:
     (its messages, tool_results, searches and requests up to the failure), and a note saying
     which tool calls had already run. A run interrupted by KeyboardInterrupt or cancelled
     (asyncio.CancelledError) re-raises that same exception with the same record attached.
+
+    Prices (`cache`, `price_usd` and the cache token counts) are None when the run was not priced:
+    `unpriced` says why (`count_tokens=False`, a wire format the price table has no rules for, a
+    request the table could not price). `cache_state` is the conversation's prompt cache after the
+    run, as plain JSON data (prefix digests, token counts and lifetimes; no prompt text): pass it to
+    the run that continues the conversation, `run(model, [*result.messages, "next question"], ...,
+    cache_state=result.cache_state)`, and its first request is priced against what this run left in
+    the cache instead of a cold one.
     """
 
     output: str
@@ -238,6 +246,8 @@ class LoopResult:
     session_id: str
     system: str | None = None
     tool_search: bool = True  # False: the run sent every allowed tool instead (tool_search "off", or "auto" below)
+    unpriced: str | None = None  # why the run has no price; None when it has one
+    cache_state: Mapping[str, Any] | None = None  # the prompt cache after the run (PromptCache.state), JSON-able
 
     @property
     def iterations(self) -> int:
@@ -254,26 +264,35 @@ class LoopResult:
         return sum(r.tokens.total for r in self.requests if r.tokens)
 
     @property
-    def cache(self) -> CacheUse:
-        """Input tokens of the run by billing class under prompt caching, with their price (`toolsearch.cost`)."""
+    def cache(self) -> CacheUse | None:
+        """Input tokens of the run by billing class under prompt caching, with their price (`toolsearch.cost`);
+        None when a request of the run was not priced (`unpriced` says why): a partial sum would read as the
+        run's price."""
+        if self.unpriced is not None or any(r.cache is None for r in self.requests):
+            return None
         return sum((r.cache for r in self.requests if r.cache), CacheUse())
 
     @property
-    def fresh_tokens(self) -> int:
-        return self.cache.fresh
+    def fresh_tokens(self) -> int | None:
+        cache = self.cache
+        return cache.fresh if cache is not None else None
 
     @property
-    def cache_write_tokens(self) -> int:
-        return self.cache.cache_write
+    def cache_write_tokens(self) -> int | None:
+        cache = self.cache
+        return cache.cache_write if cache is not None else None
 
     @property
-    def cache_read_tokens(self) -> int:
-        return self.cache.cache_read
+    def cache_read_tokens(self) -> int | None:
+        cache = self.cache
+        return cache.cache_read if cache is not None else None
 
     @property
-    def price_usd(self) -> float:
-        """Input price of the run in USD with prompt caching (model: the provider's, else the table's default)."""
-        return self.cache.price_usd
+    def price_usd(self) -> float | None:
+        """Input price of the run in USD with prompt caching (model: the provider's, else the table's default);
+        None when the run was not priced (`unpriced` says why), never a 0.0 that would read as free."""
+        cache = self.cache
+        return cache.price_usd if cache is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -477,14 +496,16 @@ class ToolSearchLoop:
         pinned: Collection[str] = (),
         on_event: EventHandler | None = None,
         on_text: TextHandler | None = None,
+        cache_state: Mapping[str, Any] | None = None,
     ) -> _Run:
         """Drive the model for one session; `on_text` / `on_event` stream each turn.
 
         `run` calls its handlers directly (an async one is refused); under `arun` they may be sync or
-        async (awaited), and run on the event loop.
+        async (awaited), and run on the event loop. `cache_state`: the `LoopResult.cache_state` of the
+        run this one continues, to price its requests against the prompt cache that run left.
         """
         session = self.session(session_id, allowed=allowed, pinned=pinned)
-        return _Run(self, session, prompt, on_event, on_text)
+        return _Run(self, session, prompt, on_event, on_text, cache_state)
 
     run = _synchronous(_start)
     arun = _asynchronous(_start)
@@ -568,6 +589,7 @@ class _Run:
         prompt: Prompt,
         on_event: EventHandler | None = None,
         on_text: TextHandler | None = None,
+        cache_state: Mapping[str, Any] | None = None,
     ) -> None:
         self.loop = loop
         self.on_event = on_event
@@ -591,21 +613,31 @@ class _Run:
         self.seen: Counter[str] = Counter()
         self.in_flight: Sequence[ToolCall] = ()  # the calls being run, while they are
         self.in_flight_iteration = 0
-        self.prompt_cache = _prompt_cache(loop.model, self.config.encoding) if self.config.count_tokens else None
         self.cache_use: CacheUse | None = None
         self.started = time.perf_counter()  # request times for the cache lifetime (a slow tool can outlast it)
+        self.wall_started = time.time()  # the same moment on the wall clock, which a cache_state carries to a later run
+        self.prompt_cache: PromptCache | None = None
+        self.unpriced: str | None = "count_tokens=False: the run counted no tokens, so it priced none"
+        if self.config.count_tokens:
+            self.prompt_cache, self.unpriced = _prompt_cache(loop.model, self.config.encoding)
+        if self.prompt_cache is not None and cache_state is not None:
+            self.prompt_cache.resume(cache_state, started=self.wall_started)
 
     def request(self) -> ChatRequest:
         if self.all_tools is not None:
             request = ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
         else:
             view = self.session.view()  # one read of the session for the request's tools
+            pinned, discovered = tuple(view.pinned_tools()), tuple(view.discovered_tools())
+            # before the request, not at the first call: providers refuse two tools of one name
+            shown = {t.name for t in pinned} | {t.name for t in discovered}
+            self.loop.metatool.check_clash(shown.__contains__)
             request = ChatRequest(
                 messages=tuple(self.messages),
                 system=self.system,
-                pinned=tuple(view.pinned_tools()),
+                pinned=pinned,
                 search_tool=self.loop.metatool.definition(view),
-                discovered=tuple(view.discovered_tools()),
+                discovered=discovered,
                 tool_search_mode=self.config.tool_search_mode,
             )
         return augment_request(request, self.loop.augment)
@@ -614,8 +646,14 @@ class _Run:
         if not self.config.count_tokens:
             return None
         payload = self.loop.model.payload(request)
+        self.cache_use = None
         if self.prompt_cache is not None:
-            self.cache_use = self.prompt_cache.request(payload, at=time.perf_counter() - self.started)
+            try:
+                self.cache_use = self.prompt_cache.request(payload, at=time.perf_counter() - self.started)
+            except PriceTableError as exc:  # the price is a measurement: the run goes on without one
+                self.unpriced = f"request {len(self.requests) + 1} could not be priced: {exc}"
+                self.prompt_cache = None
+                warnings.warn(f"toolsearch: the run has no price: {self.unpriced}", UserWarning, stacklevel=2)
         return request_tokens(payload, self.config.encoding)
 
     def record(
@@ -683,6 +721,8 @@ class _Run:
             session_id=self.session.id,
             system=self.system,
             tool_search=not self.direct,
+            unpriced=self.unpriced,
+            cache_state=self.prompt_cache.state(started=self.wall_started) if self.prompt_cache is not None else None,
         )
 
     def stamp(self, event: StreamEvent, iteration: int) -> StreamEvent:
@@ -896,6 +936,7 @@ def _one_off(
     on_text: TextHandler | None = None,
     augment: AugmentSpec | None = None,
     on_augment: OnAugment | None = None,
+    cache_state: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> _Run:
     """Run the loop once for `session` (settings: any LoopConfig field, e.g. max_iterations=5).
@@ -909,6 +950,9 @@ def _one_off(
 
     `augment` / `on_augment`: fields added to every exposed tool and the consumer of their values
     (see `ToolSearchLoop` and `toolsearch.augment`).
+
+    `cache_state`: the `cache_state` of the run this one continues (its messages are this prompt's
+    history): the run's requests are priced against the prompt cache that run left, not a cold one.
     """
     if not isinstance(session, Session):
         raise wrong_type("run's session", session, "a Session (SessionManager(index).create(id))")
@@ -916,7 +960,7 @@ def _one_off(
     loop = ToolSearchLoop(
         model, session.manager, functions, system=system, metatool=metatool, config=config, **settings
     )
-    return _Run(loop, session, prompt, on_event, on_text)
+    return _Run(loop, session, prompt, on_event, on_text, cache_state)
 
 
 run = _synchronous(_one_off)
@@ -936,17 +980,31 @@ def session_tool_tokens(session: Session, encoding: str = "o200k_base") -> int:
     return _definitions_tokens(allowed_tools(session), encoding)
 
 
-def _prompt_cache(model: ChatModel, encoding: str) -> PromptCache | None:
-    """The run's prompt-cache model for the provider's wire format (None for a format it has no rules for)."""
+def _prompt_cache(model: ChatModel, encoding: str) -> tuple[PromptCache | None, str | None]:
+    """The run's prompt-cache model for the provider's wire format, or None and why there is none (a format
+    the price table has no rules for: a plug-in's, warned once per format)."""
     from .cost import load_prices
 
     prices = load_prices()
     if model.format not in prices.formats:
-        return None
+        why = (
+            f"the price table has no caching rules for wire format {model.format!r} (it knows "
+            f"{', '.join(sorted(prices.formats))}); give its provider an entry naming the format in a price file "
+            "(TOOLSEARCH_PRICES or toolsearch.cost.load_prices(path)) to price such runs"
+        )
+        with _WARNED_LOCK:
+            fresh = model.format not in _UNPRICED_FORMATS
+            _UNPRICED_FORMATS.add(model.format)
+        if fresh:
+            warnings.warn(f"toolsearch: runs of this model have no price: {why}", UserWarning, stacklevel=5)
+        return None, why
     # a stand-in model (the scripted one) says which model it is priced as: None, the provider's default, unwarned
     name = getattr(model, "priced_as", getattr(model, "model", None))
     model_name = name if isinstance(name, str) else None
-    return PromptCache.for_format(model.format, model_name, prices=prices, encoding=encoding)
+    return PromptCache.for_format(model.format, model_name, prices=prices, encoding=encoding), None
+
+
+_UNPRICED_FORMATS: set[str] = set()  # formats warned about by _prompt_cache
 
 
 def _definitions_tokens(tools: Iterable[Tool], encoding: str) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from . import tracing
-from ._errors import InvalidArgumentError, InvalidQueryError, wrong_type
+from ._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError, wrong_type
 from .index import MAX_QUERY_CHARS
 from .results import SearchResult
 from .tools import Tool
@@ -27,6 +29,16 @@ _GENERIC_SYNTAX = "A few keywords describing the capability you need, e.g. `send
 _GENERIC_HINT = "use a few plain keywords describing the capability"
 _SUMMARY_CHARS = 160
 _MAX_SKIPPED = 100  # most loaded tools a search over-fetches past
+
+
+# Line and paragraph breaks, tabs and other control characters: what would start a line of its own in a result.
+_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def on_one_line(text: str) -> str:
+    """`text` with each line break or control character written as its escape (`\\n`, `\\u2028`): a name printed
+    into the search tool's text or the system prompt cannot begin a line that reads as ours."""
+    return _BREAKS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def one_line_summary(text: str, limit: int = _SUMMARY_CHARS) -> str:
@@ -63,7 +75,7 @@ def _backend_syntax(session: Session) -> tuple[str, str]:
 
 
 class _Arguments(BaseModel):
-    """tool_search arguments as models send them; extra keys are ignored."""
+    """tool_search arguments as models send them (`ToolSearchMetaTool.parse` refuses keys it does not know first)."""
 
     model_config = ConfigDict(extra="ignore", strict=False)
 
@@ -200,6 +212,9 @@ class ToolSearchMetaTool:
                 return None, f"{self.name} error: the arguments are nested too deeply. {self._usage()}"
         if not isinstance(arguments, Mapping):
             return None, f"{self.name} error: the arguments must be a JSON object. {self._usage()}"
+        unknown = [str(key) for key in arguments if key not in _Arguments.model_fields]
+        if unknown:  # a `limit` or `namespaces` left out silently would load tools the model asked not to see
+            return None, self._unknown_arguments(session, unknown)
         try:
             args = _Arguments.model_validate(dict(arguments))
         except ValidationError as exc:
@@ -228,10 +243,39 @@ class ToolSearchMetaTool:
             args.namespace = args.namespace.strip() or None
         if args.namespace is not None and args.namespace not in session.namespaces:
             known = session.namespaces
-            listed = ", ".join(known[:50]) + (f" and {len(known) - 50} more" if len(known) > 50 else "")
+            more = f" and {len(known) - 50} more" if len(known) > 50 else ""
+            listed = ", ".join(map(on_one_line, known[:50])) + more
             advice = f"Use one of: {listed}." if known else "This catalog has no namespaces; leave it out."
             return None, f"{self.name} error: unknown namespace {args.namespace!r}. {advice}"
         return args, ""
+
+    def _unknown_arguments(self, session: Session, unknown: Sequence[str]) -> str:
+        """The answer to arguments holding keys tool_search does not take: which, and the ones it does take."""
+        params = ["query", "max_results"] + (["namespace"] if session.namespaces else [])
+        named = []
+        for key in unknown[:5]:
+            close = difflib.get_close_matches(key, params, n=1, cutoff=0.6)
+            named.append(f"`{on_one_line(key[:60])}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        listed = ", ".join(f"`{p}`" for p in params)
+        return (
+            f"{self.name} error: unknown argument(s) {', '.join(named)}{more}; nothing was searched. Its arguments "
+            f"are {listed} (only `query` is required). {self._usage()}"
+        )
+
+    def check_clash(self, shown: Callable[[str], bool]) -> None:
+        """InvalidToolError when a tool shown beside this search tool (`shown(name)`) takes its name.
+
+        Such a tool would be sent with the search tool under one name (providers refuse the request), and every
+        call of that name would run the search. The rule of every entry point: `tools_for_request` and
+        `ToolExecutor` apply it to the session's pinned and discovered tools (a search never offers such a
+        tool: see `run`), the framework plug-ins to every tool of the agent (the framework holds them all).
+        """
+        if shown(self.name):
+            raise InvalidToolError(
+                f"a catalog tool is named {self.name!r} like the search tool; rename it or pass "
+                "metatool=ToolSearchMetaTool(name=...)"
+            )
 
     def run(
         self,
@@ -247,10 +291,16 @@ class ToolSearchMetaTool:
         `alias` maps a tool name to the name the model sees (e.g. `provider_safe_name` when the
         tools array carries provider-safe aliases), so the text names tools the way they can be called.
         `withheld` ({tool name: why}) names tools that must not be offered although the session may use
-        them (a gateway's tool whose parameters collide with its augmented fields): a hit among them is
-        left out, and the result says so and why. `min_relative_score` leaves out hits scoring below
-        that fraction of the best hit's score (a best score of 0 or less sets no floor), with a note.
+        them (a gateway's tool whose parameters collide with its augmented fields; always, a catalog tool
+        named like this search tool): a hit among them is left out, and the result says so and why.
+        `min_relative_score` leaves out hits scoring below that fraction of the best hit's score (a best
+        score of 0 or less sets no floor), with a note.
         """
+        if session.is_allowed(self.name):  # found, it would be shown beside this tool under one name (check_clash)
+            withheld = {
+                self.name: "a catalog tool named like the search tool cannot be offered",
+                **(withheld or {}),
+            }
         with tracing.retrieval(session.index, session.allowed) as traced:  # the loop, the executor, the gateway
             return traced.outcome(self._run(session, arguments, alias, withheld or {}, min_relative_score))
 
@@ -309,7 +359,11 @@ class ToolSearchMetaTool:
         """
         where = f" in namespace {namespace!r}" if namespace else ""
         notes = [f"Note: {n}" for n in result.notes]
-        shown_name = alias or str
+        named = alias or str
+
+        def shown_name(name: str) -> str:  # one line per tool whatever a name holds (Tool refuses breaks: a 2nd guard)
+            return on_one_line(named(name))
+
         if already_loaded:
             notes.insert(0, "Already loaded, not repeated: " + ", ".join(map(shown_name, already_loaded)) + ".")
         if not result.hits and already_loaded:
@@ -351,7 +405,7 @@ def _without(result: SearchResult, withheld: Mapping[str, str], k: int) -> Searc
     if not withheld or not any(h.name in withheld for h in result.hits):
         return result
     kept = [i for i, h in enumerate(result.hits) if h.name not in withheld]
-    notes = [f"{h.name} left out: {withheld[h.name]}" for h in result.hits[:k] if h.name in withheld]
+    notes = [f"{on_one_line(h.name)} left out: {withheld[h.name]}" for h in result.hits[:k] if h.name in withheld]
     return replace(
         result,
         hits=tuple(result.hits[i] for i in kept),
@@ -411,7 +465,7 @@ def system_prompt_suffix(
     namespaces = ""
     if list_namespaces and session.namespaces:
         known = session.namespaces
-        listed = ", ".join(known[:max_namespaces])
+        listed = ", ".join(map(on_one_line, known[:max_namespaces]))
         more = f" and {len(known) - max_namespaces} more" if len(known) > max_namespaces else ""
         namespaces = f" Tool namespaces: {listed}{more}."
     text = template or (

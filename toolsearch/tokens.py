@@ -18,10 +18,15 @@ rendering every request from scratch.
 Anthropic's `cache_control` markers are left out of every count: they say where the prompt cache
 ends, they are not prompt text (`without_cache_markers`).
 
-The figures are exact for that serialisation. They are not the provider's bill: providers render
-tools and messages into their own internal template (adding a few tokens per message and per
-tool), so use the provider-reported `usage` (kept next to these counts by the loop) for billing,
-and these counts to compare requests with each other (baseline vs tool search) reproducibly.
+The figures are exact for that serialisation, in the named encoding: exact for OpenAI's formats;
+for Anthropic and Gemini requests, whose providers count with tokenizers of their own, they are
+estimates, fair for comparing requests with each other (`count_wording` says which, in one place
+for every report). They are not the provider's bill: providers render tools and messages into
+their own internal template (adding tokens per message and per tool), and Anthropic adds a
+tool-use system prompt to every request with tools (346 tokens under `tool_choice` auto, per
+`toolsearch/data/prices.json`), which these counts leave out and `toolsearch.cost` prices. Use
+the provider-reported `usage` (kept next to these counts by the loop) for billing, and these
+counts to compare requests with each other (baseline vs tool search) reproducibly.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = [
     "request_tokens",
     "compact_json",
     "content_key",
+    "count_wording",
     "definition_json",
     "without_cache_markers",
 ]
@@ -296,6 +302,29 @@ def request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING)
     tools = payload_tools(payload)
     tools_tokens = sum(definition_tokens(definition_json(without_cache_markers(t)), encoding) for t in tools)
     return RequestTokens(system_tokens, message_tokens, tools_tokens, encoding)
+
+
+def count_wording(
+    fmt: str, encoding: str = DEFAULT_ENCODING, *, noun: str = "counts", compared: str = "the runs"
+) -> str:
+    """What counts of `fmt` requests in `encoding` are, for a report: exact for OpenAI's formats; for any
+    other provider's, whose tokenizer is its own, a fair comparison of `compared` and an estimate of its counts.
+
+    The one wording the demo and the token benchmark use: `exact o200k_base counts`, or `o200k_base counts
+    (OpenAI's tokenizer, not Anthropic's own: a fair comparison of the runs, and an estimate of Anthropic's)`.
+    """
+    if fmt.startswith("openai"):
+        return f"exact {encoding} {noun}"
+    from .providers.registry import get_format  # a plug-in format names its provider in its label
+
+    try:
+        provider = str(get_format(fmt).label).split()[0]
+    except ToolSearchError:
+        provider = fmt
+    return (
+        f"{encoding} {noun} (OpenAI's tokenizer, not {provider}'s own: a fair comparison of {compared}, "
+        f"and an estimate of {provider}'s)"
+    )
 
 
 def count_request_tokens(payload: Mapping[str, Any], encoding: str = DEFAULT_ENCODING) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ._errors import DuplicateToolError, InvalidToolError, wrong_type
-from ._untrusted import Walk, clean_text, quoted
+from ._untrusted import Walk, clean_text, describe, quoted
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 64_000
@@ -62,6 +64,7 @@ class Tool:
             raise InvalidToolError(f"{where}: name is {len(self.name)} chars; the limit is {MAX_NAME_CHARS}")
         walk = Walk(where)
         walk.check("name", (), self.name)
+        _refuse_breaks(where, "name", self.name)
         if self.description is None:
             object.__setattr__(self, "description", "")
         if not isinstance(self.description, str):
@@ -73,10 +76,18 @@ class Tool:
             raise InvalidToolError(
                 f"{where}: description is {len(self.description)} chars; the limit is {MAX_DESCRIPTION_CHARS}"
             )
-        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
-            raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None")
+        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace.strip()):
+            raise InvalidToolError(f"{where}: 'namespace' must be a non-empty string or None, got {self.namespace!r}")
         if self.namespace is not None:
+            # the name's rule: the meta-tool's enum offers the namespace as written, and a model's value is stripped
+            if self.namespace != self.namespace.strip():
+                raise InvalidToolError(
+                    f"{where}: the namespace {quoted(self.namespace)} starts or ends with whitespace, so it would "
+                    f"pass for {quoted(self.namespace.strip())} while differing from it; remove the surrounding "
+                    f"whitespace (namespace={quoted(self.namespace.strip())})"
+                )
             walk.check("namespace", (), self.namespace)
+            _refuse_breaks(where, "namespace", self.namespace)
         tags = self.tags
         if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
             raise InvalidToolError(f"{where}: 'tags' must be a list of strings")
@@ -84,8 +95,9 @@ class Tool:
         schema = _validated_schema(walk, self.input_schema)
         object.__setattr__(self, "input_schema", schema)
         try:
-            metadata = json.loads(json.dumps(dict(self.metadata)))
+            metadata = json.loads(json.dumps(dict(self.metadata), allow_nan=False))
         except (TypeError, ValueError) as exc:
+            _refuse_nonfinite(where, ("metadata",), self.metadata)
             raise InvalidToolError(f"{where}: 'metadata' must be JSON-serialisable ({exc})") from None
         except RecursionError:
             raise InvalidToolError(f"{where}: 'metadata' is nested too deeply") from None
@@ -145,58 +157,82 @@ class Tool:
         `allOf` at its top level: such a schema is sent folded into one object schema (see
         `anthropic_input_schema`). Calls are still validated against the tool's own schema.
         """
-        return {
-            "name": name or self.name,
-            "description": self.description,
-            "input_schema": anthropic_input_schema(self.input_schema),
-        }
+        schema = self.input_schema
+        if any(key in schema for key in _COMBINATORS):  # folded once per definition: every request shows the tool
+            folded = _FOLDED.get(self.fingerprint)
+            if folded is None:
+                if len(_FOLDED) >= _MAX_FOLDED:
+                    _FOLDED.clear()
+                folded = _FOLDED[self.fingerprint] = anthropic_input_schema(schema)
+            schema = folded
+        return {"name": name or self.name, "description": self.description, "input_schema": schema}
 
     def to_mcp(self, *, name: str | None = None) -> dict[str, Any]:
-        """MCP `Tool` shape (camelCase inputSchema)."""
-        return {"name": name or self.name, "description": self.description, "inputSchema": self.input_schema}
+        """MCP `Tool` shape (camelCase inputSchema), with the `title` and `annotations` the tool came with.
+
+        An MCP tool's `outputSchema`, `_meta` and `icons` stay in `metadata` and are not written here: a client
+        shown an output schema expects every result to carry matching `structuredContent`, which the results
+        this library relays do not promise.
+        """
+        out: dict[str, Any] = {
+            "name": name or self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+        if isinstance(self.metadata.get("title"), str):
+            out["title"] = self.metadata["title"]
+        if isinstance(self.metadata.get("annotations"), Mapping):
+            out["annotations"] = self.metadata["annotations"]
+        return out
 
     # --- converters -----------------------------------------------------------------------
 
     @classmethod
     def from_openai(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
-        """From a Chat Completions (`{"type","function":{...}}`) or Responses function tool."""
+        """From a Chat Completions (`{"type","function":{...}}`) or Responses function tool.
+
+        The row's `namespace`, `tags` and `metadata` are read as a dataset row's; `strict` and every other key
+        go into `metadata` (`to_openai` does not send `strict`: whether tools are sent strict is the model
+        adapter's setting, as augmented fields and Anthropic's folding change a schema on the way).
+        """
         _require_mapping(definition, "OpenAI tool")
         fn = definition.get("function", definition)
         _require_mapping(fn, "OpenAI tool 'function'")
+        label = _label(fn.get("name"))
+        if definition.get("type") is not None:
+            _check_function_type(label, definition.get("type"), has_schema=fn.get("parameters") is not None)
+        metadata = _row_metadata(label, definition, skip=_OPENAI_KEYS)
+        if fn is not definition:
+            metadata.update((k, v) for k, v in fn.items() if k not in _OPENAI_KEYS and v is not None)
         return cls(
             name=fn.get("name"),  # type: ignore[arg-type]
             description=_given(fn.get("description"), ""),
             input_schema=_given(fn.get("parameters"), dict(_EMPTY_SCHEMA)),
             namespace=namespace or definition.get("namespace"),
+            tags=_given(definition.get("tags"), ()),
+            metadata=metadata,
         )
 
     @classmethod
     def from_anthropic(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
-        """From an Anthropic Messages tool (`name`, `description`, `input_schema`)."""
+        """From an Anthropic Messages tool (`name`, `description`, `input_schema`; `type: "custom"` optional).
+
+        Other keys (`cache_control`, ...) go into `metadata`; a server tool (`web_search_20250305`) is refused.
+        """
         _require_mapping(definition, "Anthropic tool")
-        return cls(
-            name=definition.get("name"),  # type: ignore[arg-type]
-            description=_given(definition.get("description"), ""),
-            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
-            namespace=namespace or definition.get("namespace"),
-        )
+        return _from_row(cls, definition, "input_schema", namespace)
 
     @classmethod
     def from_mcp(cls, definition: Any, *, namespace: str | None = None) -> Tool:
-        """From an MCP `Tool` object or its JSON (`inputSchema`, optional `title`/`annotations`)."""
-        data = definition.model_dump(exclude_none=True) if hasattr(definition, "model_dump") else definition
-        _require_mapping(data, "MCP tool")
-        metadata: dict[str, Any] = {}
-        for key in ("title", "annotations"):
-            if data.get(key):
-                metadata[key] = data[key]
-        return cls(
-            name=data.get("name"),
-            description=_given(data.get("description"), ""),
-            input_schema=_given(data.get("inputSchema", data.get("input_schema")), dict(_EMPTY_SCHEMA)),
-            namespace=namespace,
-            metadata=metadata,
+        """From an MCP `Tool` object or its JSON (`inputSchema`; `title`, `annotations`, `outputSchema`, `_meta` and
+        any other field are kept in `metadata`; `to_mcp` writes back `title` and `annotations`)."""
+        data = (
+            definition.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if hasattr(definition, "model_dump")
+            else definition
         )
+        _require_mapping(data, "MCP tool")
+        return _from_row(cls, data, "inputSchema" if "inputSchema" in data else "input_schema", namespace)
 
     @classmethod
     def from_callable(
@@ -207,7 +243,12 @@ class Tool:
 
     @classmethod
     def from_dict(cls, definition: Mapping[str, Any], *, namespace: str | None = None) -> Tool:
-        """From any supported JSON shape, detected by its keys."""
+        """From any supported JSON shape, detected by its keys (see ACCEPTED_SHAPES).
+
+        Keys a shape does not read go into `metadata`, except a JSON schema under an unread key in a row that
+        gives none under a key it reads (`input_shema`, `args_schema`): that tool would be offered without
+        parameters, so it is refused by the key's name. A `type` other than a function tool's is refused too.
+        """
         _require_mapping(definition, "tool definition")
         if "function" in definition or "parameters" in definition:
             return cls.from_openai(definition, namespace=namespace)
@@ -215,34 +256,95 @@ class Tool:
             return cls.from_mcp(definition, namespace=namespace)
         if "name" not in definition:
             raise InvalidToolError(f"unrecognised tool shape (keys: {_some_keys(definition)}); {ACCEPTED_SHAPES}")
-        known = {"name", "description", "input_schema", "namespace", "tags", "metadata", "source"}
-        extra = {k: v for k, v in definition.items() if k not in known}
-        raw_metadata = definition.get("metadata")
-        if raw_metadata is not None and not isinstance(raw_metadata, Mapping):
-            raise InvalidToolError(
-                f"tool {str(definition.get('name'))[:80]!r}: 'metadata' must be a JSON object, got "
-                f"{type(raw_metadata).__name__}"
-            )
-        metadata = dict(raw_metadata or {})
-        if definition.get("source"):
-            metadata["source"] = definition["source"]
-        metadata.update(extra)
-        return cls(
-            name=definition.get("name"),  # type: ignore[arg-type]
-            description=_given(definition.get("description"), ""),
-            input_schema=_given(definition.get("input_schema"), dict(_EMPTY_SCHEMA)),
-            namespace=namespace or definition.get("namespace"),
-            tags=_given(definition.get("tags"), ()),
-            metadata=metadata,
+        gemini = next((k for k in _GEMINI_SCHEMA_KEYS if k in definition), None)
+        if gemini is not None and "input_schema" not in definition:
+            return _from_row(cls, definition, gemini, namespace)
+        return _from_row(cls, definition, "input_schema", namespace)
+
+
+# Keys each shape reads itself; every other key of a definition goes into `metadata`.
+_ROW_KEYS = frozenset({"name", "description", "namespace", "tags", "metadata", "source", "type"})
+_OPENAI_KEYS = _ROW_KEYS | {"function", "parameters"}
+_GEMINI_SCHEMA_KEYS = ("parametersJsonSchema", "parameters_json_schema")  # a Gemini FunctionDeclaration's JSON Schema
+# A key naming one of these holds what a tool returns, not its parameters (MCP outputSchema, Gemini response...).
+_OUTPUT_WORDS = ("output", "response", "return", "result")
+
+
+def _label(name: Any) -> str:
+    return f"tool {quoted(name[:80])}" if isinstance(name, str) else "tool"
+
+
+def _from_row(cls: type[Tool], definition: Mapping[str, Any], schema_key: str, namespace: str | None) -> Tool:
+    """A tool from a row whose parameters are under `schema_key`: the dataset, Anthropic, MCP and Gemini shapes."""
+    label = _label(definition.get("name"))
+    schema = definition.get(schema_key)
+    if definition.get("type") is not None:
+        _check_function_type(label, definition.get("type"), has_schema=schema is not None)
+    metadata = _row_metadata(label, definition, skip=_ROW_KEYS | {schema_key})
+    if schema is None:
+        _refuse_unread_schema(label, definition, _ROW_KEYS | {schema_key})
+    return cls(
+        name=definition.get("name"),  # type: ignore[arg-type]
+        description=_given(definition.get("description"), ""),
+        input_schema=_given(schema, dict(_EMPTY_SCHEMA)),
+        namespace=namespace or definition.get("namespace"),
+        tags=_given(definition.get("tags"), ()),
+        metadata=metadata,
+    )
+
+
+def _row_metadata(label: str, definition: Mapping[str, Any], *, skip: frozenset[str]) -> dict[str, Any]:
+    """A row's `metadata`, its `source`, and every key its shape does not read (None values left out)."""
+    raw = definition.get("metadata")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise InvalidToolError(f"{label}: 'metadata' must be a JSON object, got {type(raw).__name__}")
+    metadata = dict(raw or {})
+    if definition.get("source"):
+        metadata["source"] = definition["source"]
+    metadata.update((k, v) for k, v in definition.items() if k not in skip and v is not None)
+    return metadata
+
+
+def _check_function_type(label: str, kind: Any, *, has_schema: bool) -> None:
+    """InvalidToolError for a definition whose `type` is not a function tool's."""
+    if kind == "function" or (kind == "custom" and has_schema):  # Anthropic's client tool may say "custom"
+        return
+    if kind == "custom":
+        raise InvalidToolError(
+            f"{label}: 'type' is 'custom' with no JSON schema: an OpenAI custom tool, whose input is free text, "
+            "not JSON arguments a search can show and a call can be checked against; define it as a function "
+            "tool with parameters, or send it to the model yourself"
         )
+    raise InvalidToolError(
+        f"{label}: 'type' is {str(kind)[:60]!r}, not a function tool: a provider's built-in tool (Anthropic's "
+        "web_search_20250305 or bash_20250124, OpenAI's web_search or file_search) runs at the provider, not in "
+        "your code, so it cannot be searched for and called through a catalog; send it with each request "
+        f"yourself, or describe your own function with 'type': 'function'. {ACCEPTED_SHAPES}"
+    )
+
+
+def _refuse_unread_schema(label: str, definition: Mapping[str, Any], read: frozenset[str]) -> None:
+    """InvalidToolError for a JSON schema under a key the row's shape does not read, when the row gives none
+    under a key it reads: the tool would be offered with no parameters (`input_shema`, LangChain's `args_schema`)."""
+    for key, value in definition.items():
+        if key in read or not isinstance(value, Mapping) or any(w in str(key).lower() for w in _OUTPUT_WORDS):
+            continue
+        if "properties" in value or value.get("type") == "object":
+            raise InvalidToolError(
+                f"{label}: {quoted(str(key)[:60])} holds a JSON schema, but a tool's parameters are read only from "
+                "'input_schema' (Anthropic, dataset rows), 'inputSchema' (MCP), 'parameters' (OpenAI) or "
+                "'parametersJsonSchema' (Gemini), so this tool would be offered without parameters; put its "
+                f"schema under one of those keys. {ACCEPTED_SHAPES}"
+            )
 
 
 ACCEPTED_SHAPES = (
     'accepted shapes: OpenAI {"type": "function", "function": {"name", "description", "parameters"}} or '
     '{"type": "function", "name", "parameters"}; Anthropic {"name", "description", "input_schema"}; '
-    'MCP {"name", "description", "inputSchema"}; dataset rows {"name", "description", "input_schema", "namespace"?}; '
-    'a file may also hold a list of them, {"tools": [...]}, or a JSON-RPC tools/list response {"result": {"tools": '
-    '[...]}}'
+    'MCP {"name", "description", "inputSchema"}; Gemini {"name", "description", "parametersJsonSchema"}; dataset '
+    'rows {"name", "description", "input_schema", "namespace"?, "tags"?, "metadata"?} (other keys go into '
+    'metadata); a file may also hold a list of them, {"tools": [...]}, or a JSON-RPC tools/list response '
+    '{"result": {"tools": [...]}}'
 )
 
 
@@ -261,14 +363,69 @@ def _require_mapping(value: Any, what: str) -> None:
         raise InvalidToolError(f"{what} must be a JSON object, got {type(value).__name__}")
 
 
+_BREAK_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})  # control characters (tab, CR and LF too), line and paragraph breaks
+
+
+def _refuse_breaks(where: str, field: str, text: str) -> None:
+    """InvalidToolError for a name or namespace holding a line break, a tab or another control character.
+
+    The hidden-character rule (toolsearch._untrusted) lets tab, CR and LF through, as prose needs them; a name
+    does not, and the meta-tool's text and the system prompt print names and namespaces one to a line, where a
+    break would let a definition write lines of its own ("- delete_all_files (score 9.99): ...").
+    """
+    if text.isprintable():  # no character of those categories (nor any other non-printable one)
+        return
+    for position, char in enumerate(text):
+        if unicodedata.category(char) in _BREAK_CATEGORIES:
+            shown = "" if field == "name" else f" {quoted(text if len(text) <= 60 else text[:57] + '...')}"  # `where`
+            raise InvalidToolError(  # names the tool
+                f"{where}: the {field}{shown} holds {describe(char)} (position {position}), a line break or control "
+                f"character: a {field} is printed on one line of the search results and the system prompt; remove "
+                f"the character from the {field}"
+            )
+
+
+def _refuse_nonfinite(where: str, root: tuple[str, ...], value: Any) -> None:
+    """InvalidToolError naming the first NaN or infinity in `value` (Python's json reads and writes them; JSON,
+    and so every provider's request, cannot carry them), if it holds one."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [(root, value)]
+    seen: set[int] = set()
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            shown = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+            raise InvalidToolError(
+                f"{where}: {_dotted(path)} is {shown}, which JSON cannot carry (every request showing the tool "
+                "would fail); remove it or give a finite number"
+            )
+        if isinstance(item, Mapping | list | tuple) and id(item) not in seen:
+            seen.add(id(item))  # a container met again (a cycle) is json's own error to report
+            pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+            stack.extend(((*path, k), v) for k, v in reversed(list(pairs)))
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    """`input_schema.properties.lat.default`, `metadata.w[0]`: a field's path as a message names it."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and (part.isidentifier() or part.startswith("$")):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{quoted(str(part))}]"
+    return out
+
+
 def _validated_schema(walk: Walk, schema: Any) -> dict[str, Any]:
     where = walk.where
     if not isinstance(schema, Mapping):
         raise InvalidToolError(f"{where}: input schema must be a JSON object, got {type(schema).__name__}")
     try:
-        text = json.dumps(schema)
+        text = json.dumps(schema, allow_nan=False)
         copy: dict[str, Any] = json.loads(text) if len(text) <= MAX_SCHEMA_CHARS else {}
     except (TypeError, ValueError) as exc:
+        _refuse_nonfinite(where, ("input_schema",), schema)
         raise InvalidToolError(f"{where}: input schema is not JSON-serialisable ({exc})") from None
     except RecursionError:
         raise InvalidToolError(f"{where}: input schema is nested too deeply") from None
@@ -306,6 +463,12 @@ _COMBINATOR_NOTE = {
     "oneOf": "exactly one of these applies",
 }
 _MAX_NOTE_CHARS = 2_000
+# Branches whose own top-level combinators are folded too, per schema; past that a branch is read as written. A
+# branch reached through two references is folded once per path, so without a bound `$defs` whose entries each
+# point twice at the next cost 2^depth (16 levels took 1.6 s, on every Anthropic request showing the tool).
+_MAX_NESTED_FOLDS = 64
+_MAX_REF_HOPS = 64  # a chain of references followed for one branch (real ones have one or two)
+_NOTE_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -320,23 +483,63 @@ def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
 
     A branch that is a local reference (`{"$ref": "#/$defs/ByCity"}`, `#/definitions/...`) is read
     as the schema it points to (a chain of references is followed; one that comes back to itself is
-    left as it is). The folded schema keeps `$defs` / `definitions` only while something in it still
+    left as it is). A branch's own top-level combinators are folded the same way, for the first 64
+    such branches of a schema; the rest are read as written (the work stays bounded, whatever the
+    schema). The folded schema keeps `$defs` / `definitions` only while something in it still
     references them.
     """
     if not any(key in schema for key in _COMBINATORS):
         return schema
-    out = _folded(schema, schema, frozenset())
+    out = _folded(schema, _Fold(schema), frozenset())
     if not _references(out, skip=_DEFINITIONS):
         out = {k: v for k, v in out.items() if k not in _DEFINITIONS}
     return out
 
 
 _DEFINITIONS = ("$defs", "definitions")
+# Anthropic's input_schema by tool fingerprint, for the tools whose schema needs folding (a few, in most catalogs).
+_FOLDED: dict[str, Mapping[str, Any]] = {}
+_MAX_FOLDED = 1_024
 
 
-def _folded(schema: Mapping[str, Any], root: Mapping[str, Any], following: frozenset[str]) -> dict[str, Any]:
-    """`schema` with its top-level combinators folded (see anthropic_input_schema); `root` is the schema its local
-    references point into, `following` the references being resolved on the way here (a cycle guard)."""
+class _Fold:
+    """One schema's folding: the root its local references point into, each reference looked up once, and how
+    many more branches may have their own combinators folded."""
+
+    __slots__ = ("nested_left", "root", "targets")
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.root = root
+        self.targets: dict[str, Mapping[str, Any] | None] = {}
+        self.nested_left = _MAX_NESTED_FOLDS
+
+    def target(self, ref: str) -> Mapping[str, Any] | None:
+        if ref not in self.targets:
+            self.targets[ref] = _pointed(self.root, ref)
+        return self.targets[ref]
+
+    def resolved(
+        self, branch: Mapping[str, Any], following: frozenset[str]
+    ) -> tuple[Mapping[str, Any], frozenset[str]]:
+        """`branch` with a local `$ref` (`#/...`) replaced by the schema it points to (its other keys kept over the
+        target's), following a chain of them; a reference already being followed, or one that points nowhere,
+        stays. A bare reference is its target itself: every branch naming it reads the same object."""
+        for _ in range(_MAX_REF_HOPS):
+            ref = branch.get("$ref")
+            if not isinstance(ref, str) or ref in following:
+                break
+            target = self.target(ref)
+            if target is None:
+                break
+            following = following | {ref}
+            rest = {k: v for k, v in branch.items() if k != "$ref"}
+            branch = {**target, **rest} if rest else target
+        return branch, following
+
+
+def _folded(schema: Mapping[str, Any], fold: _Fold, following: frozenset[str]) -> dict[str, Any]:
+    """`schema` with its top-level combinators folded (see anthropic_input_schema); `following` holds the
+    references being resolved on the way here (a cycle guard)."""
     out: dict[str, Any] = {k: v for k, v in schema.items() if k not in _COMBINATORS}
     properties: dict[str, Any] = dict(out.get("properties") or {})
     required: list[str] = list(out.get("required") or [])
@@ -346,23 +549,31 @@ def _folded(schema: Mapping[str, Any], root: Mapping[str, Any], following: froze
         if not found_branches:
             continue
         branches: list[Mapping[str, Any]] = []
+        # a target two branches name is folded once (the branch is kept: its id must not be reused meanwhile)
+        done: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for branch in found_branches:
-            branch, seen = _resolved(branch, root, following)
-            # a branch's own top-level combinators
-            branches.append(_folded(branch, root, seen) if any(k in branch for k in _COMBINATORS) else branch)
+            branch, seen = fold.resolved(branch, following)
+            if id(branch) in done:
+                branch = done[id(branch)][1]
+            elif any(k in branch for k in _COMBINATORS) and fold.nested_left > 0:  # a branch's own combinators
+                fold.nested_left -= 1
+                folded = _folded(branch, fold, seen)
+                done[id(branch)] = (branch, folded)
+                branch = folded
+            branches.append(branch)
+        distinct = list({id(b): b for b in branches}.values())  # branches naming one reference read one object
         defined: dict[str, list[Any]] = {}
-        for branch in branches:
+        for branch in distinct:
             for pname, pschema in (branch.get("properties") or {}).items():
                 if pschema not in defined.setdefault(pname, []):
                     defined[pname].append(pschema)
         for pname, found in defined.items():
             if pname not in properties:
                 properties[pname] = found[0] if len(found) == 1 else {key: found}
-        sets = [set(b.get("required") or ()) for b in branches]
+        sets = [set(b.get("required") or ()) for b in distinct]
         wanted = set.union(*sets) if key == "allOf" else set.intersection(*sets)
         required.extend(r for r in sorted(wanted) if r not in required)
-        listed = "; ".join(f"({i}) {_canonical(b)}" for i, b in enumerate(branches, 1))
-        notes.append(f"The arguments must match {key}, {_COMBINATOR_NOTE[key]}: {listed}")
+        notes.append(f"The arguments must match {key}, {_COMBINATOR_NOTE[key]}: {_listed(branches)}")
     out["type"] = "object"
     out["properties"] = properties
     if required:
@@ -375,20 +586,22 @@ def _folded(schema: Mapping[str, Any], root: Mapping[str, Any], following: froze
     return out
 
 
-def _resolved(
-    branch: Mapping[str, Any], root: Mapping[str, Any], following: frozenset[str]
-) -> tuple[Mapping[str, Any], frozenset[str]]:
-    """`branch` with a local `$ref` (`#/...`) replaced by the schema it points to (its other keys kept over the
-    target's), following a chain of them; a reference already being followed, or one that points nowhere, stays."""
-    while True:
-        ref = branch.get("$ref")
-        if not isinstance(ref, str) or ref in following:
-            return branch, following
-        target = _pointed(root, ref)
-        if target is None:
-            return branch, following
-        following = following | {ref}
-        branch = {**target, **{k: v for k, v in branch.items() if k != "$ref"}}
+def _listed(branches: list[Mapping[str, Any]]) -> str:
+    """`(1) {...}; (2) {...}`: the branches' canonical JSON, written only as far as the note can show."""
+    parts: list[str] = []
+    size = 0
+    for i, branch in enumerate(branches, 1):
+        if size > _MAX_NOTE_CHARS:
+            break  # the note is cut there anyway
+        chunks: list[str] = []
+        for chunk in _NOTE_ENCODER.iterencode(branch):  # lazily: a branch's JSON may be far longer than a note
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > _MAX_NOTE_CHARS:
+                break
+        parts.append(f"({i}) {''.join(chunks)}")
+        size += len(str(i)) + 5
+    return "; ".join(parts)
 
 
 def json_pointer(root: Mapping[str, Any], pointer: str, *, fragment: bool = False) -> Any:
@@ -415,14 +628,24 @@ def _pointed(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
 
 
 def _references(value: Any, *, skip: tuple[str, ...] = ()) -> bool:
-    """Whether `value` holds a local `$ref` anywhere (outside the top-level keys in `skip`)."""
-    if isinstance(value, Mapping):
-        ref = value.get("$ref")
+    """Whether `value` holds a local `$ref` anywhere (outside the top-level keys in `skip`).
+
+    Each object is looked at once: a folded schema holds one referenced schema in many places.
+    """
+    stack: list[Any] = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, Mapping | list) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        ref = item.get("$ref")
         if isinstance(ref, str) and ref.startswith("#"):
             return True
-        return any(_references(v) for k, v in value.items() if k not in skip)
-    if isinstance(value, list):
-        return any(_references(v) for v in value)
+        stack.extend(v for k, v in item.items() if item is not value or k not in skip)
     return False
 
 
@@ -559,7 +782,40 @@ def load_tools(path: str | Path, *, namespace: str | None = None) -> list[Tool]:
         except InvalidToolError as exc:
             where = f"{path}:{lineno}" if lineno else f"{path} (item {len(tools) + 1})"
             raise InvalidToolError(f"{where}: {exc}") from None
+    _refuse_repeated(path, tools, [lineno for lineno, _ in items])
     return tools
+
+
+def _refuse_repeated(path: Path, tools: list[Tool], lines: list[int]) -> None:
+    """DuplicateToolError for the names a file defines more than once (or in two Unicode forms, which print the
+    same), each with the lines (JSONL) or items (a JSON list) defining it: Catalog, which knows no files, cannot."""
+    groups: dict[str, list[int]] = {}
+    for i, tool in enumerate(tools):
+        groups.setdefault(tool.name if tool.name.isascii() else unicodedata.normalize("NFC", tool.name), []).append(i)
+    repeated = [group for group in groups.values() if len(group) > 1]
+    if not repeated:
+        return
+
+    def place(i: int) -> int:
+        return lines[i] or i + 1
+
+    word = "line" if lines and lines[0] else "item"
+    shown = []
+    for group in repeated[:10]:
+        spellings = dict.fromkeys(tools[i].name for i in group)
+        if len(spellings) == 1:
+            at = list(dict.fromkeys(place(i) for i in group))
+            plural = "s" if len(at) > 1 else ""
+            shown.append(f"{quoted(tools[group[0]].name)} ({word}{plural} {', '.join(map(str, at))})")
+        else:  # ascii() shows the difference that repr and a terminal hide
+            forms = " and ".join(f"{tools[i].name!a} ({word} {place(i)})" for i in group)
+            shown.append(f"{forms}, the same name in two Unicode forms (equal after NFC normalisation)")
+    more = f" and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+    raise DuplicateToolError(
+        f"{path}: {len(repeated)} tool name(s) defined more than once: {'; '.join(shown)}{more}; give each tool a "
+        "unique name (or a namespace prefix)",
+        list(dict.fromkeys(tools[i].name for group in repeated for i in group)),
+    )
 
 
 def _rpc_tools(data: Any, where: str) -> list[Any] | None:

@@ -483,13 +483,21 @@ def test_report_prices_each_arm_with_and_without_caching(dataset: Path, tmp_path
     full = report["datasets"]["tiny"]["by_size"][-1]["methods"]
     for name, m in full.items():
         billed = m["fresh_tokens"] + m["cache_write_tokens"] + m["cache_read_tokens"]
-        assert billed > 0 and 0 < m["price_usd"] <= m["uncached_price_usd"], name
+        # A cache write costs 1.25x the input rate (5-minute entries): a prefix written and never read back costs
+        # more than no caching, at most by that factor (bm25+native here, whose requests cross the 1,024-token
+        # minimum once Anthropic's tool-use system prompt is counted).
+        assert billed > 0 and 0 < m["price_usd"] <= 1.25 * m["uncached_price_usd"], name
+        if m["cache_read_tokens"] == 0:
+            assert m["price_usd"] >= m["uncached_price_usd"], name
     # 8 tiny tools stay below Anthropic's 1,024-token minimum: nothing is cached, every token is fresh
     assert (
         full["baseline"]["cache_read_tokens"] == 0
         and full["baseline"]["price_usd"] == full["baseline"]["uncached_price_usd"]
     )
-    assert full["bm25"]["cost_savings"] == full["bm25"]["uncached_cost_savings"]
+    # with the baseline cached nothing, an arm's savings differ with caching exactly when the arm cached something
+    bm25 = full["bm25"]
+    cached_any = bm25["cache_write_tokens"] + bm25["cache_read_tokens"] > 0
+    assert (bm25["cost_savings"] != bm25["uncached_cost_savings"]) == cached_any
     assert "bm25+native" in report["datasets"]["tiny"]["break_even_cached"]
     text = (out / "tokens.md").read_text()
     assert "## Cost with prompt caching" in text and "| tiny | bm25+native |" in text

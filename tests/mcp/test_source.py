@@ -374,3 +374,20 @@ def test_servers_whose_names_only_look_alike_are_accepted() -> None:
     names = ["ab", "abc", "a_b", "a-b", "a_b_c", "b__a"]
     source = MCPToolSource({"mcpServers": {name: toy() for name in names}})
     assert list(source.servers) == names
+
+
+def test_an_upstream_tool_keeps_what_clients_are_shown_and_its_fingerprint_ignores_volatile_meta() -> None:
+    listed = {"name": "echo", "description": "Echo text back", "inputSchema": {"type": "object"},
+              "title": "Echo", "annotations": {"readOnlyHint": True},
+              "outputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+              "_meta": {"listed_at": "2026-12-05T20:00:00Z"}, "icons": [{"src": "https://example.test/e.png"}]}
+    tool = tool_from_mcp(listed, "toy")
+    assert set(tool.metadata) == {"title", "annotations", "mcp"}
+    assert tool.metadata["mcp"]["outputSchema"] == listed["outputSchema"]  # kept once, where mcp_definition reads it
+    shown = mcp_definition(tool).model_dump(by_alias=True, exclude_none=True)
+    assert shown["title"] == "Echo" and shown["annotations"] == {"readOnlyHint": True} and "outputSchema" in shown
+    # Before: `_meta` and `icons` went into the metadata the fingerprint covers, so a server stamping each listing
+    # made every session see a changed tool.
+    relisted = tool_from_mcp({**listed, "_meta": {"listed_at": "2026-12-05T20:00:05Z"}}, "toy")
+    assert relisted.fingerprint == tool.fingerprint
+    assert tool_from_mcp({**listed, "annotations": {"destructiveHint": True}}, "toy").fingerprint != tool.fingerprint

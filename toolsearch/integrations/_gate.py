@@ -36,11 +36,7 @@ def check_catalog(
     missing = sorted(set(names) - set(index.catalog.names))
     if missing:
         raise InvalidToolError(f"the index does not hold the tool(s) {missing}; build it from the same tools")
-    if metatool.name in names:
-        raise InvalidToolError(
-            f"a catalog tool is named {metatool.name!r} like the search tool; rename it or pass "
-            "metatool=ToolSearchMetaTool(name=...)"
-        )
+    metatool.check_clash(names.__contains__)  # the rule's one home, which the core entry points apply too
     if augment is not None:
         augment.check(index.catalog, catalog_key=index.catalog.hash)
 

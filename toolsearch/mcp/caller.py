@@ -110,6 +110,7 @@ def caller_of_request(ctx: Any) -> Caller:
 
 
 _VERSION_HEADER = b"mcp-protocol-version"
+VERSION_HEADER = _VERSION_HEADER.decode()  # its name, for lists of headers (the CORS answers of guard.py)
 
 
 def is_modern(version: str | None) -> bool:

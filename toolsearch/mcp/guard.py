@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import InvalidArgumentError, SessionStoreError
 from ..stores.limits import CallerLimits, TokenBuckets
-from .caller import caller_of_scope
+from .caller import VERSION_HEADER, caller_of_scope
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -61,10 +61,10 @@ DEFAULT_BODY_TIMEOUT = 30.0  # seconds to send a request's body (the SDK takes u
 _CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
 _CORS_REQUEST_HEADERS = (
     "authorization", "content-type", "accept", "last-event-id",
-    "mcp-protocol-version", "mcp-session-id", "mcp-method", "mcp-name",
+    VERSION_HEADER, "mcp-session-id", "mcp-method", "mcp-name",
 )  # fmt: skip
 _CORS_PARAM_PREFIX = "mcp-param-"  # 2026-07-28 `Mcp-Param-<name>` headers: their names depend on the tool
-_CORS_EXPOSED = b"mcp-session-id, mcp-protocol-version, www-authenticate, retry-after"
+_CORS_EXPOSED = f"mcp-session-id, {VERSION_HEADER}, www-authenticate, retry-after".encode()
 _CORS_MAX_AGE = b"600"
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 

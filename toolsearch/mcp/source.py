@@ -196,8 +196,14 @@ def tool_from_mcp(definition: Any, server: str, *, separator: str = SEPARATOR) -
         input_schema=base.input_schema,
         namespace=server,
         tags=base.tags,
-        metadata={**base.metadata, "mcp": origin},
+        # Only what a client is shown again (mcp_definition) and the origin: the output schema is kept once, in the
+        # origin, and `_meta`, `icons` and the like stay out, since a definition's fingerprint covers its metadata
+        # and an upstream's volatile `_meta` would read as a changed tool to every session (pinning.py).
+        metadata={**{k: v for k, v in base.metadata.items() if k in _SHOWN_METADATA and v}, "mcp": origin},
     )
+
+
+_SHOWN_METADATA = ("title", "annotations")
 
 
 def upstream_of(tool: Tool) -> tuple[str, str] | None:

@@ -362,12 +362,27 @@ def _references(
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage as the provider reported it (None where it did not say)."""
+    """Token usage as the provider reported it (None where it did not say).
+
+    `input_tokens` is the whole prompt, whatever part of it was read from or written to the cache;
+    `cached_input_tokens` the part read from cache, `cache_write_tokens` the part written to it
+    (Anthropic bills writes above the input rate), and `cache_write_1h_tokens` the part of those
+    written to the 1-hour cache (billed higher still). What remains is `fresh_input_tokens`.
+    """
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
     cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+
+    @property
+    def fresh_input_tokens(self) -> int | None:
+        """The prompt tokens neither read from nor written to the cache (None where the input is not known)."""
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens - (self.cached_input_tokens or 0) - (self.cache_write_tokens or 0)
 
     def to_dict(self) -> dict[str, int | None]:
         return {
@@ -375,6 +390,8 @@ class Usage:
             "output_tokens": self.output_tokens,
             "total_tokens": self.total_tokens,
             "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cache_write_1h_tokens": self.cache_write_1h_tokens,
         }
 
 

@@ -14,6 +14,7 @@ breakpoints `toolsearch.cost` prices. `AnthropicModel(..., prompt_caching=False)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -58,7 +59,9 @@ def anthropic_payload(
     Consecutive tool results are grouped into one user message, as the API requires. With
     `prompt_caching`, `cache_control` breakpoints end the tools, the system text and the
     conversation (see the module docstring); a top-level `cache_control` in `options` (the API's
-    automatic caching) takes the place of the last one.
+    automatic caching) takes the place of the last one, and its `ttl` is the other two's too
+    (`cache_control={"type": "ephemeral", "ttl": "1h"}` caches all for an hour: the API refuses a
+    5-minute breakpoint ahead of a 1-hour one).
     """
     names = names or request.name_map()
     native = request.tool_search_mode == "native"
@@ -133,7 +136,9 @@ def anthropic_payload(
         payload["tools"] = tools
     payload.update(options)
     if prompt_caching:
-        _mark_breakpoints(payload, conversation="cache_control" not in options)
+        automatic = options.get("cache_control")
+        marker = dict(automatic) if isinstance(automatic, Mapping) else _EPHEMERAL
+        _mark_breakpoints(payload, conversation="cache_control" not in options, marker=marker)
     return payload
 
 
@@ -167,17 +172,18 @@ class _WireIds:
         return f"toolu_noid_{self.empty}"
 
 
-def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool) -> None:
-    """Put `cache_control` on the last loaded tool, the system text and (with `conversation`) the last block.
+def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool, marker: Mapping[str, Any] = _EPHEMERAL) -> None:
+    """Put `marker` as `cache_control` on the last loaded tool, the system text and (with `conversation`) the
+    last block.
 
     Marked blocks are copies: a tool's definition may be shared with other requests.
     """
     tools: list[dict[str, Any]] = payload.get("tools") or []
     loaded = [i for i, t in enumerate(tools) if not t.get("defer_loading")]
     if loaded:
-        tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": dict(_EPHEMERAL)}
+        tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": dict(marker)}
     if isinstance(payload.get("system"), str) and payload["system"]:  # a caller's own system blocks stay as given
-        payload["system"] = [{"type": "text", "text": payload["system"], "cache_control": dict(_EPHEMERAL)}]
+        payload["system"] = [{"type": "text", "text": payload["system"], "cache_control": dict(marker)}]
     messages: list[dict[str, Any]] = payload["messages"]
     if not conversation or not messages:
         return
@@ -185,13 +191,13 @@ def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool) -> None:
     content = last["content"]
     if isinstance(content, str):
         if content.strip():
-            last["content"] = [{"type": "text", "text": content, "cache_control": dict(_EPHEMERAL)}]
+            last["content"] = [{"type": "text", "text": content, "cache_control": dict(marker)}]
         return
     for i in range(len(content) - 1, -1, -1):
         block = content[i]
         if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text", "").strip()):
             continue
-        content[i] = {**block, "cache_control": dict(_EPHEMERAL)}
+        content[i] = {**block, "cache_control": dict(marker)}
         return
 
 
@@ -215,9 +221,16 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
     parsed_usage = None
     if usage is not None:
         # Anthropic's input_tokens leaves out what was read from or written to the cache: add them
-        # back, so input_tokens is the whole prompt as OpenAI reports it
+        # back, so input_tokens is the whole prompt as OpenAI reports it, and keep both parts apart
+        # (writes bill at 1.25x the input rate, 2x for the 1-hour cache): the record is the bill
         read = token_count(_get(usage, "cache_read_input_tokens"), "cache_read_input_tokens", "Anthropic")
         written = token_count(_get(usage, "cache_creation_input_tokens"), "cache_creation_input_tokens", "Anthropic")
+        by_ttl = _get(usage, "cache_creation")
+        written_1h = token_count(
+            _get(by_ttl, "ephemeral_1h_input_tokens") if by_ttl is not None else None,
+            "cache_creation.ephemeral_1h_input_tokens",
+            "Anthropic",
+        )
         inp = token_count(_get(usage, "input_tokens"), "input_tokens", "Anthropic")
         if inp is not None:
             inp += (read or 0) + (written or 0)
@@ -227,6 +240,8 @@ def parse_message(response: Any, names: NameMap) -> ModelTurn:
             output_tokens=out,
             total_tokens=(inp or 0) + (out or 0) if inp is not None or out is not None else None,
             cached_input_tokens=read,
+            cache_write_tokens=written,
+            cache_write_1h_tokens=written_1h,
         )
     message = Message("assistant", "".join(texts), tuple(calls), provider="anthropic", provider_items=tuple(kept))
     return ModelTurn(message, parsed_usage, _get(response, "stop_reason"), response)
