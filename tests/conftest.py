@@ -30,7 +30,7 @@ from skip_rules import SKIPS_ALLOWED, allowed_skips, disallowed_skips
 from toolsearch import Tool, load_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-# Node from PyPI, where .ci/setup.d/00-node.sh put it on a machine without Node >= 20 (.ci/run puts it on PATH too).
+# Node from PyPI, where .ci/setup.d/00-node.sh put it on a machine without Node >= 20 (the npm hooks use it too).
 _NODE_RUNTIME = ROOT / ".cache" / "node-runtime" / "bin"
 if _NODE_RUNTIME.is_dir():
     os.environ["PATH"] = f"{_NODE_RUNTIME}{os.pathsep}{os.environ.get('PATH', '')}"

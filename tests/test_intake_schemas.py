@@ -133,16 +133,18 @@ def test_an_openai_row_keeps_its_tags_metadata_and_strict() -> None:
     assert responses.metadata == {"strict": True}
 
 
-def test_an_mcp_tool_keeps_its_output_schema_and_meta_and_writes_back_title_and_annotations() -> None:
+def test_an_mcp_tool_keeps_its_output_schema_and_writes_back_title_and_annotations() -> None:
     import mcp.types as types
 
     output = {"type": "object", "properties": {"t": {"type": "number"}}}
     sdk = types.Tool.model_validate({"name": "a", "description": "d", "inputSchema": SCHEMA, "title": "T",
                                      "outputSchema": output, "annotations": {"readOnlyHint": True}, "_meta": {"k": 1}})
     tool = Tool.from_mcp(sdk)
-    # Before: only the title was kept; to_mcp wrote name, description and inputSchema.
-    assert tool.metadata == {"title": "T", "outputSchema": output, "annotations": {"readOnlyHint": True},
-                             "_meta": {"k": 1}}
+    # Before: only the title was kept; to_mcp wrote name, description and inputSchema. `_meta` is protocol metadata
+    # a server may stamp on each listing: kept, it would change the fingerprint of an unchanged definition.
+    assert tool.metadata == {"title": "T", "outputSchema": output, "annotations": {"readOnlyHint": True}}
+    relisted = {**sdk.model_dump(by_alias=True, exclude_none=True, mode="json"), "_meta": {"k": 2}}
+    assert Tool.from_mcp(relisted).fingerprint == tool.fingerprint
     shown = tool.to_mcp()
     assert shown == {"name": "a", "description": "d", "inputSchema": SCHEMA, "title": "T",
                      "annotations": {"readOnlyHint": True}}
@@ -190,3 +192,23 @@ def test_a_small_union_folds_as_before() -> None:
     assert set(folded["properties"]) == {"city", "lat", "lon"} and "required" not in folded
     assert "$defs" not in folded and folded["description"].startswith("The arguments must match oneOf")
     assert '(1) {"properties":{"city":{"type":"string"}},"required":["city"]}' in folded["description"]
+
+
+@pytest.mark.parametrize(("types", "levels"), [(80, 2), (30, 3), (400, 3)])
+def test_an_openapi_union_of_many_subtypes_keeps_every_subtypes_fields(types: int, levels: int) -> None:
+    # OpenAPI polymorphism: a top-level oneOf over event types, each `allOf` its parent and its own fields, the
+    # parents chained. Each parent is folded once, however many types name it; a bound of 64 folds per schema (this
+    # stop's first fix) dropped the fields of every type past the 64th, and the required ones.
+    defs: dict[str, Any] = {"Base": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}
+    parent = "Base"
+    for level in range(1, levels):
+        defs[f"Mid{level}"] = {"allOf": [{"$ref": f"#/$defs/{parent}"},
+                                         {"properties": {f"mid{level}": {"type": "string"}}}]}
+        parent = f"Mid{level}"
+    for i in range(types):
+        defs[f"Event{i}"] = {"allOf": [{"$ref": f"#/$defs/{parent}"},
+                                       {"properties": {f"field{i}": {"type": "string"}}, "required": [f"field{i}"]}]}
+    schema = {"type": "object", "oneOf": [{"$ref": f"#/$defs/Event{i}"} for i in range(types)], "$defs": defs}
+    folded = Tool("send_event", "Send one event.", schema).to_anthropic()["input_schema"]
+    assert {f"field{i}" for i in range(types)} | {"id"} <= set(folded["properties"])
+    assert folded["required"] == ["id"]  # what every type requires

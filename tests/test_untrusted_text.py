@@ -440,3 +440,23 @@ def test_an_index_built_under_older_text_rules_is_cleaned_as_it_is_read(
     else:  # built under today's rules: trusted as stored (which is why the version is recorded)
         assert description.endswith("\U000e0101")
     assert loaded.search("email", 1).names == ["send_email"]
+
+
+def test_build_replaces_an_index_built_under_older_text_rules_and_the_warning_names_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from toolsearch.index_store import IndexStore
+
+    store = IndexStore(tmp_path / "indexes")
+    tools = [Tool("send_email", "Send an email."), Tool("get_weather", "Current weather.")]
+    store.build(tools, "bm25", name="mail")
+    _as_older_rules(store.path("mail"))
+    ToolIndex.load(store.path("mail"))
+    # Before: the warning named the folder of every index ("indexes"), not this one
+    assert f"{store.path('mail')} was built under the rules for tool text of an older toolsearch" in caplog.text
+    caplog.clear()
+    # Before: reused as it was, so the warning (and the re-check) came back on every load, whatever was built
+    _, _, reused = store.build(tools, "bm25", name="mail")
+    assert not reused
+    ToolIndex.load(store.path("mail"))
+    assert "rules for tool text" not in caplog.text

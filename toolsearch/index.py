@@ -6,11 +6,12 @@ import os
 import threading
 import time
 import unicodedata
+import warnings
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import ArgumentTypeError, InvalidQueryError, UnknownToolError, wrong_type
+from ._errors import ArgumentTypeError, InvalidQueryError, wrong_type
 from ._untrusted import UNUSABLE, describe, first_hidden, with_article
 from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
@@ -97,16 +98,24 @@ def _folded(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
-def _refuse_near_misses(missing: list[str], catalog: Catalog) -> None:
-    """UnknownToolError for the first of `missing` (names the catalog lacks) that equals a catalog name but for
-    case or Unicode normalisation; the catalog's names are folded only when a name is missing (rare)."""
+def _warn_near_misses(missing: list[str], catalog: Catalog, removed: set[str]) -> None:
+    """Warn about each of `missing` (names the catalog lacks) that equals a catalog name but for case or Unicode
+    normalisation, a tool this call does not remove; the catalog's names are folded only when a name is missing.
+
+    A warning, not an error: names are exact, so nothing of that name was removed, and the tool of the near name
+    stays (a revocation with a typo must not pass unseen); but the same call repeated after a removal (a retry)
+    must not fail because another tool's name differs only in case.
+    """
     wanted = {_folded(n): n for n in missing}
     for name in catalog.names:
         asked = wanted.get(_folded(name))
-        if asked is not None:
-            raise UnknownToolError(
-                f"ToolIndex.remove: no tool is named {asked!r}, but {name!r} is (names differ in case or Unicode "
-                f"form); nothing was removed: pass the exact name, {name!r}"
+        if asked is not None and name not in removed:
+            warnings.warn(
+                f"ToolIndex.remove: no tool is named {asked!r}, so none was removed; {name!r}, whose name differs "
+                "only in case or Unicode form, stays searchable and callable (remove it by its exact name if it "
+                "was meant)",
+                UserWarning,
+                stacklevel=3,
             )
 
 
@@ -239,16 +248,16 @@ class ToolIndex:
     def remove(self, names: Iterable[str]) -> None:
         """Remove tools by name; a name no tool has is ignored (removing twice is harmless).
 
-        A name the catalog lacks while it holds one differing only in case or Unicode form (`Delete_Repo` for
-        `delete_repo`) raises UnknownToolError naming the tool it holds, and nothing is removed: names are exact,
-        and a revocation with a typo must not look done while the tool stays searchable and callable.
+        Names are exact. A name the catalog lacks while it holds one differing only in case or Unicode form
+        (`Delete_Repo` for `delete_repo`) removes nothing and warns (UserWarning), naming the tool that stays, so a
+        revocation with a typo does not look done while the tool stays searchable and callable.
         """
         asked = _names_list("ToolIndex.remove: names", names)
         catalog = self._catalog
+        gone = [n for n in asked if n in catalog]
         missing = [n for n in asked if n not in catalog]
         if missing:
-            _refuse_near_misses(missing, catalog)
-        gone = [n for n in asked if n in catalog]
+            _warn_near_misses(missing, catalog, set(gone))
         with self._write_lock:
             self._backend.remove(gone)
             self._catalog = self._catalog.updated(remove=gone)

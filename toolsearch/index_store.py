@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import IndexFormatError, IndexNotFoundError, InvalidIndexNameError, StoredIndexError, wrong_type
+from ._untrusted import RULES_VERSION
 from .backends import get_backend_spec
 from .catalog import Catalog
 from .index import ToolIndex
@@ -162,7 +163,10 @@ class IndexStore:
                 return name, ToolIndex.load(path, **options), True
             if (path / MANIFEST).exists() and not rebuild:
                 try:
-                    if read_manifest(path).key == key:
+                    stored = read_manifest(path)
+                    # one built under older rules for tool text is rebuilt, not reused: reused, it would be checked
+                    # again (and warn) on every load, and `build` was what the warning asked for
+                    if stored.key == key and stored.text_rules >= RULES_VERSION:
                         return name, ToolIndex.load(path, **options), True
                 except IndexFormatError as exc:  # a broken or old index of this name is replaced below
                     # ... but not a folder that is no index of ours, nor one a newer toolsearch wrote: refused, and

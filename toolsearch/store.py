@@ -956,7 +956,7 @@ def _read_held(folder: Path, held: list[int], options: dict[str, Any]) -> tuple[
             _log.warning(
                 "%s was built under the rules for tool text of an older toolsearch (version %d, this one applies "
                 "%d): each tool is checked and cleaned again as it is read; rebuild the index to skip that",
-                generation.parent, manifest.text_rules, RULES_VERSION,
+                folder, manifest.text_rules, RULES_VERSION,
             )
         if OFFSETS_FILE in manifest.files and TABLE_FILE in manifest.files:  # checked files: tools parsed when needed
             catalog = LazyCatalog.open(generation, TOOLS_FILE, manifest.catalog_hash, recheck=recheck)

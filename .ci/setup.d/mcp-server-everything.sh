@@ -5,6 +5,8 @@
 # at the cause, instead of later at the test.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Node from PyPI where .ci/setup.d/00-node.sh put it (on a machine without Node >= 20 of its own)
+if [ -d .cache/node-runtime/bin ]; then PATH="$PWD/.cache/node-runtime/bin:$PATH"; fi
 if ! command -v npm >/dev/null 2>&1; then
   echo "npm not found: install Node.js (the MCP gateway tests run @modelcontextprotocol/server-everything)" >&2
   exit 1

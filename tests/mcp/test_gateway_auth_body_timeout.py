@@ -2,7 +2,8 @@
 
 Audit 53 F10: `--header-timeout` stopped once the headers were in, so a caller that sent
 `Content-Length: 1000` and then a byte a second held its connection open for good; enough of them pile
-up. Now the body has its own bound (default 30 s), from the end of the headers to the end of the body.
+up. Now the body has its own bound (default 30 s) from the end of the headers, started again each time another
+64 KiB of the body has come, so a slow link that keeps sending is served.
 
 A real gateway process over the toy server; raw sockets.
 """
@@ -70,6 +71,29 @@ def test_a_body_sent_in_time_is_served(url: str) -> None:
     headers = [*MCP_HEADERS, ("authorization", f"Bearer {TOKEN}")]
     answer = httpx2.post(url, headers=headers, content=json.dumps(INITIALIZE), timeout=30)
     assert answer.status_code == 200, answer.text
+
+
+def test_a_slow_body_that_keeps_coming_is_served(url: str) -> None:
+    # 320 kB in 16 kB pieces a tenth of a second apart: about 2 s in all, past the 1 s bound, but each second brings
+    # far more than the 64 KiB that start the timer again. Before: cut at 1 s, with no answer (a deadline on the
+    # whole body cut slow links that kept sending).
+    parts = urlsplit(url)
+    body = json.dumps(INITIALIZE).encode().ljust(320_000)  # JSON may end in whitespace
+    with socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30) as sock:
+        sock.sendall(
+            (
+                f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+        )
+        for start in range(0, len(body), 16_000):
+            sock.sendall(body[start : start + 16_000])
+            time.sleep(0.1)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
 def test_a_body_timeout_that_is_not_a_positive_number_is_refused() -> None:

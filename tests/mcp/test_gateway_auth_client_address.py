@@ -84,3 +84,19 @@ def test_a_forwarded_allow_ips_value_that_is_no_address_is_refused(
     code = main(["mcp", "serve", "--config", str(config), "--transport", "http", "--forwarded-allow-ips", value])
     err = capsys.readouterr().err
     assert code == EXIT_USAGE and f"--forwarded-allow-ips {value!r} is not an IP address or network" in err, err
+
+
+@pytest.mark.parametrize(
+    ("value", "peer"),
+    [("127.0.0.1/8", "127.0.0.1"), ("127.0.0.1", "::ffff:127.0.0.1"), ("10.0.0.0/24", "::ffff:10.0.0.7")],
+)
+def test_a_named_proxy_is_matched_as_uvicorn_reads_its_address(value: str, peer: str) -> None:
+    from uvicorn.middleware.proxy_headers import _TrustedHosts
+
+    from toolsearch.mcp.auth import AuthSettings
+
+    # Before: "127.0.0.1/8" (host bits set) was accepted and matched no peer; an IPv4 proxy read as an IPv4-mapped
+    # address by a gateway on `::` was not matched either: X-Forwarded-For was then ignored for every client.
+    options = AuthSettings(no_auth=True, forwarded_allow_ips=(value,)).server_options()
+    assert peer in _TrustedHosts(options["forwarded_allow_ips"])
+    assert "192.0.2.1" not in _TrustedHosts(options["forwarded_allow_ips"])

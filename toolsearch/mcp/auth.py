@@ -233,13 +233,26 @@ class AuthSettings:
         return {
             "http": header_timeout_protocol(self.header_timeout, self.body_timeout),
             "proxy_headers": bool(self.forwarded_allow_ips),
-            "forwarded_allow_ips": list(self.forwarded_allow_ips) or None,
+            "forwarded_allow_ips": _trusted_proxies(self.forwarded_allow_ips) or None,
         }
 
     def check_files(self) -> None:
         """Refuse a `--auth-tokens` file that cannot be used, naming the entry."""
         if self.tokens_file is not None:
             StaticTokens.load(self.tokens_file)  # a bad file fails here, at start-up, naming the entry
+
+
+def _trusted_proxies(entries: tuple[str, ...]) -> list[str]:
+    """`--forwarded-allow-ips` as uvicorn matches it: each entry a network in normal form (uvicorn never matches
+    `127.0.0.1/8`, whose host bits are set, and says nothing), and each IPv4 one also as the IPv4-mapped IPv6
+    network (`::ffff:127.0.0.0/104`), which is how a proxy's address reads to a gateway listening on `::`."""
+    out: list[str] = []
+    for entry in entries:
+        network = ipaddress.ip_network(entry, strict=False)  # checked in AuthSettings.check
+        out.append(str(network))
+        if isinstance(network, ipaddress.IPv4Network):
+            out.append(f"::ffff:{network.network_address}/{96 + network.prefixlen}")
+    return list(dict.fromkeys(out))
 
 
 def _listed(values: list[str] | None) -> tuple[str, ...]:

@@ -55,7 +55,10 @@ __all__ = [
 ]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-DEFAULT_BODY_TIMEOUT = 30.0  # seconds to send a request's body (the SDK takes up to 4 MiB: 140 kB/s at least)
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds a request's body may take to make progress (BODY_PROGRESS_BYTES more)
+# The body timer starts again whenever this much more of a body has come: a slow link that keeps sending (2 kB/s
+# with the default timeout) is served, a trickle of a byte a second is cut.
+BODY_PROGRESS_BYTES = 64 * 1024
 
 # What a page may send and read on the MCP endpoint (the streamable HTTP transport's headers, both eras)
 _CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
@@ -319,8 +322,8 @@ def header_timeout_protocol(seconds: float, body_seconds: float = DEFAULT_BODY_T
     Pass it as `uvicorn.Config(http=...)`. The header timer runs from the connection's opening and
     again from the end of each response, and stops when a request's headers are complete. The body
     timer runs from then until the body is complete (or the response is, which arms the header timer
-    again): the SDK bounds a body's size, this bounds how long a client may take to send it, so a
-    caller trickling a byte a second cannot hold connections open for good.
+    again), and starts again each time another BODY_PROGRESS_BYTES of it have come: a caller trickling a
+    byte a second cannot hold connections open for good, and a slow link that keeps sending is not cut.
     """
     if not (math.isfinite(seconds) and seconds > 0):
         raise InvalidArgumentError(f"the header timeout must be a number of seconds > 0, got {seconds!r}")
@@ -337,6 +340,8 @@ def header_timeout_protocol(seconds: float, body_seconds: float = DEFAULT_BODY_T
             self._header_timer: asyncio.TimerHandle | None = None
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_cycle: object = None  # the request whose body the body timer waits for
+            self._received = 0  # bytes read from the connection
+            self._received_at_timer = 0  # ... when the body timer was last armed
 
         def _arm_header_timer(self) -> None:
             self._cancel_header_timer()
@@ -362,8 +367,17 @@ def header_timeout_protocol(seconds: float, body_seconds: float = DEFAULT_BODY_T
         def _body_timed_out(self) -> None:
             self._body_timer = None
             if self._body_cycle is self.cycle and self.cycle.more_body and not self.transport.is_closing():
-                self.logger.info("closing a connection that sent no complete request body in %g s", body_seconds)
+                self.logger.info(
+                    "closing a connection whose request body sent less than %d bytes in %g s",
+                    BODY_PROGRESS_BYTES, body_seconds,
+                )
                 self.transport.close()  # the application's next receive() gets http.disconnect
+
+        def _arm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+            self._received_at_timer = self._received
+            self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
 
         def _watch_body(self) -> None:
             cycle = self.cycle
@@ -372,7 +386,13 @@ def header_timeout_protocol(seconds: float, body_seconds: float = DEFAULT_BODY_T
             elif self._body_cycle is not cycle:
                 self._cancel_body_timer()
                 self._body_cycle = cycle
-                self._body_timer = self.loop.call_later(self.body_timeout, self._body_timed_out)
+                self._arm_body_timer()
+            elif self._received - self._received_at_timer >= BODY_PROGRESS_BYTES:
+                self._arm_body_timer()  # the body keeps coming: another window
+
+        def data_received(self, data: bytes) -> None:
+            self._received += len(data)
+            super().data_received(data)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
