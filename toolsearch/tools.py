@@ -497,8 +497,8 @@ def anthropic_input_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     as the schema it points to (a chain of references is followed; one that comes back to itself is
     left as it is). A branch's own top-level combinators are folded the same way, once per distinct
     branch however many references lead to it, for the first 4,096 such branches of a schema; the rest
-    are read as written (the work stays bounded, whatever the schema). The folded schema keeps `$defs` / `definitions` only while something in it still
-    references them.
+    are read as written (the work stays bounded, whatever the schema). The folded schema keeps `$defs` /
+    `definitions` only while something in it still references them.
     """
     if not any(key in schema for key in _COMBINATORS):
         return schema
