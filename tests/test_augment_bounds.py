@@ -67,3 +67,29 @@ def test_a_tool_the_fields_push_over_the_schema_limit_blames_the_augmentation() 
     assert augmentation is not None
     with pytest.raises(AugmentationError, match=r"augmented field\(s\) 'reason' cannot be added to tool 'big'"):
         augmentation.extend(big)
+
+
+def _compact(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def test_fields_under_the_bound_with_no_ref_are_accepted_and_over_it_refused_without_blaming_refs() -> None:
+    # a 6,000-item enum: 28,933 characters of JSON, refused by an estimate of 5 characters a number
+    props = {"priority": {"type": "integer", "enum": list(range(1, 6001))}}
+    assert 28_000 < _compact(props) < 32_000
+    augmentation = Augmentation.of({"properties": props})
+    assert augmentation is not None and augmentation.schema["properties"] == props
+    over = {"priority": {"type": "integer", "enum": list(range(1, 7001))}}
+    with pytest.raises(AugmentationError, match=r"'priority': the augmentation's schema, grows past .*32,000") as err:
+        Augmentation.of({"properties": over})
+    assert "$ref" not in str(err.value)  # there is none to blame
+
+
+def test_refs_whose_inlined_json_is_under_the_bound_are_accepted() -> None:
+    # each copy's own `description` replaces the target's: what the result holds, not what the walk visits, counts
+    big = {"type": "string", "description": "d" * 9_000, "enum": [f"v{i}" for i in range(2_050)]}
+    refs = {f"f{i}": {"$ref": "#/$defs/Big", "description": "x"} for i in range(2)}
+    augmentation = Augmentation.of({"properties": refs, "$defs": {"Big": big}})
+    assert augmentation is not None
+    inlined = augmentation.schema["properties"]
+    assert 28_000 < _compact(inlined) < 32_000 and inlined["f0"]["description"] == "x"

@@ -90,3 +90,20 @@ def test_openai_extended_retention_keeps_the_prefix_for_a_day() -> None:
         first = cache.request(payload, at=0)
         assert cache.request(payload, at=lifetime - 1).cache_read == first.total // 128 * 128, retention
         assert cache.request(payload, at=2 * lifetime).cache_read == 0, retention
+
+
+def test_a_callers_own_one_hour_system_blocks_get_a_one_hour_tools_breakpoint_ahead_of_them() -> None:
+    # the tools come first: a 5-minute breakpoint there, ahead of the caller's 1-hour system block, the API refuses
+    system = [{"type": "text", "text": "Rules. " * 400, "cache_control": ONE_HOUR}]
+    request = ChatRequest(messages=(Message.user("hi"),), pinned=TOOLS)
+    payload = anthropic_payload(request, "claude-sonnet-4-6", system=system)
+    ttls = [t["cache_control"].get("ttl", "5m") for t in payload["tools"] if "cache_control" in t]
+    ttls += [b["cache_control"].get("ttl", "5m") for b in payload["system"] if "cache_control" in b]
+    ttls += [b["cache_control"].get("ttl", "5m") for m in payload["messages"] if isinstance(m["content"], list)
+             for b in m["content"] if "cache_control" in b]
+    assert ttls == ["1h", "1h", "5m"]  # longer lifetimes first, as the API requires
+    assert payload["system"] == system  # the caller's blocks stay as given
+    # 5-minute (or unmarked) system blocks leave the default
+    short = [{"type": "text", "text": "Rules.", "cache_control": {"type": "ephemeral"}}]
+    plain = anthropic_payload(request, "claude-sonnet-4-6", system=short)
+    assert [t.get("cache_control") for t in plain["tools"]][-1] == {"type": "ephemeral"}

@@ -100,3 +100,40 @@ def _blocks(tokens: int) -> list[Any]:
     from toolsearch.cost import Block
 
     return [Block("tools", f"t{i}", tokens // 4) for i in range(4)]
+
+
+def _state(**changes: Any) -> dict[str, Any]:
+    """A real state a minute old, of a cache that wrote `_blocks(1_400)`, with `changes` over it."""
+    cache = PromptCache.for_format("openai_chat", "gpt-4.1")
+    cache.blocks(_blocks(1_400), at=0)
+    return {**cache.state(started=1_000.0), **changes}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda s: {**s, "at": 1e12}, id="at far in the future"),
+        pytest.param(lambda s: {**s, "at": float("inf")}, id="at Infinity, which json.loads reads"),
+        pytest.param(lambda s: {**s, "at": float("nan")}, id="at NaN"),
+        pytest.param(lambda s: {**s, "entries": [[k, t, 1e300, life] for k, t, _, life in s["entries"]]},
+                     id="more time left than the lifetime"),
+        pytest.param(lambda s: {**s, "entries": [[k, t, left, 1e300] for k, t, left, _ in s["entries"]]},
+                     id="a lifetime no provider offers"),
+        pytest.param(lambda s: {**s, "entries": [[k, t, left, -5] for k, t, left, _ in s["entries"]]},
+                     id="a negative lifetime"),
+        pytest.param(lambda s: {**s, "entries": [[k, True, left, life] for k, _, left, life in s["entries"]]},
+                     id="tokens true"),
+        pytest.param(lambda s: {**s, "entries": [[k, -1, left, life] for k, _, left, life in s["entries"]]},
+                     id="negative tokens"),
+        pytest.param(lambda s: {k: v for k, v in s.items() if k not in ("format", "model", "encoding")},
+                     id="no format, model or encoding"),
+    ],
+)
+def test_a_state_no_cache_could_have_left_is_refused(bad: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    # accepted, these priced reads from a cache long gone (a 30-day-old state read 1,536 tokens), or started cold
+    # without a word for a state missing the keys the error names as required
+    state = bad(_state())
+    with pytest.raises(InvalidArgumentError, match=r"LoopResult\.cache_state"):
+        PromptCache.for_format("openai_chat", "gpt-4.1").resume(state, started=1_060.0)
+    good = PromptCache.for_format("openai_chat", "gpt-4.1")
+    assert good.resume(_state(), started=1_060.0) and good.blocks(_blocks(1_400)).cache_read > 0

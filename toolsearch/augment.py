@@ -309,9 +309,9 @@ def _checked_schema(raw: Any) -> dict[str, Any]:
     budget = _Budget()
     schema["properties"] = {name: _inline(value, defs, name, (), budget) for name, value in props.items()}
     size = len(json.dumps(schema["properties"], ensure_ascii=False, separators=(",", ":")))
-    if size > MAX_INLINED_CHARS:  # the walk only estimates (escapes, numbers): the JSON itself decides
+    if size > MAX_INLINED_CHARS:  # the walk's count is a lower bound (escapes): the JSON itself decides
         limit = f"is {size:,} characters of JSON; the limit is {MAX_INLINED_CHARS:,}"
-        raise _too_big(", ".join(map(repr, props)), limit)
+        raise _too_big(", ".join(map(repr, props)), limit, refs=budget.refs > 0)
     for value in schema["properties"].values():
         if isinstance(value, dict):
             value.pop("title", None)
@@ -339,36 +339,42 @@ MAX_INLINED_CHARS = 32_000
 
 
 class _Budget:
-    """What inlining may still write, in (estimated) characters of JSON: each node it builds spends some,
-    so the time and memory inlining takes are bounded by the limit, not by the schema's nesting."""
+    """What inlining may still write, in characters of compact JSON: each node it builds spends what it
+    writes at the least (a string's escapes are not counted), so the time and memory inlining takes are
+    bounded by the limit, not by the schema's nesting, and a schema the limit admits is never refused."""
 
     def __init__(self) -> None:
         self.left = MAX_INLINED_CHARS
+        self.refs = 0  # `$ref`s inlined so far: whether the message blames them
 
     def spend(self, chars: int, field_name: str) -> None:
         self.left -= chars
         if self.left < 0:
-            raise _too_big(repr(field_name), f"grows past the limit of {MAX_INLINED_CHARS:,} characters of JSON")
+            size = f"grows past the limit of {MAX_INLINED_CHARS:,} characters of JSON"
+            raise _too_big(repr(field_name), size, refs=self.refs > 0)
 
 
-def _too_big(fields: str, size: str) -> AugmentationError:
+def _too_big(fields: str, size: str, *, refs: bool) -> AugmentationError:
+    what = "with its $refs inlined, " if refs else ""
+    fix = ", or refer to each $defs type from one place only (each reference is a copy)" if refs else ""
     return AugmentationError(
-        f"augmented field(s) {fields}: the augmentation's schema, with its $refs inlined, {size}, and it would be "
-        "added to every exposed tool on every request; make the fields' schemas smaller, or refer to each $defs "
-        "type from one place only (each reference is a copy)"
+        f"augmented field(s) {fields}: the augmentation's schema, {what}{size}, and it would be added to every "
+        f"exposed tool on every request; make the fields' schemas smaller{fix}"
     )
 
 
 def _inline(node: Any, defs: Mapping[str, Any], field_name: str, seen: tuple[str, ...], budget: _Budget) -> Any:
     # A field's schema travels into every tool's schema, where the augmentation's `$defs` are not:
     # local references are replaced by what they name (a recursive one cannot be, and is refused).
+    # Each node spends what it adds to the compact JSON, at the least: an estimate above it refused schemas
+    # under the limit (a 6,000-item enum, "5 characters a number", with no $ref at all).
     if isinstance(node, list):
-        budget.spend(2 + len(node), field_name)  # brackets and commas
+        budget.spend(2 + max(len(node) - 1, 0), field_name)  # brackets and commas
         return [_inline(item, defs, field_name, seen, budget) for item in node]
     if not isinstance(node, dict):
-        budget.spend(len(node) + 2 if isinstance(node, str) else 5, field_name)  # a string, or a short scalar
+        text = len(node) + 2 if isinstance(node, str) else len(json.dumps(node))  # a string's escapes: uncounted
+        budget.spend(text, field_name)
         return node
-    budget.spend(2 + sum(len(str(k)) + 4 for k in node), field_name)  # braces, each quoted key, colon and comma
     ref = node.get("$ref")
     if isinstance(ref, str):
         name = ref.rsplit("/", 1)[-1]
@@ -376,7 +382,16 @@ def _inline(node: Any, defs: Mapping[str, Any], field_name: str, seen: tuple[str
             raise AugmentationError(f"augmented field {field_name!r}: cannot resolve the reference {ref!r}")
         if name in seen:
             raise AugmentationError(f"augmented field {field_name!r}: recursive type {name!r} is not supported")
-        target = _inline(defs[name], defs, field_name, (*seen, name), budget)
-        rest = {k: _inline(v, defs, field_name, seen, budget) for k, v in node.items() if k != "$ref"}
+        budget.refs += 1
+        keys = [k for k in node if k != "$ref"]
+        # the reference's own keys join the target's object (its braces spent there) and replace its keys
+        # of the same name, which are not inlined: nothing is spent on what the result does not hold
+        budget.spend(sum(len(str(k)) + 3 for k in keys) + max(len(keys) - 1, 0), field_name)
+        found = defs[name]
+        if isinstance(found, dict):
+            found = {k: v for k, v in found.items() if k not in keys}
+        target = _inline(found, defs, field_name, (*seen, name), budget)
+        rest = {k: _inline(node[k], defs, field_name, seen, budget) for k in keys}
         return {**target, **rest}
+    budget.spend(2 + sum(len(str(k)) + 3 for k in node) + max(len(node) - 1, 0), field_name)  # braces, keys, commas
     return {k: _inline(v, defs, field_name, seen, budget) for k, v in node.items()}

@@ -29,8 +29,7 @@ that differs anywhere counts as differing from its start. `cache_control` marker
 a block matches an earlier one with or without them. Prices (USD per million tokens) and the
 rules come from `toolsearch/data/prices.json`, which cites the providers' pages; point
 `TOOLSEARCH_PRICES` (or `load_prices(path)`) at a file of the same shape to override them: a
-model it names replaces the shipped entry whole (its `provider` kept when the file gives none),
-a provider it names has the rules the file gives changed and keeps the others. The file is
+model or provider it names has the fields it gives changed and keeps the shipped others. The file is
 checked: a figure that is not a finite, non-negative number, an entry that is not an object, a
 count that is not a whole number is a PriceTableError naming the file, the entry and the field.
 The prices cover input tokens only: both arms of a comparison produce about the same output.
@@ -352,13 +351,13 @@ def _warn_other_provider(fmt: str, price: ModelPrice, provider: str) -> None:
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` over `base`: a model entry it names replaces the shipped one whole, and a provider entry
-    changes the rules it gives; any other top-level key is replaced.
+    """`override` over `base`, field by field: a model or provider entry it names changes the fields it gives
+    and keeps the rest (a `null` field removes the shipped one); any other top-level key is replaced.
 
-    A model's figures hang together (writes at 1.25x the input rate, the source they were read from),
-    so a re-priced model keeps none of the shipped ones; only its `provider`, which says whose model
-    it is rather than what it costs, is kept when the file gives none. A provider's rules are separate
-    facts (a minimum, a lifetime), so a file may change one and keep the others.
+    A file that restates a shipped model's input and read rates keeps its write rates, its minimum and its
+    1-hour rate, facts of the provider's billing that a file in the documented two-figure shape never gives:
+    replacing the entry whole billed Claude writes at the input rate and priced reads below the model's minimum,
+    without a word. A file that re-prices `input` gives the write rates it changes, as it does any other figure.
     """
     out = copy.deepcopy(base)
     for key, value in override.items():
@@ -367,10 +366,11 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
             for name, entry in value.items():
                 old = shipped.get(name)
                 if isinstance(entry, Mapping) and isinstance(old, Mapping):
-                    if key == "providers":
-                        entry = {**old, **entry}
-                    elif "provider" not in entry and "provider" in old:
-                        entry = {"provider": old["provider"], **entry}
+                    merged = {**old, **entry}
+                    tier, old_tier = entry.get("long_context"), old.get("long_context")
+                    if isinstance(tier, Mapping) and isinstance(old_tier, Mapping):
+                        merged["long_context"] = {**old_tier, **tier}  # a tier's rates, like the model's
+                    entry = merged
                 shipped[name] = copy.deepcopy(entry)
         else:
             out[key] = copy.deepcopy(value)
@@ -410,8 +410,10 @@ class _Origin:
         given: Any = self.override.get(section)
         if name is not None:
             given = given.get(name) if isinstance(given, Mapping) else None
-            # a model entry comes whole from the file that names it; a provider's rule from the file that gives it
-            if key is not None and section == "providers" and isinstance(given, Mapping):
+            # a field comes from the file that gives it (the price file merges over the shipped entry field by
+            # field); one missing from an entry the shipped table lacks is the price file's to give
+            shipped = _shipped().get(section)
+            if key is not None and isinstance(given, Mapping) and isinstance(shipped, Mapping) and name in shipped:
                 given = given.get(key)
         if self.user is not None and given is not None:
             return f"{self.user} (a price file over {_SHIPPED_FILE})"
@@ -437,11 +439,10 @@ class _Entry:
         self.entry = entry
 
     def fail(self, key: str, must: str) -> PriceTableError:
-        value = self.entry.get(key)
-        return PriceTableError(
-            f"{self.file or self.origin.of(self.section, self.name, key)}: {self.section}.{self.name}: '{key}' "
-            f"must be {must}, got {value!r:.80}"
-        )
+        where = f"{self.file or self.origin.of(self.section, self.name, key)}: {self.section}.{self.name}"
+        if key not in self.entry:  # a model new to the table gives every figure: there is no shipped one to keep
+            return PriceTableError(f"{where}: '{key}' is missing; it must be {must}")
+        return PriceTableError(f"{where}: '{key}' must be {must}, got {self.entry[key]!r:.80}")
 
     def price(self, key: str, *, required: bool = True) -> float | None:
         """A price in USD per million tokens: a finite number, zero or more."""
@@ -483,9 +484,9 @@ class _Entry:
         if value is None and not required:
             return None
         names = value if isinstance(value, list) and all(isinstance(v, str) and v for v in value) else None
-        if names is None or (required and not names) or (allowed and not set(names) <= set(allowed)):
+        if names is None or (allowed and not set(names) <= set(allowed)):  # [] is a list: a provider of no format
             one_of = f" among {', '.join(map(repr, allowed))}" if allowed else ""
-            raise self.fail(key, f"a{' non-empty' if required else ''} list of names{one_of}")
+            raise self.fail(key, f"a list of names{one_of}")
         return tuple(names)
 
     def table(self, key: str, read: Callable[[Any], Any], must: str) -> tuple[tuple[str, Any], ...]:
@@ -521,6 +522,7 @@ def _table(data: Mapping[str, Any], origin: _Origin) -> PriceTable:
     rules: dict[str, CacheRules] = {}
     defaults: dict[str, str] = {}
     formats: dict[str, str] = {}
+    formats_given: dict[str, bool] = {}  # whether the price file (not the shipped table) files the format there
     for name, raw in providers.items():
         p = _Entry(origin, "providers", name, raw)
         breakpoints = p.names("breakpoints", allowed=("tools", "system", "last"))
@@ -539,10 +541,18 @@ def _table(data: Mapping[str, Any], origin: _Origin) -> PriceTable:
             tool_use_prompt_tokens=p.table("tool_use_system_prompt_tokens", _token_count, "whole token counts"),
         )
         defaults[name] = p.text("default_model", required=True)
+        # a format the price file gives a provider is taken from the shipped provider that had it (Azure's
+        # OpenAI endpoints filed under a provider of their own); two providers the same file files it under clash
+        given = origin.of("providers", name, "formats") != _SHIPPED_FILE
         for fmt in p.names("formats", required=True) or ():
-            if fmt in formats:
-                raise p.fail("formats", f"formats no other provider names ({fmt!r} is providers.{formats[fmt]}'s too)")
-            formats[fmt] = name
+            if fmt in formats and formats_given[fmt] == given:
+                raise p.fail(
+                    "formats",
+                    f"formats no other provider names ({fmt!r} is providers.{formats[fmt]}'s too); a format has "
+                    "one provider: to move one, list it under one provider only in the price file",
+                )
+            if fmt not in formats or given:
+                formats[fmt], formats_given[fmt] = name, given
     prices: dict[str, ModelPrice] = {}
     for model, raw in models.items():
         m = _Entry(origin, "models", model, raw)
@@ -590,9 +600,9 @@ def _tier(m: _Entry) -> PriceTier | None:
 def load_prices(path: str | Path | None = None) -> PriceTable:
     """The shipped price table, with the file at `path` (else `$TOOLSEARCH_PRICES`, if set) over it.
 
-    A model the file names replaces the shipped entry whole (its `provider` kept when the file gives
-    none); a provider it names has the rules the file gives changed. PriceTableError, naming the file,
-    the entry and the field, for a figure that is not a finite non-negative number, an entry that is
+    A model or provider the file names has the fields the file gives changed and keeps the shipped ones
+    (a `null` field removes one); a model new to the table gives every required figure. PriceTableError,
+    naming the file, the entry and the field, for a figure that is not a finite non-negative number, an entry that is
     not an object, a count that is not a whole number, a rule of the wrong kind.
     """
     chosen = path if path is not None else os.environ.get("TOOLSEARCH_PRICES") or None
@@ -922,27 +932,38 @@ class PromptCache:
         InvalidArgumentError for data that is no such state."""
         entries = state.get("entries") if isinstance(state, Mapping) else None
         at = state.get("at") if isinstance(state, Mapping) else None
+        # the longest an entry can live under these rules: a longer lifetime, or more time left than the entry's
+        # lifetime, is no state() of this cache's, and would price reads from a cache long gone
+        longest = max([self.rules.lifetime_seconds, *(s for _, s in self.rules.lifetimes)])
         rows_ok = isinstance(entries, list) and all(
             isinstance(row, list | tuple)
             and len(row) == 4
             and isinstance(row[0], str)
-            and isinstance(row[1], int)
+            and _token_count(row[1]) is not None
             and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in row[2:])
+            and 0 < row[3] <= longest
+            and 0 <= row[2] <= row[3]
             for row in entries
         )
+        ids = [state.get(k) for k in ("format", "model", "encoding")] if isinstance(state, Mapping) else []
         if (
             not isinstance(state, Mapping)
             or state.get("version") != _STATE_VERSION
+            or not all(isinstance(v, str) for v in ids)
             or not rows_ok
             or isinstance(at, bool)
             or not isinstance(at, int | float)
+            or not math.isfinite(at)
+            or at > started + _CLOCK_SKEW
         ):
             raise InvalidArgumentError(
                 "cache_state must be what LoopResult.cache_state (PromptCache.state) gave, as it gave it: an object "
-                f"with version {_STATE_VERSION}, format, model, encoding, at and entries; got "
+                f"with version {_STATE_VERSION}, format, model and encoding strings, a finite 'at' (wall-clock "
+                "seconds) no later than now, and entries of [key, tokens, seconds left, lifetime] within the "
+                f"provider's lifetimes; got "
                 f"{type(state).__name__ if not isinstance(state, Mapping) else 'an object of another shape'}"
             )
-        if [state.get(k) for k in ("format", "model", "encoding")] != [self.fmt, self.price.model, self.encoding]:
+        if ids != [self.fmt, self.price.model, self.encoding]:
             return False
         assert isinstance(entries, list)
         offset = float(at) - started  # the state's last request, on this cache's clock
@@ -954,3 +975,4 @@ class PromptCache:
 
 
 _STATE_VERSION = 1
+_CLOCK_SKEW = 60.0  # seconds a state's `at` may lie ahead of this run's start: another machine's clock

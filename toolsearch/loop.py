@@ -230,11 +230,11 @@ class LoopResult:
 
     Prices (`cache`, `price_usd` and the cache token counts) are None when the run was not priced:
     `unpriced` says why (`count_tokens=False`, a wire format the price table has no rules for, a
-    request the table could not price). `cache_state` is the conversation's prompt cache after the
-    run, as plain JSON data (prefix digests, token counts and lifetimes; no prompt text): pass it to
-    the run that continues the conversation, `run(model, [*result.messages, "next question"], ...,
-    cache_state=result.cache_state)`, and its first request is priced against what this run left in
-    the cache instead of a cold one.
+    price file that fails its checks, a request the table could not price). `cache_state` is the
+    conversation's prompt cache after the run, as plain JSON data (prefix digests, token counts and
+    lifetimes; no prompt text): pass it to the run that continues the conversation,
+    `run(model, [*result.messages, "next question"], ..., cache_state=result.cache_state)`, and its
+    first request is priced against what this run left in the cache instead of a cold one.
     """
 
     output: str
@@ -985,7 +985,12 @@ def _prompt_cache(model: ChatModel, encoding: str) -> tuple[PromptCache | None, 
     the price table has no rules for: a plug-in's, warned once per format)."""
     from .cost import load_prices
 
-    prices = load_prices()
+    try:
+        prices = load_prices()
+    except PriceTableError as exc:  # the price is a measurement: a bad price file leaves runs unpriced, not stopped
+        why = f"the price table could not be loaded: {exc}"
+        warnings.warn(f"toolsearch: runs have no price: {why}", UserWarning, stacklevel=5)
+        return None, why
     if model.format not in prices.formats:
         why = (
             f"the price table has no caching rules for wire format {model.format!r} (it knows "

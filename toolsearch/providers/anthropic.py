@@ -142,6 +142,26 @@ def anthropic_payload(
     return payload
 
 
+def _ttl_seconds(marker: Any) -> float:
+    """A `cache_control` marker's lifetime in seconds ("5m", "1h"; none given: the API's 5 minutes)."""
+    ttl = marker.get("ttl") if isinstance(marker, Mapping) else None
+    if isinstance(ttl, str) and len(ttl) > 1 and ttl[:-1].isdigit() and ttl[-1] in "smh":
+        return int(ttl[:-1]) * {"s": 1, "m": 60, "h": 3600}[ttl[-1]]
+    return 300.0
+
+
+def _longest(marker: Mapping[str, Any], system: Any) -> dict[str, Any]:
+    """The tools breakpoint: `marker`, or the longest lifetime the caller's own system blocks name when that is
+    longer. The tools come before the system text, and the API refuses a breakpoint with a shorter lifetime
+    ahead of a longer one (a 5-minute tools breakpoint before a caller's 1-hour system block)."""
+    blocks = system if isinstance(system, list) else []
+    own = [b["cache_control"] for b in blocks if isinstance(b, Mapping) and isinstance(b.get("cache_control"), Mapping)]
+    longest = max(own, key=_ttl_seconds, default=None)
+    if longest is not None and _ttl_seconds(longest) > _ttl_seconds(marker):
+        return {**marker, "ttl": longest["ttl"]}
+    return dict(marker)
+
+
 class _WireIds:
     """Call ids as Anthropic accepts them (`^[a-zA-Z0-9_-]+$`), the same for a tool_use and its tool_result.
 
@@ -181,7 +201,7 @@ def _mark_breakpoints(payload: dict[str, Any], *, conversation: bool, marker: Ma
     tools: list[dict[str, Any]] = payload.get("tools") or []
     loaded = [i for i, t in enumerate(tools) if not t.get("defer_loading")]
     if loaded:
-        tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": dict(marker)}
+        tools[loaded[-1]] = {**tools[loaded[-1]], "cache_control": _longest(marker, payload.get("system"))}
     if isinstance(payload.get("system"), str) and payload["system"]:  # a caller's own system blocks stay as given
         payload["system"] = [{"type": "text", "text": payload["system"], "cache_control": dict(marker)}]
     messages: list[dict[str, Any]] = payload["messages"]
