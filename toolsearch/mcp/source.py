@@ -196,9 +196,9 @@ def tool_from_mcp(definition: Any, server: str, *, separator: str = SEPARATOR) -
         input_schema=base.input_schema,
         namespace=server,
         tags=base.tags,
-        # Only what a client is shown again (mcp_definition) and the origin: the output schema is kept once, in the
-        # origin, and `_meta`, `icons` and the like stay out, since a definition's fingerprint covers its metadata
-        # and an upstream's volatile `_meta` would read as a changed tool to every session (pinning.py).
+        # Only what a client is shown again (mcp_definition, through Tool.to_mcp) and the origin: the output schema
+        # is kept once, in the origin, and `icons` and the like stay out, since a definition's fingerprint covers
+        # its metadata and a field an upstream changes would read as a changed tool to every session (pinning.py).
         metadata={**{k: v for k, v in base.metadata.items() if k in _SHOWN_METADATA and v}, "mcp": origin},
     )
 
@@ -215,16 +215,12 @@ def upstream_of(tool: Tool) -> tuple[str, str] | None:
 
 
 def mcp_definition(tool: Tool) -> types.Tool:
-    """The MCP `Tool` a gateway client sees: our name, the upstream's schema, title, annotations."""
+    """The MCP `Tool` a gateway client sees: our name, the upstream's schema, title, annotations (`Tool.to_mcp`),
+    and the upstream's output schema, which the gateway relays results for as they come."""
     origin = tool.metadata.get("mcp")
-    extra: dict[str, Any] = {}
-    if isinstance(tool.metadata.get("title"), str):
-        extra["title"] = tool.metadata["title"]
-    if isinstance(tool.metadata.get("annotations"), Mapping):
-        extra["annotations"] = tool.metadata["annotations"]
+    data = tool.to_mcp()
     if isinstance(origin, Mapping) and isinstance(origin.get("outputSchema"), Mapping):
-        extra["outputSchema"] = origin["outputSchema"]
-    data = {"name": tool.name, "description": tool.description, "inputSchema": dict(tool.input_schema), **extra}
+        data["outputSchema"] = origin["outputSchema"]
     return types.Tool.model_validate(data, by_name=False)
 
 
