@@ -103,3 +103,20 @@ def test_the_loop_refuses_the_clash_before_its_first_request(sessions: SessionMa
     with pytest.raises(InvalidToolError, match=CLASH):
         loop.run("find me a web page", session_id="pinned", pinned=["tool_search"])
     assert model.requests == []
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_in_direct_mode_a_catalog_tool_named_like_the_search_tool_is_called_as_itself(
+    sessions: SessionManager, mode: str
+) -> None:
+    from toolsearch import run
+    from toolsearch.providers import ScriptedModel, call
+
+    model = ScriptedModel([call("tool_search", q="cats"), "done"])
+    ran: list[str] = []
+    result = run(model, "find cat pages", session=sessions.create(f"direct-{mode}"), tool_search=mode,
+                 functions={"tool_search": lambda q: ran.append(q) or f"web results for {q}"})
+    # Before: no search tool was sent, yet the call named tool_search ran the search and never the catalog tool.
+    assert ran == ["cats"] and not result.searches
+    assert [r.content for r in result.tool_results] == ["web results for cats"]
+    assert sorted(t["function"]["name"] for t in model.payloads[0]["tools"]) == ["send_email", "tool_search"]

@@ -257,7 +257,9 @@ class PluginWarning(UserWarning):
 
 
 class UnknownModelPriceWarning(UserWarning):
-    """A model the price table does not know was priced as its provider's default model (warned once per model)."""
+    """A price may be wrong: a model the price table does not know was priced as its provider's default model, or
+    one the table files under another provider than the wire format's was priced with no cache reads (warned once
+    per model, and per format for the second)."""
 
 
 class CommandError(ToolSearchError):

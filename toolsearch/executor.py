@@ -431,9 +431,13 @@ class ToolExecutor:
         config: ExecutionSettings | None = None,
         usage: UsageRecorder | None = None,
         augment: Augmentation | None = None,
+        searches: bool = True,
     ) -> None:
         self.functions = _functions_map(functions)
         self.metatool = metatool or ToolSearchMetaTool()
+        # False where the requests offer no search tool (the loop's direct mode sends every tool instead): a
+        # call named like the search tool is then a catalog tool's call, run as any other.
+        self.searches = searches
         self.config: ExecutionSettings = config or ExecutorConfig()
         # Feeds the usage log (toolsearch.usage): what each search showed and which shown tools then worked.
         self.usage = usage
@@ -625,18 +629,23 @@ class ToolExecutor:
         )
 
     def _split(self, session: Session, calls: Sequence[Any]) -> list[ToolCall]:
-        return [_coerce_call(c, session, self.metatool.name) for c in calls]
+        return [_coerce_call(c, session, self._search_name) for c in calls]
+
+    @property
+    def _search_name(self) -> str:
+        """The name whose calls search ("" without a search tool: no call is named that)."""
+        return self.metatool.name if self.searches else ""
 
     def _resolve(self, session: Session, call: ToolCall) -> ToolCall:
         """Map an alias to its catalog name once the turn's searches ran: a dotted tool found by a
         search in this very turn is called under an alias the session only learns from that search."""
-        if call.kind != "function" or call.name == self.metatool.name:
+        if call.kind != "function" or call.name == self._search_name:
             return call
         name = session.resolve_name(call.name)
         return call if name == call.name else replace(call, name=name)
 
     def _is_search(self, call: ToolCall) -> bool:
-        return call.kind == "tool_search" or call.name == self.metatool.name
+        return self.searches and (call.kind == "tool_search" or call.name == self.metatool.name)
 
     def _plan(
         self, session: Session, calls: Sequence[Any], iteration: int
@@ -650,7 +659,8 @@ class ToolExecutor:
         for the consumer: the first rule of `_batch`, done before anything waits.
         """
         turn = session.view()
-        self.metatool.check_clash(turn.is_visible)  # a catalog tool shown under its name: its calls would search
+        if self.searches:  # a catalog tool shown under the search tool's name: its calls would search
+            self.metatool.check_clash(turn.is_visible)
         neutral = self._split(turn, calls)
         results: list[ToolResult | None] = [None] * len(neutral)
         deliveries: list[_Delivery] = []
@@ -926,11 +936,8 @@ def tools_for_request(
     _check_call_arguments("tools_for_request", session)
     meta = metatool or ToolSearchMetaTool()
     augmentation = setup_augmentation(session, augment)
-    view = session.view()
-    pinned, discovered = view.pinned_tools(), view.discovered_tools()
-    shown = {t.name for t in pinned} | {t.name for t in discovered}
-    meta.check_clash(shown.__contains__)  # else the request would carry two tools of the search tool's name
-    tools = augment_tools([*pinned, meta.definition(view), *discovered], augmentation, meta.name)
+    pinned, search, discovered = meta.turn_tools(session.view())  # one read of the session
+    tools = augment_tools([*pinned, search, *discovered], augmentation, meta.name)
     return render_tools(format, tools, session.name_map)
 
 

@@ -255,12 +255,13 @@ class LoopResult:
 
     @property
     def tool_tokens(self) -> list[int]:
-        """Tool-definition tokens of each request."""
+        """Tool-definition tokens of each request (0 for each when the run counted none: `count_tokens=False`)."""
         return [r.tokens.tools if r.tokens else 0 for r in self.requests]
 
     @property
     def total_tokens(self) -> int:
-        """Input tokens summed over all requests (the counted payloads, not the provider's bill)."""
+        """Input tokens summed over all requests (the counted payloads, not the provider's bill; 0 when the run
+        counted none: `count_tokens=False`, where `cache` is None and `unpriced` says so)."""
         return sum(r.tokens.total for r in self.requests if r.tokens)
 
     @property
@@ -471,6 +472,7 @@ class ToolSearchLoop:
             config=replace(self.config, undiscovered="execute"),
             usage=usage,
             augment=self.augment,
+            searches=False,  # no search tool is sent: a catalog tool named like it is called as itself
         )
         _warn_unknown_functions(self.executor.functions, sessions)
 
@@ -522,7 +524,7 @@ class ToolSearchLoop:
             if count * _MIN_TOOL_TOKENS > limit:
                 return None
             tools = allowed_tools(session)
-            sent = augment_tools(tools, self.augment, self.metatool.name)  # what a request would carry
+            sent = augment_tools(tools, self.augment, "")  # what a request would carry (no search tool in it)
             return tools if _definitions_tokens(sent, self.config.encoding) <= limit else None
         return allowed_tools(session)
 
@@ -605,6 +607,7 @@ class _Run:
         self.all_tools = loop.direct_tools(session)  # None: the run searches
         self.direct = self.all_tools is not None
         self.executor = loop.direct_executor if self.direct else loop.executor
+        self.search_name = "" if self.direct else loop.metatool.name  # calls of this name search
         self.messages = _initial_messages(prompt, session.index.catalog.get)
         self.system = loop.system_prompt(session, direct=self.direct)
         self.searches: list[SearchRecord] = []
@@ -627,16 +630,13 @@ class _Run:
         if self.all_tools is not None:
             request = ChatRequest(messages=tuple(self.messages), system=self.system, pinned=self.all_tools)
         else:
-            view = self.session.view()  # one read of the session for the request's tools
-            pinned, discovered = tuple(view.pinned_tools()), tuple(view.discovered_tools())
-            # before the request, not at the first call: providers refuse two tools of one name
-            shown = {t.name for t in pinned} | {t.name for t in discovered}
-            self.loop.metatool.check_clash(shown.__contains__)
+            # one read of the session, checked before the request (providers refuse two tools of one name)
+            pinned, search, discovered = self.loop.metatool.turn_tools(self.session.view())
             request = ChatRequest(
                 messages=tuple(self.messages),
                 system=self.system,
                 pinned=pinned,
-                search_tool=self.loop.metatool.definition(view),
+                search_tool=search,
                 discovered=discovered,
                 tool_search_mode=self.config.tool_search_mode,
             )
@@ -733,7 +733,7 @@ class _Run:
         search runs after the turn (the executor maps the call then).
         """
         name = event.name
-        if event.type == "tool_call_start" and event.kind == "function" and name and name != self.loop.metatool.name:
+        if event.type == "tool_call_start" and event.kind == "function" and name and name != self.search_name:
             name = self.session.resolve_name(name)
         return replace(event, iteration=iteration, name=name)
 
@@ -890,7 +890,7 @@ class _Run:
         if isinstance(step, _Ask):
             tracing.model_request(self.loop.model, step.iteration, len(step.request.tools), None, started, exc)
             return
-        search = self.loop.metatool.name
+        search = self.search_name
         tracing.unsettled_calls([c for c in step.calls if c.kind == "function" and c.name != search], started, exc)
 
 

@@ -263,13 +263,26 @@ class ToolSearchMetaTool:
             f"are {listed} (only `query` is required). {self._usage()}"
         )
 
+    def turn_tools(self, view: Session) -> tuple[tuple[Tool, ...], Tool, tuple[Tool, ...]]:
+        """The tools of a request that searches, from one snapshot of the session (`session.view()`): its pinned
+        tools, this search tool's definition and its discovered tools, once `check_clash` found none of the shown
+        tools under this tool's name (providers refuse a request with two tools of one name).
+
+        The one home of that rule for the requests the loop and `tools_for_request` make.
+        """
+        pinned, discovered = tuple(view.pinned_tools()), tuple(view.discovered_tools())
+        shown = {t.name for t in pinned} | {t.name for t in discovered}
+        self.check_clash(shown.__contains__)
+        return pinned, self.definition(view), discovered
+
     def check_clash(self, shown: Callable[[str], bool]) -> None:
         """InvalidToolError when a tool shown beside this search tool (`shown(name)`) takes its name.
 
         Such a tool would be sent with the search tool under one name (providers refuse the request), and every
-        call of that name would run the search. The rule of every entry point: `tools_for_request` and
-        `ToolExecutor` apply it to the session's pinned and discovered tools (a search never offers such a
-        tool: see `run`), the framework plug-ins to every tool of the agent (the framework holds them all).
+        call of that name would run the search. The rule of every entry point: `turn_tools` (the loop's requests
+        and `tools_for_request`) and `ToolExecutor` apply it to the session's pinned and discovered tools (a
+        search never offers such a tool: see `run`), the framework plug-ins to every tool of the agent (the
+        framework holds them all). A run that offers no search tool (the loop's direct mode) applies none.
         """
         if shown(self.name):
             raise InvalidToolError(

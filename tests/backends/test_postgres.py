@@ -18,7 +18,7 @@ from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_ser
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch import Tool, ToolIndex
-from toolsearch._errors import CatalogStoreError, IndexFormatError, IndexNotFoundError
+from toolsearch._errors import ArgumentTypeError, CatalogStoreError, IndexFormatError, IndexNotFoundError
 from toolsearch.backends.bm25 import VALUE_WEIGHT
 from toolsearch.backends.hybrid import DEFAULT_DENSE_WEIGHT
 from toolsearch.demo import demo_tools
@@ -89,6 +89,23 @@ def test_a_second_process_reads_the_catalog_the_first_built_and_sees_its_changes
     finally:
         first.close()
         second.close()
+
+
+def test_remove_takes_exact_names_and_warns_of_a_near_name_that_stays(
+    pg_server: PostgresServer, catalog_name: str  # noqa: F811
+) -> None:
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None)
+    try:
+        # Before: a lone name was read as its letters, and a name differing in case removed nothing without a word.
+        with pytest.raises(ArgumentTypeError, match=r"PostgresIndex.remove: names must be a list of tool names"):
+            index.remove("stock_get_quote")  # type: ignore[arg-type]
+        with pytest.warns(UserWarning, match=r"no tool is named 'Stock_Get_Quote'.*'stock_get_quote'.*stays"):
+            index.remove(["Stock_Get_Quote"])
+        assert "stock_get_quote" in index.catalog
+        index.remove(["stock_get_quote"])
+        assert "stock_get_quote" not in index.catalog
+    finally:
+        index.close()
 
 
 def test_forked_workers_never_share_the_parent_s_connections(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811

@@ -68,6 +68,8 @@ ISSUER = ["--auth-issuer", "https://id.example.com", "--auth-scope", "tools"]
         (["--allowed-origins", "https://*.example.com"], "a wildcard such as https://*.example.com is not supported"),
         (["--allowed-origins", "https://app.example:443"], "default port, which a browser leaves out"),
         (["--allowed-origins", "*"], "--allowed-origins '*' is not an origin"),
+        (["--allowed-origins", "null"], "--allowed-origins 'null' is sent by any sandboxed or data: page"),
+        (["--allowed-origins", "https://app.example,NULL"], "--allowed-origins 'NULL' is sent by any sandboxed"),
         # F8: infinity is no limit a bucket or a timer can hold
         (["--auth-tokens", "t.json", "--auth-scope", "tools", "--auth-failures", "inf"], "--auth-failures"),
         (["--rate-limit", "inf"], "--rate-limit must be >= 0 (0 turns it off) and finite"),
@@ -93,11 +95,11 @@ def parse(*argv: str) -> AuthSettings:
 
 def test_values_that_can_match_are_accepted() -> None:
     hosts = "mcp.internal:8000,mcp.internal:*,[::1]:8000,10.0.0.5,gateway_1"
-    origins = "https://app.example:*,http://[::1]:3000,https://app.example:8443,http://app.example:443,null"
+    origins = "https://app.example:*,http://[::1]:3000,https://app.example:8443,http://app.example:443"
     settings = parse("--auth-scope", "tools:read", "--auth-scope", "urn:x", "--allowed-hosts", hosts,
                      "--allowed-origins", origins, "--forwarded-allow-ips", "10.0.0.0/8,::1", "--body-timeout", "5")
     assert settings.scopes == ("tools:read", "urn:x") and len(settings.allowed_hosts) == 5
-    assert len(settings.allowed_origins) == 5 and settings.forwarded_allow_ips == ("10.0.0.0/8", "::1")
+    assert len(settings.allowed_origins) == 4 and settings.forwarded_allow_ips == ("10.0.0.0/8", "::1")
     assert settings.body_timeout == 5.0
 
 

@@ -269,8 +269,12 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 def _origin_problem(origin: str) -> str | None:
     """Why `origin` can never equal a browser's `Origin` header (None when it can)."""
-    if origin == "null":
-        return None
+    if origin.lower() == "null":
+        # any page can send `Origin: null` (a sandboxed iframe, a data: URL), so listing it would let every site call
+        return (
+            "is sent by any sandboxed or data: page, so allowing it would let every site call the gateway; list the "
+            "page's real origin (scheme://host[:port]) instead"
+        )
     found = re.fullmatch(r"(https?)://([^/?#\s@]+)", origin, re.IGNORECASE)
     if found is None:
         return "is not an origin; write scheme://host[:port] (or scheme://host:* for any port), without a path"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .._errors import CatalogMovedError, CatalogStoreError, IndexNotFoundError, InvalidArgumentError
 from ..backends import get_backend_spec
 from ..catalog import Catalog
-from ..index import ToolIndex
+from ..index import ToolIndex, _names_list, _warn_near_misses
 from ..results import SearchResult
 from ..tools import Tool
 from .mirror import Snapshot, Watcher, read_since, read_whole
@@ -184,7 +184,11 @@ class PostgresIndex(ToolIndex):
             self.catch_up()
 
     def remove(self, names: Iterable[str]) -> None:
-        gone = list(dict.fromkeys(names))
+        """Remove tools by name, as `ToolIndex.remove` does (exact names; a near name that stays is warned about)."""
+        gone = list(dict.fromkeys(_names_list("PostgresIndex.remove: names", names)))
+        missing = [n for n in gone if n not in self._catalog]
+        if missing:
+            _warn_near_misses(missing, self._catalog, set(gone))
         if gone:
             self._pg.change((), gone)
             self.catch_up()
