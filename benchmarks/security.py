@@ -46,7 +46,7 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
 
     config = write_config(folder / "servers.json", {"toy": toy(), "time": time_server()})
     policy = folder / "policy.json"
-    policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"]}, "servers": ["toy"]}]}))
+    policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"], "issuer": "static"}, "servers": ["toy"]}]}))
     flags = ["--auth-tokens", str(tokens), "--auth-scope", "tools", "--tool-policy", str(policy)]
     with LocalIssuer() as issuer, http_gateway(
         config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0",
