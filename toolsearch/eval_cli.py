@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,38 @@ def usage_queries(folder: Path, console: Any) -> list[LabeledQuery]:
             f"the usage log of {folder.name} keeps no query text ({len(entries)} entries, privacy="
             f"{log.privacy!r}): only privacy='raw' stores it; give labelled queries with --queries FILE instead"
         )
-    return queries_from_pairs(pairs)
+    taken, refused = _searchable(pairs)
+    if refused:
+        # A logged request is not a query someone typed for this run: one a search does not take (an entry keeps up
+        # to ten searches' worth of text; an import may hold anything) is left out, as `tune` and `usage refresh`
+        # leave it, not a reason to give no score at all.
+        why = "; ".join(f"{n} {reason}" for reason, n in refused.most_common())
+        console.note(f"note: left out {sum(refused.values())} of the {len(pairs)} logged requests, which a search does "
+                     f"not take ({why}); the other {len(taken)} are scored")
+    if not taken:
+        raise EvalError(
+            f"the usage log of {folder.name} holds no request a search takes (every one was left out, see the note "
+            "above); give labelled queries with --queries FILE instead"
+        )
+    return queries_from_pairs(taken)
+
+
+def _searchable(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], Counter[str]]:
+    """The (request, tool) pairs whose request a search takes, and how many others were refused for each reason."""
+    from .index import MAX_QUERY_CHARS, validate_query
+
+    taken: list[tuple[str, str]] = []
+    refused: Counter[str] = Counter()
+    for text, tool in pairs:
+        try:
+            validate_query(text)
+        except InvalidQueryError:
+            stripped = text.strip()
+            refused["with no words" if not stripped else f"longer than {MAX_QUERY_CHARS:,} characters"
+                    if len(stripped) > MAX_QUERY_CHARS else "holding a character a query cannot contain"] += 1
+            continue
+        taken.append((text, tool))
+    return taken, refused
 
 
 def run_eval(

@@ -28,13 +28,15 @@ def load_queries(
     """Read a dataset's queries.jsonl; with `seed`, shuffle before taking the first `limit`.
 
     Each row is checked: a row of the wrong shape (a `relevant` that is a string, which would split into
-    characters) or a line that is not UTF-8 raises InvalidToolError naming the file and line. With
+    characters), a line that is not UTF-8, or an id an earlier row has (as text: 1 and "1" are one id) raises
+    InvalidToolError naming the file and line(s). With
     `need_relevant` (`toolsearch eval`), so does a row whose `relevant` is empty: it can only miss. Data
     sets may hold such rows on purpose (requests no tool answers), so that is the caller's choice;
     `score_rankings` leaves them out of its means and says how many it left out.
     """
     path = Path(path)
     out: list[LabeledQuery] = []
+    lines: dict[str, int] = {}  # id -> the line that gave it: results and misses are reported by id
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
@@ -51,7 +53,14 @@ def load_queries(
                 row = json.loads(line)
             except (json.JSONDecodeError, RecursionError) as exc:
                 raise InvalidToolError(f"{path}:{lineno}: not a query row ({exc})") from None
-            out.append(_query_row(row, f"{path}:{lineno}", need_relevant))
+            query = _query_row(row, f"{path}:{lineno}", need_relevant)
+            first = lines.setdefault(query.id, lineno)
+            if first != lineno:
+                raise InvalidToolError(
+                    f"{path}:{lineno}: id {query.id!r} is also the id of line {first} (ids are compared as text); "
+                    "give each query its own id, so that a miss reported by id names one query"
+                )
+            out.append(query)
     if seed is not None:
         random.Random(seed).shuffle(out)
     return out[:limit] if limit is not None else out

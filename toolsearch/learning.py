@@ -4,9 +4,11 @@ trusted as far as the log shows the votes beat the backend.
 For a new query the log's nearest past queries are found by TF-IDF cosine over their words (an
 inverted index from word to distinct past queries, so the cost grows with the postings of the
 query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
-`neighbours` closest) votes s**2 times its success count for each tool it led to. A success counts once
-per voter (`UsageEntry.by`, a salted digest of the conversation): one conversation repeating a search
-and a call is one success, however often it repeats them; entries without a voter count each. The votes give
+`neighbours` closest) votes s**2 times its success count for each tool it led to. A voter (`UsageEntry.by`,
+a salted digest of the conversation) has one success in all per tool, split evenly over the distinct requests
+it made that led to that tool: however often one conversation repeats or rewords a search and a call, it adds
+at most one vote (that of an identical past request) to a tool for any query, and it counts once in the
+calibration below. Entries without a voter count each. The votes give
 each tool a share, and the evidence a confidence against a prior, the evidence needed to outweigh
 the backend (the vote's exponent is 2 unless the calibration below finds 1 better):
 
@@ -77,6 +79,9 @@ PRIOR_GRID: tuple[float, ...] = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 1
 LEARNED_ONLY = "no tool's words matched these; they were found from what earlier requests like this one called"
 MIN_CALIBRATION = 50  # past searches with a shown list: fewer cannot tell priors a factor of 2 apart
 CALIBRATION_SAMPLE = 1_000  # past searches left out one at a time; bounds the compile cost
+# A voter's searches in that sample: they count once in all however many there are, and more of one voter's would
+# only push other voters' searches out of the sample.
+CALIBRATION_PER_VOTER = 10
 CALIBRATION_TIE = 0.001  # nDCG@10 gains below this are noise: the larger prior wins
 DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
 DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
@@ -130,21 +135,29 @@ class _Snapshot:
 def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: float) -> _Snapshot:
     version = log.version
     keys: dict[tuple[str, ...], dict[str, float]] = {}
-    # One past search per (words, shown list): the entries of one search that led to several calls.
+    # One past search per (words, shown list): the entries of one search that led to several calls. With it, the
+    # voter of its first entry (None: no voter), whose searches count once in all in the calibration.
     searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
-    # One vote per voter for a request and a tool: one conversation repeating a search and a call is one
-    # vote, or a single client could outvote every other user for everyone's similar requests. Entries
-    # without a voter (older logs, `UsageLog.add` without `by`) count each, as they always did.
-    voted: set[tuple[tuple[str, ...], str, str]] = set()
+    owners: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None] = {}
+    # One vote in all per voter and tool: a voter's votes for a tool are split evenly over the distinct requests
+    # (words) it made that led to that tool. Counted per request, one conversation could outvote every other user
+    # for everyone's similar requests by rewording its search each time; a repeat of one request was already one
+    # vote. Entries without a voter (older logs, `UsageLog.add` without `by`) count each, as they always did.
+    requests: dict[tuple[str, str], dict[tuple[str, ...], None]] = {}  # (voter, tool) -> its distinct requests
     for entry in log.entries():
         tools = keys.setdefault(entry.terms, {})
-        repeat = entry.by is not None and (entry.terms, entry.called, entry.by) in voted
         # setdefault either way: a tool's place among its request's votes stays where it first appeared
-        tools[entry.called] = tools.get(entry.called, 0.0) + (0.0 if repeat else 1.0)
+        tools[entry.called] = tools.get(entry.called, 0.0) + (1.0 if entry.by is None else 0.0)
         if entry.by is not None:
-            voted.add((entry.terms, entry.called, entry.by))
+            requests.setdefault((entry.by, entry.called), {}).setdefault(entry.terms)
         if entry.shown:
-            searches.setdefault((entry.terms, entry.shown), set()).add(entry.called)
+            search = (entry.terms, entry.shown)
+            searches.setdefault(search, set()).add(entry.called)
+            owners.setdefault(search, entry.by)
+    for (_, tool), made in requests.items():
+        share = 1.0 / len(made)
+        for terms in made:
+            keys[terms][tool] += share
     lists: dict[str, list[int]] = {}
     for key_id, terms in enumerate(keys):
         for term in terms:
@@ -164,31 +177,59 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
     # The past query's norm folded into each posting: a lookup sums these and divides once by the query's norm.
     weights = {t: idf_sq[t] / norms[ids] for t, ids in postings.items()}
     snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes)
-    if len(searches) < MIN_CALIBRATION:
+    sample = _calibration_sample(searches, owners)
+    if len(sample) < MIN_CALIBRATION:
         return snap
     key_ids = {terms: i for i, terms in enumerate(keys)}
-    calibration = _calibrate(snap, searches, key_ids, neighbours=neighbours, min_similarity=min_similarity,
+    calibration = _calibrate(snap, sample, key_ids, neighbours=neighbours, min_similarity=min_similarity,
                              weight=weight)
     return replace(snap, calibration=calibration)
 
 
+# A search of the calibration sample: its words, its shown list, the tools called after it, and its weight.
+_Sampled = tuple[tuple[str, ...], tuple[str, ...], set[str], float]
+
+
+def _calibration_sample(
+    searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]],
+    owners: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None],
+) -> list[_Sampled]:
+    """The newest CALIBRATION_SAMPLE searches (the backend as it ranks now), at most CALIBRATION_PER_VOTER of each
+    voter, each weighted so that a voter's searches count once in all (a search without a voter counts once).
+
+    By number of searches, one conversation making many reworded searches would make the sample its own, and the
+    calibration would measure how well its votes rank its own calls: trust them, for everyone."""
+    taken: list[tuple[tuple[tuple[str, ...], tuple[str, ...]], set[str], str | None]] = []
+    per_voter: dict[str, int] = {}
+    for search, called in reversed(searches.items()):
+        if len(taken) >= CALIBRATION_SAMPLE:
+            break
+        owner = owners[search]
+        if owner is not None:
+            if per_voter.get(owner, 0) >= CALIBRATION_PER_VOTER:
+                continue
+            per_voter[owner] = per_voter.get(owner, 0) + 1
+        taken.append((search, called, owner))
+    return [(terms, shown, called, 1.0 if owner is None else 1.0 / per_voter[owner])
+            for (terms, shown), called, owner in reversed(taken)]
+
+
 def _calibrate(
     snap: _Snapshot,
-    searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]],
+    sample: list[_Sampled],
     key_ids: dict[tuple[str, ...], int],
     *,
     neighbours: int,
     min_similarity: float,
     weight: float,
 ) -> Calibration:
-    """The prior of PRIOR_GRID under which the votes of the other past queries, mixed with what each
-    of the newest CALIBRATION_SAMPLE searches showed, ranked its called tools best (see the module doc)."""
+    """The prior of PRIOR_GRID under which the votes of the other past queries, mixed with what each search of
+    `sample` (`_calibration_sample`) showed, ranked its called tools best (see the module doc)."""
 
-    sample = list(searches.items())[-CALIBRATION_SAMPLE:]  # the newest: the backend as it ranks now
     grid = [(exponent, prior) for exponent in EXPONENT_GRID for prior in sorted(PRIOR_GRID, reverse=True)]
     totals = dict.fromkeys(grid, 0.0)
     discounts = 1.0 / np.log2(np.arange(2, 12))  # the DCG discount of ranks 0..9
-    for (terms, shown), called in sample:
+    for terms, shown, called, worth in sample:
         depth = min(len(shown), 10)
         ideal = float(discounts[: min(len(called), 10)].sum())
         for exponent in EXPONENT_GRID:
@@ -205,8 +246,9 @@ def _calibrate(
             top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
             gains = hit[top] @ discounts[:depth] / ideal
             for prior, gain in zip(PRIOR_GRID, gains.tolist(), strict=True):
-                totals[exponent, prior] += gain
-    ndcg = {key: total / len(sample) for key, total in totals.items()}
+                totals[exponent, prior] += worth * gain
+    voters = sum(worth for *_, worth in sample)  # the voters (and searches without one) the sample holds
+    ndcg = {key: total / voters for key, total in totals.items()}
     best = max(ndcg.values())
     # The first within CALIBRATION_TIE of the best, in the grid's order (the default exponent, then the
     # largest prior): trust the log no further than it has earned.

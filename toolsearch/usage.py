@@ -16,8 +16,9 @@ Learning needs only the words, so every setting learns the same.
 
 Each entry `UsageRecorder` writes also says who voted (`by`): a keyed BLAKE2b digest of the session id
 (the key is the log's salt), never the id itself, which may be a secret (an MCP session id). Learning
-counts one vote per voter for a request and a tool, so one conversation repeating a search and a call
-cannot outvote everyone else; entries without a voter (older logs, `UsageLog.add` without `by`) count each.
+counts one vote per voter and tool in all (split over the voter's requests that led to it), so one conversation
+repeating or rewording a search and a call cannot outvote everyone else; entries without a voter (older logs,
+`UsageLog.add` without `by`) count each.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._errors import UsageError as UsageError  # defined in the error tree; importable here as before
-from ._untrusted import repair_surrogates
+from ._untrusted import CONTROL, ESCAPE, describe, first_hidden, repair_surrogates, with_article
 from .index import MAX_QUERY_CHARS
 from .text import WORD_CHUNKS, split_identifier
 
@@ -82,6 +83,10 @@ MAX_QUERY_TEXT = 10 * MAX_QUERY_CHARS
 MAX_ENTRIES_LIMIT = 1_000_000_000
 # What a stored log's error advises by default: the log is the store's own, so clearing it is the way out.
 CLEAR_ADVICE = "clear it with `toolsearch usage clear`"
+# How far past this machine's clock an imported entry's time may be: clocks of machines that share logs disagree
+# by seconds or minutes, not days. Further, the entry would be the newest for years: a full log keeps the newest
+# entries, so every new one would be dropped on save.
+MAX_CLOCK_SKEW_S = 86_400.0
 Privacy = Literal["hashed", "tokens", "raw"]
 PRIVACY_SETTINGS: tuple[str, ...] = ("hashed", "tokens", "raw")
 # The longest voter (`UsageEntry.by`) a log may hold: the recorder writes 16 hex digits; the bound leaves room
@@ -101,6 +106,11 @@ def query_terms(query: str) -> tuple[str, ...]:
         if len(words) >= MAX_TERMS:
             break
     return tuple(sorted(list(words)[:MAX_TERMS]))
+
+
+def _every_word(text: str) -> set[str]:
+    """Every word `query_terms` could take from `text`, without its MAX_TERMS bound."""
+    return {word for chunk in WORD_CHUNKS.findall(text) for word in (*split_identifier(chunk), chunk.lower())}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +182,44 @@ def time_problem(at: Any) -> str | None:
         finite = False
     return None if finite else "its time (at) must be a finite number of seconds since the epoch, got " + (
         repr(at) if isinstance(at, float) else "a larger number")
+
+
+def _imported(entries: list[UsageEntry], privacy: Any, where: str, advice: str) -> list[UsageEntry]:
+    """The entries of a log being imported (not one a store holds), checked as only a log from elsewhere needs.
+
+    - A time more than MAX_CLOCK_SKEW_S past this machine's clock is refused: such an entry stays the newest for
+      years, and a full log, which keeps the newest, would drop every new entry on save without a word.
+    - Request text holding a control character or an escape is refused, as a search refuses it: it can only have
+      been made up or edited in, and `usage show` would send it to a terminal.
+    - A raw entry listing a word its text does not say gets the words of its text instead (as `UsageLog.add` makes
+      them): learning votes by the words and every reader of the log (`usage show`, `eval --usage`, `tune`) reads
+      the text, so such words would carry votes no reader of the export could see.
+    A stored log is read as it is: its file was written by toolsearch, and checking every entry of it on every read
+    would cost each save (which reads the file) about a second per 100,000 entries.
+    """
+    latest = time.time() + MAX_CLOCK_SKEW_S
+    out: list[UsageEntry] = []
+    for i, entry in enumerate(entries):
+        if entry.at > latest:
+            when = time.strftime("%Y-%m-%d", time.gmtime(min(entry.at, 253402214400.0)))  # (year 9999 at most)
+            raise UsageError(
+                f"{where}, entry {i}: its time (at) is {when}, more than a day past this machine's clock (the "
+                f"clock of the machine that wrote it ran ahead?); it would stay the newest entry and push new "
+                f"ones out of a full log. {advice[0].upper()}{advice[1:]}"
+            )
+        if entry.query is not None:
+            found = first_hidden(entry.query, (CONTROL, ESCAPE))
+            if found is not None:
+                position, char, kind = found
+                raise UsageError(
+                    f"{where}, entry {i}: its request text holds {describe(char)} (position {position}), "
+                    f"{with_article(kind)}, which a search refuses; {advice}"
+                )
+            # Words its text says stay as listed (fewer of them: an earlier toolsearch's bound, or MAX_TERMS).
+            if privacy == "raw" and not set(entry.terms) <= _every_word(entry.query):
+                entry = replace(entry, terms=query_terms(entry.query))
+        out.append(entry)
+    return out
 
 
 def settings_problem(max_entries: Any, privacy: Any) -> str | None:
@@ -285,6 +333,8 @@ class UsageLog:
         if problem is not None:  # refused here, for the same reason
             raise UsageError(f"the entry for {called!r}: {problem} (time.time() gives one)")
         query = repair_surrogates(query)  # else the log could never be written again (nor hashed, at all)
+        if self.privacy == "raw":  # as a read of the saved log gives it; its words are the kept text's, as an import
+            query = query[:MAX_QUERY_TEXT]  # makes them (see `_imported`), so an entry exported and imported is one
         terms = self.terms(query)
         if not terms:
             return None
@@ -292,7 +342,7 @@ class UsageLog:
             terms,
             called,
             tuple(shown),
-            query[:MAX_QUERY_TEXT] if self.privacy == "raw" else None,  # as a read of the saved log gives it
+            query if self.privacy == "raw" else None,
             time.time() if at is None else float(at),
             by,
         )
@@ -352,15 +402,17 @@ class UsageLog:
         if problem is not None:
             raise UsageError(f"{where}: {problem}; {advice}")
         try:
-            return cls(
+            entries = [UsageEntry.from_dict(row, f"{where}, entry {i}", advice=advice) for i, row in enumerate(rows)]
+            log = cls(
                 str(data.get("catalog", "")),
                 max_entries=max_entries,
                 privacy=privacy,
                 salt=str(data["salt"]),
-                entries=[UsageEntry.from_dict(row, f"{where}, entry {i}", advice=advice) for i, row in enumerate(rows)],
+                entries=entries if stored else _imported(entries, privacy, where, advice),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where} is incomplete ({exc}); {advice}") from None
+        return log
 
     def reshown(self, lists: Mapping[str, Sequence[str]]) -> UsageLog:
         """A copy in which each entry whose request text `lists` holds shows that list (cut to the length it
@@ -458,10 +510,15 @@ class FileUsageStore:
     are read as they are). `save` merges: under a lock on the folder, the stored log's entries
     and the saved log's are united (each entry once, by time, the newest `max_entries` kept), so
     processes saving their own copies of one log lose nothing.
+
+    `advice`: what an error about a damaged file says to do. The default (delete it or run `toolsearch usage
+    clear`) suits the file beside an index, which that command deletes; a reader of any other file (`tune --usage
+    FILE`) names what to do with that file instead, since `usage clear` would delete the index's intact log.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, advice: str | None = None) -> None:
         self.path = Path(path)
+        self.advice = advice
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -494,9 +551,7 @@ class FileUsageStore:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         # (ValueError: besides bad JSON, a number of over 4,300 digits, which Python will not read)
         except (OSError, ValueError, RecursionError) as exc:  # (nested too deep)
-            raise UsageError(
-                f"{self.path} is not a readable usage log ({exc}); delete it or run `toolsearch usage clear`"
-            ) from None
+            raise UsageError(f"{self.path} is not a readable usage log ({exc}); {self._fix}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT + "-store":
             raise UsageError(f"{self.path} is not a toolsearch usage file; move it away or delete it")
         # Files from before the digest have no version; any other version than ours is refused before its content
@@ -509,14 +564,18 @@ class FileUsageStore:
             )
         logs = data.get("logs")
         if not isinstance(logs, dict):
-            raise UsageError(f"{self.path} has no logs object; delete it or run `toolsearch usage clear`")
+            raise UsageError(f"{self.path} has no logs object; {self._fix}")
         # files from before the digest have neither field
         if ("digest" in data or "version" in data) and data.get("digest") != _store_digest(logs):
             raise UsageError(
-                f"{self.path} does not match its checksum (edited or corrupt); delete it or run "
-                "`toolsearch usage clear`, or restore it from an export"
+                f"{self.path} does not match its checksum (edited or corrupt); "
+                + (self.advice or "delete it or run `toolsearch usage clear`, or restore it from an export")
             )
         return logs
+
+    @property
+    def _fix(self) -> str:
+        return self.advice or "delete it or run `toolsearch usage clear`"
 
     def _write(self, logs: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -539,6 +598,9 @@ class FileUsageStore:
         """A stored log, as errors name it."""
         return f"{self.path} (catalog {catalog[:12]})"
 
+    def _log_of(self, data: Any, catalog: str) -> UsageLog:
+        return UsageLog.from_dict(data, self._where(catalog), advice=self.advice or CLEAR_ADVICE)
+
     def catalogs(self) -> list[str]:
         with self._locked(write=False):
             return sorted(self._read())
@@ -547,12 +609,12 @@ class FileUsageStore:
         """Every log the file holds, by catalog, from one read (`stored_logs`)."""
         with self._locked(write=False):
             logs = self._read()
-        return [UsageLog.from_dict(logs[c], self._where(c)) for c in sorted(logs)]
+        return [self._log_of(logs[c], c) for c in sorted(logs)]
 
     def load(self, catalog: str) -> UsageLog | None:
         with self._locked(write=False):
             data = self._read().get(catalog)
-        return None if data is None else UsageLog.from_dict(data, self._where(catalog))
+        return None if data is None else self._log_of(data, catalog)
 
     def open_log(self, catalog: str, *, privacy: Privacy = "hashed") -> UsageLog:
         """The stored log of `catalog`, created (and stored) when there is none: processes share its salt."""

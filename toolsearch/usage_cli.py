@@ -47,6 +47,10 @@ def add_usage_command(
                    help="print what was done as machine-readable JSON on stdout (export: only with a FILE, since "
                    "the export itself is JSON)")
     p.add_argument("--force", action="store_true", help="export: replace FILE if it exists")
+    p.add_argument("--allow-unknown-tools", action="store_true",
+                   help="import: take entries that call tools this index does not have (an export of an earlier "
+                   "catalog of it, from before a tool was renamed or removed); learning ignores those tools, and "
+                   "`tune` and `eval --usage` count them as misses")
     p.set_defaults(func=handler, check=check)
 
 
@@ -64,6 +68,8 @@ def check_usage_arguments(args: argparse.Namespace) -> None:
         )
     if getattr(args, "force", False) and (args.action != "export" or args.file in (None, "-")):
         raise InvalidArgumentError("--force goes with `usage export INDEX FILE` (it lets the export replace FILE)")
+    if getattr(args, "allow_unknown_tools", False) and args.action != "import":
+        raise InvalidArgumentError("--allow-unknown-tools goes with `usage import INDEX FILE`")
 
 
 def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
@@ -104,6 +110,7 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
             console.print(data)
         return 0
     incoming = read_export(args.file)
+    _check_import(args, console, folder, catalog, incoming)
     before = len(log or ())
     if log is None or not len(log):
         # An empty log takes the imported one whole (salt and privacy), so hashed terms still match.
@@ -120,6 +127,36 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
     else:
         console.print(f"imported {max(total - before, 0)} new usage entries into {store.path} ({total} in total)")
     return 0
+
+
+def _check_import(args: argparse.Namespace, console: Any, folder: Path, catalog: str, incoming: UsageLog) -> None:
+    """Refuse an export whose entries call tools the index does not have (unless --allow-unknown-tools), and say
+    when it was exported from another catalog: its entries are taken as this catalog's, and would otherwise show
+    (`usage show`) and count (`tune`, `eval --usage`) as this index's users' calls of tools it never had."""
+    from ._errors import UsageError
+    from ._untrusted import quoted
+    from .index import ToolIndex
+
+    what = "the export on standard input" if args.file == "-" else args.file
+    other = bool(incoming.catalog) and incoming.catalog != catalog
+    with console.progress(f"loading index {folder.name}"):
+        known = set(ToolIndex.load(folder).catalog.names)
+    unknown = Counter(e.called for e in incoming.entries() if e.called not in known)
+    if unknown and not args.allow_unknown_tools:
+        names = ", ".join(quoted(name) for name, _ in unknown.most_common(5))
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        source = (f"it was exported from another catalog ({incoming.catalog[:12]}, this index's is {catalog[:12]})"
+                  if other else "it names them although exported for this catalog")
+        raise UsageError(
+            f"{what}: {sum(unknown.values())} of its {len(incoming)} entries call tools {folder.name} does not have: "
+            f"{names}{more}; {source}. Nothing was imported. Import an export of this index, or pass "
+            "--allow-unknown-tools to take them (learning ignores tools the index lacks; `tune` and `eval --usage` "
+            "count them as misses)"
+        )
+    if other:
+        console.note(f"note: {what} was exported from another catalog ({incoming.catalog[:12]}; this index's is "
+                     f"{catalog[:12]}): its entries are taken as this catalog's"
+                     + (f", {sum(unknown.values())} of them calling tools it does not have" if unknown else ""))
 
 
 def _write_export(path: Path, data: str, own: Path, *, force: bool) -> None:
@@ -253,7 +290,10 @@ def read_usage(source: str, catalog: str) -> UsageLog:
         with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             data = json.loads(Path(source).read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("format") == FORMAT + "-store":
-                return _joined(stored_logs(FileUsageStore(source)) or [], catalog)
+                # Not necessarily the index's own log: `usage clear` would delete that one and leave SOURCE as it is.
+                advice = (f"fix {source} or remove it, or point --usage at another file (`toolsearch usage clear` "
+                          f"deletes only the usage log beside the index, not {source})")
+                return _joined(stored_logs(FileUsageStore(source, advice=advice)) or [], catalog)
     return read_export(source)
 
 
@@ -281,6 +321,15 @@ def _joined(logs: list[UsageLog], catalog: str) -> UsageLog:
     return joined
 
 
+def _shown(text: str) -> str:
+    """Logged text (a request, a tool name: whatever a client sent, or an import held) fit for a terminal: as it is
+    when it is plain, else quoted with its escapes, line breaks and hidden characters written out, so that an escape
+    sequence is seen rather than run (it could clear the screen or recolour what follows)."""
+    from ._untrusted import first_hidden, quoted
+
+    return text if text.isprintable() and first_hidden(text) is None else quoted(text)
+
+
 def _show(
     console: Any, store: FileUsageStore, catalog: str, log: UsageLog | None, earlier: list[UsageLog], *,
     as_json: bool,
@@ -302,10 +351,10 @@ def _show(
     else:
         assert log is not None
         console.print(f"{len(entries)} usage entries (cap {log.max_entries}, privacy {log.privacy}) in {store.path}")
-        console.print("most called after a search: " + ", ".join(f"{n} ({c})" for n, c in top))
+        console.print("most called after a search: " + ", ".join(f"{_shown(n)} ({c})" for n, c in top))
         for e in entries[-10:]:
             shown = e.query if e.query is not None else " ".join(e.terms) if log.privacy == "tokens" else "(hashed)"
-            console.print(f"  {shown!s:60.60}  -> {e.called}")
+            console.print(f"  {_shown(shown):60.60}  -> {_shown(e.called)}")
     if earlier:
         # The file keeps one log per catalog: after a tool changed and the index was rebuilt, what was
         # recorded before sits under the old catalog's hash, and the user should know it is still there.
