@@ -1000,9 +1000,15 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     store = _root(args)
     entries: list[dict[str, Any]] = []
     for name in store.names():
-        path = store.path(name)
+        path = store.root / name  # the folder as listed: its name is checked below, where a bad one hides no other
         try:
+            store.path(name)
             entries.append(_manifest_dict(path, read_manifest(path)))
+        except InvalidIndexNameError:  # a folder copied in by hand under a name no command takes
+            problem = (f"the folder {name!r} holds an index, but no command can open it by that name (an index name "
+                       "is 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit); rename the "
+                       "folder")
+            entries.append({"name": name, "path": str(path), "error": problem, "health": f"damaged: {problem}"})
         except ToolSearchError as exc:  # one unreadable index must not hide the others
             entries.append({"name": name, "path": str(path), "error": _error_message(exc),
                             "health": f"damaged: {_error_message(exc)}"})

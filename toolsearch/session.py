@@ -72,14 +72,17 @@ def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """A session's metadata, checked to be what every store can keep: JSON, UTF-8 text."""
     if metadata is not None and not isinstance(metadata, Mapping):
         raise wrong_type("metadata", metadata, "a mapping of JSON values (or None)")
-    out = dict(metadata or {})
     try:
-        json.dumps(out, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        text = json.dumps(dict(metadata or {}), ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
         raise SessionError(
             f"session metadata must be plain JSON (string keys; strings, numbers, booleans, null, lists and objects; "
             f"no lone surrogates), as a shared store keeps it: {exc}"
         ) from None
+    # The store's JSON form, read back: the session keeps none of the caller's nested objects (a later change to
+    # them must not reach the state), and every store holds the same values (a tuple is a list, a key is text).
+    out: dict[str, Any] = json.loads(text)
     return out
 
 
@@ -88,7 +91,9 @@ class SessionManager:
 
     `ttl_seconds`, `max_sessions` and `clock` configure the default in-memory store; a custom
     `store` (e.g. `RedisSessionStore`, or `toolsearch.stores.store_from_url(...)`) brings its own
-    expiry. `max_discovered` / `max_discovered_tokens` cap each session's discovered tools (by
+    expiry, so `ttl_seconds` and `clock` are refused beside it: pass them to the store
+    (`store_from_url(url, ttl_seconds=...)`); `max_sessions` is then the store's own bound's job.
+    `max_discovered` / `max_discovered_tokens` cap each session's discovered tools (by
     count, and by the tokens of their definitions), evicting the least recently used. Safe from
     any number of threads, tasks and processes sharing the store: every change is one atomic
     update of the store. With the in-memory store no call awaits or blocks for long, so asyncio
@@ -122,6 +127,19 @@ class SessionManager:
                 "max_discovered_tokens must be positive (or None for no cap)"
                 f", got {max_discovered_tokens!r}"
             )
+        if store is not None:
+            # Settings of the default store would be ignored beside another: sessions meant to expire never would.
+            given = (["ttl_seconds"] if ttl_seconds is not None else []) + (
+                ["clock"] if clock is not time.monotonic else []
+            )
+            if given:
+                what = "is a setting" if len(given) == 1 else "are settings"
+                raise InvalidArgumentError(
+                    f"SessionManager: {' and '.join(given)} {what} of the default in-memory store, ignored beside "
+                    f"store={store!r}, which keeps its own expiry; pass {' and '.join(given)} to that store instead "
+                    "(store_from_url(url, ttl_seconds=...), RedisSessionStore(url, ttl_seconds=...), "
+                    "InMemorySessionStore(ttl_seconds=..., max_sessions=..., clock=...))"
+                )
         self._index = index
         self._store: SessionStore = (
             store
@@ -309,7 +327,10 @@ class SessionManager:
         return session.created_at <= closed_at
 
     def __contains__(self, session_id: object) -> bool:
-        return isinstance(session_id, str) and self._store.get(session_id) is not None
+        if not isinstance(session_id, str):
+            return False
+        # refused as get() refuses it (a store keys sessions by id: Redis cannot even encode a lone surrogate)
+        return self._store.get(self._check_id(session_id)) is not None
 
     def ids(self) -> list[str]:
         """The ids of the live sessions: one listing of the store (with Redis, a SCAN of its keyspace)."""
@@ -512,14 +533,16 @@ class Session:
 
     @property
     def pinned(self) -> tuple[str, ...]:
-        """Pinned tool names: always visible, first, never evicted."""
-        return self._state().pinned
+        """Pinned tool names: always visible, first, never evicted (those this handle allows: see `within`)."""
+        pinned = self._state().pinned
+        allowed = self.allowed
+        # Stored pins are within the stored allowed set; a narrower handle (`within`) shows only its own.
+        return pinned if allowed is None else tuple(n for n in pinned if n in allowed)
 
     @property
     def discovered(self) -> tuple[str, ...]:
         """Discovered tool names in first-discovery order (still in the index and allowed)."""
-        catalog = self.index.catalog
-        return tuple(n for n in self._state().discovered if n in catalog)
+        return tuple(n for n in self._state().discovered if self.is_allowed(n))
 
     def is_allowed(self, name: str) -> bool:
         """True when the tool exists in the index and is inside the session's allowed subset."""
@@ -533,9 +556,9 @@ class Session:
         return name in state.pinned or name in state.last_used
 
     def loaded_names(self) -> frozenset[str]:
-        """Names of the tools the session currently exposes: pinned and discovered (not evicted)."""
+        """Names of the tools the session currently exposes: pinned and discovered (not evicted), and allowed."""
         state = self._state()
-        return frozenset(state.pinned).union(state.last_used)
+        return frozenset(n for n in (*state.pinned, *state.last_used) if self.is_allowed(n))
 
     def tool(self, name: str) -> Tool:
         """The full definition of an allowed tool; ToolNotAllowedError otherwise."""
@@ -544,8 +567,7 @@ class Session:
         return self.index.catalog[name]
 
     def pinned_tools(self) -> list[Tool]:
-        catalog = self.index.catalog
-        return [catalog[n] for n in self._state().pinned if n in catalog]
+        return self._visible(self._state())[0]
 
     def discovered_tools(self) -> list[Tool]:
         return self._visible(self._state())[1]
@@ -556,11 +578,14 @@ class Session:
         return pinned + discovered
 
     def _visible(self, state: SessionState) -> tuple[list[Tool], list[Tool]]:
+        # Every tool shown goes through `is_allowed`: a handle narrowed by `within` (a framework agent's) shares
+        # the stored session with wider ones, whose pins and discoveries it must neither show nor send.
         catalog = self.index.catalog
+        allowed = self.is_allowed
         pinned = set(state.pinned)
         return (
-            [catalog[n] for n in state.pinned if n in catalog],
-            [catalog[n] for n in state.discovered if n not in pinned and n in catalog],
+            [catalog[n] for n in state.pinned if allowed(n)],
+            [catalog[n] for n in state.discovered if n not in pinned and allowed(n)],
         )
 
     @property
@@ -652,8 +677,17 @@ class Session:
         self._change(touch)
 
     def forget(self, names: Iterable[str] | None = None) -> None:
-        """Hide discovered tools again (all of them when `names` is None)."""
-        gone = None if names is None else set(_names("forget", names))
+        """Hide discovered tools again (all of them when `names` is None).
+
+        On a view, "all" is all those its snapshot holds: its commit replays the change on the newest state,
+        where a tool another handle or worker discovered meanwhile stays discovered.
+        """
+        if names is not None:
+            gone: set[str] | None = set(_names("forget", names))
+        elif self._snapshot is not None:
+            gone = set(self._snapshot.discovered).union(self._snapshot.last_used)
+        else:
+            gone = None  # one atomic update: everything discovered when it runs
 
         def forget(state: SessionState) -> None:
             if gone is None:

@@ -1,19 +1,25 @@
-"""The tools of a stored index, read lazily: an offsets table over the memory-mapped tools file.
+"""The tools of a stored index, read lazily: an offsets table over the tools file, held open.
 
 Loading a million-tool index used to parse and rebuild every stored tool up front. Here the
 loader reads only the names, the namespaces and a table of byte offsets (written beside
-`tools.jsonl` at save time); a tool is parsed from the memory-mapped file the first time a
-result, a session or an update needs it, and kept. The catalog hash is not recomputed (that
-would parse every tool): the table records the hash the saved tools had, which must equal the
-manifest's, and the manifest carries its own digest and every file's, so the tools file cannot
-differ from what the hash was computed over without the load failing first.
+`tools.jsonl` at save time); a tool is read from the open file (one `pread` of its line) and
+parsed the first time a result, a session or an update needs it, and kept. The file is not
+memory-mapped: one overwritten in place (`cp`, `rsync --inplace`) and cut shorter would kill
+the process with SIGBUS on a read past its new end, where a read now comes back short and is
+a clear error. A row whose tool is not the one its name table says is an error too.
+
+The catalog hash is not recomputed (that would parse every tool): the table records the hash
+the saved tools had, which must equal the manifest's, and the manifest carries its own digest
+and every file's, so the tools file cannot differ from what the hash was computed over without
+the load failing first.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
+import os
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -83,8 +89,10 @@ class StoredTools(Sequence[Tool]):
         self.recheck = recheck
         self.path = path
         self.names = names  # each row's tool name, from the name table
-        with path.open("rb") as fh:
-            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] else b""
+        # Held open (closed with this object) so a tool is read from the file the load checked, even after an
+        # update replaced the index's files by new ones under the same names.
+        self._fd = os.open(path, os.O_RDONLY)  # not inherited by child processes (PEP 446)
+        weakref.finalize(self, os.close, self._fd)
         self._offsets = offsets
         self._parsed: list[Tool | None] = [None] * len(names)
         self._lock = threading.Lock()
@@ -108,16 +116,36 @@ class StoredTools(Sequence[Tool]):
 
     def _parse(self, row: int) -> Tool:
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
+        line = os.pread(self._fd, end - start, start) if end > start else b""
+        if len(line) != end - start:  # the file is shorter than when the index was loaded
+            raise self._changed()
         try:
-            data = json.loads(self._map[start:end])
+            data = json.loads(line)
             tool = restore(data, f"{self.path}:{row + 1}", recheck=self.recheck)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if os.fstat(self._fd).st_size != int(self._offsets[-1]):
+                raise self._changed() from None
             raise IndexFormatError(f"{self.path}:{row + 1}: not a stored tool ({exc}); rebuild the index") from None
+        if tool.name != self.names[row]:
+            # Names are answered from the table without parsing: a mismatch would hand out one tool under another's
+            # name (a search hit, a catalog lookup, a call), so it is refused. The manifest's checksums cannot tell.
+            raise IndexFormatError(
+                f"{self.path}:{row + 1}: row {row + 1} holds tool {tool.name!r}, but the index's name table "
+                f"({TABLE_FILE}) says {self.names[row]!r}; the index's files do not belong together: rebuild the index"
+            )
         with self._lock:
             kept = self._parsed[row]
             if kept is None:
                 self._parsed[row] = kept = tool
         return kept
+
+    def _changed(self) -> IndexFormatError:
+        size = os.fstat(self._fd).st_size
+        return IndexFormatError(
+            f"{self.path} changed on disk after the index was loaded (it now holds {size} bytes, it held "
+            f"{int(self._offsets[-1])}): its files were overwritten in place. Open the index again (IndexStore.open, "
+            "ToolIndex.load), or rebuild it; to replace an index, build or save it anew rather than copy files over it"
+        )
 
     @property
     def parsed(self) -> int:

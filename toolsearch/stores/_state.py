@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 from collections.abc import Callable, Mapping
@@ -59,7 +60,11 @@ class SessionState:
     incarnation: str = ""  # last, so positional construction written for earlier releases still works
 
     def copy(self) -> SessionState:
-        """An independent copy (the immutable allowed set and pinned tuple are shared)."""
+        """An independent copy (the immutable allowed set and pinned tuple are shared).
+
+        Metadata is copied whole, nested values too: a store compares an update's result with its copy
+        from before (an edit of a nested value must count as a change), and `get` returns a copy.
+        """
         return SessionState(
             self.id,
             self.allowed,
@@ -68,7 +73,7 @@ class SessionState:
             dict(self.last_used),
             self.tick,
             self.created_at,
-            dict(self.metadata),
+            copy.deepcopy(self.metadata) if self.metadata else {},
             self.version,
             self.incarnation,
         )

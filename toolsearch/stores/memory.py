@@ -56,8 +56,11 @@ class InMemorySessionStore:
         clock: Clock = time.monotonic,
         serialize: bool = False,
     ) -> None:
-        if ttl_seconds is not None and ttl_seconds <= 0:
-            raise InvalidArgumentError(f"ttl_seconds must be positive (or None for no expiry), got {ttl_seconds!r}")
+        # NaN compares false with everything: without isfinite it would be kept, and no session would ever expire
+        if ttl_seconds is not None and not (math.isfinite(ttl_seconds) and ttl_seconds > 0):
+            raise InvalidArgumentError(
+                f"ttl_seconds must be a finite number of seconds above 0 (or None for no expiry), got {ttl_seconds!r}"
+            )
         if max_sessions is not None and max_sessions < 1:
             raise InvalidArgumentError(f"max_sessions must be at least 1 (or None for no bound), got {max_sessions!r}")
         self.ttl_seconds = ttl_seconds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -167,11 +168,15 @@ class RedisSessionStore:
             raise SessionStoreError(
                 f"session store URL {redacted_url(url)!r} is not a Redis URL; use redis://host:port/db"
             )
-        if ttl_seconds is not None and ttl_seconds <= 0:
-            raise InvalidArgumentError(f"ttl_seconds must be positive (or None for no expiry), got {ttl_seconds!r}")
-        if timeout <= 0 or (connect_timeout is not None and connect_timeout <= 0):
+        # Refused here, naming the option: NaN passes `<= 0`, and NaN or infinity would fail later, in redis-py,
+        # as a bare ValueError or OverflowError naming nothing (a NaN timeout at the first command only).
+        if ttl_seconds is not None and not _positive_seconds(ttl_seconds):
             raise InvalidArgumentError(
-                "timeout and connect_timeout must be positive seconds"
+                f"ttl_seconds must be a finite number of seconds above 0 (or None for no expiry), got {ttl_seconds!r}"
+            )
+        if not _positive_seconds(timeout) or (connect_timeout is not None and not _positive_seconds(connect_timeout)):
+            raise InvalidArgumentError(
+                "timeout and connect_timeout must be finite numbers of seconds above 0"
                 f", got {timeout!r} and {connect_timeout!r}"
             )
         if max_connections < 1:
@@ -204,10 +209,20 @@ class RedisSessionStore:
         """The Redis key of a session."""
         return f"{self.prefix}session:{session_id}"
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _where(self, session_id: str) -> str:
+        """A session's key as a message names it."""
+        return f"key {shown_session_id(session_id, prefix=self.key(''))} in {self.url}"
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, where: str | None = None, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)`, its Redis errors as SessionStoreError; `where` names the session key it reads."""
         try:
             return fn(*args, **kwargs)
         except self._errors as exc:
+            if where is not None and str(exc).startswith("WRONGTYPE"):
+                # Another kind of value (a hash, a list) under a session's key: Redis answered, so this is no
+                # outage, and the key is named, as for a string that is not a session's JSON.
+                problem = "it holds a Redis value of another type than a string (WRONGTYPE)"
+                raise unreadable_state(where, problem) from None
             refused = credentials_problem(exc, self._credentials)
             if refused is not None:
                 raise SessionStoreError(
@@ -274,18 +289,18 @@ class RedisSessionStore:
         return subset
 
     def get(self, session_id: str) -> SessionState | None:
-        key = self.key(session_id)
+        key, where = self.key(session_id), self._where(session_id)
         if self._ttl_ms is None:
-            raw = self._call("read a session", self._client.get, key)
+            raw = self._call("read a session", self._client.get, key, where=where)
         else:  # a read is activity: renew the idle TTL in the same command
-            raw = self._call("read a session", self._client.getex, key, px=self._ttl_ms)
+            raw = self._call("read a session", self._client.getex, key, px=self._ttl_ms, where=where)
         if raw is None:
             return None
         return self._decode(session_id, raw)
 
     def _decode(self, session_id: str, raw: bytes | str) -> SessionState:
         """A session's stored text as its state (the allowed subset it refers to read once per process)."""
-        where = f"key {shown_session_id(session_id, prefix=self.key(''))} in {self.url}"
+        where = self._where(session_id)
         try:
             data = json.loads(raw)
             ref = data.pop("allowed_ref", None) if isinstance(data, dict) else None
@@ -335,7 +350,9 @@ class RedisSessionStore:
                 self._call("write an allowed subset", self._client.set, self.subset_key(subset[0]), subset[1], nx=True)
             ttl = "" if self._ttl_ms is None else self._ttl_ms
             args = [read_version, text, ttl, incarnation]
-            outcome = self._call("update a session", self._cas, keys=[self.key(session_id)], args=args)
+            outcome = self._call(
+                "update a session", self._cas, keys=[self.key(session_id)], args=args, where=self._where(session_id)
+            )
             if isinstance(outcome, bytes | str):  # another writer was first: its state is the next base
                 base = self._decode(session_id, outcome)
                 continue
@@ -370,6 +387,10 @@ class RedisSessionStore:
 
     def __repr__(self) -> str:
         return f"RedisSessionStore({self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
+
+
+def _positive_seconds(value: float) -> bool:
+    return math.isfinite(value) and value > 0
 
 
 def _glob_escape(text: str) -> str:
