@@ -29,6 +29,9 @@ _GENERIC_SYNTAX = "A few keywords describing the capability you need, e.g. `send
 _GENERIC_HINT = "use a few plain keywords describing the capability"
 _SUMMARY_CHARS = 160
 _MAX_SKIPPED = 100  # most loaded tools a search over-fetches past
+# A session allowed no tool at all (a gateway's policy gives its caller none): searching again cannot help. Said of
+# the caller's own rights only, so it tells nothing of what others may use.
+_NO_RIGHTS = "Your access rights give you no tools here, so no search can find one; ask the operator for access."
 
 
 # Line and paragraph breaks, tabs and other control characters: what would start a line of its own in a result.
@@ -245,7 +248,14 @@ class ToolSearchMetaTool:
             known = session.namespaces
             more = f" and {len(known) - 50} more" if len(known) > 50 else ""
             listed = ", ".join(map(on_one_line, known[:50])) + more
-            advice = f"Use one of: {listed}." if known else "This catalog has no namespaces; leave it out."
+            if known:
+                advice = f"Use one of: {listed}."
+            elif session.allowed is not None and not session.allowed:
+                advice = _NO_RIGHTS
+            elif session.allowed is not None:  # the catalog may have namespaces; this session's tools have none
+                advice = "None of the tools available to you has a namespace; leave it out."
+            else:
+                advice = "This catalog has no namespaces; leave it out."
             return None, f"{self.name} error: unknown namespace {args.namespace!r}. {advice}"
         return args, ""
 
@@ -385,6 +395,8 @@ class ToolSearchMetaTool:
                 "or search with other words for a different capability."
             ]
             return "\n".join(lines + notes)
+        if not result.hits and session.allowed is not None and not session.allowed:
+            return f"No tools matched {result.query!r}{where}. {_NO_RIGHTS}"
         if not result.hits:
             _, hint = _backend_syntax(session)
             lines = [

@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -37,7 +37,7 @@ from .errors import protocol_error
 from .handshake import HandshakeEra
 from .identity import SessionIdentity
 from .metatools import CALL_TOOL
-from .modern import ModernEra
+from .modern import ListenerBus, ModernEra
 from .outage import CatalogOutage, catalog_outage
 from .rules import GatewayRules, resolve_pins
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, url_host
@@ -122,15 +122,16 @@ class Gateway:
         self.shared_index = shared_index
         self._epoch_seen: str | None = None
         self._sync_lock = anyio.Lock()
-        self._stable = self.modern.fingerprint()
-        self.bus = InMemorySubscriptionBus()
+        # subscriptions/listen by rights: each stream hears of changes to its own caller's list only
+        self.bus = ListenerBus(self.modern)
+        self._listen_handler = ListenHandler(self.bus)
         source.add_listener(self._upstream_changed)
         self.server: Server[Any] = _GatewayServer(
             settings.name,
             version=_version(),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_subscriptions_listen=ListenHandler(self.bus),
+            on_subscriptions_listen=self._listen,
         )
         # The SDK checks a 2026 call's Mcp-Param-* headers against the called tool's schema; without this
         # lookup it would run the whole tools/list handler for every call to find it.
@@ -167,6 +168,10 @@ class Gateway:
             capabilities=self.server.get_capabilities(protocol_version=ctx.protocol_version),
             instructions=self.rules.instructions(self.rules.resolve(ctx), modern=True),
         )
+
+    async def _listen(self, ctx: Any, params: types.SubscriptionsListenRequestParams) -> Any:
+        """`subscriptions/listen`: the SDK's stream, subscribed for the request's caller (told of its own list only)."""
+        return await self.bus.listen(self._listen_handler, ctx, params, self.rules.resolve(ctx))
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of a tool the 2026 era lists (its stable list, unfiltered), or None."""
@@ -208,7 +213,8 @@ class Gateway:
             # sooner, its refusal would tell the caller that it exists.
             allowed = asker.allowed is None or name in asker.allowed
             await self.source.listed(name if allowed else None)
-            asker = self.rules.resolve(ctx)  # the policy reads the catalog its servers list now
+            # the policy reads the catalog its servers list now (the file was checked once for this request already)
+            asker = self.rules.asker_for(asker.caller, asker.owner)
         if is_modern(ctx.protocol_version):
             return await self.modern.call_tool(ctx, asker, params)
         return await self.handshake.call_tool(ctx, asker, params)
@@ -223,13 +229,11 @@ class Gateway:
             self._epoch_seen = epoch.token
         except SessionStoreError as exc:
             logger.warning("could not tell the other workers about the catalog change: %s", exc)
-        await self.handshake.notify_all()
-        # 2026-era clients list a stable set: they hear of a change only when that set changed
-        # (a pinned tool's definition, the servers named in tool_search), not of every catalog change.
-        stable = await anyio.to_thread.run_sync(self.modern.fingerprint)
-        if stable != self._stable:
-            self._stable = stable
-            await self.bus.publish(ToolsListChanged())
+        # Each client hears of a change only when what its own rights cover changed: a handshake-era client of a
+        # change to any tool it may use, a 2026-era one of a change to its stable list (a pinned tool's definition,
+        # the servers named in tool_search), never of every catalog change.
+        await self.handshake.notify_changed()
+        await self.bus.tools_changed()
 
     async def _apply_catalog(self, source: MCPToolSource) -> None:
         catalog = source.catalog()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -49,6 +50,16 @@ _CALL_TOOL_HINT = (
 )
 
 
+@dataclass(slots=True)
+class _Client:
+    """A connected client: where to send its notifications, whom it acts for, and what it was last told of (the
+    digest of the tools its rights cover, `GatewayRules.visible_fingerprint`)."""
+
+    session: ServerSession
+    caller: Caller
+    seen: str
+
+
 class HandshakeEra:
     """Serves `tools/list` and `tools/call` for handshake-era connections: progressive exposure per session.
 
@@ -70,7 +81,7 @@ class HandshakeEra:
         self.header = header
         self.store_call = store_call
         self.sessions = SessionManager(rules.index, store=store, max_sessions=10_000, max_discovered=max_discovered)
-        self.clients: dict[str, ServerSession] = {}  # who to tell when the catalog changes
+        self.clients: dict[str, _Client] = {}  # who to tell when the catalog changes
 
     def rebind(self, index: ToolIndex) -> None:
         """The index was replaced (a shared index for a new catalog): sessions read it from now on."""
@@ -110,7 +121,10 @@ class HandshakeEra:
             live = set(self.sessions.ids())
             for stale in [s for s in self.clients if s not in live and s != session_id]:
                 del self.clients[stale]
-        self.clients[session_id] = ctx.session
+        known = self.clients.get(session_id)
+        if known is None or known.session is not ctx.session or known.caller != caller:
+            # what its rights let it see now: it is told of a change only when that changes
+            self.clients[session_id] = _Client(ctx.session, caller, self.rules.seen_by(caller))
         return str(session_id)
 
     def register(self, session_id: str) -> None:
@@ -157,12 +171,17 @@ class HandshakeEra:
         except SessionStoreError as exc:  # the store's idle expiry ends it instead
             logger.warning("could not close session %s: %s", session_id, exc)
 
-    async def notify_all(self) -> None:
-        """Tell every connected client its tool list may have changed (the catalog did)."""
+    async def notify_changed(self) -> None:
+        """The catalog changed: tell each connected client whose rights cover a changed tool that its tool list may
+        have changed; a client is never told of a change to tools it may not use (that would say they exist)."""
         for session_id, client in list(self.clients.items()):
+            seen = self.rules.seen_by(client.caller)  # a digest kept per set of rights, however many clients hold it
+            if seen == client.seen:
+                continue
+            client.seen = seen
             try:
                 with anyio.move_on_after(5):
-                    await client.send_tool_list_changed()
+                    await client.session.send_tool_list_changed()
             except Exception as exc:  # a gone client must not stop the others
                 logger.debug("could not notify session %s: %s", session_id, exc)
 

@@ -16,11 +16,14 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
+from mcp.server.subscriptions import ServerEvent, ToolsListChanged
 
 from .. import tracing
 from .._errors import CatalogStoreError, ToolSearchError
@@ -46,7 +49,7 @@ from .pinning import repinned_text
 from .rules import Admitted, Asker, Found, GatewayRules
 from .source import error_result, mcp_definition
 
-__all__ = ["ModernEra", "context_key", "LIST_TTL_MS"]
+__all__ = ["ListenerBus", "ModernEra", "context_key", "LIST_TTL_MS"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
@@ -129,9 +132,9 @@ class ModernEra:
         self._listings[key] = result
         return result
 
-    def fingerprint(self) -> str:
-        """A digest of the unfiltered stable list: when it changes, subscribed clients are told."""
-        listing = self.listing(self.rules.everyone)
+    def fingerprint(self, asker: Asker) -> str:
+        """A digest of the asker's stable list: when it changes, its subscribed clients are told (`ListenerBus`)."""
+        listing = self.listing(asker)
         return hashlib.sha256(listing.model_dump_json(by_alias=True, exclude_none=True).encode()).hexdigest()
 
     # --- contexts -----------------------------------------------------------------------------
@@ -279,6 +282,88 @@ class ModernEra:
         if isinstance(admitted, types.CallToolResult):
             return admitted
         return with_text(await self.rules.call(asker, admitted, call_id))
+
+
+@dataclass(slots=True)
+class _Listener:
+    deliver: Callable[[ServerEvent], None]
+    caller: Caller
+    seen: str  # the digest of its stable list it was last told of (or listened with)
+
+
+# Whom the `subscriptions/listen` request being opened listens for, and the digest of its list then: set around the
+# SDK's ListenHandler, which subscribes to the bus in that same task.
+_LISTENING: ContextVar[tuple[Caller, str] | None] = ContextVar("toolsearch_listening", default=None)
+
+
+class ListenerBus:
+    """The `SubscriptionBus` of `subscriptions/listen`, by rights: each stream is told of a change of the tool list
+    its own caller is served (`ModernEra.fingerprint`), never of a change to tools it may not see.
+
+    `listen` wraps the SDK's ListenHandler so that each stream is subscribed with its caller; `tools_changed`
+    publishes after a catalog change to the streams whose list changed. Other events go to every stream.
+    """
+
+    def __init__(self, era: ModernEra) -> None:
+        self.era = era
+        self._listeners: dict[object, _Listener] = {}
+
+    async def listen(self, handler: Run, ctx: Any, params: Any, asker: Asker) -> Any:
+        """Serve one listen request through `handler` (the SDK's), its stream subscribed for its caller (`asker`)."""
+        seen = await anyio.to_thread.run_sync(self.era.fingerprint, asker)
+        token = _LISTENING.set((asker.caller, seen))
+        try:
+            return await handler(ctx, params)
+        finally:
+            _LISTENING.reset(token)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        listening = _LISTENING.get()
+        if listening is None:  # subscribed other than through `listen`: it hears of no tool change (it has no rights)
+            listening = (Caller(key="nobody", subject="nobody"), "")
+        key = object()
+        self._listeners[key] = _Listener(listener, *listening)
+
+        def unsubscribe() -> None:
+            self._listeners.pop(key, None)
+
+        return unsubscribe
+
+    async def publish(self, event: ServerEvent) -> None:
+        if isinstance(event, ToolsListChanged):
+            await self.tools_changed()
+            return
+        for listener in list(self._listeners.values()):
+            _deliver(listener, event)
+        await anyio.lowlevel.checkpoint()
+
+    async def tools_changed(self) -> None:
+        """The catalog changed: tell each stream whose caller's stable list changed (one digest per set of rights)."""
+        listeners = list(self._listeners.values())
+        if not listeners:
+            return
+        rules = self.era.rules
+        askers = [rules.asker_for(listener.caller) for listener in listeners]
+
+        def digests() -> list[str]:
+            by_rights: dict[frozenset[str] | None, str] = {}
+            for asker in askers:
+                if asker.allowed not in by_rights:
+                    by_rights[asker.allowed] = self.era.fingerprint(asker)
+            return [by_rights[asker.allowed] for asker in askers]
+
+        for listener, digest in zip(listeners, await anyio.to_thread.run_sync(digests), strict=True):
+            if digest != listener.seen:
+                listener.seen = digest
+                _deliver(listener, ToolsListChanged())
+        await anyio.lowlevel.checkpoint()
+
+
+def _deliver(listener: _Listener, event: ServerEvent) -> None:
+    try:
+        listener.deliver(event)
+    except Exception:  # one bad stream must not starve the others
+        logger.exception("subscription listener raised; continuing")
 
 
 def _declares(tool: Tool | None, argument: str) -> bool:

@@ -15,6 +15,7 @@ expiring a token therefore takes effect on the next request, for search, list an
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -38,7 +39,7 @@ from .caps import owner_of
 from .metatools import CALL_TOOL, schema_problems
 from .pinning import DefinitionPins, Repinned
 from .settings import GatewaySettings
-from .source import MCPToolSource, definition_changes, error_result, upstream_of
+from .source import SEPARATOR, MCPToolSource, definition_changes, error_result, namespaced_name, upstream_of
 from .usage_feed import GatewayUsage
 
 __all__ = ["Admitted", "Asker", "Found", "GatewayRules", "resolve_pins"]
@@ -134,9 +135,14 @@ class GatewayRules:
         self._withheld: tuple[str, dict[str, str]] = ("", {})
         self._allowed: dict[int, tuple[frozenset[str], str, frozenset[str]]] = {}
         self.pinned: list[str] = []
+        self._visible: dict[tuple[str, frozenset[str]], str] = {}
         self.rebind(index, announce=False)
         for pattern in resolve_pins(settings.pinned, index.catalog)[1]:
             logger.warning("pin %r matches no tool; it is ignored", pattern)
+        check_servers = getattr(settings.policy, "check_servers", None)  # (a ToolPolicy; a plug-in's may not have it)
+        if callable(check_servers):  # PolicyError: a rule naming a server this gateway does not front
+            check_servers({server.name: _tool_prefix(server.name) for server in source.config.servers})
+        self._unmatched_policy_tools()
 
     # --- the index and what it holds -----------------------------------------------------------
 
@@ -178,7 +184,30 @@ class GatewayRules:
         gives that caller now, and whom new state counts against (over HTTP)."""
         caller = caller_of_request(ctx)
         scope = request_scope(ctx)
-        return Asker(caller, self.allowed_for(caller), None if scope is None else owner_of(scope))
+        # The policy file's identity is checked here, once per request (one os.stat): an edit decides this request.
+        refresh = getattr(self.settings.policy, "refresh", None)
+        if callable(refresh) and refresh():
+            self._unmatched_policy_tools()
+        return self.asker_for(caller, None if scope is None else owner_of(scope))
+
+    def asker_for(self, caller: Caller, owner: str | None = None) -> Asker:
+        """`caller` with what the policy gives it now (the policy file is not checked again: `resolve` does, once
+        per request): for a request resolved before the catalog changed, and for a listener between requests."""
+        return Asker(caller, self.allowed_for(caller), owner)
+
+    def _unmatched_policy_tools(self) -> None:
+        """Warn of each `tools` pattern of the policy that matches no tool now (an upstream may list it later)."""
+        unmatched = getattr(self.settings.policy, "unmatched_tools", None)
+        if not callable(unmatched):
+            return
+        for rule, pattern in unmatched(self.index.catalog):
+            logger.warning(
+                "policy %s: rule %d names the tool %r, which matches no tool of this gateway now (its tools are "
+                "named server__tool); it allows nothing until an upstream lists such a tool",
+                getattr(self.settings.policy, "source", "policy"),
+                rule,
+                pattern,
+            )
 
     def allowed_for(self, caller: Caller) -> frozenset[str] | None:
         """The tool names `caller` may list, search and call (None: all), per the settings' policy."""
@@ -199,6 +228,27 @@ class GatewayRules:
             self._allowed.clear()
         self._allowed[id(allowed)] = (allowed, catalog.hash, filtered)
         return filtered
+
+    def visible_fingerprint(self, allowed: frozenset[str] | None) -> str:
+        """A digest of the definitions of every tool `allowed` covers in the catalog (None: all): a client of those
+        rights can see a change of the catalog only when it changes (what it is told of, in both eras)."""
+        catalog = self.index.catalog
+        if allowed is None:
+            return catalog.hash
+        key = (catalog.hash, allowed)
+        digest = self._visible.get(key)
+        if digest is None:
+            withheld = self.withheld()
+            parts = (f"{n}\0{catalog[n].fingerprint}" for n in sorted(allowed) if n in catalog and n not in withheld)
+            digest = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+            if len(self._visible) >= 256:
+                self._visible.clear()
+            self._visible[key] = digest
+        return digest
+
+    def seen_by(self, caller: Caller) -> str:
+        """`visible_fingerprint` of what the policy gives `caller` now."""
+        return self.visible_fingerprint(self.allowed_for(caller))
 
     def pinned_in(self, index: ToolIndex) -> list[str]:
         """The always-shown tools a new session starts with, of those `index` holds (it may be a moment
@@ -417,6 +467,13 @@ class GatewayRules:
         except Exception as exc:  # the tool ran: its answer stands (an error would invite a second run)
             usage_not_recorded(self.usage.recorder, exc, f"a call of {admitted.name!r}")
         return result
+
+
+def _tool_prefix(server: str) -> str:
+    """What the gateway's names of `server`'s tools start with, before the separator (`my.bank` -> `my_bank`)."""
+    named = namespaced_name(server, "t")
+    tail = f"{SEPARATOR}t"
+    return named[: -len(tail)] if named.endswith(tail) else server
 
 
 def _collision_text(fields: Iterable[str]) -> str:

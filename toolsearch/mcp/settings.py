@@ -165,7 +165,7 @@ class GatewaySettings:
         if self.transport == "http":
             check_exposure(self.host, self.auth)  # AuthConfigError: no non-loopback address without auth
         check_issuers = getattr(self.policy, "check_issuers", None)  # (a ToolPolicy; a plug-in's own may not have it)
-        if callable(check_issuers) and self.auth.enabled:
+        if callable(check_issuers):  # without authentication there is no issuer: a rule naming one applies to nobody
             check_issuers(self.auth.issuers)  # PolicyError: subjects whose issuer is ambiguous, an issuer nobody is
 
     @property

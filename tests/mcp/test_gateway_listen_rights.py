@@ -1,0 +1,119 @@
+"""Tool-list change notices follow each caller's rights: `subscriptions/listen` (2026-07-28) and the handshake
+era's `notifications/tools/list_changed` tell a caller of a change only when the tools it may see changed.
+
+A real gateway process with static tokens, two toy upstreams that grow on demand (`safe`, `bank`), every tool
+pinned, and a policy giving alice `safe` and bob `bank`; the real `mcp` client in both eras.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_servers import GatewayProcess, http_gateway, toy, write_config
+from mcp_servers.clients import text
+
+pytestmark = pytest.mark.slow
+
+MODERN = "2026-07-28"
+TOKENS = {"alice": "alice-" + "a" * 40, "bob": "bob-" + "b" * 40}
+POLICY = {
+    "rules": [
+        {"when": {"issuer": "static", "subjects": ["alice"]}, "servers": ["safe"]},
+        {"when": {"issuer": "static", "subjects": ["bob"]}, "servers": ["bank"]},
+    ]
+}
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy()})
+    entries = [{"subject": who, "scopes": ["tools"], "token": token} for who, token in TOKENS.items()]
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    (tmp_path / "tokens.json").chmod(0o600)
+    (tmp_path / "policy.json").write_text(json.dumps(POLICY))
+    with http_gateway(
+        config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
+        "--tool-policy", str(tmp_path / "policy.json"), "--pin", "safe__*", "--pin", "bank__*",
+        "--rate-limit", "0", "--no-usage-log",
+    ) as process:  # fmt: skip
+        yield process
+
+
+class Heard:
+    """The handshake-era tools/list_changed notifications a client got."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+
+
+@asynccontextmanager
+async def as_caller(gateway: GatewayProcess, who: str, mode: str, heard: Heard | None = None) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKENS[who]}"}, timeout=httpx2.Timeout(30, read=60))
+    transport = streamable_http_client(gateway.url or "", http_client=http)
+    async with http, Client(transport, mode=mode, message_handler=heard) as client:
+        yield client
+
+
+@asynccontextmanager
+async def listening(client: Client) -> AsyncIterator[list[Any]]:
+    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
+    events: list[Any] = []
+    async with client.listen(tools_list_changed=True) as subscription:
+
+        async def collect() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield events
+            tg.cancel_scope.cancel()
+
+
+async def grow(client: Client, server: str, name: str) -> None:
+    """Have `server` add the tool `name`, and wait until the gateway lists it (pinned, its caller's list shows it)."""
+    grown = await client.call_tool("call_tool", {"name": f"{server}__grow", "arguments": {"name": name}})
+    assert not grown.is_error, text(grown)
+    with anyio.fail_after(30):
+        while f"{server}__{name}" not in [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]:
+            await anyio.sleep(0.2)
+
+
+async def test_a_caller_hears_of_changes_to_its_own_tools_only_in_both_eras(gateway: GatewayProcess) -> None:
+    alice_heard, bob_heard = Heard(), Heard()
+    async with (
+        as_caller(gateway, "alice", MODERN) as alice,
+        as_caller(gateway, "bob", MODERN) as bob,
+        as_caller(gateway, "alice", "legacy", alice_heard) as alice_legacy,
+        as_caller(gateway, "bob", "legacy", bob_heard) as bob_legacy,
+    ):
+        await alice_legacy.list_tools()  # each handshake-era session has made a request: it can be told
+        await bob_legacy.list_tools()
+        before = (await alice.list_tools(cache_mode="bypass")).model_dump()
+        async with listening(alice) as alice_events, listening(bob) as bob_events:
+            await grow(bob, "bank", "wire_transfer")  # bob's server changes: nothing alice may see
+            await anyio.sleep(1.5)
+            assert alice_events == [] and alice_heard.count == 0
+            assert (await alice.list_tools(cache_mode="bypass")).model_dump() == before
+            assert len(bob_events) == 1 and bob_heard.count >= 1
+
+            await grow(alice, "safe", "quokka_census")  # alice's server changes: she hears, bob does not
+            with anyio.fail_after(30):
+                while not (alice_events and alice_heard.count):
+                    await anyio.sleep(0.1)
+            await anyio.sleep(1)
+            assert len(bob_events) == 1 and bob_heard.count == 1

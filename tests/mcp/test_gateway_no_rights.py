@@ -1,0 +1,57 @@
+"""A caller the policy gives no tools is told so by tool_search, in both eras, and nothing about anyone else's tools.
+
+A real gateway process with static tokens (alice has a rule, carol none) over two toy upstreams; the real `mcp`
+client in both eras with carol's token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_servers import GatewayProcess, http_gateway, toy, write_config
+from mcp_servers.clients import text
+
+pytestmark = pytest.mark.slow
+
+MODERN = "2026-07-28"
+TOKENS = {"alice": "alice-" + "a" * 40, "carol": "carol-" + "c" * 40}
+NO_RIGHTS = "Your access rights give you no tools here, so no search can find one; ask the operator for access."
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy()})
+    entries = [{"subject": who, "scopes": ["tools"], "token": token} for who, token in TOKENS.items()]
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    (tmp_path / "tokens.json").chmod(0o600)
+    policy = {"rules": [{"when": {"issuer": "static", "subjects": ["alice"]}, "servers": ["safe"]}]}
+    (tmp_path / "policy.json").write_text(json.dumps(policy))
+    with http_gateway(
+        config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
+        "--tool-policy", str(tmp_path / "policy.json"), "--rate-limit", "0", "--no-usage-log",
+    ) as process:  # fmt: skip
+        yield process
+
+
+@asynccontextmanager
+async def carol(gateway: GatewayProcess, mode: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKENS['carol']}"}, timeout=30)
+    async with http, Client(streamable_http_client(gateway.url or "", http_client=http), mode=mode) as client:
+        yield client
+
+
+async def test_a_caller_without_rights_is_told_it_has_no_tools_in_both_eras(gateway: GatewayProcess) -> None:
+    for mode in (MODERN, "legacy"):
+        async with carol(gateway, mode) as client:
+            searched = text(await client.call_tool("tool_search", {"query": "echo text"}))
+            assert searched.startswith(f"No tools matched 'echo text'. {NO_RIGHTS}"), mode  # not "try other words"
+            named = text(await client.call_tool("tool_search", {"query": "echo", "namespace": "safe"}))
+            assert named == f"tool_search error: unknown namespace 'safe'. {NO_RIGHTS}", mode
+            assert "bank" not in searched + named and "no namespaces" not in named
