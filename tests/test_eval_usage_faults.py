@@ -81,3 +81,16 @@ def test_ids_are_compared_as_text(tmp_path: Path) -> None:
     path.write_text('{"id": 7, "query": "a", "relevant": ["x"]}\n\n{"id": "7", "query": "b", "relevant": ["x"]}\n')
     with pytest.raises(InvalidToolError, match=r"q\.jsonl:3: id '7' is also the id of line 1"):
         load_queries(path)
+
+
+@pytest.mark.parametrize(("query", "why"), [("weather " * 200, "query is 1599 characters"), ("   ", "query is empty")])
+def test_a_query_a_search_refuses_is_named_by_file_line_and_id(
+    folder: Path, capsys: pytest.CaptureFixture[str], query: str, why: str
+) -> None:
+    rows = [{"id": "ok", "query": "send an email", "relevant": ["send_email"]},
+            {"id": "bad", "query": query, "relevant": ["get_weather"]}]
+    Path("q.jsonl").write_text("\n" + "".join(json.dumps(row) + "\n" for row in rows))  # a blank line counts too
+    # Before: "q.jsonl: query 'bad': ..." (no line), while docs/cli.md said the error names the file and line
+    code, out, err = run(capsys, "eval", str(folder), "--queries", "q.jsonl")
+    assert code == EXIT_USER_ERROR and out == ""
+    assert f"q.jsonl:3: query 'bad': {why}" in err, err

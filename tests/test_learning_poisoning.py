@@ -1,5 +1,5 @@
-"""One conversation cannot steer learned ranking for everyone by rewording its searches: its votes for a tool are one
-vote in all, and its searches count once in the calibration."""
+"""One conversation cannot steer learned ranking for everyone by rewording its searches: only its nearest request
+votes for a tool, and in the calibration its searches count once and are scored by other conversations' votes."""
 
 from __future__ import annotations
 
@@ -57,8 +57,11 @@ def test_a_conversations_votes_for_one_tool_add_up_to_one_vote(index: ToolIndex)
     log.add(VICTIM, "repo_delete")  # an entry without a voter counts alone, as before
     snap = LearnedRanker(log, refresh_seconds=0).snapshot()
     votes = [dict(zip(tools, counts, strict=True)).get("repo_delete", 0.0) for tools, counts in snap.votes]
-    assert votes[:8] == pytest.approx([1 / 8] * 8)  # before: 1 each
-    assert sum(votes) == pytest.approx(1.0 + 1.0)
+    # before: 1 each; now the conversation's eight requests for the tool are kept apart, and only the nearest of
+    # them votes for a query
+    assert votes[:8] == [0.0] * 8 and sum(votes) == 1.0
+    assert [len(snap.several[key_id]) for key_id in range(8)] == [1] * 8
+    assert len({pair for pairs in snap.several.values() for pair in pairs}) == 1  # one (tool, voter)
     # for the request itself, the conversation's eight similar wordings carry less than the one identical entry
     signal = LearnedRanker(log, prior=1.0, refresh_seconds=0).signal(VICTIM)
     assert signal.shares == {"repo_delete": 1.0}
@@ -90,7 +93,9 @@ def test_one_conversation_cannot_make_the_calibration_sample_its_own(index: Tool
     # repo_delete came second for everyone's 'send an email to my manager'
     calibration = ranker.calibration
     assert calibration is not None and calibration.prior == float("inf")
-    assert calibration.searches == 60 + 10  # at most ten of one conversation's searches, counting once in all
+    # its searches fill the sample's room (over 100 of them), yet count once in all, scored by the other
+    # conversations' votes alone: its own rewordings cannot vouch for its calls
+    assert calibration.searches > 60 + 100
     assert learning.search(VICTIM, 3).names == index.search(VICTIM, 3).names
 
 
@@ -105,3 +110,33 @@ def test_many_conversations_each_rewording_still_count_each(index: ToolIndex) ->
         recorder.record_call(f"user-{user}", "repo_delete", ok=True)
     snap = LearnedRanker(log, refresh_seconds=0).snapshot()
     assert [counts for _, counts in snap.votes] == [(1.0,)] * len(FILLERS)
+
+
+def test_a_long_lived_conversation_keeps_a_full_vote_for_each_of_its_requests(index: ToolIndex) -> None:
+    # One session for everything (a stdio gateway, a chat app's session per user): its different requests for one
+    # tool each vote for it in full where they are the nearest; a split over them left learning almost off there
+    log = UsageLog(index.catalog.hash)
+    recorder = UsageRecorder(log)
+    for text in [VICTIM, "mail the quarterly report to ana", "write to the team about friday"]:
+        recorder.record_search("one-session", text, index.search(text, 5).names)
+        recorder.record_call("one-session", "email_send_message", ok=True)
+    signal = LearnedRanker(log, prior=1.0, refresh_seconds=0).signal(VICTIM)
+    total = signal.confidence / (1 - signal.confidence)
+    assert signal.shares == {"email_send_message": 1.0} and total == pytest.approx(1.0)
+
+
+def test_a_log_of_one_long_lived_conversation_is_calibrated(index: ToolIndex) -> None:
+    log = UsageLog(index.catalog.hash)
+    recorder = UsageRecorder(log)
+    ranker = LearnedRanker(log, refresh_seconds=0)
+    subjects = ["ana", "bob", "lisbon", "paris", "monday", "friday", "the team", "my manager", "carol", "dave",
+                "erin", "frank", "grace", "heidi", "ivan"]
+    for subject in subjects:
+        for text, tool in [(f"send an email to {subject}", "email_send_message"),
+                           (f"weather forecast for {subject}", "weather_get_forecast"),
+                           (f"book a calendar event with {subject}", "calendar_create_event"),
+                           (f"request time off on {subject}", "hr_request_time_off")]:
+            recorder.record_search("one-session", text, index.search(text, 5).names)
+            recorder.record_call("one-session", tool, ok=True)
+    # its 60 searches fill the sample (no other voter's are left out for them): the log is calibrated, as before
+    assert ranker.calibration is not None and ranker.calibration.searches == 60

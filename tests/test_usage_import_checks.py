@@ -106,6 +106,45 @@ def test_allow_unknown_tools_goes_with_import_only(folder: Path, capsys: pytest.
     assert "--allow-unknown-tools goes with `usage import INDEX FILE`" in capsys.readouterr().err
 
 
+
+def test_a_backup_of_this_catalog_naming_a_retired_tool_is_restored_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The documented round trip: the log was carried over a rebuild that retired repo_delete (UsageLog.merge, as the
+    # gateway does and docs/learning.md "Limits" says), then exported, cleared and imported.
+    folder = tmp_path / "idx"
+    ToolIndex.build(TOOLS, backend="bm25").save(folder)
+    store = FileUsageStore(usage_path(folder))
+    before = UsageLog(_catalog(folder), privacy="raw")
+    before.add("delete the old test repository", "repo_delete", ["repo_delete"])
+    before.add("email my manager", "email_send_message", ["email_send_message"])
+    ToolIndex.build([t for t in TOOLS if t.name != "repo_delete"], backend="bm25").save(folder)
+    carried = UsageLog(_catalog(folder), privacy="raw")
+    carried.merge(before)
+    store.save(carried)
+    backup = tmp_path / "backup.json"
+    assert cli_main(["usage", "export", str(folder), str(backup)]) == 0
+    assert cli_main(["usage", "clear", str(folder)]) == 0
+    capsys.readouterr()
+    # Before: exit 1, "it names them although exported for this catalog. ... Import an export of this index", with
+    # the log already cleared
+    assert cli_main(["usage", "import", str(folder), str(backup)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {backup}: 1 of its 2 entries call tools idx no longer has: 'repo_delete'" in err, err
+    assert "vote for nothing in learned ranking until such a tool returns" in err
+    assert "another catalog" not in err
+    assert _stored(folder) == ["repo_delete", "email_send_message"]
+
+
+def test_an_export_that_records_no_catalog_and_calls_unknown_tools_is_refused(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nameless = _export(tmp_path / "nameless.json", [("wipe the gitlab", "gitlab_wipe_everything")], catalog="")
+    assert cli_main(["usage", "import", str(folder), str(nameless)]) == 1
+    err = capsys.readouterr().err
+    assert "it does not say which catalog it was exported for" in err and "--allow-unknown-tools" in err
+    assert _stored(folder) == []
+
 # --- words against text -----------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -171,7 +172,9 @@ def run_eval(
         try:
             validate_query(q.query)
         except InvalidQueryError as exc:
-            raise EvalError(f"{label_source}: query {q.id!r}: {exc}") from None
+            line = None if args.usage else _line_of(Path(args.queries), q.id)
+            where = label_source if line is None else f"{label_source}:{line}"
+            raise EvalError(f"{where}: query {q.id!r}: {exc}") from None
     catalog = index.catalog if index is not None else Catalog(tools)
     if not len(catalog):
         raise EvalError("the sources hold no tools; nothing to evaluate")
@@ -204,6 +207,26 @@ def run_eval(
     else:
         console.print(_render(report, results, args.k))
     return EXIT_BELOW_FLOOR if failures else 0
+
+
+def _line_of(path: Path, query_id: str) -> int | None:
+    """The line of `path` that gives the query `query_id`, as `load_queries` numbers them; None if none does.
+
+    `load_queries` returns queries without their lines (they are reported by id) and has already refused a
+    repeated id, so the id finds the one row; the file is read again only on the way to an error.
+    """
+    try:
+        with path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    row = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                except (UnicodeDecodeError, ValueError, RecursionError):
+                    continue
+                if isinstance(row, dict) and str(row.get("id")) == query_id:
+                    return lineno
+    except OSError:  # gone since it was read: the id alone still names the query
+        return None
+    return None
 
 
 def _ranked(engine: Any, query: LabeledQuery, depth: int, backend: str, label_source: str) -> list[str]:

@@ -5,10 +5,11 @@ For a new query the log's nearest past queries are found by TF-IDF cosine over t
 inverted index from word to distinct past queries, so the cost grows with the postings of the
 query's words, not with the log). Each neighbour at similarity s >= `min_similarity` (the
 `neighbours` closest) votes s**2 times its success count for each tool it led to. A voter (`UsageEntry.by`,
-a salted digest of the conversation) has one success in all per tool, split evenly over the distinct requests
-it made that led to that tool: however often one conversation repeats or rewords a search and a call, it adds
-at most one vote (that of an identical past request) to a tool for any query, and it counts once in the
-calibration below. Entries without a voter count each. The votes give
+a salted digest of the conversation) counts once per request and tool, and for a voter with several requests
+that led to one tool only its nearest such request votes for it: however often one conversation repeats or
+rewords a search and a call, it adds at most one vote (that of an identical past request) to a tool for any
+query, while a long-lived conversation keeps a full vote for each of its different requests. Its searches
+count once in all in the calibration below. Entries without a voter count each. The votes give
 each tool a share, and the evidence a confidence against a prior, the evidence needed to outweigh
 the backend (the vote's exponent is 2 unless the calibration below finds 1 better):
 
@@ -52,7 +53,7 @@ import math
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -81,7 +82,7 @@ MIN_CALIBRATION = 50  # past searches with a shown list: fewer cannot tell prior
 CALIBRATION_SAMPLE = 1_000  # past searches left out one at a time; bounds the compile cost
 # A voter's searches in that sample: they count once in all however many there are, and more of one voter's would
 # only push other voters' searches out of the sample.
-CALIBRATION_PER_VOTER = 10
+CALIBRATION_PER_VOTER = 100
 CALIBRATION_TIE = 0.001  # nDCG@10 gains below this are noise: the larger prior wins
 DEFAULT_MIN_SIMILARITY = 0.1  # below this, two queries share only incidental words
 DEFAULT_NEIGHBOURS = 32  # k of the k nearest past queries; bounds the work per search
@@ -117,6 +118,8 @@ class _Snapshot:
     idf_sq: dict[str, float]
     unknown_idf_sq: float
     votes: list[tuple[tuple[str, ...], tuple[float, ...]]]  # per past query: tools and success counts
+    # per past query: (tool, voter) of voters with several requests for that tool, whose nearest one votes for it
+    several: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     calibration: Calibration | None = None  # None: too few past searches with a shown list
 
     @property
@@ -139,10 +142,12 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
     # voter of its first entry (None: no voter), whose searches count once in all in the calibration.
     searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
     owners: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None] = {}
-    # One vote in all per voter and tool: a voter's votes for a tool are split evenly over the distinct requests
-    # (words) it made that led to that tool. Counted per request, one conversation could outvote every other user
-    # for everyone's similar requests by rewording its search each time; a repeat of one request was already one
-    # vote. Entries without a voter (older logs, `UsageLog.add` without `by`) count each, as they always did.
+    # A voter counts once per request (words) and tool: a repeat of one search and call is one vote. A voter whose
+    # different requests led to one tool votes for it only through the nearest of them (`_votes` takes the largest
+    # of its votes): summed, one conversation could outvote every other user for everyone's similar requests by
+    # rewording its search each time. Those are kept apart per past query (`several`); a voter with one request
+    # for a tool (most of them) is a plain count. Entries without a voter (older logs, `UsageLog.add` without
+    # `by`) count each, as they always did.
     requests: dict[tuple[str, str], dict[tuple[str, ...], None]] = {}  # (voter, tool) -> its distinct requests
     for entry in log.entries():
         tools = keys.setdefault(entry.terms, {})
@@ -154,10 +159,15 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
             search = (entry.terms, entry.shown)
             searches.setdefault(search, set()).add(entry.called)
             owners.setdefault(search, entry.by)
-    for (_, tool), made in requests.items():
-        share = 1.0 / len(made)
+    several: dict[tuple[str, ...], list[tuple[str, int]]] = {}  # past query -> (tool, voter number)
+    voters: dict[str, int] = {}
+    for (by, tool), made in requests.items():
+        if len(made) == 1:
+            keys[next(iter(made))][tool] += 1.0
+            continue
+        voter = voters.setdefault(by, len(voters))
         for terms in made:
-            keys[terms][tool] += share
+            several.setdefault(terms, []).append((tool, voter))
     lists: dict[str, list[int]] = {}
     for key_id, terms in enumerate(keys):
         for term in terms:
@@ -173,11 +183,13 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
         [math.sqrt(sum(idf_sq[t] for t in terms if t not in stop)) or 1.0 for terms in keys], dtype=np.float64
     )
     votes = [(tuple(tools), tuple(tools.values())) for tools in keys.values()]
+    split = {key_id: tuple(several[terms]) for key_id, terms in enumerate(keys) if terms in several}
     postings = {t: np.asarray(ids, dtype=np.int32) for t, ids in lists.items() if t not in stop}
     # The past query's norm folded into each posting: a lookup sums these and divides once by the query's norm.
     weights = {t: idf_sq[t] / norms[ids] for t, ids in postings.items()}
-    snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes)
-    sample = _calibration_sample(searches, owners)
+    snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes, split)
+    sample = _calibration_sample(searches, {s: -1 if o is None else voters.setdefault(o, len(voters))
+                                            for s, o in owners.items()})
     if len(sample) < MIN_CALIBRATION:
         return snap
     key_ids = {terms: i for i, terms in enumerate(keys)}
@@ -186,32 +198,48 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
     return replace(snap, calibration=calibration)
 
 
-# A search of the calibration sample: its words, its shown list, the tools called after it, and its weight.
-_Sampled = tuple[tuple[str, ...], tuple[str, ...], set[str], float]
+# A search of the calibration sample: its words, its shown list, the tools called after it, its weight and its
+# voter's number (-1: none).
+_Sampled = tuple[tuple[str, ...], tuple[str, ...], set[str], float, int]
+# Voters a sample needs before each search is scored by the other voters' votes alone (see `_calibrate`).
+MIN_CALIBRATION_VOTERS = 5
 
 
 def _calibration_sample(
     searches: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]],
-    owners: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None],
+    owners: dict[tuple[tuple[str, ...], tuple[str, ...]], int],
 ) -> list[_Sampled]:
     """The newest CALIBRATION_SAMPLE searches (the backend as it ranks now), at most CALIBRATION_PER_VOTER of each
-    voter, each weighted so that a voter's searches count once in all (a search without a voter counts once).
+    voter while other voters' searches are left (a voter's others fill the room left), each weighted so that a
+    voter's searches count once in all (a search without a voter counts once).
 
     By number of searches, one conversation making many reworded searches would make the sample its own, and the
     calibration would measure how well its votes rank its own calls: trust them, for everyone."""
-    taken: list[tuple[tuple[tuple[str, ...], tuple[str, ...]], set[str], str | None]] = []
-    per_voter: dict[str, int] = {}
-    for search, called in reversed(searches.items()):
-        if len(taken) >= CALIBRATION_SAMPLE:
+    newest = list(reversed(searches.items()))
+    chosen: list[int] = []  # positions in `newest`
+    per_voter: dict[int, int] = {}
+    passed: list[int] = []
+    for i, (search, _) in enumerate(newest):
+        if len(chosen) >= CALIBRATION_SAMPLE:
             break
         owner = owners[search]
-        if owner is not None:
+        if owner >= 0:
             if per_voter.get(owner, 0) >= CALIBRATION_PER_VOTER:
+                passed.append(i)
                 continue
             per_voter[owner] = per_voter.get(owner, 0) + 1
-        taken.append((search, called, owner))
-    return [(terms, shown, called, 1.0 if owner is None else 1.0 / per_voter[owner])
-            for (terms, shown), called, owner in reversed(taken)]
+        chosen.append(i)
+    # Room left (a log of few voters, one long-lived session): the searches passed over fill it, newest first.
+    for i in passed[: CALIBRATION_SAMPLE - len(chosen)]:
+        chosen.append(i)
+        owner = owners[newest[i][0]]
+        per_voter[owner] = per_voter[owner] + 1
+    sample: list[_Sampled] = []
+    for i in sorted(chosen, reverse=True):  # oldest first, as the log holds them
+        (terms, shown), called = newest[i]
+        owner = owners[(terms, shown)]
+        sample.append((terms, shown, called, 1.0 if owner < 0 else 1.0 / per_voter[owner], owner))
+    return sample
 
 
 def _calibrate(
@@ -224,17 +252,25 @@ def _calibrate(
     weight: float,
 ) -> Calibration:
     """The prior of PRIOR_GRID under which the votes of the other past queries, mixed with what each search of
-    `sample` (`_calibration_sample`) showed, ranked its called tools best (see the module doc)."""
+    `sample` (`_calibration_sample`) showed, ranked its called tools best (see the module doc).
+
+    With at least MIN_CALIBRATION_VOTERS voters in the sample, a search is scored by the votes of the other voters
+    alone: how well other conversations' votes predict a new conversation's calls, which the votes are used for.
+    Left to its own votes, one conversation's other rewordings of a request would predict its calls, and earn the
+    votes everyone's trust. A log of fewer voters (one long-lived session) leaves out only the search's own words.
+    """
 
     grid = [(exponent, prior) for exponent in EXPONENT_GRID for prior in sorted(PRIOR_GRID, reverse=True)]
     totals = dict.fromkeys(grid, 0.0)
     discounts = 1.0 / np.log2(np.arange(2, 12))  # the DCG discount of ranks 0..9
-    for terms, shown, called, worth in sample:
+    by_voter = len({voter for *_, voter in sample if voter >= 0}) >= MIN_CALIBRATION_VOTERS
+    for terms, shown, called, worth, voter in sample:
         depth = min(len(shown), 10)
         ideal = float(discounts[: min(len(called), 10)].sum())
         for exponent in EXPONENT_GRID:
             # Leaving out the search's own words leaves out its repeats too: the estimate errs toward the backend.
-            votes, total = _votes(snap, terms, None, neighbours, min_similarity, exponent, exclude=key_ids[terms])
+            votes, total = _votes(snap, terms, None, neighbours, min_similarity, exponent, exclude=key_ids[terms],
+                                  exclude_voter=voter if by_voter else -1)
             # `_mix` for every prior at once: candidates in name order, so a stable sort breaks ties as it does.
             names = sorted({*shown, *votes})
             position = {name: rank for rank, name in enumerate(shown)}
@@ -247,8 +283,8 @@ def _calibrate(
             gains = hit[top] @ discounts[:depth] / ideal
             for prior, gain in zip(PRIOR_GRID, gains.tolist(), strict=True):
                 totals[exponent, prior] += worth * gain
-    voters = sum(worth for *_, worth in sample)  # the voters (and searches without one) the sample holds
-    ndcg = {key: total / voters for key, total in totals.items()}
+    weight_sum = sum(worth for _, _, _, worth, _ in sample)  # the voters (and searches without one) it holds
+    ndcg = {key: total / weight_sum for key, total in totals.items()}
     best = max(ndcg.values())
     # The first within CALIBRATION_TIE of the best, in the grid's order (the default exponent, then the
     # largest prior): trust the log no further than it has earned.
@@ -265,8 +301,10 @@ def _votes(
     exponent: float,
     *,
     exclude: int = -1,
+    exclude_voter: int = -1,
 ) -> tuple[dict[str, float], float]:
-    """The votes of the nearest past queries (but `exclude`) for visible tools, and all votes cast."""
+    """The votes of the nearest past queries (but `exclude`, and the several-request votes of `exclude_voter`) for
+    visible tools, and all votes cast."""
     terms = [t for t in terms if t not in snap.stop]
     found = [t for t in terms if t in snap.postings]
     if not found:
@@ -290,6 +328,7 @@ def _votes(
         touched, sims = touched[top], sims[top]
     votes: dict[str, float] = {}
     total = 0.0
+    nearest: dict[tuple[str, int], float] = {}  # (tool, voter) -> the strongest vote of its requests here
     for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
         tools, counts = snap.votes[key_id]
         strength = sim * sim if exponent == 2.0 else sim**exponent
@@ -298,6 +337,13 @@ def _votes(
             total += vote  # votes for tools the caller cannot see still count as evidence
             if visible is None or tool in visible:
                 votes[tool] = votes.get(tool, 0.0) + vote
+        for pair in snap.several.get(key_id, ()):
+            if strength > nearest.get(pair, 0.0) and pair[1] != exclude_voter:
+                nearest[pair] = strength
+    for (tool, _), vote in nearest.items():
+        total += vote
+        if visible is None or tool in visible:
+            votes[tool] = votes.get(tool, 0.0) + vote
     return votes, total
 
 

@@ -48,8 +48,9 @@ def add_usage_command(
                    "the export itself is JSON)")
     p.add_argument("--force", action="store_true", help="export: replace FILE if it exists")
     p.add_argument("--allow-unknown-tools", action="store_true",
-                   help="import: take entries that call tools this index does not have (an export of an earlier "
-                   "catalog of it, from before a tool was renamed or removed); learning ignores those tools, and "
+                   help="import: take entries of an export of another catalog that call tools this index does not "
+                   "have (an export of an earlier catalog of it, from before a tool was renamed or removed; an "
+                   "export of this catalog is taken without it, with a note); learning ignores those tools, and "
                    "`tune` and `eval --usage` count them as misses")
     p.set_defaults(func=handler, check=check)
 
@@ -130,23 +131,36 @@ def cmd_usage(args: argparse.Namespace, console: Any, folder: Path) -> int:
 
 
 def _check_import(args: argparse.Namespace, console: Any, folder: Path, catalog: str, incoming: UsageLog) -> None:
-    """Refuse an export whose entries call tools the index does not have (unless --allow-unknown-tools), and say
-    when it was exported from another catalog: its entries are taken as this catalog's, and would otherwise show
-    (`usage show`) and count (`tune`, `eval --usage`) as this index's users' calls of tools it never had."""
+    """Refuse an export of another catalog whose entries call tools the index does not have (unless
+    --allow-unknown-tools), and say when it was exported from another catalog: its entries are taken as this
+    catalog's, and would otherwise show (`usage show`) and count (`tune`, `eval --usage`) as this index's users' calls
+    of tools it never had. An export of this very catalog may name tools the catalog no longer has: its log holds
+    entries from before a tool was retired (a log carried over a rebuild, `UsageLog.merge`), so a backup of it is
+    restored whole, with a note naming those tools."""
     from ._errors import UsageError
     from ._untrusted import quoted
     from .index import ToolIndex
 
     what = "the export on standard input" if args.file == "-" else args.file
-    other = bool(incoming.catalog) and incoming.catalog != catalog
+    # The export records the catalog it was exported for (`UsageLog.to_dict`): the same test tells this index's own
+    # backup from another catalog's log; one that records none may be anyone's, so it gets no such trust.
+    own = incoming.catalog == catalog
+    other = bool(incoming.catalog) and not own
     with console.progress(f"loading index {folder.name}"):
         known = set(ToolIndex.load(folder).catalog.names)
     unknown = Counter(e.called for e in incoming.entries() if e.called not in known)
-    if unknown and not args.allow_unknown_tools:
-        names = ", ".join(quoted(name) for name, _ in unknown.most_common(5))
-        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    names = ", ".join(quoted(name) for name, _ in unknown.most_common(5))
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    if unknown and own:
+        console.note(
+            f"note: {what}: {sum(unknown.values())} of its {len(incoming)} entries call tools {folder.name} no longer "
+            f"has: {names}{more} (it was exported for this catalog: they were logged before those tools were retired); "
+            "they are imported, and vote for nothing in learned ranking until such a tool returns (`tune` and "
+            "`eval --usage` count them as misses)"
+        )
+    elif unknown and not args.allow_unknown_tools:
         source = (f"it was exported from another catalog ({incoming.catalog[:12]}, this index's is {catalog[:12]})"
-                  if other else "it names them although exported for this catalog")
+                  if other else "it does not say which catalog it was exported for")
         raise UsageError(
             f"{what}: {sum(unknown.values())} of its {len(incoming)} entries call tools {folder.name} does not have: "
             f"{names}{more}; {source}. Nothing was imported. Import an export of this index, or pass "
