@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -53,7 +54,7 @@ def test_nested_metadata_changes_are_written_to_redis(index: ToolIndex, redis_se
 
 
 def test_metadata_is_kept_in_its_json_form(index: ToolIndex) -> None:
-    session = SessionManager(index).create("s", metadata={"pair": (1, 2), 3: "three"})
+    session = SessionManager(index).create("s", metadata={"pair": (1, 2), "3": "three"})
     assert session.state().metadata == {"pair": [1, 2], "3": "three"}  # as a shared store would give it back
 
 
@@ -107,10 +108,14 @@ def test_nan_and_infinite_store_settings_are_refused_naming_the_option(index: To
             RedisSessionStore("redis://127.0.0.1:1/0", **options)  # type: ignore[arg-type]
 
 
-def test_an_id_no_session_can_have_is_refused_by_in_as_by_get(index: ToolIndex) -> None:
+def test_an_id_no_session_can_have_is_in_no_session_but_get_refuses_it(index: ToolIndex) -> None:
     manager = SessionManager(index)
-    with pytest.raises(SessionError, match="lone surrogate"):
-        "\ud800" in manager  # noqa: B015
+    for bad in ("", " ", "bad\ud800"):
+        assert bad not in manager  # before: SessionRequiredError / SessionError (membership on any input answers)
+        with pytest.raises(SessionError):
+            manager.get(bad)
+        with pytest.raises(SessionError):
+            manager.create(bad)
     assert 7 not in manager and None not in manager and "nope" not in manager
 
 
@@ -131,5 +136,53 @@ def test_a_redis_key_of_another_type_is_an_unreadable_key_not_an_outage(
         with pytest.raises(SessionStoreError, match=expected) as caught:  # before: "check that Redis is running"
             act()
         assert "running" not in str(caught.value)
-    with pytest.raises(SessionError, match="lone surrogate"):  # before: a bare UnicodeEncodeError
-        "\ud800" in manager  # noqa: B015
+    assert "\ud800" not in manager  # no session's id, and never sent to Redis (before: a bare UnicodeEncodeError)
+    with pytest.raises(SessionError, match="lone surrogate"):
+        manager.get("\ud800")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "where"),
+    [
+        ({7: "seven"}, r"key 7 \(int\) at metadata\[7\]"),
+        ({1: "int one", "1": "text one"}, r"key 1 \(int\) at metadata\[1\]"),
+        ({True: "yes", "true": "text"}, r"key True \(bool\) at metadata\[True\]"),
+        ({"a": {7: "x"}}, r"key 7 \(int\) at metadata\['a'\]\[7\]"),
+        ({"a": [{"ok": 1}, {None: "n"}]}, r"key None \(NoneType\) at metadata\['a'\]\[1\]\[None\]"),
+    ],
+)
+def test_a_metadata_key_that_is_not_text_is_refused_naming_where(
+    index: ToolIndex, metadata: dict[Any, Any], where: str
+) -> None:
+    # Before: json.dumps made 7 into "7" and True into "true" without a word, and merged keys that print alike
+    manager = SessionManager(index)
+    with pytest.raises(SessionError, match=where + ".*use text keys"):
+        manager.create("s", metadata=metadata)
+    assert "s" not in manager
+
+
+def test_state_copies_are_whole_without_deepcopy(index: ToolIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    # copy.deepcopy made every request's cost grow with the metadata (the gateway's pins, one per tool shown)
+    def no_deepcopy(value: object, memo: object = None) -> object:
+        raise AssertionError("SessionState.copy used copy.deepcopy")
+
+    monkeypatch.setattr(copy, "deepcopy", no_deepcopy)
+    manager = SessionManager(index)
+    manager.create("s", metadata={"user": {"roles": ["reader"]}, "pins": {"t0": "f0"}})
+    turn = manager.get("s").view()  # a view: its snapshot and its base, two copies of the stored state
+    turn.discover(["t1"])
+    assert turn.state().metadata == manager.get("s").state().metadata
+    turn.commit()
+    manager.store.update("s", _add_admin)  # a nested edit is still a change, written
+    stored = manager.store.get("s")
+    assert stored is not None and stored.metadata["user"]["roles"] == ["reader", "admin"]
+    copied = stored.copy()
+    copied.metadata["user"]["roles"].append("edited in a copy")
+    copied.metadata["pins"]["t9"] = "f9"
+    assert stored.metadata == {"user": {"roles": ["reader", "admin"]}, "pins": {"t0": "f0"}}
+    from toolsearch.stores._state import copy_json  # here: the module imports on trees without it (the old one)
+
+    given = {"a": [1, {"b": (2, [3])}]}
+    copied_json = copy_json(given)
+    copied_json["a"][1]["b"][1].append(4)
+    assert given == {"a": [1, {"b": (2, [3])}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolsearch import Tool, ToolIndex, handle_tool_calls, run, tools_for_request
+from toolsearch import Tool, ToolIndex, ToolNotAllowedError, handle_tool_calls, run, tools_for_request
 from toolsearch.metatool import ToolSearchMetaTool
 from toolsearch.providers import ScriptedModel
 from toolsearch.session import Session, SessionManager
@@ -52,3 +52,32 @@ def test_the_loop_sends_a_narrowed_handle_only_its_own_tools(agent: Session) -> 
     request = model.requests[0]
     assert [t.name for t in (*request.pinned, *request.discovered)] == ["t2"]
     assert request.search_tool is not None and request.search_tool.name == "tool_search"
+
+
+def test_a_narrowed_handles_forget_all_keeps_the_other_agents_tools(agent: Session) -> None:
+    # Before: forget() on a handle limited to t2 and t3 wiped t1, which another agent discovered
+    wide = agent.manager.get("s1")
+    for handle in (agent.view(), agent):
+        handle.discover(["t2"])
+        handle.forget()
+        assert handle.discovered == ()
+        if handle is not agent:
+            handle.commit()
+        assert wide.discovered == ("t1",) and wide.pinned == ("t0",)
+    wide.discover(["t3"])
+    agent.forget(["t1", "t3"])  # a name outside the handle's tools is not its to forget
+    assert wide.discovered == ("t1",)
+    wide.forget()  # the stored session's own handle still forgets everything
+    assert wide.discovered == ()
+
+
+def test_a_narrowed_handle_refuses_to_unpin_a_tool_it_may_not_use(agent: Session) -> None:
+    # Before: unpin(["t0"]) through a handle limited to t2 and t3 unpinned the other agent's t0 without a word
+    with pytest.raises(ToolNotAllowedError, match=r"unpin tool 't0' is not in the session's allowed tools"):
+        agent.unpin(["t0"])
+    with pytest.raises(ToolNotAllowedError):
+        agent.unpin(["t3", "t0"])  # nothing changes when one name is refused
+    assert agent.manager.get("s1").pinned == ("t0",)
+    agent.pin(["t3"])
+    agent.unpin(["t3"])  # its own pins it may unpin
+    assert agent.pinned == () and agent.manager.get("s1").pinned == ("t0",)

@@ -73,6 +73,7 @@ def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     if metadata is not None and not isinstance(metadata, Mapping):
         raise wrong_type("metadata", metadata, "a mapping of JSON values (or None)")
     try:
+        _check_keys(metadata or {}, "metadata")
         text = json.dumps(dict(metadata or {}), ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
@@ -84,6 +85,22 @@ def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     # them must not reach the state), and every store holds the same values (a tuple is a list, a key is text).
     out: dict[str, Any] = json.loads(text)
     return out
+
+
+def _check_keys(value: object, where: str) -> None:
+    """SessionError for a key that is not text, at any depth: `json.dumps` would turn 7, True or None into
+    "7", "true" or "null" without a word, and merge two keys that print alike (one value lost)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SessionError(
+                    f"session metadata key {key!r} ({type(key).__name__}) at {where}[{key!r}] is not a string: "
+                    "a shared store keeps JSON, whose keys are text; use text keys"
+                )
+            _check_keys(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_keys(item, f"{where}[{i}]")
 
 
 class SessionManager:
@@ -327,10 +344,13 @@ class SessionManager:
         return session.created_at <= closed_at
 
     def __contains__(self, session_id: object) -> bool:
-        if not isinstance(session_id, str):
+        # An id get() refuses (not text, blank, a lone surrogate) is no session's: False, as for any unknown id, so
+        # a membership test on unchecked input answers; and it never reaches the store (Redis cannot encode some).
+        try:
+            session_id = self._check_id(session_id)
+        except SessionError:
             return False
-        # refused as get() refuses it (a store keys sessions by id: Redis cannot even encode a lone surrogate)
-        return self._store.get(self._check_id(session_id)) is not None
+        return self._store.get(session_id) is not None
 
     def ids(self) -> list[str]:
         """The ids of the live sessions: one listing of the store (with Redis, a SCAN of its keyspace)."""
@@ -529,7 +549,9 @@ class Session:
 
     def state(self) -> SessionState:
         """A snapshot of the stored state."""
-        return self._state().copy()
+        if self._snapshot is None:
+            return self._state()  # the store's `get` returns a copy already: a second one would only cost
+        return self._snapshot.copy()
 
     @property
     def pinned(self) -> tuple[str, ...]:
@@ -680,7 +702,8 @@ class Session:
         """Hide discovered tools again (all of them when `names` is None).
 
         On a view, "all" is all those its snapshot holds: its commit replays the change on the newest state,
-        where a tool another handle or worker discovered meanwhile stays discovered.
+        where a tool another handle or worker discovered meanwhile stays discovered. On a handle limited by
+        `within`, "all" (and any name given) is only of the tools it allows: others sharing the session keep theirs.
         """
         if names is not None:
             gone: set[str] | None = set(_names("forget", names))
@@ -688,14 +711,23 @@ class Session:
             gone = set(self._snapshot.discovered).union(self._snapshot.last_used)
         else:
             gone = None  # one atomic update: everything discovered when it runs
+        allowed = self.allowed  # not `is_allowed`: a tool gone from the index is still forgotten
 
         def forget(state: SessionState) -> None:
-            if gone is None:
+            todo = gone  # not reassigned: the store may run this again, on a newer state
+            if allowed is not None and (state.allowed is None or not state.allowed <= allowed):
+                # narrower than the stored session (`within`): only the tools it may use, of those asked
+                todo = (
+                    {n for n in (*state.discovered, *state.last_used) if n in allowed}
+                    if todo is None
+                    else todo & allowed
+                )
+            if todo is None:
                 state.discovered.clear()
                 state.last_used.clear()
             else:
-                state.discovered = [n for n in state.discovered if n not in gone]
-                for name in gone:
+                state.discovered = [n for n in state.discovered if n not in todo]
+                for name in todo:
                     state.last_used.pop(name, None)
 
         self._change(forget)
@@ -718,6 +750,14 @@ class Session:
         if isinstance(names, str):
             raise SessionError("unpin takes a collection of tool names, not a single string")
         gone = set(names)
+        allowed = self.allowed
+        for name in gone:
+            # as `pin` refuses it: a handle limited by `within` must not change another agent's pins
+            if allowed is not None and name not in allowed:
+                raise ToolNotAllowedError(
+                    f"unpin tool {name!r} is not in the session's allowed tools (this handle's, see within); "
+                    "unpin it through a handle that allows it"
+                )
 
         def unpin(state: SessionState) -> None:
             state.pinned = tuple(n for n in state.pinned if n not in gone)
