@@ -19,8 +19,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_servers import GatewayProcess, http_gateway, toy, write_config
-from mcp_servers.clients import text
+from mcp_servers import GatewayProcess, http_gateway, toy, write_config, write_tokens
+from mcp_servers.clients import change_events, text
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,7 @@ POLICY = {
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy()})
-    entries = [{"subject": who, "scopes": ["tools"], "token": token} for who, token in TOKENS.items()]
-    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": entries}))
-    (tmp_path / "tokens.json").chmod(0o600)
+    write_tokens(tmp_path / "tokens.json", TOKENS)
     (tmp_path / "policy.json").write_text(json.dumps(POLICY))
     with http_gateway(
         config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
@@ -68,22 +66,6 @@ async def as_caller(gateway: GatewayProcess, who: str, mode: str, heard: Heard |
         yield client
 
 
-@asynccontextmanager
-async def listening(client: Client) -> AsyncIterator[list[Any]]:
-    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
-    events: list[Any] = []
-    async with client.listen(tools_list_changed=True) as subscription:
-
-        async def collect() -> None:
-            async for event in subscription:
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            yield events
-            tg.cancel_scope.cancel()
-
-
 async def grow(client: Client, server: str, name: str) -> None:
     """Have `server` add the tool `name`, and wait until the gateway lists it (pinned, its caller's list shows it)."""
     grown = await client.call_tool("call_tool", {"name": f"{server}__grow", "arguments": {"name": name}})
@@ -104,7 +86,7 @@ async def test_a_caller_hears_of_changes_to_its_own_tools_only_in_both_eras(gate
         await alice_legacy.list_tools()  # each handshake-era session has made a request: it can be told
         await bob_legacy.list_tools()
         before = (await alice.list_tools(cache_mode="bypass")).model_dump()
-        async with listening(alice) as alice_events, listening(bob) as bob_events:
+        async with change_events(alice) as alice_events, change_events(bob) as bob_events:
             await grow(bob, "bank", "wire_transfer")  # bob's server changes: nothing alice may see
             await anyio.sleep(1.5)
             assert alice_events == [] and alice_heard.count == 0

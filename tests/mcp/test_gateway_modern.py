@@ -29,7 +29,7 @@ from mcp_servers import (
     toy,
     write_config,
 )
-from mcp_servers.clients import faulty, text
+from mcp_servers.clients import change_events, faulty, text
 
 pytestmark = pytest.mark.slow
 
@@ -60,22 +60,6 @@ async def modern_client(target: GatewayProcess | Path, *extra: str) -> AsyncIter
     with anyio.fail_after(90):
         async with Client(server, mode=MODERN) as client:
             yield client
-
-
-@asynccontextmanager
-async def change_events(client: Client) -> AsyncIterator[list[Any]]:
-    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
-    events: list[Any] = []
-    async with client.listen(tools_list_changed=True) as subscription:
-
-        async def collect() -> None:
-            async for event in subscription:
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            yield events
-            tg.cancel_scope.cancel()
 
 
 async def listed(client: Client) -> list[str]:

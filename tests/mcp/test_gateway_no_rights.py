@@ -15,7 +15,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_servers import GatewayProcess, http_gateway, toy, write_config
+from mcp_servers import GatewayProcess, http_gateway, toy, write_config, write_tokens
 from mcp_servers.clients import text
 
 pytestmark = pytest.mark.slow
@@ -28,9 +28,7 @@ NO_RIGHTS = "Your access rights give you no tools here, so no search can find on
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy()})
-    entries = [{"subject": who, "scopes": ["tools"], "token": token} for who, token in TOKENS.items()]
-    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": entries}))
-    (tmp_path / "tokens.json").chmod(0o600)
+    write_tokens(tmp_path / "tokens.json", TOKENS)
     policy = {"rules": [{"when": {"issuer": "static", "subjects": ["alice"]}, "servers": ["safe"]}]}
     (tmp_path / "policy.json").write_text(json.dumps(policy))
     with http_gateway(

@@ -72,6 +72,14 @@ def write_config(path: Path, servers: dict[str, Any]) -> Path:
     return path
 
 
+def write_tokens(path: Path, tokens: dict[str, str], scopes: tuple[str, ...] = ("tools",)) -> Path:
+    """A static token file (`--auth-tokens`) giving each subject of `tokens` ({subject: token}) `scopes`, mode 0600."""
+    entries = [{"subject": who, "scopes": list(scopes), "token": token} for who, token in tokens.items()]
+    path.write_text(json.dumps({"tokens": entries}))
+    path.chmod(0o600)
+    return path
+
+
 def gateway_argv(config: Path, *extra: str) -> list[str]:
     return [PY, "-m", "toolsearch.mcp", "--config", str(config), *extra]
 

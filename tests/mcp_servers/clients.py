@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 FAULTY = Path(__file__).resolve().parent / "faulty_server.py"
@@ -87,3 +87,19 @@ async def mutate(client: GatewayClient, server: str, **change: Any) -> None:
     """Change faulty_server.py's `echo` through the gateway (its `mutate` tool sends tools/list_changed)."""
     done = await client.call("call_tool", {"name": f"{server}__mutate", "arguments": {"tool": "echo", **change}})
     assert not done.is_error, text(done)
+
+
+@asynccontextmanager
+async def change_events(client: Client) -> AsyncIterator[list[Any]]:
+    """The events of a `subscriptions/listen` stream with toolsListChanged, collected while the block runs."""
+    events: list[Any] = []
+    async with client.listen(tools_list_changed=True) as subscription:
+
+        async def collect() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield events
+            tg.cancel_scope.cancel()
