@@ -60,8 +60,9 @@ def test_a_conversations_votes_for_one_tool_add_up_to_one_vote(index: ToolIndex)
     # before: 1 each; now the conversation's eight requests for the tool are kept apart, and only the nearest of
     # them votes for a query
     assert votes[:8] == [0.0] * 8 and sum(votes) == 1.0
-    assert [len(snap.several[key_id]) for key_id in range(8)] == [1] * 8
-    assert len({pair for pairs in snap.several.values() for pair in pairs}) == 1  # one (tool, voter)
+    assert [len(snap.several[key_id][0]) for key_id in range(8)] == [1] * 8
+    pairs = {(int(t), int(v)) for tools, voters in snap.several.values() for t, v in zip(tools, voters, strict=True)}
+    assert len(pairs) == 1 and snap.several_tools == ("repo_delete",)  # one (tool, voter)
     # for the request itself, the conversation's eight similar wordings carry less than the one identical entry
     signal = LearnedRanker(log, prior=1.0, refresh_seconds=0).signal(VICTIM)
     assert signal.shares == {"repo_delete": 1.0}

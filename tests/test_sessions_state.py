@@ -186,3 +186,29 @@ def test_state_copies_are_whole_without_deepcopy(index: ToolIndex, monkeypatch: 
     copied_json = copy_json(given)
     copied_json["a"][1]["b"][1].append(4)
     assert given == {"a": [1, {"b": (2, [3])}]}
+
+
+def test_values_other_than_json_an_update_puts_in_metadata_are_copied_kind_and_all(index: ToolIndex) -> None:
+    from collections import defaultdict
+
+    manager = SessionManager(index)
+    manager.create("s")
+
+    def put(state: SessionState) -> None:
+        state.metadata["seen"] = {"a"}
+        state.metadata["counts"] = defaultdict(int)
+
+    def edit(state: SessionState) -> None:
+        state.metadata["seen"].add("b")  # in place: still a change, written with a new version
+        state.metadata["counts"]["t0"] += 1  # a defaultdict stays one (a plain dict raised KeyError here)
+
+    manager.store.update("s", put)
+    before = manager.store.get("s")
+    assert before is not None
+    after = manager.store.update("s", edit)
+    stored = manager.store.get("s")
+    assert stored is not None and after.version == before.version + 1
+    assert stored.metadata["seen"] == {"a", "b"} and stored.metadata["counts"] == {"t0": 1}
+    stored.metadata["seen"].add("edited in a read copy")
+    again = manager.store.get("s")
+    assert again is not None and again.metadata["seen"] == {"a", "b"}

@@ -73,7 +73,7 @@ def test_a_narrowed_handles_forget_all_keeps_the_other_agents_tools(agent: Sessi
 
 def test_a_narrowed_handle_refuses_to_unpin_a_tool_it_may_not_use(agent: Session) -> None:
     # Before: unpin(["t0"]) through a handle limited to t2 and t3 unpinned the other agent's t0 without a word
-    with pytest.raises(ToolNotAllowedError, match=r"unpin tool 't0' is not in the session's allowed tools"):
+    with pytest.raises(ToolNotAllowedError, match=r"unpin tool 't0' is not among the tools this handle allows"):
         agent.unpin(["t0"])
     with pytest.raises(ToolNotAllowedError):
         agent.unpin(["t3", "t0"])  # nothing changes when one name is refused
@@ -81,3 +81,13 @@ def test_a_narrowed_handle_refuses_to_unpin_a_tool_it_may_not_use(agent: Session
     agent.pin(["t3"])
     agent.unpin(["t3"])  # its own pins it may unpin
     assert agent.pinned == () and agent.manager.get("s1").pinned == ("t0",)
+
+
+def test_the_session_itself_unpins_what_it_pins_and_ignores_other_names() -> None:
+    # unpin on the session (not a within() handle) is all-or-nothing for nobody: a name it does not pin, or one
+    # outside its allowed tools, is nothing to unpin, as before; what it does pin is unpinned
+    tools = [Tool(f"a{i}", f"Alpha tool {i}") for i in range(2)] + [Tool("b1", "Beta tool")]
+    sessions = SessionManager(ToolIndex.build(tools, backend="bm25"))
+    session = sessions.create("plain", allowed=["a0", "a1"], pinned=["a1"])
+    session.unpin(["a1", "b1"])
+    assert session.pinned == ()

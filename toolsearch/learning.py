@@ -118,8 +118,10 @@ class _Snapshot:
     idf_sq: dict[str, float]
     unknown_idf_sq: float
     votes: list[tuple[tuple[str, ...], tuple[float, ...]]]  # per past query: tools and success counts
-    # per past query: (tool, voter) of voters with several requests for that tool, whose nearest one votes for it
-    several: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # per past query: the tools (numbers into `several_tools`) and voters of voters with several requests for that
+    # tool, whose nearest one votes for it (arrays: a lookup takes each voter's strongest vote in one numpy pass)
+    several: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    several_tools: tuple[str, ...] = ()
     calibration: Calibration | None = None  # None: too few past searches with a shown list
 
     @property
@@ -156,7 +158,8 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
         if entry.by is not None:
             requests.setdefault((entry.by, entry.called), {}).setdefault(entry.terms)
         if entry.shown:
-            search = (entry.terms, entry.shown)
+            # a tool listed twice (an imported entry) is one place in the list: the rest of it stands as shown
+            search = (entry.terms, tuple(dict.fromkeys(entry.shown)))
             searches.setdefault(search, set()).add(entry.called)
             owners.setdefault(search, entry.by)
     several: dict[tuple[str, ...], list[tuple[str, int]]] = {}  # past query -> (tool, voter number)
@@ -183,11 +186,20 @@ def _compile(log: UsageLog, *, neighbours: int, min_similarity: float, weight: f
         [math.sqrt(sum(idf_sq[t] for t in terms if t not in stop)) or 1.0 for terms in keys], dtype=np.float64
     )
     votes = [(tuple(tools), tuple(tools.values())) for tools in keys.values()]
-    split = {key_id: tuple(several[terms]) for key_id, terms in enumerate(keys) if terms in several}
+    tool_numbers: dict[str, int] = {}
+    split: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for key_id, terms in enumerate(keys):
+        if terms in several:
+            pairs = several[terms]
+            split[key_id] = (
+                np.array([tool_numbers.setdefault(tool, len(tool_numbers)) for tool, _ in pairs], dtype=np.int64),
+                np.array([voter for _, voter in pairs], dtype=np.int64),
+            )
     postings = {t: np.asarray(ids, dtype=np.int32) for t, ids in lists.items() if t not in stop}
     # The past query's norm folded into each posting: a lookup sums these and divides once by the query's norm.
     weights = {t: idf_sq[t] / norms[ids] for t, ids in postings.items()}
-    snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes, split)
+    snap = _Snapshot(version, postings, weights, stop, idf_sq, math.log(1.0 + n) ** 2 if n else 0.0, votes, split,
+                     tuple(tool_numbers))
     sample = _calibration_sample(searches, {s: -1 if o is None else voters.setdefault(o, len(voters))
                                             for s, o in owners.items()})
     if len(sample) < MIN_CALIBRATION:
@@ -328,7 +340,7 @@ def _votes(
         touched, sims = touched[top], sims[top]
     votes: dict[str, float] = {}
     total = 0.0
-    nearest: dict[tuple[str, int], float] = {}  # (tool, voter) -> the strongest vote of its requests here
+    kept: list[tuple[np.ndarray, np.ndarray, float]] = []  # several-request votes: tools, voters, strength
     for key_id, sim in zip(touched.tolist(), sims.tolist(), strict=True):
         tools, counts = snap.votes[key_id]
         strength = sim * sim if exponent == 2.0 else sim**exponent
@@ -337,14 +349,38 @@ def _votes(
             total += vote  # votes for tools the caller cannot see still count as evidence
             if visible is None or tool in visible:
                 votes[tool] = votes.get(tool, 0.0) + vote
-        for pair in snap.several.get(key_id, ()):
-            if strength > nearest.get(pair, 0.0) and pair[1] != exclude_voter:
-                nearest[pair] = strength
-    for (tool, _), vote in nearest.items():
-        total += vote
-        if visible is None or tool in visible:
-            votes[tool] = votes.get(tool, 0.0) + vote
+        if key_id in snap.several:
+            kept.append((*snap.several[key_id], strength))
+    if kept:
+        for number, vote in _nearest_votes(kept, exclude_voter, len(snap.several_tools)):
+            name = snap.several_tools[number]
+            total += vote
+            if visible is None or name in visible:
+                votes[name] = votes.get(name, 0.0) + vote
     return votes, total
+
+
+def _nearest_votes(
+    kept: list[tuple[np.ndarray, np.ndarray, float]], exclude_voter: int, n_tools: int
+) -> list[tuple[int, float]]:
+    """(tool number, votes) from the several-request votes of the neighbours: each (tool, voter) pair's strongest
+    vote only, summed per tool; `exclude_voter`'s are left out. Vectorised: a popular request holds one pair per
+    conversation that reached its tool in other words too, so the work must not be a Python loop over them."""
+    tools = np.concatenate([k[0] for k in kept])
+    voters = np.concatenate([k[1] for k in kept])
+    strength = np.concatenate([np.full(len(k[0]), k[2]) for k in kept])
+    if exclude_voter >= 0:
+        keep = voters != exclude_voter
+        tools, voters, strength = tools[keep], voters[keep], strength[keep]
+    if not len(tools):
+        return []
+    pair = tools * (int(voters.max()) + 1) + voters
+    order = np.lexsort((-strength, pair))  # by pair, the strongest first
+    pair, tools, strength = pair[order], tools[order], strength[order]
+    first = np.ones(len(pair), dtype=bool)
+    first[1:] = pair[1:] != pair[:-1]
+    sums = np.bincount(tools[first], weights=strength[first], minlength=n_tools)
+    return [(int(t), float(sums[t])) for t in np.flatnonzero(sums)]
 
 
 def rank_score(rank: int) -> float:

@@ -751,16 +751,22 @@ class Session:
             raise SessionError("unpin takes a collection of tool names, not a single string")
         gone = set(names)
         allowed = self.allowed
-        for name in gone:
-            # as `pin` refuses it: a handle limited by `within` must not change another agent's pins
-            if allowed is not None and name not in allowed:
+        stored = self._state().allowed
+        if allowed is not None and (stored is None or not stored <= allowed):
+            # narrower than the stored session (`within`): as `pin` refuses it, it must not change another agent's
+            # pins; on the session itself a name it does not pin is nothing to unpin, as before
+            outside = sorted(gone - allowed)
+            if outside:
                 raise ToolNotAllowedError(
-                    f"unpin tool {name!r} is not in the session's allowed tools (this handle's, see within); "
-                    "unpin it through a handle that allows it"
+                    f"unpin tool {outside[0]!r} is not among the tools this handle allows (it is limited by within); "
+                    "unpin it through the session itself"
                 )
 
         def unpin(state: SessionState) -> None:
-            state.pinned = tuple(n for n in state.pinned if n not in gone)
+            todo = gone
+            if allowed is not None and (state.allowed is None or not state.allowed <= allowed):
+                todo = gone & allowed  # narrower than the stored session (`within`), as `forget` decides it
+            state.pinned = tuple(n for n in state.pinned if n not in todo)
 
         self._change(unpin)
 

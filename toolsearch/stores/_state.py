@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 from collections.abc import Callable, Mapping
@@ -34,18 +35,23 @@ def copy_json(value: Any) -> Any:
     so not with `copy.deepcopy`: its memo (for shared and cyclic objects) and per-type dispatch buy nothing for
     JSON, whose leaves (text, numbers, booleans, null) are immutable, and cost about ten times as much.
     """
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind is dict:
         # A dict of leaves only (the gateway's pins: tool name to fingerprint) is copied at C speed.
         if _JSON_LEAVES.issuperset(map(type, value.values())):
             return dict(value)
         return {k: copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if kind is list:
         if _JSON_LEAVES.issuperset(map(type, value)):
             return list(value)
         return [copy_json(v) for v in value]
-    if isinstance(value, tuple):  # not JSON, but a store's update may put one in: its lists still need copying
+    if kind is tuple:  # not JSON, but a store's update may put one in: its lists still need copying
         return tuple(copy_json(v) for v in value)
-    return value
+    if kind in _JSON_LEAVES:
+        return value
+    # Anything else an update put in (a set, a defaultdict, an object): copied as Python copies it, kind and all,
+    # so a change to it in place still counts as a change and a read's copy stays apart from the stored state.
+    return copy.deepcopy(value)
 
 
 # Bumped when the JSON form changes incompatibly (adding `incarnation` did not: older readers ignore it, and a
