@@ -32,6 +32,13 @@ _MAX_SKIPPED = 100  # most loaded tools a search over-fetches past
 # A session allowed no tool at all (a gateway's policy gives its caller none): searching again cannot help. Said of
 # the caller's own rights only, so it tells nothing of what others may use.
 _NO_RIGHTS = "Your access rights give you no tools here, so no search can find one; ask the operator for access."
+# Rights that name tools none of which is listed now (their server is down, or they are withheld): said as neutrally,
+# for the same reason, and without sending the caller to ask for access it has.
+_NONE_LISTED = "None of the tools your access rights give you is available right now; try again later."
+
+
+def _no_tools(rights_unlisted: bool) -> str:
+    return _NONE_LISTED if rights_unlisted else _NO_RIGHTS
 
 
 # Line and paragraph breaks, tabs and other control characters: what would start a line of its own in a result.
@@ -202,7 +209,9 @@ class ToolSearchMetaTool:
             f'"max_results": {self.default_results}}}.'
         )
 
-    def parse(self, session: Session, arguments: Mapping[str, Any] | str | None) -> tuple[_Arguments | None, str]:
+    def parse(
+        self, session: Session, arguments: Mapping[str, Any] | str | None, *, rights_unlisted: bool = False
+    ) -> tuple[_Arguments | None, str]:
         """Validate arguments; returns (arguments, "") or (None, instructive error text)."""
         if arguments is None:
             arguments = {}
@@ -251,7 +260,7 @@ class ToolSearchMetaTool:
             if known:
                 advice = f"Use one of: {listed}."
             elif session.allowed is not None and not session.allowed:
-                advice = _NO_RIGHTS
+                advice = _no_tools(rights_unlisted)
             elif session.allowed is not None:  # the catalog may have namespaces; this session's tools have none
                 advice = "None of the tools available to you has a namespace; leave it out."
             else:
@@ -308,6 +317,7 @@ class ToolSearchMetaTool:
         alias: Callable[[str], str] | None = None,
         withheld: Mapping[str, str] | None = None,
         min_relative_score: float = 0.0,
+        rights_unlisted: bool = False,
     ) -> MetaToolOutcome:
         """Validate, search within the session (recording hits as discovered) and render the result.
 
@@ -317,7 +327,9 @@ class ToolSearchMetaTool:
         them (a gateway's tool whose parameters collide with its augmented fields; always, a catalog tool
         named like this search tool): a hit among them is left out, and the result says so and why.
         `min_relative_score` leaves out hits scoring below that fraction of the best hit's score (a best
-        score of 0 or less sets no floor), with a note.
+        score of 0 or less sets no floor), with a note. `rights_unlisted`: a session allowed no tool has rights
+        that name tools, none of which is listed now (a gateway's caller whose server is down); it is told so,
+        not that its rights give it nothing.
         """
         if session.is_allowed(self.name):  # found, it would be shown beside this tool under one name (check_clash)
             withheld = {
@@ -325,7 +337,9 @@ class ToolSearchMetaTool:
                 **(withheld or {}),
             }
         with tracing.retrieval(session.index, session.allowed) as traced:  # the loop, the executor, the gateway
-            return traced.outcome(self._run(session, arguments, alias, withheld or {}, min_relative_score))
+            return traced.outcome(
+                self._run(session, arguments, alias, withheld or {}, min_relative_score, rights_unlisted)
+            )
 
     def _run(
         self,
@@ -334,8 +348,9 @@ class ToolSearchMetaTool:
         alias: Callable[[str], str] | None,
         withheld: Mapping[str, str],
         min_relative_score: float,
+        rights_unlisted: bool = False,
     ) -> MetaToolOutcome:
-        args, problem = self.parse(session, arguments)
+        args, problem = self.parse(session, arguments, rights_unlisted=rights_unlisted)
         if args is None:
             return MetaToolOutcome(text=problem, error=problem)
         k = args.max_results or self.default_results
@@ -357,7 +372,15 @@ class ToolSearchMetaTool:
         result = _above(result, min_relative_score * best if best > 0 else None, min_relative_score)
         update = session.discover(result.names) if result.hits else None
         return MetaToolOutcome(
-            text=self.render(session, result, update, namespace=args.namespace, alias=alias, already_loaded=already),
+            text=self.render(
+                session,
+                result,
+                update,
+                namespace=args.namespace,
+                alias=alias,
+                already_loaded=already,
+                rights_unlisted=rights_unlisted,
+            ),
             result=result,
             query=query,
             max_results=k,
@@ -375,10 +398,12 @@ class ToolSearchMetaTool:
         namespace: str | None = None,
         alias: Callable[[str], str] | None = None,
         already_loaded: Sequence[str] = (),
+        rights_unlisted: bool = False,
     ) -> str:
         """Compact text: one line per tool (name, score, one-line summary), plus any notes.
 
-        `already_loaded` names matches the session already has, which the result leaves out.
+        `already_loaded` names matches the session already has, which the result leaves out; `rights_unlisted`
+        as for `run`.
         """
         where = f" in namespace {namespace!r}" if namespace else ""
         notes = [f"Note: {n}" for n in result.notes]
@@ -396,7 +421,7 @@ class ToolSearchMetaTool:
             ]
             return "\n".join(lines + notes)
         if not result.hits and session.allowed is not None and not session.allowed:
-            return f"No tools matched {result.query!r}{where}. {_NO_RIGHTS}"
+            return f"No tools matched {result.query!r}{where}. {_no_tools(rights_unlisted)}"
         if not result.hits:
             _, hint = _backend_syntax(session)
             lines = [

@@ -53,3 +53,24 @@ async def test_a_caller_without_rights_is_told_it_has_no_tools_in_both_eras(gate
             named = text(await client.call_tool("tool_search", {"query": "echo", "namespace": "safe"}))
             assert named == f"tool_search error: unknown namespace 'safe'. {NO_RIGHTS}", mode
             assert "bank" not in searched + named and "no namespaces" not in named
+
+
+NONE_LISTED = "None of the tools your access rights give you is available right now; try again later."
+
+
+async def test_a_caller_whose_granted_server_is_down_is_not_told_it_has_no_rights(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy(TOY_STARTUP="exit")})
+    write_tokens(tmp_path / "tokens.json", TOKENS)
+    policy = {"rules": [{"when": {"issuer": "static", "subjects": ["carol"]}, "servers": ["bank"]}]}
+    (tmp_path / "policy.json").write_text(json.dumps(policy))
+    with http_gateway(
+        config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
+        "--tool-policy", str(tmp_path / "policy.json"), "--rate-limit", "0", "--no-usage-log",
+    ) as gateway:  # fmt: skip
+        for mode in (MODERN, "legacy"):
+            async with carol(gateway, mode) as client:  # her rights name `bank`, which failed to start
+                searched = text(await client.call_tool("tool_search", {"query": "echo text"}))
+                assert searched.startswith(f"No tools matched 'echo text'. {NONE_LISTED}"), mode
+                named = text(await client.call_tool("tool_search", {"query": "echo", "namespace": "bank"}))
+                assert named == f"tool_search error: unknown namespace 'bank'. {NONE_LISTED}", mode
+                assert "safe" not in searched + named and NO_RIGHTS not in searched + named

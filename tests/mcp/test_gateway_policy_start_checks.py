@@ -59,3 +59,15 @@ def test_a_tool_pattern_that_matches_no_tool_yet_only_warns(tmp_path: Path) -> N
         assert gateway.logged("rule 2 names the tool 'echo', which matches no tool of this gateway now")
         policy_lines = [line for line in gateway.stderr.splitlines() if "policy" in line]
         assert len(policy_lines) == 1  # 'my.bank' (a server) and 'safe__echo' (a tool it lists) are fine
+
+
+def test_a_rule_naming_a_server_the_config_turns_off_starts_and_says_so(tmp_path: Path) -> None:
+    disabled = {**toy(), "disabled": True}
+    config = write_config(tmp_path / "servers.json", {"safe": toy(), "github": disabled, "my.bank": disabled})
+    rules = [{"servers": ["safe"]}, {"when": {"scopes": ["tools:admin"]}, "servers": ["github", "my.bank"]},
+             {"when": {"scopes": ["tools:admin"]}, "tools": ["my_bank__echo"]}]  # fmt: skip
+    (tmp_path / "policy.json").write_text(json.dumps({"rules": rules}))
+    with http_gateway(config, "--backend", "bm25", "--tool-policy", str(tmp_path / "policy.json")) as gateway:
+        assert gateway.logged("rule 2 names the server 'github', which the config turns off")
+        assert gateway.logged("rule 2 names the server 'my.bank', which the config turns off")
+        assert "matches no server" not in gateway.stderr

@@ -154,10 +154,11 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class MCPConfig:
-    """The enabled servers, in the order the config lists them."""
+    """The enabled servers, in the order the config lists them; `disabled`: the names of those it turns off."""
 
     servers: tuple[ServerConfig, ...]
     source: Path | None = None
+    disabled: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -398,7 +399,9 @@ def parse_config(
     enabled = tuple(s for s in parsed if s is not None)
     if not enabled:
         raise MCPConfigError("the config lists no enabled servers")
-    return MCPConfig(enabled)
+    # kept by name: a policy may name a server turned off here (toolsearch.mcp.policy.ToolPolicy.check_servers)
+    disabled = tuple(name for name, server in zip(servers, parsed, strict=True) if server is None)
+    return MCPConfig(enabled, disabled=disabled)
 
 
 class _RepeatedKey(ValueError):
@@ -439,4 +442,4 @@ def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -
         config = parse_config(data, base=path.resolve().parent, environ=environ)
     except MCPConfigError as exc:
         raise MCPConfigError(f"{path}: {exc}") from None
-    return MCPConfig(config.servers, source=path)
+    return MCPConfig(config.servers, source=path, disabled=config.disabled)

@@ -39,7 +39,7 @@ from .identity import SessionIdentity
 from .metatools import CALL_TOOL
 from .modern import ListenerBus, ModernEra
 from .outage import CatalogOutage, catalog_outage
-from .rules import GatewayRules, resolve_pins
+from .rules import Asker, GatewayRules, resolve_pins
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, url_host
 from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource
@@ -155,23 +155,40 @@ class Gateway:
 
     # --- MCP handlers: resolve the caller once, hand the request to its era --------------------
 
+    async def _resolve(self, ctx: Any) -> Asker:
+        """`GatewayRules.resolve`; when it found the policy file edited (new rules took effect), each client whose
+        visible tools the new rights changed is told, in both eras, as after an upstream change, and every client is
+        compared against its new rights from then on (else a later upstream change would be judged by old ones)."""
+        before = self.rules.policy_version
+        asker = self.rules.resolve(ctx)
+        if self.rules.policy_version != before:
+            await self._tools_changed()
+        return asker
+
+    async def _tools_changed(self) -> None:
+        # Each client hears of a change only when what its own rights cover changed: a handshake-era client of a
+        # change to any tool it may use, a 2026-era one of a change to its stable list (a pinned tool's definition,
+        # the servers named in tool_search), never of every catalog change.
+        await self.handshake.notify_changed()
+        await self.bus.tools_changed()
+
     async def _instructions_middleware(self, ctx: Any, call_next: Any) -> Any:
         """`initialize` tells a handshake-era client about the tools and servers its caller may use only."""
         result = await call_next(ctx)
         if ctx.method == "initialize" and isinstance(result, dict):
-            result = {**result, "instructions": self.rules.instructions(self.rules.resolve(ctx), modern=False)}
+            result = {**result, "instructions": self.rules.instructions(await self._resolve(ctx), modern=False)}
         return result
 
     async def _discover(self, ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
         return types.DiscoverResult(
             supported_versions=list(MODERN_PROTOCOL_VERSIONS),
             capabilities=self.server.get_capabilities(protocol_version=ctx.protocol_version),
-            instructions=self.rules.instructions(self.rules.resolve(ctx), modern=True),
+            instructions=self.rules.instructions(await self._resolve(ctx), modern=True),
         )
 
     async def _listen(self, ctx: Any, params: types.SubscriptionsListenRequestParams) -> Any:
         """`subscriptions/listen`: the SDK's stream, subscribed for the request's caller (told of its own list only)."""
-        return await self.bus.listen(self._listen_handler, ctx, params, self.rules.resolve(ctx))
+        return await self.bus.listen(self._listen_handler, ctx, params, await self._resolve(ctx))
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of a tool the 2026 era lists (its stable list, unfiltered), or None."""
@@ -196,7 +213,7 @@ class Gateway:
                 code=INVALID_PARAMS,
                 message="tools/list: unknown cursor; this server lists every tool in one page, call it without one",
             )
-        asker = self.rules.resolve(ctx)
+        asker = await self._resolve(ctx)
         if is_modern(ctx.protocol_version):
             return await self.modern.list_tools(asker)
         return await self.handshake.list_tools(ctx, asker)
@@ -206,7 +223,7 @@ class Gateway:
         # Started from the catalog its servers listed last time (toolsearch.mcp.remembered), a gateway admits a call
         # once the called tool's server has listed its own tools: never against a remembered definition.
         target = (params.arguments or {}).get("name") if params.name == CALL_TOOL else params.name
-        asker = self.rules.resolve(ctx)
+        asker = await self._resolve(ctx)
         if target != self.rules.metatool.name and not self.source.all_listed:
             name = target if isinstance(target, str) else None
             # A tool the caller may not use waits as long as one no server offers (for every server): refused
@@ -229,11 +246,7 @@ class Gateway:
             self._epoch_seen = epoch.token
         except SessionStoreError as exc:
             logger.warning("could not tell the other workers about the catalog change: %s", exc)
-        # Each client hears of a change only when what its own rights cover changed: a handshake-era client of a
-        # change to any tool it may use, a 2026-era one of a change to its stable list (a pinned tool's definition,
-        # the servers named in tool_search), never of every catalog change.
-        await self.handshake.notify_changed()
-        await self.bus.tools_changed()
+        await self._tools_changed()
 
     async def _apply_catalog(self, source: MCPToolSource) -> None:
         catalog = source.catalog()

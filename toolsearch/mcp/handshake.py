@@ -172,18 +172,42 @@ class HandshakeEra:
             logger.warning("could not close session %s: %s", session_id, exc)
 
     async def notify_changed(self) -> None:
-        """The catalog changed: tell each connected client whose rights cover a changed tool that its tool list may
-        have changed; a client is never told of a change to tools it may not use (that would say they exist)."""
-        for session_id, client in list(self.clients.items()):
-            seen = self.rules.seen_by(client.caller)  # a digest kept per set of rights, however many clients hold it
-            if seen == client.seen:
-                continue
-            client.seen = seen
+        """The catalog or the policy changed: tell each connected client whose rights cover a changed tool (or whose
+        rights changed what it may use) that its tool list may have changed; a client is never told of a change to
+        tools it may not use (that would say they exist). Each is then compared against what it was told now."""
+        clients = list(self.clients.items())
+        if not clients:
+            return
+        rules = self.rules
+
+        def digests() -> list[str]:
+            # One digest per distinct set of rights, however many clients hold it, worked out off the event loop
+            # (a policy with a rule per user gives as many sets as users; each digest walks the tools they cover).
+            by_rights: dict[frozenset[str] | None, str] = {}
+            seen: list[str] = []
+            for _, client in clients:
+                allowed = rules.allowed_for(client.caller)
+                if allowed not in by_rights:
+                    by_rights[allowed] = rules.visible_fingerprint(allowed)
+                seen.append(by_rights[allowed])
+            return seen
+
+        changed: list[tuple[str, _Client]] = []
+        for (session_id, client), seen in zip(clients, await anyio.to_thread.run_sync(digests), strict=True):
+            if seen != client.seen:
+                client.seen = seen
+                changed.append((session_id, client))
+
+        async def send(session_id: str, client: _Client) -> None:
             try:
                 with anyio.move_on_after(5):
                     await client.session.send_tool_list_changed()
             except Exception as exc:  # a gone client must not stop the others
                 logger.debug("could not notify session %s: %s", session_id, exc)
+
+        async with anyio.create_task_group() as tg:  # side by side: a slow client holds up no other
+            for session_id, client in changed:
+                tg.start_soon(send, session_id, client)
 
     # --- tools/list ---------------------------------------------------------------------------
 

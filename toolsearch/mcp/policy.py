@@ -107,6 +107,7 @@ class ToolPolicy:
         # What the gateway checked the rules against at start (check_issuers, check_servers): a reload is held to it.
         self._issuers: frozenset[str] | None = None
         self._servers: dict[str, str] | None = None
+        self._disabled: dict[str, str] = {}
         self._path: Path | None = None
         self._identity: _Identity | None = None
         self._lock = threading.Lock()
@@ -167,6 +168,11 @@ class ToolPolicy:
         state.answers[key] = answer
         return answer
 
+    def grants(self, caller: Caller) -> bool:
+        """Whether a rule that applies to `caller` names any server or tool, listed now or not: a caller with no
+        tools listed may have rights whose servers are down (`allowed` answers for the catalog listed now)."""
+        return any((rule.servers or rule.tools) and self.applies(rule, caller) for rule in self._state.rules)
+
     def check_issuers(self, issuers: Collection[str]) -> None:
         """Refuse rules that the gateway's token sources (`issuers`: "static" and/or issuer URLs; none without
         authentication) make unsafe or dead: subjects without an issuer when there is more than one source (whose
@@ -175,13 +181,18 @@ class ToolPolicy:
         self._issuers = frozenset(issuers)
         _check_issuers(self._rules, self.source, self._issuers)
 
-    def check_servers(self, servers: Mapping[str, str]) -> None:
+    def check_servers(self, servers: Mapping[str, str], *, disabled: Mapping[str, str] | None = None) -> None:
         """Refuse rules naming a server the gateway does not front: `servers` maps each configured server's name
         to the prefix its tools' names start with (`my.bank` -> `my_bank`). A `servers` entry must match a
         configured name, and a `tools` pattern must not start with a server's name where its tools are named
-        otherwise; PolicyError names the rule and the name to use. A reload of the file is held to the same check."""
+        otherwise; PolicyError names the rule and the name to use. A reload of the file is held to the same check.
+
+        `disabled` (same shape) holds the servers the config turns off (`"disabled": true`): a rule may name them
+        (switching a server off must not mean editing the policy, which other gateways may share); that is logged
+        at INFO, since such a rule allows nothing of them until the server is turned on again."""
         self._servers = dict(servers)
-        _check_servers(self._rules, self.source, self._servers)
+        self._disabled = dict(disabled or {})
+        _check_servers(self._rules, self.source, self._servers, self._disabled)
 
     def unmatched_tools(self, catalog: Catalog) -> list[tuple[int, str]]:
         """(rule number from 1, pattern) for each `tools` pattern that matches no tool of `catalog`."""
@@ -197,7 +208,7 @@ class ToolPolicy:
         if self._issuers is not None:
             _check_issuers(rules, self.source, self._issuers)
         if self._servers is not None:
-            _check_servers(rules, self.source, self._servers)
+            _check_servers(rules, self.source, self._servers, self._disabled)
 
     def __repr__(self) -> str:
         return f"ToolPolicy({self.source!r}, {len(self._rules)} rules)"
@@ -295,11 +306,23 @@ def _check_issuers(rules: Iterable[_Rule], source: str, issuers: Collection[str]
             )
 
 
-def _check_servers(rules: Iterable[_Rule], source: str, servers: Mapping[str, str]) -> None:
-    renamed = {prefix: name for name, prefix in servers.items() if prefix != name}
+def _check_servers(
+    rules: Iterable[_Rule], source: str, servers: Mapping[str, str], disabled: Mapping[str, str] | None = None
+) -> None:
+    disabled = disabled or {}
+    renamed = {prefix: name for name, prefix in {**disabled, **servers}.items() if prefix != name}
     for i, rule in enumerate(rules, start=1):
         for pattern in rule.servers:
             if fnmatch.filter(servers, pattern):
+                continue
+            if fnmatch.filter(disabled, pattern):
+                logger.info(
+                    'policy %s: rule %d names the server %r, which the config turns off ("disabled": true); it '
+                    "allows nothing of it until the server is turned on again",
+                    source,
+                    i,
+                    pattern,
+                )
                 continue
             use = renamed.get(pattern)
             hint = f"use {use!r}, the name the config gives it" if use else (
@@ -311,11 +334,11 @@ def _check_servers(rules: Iterable[_Rule], source: str, servers: Mapping[str, st
             )
         for pattern in rule.tools:
             server, separator, rest = pattern.partition(SEPARATOR)
-            if separator and server in servers and servers[server] != server:
+            prefix = servers.get(server, disabled.get(server))
+            if separator and prefix is not None and prefix != server:
                 raise PolicyError(
                     f"policy {source}: rule {i} names the tool {pattern!r}, but the gateway names the tools of server "
-                    f"{server!r} {servers[server]}{SEPARATOR}...; it would allow nothing: use "
-                    f"{servers[server] + SEPARATOR + rest!r}"
+                    f"{server!r} {prefix}{SEPARATOR}...; it would allow nothing: use {prefix + SEPARATOR + rest!r}"
                 )
 
 

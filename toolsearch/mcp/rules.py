@@ -81,6 +81,9 @@ class Asker:
     caller: Caller
     allowed: frozenset[str] | None
     owner: str | None = None
+    # Whether the policy gives the caller any tool at all, listed now or not: an empty `allowed` of a caller with
+    # rights means its tools are not listed now (a server down), not that it has none (what tool_search says).
+    granted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +139,20 @@ class GatewayRules:
         self._allowed: dict[int, tuple[frozenset[str], str, frozenset[str]]] = {}
         self.pinned: list[str] = []
         self._visible: dict[tuple[str, frozenset[str]], str] = {}
+        # Counts the policy reloads that took effect: the gateway compares it around `resolve` and tells the clients
+        # whose tools the new rights changed (as after an upstream change).
+        self.policy_version = 0
         self.rebind(index, announce=False)
         for pattern in resolve_pins(settings.pinned, index.catalog)[1]:
             logger.warning("pin %r matches no tool; it is ignored", pattern)
         check_servers = getattr(settings.policy, "check_servers", None)  # (a ToolPolicy; a plug-in's may not have it)
         if callable(check_servers):  # PolicyError: a rule naming a server this gateway does not front
-            check_servers({server.name: _tool_prefix(server.name) for server in source.config.servers})
+            fronted = {server.name: _tool_prefix(server.name) for server in source.config.servers}
+            disabled = getattr(source.config, "disabled", ())  # a rule may name them: accepted, with an INFO line
+            if disabled:
+                check_servers(fronted, disabled={name: _tool_prefix(name) for name in disabled})
+            else:
+                check_servers(fronted)
         self._unmatched_policy_tools()
 
     # --- the index and what it holds -----------------------------------------------------------
@@ -187,13 +198,23 @@ class GatewayRules:
         # The policy file's identity is checked here, once per request (one os.stat): an edit decides this request.
         refresh = getattr(self.settings.policy, "refresh", None)
         if callable(refresh) and refresh():
+            self.policy_version += 1
             self._unmatched_policy_tools()
         return self.asker_for(caller, None if scope is None else owner_of(scope))
 
     def asker_for(self, caller: Caller, owner: str | None = None) -> Asker:
         """`caller` with what the policy gives it now (the policy file is not checked again: `resolve` does, once
         per request): for a request resolved before the catalog changed, and for a listener between requests."""
-        return Asker(caller, self.allowed_for(caller), owner)
+        allowed = self.allowed_for(caller)
+        return Asker(caller, allowed, owner, granted=allowed is None or bool(allowed) or self._grants(caller))
+
+    def _grants(self, caller: Caller) -> bool:
+        """Whether the policy gives `caller` any tool, listed now or not (asked only of a caller with none listed)."""
+        policy = self.settings.policy
+        grants = getattr(policy, "grants", None)  # (a ToolPolicy; a plug-in's answers for the catalog only)
+        if callable(grants):
+            return bool(grants(caller))
+        return policy is None or bool(policy.allowed(caller, self.index.catalog))
 
     def _unmatched_policy_tools(self) -> None:
         """Warn of each `tools` pattern of the policy that matches no tool now (an upstream may list it later)."""
@@ -241,8 +262,8 @@ class GatewayRules:
             withheld = self.withheld()
             parts = (f"{n}\0{catalog[n].fingerprint}" for n in sorted(allowed) if n in catalog and n not in withheld)
             digest = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-            if len(self._visible) >= 256:
-                self._visible.clear()
+            while len(self._visible) >= 256:  # the oldest goes (a catalog change leaves its keys behind), not all:
+                self._visible.pop(next(iter(self._visible)), None)  # clearing thrashed it past 256 rights sets
             self._visible[key] = digest
         return digest
 
@@ -334,6 +355,7 @@ class GatewayRules:
             arguments,
             withheld=self.withheld(),
             min_relative_score=self.settings.min_relative_score,
+            rights_unlisted=asker.granted,
         )
         if not outcome.ok:
             return Found(outcome)
