@@ -66,6 +66,21 @@ async def as_caller(gateway: GatewayProcess, who: str, mode: str, heard: Heard |
         yield client
 
 
+@asynccontextmanager
+async def both_eras(gateway: GatewayProcess) -> AsyncIterator[tuple[Client, Client, Heard, Heard]]:
+    """alice and bob in the 2026 era, and what each one's handshake-era session hears (each has made a request)."""
+    alice_heard, bob_heard = Heard(), Heard()
+    async with (
+        as_caller(gateway, "alice", MODERN) as alice,
+        as_caller(gateway, "bob", MODERN) as bob,
+        as_caller(gateway, "alice", "legacy", alice_heard) as alice_legacy,
+        as_caller(gateway, "bob", "legacy", bob_heard) as bob_legacy,
+    ):
+        await alice_legacy.list_tools()  # each handshake-era session has made a request: it can be told
+        await bob_legacy.list_tools()
+        yield alice, bob, alice_heard, bob_heard
+
+
 async def grow(client: Client, server: str, name: str) -> None:
     """Have `server` add the tool `name`, and wait until the gateway lists it (pinned, its caller's list shows it)."""
     grown = await client.call_tool("call_tool", {"name": f"{server}__grow", "arguments": {"name": name}})
@@ -76,15 +91,7 @@ async def grow(client: Client, server: str, name: str) -> None:
 
 
 async def test_a_caller_hears_of_changes_to_its_own_tools_only_in_both_eras(gateway: GatewayProcess) -> None:
-    alice_heard, bob_heard = Heard(), Heard()
-    async with (
-        as_caller(gateway, "alice", MODERN) as alice,
-        as_caller(gateway, "bob", MODERN) as bob,
-        as_caller(gateway, "alice", "legacy", alice_heard) as alice_legacy,
-        as_caller(gateway, "bob", "legacy", bob_heard) as bob_legacy,
-    ):
-        await alice_legacy.list_tools()  # each handshake-era session has made a request: it can be told
-        await bob_legacy.list_tools()
+    async with both_eras(gateway) as (alice, bob, alice_heard, bob_heard):
         before = (await alice.list_tools(cache_mode="bypass")).model_dump()
         async with change_events(alice) as alice_events, change_events(bob) as bob_events:
             await grow(bob, "bank", "wire_transfer")  # bob's server changes: nothing alice may see
@@ -106,32 +113,27 @@ async def test_a_policy_edit_is_announced_to_the_callers_whose_tools_it_changed_
 ) -> None:
     policy = tmp_path / "policy.json"
     granted = {"rules": [{**POLICY["rules"][0], "servers": ["safe", "bank"]}, POLICY["rules"][1]]}
-    alice_heard, bob_heard = Heard(), Heard()
     async with (
-        as_caller(gateway, "alice", MODERN) as alice,
-        as_caller(gateway, "bob", MODERN) as bob,
-        as_caller(gateway, "alice", "legacy", alice_heard) as alice_legacy,
-        as_caller(gateway, "bob", "legacy", bob_heard) as bob_legacy,
+        both_eras(gateway) as (alice, bob, alice_heard, bob_heard),
+        change_events(alice) as alice_events,
+        change_events(bob) as bob_events,
     ):
-        await alice_legacy.list_tools()  # each handshake-era session has made a request: it can be told
-        await bob_legacy.list_tools()
-        async with change_events(alice) as alice_events, change_events(bob) as bob_events:
-            await anyio.sleep(0.5)
-            for edit, heard in ((granted, 1), (POLICY, 2)):  # bank granted to alice, then revoked
-                policy.write_text(json.dumps(edit))
-                await bob.list_tools(cache_mode="bypass")  # a request (anyone's): the file is read again
-                with anyio.fail_after(30):
-                    while len(alice_events) < heard or alice_heard.count < heard:
-                        await anyio.sleep(0.1)
-                await anyio.sleep(1)
-                # once per edit in each era; bob's tools did not change: he hears nothing
-                assert (len(alice_events), alice_heard.count) == (heard, heard)
-                assert bob_events == [] and bob_heard.count == 0
-            listed = [t.name for t in (await alice.list_tools(cache_mode="bypass")).tools]
-            assert "bank__echo" not in listed and "safe__echo" in listed
+        await anyio.sleep(0.5)
+        for edit, heard in ((granted, 1), (POLICY, 2)):  # bank granted to alice, then revoked
+            policy.write_text(json.dumps(edit))
+            await bob.list_tools(cache_mode="bypass")  # a request (anyone's): the file is read again
+            with anyio.fail_after(30):
+                while len(alice_events) < heard or alice_heard.count < heard:
+                    await anyio.sleep(0.1)
+            await anyio.sleep(1)
+            # once per edit in each era; bob's tools did not change: he hears nothing
+            assert (len(alice_events), alice_heard.count) == (heard, heard)
+            assert bob_events == [] and bob_heard.count == 0
+        listed = [t.name for t in (await alice.list_tools(cache_mode="bypass")).tools]
+        assert "bank__echo" not in listed and "safe__echo" in listed
 
-            # compared against her new rights: a change to bob's server (no longer hers) is not announced to her
-            await grow(bob, "bank", "wire_transfer")
-            await anyio.sleep(1.5)
-            assert (len(alice_events), alice_heard.count) == (2, 2)
-            assert len(bob_events) == 1
+        # compared against her new rights: a change to bob's server (no longer hers) is not announced to her
+        await grow(bob, "bank", "wire_transfer")
+        await anyio.sleep(1.5)
+        assert (len(alice_events), alice_heard.count) == (2, 2)
+        assert len(bob_events) == 1

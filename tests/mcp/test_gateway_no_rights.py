@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -25,16 +26,23 @@ TOKENS = {"alice": "alice-" + "a" * 40, "carol": "carol-" + "c" * 40}
 NO_RIGHTS = "Your access rights give you no tools here, so no search can find one; ask the operator for access."
 
 
+@contextmanager
+def policy_gateway(folder: Path, servers: dict[str, Any], subject: str, granted: list[str]) -> Iterator[GatewayProcess]:
+    """A gateway of `servers` whose policy gives `subject` the servers `granted` (and nobody anything else)."""
+    config = write_config(folder / "servers.json", servers)
+    write_tokens(folder / "tokens.json", TOKENS)
+    policy = {"rules": [{"when": {"issuer": "static", "subjects": [subject]}, "servers": granted}]}
+    (folder / "policy.json").write_text(json.dumps(policy))
+    with http_gateway(
+        config, "--backend", "bm25", "--auth-tokens", str(folder / "tokens.json"), "--auth-scope", "tools",
+        "--tool-policy", str(folder / "policy.json"), "--rate-limit", "0", "--no-usage-log",
+    ) as process:  # fmt: skip
+        yield process
+
+
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
-    config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy()})
-    write_tokens(tmp_path / "tokens.json", TOKENS)
-    policy = {"rules": [{"when": {"issuer": "static", "subjects": ["alice"]}, "servers": ["safe"]}]}
-    (tmp_path / "policy.json").write_text(json.dumps(policy))
-    with http_gateway(
-        config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
-        "--tool-policy", str(tmp_path / "policy.json"), "--rate-limit", "0", "--no-usage-log",
-    ) as process:  # fmt: skip
+    with policy_gateway(tmp_path, {"safe": toy(), "bank": toy()}, "alice", ["safe"]) as process:
         yield process
 
 
@@ -59,14 +67,8 @@ NONE_LISTED = "None of the tools your access rights give you is available right 
 
 
 async def test_a_caller_whose_granted_server_is_down_is_not_told_it_has_no_rights(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "servers.json", {"safe": toy(), "bank": toy(TOY_STARTUP="exit")})
-    write_tokens(tmp_path / "tokens.json", TOKENS)
-    policy = {"rules": [{"when": {"issuer": "static", "subjects": ["carol"]}, "servers": ["bank"]}]}
-    (tmp_path / "policy.json").write_text(json.dumps(policy))
-    with http_gateway(
-        config, "--backend", "bm25", "--auth-tokens", str(tmp_path / "tokens.json"), "--auth-scope", "tools",
-        "--tool-policy", str(tmp_path / "policy.json"), "--rate-limit", "0", "--no-usage-log",
-    ) as gateway:  # fmt: skip
+    servers = {"safe": toy(), "bank": toy(TOY_STARTUP="exit")}
+    with policy_gateway(tmp_path, servers, "carol", ["bank"]) as gateway:
         for mode in (MODERN, "legacy"):
             async with carol(gateway, mode) as client:  # her rights name `bank`, which failed to start
                 searched = text(await client.call_tool("tool_search", {"query": "echo text"}))
