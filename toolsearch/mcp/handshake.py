@@ -178,22 +178,11 @@ class HandshakeEra:
         clients = list(self.clients.items())
         if not clients:
             return
-        rules = self.rules
-
-        def digests() -> list[str]:
-            # One digest per distinct set of rights, however many clients hold it, worked out off the event loop
-            # (a policy with a rule per user gives as many sets as users; each digest walks the tools they cover).
-            by_rights: dict[frozenset[str] | None, str] = {}
-            seen: list[str] = []
-            for _, client in clients:
-                allowed = rules.allowed_for(client.caller)
-                if allowed not in by_rights:
-                    by_rights[allowed] = rules.visible_fingerprint(allowed)
-                seen.append(by_rights[allowed])
-            return seen
-
+        # off the event loop: one digest per distinct set of rights, each walking the tools those rights cover
+        callers = [client.caller for _, client in clients]
+        digests = await anyio.to_thread.run_sync(self.rules.seen_by_each, callers)
         changed: list[tuple[str, _Client]] = []
-        for (session_id, client), seen in zip(clients, await anyio.to_thread.run_sync(digests), strict=True):
+        for (session_id, client), seen in zip(clients, digests, strict=True):
             if seen != client.seen:
                 client.seen = seen
                 changed.append((session_id, client))

@@ -18,7 +18,7 @@ import fnmatch
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,6 +270,18 @@ class GatewayRules:
     def seen_by(self, caller: Caller) -> str:
         """`visible_fingerprint` of what the policy gives `caller` now."""
         return self.visible_fingerprint(self.allowed_for(caller))
+
+    def seen_by_each(self, callers: Sequence[Caller]) -> list[str]:
+        """`seen_by` of each caller, one digest per distinct set of rights however many callers hold it (a policy
+        with a rule per user gives as many sets as users, and each digest walks the tools its set covers)."""
+        by_rights: dict[frozenset[str] | None, str] = {}
+        seen: list[str] = []
+        for caller in callers:
+            allowed = self.allowed_for(caller)
+            if allowed not in by_rights:
+                by_rights[allowed] = self.visible_fingerprint(allowed)
+            seen.append(by_rights[allowed])
+        return seen
 
     def pinned_in(self, index: ToolIndex) -> list[str]:
         """The always-shown tools a new session starts with, of those `index` holds (it may be a moment
