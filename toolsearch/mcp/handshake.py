@@ -180,7 +180,9 @@ class HandshakeEra:
             return
         # off the event loop: one digest per distinct set of rights, each walking the tools those rights cover
         callers = [client.caller for _, client in clients]
-        digests = await anyio.to_thread.run_sync(self.rules.seen_by_each, callers)
+        rules = self.rules
+        visible = lambda asker: rules.visible_fingerprint(asker.allowed)  # noqa: E731  (the tools its rights cover)
+        digests = await anyio.to_thread.run_sync(rules.by_rights, callers, visible)
         changed: list[tuple[str, _Client]] = []
         for (session_id, client), seen in zip(clients, digests, strict=True):
             if seen != client.seen:

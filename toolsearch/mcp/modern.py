@@ -342,17 +342,9 @@ class ListenerBus:
         listeners = list(self._listeners.values())
         if not listeners:
             return
-        rules = self.era.rules
-        askers = [rules.asker_for(listener.caller) for listener in listeners]
-
-        def digests() -> list[str]:
-            by_rights: dict[frozenset[str] | None, str] = {}
-            for asker in askers:
-                if asker.allowed not in by_rights:
-                    by_rights[asker.allowed] = self.era.fingerprint(asker)
-            return [by_rights[asker.allowed] for asker in askers]
-
-        for listener, digest in zip(listeners, await anyio.to_thread.run_sync(digests), strict=True):
+        callers = [listener.caller for listener in listeners]
+        digests = await anyio.to_thread.run_sync(self.era.rules.by_rights, callers, self.era.fingerprint)
+        for listener, digest in zip(listeners, digests, strict=True):
             if digest != listener.seen:
                 listener.seen = digest
                 _deliver(listener, ToolsListChanged())

@@ -18,7 +18,7 @@ import fnmatch
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,16 +271,17 @@ class GatewayRules:
         """`visible_fingerprint` of what the policy gives `caller` now."""
         return self.visible_fingerprint(self.allowed_for(caller))
 
-    def seen_by_each(self, callers: Sequence[Caller]) -> list[str]:
-        """`seen_by` of each caller, one digest per distinct set of rights however many callers hold it (a policy
-        with a rule per user gives as many sets as users, and each digest walks the tools its set covers)."""
-        by_rights: dict[frozenset[str] | None, str] = {}
+    def by_rights(self, callers: Sequence[Caller], digest: Callable[[Asker], str]) -> list[str]:
+        """`digest` of each caller's asker, worked out once per distinct set of rights however many callers hold it
+        (a policy with a rule per user gives as many sets as users, and a digest walks the tools its set covers):
+        what each era compares to tell a client of a change to its own tools only."""
+        done: dict[frozenset[str] | None, str] = {}
         seen: list[str] = []
         for caller in callers:
-            allowed = self.allowed_for(caller)
-            if allowed not in by_rights:
-                by_rights[allowed] = self.visible_fingerprint(allowed)
-            seen.append(by_rights[allowed])
+            asker = self.asker_for(caller)
+            if asker.allowed not in done:
+                done[asker.allowed] = digest(asker)
+            seen.append(done[asker.allowed])
         return seen
 
     def pinned_in(self, index: ToolIndex) -> list[str]:
