@@ -503,6 +503,157 @@ def test_a_plugin_registering_itself_on_import_shadows_nothing(install: Install)
 # --- a real plug-in package, pip-installed into a venv, used by the CLI ---------------------------------------
 
 
+# --- names toolsearch takes before the registry; embedders that would make an unusable index ---------------------
+
+ACME_EMBEDDERS = """
+import numpy as np
+import zlib
+
+EMBEDDED = []
+
+
+def rows(texts, width):
+    return np.array([[((zlib.crc32(t.encode()) >> i) & 1) + 0.1 for i in range(width)] for t in texts],
+                    dtype=np.float32)
+
+
+class Embedder:
+    dimension = 8
+
+    def __init__(self, model_id):
+        self.model_id = model_id
+
+    def embed(self, texts):
+        EMBEDDED.extend(texts)
+        return rows(texts, 8)
+
+
+class NoDimension:
+    model_id = "acme-nodim"
+
+    def embed(self, texts):
+        return rows(texts, 4)
+
+
+class Lists(Embedder):
+    def embed(self, texts):
+        return rows(texts, 8).tolist()
+
+
+class Narrow(Embedder):  # says 8, gives 4
+    def embed(self, texts):
+        return rows(texts, 4)
+
+
+class NaNs(Embedder):  # a broken model: NaN for some texts
+    def embed(self, texts):
+        out = rows(texts, 8)
+        out[[i for i, t in enumerate(texts) if "email" in t]] = np.nan
+        return out
+
+
+from toolsearch.backends import BackendSpec
+
+AUTO = BackendSpec("auto", create=lambda **o: None, load=lambda f, t, **o: None)
+def minilm(): return Embedder("minilm")
+def e5(): return Embedder("multilingual-e5-small")
+def versioned(): return Embedder("acme-embed-v2")
+def lists(): return Lists("acme-lists")
+def narrow(): return Narrow("acme-narrow")
+def nans(): return NaNs("acme-nans")
+"""
+
+
+def test_plugin_names_toolsearch_takes_before_the_registry_are_ignored_with_a_warning(install: Install) -> None:
+    install(
+        "acme-models",
+        {"toolsearch.embedders": {"minilm": "acme_embedders:minilm", "multilingual-e5-small": "acme_embedders:e5"},
+         "toolsearch.backends": {"auto": "acme_embedders:AUTO"}},
+        acme_embedders=ACME_EMBEDDERS,
+    )
+    with pytest.warns(PluginWarning) as caught:
+        names = EMBEDDERS.names()
+    assert "minilm" not in names and "multilingual-e5-small" not in names
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        "ignored the embedder plug-in entry point minilm = 'acme_embedders",
+        "ignored the embedder plug-in entry point multilingual-e5-small = 'acme_embedders",
+    ]
+    assert any("'minilm' is already taken by toolsearch (built in) (a name of the stock model "
+               "sentence-transformers/all-MiniLM-L6-v2); rename the plug-in's entry point" in str(w.message)
+               for w in caught)
+    assert type(resolve_embedder("minilm")).__name__ == "NumpyEmbedder"  # what the name always meant
+    with pytest.warns(PluginWarning, match=r"'auto' is already taken by toolsearch \(built in\) \(the name that picks"):
+        assert "auto" not in backend_names()
+    with pytest.raises(BackendError, match="cannot register the backend 'auto': the name is taken by toolsearch"):
+        register_backend(BackendSpec("auto", create=lambda **o: None, load=lambda f, t, **o: None))
+    with pytest.raises(BackendError, match="cannot register the embedder 'stock': the name is taken by toolsearch"):
+        EMBEDDERS.register("stock", lambda: None)
+    assert "stock" not in EMBEDDERS.names()
+
+
+def _acme_embedders(install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **names: str) -> Any:
+    monkeypatch.setenv("TOOLSEARCH_CACHE_DIR", str(tmp_path / "cache"))  # nothing embedded reaches a shared cache
+    install("acme-embed", {"toolsearch.embedders": {n: f"acme_embedders:{v}" for n, v in names.items()}},
+            acme_embedders=ACME_EMBEDDERS)
+    return importlib.import_module("acme_embedders")
+
+
+def test_a_plugin_embedder_whose_model_id_is_not_its_name_is_refused_before_it_embeds(
+    install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = _acme_embedders(install, monkeypatch, tmp_path, **{"acme-embed": "versioned"})
+    # its index would record 'acme-embed-v2', a name no embedder has: it would never open again
+    with pytest.raises(PluginError, match=r"the embedder 'acme-embed' \(entry point acme-embed = "
+                       r"'acme_embedders:versioned' in group 'toolsearch.embedders' of acme-embed 1.0\) makes an "
+                       r"embedder whose model_id is 'acme-embed-v2'.*give the embedder the model_id 'acme-embed'"):
+        ToolIndex.build(TOOLS, "vector", model="acme-embed")
+    assert module.EMBEDDED == []
+
+
+def test_an_embedder_without_a_dimension_is_named_as_a_plugin_of_the_wrong_shape(
+    install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _acme_embedders(install, monkeypatch, tmp_path, **{"acme-nodim": "NoDimension"})
+    with pytest.raises(PluginError, match=r"the embedder 'acme-nodim' \(entry point acme-nodim = "
+                       r"'acme_embedders:NoDimension' .* of acme-embed 1.0\) returned NoDimension, not an embedder: "
+                       r"it lacks a `dimension`"):
+        ToolIndex.build(TOOLS, "vector", model="acme-nodim")
+
+
+def test_an_embedder_returning_lists_of_numbers_is_read_as_a_matrix(
+    install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _acme_embedders(install, monkeypatch, tmp_path, **{"acme-lists": "lists"})
+    index = ToolIndex.build(TOOLS, "vector", model="acme-lists")
+    assert index.search(TOOLS[0].description, 1).names == ["get_weather"]
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "problem"),
+    [
+        ("acme-narrow", "narrow", r"returned shape \(3, 4\) for 3 texts; expected \(3, 8\)"),
+        ("acme-nans", "nans", "returned NaN or infinite values for 1 of 3 texts, which no search would ever find"),
+    ],
+)
+def test_an_embedder_returning_unusable_rows_names_its_entry_point(
+    install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, target: str, problem: str
+) -> None:
+    _acme_embedders(install, monkeypatch, tmp_path, **{name: target})
+    with pytest.raises(PluginError, match=rf"the embedder plug-in '{name}' {problem}; entry point {name} = "
+                       rf"'acme_embedders:{target}' in group 'toolsearch.embedders' of acme-embed 1.0"):
+        ToolIndex.build(TOOLS, "vector", model=name)
+
+
+def test_an_embedder_returning_nan_for_a_query_is_refused_not_silently_empty(
+    install: Install, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _acme_embedders(install, monkeypatch, tmp_path, **{"acme-nans": "nans"})
+    index = ToolIndex.build(TOOLS[:1], "vector", model="acme-nans")  # no tool text mentions email
+    assert index.search("weather", 1).names == ["get_weather"]
+    with pytest.raises(PluginError, match="the embedder plug-in 'acme-nans' returned NaN or infinite values for 1 of"):
+        index.search("send an email", 1)
+
+
 @pytest.fixture(scope="module")
 def plugin_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv that sees this environment's packages and checkout (a .pth file), with the demo plug-in pip-installed.

@@ -7,6 +7,7 @@ import difflib
 import fcntl
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -22,7 +23,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._errors import BackendError, InvalidArgumentError, MissingDependencyError, missing_dependency
+from ._errors import (
+    BackendError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PluginError,
+    ToolSearchError,
+    missing_dependency,
+)
 from .model_file import SHIPPED, WEIGHTS_FILE, card_model_id, is_model_folder, read_card
 from .plugins import PluginRegistry, callable_of
 
@@ -871,25 +879,98 @@ _BUILT_IN_EMBEDDERS = {
     "e5": "E5Embedder",
     "tools": "ToolsEmbedder",
 }
+def _reserved_model_name(name: str) -> str | None:
+    """What `resolve_embedder` takes `name` for before it asks the registry (None: nothing), so that an
+    embedder plug-in of that name, which no `model=` would ever reach, is ignored with a warning."""
+    if name == "default":
+        return f"the name of the default model ({DEFAULT_MODEL})"
+    if name in _DEFAULT_ALIASES:
+        return f"a name of the stock model {DEFAULT_MODEL_ID}"
+    if name in _E5_ALIASES:
+        return f"a name of the model {E5_MODEL_ID}"
+    if _tools_model_id(name) or name.startswith(_OWN_PREFIX):
+        return "a name of toolsearch's own models"
+    return None
+
+
 EMBEDDERS: PluginRegistry[Callable[[], Embedder]] = PluginRegistry(
     "embedder",
     "toolsearch.embedders",
     [(name, f"toolsearch.embeddings:{attr}") for name, attr in _BUILT_IN_EMBEDDERS.items()],
     callable_of("that takes no arguments and returns an embedder"),
     error=BackendError,
+    reserved=_reserved_model_name,
 )
+
+_ABSENT = object()
 
 
 def embedder_for(name: str) -> Embedder:
     """"numpy" (the default: numpy, queries on onnxruntime in int8), "numpy-fp32" (queries on
     onnxruntime in float32), "numpy-only" (queries on numpy too), "sentence-transformers" (the same
     MiniLM through torch), "e5", or a plug-in's name (an entry point in `toolsearch.embedders`
-    naming a callable that takes no arguments and returns an embedder)."""
+    naming a callable that takes no arguments and returns an embedder whose `model_id` is that name)."""
     factory = EMBEDDERS.get(name)
     made = factory()
-    if not isinstance(getattr(made, "model_id", None), str) or not callable(getattr(made, "embed", None)):
-        raise EMBEDDERS.wrong_product(name, made, "an embedder (a string `model_id`, a `dimension`, `embed(texts)`)")
+    lacks = [
+        what
+        for what, ok in (
+            ("a string `model_id`", isinstance(getattr(made, "model_id", None), str)),
+            # looked up statically: a built-in's `dimension` may load its model, which only embedding needs
+            ("a `dimension`", inspect.getattr_static(made, "dimension", _ABSENT) is not _ABSENT),
+            ("an `embed(texts)` method", callable(getattr(made, "embed", None))),
+        )
+        if not ok
+    ]
+    if lacks:
+        raise EMBEDDERS.wrong_product(
+            name, made, f"an embedder: it lacks {', '.join(lacks)} (an embedder has a string `model_id`, a "
+            "`dimension` and `embed(texts)` returning one row of `dimension` numbers per text)"
+        )
+    entry = EMBEDDERS.entry(name)
+    if made.model_id != name and (entry is None or not entry.built_in):
+        # An index records the model_id and reopens by it: under another id it would never open again.
+        where = entry.describe(EMBEDDERS.group) if entry is not None else "registered in code"
+        raise PluginError(
+            f"the embedder {name!r} ({where}) makes an embedder whose model_id is {made.model_id!r}: an index "
+            f"records the model_id and is reopened by it, which must therefore be the name {name!r}; give the "
+            f"embedder the model_id {name!r} (or name the entry point {made.model_id!r})"
+        )
     return made
+
+
+def _embedder_fault(embedder: Embedder, problem: str) -> ToolSearchError:
+    """The error for an embedder that returned unusable rows: a PluginError naming the entry point when a
+    plug-in made it (its model_id is its entry point's name: `embedder_for`), else a BackendError."""
+    model_id = getattr(embedder, "model_id", None)
+    entry = EMBEDDERS.entry(model_id) if isinstance(model_id, str) and model_id in EMBEDDERS else None
+    if entry is not None and not entry.built_in:
+        return PluginError(
+            f"the embedder plug-in {model_id!r} {problem}; {entry.describe(EMBEDDERS.group)}. Fix or uninstall "
+            "that distribution"
+        )
+    return BackendError(f"{embedder!r} {problem}")
+
+
+def _checked_rows(embedder: Embedder, rows: Any, count: int, dimension: int | None) -> np.ndarray:
+    """An embedder's answer for `count` texts as a float32 matrix, refused (naming the embedder) when it is not
+    `count` rows of `dimension` (None: any width) finite numbers: a NaN row would match nothing, silently."""
+    try:
+        matrix = np.asarray(rows, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise _embedder_fault(embedder, f"returned rows that are not a matrix of numbers ({exc})") from None
+    width = matrix.shape[1] if matrix.ndim == 2 else None
+    if matrix.ndim != 2 or matrix.shape[0] != count or (dimension is not None and width != dimension):
+        raise _embedder_fault(
+            embedder, f"returned shape {matrix.shape} for {count} texts; expected ({count}, {dimension or 'dimension'})"
+        )
+    finite = np.isfinite(matrix).all(axis=1)
+    if not finite.all():
+        raise _embedder_fault(
+            embedder, f"returned NaN or infinite values for {int((~finite).sum())} of {count} texts, which no "
+            "search would ever find"
+        )
+    return matrix
 
 
 def model_option(model_id: str) -> str:
@@ -1216,6 +1297,8 @@ def embed_texts(
     first = next((vec for vec in cached if vec is not None), None)
     # A warm cache knows the dimension: a model named by hub id is then never loaded.
     dim = first.shape[0] if first is not None else embedder.dimension
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise _embedder_fault(embedder, f"has the dimension {dim!r}; it must be a positive whole number")
     out = np.zeros((n, dim), dtype=np.float32)
     missing: list[int] = []
     for i, vec in enumerate(cached):
@@ -1242,12 +1325,7 @@ def embed_texts(
     try:
         for start in range(0, len(order), _CHUNK):
             chunk = order[start : start + _CHUNK]
-            vectors = embedder.embed(chunk)
-            if vectors.shape != (len(chunk), out.shape[1]):
-                raise BackendError(
-                    f"{embedder!r} returned shape {vectors.shape} for {len(chunk)} texts; "
-                    f"expected ({len(chunk)}, {out.shape[1]})"
-                )
+            vectors = _checked_rows(embedder, embedder.embed(chunk), len(chunk), out.shape[1])
             for text, vec in zip(chunk, vectors, strict=True):
                 out[unique[text]] = vec
             pending.extend(chunk)
@@ -1295,7 +1373,9 @@ class QueryCache:
         pieces, clauses = split(query) if split else ([], [])
         # The whole query and its clauses in one call: one run costs less than one per text, whose
         # fixed cost dominates at query sizes.
-        rows = np.array(embed_request(embedder, query, pieces, clauses), dtype=np.float32)
+        # a copy (setflags must not freeze the embedder's own array), checked as a document's rows are
+        rows = np.array(_checked_rows(embedder, embed_request(embedder, query, pieces, clauses), 1 + len(clauses),
+                                      None))
         rows.setflags(write=False)
         with self._lock:
             self._items[query] = rows

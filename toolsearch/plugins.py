@@ -69,6 +69,11 @@ class PluginEntry:
     def describe(self, group: str) -> str:
         return f"entry point {self.name} = {self.value!r} in group {group!r} of {self.distribution}"
 
+    @property
+    def built_in(self) -> bool:
+        """True for toolsearch's own entry points (a plug-in's come from another distribution)."""
+        return self.distribution == _BUILT_IN
+
 
 _INSTALLED_LOCK = threading.Lock()
 _INSTALLED: dict[str, list[PluginEntry]] | None = None
@@ -156,7 +161,10 @@ class PluginRegistry(Generic[T]):
     """Named objects of one kind: registered in code, built in, or found by entry point.
 
     `check(obj, name)` returns what is wrong with a loaded object (None when it has the right
-    shape); `error` is the exception class for an unknown name.
+    shape); `error` is the exception class for an unknown name. `reserved(name)` says what takes
+    a name outside the registry (a model alias the embedders' caller resolves first, the backend
+    "auto"), None when nothing does: a lookup of such a name never reaches the registry, so a
+    plug-in of that name is ignored with a PluginWarning, and code may not register one.
     """
 
     def __init__(
@@ -167,6 +175,7 @@ class PluginRegistry(Generic[T]):
         check: Callable[[Any, str], str | None],
         *,
         error: type[ToolSearchError] = ToolSearchError,
+        reserved: Callable[[str], str | None] | None = None,
     ) -> None:
         if group not in GROUPS:
             raise PluginError(f"unknown entry-point group {group!r}; use one of: {', '.join(GROUPS)}")
@@ -174,6 +183,7 @@ class PluginRegistry(Generic[T]):
         self.group = group
         self.error = error
         self._check = check
+        self._reserved = reserved
         self._builtins = {name: PluginEntry(name, value) for name, value in builtins}
         self._registered: dict[str, T] = {}
         self._loaded: dict[str, T] = {}
@@ -201,10 +211,11 @@ class PluginRegistry(Generic[T]):
                 chosen: dict[str, PluginEntry] = {}
                 for entry in installed:
                     earlier = self._builtins.get(entry.name) or chosen.get(entry.name)
-                    if earlier is not None:
+                    taken = self._taken(entry.name) if earlier is None else f"{earlier.distribution} ({earlier.value})"
+                    if taken is not None:
                         warnings.warn(
                             f"ignored the {self.kind} plug-in {entry.describe(self.group)}: the name "
-                            f"{entry.name!r} is already taken by {earlier.distribution} ({earlier.value}); "
+                            f"{entry.name!r} is already taken by {taken}; "
                             "rename the plug-in's entry point or uninstall one of them",
                             PluginWarning,
                             stacklevel=2,
@@ -213,6 +224,11 @@ class PluginRegistry(Generic[T]):
                     chosen[entry.name] = entry
                 self._plugins = chosen
             return self._plugins
+
+    def _taken(self, name: str) -> str | None:
+        """What takes `name` outside the registry (see `reserved`), as a warning names it; None when free."""
+        what = self._reserved(name) if self._reserved is not None else None
+        return None if what is None else f"{_BUILT_IN} ({what})"
 
     def names(self) -> list[str]:
         """Every known name: built-ins in their order, then names registered in code, then plug-ins."""
@@ -284,6 +300,9 @@ class PluginRegistry(Generic[T]):
         """
         if not isinstance(name, str) or not name:
             raise self.error(f"a {self.kind}'s name must be a non-empty string, got {name!r}")
+        taken = None if name in self._builtins else self._taken(name)
+        if taken is not None:  # no lookup of this name would ever reach what is registered
+            raise self.error(f"cannot register the {self.kind} {name!r}: the name is taken by {taken}; choose another")
         problem = self._check(obj, name)
         if problem is not None:
             raise self.error(f"cannot register the {self.kind} {name!r}: {problem}")

@@ -86,16 +86,16 @@ def test_index_is_built_once_per_tool_set() -> None:
     strategy = ToolSearchStrategy(max_results=2)
     defs = [ToolDefinition(name=f.__name__, description=f.__doc__, parameters_json_schema={
         "type": "object", "properties": {}}) for f in DEFERRED]
-    ctx: object = None
-    assert strategy(ctx, ["send an email"], defs) == ["send_email"]  # type: ignore[arg-type]
-    assert sorted(strategy(ctx, ["invoice", "weather"], list(reversed(defs)))) == [  # type: ignore[arg-type]
-        "create_invoice",
-        "get_weather",
-    ]
+
+    def search(queries: list[str], tools: list[ToolDefinition]) -> list[str]:
+        return asyncio.run(strategy(None, queries, tools))  # type: ignore[arg-type]  # Pydantic AI awaits it
+
+    assert search(["send an email"], defs) == ["send_email"]
+    assert sorted(search(["invoice", "weather"], list(reversed(defs)))) == ["create_invoice", "get_weather"]
     assert strategy.builds == 1  # same tools in another order: same catalog hash, same index
-    strategy(ctx, ["weather"], defs[:1])  # type: ignore[arg-type]
+    search(["weather"], defs[:1])
     assert strategy.builds == 2
-    assert strategy(ctx, ["   "], defs) == []  # type: ignore[arg-type]
+    assert search(["   "], defs) == []
     with pytest.raises(ValueError, match="max_results"):
         ToolSearchStrategy(max_results=0)
 

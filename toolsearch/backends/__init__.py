@@ -28,6 +28,8 @@ BACKENDS: PluginRegistry[BackendSpec] = PluginRegistry(
     ],
     named_instance(BackendSpec, "toolsearch.backends.BackendSpec"),
     error=BackendError,
+    # `get_backend_spec` reads "auto" before the registry: a backend of that name would never be reached
+    reserved=lambda name: "the name that picks the best installed backend" if name == "auto" else None,
 )
 
 

@@ -12,6 +12,7 @@ from ..executor import ExecutorConfig, ResultStatus, ToolExecutor, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..providers._base import ToolCall
+from ..providers.drive import is_async_callable
 from ..session import Session, SessionManager, pinned_in
 from ..usage import usage_not_recorded
 
@@ -115,12 +116,41 @@ def gate(
     `augment.on_augment`, and `result.call.arguments` are the tool's own arguments: the ones the
     framework must run it with.
     """
-    call = ToolCall.from_json(call_id, name, arguments) if isinstance(arguments, str) or arguments is None else (
-        ToolCall(call_id, name, dict(arguments))
-    )
     executor = ToolExecutor({name: lambda **_: _ALLOWED}, metatool=metatool, config=GATE_CONFIG, augment=augment)
-    (result,) = executor.execute(session, [call])
+    (result,) = executor.execute(session, [_call(call_id, name, arguments)])
     return result
+
+
+async def agate(
+    session: Session,
+    call_id: str,
+    name: str,
+    arguments: Mapping[str, Any] | str | None,
+    metatool: ToolSearchMetaTool,
+    augment: Augmentation | None = None,
+) -> ToolResult:
+    """`gate` for a framework's async path (LangChain's `ainvoke`, the Agents SDK's tools): the executor's
+    async driver, so an async `on_augment` is awaited, as toolsearch's own `arun` awaits it."""
+    executor = ToolExecutor({name: _let_through}, metatool=metatool, config=GATE_CONFIG, augment=augment)
+    (result,) = await executor.aexecute(session, [_call(call_id, name, arguments)])
+    return result
+
+
+async def _let_through(**_: Any) -> object:
+    # async, so the async driver awaits the marker here instead of calling it in a worker thread
+    return _ALLOWED
+
+
+def _call(call_id: str, name: str, arguments: Mapping[str, Any] | str | None) -> ToolCall:
+    if isinstance(arguments, str) or arguments is None:
+        return ToolCall.from_json(call_id, name, arguments)
+    return ToolCall(call_id, name, dict(arguments))
+
+
+def consumer_is_async(augment: Augmentation | None) -> bool:
+    """True when the augmentation's `on_augment` is a coroutine function: only a framework's async path can
+    await it (its sync path would hand the executor an awaitable it must refuse)."""
+    return augment is not None and augment.on_augment is not None and is_async_callable(augment.on_augment)
 
 
 def admission(session: Session, call_id: str, name: str, metatool: ToolSearchMetaTool) -> ToolResult | None:

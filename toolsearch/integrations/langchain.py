@@ -11,21 +11,34 @@ the discovered names live in the agent state (key `toolsearch_discovered`), so a
 checkpointer keeps them per thread. A call to a catalog tool the thread has not discovered is
 answered with an instructive error and never runs. Sync, async and streaming agents alike.
 
+A catalog tool that a middleware listed before this one took out of `request.tools` (LangChain's way to
+give each user their own tools) is neither sent nor offered by tool_search, and a call to it is refused:
+the names it withheld at the last model call are kept in the agent state (`toolsearch_withheld`), where
+the tool calls that follow find them.
+
 `augment=` / `on_augment=` (see `toolsearch.augment`): LangChain derives a tool's schema from
 its `args_schema`, which the tool also validates its input with, so the middleware sends each
 catalog tool to the model as an OpenAI function definition (a dict in `request.tools`) carrying
 the augmented fields, takes the values out of each call (`on_augment` gets them) and hands the
 tool its own arguments only; the AI message in the thread keeps the model's call as it was made.
+An async `on_augment` is awaited under `ainvoke` / `astream`; `invoke` / `stream` cannot await it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+    )
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool, StructuredTool
     from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -35,14 +48,24 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("langchain", "langchain") from exc
 
-from .._errors import InvalidToolError
+from .._errors import ArgumentTypeError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..session import Session, SessionManager
 from ..tools import Tool
-from ._gate import agent_allowed, allowed, check_catalog, gate, record_call, record_search, scratch_session
+from ._gate import (
+    agate,
+    agent_allowed,
+    allowed,
+    check_catalog,
+    consumer_is_async,
+    gate,
+    record_call,
+    record_search,
+    scratch_session,
+)
 
 if TYPE_CHECKING:
     from ..usage import UsageRecorder
@@ -50,6 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["STATE_KEY", "ToolSearchMiddleware", "ToolSearchState", "tool_from_langchain"]
 
 STATE_KEY = "toolsearch_discovered"
+# The catalog tools an earlier middleware took out of the last model request, for the tool calls after it.
+WITHHELD_KEY = "toolsearch_withheld"
 
 
 def _merge_discovered(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -61,6 +86,7 @@ class ToolSearchState(AgentState[Any]):
     """The agent state plus the names of the tools this thread discovered."""
 
     toolsearch_discovered: NotRequired[Annotated[list[str], _merge_discovered]]
+    toolsearch_withheld: NotRequired[list[str]]
 
 
 def tool_from_langchain(tool: BaseTool) -> Tool:
@@ -71,6 +97,11 @@ def tool_from_langchain(tool: BaseTool) -> Tool:
 def _discovered_in(state: Any) -> list[str]:
     value = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
     return list(value or ())
+
+
+def _withheld_in(state: Any) -> frozenset[str]:
+    value = state.get(WITHHELD_KEY) if isinstance(state, Mapping) else getattr(state, WITHHELD_KEY, None)
+    return frozenset(value or ())
 
 
 def _messages_in(state: Any) -> list[Any]:
@@ -175,55 +206,106 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
 
     # --- model calls ------------------------------------------------------------------------
 
-    def _tools_for(self, request: ModelRequest[Any]) -> list[BaseTool | dict[str, Any]]:
+    def _in_reach(self, withheld: frozenset[str]) -> frozenset[str]:
+        """The tools this thread may find and call: `allowed`, less those an earlier middleware withheld."""
+        return self.allowed - withheld if withheld else self.allowed  # the same object, whose answers are cached
+
+    def _tools_for(self, request: ModelRequest[Any]) -> tuple[list[BaseTool | dict[str, Any]], frozenset[str]]:
         """Pinned (and non-catalog) tools, tool_search, then this thread's discovered tools: those the
-        thread's session shows now (a tool removed from the index, or outside `allowed`, is not sent)."""
+        thread's session shows now (a tool removed from the index, or outside `allowed`, is not sent);
+        and the catalog tools missing from `request.tools`, which an earlier middleware withheld and which
+        are never sent back."""
         catalog = self._by_name
         offered = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
+        withheld = frozenset(n for n in catalog if n not in offered)
         passthrough = [
             t for t in request.tools
             if not (isinstance(t, BaseTool) and (t.name in catalog or t.name == self.search_tool.name))
         ]
-        with scratch_session(self.sessions, self.pinned, _discovered_in(request.state), self.allowed) as session:
-            shown = [t.name for t in session.visible_tools() if t.name in catalog]
+        in_reach = self._in_reach(withheld)
+        with scratch_session(self.sessions, self.pinned, _discovered_in(request.state), in_reach) as session:
+            shown = [t.name for t in session.visible_tools() if t.name in offered]
             pins = set(session.pinned)
-        pinned = [offered.get(n) or catalog[n] for n in shown if n in pins]
-        discovered = [offered.get(n) or catalog[n] for n in shown if n not in pins]
+        pinned = [offered[n] for n in shown if n in pins]
+        discovered = [offered[n] for n in shown if n not in pins]
         augment = self.augment
         if augment is None:
-            return [*passthrough, *pinned, self.search_tool, *discovered]
+            return [*passthrough, *pinned, self.search_tool, *discovered], withheld
 
         def augmented(tool: BaseTool) -> dict[str, Any]:  # an OpenAI function dict: the model reads the schema
             return augment.extend(tool_from_langchain(tool)).to_openai()
 
-        return [*passthrough, *map(augmented, pinned), self.search_tool, *map(augmented, discovered)]
+        return [*passthrough, *map(augmented, pinned), self.search_tool, *map(augmented, discovered)], withheld
+
+    @staticmethod
+    def _answered(
+        request: ModelRequest[Any], response: ModelResponse[Any], withheld: frozenset[str]
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        """The model's response, with the withheld names for the state when they changed (the tool calls of
+        this turn are checked against them; unchanged, the checkpoint is spared the write)."""
+        if withheld == _withheld_in(request.state):
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update={WITHHELD_KEY: sorted(withheld)}))
 
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
-    ) -> ModelResponse[Any]:
-        return handler(request.override(tools=self._tools_for(request)))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        tools, withheld = self._tools_for(request)
+        return self._answered(request, handler(request.override(tools=tools)), withheld)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
-    ) -> ModelResponse[Any]:
-        return await handler(request.override(tools=self._tools_for(request)))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        tools, withheld = self._tools_for(request)
+        return self._answered(request, await handler(request.override(tools=tools)), withheld)
 
     # --- tool calls -------------------------------------------------------------------------
+
+    def _gated(self, request: Any) -> bool:
+        """Whether the gate answers this call: False for an agent's own tool outside the catalog. A name the
+        agent does not know at all is refused by the gate too: ToolNode's own answer would list every
+        registered tool, hidden ones included."""
+        name = request.tool_call["name"]
+        return name == self.search_tool.name or name in self._by_name or request.tool is None
+
+    def _scratch(self, request: Any) -> AbstractContextManager[Session]:
+        """The thread's scratch session for a tool call: its discoveries, within what it may reach (a tool an
+        earlier middleware withheld from the last model request can be neither found nor called)."""
+        reach = self._in_reach(_withheld_in(request.state))
+        return scratch_session(self.sessions, self.pinned, _discovered_in(request.state), reach)
 
     def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
         """None for an agent's own tool outside the catalog; else the gate's result (`allowed(result)`:
         the call may run, with `result.call.arguments`; otherwise its content is what to send back)
-        and the thread's discovered names after it. A name the agent does not know at all is refused
-        by the gate too: ToolNode's own answer would list every registered tool, hidden ones included."""
+        and the thread's discovered names after it."""
+        if not self._gated(request):
+            return None
         call = request.tool_call
         name = call["name"]
-        if name != self.search_tool.name and name not in self._by_name and request.tool is not None:
-            return None  # not a catalog tool: the agent's own business
-        discovered = _discovered_in(request.state)
-        with scratch_session(self.sessions, self.pinned, discovered, self.allowed) as session:
+        augment = self.augment
+        if augment is not None and consumer_is_async(augment) and (name != self.search_tool.name or augment.search):
+            raise ArgumentTypeError(
+                "ToolSearchMiddleware's on_augment is async: run the agent with ainvoke / astream, which await it "
+                "(invoke and stream cannot), or pass a sync on_augment"
+            )
+        with self._scratch(request) as session:
             if name != self.search_tool.name:
                 self._settle_searches(session, request)
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
+            discovered = list(session.discovered)
+        record_search(self.usage, _conversation(request), result)
+        return result, discovered
+
+    async def _acheck(self, request: Any) -> tuple[ToolResult, list[str]] | None:
+        """`_check` for the async agent: an async `on_augment` is awaited."""
+        if not self._gated(request):
+            return None
+        call = request.tool_call
+        name = call["name"]
+        with self._scratch(request) as session:
+            if name != self.search_tool.name:
+                self._settle_searches(session, request)
+            result = await agate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
             discovered = list(session.discovered)
         record_search(self.usage, _conversation(request), result)
         return result, discovered
@@ -281,7 +363,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
-        checked = self._check(request)
+        checked = await self._acheck(request)
         if checked is not None and not allowed(checked[0]):
             return self._answer(request, checked)
         try:

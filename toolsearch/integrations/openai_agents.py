@@ -9,22 +9,28 @@
 
 Each tool's `is_enabled` asks the run's session whether the tool is pinned or discovered, so the
 model is sent the pinned tools, `tool_search` and what it found; the session (any SessionStore:
-memory, Redis) remembers discoveries across runs. A call to a tool the session has not found is
+memory, Redis) remembers discoveries across runs. A turn reads the session once for all its tools.
+A tool's own `is_enabled` (the SDK's per-caller rights) still holds: a tool it disables for the run
+is neither sent, nor offered by `tool_search`, nor run. A call to a tool the session has not found is
 answered with an instructive error (`run_config()` turns the SDK's "tool not found" into it) and
 never runs. The run's `context` is the toolsearch Session, or any object with a
 `toolsearch_session` attribute (pass `session_of` to find it elsewhere).
 
 `augment=` / `on_augment=` (see `toolsearch.augment`) extend every catalog tool's
 `params_json_schema` (and tool_search's, with `Augmentation.of(..., search=True)`); each call's
-augmented values go to `on_augment` and the tool's own invoke gets its own arguments only. A
-strict tool (`strict_json_schema=True`, the SDK's default) has every property required by the
+augmented values go to `on_augment` (awaited when it is async) and the tool's own invoke gets its
+own arguments only. A strict tool (`strict_json_schema=True`, the SDK's default) has every property required by the
 SDK's strict form, so there an optional augmented field is required too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import inspect
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
     raise missing_dependency("agents", "openai-agents") from exc
 
-from .._errors import InvalidToolError, SessionRequiredError, UnknownSessionError
+from .._errors import InvalidArgumentError, InvalidToolError, SessionRequiredError, UnknownSessionError
 from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
@@ -44,10 +50,10 @@ from ..session import Session, SessionManager, check_session_settings, pinned_in
 from ..tools import Tool
 from ._gate import (
     admission,
+    agate,
     agent_allowed,
     allowed,
     check_catalog,
-    gate,
     in_index,
     record_call,
     record_search,
@@ -61,6 +67,8 @@ __all__ = ["AgentToolSearch", "tool_from_function_tool"]
 
 SessionOf = Callable[[RunContextWrapper[Any]], Session]
 T = TypeVar("T")
+# A FunctionTool's own `is_enabled`: a bool, or a callable (run context, agent) -> bool, sync or async.
+OwnCheck = bool | Callable[[RunContextWrapper[Any], Any], Any]
 
 # Set on the tool context by the SDK when its default failure handler turned a tool's exception into
 # the error text the model gets (read, not consumed: the SDK reads it after us). A custom
@@ -122,6 +130,12 @@ class AgentToolSearch:
         self.pinned = tuple(dict.fromkeys(pinned))
         self.session_of: SessionOf = session_of or _context_session
         self._names = frozenset(by_name)
+        # Each tool's own is_enabled, ANDed into the session's answer and asked before a search or a call.
+        self._own: dict[str, OwnCheck] = {t.name: t.is_enabled for t in tools if t.is_enabled is not True}
+        # What each session handle shows, read once for the SDK's is_enabled round of a turn (see `_loaded_now`).
+        self._turn_views: dict[int, tuple[Session, asyncio.AbstractEventLoop, frozenset[str]]] = {}
+        # The agent each run context was last asked about, for the own checks of `format_error` (which has none).
+        self._agents: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         unknown = [n for n in self.pinned if n not in by_name]
         if unknown:
             raise InvalidToolError(f"pinned tool(s) {unknown} are not among the tools given")
@@ -168,21 +182,108 @@ class AgentToolSearch:
                 ours = self.format_error(args)
                 return ours if ours is not None else theirs(args)
 
-        return RunConfig(tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter, **options)
+        behavior = options.pop("tool_not_found_behavior", "return_error_to_model")
+        if behavior != "return_error_to_model":  # the instructive answers are what this RunConfig is for
+            raise InvalidArgumentError(
+                f"run_config(tool_not_found_behavior={behavior!r}): a call of a tool the session has not found "
+                "must reach the model as an answer saying how to find it, which needs 'return_error_to_model'; "
+                "leave the option out (that is the value run_config sets)"
+            )
+        return RunConfig(tool_not_found_behavior=behavior, tool_error_formatter=formatter, **options)
 
-    def format_error(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+    def format_error(self, args: ToolErrorFormatterArgs[Any]) -> Awaitable[str] | str | None:
         """The instructive answer to a call of a tool the session does not expose (the SDK's text otherwise).
 
         The SDK builds these answers after the turn's tools ran and without the call's arguments, so
         only admission is checked: a tool this turn's tool_search just made visible is told to be
-        called again (the SDK had left it out of the turn's tools)."""
+        called again (the SDK had left it out of the turn's tools), one its own `is_enabled` disables
+        for this run is not available. An awaitable when that `is_enabled` is async."""
         if args.kind != "tool_not_found":
             return None
-        session = self.session_of(args.run_context)
-        refused = self._revived(session, lambda live: admission(live, args.call_id, args.tool_name, self.metatool))
-        if refused is not None:
-            return refused.content
-        return f"Tool {args.tool_name!r} was just loaded by {self.metatool.name}: call it again now."
+        name = args.tool_name
+        ctx = args.run_context
+        session = self.session_of(ctx)
+
+        def answer(own_allows: bool) -> str:
+            refused = self._revived(
+                session,
+                lambda live: admission(self._narrowed(live, name, own_allows), args.call_id, name, self.metatool),
+            )
+            if refused is not None:
+                return refused.content
+            return f"Tool {name!r} was just loaded by {self.metatool.name}: call it again now."
+
+        own = self._own_allows(name, ctx, self._agent_of(ctx))
+        if not inspect.isawaitable(own):
+            return answer(own)
+
+        async def later(pending: Awaitable[bool]) -> str:
+            return answer(await pending)
+
+        return later(own)
+
+    # --- the tools' own is_enabled ------------------------------------------------------------
+
+    def _agent_of(self, ctx: Any) -> Any:
+        agent = getattr(ctx, "agent", None)  # a ToolContext knows its agent; the run's own context does not
+        if agent is None:
+            with _suppress_type_error():
+                agent = self._agents.get(ctx)
+        return agent
+
+    def _own_allows(self, name: str, ctx: Any, agent: Any) -> bool | Awaitable[bool]:
+        """The tool's own `is_enabled` for this run: a bool, or an awaitable of one when it is async. One that
+        cannot answer without the agent (none known here) counts as disabled: refusing is the safe side."""
+        own = self._own.get(name, True)
+        if isinstance(own, bool):
+            return own
+        try:
+            answer = own(ctx, agent)
+        except Exception:
+            if agent is not None:
+                raise  # the application's check failed as the SDK would have seen it fail
+            return False
+        if inspect.isawaitable(answer):
+            return _as_bool(answer)
+        return bool(answer)
+
+    async def _own_enabled(self, ctx: Any, agent: Any) -> frozenset[str]:
+        """This agent's tools that their own `is_enabled` allows in this run (all of them when none has one)."""
+        if not self._own:
+            return self._names  # the same object each time: `within` answers it from its cache
+        disabled = set()
+        for name in self._own:
+            own = self._own_allows(name, ctx, agent)
+            if not (await own if inspect.isawaitable(own) else own):
+                disabled.add(name)
+        return self._names - disabled if disabled else self._names
+
+    def _narrowed(self, live: Session, name: str, own_allows: bool) -> Session:
+        """`live`, without `name` when the tool's own is_enabled disables it: refused as outside the rights."""
+        return live if own_allows else live.within(self._names - {name})
+
+    def _loaded_now(self, ctx: RunContextWrapper[Any]) -> frozenset[str]:
+        """The tools the run's session shows now (pinned or discovered, this agent's).
+
+        The SDK asks every tool's `is_enabled` before each model call, all at once in one event-loop pass
+        (one task per tool, started together); a read of the session per tool was a store round trip per tool
+        (500 Redis reads a turn for 500 tools). The first asks the store and the answer serves the others of
+        that pass only: it is dropped at the loop's next pass, so the next turn (after tool_search ran) reads
+        the session anew. Outside a running loop nothing marks the pass's end: each call reads the store."""
+        session = self.session_of(ctx)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        key = id(session)
+        kept = self._turn_views.get(key)
+        if kept is not None and kept[0] is session and kept[1] is loop:  # a loop closed before its pass ended: not it
+            return kept[2]
+        loaded = self._revived(session, lambda live: live.loaded_names())
+        if loop is not None:
+            self._turn_views[key] = (session, loop, loaded)
+            loop.call_soon(self._turn_views.pop, key, None)
+        return loaded
 
     def _revived(self, session: Session, action: Callable[[Session], T]) -> T:
         """`action` on the run's session, limited to this agent's tools (the session may be one stored
@@ -194,13 +295,24 @@ class AgentToolSearch:
         stays closed: its UnknownSessionError is raised, as a loop turn on it raises it."""
         try:
             return action(session.within(self._names))
-        except UnknownSessionError:
-            manager = session.manager
-            if manager.was_closed(session):
-                raise
-            fresh = in_index(manager.index, agent_allowed(self._names, session.allowed))
-            live = manager.get_or_create(session.id, allowed=fresh, pinned=pinned_in(self.pinned, manager.index, fresh))
-            return action(live.within(self._names))
+        except UnknownSessionError as exc:
+            return action(self._recreated(session, exc).within(self._names))
+
+    async def _arevived(self, session: Session, action: Callable[[Session], Awaitable[T]]) -> T:
+        """`_revived` for an async action."""
+        try:
+            return await action(session.within(self._names))
+        except UnknownSessionError as exc:
+            return await action(self._recreated(session, exc).within(self._names))
+
+    def _recreated(self, session: Session, error: UnknownSessionError) -> Session:
+        """The session of a handle whose session the store dropped, created again (see `_revived`); `error`
+        is raised again for one the application closed."""
+        manager = session.manager
+        if manager.was_closed(session):
+            raise error
+        fresh = in_index(manager.index, agent_allowed(self._names, session.allowed))
+        return manager.get_or_create(session.id, allowed=fresh, pinned=pinned_in(self.pinned, manager.index, fresh))
 
     # --- tools ------------------------------------------------------------------------------
 
@@ -214,9 +326,13 @@ class AgentToolSearch:
 
         async def invoke(ctx: Any, arguments: str) -> str:
             session = self.session_of(ctx)
-            result = self._revived(
+            # a tool its own is_enabled disables for this run is never offered (nor made visible)
+            reach = await self._own_enabled(ctx, self._agent_of(ctx))
+            result = await self._arevived(
                 session,
-                lambda live: gate(live, ctx.tool_call_id, definition.name, arguments, self.metatool, self.augment),
+                lambda live: agate(
+                    live.within(reach), ctx.tool_call_id, definition.name, arguments, self.metatool, self.augment
+                ),
             )
             record_search(self.usage, session.id, result)
             return result.content
@@ -234,14 +350,26 @@ class AgentToolSearch:
         run = tool.on_invoke_tool
         augment = self.augment
 
-        def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            session = self.session_of(ctx)
-            return self._revived(session, lambda live: live.is_visible(name))
+        own = tool.is_enabled
+
+        def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool | Awaitable[bool]:
+            # Both must allow: the session (found or pinned) and the tool's own check (the caller's rights).
+            if own is not True:
+                with _suppress_type_error():
+                    self._agents[ctx] = agent
+            if name not in self._loaded_now(ctx):
+                return False
+            return own if isinstance(own, bool) else own(ctx, agent)  # type: ignore[no-any-return]
 
         async def invoke(ctx: Any, arguments: str) -> Any:
             session = self.session_of(ctx)
-            result = self._revived(
-                session, lambda live: gate(live, ctx.tool_call_id, name, arguments, self.metatool, augment)
+            allows = self._own_allows(name, ctx, self._agent_of(ctx))
+            own_allows = await allows if inspect.isawaitable(allows) else allows
+            result = await self._arevived(
+                session,
+                lambda live: agate(
+                    self._narrowed(live, name, own_allows), ctx.tool_call_id, name, arguments, self.metatool, augment
+                ),
             )
             if not allowed(result):
                 return result.content
@@ -259,3 +387,12 @@ class AgentToolSearch:
             return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke)
         schema = dict(augment.extend(tool_from_function_tool(tool)).input_schema)
         return dataclasses.replace(tool, is_enabled=is_enabled, on_invoke_tool=invoke, params_json_schema=schema)
+
+
+async def _as_bool(answer: Awaitable[Any]) -> bool:
+    return bool(await answer)
+
+
+def _suppress_type_error() -> contextlib.AbstractContextManager[None]:
+    # a custom run context may be unhashable or refuse weak references: its agent is then not remembered
+    return contextlib.suppress(TypeError)

@@ -8,7 +8,9 @@
 Tools marked `defer_loading=True` stay hidden until the model's `search_tools` call finds them;
 the finding is done by a toolsearch index (BM25 by default, any backend by name) instead of the
 built-in keyword-overlap count. The index is built once per set of deferred tools and cached by
-the catalog's content hash, so every run and every agent over the same tools shares it.
+the catalog's content hash, so every run and every agent over the same tools shares it; a search
+runs in a worker thread, so a build (seconds for a large set on the vector backends) never stalls
+the event loop. `tool_search()` checks the backend and its options at once, before any run.
 `tool_search(usage=recorder)` feeds a usage log: each search and the found tools then called
 successfully, joined by the run's conversation id.
 
@@ -23,6 +25,8 @@ with the executor's invalid-arguments text; the tool validates and runs its own 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -115,6 +119,9 @@ class ToolSearchStrategy:
         self.backend = backend
         self.max_results = max_results
         self.options = options
+        # An unknown backend or option fails here, not at the model's first search (after a paid request). An
+        # empty backend is cheap: the vector backends load their model only when something is embedded.
+        ToolIndex.build((), backend, **options)
         self.cache_size = cache_size
         self._indexes: OrderedDict[str, ToolIndex] = OrderedDict()
         self._keys: dict[str, str] = {}  # JSON of the definitions -> catalog hash
@@ -179,9 +186,13 @@ class ToolSearchStrategy:
         ranked = sorted(scores, key=lambda name: -scores[name])
         return ranked[: self.max_results]
 
-    def __call__(self, ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
+    async def __call__(
+        self, ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]
+    ) -> list[str]:
+        # Pydantic AI awaits the strategy on its event loop: the search (an index build on a new tool set, the
+        # query's embedding) runs in a worker thread, so other runs of the process go on meanwhile.
         try:
-            names = self.search(queries, tools)
+            names = await asyncio.to_thread(self.search, queries, tools)
         except InvalidQueryError as exc:
             # Not "no matching tools": the model is told why its search was refused and tries again.
             raise ModelRetry(f"The search was refused: {exc}") from exc
@@ -222,17 +233,27 @@ class LearningToolSearch(ToolSearch[Any]):
         return result
 
 
+# Pydantic AI's own `ToolSearch` settings (tools=, tool_description=, parameter_description=, id=): they go
+# to the capability, never to the backend; read off the dataclass so a new one is passed through too.
+_CAPABILITY_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(ToolSearch) if f.init and f.name not in ("strategy", "max_results")
+)
+
+
 def tool_search(
     backend: str = "bm25", *, max_results: int = 5, usage: UsageRecorder | None = None, **options: Any
 ) -> ToolSearch[Any]:
     """The `ToolSearch` capability with toolsearch retrieval: `Agent(..., capabilities=[tool_search()])`.
 
-    `usage` feeds a usage log (see docs/learning.md) with each search and the calls it led to.
+    `usage` feeds a usage log (see docs/learning.md) with each search and the calls it led to. The
+    capability's own settings (`tools=`, `tool_description=`, `parameter_description=`, `id=`) go to
+    `ToolSearch`; the other `options` go to the backend, and are checked now (BackendError).
     """
+    settings = {k: options.pop(k) for k in _CAPABILITY_FIELDS & options.keys()}
     strategy = ToolSearchStrategy(backend, max_results=max_results, usage=usage, **options)
     if usage is None:
-        return ToolSearch(strategy=strategy, max_results=max_results)
-    return LearningToolSearch(strategy=strategy, max_results=max_results, usage=usage)
+        return ToolSearch(strategy=strategy, max_results=max_results, **settings)
+    return LearningToolSearch(strategy=strategy, max_results=max_results, usage=usage, **settings)
 
 
 @dataclass

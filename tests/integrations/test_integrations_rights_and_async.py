@@ -1,0 +1,370 @@
+"""The framework plug-ins against the frameworks' own rights and async paths: a tool the application disables for
+a caller (the Agents SDK's `is_enabled`, a LangChain middleware that filters `request.tools`) is never offered,
+sent or run; an async `on_augment` is awaited under `ainvoke` and `Runner.run`; Pydantic AI's strategy checks its
+options at once and builds off the event loop; a turn of the Agents SDK reads its session once. Real frameworks,
+the real `openai` client against the local wire-format server, a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from agents import (
+    Agent,
+    FunctionTool,
+    OpenAIChatCompletionsModel,
+    RunContextWrapper,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from fakes import FakeLLMServer, Turn, toy_tools
+from fakes.toy_tools import RAN
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import Tool as PydanticTool
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from redis_server import RedisServer
+
+from toolsearch import (
+    ArgumentTypeError,
+    BackendError,
+    Hit,
+    InvalidArgumentError,
+    Ranking,
+    Session,
+    SessionManager,
+    Tool,
+    ToolIndex,
+)
+from toolsearch.backends import BACKENDS, BackendSpec, register_backend
+from toolsearch.integrations.langchain import ToolSearchMiddleware
+from toolsearch.integrations.openai_agents import AgentToolSearch
+from toolsearch.integrations.pydantic_ai import tool_search
+from toolsearch.stores import store_from_url
+
+set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    RAN.clear()
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+def delete_account(user: str) -> str:
+    """Delete a user account permanently."""
+    RAN.append("delete_account")
+    return "deleted"
+
+
+def _search_then_delete(server: FakeLLMServer, search_name: str = "tool_search") -> None:
+    server.enqueue(
+        Turn(tool_calls=[(search_name, {"query": "delete account"}, "s1")]),
+        Turn(tool_calls=[("delete_account", {"user": "bob"}, "c1")]),
+        Turn(text="done"),
+    )
+
+
+# --- OpenAI Agents SDK: a tool's own is_enabled is the caller's rights ----------------------------------------
+
+
+@dataclass
+class Caller:
+    role: str
+    toolsearch_session: Session
+
+
+def admins_only(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+    return bool(ctx.context.role == "admin")
+
+
+async def admins_only_async(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+    await asyncio.sleep(0)
+    return bool(ctx.context.role == "admin")
+
+
+def _agents_setup(server: FakeLLMServer, check: Any) -> tuple[AgentToolSearch, Agent[Any]]:
+    delete = function_tool(delete_account, is_enabled=check)
+    search = AgentToolSearch([delete, function_tool(toy_tools.get_weather)])
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    return search, Agent(name="assistant", model=model, tools=list(search.tools))
+
+
+@pytest.mark.parametrize("check", [admins_only, admins_only_async], ids=["sync", "async"])
+def test_a_tool_disabled_for_the_caller_is_never_offered_sent_or_run(server: FakeLLMServer, check: Any) -> None:
+    search, agent = _agents_setup(server, check)
+    _search_then_delete(server)
+    guest = Caller("guest", search.session("guest"))
+    Runner.run_sync(agent, "delete bob", context=guest, run_config=search.run_config())
+    found, refused = server.requests[1].tool_results()[0].text, server.requests[2].tool_results()[0].text
+    assert "delete_account" not in found
+    assert [r.tool_names for r in server.requests] == [["tool_search"]] * 3
+    assert "is not available" in refused and "just loaded" not in refused
+    assert RAN == [] and guest.toolsearch_session.discovered == ()
+    # the same agent for an admin: found, sent and run
+    _search_then_delete(server)
+    Runner.run_sync(agent, "delete bob", context=Caller("admin", search.session("admin")),
+                    run_config=search.run_config())
+    assert "delete_account" in server.requests[4].tool_results()[0].text
+    assert server.requests[4].tool_names == ["tool_search", "delete_account"]
+    assert RAN == ["delete_account"]
+
+
+def test_a_tool_the_session_found_stays_disabled_for_a_caller_without_the_right(server: FakeLLMServer) -> None:
+    search, agent = _agents_setup(server, admins_only)
+    shared = search.session("shared")
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "delete account"}, "s1")]), Turn(text="found"))
+    Runner.run_sync(agent, "find it", context=Caller("admin", shared), run_config=search.run_config())
+    assert shared.discovered == ("delete_account",)
+    server.enqueue(Turn(tool_calls=[("delete_account", {"user": "bob"}, "c1")]), Turn(text="done"))
+    Runner.run_sync(agent, "delete bob", context=Caller("guest", shared), run_config=search.run_config())
+    assert server.requests[2].tool_names == ["tool_search"]  # discovered, yet not the guest's
+    assert "is not available" in server.requests[3].tool_results()[0].text
+    assert RAN == []
+
+
+def test_a_tool_switched_off_for_everyone_is_never_found(server: FakeLLMServer) -> None:
+    search, agent = _agents_setup(server, False)
+    _search_then_delete(server)
+    session = search.session("u1")
+    Runner.run_sync(agent, "delete bob", context=Caller("admin", session), run_config=search.run_config())
+    assert "delete_account" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert session.discovered == () and RAN == []
+
+
+def _many_tools(count: int) -> list[FunctionTool]:
+    async def run(ctx: Any, arguments: str) -> str:
+        return "ok"
+
+    return [
+        FunctionTool(name=f"tool_{i}", description=f"Task {i} for accounts and invoices",
+                     params_json_schema={"type": "object", "properties": {}}, on_invoke_tool=run)
+        for i in range(count)
+    ]
+
+
+@pytest.mark.slow
+def test_a_turn_reads_its_session_once_for_all_its_tools(redis_server: RedisServer) -> None:
+    tools = _many_tools(40)
+    index = ToolIndex.build([Tool(t.name, t.description) for t in tools], "bm25")
+    manager = SessionManager(index, store=store_from_url(redis_server.url))
+    search = AgentToolSearch(tools, pinned=["tool_0"], sessions=manager)
+    agent = Agent(name="assistant", tools=search.tools)
+    session = search.session("u1")
+    ctx = RunContextWrapper(context=session)
+    client = redis_server.client()
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    before = commands()
+    enabled = asyncio.run(agent.get_all_tools(ctx))  # what the SDK asks before each model call
+    spent = commands() - before - 1  # less the INFO that asked
+    assert [t.name for t in enabled] == ["tool_0", "tool_search"]
+    assert spent <= 2, spent  # one read of the session, not one per tool (40 before)
+    session.discover(["tool_7"])  # the next turn reads it again: what a search found is sent
+    assert [t.name for t in asyncio.run(agent.get_all_tools(ctx))] == ["tool_0", "tool_search", "tool_7"]
+
+
+def test_run_config_takes_the_not_found_behaviour_it_needs_and_refuses_another() -> None:
+    search = AgentToolSearch([function_tool(toy_tools.get_weather)])
+    config = search.run_config(tool_not_found_behavior="return_error_to_model", workflow_name="w")
+    assert config.tool_not_found_behavior == "return_error_to_model" and config.workflow_name == "w"
+    with pytest.raises(InvalidArgumentError, match=r"tool_not_found_behavior='raise_error'.*leave the option out"):
+        search.run_config(tool_not_found_behavior="raise_error")
+
+
+# --- an async on_augment under the frameworks' async paths ---------------------------------------------------
+
+
+class Why(BaseModel):
+    reason: str
+
+
+def _augmented_turns(server: FakeLLMServer) -> None:
+    server.enqueue(
+        Turn(tool_calls=[("tool_search", {"query": "weather forecast"}, "s1")]),
+        Turn(tool_calls=[("get_weather", {"city": "Paris", "reason": "asked"}, "c1")]),
+        Turn(text="done"),
+    )
+
+
+def _consumer() -> tuple[list[tuple[str, dict[str, Any]]], Any]:
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    async def on_augment(name: str, values: Mapping[str, Any], call_id: str) -> None:
+        await asyncio.sleep(0)  # an async store, say
+        got.append((name, dict(values)))
+
+    return got, on_augment
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_agents_runs_await_an_async_on_augment(server: FakeLLMServer, mode: str) -> None:
+    got, on_augment = _consumer()
+    search = AgentToolSearch([function_tool(toy_tools.get_weather)], augment=Why, on_augment=on_augment)
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    _augmented_turns(server)
+    session = search.session("u1")
+    if mode == "async":
+        asyncio.run(Runner.run(agent, "weather", context=session, run_config=search.run_config()))
+    else:  # run_sync drives the same async tools on its own loop
+        Runner.run_sync(agent, "weather", context=session, run_config=search.run_config())
+    assert server.requests[2].tool_results()[0].text == "sunny in Paris"
+    assert got == [("get_weather", {"reason": "asked"})] and RAN == ["get_weather"]
+
+
+def _chat_model(server: FakeLLMServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-test", base_url=server.openai_base_url, api_key="test-key",  # type: ignore[arg-type]
+                      max_retries=0, use_responses_api=False)
+
+
+def test_langchain_ainvoke_awaits_an_async_on_augment(server: FakeLLMServer) -> None:
+    got, on_augment = _consumer()
+    middleware = ToolSearchMiddleware([tool(toy_tools.get_weather)], augment=Why, on_augment=on_augment)
+    agent = create_agent(_chat_model(server), middleware=[middleware])
+    _augmented_turns(server)
+    asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "weather"}]}))
+    assert server.requests[2].tool_results()[0].text == "sunny in Paris"
+    assert got == [("get_weather", {"reason": "asked"})] and RAN == ["get_weather"]
+
+
+def test_langchain_invoke_with_an_async_on_augment_says_to_use_ainvoke(server: FakeLLMServer) -> None:
+    got, on_augment = _consumer()
+    middleware = ToolSearchMiddleware([tool(toy_tools.get_weather)], augment=Why, on_augment=on_augment)
+    agent = create_agent(_chat_model(server), middleware=[middleware])
+    _augmented_turns(server)
+    with pytest.raises(ArgumentTypeError, match="run the agent with ainvoke / astream"):
+        agent.invoke({"messages": [{"role": "user", "content": "weather"}]})
+    assert got == [] and RAN == []
+
+
+# --- LangChain: a middleware before this one decides which tools a user has -------------------------------------
+
+
+@dataclass
+class Role:
+    role: str
+
+
+class AdminToolsForAdmins(AgentMiddleware):  # type: ignore[type-arg]
+    """LangChain's per-user tool filter: admin tools leave the model request for anyone else."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        if request.runtime.context.role != "admin":
+            request = request.override(tools=[t for t in request.tools if getattr(t, "name", "") != "delete_account"])
+        return handler(request)
+
+
+def test_langchain_never_sends_offers_or_runs_a_tool_an_earlier_middleware_withheld(server: FakeLLMServer) -> None:
+    search = ToolSearchMiddleware([tool(delete_account), tool(toy_tools.get_weather)])
+    agent = create_agent(_chat_model(server), middleware=[AdminToolsForAdmins(), search], context_schema=Role,
+                         checkpointer=InMemorySaver())
+    _search_then_delete(server)
+    result = agent.invoke({"messages": [{"role": "user", "content": "delete bob"}]},
+                          {"configurable": {"thread_id": "guest"}}, context=Role("guest"))
+    assert [r.tool_names for r in server.requests] == [["tool_search"]] * 3
+    assert "delete_account" not in server.requests[1].tool_results()[0].text
+    assert "is not available" in server.requests[2].tool_results()[0].text
+    assert RAN == [] and result["toolsearch_withheld"] == ["delete_account"]
+    _search_then_delete(server)
+    result = agent.invoke({"messages": [{"role": "user", "content": "delete bob"}]},
+                          {"configurable": {"thread_id": "admin"}}, context=Role("admin"))
+    assert server.requests[4].tool_names == ["tool_search", "delete_account"]
+    assert RAN == ["delete_account"] and not result.get("toolsearch_withheld")
+
+
+# --- Pydantic AI: options checked at once, indexes built off the event loop -----------------------------------
+
+
+def test_pydantic_tool_search_checks_its_options_before_any_run() -> None:
+    with pytest.raises(BackendError, match="unknown backend 'vektor'"):
+        tool_search("vektor")
+    with pytest.raises(BackendError, match="unknown bm25 option 'nope'"):
+        tool_search(nope=1)
+
+
+def test_pydantic_tool_search_passes_the_capabilitys_own_settings_through(server: FakeLLMServer) -> None:
+    capability = tool_search(tools="all", tool_description="Find the tool for a task.")
+    assert capability.tools == "all" and capability.tool_description == "Find the tool for a task."
+    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=server.async_openai()))
+    agent = PydanticAgent(model, tools=[PydanticTool(toy_tools.get_weather)], capabilities=[capability])
+    server.enqueue(Turn(tool_calls=[("search_tools", {"queries": ["weather forecast"]}, "s1")]),
+                   Turn(tool_calls=[("get_weather", {"city": "Paris"}, "c1")]), Turn(text="Sunny."))
+    assert agent.run_sync("weather in Paris").output == "Sunny."
+    first = server.requests[0]
+    assert first.tool_names == ["search_tools"]  # tools="all" deferred the plain tool
+    assert first.tool("search_tools")["function"]["description"] == "Find the tool for a task."
+    assert RAN == ["get_weather"]
+
+
+class _ThreadProbe:
+    """A backend that notes the thread it is built in (and ranks by shared words)."""
+
+    name = "threadprobe"
+    built_in: ClassVar[list[int]] = []
+
+    def __init__(self, **options: Any) -> None:
+        self.tools: dict[str, set[str]] = {}
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        if tools:
+            _ThreadProbe.built_in.append(threading.get_ident())
+        for t in tools:
+            self.tools[t.name] = set(f"{t.name} {t.description}".replace("_", " ").lower().split())
+
+    def remove(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.tools.pop(name, None)
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        words = set(query.lower().split())
+        hits = [Hit(n, float(len(words & w))) for n, w in self.tools.items()
+                if (allowed is None or n in allowed) and words & w]
+        return Ranking(sorted(hits, key=lambda h: -h.score)[:k])
+
+    def save(self, folder: Path) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.fixture
+def threadprobe() -> Iterator[None]:
+    register_backend(BackendSpec("threadprobe", create=lambda **o: _ThreadProbe(**o), load=lambda f, t, **o: None))
+    _ThreadProbe.built_in.clear()
+    yield
+    BACKENDS.unregister("threadprobe")
+
+
+def test_pydantic_searches_build_their_index_off_the_event_loop(server: FakeLLMServer, threadprobe: None) -> None:
+    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=server.async_openai()))
+    tools = [PydanticTool(toy_tools.get_weather, defer_loading=True), PydanticTool(toy_tools.send_email,
+                                                                                   defer_loading=True)]
+    agent = PydanticAgent(model, tools=tools, capabilities=[tool_search("threadprobe")])
+    server.enqueue(Turn(tool_calls=[("search_tools", {"queries": ["weather forecast"]}, "s1")]), Turn(text="ok"))
+    loop_thread: list[int] = []
+
+    async def run() -> str:
+        loop_thread.append(threading.get_ident())
+        return (await agent.run("weather in Paris")).output
+
+    assert asyncio.run(run()) == "ok"
+    assert '"get_weather"' in server.requests[1].tool_results()[0].text
+    assert len(_ThreadProbe.built_in) == 1 and _ThreadProbe.built_in != loop_thread  # built in a worker thread
