@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,94 @@ def test_allowed_refuses_a_lone_name() -> None:
         index.resolve_filter(allowed=[index.catalog["x"]])  # type: ignore[list-item]
     assert index.search("send an email", allowed=["send_email"]).names == ["send_email"]
     assert index.search("send an email", allowed=frozenset({"send_email"})).names == ["send_email"]
+
+
+# --- filters that let no tool through, namespaces read once, and a backend that ignores `allowed` (audit 55) -------
+
+NAMESPACED = [
+    Tool("email_send_message", "Send an email message", namespace="email"),
+    Tool("email_create_draft", "Create an email draft", namespace="email"),
+    Tool("get_weather", "Weather forecast for a city", namespace="weather"),
+]
+
+
+@pytest.mark.parametrize("backend", ["bm25", "regex"])
+def test_an_allow_list_naming_no_tool_says_the_filter_lets_none_through(backend: str) -> None:
+    index = ToolIndex.build(NAMESPACED, backend)
+    result = index.search("send an email", allowed=["emial_send_message"])
+    # Before: "no tool matched these words; try other words" (bm25), "try a broader pattern" (regex), nothing (vector).
+    assert result.names == [] and result.notes == (
+        "the filter lets no tool through: no tool of this index is named 'emial_send_message'; check the allowed "
+        "names against the catalog",
+    )
+    many = index.search("send an email", allowed=[f"typo_{i}" for i in range(5)]).notes[0]
+    assert "named 'typo_0', 'typo_1', 'typo_2' and 2 more" in many
+    # one name the catalog has is enough for an ordinary search
+    assert index.search("send an email", allowed=["emial_send_message", "email_send_message"]).names == [
+        "email_send_message"
+    ]
+
+
+def test_namespaces_are_read_once_and_must_be_strings() -> None:
+    index = ToolIndex.build(NAMESPACED, "bm25")
+    expected = index.search("send an email", namespaces=["email"]).names
+    # Before: a generator was used up by the unknown-namespace check, so the search found nothing.
+    generator = (ns for ns in ["email"])
+    assert index.search("send an email", namespaces=generator).names == expected != []  # type: ignore[arg-type]
+    assert index.search("send an email", namespaces="email").names == expected  # one namespace
+    with pytest.raises(ArgumentTypeError, match=r"namespaces must be a namespace \(str\) or a list of them, got bytes"):
+        index.search("send an email", namespaces=b"email")  # type: ignore[arg-type]  # before: "unknown namespace 97"
+    with pytest.raises(ArgumentTypeError, match=r"namespaces: item 1 must be a namespace \(str\), got int"):
+        index.search("send an email", namespaces=["email", 5])  # type: ignore[list-item]
+
+
+class EveryMatch:
+    """A third-party backend that forgets to honour `allowed`: it returns every tool that shares a word."""
+
+    name = "every-match"
+
+    def __init__(self) -> None:
+        self.texts: dict[str, set[str]] = {}
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        for tool in tools:
+            self.texts[tool.name] = set(f"{tool.name} {tool.description}".lower().replace("_", " ").split())
+
+    def remove(self, names: Collection[str]) -> None:
+        pass
+
+    def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:
+        from toolsearch import Hit
+
+        words = set(query.lower().split())
+        return Ranking([Hit(n, float(len(words & t))) for n, t in self.texts.items() if words & t][:k])
+
+    def save(self, folder: Path) -> None:
+        pass
+
+    def describe(self) -> dict[str, object]:
+        return {}
+
+
+def test_a_backend_that_ignores_allowed_cannot_show_a_tool_outside_it() -> None:
+    from toolsearch import SessionManager, ToolSearchMetaTool
+
+    tools = [Tool("get_weather", "Weather forecast for a city"), Tool("delete_account", "Delete a user account")]
+    index = ToolIndex(Catalog(tools), EveryMatch())
+    index.backend.add(tools)  # type: ignore[attr-defined]
+    # Before: ['delete_account'], a tool the caller may not see, and tool_search failed with ToolNotAllowedError.
+    assert index.search("delete account", 5, allowed={"get_weather"}).names == []
+    assert index.search("delete account weather", 5, allowed={"get_weather"}).names == ["get_weather"]
+    assert index.search("delete account", 5, namespaces=None).names == ["delete_account"]  # no filter: all
+    session = SessionManager(index).create("guest", allowed=["get_weather"])
+    text = ToolSearchMetaTool().run(session, {"query": "delete account"}).text
+    assert "delete_account" not in text and session.discovered == ()
+
+
+def test_a_quoted_tool_name_on_regex_is_found_without_a_no_match_note() -> None:
+    index = ToolIndex.build(NAMESPACED, "regex")
+    for query in ('"email_send_message"', "`email_send_message`"):
+        result = index.search(query, 3)
+        # Before: [('email_send_message', 0.0)] with "no tool name, description or parameter matched".
+        assert result.names == ["email_send_message"] and result.notes == (), (query, result.notes)
+        assert result.hits[0].score > 0

@@ -72,7 +72,10 @@ def test_a_views_forget_all_keeps_what_another_worker_discovered_meanwhile(index
     assert plain.discovered == ()
 
 
-@pytest.mark.parametrize("settings", [{"ttl_seconds": 1}, {"clock": lambda: 0.0}, {"ttl_seconds": 5, "clock": max}])
+@pytest.mark.parametrize(
+    "settings",
+    [{"ttl_seconds": 1}, {"clock": lambda: 0.0}, {"ttl_seconds": 5, "clock": max}, {"max_sessions": 5}],
+)
 def test_settings_of_the_default_store_are_refused_beside_another_store(
     index: ToolIndex, settings: dict[str, Any]
 ) -> None:
@@ -89,6 +92,10 @@ def test_settings_of_the_default_store_are_refused_beside_another_store(
     manager.create("a")
     clock[0] = 2.0
     assert "a" not in manager
+    bounded = SessionManager(index, max_sessions=1)  # the bound holds on the default store
+    bounded.create("a")
+    bounded.create("b")
+    assert "a" not in bounded and "b" in bounded
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

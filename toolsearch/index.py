@@ -70,6 +70,24 @@ def _names_list(what: str, names: object) -> list[str]:
     return items
 
 
+def _namespaces_list(namespaces: object) -> list[str]:
+    """`namespaces` read once into a list (an iterator is used up by reading it), a lone str as one namespace;
+    ArgumentTypeError for bytes or anything that is not a collection of strings."""
+    if isinstance(namespaces, str):
+        return [namespaces]
+    if isinstance(namespaces, bytes | bytearray) or not isinstance(namespaces, Iterable):
+        shown = f" ({namespaces!r})" if isinstance(namespaces, bytes | bytearray) else ""
+        raise ArgumentTypeError(
+            f"namespaces must be a namespace (str) or a list of them, got {type(namespaces).__name__}{shown}; "
+            "pass e.g. ['email']"
+        )
+    items = list(namespaces)
+    for i, namespace in enumerate(items):
+        if not isinstance(namespace, str):
+            raise ArgumentTypeError(f"namespaces: item {i} must be a namespace (str), got {type(namespace).__name__}")
+    return items
+
+
 def _tools_list(what: str, tools: object) -> list[Tool]:
     """`tools` as a list, or ArgumentTypeError for a lone Tool, a str or anything that is not a collection of
     tools (the items themselves are checked by Catalog)."""
@@ -84,9 +102,10 @@ def named_first(hits: list[Hit], named: list[str], k: int) -> list[Hit]:
     """`hits` with the tools a request names outright first (toolsearch.names), each scored at least the top score.
 
     Named tools keep the backend's order among themselves; one the backend did not return joins
-    after those it did. The rest follow in the backend's order.
+    after those it did. The rest follow in the backend's order. With no hit scored above 0, a named
+    tool scores 1.0: a score of 0 reads as "no match", and the request named it outright.
     """
-    top = hits[0].score if hits else 0.0
+    top = hits[0].score if hits and hits[0].score > 0 else 1.0
     ranked = {h.name: h for h in hits}
     wanted = set(named)
     first = [h for h in hits if h.name in wanted] + [Hit(n, top) for n in named if n not in ranked]
@@ -181,15 +200,14 @@ class ToolIndex:
     ) -> frozenset[str] | None:
         """Turn an allowed-name subset and a namespace filter into one name set (None = all)."""
         result = None if allowed is None else frozenset(_names_list("allowed", allowed))
-        if namespaces:
-            if isinstance(namespaces, str):
-                namespaces = [namespaces]
+        wanted = [] if namespaces is None else _namespaces_list(namespaces)  # read once: it may be an iterator
+        if wanted:
             known = set(self._catalog.namespaces)
-            unknown = sorted(set(namespaces) - known)
+            unknown = sorted(set(wanted) - known)
             if unknown:
                 listed = ", ".join(sorted(known)) or "none (this catalog has no namespaces)"
                 raise InvalidQueryError(f"unknown namespace {unknown[0]!r}; known namespaces: {listed}")
-            in_ns = self._catalog.names_in(namespaces)
+            in_ns = self._catalog.names_in(wanted)
             result = in_ns if result is None else result & in_ns
         return result
 
@@ -219,16 +237,30 @@ class ToolIndex:
         catalog = self._catalog  # one snapshot: an update may land while the backend searches
         start = time.perf_counter()
         notes: tuple[str, ...]
+        hits: list[Hit]
         if names is not None and not names:
             hits, notes = [], ("no tools are visible under the given filter",)
+        elif names is not None and not any(n in catalog for n in names):  # (stops at the first tool it finds)
+            # Not a no-match: the filter (a typo'd allow-list, a stale one) lets no tool through; say so, and name it.
+            absent = sorted(names)
+            shown = ", ".join(repr(n) for n in absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+            hits, notes = [], (
+                f"the filter lets no tool through: no tool of this index is named {shown}; check the allowed names "
+                "against the catalog",
+            )
         else:
             ranking = self._backend.search(text, k, names)
             if not isinstance(ranking, Ranking):  # a plug-in's mistake, named here, not an AttributeError below
                 raise BACKENDS.wrong_product(self.backend_name, ranking, "a toolsearch.Ranking (hits, notes)")
-            hits, notes = [h for h in ranking.hits if h.name in catalog][:k], ranking.notes
+            # Only tools of the catalog, and only within the filter: the filter is a caller's rights, and a backend
+            # (a plug-in's, say) that ignores `allowed` must not show a tool outside them.
+            hits = [h for h in ranking.hits if h.name in catalog and (names is None or h.name in names)][:k]
+            notes = ranking.notes
             whole_only = bool(getattr(self._backend, "pattern_queries", False)) or looks_like_lucene(text)
             named = [n for n in catalog.name_table.named(text, whole_only=whole_only) if names is None or n in names]
             if named:
+                if not hits:
+                    notes = ()  # they explained why nothing matched; the named tools are the answer now
                 hits = named_first(hits, named, k)
         elapsed = (time.perf_counter() - start) * 1000
         tools = tuple(catalog[h.name] for h in hits)

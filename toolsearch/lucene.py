@@ -28,16 +28,19 @@ QUERY_FIELDS: dict[str, str] = {
 # alone are not enough: requests quote names and values ('the "Wine Quality" dataset'), and on
 # such sentences the plain bag of words ranks better. `+"a phrase"` or `name:"..."` is Lucene.
 _LUCENE_HINT = re.compile(
-    r"""(?:^|[\s(])(?:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):(?!\s)"""  # a field prefix
+    # a field prefix, in any case as the parser reads it (`Name:email` is `name:email`)
+    r"""(?:^|[\s(])(?i:""" + "|".join(sorted(QUERY_FIELDS, key=len, reverse=True)) + r"""):(?!\s)"""
     r"""|(?:^|[\s(])[+-](?=[^\W\d_]|["(])"""  # +must / -not (not "-5" or "x - y")
     r"""|(?:^|[\s(:])[^\W_]+~\d?(?=$|[\s)])"""  # fuzzy word~ / word~1
     r"""|(?:^|[\s(:])[^\W_]+\*(?=$|[\s)])"""  # prefix word* (not "\n* item")
+    # a boost: word^2, "a phrase"^2, (a group)^2 (not a formula: "x^2", "2^10", "x^2+1")
+    r"""|(?:(?:^|[\s(:])[^\W\d_][^\W_]+|[")])\^(?:\d+(?:\.\d+)?|\.\d+)(?=$|[\s)])"""
     r"""|(?:^|\s)(?:AND|OR|NOT|&&|\|\|)(?=\s)"""  # boolean operators, upper case only
 )
 
 # Every mark above holds one of these: a request without any (most) is not scanned for marks at all (the scan costs
 # ~16 us on a 100-character request, a hybrid search asks three times; this test ~1 us).
-_MAY_MARK = re.compile(r"[:+\-~*&|]|AND|OR|NOT")
+_MAY_MARK = re.compile(r"[:+\-~*&|^]|AND|OR|NOT")
 
 # A query with fewer syntax marks than one per this many words is a sentence (see looks_like_lucene).
 _WORDS_PER_MARK = 8

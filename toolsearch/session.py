@@ -106,10 +106,10 @@ def _check_keys(value: object, where: str) -> None:
 class SessionManager:
     """Sessions keyed by id over one shared, already-built index; creating one does no indexing.
 
-    `ttl_seconds`, `max_sessions` and `clock` configure the default in-memory store; a custom
+    `ttl_seconds`, `max_sessions` (default 1000) and `clock` configure the default in-memory store; a custom
     `store` (e.g. `RedisSessionStore`, or `toolsearch.stores.store_from_url(...)`) brings its own
-    expiry, so `ttl_seconds` and `clock` are refused beside it: pass them to the store
-    (`store_from_url(url, ttl_seconds=...)`); `max_sessions` is then the store's own bound's job.
+    expiry and bound, so all three are refused beside it: pass them to the store
+    (`store_from_url(url, ttl_seconds=...)`, `InMemorySessionStore(max_sessions=...)`).
     `max_discovered` / `max_discovered_tokens` cap each session's discovered tools (by
     count, and by the tokens of their definitions), evicting the least recently used. Safe from
     any number of threads, tasks and processes sharing the store: every change is one atomic
@@ -123,7 +123,7 @@ class SessionManager:
         *,
         store: SessionStore | None = None,
         ttl_seconds: float | None = None,
-        max_sessions: int = 1000,
+        max_sessions: int | None = None,
         max_discovered: int | None = None,
         max_discovered_tokens: int | None = None,
         encoding: str = "o200k_base",
@@ -146,14 +146,17 @@ class SessionManager:
             )
         if store is not None:
             # Settings of the default store would be ignored beside another: sessions meant to expire never would.
-            given = (["ttl_seconds"] if ttl_seconds is not None else []) + (
-                ["clock"] if clock is not time.monotonic else []
+            given = (
+                (["ttl_seconds"] if ttl_seconds is not None else [])
+                + (["max_sessions"] if max_sessions is not None else [])
+                + (["clock"] if clock is not time.monotonic else [])
             )
             if given:
                 what = "is a setting" if len(given) == 1 else "are settings"
                 raise InvalidArgumentError(
-                    f"SessionManager: {' and '.join(given)} {what} of the default in-memory store, ignored beside "
-                    f"store={store!r}, which keeps its own expiry; pass {' and '.join(given)} to that store instead "
+                    f"SessionManager: {', '.join(given)} {what} of the default in-memory store, ignored beside "
+                    f"store={store!r}, which keeps its own expiry and bound; pass {', '.join(given)} to that store "
+                    "instead "
                     "(store_from_url(url, ttl_seconds=...), RedisSessionStore(url, ttl_seconds=...), "
                     "InMemorySessionStore(ttl_seconds=..., max_sessions=..., clock=...))"
                 )
@@ -161,7 +164,9 @@ class SessionManager:
         self._store: SessionStore = (
             store
             if store is not None
-            else InMemorySessionStore(ttl_seconds=ttl_seconds, max_sessions=max_sessions, clock=clock)
+            else InMemorySessionStore(
+                ttl_seconds=ttl_seconds, max_sessions=1000 if max_sessions is None else max_sessions, clock=clock
+            )
         )
         self.max_discovered = max_discovered
         self.max_discovered_tokens = max_discovered_tokens

@@ -18,7 +18,7 @@ import re
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,8 @@ except ImportError:  # pragma: no cover - tantivy is a core dependency
 
 __all__ = [
     "Bm25Backend", "create", "load", "lucene_constraints", "DEFAULT_BOOSTS", "DEFAULT_MAX_POSTINGS", "MAX_GROUP_DEPTH",
-    "MAX_QUERY_BOOST", "NO_MATCH_NOTE", "QUERY_FIELDS", "REINDEX_SHARE", "REINDEX_SMALL", "STRICT_CONSTRAINTS",
+    "MAX_EXPANSIONS", "MAX_QUERY_BOOST", "NO_MATCH_NOTE", "QUERY_FIELDS", "REINDEX_SHARE", "REINDEX_SMALL",
+    "STRICT_CONSTRAINTS", "parsed_lucene",
 ]
 
 LAYOUT_VERSION = 1
@@ -68,6 +69,10 @@ DEFAULT_MAX_POSTINGS = 2_000_000
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
+# How many hits past the k-th a search reads while they tie with it, so that ties are broken by name before the cut
+# (see _through_ties); past this many, a tie of a whole catalog (a prefix query scores every match alike) keeps
+# tantivy's order: bounded work.
+_TIE_DEPTH = 1_000
 # When a search re-indexes an edited index first (see Bm25Backend._reindex_due): always while it holds at most
 # REINDEX_SMALL tools, else once the removed or replaced documents it still counts reach REINDEX_SHARE of its live
 # ones; in between it searches with slightly stale statistics. Measured on two busy shared cores (random 6-20 word
@@ -186,6 +191,32 @@ MAX_QUERY_BOOST = 100.0
 # How deeply `(groups)` may nest: the parser and the query builder recurse once per level, and a
 # 1,000-character query could otherwise nest ~500 deep and exhaust Python's stack.
 MAX_GROUP_DEPTH = 32
+# How many prefix (`word*`) and fuzzy (`word~`) words one query expands. Each expands over the term dictionary of
+# every field searched (about 1.4 ms a word at 4,076 tools), so a 1,000-character query of 250 of them took 2.5 s;
+# past this many, the rest are searched as whole words, with a note. Repeated literals count once (see _group).
+MAX_EXPANSIONS = 32
+
+
+@dataclass
+class _Expansions:
+    """What one query may still expand (MAX_EXPANSIONS prefix or fuzzy words), and whether it ran out."""
+
+    left: int = MAX_EXPANSIONS
+    capped: bool = False
+
+    def take(self) -> bool:
+        """True when one more word may expand; False (and noted) once the query has used them all."""
+        if self.left <= 0:
+            self.capped = True
+            return False
+        self.left -= 1
+        return True
+
+    def note(self) -> str:
+        return (
+            f"the query has more than {MAX_EXPANSIONS} prefix (word*) or fuzzy (word~) words; the rest were "
+            "searched as whole words. Use fewer, more specific words"
+        )
 
 
 class _Parser:
@@ -371,6 +402,28 @@ def _top(searcher: Any, compiled: _Compiled, limit: int) -> list[tuple[float, An
     return [pair for _, pair in ranked[:limit]]
 
 
+_Pairs = Sequence[tuple[float, Any]]  # (score, address) pairs, best first
+
+
+def _through_ties(fetch: Callable[[int], _Pairs], k: int, most: int) -> _Pairs:
+    """`fetch(limit)`'s top (score, address) pairs, read past the k-th while the pairs after it tie with it.
+
+    tantivy orders equal scores by index position, so cutting its list at k and only then sorting ties by name
+    made the first hit depend on k. Reading on through the tie (at most `most` pairs) lets the caller break ties
+    by name before its own cut at k.
+    """
+    limit = min(k + 1, most)
+    while True:
+        found = fetch(limit)
+        if len(found) < limit or limit >= most or found[-1][0] < found[k - 1][0]:
+            return found
+        limit = min(most, limit * 4)
+
+
+def _finite_weight(value: object) -> bool:
+    """A weight option is a finite number >= 0: NaN or inf would make every score NaN or inf (and NaN is not JSON,
+    which the index's manifest is)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0
 
 
 _Occur = {"must": "Must", "should": "Should", "not": "MustNot"}
@@ -393,11 +446,11 @@ class Bm25Backend:
         for key, value in (boosts or {}).items():
             if key not in DEFAULT_BOOSTS:
                 raise BackendError(f"unknown bm25 field {key!r} in boosts; fields are: {', '.join(DEFAULT_BOOSTS)}")
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise BackendError(f"bm25 boost for {key!r} must be a number >= 0, got {value!r}")
+            if not _finite_weight(value):
+                raise BackendError(f"bm25 boost for {key!r} must be a finite number >= 0, got {value!r}")
             merged[key] = float(value)
-        if isinstance(exact_name_boost, bool) or not isinstance(exact_name_boost, int | float) or exact_name_boost < 0:
-            raise BackendError(f"exact_name_boost must be a number >= 0, got {exact_name_boost!r}")
+        if not _finite_weight(exact_name_boost):
+            raise BackendError(f"exact_name_boost must be a finite number >= 0, got {exact_name_boost!r}")
         if max_postings is not None and (isinstance(max_postings, bool) or not isinstance(max_postings, int)
                                          or max_postings < 1):
             raise BackendError(f"max_postings must be a whole number >= 1 or None (no bound), got {max_postings!r}")
@@ -620,11 +673,13 @@ class Bm25Backend:
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
         if allowed is None:
-            hits = [Hit(self._name_at(searcher, address), float(score)) for score, address in
-                    _top(searcher, compiled, k)]
+            found = _through_ties(lambda limit: _top(searcher, compiled, limit), k, k + _TIE_DEPTH)
+            hits = [Hit(self._name_at(searcher, address), float(score)) for score, address in found]
         else:
             hits = self._search_within(searcher, compiled, k, allowed)
-        hits.sort(key=lambda hit: (-hit.score, hit.name))  # ties by name, as vector and hybrid break them
+        # Ties by name, as every backend breaks them, before the cut at k: the first hit does not depend on k.
+        hits.sort(key=lambda hit: (-hit.score, hit.name))
+        hits = hits[:k]
         if not hits:
             notes = (*notes, NO_MATCH_NOTE)
         return Ranking(hits, tuple(notes))
@@ -635,25 +690,28 @@ class Bm25Backend:
         tantivy's term-set filter costs time in proportion to the allowed set (10 ms for 5,000 names),
         while reading a hit's name costs under a microsecond. So the unfiltered ranking is read deep
         enough to hold `k` allowed hits at the subset's share of the catalog, deeper while a full page
-        still falls short, and only past `_POST_FILTER_MAX` hits does the filter query take over.
+        still falls short, and only past `_POST_FILTER_MAX` hits does the filter query take over. Allowed hits that
+        tie with the k-th are read too (at most `_TIE_DEPTH`), so the caller breaks ties by name before its cut.
         """
         total = int(searcher.num_docs)
         limit = min(total, max(_POST_FILTER_MIN, math.ceil(k * total / len(allowed) * 2)))
         while limit <= _POST_FILTER_MAX:
             found = _top(searcher, compiled, limit)
-            hits = []
+            hits: list[Hit] = []
             for score, address in found:
+                if len(hits) >= k and (float(score) < hits[k - 1].score or len(hits) >= k + _TIE_DEPTH):
+                    return hits  # (scores descend: no later hit ties with the k-th)
                 name = self._name_at(searcher, address)
                 if name in allowed:
                     hits.append(Hit(name, float(score)))
-                    if len(hits) == k:
-                        return hits
-            if len(found) < limit or limit == total:  # every matching tool was read: fewer than k match
+            if len(found) < limit or limit == total:  # every matching tool was read
                 return hits
             limit = min(total, limit * 4)
-        filtered = [(tantivy.Occur.Must, compiled.whole()), (tantivy.Occur.Must, self._filter(allowed))]
-        found = searcher.search(tantivy.Query.boolean_query(filtered), k, count=False).hits
-        return [Hit(self._name_at(searcher, address), float(score)) for score, address in found]
+        filtered = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, compiled.whole()), (tantivy.Occur.Must, self._filter(allowed))]
+        )
+        deep = _through_ties(lambda limit: searcher.search(filtered, limit, count=False).hits, k, k + _TIE_DEPTH)
+        return [Hit(self._name_at(searcher, address), float(score)) for score, address in deep]
 
     def _name_at(self, searcher: Any, address: Any) -> str:
         """The tool name of the document at `address` in `searcher` (cached per searcher: addresses change
@@ -693,10 +751,12 @@ class Bm25Backend:
                 note = f"query syntax not understood ({problem}); searched its words as plain text instead"
                 compiled, notes = self._plain(query, searcher)
                 return compiled, (note, *notes)
-            compiled = self._group(group)
+            budget = _Expansions()
+            compiled = self._group(group, budget)
+            notes = (*parser.notes, *([budget.note()] if budget.capped else []))
             if compiled is None and any(occur == "not" for occur, _ in group.clauses):
-                return None, (*parser.notes, "the query only excludes words; add at least one word to search for")
-            return (None if compiled is None else _Compiled(compiled)), tuple(parser.notes)
+                return None, (*notes, "the query only excludes words; add at least one word to search for")
+            return (None if compiled is None else _Compiled(compiled)), notes
         return self._plain(query, searcher)
 
     # --- query building -----------------------------------------------------------------------
@@ -829,14 +889,22 @@ class Bm25Backend:
             subqueries.append(exact)
         return _any_of(subqueries) if subqueries else None
 
-    def _group(self, group: _Group) -> Any | None:
+    def _group(self, group: _Group, budget: _Expansions | None = None) -> Any | None:
+        budget = _Expansions() if budget is None else budget
         parts: list[tuple[Any, Any]] = []
         # Optional plain words and phrases join one bag scored like a plain query (each word once,
         # as a sentence with a quoted name in it should be); a phrase adds a bonus for its words
         # standing together.
         bag: dict[str, None] = {}
         names: list[str] = []
+        # A clause repeated in one group counts once, as a plain query's words do: `ab* ab* ...` (250 times in a
+        # 1,000-character query) is one prefix query, not 250.
+        seen: set[tuple[str, str]] = set()
         for occur, node in group.clauses:
+            key = (occur, repr(node))
+            if key in seen:
+                continue
+            seen.add(key)
             if (
                 occur == "should"
                 and isinstance(node, _Literal)
@@ -850,7 +918,7 @@ class Bm25Backend:
                     names.append(node.text)
                 if not node.phrase:
                     continue
-            compiled = self._group(node) if isinstance(node, _Group) else self._literal(node)
+            compiled = self._group(node, budget) if isinstance(node, _Group) else self._literal(node, budget)
             if compiled is not None:
                 parts.append((getattr(tantivy.Occur, _Occur[occur]), compiled))
         words = self._bag(list(bag), names) if bag or names else None
@@ -861,14 +929,19 @@ class Bm25Backend:
         query = tantivy.Query.boolean_query(parts)
         return query if group.boost == 1.0 else tantivy.Query.boost_query(query, group.boost)
 
-    def _literal(self, lit: _Literal) -> Any | None:
+    def _literal(self, lit: _Literal, budget: _Expansions) -> Any | None:
         tokens = self._tokens(lit.text)
         schema, Q = self._schema, tantivy.Query
         alternatives: list[Any] = []
+        # Which words expand (prefix or fuzzy), decided once for all the fields they are searched in.
+        expands = [budget.take() for _ in tokens] if lit.fuzzy is not None or lit.prefix else []
         if tokens:
             for fld, boost in self._targets(lit.field):
-                if lit.fuzzy is not None or lit.prefix:
-                    per_token = [self._fuzzy_or_prefix(fld, t, lit) for t in tokens]
+                if expands:
+                    per_token = [
+                        self._fuzzy_or_prefix(fld, t, lit) if expand else Q.term_query(schema, fld, t, _SCORED)
+                        for t, expand in zip(tokens, expands, strict=True)
+                    ]
                     q = (
                         per_token[0]
                         if len(per_token) == 1
@@ -913,13 +986,20 @@ def lucene_constraints(query: str) -> frozenset[str]:
     tools bm25 lets through; when that is none, it answers nothing for a symbol constraint (STRICT_CONSTRAINTS)
     and the closest tools by meaning, with a note, for an operator. A query that does not parse is searched as
     plain words: no constraint."""
+    return parsed_lucene(query) or frozenset()
+
+
+def parsed_lucene(query: str) -> frozenset[str] | None:
+    """`lucene_constraints` of a query bm25 searches as Lucene syntax, or None for one it searches as plain words
+    (a sentence, or a Lucene attempt that does not parse): the tools bm25 returns for a Lucene query are the
+    tools its operators let through, whatever notes it adds (a boost lowered, terms capped)."""
     if not looks_like_lucene(query):
-        return frozenset()
+        return None
     parser = _Parser(query)
     try:
         parser.parse()
     except _SyntaxProblem:
-        return frozenset()
+        return None
     return frozenset(parser.constraints)
 
 

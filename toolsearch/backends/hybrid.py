@@ -132,9 +132,11 @@ class HybridBackend:
         lexical = self.lexical.search(query, depth, allowed)
         lexical_scores = {h.name: h.score for h in lexical.hits}
         lucene = looks_like_lucene(query)
+        # The constraints of a query bm25 searched as Lucene; None for plain words (a syntax it fell back from too).
+        parsed = bm25_module.parsed_lucene(query) if lucene else None
         instead: str | None = None  # the note on the dense half's answer where bm25's operators let no tool through
-        if lucene and not lexical.hits:
-            constraints = bm25_module.lucene_constraints(query)
+        if parsed is not None and not lexical.hits:
+            constraints = parsed
             searched = bm25_module.NO_MATCH_NOTE in lexical.notes  # (not so for a query that only excludes words)
             if constraints & bm25_module.STRICT_CONSTRAINTS or (constraints and not searched):
                 # `+must`, `-not` or `name:`, symbols written on purpose, that let no tool through: the dense half
@@ -147,8 +149,10 @@ class HybridBackend:
         if self.clause_lexical > 0 and not lucene:
             lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
-        if lucene and lexical.hits and not lexical.notes:
-            # Operators such as +must, -not and name: are constraints: keep only tools bm25 let through.
+        if parsed is not None and lexical.hits:
+            # Operators such as +must, -not and name: are constraints: keep only tools bm25 let through. Whatever
+            # bm25 notes about the query (a boost lowered) leaves them constraints; only its plain-words fallback
+            # (parsed is None) has none.
             dense = {n: s for n, s in dense.items() if n in lexical_scores}
         fused = fuse(dense, lexical_scores, self.dense_weight)
         hits = [Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]

@@ -3,7 +3,7 @@
 Patterns use the syntax of the `regex` module (a superset of Python's `re`) and are matched
 case-insensitively, with `^` and `$` at the start and end of each field and each parameter line.
 A tool whose name matches ranks above one matched only in its description, which ranks above one
-matched only in its parameters; among equals, more distinct matched strings rank first.
+matched only in its parameters; among equals, more distinct matched strings rank first, then names in order.
 
 Two forgiving rules keep a model that writes plain words instead of a pattern productive: a
 query that is not a valid pattern but reads like words (`weather (paris`), and a valid pattern
@@ -11,12 +11,20 @@ made only of words and spaces that matches nothing (`send an email`), are both s
 "any of these words" (an OR of the escaped words), and `Ranking.notes` says so. Anything else
 that does not compile raises InvalidQueryError; a pattern that runs past the time budget (a
 catastrophic one such as `(a+)+$`) raises QueryTimeoutError.
+
+Constructs whose cost the time budget cannot bound are refused before compiling, with
+InvalidQueryError: group calls and recursion (`(?R)`, `(?1)`, `(?&name)`), verbose mode (`(?x)`,
+where spaces and `#` comments hide counted repeats), version 1 syntax (`(?V1)`), more than one
+charset flag (`(?a)` with `(?u)`), and counted repeats that multiply past MAX_REPEAT_PRODUCT.
+Whatever else the `regex` module raises for a pattern (at compile or match time, memory
+exhaustion included) becomes InvalidQueryError too: a caller, and the model, never see its errors.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -68,8 +76,66 @@ class _Segment:
     text: str
 
 
-_REPEAT = regex.compile(r"(?<!\\)\{(\d*)(?:,(\d*))?\}")
+# A counted repeat `{m}` / `{m,n}`; spaces inside the braces are accepted too, so that a spaced count is never
+# missed (verbose mode, where the regex module reads them as a count, is refused anyway: see _check_constructs).
+_REPEAT = regex.compile(r"(?<!\\)\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 MAX_REPEAT_PRODUCT = 1_000
+# What may follow `(?` in a group that calls a group or the whole pattern: (?R), (?0), (?1), (?+1), (?-1),
+# (?&name), (?P>name). A recursive call grows the matcher's stack without bound (`(?R)` alone took 580 MB in a
+# second and ended in MemoryError), which no time budget stops in time.
+_GROUP_CALL = regex.compile(r"R\)|[+-]?\d+\)|&\w+\)|P>\w+\)")
+# Inline flags after `(?`: the letters turned on, then optionally `-` and those turned off, ending a global
+# `(?i)` or a scoped `(?i:...)`.
+_INLINE_FLAGS = regex.compile(r"([a-zA-Z01]*)(?:-[a-zA-Z01]*)?[:)]")
+_CHARSET_FLAGS = {"a": "(?a) ASCII", "u": "(?u) Unicode", "L": "(?L) locale"}
+# What the regex module raises besides regex.error for a pattern it cannot compile or run: conflicting inline
+# flags (ValueError), a count beyond its integers (OverflowError), memory or stack exhaustion.
+_PATTERN_FAILURES = (ValueError, OverflowError, TypeError, MemoryError, RecursionError)
+
+
+def _check_constructs(pattern: str) -> None:
+    """Refuse, before compiling, the inline constructs whose cost or meaning this search cannot bound.
+
+    The scan skips escaped characters only; a construct written inside a character class (`[(?x)]`) is
+    refused too, which costs nothing real and keeps the check simple enough to trust.
+    """
+    charsets: set[str] = set()
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "(" and pattern.startswith("?", i + 1):
+            call = _GROUP_CALL.match(pattern, i + 2)
+            if call is not None:
+                raise InvalidQueryError(
+                    f"the pattern {pattern!r} calls a group or itself with (?{call.group()}; recursion and group "
+                    "calls ((?R), (?1), (?&name)) are not supported, since one search could exhaust memory: "
+                    "write the repeated part out, e.g. '(ab)+' instead of '(ab)(?1)', or search with plain words"
+                )
+            flags = _INLINE_FLAGS.match(pattern, i + 2)
+            if flags is not None:
+                on = flags.group(1)
+                if "x" in on:
+                    raise InvalidQueryError(
+                        f"the pattern {pattern!r} turns on verbose mode with the x in (?{on}...), which is not "
+                        "supported (its spaces and # comments can hide counted repeats that exhaust memory); remove "
+                        "the x flag and write the pattern without spaces, e.g. 'send.?email|mail'"
+                    )
+                if "V1" in on:
+                    raise InvalidQueryError(
+                        f"the pattern {pattern!r} asks for version 1 syntax ((?V1)), which is not supported; "
+                        "remove (?V1): patterns use Python's re syntax (the regex module's version 0)"
+                    )
+                charsets.update(c for c in on if c in _CHARSET_FLAGS)
+        i += 1
+    if len(charsets) > 1:
+        named = " and ".join(_CHARSET_FLAGS[c] for c in sorted(charsets))
+        raise InvalidQueryError(
+            f"the pattern {pattern!r} sets the charset flags {named} together, which cannot be combined; "
+            "remove them (patterns match Unicode text by default) or keep only one"
+        )
 
 
 def _check_repeats(pattern: str) -> None:
@@ -89,8 +155,23 @@ def _check_repeats(pattern: str) -> None:
 
 @lru_cache(maxsize=256)
 def _compile(pattern: str) -> Any:
+    _check_constructs(pattern)
     _check_repeats(pattern)
     return regex.compile(pattern, _FLAGS)
+
+
+def _unusable(query: str, exc: BaseException) -> InvalidQueryError:
+    """The InvalidQueryError for a pattern the regex module failed on with something other than regex.error."""
+    if isinstance(exc, MemoryError):
+        what = "it needs more memory than a search may take"
+    elif isinstance(exc, RecursionError):
+        what = "it nests too deeply"
+    else:
+        what = " ".join(str(exc).split()) or type(exc).__name__
+    return InvalidQueryError(
+        f"the pattern {query!r} cannot be used: {what}. Remove inline flags and group calls (such as (?V1), "
+        "(?a), (?R)) and use a simpler pattern, e.g. 'weather|forecast', or search with plain words"
+    )
 
 
 def _words_pattern(query: str) -> str | None:
@@ -123,8 +204,13 @@ class RegexBackend:
     ) -> None:
         if isinstance(max_pattern_chars, bool) or not isinstance(max_pattern_chars, int) or max_pattern_chars < 1:
             raise BackendError(f"max_pattern_chars must be a positive integer, got {max_pattern_chars!r}")
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float) or timeout_seconds <= 0:
-            raise BackendError(f"timeout_seconds must be a number > 0, got {timeout_seconds!r}")
+        if (
+            isinstance(timeout_seconds, bool)
+            or not isinstance(timeout_seconds, int | float)
+            or not math.isfinite(timeout_seconds)  # inf: every search would time out at once (the regex module's)
+            or timeout_seconds <= 0
+        ):
+            raise BackendError(f"timeout_seconds must be a finite number > 0 (seconds), got {timeout_seconds!r}")
         self.max_pattern_chars = max_pattern_chars
         self.timeout_seconds = float(timeout_seconds)
         self._segments: dict[str, tuple[_Segment, ...]] = {}  # by tool name, in insertion order
@@ -164,6 +250,10 @@ class RegexBackend:
         fallback = False
         try:
             pattern = _compile(query)
+        except InvalidQueryError:
+            raise  # (_check_constructs and _check_repeats: an InvalidQueryError is a ValueError too)
+        except _PATTERN_FAILURES as exc:
+            raise _unusable(query, exc) from None
         except regex.error as exc:
             words = _words_pattern(query) if _reads_like_words(query) else None
             if words is None:
@@ -178,20 +268,29 @@ class RegexBackend:
                 f"the pattern {query!r} sets the REVERSE flag ((?r)), which this search does not support (it would "
                 "skip tools); remove (?r) and write the pattern to match forwards"
             )
-        if pattern.search("") is not None:
-            raise InvalidQueryError(
-                f"the pattern {query!r} also matches empty text, so it would match every tool; "
-                "make it require at least one character, e.g. 'weather' instead of '(weather)?'"
-            )
-        deadline = time.thread_time() + self.timeout_seconds  # CPU time: a busy machine must not refuse a valid pattern
-        matches = self._match(pattern, allowed, deadline)
-        if not matches and not fallback and _WORDY.match(query) and len(_WORD.findall(query)) >= 2:
-            words = _words_pattern(query)
-            if words is not None:
-                notes.append(f"the pattern {query!r} matched no tool; searched for any of its words instead")
-                matches, fallback = self._match(_compile(words), allowed, deadline), True
+        try:
+            if pattern.search("", timeout=self.timeout_seconds) is not None:
+                raise InvalidQueryError(
+                    f"the pattern {query!r} also matches empty text, so it would match every tool; "
+                    "make it require at least one character, e.g. 'weather' instead of '(weather)?'"
+                )
+            # CPU time: a busy machine must not refuse a valid pattern
+            deadline = time.thread_time() + self.timeout_seconds
+            matches = self._match(pattern, allowed, deadline)
+            if not matches and not fallback and _WORDY.match(query) and len(_WORD.findall(query)) >= 2:
+                words = _words_pattern(query)
+                if words is not None:
+                    notes.append(f"the pattern {query!r} matched no tool; searched for any of its words instead")
+                    matches, fallback = self._match(_compile(words), allowed, deadline), True
+        except InvalidQueryError:
+            raise  # (QueryTimeoutError included)
+        except TimeoutError:
+            raise _timed_out(self.timeout_seconds) from None
+        except _PATTERN_FAILURES as exc:  # what the matcher itself runs out of, never the caller's problem to see
+            raise _unusable(query, exc) from None
         scored = [(_score(fields, by_words=fallback), name) for name, fields in matches.items()]
-        scored.sort(key=lambda item: -item[0])  # stable: ties keep catalog order
+        # Ties by name, as bm25, vector and hybrid break them: the same order whatever the catalog order.
+        scored.sort(key=lambda item: (-item[0], item[1]))
         hits = [Hit(name, score) for score, name in scored[:k]]
         if not hits:
             notes.append(
@@ -243,10 +342,7 @@ class RegexBackend:
                         fields[seg.field] = max(fields.get(seg.field, 0), count)
                 pos = starts[index + 1] if index + 1 < len(starts) else len(blob)
         except TimeoutError:
-            raise QueryTimeoutError(
-                f"the pattern took longer than {self.timeout_seconds:g}s (nested repetition such as '(a+)+' "
-                "backtracks without end); use a simpler pattern, e.g. plain words joined with '|'"
-            ) from None
+            raise _timed_out(self.timeout_seconds) from None
         return found
 
     def _full_corpus(self) -> tuple[str, list[int], list[_Segment]]:
@@ -255,6 +351,13 @@ class RegexBackend:
             with self._lock:
                 corpus = self._corpus = _join([s for segs in self._segments.values() for s in segs])
         return corpus
+
+
+def _timed_out(seconds: float) -> QueryTimeoutError:
+    return QueryTimeoutError(
+        f"the pattern took longer than {seconds:g}s (nested repetition such as '(a+)+' "
+        "backtracks without end); use a simpler pattern, e.g. plain words joined with '|'"
+    )
 
 
 def _remaining(deadline: float) -> float:

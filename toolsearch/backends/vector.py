@@ -75,6 +75,9 @@ _SUBSET_CACHE = 8
 _TOMBSTONE_REBUILD = 0.25
 # A tool scores its best lifted clause match (`_clause_scores`); toolsearch.clauses says why clauses.
 CLAUSE_LIFT = 0.5
+# How many tools past the n-th a search keeps while they tie with it (two copies of one tool embed alike), so
+# that `search` breaks ties by name before its cut at k, as every backend does; bounded work past that.
+_TIE_DEPTH = 1_000
 
 
 class VectorBackend:
@@ -103,7 +106,7 @@ class VectorBackend:
     ) -> None:
         if isinstance(hnsw_threshold, bool) or not isinstance(hnsw_threshold, int) or hnsw_threshold < 1:
             raise BackendError(f"hnsw_threshold must be a positive integer, got {hnsw_threshold!r}")
-        for option, value in (("ivf_threshold", ivf_threshold), ("nprobe", nprobe)):
+        for option, value in (("ef_search", ef_search), ("ivf_threshold", ivf_threshold), ("nprobe", nprobe)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BackendError(f"{option} must be a positive integer, got {value!r}")
         self.embedder = embedder
@@ -349,7 +352,6 @@ class VectorBackend:
         self, vectors: np.ndarray, n: int, allowed: frozenset[str] | None
     ) -> tuple[list[int] | None, np.ndarray]:
         """faiss search of every query row: the union of hit ids, and each row's top similarity."""
-        index = self._index
         selector: Any = None
         if allowed is not None:
             ids = np.array([self._ids[a] for a in allowed if a in self._ids], dtype=np.int64)
@@ -359,10 +361,28 @@ class VectorBackend:
         elif self._dead:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
         n_eff = min(n, len(self._ids))
+        most = min(len(self._ids), n_eff + _TIE_DEPTH)
+        limit = min(n_eff + 1, most)  # one past the n-th: does the next hit tie with it?
+        while True:
+            sims, found = self._faiss_search(vectors, limit, selector)
+            tied = (found[:, -1] >= 0) & (sims[:, -1] == sims[:, n_eff - 1])
+            if limit >= most or not tied.any():
+                break
+            limit = min(most, limit * 4)
+        # Each row's top n_eff, and the hits after them that tie with its n-th (faiss orders ties by position).
+        keep = np.zeros(found.shape, dtype=bool)
+        keep[:, :n_eff] = True
+        keep[:, n_eff:] = sims[:, n_eff:] == sims[:, n_eff - 1 : n_eff]
+        hits = [i for i in dict.fromkeys(found[keep].tolist()) if i in self._names]
+        return hits, sims[:, 0]
+
+    def _faiss_search(self, vectors: np.ndarray, limit: int, selector: Any) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's top `limit` (similarities, ids) of each query row, only among `selector`'s ids when given."""
+        index = self._index
         kind = _kind(index)
         if kind == "hnsw":
             params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-            params.efSearch = max(self.ef_search, 2 * n_eff)
+            params.efSearch = max(self.ef_search, 2 * limit)
         elif kind == "ivf":
             params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
             params.nprobe = self.nprobe
@@ -371,9 +391,8 @@ class VectorBackend:
         if selector is not None:
             params.sel = selector
         with _one_omp_thread():
-            sims, found = index.search(vectors, n_eff, params=params)
-        hits = [i for i in dict.fromkeys(found.ravel().tolist()) if i in self._names]
-        return hits, sims[:, 0]
+            sims, found = index.search(vectors, limit, params=params)
+        return sims, found
 
     def _subset_sims(self, vectors: np.ndarray, allowed: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Exact similarities of every allowed tool to every query row (small subsets)."""
@@ -483,9 +502,14 @@ def _clause_scores(sims: np.ndarray, tops: np.ndarray) -> np.ndarray:
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the top `k` scores, best first, and of those tying with the k-th (at most _TIE_DEPTH more):
+    the caller breaks ties by name before its cut, whatever their positions."""
     if k >= len(scores):
         return np.argsort(-scores, kind="stable")
-    part = np.argpartition(-scores, k - 1)[:k]
+    kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+    above = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)[: k - len(above) + _TIE_DEPTH]
+    part = np.concatenate([above, tied])
     return part[np.argsort(-scores[part], kind="stable")]
 
 

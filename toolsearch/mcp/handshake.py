@@ -28,6 +28,7 @@ from .._errors import CatalogStoreError, SessionError, SessionStoreError, ToolSe
 from ..index import ToolIndex
 from ..session import Session, SessionManager
 from ..stores import SessionStore
+from ..stores.memory import InMemorySessionStore
 from .caller import Caller
 from .errors import protocol_error, tool_error
 from .identity import session_key
@@ -80,16 +81,16 @@ class HandshakeEra:
         self.rules = rules
         self.header = header
         self.store_call = store_call
-        self.sessions = SessionManager(rules.index, store=store, max_sessions=10_000, max_discovered=max_discovered)
+        if store is None:  # one process's sessions: bounded, the least recent forgotten
+            store = InMemorySessionStore(max_sessions=10_000)
+        self.sessions = SessionManager(rules.index, store=store, max_discovered=max_discovered)
         self.clients: dict[str, _Client] = {}  # who to tell when the catalog changes
 
     def rebind(self, index: ToolIndex) -> None:
         """The index was replaced (a shared index for a new catalog): sessions read it from now on."""
         if index is not self.sessions.index:
             old = self.sessions
-            self.sessions = SessionManager(
-                index, store=old.store, max_sessions=10_000, max_discovered=old.max_discovered
-            )
+            self.sessions = SessionManager(index, store=old.store, max_discovered=old.max_discovered)
 
     # --- sessions ---------------------------------------------------------------------------
 

@@ -91,14 +91,14 @@ class ModernEra:
         self.store_call = store_call
         self.caps = caps
         self.minting = contexts
-        self.contexts = SessionManager(rules.index, store=store, max_sessions=10_000)
+        self.contexts = SessionManager(rules.index, store=store)  # bounded by the store itself
         # Stateless requests run on a throw-away session in this process (no store round trip).
         self.scratch = SessionManager(rules.index, store=InMemorySessionStore(max_sessions=10_000))
         self._listings: dict[tuple[str, frozenset[str] | None], types.ListToolsResult] = {}
 
     def rebind(self, index: ToolIndex) -> None:
         """The catalog changed: managers over the current index, listings recomputed."""
-        self.contexts = SessionManager(index, store=self.contexts.store, max_sessions=10_000)
+        self.contexts = SessionManager(index, store=self.contexts.store)
         self.scratch = SessionManager(index, store=self.scratch.store)
         self._listings.clear()
 

@@ -1,0 +1,244 @@
+"""Queries and options a model or a caller may send that used to escape, mislead or cost without bound (audit 55)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from toolsearch import BackendError, InvalidQueryError, Tool, ToolIndex
+from toolsearch.backends import bm25 as bm25_module
+from toolsearch.embeddings import CallableEmbedder
+from toolsearch.executor import ToolExecutor
+from toolsearch.lucene import looks_like_lucene
+from toolsearch.metatool import ToolSearchMetaTool
+from toolsearch.providers import ScriptedModel, reply, search
+from toolsearch.providers._base import ToolCall
+from toolsearch.session import SessionManager
+
+MAIL = [
+    Tool("email_send_draft", "Send a saved email draft."),
+    Tool("email_create_draft", "Create an email draft to send later."),
+    Tool("email_send_message", "Send an email message to recipients."),
+    Tool("email_get_message", "Read one email message."),
+    Tool("calendar_create_event", "Create a calendar event."),
+    Tool("calendar_list_events", "List the events of a calendar."),
+    Tool("payments_refund_payment", "Refund a payment to the customer."),
+    Tool("stats_top_5", "List the top 5 products."),
+    Tool("get_weather", "Weather forecast for a city."),
+]
+
+# Words each keep one direction of the fake embedding: a text's vector is the sum of its words' directions, so two
+# tools with one description embed alike (a tie), and a query that says "draft" is nearest the draft tools.
+_DIRECTIONS = ["draft", "email", "message", "calendar", "refund", "weather", "frob", "widget"]
+
+
+def keyword_vectors(texts: list[str]) -> np.ndarray:
+    out = np.full((len(texts), len(_DIRECTIONS) + 1), 0.05, dtype=np.float32)
+    for row, text in enumerate(texts):
+        lowered = text.lower()
+        for column, word in enumerate(_DIRECTIONS):
+            out[row, column] += 3.0 * lowered.count(word)
+    return out
+
+
+def keyword_embedder() -> CallableEmbedder:
+    return CallableEmbedder(keyword_vectors, "keywords-9", len(_DIRECTIONS) + 1)
+
+
+# --- F1/F2: every regex failure is an InvalidQueryError that says what to do ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def regex_index() -> ToolIndex:
+    return ToolIndex.build(MAIL, "regex")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("(?V1)email", r"version 1 syntax \(\(\?V1\)\).*remove \(\?V1\)"),
+        ("(?iV1)email", r"version 1 syntax"),
+        ("(?u)(?a)mail", r"charset flags \(\?a\) ASCII and \(\?u\) Unicode together.*keep only one"),
+        ("(?L)(?u)mail", r"charset flags"),
+        ("(?R)", r"calls a group or itself with \(\?R\); recursion.*not supported"),
+        ("(?0)mail", r"with \(\?0\)"),
+        ("(mail)(?1)", r"with \(\?1\).*write the repeated part out"),
+        ("(mail)(?-1)", r"with \(\?-1\)"),
+        ("(?P<m>mail)(?&m)", r"with \(\?&m\)"),
+        ("(?P<m>mail)(?P>m)", r"with \(\?P>m\)"),
+    ],
+)
+def test_inline_flags_and_recursion_are_refused_saying_what_to_do(
+    regex_index: ToolIndex, pattern: str, says: str
+) -> None:
+    # Before: ValueError ("VERSION0 and VERSION1 flags are mutually incompatible") or MemoryError after ~0.6 GB.
+    with pytest.raises(InvalidQueryError, match=says) as err:
+        regex_index.search(pattern, 3)
+    assert repr(pattern) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(?x)(a{ 10 }){ 200 }",  # spaced counts: the unspaced form is refused as counted repeats
+        "(?x)a{1#hidden\n000}",  # a comment inside the braces: read as a{1000}
+        "(?x:(a{ 10 }){ 200 })",  # scoped
+        "(?ix)mail",
+    ],
+)
+def test_verbose_mode_is_refused_before_compiling(regex_index: ToolIndex, pattern: str) -> None:
+    # Before: `(?x)((a{ 100 }){ 100 }){ 300 }` compiled to 846 MB and `(?x)(a{ 1000000 }){ 9 }` ran out of memory.
+    with pytest.raises(InvalidQueryError, match=r"verbose mode.*remove the x flag"):
+        regex_index.search(pattern, 3)
+
+
+def test_spaced_counted_repeats_count_too(regex_index: ToolIndex) -> None:
+    with pytest.raises(InvalidQueryError, match="counted repeats"):
+        regex_index.search("(a{ 40 }){ 40 }", 3)
+
+
+@pytest.mark.parametrize("pattern", ["(?a)mail", "(?u)mail", "(?V0)email", "(?i-x:mail)", r"\(?R\)|mail"])
+def test_harmless_flags_and_escaped_lookalikes_still_search(regex_index: ToolIndex, pattern: str) -> None:
+    assert isinstance(regex_index.search(pattern, 3).hits, tuple)
+
+
+def test_a_refused_pattern_reaches_the_model_as_a_result_not_an_exception(regex_index: ToolIndex) -> None:
+    from toolsearch import run
+
+    manager = SessionManager(regex_index)
+    for pattern in ("(?V1)email", "(?R)", "(?x)(a{ 10 }){ 200 }"):
+        session = manager.create(f"s-{pattern}")
+        text = ToolSearchMetaTool().run(session, {"query": pattern}).text
+        assert text.startswith(f"tool_search could not run the query {pattern!r}"), text
+        call = ToolCall(id="c1", name="tool_search", arguments={"query": pattern})
+        (result,) = ToolExecutor().execute(session, [call])
+        assert result.status == "search_error"
+    # Before: the loop ended with ValueError instead of giving the model the error and going on.
+    outcome = run(ScriptedModel([reply(search("(?V1)email")), "done"]), "find an email tool",
+                  session=manager.create("loop"))
+    assert outcome.output == "done"
+
+
+# --- F3: hybrid keeps Lucene constraints whatever notes bm25 adds ----------------------------------------------
+
+
+@pytest.mark.parametrize("query", ["+email -draft^300", "email^200 -draft", "+email -draft^3"])
+def test_hybrid_keeps_exclusions_when_bm25_adds_a_note(query: str) -> None:
+    index = ToolIndex.build(MAIL, "hybrid", embedder=keyword_embedder(), cache=False)
+    result = index.search(query, 6)
+    # Before: a boost over 100 (lowered, with a note) made hybrid drop the constraints: the draft tools came first.
+    assert result.names and not [n for n in result.names if "draft" in n], (query, result.names)
+    assert set(result.names) <= {h.name for h in index.backend.lexical.search(query, 50).hits}  # type: ignore[attr-defined]
+
+
+def test_a_query_bm25_fell_back_from_is_not_held_to_bm25s_hits() -> None:
+    assert bm25_module.parsed_lucene("name:(email") is None  # not understood: plain words
+    assert bm25_module.parsed_lucene("send an email") is None
+    assert bm25_module.parsed_lucene("+email -draft^300") == frozenset({"required", "excluded"})
+    assert bm25_module.parsed_lucene("email^2") == frozenset()  # Lucene without constraints
+
+
+# --- F4: term^N boosts, and a field in any case, are query syntax ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bm25_index() -> ToolIndex:
+    return ToolIndex.build(MAIL, "bm25")
+
+
+def test_a_boost_alone_is_query_syntax_and_applies(bm25_index: ToolIndex) -> None:
+    assert looks_like_lucene("calendar^10 email") and looks_like_lucene("refund^5") and looks_like_lucene('"a b"^2')
+    assert not looks_like_lucene("solve x^2 = 4") and not looks_like_lucene("2^10")  # formulas stay prose
+    plain = bm25_index.search("calendar email", 3)
+    boosted = bm25_index.search("calendar email^10", 3)
+    # Before: `calendar email^10` ranked exactly as `calendar email` (the boost ignored, "10" searched as a word).
+    assert plain.names[0].startswith("calendar_") and boosted.names[0].startswith("email_")
+    assert bm25_index.search("calendar^10 email", 3).names[0].startswith("calendar_")
+    # `refund^5` boosts refund; it does not search for the word "5" (which would bring stats_top_5)
+    assert bm25_index.search("refund^5", 5).names == ["payments_refund_payment"]
+
+
+def test_a_field_prefix_in_any_case_is_a_field(bm25_index: ToolIndex) -> None:
+    assert looks_like_lucene("Name:email") and not looks_like_lucene("Name: John")
+    assert bm25_index.search("Name:draft", 5).names == bm25_index.search("name:draft", 5).names
+    assert set(bm25_index.search("Name:draft", 5).names) == {"email_send_draft", "email_create_draft"}
+
+
+# --- F6: options that would break every search are refused when the index is built -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "says"),
+    [
+        ("bm25", {"exact_name_boost": float("nan")}, "exact_name_boost must be a finite number >= 0, got nan"),
+        ("bm25", {"exact_name_boost": float("inf")}, "exact_name_boost must be a finite number"),
+        ("bm25", {"boosts": {"name": float("inf")}}, "bm25 boost for 'name' must be a finite number >= 0, got inf"),
+        ("bm25", {"boosts": {"all": float("nan")}}, "bm25 boost for 'all' must be a finite number"),
+        ("regex", {"timeout_seconds": float("inf")}, "timeout_seconds must be a finite number > 0"),
+        ("regex", {"timeout_seconds": float("nan")}, "timeout_seconds must be a finite number > 0"),
+        ("vector", {"ef_search": "fast", "hnsw_threshold": 1}, "ef_search must be a positive integer, got 'fast'"),
+        ("vector", {"ef_search": 0}, "ef_search must be a positive integer"),
+    ],
+)
+def test_non_finite_or_mistyped_options_are_refused_at_build(
+    backend: str, options: dict[str, object], says: str
+) -> None:
+    extra = {"embedder": keyword_embedder(), "cache": False} if backend == "vector" else {}
+    with pytest.raises(BackendError, match=re.escape(says)):
+        ToolIndex.build(MAIL[:3], backend, **options, **extra)
+
+
+# --- F7: ties broken by name before the cut at k, on every backend ----------------------------------------------
+
+COPIES = [
+    Tool("tool_frob", "Frobnicate the widgets of a factory"),
+    Tool("tool.frob", "Frobnicate the widgets of a factory"),
+    Tool("send_email", "Send an email"),
+    Tool("get_weather", "Weather forecast for a city"),
+]
+
+
+@pytest.mark.parametrize("backend", ["bm25", "regex", "vector", "hybrid"])
+def test_the_first_of_tied_tools_does_not_depend_on_k(backend: str) -> None:
+    extra = {"embedder": keyword_embedder(), "cache": False} if backend in ("vector", "hybrid") else {}
+    index = ToolIndex.build(COPIES, backend, **extra)
+    query = "frobnicate widgets" if backend != "regex" else "frobnicate"
+    # Before: bm25 and vector gave ['tool_frob'] at k=1 and ['tool.frob', 'tool_frob'] at k=2; regex kept catalog order.
+    assert index.search(query, 1).names == ["tool.frob"]
+    assert index.search(query, 2).names == ["tool.frob", "tool_frob"]
+    within = index.search(query, 1, allowed=["tool_frob", "tool.frob", "send_email"]).names
+    assert within == ["tool.frob"]
+
+
+def test_bm25_breaks_ties_by_name_in_every_path() -> None:
+    # 60 tools alike but for a name word (the same length: equal scores), in a catalog large enough that a small
+    # allowed set is searched with tantivy's filter query, and a large one by reading the unfiltered ranking.
+    alike = [Tool(f"relay_{c}{d}", "Relay a signal to the station") for c in "zyxwvu" for d in "jihgfedcba"]
+    filler = [Tool(f"filler_{i}", f"Unrelated helper {i} for chores") for i in range(2_500)]
+    index = ToolIndex.build([*alike, *filler], "bm25")
+    by_name = sorted(t.name for t in alike)
+    for k in (1, 3, 10):
+        assert index.search("relay signal", k).names == by_name[:k]
+        assert index.search("relay signal", k, allowed=by_name[-5:]).names == by_name[-5:][:k]  # filter query
+        assert index.search("relay signal", k, allowed=[*by_name[::2], *(f"filler_{i}" for i in range(1_500))]).names \
+            == by_name[::2][:k]  # the unfiltered ranking, read deep enough for the allowed ones
+
+
+# --- F8: repeated Lucene terms count once; prefix and fuzzy expansions are capped --------------------------------
+
+
+def test_a_repeated_prefix_term_counts_once(bm25_index: ToolIndex) -> None:
+    once = bm25_index.search("calend*", 5)
+    many = bm25_index.search("calend* " * 120, 5)  # 960 characters
+    # Before: each copy built its own prefix query (250 of them took 2.5 s at 4,076 tools) and added to the score.
+    assert [(h.name, h.score) for h in many.hits] == [(h.name, h.score) for h in once.hits] and not many.notes
+
+
+def test_prefix_and_fuzzy_words_past_the_cap_are_searched_as_whole_words(bm25_index: ToolIndex) -> None:
+    filler = " ".join([f"q{a}{b}*" for a in "bcdfg" for b in "hjklmnpqrstv"][:40])  # 40 prefixes matching nothing
+    assert bm25_index.search(f"calend* {filler}", 5).names[:2] == ["calendar_create_event", "calendar_list_events"]
+    late = bm25_index.search(f"{filler} calend*", 5)
+    assert late.names == []  # the 41st prefix was searched as the whole word "calend"
+    assert any(f"more than {bm25_module.MAX_EXPANSIONS} prefix (word*) or fuzzy (word~) words" in n for n in late.notes)
