@@ -1295,6 +1295,17 @@ def test_quiet_keeps_the_reason_no_mcp_server_answered(home: Path, capsys: pytes
     assert "see the notes above" not in err
 
 
+def test_quiet_keeps_a_searchs_notes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "build", "openai.json", "--backend", "bm25", "--name", "kw", "-q")
+    assert code == EXIT_OK and err == ""  # -q still silences progress
+    code, out, err = run(capsys, "query", "kw", "name:(email", "-k", "1", "-q")
+    # Before: -q hid the note, and the table alone read as an answer to a query that was not understood.
+    assert code == EXIT_OK and "send_email" in out
+    assert err == (
+        "note: query syntax not understood (a '(' is never closed); searched its words as plain text instead\n"
+    )
+
+
 @pytest.mark.parametrize("command", [["query", "{}", "send an email"], ["info", "{}"]])
 @pytest.mark.parametrize("given", ["./openai.json", "openai.json"])
 def test_a_tool_file_given_as_an_index_says_to_build_one(

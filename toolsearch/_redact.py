@@ -58,6 +58,12 @@ def _user_info_end(rest: str) -> int:
     query is read that way too: it loses some detail, where reading it strictly could show part of a password.
     """
     first = _DELIMITERS.search(rest)
+    if first is not None and first.start() == 0 and rest.startswith("/"):
+        # an empty authority (`redis:///alice:pw@host`, a slash too many): what follows the slashes is read as an
+        # authority, so a user info there counts (libpq and redis-py refuse such a URL, quoting it to no one)
+        inner = rest.lstrip("/")
+        end = _user_info_end(inner) if inner else -1
+        return end if end < 0 else end + len(rest) - len(inner)
     authority = rest if first is None else rest[: first.start()]
     end = authority.rfind("@")
     if first is None or "@" not in rest[first.start():]:

@@ -25,6 +25,7 @@ from ._errors import (
     InvalidQueryError,
     ToolSearchError,
 )
+from ._redact import redacted_words
 from ._untrusted import SURROGATES, first_hidden
 from .eval_cli import EXIT_BELOW_FLOOR as EXIT_BELOW_FLOOR  # `eval`: a backend scored below a floor
 from .model_option import MODEL_HELP, add_model_option, check_model
@@ -88,6 +89,11 @@ class Console:
     def note(self, text: str) -> None:
         if not self.quiet:
             print(text, file=self.err, flush=True)
+
+    def finding(self, text: str) -> None:
+        """A note about a result (a search's notes): shown even with -q, which silences progress only, since
+        without it an unrelated result reads as an answer."""
+        print(text, file=self.err, flush=True)
 
     def progress(self, label: str) -> Progress:
         return Progress(label, self.err, enabled=not self.quiet)
@@ -174,7 +180,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line and a pointer to --help."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{PROG}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+        # argparse quotes what it refuses: a store URL given to a command that takes none holds its password
+        if "--store" in message.split() and "--store" not in self._option_string_actions and self.prog != PROG:
+            message += f"; {pg_cli.store_hint(self.prog.removeprefix(PROG).strip())}"
+        self.exit(EXIT_USAGE, f"{PROG}: error: {redacted_words(_one_line(message))} (see '{self.prog} --help')\n")
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -278,8 +287,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = commands.add_parser("rm", parents=[common, root, as_json], help="delete a named index",
-                            description="Delete a named index from --root (names only, never arbitrary paths).")
+                            description="Delete a named index from --root (names only, never arbitrary paths), or "
+                            "with --store a catalog from Postgres.")
     p.add_argument("index", metavar="NAME", help="index name")
+    add_store_option(p, command="rm")
     p.set_defaults(func=cmd_rm, check=check_index_argument)
 
     from .usage_cli import add_usage_command
@@ -723,6 +734,7 @@ def check_query(args: argparse.Namespace) -> None:
 
 
 def check_index_argument(args: argparse.Namespace) -> None:
+    check_store(args)
     if not _looks_like_path(args.index) or args.command == "rm":
         _root(args).path(args.index)
 
@@ -862,7 +874,7 @@ def _query(
         })
         return EXIT_OK
     for note in result.notes:
-        console.note(f"note: {note}")
+        console.finding(f"note: {note}")
     if not result.hits:
         console.print(f"no tools match {result.query!r}")
     else:
@@ -1034,6 +1046,9 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_rm(args: argparse.Namespace, console: Console) -> int:
+    if getattr(args, "store", None) is not None:  # a named catalog in Postgres
+        with _library_warnings(console):
+            return pg_cli.remove(args, console)
     store = _root(args)
     path = store.path(args.index)  # names only: a path or '..' is refused here
     log = store.remove(args.index)  # its usage log goes with it

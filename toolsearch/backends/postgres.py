@@ -14,6 +14,7 @@ and `save` record the DSN without it), a log or an error (toolsearch.pg._connect
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 from collections.abc import Collection, Sequence
@@ -22,10 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendError, CatalogMovedError, IndexFormatError, IndexNotFoundError
+from .._errors import BackendError, CatalogMovedError, CatalogStoreError, IndexFormatError, IndexNotFoundError
 from ..embeddings import model_option
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
-from ..pg.schema import CatalogRow, copy_catalog, create_catalog, find_catalog, upgrade_catalog
+from ..pg.schema import (
+    CatalogRow,
+    copy_catalog,
+    create_catalog,
+    drop_catalog,
+    find_catalog,
+    reset_catalog,
+    upgrade_catalog,
+)
 from ..pg.search import search as run_search
 from ..pg.writer import apply_change, needs_settling, settle, tool_rows
 from ..results import Hit, Ranking
@@ -33,12 +42,14 @@ from ..tools import Tool
 from . import vector as vector_module
 from .hybrid import DEFAULT_DENSE_WEIGHT, DEFAULT_POOL, fuse, model_dense_weight
 
-__all__ = ["PostgresBackend", "create", "load", "OPTIONS"]
+__all__ = ["PostgresBackend", "create", "load", "store_connector", "OPTIONS"]
 
 FORMAT_VERSION = 1
 META_FILE = "postgres.json"
 _SETTINGS = ("min_connections", "max_connections", "timeout", "connect_timeout", "ef_search")
 _DEFAULT_EF_SEARCH = StoreSettings().ef_search
+
+logger = logging.getLogger("toolsearch.pg")
 
 
 class PostgresBackend:
@@ -70,6 +81,8 @@ class PostgresBackend:
         self.dense_weight = float(dense_weight)
         self.pool = pool
         self._row: CatalogRow | None = None
+        # a private catalog this backend made (or copied from a frozen one) and has not saved: dropped by `close`
+        self._own = False
         self._lock = threading.RLock()
         self._seen = threading.local()  # the catalog version this thread's last search read
 
@@ -125,6 +138,7 @@ class PostgresBackend:
                         try:
                             with conn.transaction():  # a savepoint: another worker may make the same catalog meanwhile
                                 found = create_catalog(conn, fresh, self.model_id, self.encoder.embedder.dimension)
+                                made.append(name is None)
                         except UniqueViolation:  # it did (its insert committed while ours waited): use that one
                             found = find_catalog(conn, fresh)
                             if found is None:
@@ -134,6 +148,7 @@ class PostgresBackend:
                         upgrade_catalog(conn, found)
                     return found
 
+            made: list[bool] = []
             found = self.connector.call("open the catalog", find_or_make, read=True)
             if found is not None:
                 if found.model != self.model_id:
@@ -153,18 +168,35 @@ class PostgresBackend:
                     )
                 self._row = found
                 self.catalog_name = found.name
+                self._own = self._own or any(made)
             return found
 
     def _writable(self, conn: Any) -> CatalogRow:
         """The catalog row, locked for this transaction; a frozen one is copied first (copy on write)."""
         assert self._row is not None
-        current = find_catalog(conn, self._row.name, lock=True)
+        current = self._take_turn(conn, self._row.name)
         if current is None:
             raise IndexNotFoundError(f"the catalog {self._row.name!r} was removed from {self.store}; build it again")
         if current.frozen:
             current = copy_catalog(conn, current, f"private-{secrets.token_hex(8)}")
             self.shared = False
         return current
+
+    def _take_turn(self, conn: Any, name: str) -> CatalogRow | None:
+        """The catalog's row, locked until this transaction ends: writers take turns. Another's change holds it as
+        long as that change takes (minutes, for many tools), which is its turn, not a slow or failing Postgres: this
+        one waits for it, said in the log once the store's `timeout` has passed, and no outage is recorded."""
+        from psycopg.errors import LockNotAvailable
+
+        conn.execute("SET LOCAL statement_timeout = 0")  # the wait is bounded by lock_timeout below, the change by none
+        try:
+            with conn.transaction():  # a savepoint: a wait that ran out leaves the transaction usable
+                return find_catalog(conn, name, lock=True)
+        except LockNotAvailable:
+            logger.info("catalog %r in %s: another process is writing a change to it; this change waits for its turn",
+                        name, self.store)
+        conn.execute("SET LOCAL lock_timeout = 0")
+        return find_catalog(conn, name, lock=True)
 
     # --- changes --------------------------------------------------------------------------------
 
@@ -195,11 +227,38 @@ class PostgresBackend:
                     return row, apply_change(conn, row, rows, remove, self.model_id)
 
             row, version = self.connector.call("write a catalog change", write, slow=True)
-            if needs_settling(len(rows) + len(remove)):
-                self.connector.call("vacuum the catalog", lambda conn: settle(conn, row), slow=True)
-            self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
-            self.catalog_name = row.name
-            return version
+            return self._written(row, version, len(rows) + len(remove))
+
+    def rebuild(self, tools: Sequence[Tool]) -> int:
+        """Write `tools` as the whole catalog, its tables made again, in one transaction (one new version, which
+        the processes following the catalog read whole): how a catalog whose tables were damaged is built again
+        in place, under its name and id."""
+        with self._lock:
+            self.attach(create=True)
+            rows = tool_rows(self.connector, self.encoder.embedder, tools, cache=self.encoder.cache,
+                             progress=self.encoder.progress) if tools else []
+
+            def write(conn: Any) -> tuple[CatalogRow, int]:
+                with conn.transaction():
+                    row = self._writable(conn)
+                    reset_catalog(conn, row)
+                    version = apply_change(conn, row, rows, (), self.model_id)
+                    # no record of names: a reader further behind reads the whole catalog again
+                    conn.execute("UPDATE toolsearch_changes SET upserted = NULL WHERE catalog_id = %s AND version = %s",
+                                 (row.id, version))
+                    return row, version
+
+            row, version = self.connector.call("rebuild the catalog", write, slow=True)
+            return self._written(row, version, len(rows))
+
+    def _written(self, row: CatalogRow, version: int, changed: int) -> int:
+        if needs_settling(changed):
+            self.connector.call("vacuum the catalog", lambda conn: settle(conn, row), slow=True)
+        if self._row is not None and row.id != self._row.id:  # a frozen catalog was copied: the copy is ours
+            self._own = True
+        self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
+        self.catalog_name = row.name
+        return version
 
     # --- search ---------------------------------------------------------------------------------
 
@@ -240,11 +299,22 @@ class PostgresBackend:
             if not self.shared:
                 self.connector.call("freeze the catalog", lambda conn: conn.execute(
                     "UPDATE toolsearch_catalogs SET frozen = true WHERE id = %s", (row.id,)))
+                self._own = False  # the saved index names it now
             meta = {"format": FORMAT_VERSION, "store": self.store, "catalog": row.name, "model": self.model_id,
                     "shared": self.shared}
         (folder / META_FILE).write_text(json.dumps(meta) + "\n")
 
     def close(self) -> None:
+        """Close the pool; a private catalog this backend made and did not save is dropped first (nothing else can
+        name it: it would stay in the store for good)."""
+        row = self._row if self._own else None
+        self._own = False
+        if row is not None:
+            try:
+                self.connector.call("drop the unsaved private catalog", lambda conn: drop_catalog(conn, row))
+            except CatalogStoreError as exc:
+                logger.warning("%s; the catalog %r stays in the store: remove it with `toolsearch rm %s --store URL`",
+                               exc, row.name, row.name)
         self.connector.close()
 
 
@@ -255,7 +325,15 @@ def _make(options: dict[str, Any], *, saved_store: str | None = None) -> Postgre
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise BackendError(f"unknown postgres backend option(s) {', '.join(unknown)}; use {', '.join(OPTIONS)}")
-    dsn = options.pop("dsn", None) or default_dsn() or saved_store
+    dsn = _store_dsn(options.pop("dsn", None) or default_dsn() or saved_store)
+    settings = StoreSettings(**{k: options.pop(k) for k in _SETTINGS if k in options})
+    catalog = options.pop("catalog", None)
+    own = {k: options.pop(k) for k in ("dense_weight", "pool") if k in options}
+    encoder = vector_module.create(**options)
+    return PostgresBackend(Connector.shared(dsn, settings), encoder, catalog=catalog, **own)
+
+
+def _store_dsn(dsn: object) -> str:
     if not dsn:
         raise BackendError(
             "the postgres backend needs a database: pass dsn='postgresql://user@host:5432/db' or set "
@@ -263,11 +341,14 @@ def _make(options: dict[str, Any], *, saved_store: str | None = None) -> Postgre
         )
     if not isinstance(dsn, str):
         raise BackendError(f"dsn must be a connection string, got {type(dsn).__name__}")
-    settings = StoreSettings(**{k: options.pop(k) for k in _SETTINGS if k in options})
-    catalog = options.pop("catalog", None)
-    own = {k: options.pop(k) for k in ("dense_weight", "pool") if k in options}
-    encoder = vector_module.create(**options)
-    return PostgresBackend(Connector.shared(dsn, settings), encoder, catalog=catalog, **own)
+    return dsn
+
+
+def store_connector(dsn: str | None, *, timeout: float | None = None) -> Connector:
+    """This process's connector to the store at `dsn` (default: $TOOLSEARCH_STORE), for work that embeds nothing
+    (removing a catalog): no embedding model is loaded."""
+    settings = StoreSettings() if timeout is None else StoreSettings(timeout=timeout)
+    return Connector.shared(_store_dsn(dsn or default_dsn()), settings)
 
 
 def create(**options: Any) -> PostgresBackend:

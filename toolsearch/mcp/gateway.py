@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -28,6 +29,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._errors import SessionStoreError, ToolSearchError
+from ..catalog import Catalog
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
 from ..stores import InMemorySessionStore, SessionStore
@@ -45,7 +47,10 @@ from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource
 from .usage_feed import GatewayUsage
 
-__all__ = ["Gateway", "resolve_pins", "reuse_port_socket"]
+if TYPE_CHECKING:
+    from ..pg.index import PostgresIndex
+
+__all__ = ["Gateway", "resolve_pins", "reuse_port_socket", "shared_catalog"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
@@ -249,12 +254,14 @@ class Gateway:
         await self._tools_changed()
 
     async def _apply_catalog(self, source: MCPToolSource) -> None:
-        catalog = source.catalog()
         index = self.rules.index
-        if self.shared_index is None:
-            await anyio.to_thread.run_sync(index.sync, catalog)
-        else:  # the first worker to see the new catalog builds its index; the others load that one
-            index, _ = await anyio.to_thread.run_sync(self.shared_index.open, catalog)
+        if self.shared_index is not None:  # the first worker to see a new catalog builds its index; the others load it
+            index, _ = await anyio.to_thread.run_sync(self.shared_index.open, source.catalog())
+        elif (stored := _in_a_store(index)) is not None:  # every worker's: what this one cannot list is not its to drop
+            catalog, unlisted = shared_catalog(source, stored.catalog_name)
+            await anyio.to_thread.run_sync(lambda: stored.sync(catalog, keep_namespaces=unlisted))
+        else:
+            await anyio.to_thread.run_sync(index.sync, source.catalog())
 
         def rebind() -> None:
             # pins resolved again; an upstream tool that now collides with --augment is left out, and said so
@@ -419,6 +426,34 @@ class Gateway:
                 await anyio.sleep_forever()
             finally:
                 server.should_exit = True
+
+
+def _in_a_store(index: ToolIndex) -> PostgresIndex | None:
+    """`index` when it is a catalog in a store that other workers share, else None."""
+    pg = sys.modules.get("toolsearch.pg.index")  # loaded by whoever opened one: nothing to import otherwise
+    return index if pg is not None and isinstance(index, pg.PostgresIndex) else None
+
+
+def shared_catalog(source: MCPToolSource, name: str | None) -> tuple[Catalog, tuple[str, ...]]:
+    """What this worker may write to the shared catalog `name`: the tools of the upstream servers it lists now, and
+    the servers it could not list (failed to start, crashed, not listed yet), whose stored tools stay as other
+    workers wrote them. One host's failure is its own: were their tools removed, every worker's searches would lose
+    a server that is up elsewhere (a call to one of its tools fails on this worker only). A server that is down
+    everywhere keeps its last listed tools; one taken out of the config is removed."""
+    unlisted = {server: upstream.error or upstream.state for server, upstream in source.servers.items()
+                if not upstream.ready}
+    if not unlisted:
+        return source.catalog(), ()
+    logger.warning(
+        "MCP %s not listed by this worker (%s): %s tools in the shared catalog %r are kept as other workers listed "
+        "them, not removed",
+        "server" if len(unlisted) == 1 else "servers",
+        "; ".join(f"{server}: {why}" for server, why in unlisted.items()),
+        "its" if len(unlisted) == 1 else "their",
+        name,
+    )
+    listed = Catalog(t for t in source.tools() if t.namespace not in unlisted)
+    return listed, tuple(unlisted)
 
 
 class _GatewayServer(Server[Any]):

@@ -21,7 +21,7 @@ from .._redact import redacted_url
 from ..index import ToolIndex
 from ..stores import InMemorySessionStore, SessionStore, store_spec
 from .config import load_config
-from .gateway import Gateway
+from .gateway import Gateway, shared_catalog
 from .remembered import RememberedCatalog
 from .settings import DEFAULT_SESSION_TTL, GatewaySettings, WorkerSettings
 from .shared import CatalogBoard, SharedIndex
@@ -219,7 +219,7 @@ async def _gateway_when_listed(
     try:
         index: ToolIndex | None = None
         if workers.store is not None:  # the catalog in Postgres: indexed once, followed by every worker
-            index = await anyio.to_thread.run_sync(_store_index, workers, source.catalog(), settings)
+            index = await anyio.to_thread.run_sync(_store_index, workers, source, settings)
         elif shared is not None:
             index = (await anyio.to_thread.run_sync(shared.open, source.catalog()))[0]
         elif remembered is not None:
@@ -247,13 +247,15 @@ async def _remember_when_listed(config_path: str | Path, source: MCPToolSource, 
     await anyio.to_thread.run_sync(remembered.save, source.catalog())
 
 
-def _store_index(workers: WorkerSettings, catalog: Any, settings: GatewaySettings) -> ToolIndex:
-    """The catalog `workers.catalog` of `workers.store`, brought to the upstream servers' tools (only what differs is
-    written, under the store's lock), followed for other workers' changes every `catalog_poll` seconds and on NOTIFY."""
+def _store_index(workers: WorkerSettings, source: MCPToolSource, settings: GatewaySettings) -> ToolIndex:
+    """The catalog `workers.catalog` of `workers.store`, brought to the tools of the upstream servers this worker
+    listed (only what differs is written, under the store's lock; the stored tools of servers it could not list
+    stay, see `shared_catalog`), followed for other workers' changes every `catalog_poll` seconds and on NOTIFY."""
     from ..pg import PostgresIndex
 
+    catalog, unlisted = shared_catalog(source, workers.catalog)
     index: ToolIndex = PostgresIndex.open(workers.store, workers.catalog, catalog, poll=workers.catalog_poll,
-                                          **dict(settings.backend_options))
+                                          keep_namespaces=unlisted, **dict(settings.backend_options))
     return index
 
 

@@ -302,10 +302,13 @@ class Connector:
             self._pool.open(wait=False)
             self._opened = True
 
-    def direct(self) -> Any:
-        """A connection of its own, outside the pool (LISTEN, locks held across transactions, the first check)."""
+    def direct(self, *, application_name: str | None = None) -> Any:
+        """A connection of its own, outside the pool (LISTEN, locks held across transactions, the first check);
+        `application_name` names it in pg_stat_activity unless the DSN names its connections itself."""
+        named: dict[str, Any] = {} if application_name is None or "application_name" in self.dsn else {
+            "application_name": application_name}
         return self._psycopg.connect(
-            self.dsn, autocommit=True, connect_timeout=max(1, round(self.settings.connect_timeout))
+            self.dsn, autocommit=True, connect_timeout=max(1, round(self.settings.connect_timeout)), **named
         )
 
     @contextmanager
@@ -391,8 +394,16 @@ class Connector:
         psycopg = self._psycopg
         detail = " ".join(str(exc).split()) or type(exc).__name__
         outage = True
+        advice: str | None = None
         if hung:
             why = f"Postgres did not answer within {self.settings.timeout:g} s (hung, or very slow)"
+        elif isinstance(exc, psycopg.errors.LockNotAvailable) or (
+            isinstance(exc, psycopg.errors.QueryCanceled) and "while locking" in detail
+        ):  # Postgres answers; another session holds what this needs (another writer's change): its turn, no outage
+            why = (f"another process held a lock this needs for more than {self.settings.timeout:g} s (another "
+                   "writer's change of the catalog, or a rebuild, is in progress)")
+            advice = "nothing was half written; Postgres is up: retry once that change has ended"
+            outage = False
         elif isinstance(exc, psycopg_pool.PoolTimeout):
             why = (f"no connection within {self.settings.timeout:g} s: Postgres is down, unreachable or out of "
                    f"connections, or all {self.settings.max_connections} of this process's are busy")
@@ -416,9 +427,11 @@ class Connector:
             advice = "fix the DSN, or the role's password in Postgres"
         elif outage:
             advice = "nothing was half written; retry once Postgres answers"
-        else:
+        elif advice is None:
             advice = ("nothing was half written; this is no outage, so retrying will not help: check the catalog "
-                      "and what was asked of it, and build the catalog again if its tables were changed by hand")
+                      "and what was asked of it, and build it again if its tables were changed by hand "
+                      "(`toolsearch build FILE --store URL --name NAME --rebuild`, or PostgresIndex.open(..., "
+                      "rebuild=True))")
         if self._secrets is None:  # libpq quotes the part it cannot read, which may be the password
             why, detail = "the DSN cannot be parsed", type(exc).__name__
             advice = "fix the DSN (its text is not shown: it may hold a password)"

@@ -1,5 +1,5 @@
-"""`--store postgres://...` on `toolsearch build` and `toolsearch query`: a named catalog in Postgres instead of a
-folder (wired in by toolsearch.cli)."""
+"""`--store postgres://...` on `toolsearch build`, `query` and `rm`: a named catalog in Postgres instead of a folder
+(wired in by toolsearch.cli)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,23 @@ from typing import Any
 from .._errors import InvalidQueryError
 from ._connect import display_dsn, is_postgres_url
 
-__all__ = ["add_store_option", "check_store", "build", "open_catalog", "where"]
+__all__ = ["add_store_option", "check_store", "build", "open_catalog", "remove", "where"]
+
+# What `--store` does on each command that takes it (any other command refuses it, see `store_hint`)
+_STORE_HELP = {
+    "build": "index the tools into this Postgres (with pgvector) as the catalog --name (default 'default'), shared "
+             "by every process that names it; only what changed is written (--rebuild: every table made again)",
+    "query": "search the catalog INDEX in this Postgres (built with `toolsearch build --store`)",
+    "rm": "remove the catalog NAME from this Postgres (its tables and change records; the stored embeddings stay "
+          "for other catalogs): processes serving it fail until it is built again",
+}
 
 DEFAULT_NAME = "default"
 
 
-def add_store_option(parser: argparse.ArgumentParser, *, build: bool) -> None:
-    what = ("index the tools into this Postgres (with pgvector) as the catalog --name (default 'default'), shared "
-            "by every process that names it; only what changed is written" if build else
-            "search the catalog INDEX in this Postgres (built with `toolsearch build --store`)")
+def add_store_option(parser: argparse.ArgumentParser, *, build: bool = False, command: str | None = None) -> None:
+    """`--store URL` on `command` (build, query or rm; `build=True` names build, else query)."""
+    what = _STORE_HELP[command or ("build" if build else "query")]
     parser.add_argument(
         "--store", metavar="URL", default=None,
         help=f"{what}: postgresql://user@host:5432/db (the password from $PGPASSWORD or ~/.pgpass keeps it off the "
@@ -36,6 +44,18 @@ def check_store(args: argparse.Namespace) -> None:
         )
     if getattr(args, "out", None):
         raise InvalidQueryError("--store and --out name two places for one index: give one of them")
+    backend = getattr(args, "backend", "auto")
+    if backend not in ("auto", "postgres"):
+        raise InvalidQueryError(
+            f"--backend {backend} does not apply with --store: a catalog in Postgres is searched by its own backend "
+            "(dense and full-text candidates fused, as hybrid fuses them); drop --backend"
+        )
+
+
+def store_hint(command: str) -> str:
+    """What a usage error of a command that takes no `--store` adds when one was given."""
+    takers = ", ".join(_STORE_HELP)
+    return f"`toolsearch {command}` reads no catalog in Postgres: --store goes with {takers}"
 
 
 def where(args: argparse.Namespace, name: str) -> str:
@@ -48,8 +68,9 @@ def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[st
     from .index import PostgresIndex
 
     name = args.name or DEFAULT_NAME
+    rebuild = bool(getattr(args, "rebuild", False))
     with console.progress(f"indexing {len(catalog)} tools into {where(args, name)}") as progress:
-        index = PostgresIndex.open(args.store, name, catalog, poll=None, **options)
+        index = PostgresIndex.open(args.store, name, catalog, poll=None, rebuild=rebuild, **options)
     reused = not index.wrote
     if args.json:
         console.json({"name": name, "store": display_dsn(args.store), "backend": index.backend_name,
@@ -68,3 +89,17 @@ def open_catalog(args: argparse.Namespace) -> Any:
 
     options = {"model": args.model} if getattr(args, "model", None) is not None else {}
     return PostgresIndex.open(args.store, args.index, poll=None, **options)
+
+
+def remove(args: argparse.Namespace, console: Any) -> int:
+    """`toolsearch rm NAME --store URL`: drop the catalog NAME (its tables, its row and change records), waiting for
+    a build or sync of it that is running to end; the embeddings stay, shared by every catalog."""
+    from .index import remove_catalog
+
+    name = args.index
+    remove_catalog(args.store, name)
+    if args.json:
+        console.json({"removed": name, "store": display_dsn(args.store)})
+    else:
+        console.print(f"removed catalog {name!r} from {display_dsn(args.store)}")
+    return 0

@@ -11,14 +11,17 @@ result never mixes two versions.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import CatalogMovedError, CatalogStoreError, IndexNotFoundError, InvalidArgumentError
 from ..backends import get_backend_spec
-from ..catalog import Catalog
+from ..catalog import Catalog, CatalogDelta
 from ..index import ToolIndex, _names_list, _warn_near_misses
 from ..results import SearchResult
 from ..tools import Tool
@@ -26,8 +29,9 @@ from .mirror import Snapshot, Watcher, read_since, read_whole
 
 if TYPE_CHECKING:
     from ..backends.postgres import PostgresBackend
+    from ._connect import Connector
 
-__all__ = ["PostgresIndex", "DEFAULT_CATALOG"]
+__all__ = ["PostgresIndex", "DEFAULT_CATALOG", "remove_catalog"]
 
 logger = logging.getLogger("toolsearch.pg")
 
@@ -35,6 +39,7 @@ DEFAULT_CATALOG = "default"
 _CATCH_UP_ATTEMPTS = 5  # searches retried while other processes keep changing the catalog
 _SYNC_TRIES = 5  # a sync worked out again while lock-free writers (upsert, remove) keep changing the catalog
 _LOCK_SPACE = 0x7473  # advisory lock keys: (this, crc32 of the catalog name)
+_LOCK_WORD_EVERY = 60.0  # seconds between the log lines of a process that waits for another's build lock
 
 
 class PostgresIndex(ToolIndex):
@@ -67,37 +72,40 @@ class PostgresIndex(ToolIndex):
         tools: Iterable[Tool] | Catalog | None = None,
         *,
         poll: float | None = 1.0,
+        keep_namespaces: Collection[str] = (),
+        rebuild: bool = False,
         **options: Any,
     ) -> PostgresIndex:
         """The catalog `catalog` of the store at `dsn` (default: $TOOLSEARCH_STORE).
 
         With `tools`, the stored catalog is brought to exactly those tools first: built when missing,
-        else only what differs is written (nothing, when another process already did). Without, it must
-        exist. `poll`: seconds between version checks besides NOTIFY (None: do not follow changes).
-        `options` go to the postgres backend (model, ef_search, pool sizes, timeout, ...).
+        else only what differs is written (nothing, when another process already did), even while other
+        processes change it. Without, it must exist. `poll`: seconds between version checks besides NOTIFY
+        (None: do not follow changes). `options` go to the postgres backend (model, ef_search, pool sizes,
+        timeout, ...).
+
+        `keep_namespaces`: namespaces that `tools` does not speak for (a gateway passes the MCP servers it
+        could not list): their stored tools stay, though `tools` leaves them out. `rebuild`: write `tools`
+        anew, every table of the catalog made again (what to do when its tables were damaged); the other
+        processes following it read it whole.
         """
         if not isinstance(catalog, str) or not catalog.strip():
             raise InvalidArgumentError(f"catalog must be a non-empty name, got {catalog!r}")
         if poll is not None and not (isinstance(poll, int | float) and poll > 0):
             raise InvalidArgumentError(f"poll must be a positive number of seconds or None, got {poll!r}")
+        if isinstance(keep_namespaces, str):
+            raise InvalidArgumentError(f"keep_namespaces must be a list of names, not the string {keep_namespaces!r}")
+        if rebuild and tools is None:
+            raise InvalidArgumentError("rebuild=True writes the tools anew: pass the tools to build the catalog from")
         if dsn is not None:
             options["dsn"] = dsn
         backend = cast("PostgresBackend", get_backend_spec("postgres").create(catalog=catalog, **options))
         wanted = None if tools is None else tools if isinstance(tools, Catalog) else Catalog(tools)
         wrote = False
         if wanted is not None:
-            with _advisory_lock(backend, catalog):
-                row = backend.attach(create=True)
-                assert row is not None
-                stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, row.id, catalog),
-                                                read=True, slow=True)
-                delta = stored.catalog.diff(wanted)
-                # Version 0 is a catalog made but never written (below); an empty build is written too, as version 1.
-                if delta or row.version == 0:
-                    logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools", catalog,
-                                backend.store, len(delta.added), len(delta.changed), len(delta.removed))
-                    backend.change([wanted[n] for n in (*delta.added, *delta.changed)], list(delta.removed))
-                    wrote = True
+            with _advisory_lock(backend.connector, catalog):
+                backend.attach(create=True)
+                wrote = _write_exactly(backend, wanted, frozenset(keep_namespaces), rebuild=rebuild)
         elif (existing := backend.attach(create=False)) is None:
             raise IndexNotFoundError(
                 f"no catalog {catalog!r} in {backend.store}; build it with `toolsearch build FILE --store URL "
@@ -123,6 +131,11 @@ class PostgresIndex(ToolIndex):
     def version(self) -> int:
         """The catalog version this process holds."""
         return self._version
+
+    @property
+    def catalog_name(self) -> str | None:
+        """The catalog's name in the store."""
+        return self._pg.catalog_name
 
     def outage(self) -> CatalogStoreError | None:
         """The store's failure while it stands (down, restarting, hung, slow, out of connections; see
@@ -193,18 +206,23 @@ class PostgresIndex(ToolIndex):
             self._pg.change((), gone)
             self.catch_up()
 
-    def sync(self, tools: Iterable[Tool] | Catalog) -> None:
-        """Bring the stored catalog to exactly `tools` in one transaction (only what differs is written)."""
+    def sync(self, tools: Iterable[Tool] | Catalog, *, keep_namespaces: Collection[str] = ()) -> None:
+        """Bring the stored catalog to exactly `tools` in one transaction (only what differs is written).
+
+        `keep_namespaces`: as in `open`, namespaces `tools` does not speak for; their stored tools stay."""
         newer = tools if isinstance(tools, Catalog) else Catalog(tools)
-        with _advisory_lock(self._pg, self._pg.catalog_name):
+        keep = frozenset(keep_namespaces)
+        with _advisory_lock(self._pg.connector, self._pg.catalog_name):
             for _ in range(_SYNC_TRIES):
                 based = self.catch_up()
-                delta = self._catalog.diff(newer)
-                if not delta:
+                delta, remove, kept = _change_for(self._catalog, newer, keep)
+                if not (delta.added or delta.changed or remove):
                     break
+                if kept:
+                    logger.info("catalog %r in %s: keeping %d stored tools of %s", self._pg.catalog_name,
+                                self._pg.store, kept, ", ".join(sorted(keep)))
                 try:  # written only if the catalog is still at `based`: an upsert or remove takes no lock
-                    self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], list(delta.removed),
-                                    based_on=based)
+                    self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], remove, based_on=based)
                     break
                 except CatalogMovedError:  # another writer changed it while this sync embedded: work it out again
                     continue
@@ -220,26 +238,132 @@ class PostgresIndex(ToolIndex):
                 f"version {self._version})")
 
 
+def remove_catalog(dsn: str | None, catalog: str, *, timeout: float | None = None) -> None:
+    """Drop the catalog `catalog` of the store at `dsn` (default: $TOOLSEARCH_STORE): its tables, its row and its
+    change records, in one transaction, after a build or sync of it that is running has ended. The embeddings stay
+    (every catalog shares them). IndexNotFoundError when there is no such catalog."""
+    from ..backends.postgres import store_connector
+    from .schema import drop_catalog, find_catalog
+
+    if not isinstance(catalog, str) or not catalog.strip():
+        raise InvalidArgumentError(f"catalog must be a non-empty name, got {catalog!r}")
+    connector = store_connector(dsn, timeout=timeout)
+
+    def drop(conn: Any) -> bool:
+        with conn.transaction():
+            row = find_catalog(conn, catalog, lock=True)  # a writer's change ends first
+            if row is not None:
+                drop_catalog(conn, row)
+            return row is not None
+
+    with _advisory_lock(connector, catalog):
+        dropped = connector.call("remove the catalog", drop)
+    if not dropped:
+        raise IndexNotFoundError(f"no catalog {catalog!r} in {connector.shown}")
+    logger.info("catalog %r in %s: removed", catalog, connector.shown)
+
+
+def _change_for(stored: Catalog, wanted: Catalog, keep: frozenset[str]) -> tuple[CatalogDelta, list[str], int]:
+    """What turns `stored` into `wanted`: the difference, the names to remove (the stored tools of the `keep`
+    namespaces stay though `wanted` leaves them out), and how many stay so."""
+    delta = stored.diff(wanted)
+    remove = [n for n in delta.removed if stored[n].namespace not in keep]
+    return delta, remove, len(delta.removed) - len(remove)
+
+
+def _write_exactly(backend: PostgresBackend, wanted: Catalog, keep: frozenset[str], *, rebuild: bool) -> bool:
+    """Bring the attached catalog to `wanted` (the caller holds its build lock); whether anything was written.
+
+    Worked out against the version read, and written only if the catalog is still at it: an upsert or remove of
+    another process takes no build lock, and one that lands while `wanted` is embedded is undone, as `sync` does."""
+    name = backend.catalog_name
+    if rebuild:
+        logger.info("catalog %r in %s: rebuilding it with %d tools", name, backend.store, len(wanted))
+        backend.rebuild(list(wanted))
+        return True
+    row = backend.row
+    assert row is not None and name is not None
+    catalog_id = row.id
+    for _ in range(_SYNC_TRIES):
+        stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, catalog_id, name),
+                                        read=True, slow=True)
+        delta, remove, kept = _change_for(stored.catalog, wanted, keep)
+        # Version 0 is a catalog made but never written; an empty build is written too, as version 1.
+        if not (delta.added or delta.changed or remove) and stored.version != 0:
+            return False
+        logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools%s", name, backend.store,
+                    len(delta.added), len(delta.changed), len(remove),
+                    f" (keeping {kept} stored tools of {', '.join(sorted(keep))})" if kept else "")
+        try:
+            backend.change([wanted[n] for n in (*delta.added, *delta.changed)], remove, based_on=stored.version)
+            return True
+        except CatalogMovedError:  # another writer changed it while these tools were embedded: work it out again
+            continue
+    raise CatalogStoreError(
+        f"catalog {name!r} in {backend.store}: other writers changed it {_SYNC_TRIES} times while this process worked "
+        "out its change, so nothing was written; open it again"
+    )
+
+
 class _advisory_lock:
     """A session-level advisory lock on a connection of its own, per catalog name: writers that build or sync a
     catalog take turns across processes and machines; the lock goes with the connection if the holder dies."""
 
-    def __init__(self, backend: PostgresBackend, catalog: str | None) -> None:
-        self.backend = backend
+    def __init__(self, connector: Connector, catalog: str | None) -> None:
+        self.connector = connector
+        self.catalog = catalog
         self.key = zlib.crc32((catalog or "").encode("utf-8")) - (1 << 31)
         self.conn: Any = None
 
     def __enter__(self) -> None:
-        connector = self.backend.connector
+        connector = self.connector
         connector._open()
         try:
-            self.conn = connector.direct()
-            self.conn.execute("SET statement_timeout = 0")
-            self.conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key))
+            # named, so that a process waiting for this lock can say who holds it (see `_holder`)
+            self.conn = connector.direct(application_name=f"toolsearch build lock ({socket.gethostname()}, "
+                                                          f"pid {os.getpid()})")
+            self._wait(connector.settings.timeout)
         except connector._errors as exc:
             if self.conn is not None:
                 self.conn.close()
             raise connector.error("take the catalog's build lock", exc) from None
+        except BaseException:  # interrupted while waiting: the lock is not held
+            if self.conn is not None:
+                self.conn.close()
+            raise
+
+    def _wait(self, patience: float) -> None:
+        """Take the lock, waiting as long as another process holds it (a build of many tools takes minutes): said in
+        the log after `patience` seconds and every minute after, naming the holder, so that a stuck one is found."""
+        started = time.monotonic()
+        word_at, pause = started + patience, 0.05
+        while not self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0]:
+            now = time.monotonic()
+            if now >= word_at:
+                logger.warning(
+                    "catalog %r in %s: waited %.0f s for another process's build or sync of it to end (held by %s); "
+                    "this one goes on when that ends or its connection closes. If it is stuck, stop that process "
+                    "(or end its session: SELECT pg_terminate_backend(PID))",
+                    self.catalog, self.connector.shown, now - started, self._holder(),
+                )
+                word_at = now + _LOCK_WORD_EVERY
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
+
+    def _holder(self) -> str:
+        """Who holds the lock, as pg_stat_activity tells (what a role may see of another's session)."""
+        found = self.conn.execute(
+            "SELECT l.pid, a.application_name, host(a.client_addr), a.backend_start FROM pg_locks AS l "
+            "LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 2",
+            (_LOCK_SPACE, self.key & 0xFFFFFFFF),
+        ).fetchone()
+        if found is None:
+            return "a session that just ended"
+        pid, application, client, since = found
+        return (f"Postgres session PID {pid}, application {application or 'unnamed'!r}, client "
+                f"{client or 'local socket'}, connected since {since:%Y-%m-%d %H:%M:%S %Z}" if since is not None
+                else f"Postgres session PID {pid}")
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -25,8 +25,8 @@ from typing import Any
 from .._errors import BackendError, IndexFormatError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
-           "create_catalog", "copy_catalog", "drop_catalog", "tools_table", "lexemes_table", "postings_table",
-           "hnsw_index", "upgrade_catalog"]
+           "create_catalog", "copy_catalog", "drop_catalog", "reset_catalog", "tools_table", "lexemes_table",
+           "postings_table", "hnsw_index", "upgrade_catalog"]
 
 # 1: the first; 2: the postings' primary key includes tf and doc_len (index-only reads)
 SCHEMA_VERSION = 2
@@ -198,6 +198,15 @@ def upgrade_catalog(conn: Any, row: CatalogRow) -> None:
         conn.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {postings}_covering ON {postings} (lexeme, tool) "
                      "INCLUDE (tf, doc_len)")
     conn.execute("UPDATE toolsearch_catalogs SET schema_version = %s WHERE id = %s", (SCHEMA_VERSION, row.id))
+
+
+def reset_catalog(conn: Any, row: CatalogRow) -> None:
+    """Drop a catalog's tables, whatever state they are in (one dropped or changed by hand), and make them again,
+    empty, at this schema version (inside the caller's transaction, which holds the catalog row's lock)."""
+    conn.execute(f"DROP TABLE IF EXISTS {tools_table(row.id)}, {lexemes_table(row.id)}, {postings_table(row.id)}")
+    conn.execute(_catalog_tables(row.id, row.dimension))
+    conn.execute("UPDATE toolsearch_catalogs SET doc_count = 0, total_len = 0, schema_version = %s WHERE id = %s",
+                 (SCHEMA_VERSION, row.id))
 
 
 def drop_catalog(conn: Any, row: CatalogRow) -> None:

@@ -51,9 +51,13 @@ class ToolRow:
     embedding: np.ndarray
 
 
-def _lookup(conn: Any, model: str, digests: list[str]) -> dict[str, np.ndarray]:
+def _lookup(conn: Any, model: str, digests: list[str], dimension: int) -> dict[str, np.ndarray]:
+    # A vector of another dimension under the same model id was embedded by another model that had this id (a model
+    # folder replaced, an embedder's id reused): not this model's, so it is embedded again (and replaced below).
     rows = conn.execute(
-        "SELECT digest, embedding FROM toolsearch_embeddings WHERE model = %s AND digest = ANY(%s)", (model, digests)
+        "SELECT digest, embedding FROM toolsearch_embeddings WHERE model = %s AND digest = ANY(%s) "
+        "AND vector_dims(embedding) = %s",
+        (model, digests, dimension),
     ).fetchall()
     # an untyped `vector` column comes back as pgvector's Vector (a typed one as a numpy array)
     return {digest: np.asarray(getattr(v, "to_numpy", lambda v=v: v)(), dtype=np.float32) for digest, v in rows}
@@ -62,7 +66,9 @@ def _lookup(conn: Any, model: str, digests: list[str]) -> dict[str, np.ndarray]:
 def _remember(conn: Any, model: str, digests: list[str], vectors: np.ndarray) -> None:
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO toolsearch_embeddings (model, digest, embedding) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            "INSERT INTO toolsearch_embeddings (model, digest, embedding) VALUES (%s, %s, %s) "
+            "ON CONFLICT (model, digest) DO UPDATE SET embedding = EXCLUDED.embedding "
+            "WHERE vector_dims(toolsearch_embeddings.embedding) <> vector_dims(EXCLUDED.embedding)",
             [(model, d, v) for d, v in zip(digests, vectors, strict=True)],
         )
 
@@ -79,10 +85,10 @@ def embeddings(
     """
     model = document_cache_id(embedder)
     digests = [text_key(t).hex() for t in texts]
-    found = _stored(connector, model, digests)
+    found = _stored(connector, model, digests, embedder.dimension)
     missing = [d for d in digests if d not in found]
     if missing and embedder.model_id != model:
-        earlier = _stored(connector, embedder.model_id, missing)
+        earlier = _stored(connector, embedder.model_id, missing, embedder.dimension)
         if earlier:
             _store(connector, model, list(earlier), np.stack(list(earlier.values())))
             found.update(earlier)
@@ -100,12 +106,12 @@ def embeddings(
 _CHUNK = 5_000  # digests per statement
 
 
-def _stored(connector: Any, model: str, digests: list[str]) -> dict[str, np.ndarray]:
+def _stored(connector: Any, model: str, digests: list[str], dimension: int) -> dict[str, np.ndarray]:
     found: dict[str, np.ndarray] = {}
     for start in range(0, len(digests), _CHUNK):
         part = digests[start : start + _CHUNK]
-        found.update(connector.call("read stored embeddings", lambda conn, part=part: _lookup(conn, model, part),
-                                    read=True))
+        found.update(connector.call("read stored embeddings",
+                                    lambda conn, part=part: _lookup(conn, model, part, dimension), read=True))
     return found
 
 

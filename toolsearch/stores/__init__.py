@@ -101,13 +101,29 @@ def url_scheme(url: str) -> str:
     return (url.split("://", 1)[0] if "://" in url else url).lower()
 
 
+def _named(registry: PluginRegistry[Any], scheme: str) -> str | None:
+    """The name `registry` knows `scheme` by (nothing is loaded): a URL's scheme is read in lower case (RFC 3986: case
+    does not matter), so a plug-in's name is matched the same way (`AcmeDB` for `acmedb://` and `AcmeDB://`); an
+    exact name first."""
+    if not scheme:
+        return None
+    if scheme in registry:
+        return scheme
+    return next((name for name in registry.names() if name.lower() == scheme), None)
+
+
+def _by_scheme(registry: PluginRegistry[Any], scheme: str) -> Any:
+    name = _named(registry, scheme)
+    return None if name is None else registry.find(name)
+
+
 def store_spec(url: str) -> SessionStoreSpec:
     """The spec of the session store a URL names (a plug-in's bare factory as a store that is not shared).
 
     An unknown scheme raises SessionStoreError listing the known ones and saying how a plug-in adds one.
     """
     scheme = url_scheme(url) if isinstance(url, str) else ""
-    found = SESSION_STORES.find(scheme) if scheme else None
+    found = _by_scheme(SESSION_STORES, scheme)
     if found is None:
         shown = redacted_url(url) if isinstance(url, str) else url
         raise SessionStoreError(
@@ -167,8 +183,8 @@ def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -
     from ..usage import UsageStore
 
     scheme = url_scheme(url) if isinstance(url, str) else ""
-    factory = USAGE_STORES.find(scheme) if scheme else None
-    if factory is None and scheme and scheme in SESSION_STORES:
+    factory = _by_scheme(USAGE_STORES, scheme)
+    if factory is None and _named(SESSION_STORES, scheme) is not None:
         factory = _local_usage
     if factory is None:
         shown = redacted_url(url) if isinstance(url, str) else url

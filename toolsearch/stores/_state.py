@@ -132,7 +132,7 @@ class SessionState:
         if schema != SCHEMA_VERSION:
             raise SessionStateError(
                 f"state schema {schema!r} is not the one this toolsearch reads ({SCHEMA_VERSION}); "
-                "run one toolsearch version against one key prefix"
+                "run one toolsearch version against one key prefix (or one Redis database)"
             )
         allowed = data.get("allowed")
         used = _typed(data, "last_used", dict, {})
@@ -228,7 +228,9 @@ def unreadable_state(where: str, problem: object) -> SessionStoreError:
     """The error for stored text that is not a session state this version reads."""
     return SessionStoreError(
         f"{where} does not hold a readable session state: {problem}. "
-        "Delete that key (the session starts over) or point this deployment at its own key prefix."
+        "Delete that key (the session starts over), or give this deployment a Redis of its own: another database "
+        "number in its URL (redis://host:6379/1; `toolsearch mcp serve` takes no key prefix), or in code its own "
+        "key prefix (RedisSessionStore(url, prefix=...))."
     )
 
 

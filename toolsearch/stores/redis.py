@@ -32,7 +32,8 @@ from .memory import MAX_UPDATE_ATTEMPTS
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 """URL schemes of a Redis server: the session store, the usage store and the catalog board all take them."""
 
-__all__ = ["RedisSessionStore", "check_redis_url", "redacted_url"]  # redacted_url: its home is toolsearch._redact
+# redacted_url: its home is toolsearch._redact
+__all__ = ["RedisSessionStore", "check_redis_url", "url_parameters", "redacted_url"]
 
 T = TypeVar("T")
 
@@ -80,6 +81,28 @@ return 1
 """
 
 
+# The query parameters of a Redis URL that every Redis client of toolsearch takes (the session store, the usage store,
+# the catalog board): redis-py hands any other to the connection, which refuses it at the first command (a bare
+# TypeError), and `timeout` suits one of their pools only. `protocol` is left out: RESP3 answers in other shapes.
+_URL_PARAMETERS = ("db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_read_size",
+                   "health_check_interval", "retry_on_timeout", "max_connections", "client_name", "username",
+                   "password")
+_TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password",
+                   "ssl_check_hostname", "ssl_min_version", "ssl_ciphers")
+# what a refused parameter was probably meant as
+_PARAMETER_HINTS = {
+    "prefix": "a deployment that shares a Redis with another uses its own database number: redis://host:6379/1",
+    "timeout": "a command's timeout is socket_timeout",
+}
+
+
+def url_parameters(scheme: str) -> tuple[str, ...]:
+    """The query parameters a Redis URL of `scheme` may carry (see `_URL_PARAMETERS`)."""
+    if scheme == "unix":  # a socket file has no TCP keep-alive
+        return tuple(p for p in _URL_PARAMETERS if p != "socket_keepalive")
+    return _URL_PARAMETERS + (_TLS_PARAMETERS if scheme == "rediss" else ())
+
+
 def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]) -> None:
     """Raise `error` when redis-py would refuse or misread `url`, naming it without its credentials.
 
@@ -87,7 +110,8 @@ def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]
     ValueError quoting the password's first part as a port (`Port could not be cast to integer value as 'Xy7'`),
     or, when that part is digits, connects to localhost on it and names that port in every connection error. So
     an `@` past the authority of a `redis://` URL is refused too (a `unix://` URL keeps its password in the query,
-    where an `@` is the password's own). Every Redis client of toolsearch calls this before redis-py sees the URL.
+    where an `@` is the password's own). A query parameter the clients do not all take is refused, naming the
+    ones they take. Every Redis client of toolsearch calls this before redis-py sees the URL.
     """
     from redis.connection import parse_url
 
@@ -104,12 +128,45 @@ def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]
             "password holds an unencoded '#', '?', '/' or '@'; percent-encode the password "
             "(urllib.parse.quote(password, safe=''): '#' is %23, '?' %3F, '/' %2F, '@' %40)"
         )
+    allowed = url_parameters(parts.scheme)
+    for name in parse_qs(parts.query, keep_blank_values=True):
+        if name not in allowed:
+            hint = _PARAMETER_HINTS.get(name)
+            raise error(
+                f"{what} URL {redacted_url(url)!r}: toolsearch's Redis clients take no query parameter {name!r}"
+                + (f" ({hint})" if hint else "") + f"; a {parts.scheme}:// URL may carry {', '.join(allowed)}"
+            )
 
 
 def has_credentials(url: str) -> bool:
     """Whether a Redis URL carries a user or password (in its user info, or as a `unix://` URL's query)."""
     parts = urlsplit(url)
     return bool(parts.username or parts.password) or bool({"username", "password"} & set(parse_qs(parts.query)))
+
+
+def refusal_problem(exc: BaseException) -> str | None:
+    """What to say when Redis answered and refused a command for a state of its own (full under `maxmemory`, a
+    read-only replica), or for another reason; None when it did not answer. Redis is running then: "check that
+    Redis is running" would send the reader after the wrong problem."""
+    from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
+
+    if isinstance(exc, OutOfMemoryError):
+        return ("Redis is full (its used memory is above maxmemory, and its eviction policy frees nothing) and "
+                "refuses writes: raise maxmemory, or let Redis evict idle sessions (a session TTL, --session-ttl or "
+                "ttl_seconds, with maxmemory-policy volatile-lru); the keys toolsearch keeps without a TTL (usage "
+                "logs, large allowed subsets, the catalog epoch) are not evicted by a volatile-* policy")
+    if isinstance(exc, ReadOnlyError):
+        return ("Redis answered as a read-only replica: point the URL at the primary (after a failover, the new "
+                "primary; or at a proxy or Sentinel-managed address that follows it)")
+    if isinstance(exc, ResponseError):
+        return "Redis refused the command (it answers, so it is running)"
+    return None
+
+
+def redis_words(exc: BaseException) -> str:
+    """redis-py's message without what it quotes of a pipeline's command (a session's id and state): Redis's reply."""
+    text = str(exc)
+    return text.split(" of pipeline caused error: ", 1)[-1] if " of pipeline caused error: " in text else text
 
 
 def credentials_problem(exc: BaseException, credentials: bool) -> str | None:
@@ -223,13 +280,13 @@ class RedisSessionStore:
                 # outage, and the key is named, as for a string that is not a session's JSON.
                 problem = "it holds a Redis value of another type than a string (WRONGTYPE)"
                 raise unreadable_state(where, problem) from None
-            refused = credentials_problem(exc, self._credentials)
+            refused = credentials_problem(exc, self._credentials) or refusal_problem(exc)
             if refused is not None:
                 raise SessionStoreError(
-                    f"session store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {exc})"
+                    f"session store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {redis_words(exc)})"
                 ) from None
             raise SessionStoreError(
-                f"session store {self.url} failed to {what}: {type(exc).__name__}: {exc} "
+                f"session store {self.url} failed to {what}: {type(exc).__name__}: {redis_words(exc)} "
                 f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
             ) from None
 

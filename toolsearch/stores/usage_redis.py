@@ -23,7 +23,14 @@ from ..usage import (
     merged_logs,
     settings_problem,
 )
-from .redis import REDIS_SCHEMES, check_redis_url, credentials_problem, has_credentials
+from .redis import (
+    REDIS_SCHEMES,
+    check_redis_url,
+    credentials_problem,
+    has_credentials,
+    redis_words,
+    refusal_problem,
+)
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 
@@ -88,15 +95,16 @@ class _Redis:
             return fn(*args)
         except self.errors as exc:
             unreachable = isinstance(exc, self.unreachable)  # redis-py's credential refusals are among these
-            refused = credentials_problem(exc, self.credentials)
+            words = redis_words(exc)  # never what a pipeline's command quoted (a log entry, a session id)
+            refused = credentials_problem(exc, self.credentials) or refusal_problem(exc)
             if refused is not None:
-                message = f"usage store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {exc})"
+                message = f"usage store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {words})"
                 raise (UsageStoreUnreachableError if unreachable else UsageError)(message) from None
             if unreachable:
                 raise UsageStoreUnreachableError(
-                    f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {exc}"
+                    f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {words}"
                 ) from None
-            raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {exc}") from None
+            raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {words}") from None
 
 
 class RedisUsageStore:

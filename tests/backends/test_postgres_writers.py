@@ -1,0 +1,237 @@
+"""Writers of one shared catalog in Postgres: they take turns without a false outage, a waiting build says whom it
+waits for, `open` is exact under another's upsert, a model whose dimension changed under its id rebuilds, a damaged
+catalog is rebuilt in place or removed, and a private catalog does not outlive its backend."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from mcp_servers import wait_until
+from pg_server import PostgresServer, pg_server  # noqa: F401  (a fixture)
+
+from toolsearch import Tool, ToolIndex
+from toolsearch._errors import CatalogStoreError, IndexNotFoundError
+from toolsearch.embeddings import CallableEmbedder
+from toolsearch.pg import PostgresIndex
+from toolsearch.pg.index import remove_catalog
+
+pytestmark = pytest.mark.slow
+
+TOOLS = [
+    Tool("weather_get_forecast", "Daily weather forecast for a city.", namespace="weather"),
+    Tool("email_send_message", "Send an email message to recipients.", namespace="mail"),
+    Tool("currency_convert", "Convert an amount of money from one currency to another.", namespace="finance"),
+]
+
+
+def _embedder(dimension: int = 32, model_id: str = "counting-32", gate: threading.Event | None = None,
+              entered: threading.Event | None = None) -> CallableEmbedder:
+    """A deterministic embedder (words hashed into `dimension` slots); with `gate`, it sets `entered` and waits for
+    the gate to be set."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if gate is not None:
+            if entered is not None:
+                entered.set()
+            gate.wait(30)
+        rows = np.zeros((len(texts), dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                rows[i, zlib.crc32(word.encode()) % dimension] += 1.0
+        rows += 1e-3
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    return CallableEmbedder(embed, model_id=model_id, dimension=dimension)
+
+
+def _open(dsn: str, name: str, tools: list[Tool] | None = None, **options: object) -> PostgresIndex:
+    return PostgresIndex.open(dsn, name, tools, poll=None, embedder=options.pop("embedder", _embedder()),
+                              cache=False, **options)  # type: ignore[arg-type]
+
+
+class _RowLock:
+    """Another session holding the catalog's row as a writer's transaction does, until `release`."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        self.conn = psycopg.connect(dsn)
+        self.conn.execute("SELECT 1 FROM toolsearch_catalogs WHERE name = %s FOR UPDATE", (name,))
+
+    def release(self) -> None:
+        self.conn.commit()
+        self.conn.close()
+
+
+def test_a_writer_waits_for_another_s_change_and_records_no_outage(
+    pg_server: PostgresServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: the second writer failed after `timeout` with "the statement ran past 1 s (statement_timeout):
+    # Postgres is slow or busy ... retry once Postgres answers" and recorded an outage (a gateway answers 503).
+    caplog.set_level(logging.INFO, logger="toolsearch.pg")
+    _open(pg_server.dsn(), "turns", TOOLS).close()
+    writer = _open(pg_server.dsn(), "turns", timeout=1.0)
+    other = _RowLock(pg_server.dsn(), "turns")  # another writer's long change holds the row
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(
+        writer.upsert([Tool("translate_text", "Translate text between languages.")]) or "written"))
+    try:
+        thread.start()
+        assert wait_until(lambda: "waits for its turn" in caplog.text, timeout=20), caplog.text
+        assert not done  # still waiting its turn, no error
+    finally:
+        other.release()
+        thread.join(30)
+    try:
+        assert done == ["written"] and "translate_text" in writer.catalog
+        assert writer.outage() is None
+    finally:
+        writer.close()
+
+
+def test_a_lock_held_past_the_timeout_is_no_outage(pg_server: PostgresServer) -> None:  # noqa: F811
+    _open(pg_server.dsn(), "held", TOOLS).close()
+    other = _RowLock(pg_server.dsn(), "held")
+    try:
+        with pytest.raises(CatalogStoreError) as caught:
+            remove_catalog(pg_server.dsn(), "held", timeout=1.0)
+    finally:
+        other.release()
+    # Before (as a writer's wait was): "Postgres is slow or busy ...; retry once Postgres answers", an outage
+    assert "another process held a lock" in str(caught.value) and caught.value.outage is False
+
+
+def test_a_build_that_waits_for_another_says_which_process_holds_it(
+    pg_server: PostgresServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: it waited on the build lock without a word (and without a bound) while the holder's embedding hung.
+    caplog.set_level(logging.INFO, logger="toolsearch.pg")
+    model = "gated-32"  # embeddings of its own: the holder's new tool is embedded, never found stored
+    _open(pg_server.dsn(), "locked", TOOLS[:1], embedder=_embedder(model_id=model)).close()
+    wanted = [TOOLS[0], Tool("locked_report_make", "Make the report only the build-lock test adds.")]
+    gate, embedding = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: _open(pg_server.dsn(), "locked", wanted,
+                                                   embedder=_embedder(model_id=model, gate=gate, entered=embedding)
+                                                   ).close())
+    holder.start()
+    assert embedding.wait(30)  # it holds the build lock while its embedding waits for the gate
+    waiter_done: list[PostgresIndex] = []
+    waiter = threading.Thread(target=lambda: waiter_done.append(_open(pg_server.dsn(), "locked", wanted, timeout=1.0,
+                                                                      embedder=_embedder(model_id=model))))
+    try:
+        waiter.start()
+        assert wait_until(lambda: "for another process's build or sync of it to end" in caplog.text, timeout=20)
+        said = caplog.text
+        assert f"toolsearch build lock ({socket.gethostname()}, pid {os.getpid()})" in said and "PID" in said, said
+        assert not waiter_done
+    finally:
+        gate.set()
+        holder.join(30)
+        waiter.join(30)
+    assert len(waiter_done) == 1 and sorted(waiter_done[0].catalog.names) == sorted(t.name for t in wanted)
+    assert not waiter_done[0].wrote  # the holder's build was the one
+    waiter_done[0].close()
+
+
+def test_open_is_exact_when_another_writer_upserts_while_it_embeds(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: the upsert that landed while `open` embedded its new tool survived it.
+    model = "race-32"  # embeddings of its own: the new tool is embedded, never found stored
+    _open(pg_server.dsn(), "open-race", TOOLS[:2], embedder=_embedder(model_id=model)).close()
+    other = _open(pg_server.dsn(), "open-race", embedder=_embedder(model_id=model))
+    plain = _embedder(model_id=model)
+    interfered: list[bool] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if not interfered:
+            interfered.append(True)
+            other.upsert([Tool("crypto_get_price", "Latest price of a cryptocurrency.")])
+        return np.asarray(plain.embed(texts))
+
+    try:
+        opened = _open(pg_server.dsn(), "open-race", TOOLS,
+                       embedder=CallableEmbedder(embed, model_id=model, dimension=32))
+        opened.close()
+        assert interfered
+        fresh = _open(pg_server.dsn(), "open-race", embedder=_embedder(model_id=model))
+        try:
+            assert sorted(fresh.catalog.names) == sorted(t.name for t in TOOLS)
+        finally:
+            fresh.close()
+    finally:
+        other.close()
+
+
+def test_a_model_whose_dimension_changed_under_its_id_builds_under_another_name(
+    pg_server: PostgresServer  # noqa: F811
+) -> None:
+    # Before: the build failed ("Postgres refused the statement (DataException) (expected 64 dimensions, not 32)"),
+    # since the stored embeddings of the old model were taken for the new one's, and left an empty catalog behind.
+    _open(pg_server.dsn(), "dims-32", TOOLS, embedder=_embedder(32, "dims-model")).close()
+    wider = _open(pg_server.dsn(), "dims-64", TOOLS, embedder=_embedder(64, "dims-model"))
+    try:
+        assert wider.search("weather forecast for Paris", 1).names == ["weather_get_forecast"]
+    finally:
+        wider.close()
+    narrow = _open(pg_server.dsn(), "dims-32", embedder=_embedder(32, "dims-model"))  # the old one still serves
+    try:
+        assert narrow.search("send an email", 1).names == ["email_send_message"]
+    finally:
+        narrow.close()
+
+
+def test_a_damaged_catalog_is_rebuilt_in_place_and_can_be_removed(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: nothing could follow the advice "build the catalog again": an open with the same tools wrote nothing,
+    # and no call removed a catalog.
+    dsn = pg_server.dsn()
+    _open(dsn, "damaged", TOOLS).close()
+    follower = PostgresIndex.open(dsn, "damaged", poll=0.2, embedder=_embedder(), cache=False)
+    try:
+        catalog_id = follower._pg.row.id  # type: ignore[union-attr]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE toolsearch_postings_{catalog_id}")
+        with pytest.raises(CatalogStoreError, match=r"UndefinedTable.*--rebuild"):
+            follower.search("send an email", 1)
+        before = follower.version
+        rebuilt = _open(dsn, "damaged", TOOLS, rebuild=True)
+        try:
+            assert rebuilt.wrote and rebuilt.version == before + 1
+            assert rebuilt.search("send an email", 1).names == ["email_send_message"]
+        finally:
+            rebuilt.close()
+        assert wait_until(lambda: follower.version == before + 1, timeout=20)  # it follows the rebuild
+        assert follower.search("convert dollars to euros", 1).names == ["currency_convert"]
+    finally:
+        follower.close()
+    remove_catalog(dsn, "damaged")
+    with pytest.raises(IndexNotFoundError, match="no catalog 'damaged'"):
+        _open(dsn, "damaged")
+    with pytest.raises(IndexNotFoundError, match="no catalog 'damaged'"):
+        remove_catalog(dsn, "damaged")
+
+
+def _private_catalogs(dsn: str) -> list[tuple[str, bool]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT name, frozen FROM toolsearch_catalogs WHERE name LIKE 'private-%' "
+                            "ORDER BY name").fetchall()
+
+
+def test_a_private_catalog_goes_with_its_backend_unless_saved(pg_server: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
+    # Before: every ToolIndex.build(..., "postgres") left a catalog and three tables behind for good.
+    dsn = pg_server.dsn()
+    before = _private_catalogs(dsn)
+    index = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    assert index.search("weather in Paris", 1).names == ["weather_get_forecast"]
+    assert len(_private_catalogs(dsn)) == len(before) + 1
+    index.backend.close()  # type: ignore[attr-defined]
+    assert _private_catalogs(dsn) == before
+    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    saved.save(tmp_path / "saved")
+    saved.backend.close()  # type: ignore[attr-defined]
+    kept = [row for row in _private_catalogs(dsn) if row not in before]
+    assert len(kept) == 1 and kept[0][1] is True  # the saved one stays, frozen, for the index that names it

@@ -1,0 +1,79 @@
+"""A gateway worker whose catalog is shared in Postgres never removes the tools of an upstream server it could not
+list: a server that failed to start on one host is up on another, and every worker follows the one catalog."""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import pytest
+from mcp_servers import toy
+from pg_server import PostgresServer, pg_server  # noqa: F401  (a fixture)
+
+from toolsearch import Tool
+from toolsearch.embeddings import CallableEmbedder
+from toolsearch.mcp import GatewaySettings, WorkerSettings
+from toolsearch.mcp.gateway import Gateway
+from toolsearch.mcp.source import MCPToolSource
+from toolsearch.mcp.startup import _store_index
+from toolsearch.pg import PostgresIndex
+
+pytestmark = pytest.mark.slow
+
+
+def _embedder() -> CallableEmbedder:
+    def embed(texts: list[str]) -> np.ndarray:
+        rows = np.zeros((len(texts), 32), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                rows[i, zlib.crc32(word.encode()) % 32] += 1.0
+        rows += 1e-3
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    return CallableEmbedder(embed, model_id="counting-32", dimension=32)
+
+
+def _stored(dsn: str, name: str) -> set[str]:
+    index = PostgresIndex.open(dsn, name, poll=None, embedder=_embedder(), cache=False)
+    try:
+        return set(index.catalog.names)
+    finally:
+        index.close()
+
+
+async def test_a_worker_keeps_the_shared_tools_of_a_server_it_could_not_start(
+    pg_server: PostgresServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: worker B's start brought the shared catalog to B's own list, so 'toy' lost its 7 tools on every
+    # worker (A's 'toy' was up), logged only as "writing 0 new, 0 changed, 7 removed tools".
+    caplog.set_level(logging.INFO)
+    workers = WorkerSettings(store=pg_server.dsn(), catalog="unlisted", catalog_poll=0.2)
+    settings = GatewaySettings(backend="postgres", backend_options={"embedder": _embedder(), "cache": False},
+                               workers=workers)
+    with open(os.devnull, "w") as quiet:
+        async with MCPToolSource({"mcpServers": {"toy": toy(), "calc": toy()}}, errlog=quiet) as healthy:
+            first = await anyio.to_thread.run_sync(_store_index, workers, healthy, settings)
+            first.close()
+        everything = _stored(pg_server.dsn(), "unlisted")
+        assert any(name.startswith("toy__") for name in everything)
+
+        servers = {"mcpServers": {"toy": toy(TOY_STARTUP="exit"), "calc": toy()}}
+        async with MCPToolSource(servers, errlog=quiet, restart=False) as one_down:
+            assert list(one_down.failures) == ["toy"]
+            index = await anyio.to_thread.run_sync(_store_index, workers, one_down, settings)
+            try:
+                assert set(index.catalog.names) == everything
+                said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+                assert any("MCP server not listed by this worker (toy:" in m and "kept" in m for m in said), said
+                # a sync this worker runs later (after an upstream change) writes what it lists, and keeps 'toy'
+                stray = Tool("calc__stray", "A tool no calc server lists.", namespace="calc")
+                await anyio.to_thread.run_sync(index.upsert, [stray])
+                gateway = await anyio.to_thread.run_sync(lambda: Gateway(one_down, settings, index=index))
+                await gateway._apply_catalog(one_down)
+                assert _stored(pg_server.dsn(), "unlisted") == everything
+            finally:
+                index.close()
