@@ -58,8 +58,24 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.append(f"{report.nodeid}: {reason}")
 
 
+# Refusals recorded in pytest-xdist's worker processes (`-n N`), handed to the controller as each worker ends.
+_worker_refusals: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown to pytest when xdist is not loaded
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _worker_refusals.extend(getattr(node, "workeroutput", {}).get("clone_only_refused", []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     refused = CLONE_ONLY.take_refusals()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # An xdist worker: its exit status is not the run's, so the controller must see the refusals and fail the
+        # run. (Skips need no such hand-over: the controller gets every test report, skips included.)
+        workeroutput["clone_only_refused"] = refused
+        return
+    refused += _worker_refusals
     if refused:  # always, not only in CI: a read beside the clone passes here and fails on a fresh clone
         session.config.stash[_REFUSED] = refused
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -379,7 +379,7 @@ def test_readme_opens_with_the_two_commands() -> None:
 
 def _ci_commands() -> list[list[str]]:
     commands = []
-    for line in (ROOT / ".ci" / "run").read_text().splitlines():
+    for line in (ROOT / ".ci" / "run").read_text().replace("\\\n", " ").splitlines():  # continuations joined
         try:
             tokens = shlex.split(line, comments=True)
         except ValueError:
@@ -406,7 +406,10 @@ def test_ci_sets_up_everything_then_runs_every_check() -> None:
     )
     assert re.search(r"for hook in \.ci/setup\.d/\*\.sh", ci), ".ci/run must run every setup hook"
     assert programs.index("ruff") < programs.index("mypy") < programs.index("pytest")
-    assert "--fail-on-skip" in next(c for c in commands if c[0] == "pytest")
+    pytest_command = next(c for c in commands if c[0] == "pytest")
+    assert "--fail-on-skip" in pytest_command
+    # spread over pytest-xdist workers: tests/conftest.py hands the workers' reads beside the clone to the controller
+    assert "-n" in pytest_command and re.search(r"^PYTEST_WORKERS=\$\{PYTEST_WORKERS:-\d+\}$", ci, re.M)
     assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"
 
 
