@@ -1,13 +1,21 @@
 """The framework plug-ins against the frameworks' own rights and async paths: a tool the application disables for
 a caller (the Agents SDK's `is_enabled`, a LangChain middleware that filters `request.tools`) is never offered,
 sent or run; an async `on_augment` is awaited under `ainvoke` and `Runner.run`; Pydantic AI's strategy checks its
-options at once and builds off the event loop; a turn of the Agents SDK reads its session once. Real frameworks,
-the real `openai` client against the local wire-format server, a real redis-server."""
+options at once and builds off the event loop, once for runs that search a new tool set together; a turn of the
+Agents SDK reads its session once, and tool_search asks the tools' own async checks together; an older LangChain is
+named as such. Real frameworks, the real `openai` client against the local wire-format server, a real
+redis-server."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +43,10 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import Tool as PydanticTool
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.tools import ToolDefinition
 from redis_server import RedisServer
 
+import toolsearch
 from toolsearch import (
     ArgumentTypeError,
     BackendError,
@@ -51,7 +61,7 @@ from toolsearch import (
 from toolsearch.backends import BACKENDS, BackendSpec, register_backend
 from toolsearch.integrations.langchain import ToolSearchMiddleware
 from toolsearch.integrations.openai_agents import AgentToolSearch
-from toolsearch.integrations.pydantic_ai import tool_search
+from toolsearch.integrations.pydantic_ai import ToolSearchStrategy, tool_search
 from toolsearch.stores import store_from_url
 
 set_tracing_disabled(True)  # no trace exporter: nothing may leave the machine
@@ -368,3 +378,182 @@ def test_pydantic_searches_build_their_index_off_the_event_loop(server: FakeLLMS
     assert asyncio.run(run()) == "ok"
     assert '"get_weather"' in server.requests[1].tool_results()[0].text
     assert len(_ThreadProbe.built_in) == 1 and _ThreadProbe.built_in != loop_thread  # built in a worker thread
+
+
+class _HeldBuild(_ThreadProbe):
+    """A backend whose build holds until the test lets it end (and fails when asked to), so that searches of the
+    same new tool set meet while it is under way."""
+
+    name = "heldbuild"
+    entered: ClassVar[list[int]] = []  # the threads that began a build
+    release = threading.Event()
+    fail = False
+
+    def add(self, tools: Sequence[Tool]) -> None:
+        if tools:
+            _HeldBuild.entered.append(threading.get_ident())
+            assert _HeldBuild.release.wait(60), "the test never let the build end"
+            if _HeldBuild.fail:
+                raise BackendError("the embedding service is down")
+        super().add(tools)
+
+
+@pytest.fixture
+def heldbuild() -> Iterator[None]:
+    register_backend(BackendSpec("heldbuild", create=lambda **o: _HeldBuild(**o), load=lambda f, t, **o: None))
+    _HeldBuild.entered.clear()
+    _HeldBuild.release.clear()
+    _HeldBuild.fail = False
+    yield
+    _HeldBuild.release.set()
+    BACKENDS.unregister("heldbuild")
+
+
+def _parked(threads: Sequence[threading.Thread]) -> None:
+    """Return once every thread is inside a held build or waiting (on another's build): where they meet."""
+    held = _HeldBuild.add.__code__
+    deadline = time.monotonic() + 60  # a guard against a hang, not a measurement
+
+    def parked(frame: Any) -> bool:
+        while frame is not None:
+            code = frame.f_code
+            if code is held or (code.co_name == "wait" and code.co_filename == threading.__file__):
+                return True
+            frame = frame.f_back
+        return False
+
+    while True:
+        frames = sys._current_frames()
+        if all(t.ident in frames and parked(frames[t.ident]) for t in threads):
+            return
+        assert time.monotonic() < deadline, "the searches never met at the build"
+        time.sleep(0.005)
+
+
+def _search_together(strategy: ToolSearchStrategy, definitions: list[ToolDefinition], runs: int) -> list[Any]:
+    """What `runs` Pydantic AI runs searching the new tool set at once do (each search in a worker thread): each
+    run's names, or the exception its search raised."""
+    outcomes: list[Any] = [None] * runs
+
+    def one(i: int) -> None:
+        try:
+            outcomes[i] = strategy.search(["weather forecast"], definitions)
+        except Exception as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(runs)]
+    for thread in threads:
+        thread.start()
+    _parked(threads)
+    _HeldBuild.release.set()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def _definitions() -> list[ToolDefinition]:
+    return [
+        ToolDefinition(name=f"tool_{i}", description=f"Task {i} for invoices",
+                       parameters_json_schema={"type": "object", "properties": {}})
+        for i in range(20)
+    ] + [ToolDefinition(name="get_weather", description="The weather forecast for a city.",
+                        parameters_json_schema={"type": "object", "properties": {"city": {"type": "string"}}})]
+
+
+def test_pydantic_runs_searching_a_new_tool_set_together_build_its_index_once(heldbuild: None) -> None:
+    strategy = ToolSearchStrategy("heldbuild")
+    definitions = _definitions()
+    outcomes = _search_together(strategy, definitions, 6)
+    assert outcomes == [["get_weather"]] * 6
+    assert len(_HeldBuild.entered) == 1 and strategy.builds == 1  # the others waited for that build (6 before)
+    assert strategy.search(["weather"], definitions) == ["get_weather"] and strategy.builds == 1  # cached
+
+
+def test_pydantic_runs_waiting_on_a_failed_build_get_its_error_and_the_next_search_builds_again(
+    heldbuild: None,
+) -> None:
+    strategy = ToolSearchStrategy("heldbuild")
+    definitions = _definitions()
+    _HeldBuild.fail = True
+    outcomes = _search_together(strategy, definitions, 4)
+    assert all(isinstance(o, BackendError) and "embedding service is down" in str(o) for o in outcomes), outcomes
+    assert len(_HeldBuild.entered) == 1 and strategy.builds == 0
+    _HeldBuild.fail = False  # the service is back: the failure was not cached
+    assert strategy.search(["weather"], definitions) == ["get_weather"]
+    assert len(_HeldBuild.entered) == 2 and strategy.builds == 1
+
+
+def test_agents_tool_search_asks_the_tools_own_async_checks_together(server: FakeLLMServer) -> None:
+    in_flight = 0
+    peak: dict[str | None, int] = {}  # the most checks under way at once, by the tool call that asked them
+
+    def rights(allows: bool) -> Any:
+        async def check(ctx: RunContextWrapper[Any], agent: Any) -> bool:  # a round trip to a rights service
+            nonlocal in_flight
+            in_flight += 1
+            asker = getattr(ctx, "tool_name", None)  # tool_search's context names it; the SDK's turn round's does not
+            peak[asker] = max(peak.get(asker, 0), in_flight)
+            await asyncio.sleep(0)
+            in_flight -= 1
+            return allows
+
+        return check
+
+    tools = [dataclasses.replace(t, is_enabled=rights(True)) for t in _many_tools(8)]
+    tools.append(dataclasses.replace(function_tool(delete_account), is_enabled=rights(False)))
+    search = AgentToolSearch(tools)
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=server.async_openai())
+    agent = Agent(name="assistant", model=model, tools=list(search.tools))
+    server.enqueue(Turn(tool_calls=[("tool_search", {"query": "delete account invoices"}, "s1")]), Turn(text="done"))
+    Runner.run_sync(agent, "delete bob", context=search.session("u1"), run_config=search.run_config())
+    assert peak["tool_search"] == 9  # all nine asked at once (one at a time before: 1)
+    found = server.requests[1].tool_results()[0].text
+    assert "tool_0" in found and "delete_account" not in found  # the one its own check disables stays out
+
+
+# --- LangChain: a LangChain too old for the middleware is named as such ------------------------------------------
+
+
+def _import_integration(tmp_path: Path, prelude: str) -> tuple[str, str]:
+    """The error class and message of `import toolsearch.integrations.langchain` in a fresh interpreter that runs
+    `prelude` first, with `tmp_path` ahead of the installed packages."""
+    probe = prelude + (
+        "\nimport json\n"
+        "try:\n"
+        "    import toolsearch.integrations.langchain\n"
+        "    print(json.dumps(['imported', '']))\n"
+        "except ImportError as exc:\n"
+        "    print(json.dumps([type(exc).__name__, str(exc)]))\n"
+    )
+    root = Path(toolsearch.__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    kind, message = json.loads(proc.stdout.strip().splitlines()[-1])
+    return kind, message
+
+
+def test_an_older_langchain_is_named_with_its_version_and_the_upgrade(tmp_path: Path) -> None:
+    # LangChain 1.2 as far as the middleware's import goes: everything but ExtendedModelResponse (new in 1.5)
+    package = tmp_path / "langchain"
+    (package / "agents").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "1.2.0"\n')
+    (package / "agents" / "__init__.py").write_text("")
+    (package / "agents" / "middleware.py").write_text(
+        "AgentState = dict\n"
+        "class AgentMiddleware: pass\n"
+        "class ModelRequest: pass\n"
+        "class ModelResponse: pass\n"
+    )
+    kind, message = _import_integration(tmp_path, "")
+    assert kind == "MissingDependencyError"
+    assert message.startswith("LangChain 1.2.0 is installed, but toolsearch's `langchain` extra needs LangChain 1.5 "
+                              "or later; upgrade it with: pip install -U 'toolsearch[langchain]'"), message
+    assert "ExtendedModelResponse" in message and "not installed" not in message
+
+
+def test_a_missing_langchain_is_said_to_be_missing(tmp_path: Path) -> None:
+    kind, message = _import_integration(tmp_path, "import sys\nsys.modules['langchain'] = None  # not installed")
+    assert kind == "MissingDependencyError"
+    assert message == "langchain is not installed; install it with: pip install 'toolsearch[langchain]'"

@@ -43,10 +43,16 @@ try:
     from langchain_core.tools import BaseTool, StructuredTool
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.types import Command
-except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    from .._errors import missing_dependency
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess, without the extra or with an old one
+    from ._gate import unusable_extra
 
-    raise missing_dependency("langchain", "langchain") from exc
+    # ExtendedModelResponse came with LangChain 1.5: an older one is installed, not missing, and needs `pip -U`
+    raise unusable_extra(
+        exc,
+        "langchain",
+        {"langchain": ("LangChain", "langchain", "1.5"), "langgraph": ("LangGraph", "langgraph", "1.0")},
+        needs="LangChain 1.5 or later",
+    ) from exc
 
 from .._errors import ArgumentTypeError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment

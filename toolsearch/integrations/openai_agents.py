@@ -252,10 +252,24 @@ class AgentToolSearch:
         if not self._own:
             return self._names  # the same object each time: `within` answers it from its cache
         disabled = set()
+        pending: dict[str, Awaitable[bool]] = {}
         for name in self._own:
-            own = self._own_allows(name, ctx, agent)
-            if not (await own if inspect.isawaitable(own) else own):
+            try:
+                own = self._own_allows(name, ctx, agent)
+            except Exception:
+                # the async checks already asked are awaited, not dropped unawaited; the failure is the search's
+                await asyncio.gather(*pending.values(), return_exceptions=True)
+                raise
+            if inspect.isawaitable(own):
+                pending[name] = own
+            elif not own:
                 disabled.add(name)
+        if pending:
+            # Asked together, as the SDK asks them before each model call: an async check is often a round trip (a
+            # rights service), and one after another made each search cost the sum of them all. One that fails
+            # fails the search, as the SDK's own round would.
+            answers = await asyncio.gather(*pending.values())
+            disabled.update(name for name, allows in zip(pending, answers, strict=True) if not allows)
         return self._names - disabled if disabled else self._names
 
     def _narrowed(self, live: Session, name: str, own_allows: bool) -> Session:

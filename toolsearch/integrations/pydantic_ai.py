@@ -33,6 +33,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -125,12 +126,16 @@ class ToolSearchStrategy:
         self.cache_size = cache_size
         self._indexes: OrderedDict[str, ToolIndex] = OrderedDict()
         self._keys: dict[str, str] = {}  # JSON of the definitions -> catalog hash
+        # Searches run in worker threads: runs that search the same new tool set together wait on its one build
+        # (catalog hash -> the build under way) instead of each building it.
+        self._building: dict[str, Future[ToolIndex]] = {}
         self._lock = threading.Lock()
-        self.builds = 0  # how many indexes were built (a cache hit builds none)
+        self.builds = 0  # how many indexes were built (a cache hit, or a wait on another thread's build, builds none)
 
     def index_for(self, tools: Sequence[ToolDefinition]) -> ToolIndex | None:
         """The index over these tools (those toolsearch accepts; None when it accepts none): cached by
-        the catalog's content hash, built on a miss."""
+        the catalog's content hash, built on a miss, once: a thread that needs a catalog another is building
+        waits for that build and shares its index (or its error)."""
         # The search function gets the definitions on every call; one JSON dump of them finds a
         # known tool set without validating and hashing each tool again.
         seen = json.dumps(
@@ -146,18 +151,42 @@ class ToolSearchStrategy:
         if not accepted:
             return None
         catalog = Catalog(accepted)
+        key = catalog.hash
         with self._lock:
-            index = self._indexes.get(catalog.hash)
-        if index is None:
-            index = ToolIndex.build(catalog, self.backend, **self.options)
+            index = self._indexes.get(key)
+            if index is not None:
+                self._indexes.move_to_end(key)
+                self._keys[seen] = key
+                return index
+            building = self._building.get(key)
+            mine = building is None
+            if building is None:
+                building = self._building[key] = Future()
+        if not mine:
+            # The index comes from the build itself, not the cache: a cache of one tool set may have dropped it.
+            index = building.result()
             with self._lock:
-                self.builds += 1
+                if key in self._indexes:
+                    self._keys[seen] = key
+            return index
+        try:
+            index = ToolIndex.build(catalog, self.backend, **self.options)
+        except BaseException as exc:
+            # The waiters get the same error; the next search of this tool set tries the build again.
+            with self._lock:
+                del self._building[key]
+            building.set_exception(exc)
+            raise
         with self._lock:
-            self._indexes[catalog.hash] = index
-            self._keys[seen] = catalog.hash
+            self.builds += 1
+            self._indexes[key] = index
+            self._keys[seen] = key
             while len(self._indexes) > self.cache_size:
                 gone, _ = self._indexes.popitem(last=False)
                 self._keys = {k: v for k, v in self._keys.items() if v != gone}
+            # Cached before it stops being under way: a thread that missed the cache finds one or the other.
+            del self._building[key]
+        building.set_result(index)
         return index
 
     def search(self, queries: Sequence[str], tools: Sequence[ToolDefinition]) -> list[str]:
