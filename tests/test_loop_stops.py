@@ -103,7 +103,10 @@ def test_a_failure_while_calls_run_says_they_were_running(sessions: SessionManag
     note = raised.value.__notes__[0]
     assert "1 tool call(s) had run before it ('tool_search')" in note
     assert "the 1 call(s) of request 2 ('send_email') were running: whether they ran is unknown" in note
-    assert raised.value.partial.messages[-1].tool_calls[0].name == "send_email"  # type: ignore[attr-defined]
+    *_, calls, answer = raised.value.partial.messages  # type: ignore[attr-defined]
+    assert calls.tool_calls[0].name == "send_email"  # answered, so the partial record resumes as a prompt
+    assert answer.role == "tool" and answer.tool_call_id == calls.tool_calls[0].id
+    assert answer.content.startswith("Unknown whether this call ran: the run failed while it was running.")
 
 
 # --- an interrupted or cancelled run keeps the run so far too -----------------------------------------
@@ -140,7 +143,13 @@ def test_a_keyboard_interrupt_while_a_tool_runs_says_the_call_was_running(sessio
             tool_timeout=None)
     note = raised.value.__notes__[0]
     assert "the 1 call(s) of request 2 ('weather_forecast') were running: whether they ran is unknown" in note
-    assert raised.value.partial.messages[-1].tool_calls[0].name == "weather_forecast"  # type: ignore[attr-defined]
+    partial = raised.value.partial  # type: ignore[attr-defined]
+    assert partial.messages[-2].tool_calls[0].name == "weather_forecast"
+    assert (partial.tool_results[-1].status, partial.tool_results[-1].content) == (
+        ResultStatus.SKIPPED,
+        "Unknown whether this call ran: the run was interrupted (KeyboardInterrupt) while it was running. Check its "
+        "effect before calling it again.",
+    )
 
 
 def test_a_run_cancelled_while_a_tool_awaits_keeps_the_run_and_stays_cancelled(sessions: SessionManager) -> None:
@@ -167,7 +176,9 @@ def test_a_run_cancelled_while_a_tool_awaits_keeps_the_run_and_stays_cancelled(s
     cancelled = asyncio.run(cancel_midway())
     partial = cancelled.partial  # type: ignore[attr-defined]
     assert partial.outcome is LoopOutcome.ERROR and len(partial.requests) == 2
-    assert [(r.call.name, r.status) for r in partial.tool_results] == [("tool_search", ResultStatus.SEARCH)]
+    assert [(r.call.name, r.status) for r in partial.tool_results] == [
+        ("tool_search", ResultStatus.SEARCH), ("weather_forecast", ResultStatus.SKIPPED)  # running: answered as such
+    ]
     note = cancelled.__notes__[0]
     assert "was interrupted (CancelledError) after 2 answered model request(s)" in note
     assert "the 1 call(s) of request 2 ('weather_forecast') were running" in note

@@ -9,7 +9,7 @@ import pytest
 
 from toolsearch import Tool
 from toolsearch.cost import CacheRules, request_blocks
-from toolsearch.providers import ChatRequest, Message
+from toolsearch.providers import ChatRequest, Message, ToolCall
 from toolsearch.providers.registry import request_payload
 from toolsearch.tokens import (
     compact_json,
@@ -32,12 +32,15 @@ ANTHROPIC = CacheRules(
 
 
 def _requests(tools: list[Tool]) -> list[ChatRequest]:
-    """Every tool injected, and the native form (deferred tools) where a format has one."""
+    """Every tool injected, and the native form (deferred tools) where a format has one: the discovered tools
+    found by a search of the conversation (Anthropic sends deferred the tools a `tool_reference` loads)."""
     question = (Message.user("Which tool fits?"),)
+    found = ToolCall("call_1", tools[0].name, {"query": "tools"})
+    searched = (Message.assistant("", [found]), Message.tool(found, "Found them.", tool_references=tools[1:]))
     return [
         ChatRequest(messages=question, system="Use the tools.", pinned=tuple(tools)),
         ChatRequest(
-            messages=question,
+            messages=question + searched,
             system="Use the tools.",
             search_tool=tools[0],
             discovered=tuple(tools[1:]),

@@ -190,7 +190,28 @@ class ToolNotAllowedError(SessionError, PermissionError):
 
 
 class ProviderError(ToolSearchError):
-    """A model provider call failed; the SDK's own exception is chained as `__cause__`."""
+    """A model provider call failed; the SDK's own exception is chained as `__cause__`.
+
+    What a caller needs to decide on a retry, whatever the SDK: `status`, the HTTP status the provider answered
+    with (None when no answer came: a connection that failed or timed out, a stream cut short, a reply that could
+    not be read); `retry_after`, the seconds the provider asked to wait before sending again (None when it named
+    none); and `retryable`, whether sending the same request again may help: True for a rate limit, a failing or
+    overloaded server, a timeout, a dropped connection or a stream cut short, False for a request the provider
+    refused as it is (fix it first), None where nothing tells. The message says the same in words.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = retryable
 
 
 class ToolCancelledError(ToolSearchError):

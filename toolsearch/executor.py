@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import enum
-import functools
 import inspect
 import numbers
 import threading
@@ -462,7 +461,7 @@ class ToolExecutor:
                 usage_not_recorded(self.usage, exc)
         # traced last: the tools have run and their usage is recorded, whatever the application's
         # span processors do (the hook never raises, but the order keeps that true for any hook)
-        tracing.tool_results(results)
+        tracing.tool_results(results, session.index.catalog.__contains__)
         return list(results)
 
     def shown(self, name: str) -> str:
@@ -525,12 +524,14 @@ class ToolExecutor:
         name = call.name
         shown = self.shown(name)
         if not session.is_allowed(name):
-            return ToolResult(
-                call,
-                f"Tool {shown!r} is not available. Call {self.metatool.name} to find a tool for this task, "
-                "then call one of the names it returns.",
-                ResultStatus.NOT_AVAILABLE,
+            # Without a search tool on the request (the loop's direct mode), pointing at it would send the model
+            # to call a tool it was never given, and be told the same again, until a guard ends the run.
+            todo = (
+                f"Call {self.metatool.name} to find a tool for this task, then call one of the names it returns."
+                if self.searches
+                else "Use one of the tools in your tools list, by its exact name, or answer without a tool."
             )
+            return ToolResult(call, f"Tool {shown!r} is not available. {todo}", ResultStatus.NOT_AVAILABLE)
         if name not in loaded and not session.is_visible(name):
             if self.config.undiscovered == "instruct":
                 return ToolResult(
@@ -772,68 +773,108 @@ async def _aanswer(step: _Step) -> Any:
 
 def _call_in_threads(step: _Calls) -> list[_Outcome]:
     """Run a group of calls from sync code; a timed-out call is abandoned (its thread runs on)."""
-    if step.timeout is None and len(step.calls) == 1 and not is_async_callable(step.calls[0][1]):
+    if step.timeout is None and len(step.calls) == 1 and not _is_async_tool(step.calls[0][1]):
         ((call, fn),) = step.calls  # no timeout, nothing to overlap: run in this thread
         started = time.perf_counter()
         try:
             value = _call_sync(fn, call.arguments)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit: see _interrupted
             return [_Outcome(_ms(started), error=exc)]
         return [_Outcome(_ms(started), value)]
-    pool = _tool_threads(len(step.calls))
-    try:
-        started = time.perf_counter()
-        # each in the caller's context (its context variables: a request id, a tracing span), as if called here
-        futures = [pool.submit(contextvars.copy_context().run, _call_sync, fn, call.arguments)
-                   for call, fn in step.calls]
-        return [_collect(future, step.timeout, started) for future in futures]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    started = time.perf_counter()
+    futures = [_in_thread(fn, call.arguments) for call, fn in step.calls]
+    return _interrupted([_collect(future, step.timeout, started) for future in futures])
 
 
-def _tool_threads(count: int) -> concurrent.futures.ThreadPoolExecutor:
-    """A thread per call of a group. A call abandoned by a timeout keeps its thread: the group's other calls, the
-    next group's, and (from asyncio) the application's own `to_thread` work must not queue behind it, as they would
-    in a shared pool (asyncio's default executor has at most 32 threads) and time out unrun."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=count, thread_name_prefix="toolsearch-tool")
+def _in_thread(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> concurrent.futures.Future[Any]:
+    """Start one call on a thread of its own, in the caller's context (its context variables: a request id, a
+    tracing span), as if called here; its Future settles with what the call returned or raised.
+
+    A thread per call: a call abandoned by a timeout keeps its thread, and the group's other calls, the next
+    group's, and (from asyncio) the application's own `to_thread` work must not queue behind it, as they would in
+    a shared pool (asyncio's default executor has at most 32 threads) and time out unrun. A daemon thread: Python
+    joins a pool's workers at exit, so a tool stuck on a dead socket would keep the program from ever exiting.
+    """
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():  # cancelled before it started (arun's timeout): never run
+            return
+        try:
+            value = context.run(_call_sync, fn, arguments)
+        except BaseException as exc:  # whatever it is goes to the waiter, which decides (_collect, _interrupted)
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
+
+    threading.Thread(target=work, name="toolsearch-tool", daemon=True).start()
+    return future
 
 
 def _collect(future: concurrent.futures.Future[Any], timeout: float | None, started: float) -> _Outcome:
-    """How a call submitted at `started` ended, waiting at most until `timeout` seconds after that."""
+    """How a call started at `started` ended, waiting at most until `timeout` seconds after that."""
     remaining = None if timeout is None else max(0.0, timeout - (time.perf_counter() - started))
     try:
         value = future.result(timeout=remaining)
-    except Exception as exc:
-        # Still running is a timeout; a tool that raised TimeoutError itself is done, and failed.
-        return _Outcome(_ms(started), timed_out=True) if not future.done() else _Outcome(_ms(started), error=exc)
+    except BaseException as exc:
+        if future.done() and future.exception() is exc:  # the tool's own (a TimeoutError it raised too)
+            return _Outcome(_ms(started), error=exc)
+        if not isinstance(exc, TimeoutError):  # this thread was interrupted (Ctrl-C) while it waited
+            raise
+        if not future.done():  # still running at its deadline: abandoned
+            return _Outcome(_ms(started), timed_out=True)
+        error = future.exception()  # it ended just as the wait ran out
+        return _Outcome(_ms(started), error=error) if error is not None else _Outcome(_ms(started), future.result())
     return _Outcome(_ms(started), value)
+
+
+def _interrupted(outcomes: list[_Outcome]) -> list[_Outcome]:
+    """The outcomes of a group, once every call of it ended; a KeyboardInterrupt a tool raised is raised again here.
+
+    One rule for both drivers and every kind of tool: a tool's SystemExit (argparse or click refusing the model's
+    arguments, a wrapped script's `sys.exit`) is that call's ERROR result, which the model reads, never the end of
+    the program; a KeyboardInterrupt ends the run as Ctrl-C does, with the run so far attached (`exc.partial`).
+    """
+    for outcome in outcomes:
+        if isinstance(outcome.error, KeyboardInterrupt):
+            raise outcome.error
+    return outcomes
 
 
 async def _acalls(step: _Calls) -> list[_Outcome]:
     """Run a group of calls from asyncio: async tools awaited, sync ones each in a thread of its own."""
-    threaded = sum(not is_async_callable(fn) for _, fn in step.calls)
-    pool = _tool_threads(threaded) if threaded else None
+    return _interrupted(list(await asyncio.gather(*(_acall(call, fn, step.timeout) for call, fn in step.calls))))
+
+
+class _Exited(Exception):
+    """An async tool's SystemExit or KeyboardInterrupt, carried out of its task as an ordinary exception: asyncio
+    raises those two out of the event loop itself, past the run that must record them (`_interrupted`)."""
+
+    def __init__(self, exit: SystemExit | KeyboardInterrupt) -> None:
+        super().__init__(type(exit).__name__)
+        self.exit = exit
+
+
+async def _exits_kept(awaitable: Any) -> Any:
     try:
-        return await asyncio.gather(*(_acall(call, fn, step.timeout, pool) for call, fn in step.calls))
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Exited(exc) from None
 
 
-async def _acall(
-    call: ToolCall, fn: Callable[..., Any], timeout: float | None, pool: concurrent.futures.Executor | None
-) -> _Outcome:
-    """Run one call from asyncio: an async tool awaited, a sync one in `pool`; cancelled on timeout."""
+async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) -> _Outcome:
+    """Run one call from asyncio: an async tool awaited, a sync one in a thread of its own; cancelled on timeout."""
     started = time.perf_counter()
-    if is_async_callable(fn):
+    task: asyncio.Future[Any]
+    if _is_async_tool(fn):
         try:  # a bad signature raises at call time, before there is a coroutine to await
-            coroutine = fn(**call.arguments)
-        except Exception as call_error:
+            value = fn(**call.arguments)
+        except (Exception, SystemExit, KeyboardInterrupt) as call_error:  # see _interrupted
             return _Outcome(_ms(started), error=call_error)
-        task = asyncio.ensure_future(coroutine)
-    else:  # in the caller's context, as asyncio.to_thread runs a function
-        run = functools.partial(contextvars.copy_context().run, _call_sync, fn, call.arguments)
-        task = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(pool, run))
+        task = asyncio.ensure_future(_exits_kept(_items(value) if inspect.isasyncgen(value) else value))
+    else:
+        task = asyncio.wrap_future(_in_thread(fn, call.arguments))
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         task.cancel()
@@ -841,15 +882,36 @@ async def _acall(
     if task.cancelled():  # the tool cancelled itself: task.exception() would raise, ending the whole turn
         return _Outcome(_ms(started), error=ToolCancelledError())
     exc = task.exception()
+    if isinstance(exc, _Exited):
+        exc = exc.exit
     if exc is not None:
         return _Outcome(_ms(started), error=exc)
     return _Outcome(_ms(started), task.result())
 
 
+def _is_async_tool(fn: Callable[..., Any]) -> bool:
+    """A tool to await on the event loop: a coroutine function, or an async generator function (`async def` with
+    `yield`, whose items are its result)."""
+    try:
+        target = inspect.unwrap(fn)
+    except ValueError:
+        target = fn
+    return is_async_callable(fn) or inspect.isasyncgenfunction(target)
+
+
+async def _items(generator: Any) -> list[Any]:
+    """An async generator's items: a tool written with `async def` and `yield` streams its result."""
+    return [item async for item in generator]
+
+
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
     value = fn(**arguments)
-    if asyncio.iscoroutine(value):  # an async tool driven from sync code: run it in this worker thread
-        try:
+    if inspect.isgenerator(value):  # a tool written with `yield`: its items are its result
+        return list(value)
+    if inspect.isasyncgen(value):
+        value = _items(value)
+    if inspect.iscoroutine(value) or isinstance(value, Coroutine):  # an async tool driven from sync code
+        try:  # run in this worker thread
             value = asyncio.run(value)
         except asyncio.CancelledError:  # not an Exception: it would end the whole turn, every other result lost
             raise ToolCancelledError() from None

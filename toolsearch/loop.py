@@ -123,7 +123,7 @@ class LoopConfig:
 
     - `max_iterations`: model requests per run.
     - `tool_timeout`: seconds per tool call (None: no limit). A timed-out sync tool keeps running
-      in its worker thread; its result is discarded.
+      in its worker thread (a daemon: it does not hold up the program's exit); its result is discarded.
     - `undiscovered`: a call to an allowed tool no search has found yet: "instruct" answers with how
       to find it; "execute" runs it (and makes it visible).
     - `return_direct`: tool names whose output ends the run as the answer (a tool whose
@@ -366,13 +366,15 @@ def _initial_messages(prompt: Prompt, tools: Callable[[str], Tool | None] | None
 def _check_results_answer_calls(messages: Sequence[Message]) -> None:
     """InvalidArgumentError for a tool result that answers no earlier assistant message's call: by its
     `tool_call_id`, or, for a result without one, by its tool's name (Gemini matches results by name, and a
-    Gemini-shaped history carries none). Providers refuse such a history (HTTP 400), so it is refused here,
-    before any request, naming the message."""
+    Gemini-shaped history carries none); and for a call that no later tool result answers. Providers refuse
+    either history (HTTP 400), so it is refused here, before any request, naming the message."""
     ids: set[str] = set()
     names: set[str] = set()
+    unanswered: list[tuple[int, ToolCall]] = []  # the calls no result answered yet, with their message's number
     for i, m in enumerate(messages):
         ids.update(c.id for c in m.tool_calls)
         names.update(c.name for c in m.tool_calls)
+        unanswered.extend((i, c) for c in m.tool_calls)
         if m.role != "tool":
             continue
         answered = m.tool_call_id in ids if m.tool_call_id else bool(m.name) and m.name in names
@@ -384,6 +386,67 @@ def _check_results_answer_calls(messages: Sequence[Message]) -> None:
                 "(with its tool_calls) before its result, or leave the result out (a history cut to its last "
                 "messages may have lost the call: cut it at a user message instead)"
             )
+        mine = next(
+            (k for k, (_, c) in enumerate(unanswered)
+             if (c.id == m.tool_call_id if m.tool_call_id else c.name == m.name)),
+            None,
+        )
+        if mine is not None:
+            del unanswered[mine]
+    if unanswered:
+        i, call = unanswered[0]
+        more = f" (and {len(unanswered) - 1} more call(s))" if len(unanswered) > 1 else ""
+        raise InvalidArgumentError(
+            f"the prompt's message {i} holds a call of tool {call.name!r} (call id {call.id!r}){more} that no later "
+            "tool result answers; providers refuse a call without its result. Add a tool message answering each "
+            "call ({'role': 'tool', 'tool_call_id': ..., 'content': ...}) after it, or cut the history before that "
+            "message (a run interrupted while its tools ran leaves its calls answered in exc.partial.messages)"
+        )
+
+
+def _references_allowed(messages: list[Message], session: Session, native: bool) -> list[Message]:
+    """The messages with each search result's found tools as the session may see them now.
+
+    A native search result sends its tools' definitions on every request (an Anthropic `tool_reference`, a
+    Responses `tool_search_output`), so a saved one would show the model, in full, a tool the session may no longer
+    use (its rights shrank since), one the index no longer holds, or an outdated schema. Each definition is taken
+    from the current catalog, and a tool the session may not use is left out, with a warning. A native result left
+    with none of its tools says so instead of its text, which names them and was never sent.
+    """
+    catalog = session.index.catalog
+    left_out: list[str] = []
+    out: list[Message] = []
+    for m in messages:
+        if not m.tool_references:
+            out.append(m)
+            continue
+        current = [catalog.get(t.name) if session.is_allowed(t.name) else None for t in m.tool_references]
+        left_out.extend(t.name for t, now in zip(m.tool_references, current, strict=True) if now is None)
+        kept = tuple(t for t in current if t is not None)
+        if kept == m.tool_references:
+            out.append(m)
+        elif kept or not native:
+            out.append(replace(m, tool_references=kept))
+        else:
+            gone = "None of the tools this search found is available any more; search again if you need one."
+            out.append(replace(m, tool_references=(), content=gone))
+    if left_out:
+        warnings.warn(
+            f"the prompt's saved search results name {len(left_out)} tool(s) this session may not use or the index "
+            f"no longer holds ({quoted_names(set(left_out))}); they are left out of the resumed history, so the model "
+            "is not shown them",
+            UserWarning,
+            stacklevel=_outside_toolsearch(),
+        )
+    return out
+
+
+def _outside_toolsearch() -> int:
+    """The `stacklevel` of a warning raised by its caller that points at the first frame outside toolsearch."""
+    level, frame = 1, cast("FrameType | None", sys._getframe(1))  # 1: the caller, which warns
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "toolsearch":
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _named_results(messages: list[Message]) -> list[Message]:
@@ -569,9 +632,7 @@ def _warn_unknown_functions(functions: Mapping[str, Callable[..., Any]], session
         close = difflib.get_close_matches(name, pool, n=3)
         hints.append(f"{name!r} (did you mean {' or '.join(map(repr, close))}?)" if close else repr(name))
     more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-    level, frame = 1, cast("FrameType | None", sys._getframe(0))  # points at the first caller outside toolsearch
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "toolsearch":
-        level, frame = level + 1, frame.f_back
+    level = _outside_toolsearch()  # points at the first caller outside toolsearch
     warnings.warn(
         f"functions names {len(unknown)} tool(s) the index does not hold: {', '.join(hints)}{more}; "
         "a call can reach a function only under its tool's catalog name: fix the name, or add the tool "
@@ -608,7 +669,8 @@ class _Run:
         self.direct = self.all_tools is not None
         self.executor = loop.direct_executor if self.direct else loop.executor
         self.search_name = "" if self.direct else loop.metatool.name  # calls of this name search
-        self.messages = _initial_messages(prompt, session.index.catalog.get)
+        native = self.all_tools is None and self.config.tool_search_mode == "native"
+        self.messages = _references_allowed(_initial_messages(prompt, session.index.catalog.get), session, native)
         self.system = loop.system_prompt(session, direct=self.direct)
         self.searches: list[SearchRecord] = []
         self.requests: list[RequestRecord] = []
@@ -710,7 +772,7 @@ class _Run:
 
     def finish(self, output: str, outcome: LoopOutcome, *, traced: bool = True) -> LoopResult:
         if traced:
-            tracing.run_finished(self.searches, self.results)
+            tracing.run_finished(self.searches, self.results, self.session.index.catalog.__contains__)
         return LoopResult(
             output=output,
             outcome=outcome,
@@ -776,7 +838,11 @@ class _Run:
         return f"The run stopped after {len(self.requests)} model request(s), before the model gave an answer ({why})."
 
     def attach(self, exc: BaseException) -> None:
-        """Give `exc` the run so far (`exc.partial`, outcome ERROR) and a note on the tool calls that had run."""
+        """Give `exc` the run so far (`exc.partial`, outcome ERROR) and a note on the tool calls that had run.
+
+        The calls that were running get a SKIPPED result saying whether they ran is unknown, as `cut` answers the
+        calls it does not run: every call answered, `exc.partial.messages` resumes as a prompt (a provider refuses
+        a call without its result)."""
         ran = [r.call.name for r in self.results if r.status in _RAN]
         names = f" ({quoted_names(set(ran))})" if ran else ""
         ended = "failed" if isinstance(exc, Exception) else f"was interrupted ({type(exc).__name__})"
@@ -790,6 +856,15 @@ class _Run:
                 f"({quoted_names({c.name for c in self.in_flight})}) were running: whether they ran is unknown"
             )
         how = "failed with" if isinstance(exc, Exception) else "was interrupted by"
+        for call in self.in_flight:
+            self.add(
+                ToolResult(
+                    call,
+                    f"Unknown whether this call ran: the run {ended} while it was running. Check its effect "
+                    "before calling it again.",
+                    ResultStatus.SKIPPED,
+                )
+            )
         said = f": {exc}" if isinstance(exc, Exception) or str(exc) else ""  # KeyboardInterrupt() says nothing
         partial = self.finish(
             f"The run {how} {type(exc).__name__} after {len(self.requests)} model request(s){said}",
@@ -891,7 +966,8 @@ class _Run:
             tracing.model_request(self.loop.model, step.iteration, len(step.request.tools), None, started, exc)
             return
         search = self.search_name
-        tracing.unsettled_calls([c for c in step.calls if c.kind == "function" and c.name != search], started, exc)
+        calls = [c for c in step.calls if c.kind == "function" and c.name != search]
+        tracing.unsettled_calls(calls, started, exc, self.session.index.catalog.__contains__)
 
 
 class _Ask(NamedTuple):

@@ -265,7 +265,10 @@ class ToolSearchMetaTool:
                 advice = "None of the tools available to you has a namespace; leave it out."
             else:
                 advice = "This catalog has no namespaces; leave it out."
-            return None, f"{self.name} error: unknown namespace {args.namespace!r}. {advice}"
+            # quoted cut, as unknown argument names are: a model's long text here would otherwise come back whole,
+            # in this result and in every later request of the run
+            said = args.namespace if len(args.namespace) <= 60 else f"{args.namespace[:60]}…"
+            return None, f"{self.name} error: unknown namespace {said!r}. {advice}"
         return args, ""
 
     def _unknown_arguments(self, session: Session, unknown: Sequence[str]) -> str:

@@ -26,9 +26,13 @@ Development, as referenced by semantic-conventions v1.45.0):
   exception's message (a parse error may quote the query);
 - a tool call the loop or executor settled is an `execute_tool {name}` span (INTERNAL):
   `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`="function", `error.type` (the
-  result status) when it failed. It is recorded when the batch is settled, with the call's own
-  start and duration (spans a tool makes itself are not its children); a call still running when
-  the run raised or was cancelled gets one too, failed with the exception's class;
+  result status) when it failed. A called name that is no catalog tool's (the model made it up: it
+  is as free as a query, and may quote the user) is recorded as `(unknown tool)` in the span's name
+  and `gen_ai.tool.name`, with `toolsearch.tool.name.sha256` (its digest) under the default "hash"
+  setting, and as it is only when queries are traced as text. A span is recorded when the batch
+  is settled, with the call's own start and duration (spans a tool makes itself are not its
+  children); a call still running when the run raised or was cancelled gets one too, failed with
+  the exception's class;
 - a model request is a `chat {model}` span (CLIENT), also when it raised (`error.type`, the
   exception's class, and an ERROR status): `gen_ai.provider.name` (the convention's
   value for a built-in wire format: "openai", "anthropic", "gcp.gemini"; another format's name as it is),
@@ -55,7 +59,8 @@ Counters (metrics API, meter "toolsearch"), both counted when a `run()` finishes
 
 - `toolsearch.tool.calls_without_search`: each call the model made (whatever its outcome, but
   not a search and not a call the loop skipped) to a tool that no search of that run returned
-  (a pinned tool, a tool sent whole, a guessed name);
+  (a pinned tool, a tool sent whole, a guessed name; a name no catalog tool has is counted as
+  `(unknown tool)`, so made-up names add no series);
 - `toolsearch.tool.found_not_called`: each distinct tool a search of that run returned that no
   call of that run named.
 """
@@ -89,7 +94,7 @@ if TYPE_CHECKING:
     from .providers._base import ToolCall
     from .results import SearchResult
 
-__all__ = ["QUERIES_ENV", "QUERY_MODES", "TraceSettings", "configure", "restore", "settings"]
+__all__ = ["QUERIES_ENV", "QUERY_MODES", "UNKNOWN_TOOL", "TraceSettings", "configure", "restore", "settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -429,8 +434,9 @@ def _describe_result(span: Span, result: SearchResult) -> None:
 
 
 @_never_raises("recording 'execute_tool' spans", None)
-def tool_results(results: Sequence[ToolResult]) -> None:
-    """An `execute_tool` span per settled tool call of a batch (searches have their retrieval span)."""
+def tool_results(results: Sequence[ToolResult], known: Callable[[str], bool]) -> None:
+    """An `execute_tool` span per settled tool call of a batch (searches have their retrieval span); `known(name)`
+    tells a catalog tool's name from one the model made up (see `UNKNOWN_TOOL`)."""
     tracer = _tracer()
     if tracer is None:
         return
@@ -440,38 +446,65 @@ def tool_results(results: Sequence[ToolResult]) -> None:
             continue
         status = result.status.value
         started = now - int(result.elapsed_ms * 1e6)
-        _tool_span(tracer, result.call, started, now, status, status if result.is_error else None)
+        _tool_span(tracer, result.call, known, started, now, status, status if result.is_error else None)
 
 
 @_never_raises("recording 'execute_tool' spans", None)
-def unsettled_calls(calls: Sequence[ToolCall], started: float, exc: BaseException) -> None:
+def unsettled_calls(
+    calls: Sequence[ToolCall], started: float, exc: BaseException, known: Callable[[str], bool]
+) -> None:
     """An `execute_tool` span per tool call of a batch begun at perf_counter `started` that `exc` ended before it
     settled (a cancelled task, Ctrl-C, a failing session store), marked with `exc`'s class: the trace shows which
     tools were running when the run stopped, though whether each one ran is unknown. `calls` leaves searches out
-    (a search has its retrieval span)."""
+    (a search has its retrieval span); `known` as for `tool_results`."""
     tracer = _tracer()
     if tracer is None:
         return
     now, kind = time.time_ns(), type(exc).__qualname__
     for call in calls:
-        _tool_span(tracer, call, _at(started), now, None, kind)
+        _tool_span(tracer, call, known, _at(started), now, None, kind)
 
 
-def _tool_span(tracer: Tracer, call: ToolCall, start: int, end: int, status: str | None, error: str | None) -> None:
+# What a span or counter shows for a called name that is no catalog tool's (a name the model made up, as free as a
+# query and as private: it may quote the user), unless queries are traced as text.
+UNKNOWN_TOOL = "(unknown tool)"
+
+
+def _shown_tool(name: str, known: Callable[[str], bool]) -> tuple[str, dict[str, Any]]:
+    """The name a span records for a called tool, and attributes to add: a catalog tool's name as it is; another
+    name under the query setting: as it is with "text", else `UNKNOWN_TOOL`, with its digest beside it
+    (`toolsearch.tool.name.sha256`) with "hash"."""
+    mode = _queries()
+    if mode == "text" or known(name):
+        return name, {}
+    return UNKNOWN_TOOL, ({"toolsearch.tool.name.sha256": digest(name)} if mode == "hash" else {})
+
+
+def _tool_span(
+    tracer: Tracer,
+    call: ToolCall,
+    known: Callable[[str], bool],
+    start: int,
+    end: int,
+    status: str | None,
+    error: str | None,
+) -> None:
     """One call's `execute_tool` span from epoch ns `start` to `end`, failed with `error` when given."""
     from opentelemetry.trace import SpanKind
 
+    name, extra = _shown_tool(call.name, known)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.name": name,
         "gen_ai.tool.call.id": call.id,
         "gen_ai.tool.type": "function",
+        **extra,
     }
     if status is not None:
         attributes["toolsearch.tool.status"] = status
     try:  # each span on its own: a processor that fails on one tool's span loses that span only
         span = tracer.start_span(
-            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
+            f"execute_tool {name}", kind=SpanKind.INTERNAL, start_time=start, attributes=attributes
         )
         if error is not None:
             _error(span, error)
@@ -620,8 +653,11 @@ def gateway_session(session_id: str) -> None:
 
 
 @_never_raises("counting a finished run", None)
-def run_finished(searches: Sequence[SearchRecord], results: Sequence[ToolResult]) -> None:
-    """Count a finished run's calls without a search and its found-but-never-called tools."""
+def run_finished(searches: Sequence[SearchRecord], results: Sequence[ToolResult], known: Callable[[str], bool]) -> None:
+    """Count a finished run's calls without a search and its found-but-never-called tools.
+
+    A called name that is no catalog tool's (`known(name)` false) is counted as `UNKNOWN_TOOL`, whatever the query
+    setting: each made-up name would start a metric series of its own, without bound."""
     if not results and not searches:
         return
     pair = _counter_pair()
@@ -635,6 +671,7 @@ def run_finished(searches: Sequence[SearchRecord], results: Sequence[ToolResult]
             continue
         called.add(result.call.name)
         if result.call.name not in found:
-            without_search.add(1, {"gen_ai.tool.name": result.call.name, "toolsearch.tool.status": result.status.value})
+            name = result.call.name if known(result.call.name) else UNKNOWN_TOOL
+            without_search.add(1, {"gen_ai.tool.name": name, "toolsearch.tool.status": result.status.value})
     for name in sorted(found - called):
         not_called.add(1, {"gen_ai.tool.name": name})

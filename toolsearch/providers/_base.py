@@ -5,6 +5,7 @@ How a turn runs, from sync code or asyncio (requests, streams, handlers), is `pr
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import warnings
@@ -545,7 +546,12 @@ class StreamingChatModel(ChatModel, Protocol):
 
 
 def tool_result_text(value: Any) -> str:
-    """Turn whatever a tool returned into the text the model reads."""
+    """Turn whatever a tool returned into the text the model reads.
+
+    Bytes are read as UTF-8 text; bytes that are not (an image, a zip) raise ArgumentTypeError, as does a
+    generator or coroutine nobody consumed: their repr ("b'\\x89PNG...'", "<generator object ...>") would reach
+    the model as the tool's answer, and the real output would be lost without a word.
+    """
     if isinstance(value, str):
         return value
     if value is None:
@@ -553,6 +559,34 @@ def tool_result_text(value: Any) -> str:
     if hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return _bytes_text(value) if isinstance(value, bytes | bytearray | memoryview) else json.dumps(
+            value, ensure_ascii=False, default=_json_default
+        )
+    except ArgumentTypeError:
+        raise
     except (TypeError, ValueError):
         return str(value)
+
+
+def _bytes_text(value: bytes | bytearray | memoryview) -> str:
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ArgumentTypeError(
+            f"the tool returned {len(bytes(value)):,} bytes that are not UTF-8 text (binary data, such as an image "
+            "or an archive); a tool's result is text: return a str (base64 for binary data) or a JSON-able value"
+        ) from None
+
+
+def _json_default(value: Any) -> Any:
+    """What json.dumps writes for a value it has no form for: bytes as their text, else its str()."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _bytes_text(value)
+    if inspect.isgenerator(value) or inspect.isasyncgen(value) or inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: closed here, without the "was never awaited" warning
+        raise ArgumentTypeError(
+            f"the tool returned a {type(value).__name__} that nothing consumed; return its items (a list) or its "
+            "awaited value"
+        )
+    return str(value)

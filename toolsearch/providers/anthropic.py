@@ -3,7 +3,9 @@
 Schema injection by default. With `tool_search_mode="native"` the discovered tools are sent with
 `defer_loading: true` and each tool_search result is a `tool_result` whose content is
 `tool_reference` blocks (`ToolReferenceBlockParam` in the SDK), which the API expands into the
-tools' definitions in place — keeping the tools prefix, and so the prompt cache, stable.
+tools' definitions in place — keeping the tools prefix, and so the prompt cache, stable. A
+discovered tool that no `tool_reference` of the history names (one an earlier run of the session
+found) is sent loaded instead, since nothing would load it.
 
 Prompt caching is on by default: Anthropic caches a prompt only up to explicit `cache_control`
 breakpoints, so each request marks three of the four allowed — the last loaded tool (deferred
@@ -33,7 +35,15 @@ from ._base import (
 from ._wire import anthropic_call_id, token_count, unique_call_ids
 from ._wire import dump as _dump
 from ._wire import get as _get
-from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
+from .drive import (
+    StreamCall,
+    StreamsByCall,
+    call_async,
+    call_sync,
+    check_client,
+    reject_stream_option,
+    stream_cut_short,
+)
 
 __all__ = ["AnthropicModel", "AnthropicStreamAssembler", "anthropic_payload", "parse_message"]
 
@@ -117,14 +127,17 @@ def anthropic_payload(
     if request.search_tool is not None:
         tools.append(request.search_tool.to_anthropic(name=names.safe(request.search_tool.name)))
     if native:
-        # Every tool a tool_reference names must be in `tools`, deferred, or the API rejects the request.
-        deferred = {t.name: t for t in request.discovered}
+        # Every tool a tool_reference names must be in `tools`, deferred, or the API rejects the request; the
+        # reference loads it where it stands. A discovered tool no reference of this history names (found by an
+        # earlier run of the session) would be deferred with nothing to load it, out of the model's reach: it is
+        # sent loaded.
+        discovered = {t.name: t for t in request.discovered}
         for name, tool in referenced.items():
-            deferred.setdefault(name, tool)
+            discovered.setdefault(name, tool)
         pinned = {t.name for t in request.pinned}
         tools.extend(
-            {**t.to_anthropic(name=names.safe(t.name)), "defer_loading": True}
-            for t in deferred.values()
+            {**t.to_anthropic(name=names.safe(t.name)), **({"defer_loading": True} if t.name in referenced else {})}
+            for t in discovered.values()
             if t.name not in pinned
         )
     else:
@@ -273,7 +286,9 @@ class AnthropicStreamAssembler:
     Content blocks are rebuilt by index: text from `text_delta`s (passed on as they come),
     tool_use input from the concatenated `input_json_delta`s (a call is announced at its block's
     start), thinking blocks with their signature so they can be replayed. Usage: input from
-    `message_start`, output (and any later figures) from `message_delta`.
+    `message_start`, output (and any later figures) from `message_delta`. A stream that ends before
+    `message_delta` gave the stop reason or `message_stop` came was cut short: `finish` raises a
+    ProviderError rather than pass a part of a turn off as the answer.
     """
 
     def __init__(self, names: NameMap) -> None:
@@ -341,6 +356,8 @@ class AnthropicStreamAssembler:
     def finish(self) -> ModelTurn:
         if not self.message:
             raise ProviderError("the Anthropic stream ended before message_start; no turn was received")
+        if not self.stopped and self.stop_reason is None:  # neither message_delta's stop_reason nor message_stop
+            raise stream_cut_short("Anthropic Messages", "message_stop")
         for index, parts in self.partial_json.items():  # a block the stream never closed
             self.blocks[index]["input"] = "".join(parts)
         message = {
@@ -372,6 +389,10 @@ class AnthropicModel(StreamsByCall):
         **options: Any,
     ) -> None:
         reject_stream_option(options)
+        check_client(
+            "AnthropicModel", client, "messages.create",
+            "an Anthropic client (anthropic.Anthropic() or anthropic.AsyncAnthropic())", model,
+        )
         self.client = client
         self.model = model
         self.max_tokens = max_tokens

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import queue
 import threading
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import aclosing, closing, contextmanager
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ __all__ = [
     "asettle",
     "call_async",
     "call_sync",
+    "check_client",
     "deliver_event",
     "drive",
     "is_async_callable",
@@ -37,6 +40,7 @@ __all__ = [
     "replay",
     "run_sync",
     "settle",
+    "stream_cut_short",
     "translate_error",
     "translated",
 ]
@@ -79,13 +83,129 @@ def run_sync(coro: Any) -> Any:
 
 
 def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> Exception:
-    """A ProviderError for an SDK/transport exception; other exceptions are returned unchanged."""
+    """A ProviderError for an SDK/transport exception; other exceptions are returned unchanged.
+
+    Its `status`, `retry_after` and `retryable` are read from the SDK's exception (each SDK names them its own
+    way), and its message ends with what to do: wait and send again, or fix the request.
+    """
     if isinstance(exc, ProviderError):
         return exc
     module = type(exc).__module__ or ""
     if module.startswith(modules):
-        return ProviderError(f"{provider} request failed: {type(exc).__name__}: {exc}")
+        status = _status_of(exc)
+        retry_after = _retry_after_of(exc)
+        retryable = _retryable(exc, status)
+        return ProviderError(
+            f"{provider} request failed: {type(exc).__name__}: {exc}{_retry_advice(status, retry_after, retryable)}",
+            status=status,
+            retry_after=retry_after,
+            retryable=retryable,
+        )
     return exc
+
+
+# Statuses whose request may succeed when sent again as it is: a timeout, a conflict (OpenAI's lock timeout), a rate
+# limit, and every server error (Anthropic's 529 "overloaded" too); the SDKs retry the same ones themselves.
+_RETRY_STATUSES = frozenset({408, 409, 429})
+# Exception classes (by name: no SDK is imported here) that mean no answer came: the request may not even have
+# reached the provider, so sending it again may help.
+_TRANSPORT_ERRORS = frozenset({
+    "APIConnectionError", "APITimeoutError", "TransportError", "TimeoutException", "NetworkError",
+    "RemoteProtocolError", "ProtocolError",
+})
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status of an SDK's error: `status_code` (openai, anthropic), `code` (google-genai), or its
+    `response`'s (httpx); None when no answer came."""
+    for path in (("status_code",), ("code",), ("response", "status_code")):
+        value: Any = exc
+        try:
+            for name in path:
+                value = getattr(value, name)
+        except Exception:  # absent, or a property that raises (httpx's, on an error without its request)
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+            return value
+    return None
+
+
+def _headers_of(exc: BaseException) -> Mapping[str, str]:
+    try:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    except Exception:  # httpx raises for a request-less response's attributes
+        return {}
+    return headers if isinstance(headers, Mapping) else {}
+
+
+def _seconds(text: Any, scale: float = 1.0) -> float | None:
+    try:
+        value = float(text) * scale
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _retry_after_of(exc: BaseException) -> float | None:
+    """The wait the provider asked for, in seconds: `retry-after-ms` / `retry-after` (seconds or an HTTP date:
+    OpenAI, Anthropic, proxies), or Gemini's `RetryInfo.retryDelay` ("7s") in the error body."""
+    headers = _headers_of(exc)
+    found = _seconds(headers.get("retry-after-ms"), 0.001)
+    if found is None and headers.get("retry-after") is not None:
+        text = str(headers["retry-after"])
+        found = _seconds(text)
+        if found is None:
+            from email.utils import parsedate_to_datetime
+
+            try:
+                found = max(0.0, parsedate_to_datetime(text).timestamp() - time.time())
+            except (TypeError, ValueError, IndexError, OverflowError):
+                found = None
+    if found is None:
+        details = getattr(exc, "details", None)  # google-genai: the error's JSON body
+        error = details.get("error") if isinstance(details, Mapping) else None
+        for item in (error.get("details") if isinstance(error, Mapping) else None) or ():
+            delay = item.get("retryDelay") if isinstance(item, Mapping) else None
+            if isinstance(delay, str) and delay.endswith("s"):
+                found = _seconds(delay[:-1])
+                break
+    return found
+
+
+def _retryable(exc: BaseException, status: int | None) -> bool | None:
+    """Whether sending the request again may help: the provider's own `x-should-retry` header when it sent one,
+    else by status (a rate limit, a server error: yes; another refusal: no) or, with no answer at all, by
+    whether the connection failed (yes) or the answer could not be read (unknown)."""
+    said = str(_headers_of(exc).get("x-should-retry", "")).lower()
+    if said in ("true", "false"):
+        return said == "true"
+    if status is not None:
+        if status == 429 and getattr(exc, "code", None) == "insufficient_quota":  # OpenAI: out of credit, no wait helps
+            return False
+        return status in _RETRY_STATUSES or status >= 500
+    if any(cls.__name__ in _TRANSPORT_ERRORS for cls in type(exc).__mro__):
+        return True
+    return None
+
+
+def _retry_advice(status: int | None, retry_after: float | None, retryable: bool | None) -> str:
+    """The sentence a ProviderError's message ends with: whether to send the request again, and when."""
+    answered = f"HTTP {status}" if status is not None else "no answer came"
+    if retryable:
+        wait = (
+            f"the provider asked to wait {retry_after:g} s before sending it again"
+            if retry_after is not None
+            else "send it again after a short wait"
+        )
+        return f". Retrying may help ({answered}): {wait}."
+    if retryable is None:
+        return ""
+    todo = {
+        401: "check the API key",
+        403: "check that the API key may use this model and endpoint",
+        404: "check the model name and the client's base_url",
+    }.get(status or 0, "fix what the provider names in the request")
+    return f". Retrying will not help ({answered}: the provider refused this request as it is): {todo}."
 
 
 def is_async_callable(fn: Any) -> bool:
@@ -175,6 +295,48 @@ class StreamAssembler(Protocol):
     def feed(self, chunk: Any) -> Iterable[StreamEvent]: ...
 
     def finish(self) -> ModelTurn: ...
+
+
+def stream_cut_short(api: str, marker: str) -> ProviderError:
+    """The error for a stream that ended before the event that says the provider finished the turn (`marker`).
+
+    A proxy or gateway whose upstream failed mid-answer closes the stream cleanly: what came is a part of a turn,
+    never an answer, and a call of it (whole as its arguments may look) must not run.
+    """
+    return ProviderError(
+        f"the {api} stream was cut short: it ended before {marker}, so the turn is incomplete and none of its tool "
+        "calls ran (a proxy, a gateway or the connection dropped the rest). Retrying may help (no complete answer "
+        "came): send the request again.",
+        retryable=True,
+    )
+
+
+def check_client(owner: str, client: Any, endpoint: str, expected: str, model: Any) -> None:
+    """Refuse, when the model is made, a client without the SDK endpoint `owner` calls (`"chat.completions.create"`):
+    another provider's client or the arguments swapped would otherwise fail at the first request, as a bare
+    AttributeError from inside the adapter that names neither the model class nor what to pass.
+
+    Only the endpoint is looked up (no SDK is imported): a wrapped or proxied client that has it passes.
+    """
+    target: Any = client
+    for part in endpoint.split("."):
+        try:
+            target = getattr(target, part, None)
+        except Exception:  # a property of a half-configured client that raises: no endpoint either
+            target = None
+        if target is None:
+            break
+    if not callable(target):
+        said = "None" if client is None else f"{type(client).__module__}.{type(client).__qualname__}"
+        raise ArgumentTypeError(
+            f"{owner} needs {expected} as its first argument (a client with {endpoint}), got {said}; pass "
+            f"{owner}(client, \"<model name>\")"
+        )
+    if not isinstance(model, str) or not model.strip():
+        raise ArgumentTypeError(
+            f"{owner} needs the model's name as its second argument, a non-empty string, got "
+            f"{type(model).__name__} {model!r:.40}; pass {owner}(client, \"<model name>\")"
+        )
 
 
 def reject_stream_option(options: Mapping[str, Any]) -> None:

@@ -40,7 +40,15 @@ from ._base import (
 from ._wire import check_stop, token_count
 from ._wire import dump as _dump
 from ._wire import get as _get
-from .drive import StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
+from .drive import (
+    StreamCall,
+    StreamsByCall,
+    call_async,
+    call_sync,
+    check_client,
+    reject_stream_option,
+    stream_cut_short,
+)
 
 __all__ = [
     "GeminiModel", "GeminiStreamAssembler", "gemini_declaration", "gemini_payload", "parse_response", "wire_name",
@@ -205,7 +213,9 @@ class GeminiStreamAssembler:
     """Assembles `generate_content_stream` chunks into the turn `parse_response` would give.
 
     Text parts arrive in pieces (each passed on as it comes); a function call arrives whole in one
-    chunk. Usage and the finish reason are the last chunk's.
+    chunk. Usage and the finish reason are the last chunk's; a stream whose chunks never gave a
+    finish reason was cut short, and `finish` raises a ProviderError rather than pass a part of a
+    turn off as the answer.
     """
 
     def __init__(self, names: NameMap) -> None:
@@ -241,6 +251,8 @@ class GeminiStreamAssembler:
     def finish(self) -> ModelTurn:
         if not self.started:
             raise ProviderError("the Gemini stream ended before its first chunk; no turn was received")
+        if self.finish_reason is None:  # the last chunk of a whole answer gives it
+            raise stream_cut_short("Gemini", "a chunk that gives its finish_reason")
         response = {
             "candidates": [{"content": {"role": "model", "parts": self.parts}, "finish_reason": self.finish_reason}],
             "usage_metadata": self.usage,
@@ -259,6 +271,7 @@ class GeminiModel(StreamsByCall):
 
     def __init__(self, client: Any, model: str, **options: Any) -> None:
         reject_stream_option(options)
+        check_client("GeminiModel", client, "models.generate_content", "a google-genai client (genai.Client())", model)
         self.client = client
         self.model = model
         self.options = options

@@ -7,6 +7,7 @@ provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..tools import NameMap, Tool
@@ -25,7 +26,16 @@ from ._base import (
 from ._wire import check_stop, stop_kind, token_count, unique_call_ids
 from ._wire import dump as _dump
 from ._wire import get as _get
-from .drive import StreamAssembler, StreamCall, StreamsByCall, call_async, call_sync, reject_stream_option
+from .drive import (
+    StreamAssembler,
+    StreamCall,
+    StreamsByCall,
+    call_async,
+    call_sync,
+    check_client,
+    reject_stream_option,
+    stream_cut_short,
+)
 
 _SDK_MODULES = ("openai", "httpx")
 
@@ -154,8 +164,12 @@ class ChatStreamAssembler:
     """Assembles `ChatCompletionChunk`s (objects or dicts) into the turn `parse_chat_completion` would give.
 
     Text deltas are passed on as they come; a tool call is announced once its name is known, and
-    its arguments are the concatenation of every fragment sent for its `index`. Usage comes from
-    the last chunk (`stream_options={"include_usage": True}`); only choice 0 is read.
+    its arguments are the concatenation of every fragment sent for its `index`. A fragment that
+    brings another id than its index's call has, or a name once that call's arguments are a whole
+    JSON object, starts a new call: some OpenAI-compatible servers send every parallel call whole
+    under `index: 0`. Usage comes from the last chunk (`stream_options={"include_usage": True}`);
+    only choice 0 is read. A stream that ends before a chunk gave the `finish_reason` was cut short:
+    `finish` raises a ProviderError rather than pass a part of a turn off as the answer.
     """
 
     def __init__(self, names: NameMap) -> None:
@@ -164,7 +178,8 @@ class ChatStreamAssembler:
         self.model: str | None = None
         self.texts: list[str] = []
         self.refusals: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[int, dict[str, Any]] = {}  # by order of arrival
+        self.current: dict[int, int] = {}  # a fragment's `index` -> the key in `calls` of the call it continues
         self.finish_reason: str | None = None
         self.usage: Any = None
 
@@ -191,14 +206,9 @@ class ChatStreamAssembler:
                 self.refusals.append(refusal)
                 events.append(StreamEvent.text_delta(refusal))
             for fragment in _get(delta, "tool_calls") or ():
-                index = _get(fragment, "index")
-                slot = self.calls.setdefault(
-                    len(self.calls) if index is None else index, {"id": "", "name": "", "arguments": []}
-                )
-                # id and name arrive whole in the first fragment; some servers repeat them later
-                slot["id"] = slot["id"] or call_text(_get(fragment, "id"), "id")
                 fn = _get(fragment, "function")
                 name = call_text(_get(fn, "name"), "name") if fn is not None else None
+                slot = self._slot(_get(fragment, "index"), call_text(_get(fragment, "id"), "id"), name)
                 if name and not slot["name"]:
                     slot["name"] = name
                     # the id the call runs under, given now so its start event and its result agree
@@ -211,6 +221,31 @@ class ChatStreamAssembler:
                 if arguments:
                     slot["arguments"].append(arguments)
         return events
+
+    def _slot(self, index: Any, call_id: str, name: str | None) -> dict[str, Any]:
+        """The call a fragment belongs to: its index's call, or a new one when the fragment starts another.
+
+        id and name arrive whole in a call's first fragment, and some servers repeat them later: the same id is
+        the same call. Another id is another call; so is a name without an id once the call has a name and its
+        arguments are a whole JSON object (a repeat would come before the arguments are complete).
+        """
+        key = self.current.get(index) if index is not None else None
+        slot = self.calls.get(key) if key is not None else None
+        if slot is not None:
+            other_id = bool(call_id) and bool(slot["sent_id"]) and call_id != slot["sent_id"]
+            other_call = bool(name) and not call_id and bool(slot["name"]) and _whole_object(slot["arguments"])
+            if other_id or other_call:
+                slot = None
+        if slot is None:
+            key = len(self.calls)
+            slot = self.calls[key] = {"id": "", "sent_id": "", "name": "", "arguments": []}
+            if index is not None:
+                self.current[index] = key
+        if call_id and not slot["sent_id"]:
+            slot["sent_id"] = call_id
+            if not slot["name"]:  # once announced, a call keeps the id its start event gave
+                slot["id"] = call_id
+        return slot
 
     def completion(self) -> dict[str, Any]:
         """The assembled stream as a `ChatCompletion`-shaped dict."""
@@ -239,14 +274,33 @@ class ChatStreamAssembler:
     def finish(self) -> ModelTurn:
         if self.finish_reason is None and not self.texts and not self.calls:
             raise ProviderError("the Chat Completions stream ended without any choice")
+        if self.finish_reason is None:
+            raise stream_cut_short("OpenAI Chat Completions", "the chunk that gives its finish_reason")
         return parse_chat_completion(self.completion(), self.names)
+
+
+def _whole_object(parts: list[str]) -> bool:
+    """Whether a streamed call's argument fragments so far make one whole JSON object."""
+    text = "".join(parts).strip()
+    if not text.startswith("{") or not text.endswith("}"):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+_EXPECTED_CLIENT = "an OpenAI client (openai.OpenAI(), openai.AsyncOpenAI(), or their Azure kind)"
 
 
 class _OpenAIBase(StreamsByCall):
     format = "openai"
 
+    _endpoint_name = ""  # the SDK endpoint the subclass calls, checked on the client when the model is made
+
     def __init__(self, client: Any, model: str, **options: Any) -> None:
         reject_stream_option(options)
+        check_client(type(self).__name__, client, self._endpoint_name, _EXPECTED_CLIENT, model)
         self.client = client
         self.model = model
         self.options = options
@@ -296,6 +350,7 @@ class OpenAIChatModel(_OpenAIBase):
     """
 
     format = "openai_chat"
+    _endpoint_name = "chat.completions.create"
 
     def _endpoint(self) -> Any:
         return self.client.chat.completions.create
@@ -341,8 +396,16 @@ def responses_payload(
 
     Function tools carry `strict` (False by default: catalog schemas are rarely strict-compatible,
     and the SDK's `FunctionToolParam` requires the key).
+
+    With `store=False` nothing is kept on OpenAI's side, so a reasoning item can be replayed only
+    with its `encrypted_content`: the request asks for it (`include=["reasoning.encrypted_content"]`)
+    once the model shows it reasons (`reasoning=` is given, or the history holds a reasoning item:
+    the API refuses that `include` for a model that does not reason), and a reasoning item without it
+    is left out of the replay (the API refuses a bare one: "Items are not persisted when `store` is
+    set to false").
     """
     names = names or request.name_map()
+    stateless = options.get("store") is False
 
     def function(tool: Tool) -> dict[str, Any]:
         return {**tool.to_openai(name=names.safe(tool.name), responses=True), "strict": strict}
@@ -354,8 +417,8 @@ def responses_payload(
         if m.role in ("system", "user"):
             items.append({"role": m.role, "content": m.content})
         elif m.role == "assistant":
-            if m.provider == "openai_responses":
-                items.extend(_dump(i) for i in m.provider_items)  # reasoning items, replayed verbatim
+            if m.provider == "openai_responses":  # reasoning items, replayed verbatim
+                items.extend(i for i in map(_dump, m.provider_items) if not (stateless and _bare_reasoning(i)))
             if m.content:
                 items.append({"role": "assistant", "content": m.content})
             for c in m.tool_calls:
@@ -404,7 +467,22 @@ def responses_payload(
     if tools:
         payload["tools"] = tools
     payload.update(options)
+    reasons = "reasoning" in options or any(
+        m.provider == "openai_responses" and m.provider_items for m in request.messages
+    )
+    if stateless and reasons:
+        include = list(options.get("include") or ())
+        if _ENCRYPTED_REASONING not in include:
+            payload["include"] = [*include, _ENCRYPTED_REASONING]
     return payload
+
+
+_ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
+
+def _bare_reasoning(item: Any) -> bool:
+    """A reasoning item that only points at one kept on OpenAI's side: no `encrypted_content` to send back."""
+    return isinstance(item, dict) and item.get("type") == "reasoning" and not item.get("encrypted_content")
 
 
 def parse_response(response: Any, names: NameMap, search_tool: str | None = None) -> ModelTurn:
@@ -484,7 +562,7 @@ class ResponsesStreamAssembler:
 
     def finish(self) -> ModelTurn:
         if self.response is None:
-            raise ProviderError("the Responses stream ended before response.completed; the turn is incomplete")
+            raise stream_cut_short("OpenAI Responses", "response.completed")
         return parse_response(self.response, self.names, self.search_tool)
 
 
@@ -492,11 +570,13 @@ class OpenAIResponsesModel(_OpenAIBase):
     """The Responses API through `openai.OpenAI` or `openai.AsyncOpenAI`.
 
     Stateless: the whole history is sent as `input` each time (no `previous_response_id`), so it
-    works through proxies and with `store=False`. `strict` is sent on every function tool;
-    `options` go to every `responses.create` call.
+    works through proxies and with `store=False` (a reasoning model's reasoning is then replayed by
+    its encrypted content, asked for with `include`: see `responses_payload`). `strict` is sent on
+    every function tool; `options` go to every `responses.create` call.
     """
 
     format = "openai_responses"
+    _endpoint_name = "responses.create"
 
     def __init__(self, client: Any, model: str, *, strict: bool | None = False, **options: Any) -> None:
         super().__init__(client, model, **options)

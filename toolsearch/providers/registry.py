@@ -120,6 +120,19 @@ def _left_out(error: PluginError, where: str) -> None:
     warnings.warn(f"left out of {where}: {error}", PluginWarning, stacklevel=3)
 
 
+def _skipped(fmt: WireFormat, exc: Exception) -> None:
+    """Warn that a wire format's `parse_call` raised reading a call, naming where the format comes from."""
+    entry = FORMATS.entry(fmt.name)
+    where = entry.describe(FORMATS.group) if entry is not None else "registered in code (register_format)"
+    warnings.warn(
+        f"the tool format {fmt.name!r} ({where}) raised {type(exc).__name__}: {exc!s:.200} in parse_call, so it "
+        "was skipped for this call; a parse_call must return None for a call that is not in its format's shape "
+        "(fix or update the plug-in)",
+        PluginWarning,
+        stacklevel=4,
+    )
+
+
 def chat_format_names() -> list[str]:
     """Formats that render whole chat requests (usable by ScriptedModel, the demo and benchmarks).
 
@@ -203,7 +216,10 @@ def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
     Formats are tried in `format_names()` order (built-ins first), each loaded only when the ones
     before it did not read the call. A plug-in that fails to load is skipped with a PluginWarning;
     when no format reads the call, the PluginError of the first such plug-in is raised (the call
-    may have been its shape). Names are returned as sent (aliases are resolved by the session).
+    may have been its shape). A plug-in format whose `parse_call` raises (where it should return
+    None for a shape not its own) is skipped too, with a PluginWarning naming its entry point, and
+    the call gets the answer the other formats give it. Names are returned as sent (aliases are
+    resolved by the session).
     """
     if isinstance(raw, ToolCall):
         return raw
@@ -216,7 +232,15 @@ def parse_tool_call(raw: Any, *, search_name: str = "tool_search") -> ToolCall:
             _left_out(fmt, "the formats that read a tool call")
             broken = broken or fmt
             continue
-        call = fmt.parse_call(data, search_name)
+        try:
+            call = fmt.parse_call(data, search_name)
+        except Exception as exc:
+            if fmt.name in _BUILT_IN:  # ours: a bug to see, not a plug-in to step around
+                raise
+            # A plug-in's parse_call that raises on a shape not its own (where it should return None) must not
+            # replace the answer the built-ins give that call with its own bare error: it is skipped, named.
+            _skipped(fmt, exc)
+            continue
         if call is not None:
             return call
     if broken is not None:
