@@ -85,9 +85,27 @@ def _hidden_value(parameter: str) -> str:
     return f"{name}={HIDDEN}" if value else parameter
 
 
+# A secret of libpq's keyword form of a DSN (`host=db user=alice password=s3cret`): spaces may stand around its `=`,
+# and its value may be quoted (`password='a b'`), so its extent is read as libpq reads it
+_KEYWORD_SECRET = re.compile(r"\b((?:ssl)?password)(\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+
+
 def redacted_words(command: str) -> str:
-    """A command line with every URL in it redacted (`npx mcp-remote https://user:pw@host/mcp`)."""
-    return " ".join(redacted_url(word) if "://" in word else word for word in command.split(" "))
+    """A command line or message with every URL in it redacted (`npx mcp-remote https://user:pw@host/mcp`), and every
+    value set under a credential's name: a keyword DSN's `password=s3cret` (as `query --store` shows a DSN), a word
+    `--api-key=k-1` or `DB_PASSWORD=pw`."""
+    command = _KEYWORD_SECRET.sub(lambda found: f"{found[1]}{found[2]}{HIDDEN}", command)
+    return " ".join(_redacted_word(word) for word in command.split(" "))
+
+
+def _redacted_word(word: str) -> str:
+    if "://" in word:
+        return redacted_url(word)
+    name, equals, value = word.partition("=")
+    if equals and value and value != HIDDEN and _NAME.fullmatch(name.lstrip("-")) and _secret_name(name) \
+            and not _VARIABLE.fullmatch(value):
+        return f"{name}={HIDDEN}"
+    return word
 
 
 def redacted_command(argv: Sequence[str]) -> str:

@@ -181,7 +181,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes what it refuses: a store URL given to a command that takes none holds its password
-        if "--store" in message.split() and "--store" not in self._option_string_actions and self.prog != PROG:
+        given = any(word == "--store" or word.startswith("--store=") for word in message.split())
+        if given and "--store" not in self._option_string_actions and self.prog != PROG:
             message += f"; {pg_cli.store_hint(self.prog.removeprefix(PROG).strip())}"
         self.exit(EXIT_USAGE, f"{PROG}: error: {redacted_words(_one_line(message))} (see '{self.prog} --help')\n")
 
@@ -704,6 +705,10 @@ def check_build(args: argparse.Namespace) -> None:
         check_model(spec, args.model)
         _check_model_folder(args.model)
     check_store(args)
+    if args.store is not None:  # a catalog in Postgres: named by the store's rule, not the index folder's
+        if args.name is not None:
+            pg_cli.check_catalog_name(args.name, "--name")
+        return
     store, name = _build_target(args)
     if name is not None:
         store.path(name)
@@ -735,7 +740,9 @@ def check_query(args: argparse.Namespace) -> None:
 
 def check_index_argument(args: argparse.Namespace) -> None:
     check_store(args)
-    if not _looks_like_path(args.index) or args.command == "rm":
+    if getattr(args, "store", None) is not None:  # a catalog in Postgres: named by the store's rule
+        pg_cli.check_catalog_name(args.index, "NAME" if args.command == "rm" else "INDEX")
+    elif not _looks_like_path(args.index) or args.command == "rm":
         _root(args).path(args.index)
 
 

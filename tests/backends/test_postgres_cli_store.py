@@ -1,6 +1,7 @@
 """`--store` on the commands around a catalog in Postgres: a damaged catalog is rebuilt with `build --rebuild`, removed
-with `rm --store`, `--backend` is refused beside `--store`, and a command that takes no `--store` refuses it without
-showing the DSN's password."""
+with `rm --store`, a catalog name `mcp serve --catalog` takes is taken by build, query and rm, `--backend` is refused
+beside `--store`, and a command that takes no `--store` refuses it without showing the DSN's password (a URL's, or a
+keyword DSN's)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,33 @@ def test_a_command_without_store_refuses_it_without_the_password(command: list[s
     assert run.returncode == 2 and secret not in run.stderr, run.stderr
     assert "--store postgresql://***@db.internal:5432/tools" in run.stderr
     assert f"`toolsearch {command[0]}` reads no catalog in Postgres: --store goes with build, query, rm" in run.stderr
+
+
+@pytest.mark.slow
+def test_a_catalog_named_as_the_gateway_names_it_is_built_queried_and_removed(
+    pg_server: PostgresServer, tmp_path: Path  # noqa: F811
+) -> None:
+    # Before: "invalid index name 'fleet:blue': use 1 to 128 letters, digits, '.', '_' and '-' ..." (exit 2) from
+    # build, query and rm, though `mcp serve --catalog fleet:blue` makes that catalog
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    dsn = pg_server.dsn()
+    built = _cli(tmp_path, "build", "tools.json", "--store", dsn, "--name", "fleet:blue")
+    assert built.returncode == 0, built.stderr
+    found = _cli(tmp_path, "query", "fleet:blue", "weather in Paris", "--store", dsn, "--json")
+    assert found.returncode == 0 and "weather_get_forecast" in found.stdout, found.stderr
+    removed = _cli(tmp_path, "rm", "fleet:blue", "--store", dsn)
+    assert removed.returncode == 0 and "removed catalog 'fleet:blue'" in removed.stdout, removed.stderr
+    empty = _cli(tmp_path, "rm", " ", "--store", dsn)
+    assert empty.returncode == 2 and "invalid catalog name ' ' (NAME): give a name that is not empty" in empty.stderr
+    local = _cli(tmp_path, "rm", "fleet:blue")  # a local index's name is a folder's: the folder rule holds there
+    assert local.returncode == 2 and "invalid index name 'fleet:blue'" in local.stderr
+
+
+def test_a_keyword_dsn_given_to_a_command_without_store_is_refused_without_its_password(tmp_path: Path) -> None:
+    # Before: "unrecognized arguments: --store host=db.internal user=alice password=s3cretPW42 dbname=tools; ..."
+    run = _cli(tmp_path, "info", "prod", "--store", "host=db.internal user=alice password=s3cretPW42 dbname=tools")
+    assert run.returncode == 2 and "s3cretPW42" not in run.stderr, run.stderr
+    assert "--store host=db.internal user=alice password=*** dbname=tools" in run.stderr
+    joined = _cli(tmp_path, "info", "prod", "--store=postgresql://alice:s3cretPW42@db.internal/tools")
+    assert joined.returncode == 2 and "s3cretPW42" not in joined.stderr  # and it says where --store goes:
+    assert "`toolsearch info` reads no catalog in Postgres: --store goes with build, query, rm" in joined.stderr

@@ -1,6 +1,8 @@
-"""Writers of one shared catalog in Postgres: they take turns without a false outage, a waiting build says whom it
-waits for, `open` is exact under another's upsert, a model whose dimension changed under its id rebuilds, a damaged
-catalog is rebuilt in place or removed, and a private catalog does not outlive its backend."""
+"""Writers of one shared catalog in Postgres: they take turns without a false outage, a waiting build or change says
+whom it waits for, a change gives up on a holder stopped mid-change (a lock, not an outage), `open` is exact under
+another's upsert, a model whose dimension changed under its id rebuilds, a damaged catalog is rebuilt in place (its
+readers searching on meanwhile) or removed, a private catalog does not outlive its backend, and a named one is never
+dropped by a backend's `close`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -60,9 +63,10 @@ def _open(dsn: str, name: str, tools: list[Tool] | None = None, **options: objec
 class _RowLock:
     """Another session holding the catalog's row as a writer's transaction does, until `release`."""
 
-    def __init__(self, dsn: str, name: str) -> None:
-        self.conn = psycopg.connect(dsn)
+    def __init__(self, dsn: str, name: str, *, application: str = "row lock test") -> None:
+        self.conn = psycopg.connect(dsn, application_name=application)
         self.conn.execute("SELECT 1 FROM toolsearch_catalogs WHERE name = %s FOR UPDATE", (name,))
+        self.pid = self.conn.info.backend_pid
 
     def release(self) -> None:
         self.conn.commit()
@@ -92,6 +96,63 @@ def test_a_writer_waits_for_another_s_change_and_records_no_outage(
         assert done == ["written"] and "translate_text" in writer.catalog
         assert writer.outage() is None
     finally:
+        writer.close()
+
+
+def test_a_writer_gives_up_on_a_holder_stopped_mid_change_naming_it(
+    pg_server: PostgresServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: the change waited with no bound (a stopped writer's transaction stays open for hours), said once at
+    # INFO as "another process is writing a change to it; this change waits for its turn", naming no one.
+    caplog.set_level(logging.INFO, logger="toolsearch.pg")
+    _open(pg_server.dsn(), "stalled", TOOLS).close()
+    writer = _open(pg_server.dsn(), "stalled", timeout=0.3, lock_wait=1.5)
+    stopped = _RowLock(pg_server.dsn(), "stalled", application="stopped writer")  # idle in its transaction
+    outcome: list[BaseException | str] = []
+
+    def upsert() -> None:
+        try:
+            writer.upsert([Tool("translate_text", "Translate text between languages.")])
+            outcome.append("written")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=upsert, daemon=True)
+    try:
+        thread.start()
+        thread.join(20)
+        assert outcome, "the change still waits for a holder that runs nothing"
+    finally:
+        stopped.release()
+        thread.join(30)
+    try:
+        error = outcome[0]
+        assert isinstance(error, CatalogStoreError) and error.outage is False, error
+        said = str(error)
+        assert "a lock, not an outage" in said and f"PID {stopped.pid}" in said and "'stopped writer'" in said, said
+        assert f"pg_terminate_backend({stopped.pid})" in said and writer.outage() is None
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("waits for its turn" in m and f"PID {stopped.pid}" in m for m in warned), warned
+        writer.upsert([Tool("translate_text", "Translate text between languages.")])  # the holder gone, it writes
+        assert "translate_text" in writer.catalog
+    finally:
+        writer.close()
+
+
+def test_a_writer_waits_on_for_a_holder_that_runs_a_statement(pg_server: PostgresServer) -> None:  # noqa: F811
+    # A change of many tools holds the catalog for minutes, running statements all along: it is waited for past
+    # lock_wait (only a holder that runs nothing is given up on).
+    _open(pg_server.dsn(), "busy", TOOLS).close()
+    writer = _open(pg_server.dsn(), "busy", timeout=0.3, lock_wait=1.0)
+    busy = _RowLock(pg_server.dsn(), "busy")
+    running = threading.Thread(target=lambda: (busy.conn.execute("SELECT pg_sleep(3)"), busy.release()))
+    try:
+        running.start()
+        started = time.monotonic()
+        writer.upsert([Tool("translate_text", "Translate text between languages.")])
+        assert time.monotonic() - started > 1.0 and "translate_text" in writer.catalog
+    finally:
+        running.join(30)
         writer.close()
 
 
@@ -213,6 +274,76 @@ def test_a_damaged_catalog_is_rebuilt_in_place_and_can_be_removed(pg_server: Pos
         _open(dsn, "damaged")
     with pytest.raises(IndexNotFoundError, match="no catalog 'damaged'"):
         remove_catalog(dsn, "damaged")
+
+
+def test_a_rebuild_leaves_readers_searching_until_its_swap(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: the rebuild dropped the catalog's tables first, so every search of a worker following it waited for the
+    # whole rebuild and failed past `timeout` as an outage ("the statement ran past 0.5 s (statement_timeout):
+    # Postgres is slow or busy").
+    dsn = pg_server.dsn()
+    _open(dsn, "swapped", TOOLS).close()
+    reader = PostgresIndex.open(dsn, "swapped", poll=0.2, embedder=_embedder(), cache=False, timeout=0.5)
+    before = reader.version
+    blocker = psycopg.connect(dsn)  # holds the rebuild just before it records its change: its tables are written
+    blocker.execute("LOCK TABLE toolsearch_changes IN SHARE MODE")
+    rebuilding = threading.Thread(target=lambda: _open(dsn, "swapped", TOOLS, rebuild=True).close())
+
+    def rebuild_waits() -> bool:
+        with psycopg.connect(dsn) as conn:
+            return bool(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                     "AND query LIKE 'INSERT INTO toolsearch_changes%'").fetchone()[0])
+
+    try:
+        rebuilding.start()
+        assert wait_until(rebuild_waits, timeout=30)
+        for _ in range(3):
+            assert reader.search("send an email", 1).names == ["email_send_message"]
+            time.sleep(0.3)
+        assert reader.outage() is None and reader.version == before
+    finally:
+        blocker.commit()
+        blocker.close()
+        rebuilding.join(30)
+    try:
+        assert wait_until(lambda: reader.version == before + 1, timeout=20)  # it reads the rebuilt catalog
+        assert reader.search("convert dollars to euros", 1).names == ["currency_convert"]
+    finally:
+        reader.close()
+
+
+def test_close_never_drops_a_named_catalog_removed_and_built_again(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Before: the follower's upsert went into the catalog built again under the name (another id), which made the
+    # backend take it for a copy of its own, and `close()` dropped it for every worker; its searches failed with
+    # "Postgres refused the statement (UndefinedTable) ... build it again (--rebuild)".
+    dsn = pg_server.dsn()
+    _open(dsn, "refound", TOOLS).close()
+    follower = _open(dsn, "refound")
+    remove_catalog(dsn, "refound")
+    _open(dsn, "refound", TOOLS).close()
+    with pytest.raises(IndexNotFoundError, match=r"was removed from .*open it again"):
+        follower.search("send an email", 1)
+    with pytest.raises(IndexNotFoundError, match="removed and built again since this process opened it"):
+        follower.upsert([Tool("translate_text", "Translate text between languages.")])
+    follower.close()
+    follower._pg.close()
+    fresh = _open(dsn, "refound")
+    try:
+        assert sorted(fresh.catalog.names) == sorted(t.name for t in TOOLS)
+    finally:
+        fresh.close()
+
+
+def test_a_copy_of_a_frozen_catalog_goes_with_its_backend(pg_server: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
+    dsn = pg_server.dsn()
+    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    saved.save(tmp_path / "frozen")
+    saved.backend.close()  # type: ignore[attr-defined]
+    before = _private_catalogs(dsn)
+    loaded = ToolIndex.load(tmp_path / "frozen", dsn=dsn, embedder=_embedder(), cache=False)
+    loaded.upsert([Tool("translate_text", "Translate text between languages.")])  # copies the frozen catalog
+    assert len(_private_catalogs(dsn)) == len(before) + 1
+    loaded.backend.close()  # type: ignore[attr-defined]
+    assert _private_catalogs(dsn) == before  # the copy goes, the frozen one stays for the saved index
 
 
 def _private_catalogs(dsn: str) -> list[tuple[str, bool]]:

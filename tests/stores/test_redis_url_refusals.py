@@ -1,7 +1,8 @@
 """Store URLs and Redis refusals said as what they are: a URL typed with a slash too many never shows its password,
-a query parameter the Redis clients do not all take is refused up front naming the ones they take, Redis full or a
-read-only replica is said as such (not "check that Redis is running"), a session-store plug-in whose name has
-capitals is found, and the advice for two deployments on one Redis is one a gateway can follow."""
+redis-py's URL parameters are taken and a query parameter a Redis client does not take (or that breaks it) is refused
+up front saying why or naming the ones it takes, Redis full or a read-only replica is said as such (not "check that
+Redis is running"), a session-store plug-in whose name has capitals is found, and the advice for two deployments on
+one Redis is one a gateway can follow."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from toolsearch.pg import PostgresIndex
 from toolsearch.plugins import rescan
 from toolsearch.stores import SessionState, store_from_url, usage_store_from_url
 from toolsearch.stores._state import decode_state
-from toolsearch.stores.redis import RedisSessionStore
+from toolsearch.stores.redis import RedisSessionStore, url_parameters
 from toolsearch.stores.usage_redis import RedisUsageStore
 
 SECRET = "s3cretPW42"
@@ -52,12 +53,19 @@ def test_a_postgres_url_with_a_slash_too_many_never_shows_its_password() -> None
     assert SECRET not in str(caught.value) and "postgresql://***@db.internal:5432/tools" in str(caught.value)
 
 
-@pytest.mark.parametrize(("query", "hint"), [
+REFUSED = [
     ("prefix=blue:", "its own database number: redis://host:6379/1"),
-    ("timeout=2", "socket_timeout"),
+    ("timeout=2", "only the session store has (RedisSessionStore takes it)"),  # the session store takes it: below
     ("sokcet_timeout=2", ""),
-])
-@pytest.mark.parametrize(("what", "make", "error"), CLIENTS, ids=[c[0] for c in CLIENTS])
+]
+
+
+REFUSED_BY = [(query, hint, *client) for query, hint in REFUSED for client in CLIENTS
+              if not (query.startswith("timeout=") and client[0] == "session store")]
+
+
+@pytest.mark.parametrize(("query", "hint", "what", "make", "error"), REFUSED_BY,
+                         ids=[f"{case[2]}-{case[0]}" for case in REFUSED_BY])
 def test_a_query_parameter_the_clients_do_not_take_is_refused_naming_the_ones_they_do(
     query: str, hint: str, what: str, make: Callable[[str], Any], error: type[Exception]
 ) -> None:
@@ -70,6 +78,72 @@ def test_a_query_parameter_the_clients_do_not_take_is_refused_naming_the_ones_th
     message = str(caught.value)
     assert f"{what} URL" in message and f"no query parameter {name!r}" in message and hint in message, message
     assert "socket_timeout, socket_connect_timeout" in message
+
+
+# redis-py's URL parameters that worked with toolsearch's Redis clients before they were checked, and work now
+TAKEN = ["protocol=2", "protocol=3", "retry_on_error=TimeoutError", "lib_name=myapp&lib_version=1.0",
+         "client_name=gw&health_check_interval=30&socket_keepalive=true", "encoding=utf-8&encoding_errors=strict",
+         "retry_on_timeout=true&max_connections=4&socket_read_size=65536", "legacy_responses=false"]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # redis-py deprecates lib_name and lib_version
+@pytest.mark.parametrize("query", TAKEN)
+def test_redis_py_url_parameters_are_taken_by_every_client(query: str, tmp_path: Path) -> None:
+    # Before: "toolsearch's Redis clients take no query parameter 'protocol'" (and 'retry_on_error', 'lib_name', ...)
+    server = RedisServer(tmp_path).start()
+    try:
+        url = f"{server.url}?{query}"
+        store = RedisSessionStore(url, prefix="t:")
+        store.create(SessionState("user-7", allowed=frozenset(f"tool_{i}" for i in range(100))))
+        assert store.update("user-7", lambda state: state).id == "user-7" and store.ids() == ["user-7"]
+        usage = RedisUsageStore(url)
+        usage.open_log("catalog-1")
+        assert usage.catalogs() == ["catalog-1"] and usage.load("catalog-1") is not None
+        board = RedisCatalogBoard(url)
+        board.publish("hash-1")
+        assert board.read() is not None and board.read().catalog_hash == "hash-1"  # type: ignore[union-attr]
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_session_store_takes_its_pool_s_timeout_from_the_url(tmp_path: Path) -> None:
+    # Before: refused ("no query parameter 'timeout' (a command's timeout is socket_timeout)"), though the session
+    # store's blocking pool takes it (how long a caller waits for a free connection)
+    server = RedisServer(tmp_path).start()
+    try:
+        store = RedisSessionStore(f"{server.url}?timeout=2", prefix="t:")
+        store.create(SessionState("user-7"))
+        assert store.get("user-7") is not None and store._pool.timeout == 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("query", "why"), [
+    ("decode_responses=false", "read Redis's replies as bytes"),
+    ("decode_responses=true", "any value of decode_responses as on (false and 0 too)"),
+    ("protocol=4", "protocol is 2 (RESP2) or 3 (RESP3)"),
+    ("encoding=latin-1", "as UTF-8"),
+])
+@pytest.mark.parametrize(("what", "make", "error"), CLIENTS, ids=[c[0] for c in CLIENTS])
+def test_a_parameter_that_breaks_the_clients_is_refused_saying_why(
+    query: str, why: str, what: str, make: Callable[[str], Any], error: type[Exception]
+) -> None:
+    # Before the check: the usage store failed on reading a log ("'str' object has no attribute 'decode'"), redis-py
+    # said "protocol must be either 2 or 3" at the first command, and a log entry in another script would not encode.
+    require_redis()
+    with pytest.raises(error) as caught:
+        make(f"redis://127.0.0.1:{free_port()}/0?{query}")
+    message = str(caught.value)
+    assert f"{what} URL" in message and f"query parameter {query.split('=')[0]!r}" in message and why in message
+
+
+def test_every_url_parameter_redis_py_parses_is_taken_or_refused_on_purpose() -> None:
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+    taken = set(url_parameters("rediss", also=("timeout",)))
+    assert set(URL_QUERY_ARGUMENT_PARSERS) <= taken, set(URL_QUERY_ARGUMENT_PARSERS) - taken
 
 
 @pytest.mark.slow

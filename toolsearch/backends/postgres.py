@@ -17,6 +17,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,17 @@ import numpy as np
 from .._errors import BackendError, CatalogMovedError, CatalogStoreError, IndexFormatError, IndexNotFoundError
 from ..embeddings import model_option
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
+from ..pg.locks import Holder, row_lock_holder
 from ..pg.schema import (
     CatalogRow,
     copy_catalog,
     create_catalog,
     drop_catalog,
     find_catalog,
-    reset_catalog,
     upgrade_catalog,
 )
 from ..pg.search import search as run_search
-from ..pg.writer import apply_change, needs_settling, settle, tool_rows
+from ..pg.writer import apply_change, apply_rebuild, needs_settling, settle, tool_rows
 from ..results import Hit, Ranking
 from ..tools import Tool
 from . import vector as vector_module
@@ -46,8 +47,9 @@ __all__ = ["PostgresBackend", "create", "load", "store_connector", "OPTIONS"]
 
 FORMAT_VERSION = 1
 META_FILE = "postgres.json"
-_SETTINGS = ("min_connections", "max_connections", "timeout", "connect_timeout", "ef_search")
+_SETTINGS = ("min_connections", "max_connections", "timeout", "connect_timeout", "ef_search", "lock_wait")
 _DEFAULT_EF_SEARCH = StoreSettings().ef_search
+_TURN_WORD_EVERY = 60.0  # seconds between the log lines of a change that waits for another's
 
 logger = logging.getLogger("toolsearch.pg")
 
@@ -81,7 +83,8 @@ class PostgresBackend:
         self.dense_weight = float(dense_weight)
         self.pool = pool
         self._row: CatalogRow | None = None
-        # a private catalog this backend made (or copied from a frozen one) and has not saved: dropped by `close`
+        # a private catalog this backend made (or copied from a frozen one) and has not saved: dropped by `close`.
+        # Never one found by name: a named catalog is shared, and one built again under a name is another's.
         self._own = False
         self._lock = threading.RLock()
         self._seen = threading.local()  # the catalog version this thread's last search read
@@ -171,32 +174,75 @@ class PostgresBackend:
                 self._own = self._own or any(made)
             return found
 
-    def _writable(self, conn: Any) -> CatalogRow:
-        """The catalog row, locked for this transaction; a frozen one is copied first (copy on write)."""
+    def _writable(self, conn: Any) -> tuple[CatalogRow, bool]:
+        """The catalog row, locked for this transaction, and whether it is a copy made now: a frozen one is copied
+        first (copy on write), and the copy is this backend's own once the transaction commits (`_written`)."""
         assert self._row is not None
         current = self._take_turn(conn, self._row.name)
         if current is None:
             raise IndexNotFoundError(f"the catalog {self._row.name!r} was removed from {self.store}; build it again")
+        if current.id != self._row.id:
+            # removed and built again under its name since this process opened it: another catalog, whose versions
+            # this process's copy cannot follow (and which is never this backend's to drop)
+            raise IndexNotFoundError(
+                f"the catalog {self._row.name!r} in {self.store} was removed and built again since this process "
+                "opened it; open it again (restart the processes that serve it) to change or search the new one"
+            )
         if current.frozen:
-            current = copy_catalog(conn, current, f"private-{secrets.token_hex(8)}")
-            self.shared = False
-        return current
+            return copy_catalog(conn, current, f"private-{secrets.token_hex(8)}"), True
+        return current, False
 
     def _take_turn(self, conn: Any, name: str) -> CatalogRow | None:
-        """The catalog's row, locked until this transaction ends: writers take turns. Another's change holds it as
-        long as that change takes (minutes, for many tools), which is its turn, not a slow or failing Postgres: this
-        one waits for it, said in the log once the store's `timeout` has passed, and no outage is recorded."""
-        from psycopg.errors import LockNotAvailable
+        """The catalog's row, locked until this transaction ends (None when it is not there): writers take turns.
 
-        conn.execute("SET LOCAL statement_timeout = 0")  # the wait is bounded by lock_timeout below, the change by none
-        try:
-            with conn.transaction():  # a savepoint: a wait that ran out leaves the transaction usable
-                return find_catalog(conn, name, lock=True)
-        except LockNotAvailable:
-            logger.info("catalog %r in %s: another process is writing a change to it; this change waits for its turn",
-                        name, self.store)
-        conn.execute("SET LOCAL lock_timeout = 0")
-        return find_catalog(conn, name, lock=True)
+        Another's change holds it as long as that change takes (minutes, for many tools), which is its turn, not a
+        slow or failing Postgres: this one waits, no outage is recorded, and once the store's `timeout` has passed
+        the log says whom it waits for, and again every minute. A holder that runs no statement for `turn_bound`
+        seconds (`lock_wait`: a writer stopped mid-change keeps its transaction open until TCP keepalive notices,
+        hours) is given up on: a CatalogStoreError naming it, said as a lock, not an outage.
+
+        The row is polled with SKIP LOCKED rather than waited for in Postgres's queue, so that a lock is always
+        taken in the top transaction (a savepoint's would hide its holder from `row_lock_holder`)."""
+        conn.execute("SET LOCAL statement_timeout = 0")  # the change runs as long as it takes; the wait is below
+        settings = self.connector.settings
+        bound = settings.turn_bound
+        started = time.monotonic()
+        word_at, pause = started + settings.timeout, 0.05
+        while (taken := find_catalog(conn, name, lock=True, skip_locked=True)) is None:
+            if find_catalog(conn, name) is None:
+                return None  # removed meanwhile (or never there)
+            now = time.monotonic()
+            waited = now - started
+            if now >= word_at or waited >= bound:
+                holder = row_lock_holder(conn, name)
+                idle = None if holder is None else holder.idle_for()
+                if waited >= bound and (waited if idle is None else idle) >= bound:
+                    raise self._stalled(name, holder, waited)
+                if now >= word_at:
+                    logger.warning(
+                        "catalog %r in %s: waited %.0f s for another process's change of it to end (held by %s); "
+                        "this change waits for its turn while that one runs, and gives up once it has run no "
+                        "statement for %g s (lock_wait). If it is stuck, stop that process (or end its session: "
+                        "SELECT pg_terminate_backend(%s))",
+                        name, self.store, waited, _who(holder), bound, "PID" if holder is None else holder.pid,
+                    )
+                    word_at = now + _TURN_WORD_EVERY
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
+        return taken
+
+    def _stalled(self, name: str, holder: Holder | None, waited: float) -> CatalogStoreError:
+        bound = self.connector.settings.turn_bound
+        error = CatalogStoreError(
+            f"catalog store {self.store} failed to write a change of the catalog {name!r}: another process's change "
+            f"holds the catalog's lock and has run no statement for {bound:g} s (held by {_who(holder)}), so this one "
+            f"stopped waiting after {waited:.0f} s. This is a lock, not an outage (Postgres answers): that process is "
+            "likely stopped mid-change (SIGSTOP, a paused VM, a cut network that TCP keepalive has not noticed yet). "
+            f"Stop it, or end its session (SELECT pg_terminate_backend({'PID' if holder is None else holder.pid})), "
+            "then retry; nothing was half written"
+        )
+        error.outage = False
+        return error
 
     # --- changes --------------------------------------------------------------------------------
 
@@ -219,43 +265,42 @@ class PostgresBackend:
             rows = tool_rows(self.connector, self.encoder.embedder, upsert, cache=self.encoder.cache,
                              progress=self.encoder.progress) if upsert else []
 
-            def write(conn: Any) -> tuple[CatalogRow, int]:
+            def write(conn: Any) -> tuple[CatalogRow, int, bool]:
                 with conn.transaction():
-                    row = self._writable(conn)
+                    row, copied = self._writable(conn)
                     if based_on is not None and row.version != based_on:
                         raise CatalogMovedError(row.version)
-                    return row, apply_change(conn, row, rows, remove, self.model_id)
+                    return row, apply_change(conn, row, rows, remove, self.model_id), copied
 
-            row, version = self.connector.call("write a catalog change", write, slow=True)
-            return self._written(row, version, len(rows) + len(remove))
+            row, version, copied = self.connector.call("write a catalog change", write, slow=True)
+            return self._written(row, version, len(rows) + len(remove), copied=copied)
 
     def rebuild(self, tools: Sequence[Tool]) -> int:
-        """Write `tools` as the whole catalog, its tables made again, in one transaction (one new version, which
-        the processes following the catalog read whole): how a catalog whose tables were damaged is built again
-        in place, under its name and id."""
+        """Write `tools` as the whole catalog in tables made anew, in one transaction (one new version, which the
+        processes following the catalog read whole): how a catalog whose tables were damaged is built again in
+        place, under its name and id. The new tables are filled beside the old ones and put in their place at the
+        end (`writer.apply_rebuild`): readers search the old ones meanwhile and wait only for that swap."""
         with self._lock:
             self.attach(create=True)
             rows = tool_rows(self.connector, self.encoder.embedder, tools, cache=self.encoder.cache,
                              progress=self.encoder.progress) if tools else []
 
-            def write(conn: Any) -> tuple[CatalogRow, int]:
+            def write(conn: Any) -> tuple[CatalogRow, int, bool]:
                 with conn.transaction():
-                    row = self._writable(conn)
-                    reset_catalog(conn, row)
-                    version = apply_change(conn, row, rows, (), self.model_id)
-                    # no record of names: a reader further behind reads the whole catalog again
-                    conn.execute("UPDATE toolsearch_changes SET upserted = NULL WHERE catalog_id = %s AND version = %s",
-                                 (row.id, version))
-                    return row, version
+                    row, copied = self._writable(conn)
+                    patience = self.connector.settings.timeout
+                    return row, apply_rebuild(conn, row, rows, self.model_id, patience=patience), copied
 
-            row, version = self.connector.call("rebuild the catalog", write, slow=True)
-            return self._written(row, version, len(rows))
+            row, version, copied = self.connector.call("rebuild the catalog", write, slow=True)
+            return self._written(row, version, len(rows), copied=copied)
 
-    def _written(self, row: CatalogRow, version: int, changed: int) -> int:
+    def _written(self, row: CatalogRow, version: int, changed: int, *, copied: bool) -> int:
+        """After a change committed: `row` is the catalog it went to, a copy of a frozen one when `copied` (then this
+        backend's own, dropped by `close` unless saved; anything else it found by name never is)."""
         if needs_settling(changed):
             self.connector.call("vacuum the catalog", lambda conn: settle(conn, row), slow=True)
-        if self._row is not None and row.id != self._row.id:  # a frozen catalog was copied: the copy is ours
-            self._own = True
+        if copied:
+            self._own, self.shared = True, False
         self._row = CatalogRow(row.id, row.name, version, row.model, row.dimension, False)
         self.catalog_name = row.name
         return version
@@ -278,7 +323,10 @@ class PostgresBackend:
             "search", lambda conn: run_search(conn, row.id, query, vectors, depth, allowed), read=True
         )
         if found is None:
-            raise IndexNotFoundError(f"the catalog {row.name!r} was removed from {self.store}; build it again")
+            raise IndexNotFoundError(
+                f"the catalog {row.name!r} was removed from {self.store}; build it again, and open it again in the "
+                "processes that served it (restart them): they do not follow a catalog built anew under its name"
+            )
         self._seen.version = found.version
         if not found.sims:
             return Ranking([])
@@ -307,7 +355,8 @@ class PostgresBackend:
     def close(self) -> None:
         """Close the pool; a private catalog this backend made and did not save is dropped first (nothing else can
         name it: it would stay in the store for good)."""
-        row = self._row if self._own else None
+        # only a private catalog of its own: never a shared one, nor one that another process may name
+        row = self._row if self._own and not self.shared else None
         self._own = False
         if row is not None:
             try:
@@ -319,6 +368,11 @@ class PostgresBackend:
 
 
 OPTIONS: tuple[str, ...] = ("dsn", "catalog", "dense_weight", "pool", *_SETTINGS, *vector_module.OPTIONS)
+
+
+def _who(holder: Holder | None) -> str:
+    return ("a session this role may not see (pg_read_all_stats shows it), or one that just ended" if holder is None
+            else holder.describe())
 
 
 def _make(options: dict[str, Any], *, saved_store: str | None = None) -> PostgresBackend:

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .._errors import SessionStoreError, ToolSearchError
+from .._errors import CatalogStoreError, SessionStoreError, ToolSearchError
 from ..catalog import Catalog
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
@@ -245,7 +245,14 @@ class Gateway:
 
     async def _upstream_changed(self, source: MCPToolSource, server: str) -> None:
         async with self._sync_lock:
-            await self._apply_catalog(source)
+            try:
+                await self._apply_catalog(source)
+            except CatalogStoreError as exc:
+                # the shared catalog could not take the change (Postgres fails, or another writer stopped mid-change
+                # holds it): said, and this worker serves on from the catalog as it was; the next change writes it
+                logger.warning("MCP server %r: its tool list changed, and the shared catalog was not brought to it: "
+                               "%s. The next change of an upstream's tools (or a restart) writes it", server, exc)
+                return
         try:  # every other worker re-lists its upstreams when it sees this
             epoch = await anyio.to_thread.run_sync(self.board.publish, self.index.catalog.hash)
             self._epoch_seen = epoch.token

@@ -2056,9 +2056,28 @@ class MCPToolSource:
         await self.listed(name)  # a remembered definition is never called: its server's own listing is
         hit = self._routes.get(name)
         if hit is None:
+            down = self._down_server_of(name)
+            if down is not None:
+                # A tool of a configured server that is down here, which a catalog shared with other workers (where it
+                # is up) still holds, so searches offer it: said as the server being down, and its restart tried as for
+                # any call to it. "Search for tools first" would send the model back to the search that offered it.
+                if await down._session_for_call() is None:
+                    return error_result(down._down_text(name))
+                listed = next((t for t in down.tools if t.name == name), None)  # it is back: its own list says
+                origin = None if listed is None else upstream_of(listed)
+                hit = None if origin is None else (down, origin[1])
+        if hit is None:
             return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")
         server, original = hit
         return await server.call(original, arguments, max_result_bytes=max_result_bytes or self.max_result_bytes)
+
+    def _down_server_of(self, name: str) -> UpstreamServer | None:
+        """The configured server whose namespace the tool name `name` is in (its tools are named by its prefix and the
+        separator, see `check_namespaces`), when that server is not serving; else None."""
+        for server in self.servers.values():
+            if name.startswith(f"{_prefix(server.name)}{self.separator}"[:SAFE_NAME_KEPT]):
+                return None if server.ready else server
+        return None
 
 
 # --- one-shot listing -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote
 
-from .._errors import BackendError, CatalogStoreError, missing_dependency
+from .._errors import BackendError, CatalogStoreError, ToolSearchError, missing_dependency
 from .._redact import HIDDEN, _user_info_end, redacted_url
 
 __all__ = [
@@ -181,6 +181,9 @@ class StoreSettings:
       connection; a connection attempt waits `connect_timeout`.
     - `ef_search`: pgvector's `hnsw.ef_search`, the candidate list of each HNSW walk (recall against
       exact search is reported by benchmarks/postgres.py); filtered walks scan on (`iterative_scan`).
+    - `lock_wait`: seconds a change waits for another's that holds the catalog and runs no statement (a writer
+      stopped mid-change: SIGSTOP, a paused VM, a cut network keep its transaction open for hours) before it fails;
+      a holder that runs a statement is waited for however long its change takes. Default: `turn_bound`.
     """
 
     min_connections: int = 1
@@ -188,6 +191,7 @@ class StoreSettings:
     timeout: float = 5.0
     connect_timeout: float = 3.0
     ef_search: int = 100
+    lock_wait: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_connections", "max_connections", "ef_search"):
@@ -196,10 +200,18 @@ class StoreSettings:
                 raise BackendError(f"{name} must be a positive whole number, got {value!r}")
         if self.min_connections > self.max_connections:
             raise BackendError("min_connections cannot exceed max_connections")
-        for name in ("timeout", "connect_timeout"):
+        for name in ("timeout", "connect_timeout", "lock_wait"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            if name == "lock_wait" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
                 raise BackendError(f"{name} must be a positive number of seconds, got {value!r}")
+
+    @property
+    def turn_bound(self) -> float:
+        """How long a change waits for a holder of the catalog that runs no statement: `lock_wait`, else ten times
+        `timeout` and at least a minute (a writer's pause between two statements of its change is far shorter)."""
+        return self.lock_wait if self.lock_wait is not None else max(10 * self.timeout, 60.0)
 
 
 class Connector:
@@ -274,8 +286,11 @@ class Connector:
         from pgvector.psycopg import register_vector
 
         timeout_ms = round(self.settings.timeout * 1000)
+        # a statement that waits for a lock all along (a search meeting a rebuild's swap) is stopped by lock_timeout
+        # just before statement_timeout would: said as a lock held by another process, not as a slow Postgres
+        lock_ms = max(1, timeout_ms - min(timeout_ms // 10, 500))
         conn.execute(
-            f"SET statement_timeout = {timeout_ms}; SET lock_timeout = {timeout_ms}; "
+            f"SET statement_timeout = {timeout_ms}; SET lock_timeout = {lock_ms}; "
             f"SET hnsw.ef_search = {self.settings.ef_search}; SET hnsw.iterative_scan = strict_order; "
             # a search must walk the HNSW and GIN indexes even where a small table makes a scan look cheaper
             # to the planner (it is not: every row's vector or tsvector is read); whole-table reads turn it on
@@ -318,7 +333,7 @@ class Connector:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except CatalogStoreError:
+        except ToolSearchError:  # said already (a catalog that is gone is an IndexNotFoundError, an OSError too)
             raise
         except self._errors as exc:
             raise self.error(what, exc) from None
@@ -340,6 +355,8 @@ class Connector:
                     deadline.start()
                 try:
                     result = fn(conn)
+                except ToolSearchError:  # ours, not the store's failure (see `connection`)
+                    raise
                 except self._errors as exc:
                     failure, hung = exc, cut.is_set()
                     stale = isinstance(exc, self._psycopg.OperationalError) and not hung and conn.broken
@@ -400,8 +417,9 @@ class Connector:
         elif isinstance(exc, psycopg.errors.LockNotAvailable) or (
             isinstance(exc, psycopg.errors.QueryCanceled) and "while locking" in detail
         ):  # Postgres answers; another session holds what this needs (another writer's change): its turn, no outage
-            why = (f"another process held a lock this needs for more than {self.settings.timeout:g} s (another "
-                   "writer's change of the catalog, or a rebuild, is in progress)")
+            why = (f"another process held a lock this needs for about {self.settings.timeout:g} s (another "
+                   "writer's change of the catalog, a rebuild's swap, or a long read of the catalog by another "
+                   "process meeting that swap, is in progress)")
             advice = "nothing was half written; Postgres is up: retry once that change has ended"
             outage = False
         elif isinstance(exc, psycopg_pool.PoolTimeout):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._errors import InvalidQueryError
+from .._errors import InvalidIndexNameError, InvalidQueryError
 from ._connect import display_dsn, is_postgres_url
 
-__all__ = ["add_store_option", "check_store", "build", "open_catalog", "remove", "where"]
+__all__ = ["add_store_option", "check_store", "check_catalog_name", "build", "open_catalog", "remove", "where"]
 
 # What `--store` does on each command that takes it (any other command refuses it, see `store_hint`)
 _STORE_HELP = {
@@ -17,7 +17,8 @@ _STORE_HELP = {
              "by every process that names it; only what changed is written (--rebuild: every table made again)",
     "query": "search the catalog INDEX in this Postgres (built with `toolsearch build --store`)",
     "rm": "remove the catalog NAME from this Postgres (its tables and change records; the stored embeddings stay "
-          "for other catalogs): processes serving it fail until it is built again",
+          "for other catalogs): processes serving it fail from then on, also once it is built again, until they "
+          "are restarted",
 }
 
 DEFAULT_NAME = "default"
@@ -50,6 +51,14 @@ def check_store(args: argparse.Namespace) -> None:
             f"--backend {backend} does not apply with --store: a catalog in Postgres is searched by its own backend "
             "(dense and full-text candidates fused, as hybrid fuses them); drop --backend"
         )
+
+
+def check_catalog_name(name: str, option: str) -> None:
+    """A usage error for a catalog name the store would refuse. A catalog's name is data in the store, never a path,
+    so the local index names' rule does not apply: `mcp serve --catalog fleet:blue` makes such a catalog, which
+    `build --name`, `query` and `rm` name with --store."""
+    if not name.strip():
+        raise InvalidIndexNameError(f"invalid catalog name {name!r} ({option}): give a name that is not empty")
 
 
 def store_hint(command: str) -> str:

@@ -25,6 +25,7 @@ from ..catalog import Catalog, CatalogDelta
 from ..index import ToolIndex, _names_list, _warn_near_misses
 from ..results import SearchResult
 from ..tools import Tool
+from .locks import advisory_lock_holder
 from .mirror import Snapshot, Watcher, read_since, read_whole
 
 if TYPE_CHECKING:
@@ -352,18 +353,8 @@ class _advisory_lock:
 
     def _holder(self) -> str:
         """Who holds the lock, as pg_stat_activity tells (what a role may see of another's session)."""
-        found = self.conn.execute(
-            "SELECT l.pid, a.application_name, host(a.client_addr), a.backend_start FROM pg_locks AS l "
-            "LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-            "AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 2",
-            (_LOCK_SPACE, self.key & 0xFFFFFFFF),
-        ).fetchone()
-        if found is None:
-            return "a session that just ended"
-        pid, application, client, since = found
-        return (f"Postgres session PID {pid}, application {application or 'unnamed'!r}, client "
-                f"{client or 'local socket'}, connected since {since:%Y-%m-%d %H:%M:%S %Z}" if since is not None
-                else f"Postgres session PID {pid}")
+        found = advisory_lock_holder(self.conn, _LOCK_SPACE, self.key)
+        return "a session that just ended" if found is None else found.describe()
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import CatalogStoreError, IndexNotFoundError
+from .._errors import CatalogStoreError, IndexNotFoundError, ToolSearchError
 from ..catalog import Catalog
 from ..tools import Tool
 from .schema import CHANNEL, tools_table
@@ -135,7 +135,10 @@ class Watcher:
                     if heard or not self._stop.is_set():
                         self._check(conn)
             except Exception as exc:  # the store is down or restarting: an outage until it answers; try again
-                if not isinstance(exc, CatalogStoreError):  # (a catch-up's error is translated and recorded already)
+                if isinstance(exc, ToolSearchError) and not isinstance(exc, CatalogStoreError):
+                    # the store answered (the catalog was removed while this caught up): no outage
+                    logger.warning("following changes of a catalog in %s: %s", self.shown, exc)
+                elif not isinstance(exc, CatalogStoreError):  # (a catch-up's error is translated and recorded already)
                     if isinstance(exc, self._connector._errors):
                         self._connector.error("follow catalog changes", exc)
                     else:

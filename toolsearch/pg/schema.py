@@ -19,14 +19,15 @@ A catalog's tables are named by its numeric id, never by a user's text, so no na
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import BackendError, IndexFormatError
 
 __all__ = ["SCHEMA_VERSION", "CHANNEL", "CatalogRow", "ensure_schema", "find_catalog", "catalog_by_id",
-           "create_catalog", "copy_catalog", "drop_catalog", "reset_catalog", "tools_table", "lexemes_table",
-           "postings_table", "hnsw_index", "upgrade_catalog"]
+           "create_catalog", "copy_catalog", "drop_catalog", "catalog_tables", "spare_table_id", "swap_tables",
+           "tools_table", "lexemes_table", "postings_table", "hnsw_index", "upgrade_catalog"]
 
 # 1: the first; 2: the postings' primary key includes tf and doc_len (index-only reads)
 SCHEMA_VERSION = 2
@@ -88,7 +89,8 @@ def hnsw_index(catalog_id: int) -> str:
             f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
 
 
-def _catalog_tables(catalog_id: int, dimension: int) -> str:
+def catalog_tables(catalog_id: int, dimension: int) -> str:
+    """The statements that make catalog <id>'s tables and indexes."""
     tools, lexemes, postings = tools_table(catalog_id), lexemes_table(catalog_id), postings_table(catalog_id)
     return f"""
 CREATE TABLE {tools} (
@@ -141,9 +143,11 @@ def _row(found: Any) -> CatalogRow | None:
     return None if found is None else CatalogRow(*found)
 
 
-def find_catalog(conn: Any, name: str, *, lock: bool = False) -> CatalogRow | None:
-    """The catalog called `name`; with `lock`, its row is held until the transaction ends (writers take turns)."""
-    sql = f"SELECT {_COLUMNS} FROM toolsearch_catalogs WHERE name = %s" + (" FOR UPDATE" if lock else "")
+def find_catalog(conn: Any, name: str, *, lock: bool = False, skip_locked: bool = False) -> CatalogRow | None:
+    """The catalog called `name`; with `lock`, its row is held until the transaction ends (writers take turns), and
+    with `skip_locked` too, None while another transaction holds it (instead of waiting for it)."""
+    sql = (f"SELECT {_COLUMNS} FROM toolsearch_catalogs WHERE name = %s"
+           + (" FOR UPDATE" if lock else "") + (" SKIP LOCKED" if lock and skip_locked else ""))
     return _row(conn.execute(sql, (name,)).fetchone())
 
 
@@ -161,7 +165,7 @@ def create_catalog(conn: Any, name: str, model: str, dimension: int) -> CatalogR
         (name, model, dimension, SCHEMA_VERSION),
     ).fetchone()
     row = CatalogRow(*found)
-    conn.execute(_catalog_tables(row.id, dimension))
+    conn.execute(catalog_tables(row.id, dimension))
     return row
 
 
@@ -200,13 +204,51 @@ def upgrade_catalog(conn: Any, row: CatalogRow) -> None:
     conn.execute("UPDATE toolsearch_catalogs SET schema_version = %s WHERE id = %s", (SCHEMA_VERSION, row.id))
 
 
-def reset_catalog(conn: Any, row: CatalogRow) -> None:
-    """Drop a catalog's tables, whatever state they are in (one dropped or changed by hand), and make them again,
-    empty, at this schema version (inside the caller's transaction, which holds the catalog row's lock)."""
-    conn.execute(f"DROP TABLE IF EXISTS {tools_table(row.id)}, {lexemes_table(row.id)}, {postings_table(row.id)}")
-    conn.execute(_catalog_tables(row.id, row.dimension))
-    conn.execute("UPDATE toolsearch_catalogs SET doc_count = 0, total_len = 0, schema_version = %s WHERE id = %s",
-                 (SCHEMA_VERSION, row.id))
+def spare_table_id(conn: Any) -> int:
+    """A number no catalog has or will have (drawn from the catalogs' id sequence): tables made under it (a rebuild's,
+    see `swap_tables`) never meet another catalog's."""
+    return int(conn.execute("SELECT nextval(pg_get_serial_sequence('toolsearch_catalogs', 'id'))").fetchone()[0])
+
+
+# How long a swap waits for the old tables' lock at a time: readers that come meanwhile queue behind that wait, so it
+# is short, and tried again until the caller's patience is spent (then it waits in line).
+_SWAP_TRY_MS = 200
+
+
+def swap_tables(conn: Any, staged_id: int, catalog_id: int, *, patience: float) -> None:
+    """Put the tables made under `staged_id` in the place of catalog `catalog_id`'s, which are dropped (whatever state
+    they are in: one dropped or changed by hand), their indexes and id sequence renamed to match (inside the caller's
+    transaction). The old tables stay locked from here to the commit: searches that come meanwhile wait for it, so the
+    caller swaps last. Their lock is taken in short tries first (each a savepoint), so that a reader busy with them
+    (a whole read) does not make every other reader queue behind this wait; after `patience` seconds, in line."""
+    from psycopg.errors import LockNotAvailable
+
+    old = [tools_table(catalog_id), lexemes_table(catalog_id), postings_table(catalog_id)]
+    new = [tools_table(staged_id), lexemes_table(staged_id), postings_table(staged_id)]
+    present = [t for t in old if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
+    deadline = time.monotonic() + patience
+    while present:
+        patient = time.monotonic() < deadline
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = {_SWAP_TRY_MS if patient else 0}")
+                conn.execute(f"LOCK TABLE {', '.join(present)} IN ACCESS EXCLUSIVE MODE")
+            break
+        except LockNotAvailable:
+            time.sleep(0.05)
+    conn.execute("SET LOCAL lock_timeout = 0")
+    conn.execute(f"DROP TABLE IF EXISTS {', '.join(old)}")
+    for staged, target in zip(new, old, strict=True):
+        indexes = conn.execute(
+            "SELECT i.relname FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid WHERE x.indrelid = "
+            "to_regclass(%s)", (staged,)).fetchall()
+        for (index,) in indexes:
+            if index.startswith(staged):
+                conn.execute(f"ALTER INDEX {index} RENAME TO {target}{index[len(staged):]}")
+        conn.execute(f"ALTER TABLE {staged} RENAME TO {target}")
+    sequence = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (old[0],)).fetchone()[0]
+    if sequence is not None:
+        conn.execute(f"ALTER SEQUENCE {sequence} RENAME TO {old[0]}_id_seq")
 
 
 def drop_catalog(conn: Any, row: CatalogRow) -> None:

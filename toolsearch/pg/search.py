@@ -30,7 +30,7 @@ import numpy as np
 
 from ..backends.bm25 import FILLER_WORDS, VALUE_WEIGHT, split_words
 from ..entities import lexical_parts
-from .schema import lexemes_table, postings_table, tools_table
+from .schema import catalog_by_id, lexemes_table, postings_table, tools_table
 
 __all__ = ["Candidates", "search", "FIELD_WEIGHTS", "BM25_K1", "BM25_B", "EXACT_NAME_BONUS", "SUBSET_EXACT_MAX"]
 
@@ -137,7 +137,7 @@ def _chunks(query: str) -> list[str]:
 def search(
     conn: Any, catalog_id: int, query: str, vectors: np.ndarray, pool: int, allowed: frozenset[str] | None
 ) -> Candidates | None:
-    """Run the statement on `conn`; None when the catalog no longer exists."""
+    """Run the statement on `conn`; None when the catalog no longer exists (removed, its tables with it)."""
     filtered = allowed is not None
     exact = filtered and len(allowed or ()) <= SUBSET_EXACT_MAX
     words, values, value_weight = lexical_request(query)
@@ -151,7 +151,14 @@ def search(
     }
     if filtered:
         params["allowed"] = sorted(allowed or ())
-    rows = conn.execute(_sql(catalog_id, filtered=filtered, exact=exact), params).fetchall()
+    from psycopg.errors import UndefinedTable
+
+    try:
+        rows = conn.execute(_sql(catalog_id, filtered=filtered, exact=exact), params).fetchall()
+    except UndefinedTable:  # its tables are gone: removed with the catalog (or dropped by hand: said as Postgres says)
+        if catalog_by_id(conn, catalog_id) is None:
+            return None
+        raise
     if not rows:
         return None
     version = int(rows[0][0])

@@ -19,10 +19,22 @@ from ..backends.bm25 import split_words
 from ..embeddings import Embedder, EmbeddingCache, document_cache_id, embed_texts, text_key
 from ..text import embedding_text, tool_text
 from ..tools import Tool
-from .schema import CHANNEL, CatalogRow, hnsw_index, lexemes_table, postings_table, tools_table
+from .schema import (
+    CHANNEL,
+    SCHEMA_VERSION,
+    CatalogRow,
+    catalog_tables,
+    hnsw_index,
+    lexemes_table,
+    postings_table,
+    spare_table_id,
+    swap_tables,
+    tools_table,
+)
 from .search import FIELD_WEIGHTS
 
-__all__ = ["ToolRow", "tool_rows", "apply_change", "needs_settling", "settle", "KEEP_CHANGES", "MANY"]
+__all__ = ["ToolRow", "tool_rows", "apply_change", "apply_rebuild", "needs_settling", "settle", "KEEP_CHANGES",
+           "MANY"]
 
 # Change records kept per catalog: a reader further behind than this reloads the whole catalog.
 KEEP_CHANGES = 10_000
@@ -236,6 +248,43 @@ def settle(conn: Any, row: CatalogRow) -> None:
     conn.execute(f"VACUUM {postings_table(row.id)}")
 
 
+def _record(conn: Any, row: CatalogRow, version: int, upserted: list[str] | None, gone: list[str]) -> None:
+    """Record the change that made `version` (None upserted: a reader further behind reads the whole catalog), keep the
+    last KEEP_CHANGES records, and tell every reader at COMMIT."""
+    conn.execute(
+        "INSERT INTO toolsearch_changes (catalog_id, version, upserted, removed) VALUES (%s, %s, %s, %s)",
+        (row.id, version, upserted, gone),
+    )
+    conn.execute(
+        "DELETE FROM toolsearch_changes WHERE catalog_id = %s AND version <= %s", (row.id, version - KEEP_CHANGES)
+    )
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{row.id}:{version}"))
+
+
+def apply_rebuild(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], model: str, *, patience: float) -> int:
+    """Write `rows` as the whole catalog, in tables made anew, as one new version (the caller holds its transaction
+    and the catalog row's lock); returns that version.
+
+    The new tables are made and filled under a spare number, beside the catalog's own, which readers go on
+    searching meanwhile (a rebuild of many tools takes minutes); the catalog's row and change record are written
+    next, and last the new tables take the old ones' place (`schema.swap_tables`): readers wait only for that, from
+    the swap to the COMMIT, where dropping the old tables first made every search wait for the whole rebuild (and
+    fail past `timeout`, as if Postgres were down). `patience`: see `swap_tables`."""
+    conn.execute("SET LOCAL statement_timeout = 0")  # a whole catalog's write takes minutes at a million tools
+    staged = CatalogRow(spare_table_id(conn), row.name, row.version, row.model, row.dimension, False)
+    conn.execute(catalog_tables(staged.id, row.dimension))
+    count, length = _insert(conn, staged, rows, model, whole=True) if rows else (0, 0.0)
+    conn.execute(f"ANALYZE {tools_table(staged.id)}, {lexemes_table(staged.id)}, {postings_table(staged.id)}")
+    version = conn.execute(
+        "UPDATE toolsearch_catalogs SET version = version + 1, doc_count = %s, total_len = %s, schema_version = %s, "
+        "updated_at = now() WHERE id = %s RETURNING version",
+        (count, length, SCHEMA_VERSION, row.id),
+    ).fetchone()[0]
+    _record(conn, row, int(version), None, [])
+    swap_tables(conn, staged.id, row.id, patience=patience)
+    return int(version)
+
+
 def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: Sequence[str], model: str) -> int:
     """Upsert `rows` and remove `removed` as one new version of the catalog (the caller holds its transaction and the
     catalog row's lock); returns that version."""
@@ -250,14 +299,7 @@ def apply_change(conn: Any, row: CatalogRow, rows: Sequence[ToolRow], removed: S
         "total_len = greatest(total_len - %s + %s, 0), updated_at = now() WHERE id = %s RETURNING version",
         (old_count, new_count, old_length, new_length, row.id),
     ).fetchone()[0]
-    conn.execute(
-        "INSERT INTO toolsearch_changes (catalog_id, version, upserted, removed) VALUES (%s, %s, %s, %s)",
-        (row.id, version, upserted if len(upserted) <= MANY else None, gone),
-    )
-    conn.execute(
-        "DELETE FROM toolsearch_changes WHERE catalog_id = %s AND version <= %s", (row.id, version - KEEP_CHANGES)
-    )
-    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{row.id}:{version}"))
+    _record(conn, row, int(version), upserted if len(upserted) <= MANY else None, gone)
     if new_count + old_count >= ANALYZE_AFTER or empty:  # the planner's row counts, for the index choices above
         conn.execute(f"ANALYZE {tools_table(row.id)}, {lexemes_table(row.id)}, {postings_table(row.id)}")
     return int(version)

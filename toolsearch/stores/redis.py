@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -82,36 +83,84 @@ return 1
 
 
 # The query parameters of a Redis URL that every Redis client of toolsearch takes (the session store, the usage store,
-# the catalog board): redis-py hands any other to the connection, which refuses it at the first command (a bare
-# TypeError), and `timeout` suits one of their pools only. `protocol` is left out: RESP3 answers in other shapes.
-_URL_PARAMETERS = ("db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_read_size",
-                   "health_check_interval", "retry_on_timeout", "max_connections", "client_name", "username",
-                   "password")
-_TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password",
-                   "ssl_check_hostname", "ssl_min_version", "ssl_ciphers")
+# the catalog board): redis-py's own URL parameters that its connections take, whatever the scheme. redis-py hands
+# any other to the connection, which refuses it at the first command (a bare TypeError): those are refused up front.
+_URL_PARAMETERS = ("db", "username", "password", "socket_timeout", "socket_connect_timeout", "socket_read_size",
+                   "health_check_interval", "retry_on_timeout", "retry_on_error", "max_connections", "client_name",
+                   "lib_name", "lib_version", "protocol", "legacy_responses", "encoding", "encoding_errors")
+_TCP_PARAMETERS = ("socket_keepalive",)  # not for a unix:// socket file
+_TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile", "ssl_keyfile",
+                   "ssl_password", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers", "ssl_validate_ocsp",
+                   "ssl_validate_ocsp_stapled", "ssl_include_verify_flags", "ssl_exclude_verify_flags")
+# Parameters redis-py takes that break one of toolsearch's clients, and why (said when one is refused)
+_BREAKING = {
+    "decode_responses": "toolsearch's Redis clients read Redis's replies as bytes (a session store's list of "
+                        "sessions, a usage store's logs), and redis-py takes any value of decode_responses as on "
+                        "(false and 0 too): drop it",
+}
 # what a refused parameter was probably meant as
 _PARAMETER_HINTS = {
     "prefix": "a deployment that shares a Redis with another uses its own database number: redis://host:6379/1",
-    "timeout": "a command's timeout is socket_timeout",
+    "timeout": "timeout is how long redis-py's blocking pool waits for a free connection, which only the session "
+               "store has (RedisSessionStore takes it); the usage store and the catalog board take no such wait, and "
+               "a command's timeout is socket_timeout",
 }
 
 
-def url_parameters(scheme: str) -> tuple[str, ...]:
-    """The query parameters a Redis URL of `scheme` may carry (see `_URL_PARAMETERS`)."""
-    if scheme == "unix":  # a socket file has no TCP keep-alive
-        return tuple(p for p in _URL_PARAMETERS if p != "socket_keepalive")
-    return _URL_PARAMETERS + (_TLS_PARAMETERS if scheme == "rediss" else ())
+def url_parameters(scheme: str, also: Collection[str] = ()) -> tuple[str, ...]:
+    """The query parameters a Redis URL of `scheme` may carry (see `_URL_PARAMETERS`: those the installed redis-py's
+    connections take), and `also` (a client's own)."""
+    known = _redis_py_parameters()
+    ours = (*_URL_PARAMETERS, *(() if scheme == "unix" else _TCP_PARAMETERS),
+            *(_TLS_PARAMETERS if scheme == "rediss" else ()))
+    return (*(p for p in ours if p in known), *also)
 
 
-def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]) -> None:
+@functools.cache
+def _redis_py_parameters() -> frozenset[str]:
+    """What the installed redis-py's connections and pools take (an older one lacks some of `_URL_PARAMETERS`)."""
+    import inspect
+
+    from redis import connection
+
+    names = {"max_connections"}
+    for kind in ("AbstractConnection", "Connection", "SSLConnection"):
+        found = getattr(connection, kind, None)
+        if found is not None:
+            names.update(inspect.signature(found.__init__).parameters)
+    return frozenset(names)
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    """Why a value redis-py would take breaks toolsearch's clients, or fails only at the first command; else None."""
+    import codecs
+
+    if name == "protocol" and value.strip() not in ("2", "3"):
+        return "protocol is 2 (RESP2) or 3 (RESP3); redis-py refuses any other at the first command"
+    if name == "encoding":
+        try:
+            utf8 = codecs.lookup(value).name == "utf-8"
+        except LookupError:
+            return f"encoding {value!r} is no codec Python knows"
+        if not utf8:
+            return ("toolsearch keeps its JSON in Redis as UTF-8 (text in any language), which another encoding "
+                    "cannot hold or read back: drop encoding, or give utf-8")
+    return None
+
+
+def check_redis_url(
+    url: str, what: str, error: Callable[[str], ToolSearchError], *, also: Collection[str] = ()
+) -> None:
     """Raise `error` when redis-py would refuse or misread `url`, naming it without its credentials.
 
     A password holding an unencoded `#`, `?`, `/` (or `@`) cuts the authority short: redis-py then raises a
     ValueError quoting the password's first part as a port (`Port could not be cast to integer value as 'Xy7'`),
     or, when that part is digits, connects to localhost on it and names that port in every connection error. So
     an `@` past the authority of a `redis://` URL is refused too (a `unix://` URL keeps its password in the query,
-    where an `@` is the password's own). A query parameter the clients do not all take is refused, naming the
-    ones they take. Every Redis client of toolsearch calls this before redis-py sees the URL.
+    where an `@` is the password's own). A query parameter that the client does not take (every client takes
+    redis-py's connection parameters, and `also`: the session store's pool takes `timeout`), or that breaks it, is
+    refused, saying why or naming the ones it takes. Every Redis client of toolsearch calls this before redis-py sees
+    the URL.
     """
     from redis.connection import parse_url
 
@@ -128,14 +177,19 @@ def check_redis_url(url: str, what: str, error: Callable[[str], ToolSearchError]
             "password holds an unencoded '#', '?', '/' or '@'; percent-encode the password "
             "(urllib.parse.quote(password, safe=''): '#' is %23, '?' %3F, '/' %2F, '@' %40)"
         )
-    allowed = url_parameters(parts.scheme)
-    for name in parse_qs(parts.query, keep_blank_values=True):
+    allowed = url_parameters(parts.scheme, also)
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name in _BREAKING:
+            raise error(f"{what} URL {redacted_url(url)!r}: query parameter {name!r}: {_BREAKING[name]}")
         if name not in allowed:
             hint = _PARAMETER_HINTS.get(name)
             raise error(
-                f"{what} URL {redacted_url(url)!r}: toolsearch's Redis clients take no query parameter {name!r}"
+                f"{what} URL {redacted_url(url)!r}: toolsearch's {what} takes no query parameter {name!r}"
                 + (f" ({hint})" if hint else "") + f"; a {parts.scheme}:// URL may carry {', '.join(allowed)}"
             )
+        problem = _value_problem(name, values[0]) if values and values[0] else None
+        if problem is not None:  # (the value is not shown: the query is a URL's, and redacted_url hides its values)
+            raise error(f"{what} URL {redacted_url(url)!r}: query parameter {name!r}: {problem}")
 
 
 def has_credentials(url: str) -> bool:
@@ -244,7 +298,7 @@ class RedisSessionStore:
         self.timeout = timeout
         self._ttl_ms = None if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
         self._errors: tuple[type[BaseException], ...] = (redis.exceptions.RedisError,)
-        check_redis_url(url, "session store", SessionStoreError)
+        check_redis_url(url, "session store", SessionStoreError, also=("timeout",))  # its blocking pool's wait
         self._credentials = has_credentials(url)
         self._pool = redis.BlockingConnectionPool.from_url(
             url,

@@ -1,0 +1,91 @@
+"""Who holds a catalog's locks, as pg_locks and pg_stat_activity tell: the catalog row its writers take turns on, and
+the build lock (an advisory lock) its builds and syncs take turns on; said in the words a waiting process logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["Holder", "row_lock_holder", "advisory_lock_holder"]
+
+# a session in pg_stat_activity: what a role may see of another's (a role without pg_read_all_stats sees the pid only)
+_SESSION = ("a.application_name, host(a.client_addr), a.backend_start, a.xact_start, a.state, a.wait_event, "
+            "extract(epoch FROM clock_timestamp() - a.state_change)::float8")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A Postgres session that holds a lock, with what is visible of it."""
+
+    pid: int
+    application: str | None = None
+    client: str | None = None
+    connected: datetime | None = None
+    transaction: datetime | None = None  # when its transaction began
+    state: str | None = None  # 'active', 'idle in transaction', ...; None when this role may not see it
+    wait_event: str | None = None
+    for_seconds: float | None = None  # how long it has been in `state`
+
+    def running(self) -> bool:
+        """Whether it runs a statement now (not one stalled reading from its client, a COPY whose client stopped)."""
+        return self.state == "active" and self.wait_event != "ClientRead"
+
+    def idle_for(self) -> float | None:
+        """Seconds it has sat in its transaction without running a statement; None when that is not visible."""
+        if self.running():
+            return 0.0
+        if self.state is not None and self.state.startswith("idle in transaction"):
+            return self.for_seconds
+        return None
+
+    def describe(self) -> str:
+        if self.connected is None:
+            return f"Postgres session PID {self.pid}"
+        text = (f"Postgres session PID {self.pid}, application {self.application or 'unnamed'!r}, client "
+                f"{self.client or 'local socket'}, connected since {self.connected:%Y-%m-%d %H:%M:%S %Z}")
+        if self.transaction is not None:
+            text += f", in its transaction since {self.transaction:%H:%M:%S %Z}"
+        idle = self.idle_for()
+        if self.running():
+            text += ", running a statement"
+        elif idle is not None:
+            text += f", idle in it for {idle:.0f} s"
+        return text
+
+
+def _holder(found: Any) -> Holder | None:
+    return None if found is None else Holder(*found)
+
+
+def row_lock_holder(conn: Any, name: str) -> Holder | None:
+    """The session whose transaction holds the row of the catalog `name` (`SELECT ... FOR UPDATE`, or a change of it);
+    None when none is found. Read from the row's xmax (the holder's transaction id) and checked against the sessions
+    holding a row lock on the catalogs table; when the xmax names none (several lockers share it), the one session
+    that holds such a lock, if only one does."""
+    found = conn.execute(
+        f"SELECT l.pid, {_SESSION} FROM toolsearch_catalogs AS c "
+        "JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = c.xmax AND l.mode = 'ExclusiveLock' "
+        "AND l.granted JOIN pg_locks AS r ON r.pid = l.pid AND r.locktype = 'relation' AND r.granted "
+        "AND r.relation = 'toolsearch_catalogs'::regclass AND r.mode IN ('RowShareLock', 'RowExclusiveLock') "
+        "LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid WHERE c.name = %s AND l.pid <> pg_backend_pid() LIMIT 1",
+        (name,),
+    ).fetchone()
+    if found is not None:
+        return _holder(found)
+    lockers = conn.execute(
+        f"SELECT r.pid, {_SESSION} FROM pg_locks AS r LEFT JOIN pg_stat_activity AS a ON a.pid = r.pid "
+        "WHERE r.locktype = 'relation' AND r.granted AND r.relation = 'toolsearch_catalogs'::regclass "
+        "AND r.mode = 'RowShareLock' AND r.pid <> pg_backend_pid() LIMIT 2"
+    ).fetchall()
+    return _holder(lockers[0]) if len(lockers) == 1 else None
+
+
+def advisory_lock_holder(conn: Any, space: int, key: int) -> Holder | None:
+    """The session that holds the session-level advisory lock (`space`, `key`); None when none does."""
+    return _holder(conn.execute(
+        f"SELECT l.pid, {_SESSION} FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = %s AND l.objid::bigint = %s "
+        "AND l.objsubid = 2",
+        (space, key & 0xFFFFFFFF),
+    ).fetchone())
