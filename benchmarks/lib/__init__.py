@@ -312,8 +312,12 @@ def write_report(out: Path, name: str, report: Any, markdown: str, *, extra: Seq
     start = "- Load average at start (1/5/15 min): "
     if start in markdown and "- Load average at the end" not in markdown and hasattr(os, "getloadavg"):
         # The end reading is meant to catch other work: the run's own threads have stopped by now, and the 1-minute
-        # average forgets them in about a minute (from 3 to under 1.5 in ~40 s), so it waits that long at most.
-        wait_quiet(END_SETTLE_S)
+        # average forgets them in about a minute (from 3 to under 1.5 in ~40 s), so it waits that long at most. Not
+        # after a loud start: the report is no figure whatever the end reads, and the wait would only add minutes
+        # to a small run on a busy machine.
+        started = _reading(markdown, start)
+        if started is None or started < QUIET_BELOW:
+            wait_quiet(END_SETTLE_S)
         end = load_average()
         at = markdown.find("\n", markdown.index(start))
         at = len(markdown) if at < 0 else at
