@@ -230,3 +230,15 @@ def test_a_quoted_tool_name_on_regex_is_found_without_a_no_match_note() -> None:
         # Before: [('email_send_message', 0.0)] with "no tool name, description or parameter matched".
         assert result.names == ["email_send_message"] and result.notes == (), (query, result.notes)
         assert result.hits[0].score > 0
+
+
+def test_an_empty_namespace_string_means_no_filter() -> None:
+    # Before 5daec23 `namespaces=""` meant no filter (as `tool_search` reads an empty namespace); 5daec23 made it
+    # InvalidQueryError "unknown namespace ''", which an empty form field passed straight through now hit.
+    index = ToolIndex.build(NAMESPACED, "bm25")
+    everywhere = index.search("send an email", 2).names
+    assert index.search("send an email", 2, namespaces="").names == everywhere != []
+    assert index.search("weather forecast", 1, namespaces="").names == ["get_weather"]  # another namespace's tool
+    assert index.resolve_filter(namespaces="") is None
+    with pytest.raises(InvalidQueryError, match="unknown namespace ' '"):  # only "" is no filter
+        index.search("send an email", namespaces=" ")

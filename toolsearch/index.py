@@ -71,10 +71,11 @@ def _names_list(what: str, names: object) -> list[str]:
 
 
 def _namespaces_list(namespaces: object) -> list[str]:
-    """`namespaces` read once into a list (an iterator is used up by reading it), a lone str as one namespace;
+    """`namespaces` read once into a list (an iterator is used up by reading it), a lone str as one namespace and
+    "" as none (no filter, as `tool_search` reads an empty namespace: an empty form field passed straight through);
     ArgumentTypeError for bytes or anything that is not a collection of strings."""
     if isinstance(namespaces, str):
-        return [namespaces]
+        return [namespaces] if namespaces else []
     if isinstance(namespaces, bytes | bytearray) or not isinstance(namespaces, Iterable):
         shown = f" ({namespaces!r})" if isinstance(namespaces, bytes | bytearray) else ""
         raise ArgumentTypeError(

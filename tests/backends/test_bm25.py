@@ -162,6 +162,14 @@ def test_the_quick_test_passes_every_query_with_a_mark(query: str) -> None:
         assert lucene._MAY_MARK.search(query)
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('abcxNamet :^1.2()"+ \n')), max_size=30))
+def test_the_quick_test_passes_every_boost_and_field_clause_query(query: str) -> None:
+    # the boost mark and the capitalised-field rule are checked apart from _LUCENE_HINT (see looks_like_lucene)
+    if lucene._BOOST_HINT.search(query) or lucene._fields_only(query):
+        assert lucene._MAY_MARK.search(query)
+
+
 def test_field_restriction(index: ToolIndex) -> None:
     # "email" is in send_email's name and in email_stats' name; description:mailbox only in one.
     assert names(index, "description:mailbox") == ["email_stats"]

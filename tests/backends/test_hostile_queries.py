@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from toolsearch import BackendError, InvalidQueryError, Tool, ToolIndex
+from toolsearch import BackendError, IndexStore, InvalidQueryError, Tool, ToolIndex
 from toolsearch.backends import bm25 as bm25_module
 from toolsearch.embeddings import CallableEmbedder
 from toolsearch.executor import ToolExecutor
@@ -160,10 +162,13 @@ def test_a_boost_alone_is_query_syntax_and_applies(bm25_index: ToolIndex) -> Non
     assert bm25_index.search("refund^5", 5).names == ["payments_refund_payment"]
 
 
-def test_a_field_prefix_in_any_case_is_a_field(bm25_index: ToolIndex) -> None:
+def test_a_capitalised_field_is_a_field_in_a_query_of_field_clauses(bm25_index: ToolIndex) -> None:
     assert looks_like_lucene("Name:email") and not looks_like_lucene("Name: John")
+    assert looks_like_lucene("Name:email Description:send") and looks_like_lucene('Name:"send email"')
     assert bm25_index.search("Name:draft", 5).names == bm25_index.search("name:draft", 5).names
     assert set(bm25_index.search("Name:draft", 5).names) == {"email_send_draft", "email_create_draft"}
+    # a query that is Lucene by another mark reads a capitalised field as a field too (as bm25 always did)
+    assert bm25_index.search("Name:draft -create", 5).names == ["email_send_draft"]
 
 
 # --- F6: options that would break every search are refused when the index is built -------------------------------
@@ -242,3 +247,178 @@ def test_prefix_and_fuzzy_words_past_the_cap_are_searched_as_whole_words(bm25_in
     late = bm25_index.search(f"{filler} calend*", 5)
     assert late.names == []  # the 41st prefix was searched as the whole word "calend"
     assert any(f"more than {bm25_module.MAX_EXPANSIONS} prefix (word*) or fuzzy (word~) words" in n for n in late.notes)
+
+
+# --- regression audit of 5daec23 (F1-F4) ------------------------------------------------------------------------
+# F1: units, formulas and capitalised labels in a request stay prose; hybrid holds to bm25's tools only for a
+# constraint.
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "convert 500 ft^2 to m^2",
+        "area of a room in km^2",
+        "what is 3 ft^2 in cm^2",
+        "3 feet^2 in metres",  # a word's power after a number: a unit
+        "expand (x+1)^2",
+        "compute (a+b)^2 for a=3 b=4",
+        "simplify (x-2)^3",
+        "Name:John Smith add contact",
+        "Name:John",  # a value in capitals is a label's
+        "create a contact Name:Alice Email:alice@example.com",
+        "Tags:urgent create a task",
+        "Server:prod-01 restart",
+        "Server:db-2 reboot",
+        "Description:quarterly report upload",
+    ],
+)
+def test_units_formulas_and_capitalised_labels_stay_prose(query: str) -> None:
+    # Before: each was read as Lucene (a boost mark after `)` or a two-letter unit, a field in any case).
+    assert not looks_like_lucene(query)
+    assert bm25_module.parsed_lucene(query) is None
+
+
+def test_boosts_and_lower_case_fields_are_still_marks() -> None:
+    for query in ("email^10", '"a phrase"^2', "calendar^10 email", "refund^5", "name:email", "name:John",
+                  "Server:db-2 +reboot", "(send OR create)^2 +email"):
+        assert looks_like_lucene(query), query
+
+
+def _with_frob() -> list[Tool]:
+    # "frob" is a direction of the fake embedding, and a word bm25 does not find in "Frobnicate" (another stem)
+    return [*MAIL, Tool("factory_frobnicate", "Frobnicate the widgets of a factory.")]
+
+
+def test_hybrid_keeps_to_bm25s_tools_only_for_a_constraint() -> None:
+    index = ToolIndex.build(_with_frob(), "hybrid", embedder=keyword_embedder(), cache=False)
+    # A boost constrains nothing: the dense half's tool stays. Before: only bm25's tools (get_weather) came back.
+    assert "factory_frobnicate" in index.search("weather^2 frob", 3).names
+    assert index.search("weather^2 frob", 3).names[0] == "get_weather"
+    # A constraint still holds to bm25's tools, and so does a word only bm25 reads (`weath*`, `wether~`)
+    assert index.search("+weather frob", 3).names == ["get_weather"]
+    assert index.search("weath* frob", 3).names == index.search("wether~ frob", 3).names == ["get_weather"]
+    assert bm25_module.lucene_reading("weather^2 frob") == (frozenset(), False)
+    assert bm25_module.lucene_reading("weath* frob") == (frozenset(), True)
+    assert bm25_module.lucene_reading("weather (x+1)^2") is None  # prose
+    # A capitalised label is prose: the dense half answers. Before: a `field` constraint that no tool met, so
+    # hybrid answered nothing ("no tool matched these words").
+    assert index.search("Server:prod-01 restart the frob", 3).names[:1] == ["factory_frobnicate"]
+
+
+# F2: ties broken by name without reading up to 1,000 hits past k.
+
+
+def _names_read(
+    searched: ToolIndex | bm25_module.Bm25Backend, query: str, k: int, allowed: frozenset[str] | None = None
+) -> tuple[list[str], int]:
+    """A bm25 search's names, and how many hits it read: each hit read has its name looked up once, into a cache
+    that starts afresh here."""
+    backend = searched.backend if isinstance(searched, ToolIndex) else searched
+    assert isinstance(backend, bm25_module.Bm25Backend)
+    backend._name_cache = (None, {})
+    names = [h.name for h in backend.search(query, k, allowed).hits]
+    return names, len(backend._name_cache[1])
+
+
+def _look_alikes(count: int) -> list[Tool]:
+    # One template, as generated OpenAPI servers look: every tool scores alike for "get record by id". Shuffled, so
+    # the catalog's order is not the names'.
+    tools = [Tool(f"svc{i:04d}_get_record", "Get a record by id.") for i in range(count)]
+    return [tools[(i * 7919) % count] for i in range(count)]
+
+
+def test_bm25_reads_no_hit_past_k_on_an_index_built_in_name_order() -> None:
+    tools = [*_look_alikes(2_500), *MAIL]  # (past 2,000 tools a small allowed set is searched with a filter query)
+    index = ToolIndex.build(tools, "bm25")
+    by_name = sorted(t.name for t in tools if t.name.startswith("svc"))
+    for query in ("get record by id", "fetch the record", "record*", '+"get a record"', "name:record"):
+        for k in (1, 3, 10):
+            names, read = _names_read(index, query, k)
+            # Before: 1,000 tied hits past k were read (2-10x the search's time); and with a tie of 1,500 the
+            # first hits depended on the catalog's order past them.
+            assert names == by_name[:k] and read == k, (query, k, read)
+    names, read = _names_read(index, "send an email", 2)  # no tie: before, one hit past k was read
+    assert names == index.search("send an email", 5).names[:2] and read == 2
+    # within an allowed set: the filter query (a small set in a large catalog) reads no hit past k either, and the
+    # unfiltered ranking is read only up to the k-th allowed hit (before: on through 1,000 more tied ones)
+    names, read = _names_read(index, "get record by id", 4, frozenset(by_name[-5:]))
+    assert names == by_name[-5:][:4] and read == 4
+    names, read = _names_read(index, "get record by id", 3, frozenset(by_name[::2]))
+    assert names == by_name[::2][:3] and read <= 2 * 3
+
+
+def test_bm25_keeps_name_order_through_removal_save_and_load(tmp_path: Path) -> None:
+    index = ToolIndex.build(_look_alikes(300), "bm25")
+    index.remove(["svc0000_get_record", "svc0002_get_record"])  # a re-index, or just deletes: order kept either way
+    assert _names_read(index, "get record by id", 2) == (["svc0001_get_record", "svc0003_get_record"], 2)
+    first = ["svc0000_get_record", "svc0001_get_record", "svc0002_get_record"]
+    store = IndexStore(tmp_path / "store")
+    name, _, _ = store.build(_look_alikes(300), backend="bm25")
+    assert _names_read(store.open(name), "get record by id", 3) == (first, 3)
+    # the mark is saved beside the files; an index saved without it (by an earlier release) is read through the tie
+    tools = _look_alikes(300)
+    folder = tmp_path / "bm25"
+    folder.mkdir()
+    ToolIndex.build(tools, "bm25").backend.save(folder)
+    layout = folder / bm25_module.LAYOUT_FILE
+    assert json.loads(layout.read_text())["name_order"] is True
+    assert _names_read(bm25_module.load(folder, tools), "get record by id", 3) == (first, 3)
+    layout.write_text(json.dumps({k: v for k, v in json.loads(layout.read_text()).items() if k != "name_order"}))
+    names, read = _names_read(bm25_module.load(folder, tools), "get record by id", 3)
+    assert names == first and 3 < read <= bm25_module._TIE_DEPTH
+
+
+def test_bm25_reads_a_bounded_tie_after_tools_are_added() -> None:
+    index = ToolIndex.build([*_look_alikes(300), Tool("zz_frob", "Frobnicate the widgets.")], "bm25")
+    # added after the others, so not in name order: a tie is read through, to a depth that does not grow with k
+    index.upsert([Tool("aaa0000_get_record", "Get a record by id."), Tool("aa_frob", "Frobnicate the widgets.")])
+    assert _names_read(index, "frobnicate widgets", 1)[0] == ["aa_frob"]  # a small tie: by name, wherever added
+    first = [_names_read(index, "get record by id", k) for k in (1, 2, 5, 20)]
+    # Before: up to 1,000 hits past k were read (all 301 tied tools here).
+    assert all(read <= 100 for _, read in first) and bm25_module._TIE_DEPTH <= 100
+    assert [names for names, _ in first] == [first[-1][0][:k] for k in (1, 2, 5, 20)]  # the first hits do not move
+    assert first[-1][0] == sorted(first[-1][0])
+
+
+def test_vector_keeps_a_bounded_tie_past_n() -> None:
+    from toolsearch.backends import vector as vector_module
+
+    copies = [Tool(f"copy{i:03d}_frob", "Frob the widgets.") for i in range(300)]  # one text: one vector
+    index = ToolIndex.build([*copies, *MAIL], "vector", embedder=keyword_embedder(), cache=False)
+    candidates = index.backend.candidates("frob widgets", 2)  # type: ignore[attr-defined]
+    # Before: every tied copy up to 1,000 past n was searched for and scored (300 here).
+    assert 2 < len(candidates) <= 100 and vector_module._TIE_DEPTH <= 100
+    assert index.search("frob widgets", 2).names == ["copy000_frob", "copy001_frob"]
+
+
+# F4: a character class's `(?` is text.
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["[(?x)]email", "calendar[(?1)]", "[(?R)]", "[ (?a) ](?u)mail", "[](?R)]mail", "[^](?x)]mail", r"[\[(?R)]",
+     "(?#[)mail"],
+)
+def test_regex_reads_a_character_class_as_text(regex_index: ToolIndex, pattern: str) -> None:
+    # Before: InvalidQueryError saying the pattern "turns on verbose mode", "calls a group or itself", or sets
+    # "charset flags together", though inside a class `(?x)` is four characters.
+    assert isinstance(regex_index.search(pattern, 3).hits, tuple)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("[a](?R)", "calls a group"),
+        ("[]](?R)", "calls a group"),  # the first `]` is a member
+        (r"[\]](?x)mail", "verbose mode"),  # an escaped `]` does not end the class
+        ("[[:alpha:]](?R)", "calls a group"),  # a POSIX class ends past its own `]`
+        ("[[:alpha:][](?R)", "calls a group"),
+        ("[[:alpha:](?#](?R)", "calls a group"),  # `(?#` inside that class is not a comment
+        ("(?#[)(?R)]", "calls a group"),  # a `[` inside a comment opens no class
+        ("(?u)[x](?a)mail", "charset flags"),
+    ],
+)
+def test_regex_still_refuses_a_construct_beside_a_class(regex_index: ToolIndex, pattern: str, says: str) -> None:
+    with pytest.raises(InvalidQueryError, match=says):
+        regex_index.search(pattern, 3)

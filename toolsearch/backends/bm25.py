@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - tantivy is a core dependency
 __all__ = [
     "Bm25Backend", "create", "load", "lucene_constraints", "DEFAULT_BOOSTS", "DEFAULT_MAX_POSTINGS", "MAX_GROUP_DEPTH",
     "MAX_EXPANSIONS", "MAX_QUERY_BOOST", "NO_MATCH_NOTE", "QUERY_FIELDS", "REINDEX_SHARE", "REINDEX_SMALL",
-    "STRICT_CONSTRAINTS", "parsed_lucene",
+    "STRICT_CONSTRAINTS", "lucene_reading", "parsed_lucene",
 ]
 
 LAYOUT_VERSION = 1
@@ -69,10 +69,14 @@ DEFAULT_MAX_POSTINGS = 2_000_000
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
-# How many hits past the k-th a search reads while they tie with it, so that ties are broken by name before the cut
-# (see _through_ties); past this many, a tie of a whole catalog (a prefix query scores every match alike) keeps
-# tantivy's order: bounded work.
-_TIE_DEPTH = 1_000
+# Ties are broken by name before the cut at k, so the first hits do not depend on k. tantivy orders equal scores by
+# document, and a build or re-index adds the documents in name order (see Bm25Backend._ordered): there its own top k
+# is already the right one, and nothing past k is read. An index that tools were added to since (their documents
+# come after the others), or one saved before indexes were built in name order, reads on past the k-th while the hits
+# tie with it (see _through_ties), up to this many hits in all (or k): a depth that does not grow with k, so that
+# the first hits still do not depend on k where a tie runs past it; there only the tied tools within it are ordered
+# by name. (Reading up to 1,000 past k made every search of a catalog of look-alike tools 2-10x slower.)
+_TIE_DEPTH = 100
 # When a search re-indexes an edited index first (see Bm25Backend._reindex_due): always while it holds at most
 # REINDEX_SMALL tools, else once the removed or replaced documents it still counts reach REINDEX_SHARE of its live
 # ones; in between it searches with slightly stale statistics. Measured on two busy shared cores (random 6-20 word
@@ -228,6 +232,7 @@ class _Parser:
         self.depth = 0  # groups open at the current position
         self.notes: list[str] = []  # what was changed in the query (a boost lowered)
         self.constraints: set[str] = set()  # the constraints written, see lucene_constraints
+        self.partial = False  # whether a word is written in part (`prefix*`) or approximately (`fuzzy~`)
 
     def _boost(self, text: str | None) -> float:
         """A `^N` boost, at most MAX_QUERY_BOOST (with a note when it was higher)."""
@@ -351,6 +356,7 @@ class _Parser:
         if m.group("fuzzy") is not None:
             fuzzy = min(int(m.group("fuzzy")), 2) if m.group("fuzzy") else -1
         boost = self._boost(m.group("boost"))
+        self.partial = self.partial or fuzzy is not None or bool(m.group("star"))
         return _Literal(body, fld, fuzzy=fuzzy, prefix=bool(m.group("star")), boost=boost)
 
     def _suffix(self) -> tuple[int | None, float]:
@@ -406,11 +412,12 @@ _Pairs = Sequence[tuple[float, Any]]  # (score, address) pairs, best first
 
 
 def _through_ties(fetch: Callable[[int], _Pairs], k: int, most: int) -> _Pairs:
-    """`fetch(limit)`'s top (score, address) pairs, read past the k-th while the pairs after it tie with it.
+    """`fetch(limit)`'s top (score, address) pairs, read past the k-th while the pairs after it tie with it, up to
+    `most` (>= k) pairs.
 
     tantivy orders equal scores by index position, so cutting its list at k and only then sorting ties by name
-    made the first hit depend on k. Reading on through the tie (at most `most` pairs) lets the caller break ties
-    by name before its own cut at k.
+    made the first hit depend on k. Reading on through the tie lets the caller break ties by name before its own
+    cut at k. With `most` = k (an index in name order) it reads k pairs, nothing more.
     """
     limit = min(k + 1, most)
     while True:
@@ -418,6 +425,10 @@ def _through_ties(fetch: Callable[[int], _Pairs], k: int, most: int) -> _Pairs:
         if len(found) < limit or limit >= most or found[-1][0] < found[k - 1][0]:
             return found
         limit = min(most, limit * 4)
+
+
+def _tool_name(tool: Tool) -> str:
+    return tool.name
 
 
 def _finite_weight(value: object) -> bool:
@@ -471,6 +482,10 @@ class Bm25Backend:
         # A hit's tool name by its address in one searcher: reading it from tantivy's document store
         # costs ~0.7 us a hit against ~0.1 here, and a search reads 50 (hybrid's pool) or more.
         self._name_cache: tuple[Any, dict[tuple[int, int], str]] = (None, {})
+        # The searcher whose documents are in name order (a build or re-index adds them so, and removals keep it),
+        # or None: it alone is ranked without reading past k (see _TIE_DEPTH). Only ever a searcher known to be
+        # ordered, so a search that reads it while a change lands errs towards reading through ties.
+        self._ordered: Any = None
         self._index: Any = None
         self._writer: Any = None
         self._searcher: Any = None
@@ -577,11 +592,14 @@ class Bm25Backend:
             with self._change(release=empty) as writer:
                 # Into an empty index, unique names replace nothing: a million deletes would cost build time.
                 replace = not empty or not unique
+                # A build adds in name order (a copy of one name keeps its place after the other: the last wins).
                 # Each document is made as it is added: a million tantivy documents held at once cost gigabytes.
-                for tool in tools:
+                for tool in sorted(tools, key=_tool_name) if empty else tools:
                     if replace:
                         writer.delete_documents_by_term("id", tool.name)
                     writer.add_document(_document(tool))
+            if empty:
+                self._mark_ordered()
             # A replaced document stays in the statistics until re-indexed (see _tools): one for each tool whose
             # name was indexed already or came earlier in this batch.
             if not unique or not empty:
@@ -596,9 +614,12 @@ class Bm25Backend:
         if not names or self._index is None:
             return
         with self._lock:
+            ordered = self._searcher is self._ordered
             with self._change() as writer:
                 for name in names:
                     writer.delete_documents_by_term("id", name)
+            if ordered:  # the tools left keep their order
+                self._mark_ordered()
             for name in names:
                 if name in self._tools:  # (a loaded tool's entry is None until read: test the name)
                     del self._tools[name]
@@ -627,9 +648,18 @@ class Bm25Backend:
             return
         with self._change() as writer:
             writer.delete_all_documents()  # drops every segment, deleted documents and their statistics with them
-            for name, tool in self._tools.items():
+            for name in sorted(self._tools):  # in name order, as a build adds them
+                tool = self._tools[name]
                 writer.add_document(_document(tool if tool is not None else self._loaded[self._position[name]]))
         self._dead = 0
+        self._mark_ordered()
+
+    def _mark_ordered(self) -> None:
+        """Mark the current searcher as ranking its documents in name order, after a change that added them so or
+        only removed some (caller's word): tantivy numbers a segment's documents in the order they were added, and
+        a single segment's order is the index's. Several (a build past its writer's memory) leave it unmarked."""
+        searcher = self._searcher
+        self._ordered = searcher if searcher is not None and int(searcher.num_segments) <= 1 else None
 
     def save(self, folder: Path) -> None:
         with self._lock:
@@ -639,12 +669,18 @@ class Bm25Backend:
                 with self._change():
                     pass
             if self._writer is not None:  # save the files as meta.json names them, merges done
+                was_ordered = self._searcher is self._ordered
                 self._release()
                 self._index.reload()
                 self._searcher = self._index.searcher()
+                if was_ordered:  # (merging keeps a segment's order)
+                    self._mark_ordered()
             assert self._folder is not None
             _copy_index_files(self._folder, folder / TANTIVY_DIR)
+            ordered = self._searcher is not None and self._searcher is self._ordered
         layout = {"layout": LAYOUT_VERSION, "fields": ["id", "name_exact", *_TEXT_FIELDS], "analyzer": ANALYZER}
+        if ordered:  # (an index saved without it is read through ties, as before)
+            layout["name_order"] = True
         (folder / LAYOUT_FILE).write_text(json.dumps(layout) + "\n")
 
     def saved_in(self, folder: Path) -> None:
@@ -672,11 +708,13 @@ class Bm25Backend:
         compiled, notes = self._compile(query, searcher)
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
+        # Past k only where tantivy's order among ties is not the names' (see _TIE_DEPTH).
+        most = k if searcher is self._ordered else max(k, _TIE_DEPTH)
         if allowed is None:
-            found = _through_ties(lambda limit: _top(searcher, compiled, limit), k, k + _TIE_DEPTH)
+            found = _through_ties(lambda limit: _top(searcher, compiled, limit), k, most)
             hits = [Hit(self._name_at(searcher, address), float(score)) for score, address in found]
         else:
-            hits = self._search_within(searcher, compiled, k, allowed)
+            hits = self._search_within(searcher, compiled, k, allowed, most)
         # Ties by name, as every backend breaks them, before the cut at k: the first hit does not depend on k.
         hits.sort(key=lambda hit: (-hit.score, hit.name))
         hits = hits[:k]
@@ -684,14 +722,16 @@ class Bm25Backend:
             notes = (*notes, NO_MATCH_NOTE)
         return Ranking(hits, tuple(notes))
 
-    def _search_within(self, searcher: Any, compiled: _Compiled, k: int, allowed: frozenset[str]) -> list[Hit]:
+    def _search_within(
+        self, searcher: Any, compiled: _Compiled, k: int, allowed: frozenset[str], most: int
+    ) -> list[Hit]:
         """The top `k` hits inside `allowed`: the same ranking as a filtered query, usually faster.
 
         tantivy's term-set filter costs time in proportion to the allowed set (10 ms for 5,000 names),
         while reading a hit's name costs under a microsecond. So the unfiltered ranking is read deep
         enough to hold `k` allowed hits at the subset's share of the catalog, deeper while a full page
         still falls short, and only past `_POST_FILTER_MAX` hits does the filter query take over. Allowed hits that
-        tie with the k-th are read too (at most `_TIE_DEPTH`), so the caller breaks ties by name before its cut.
+        tie with the k-th are read too (up to `most` hits in all), so the caller breaks ties by name before its cut.
         """
         total = int(searcher.num_docs)
         limit = min(total, max(_POST_FILTER_MIN, math.ceil(k * total / len(allowed) * 2)))
@@ -699,7 +739,7 @@ class Bm25Backend:
             found = _top(searcher, compiled, limit)
             hits: list[Hit] = []
             for score, address in found:
-                if len(hits) >= k and (float(score) < hits[k - 1].score or len(hits) >= k + _TIE_DEPTH):
+                if len(hits) >= k and (float(score) < hits[k - 1].score or len(hits) >= most):
                     return hits  # (scores descend: no later hit ties with the k-th)
                 name = self._name_at(searcher, address)
                 if name in allowed:
@@ -710,7 +750,7 @@ class Bm25Backend:
         filtered = tantivy.Query.boolean_query(
             [(tantivy.Occur.Must, compiled.whole()), (tantivy.Occur.Must, self._filter(allowed))]
         )
-        deep = _through_ties(lambda limit: searcher.search(filtered, limit, count=False).hits, k, k + _TIE_DEPTH)
+        deep = _through_ties(lambda limit: searcher.search(filtered, limit, count=False).hits, k, most)
         return [Hit(self._name_at(searcher, address), float(score)) for score, address in deep]
 
     def _name_at(self, searcher: Any, address: Any) -> str:
@@ -982,10 +1022,11 @@ def _any_of(queries: Sequence[Any]) -> Any:
 def lucene_constraints(query: str) -> frozenset[str]:
     """The constraints a Lucene `query` writes (empty, so false, when none): "required" (`+x`), "excluded" (`-x`,
     `!x`), "field" (`name:x`), written as symbols on purpose, and the operators "and" (`AND`, `&&`) and "not"
-    (`NOT`), which a request in prose may also hold ("weather for Paris AND London"). A hybrid search keeps to the
-    tools bm25 lets through; when that is none, it answers nothing for a symbol constraint (STRICT_CONSTRAINTS)
-    and the closest tools by meaning, with a note, for an operator. A query that does not parse is searched as
-    plain words: no constraint."""
+    (`NOT`), which a request in prose may also hold ("weather for Paris AND London"). A hybrid search with any of
+    them keeps to the tools bm25 lets through (as for a word written in part, `weath*`: see lucene_reading; a query
+    with neither, `email^2`, is answered by both halves); when that is none, it answers nothing for a symbol
+    constraint (STRICT_CONSTRAINTS) and the closest tools by meaning, with a note, for an operator. A query that
+    does not parse is searched as plain words: no constraint."""
     return parsed_lucene(query) or frozenset()
 
 
@@ -993,6 +1034,14 @@ def parsed_lucene(query: str) -> frozenset[str] | None:
     """`lucene_constraints` of a query bm25 searches as Lucene syntax, or None for one it searches as plain words
     (a sentence, or a Lucene attempt that does not parse): the tools bm25 returns for a Lucene query are the
     tools its operators let through, whatever notes it adds (a boost lowered, terms capped)."""
+    reading = lucene_reading(query)
+    return None if reading is None else reading[0]
+
+
+def lucene_reading(query: str) -> tuple[frozenset[str], bool] | None:
+    """`parsed_lucene`, and whether the query writes a word in part or approximately (`weath*`, `wether~`): only
+    bm25 reads such a word (an embedding of `weath*` is not one of "weather"), so a hybrid search keeps to bm25's
+    tools for it as for a constraint. None for a query bm25 searches as plain words."""
     if not looks_like_lucene(query):
         return None
     parser = _Parser(query)
@@ -1000,7 +1049,7 @@ def parsed_lucene(query: str) -> frozenset[str] | None:
         parser.parse()
     except _SyntaxProblem:
         return None
-    return frozenset(parser.constraints)
+    return frozenset(parser.constraints), parser.partial
 
 
 def _copy_index_files(source: Path, target: Path) -> None:
@@ -1057,5 +1106,7 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Bm25Backend:
         )
     names = tool_names(tools)  # (from a stored catalog's name table: no tool is parsed)
     backend._tools, backend._loaded = dict.fromkeys(names), tools
+    if json.loads((folder / LAYOUT_FILE).read_text(encoding="utf-8")).get("name_order") is True:
+        backend._mark_ordered()
     backend._position = {name: row for row, name in enumerate(names)}
     return backend

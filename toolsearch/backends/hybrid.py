@@ -133,7 +133,9 @@ class HybridBackend:
         lexical_scores = {h.name: h.score for h in lexical.hits}
         lucene = looks_like_lucene(query)
         # The constraints of a query bm25 searched as Lucene; None for plain words (a syntax it fell back from too).
-        parsed = bm25_module.parsed_lucene(query) if lucene else None
+        # `partial`: a word written in part or approximately (`weath*`, `wether~`), which only bm25 reads.
+        reading = bm25_module.lucene_reading(query) if lucene else None
+        parsed, partial = (None, False) if reading is None else reading
         instead: str | None = None  # the note on the dense half's answer where bm25's operators let no tool through
         if parsed is not None and not lexical.hits:
             constraints = parsed
@@ -149,10 +151,12 @@ class HybridBackend:
         if self.clause_lexical > 0 and not lucene:
             lexical_scores = self._with_clauses(query, lexical_scores, depth, allowed)
         dense = self.dense.candidates(query, depth, allowed, include=lexical_scores)
-        if parsed is not None and lexical.hits:
+        if (parsed or partial) and lexical.hits:
             # Operators such as +must, -not and name: are constraints: keep only tools bm25 let through. Whatever
-            # bm25 notes about the query (a boost lowered) leaves them constraints; only its plain-words fallback
-            # (parsed is None) has none.
+            # bm25 notes about the query (a boost lowered) leaves them constraints. So is a word only bm25 reads
+            # (`weath*`: the dense half's nearest tools to that text are noise). A Lucene query with neither
+            # (`calendar email^10`) constrains nothing: like plain words (and bm25's fallback from a syntax it could
+            # not parse), it is answered by both halves.
             dense = {n: s for n, s in dense.items() if n in lexical_scores}
         fused = fuse(dense, lexical_scores, self.dense_weight)
         hits = [Hit(n, s) for n, s in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]

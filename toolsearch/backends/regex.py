@@ -15,9 +15,10 @@ catastrophic one such as `(a+)+$`) raises QueryTimeoutError.
 Constructs whose cost the time budget cannot bound are refused before compiling, with
 InvalidQueryError: group calls and recursion (`(?R)`, `(?1)`, `(?&name)`), verbose mode (`(?x)`,
 where spaces and `#` comments hide counted repeats), version 1 syntax (`(?V1)`), more than one
-charset flag (`(?a)` with `(?u)`), and counted repeats that multiply past MAX_REPEAT_PRODUCT.
-Whatever else the `regex` module raises for a pattern (at compile or match time, memory
-exhaustion included) becomes InvalidQueryError too: a caller, and the model, never see its errors.
+charset flag (`(?a)` with `(?u)`), and counted repeats that multiply past MAX_REPEAT_PRODUCT
+(inside a character class, `[(?x)]`, these are text; see _check_constructs). Whatever else the
+`regex` module raises for a pattern (at compile or match time, memory exhaustion included) becomes
+InvalidQueryError too: a caller, and the model, never see its errors.
 """
 
 from __future__ import annotations
@@ -93,18 +94,70 @@ _CHARSET_FLAGS = {"a": "(?a) ASCII", "u": "(?u) Unicode", "L": "(?L) locale"}
 _PATTERN_FAILURES = (ValueError, OverflowError, TypeError, MemoryError, RecursionError)
 
 
+def _class_end(pattern: str, start: int) -> int | None:
+    """Where the character class opening at `start` ends (just past its `]`), read as the regex module reads one
+    in version 0: a `]` right after `[` or `[^` is a member, `\\` escapes the next character. None where the
+    class holds a `[` (a POSIX class such as `[[:alpha:]]` has a `]` of its own inside, so the class may end
+    later than its first `]`) or is never closed: then the caller scans the rest as text, as if no class
+    were there."""
+    i = start + 1
+    if pattern.startswith("^", i):
+        i += 1
+    if pattern.startswith("]", i):
+        i += 1
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+        elif ch == "[":
+            return None
+        elif ch == "]":
+            return i + 1
+        else:
+            i += 1
+    return None
+
+
+def _comment_end(pattern: str, start: int) -> int:
+    """Just past the `)` that ends the `(?#...)` comment opening at `start` (the regex module's reading: `\\`
+    escapes the next character), or the end of the pattern."""
+    i = start + 3
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+        elif pattern[i] == ")":
+            return i + 1
+        else:
+            i += 1
+    return len(pattern)
+
+
 def _check_constructs(pattern: str) -> None:
     """Refuse, before compiling, the inline constructs whose cost or meaning this search cannot bound.
 
-    The scan skips escaped characters only; a construct written inside a character class (`[(?x)]`) is
-    refused too, which costs nothing real and keeps the check simple enough to trust.
+    The scan skips escaped characters, `(?#...)` comments and character classes, whose `(?` is text
+    (`[(?x)]email` matches `(`, `?`, `x` or `)`), reading each the way the regex module does. From a class
+    that holds a `[` on (a POSIX class, `[[:alpha:]]`), classes are no longer skipped but scanned as text:
+    a `(?`-construct written inside one of them is refused too, which costs little and keeps the check
+    from ever skipping a construct the regex module would run (so are `(?#...)` comments, which may then be
+    inside a class).
     """
     charsets: set[str] = set()
+    skip_classes = True
     i = 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\":
             i += 2
+            continue
+        if ch == "[" and skip_classes:
+            end = _class_end(pattern, i)
+            if end is not None:
+                i = end
+                continue
+            skip_classes = False  # (see the docstring: the class may end past its first `]`)
+        if skip_classes and pattern.startswith("(?#", i):  # (text mode: this `(?#` may be inside a class)
+            i = _comment_end(pattern, i)
             continue
         if ch == "(" and pattern.startswith("?", i + 1):
             call = _GROUP_CALL.match(pattern, i + 2)

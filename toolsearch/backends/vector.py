@@ -75,9 +75,13 @@ _SUBSET_CACHE = 8
 _TOMBSTONE_REBUILD = 0.25
 # A tool scores its best lifted clause match (`_clause_scores`); toolsearch.clauses says why clauses.
 CLAUSE_LIFT = 0.5
-# How many tools past the n-th a search keeps while they tie with it (two copies of one tool embed alike), so
-# that `search` breaks ties by name before its cut at k, as every backend does; bounded work past that.
-_TIE_DEPTH = 1_000
+# How deep a search reads while the tools after the n-th tie with it (two copies of one tool embed alike), so that
+# `search` breaks ties by name before its cut at k, as every backend does: up to this many tools in all (or n), a
+# depth that does not grow with n, so that the first hits do not depend on k even where a larger tie keeps faiss's
+# order past it. A tie here is a group of tools with one text, a few copies of a tool as a rule, and a search reads
+# past the n-th only while the next tool ties with it. Each tool read widens the faiss search (an HNSW one by two),
+# so the depth is kept low (it was 1,000 past n).
+_TIE_DEPTH = 100
 
 
 class VectorBackend:
@@ -361,7 +365,7 @@ class VectorBackend:
         elif self._dead:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
         n_eff = min(n, len(self._ids))
-        most = min(len(self._ids), n_eff + _TIE_DEPTH)
+        most = min(len(self._ids), max(n_eff, _TIE_DEPTH))
         limit = min(n_eff + 1, most)  # one past the n-th: does the next hit tie with it?
         while True:
             sims, found = self._faiss_search(vectors, limit, selector)
@@ -502,13 +506,13 @@ def _clause_scores(sims: np.ndarray, tops: np.ndarray) -> np.ndarray:
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the top `k` scores, best first, and of those tying with the k-th (at most _TIE_DEPTH more):
-    the caller breaks ties by name before its cut, whatever their positions."""
+    """The positions of the top `k` scores, best first, and of those tying with the k-th (up to _TIE_DEPTH or k in
+    all): the caller breaks ties by name before its cut, whatever their positions."""
     if k >= len(scores):
         return np.argsort(-scores, kind="stable")
     kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
     above = np.flatnonzero(scores > kth)
-    tied = np.flatnonzero(scores == kth)[: k - len(above) + _TIE_DEPTH]
+    tied = np.flatnonzero(scores == kth)[: max(k, _TIE_DEPTH) - len(above)]
     part = np.concatenate([above, tied])
     return part[np.argsort(-scores[part], kind="stable")]
 
