@@ -1,10 +1,12 @@
 """How a tool's call ends, the same from run() and arun(), from a sync tool and an async one.
 
-- a tool stuck past its timeout is abandoned and keeps nothing waiting, the program's exit included;
+- a tool stuck past its timeout is abandoned and keeps nothing waiting, the program's exit included; a tool
+  still within its timeout (or without one) when a run is stopped and the program exits is let finish its work;
 - a tool's SystemExit (argparse refusing the model's arguments, a wrapped script's `sys.exit`) is that call's
   ERROR result, which the model reads; a KeyboardInterrupt ends the run as Ctrl-C does, with the run so far;
-- a tool written with `yield` (sync or async) gives its items; bytes are read as UTF-8 text, and bytes that are
-  not text are an ERROR saying so, never their repr passed off as the answer;
+- a tool written with `yield` (sync or async), or returning any other iterator (`map`, `itertools.chain`), gives
+  its items; sets, dict views and ranges are arrays; an iterator inside a value is an ERROR saying so; bytes are
+  read as UTF-8 text, and bytes that are not text are an ERROR saying so, never a repr passed off as the answer;
 - a run that sends every tool (no tool_search) never sends the model to a search tool it was not given.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -73,6 +76,45 @@ def test_a_program_whose_tool_was_abandoned_exits(how: str) -> None:
         # the run returned, but the interpreter waits at exit for the abandoned tool's thread, which never ends
         raise AssertionError(f"the program never exited; it printed {hung.stdout!r}") from None
     assert (done.returncode, done.stdout) == (0, "completed timeout\n"), done.stderr
+
+
+STOPPED = """
+import asyncio, os, signal, sys, time
+from toolsearch import SessionManager, Tool, ToolIndex, arun, run
+from toolsearch.providers import ScriptedModel, call, reply
+
+def write_report(title: str) -> str:
+    os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the tools run
+    with open(sys.argv[3], "w") as report:
+        for i in range(10):
+            report.write(f"line {i}\\n")
+            report.flush()
+            time.sleep(0.05)
+    return "written"
+
+tools = [Tool("write_report", "Write a report."), Tool("notify", "Notify.")]
+session = SessionManager(ToolIndex.build(tools, backend="regex")).create("s")
+model = ScriptedModel([reply(call("write_report", title="q3"), call("notify", title="q3")), "never asked"])
+timeout = None if sys.argv[2] == "none" else float(sys.argv[2])
+settings = dict(session=session, functions={"write_report": write_report, "notify": lambda title: "ok"},
+                tool_search="off", tool_timeout=timeout)
+try:
+    asyncio.run(arun(model, "report", **settings)) if sys.argv[1] == "arun" else run(model, "report", **settings)
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("timeout", ["none", "60"])
+@pytest.mark.parametrize("how", RUNS)
+def test_a_program_stopped_while_its_tools_run_lets_them_finish(how: str, timeout: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", STOPPED, how, timeout, str(report)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=env)
+    assert done.stdout == "stopped\n", done.stderr
+    # not cut off mid-write as the program exits: the call was within its timeout, never abandoned
+    assert report.read_text().splitlines() == [f"line {i}" for i in range(10)]
 
 
 # --- SystemExit and KeyboardInterrupt from a tool --------------------------------------------------------------
@@ -176,6 +218,55 @@ def test_generators_give_their_items_and_bytes_their_text_or_an_error(how: str, 
         "read_text": ("ok", "Résumé"),
         "read_image": ("error", "Tool 'read_image' " + not_text.format(24)),
         "read_record": ("error", "Tool 'read_record' " + not_text.format(3)),
+    }
+
+
+# --- iterators and collections ------------------------------------------------------------------------------
+
+ROWS = ["refund: 5 days", "exchange: 30 days"]
+
+
+async def mapped_later(q: str) -> Iterator[str]:
+    await asyncio.sleep(0)
+    return map(str.upper, ROWS)
+
+
+ITERATORS: dict[str, Callable[..., Any]] = {
+    "mapped": lambda q: map(str.upper, ROWS),
+    "filtered": lambda q: filter(None, ["", *ROWS]),
+    "zipped": lambda q: zip(ROWS, (5, 30), strict=True),
+    "chained": lambda q: itertools.chain(ROWS, ["store credit"]),
+    "iterated": lambda q: iter(ROWS),
+    "keys": lambda q: {"a": 1, "b": 2}.keys(),
+    "values": lambda q: {"a": 1, "b": 2}.values(),
+    "items": lambda q: {"a": 1}.items(),
+    "ranged": lambda q: range(3),
+    "sets": lambda q: {"tags": frozenset(["vip"])},
+    "mapped_later": mapped_later,
+    "nested": lambda q: {"rows": map(str.upper, ROWS)},
+}
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("how", RUNS)
+def test_iterators_give_their_items_and_collections_are_arrays(how: str, timeout: float | None) -> None:
+    model = ScriptedModel([reply(*(call(name, q="policy") for name in ITERATORS)), "done"])
+    result = run_with(how, model, ITERATORS, tool_timeout=timeout, parallel_tool_calls=timeout is not None)
+    by_name = {r.call.name: (r.status.value, r.content) for r in result.tool_results}
+    assert by_name == {
+        "mapped": ("ok", '["REFUND: 5 DAYS", "EXCHANGE: 30 DAYS"]'),
+        "filtered": ("ok", '["refund: 5 days", "exchange: 30 days"]'),
+        "zipped": ("ok", '[["refund: 5 days", 5], ["exchange: 30 days", 30]]'),
+        "chained": ("ok", '["refund: 5 days", "exchange: 30 days", "store credit"]'),
+        "iterated": ("ok", '["refund: 5 days", "exchange: 30 days"]'),
+        "keys": ("ok", '["a", "b"]'),
+        "values": ("ok", "[1, 2]"),
+        "items": ("ok", '[["a", 1]]'),
+        "ranged": ("ok", "[0, 1, 2]"),
+        "sets": ("ok", '{"tags": ["vip"]}'),
+        "mapped_later": ("ok", '["REFUND: 5 DAYS", "EXCHANGE: 30 DAYS"]'),
+        "nested": ("error", "Tool 'nested' failed: ArgumentTypeError: the tool's result holds a map that nothing ran "
+                            "out; return its items (a list) or its awaited value"),
     }
 
 

@@ -11,6 +11,7 @@ are written once, as a flow that yields what it waits on (`ToolExecutor._batch`)
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextvars
 import enum
@@ -19,9 +20,9 @@ import numbers
 import threading
 import time
 import types
-from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import tracing
 from ._errors import ArgumentTypeError, InvalidArgumentError, ToolCancelledError, wrong_type
@@ -782,34 +783,75 @@ def _call_in_threads(step: _Calls) -> list[_Outcome]:
             return [_Outcome(_ms(started), error=exc)]
         return [_Outcome(_ms(started), value)]
     started = time.perf_counter()
-    futures = [_in_thread(fn, call.arguments) for call, fn in step.calls]
+    futures = [_in_thread(fn, call.arguments, step.timeout) for call, fn in step.calls]
     return _interrupted([_collect(future, step.timeout, started) for future in futures])
 
 
-def _in_thread(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> concurrent.futures.Future[Any]:
+def _in_thread(
+    fn: Callable[..., Any], arguments: Mapping[str, Any], timeout: float | None
+) -> concurrent.futures.Future[Any]:
     """Start one call on a thread of its own, in the caller's context (its context variables: a request id, a
     tracing span), as if called here; its Future settles with what the call returned or raised.
 
     A thread per call: a call abandoned by a timeout keeps its thread, and the group's other calls, the next
     group's, and (from asyncio) the application's own `to_thread` work must not queue behind it, as they would in
-    a shared pool (asyncio's default executor has at most 32 threads) and time out unrun. A daemon thread: Python
-    joins a pool's workers at exit, so a tool stuck on a dead socket would keep the program from ever exiting.
+    a shared pool (asyncio's default executor has at most 32 threads) and time out unrun. At exit, the program
+    waits for the call until its `timeout` runs out, never longer (see `_ToolThreads`).
     """
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     context = contextvars.copy_context()
 
     def work() -> None:
-        if not future.set_running_or_notify_cancel():  # cancelled before it started (arun's timeout): never run
-            return
         try:
-            value = context.run(_call_sync, fn, arguments)
-        except BaseException as exc:  # whatever it is goes to the waiter, which decides (_collect, _interrupted)
-            future.set_exception(exc)
-        else:
-            future.set_result(value)
+            if not future.set_running_or_notify_cancel():  # cancelled before it started (arun's timeout): never run
+                return
+            try:
+                value = context.run(_call_sync, fn, arguments)
+            except BaseException as exc:  # whatever it is goes to the waiter, which decides (_collect, _interrupted)
+                future.set_exception(exc)
+            else:
+                future.set_result(value)
+        finally:
+            _ToolThreads.ended(threading.current_thread())
 
-    threading.Thread(target=work, name="toolsearch-tool", daemon=True).start()
+    _ToolThreads.start(threading.Thread(target=work, name="toolsearch-tool", daemon=True), timeout)
     return future
+
+
+class _ToolThreads:
+    """The tool calls running on threads of their own, each with the time its timeout runs out (None: no timeout),
+    so that the program's exit waits for each until then, and no longer.
+
+    Every such thread is a daemon, which Python does not wait for at exit: a call abandoned by its timeout (a tool
+    stuck on a dead socket) must never keep the program from exiting. But a call that is not past its timeout, one
+    without a timeout above all, was not abandoned: a run stopped by Ctrl-C (the program then exits) lets it finish
+    what it was doing, a file it was writing, as Python lets an ordinary thread finish.
+    """
+
+    _lock = threading.Lock()
+    _running: ClassVar[dict[threading.Thread, float | None]] = {}
+    _registered = False
+
+    @classmethod
+    def start(cls, thread: threading.Thread, timeout: float | None) -> None:
+        with cls._lock:
+            if not cls._registered:
+                atexit.register(cls.wait_at_exit)
+                cls._registered = True
+            cls._running[thread] = None if timeout is None else time.monotonic() + timeout
+        thread.start()
+
+    @classmethod
+    def ended(cls, thread: threading.Thread) -> None:
+        with cls._lock:
+            cls._running.pop(thread, None)
+
+    @classmethod
+    def wait_at_exit(cls) -> None:
+        with cls._lock:
+            running = list(cls._running.items())
+        for thread, deadline in running:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 def _collect(future: concurrent.futures.Future[Any], timeout: float | None, started: float) -> _Outcome:
@@ -874,7 +916,7 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
             return _Outcome(_ms(started), error=call_error)
         task = asyncio.ensure_future(_exits_kept(_items(value) if inspect.isasyncgen(value) else value))
     else:
-        task = asyncio.wrap_future(_in_thread(fn, call.arguments))
+        task = asyncio.wrap_future(_in_thread(fn, call.arguments, timeout))
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         task.cancel()
@@ -886,7 +928,13 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
         exc = exc.exit
     if exc is not None:
         return _Outcome(_ms(started), error=exc)
-    return _Outcome(_ms(started), task.result())
+    value = task.result()
+    if isinstance(value, Iterator):  # an async tool that returned an iterator: its items, as from a sync tool
+        try:
+            value = list(value)
+        except (Exception, SystemExit) as error:  # see _interrupted
+            return _Outcome(_ms(started), error=error)
+    return _Outcome(_ms(started), value)
 
 
 def _is_async_tool(fn: Callable[..., Any]) -> bool:
@@ -905,9 +953,15 @@ async def _items(generator: Any) -> list[Any]:
 
 
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+    """Call a sync tool, in the thread it runs in, and finish what it returned there.
+
+    An iterator it returned (a tool written with `yield`, a `map`, `filter`, `zip`, an `itertools` one, an open
+    file: any `collections.abc.Iterator`) is run out here, within the call's timeout, and its items, as a list,
+    are the result: the text the model reads is made later, where a lazy iterator's work must not run, and its
+    repr would tell the model nothing. Collections JSON has no form for (sets, dict views, `range`) need no work to
+    read and are written as arrays there (`tool_result_text`).
+    """
     value = fn(**arguments)
-    if inspect.isgenerator(value):  # a tool written with `yield`: its items are its result
-        return list(value)
     if inspect.isasyncgen(value):
         value = _items(value)
     if inspect.iscoroutine(value) or isinstance(value, Coroutine):  # an async tool driven from sync code
@@ -915,7 +969,7 @@ def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
             value = asyncio.run(value)
         except asyncio.CancelledError:  # not an Exception: it would end the whole turn, every other result lost
             raise ToolCancelledError() from None
-    return value
+    return list(value) if isinstance(value, Iterator) else value
 
 
 def _said(error: BaseException, limit: int = 4_000) -> str:

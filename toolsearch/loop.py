@@ -123,7 +123,10 @@ class LoopConfig:
 
     - `max_iterations`: model requests per run.
     - `tool_timeout`: seconds per tool call (None: no limit). A timed-out sync tool keeps running
-      in its worker thread (a daemon: it does not hold up the program's exit); its result is discarded.
+      in its worker thread; its result is discarded. At exit the program waits for a sync tool still
+      running until its timeout runs out and no longer (without one, until it ends, as for any
+      thread): a run stopped by Ctrl-C lets a running tool finish its work, and a tool past its
+      timeout (stuck on a dead socket) never holds up the exit.
     - `undiscovered`: a call to an allowed tool no search has found yet: "instruct" answers with how
       to find it; "execute" runs it (and makes it visible).
     - `return_direct`: tool names whose output ends the run as the answer (a tool whose

@@ -5,6 +5,11 @@ A proxy or gateway whose upstream fails mid-answer closes the stream as if it we
 `response.completed` (Responses). The strict fake server renders each provider's real stream; a transport of the
 SDK's own HTTP library (httpx2) stands for the proxy and drops the stream from the event that ends the turn on,
 closing the body cleanly. Every call of the cut turn arrived whole, and none may run.
+
+Some OpenAI-compatible servers never send a `finish_reason` (`""` or null on every chunk: qualcomm/GenieX#1243,
+aaamoon/copilot-gpt4-service#239, Geniucker/CoGPT#19) but close each stream with `data: [DONE]`, which a cut stream
+lacks. Such a Chat Completions turn is the answer, with a warning, when its calls' arguments are whole; one that
+stopped inside a call's arguments raises, without saying a retry may help, and names `stream=False`.
 """
 
 from __future__ import annotations
@@ -122,3 +127,118 @@ def test_a_text_answer_cut_before_its_end_is_no_completed_answer(kind: str) -> N
     answer = "Do NOT approve the transfer unless the customer calls back."
     with FakeLLMServer(answer) as server, pytest.raises(ProviderError, match=f"^the {API[kind]} stream was cut short"):
         run(cut_model(kind, server), "Transfer summary please", session=session, tool_search="off", stream=True)
+
+
+# --- servers that never send a finish_reason --------------------------------------------------------
+
+
+def _without_finish_reason(body: bytes, pieces: int | None) -> bytes:
+    """A Chat Completions stream as a server that never sends a finish_reason streams it: `""` in every chunk, and
+    `data: [DONE]` at the end; with `pieces`, one that stops after that many argument pieces of its call (and
+    still ends with `[DONE]`)."""
+    kept, seen = [], 0
+    for event in body.split(b"\n\n"):
+        data = event[5:].strip() if event.startswith(b"data:") else b""
+        if not data or data == b"[DONE]":
+            continue
+        chunk = json.loads(data)
+        for choice in chunk.get("choices") or ():
+            choice["finish_reason"] = ""
+            seen += sum(1 for c in (choice.get("delta") or {}).get("tool_calls") or () if "id" not in c)
+        if pieces is not None and seen > pieces:
+            break
+        kept.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    return b"".join(kept) + b"data: [DONE]\n\n"
+
+
+def _rewritten(response: httpx2.Response, body: bytes, pieces: int | None) -> httpx2.Response:
+    headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        body = _without_finish_reason(body, pieces)
+    return httpx2.Response(response.status_code, headers=headers, content=body)
+
+
+class NoFinishReason(httpx2.BaseTransport):
+    inner = httpx2.HTTPTransport()
+
+    def __init__(self, pieces: int | None = None) -> None:
+        self.pieces = pieces
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self.inner.handle_request(request)
+        return _rewritten(response, response.read(), self.pieces)
+
+
+class AsyncNoFinishReason(httpx2.AsyncBaseTransport):
+    inner = httpx2.AsyncHTTPTransport()
+
+    def __init__(self, pieces: int | None = None) -> None:
+        self.pieces = pieces
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        return _rewritten(response, await response.aread(), self.pieces)
+
+
+def no_finish_reason_model(server: FakeLLMServer, client: str, pieces: int | None = None) -> OpenAIChatModel:
+    if client == "async-client":
+        http = httpx2.AsyncClient(transport=AsyncNoFinishReason(pieces))
+        return OpenAIChatModel(server.async_openai(http_client=http), "qwen3")
+    return OpenAIChatModel(server.openai(http_client=httpx2.Client(transport=NoFinishReason(pieces))), "qwen3")
+
+
+def run_either(how: str, model: OpenAIChatModel, prompt: str, **settings: Any) -> Any:
+    if how == "arun":
+        return asyncio.run(arun(model, prompt, **settings))
+    return run(model, prompt, **settings)
+
+
+CLIENTS = ["sync-client", "async-client"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("how", ["run", "arun"])
+def test_a_server_that_never_sends_a_finish_reason_still_answers(how: str, client: str) -> None:
+    sent: list[str] = []
+    session = SessionManager(ToolIndex.build([SEND], backend="regex")).create("s")
+    turn = Turn(tool_calls=[("send_money", {"to": "bob"}), ("send_money", {"to": "alice"})])
+    with FakeLLMServer(turn, "Sent to both.") as server, pytest.warns(UserWarning) as warned:
+        result = run_either(how, no_finish_reason_model(server, client), "Pay bob and alice", session=session,
+                            functions={"send_money": lambda to: sent.append(to) or "sent"}, tool_search="off",
+                            stream=True)
+    assert (result.outcome.value, result.output, sent) == ("completed", "Sent to both.", ["bob", "alice"])
+    said = [str(w.message) for w in warned if "finish_reason" in str(w.message)]
+    assert said and said[0].startswith(
+        "the OpenAI Chat Completions stream of model 'qwen3' ended without a finish_reason. Some OpenAI-compatible "
+        "servers never send a finish_reason (\"\" or null on every chunk): the answer was taken as whole because "
+        "the server closed the stream normally"
+    )
+    assert "stream=False" in said[0]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_stream_that_stops_inside_a_calls_arguments_without_a_finish_reason_runs_nothing(client: str) -> None:
+    sent: list[str] = []
+    session = SessionManager(ToolIndex.build([SEND], backend="regex")).create("s")
+    turn = Turn(tool_calls=[("send_money", {"to": "bob", "memo": "rent for march"})])
+    with FakeLLMServer(turn, "Sent.") as server, pytest.raises(ProviderError) as raised:
+        run(no_finish_reason_model(server, client, pieces=1), "Pay bob", session=session,
+            functions={"send_money": lambda to, memo="": sent.append(to) or "sent"}, tool_search="off", stream=True)
+    assert sent == []
+    error = raised.value
+    assert str(error).startswith(
+        "the OpenAI Chat Completions stream ended without a finish_reason while its tool call 'send_money' was "
+        "unfinished (arguments "
+    )
+    assert "none of its tool calls ran" in str(error) and "never send a finish_reason" in str(error)
+    assert "stream=False" in str(error)
+    assert "Retrying may help" not in str(error) and (error.status, error.retryable) == (None, None)
+
+
+def test_without_a_finish_reason_and_without_done_the_stream_was_cut_short() -> None:
+    session = SessionManager(ToolIndex.build([SEND], backend="regex")).create("s")
+    with FakeLLMServer("Do NOT approve the transfer.") as server, pytest.raises(ProviderError) as raised:
+        run(cut_model("openai_chat", server), "Transfer summary please", session=session, tool_search="off",
+            stream=True)
+    assert "and without `data: [DONE]`" in str(raised.value) and "stream=False" in str(raised.value)
+    assert raised.value.retryable is True

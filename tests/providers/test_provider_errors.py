@@ -4,23 +4,30 @@ Each provider's real SDK client meets the strict fake server's error answers (a 
 a server error, a refused request, a bad key) or no server at all; the ProviderError the run raises carries the
 HTTP `status`, the `retry_after` the provider asked for and `retryable`, and its message ends with what to do.
 A model built with the wrong client is refused when it is made, naming the class and what to pass.
+An error a stream reports after its HTTP 200 (Anthropic's overload event) is judged by its type, not by that 200;
+a Gemini prompt blocked for safety, streamed or not, is refused as it is, never a stream cut short.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from fakes import ErrorTurn, FakeLLMServer
 from fakes.e2e import make_model
 from google import genai
 from google.genai import types
+from test_reply_faults import serve, session_with
 
 from toolsearch import ArgumentTypeError, ProviderError, SessionManager, Tool, ToolIndex, arun, run
 from toolsearch.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
+
+__all__ = ["serve"]  # the fixture, shared with test_reply_faults
 
 FORMATS = ["openai_chat", "openai_responses", "anthropic", "gemini"]
 
@@ -95,6 +102,63 @@ def test_no_answer_at_all_may_be_retried(asynchronous: bool) -> None:
     error = raised.value
     assert (error.status, error.retry_after, error.retryable) == (None, None, True)
     assert "Retrying may help (no answer came)" in str(error)
+
+
+# --- errors inside an answer ---------------------------------------------------------------------------
+
+
+class ErrorMidStream(httpx2.BaseTransport):
+    """Anthropic as it fails mid-answer: the HTTP 200 stream's events after `message_start` give way to an `error`
+    event (its streaming docs: `event: error`, `{"type": "error", "error": {"type": "overloaded_error", ...}}`)."""
+
+    inner = httpx2.HTTPTransport()
+
+    def __init__(self, error_type: str) -> None:
+        self.error_type = error_type
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self.inner.handle_request(request)
+        started = response.read().split(b"\n\n")[0] + b"\n\n"
+        error = {"type": "error", "error": {"type": self.error_type, "message": "Overloaded"}}
+        dropped = ("content-length", "transfer-encoding")
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in dropped}
+        return httpx2.Response(200, headers=headers,
+                               content=started + f"event: error\ndata: {json.dumps(error)}\n\n".encode())
+
+
+@pytest.mark.parametrize(
+    ("error_type", "retryable"),
+    [("overloaded_error", True), ("api_error", True), ("rate_limit_error", True), ("invalid_request_error", None)],
+)
+def test_an_error_a_stream_reports_after_its_http_200_is_judged_by_its_type(
+    error_type: str, retryable: bool | None
+) -> None:
+    session = SessionManager(ToolIndex.build([Tool("get_time", "Current time.")], backend="regex")).create("s")
+    with FakeLLMServer("It is noon.") as server, pytest.raises(ProviderError) as raised:
+        client = server.anthropic(http_client=httpx2.Client(transport=ErrorMidStream(error_type)))
+        run(AnthropicModel(client, "claude-sonnet-4-6"), "What time is it?", session=session, stream=True)
+    error = raised.value
+    assert (error.status, error.retryable) == (None, retryable)  # the 200 says nothing of the error
+    assert "HTTP 200" not in str(error) and "Retrying will not help" not in str(error)
+    if retryable:
+        assert str(error).endswith(
+            f". Retrying may help (the provider reported {error_type}): send it again after a short wait."
+        )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
+def test_a_gemini_prompt_blocked_for_safety_is_refused_as_it_is(serve: Any, stream: bool) -> None:
+    blocked = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+               "usageMetadata": {"promptTokenCount": 3, "totalTokenCount": 3}}
+    server = serve((200, [blocked] if stream else blocked))  # streamed: that one chunk, no candidate
+    with pytest.raises(ProviderError) as raised:
+        run(GeminiModel(server.gemini(), "gemini-2.5-flash"), "hi", session=session_with(("t", "d")),
+            tool_search="off", stream=stream)
+    assert str(raised.value) == (
+        "Gemini returned no candidate (prompt feedback: {'block_reason': 'PROHIBITED_CONTENT'}). Retrying will not "
+        "help (the prompt was blocked): change the prompt, or the request's safety_settings."
+    )
+    assert (raised.value.status, raised.value.retryable) == (None, False)
 
 
 # --- the wrong client ----------------------------------------------------------------------------------

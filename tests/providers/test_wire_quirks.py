@@ -1,7 +1,9 @@
 """What some providers and OpenAI-compatible servers send or demand, through the real `openai` client.
 
 - Chat Completions streams whose parallel calls all come under `index: 0`, each whole with its own id and name
-  (Ollama, some gateways, older vLLM), are as many calls, as the same reply unstreamed is.
+  (Ollama, some gateways, older vLLM), are as many calls, as the same reply unstreamed is; and one call stays one
+  call however a server varies its fragments' ids (Poolside, older mlx-openai-server) or repeats its name (MiniMax
+  through NVIDIA NIM, vLLM's GLM parser, vLLM's empty last fragment). Telling them apart reads each fragment once.
 - The Responses API with `store=False` keeps nothing: a reasoning item goes back only with its
   `encrypted_content`, which a request asks for with `include=["reasoning.encrypted_content"]`, and the API
   refuses that `include` for a model that does not reason. The server below answers as the API does.
@@ -9,9 +11,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from test_reply_faults import Body, RawServer, chat, serve, session_with
 
 from toolsearch import run
@@ -19,8 +23,9 @@ from toolsearch.providers import OpenAIChatModel, OpenAIResponsesModel
 
 __all__ = ["serve"]  # the fixture, shared with test_reply_faults
 
-FUNCTIONS = {"get_weather": lambda city: f"sunny in {city}", "get_time": lambda tz: "12:00"}
-TOOLS = [("get_weather", "Weather for a city."), ("get_time", "Time in a zone.")]
+FUNCTIONS = {"get_weather": lambda city: f"sunny in {city}", "get_time": lambda tz: "12:00",
+             "save_rows": lambda rows: "saved"}
+TOOLS = [("get_weather", "Weather for a city."), ("get_time", "Time in a zone."), ("save_rows", "Save rows.")]
 
 
 def chunk(delta: Body, finish: str | None = None) -> Body:
@@ -38,10 +43,12 @@ def call_fragment(call_id: str | None, name: str | None, arguments: str, index: 
     return chunk({"tool_calls": [fragment]})
 
 
-def streamed_calls(serve: Callable[..., RawServer], *chunks: Body) -> list[tuple[str, str, str, str]]:
+def streamed_calls(
+    serve: Callable[..., RawServer], *chunks: Body, functions: dict[str, Callable[..., Any]] = FUNCTIONS
+) -> list[tuple[str, str, str, str]]:
     server = serve((200, [*chunks, chunk({}, "tool_calls")]), (200, [chunk({"content": "ok"}, "stop")]))
     result = run(OpenAIChatModel(server.openai(), "gpt-4.1"), "Weather and time in Porto?",
-                 session=session_with(*TOOLS), functions=FUNCTIONS, tool_search="off", stream=True)
+                 session=session_with(*TOOLS), functions=functions, tool_search="off", stream=True)
     return [(r.call.id, r.call.name, r.status.value, r.content) for r in result.tool_results]
 
 
@@ -73,6 +80,78 @@ def test_a_call_whose_id_and_name_come_again_with_its_arguments_stays_one_call(
         call_fragment(None, "get_weather", '"Porto"}'),
         call_fragment("call_b", "get_time", '{"tz":"UTC"}', index=1),
     ) == [("call_a", "get_weather", "ok", "sunny in Porto"), ("call_b", "get_time", "ok", "12:00")]
+
+
+ONE_CALL_SHAPES = {
+    # Poolside: the id it sends with the name, then another id on every arguments fragment (poolsideai/pool#9)
+    "new-id-on-arguments": [call_fragment("call_A", "get_weather", ""), call_fragment("call_B", None, '{"city":'),
+                            call_fragment("call_B", None, ' "Porto"}')],
+    # mlx-openai-server before its PR #216: a fresh id on every delta
+    "fresh-id-every-delta": [call_fragment("call_A", "get_weather", ""), call_fragment("call_2", None, '{"city":'),
+                             call_fragment("call_3", None, ' "Porto"}')],
+    # MiniMax through NVIDIA NIM: the name on every fragment; vLLM: a last fragment with empty arguments
+    "name-on-every-fragment": [call_fragment("call_A", "get_weather", ""),
+                               call_fragment(None, "get_weather", '{"city": "Porto"}'),
+                               call_fragment(None, "get_weather", "")],
+    "name-on-every-piece": [call_fragment("call_A", "get_weather", ""), call_fragment(None, "get_weather", '{"city":'),
+                            call_fragment(None, "get_weather", ' "Porto"}'), call_fragment(None, "get_weather", " ")],
+}
+
+
+@pytest.mark.parametrize("shape", ONE_CALL_SHAPES)
+def test_one_streamed_call_stays_one_call_however_its_fragments_vary(
+    serve: Callable[..., RawServer], shape: str
+) -> None:
+    ran: list[str] = []
+    functions = {**FUNCTIONS, "get_weather": lambda city="Lisbon": ran.append(city) or f"sunny in {city}"}
+    assert streamed_calls(serve, *ONE_CALL_SHAPES[shape], functions=functions) == [
+        ("call_A", "get_weather", "ok", "sunny in Porto")
+    ]
+    assert ran == ["Porto"]  # once, with what the model asked: never split off with its defaults, nor run twice
+
+
+@pytest.mark.parametrize(
+    "fragments",
+    [
+        [call_fragment("call_a", "get_weather", '{"city":"Porto"}'),
+         call_fragment("call_b", "get_weather", '{"city":"Lisbon"}')],
+        [call_fragment(None, "get_weather", '{"city":"Porto"}'),
+         call_fragment(None, "get_weather", '{"city":"Lisbon"}')],
+    ],
+    ids=["own-ids", "no-ids"],
+)
+def test_two_calls_of_one_tool_under_one_index_are_two_calls(
+    serve: Callable[..., RawServer], fragments: list[Body]
+) -> None:
+    results = streamed_calls(serve, *fragments)
+    assert [(name, status, content) for _, name, status, content in results] == [
+        ("get_weather", "ok", "sunny in Porto"), ("get_weather", "ok", "sunny in Lisbon")
+    ]
+
+
+def test_a_long_call_whose_name_comes_with_every_fragment_is_read_once(
+    serve: Callable[..., RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed call of 2,000 fragments, each repeating the name (MiniMax through NIM) and ending in `}`: telling
+    whether a fragment starts another call must not read all the arguments so far again for every fragment (the
+    whole loop waits while it does). Every JSON read of the arguments is counted, in characters."""
+    pieces = ['{"rows":[{"n":0}', *(f',{{"n":{n}}}' for n in range(1, 2_000)), "]}"]
+    arguments = "".join(pieces)
+    read: list[int] = []
+    loads = json.loads
+
+    def counted(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, str) and text.startswith('{"rows"'):
+            read.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counted)
+    saved: list[int] = []
+    functions = {**FUNCTIONS, "save_rows": lambda rows: saved.append(len(rows)) or "saved"}
+    results = streamed_calls(serve, call_fragment("call_A", "save_rows", ""),
+                             *(call_fragment(None, "save_rows", piece) for piece in pieces), functions=functions)
+    assert results == [("call_A", "save_rows", "ok", "saved")] and saved == [2_000]
+    assert 0 < sum(read) <= 4 * len(arguments)  # a few whole reads, never one per fragment
 
 
 # --- Responses with store=False ------------------------------------------------------------------

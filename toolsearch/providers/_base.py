@@ -9,7 +9,8 @@ import inspect
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections import UserString
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence, Set, ValuesView
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -548,9 +549,12 @@ class StreamingChatModel(ChatModel, Protocol):
 def tool_result_text(value: Any) -> str:
     """Turn whatever a tool returned into the text the model reads.
 
-    Bytes are read as UTF-8 text; bytes that are not (an image, a zip) raise ArgumentTypeError, as does a
-    generator or coroutine nobody consumed: their repr ("b'\\x89PNG...'", "<generator object ...>") would reach
-    the model as the tool's answer, and the real output would be lost without a word.
+    Bytes are read as UTF-8 text; bytes that are not (an image, a zip) raise ArgumentTypeError, as does an
+    iterator or coroutine nobody ran out (a generator, a `map`: the executor runs out one a tool returns, in the
+    tool's thread, but not one inside its value): their repr ("b'\\x89PNG...'", "<map object ...>") would reach
+    the model as the tool's answer, and the real output would be lost without a word. At any depth, a collection
+    JSON has no form for is written as what it holds: a set, a dict view, a `range` or any other sequence as an
+    array, a mapping that is no dict as an object.
     """
     if isinstance(value, str):
         return value
@@ -579,14 +583,19 @@ def _bytes_text(value: bytes | bytearray | memoryview) -> str:
 
 
 def _json_default(value: Any) -> Any:
-    """What json.dumps writes for a value it has no form for: bytes as their text, else its str()."""
+    """What json.dumps writes for a value it has no form for: bytes as their text, a collection as what it holds
+    (see `tool_result_text`), else its str()."""
     if isinstance(value, bytes | bytearray | memoryview):
         return _bytes_text(value)
-    if inspect.isgenerator(value) or inspect.isasyncgen(value) or inspect.isawaitable(value):
+    if isinstance(value, Iterator | AsyncIterator) or inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()  # never awaited: closed here, without the "was never awaited" warning
         raise ArgumentTypeError(
-            f"the tool returned a {type(value).__name__} that nothing consumed; return its items (a list) or its "
-            "awaited value"
+            f"the tool's result holds a {type(value).__name__} that nothing ran out; return its items (a list) or "
+            "its awaited value"
         )
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Set | ValuesView | Sequence) and not isinstance(value, UserString):  # text is no array
+        return list(value)
     return str(value)

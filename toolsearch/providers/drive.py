@@ -95,8 +95,9 @@ def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> 
         status = _status_of(exc)
         retry_after = _retry_after_of(exc)
         retryable = _retryable(exc, status)
+        advice = _retry_advice(status, retry_after, retryable, _error_type_of(exc))
         return ProviderError(
-            f"{provider} request failed: {type(exc).__name__}: {exc}{_retry_advice(status, retry_after, retryable)}",
+            f"{provider} request failed: {type(exc).__name__}: {exc}{advice}",
             status=status,
             retry_after=retry_after,
             retryable=retryable,
@@ -117,7 +118,8 @@ _TRANSPORT_ERRORS = frozenset({
 
 def _status_of(exc: BaseException) -> int | None:
     """The HTTP status of an SDK's error: `status_code` (openai, anthropic), `code` (google-genai), or its
-    `response`'s (httpx); None when no answer came."""
+    `response`'s (httpx); None when no answer came, or when the answer's status says nothing of the error: an
+    error a stream reported after its HTTP 200 (Anthropic's `overloaded_error` event) carries that 200."""
     for path in (("status_code",), ("code",), ("response", "status_code")):
         value: Any = exc
         try:
@@ -125,9 +127,27 @@ def _status_of(exc: BaseException) -> int | None:
                 value = getattr(value, name)
         except Exception:  # absent, or a property that raises (httpx's, on an error without its request)
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
     return None
+
+
+# Error types (the error body's `type`) that a provider reports, mid-stream too, for a request that may succeed when
+# sent again: Anthropic's overload, internal error and rate limit; OpenAI's server error.
+_RETRY_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "server_error"})
+
+
+def _error_type_of(exc: BaseException) -> str | None:
+    """The error's `type` from its body (`{"error": {"type": ...}}` or the error object itself), as Anthropic
+    and OpenAI send it, in an error answer or an error event of a stream; None when there is none."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        found = (error if isinstance(error, Mapping) else body).get("type")
+        if isinstance(found, str) and found and found != "error":
+            return found
+    found = getattr(exc, "type", None)
+    return found if isinstance(found, str) and found else None
 
 
 def _headers_of(exc: BaseException) -> Mapping[str, str]:
@@ -174,8 +194,8 @@ def _retry_after_of(exc: BaseException) -> float | None:
 
 def _retryable(exc: BaseException, status: int | None) -> bool | None:
     """Whether sending the request again may help: the provider's own `x-should-retry` header when it sent one,
-    else by status (a rate limit, a server error: yes; another refusal: no) or, with no answer at all, by
-    whether the connection failed (yes) or the answer could not be read (unknown)."""
+    else by status (a rate limit, a server error: yes; another refusal: no) or, without an error status, by the
+    error's type (an overload a stream reported: yes), by whether the connection failed (yes), or unknown."""
     said = str(_headers_of(exc).get("x-should-retry", "")).lower()
     if said in ("true", "false"):
         return said == "true"
@@ -183,14 +203,23 @@ def _retryable(exc: BaseException, status: int | None) -> bool | None:
         if status == 429 and getattr(exc, "code", None) == "insufficient_quota":  # OpenAI: out of credit, no wait helps
             return False
         return status in _RETRY_STATUSES or status >= 500
+    if _error_type_of(exc) in _RETRY_ERROR_TYPES:
+        return True
     if any(cls.__name__ in _TRANSPORT_ERRORS for cls in type(exc).__mro__):
         return True
     return None
 
 
-def _retry_advice(status: int | None, retry_after: float | None, retryable: bool | None) -> str:
+def _retry_advice(
+    status: int | None, retry_after: float | None, retryable: bool | None, error_type: str | None = None
+) -> str:
     """The sentence a ProviderError's message ends with: whether to send the request again, and when."""
-    answered = f"HTTP {status}" if status is not None else "no answer came"
+    if status is not None:
+        answered = f"HTTP {status}"
+    elif error_type in _RETRY_ERROR_TYPES:
+        answered = f"the provider reported {error_type}"
+    else:
+        answered = "no answer came"
     if retryable:
         wait = (
             f"the provider asked to wait {retry_after:g} s before sending it again"
@@ -297,16 +326,17 @@ class StreamAssembler(Protocol):
     def finish(self) -> ModelTurn: ...
 
 
-def stream_cut_short(api: str, marker: str) -> ProviderError:
+def stream_cut_short(api: str, marker: str, note: str = "") -> ProviderError:
     """The error for a stream that ended before the event that says the provider finished the turn (`marker`).
 
     A proxy or gateway whose upstream failed mid-answer closes the stream cleanly: what came is a part of a turn,
-    never an answer, and a call of it (whole as its arguments may look) must not run.
+    never an answer, and a call of it (whole as its arguments may look) must not run. `note` adds what else may
+    end a stream so (it follows the likely cause, inside its parentheses).
     """
     return ProviderError(
         f"the {api} stream was cut short: it ended before {marker}, so the turn is incomplete and none of its tool "
-        "calls ran (a proxy, a gateway or the connection dropped the rest). Retrying may help (no complete answer "
-        "came): send the request again.",
+        f"calls ran (a proxy, a gateway or the connection dropped the rest{note}). Retrying may help (no complete "
+        "answer came): send the request again.",
         retryable=True,
     )
 

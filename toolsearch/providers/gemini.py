@@ -168,6 +168,12 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
     candidates = _get(response, "candidates") or []
     if not candidates:
         feedback = _dump(_get(response, "prompt_feedback"))
+        if _get(feedback, "block_reason") is not None:  # blocked again each time it is sent as it is
+            raise ProviderError(
+                f"Gemini returned no candidate (prompt feedback: {feedback}). Retrying will not help (the prompt "
+                "was blocked): change the prompt, or the request's safety_settings.",
+                retryable=False,
+            )
         raise ProviderError(f"Gemini returned no candidate (prompt feedback: {feedback or 'none'})")
     candidate = candidates[0]
     texts: list[str] = []
@@ -215,7 +221,8 @@ class GeminiStreamAssembler:
     Text parts arrive in pieces (each passed on as it comes); a function call arrives whole in one
     chunk. Usage and the finish reason are the last chunk's; a stream whose chunks never gave a
     finish reason was cut short, and `finish` raises a ProviderError rather than pass a part of a
-    turn off as the answer.
+    turn off as the answer. A blocked prompt streams one chunk, with its `prompt_feedback` and no
+    candidate: that is the error `parse_response` gives the same answer unstreamed, not a cut.
     """
 
     def __init__(self, names: NameMap) -> None:
@@ -224,11 +231,16 @@ class GeminiStreamAssembler:
         self.usage: Any = None
         self.finish_reason: Any = None
         self.started = False
+        self.candidates = False  # whether any chunk brought a candidate
+        self.prompt_feedback: Any = None
 
     def feed(self, chunk: Any) -> list[StreamEvent]:
         self.started = True
         events: list[StreamEvent] = []
+        if _get(chunk, "prompt_feedback") is not None:
+            self.prompt_feedback = _get(chunk, "prompt_feedback")
         for candidate in (_get(chunk, "candidates") or [])[:1]:
+            self.candidates = True
             for part in _get(_get(candidate, "content"), "parts") or ():
                 part = _dump(part)
                 self.parts.append(part)
@@ -251,6 +263,9 @@ class GeminiStreamAssembler:
     def finish(self) -> ModelTurn:
         if not self.started:
             raise ProviderError("the Gemini stream ended before its first chunk; no turn was received")
+        if not self.candidates and _get(self.prompt_feedback, "block_reason") is not None:
+            # a blocked prompt, no cut: parse_response raises what the same answer unstreamed raises
+            return parse_response({"candidates": [], "prompt_feedback": self.prompt_feedback}, self.names)
         if self.finish_reason is None:  # the last chunk of a whole answer gives it
             raise stream_cut_short("Gemini", "a chunk that gives its finish_reason")
         response = {

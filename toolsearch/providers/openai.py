@@ -7,8 +7,13 @@ provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
-from typing import Any
+import re
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, cast
 
 from ..tools import NameMap, Tool
 from ._base import (
@@ -33,6 +38,7 @@ from .drive import (
     call_async,
     call_sync,
     check_client,
+    is_async_callable,
     reject_stream_option,
     stream_cut_short,
 )
@@ -164,12 +170,16 @@ class ChatStreamAssembler:
     """Assembles `ChatCompletionChunk`s (objects or dicts) into the turn `parse_chat_completion` would give.
 
     Text deltas are passed on as they come; a tool call is announced once its name is known, and
-    its arguments are the concatenation of every fragment sent for its `index`. A fragment that
-    brings another id than its index's call has, or a name once that call's arguments are a whole
-    JSON object, starts a new call: some OpenAI-compatible servers send every parallel call whole
-    under `index: 0`. Usage comes from the last chunk (`stream_options={"include_usage": True}`);
-    only choice 0 is read. A stream that ends before a chunk gave the `finish_reason` was cut short:
-    `finish` raises a ProviderError rather than pass a part of a turn off as the answer.
+    its arguments are the concatenation of every fragment sent for its `index` (see `_slot` for the
+    one case where a fragment of the same `index` starts another call: some OpenAI-compatible
+    servers send every parallel call whole under `index: 0`). Usage comes from the last chunk
+    (`stream_options={"include_usage": True}`); only choice 0 is read.
+
+    A stream without a `finish_reason` is judged in `finish`: one the server did not close with
+    `data: [DONE]` (`done` is False: `OpenAIChatModel` watches for it) was cut short, and raises; one
+    it closed so (or where that could not be watched, `done` None) is taken as the answer, with a
+    warning, when its calls' arguments are whole JSON, since some servers never send a
+    `finish_reason`, and raises when a call's arguments are unfinished.
     """
 
     def __init__(self, names: NameMap) -> None:
@@ -182,6 +192,7 @@ class ChatStreamAssembler:
         self.current: dict[int, int] = {}  # a fragment's `index` -> the key in `calls` of the call it continues
         self.finish_reason: str | None = None
         self.usage: Any = None
+        self.done: bool | None = None  # whether the server closed the stream with `data: [DONE]`; None: unknown
 
     def feed(self, chunk: Any) -> list[StreamEvent]:
         events: list[StreamEvent] = []
@@ -208,7 +219,8 @@ class ChatStreamAssembler:
             for fragment in _get(delta, "tool_calls") or ():
                 fn = _get(fragment, "function")
                 name = call_text(_get(fn, "name"), "name") if fn is not None else None
-                slot = self._slot(_get(fragment, "index"), call_text(_get(fragment, "id"), "id"), name)
+                arguments = _get(fn, "arguments") if fn is not None else None
+                slot = self._slot(_get(fragment, "index"), call_text(_get(fragment, "id"), "id"), name, arguments)
                 if name and not slot["name"]:
                     slot["name"] = name
                     # the id the call runs under, given now so its start event and its result agree
@@ -217,28 +229,40 @@ class ChatStreamAssembler:
                         [ToolCall(i, "") for i in others] + [ToolCall(slot["id"], "")], "call_"
                     )[-1].id
                     events.append(StreamEvent.tool_call_start(slot["id"], self.names.original(name) or name))
-                arguments = _get(fn, "arguments") if fn is not None else None
                 if arguments:
                     slot["arguments"].append(arguments)
+                    slot["shape"].add(arguments)
         return events
 
-    def _slot(self, index: Any, call_id: str, name: str | None) -> dict[str, Any]:
+    def _slot(self, index: Any, call_id: str, name: str | None, arguments: Any) -> dict[str, Any]:
         """The call a fragment belongs to: its index's call, or a new one when the fragment starts another.
 
-        id and name arrive whole in a call's first fragment, and some servers repeat them later: the same id is
-        the same call. Another id is another call; so is a name without an id once the call has a name and its
-        arguments are a whole JSON object (a repeat would come before the arguments are complete).
+        A call's fragments share its `index`, and servers vary the rest: Poolside sends a new id on every
+        arguments fragment, older mlx-openai-server a fresh id on every delta, MiniMax (through NVIDIA NIM) and
+        vLLM's GLM parser repeat the name on every fragment, vLLM ends with an empty arguments fragment. None of
+        that is a new call. Ollama and some gateways send each parallel call whole under `index: 0`, with its own
+        id and name. So a fragment starts a new call only when it brings a name, the call so far has its name,
+        and its arguments are no open object (a call's arguments are whole before the next call starts). Then,
+        once the call has arguments, an id other than the call's, another name, or arguments of its own (merged
+        after a whole object, they could never be valid JSON) start a new call; before the call has any, only
+        another name does (a server that sends a fresh id with every fragment may repeat the name too). The
+        same id is always the same call.
         """
         key = self.current.get(index) if index is not None else None
         slot = self.calls.get(key) if key is not None else None
-        if slot is not None:
-            other_id = bool(call_id) and bool(slot["sent_id"]) and call_id != slot["sent_id"]
-            other_call = bool(name) and not call_id and bool(slot["name"]) and _whole_object(slot["arguments"])
-            if other_id or other_call:
+        shape = slot["shape"].state if slot is not None else "open"
+        if slot is not None and name and slot["name"] and shape != "open":
+            same_id = bool(call_id) and call_id == slot["sent_id"]
+            other_id = bool(call_id) and bool(slot["sent_id"]) and not same_id
+            other_name = name != slot["name"] and not same_id
+            more = isinstance(arguments, str) and bool(arguments.strip()) and not same_id
+            if other_name if shape == "blank" else (other_id or other_name or more):
                 slot = None
         if slot is None:
             key = len(self.calls)
-            slot = self.calls[key] = {"id": "", "sent_id": "", "name": "", "arguments": []}
+            slot = self.calls[key] = {
+                "id": "", "sent_id": "", "name": "", "arguments": [], "shape": _ArgumentShape(),
+            }
             if index is not None:
                 self.current[index] = key
         if call_id and not slot["sent_id"]:
@@ -272,18 +296,107 @@ class ChatStreamAssembler:
         return out
 
     def finish(self) -> ModelTurn:
-        if self.finish_reason is None and not self.texts and not self.calls:
-            raise ProviderError("the Chat Completions stream ended without any choice")
         if self.finish_reason is None:
-            raise stream_cut_short("OpenAI Chat Completions", "the chunk that gives its finish_reason")
+            self._judge_unfinished()
         return parse_chat_completion(self.completion(), self.names)
 
+    def _judge_unfinished(self) -> None:
+        """A stream that gave no `finish_reason`: raise unless it is a whole answer from a server that never
+        sends one (see the class docstring); warn when it is taken as the answer."""
+        api = "OpenAI Chat Completions"
+        if self.done is False:  # no [DONE] either: the body ended early, as a proxy whose upstream failed ends it
+            raise stream_cut_short(
+                api, "the chunk that gives its finish_reason and without `data: [DONE]`",
+                "; if the server never closes its streams so, run without streaming: stream=False",
+            )
+        servers = "Some OpenAI-compatible servers never send a finish_reason (\"\" or null on every chunk)"
+        way_out = "run without streaming (stream=False, and no on_text / on_event): an unstreamed answer comes whole"
+        if not self.texts and not self.refusals and not self.calls:
+            raise ProviderError(
+                f"the {api} stream ended without any choice and no finish_reason. {servers}: through one, {way_out}."
+            )
+        for _, slot in sorted(self.calls.items()):
+            text = "".join(slot["arguments"])
+            if not slot["name"] or not _json_object_or_blank(text):
+                raise ProviderError(
+                    f"the {api} stream ended without a finish_reason while its tool call "
+                    f"{slot['name'] or '(no name)'!r} was unfinished (arguments {text[-60:]!r} are no whole JSON "
+                    "object), so the turn is incomplete and none of its tool calls ran: the server or a proxy "
+                    f"stopped the answer early. {servers}: through one, {way_out}."
+                )
+        warnings.warn(
+            f"the {api} stream of model {self.model or '(unnamed)'!r} ended without a finish_reason. {servers}: "
+            "the answer was taken as whole because the server closed the stream normally and every tool call's "
+            f"arguments are whole JSON. If answers look cut short, {way_out}.",
+            UserWarning,
+            stacklevel=2,
+        )
 
-def _whole_object(parts: list[str]) -> bool:
-    """Whether a streamed call's argument fragments so far make one whole JSON object."""
-    text = "".join(parts).strip()
-    if not text.startswith("{") or not text.endswith("}"):
-        return False
+
+class _ArgumentShape:
+    """How far a streamed call's arguments have come: `blank` (nothing but spaces yet), `open` (an object not
+    closed yet), `whole` (one closed object, nothing after it), or `other` (anything else).
+
+    Kept up as each fragment comes, reading its characters once: joining and parsing everything so far for every
+    fragment would take time quadratic in the arguments' length (a streamed file write of 100 kB: seconds of the
+    event loop). Brackets only are counted, never checked against each other: whether the text is valid JSON is
+    for `parse_arguments` to say once, when the turn is complete.
+    """
+
+    __slots__ = ("depth", "escaped", "in_string", "state")
+
+    def __init__(self) -> None:
+        self.state = "blank"
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False  # the fragment before ended inside a string on a backslash
+
+    def add(self, text: str) -> None:
+        if not isinstance(text, str) or self.state == "other":
+            return
+        i, end = 0, len(text)
+        while i < end:
+            if self.in_string:
+                if self.escaped:  # the character after a backslash never ends the string
+                    self.escaped = False
+                    i += 1
+                    continue
+                found = _STRING_STOP.search(text, i)
+                if found is None:
+                    return
+                i = found.end()
+                if found.group() == '"':
+                    self.in_string = False
+                else:
+                    self.escaped = True
+                continue
+            char = text[i]
+            i += 1
+            if char.isspace():
+                continue
+            if self.state == "blank":
+                self.state, self.depth = ("open", 1) if char == "{" else ("other", 0)
+            elif self.state == "whole":
+                self.state = "other"  # something after the object
+            elif char == '"':
+                self.in_string = True
+            elif char in "{[":
+                self.depth += 1
+            elif char in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.state = "whole"
+            if self.state == "other":
+                return
+
+
+_STRING_STOP = re.compile(r'["\\]')
+
+
+def _json_object_or_blank(text: str) -> bool:
+    """Whether a call's arguments are complete: a JSON object, or none at all (a call without arguments)."""
+    if not text.strip():
+        return True
     try:
         return isinstance(json.loads(text), dict)
     except (ValueError, RecursionError):
@@ -369,6 +482,66 @@ class OpenAIChatModel(_OpenAIBase):
 
     def _assembler(self, names: NameMap, request: ChatRequest) -> StreamAssembler:
         return ChatStreamAssembler(names)
+
+    def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
+        call = super()._streamed(request, on_event, asynchronous=asynchronous)
+        return dataclasses.replace(call, create=_watching_done(call.create, cast(ChatStreamAssembler, call.assembler)))
+
+
+def _watching_done(create: Callable[..., Any], assembler: ChatStreamAssembler) -> Callable[..., Any]:
+    """`create`, with each stream it opens watched for the `data: [DONE]` line that closes a whole Chat
+    Completions stream, noted in `assembler.done`: what tells a server that never sends a `finish_reason` from a
+    stream a proxy cut short.
+
+    The openai SDK reads that line and drops it; its SSE decoder (`Stream._decoder`, private) is the one place it
+    passes. A stream without one (a wrapped client's, another SDK version's) is left unwatched: `done` stays None.
+    """
+
+    def watched(stream: Any) -> Any:
+        decoder = getattr(stream, "_decoder", None)
+        if callable(getattr(decoder, "iter_bytes", None)) and callable(getattr(decoder, "aiter_bytes", None)):
+            try:
+                stream._decoder = _DoneWatch(decoder, assembler)
+            except (AttributeError, TypeError):  # a stream that will not take it: unwatched
+                return stream
+            assembler.done = False
+        return stream
+
+    if is_async_callable(create):
+
+        async def acreate(**payload: Any) -> Any:
+            stream = create(**payload)
+            return watched(await stream if inspect.isawaitable(stream) else stream)
+
+        return acreate
+
+    def screate(**payload: Any) -> Any:
+        stream = create(**payload)
+        return stream if inspect.isawaitable(stream) else watched(stream)
+
+    return screate
+
+
+class _DoneWatch:
+    """An openai SDK SSE decoder, passed through, that notes in `assembler.done` the `[DONE]` event."""
+
+    def __init__(self, decoder: Any, assembler: ChatStreamAssembler) -> None:
+        self._decoder = decoder
+        self._assembler = assembler
+
+    def _seen(self, event: Any) -> Any:
+        data = getattr(event, "data", None)
+        if isinstance(data, str) and data.startswith("[DONE]"):
+            self._assembler.done = True
+        return event
+
+    def iter_bytes(self, iterator: Any) -> Iterator[Any]:
+        for event in self._decoder.iter_bytes(iterator):
+            yield self._seen(event)
+
+    async def aiter_bytes(self, iterator: Any) -> AsyncIterator[Any]:
+        async for event in self._decoder.aiter_bytes(iterator):
+            yield self._seen(event)
 
 
 # --- Responses -------------------------------------------------------------------------------
