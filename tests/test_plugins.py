@@ -500,9 +500,6 @@ def test_a_plugin_registering_itself_on_import_shadows_nothing(install: Install)
     assert spec is sys.modules["acme_self"].SPEC
 
 
-# --- a real plug-in package, pip-installed into a venv, used by the CLI ---------------------------------------
-
-
 # --- names toolsearch takes before the registry; embedders that would make an unusable index ---------------------
 
 ACME_EMBEDDERS = """
@@ -652,6 +649,9 @@ def test_an_embedder_returning_nan_for_a_query_is_refused_not_silently_empty(
     assert index.search("weather", 1).names == ["get_weather"]
     with pytest.raises(PluginError, match="the embedder plug-in 'acme-nans' returned NaN or infinite values for 1 of"):
         index.search("send an email", 1)
+
+
+# --- a real plug-in package, pip-installed into a venv, used by the CLI ---------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -52,6 +52,8 @@ Every message says which input is wrong, what is wrong with it and what to do in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class ToolSearchError(Exception):
     """Root of every error toolsearch raises; the message says what to do.
@@ -301,3 +303,49 @@ def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     return MissingDependencyError(
         f"{package} is not installed; install it with: pip install 'toolsearch[{extra}]'"
     )
+
+
+# How a message names a package of an extra, its distribution (what pip installs), and the oldest release the
+# plug-in imports from (None: whichever the extra's main package requires).
+Requirement = tuple[str, str, str | None]
+
+
+def unusable_extra(
+    exc: ImportError, extra: str, packages: Mapping[str, Requirement], *, needs: str
+) -> MissingDependencyError:
+    """The error for a plug-in's failed import. A package that is not installed is said to be missing; one that is
+    installed but lacks a name the plug-in imports is named with the release that is installed, what the extra
+    `needs` and the command that upgrades it (`pip install` alone keeps an older release that meets the pin it
+    was installed under). `packages` maps the extra's modules (top-level names) to their `Requirement`."""
+    import importlib.util  # only on a failed import: the tree stays free of imports
+    import sys
+
+    top = (exc.name or next(iter(packages))).partition(".")[0]
+    try:
+        installed = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):  # a module whose import failed midway, or one blocked in sys.modules
+        installed = sys.modules.get(top) is not None
+    if not installed:
+        return missing_dependency(top, extra)
+    label, distribution, minimum = packages.get(top, (top, top, None))
+    wanted = f"{label} {minimum} or later" if minimum else f"{needs} and the {label} it requires"
+    return MissingDependencyError(
+        f"{label} {_release(top, distribution)} is installed, but toolsearch's `{extra}` extra needs {wanted}; "
+        f"upgrade it with: pip install -U 'toolsearch[{extra}]' (the import said: {exc})"
+    )
+
+
+def _release(module: str, distribution: str) -> str:
+    """The release of `module` that was imported (its `__version__`), else the installed distribution's."""
+    import sys
+
+    version = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(version, str):  # what was imported, whichever other copy an installer recorded
+        return version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version(distribution)
+    except PackageNotFoundError:
+        return "(release unknown)"

@@ -943,7 +943,7 @@ def _embedder_fault(embedder: Embedder, problem: str) -> ToolSearchError:
     """The error for an embedder that returned unusable rows: a PluginError naming the entry point when a
     plug-in made it (its model_id is its entry point's name: `embedder_for`), else a BackendError."""
     model_id = getattr(embedder, "model_id", None)
-    entry = EMBEDDERS.entry(model_id) if isinstance(model_id, str) and model_id in EMBEDDERS else None
+    entry = EMBEDDERS.entry(model_id) if isinstance(model_id, str) else None  # None for an unknown name
     if entry is not None and not entry.built_in:
         return PluginError(
             f"the embedder plug-in {model_id!r} {problem}; {entry.describe(EMBEDDERS.group)}. Fix or uninstall "

@@ -514,13 +514,13 @@ def test_agents_tool_search_asks_the_tools_own_async_checks_together(server: Fak
 # --- LangChain: a LangChain too old for the middleware is named as such ------------------------------------------
 
 
-def _import_integration(tmp_path: Path, prelude: str) -> tuple[str, str]:
-    """The error class and message of `import toolsearch.integrations.langchain` in a fresh interpreter that runs
+def _import_integration(tmp_path: Path, prelude: str, module: str = "langchain") -> tuple[str, str]:
+    """The error class and message of `import toolsearch.integrations.<module>` in a fresh interpreter that runs
     `prelude` first, with `tmp_path` ahead of the installed packages."""
     probe = prelude + (
         "\nimport json\n"
         "try:\n"
-        "    import toolsearch.integrations.langchain\n"
+        f"    import toolsearch.integrations.{module}\n"
         "    print(json.dumps(['imported', '']))\n"
         "except ImportError as exc:\n"
         "    print(json.dumps([type(exc).__name__, str(exc)]))\n"
@@ -557,3 +557,28 @@ def test_a_missing_langchain_is_said_to_be_missing(tmp_path: Path) -> None:
     kind, message = _import_integration(tmp_path, "import sys\nsys.modules['langchain'] = None  # not installed")
     assert kind == "MissingDependencyError"
     assert message == "langchain is not installed; install it with: pip install 'toolsearch[langchain]'"
+
+
+@pytest.mark.parametrize(
+    ("module", "package", "version", "expected"),
+    [
+        ("pydantic_ai", "pydantic_ai", "2.1.0",
+         "Pydantic AI 2.1.0 is installed, but toolsearch's `pydantic-ai` extra needs Pydantic AI 2.60 or later; "
+         "upgrade it with: pip install -U 'toolsearch[pydantic-ai]'"),
+        ("openai_agents", "agents", "0.1.0",
+         "the OpenAI Agents SDK 0.1.0 is installed, but toolsearch's `openai-agents` extra needs the OpenAI Agents SDK "
+         "0.24 or later; upgrade it with: pip install -U 'toolsearch[openai-agents]'"),
+    ],
+)
+def test_every_integration_names_an_older_release_with_the_upgrade(
+    tmp_path: Path, module: str, package: str, version: str, expected: str
+) -> None:
+    # an old release: the package imports, the names the integration needs do not
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    kind, message = _import_integration(tmp_path, "", module)
+    assert kind == "MissingDependencyError" and message.startswith(expected), message
+    missing, missing_message = _import_integration(
+        tmp_path, f"import sys\nsys.modules[{package!r}] = None  # not installed", module
+    )
+    assert missing == "MissingDependencyError" and "is not installed" in missing_message, missing_message

@@ -27,8 +27,8 @@ An async `on_augment` is awaited under `ainvoke` / `astream`; `invoke` / `stream
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 try:
@@ -44,7 +44,7 @@ try:
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess, without the extra or with an old one
-    from ._gate import unusable_extra
+    from .._errors import unusable_extra
 
     # ExtendedModelResponse came with LangChain 1.5: an older one is installed, not missing, and needs `pip -U`
     raise unusable_extra(
@@ -294,9 +294,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
                 "ToolSearchMiddleware's on_augment is async: run the agent with ainvoke / astream, which await it "
                 "(invoke and stream cannot), or pass a sync on_augment"
             )
-        with self._scratch(request) as session:
-            if name != self.search_tool.name:
-                self._settle_searches(session, request)
+        with self._settled(request) as session:
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
             discovered = list(session.discovered)
         record_search(self.usage, _conversation(request), result)
@@ -307,14 +305,21 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         if not self._gated(request):
             return None
         call = request.tool_call
-        name = call["name"]
-        with self._scratch(request) as session:
-            if name != self.search_tool.name:
-                self._settle_searches(session, request)
-            result = await agate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
+        with self._settled(request) as session:
+            result = await agate(
+                session, call.get("id") or "", call["name"], call.get("args"), self.metatool, self.augment
+            )
             discovered = list(session.discovered)
         record_search(self.usage, _conversation(request), result)
         return result, discovered
+
+    @contextmanager
+    def _settled(self, request: Any) -> Iterator[Session]:
+        """The call's scratch session, with its model turn's searches run first unless it is a search itself."""
+        with self._scratch(request) as session:
+            if request.tool_call["name"] != self.search_tool.name:
+                self._settle_searches(session, request)
+            yield session
 
     def _settle_searches(self, session: Session, request: Any) -> None:
         """Run the tool_search calls of this call's model turn on its scratch session first.

@@ -38,9 +38,14 @@ try:
     from agents import FunctionTool, RunConfig, RunContextWrapper
     from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    from .._errors import missing_dependency
+    from .._errors import unusable_extra
 
-    raise missing_dependency("agents", "openai-agents") from exc
+    raise unusable_extra(
+        exc,
+        "openai-agents",
+        {"agents": ("the OpenAI Agents SDK", "openai-agents", "0.24")},
+        needs="the OpenAI Agents SDK 0.24",
+    ) from exc
 
 from .._errors import InvalidArgumentError, InvalidToolError, SessionRequiredError, UnknownSessionError
 from ..augment import Augmentation, AugmentSpec, OnAugment
@@ -133,7 +138,7 @@ class AgentToolSearch:
         # Each tool's own is_enabled, ANDed into the session's answer and asked before a search or a call.
         self._own: dict[str, OwnCheck] = {t.name: t.is_enabled for t in tools if t.is_enabled is not True}
         # What each session handle shows, read once for the SDK's is_enabled round of a turn (see `_loaded_now`).
-        self._turn_views: dict[int, tuple[Session, asyncio.AbstractEventLoop, frozenset[str]]] = {}
+        self._turn_views: dict[Session, tuple[asyncio.AbstractEventLoop, frozenset[str]]] = {}
         # The agent each run context was last asked about, for the own checks of `format_error` (which has none).
         self._agents: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         unknown = [n for n in self.pinned if n not in by_name]
@@ -289,14 +294,13 @@ class AgentToolSearch:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        key = id(session)
-        kept = self._turn_views.get(key)
-        if kept is not None and kept[0] is session and kept[1] is loop:  # a loop closed before its pass ended: not it
-            return kept[2]
+        kept = self._turn_views.get(session)  # a handle hashes by identity
+        if kept is not None and kept[0] is loop:  # a loop closed before its pass ended: not it
+            return kept[1]
         loaded = self._revived(session, lambda live: live.loaded_names())
         if loop is not None:
-            self._turn_views[key] = (session, loop, loaded)
-            loop.call_soon(self._turn_views.pop, key, None)
+            self._turn_views[session] = (loop, loaded)
+            loop.call_soon(self._turn_views.pop, session, None)
         return loaded
 
     def _revived(self, session: Session, action: Callable[[Session], T]) -> T:
@@ -364,16 +368,14 @@ class AgentToolSearch:
         run = tool.on_invoke_tool
         augment = self.augment
 
-        own = tool.is_enabled
-
         def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool | Awaitable[bool]:
             # Both must allow: the session (found or pinned) and the tool's own check (the caller's rights).
-            if own is not True:
+            if name in self._own:
                 with _suppress_type_error():
                     self._agents[ctx] = agent
             if name not in self._loaded_now(ctx):
                 return False
-            return own if isinstance(own, bool) else own(ctx, agent)  # type: ignore[no-any-return]
+            return self._own_allows(name, ctx, agent)
 
         async def invoke(ctx: Any, arguments: str) -> Any:
             session = self.session_of(ctx)

@@ -43,9 +43,12 @@ try:
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    from .._errors import missing_dependency
+    from .._errors import unusable_extra
 
-    raise missing_dependency("pydantic_ai", "pydantic-ai") from exc
+    # the extra's pin: a release that imports but lacks a name here is named with the upgrade, not called missing
+    raise unusable_extra(
+        exc, "pydantic-ai", {"pydantic_ai": ("Pydantic AI", "pydantic-ai-slim", "2.60")}, needs="Pydantic AI 2.60"
+    ) from exc
 
 from .._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
