@@ -74,7 +74,13 @@ def test_a_views_forget_all_keeps_what_another_worker_discovered_meanwhile(index
 
 @pytest.mark.parametrize(
     "settings",
-    [{"ttl_seconds": 1}, {"clock": lambda: 0.0}, {"ttl_seconds": 5, "clock": max}, {"max_sessions": 5}],
+    [
+        {"ttl_seconds": 1},
+        {"clock": lambda: 0.0},
+        {"ttl_seconds": 5, "clock": max},
+        {"max_sessions": 5},
+        {"max_sessions": None},  # no bound: given, so refused too
+    ],
 )
 def test_settings_of_the_default_store_are_refused_beside_another_store(
     index: ToolIndex, settings: dict[str, Any]
@@ -96,6 +102,15 @@ def test_settings_of_the_default_store_are_refused_beside_another_store(
     bounded.create("a")
     bounded.create("b")
     assert "a" not in bounded and "b" in bounded
+
+
+def test_max_sessions_none_leaves_the_default_store_unbounded(index: ToolIndex) -> None:
+    unbounded = SessionManager(index, max_sessions=None)
+    for i in range(1001):
+        unbounded.create(f"s{i}")
+    # Before: None was read as "not given", so the 1,001st session evicted the first (the bound of 1,000).
+    assert "s0" in unbounded and "s1000" in unbounded
+    assert SessionManager(index).store.max_sessions == 1000  # type: ignore[attr-defined]  # not given: the default
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -54,39 +54,29 @@ def validate_k(k: object) -> int:
     return k
 
 
-def _names_list(what: str, names: object) -> list[str]:
-    """`names` as a list of tool names, or ArgumentTypeError: a lone name (a str is itself a collection of
-    one-letter names), a Tool or anything else that is not a collection of strings is refused, never misread."""
-    if isinstance(names, str | bytes | Tool) or not isinstance(names, Iterable):
-        shown = f" ({names!r})" if isinstance(names, str | bytes) else ""
+def _names_list(what: str, names: object, item: str = "tool name", example: str = "send_email") -> list[str]:
+    """`names` read once into a list of `item`s (an iterator is used up by reading it), or ArgumentTypeError: a
+    lone str (itself a collection of one-letter names), bytes, a Tool or anything else that is not a collection of
+    strings is refused, never misread."""
+    if isinstance(names, str | bytes | bytearray | Tool) or not isinstance(names, Iterable):
+        shown = f" ({names!r})" if isinstance(names, str | bytes | bytearray) else ""
         raise ArgumentTypeError(
-            f"{what} must be a list of tool names, got {type(names).__name__}{shown}; pass a list, e.g. ['send_email']"
+            f"{what} must be a list of {item}s, got {type(names).__name__}{shown}; pass a list, e.g. [{example!r}]"
         )
     items = list(names)
     for i, name in enumerate(items):
         if not isinstance(name, str):
             hint = f" (pass its name, {name.name!r})" if isinstance(name, Tool) else ""
-            raise ArgumentTypeError(f"{what}: item {i} must be a tool name (str), got {type(name).__name__}{hint}")
+            raise ArgumentTypeError(f"{what}: item {i} must be a {item} (str), got {type(name).__name__}{hint}")
     return items
 
 
 def _namespaces_list(namespaces: object) -> list[str]:
-    """`namespaces` read once into a list (an iterator is used up by reading it), a lone str as one namespace and
-    "" as none (no filter, as `tool_search` reads an empty namespace: an empty form field passed straight through);
-    ArgumentTypeError for bytes or anything that is not a collection of strings."""
+    """`namespaces` as a list (see _names_list), a lone str as one namespace and "" as none (no filter, as
+    `tool_search` reads an empty namespace: an empty form field passed straight through)."""
     if isinstance(namespaces, str):
         return [namespaces] if namespaces else []
-    if isinstance(namespaces, bytes | bytearray) or not isinstance(namespaces, Iterable):
-        shown = f" ({namespaces!r})" if isinstance(namespaces, bytes | bytearray) else ""
-        raise ArgumentTypeError(
-            f"namespaces must be a namespace (str) or a list of them, got {type(namespaces).__name__}{shown}; "
-            "pass e.g. ['email']"
-        )
-    items = list(namespaces)
-    for i, namespace in enumerate(items):
-        if not isinstance(namespace, str):
-            raise ArgumentTypeError(f"namespaces: item {i} must be a namespace (str), got {type(namespace).__name__}")
-    return items
+    return _names_list("namespaces", namespaces, item="namespace", example="email")
 
 
 def _tools_list(what: str, tools: object) -> list[Tool]:

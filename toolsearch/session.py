@@ -9,6 +9,7 @@ refusals) live in `toolsearch.executor`, above this module.
 from __future__ import annotations
 
 import copy
+import enum
 import importlib
 import json
 import numbers
@@ -68,6 +69,12 @@ MAX_SESSION_ID_LENGTH = 256
 _MAX_CLOSES_KEPT = 10_000
 
 
+class _NotGiven(enum.Enum):
+    """The default of `SessionManager(max_sessions=...)`, whose None already means something (no bound)."""
+
+    NOT_GIVEN = enum.auto()
+
+
 def _plain_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """A session's metadata, checked to be what every store can keep: JSON, UTF-8 text."""
     if metadata is not None and not isinstance(metadata, Mapping):
@@ -106,9 +113,10 @@ def _check_keys(value: object, where: str) -> None:
 class SessionManager:
     """Sessions keyed by id over one shared, already-built index; creating one does no indexing.
 
-    `ttl_seconds`, `max_sessions` (default 1000) and `clock` configure the default in-memory store; a custom
-    `store` (e.g. `RedisSessionStore`, or `toolsearch.stores.store_from_url(...)`) brings its own
-    expiry and bound, so all three are refused beside it: pass them to the store
+    `ttl_seconds`, `max_sessions` (the store's default, 1000, when not given; None for no bound) and `clock`
+    configure the default in-memory store; a custom `store` (e.g. `RedisSessionStore`, or
+    `toolsearch.stores.store_from_url(...)`) brings its own expiry and bound, so any of the three given beside it
+    is refused: pass them to the store
     (`store_from_url(url, ttl_seconds=...)`, `InMemorySessionStore(max_sessions=...)`).
     `max_discovered` / `max_discovered_tokens` cap each session's discovered tools (by
     count, and by the tokens of their definitions), evicting the least recently used. Safe from
@@ -123,7 +131,7 @@ class SessionManager:
         *,
         store: SessionStore | None = None,
         ttl_seconds: float | None = None,
-        max_sessions: int | None = None,
+        max_sessions: int | _NotGiven | None = _NotGiven.NOT_GIVEN,
         max_discovered: int | None = None,
         max_discovered_tokens: int | None = None,
         encoding: str = "o200k_base",
@@ -148,7 +156,7 @@ class SessionManager:
             # Settings of the default store would be ignored beside another: sessions meant to expire never would.
             given = (
                 (["ttl_seconds"] if ttl_seconds is not None else [])
-                + (["max_sessions"] if max_sessions is not None else [])
+                + (["max_sessions"] if not isinstance(max_sessions, _NotGiven) else [])
                 + (["clock"] if clock is not time.monotonic else [])
             )
             if given:
@@ -161,13 +169,13 @@ class SessionManager:
                     "InMemorySessionStore(ttl_seconds=..., max_sessions=..., clock=...))"
                 )
         self._index = index
-        self._store: SessionStore = (
-            store
-            if store is not None
-            else InMemorySessionStore(
-                ttl_seconds=ttl_seconds, max_sessions=1000 if max_sessions is None else max_sessions, clock=clock
+        if store is None:
+            store = (
+                InMemorySessionStore(ttl_seconds=ttl_seconds, clock=clock)  # (its own default bound)
+                if isinstance(max_sessions, _NotGiven)
+                else InMemorySessionStore(ttl_seconds=ttl_seconds, max_sessions=max_sessions, clock=clock)
             )
-        )
+        self._store: SessionStore = store
         self.max_discovered = max_discovered
         self.max_discovered_tokens = max_discovered_tokens
         self.encoding = encoding

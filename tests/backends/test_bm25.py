@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from toolsearch import BackendError, IndexFormatError, Tool, ToolIndex, lucene
 from toolsearch.backends import bm25
+from toolsearch.backends._base import TIE_DEPTH
 from toolsearch.backends.bm25 import looks_like_lucene, split_words
 from toolsearch.entities import split_entities
 from toolsearch.evaluation import evaluate, load_queries
@@ -504,7 +505,7 @@ def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, 
     backend = index.backend
     assert isinstance(backend, bm25.Bm25Backend)
     if looks_like_lucene(query):
-        whole = backend._group(bm25._Parser(query).parse())
+        whole = backend._group(bm25._Parser(query).parse(), bm25._Expansions())
     else:
         prose, values = split_entities(query)
         tokens = backend._tokens(prose, drop_filler=True) or backend._tokens(prose)
@@ -516,7 +517,7 @@ def _whole_ranking(index: ToolIndex, query: str, limit: int) -> list[tuple[str, 
         whole = bm25._any_of([*terms, *([exact] if exact is not None else [])])
     searcher = backend._searcher
     # Read past `limit` (through any tie with the limit-th), since the backend breaks ties by name before its cut.
-    deep = searcher.search(whole, limit + bm25._TIE_DEPTH).hits
+    deep = searcher.search(whole, limit + TIE_DEPTH).hits
     found = [(searcher.doc(a).get_first("id"), float(s)) for s, a in deep]
     return sorted(found, key=lambda pair: (-pair[1], pair[0]))[:limit]
 

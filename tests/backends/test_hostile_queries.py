@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from toolsearch import BackendError, IndexStore, InvalidQueryError, Tool, ToolIndex
 from toolsearch.backends import bm25 as bm25_module
+from toolsearch.backends._base import TIE_DEPTH
 from toolsearch.embeddings import CallableEmbedder
 from toolsearch.executor import ToolExecutor
 from toolsearch.lucene import looks_like_lucene
@@ -60,10 +62,10 @@ def regex_index() -> ToolIndex:
 @pytest.mark.parametrize(
     ("pattern", "says"),
     [
-        ("(?V1)email", r"version 1 syntax \(\(\?V1\)\).*remove \(\?V1\)"),
-        ("(?iV1)email", r"version 1 syntax"),
-        ("(?u)(?a)mail", r"charset flags \(\?a\) ASCII and \(\?u\) Unicode together.*keep only one"),
-        ("(?L)(?u)mail", r"charset flags"),
+        ("(?V1)email", r"VERSION0 and VERSION1 flags are mutually incompatible\. Remove inline flags"),
+        ("(?iV1)email", r"VERSION0 and VERSION1 flags are mutually incompatible"),
+        ("(?u)(?a)mail", r"ASCII, LOCALE and UNICODE flags are mutually incompatible\. Remove inline flags"),
+        ("(?L)(?u)mail", r"ASCII, LOCALE and UNICODE flags are mutually incompatible"),
         ("(?R)", r"calls a group or itself with \(\?R\); recursion.*not supported"),
         ("(?0)mail", r"with \(\?0\)"),
         ("(mail)(?1)", r"with \(\?1\).*write the repeated part out"),
@@ -101,8 +103,12 @@ def test_spaced_counted_repeats_count_too(regex_index: ToolIndex) -> None:
         regex_index.search("(a{ 40 }){ 40 }", 3)
 
 
-@pytest.mark.parametrize("pattern", ["(?a)mail", "(?u)mail", "(?V0)email", "(?i-x:mail)", r"\(?R\)|mail"])
+@pytest.mark.parametrize(
+    "pattern", ["(?a)mail", "(?u)mail", "(?V0)email", "(?i-x:mail)", r"\(?R\)|mail", "(?a:send)(?u:_email)"]
+)
 def test_harmless_flags_and_escaped_lookalikes_still_search(regex_index: ToolIndex, pattern: str) -> None:
+    # Scoped charset flags, one per group, are harmless: the regex module runs them (refused before, as "charset
+    # flags together").
     assert isinstance(regex_index.search(pattern, 3).hits, tuple)
 
 
@@ -136,10 +142,13 @@ def test_hybrid_keeps_exclusions_when_bm25_adds_a_note(query: str) -> None:
 
 
 def test_a_query_bm25_fell_back_from_is_not_held_to_bm25s_hits() -> None:
-    assert bm25_module.parsed_lucene("name:(email") is None  # not understood: plain words
-    assert bm25_module.parsed_lucene("send an email") is None
-    assert bm25_module.parsed_lucene("+email -draft^300") == frozenset({"required", "excluded"})
-    assert bm25_module.parsed_lucene("email^2") == frozenset()  # Lucene without constraints
+    assert bm25_module.lucene_reading("name:(email") is None  # not understood: plain words
+    assert bm25_module.lucene_reading("send an email") is None
+    assert bm25_module.lucene_reading("+email -draft^300") == (frozenset({"required", "excluded"}), False)
+    assert bm25_module.lucene_reading("email^2") == (frozenset(), False)  # Lucene without constraints
+    index = ToolIndex.build(_with_frob(), "hybrid", embedder=keyword_embedder(), cache=False)
+    # bm25 searched `name:(weather frob` as plain words (finding get_weather only): the dense half's tool stays.
+    assert "factory_frobnicate" in index.search("name:(weather frob", 3).names
 
 
 # --- F4: term^N boosts, and a field in any case, are query syntax ------------------------------------------------
@@ -239,6 +248,9 @@ def test_a_repeated_prefix_term_counts_once(bm25_index: ToolIndex) -> None:
     many = bm25_index.search("calend* " * 120, 5)  # 960 characters
     # Before: each copy built its own prefix query (250 of them took 2.5 s at 4,076 tools) and added to the score.
     assert [(h.name, h.score) for h in many.hits] == [(h.name, h.score) for h in once.hits] and not many.notes
+    once = bm25_index.search("(calend* email)", 5)
+    many = bm25_index.search("(calend* email) " * 60, 5)  # a repeated group counts once too (each its own object)
+    assert [(h.name, h.score) for h in many.hits] == [(h.name, h.score) for h in once.hits] and not many.notes
 
 
 def test_prefix_and_fuzzy_words_past_the_cap_are_searched_as_whole_words(bm25_index: ToolIndex) -> None:
@@ -276,7 +288,7 @@ def test_prefix_and_fuzzy_words_past_the_cap_are_searched_as_whole_words(bm25_in
 def test_units_formulas_and_capitalised_labels_stay_prose(query: str) -> None:
     # Before: each was read as Lucene (a boost mark after `)` or a two-letter unit, a field in any case).
     assert not looks_like_lucene(query)
-    assert bm25_module.parsed_lucene(query) is None
+    assert bm25_module.lucene_reading(query) is None
 
 
 def test_boosts_and_lower_case_fields_are_still_marks() -> None:
@@ -348,6 +360,27 @@ def test_bm25_reads_no_hit_past_k_on_an_index_built_in_name_order() -> None:
     assert names == by_name[::2][:3] and read <= 2 * 3
 
 
+def test_bm25_within_an_allowed_set_stops_at_the_last_hit_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = [Tool(f"tool_{i:03d}", "invoice " * (1 + i % 7) + f"filler{i} word{i}") for i in range(400)]
+    backend = ToolIndex.build(tools, "bm25").backend
+    assert isinstance(backend, bm25_module.Bm25Backend)
+    full = [h.name for h in backend.search("invoice", 400).hits]
+    # 200 of 400 tools: the first page read is 50 deep, and its last hit is the 5th allowed one
+    allowed = frozenset([*full[:4], full[49], *full[60:255]])
+    limits: list[int] = []  # the depth of each search of the unfiltered ranking
+    top = bm25_module._top
+
+    def counted(searcher: Any, compiled: bm25_module._Compiled, limit: int) -> list[tuple[float, Any]]:
+        limits.append(limit)
+        return top(searcher, compiled, limit)
+
+    monkeypatch.setattr(bm25_module, "_top", counted)
+    names = [h.name for h in backend.search("invoice", 5, allowed).hits]
+    assert names == [n for n in full if n in allowed][:5]
+    # Before: the page was read to its end with 5 allowed hits in hand, and a 4x deeper one was searched too.
+    assert limits == [50]
+
+
 def test_bm25_keeps_name_order_through_removal_save_and_load(tmp_path: Path) -> None:
     index = ToolIndex.build(_look_alikes(300), "bm25")
     index.remove(["svc0000_get_record", "svc0002_get_record"])  # a re-index, or just deletes: order kept either way
@@ -366,7 +399,7 @@ def test_bm25_keeps_name_order_through_removal_save_and_load(tmp_path: Path) -> 
     assert _names_read(bm25_module.load(folder, tools), "get record by id", 3) == (first, 3)
     layout.write_text(json.dumps({k: v for k, v in json.loads(layout.read_text()).items() if k != "name_order"}))
     names, read = _names_read(bm25_module.load(folder, tools), "get record by id", 3)
-    assert names == first and 3 < read <= bm25_module._TIE_DEPTH
+    assert names == first and 3 < read <= TIE_DEPTH
 
 
 def test_bm25_reads_a_bounded_tie_after_tools_are_added() -> None:
@@ -376,19 +409,17 @@ def test_bm25_reads_a_bounded_tie_after_tools_are_added() -> None:
     assert _names_read(index, "frobnicate widgets", 1)[0] == ["aa_frob"]  # a small tie: by name, wherever added
     first = [_names_read(index, "get record by id", k) for k in (1, 2, 5, 20)]
     # Before: up to 1,000 hits past k were read (all 301 tied tools here).
-    assert all(read <= 100 for _, read in first) and bm25_module._TIE_DEPTH <= 100
+    assert all(read <= 100 for _, read in first)
     assert [names for names, _ in first] == [first[-1][0][:k] for k in (1, 2, 5, 20)]  # the first hits do not move
     assert first[-1][0] == sorted(first[-1][0])
 
 
 def test_vector_keeps_a_bounded_tie_past_n() -> None:
-    from toolsearch.backends import vector as vector_module
-
     copies = [Tool(f"copy{i:03d}_frob", "Frob the widgets.") for i in range(300)]  # one text: one vector
     index = ToolIndex.build([*copies, *MAIL], "vector", embedder=keyword_embedder(), cache=False)
     candidates = index.backend.candidates("frob widgets", 2)  # type: ignore[attr-defined]
     # Before: every tied copy up to 1,000 past n was searched for and scored (300 here).
-    assert 2 < len(candidates) <= 100 and vector_module._TIE_DEPTH <= 100
+    assert 2 < len(candidates) <= 100
     assert index.search("frob widgets", 2).names == ["copy000_frob", "copy001_frob"]
 
 
@@ -416,7 +447,7 @@ def test_regex_reads_a_character_class_as_text(regex_index: ToolIndex, pattern: 
         ("[[:alpha:][](?R)", "calls a group"),
         ("[[:alpha:](?#](?R)", "calls a group"),  # `(?#` inside that class is not a comment
         ("(?#[)(?R)]", "calls a group"),  # a `[` inside a comment opens no class
-        ("(?u)[x](?a)mail", "charset flags"),
+        ("(?u)[x](?a)mail", "ASCII, LOCALE and UNICODE flags are mutually incompatible"),
     ],
 )
 def test_regex_still_refuses_a_construct_beside_a_class(regex_index: ToolIndex, pattern: str, says: str) -> None:

@@ -7,10 +7,35 @@ import importlib.util
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..results import Ranking
 from ..tools import Tool
+
+# Every backend breaks ties by name before its cut at k, so that the first hits do not depend on k. Where the engine
+# orders equal scores by position instead (tantivy by document, faiss by id), a search reads on past the k-th while
+# the hits tie with it (through_ties), up to this many hits in all (or k): a depth that does not grow with k, so that
+# the first hits still do not depend on k where a tie runs past it; there only the tied tools within it are ordered
+# by name. (Reading up to 1,000 past k made every bm25 search of a catalog of look-alike tools 2-10x slower, and each
+# hit read widens a faiss search, an HNSW one by two.)
+TIE_DEPTH = 100
+
+_Found = TypeVar("_Found")
+
+
+def through_ties(fetch: Callable[[int], _Found], k: int, most: int, tied: Callable[[_Found, int], bool]) -> _Found:
+    """`fetch(limit)`'s top hits, read past the k-th while the last one read ties with the k-th, widening 4x at a
+    time up to `most` (>= k) hits.
+
+    `tied(found, limit)` says whether the last of the `limit` hits asked for was there and ties with the k-th. With
+    `most` = k it reads k hits, nothing more.
+    """
+    limit = min(k + 1, most)
+    while True:
+        found = fetch(limit)
+        if limit >= most or not tied(found, limit):
+            return found
+        limit = min(most, limit * 4)
 
 
 @runtime_checkable

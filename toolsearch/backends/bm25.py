@@ -19,7 +19,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ..scratch import new_scratch
 from ..stored_tools import tool_names
 from ..text import tool_text
 from ..tools import Tool
+from ._base import TIE_DEPTH, through_ties
 
 try:
     import tantivy
@@ -40,7 +41,7 @@ except ImportError:  # pragma: no cover - tantivy is a core dependency
 __all__ = [
     "Bm25Backend", "create", "load", "lucene_constraints", "DEFAULT_BOOSTS", "DEFAULT_MAX_POSTINGS", "MAX_GROUP_DEPTH",
     "MAX_EXPANSIONS", "MAX_QUERY_BOOST", "NO_MATCH_NOTE", "QUERY_FIELDS", "REINDEX_SHARE", "REINDEX_SMALL",
-    "STRICT_CONSTRAINTS", "lucene_reading", "parsed_lucene",
+    "STRICT_CONSTRAINTS", "lucene_reading",
 ]
 
 LAYOUT_VERSION = 1
@@ -69,14 +70,6 @@ DEFAULT_MAX_POSTINGS = 2_000_000
 # An allowed subset is searched by reading the unfiltered ranking this deep at most (see _search_within).
 _POST_FILTER_MIN = 50
 _POST_FILTER_MAX = 2_000
-# Ties are broken by name before the cut at k, so the first hits do not depend on k. tantivy orders equal scores by
-# document, and a build or re-index adds the documents in name order (see Bm25Backend._ordered): there its own top k
-# is already the right one, and nothing past k is read. An index that tools were added to since (their documents
-# come after the others), or one saved before indexes were built in name order, reads on past the k-th while the hits
-# tie with it (see _through_ties), up to this many hits in all (or k): a depth that does not grow with k, so that
-# the first hits still do not depend on k where a tie runs past it; there only the tied tools within it are ordered
-# by name. (Reading up to 1,000 past k made every search of a catalog of look-alike tools 2-10x slower.)
-_TIE_DEPTH = 100
 # When a search re-indexes an edited index first (see Bm25Backend._reindex_due): always while it holds at most
 # REINDEX_SMALL tools, else once the removed or replaced documents it still counts reach REINDEX_SHARE of its live
 # ones; in between it searches with slightly stale statistics. Measured on two busy shared cores (random 6-20 word
@@ -161,7 +154,8 @@ class _SyntaxProblem(Exception):
     """A Lucene attempt that cannot be parsed; the search falls back to plain words."""
 
 
-@dataclass
+# Frozen, so hashable: a group's repeated clauses are told apart by their value (see _group).
+@dataclass(frozen=True)
 class _Literal:
     text: str
     field: str | None  # index field, None = all
@@ -172,9 +166,9 @@ class _Literal:
     boost: float = 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Group:
-    clauses: list[tuple[str, _Literal | _Group]] = field(default_factory=list)  # ("must"|"should"|"not", node)
+    clauses: tuple[tuple[str, _Literal | _Group], ...] = ()  # ("must"|"should"|"not", node)
     boost: float = 1.0
 
 
@@ -248,8 +242,7 @@ class _Parser:
         return boost
 
     def parse(self) -> _Group:
-        group = _Group(self._clauses(None, closing=False))
-        return group
+        return _Group(tuple(self._clauses(None, closing=False)))
 
     def _skip_space(self) -> None:
         while self.i < len(self.s) and self.s[self.i].isspace():
@@ -325,11 +318,10 @@ class _Parser:
                 raise _SyntaxProblem(f"groups are nested more than {MAX_GROUP_DEPTH} deep; use fewer parentheses")
             self.i += 1
             self.depth += 1
-            group = _Group(self._clauses(fld, closing=True))
+            clauses = self._clauses(fld, closing=True)
             self.depth -= 1
             _, boost = self._suffix()
-            group.boost = boost
-            return group
+            return _Group(tuple(clauses), boost)
         if ch == '"':
             end = s.find('"', self.i + 1)
             if end < 0:
@@ -408,23 +400,10 @@ def _top(searcher: Any, compiled: _Compiled, limit: int) -> list[tuple[float, An
     return [pair for _, pair in ranked[:limit]]
 
 
-_Pairs = Sequence[tuple[float, Any]]  # (score, address) pairs, best first
-
-
-def _through_ties(fetch: Callable[[int], _Pairs], k: int, most: int) -> _Pairs:
-    """`fetch(limit)`'s top (score, address) pairs, read past the k-th while the pairs after it tie with it, up to
-    `most` (>= k) pairs.
-
-    tantivy orders equal scores by index position, so cutting its list at k and only then sorting ties by name
-    made the first hit depend on k. Reading on through the tie lets the caller break ties by name before its own
-    cut at k. With `most` = k (an index in name order) it reads k pairs, nothing more.
-    """
-    limit = min(k + 1, most)
-    while True:
-        found = fetch(limit)
-        if len(found) < limit or limit >= most or found[-1][0] < found[k - 1][0]:
-            return found
-        limit = min(most, limit * 4)
+def _tie_past(k: int) -> Callable[[Sequence[tuple[float, Any]], int], bool]:
+    """through_ties' test for tantivy's (score, address) pairs, best first: the `limit` pairs asked for were all
+    there (fewer: every match was read), and the last ties with the k-th."""
+    return lambda found, limit: len(found) == limit and found[-1][0] >= found[k - 1][0]
 
 
 def _tool_name(tool: Tool) -> str:
@@ -483,7 +462,7 @@ class Bm25Backend:
         # costs ~0.7 us a hit against ~0.1 here, and a search reads 50 (hybrid's pool) or more.
         self._name_cache: tuple[Any, dict[tuple[int, int], str]] = (None, {})
         # The searcher whose documents are in name order (a build or re-index adds them so, and removals keep it),
-        # or None: it alone is ranked without reading past k (see _TIE_DEPTH). Only ever a searcher known to be
+        # or None: it alone is ranked without reading past k (see search). Only ever a searcher known to be
         # ordered, so a search that reads it while a change lands errs towards reading through ties.
         self._ordered: Any = None
         self._index: Any = None
@@ -708,10 +687,13 @@ class Bm25Backend:
         compiled, notes = self._compile(query, searcher)
         if compiled is None:
             return Ranking([], (*notes, "the query has no searchable words; describe the tool you need in plain words"))
-        # Past k only where tantivy's order among ties is not the names' (see _TIE_DEPTH).
-        most = k if searcher is self._ordered else max(k, _TIE_DEPTH)
+        # tantivy orders equal scores by document. A build or re-index adds the documents in name order (see
+        # _ordered): there its own top k is already the right one, and nothing past k is read. An index that tools
+        # were added to since (their documents come after the others), or one saved before indexes were built in
+        # name order, reads on through a tie with the k-th, up to TIE_DEPTH hits (see backends._base).
+        most = k if searcher is self._ordered else max(k, TIE_DEPTH)
         if allowed is None:
-            found = _through_ties(lambda limit: _top(searcher, compiled, limit), k, most)
+            found = through_ties(lambda limit: _top(searcher, compiled, limit), k, most, _tie_past(k))
             hits = [Hit(self._name_at(searcher, address), float(score)) for score, address in found]
         else:
             hits = self._search_within(searcher, compiled, k, allowed, most)
@@ -739,18 +721,20 @@ class Bm25Backend:
             found = _top(searcher, compiled, limit)
             hits: list[Hit] = []
             for score, address in found:
-                if len(hits) >= k and (float(score) < hits[k - 1].score or len(hits) >= most):
+                if len(hits) >= k and float(score) < hits[k - 1].score:
                     return hits  # (scores descend: no later hit ties with the k-th)
                 name = self._name_at(searcher, address)
                 if name in allowed:
                     hits.append(Hit(name, float(score)))
+                    if len(hits) >= most:  # (not a deeper search for hits past the most it reads)
+                        return hits
             if len(found) < limit or limit == total:  # every matching tool was read
                 return hits
             limit = min(total, limit * 4)
         filtered = tantivy.Query.boolean_query(
             [(tantivy.Occur.Must, compiled.whole()), (tantivy.Occur.Must, self._filter(allowed))]
         )
-        deep = _through_ties(lambda limit: searcher.search(filtered, limit, count=False).hits, k, most)
+        deep = through_ties(lambda limit: searcher.search(filtered, limit, count=False).hits, k, most, _tie_past(k))
         return [Hit(self._name_at(searcher, address), float(score)) for score, address in deep]
 
     def _name_at(self, searcher: Any, address: Any) -> str:
@@ -929,8 +913,7 @@ class Bm25Backend:
             subqueries.append(exact)
         return _any_of(subqueries) if subqueries else None
 
-    def _group(self, group: _Group, budget: _Expansions | None = None) -> Any | None:
-        budget = _Expansions() if budget is None else budget
+    def _group(self, group: _Group, budget: _Expansions) -> Any | None:
         parts: list[tuple[Any, Any]] = []
         # Optional plain words and phrases join one bag scored like a plain query (each word once,
         # as a sentence with a quoted name in it should be); a phrase adds a bonus for its words
@@ -939,9 +922,9 @@ class Bm25Backend:
         names: list[str] = []
         # A clause repeated in one group counts once, as a plain query's words do: `ab* ab* ...` (250 times in a
         # 1,000-character query) is one prefix query, not 250.
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, _Literal | _Group]] = set()
         for occur, node in group.clauses:
-            key = (occur, repr(node))
+            key = (occur, node)
             if key in seen:
                 continue
             seen.add(key)
@@ -1027,23 +1010,21 @@ def lucene_constraints(query: str) -> frozenset[str]:
     with neither, `email^2`, is answered by both halves); when that is none, it answers nothing for a symbol
     constraint (STRICT_CONSTRAINTS) and the closest tools by meaning, with a note, for an operator. A query that
     does not parse is searched as plain words: no constraint."""
-    return parsed_lucene(query) or frozenset()
-
-
-def parsed_lucene(query: str) -> frozenset[str] | None:
-    """`lucene_constraints` of a query bm25 searches as Lucene syntax, or None for one it searches as plain words
-    (a sentence, or a Lucene attempt that does not parse): the tools bm25 returns for a Lucene query are the
-    tools its operators let through, whatever notes it adds (a boost lowered, terms capped)."""
     reading = lucene_reading(query)
-    return None if reading is None else reading[0]
+    return frozenset() if reading is None else reading[0]
 
 
 def lucene_reading(query: str) -> tuple[frozenset[str], bool] | None:
-    """`parsed_lucene`, and whether the query writes a word in part or approximately (`weath*`, `wether~`): only
-    bm25 reads such a word (an embedding of `weath*` is not one of "weather"), so a hybrid search keeps to bm25's
-    tools for it as for a constraint. None for a query bm25 searches as plain words."""
-    if not looks_like_lucene(query):
-        return None
+    """How bm25 reads a query: None for one it searches as plain words (a sentence, or a Lucene attempt that does
+    not parse); else its `lucene_constraints`, which hold for the tools bm25 returns whatever notes it adds (a boost
+    lowered, terms capped), and whether it writes a word in part or approximately (`weath*`, `wether~`): only bm25
+    reads such a word (an embedding of `weath*` is not one of "weather"), so a hybrid search keeps to bm25's tools
+    for it as for a constraint."""
+    return _reading(query) if looks_like_lucene(query) else None
+
+
+def _reading(query: str) -> tuple[frozenset[str], bool] | None:
+    """`lucene_reading` of a query known to look like Lucene (hybrid has asked looks_like_lucene already)."""
     parser = _Parser(query)
     try:
         parser.parse()
@@ -1057,21 +1038,25 @@ def _copy_index_files(source: Path, target: Path) -> None:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
 
 
-def _iter_layout_problems(folder: Path) -> Iterator[str]:
+def _read_layout(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """`folder`'s layout file, read once (empty where it is not a JSON object), and what makes the folder
+    unusable (nothing when it is fine)."""
     layout_path = folder / LAYOUT_FILE
     if not layout_path.is_file():
-        yield f"{LAYOUT_FILE} is missing"
-        return
+        return {}, [f"{LAYOUT_FILE} is missing"]
     try:
         layout = json.loads(layout_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        yield f"{LAYOUT_FILE} is corrupt ({exc})"
-        return
-    if not isinstance(layout, dict) or layout.get("layout") != LAYOUT_VERSION:
-        found = layout.get("layout") if isinstance(layout, dict) else None
-        yield f"{LAYOUT_FILE} describes bm25 layout {found!r}; this version reads layout {LAYOUT_VERSION}"
+        return {}, [f"{LAYOUT_FILE} is corrupt ({exc})"]
+    if not isinstance(layout, dict):
+        layout = {}
+    problems = []
+    if layout.get("layout") != LAYOUT_VERSION:
+        found = layout.get("layout")
+        problems.append(f"{LAYOUT_FILE} describes bm25 layout {found!r}; this version reads layout {LAYOUT_VERSION}")
     if not (folder / TANTIVY_DIR / "meta.json").is_file():
-        yield f"{TANTIVY_DIR}/meta.json is missing"
+        problems.append(f"{TANTIVY_DIR}/meta.json is missing")
+    return layout, problems
 
 
 _OPTIONS = ("boosts", "exact_name_boost", "max_postings")
@@ -1092,7 +1077,7 @@ def create(**options: Any) -> Bm25Backend:
 def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Bm25Backend:
     """Open the tantivy files written by `save`, memory-mapped; nothing is re-indexed."""
     folder = Path(folder)
-    problems = list(_iter_layout_problems(folder))
+    layout, problems = _read_layout(folder)
     if problems:
         raise IndexFormatError(f"{folder}: bm25 index unusable: {'; '.join(problems)}; rebuild the index")
     _check_options(options)
@@ -1106,7 +1091,7 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Bm25Backend:
         )
     names = tool_names(tools)  # (from a stored catalog's name table: no tool is parsed)
     backend._tools, backend._loaded = dict.fromkeys(names), tools
-    if json.loads((folder / LAYOUT_FILE).read_text(encoding="utf-8")).get("name_order") is True:
+    if layout.get("name_order") is True:
         backend._mark_ordered()
     backend._position = {name: row for row, name in enumerate(names)}
     return backend

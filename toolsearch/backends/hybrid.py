@@ -134,7 +134,7 @@ class HybridBackend:
         lucene = looks_like_lucene(query)
         # The constraints of a query bm25 searched as Lucene; None for plain words (a syntax it fell back from too).
         # `partial`: a word written in part or approximately (`weath*`, `wether~`), which only bm25 reads.
-        reading = bm25_module.lucene_reading(query) if lucene else None
+        reading = bm25_module._reading(query) if lucene else None  # (lucene_reading, without asking again)
         parsed, partial = (None, False) if reading is None else reading
         instead: str | None = None  # the note on the dense half's answer where bm25's operators let no tool through
         if parsed is not None and not lexical.hits:

@@ -88,9 +88,9 @@ _GROUP_CALL = regex.compile(r"R\)|[+-]?\d+\)|&\w+\)|P>\w+\)")
 # Inline flags after `(?`: the letters turned on, then optionally `-` and those turned off, ending a global
 # `(?i)` or a scoped `(?i:...)`.
 _INLINE_FLAGS = regex.compile(r"([a-zA-Z01]*)(?:-[a-zA-Z01]*)?[:)]")
-_CHARSET_FLAGS = {"a": "(?a) ASCII", "u": "(?u) Unicode", "L": "(?L) locale"}
 # What the regex module raises besides regex.error for a pattern it cannot compile or run: conflicting inline
-# flags (ValueError), a count beyond its integers (OverflowError), memory or stack exhaustion.
+# flags (ValueError: `(?V1)` against the V0 in _FLAGS, or two global charset flags as in `(?u)(?a)`), a count
+# beyond its integers (OverflowError), memory or stack exhaustion.
 _PATTERN_FAILURES = (ValueError, OverflowError, TypeError, MemoryError, RecursionError)
 
 
@@ -141,8 +141,10 @@ def _check_constructs(pattern: str) -> None:
     a `(?`-construct written inside one of them is refused too, which costs little and keeps the check
     from ever skipping a construct the regex module would run (so are `(?#...)` comments, which may then be
     inside a class).
+
+    Conflicting flags (`(?V1)`, or two global charset flags as in `(?u)(?a)`) are left to `regex.compile`,
+    which raises ValueError for them (see _PATTERN_FAILURES); scoped ones, `(?a:send)(?u:_email)`, it runs.
     """
-    charsets: set[str] = set()
     skip_classes = True
     i = 0
     while i < len(pattern):
@@ -176,19 +178,7 @@ def _check_constructs(pattern: str) -> None:
                         "supported (its spaces and # comments can hide counted repeats that exhaust memory); remove "
                         "the x flag and write the pattern without spaces, e.g. 'send.?email|mail'"
                     )
-                if "V1" in on:
-                    raise InvalidQueryError(
-                        f"the pattern {pattern!r} asks for version 1 syntax ((?V1)), which is not supported; "
-                        "remove (?V1): patterns use Python's re syntax (the regex module's version 0)"
-                    )
-                charsets.update(c for c in on if c in _CHARSET_FLAGS)
         i += 1
-    if len(charsets) > 1:
-        named = " and ".join(_CHARSET_FLAGS[c] for c in sorted(charsets))
-        raise InvalidQueryError(
-            f"the pattern {pattern!r} sets the charset flags {named} together, which cannot be combined; "
-            "remove them (patterns match Unicode text by default) or keep only one"
-        )
 
 
 def _check_repeats(pattern: str) -> None:

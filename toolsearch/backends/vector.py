@@ -39,6 +39,7 @@ from ..scratch import Scratch, new_scratch
 from ..stored_tools import tool_names
 from ..text import embedding_text
 from ..tools import Tool
+from ._base import TIE_DEPTH, through_ties
 
 try:
     import faiss
@@ -75,13 +76,6 @@ _SUBSET_CACHE = 8
 _TOMBSTONE_REBUILD = 0.25
 # A tool scores its best lifted clause match (`_clause_scores`); toolsearch.clauses says why clauses.
 CLAUSE_LIFT = 0.5
-# How deep a search reads while the tools after the n-th tie with it (two copies of one tool embed alike), so that
-# `search` breaks ties by name before its cut at k, as every backend does: up to this many tools in all (or n), a
-# depth that does not grow with n, so that the first hits do not depend on k even where a larger tie keeps faiss's
-# order past it. A tie here is a group of tools with one text, a few copies of a tool as a rule, and a search reads
-# past the n-th only while the next tool ties with it. Each tool read widens the faiss search (an HNSW one by two),
-# so the depth is kept low (it was 1,000 past n).
-_TIE_DEPTH = 100
 
 
 class VectorBackend:
@@ -365,14 +359,15 @@ class VectorBackend:
         elif self._dead:
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
         n_eff = min(n, len(self._ids))
-        most = min(len(self._ids), max(n_eff, _TIE_DEPTH))
-        limit = min(n_eff + 1, most)  # one past the n-th: does the next hit tie with it?
-        while True:
-            sims, found = self._faiss_search(vectors, limit, selector)
-            tied = (found[:, -1] >= 0) & (sims[:, -1] == sims[:, n_eff - 1])
-            if limit >= most or not tied.any():
-                break
-            limit = min(most, limit * 4)
+        # Read on past the n-th while a row's last hit ties with it (two copies of one tool embed alike; a tie here
+        # is a group of tools with one text, a few copies of a tool as a rule): see TIE_DEPTH.
+        most = min(len(self._ids), max(n_eff, TIE_DEPTH))
+
+        def tied(searched: tuple[np.ndarray, np.ndarray], _limit: int) -> bool:
+            sims, found = searched  # (faiss pads a row past its last hit with id -1)
+            return bool(((found[:, -1] >= 0) & (sims[:, -1] == sims[:, n_eff - 1])).any())
+
+        sims, found = through_ties(lambda limit: self._faiss_search(vectors, limit, selector), n_eff, most, tied)
         # Each row's top n_eff, and the hits after them that tie with its n-th (faiss orders ties by position).
         keep = np.zeros(found.shape, dtype=bool)
         keep[:, :n_eff] = True
@@ -506,13 +501,13 @@ def _clause_scores(sims: np.ndarray, tops: np.ndarray) -> np.ndarray:
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the top `k` scores, best first, and of those tying with the k-th (up to _TIE_DEPTH or k in
+    """The positions of the top `k` scores, best first, and of those tying with the k-th (up to TIE_DEPTH or k in
     all): the caller breaks ties by name before its cut, whatever their positions."""
     if k >= len(scores):
         return np.argsort(-scores, kind="stable")
     kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
     above = np.flatnonzero(scores > kth)
-    tied = np.flatnonzero(scores == kth)[: max(k, _TIE_DEPTH) - len(above)]
+    tied = np.flatnonzero(scores == kth)[: max(k, TIE_DEPTH) - len(above)]
     part = np.concatenate([above, tied])
     return part[np.argsort(-scores[part], kind="stable")]
 
