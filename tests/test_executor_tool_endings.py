@@ -5,8 +5,9 @@
 - a tool's SystemExit (argparse refusing the model's arguments, a wrapped script's `sys.exit`) is that call's
   ERROR result, which the model reads; a KeyboardInterrupt ends the run as Ctrl-C does, with the run so far;
 - a tool written with `yield` (sync or async), or returning any other iterator (`map`, `itertools.chain`), gives
-  its items; sets, dict views and ranges are arrays; an iterator inside a value is an ERROR saying so; bytes are
-  read as UTF-8 text, and bytes that are not text are an ERROR saying so, never a repr passed off as the answer;
+  its items, run out within the call (in the context the call set up); sets, dict views and ranges are arrays;
+  an iterator inside a value is an ERROR saying so; bytes are read as UTF-8 text, and bytes that are not text are
+  an ERROR saying so, never a repr passed off as the answer;
 - a run that sends every tool (no tool_search) never sends the model to a search tool it was not given.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import itertools
 import os
 import subprocess
@@ -268,6 +270,38 @@ def test_iterators_give_their_items_and_collections_are_arrays(how: str, timeout
         "nested": ("error", "Tool 'nested' failed: ArgumentTypeError: the tool's result holds a map that nothing ran "
                             "out; return its items (a list) or its awaited value"),
     }
+
+
+REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST", default="(none)")
+
+
+def lines_of(user: str) -> Iterator[str]:
+    yield f"{user}: {REQUEST.get()}"  # read when the iterator is run out
+
+
+def rows_for(user: str) -> Iterator[str]:
+    REQUEST.set(f"request of {user}")
+    return lines_of(user)
+
+
+async def arows_for(user: str) -> Iterator[str]:
+    await asyncio.sleep(0)
+    REQUEST.set(f"request of {user}")
+    return lines_of(user)
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("tool", [rows_for, arows_for], ids=["sync-tool", "async-tool"])
+@pytest.mark.parametrize("how", RUNS)
+def test_an_iterator_a_tool_returns_is_run_out_within_its_call(
+    how: str, tool: Callable[..., Any], timeout: float | None
+) -> None:
+    """The items are the call's work, done where the call runs and within its timeout: the iterator sees what the
+    call set up (its context variables), from an async tool as from a sync one."""
+    model = ScriptedModel([reply(call("rows_for", user="ana")), "done"])
+    # in a context of its own: a sync tool called inline sets the variable in the caller's context
+    result = contextvars.Context().run(run_with, how, model, {"rows_for": tool}, tool_timeout=timeout)
+    assert [(r.status.value, r.content) for r in result.tool_results] == [("ok", '["ana: request of ana"]')]
 
 
 # --- a run without tool_search ------------------------------------------------------------------------------

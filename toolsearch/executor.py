@@ -31,7 +31,7 @@ from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
 from .metatool import MetaToolOutcome, ToolSearchMetaTool
 from .providers._base import Message, ToolCall, tool_result_text
-from .providers.drive import adrive, asettle, drive, is_async_callable
+from .providers.drive import adrive, asettle, drive, is_async_callable, unwrapped
 from .providers.registry import augment_tools, parse_tool_call, render_result, render_tools
 from .results import Hit
 from .session import Session, ToolFormat
@@ -914,7 +914,7 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
             value = fn(**call.arguments)
         except (Exception, SystemExit, KeyboardInterrupt) as call_error:  # see _interrupted
             return _Outcome(_ms(started), error=call_error)
-        task = asyncio.ensure_future(_exits_kept(_items(value) if inspect.isasyncgen(value) else value))
+        task = asyncio.ensure_future(_exits_kept(_finished(value)))
     else:
         task = asyncio.wrap_future(_in_thread(fn, call.arguments, timeout))
     done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -928,28 +928,27 @@ async def _acall(call: ToolCall, fn: Callable[..., Any], timeout: float | None) 
         exc = exc.exit
     if exc is not None:
         return _Outcome(_ms(started), error=exc)
-    value = task.result()
-    if isinstance(value, Iterator):  # an async tool that returned an iterator: its items, as from a sync tool
-        try:
-            value = list(value)
-        except (Exception, SystemExit) as error:  # see _interrupted
-            return _Outcome(_ms(started), error=error)
-    return _Outcome(_ms(started), value)
+    return _Outcome(_ms(started), task.result())
 
 
 def _is_async_tool(fn: Callable[..., Any]) -> bool:
     """A tool to await on the event loop: a coroutine function, or an async generator function (`async def` with
     `yield`, whose items are its result)."""
-    try:
-        target = inspect.unwrap(fn)
-    except ValueError:
-        target = fn
-    return is_async_callable(fn) or inspect.isasyncgenfunction(target)
+    return is_async_callable(fn) or inspect.isasyncgenfunction(unwrapped(fn))
 
 
-async def _items(generator: Any) -> list[Any]:
-    """An async generator's items: a tool written with `async def` and `yield` streams its result."""
-    return [item async for item in generator]
+async def _finished(value: Any) -> Any:
+    """What an async tool's call returned, finished where the call runs (within its timeout): a coroutine
+    awaited, an async generator's items (a tool written with `async def` and `yield` streams its result), and an
+    iterator it came to run out (`_ran_out`)."""
+    if inspect.isasyncgen(value):
+        return [item async for item in value]
+    return _ran_out(await value)
+
+
+def _ran_out(value: Any) -> Any:
+    """A tool's result, with an iterator (see `_call_sync`) run out into the list of its items."""
+    return list(value) if isinstance(value, Iterator) else value
 
 
 def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
@@ -962,14 +961,12 @@ def _call_sync(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
     read and are written as arrays there (`tool_result_text`).
     """
     value = fn(**arguments)
-    if inspect.isasyncgen(value):
-        value = _items(value)
-    if inspect.iscoroutine(value) or isinstance(value, Coroutine):  # an async tool driven from sync code
+    if inspect.isasyncgen(value) or isinstance(value, Coroutine):  # an async tool driven from sync code
         try:  # run in this worker thread
-            value = asyncio.run(value)
+            return asyncio.run(_finished(value))
         except asyncio.CancelledError:  # not an Exception: it would end the whole turn, every other result lost
             raise ToolCancelledError() from None
-    return list(value) if isinstance(value, Iterator) else value
+    return _ran_out(value)
 
 
 def _said(error: BaseException, limit: int = 4_000) -> str:

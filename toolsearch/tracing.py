@@ -215,6 +215,16 @@ def _queries() -> QueryMode:
     return "hash"
 
 
+def _private(text: str, text_key: str, hash_key: str) -> dict[str, str]:
+    """The attribute that shows text that may quote the user (a query, a name the model made up, an augmented
+    value), under the query setting: `text_key` with the text with "text", `hash_key` with its `digest` with
+    "hash", none with "none"."""
+    mode = _queries()
+    if mode == "text":
+        return {text_key: text}
+    return {hash_key: digest(text)} if mode == "hash" else {}
+
+
 def digest(text: str) -> str:
     """The first 16 hex digits of SHA-256: enough to group equal values, not to read them."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -413,11 +423,8 @@ def _describe_query(span: Span, query: str | None, k: int | None, namespace: str
     if namespace:
         span.set_attribute("toolsearch.search.namespace", namespace)
     if query is not None:
-        mode = _queries()
-        if mode == "hash":
-            span.set_attribute("toolsearch.query.sha256", digest(query))
-        elif mode == "text":
-            span.set_attribute("gen_ai.retrieval.query.text", query)
+        for key, value in _private(query, "gen_ai.retrieval.query.text", "toolsearch.query.sha256").items():
+            span.set_attribute(key, value)
 
 
 def _describe_result(span: Span, result: SearchResult) -> None:
@@ -474,10 +481,10 @@ def _shown_tool(name: str, known: Callable[[str], bool]) -> tuple[str, dict[str,
     """The name a span records for a called tool, and attributes to add: a catalog tool's name as it is; another
     name under the query setting: as it is with "text", else `UNKNOWN_TOOL`, with its digest beside it
     (`toolsearch.tool.name.sha256`) with "hash"."""
-    mode = _queries()
-    if mode == "text" or known(name):
+    if known(name):
         return name, {}
-    return UNKNOWN_TOOL, ({"toolsearch.tool.name.sha256": digest(name)} if mode == "hash" else {})
+    shown = _private(name, "gen_ai.tool.name", "toolsearch.tool.name.sha256")
+    return shown.pop("gen_ai.tool.name", UNKNOWN_TOOL), shown
 
 
 def _tool_span(
@@ -522,7 +529,6 @@ def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
     tracer = _tracer()
     if tracer is None:
         return
-    mode = _queries()
     attributes: dict[str, Any] = {
         "gen_ai.tool.name": name,
         "gen_ai.tool.call.id": call_id,
@@ -530,10 +536,8 @@ def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
     }
     for field_name, value in values.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-        if mode == "text":
-            attributes[f"toolsearch.augment.{field_name}"] = text
-        elif mode == "hash":
-            attributes[f"toolsearch.augment.{field_name}.sha256"] = digest(text)
+        key = f"toolsearch.augment.{field_name}"
+        attributes.update(_private(text, key, f"{key}.sha256"))
     tracer.start_span(f"augment {name}", attributes=attributes).end()
 
 

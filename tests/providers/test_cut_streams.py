@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -242,3 +243,22 @@ def test_without_a_finish_reason_and_without_done_the_stream_was_cut_short() -> 
             stream=True)
     assert "and without `data: [DONE]`" in str(raised.value) and "stream=False" in str(raised.value)
     assert raised.value.retryable is True
+
+
+class AwaitableStreams:
+    """An async client wrapped as some instrumentation wraps one: `chat.completions.create` is a plain function that
+    hands back the async SDK's awaitable, so the stream is opened behind it."""
+
+    def __init__(self, client: Any) -> None:
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=lambda **payload: client.chat.completions.create(
+            **payload
+        )))
+
+
+def test_a_stream_opened_behind_an_awaitable_is_watched_for_done_too() -> None:
+    session = SessionManager(ToolIndex.build([SEND], backend="regex")).create("s")
+    with FakeLLMServer("Do NOT approve the transfer.") as server, pytest.raises(ProviderError) as raised:
+        client = server.async_openai(http_client=httpx2.AsyncClient(transport=AsyncCutAtTheEnd()))
+        run(OpenAIChatModel(AwaitableStreams(client), "gpt-4.1"), "Transfer summary please", session=session,
+            tool_search="off", stream=True)
+    assert "and without `data: [DONE]`" in str(raised.value) and raised.value.retryable is True

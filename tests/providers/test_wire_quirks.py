@@ -20,6 +20,8 @@ from test_reply_faults import Body, RawServer, chat, serve, session_with
 
 from toolsearch import run
 from toolsearch.providers import OpenAIChatModel, OpenAIResponsesModel
+from toolsearch.providers.openai import ChatStreamAssembler
+from toolsearch.tools import NameMap
 
 __all__ = ["serve"]  # the fixture, shared with test_reply_faults
 
@@ -134,7 +136,9 @@ def test_a_long_call_whose_name_comes_with_every_fragment_is_read_once(
 ) -> None:
     """A streamed call of 2,000 fragments, each repeating the name (MiniMax through NIM) and ending in `}`: telling
     whether a fragment starts another call must not read all the arguments so far again for every fragment (the
-    whole loop waits while it does). Every JSON read of the arguments is counted, in characters."""
+    whole loop waits while it does). Every JSON read of the arguments is counted, in characters, and so is every
+    character the assembler's scan of a call's arguments reads (`read`); a call whose name comes once is never
+    scanned at all."""
     pieces = ['{"rows":[{"n":0}', *(f',{{"n":{n}}}' for n in range(1, 2_000)), "]}"]
     arguments = "".join(pieces)
     read: list[int] = []
@@ -152,6 +156,21 @@ def test_a_long_call_whose_name_comes_with_every_fragment_is_read_once(
                              *(call_fragment(None, "save_rows", piece) for piece in pieces), functions=functions)
     assert results == [("call_A", "save_rows", "ok", "saved")] and saved == [2_000]
     assert 0 < sum(read) <= 4 * len(arguments)  # a few whole reads, never one per fragment
+
+    def scanned(*chunks: Body) -> int:
+        """What the scan read, in characters, of the one call the chunks stream (fed as the client hands them on)."""
+        assembler = ChatStreamAssembler(NameMap(["save_rows"]))
+        for c in [*chunks, chunk({}, "tool_calls")]:
+            assembler.feed(c)
+        [call] = assembler.finish().message.tool_calls
+        assert len(call.arguments["rows"]) == 2_000 and len(assembler.calls) == 1
+        return int(assembler.calls[0]["shape"].read)
+
+    named_each_time = scanned(call_fragment("call_A", "save_rows", ""),
+                              *(call_fragment(None, "save_rows", piece) for piece in pieces))
+    assert 0 < named_each_time <= len(arguments)  # each character once at most: never the text so far again
+    named_once = scanned(call_fragment("call_A", "save_rows", ""), *(call_fragment(None, None, p) for p in pieces))
+    assert named_once == 0  # OpenAI's own streams: nothing to tell apart, nothing scanned
 
 
 # --- Responses with store=False ------------------------------------------------------------------

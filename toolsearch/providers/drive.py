@@ -38,11 +38,13 @@ __all__ = [
     "is_async_callable",
     "reject_stream_option",
     "replay",
+    "retry_advice",
     "run_sync",
     "settle",
     "stream_cut_short",
     "translate_error",
     "translated",
+    "unwrapped",
 ]
 
 
@@ -226,7 +228,7 @@ def _retry_advice(
             if retry_after is not None
             else "send it again after a short wait"
         )
-        return f". Retrying may help ({answered}): {wait}."
+        return retry_advice(True, answered, wait)
     if retryable is None:
         return ""
     todo = {
@@ -234,16 +236,26 @@ def _retry_advice(
         403: "check that the API key may use this model and endpoint",
         404: "check the model name and the client's base_url",
     }.get(status or 0, "fix what the provider names in the request")
-    return f". Retrying will not help ({answered}: the provider refused this request as it is): {todo}."
+    return retry_advice(False, f"{answered}: the provider refused this request as it is", todo)
+
+
+def retry_advice(retryable: bool, why: str, todo: str) -> str:
+    """The sentence a ProviderError's message ends with, whoever raises it: `. Retrying may help (why): todo.`, or
+    `will not help`."""
+    return f". Retrying {'may help' if retryable else 'will not help'} ({why}): {todo}."
+
+
+def unwrapped(fn: Any) -> Any:
+    """What decorators that keep `__wrapped__` (functools.wraps) wrap; `fn` itself when its chain loops."""
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:
+        return fn
 
 
 def is_async_callable(fn: Any) -> bool:
     """True for coroutine functions, also behind decorators that hide it (the SDKs' `create`)."""
-    try:
-        target = inspect.unwrap(fn)
-    except ValueError:
-        target = fn
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(unwrapped(fn))
 
 
 @contextmanager
@@ -335,8 +347,8 @@ def stream_cut_short(api: str, marker: str, note: str = "") -> ProviderError:
     """
     return ProviderError(
         f"the {api} stream was cut short: it ended before {marker}, so the turn is incomplete and none of its tool "
-        f"calls ran (a proxy, a gateway or the connection dropped the rest{note}). Retrying may help (no complete "
-        "answer came): send the request again.",
+        f"calls ran (a proxy, a gateway or the connection dropped the rest{note})"
+        + retry_advice(True, "no complete answer came", "send the request again"),
         retryable=True,
     )
 
@@ -396,6 +408,8 @@ class StreamCall:
     `create(**payload)` opens the stream; `assembler` turns its chunks into the events handed to
     `on_event` as they arrive, and into the turn. The stream is closed however the turn ends (also
     when a handler raised); an SDK or transport error leaves as a ProviderError naming `provider`.
+    `opened`, when given, is handed the stream as it is opened (an awaitable one once awaited), however it
+    is read, and returns the stream to read: where an adapter watches what the SDK reads and does not pass on.
     """
 
     create: Callable[..., Any]
@@ -404,10 +418,18 @@ class StreamCall:
     on_event: EventHandler | None
     provider: str
     modules: tuple[str, ...]
+    opened: Callable[[Any], Any] | None = None
+
+    def _open(self) -> Any:
+        """`create(**payload)`, the first step of opening the stream (its answer may still need awaiting)."""
+        return self.create(**self.payload)
+
+    def _opened(self, stream: Any) -> Any:
+        return stream if self.opened is None else self.opened(stream)
 
     def sync(self) -> ModelTurn:
         """Handlers run in the calling thread; an async client's stream is read on the shared client loop."""
-        with translated(self.provider, self.modules), closing(_sync_chunks(self.create, self.payload)) as chunks:
+        with translated(self.provider, self.modules), closing(_sync_chunks(self)) as chunks:
 
             def answer(step: StreamEvent | None) -> Any:
                 return next(chunks, _END) if step is None else deliver_event(self.on_event, step)
@@ -418,7 +440,7 @@ class StreamCall:
         """Handlers run on the event loop (awaited when async); a sync client's stream is read in a
         worker thread, chunk by chunk, so the event loop keeps serving."""
         with translated(self.provider, self.modules):
-            async with aclosing(_async_chunks(self.create, self.payload)) as chunks:
+            async with aclosing(_async_chunks(self)) as chunks:
 
                 async def answer(step: StreamEvent | None) -> Any:
                     return await anext(chunks, _END) if step is None else await adeliver_event(self.on_event, step)
@@ -441,23 +463,23 @@ class StreamsByCall:
         return await self._streamed(request, on_event, asynchronous=True).asynchronous()
 
 
-def _sync_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> Generator[Any, None, None]:
+def _sync_chunks(call: StreamCall) -> Generator[Any, None, None]:
     """The stream's chunks for sync code; an async client's are read on the shared client loop."""
-    if is_async_callable(create):
+    if is_async_callable(call.create):
         _refuse_inside_event_loop()
-        return _client_loop_chunks(lambda: create(**payload))
-    stream = create(**payload)
+        return _client_loop_chunks(call._open, call._opened)
+    stream = call._open()
     if inspect.isawaitable(stream) or hasattr(stream, "__aiter__"):  # an async stream in disguise
         _refuse_inside_event_loop(stream)
-        return _client_loop_chunks(lambda: stream)
-    return _closing_iter(stream)
+        return _client_loop_chunks(lambda: stream, call._opened)
+    return _closing_iter(call._opened(stream))
 
 
-def _async_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+def _async_chunks(call: StreamCall) -> AsyncGenerator[Any, None]:
     """The stream's chunks for asyncio; a sync client's are read in a worker thread."""
-    if is_async_callable(create):
-        return _awaited_chunks(create, payload)
-    return _thread_chunks(create, payload)
+    if is_async_callable(call.create):
+        return _awaited_chunks(call)
+    return _thread_chunks(call)
 
 
 def _close_sync(stream: Any) -> None:
@@ -481,11 +503,12 @@ def _closing_iter(stream: Any) -> Generator[Any, None, None]:
         _close_sync(stream)
 
 
-async def _awaited_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+async def _awaited_chunks(call: StreamCall) -> AsyncGenerator[Any, None]:
     """Chunks of an async client's stream (the SDK may hand it over behind an awaitable)."""
-    stream = create(**payload)
+    stream = call._open()
     if inspect.isawaitable(stream):
         stream = await stream
+    stream = call._opened(stream)
     try:
         async for chunk in stream:
             yield chunk
@@ -493,8 +516,11 @@ async def _awaited_chunks(create: Callable[..., Any], payload: Mapping[str, Any]
         await _close_async(stream)
 
 
-def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, None]:
-    """Chunks of an async stream read on the shared client loop, handed to this thread through a queue."""
+def _client_loop_chunks(
+    open_stream: Callable[[], Any], opened: Callable[[Any], Any]
+) -> Generator[Any, None, None]:
+    """Chunks of an async stream read on the shared client loop, handed to this thread through a queue; `opened`
+    as `StreamCall.opened`."""
     chunks: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     async def pump() -> None:
@@ -502,6 +528,7 @@ def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, 
             stream = open_stream()
             if inspect.isawaitable(stream):
                 stream = await stream
+            stream = opened(stream)
             try:
                 async for chunk in stream:
                     chunks.put((True, chunk))
@@ -520,7 +547,7 @@ def _client_loop_chunks(open_stream: Callable[[], Any]) -> Generator[Any, None, 
         future.cancel()  # the reader stopped early: the pump closes the stream
 
 
-async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any]) -> AsyncGenerator[Any, None]:
+async def _thread_chunks(call: StreamCall) -> AsyncGenerator[Any, None]:
     """Chunks of a sync client's stream, read in a worker thread and handed over through a queue."""
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
@@ -534,7 +561,7 @@ async def _thread_chunks(create: Callable[..., Any], payload: Mapping[str, Any])
 
     def pump() -> None:
         try:
-            stream = create(**payload)
+            stream = call._opened(call._open())
             try:
                 for chunk in stream:
                     if stop.is_set():

@@ -47,6 +47,7 @@ from .drive import (
     call_sync,
     check_client,
     reject_stream_option,
+    retry_advice,
     stream_cut_short,
 )
 
@@ -170,8 +171,8 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
         feedback = _dump(_get(response, "prompt_feedback"))
         if _get(feedback, "block_reason") is not None:  # blocked again each time it is sent as it is
             raise ProviderError(
-                f"Gemini returned no candidate (prompt feedback: {feedback}). Retrying will not help (the prompt "
-                "was blocked): change the prompt, or the request's safety_settings.",
+                f"Gemini returned no candidate (prompt feedback: {feedback})"
+                + retry_advice(False, "the prompt was blocked", "change the prompt, or the request's safety_settings"),
                 retryable=False,
             )
         raise ProviderError(f"Gemini returned no candidate (prompt feedback: {feedback or 'none'})")

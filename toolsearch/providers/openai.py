@@ -8,11 +8,11 @@ provider-safe aliases (`tools.NameMap`) and mapped back on the way in.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
+import operator
 import re
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 from ..tools import NameMap, Tool
@@ -38,7 +38,6 @@ from .drive import (
     call_async,
     call_sync,
     check_client,
-    is_async_callable,
     reject_stream_option,
     stream_cut_short,
 )
@@ -231,7 +230,6 @@ class ChatStreamAssembler:
                     events.append(StreamEvent.tool_call_start(slot["id"], self.names.original(name) or name))
                 if arguments:
                     slot["arguments"].append(arguments)
-                    slot["shape"].add(arguments)
         return events
 
     def _slot(self, index: Any, call_id: str, name: str | None, arguments: Any) -> dict[str, Any]:
@@ -250,13 +248,15 @@ class ChatStreamAssembler:
         """
         key = self.current.get(index) if index is not None else None
         slot = self.calls.get(key) if key is not None else None
-        shape = slot["shape"].state if slot is not None else "open"
-        if slot is not None and name and slot["name"] and shape != "open":
+        if slot is not None and name and slot["name"]:
+            # only here is the shape read, caught up with the fragments since: a stream that never repeats a
+            # name (OpenAI's own) scans nothing
+            shape = slot["shape"].caught_up(slot["arguments"])
             same_id = bool(call_id) and call_id == slot["sent_id"]
             other_id = bool(call_id) and bool(slot["sent_id"]) and not same_id
             other_name = name != slot["name"] and not same_id
             more = isinstance(arguments, str) and bool(arguments.strip()) and not same_id
-            if other_name if shape == "blank" else (other_id or other_name or more):
+            if shape != "open" and (other_name if shape == "blank" else (other_id or other_name or more)):
                 slot = None
         if slot is None:
             key = len(self.calls)
@@ -296,64 +296,87 @@ class ChatStreamAssembler:
         return out
 
     def finish(self) -> ModelTurn:
-        if self.finish_reason is None:
-            self._judge_unfinished()
-        return parse_chat_completion(self.completion(), self.names)
+        if self.finish_reason is not None:
+            return parse_chat_completion(self.completion(), self.names)
+        self._refuse_no_answer()
+        turn = parse_chat_completion(self.completion(), self.names)
+        self._judge_unfinished(turn.message.tool_calls)
+        return turn
 
-    def _judge_unfinished(self) -> None:
-        """A stream that gave no `finish_reason`: raise unless it is a whole answer from a server that never
-        sends one (see the class docstring); warn when it is taken as the answer."""
+    def _refuse_no_answer(self) -> None:
+        """A stream that gave no `finish_reason`, and no `[DONE]` or nothing at all: no answer."""
         api = "OpenAI Chat Completions"
         if self.done is False:  # no [DONE] either: the body ended early, as a proxy whose upstream failed ends it
             raise stream_cut_short(
                 api, "the chunk that gives its finish_reason and without `data: [DONE]`",
                 "; if the server never closes its streams so, run without streaming: stream=False",
             )
-        servers = "Some OpenAI-compatible servers never send a finish_reason (\"\" or null on every chunk)"
-        way_out = "run without streaming (stream=False, and no on_text / on_event): an unstreamed answer comes whole"
         if not self.texts and not self.refusals and not self.calls:
             raise ProviderError(
-                f"the {api} stream ended without any choice and no finish_reason. {servers}: through one, {way_out}."
+                f"the {api} stream ended without any choice and no finish_reason. {_NO_FINISH}: through one, "
+                f"{_UNSTREAMED}."
             )
-        for _, slot in sorted(self.calls.items()):
+
+    def _judge_unfinished(self, calls: Sequence[ToolCall]) -> None:
+        """A stream that gave no `finish_reason`, read into `calls` (one per slot, in order): raise unless it is
+        a whole answer from a server that never sends one (see the class docstring); warn when it is taken as the
+        answer. Each call's arguments were parsed once, into the turn; only those it refused are read again, to
+        tell a whole object it refused (nested too deeply: the loop answers that call) from unfinished text."""
+        api = "OpenAI Chat Completions"
+        for (_, slot), call in zip(sorted(self.calls.items()), calls, strict=True):
             text = "".join(slot["arguments"])
-            if not slot["name"] or not _json_object_or_blank(text):
+            if not slot["name"] or (call.arguments_error is not None and not _json_object_or_blank(text)):
                 raise ProviderError(
                     f"the {api} stream ended without a finish_reason while its tool call "
                     f"{slot['name'] or '(no name)'!r} was unfinished (arguments {text[-60:]!r} are no whole JSON "
                     "object), so the turn is incomplete and none of its tool calls ran: the server or a proxy "
-                    f"stopped the answer early. {servers}: through one, {way_out}."
+                    f"stopped the answer early. {_NO_FINISH}: through one, {_UNSTREAMED}."
                 )
         warnings.warn(
-            f"the {api} stream of model {self.model or '(unnamed)'!r} ended without a finish_reason. {servers}: "
+            f"the {api} stream of model {self.model or '(unnamed)'!r} ended without a finish_reason. {_NO_FINISH}: "
             "the answer was taken as whole because the server closed the stream normally and every tool call's "
-            f"arguments are whole JSON. If answers look cut short, {way_out}.",
+            f"arguments are whole JSON. If answers look cut short, {_UNSTREAMED}.",
             UserWarning,
             stacklevel=2,
         )
+
+
+_NO_FINISH = "Some OpenAI-compatible servers never send a finish_reason (\"\" or null on every chunk)"
+_UNSTREAMED = "run without streaming (stream=False, and no on_text / on_event): an unstreamed answer comes whole"
 
 
 class _ArgumentShape:
     """How far a streamed call's arguments have come: `blank` (nothing but spaces yet), `open` (an object not
     closed yet), `whole` (one closed object, nothing after it), or `other` (anything else).
 
-    Kept up as each fragment comes, reading its characters once: joining and parsing everything so far for every
-    fragment would take time quadratic in the arguments' length (a streamed file write of 100 kB: seconds of the
-    event loop). Brackets only are counted, never checked against each other: whether the text is valid JSON is
-    for `parse_arguments` to say once, when the turn is complete.
+    Read only when asked (`caught_up`), and then only the fragments that came since it was last asked, so each
+    character is read at most once: joining and parsing everything so far for every fragment would take time
+    quadratic in the arguments' length (a streamed file write of 100 kB: seconds of the event loop). Brackets only
+    are counted, never checked against each other: whether the text is valid JSON is for `parse_arguments` to say
+    once, when the turn is complete.
     """
 
-    __slots__ = ("depth", "escaped", "in_string", "state")
+    __slots__ = ("depth", "escaped", "in_string", "read", "scanned", "state")
 
     def __init__(self) -> None:
         self.state = "blank"
         self.depth = 0
         self.in_string = False
         self.escaped = False  # the fragment before ended inside a string on a backslash
+        self.scanned = 0  # how many of the call's fragments have been read
+        self.read = 0  # how many characters have been handed to the scan (what the tests check it by)
 
-    def add(self, text: str) -> None:
+    def caught_up(self, fragments: list[Any]) -> str:
+        """The state of a call's arguments `fragments` (the fragments it was last asked about, and any since)."""
+        while self.scanned < len(fragments):
+            self._add(fragments[self.scanned])
+            self.scanned += 1
+        return self.state
+
+    def _add(self, text: str) -> None:
         if not isinstance(text, str) or self.state == "other":
             return
+        self.read += len(text)
         i, end = 0, len(text)
         while i < end:
             if self.in_string:
@@ -419,7 +442,8 @@ class _OpenAIBase(StreamsByCall):
         self.options = options
 
     def _endpoint(self) -> Any:
-        raise NotImplementedError
+        """The SDK method `_endpoint_name` names, the one `check_client` checked, looked up on the client."""
+        return operator.attrgetter(self._endpoint_name)(self.client)
 
     def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
         raise NotImplementedError
@@ -465,9 +489,6 @@ class OpenAIChatModel(_OpenAIBase):
     format = "openai_chat"
     _endpoint_name = "chat.completions.create"
 
-    def _endpoint(self) -> Any:
-        return self.client.chat.completions.create
-
     def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
         names = request.name_map()
         return chat_payload(request, self.model, names, **self.options), names
@@ -485,41 +506,26 @@ class OpenAIChatModel(_OpenAIBase):
 
     def _streamed(self, request: ChatRequest, on_event: EventHandler | None, *, asynchronous: bool) -> StreamCall:
         call = super()._streamed(request, on_event, asynchronous=asynchronous)
-        return dataclasses.replace(call, create=_watching_done(call.create, cast(ChatStreamAssembler, call.assembler)))
+        assembler = cast(ChatStreamAssembler, call.assembler)
+        return dataclasses.replace(call, opened=lambda stream: _watching_done(stream, assembler))
 
 
-def _watching_done(create: Callable[..., Any], assembler: ChatStreamAssembler) -> Callable[..., Any]:
-    """`create`, with each stream it opens watched for the `data: [DONE]` line that closes a whole Chat
-    Completions stream, noted in `assembler.done`: what tells a server that never sends a `finish_reason` from a
-    stream a proxy cut short.
+def _watching_done(stream: Any, assembler: ChatStreamAssembler) -> Any:
+    """`stream`, just opened, watched for the `data: [DONE]` line that closes a whole Chat Completions stream,
+    noted in `assembler.done`: what tells a server that never sends a `finish_reason` from a stream a proxy cut
+    short.
 
     The openai SDK reads that line and drops it; its SSE decoder (`Stream._decoder`, private) is the one place it
     passes. A stream without one (a wrapped client's, another SDK version's) is left unwatched: `done` stays None.
     """
-
-    def watched(stream: Any) -> Any:
-        decoder = getattr(stream, "_decoder", None)
-        if callable(getattr(decoder, "iter_bytes", None)) and callable(getattr(decoder, "aiter_bytes", None)):
-            try:
-                stream._decoder = _DoneWatch(decoder, assembler)
-            except (AttributeError, TypeError):  # a stream that will not take it: unwatched
-                return stream
-            assembler.done = False
-        return stream
-
-    if is_async_callable(create):
-
-        async def acreate(**payload: Any) -> Any:
-            stream = create(**payload)
-            return watched(await stream if inspect.isawaitable(stream) else stream)
-
-        return acreate
-
-    def screate(**payload: Any) -> Any:
-        stream = create(**payload)
-        return stream if inspect.isawaitable(stream) else watched(stream)
-
-    return screate
+    decoder = getattr(stream, "_decoder", None)
+    if callable(getattr(decoder, "iter_bytes", None)) and callable(getattr(decoder, "aiter_bytes", None)):
+        try:
+            stream._decoder = _DoneWatch(decoder, assembler)
+        except (AttributeError, TypeError):  # a stream that will not take it: unwatched
+            return stream
+        assembler.done = False
+    return stream
 
 
 class _DoneWatch:
@@ -754,9 +760,6 @@ class OpenAIResponsesModel(_OpenAIBase):
     def __init__(self, client: Any, model: str, *, strict: bool | None = False, **options: Any) -> None:
         super().__init__(client, model, **options)
         self.strict = strict
-
-    def _endpoint(self) -> Any:
-        return self.client.responses.create
 
     def _build(self, request: ChatRequest) -> tuple[dict[str, Any], NameMap]:
         names = request.name_map()
