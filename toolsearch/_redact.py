@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Scrubber", "command_secrets", "redacted_command", "redacted_url", "redacted_words", "url_secrets"]
+__all__ = [
+    "DSN_SECRET_KEYS", "Scrubber", "command_secrets", "redacted_command", "redacted_url", "redacted_words",
+    "url_secrets",
+]
 
 HIDDEN = "***"
 # A flag or variable whose name holds one of these carries a credential (`--api-key`, `--githubToken`, `DB_PASSWORD`)
@@ -85,27 +88,43 @@ def _hidden_value(parameter: str) -> str:
     return f"{name}={HIDDEN}" if value else parameter
 
 
-# A secret of libpq's keyword form of a DSN (`host=db user=alice password=s3cret`): spaces may stand around its `=`,
-# and its value may be quoted (`password='a b'`), so its extent is read as libpq reads it
-_KEYWORD_SECRET = re.compile(r"\b((?:ssl)?password)(\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+# libpq's parameters that hold a secret: the role's password, and the one that unlocks the client's TLS key
+DSN_SECRET_KEYS = frozenset({"password", "sslpassword"})
+# Such a secret in libpq's keyword form of a DSN (`host=db user=alice password=s3cret`): spaces may stand around its
+# `=`, and its value may be quoted (`password='a b'`), so its extent is read as libpq reads it
+_KEYWORD_SECRET = re.compile(rf"\b({'|'.join(sorted(DSN_SECRET_KEYS, key=len, reverse=True))})(\s*=\s*)"
+                             r"('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
 
 
 def redacted_words(command: str) -> str:
     """A command line or message with every URL in it redacted (`npx mcp-remote https://user:pw@host/mcp`), and every
-    value set under a credential's name: a keyword DSN's `password=s3cret` (as `query --store` shows a DSN), a word
-    `--api-key=k-1` or `DB_PASSWORD=pw`."""
-    command = _KEYWORD_SECRET.sub(lambda found: f"{found[1]}{found[2]}{HIDDEN}", command)
-    return " ".join(_redacted_word(word) for word in command.split(" "))
+    value set under a credential's name: a keyword DSN's `password=s3cret` or `password = 'a b'` (as `query --store`
+    shows a DSN), a word `--api-key=k-1` or `DB_PASSWORD=pw`."""
+    shown: list[str] = []
+    at = 0
+    for found in _KEYWORD_SECRET.finditer(command):  # a DSN's secret, read as libpq does; the words around it apart
+        shown += [_redacted_text(command[at:found.start()]), f"{found[1]}{found[2]}{HIDDEN}"]
+        at = found.end()
+    return "".join([*shown, _redacted_text(command[at:])])
+
+
+def _redacted_text(text: str) -> str:
+    return " ".join(_redacted_word(word) for word in text.split(" "))
 
 
 def _redacted_word(word: str) -> str:
     if "://" in word:
         return redacted_url(word)
+    return _hidden_assignment(word) or word
+
+
+def _hidden_assignment(word: str) -> str | None:
+    """`name=***` for a word that sets a credential-named flag or variable (`--api-key=k-1`, `DB_PASSWORD=pw`; a
+    `${VAR}` reference is no value, and stays); None for any other word."""
     name, equals, value = word.partition("=")
-    if equals and value and value != HIDDEN and _NAME.fullmatch(name.lstrip("-")) and _secret_name(name) \
-            and not _VARIABLE.fullmatch(value):
+    if equals and value and _NAME.fullmatch(name.lstrip("-")) and _secret_name(name) and not _VARIABLE.fullmatch(value):
         return f"{name}={HIDDEN}"
-    return word
+    return None
 
 
 def redacted_command(argv: Sequence[str]) -> str:
@@ -131,13 +150,10 @@ def redacted_command(argv: Sequence[str]) -> str:
 
 
 def _redacted_arg(arg: str) -> str:
-    name, equals, value = arg.partition("=")
-    if equals and value and _NAME.fullmatch(name.lstrip("-")):
-        if name in _HEADER_FLAGS:
-            return f"{name}={_hidden_header(value)}"
-        if _secret_name(name) and not _VARIABLE.fullmatch(value):
-            return f"{name}={HIDDEN}"
-    return redacted_words(arg) if "://" in arg else arg
+    name, _, value = arg.partition("=")
+    if name in _HEADER_FLAGS and value:
+        return f"{name}={_hidden_header(value)}"
+    return _hidden_assignment(arg) or (redacted_words(arg) if "://" in arg else arg)
 
 
 def _hidden_header(value: str) -> str:

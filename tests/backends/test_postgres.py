@@ -7,14 +7,13 @@ import json
 import logging
 import os
 import threading
-import zlib
 from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
 import pytest
 from mcp_servers import wait_until
-from pg_server import PASSWORD, PostgresServer, pg_server  # noqa: F401  (pg_server: a fixture)
+from pg_server import PASSWORD, PostgresServer, pg_server, word_embedder  # noqa: F401  (pg_server: a fixture)
 from tuned_model import tuned_model  # noqa: F401  (a fixture)
 
 from toolsearch import Tool, ToolIndex
@@ -50,21 +49,6 @@ TOOLS = [
 @pytest.fixture()
 def catalog_name(request: pytest.FixtureRequest) -> str:
     return f"t-{request.node.name}".replace("[", "-").replace("]", "")[:60]
-
-
-def _counting_embedder(calls: list[int]) -> CallableEmbedder:
-    """A deterministic 32-d embedder that counts the texts it embeds (a real embedder, not a stand-in for our code)."""
-
-    def embed(texts: list[str]) -> np.ndarray:
-        calls.append(len(texts))
-        rows = np.zeros((len(texts), 32), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split():
-                rows[i, zlib.crc32(word.encode()) % 32] += 1.0
-        rows += 1e-3
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-    return CallableEmbedder(embed, model_id="counting-32", dimension=32)
 
 
 # --- a catalog shared by processes ---------------------------------------------------------------------
@@ -114,7 +98,7 @@ def test_forked_workers_never_share_the_parent_s_connections(pg_server: Postgres
     # request's tools, "prepared statement already exists", "server sent data without prior row description").
     # texts of its own: tests below count which models embedded TOOLS' texts
     tools = [_tool(f"forked_{t.name}", t.description, t.namespace) for t in TOOLS]
-    index = PostgresIndex.open(pg_server.dsn(), catalog_name, tools, poll=None, embedder=_counting_embedder([]),
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, tools, poll=None, embedder=word_embedder(),
                                cache=False, min_connections=4)
     asks = ["weather forecast for a city", "send an email message to recipients", "convert money to another currency"]
     want = {ask: index.search(ask, 1).names for ask in asks}  # the parent's pool holds connections at the fork
@@ -251,7 +235,7 @@ def test_a_large_change_is_vacuumed_and_a_small_one_left_to_autovacuum(
     # an index-only scan reads the table for every page the visibility map does not mark all-visible (VACUUM does)
     # tools of its own: the store keeps every embedding for the session, and other tests count what TOOLS cost
     small, large = catalog_name + "-small", catalog_name + "-large"
-    embedder = _counting_embedder([])
+    embedder = word_embedder()
     many = [_tool(f"tool_{i}", f"Tool number {i} does task {i % 37} for topic {i % 11}.") for i in range(1_000)]
     PostgresIndex.open(pg_server.dsn(), small, many[:6], poll=None, embedder=embedder, cache=False).close()
     PostgresIndex.open(pg_server.dsn(), large, many, poll=None, embedder=embedder, cache=False).close()
@@ -294,7 +278,7 @@ def test_embeddings_are_computed_once_for_every_catalog_and_process(
     pg_server: PostgresServer, catalog_name: str  # noqa: F811
 ) -> None:
     calls: list[int] = []
-    embedder = _counting_embedder(calls)
+    embedder = word_embedder(calls=calls)
     PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=embedder, cache=False)
     assert sum(calls) == len(TOOLS)
     # another catalog of the same tools, and a later change that keeps most texts: only new texts are embedded
@@ -311,8 +295,8 @@ def test_embeddings_are_computed_once_for_every_catalog_and_process(
 def test_readers_never_see_half_a_change(pg_server: PostgresServer, catalog_name: str) -> None:  # noqa: F811
     calls: list[int] = []
     writer = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None,
-                                embedder=_counting_embedder(calls), cache=False)
-    reader = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=0.05, embedder=_counting_embedder([]), cache=False)
+                                embedder=word_embedder(calls=calls), cache=False)
+    reader = PostgresIndex.open(pg_server.dsn(), catalog_name, poll=0.05, embedder=word_embedder(), cache=False)
     batch = 12
     partial: list[str] = []
     stop = threading.Event()
@@ -435,7 +419,7 @@ def test_no_piece_of_a_password_holding_a_url_delimiter_is_shown(
     caplog.set_level(logging.DEBUG)
     dsn = f"postgresql://postgres:{secret}@127.0.0.1:{pg_server.port}/postgres"
     with pytest.raises(CatalogStoreError) as caught:
-        PostgresIndex.open(dsn, "anything", TOOLS, poll=None, embedder=_counting_embedder([]), cache=False,
+        PostgresIndex.open(dsn, "anything", TOOLS, poll=None, embedder=word_embedder(), cache=False,
                            connect_timeout=2.0, timeout=3.0)
     message = str(caught.value)
     shown = (message + caplog.text).replace(str(pg_server.port), "")  # the port's digits are no piece of it
@@ -477,7 +461,7 @@ def test_a_percent_encoded_password_with_url_delimiters_connects(pg_server: Post
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE odd_password LOGIN SUPERUSER PASSWORD {}").format(sql.Literal(secret)))
     dsn = f"postgresql://odd_password:{quote(secret, safe='')}@127.0.0.1:{pg_server.port}/postgres"
-    index = PostgresIndex.open(dsn, catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]), cache=False)
+    index = PostgresIndex.open(dsn, catalog_name, TOOLS, poll=None, embedder=word_embedder(), cache=False)
     try:
         assert index.search("send an email message to recipients", 1).names == ["email_send_message"]
     finally:
@@ -489,7 +473,7 @@ def test_the_same_model_id_with_another_dimension_is_refused_at_open(
 ) -> None:
     # Before: it opened, and every search failed inside Postgres ("different vector dimensions 64 and 32") with
     # the advice to "retry once Postgres answers"
-    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]),
+    PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=word_embedder(),
                        cache=False).close()
     wider = CallableEmbedder(lambda texts: np.full((len(texts), 64), 0.125, dtype=np.float32),
                              model_id="counting-32", dimension=64)
@@ -503,7 +487,7 @@ def test_a_statement_postgres_refuses_is_no_outage_and_advises_no_retry(
 ) -> None:
     import psycopg
 
-    index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=_counting_embedder([]),
+    index = PostgresIndex.open(pg_server.dsn(), catalog_name, TOOLS, poll=None, embedder=word_embedder(),
                                cache=False)
     try:
         row = index._pg.row
@@ -584,10 +568,10 @@ def test_a_sync_is_exact_when_another_writer_changes_the_catalog_while_it_embeds
 ) -> None:
     # Before: the sync wrote the change it had worked out before embedding, and a tool another process upserted
     # meanwhile survived it, silently: the catalog was not the tools the sync was given.
-    PostgresIndex.open(pg_server.dsn(), "race", TOOLS, poll=None, embedder=_counting_embedder([]), cache=False).close()
-    other = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=_counting_embedder([]), cache=False)
+    PostgresIndex.open(pg_server.dsn(), "race", TOOLS, poll=None, embedder=word_embedder(), cache=False).close()
+    other = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=word_embedder(), cache=False)
     extra = Tool("crypto_get_price", "Latest price of a cryptocurrency in a currency.", namespace="finance")
-    plain = _counting_embedder([])
+    plain = word_embedder()
     armed: list[bool] = []
     interfered: list[bool] = []
 
@@ -604,7 +588,7 @@ def test_a_sync_is_exact_when_another_writer_changes_the_catalog_while_it_embeds
         armed.append(True)
         syncing.sync(wanted)
         assert interfered
-        fresh = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=_counting_embedder([]), cache=False)
+        fresh = PostgresIndex.open(pg_server.dsn(), "race", poll=None, embedder=word_embedder(), cache=False)
         try:
             assert sorted(t.name for t in fresh.catalog) == sorted(t.name for t in wanted)
         finally:

@@ -11,14 +11,13 @@ import os
 import socket
 import threading
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
 from mcp_servers import wait_until
-from pg_server import PostgresServer, pg_server  # noqa: F401  (a fixture)
+from pg_server import PostgresServer, pg_server, word_embedder  # noqa: F401  (a fixture)
 
 from toolsearch import Tool, ToolIndex
 from toolsearch._errors import CatalogStoreError, IndexNotFoundError
@@ -35,28 +34,9 @@ TOOLS = [
 ]
 
 
-def _embedder(dimension: int = 32, model_id: str = "counting-32", gate: threading.Event | None = None,
-              entered: threading.Event | None = None) -> CallableEmbedder:
-    """A deterministic embedder (words hashed into `dimension` slots); with `gate`, it sets `entered` and waits for
-    the gate to be set."""
-
-    def embed(texts: list[str]) -> np.ndarray:
-        if gate is not None:
-            if entered is not None:
-                entered.set()
-            gate.wait(30)
-        rows = np.zeros((len(texts), dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split():
-                rows[i, zlib.crc32(word.encode()) % dimension] += 1.0
-        rows += 1e-3
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-    return CallableEmbedder(embed, model_id=model_id, dimension=dimension)
-
-
-def _open(dsn: str, name: str, tools: list[Tool] | None = None, **options: object) -> PostgresIndex:
-    return PostgresIndex.open(dsn, name, tools, poll=None, embedder=options.pop("embedder", _embedder()),
+def _open(dsn: str, name: str, tools: list[Tool] | None = None, *, poll: float | None = None,
+          **options: object) -> PostgresIndex:
+    return PostgresIndex.open(dsn, name, tools, poll=poll, embedder=options.pop("embedder", word_embedder()),
                               cache=False, **options)  # type: ignore[arg-type]
 
 
@@ -174,17 +154,17 @@ def test_a_build_that_waits_for_another_says_which_process_holds_it(
     # Before: it waited on the build lock without a word (and without a bound) while the holder's embedding hung.
     caplog.set_level(logging.INFO, logger="toolsearch.pg")
     model = "gated-32"  # embeddings of its own: the holder's new tool is embedded, never found stored
-    _open(pg_server.dsn(), "locked", TOOLS[:1], embedder=_embedder(model_id=model)).close()
+    _open(pg_server.dsn(), "locked", TOOLS[:1], embedder=word_embedder(model_id=model)).close()
     wanted = [TOOLS[0], Tool("locked_report_make", "Make the report only the build-lock test adds.")]
     gate, embedding = threading.Event(), threading.Event()
     holder = threading.Thread(target=lambda: _open(pg_server.dsn(), "locked", wanted,
-                                                   embedder=_embedder(model_id=model, gate=gate, entered=embedding)
+                                                   embedder=word_embedder(model_id=model, gate=gate, entered=embedding)
                                                    ).close())
     holder.start()
     assert embedding.wait(30)  # it holds the build lock while its embedding waits for the gate
     waiter_done: list[PostgresIndex] = []
     waiter = threading.Thread(target=lambda: waiter_done.append(_open(pg_server.dsn(), "locked", wanted, timeout=1.0,
-                                                                      embedder=_embedder(model_id=model))))
+                                                                      embedder=word_embedder(model_id=model))))
     try:
         waiter.start()
         assert wait_until(lambda: "for another process's build or sync of it to end" in caplog.text, timeout=20)
@@ -203,9 +183,9 @@ def test_a_build_that_waits_for_another_says_which_process_holds_it(
 def test_open_is_exact_when_another_writer_upserts_while_it_embeds(pg_server: PostgresServer) -> None:  # noqa: F811
     # Before: the upsert that landed while `open` embedded its new tool survived it.
     model = "race-32"  # embeddings of its own: the new tool is embedded, never found stored
-    _open(pg_server.dsn(), "open-race", TOOLS[:2], embedder=_embedder(model_id=model)).close()
-    other = _open(pg_server.dsn(), "open-race", embedder=_embedder(model_id=model))
-    plain = _embedder(model_id=model)
+    _open(pg_server.dsn(), "open-race", TOOLS[:2], embedder=word_embedder(model_id=model)).close()
+    other = _open(pg_server.dsn(), "open-race", embedder=word_embedder(model_id=model))
+    plain = word_embedder(model_id=model)
     interfered: list[bool] = []
 
     def embed(texts: list[str]) -> np.ndarray:
@@ -219,7 +199,7 @@ def test_open_is_exact_when_another_writer_upserts_while_it_embeds(pg_server: Po
                        embedder=CallableEmbedder(embed, model_id=model, dimension=32))
         opened.close()
         assert interfered
-        fresh = _open(pg_server.dsn(), "open-race", embedder=_embedder(model_id=model))
+        fresh = _open(pg_server.dsn(), "open-race", embedder=word_embedder(model_id=model))
         try:
             assert sorted(fresh.catalog.names) == sorted(t.name for t in TOOLS)
         finally:
@@ -233,13 +213,13 @@ def test_a_model_whose_dimension_changed_under_its_id_builds_under_another_name(
 ) -> None:
     # Before: the build failed ("Postgres refused the statement (DataException) (expected 64 dimensions, not 32)"),
     # since the stored embeddings of the old model were taken for the new one's, and left an empty catalog behind.
-    _open(pg_server.dsn(), "dims-32", TOOLS, embedder=_embedder(32, "dims-model")).close()
-    wider = _open(pg_server.dsn(), "dims-64", TOOLS, embedder=_embedder(64, "dims-model"))
+    _open(pg_server.dsn(), "dims-32", TOOLS, embedder=word_embedder(32, "dims-model")).close()
+    wider = _open(pg_server.dsn(), "dims-64", TOOLS, embedder=word_embedder(64, "dims-model"))
     try:
         assert wider.search("weather forecast for Paris", 1).names == ["weather_get_forecast"]
     finally:
         wider.close()
-    narrow = _open(pg_server.dsn(), "dims-32", embedder=_embedder(32, "dims-model"))  # the old one still serves
+    narrow = _open(pg_server.dsn(), "dims-32", embedder=word_embedder(32, "dims-model"))  # the old one still serves
     try:
         assert narrow.search("send an email", 1).names == ["email_send_message"]
     finally:
@@ -251,7 +231,7 @@ def test_a_damaged_catalog_is_rebuilt_in_place_and_can_be_removed(pg_server: Pos
     # and no call removed a catalog.
     dsn = pg_server.dsn()
     _open(dsn, "damaged", TOOLS).close()
-    follower = PostgresIndex.open(dsn, "damaged", poll=0.2, embedder=_embedder(), cache=False)
+    follower = _open(dsn, "damaged", poll=0.2)
     try:
         catalog_id = follower._pg.row.id  # type: ignore[union-attr]
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -282,7 +262,7 @@ def test_a_rebuild_leaves_readers_searching_until_its_swap(pg_server: PostgresSe
     # Postgres is slow or busy").
     dsn = pg_server.dsn()
     _open(dsn, "swapped", TOOLS).close()
-    reader = PostgresIndex.open(dsn, "swapped", poll=0.2, embedder=_embedder(), cache=False, timeout=0.5)
+    reader = _open(dsn, "swapped", poll=0.2, timeout=0.5)
     before = reader.version
     blocker = psycopg.connect(dsn)  # holds the rebuild just before it records its change: its tables are written
     blocker.execute("LOCK TABLE toolsearch_changes IN SHARE MODE")
@@ -335,11 +315,11 @@ def test_close_never_drops_a_named_catalog_removed_and_built_again(pg_server: Po
 
 def test_a_copy_of_a_frozen_catalog_goes_with_its_backend(pg_server: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
     dsn = pg_server.dsn()
-    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=word_embedder(), cache=False)
     saved.save(tmp_path / "frozen")
     saved.backend.close()  # type: ignore[attr-defined]
     before = _private_catalogs(dsn)
-    loaded = ToolIndex.load(tmp_path / "frozen", dsn=dsn, embedder=_embedder(), cache=False)
+    loaded = ToolIndex.load(tmp_path / "frozen", dsn=dsn, embedder=word_embedder(), cache=False)
     loaded.upsert([Tool("translate_text", "Translate text between languages.")])  # copies the frozen catalog
     assert len(_private_catalogs(dsn)) == len(before) + 1
     loaded.backend.close()  # type: ignore[attr-defined]
@@ -356,12 +336,12 @@ def test_a_private_catalog_goes_with_its_backend_unless_saved(pg_server: Postgre
     # Before: every ToolIndex.build(..., "postgres") left a catalog and three tables behind for good.
     dsn = pg_server.dsn()
     before = _private_catalogs(dsn)
-    index = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    index = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=word_embedder(), cache=False)
     assert index.search("weather in Paris", 1).names == ["weather_get_forecast"]
     assert len(_private_catalogs(dsn)) == len(before) + 1
     index.backend.close()  # type: ignore[attr-defined]
     assert _private_catalogs(dsn) == before
-    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=_embedder(), cache=False)
+    saved = ToolIndex.build(TOOLS, "postgres", dsn=dsn, embedder=word_embedder(), cache=False)
     saved.save(tmp_path / "saved")
     saved.backend.close()  # type: ignore[attr-defined]
     kept = [row for row in _private_catalogs(dsn) if row not in before]

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 
 import anyio
 import anyio.to_thread
-import numpy as np
 import psycopg
 import pytest
 from mcp_servers import toy
-from pg_server import PostgresServer, pg_server  # noqa: F401  (a fixture)
+from pg_server import PostgresServer, pg_server, word_embedder  # noqa: F401  (a fixture)
 
 from toolsearch import Tool
-from toolsearch.embeddings import CallableEmbedder
 from toolsearch.mcp import GatewaySettings, WorkerSettings
 from toolsearch.mcp.gateway import Gateway
 from toolsearch.mcp.source import MCPToolSource
@@ -28,20 +25,8 @@ from toolsearch.pg import PostgresIndex
 pytestmark = pytest.mark.slow
 
 
-def _embedder() -> CallableEmbedder:
-    def embed(texts: list[str]) -> np.ndarray:
-        rows = np.zeros((len(texts), 32), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split():
-                rows[i, zlib.crc32(word.encode()) % 32] += 1.0
-        rows += 1e-3
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-    return CallableEmbedder(embed, model_id="counting-32", dimension=32)
-
-
 def _stored(dsn: str, name: str) -> set[str]:
-    index = PostgresIndex.open(dsn, name, poll=None, embedder=_embedder(), cache=False)
+    index = PostgresIndex.open(dsn, name, poll=None, embedder=word_embedder(), cache=False)
     try:
         return set(index.catalog.names)
     finally:
@@ -55,7 +40,7 @@ async def test_a_worker_keeps_the_shared_tools_of_a_server_it_could_not_start(
     # worker (A's 'toy' was up), logged only as "writing 0 new, 0 changed, 7 removed tools".
     caplog.set_level(logging.INFO)
     workers = WorkerSettings(store=pg_server.dsn(), catalog="unlisted", catalog_poll=0.2)
-    settings = GatewaySettings(backend="postgres", backend_options={"embedder": _embedder(), "cache": False},
+    settings = GatewaySettings(backend="postgres", backend_options={"embedder": word_embedder(), "cache": False},
                                workers=workers)
     with open(os.devnull, "w") as quiet:
         async with MCPToolSource({"mcpServers": {"toy": toy(), "calc": toy()}}, errlog=quiet) as healthy:
@@ -108,7 +93,7 @@ async def test_a_sync_behind_a_writer_stopped_mid_change_fails_in_time_and_the_w
     caplog.set_level(logging.WARNING)
     dsn = pg_server.dsn()
     workers = WorkerSettings(store=dsn, catalog="stopped", catalog_poll=0.2)
-    options = {"embedder": _embedder(), "cache": False, "timeout": 0.3, "lock_wait": 1.0}
+    options = {"embedder": word_embedder(), "cache": False, "timeout": 0.3, "lock_wait": 1.0}
     settings = GatewaySettings(backend="postgres", backend_options=options, workers=workers)
     with open(os.devnull, "w") as quiet:
         async with MCPToolSource({"mcpServers": {"calc": toy()}}, errlog=quiet) as source:

@@ -1,8 +1,8 @@
 """Store URLs and Redis refusals said as what they are: a URL typed with a slash too many never shows its password,
-redis-py's URL parameters are taken and a query parameter a Redis client does not take (or that breaks it) is refused
-up front saying why or naming the ones it takes, Redis full or a read-only replica is said as such (not "check that
-Redis is running"), a session-store plug-in whose name has capitals is found, and the advice for two deployments on
-one Redis is one a gateway can follow."""
+redis-py's URL parameters are taken (a newer redis-py's too) and a query parameter a Redis client does not take (or
+that breaks it) is refused up front saying why or naming the ones it takes, Redis full or a read-only replica is said
+as such by every Redis client, the catalog board too (not "check that Redis is running"), a session-store plug-in whose
+name has capitals is found, and the advice for two deployments on one Redis is one a gateway can follow."""
 
 from __future__ import annotations
 
@@ -139,11 +139,22 @@ def test_a_parameter_that_breaks_the_clients_is_refused_saying_why(
     assert f"{what} URL" in message and f"query parameter {query.split('=')[0]!r}" in message and why in message
 
 
-def test_every_url_parameter_redis_py_parses_is_taken_or_refused_on_purpose() -> None:
-    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+def test_a_url_parameter_redis_py_parses_is_taken_with_no_list_of_ours_to_edit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: the allowed names were a hand copy of redis-py's, and one that a newer redis-py parses was refused
+    # ("takes no query parameter 'socket_nodelay'") until someone added it to that copy.
+    from redis import connection
 
-    taken = set(url_parameters("rediss", also=("timeout",)))
-    assert set(URL_QUERY_ARGUMENT_PARSERS) <= taken, set(URL_QUERY_ARGUMENT_PARSERS) - taken
+    assert set(connection.URL_QUERY_ARGUMENT_PARSERS) <= set(url_parameters("rediss", also=("timeout",)))
+    monkeypatch.setitem(connection.URL_QUERY_ARGUMENT_PARSERS, "socket_nodelay", connection.to_bool)
+    monkeypatch.setitem(connection.URL_QUERY_ARGUMENT_PARSERS, "ssl_strict_chain", connection.to_bool)
+    for scheme in ("redis", "rediss", "unix"):
+        taken = url_parameters(scheme)
+        assert "socket_nodelay" in taken and ("ssl_strict_chain" in taken) == (scheme == "rediss"), (scheme, taken)
+        assert "timeout" not in taken  # the session store's pool's only (it passes it as its own)
+    assert "socket_keepalive" not in url_parameters("unix") and "socket_keepalive" in url_parameters("redis")
+    RedisUsageStore("redis://127.0.0.1:6379/0?socket_nodelay=true")  # nothing is sent before the first command
 
 
 @pytest.mark.slow
@@ -203,6 +214,12 @@ def test_a_full_redis_is_said_as_full(full_redis: str) -> None:
     with pytest.raises(UsageError, match="Redis is full"):
         usage = RedisUsageStore(full_redis)
         usage.save(usage.open_log("catalog-1"))
+    # Before, from the board: "session store redis://... failed to record a catalog change: OutOfMemoryError: command
+    # not allowed when used memory > 'maxmemory'.", with no word of what to do
+    with pytest.raises(SessionStoreError) as caught:
+        RedisCatalogBoard(full_redis).publish("hash-1")  # the gateway's catalog epoch, in the session store's Redis
+    message = str(caught.value)
+    assert "Redis is full" in message and "raise maxmemory" in message and "OutOfMemoryError" in message, message
 
 
 @pytest.mark.slow
@@ -214,6 +231,11 @@ def test_a_read_only_replica_is_said_as_such(tmp_path: Path) -> None:
             RedisSessionStore(server.url, prefix="t:").create(SessionState("user-7"))
         message = str(caught.value)
         assert "read-only replica" in message and "primary" in message and "check that Redis is running" not in message
+        # Before, from the board: "... ReadOnlyError: You can't write against a read only replica.", and no fix
+        with pytest.raises(SessionStoreError) as caught:
+            RedisCatalogBoard(server.url).publish("hash-1")
+        message = str(caught.value)
+        assert "read-only replica" in message and "point the URL at the primary" in message, message
     finally:
         server.stop()
 

@@ -17,7 +17,6 @@ import json
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 from .._errors import BackendError, CatalogMovedError, CatalogStoreError, IndexFormatError, IndexNotFoundError
 from ..embeddings import model_option
 from ..pg._connect import Connector, StoreSettings, default_dsn, display_dsn
-from ..pg.locks import Holder, row_lock_holder
+from ..pg.locks import Holder, held_by, row_lock_holder, wait_turn
 from ..pg.schema import (
     CatalogRow,
     copy_catalog,
@@ -49,7 +48,6 @@ FORMAT_VERSION = 1
 META_FILE = "postgres.json"
 _SETTINGS = ("min_connections", "max_connections", "timeout", "connect_timeout", "ef_search", "lock_wait")
 _DEFAULT_EF_SEARCH = StoreSettings().ef_search
-_TURN_WORD_EVERY = 60.0  # seconds between the log lines of a change that waits for another's
 
 logger = logging.getLogger("toolsearch.pg")
 
@@ -204,38 +202,32 @@ class PostgresBackend:
         The row is polled with SKIP LOCKED rather than waited for in Postgres's queue, so that a lock is always
         taken in the top transaction (a savepoint's would hide its holder from `row_lock_holder`)."""
         conn.execute("SET LOCAL statement_timeout = 0")  # the change runs as long as it takes; the wait is below
-        settings = self.connector.settings
-        bound = settings.turn_bound
-        started = time.monotonic()
-        word_at, pause = started + settings.timeout, 0.05
-        while (taken := find_catalog(conn, name, lock=True, skip_locked=True)) is None:
-            if find_catalog(conn, name) is None:
-                return None  # removed meanwhile (or never there)
-            now = time.monotonic()
-            waited = now - started
-            if now >= word_at or waited >= bound:
-                holder = row_lock_holder(conn, name)
-                idle = None if holder is None else holder.idle_for()
-                if waited >= bound and (waited if idle is None else idle) >= bound:
-                    raise self._stalled(name, holder, waited)
-                if now >= word_at:
-                    logger.warning(
-                        "catalog %r in %s: waited %.0f s for another process's change of it to end (held by %s); "
-                        "this change waits for its turn while that one runs, and gives up once it has run no "
-                        "statement for %g s (lock_wait). If it is stuck, stop that process (or end its session: "
-                        "SELECT pg_terminate_backend(%s))",
-                        name, self.store, waited, _who(holder), bound, "PID" if holder is None else holder.pid,
-                    )
-                    word_at = now + _TURN_WORD_EVERY
-            time.sleep(pause)
-            pause = min(2 * pause, 0.5)
+        bound = self.connector.settings.turn_bound
+        taken: CatalogRow | None = None
+
+        def take() -> bool:
+            nonlocal taken
+            taken = find_catalog(conn, name, lock=True, skip_locked=True)
+            return taken is not None or find_catalog(conn, name) is None  # its row, or removed (or never there)
+
+        def say(waited: float, holder: Holder | None) -> None:
+            logger.warning(
+                "catalog %r in %s: waited %.0f s for another process's change of it to end (held by %s); "
+                "this change waits for its turn while that one runs, and gives up once it has run no "
+                "statement for %g s (lock_wait). If it is stuck, stop that process (or end its session: "
+                "SELECT pg_terminate_backend(%s))",
+                name, self.store, waited, held_by(holder), bound, "PID" if holder is None else holder.pid,
+            )
+
+        wait_turn(take, lambda: row_lock_holder(conn, name), say, patience=self.connector.settings.timeout,
+                  bound=bound, stalled=lambda holder, waited: self._stalled(name, holder, waited))
         return taken
 
     def _stalled(self, name: str, holder: Holder | None, waited: float) -> CatalogStoreError:
-        bound = self.connector.settings.turn_bound
+        bound, who = self.connector.settings.turn_bound, held_by(holder)
         error = CatalogStoreError(
             f"catalog store {self.store} failed to write a change of the catalog {name!r}: another process's change "
-            f"holds the catalog's lock and has run no statement for {bound:g} s (held by {_who(holder)}), so this one "
+            f"holds the catalog's lock and has run no statement for {bound:g} s (held by {who}), so this one "
             f"stopped waiting after {waited:.0f} s. This is a lock, not an outage (Postgres answers): that process is "
             "likely stopped mid-change (SIGSTOP, a paused VM, a cut network that TCP keepalive has not noticed yet). "
             f"Stop it, or end its session (SELECT pg_terminate_backend({'PID' if holder is None else holder.pid})), "
@@ -368,11 +360,6 @@ class PostgresBackend:
 
 
 OPTIONS: tuple[str, ...] = ("dsn", "catalog", "dense_weight", "pool", *_SETTINGS, *vector_module.OPTIONS)
-
-
-def _who(holder: Holder | None) -> str:
-    return ("a session this role may not see (pg_read_all_stats shows it), or one that just ended" if holder is None
-            else holder.describe())
 
 
 def _make(options: dict[str, Any], *, saved_store: str | None = None) -> PostgresBackend:

@@ -105,10 +105,9 @@ class RedisCatalogBoard(CatalogBoard):
         )
 
     def _fail(self, what: str, exc: BaseException) -> SessionStoreError:
-        from ..stores.redis import credentials_problem
+        from ..stores.redis import redis_failure
 
-        refused = credentials_problem(exc, self._credentials)  # said as such, never as an unreachable Redis
-        why = f"{refused} ({type(exc).__name__}: {exc})" if refused else f"{type(exc).__name__}: {exc}"
+        why, _ = redis_failure(exc, self._credentials)  # a refusal (credentials, full, read-only) said as such
         return SessionStoreError(f"session store {self.url} failed to {what}: {why}")
 
     def publish(self, catalog_hash: str) -> CatalogEpoch:

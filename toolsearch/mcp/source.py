@@ -128,6 +128,12 @@ def _prefix(server: str) -> str:
     return _UNSAFE.sub("_", server).strip("_") or "server"
 
 
+def _name_prefix(server: str, separator: str) -> str:
+    """How every tool name of `server` starts, as far as `provider_safe_name` keeps a long name's start: what routes a
+    name to its server, and what two servers may not share (`check_namespaces`)."""
+    return f"{_prefix(server)}{separator}"[:SAFE_NAME_KEPT]
+
+
 def check_namespaces(servers: Iterable[str], separator: str = SEPARATOR) -> None:
     """Refuse two servers whose tools' names could coincide, so that no server can take another's tool.
 
@@ -138,7 +144,7 @@ def check_namespaces(servers: Iterable[str], separator: str = SEPARATOR) -> None
     """
     seen: dict[str, str] = {}
     for server in servers:
-        mine = f"{_prefix(server)}{separator}"[:SAFE_NAME_KEPT]
+        mine = _name_prefix(server, separator)
         for other, theirs in seen.items():
             if mine.startswith(theirs) or theirs.startswith(mine):
                 raise MCPConfigError(
@@ -2075,7 +2081,7 @@ class MCPToolSource:
         """The configured server whose namespace the tool name `name` is in (its tools are named by its prefix and the
         separator, see `check_namespaces`), when that server is not serving; else None."""
         for server in self.servers.values():
-            if name.startswith(f"{_prefix(server.name)}{self.separator}"[:SAFE_NAME_KEPT]):
+            if name.startswith(_name_prefix(server.name, self.separator)):
                 return None if server.ready else server
         return None
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote
 
 from .._errors import BackendError, CatalogStoreError, ToolSearchError, missing_dependency
-from .._redact import HIDDEN, _user_info_end, redacted_url
+from .._redact import DSN_SECRET_KEYS, HIDDEN, _user_info_end, redacted_url
 
 __all__ = [
     "STORE_ENV",
@@ -96,11 +96,7 @@ def display_dsn(dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except Exception:  # not parseable: show nothing of it rather than risk a secret
         return HIDDEN
-    return " ".join(f"{k}={HIDDEN if k in _SECRET_KEYS else v}" for k, v in parts.items() if v is not None)
-
-
-# libpq's parameters that hold a secret: the role's password, and the one that unlocks the client's TLS key
-_SECRET_KEYS = frozenset({"password", "sslpassword"})
+    return " ".join(f"{k}={HIDDEN if k in DSN_SECRET_KEYS else v}" for k, v in parts.items() if v is not None)
 
 
 _PORTS = re.compile(r"[0-9]*(,[0-9]*)*")  # libpq's port list: one per host, each may be empty (the default)
@@ -154,7 +150,7 @@ def _secrets(dsn: str) -> tuple[str, ...] | None:
         parts = conninfo_to_dict(dsn)
     except Exception:
         return None
-    found = {str(parts[k]) for k in _SECRET_KEYS if parts.get(k)}
+    found = {str(parts[k]) for k in DSN_SECRET_KEYS if parts.get(k)}
     if "://" in dsn:
         rest = dsn.partition("://")[2]
         slash = rest.find("/")

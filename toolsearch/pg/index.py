@@ -14,7 +14,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import zlib
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -25,7 +24,7 @@ from ..catalog import Catalog, CatalogDelta
 from ..index import ToolIndex, _names_list, _warn_near_misses
 from ..results import SearchResult
 from ..tools import Tool
-from .locks import advisory_lock_holder
+from .locks import Holder, advisory_lock_holder, held_by, wait_turn
 from .mirror import Snapshot, Watcher, read_since, read_whole
 
 if TYPE_CHECKING:
@@ -40,7 +39,6 @@ DEFAULT_CATALOG = "default"
 _CATCH_UP_ATTEMPTS = 5  # searches retried while other processes keep changing the catalog
 _SYNC_TRIES = 5  # a sync worked out again while lock-free writers (upsert, remove) keep changing the catalog
 _LOCK_SPACE = 0x7473  # advisory lock keys: (this, crc32 of the catalog name)
-_LOCK_WORD_EVERY = 60.0  # seconds between the log lines of a process that waits for another's build lock
 
 
 class PostgresIndex(ToolIndex):
@@ -214,24 +212,14 @@ class PostgresIndex(ToolIndex):
         newer = tools if isinstance(tools, Catalog) else Catalog(tools)
         keep = frozenset(keep_namespaces)
         with _advisory_lock(self._pg.connector, self._pg.catalog_name):
-            for _ in range(_SYNC_TRIES):
-                based = self.catch_up()
-                delta, remove, kept = _change_for(self._catalog, newer, keep)
-                if not (delta.added or delta.changed or remove):
-                    break
-                if kept:
-                    logger.info("catalog %r in %s: keeping %d stored tools of %s", self._pg.catalog_name,
-                                self._pg.store, kept, ", ".join(sorted(keep)))
-                try:  # written only if the catalog is still at `based`: an upsert or remove takes no lock
-                    self._pg.change([newer[n] for n in (*delta.added, *delta.changed)], remove, based_on=based)
-                    break
-                except CatalogMovedError:  # another writer changed it while this sync embedded: work it out again
-                    continue
-            else:
-                raise CatalogStoreError(
-                    f"catalog {self._pg.catalog_name!r} in {self._pg.store}: other writers changed it {_SYNC_TRIES} "
-                    "times while this sync worked out its change, so nothing was written; sync again"
-                )
+
+            def stored() -> tuple[Catalog, int]:
+                # caught up first, so the copy is of that version or newer (a newer one: the change is refused as
+                # moved and worked out again); read the other way round, an older copy would pass for that version
+                version = self.catch_up()
+                return self._catalog, version
+
+            _write_until_settled(self._pg, newer, keep, stored, again="sync again")
         self.catch_up()
 
     def __repr__(self) -> str:
@@ -275,8 +263,7 @@ def _change_for(stored: Catalog, wanted: Catalog, keep: frozenset[str]) -> tuple
 def _write_exactly(backend: PostgresBackend, wanted: Catalog, keep: frozenset[str], *, rebuild: bool) -> bool:
     """Bring the attached catalog to `wanted` (the caller holds its build lock); whether anything was written.
 
-    Worked out against the version read, and written only if the catalog is still at it: an upsert or remove of
-    another process takes no build lock, and one that lands while `wanted` is embedded is undone, as `sync` does."""
+    Worked out against the catalog read whole (see `_write_until_settled`, which `sync` uses too)."""
     name = backend.catalog_name
     if rebuild:
         logger.info("catalog %r in %s: rebuilding it with %d tools", name, backend.store, len(wanted))
@@ -285,24 +272,39 @@ def _write_exactly(backend: PostgresBackend, wanted: Catalog, keep: frozenset[st
     row = backend.row
     assert row is not None and name is not None
     catalog_id = row.id
+
+    def stored() -> tuple[Catalog, int]:
+        found = backend.connector.call("read the catalog", lambda conn: read_whole(conn, catalog_id, name),
+                                       read=True, slow=True)
+        return found.catalog, found.version
+
+    return _write_until_settled(backend, wanted, keep, stored, again="open it again")
+
+
+def _write_until_settled(backend: PostgresBackend, wanted: Catalog, keep: frozenset[str],
+                         stored: Callable[[], tuple[Catalog, int]], *, again: str) -> bool:
+    """Write what turns the stored catalog (`stored()`: it and its version) into `wanted`; whether anything was
+    written. The change is written only if the catalog is still at the version read: an upsert or remove of another
+    process takes no build lock, and one that lands while `wanted` is embedded is read again and undone. `again`
+    says what to do when other writers kept changing it."""
+    name = backend.catalog_name
     for _ in range(_SYNC_TRIES):
-        stored = backend.connector.call("read the catalog", lambda conn: read_whole(conn, catalog_id, name),
-                                        read=True, slow=True)
-        delta, remove, kept = _change_for(stored.catalog, wanted, keep)
+        catalog, version = stored()
+        delta, remove, kept = _change_for(catalog, wanted, keep)
         # Version 0 is a catalog made but never written; an empty build is written too, as version 1.
-        if not (delta.added or delta.changed or remove) and stored.version != 0:
+        if not (delta.added or delta.changed or remove) and version != 0:
             return False
         logger.info("catalog %r in %s: writing %d new, %d changed, %d removed tools%s", name, backend.store,
                     len(delta.added), len(delta.changed), len(remove),
                     f" (keeping {kept} stored tools of {', '.join(sorted(keep))})" if kept else "")
         try:
-            backend.change([wanted[n] for n in (*delta.added, *delta.changed)], remove, based_on=stored.version)
+            backend.change([wanted[n] for n in (*delta.added, *delta.changed)], remove, based_on=version)
             return True
         except CatalogMovedError:  # another writer changed it while these tools were embedded: work it out again
             continue
     raise CatalogStoreError(
         f"catalog {name!r} in {backend.store}: other writers changed it {_SYNC_TRIES} times while this process worked "
-        "out its change, so nothing was written; open it again"
+        f"out its change, so nothing was written; {again}"
     )
 
 
@@ -320,7 +322,7 @@ class _advisory_lock:
         connector = self.connector
         connector._open()
         try:
-            # named, so that a process waiting for this lock can say who holds it (see `_holder`)
+            # named, so that a process waiting for this lock can say who holds it (see `_wait`)
             self.conn = connector.direct(application_name=f"toolsearch build lock ({socket.gethostname()}, "
                                                           f"pid {os.getpid()})")
             self._wait(connector.settings.timeout)
@@ -334,27 +336,21 @@ class _advisory_lock:
             raise
 
     def _wait(self, patience: float) -> None:
-        """Take the lock, waiting as long as another process holds it (a build of many tools takes minutes): said in
-        the log after `patience` seconds and every minute after, naming the holder, so that a stuck one is found."""
-        started = time.monotonic()
-        word_at, pause = started + patience, 0.05
-        while not self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0]:
-            now = time.monotonic()
-            if now >= word_at:
-                logger.warning(
-                    "catalog %r in %s: waited %.0f s for another process's build or sync of it to end (held by %s); "
-                    "this one goes on when that ends or its connection closes. If it is stuck, stop that process "
-                    "(or end its session: SELECT pg_terminate_backend(PID))",
-                    self.catalog, self.connector.shown, now - started, self._holder(),
-                )
-                word_at = now + _LOCK_WORD_EVERY
-            time.sleep(pause)
-            pause = min(2 * pause, 0.5)
+        """Take the lock, waiting as long as another process holds it (a build of many tools takes minutes), saying
+        in the log whom it waits for (see `wait_turn`)."""
 
-    def _holder(self) -> str:
-        """Who holds the lock, as pg_stat_activity tells (what a role may see of another's session)."""
-        found = advisory_lock_holder(self.conn, _LOCK_SPACE, self.key)
-        return "a session that just ended" if found is None else found.describe()
+        def take() -> bool:
+            return bool(self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0])
+
+        def say(waited: float, holder: Holder | None) -> None:
+            logger.warning(
+                "catalog %r in %s: waited %.0f s for another process's build or sync of it to end (held by %s); "
+                "this one goes on when that ends or its connection closes. If it is stuck, stop that process "
+                "(or end its session: SELECT pg_terminate_backend(PID))",
+                self.catalog, self.connector.shown, waited, held_by(holder),
+            )
+
+        wait_turn(take, lambda: advisory_lock_holder(self.conn, _LOCK_SPACE, self.key), say, patience=patience)
 
     def __exit__(self, *exc: object) -> None:
         try:

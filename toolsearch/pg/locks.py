@@ -1,13 +1,18 @@
 """Who holds a catalog's locks, as pg_locks and pg_stat_activity tell: the catalog row its writers take turns on, and
-the build lock (an advisory lock) its builds and syncs take turns on; said in the words a waiting process logs."""
+the build lock (an advisory lock) its builds and syncs take turns on; and the one wait for either, which logs whom it
+waits for."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Holder", "row_lock_holder", "advisory_lock_holder"]
+__all__ = ["Holder", "row_lock_holder", "advisory_lock_holder", "held_by", "wait_turn"]
+
+_WORD_EVERY = 60.0  # seconds between the log lines of a process that waits for a lock another holds
 
 # a session in pg_stat_activity: what a role may see of another's (a role without pg_read_all_stats sees the pid only)
 _SESSION = ("a.application_name, host(a.client_addr), a.backend_start, a.xact_start, a.state, a.wait_event, "
@@ -89,3 +94,46 @@ def advisory_lock_holder(conn: Any, space: int, key: int) -> Holder | None:
         "AND l.objsubid = 2",
         (space, key & 0xFFFFFFFF),
     ).fetchone())
+
+
+def held_by(holder: Holder | None) -> str:
+    """The holder of a lock as a message names it, also when it was not found."""
+    if holder is None:
+        return "a session this role may not see (pg_read_all_stats shows it), or one that just ended"
+    return holder.describe()
+
+
+def wait_turn(
+    take: Callable[[], bool],
+    find_holder: Callable[[], Holder | None],
+    say: Callable[[float, Holder | None], None],
+    *,
+    patience: float,
+    bound: float | None = None,
+    stalled: Callable[[Holder | None, float], BaseException] | None = None,
+) -> None:
+    """Call `take` until it says the wait is over (True), pausing 0.05 s and then twice as long each time, up to 0.5 s.
+
+    Another's lock is held for as long as its work takes (minutes, for a build of many tools): that is its turn, not
+    a failure. After `patience` seconds `say(waited, holder)` logs whom this one waits for, and again every minute,
+    so that a stuck holder is found. With `bound` and `stalled`, a holder that has run no statement for `bound`
+    seconds (one whose state is not visible: this one has waited that long) is given up on: `stalled(holder,
+    waited)` is raised."""
+    started = time.monotonic()
+    word_at, pause = started + patience, 0.05
+    while not take():
+        now = time.monotonic()
+        waited = now - started
+        past_bound = bound is not None and stalled is not None and waited >= bound
+        if now >= word_at or past_bound:
+            holder = find_holder()
+            if past_bound:
+                assert bound is not None and stalled is not None
+                idle = None if holder is None else holder.idle_for()
+                if (waited if idle is None else idle) >= bound:
+                    raise stalled(holder, waited)
+            if now >= word_at:
+                say(waited, holder)
+                word_at = now + _WORD_EVERY
+        time.sleep(pause)
+        pause = min(2 * pause, 0.5)

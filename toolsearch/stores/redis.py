@@ -34,7 +34,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 """URL schemes of a Redis server: the session store, the usage store and the catalog board all take them."""
 
 # redacted_url: its home is toolsearch._redact
-__all__ = ["RedisSessionStore", "check_redis_url", "url_parameters", "redacted_url"]
+__all__ = ["RedisSessionStore", "check_redis_url", "url_parameters", "redis_failure", "redacted_url"]
 
 T = TypeVar("T")
 
@@ -83,15 +83,15 @@ return 1
 
 
 # The query parameters of a Redis URL that every Redis client of toolsearch takes (the session store, the usage store,
-# the catalog board): redis-py's own URL parameters that its connections take, whatever the scheme. redis-py hands
-# any other to the connection, which refuses it at the first command (a bare TypeError): those are refused up front.
-_URL_PARAMETERS = ("db", "username", "password", "socket_timeout", "socket_connect_timeout", "socket_read_size",
-                   "health_check_interval", "retry_on_timeout", "retry_on_error", "max_connections", "client_name",
-                   "lib_name", "lib_version", "protocol", "legacy_responses", "encoding", "encoding_errors")
+# the catalog board): redis-py's own, whatever the scheme. redis-py hands any other to the connection, which refuses it
+# at the first command (a bare TypeError): those are refused up front. The ones it reads as numbers, flags or lists
+# are its URL_QUERY_ARGUMENT_PARSERS (a newer redis-py's new ones come with it); the ones below it hands on as text.
+_TEXT_PARAMETERS = ("username", "password", "client_name", "lib_name", "lib_version", "encoding", "encoding_errors",
+                    "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile", "ssl_keyfile",
+                    "ssl_password", "ssl_ciphers")
+_TLS_PREFIX = "ssl_"  # a rediss:// URL's only
 _TCP_PARAMETERS = ("socket_keepalive",)  # not for a unix:// socket file
-_TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile", "ssl_keyfile",
-                   "ssl_password", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers", "ssl_validate_ocsp",
-                   "ssl_validate_ocsp_stapled", "ssl_include_verify_flags", "ssl_exclude_verify_flags")
+_POOL_WAIT = "timeout"  # redis-py parses it for its blocking pool, which only the session store has (see below)
 # Parameters redis-py takes that break one of toolsearch's clients, and why (said when one is refused)
 _BREAKING = {
     "decode_responses": "toolsearch's Redis clients read Redis's replies as bytes (a session store's list of "
@@ -108,22 +108,25 @@ _PARAMETER_HINTS = {
 
 
 def url_parameters(scheme: str, also: Collection[str] = ()) -> tuple[str, ...]:
-    """The query parameters a Redis URL of `scheme` may carry (see `_URL_PARAMETERS`: those the installed redis-py's
-    connections take), and `also` (a client's own)."""
+    """The query parameters a Redis URL of `scheme` may carry: the installed redis-py's (see `_TEXT_PARAMETERS`), and
+    `also` (a client's own)."""
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
     known = _redis_py_parameters()
-    ours = (*_URL_PARAMETERS, *(() if scheme == "unix" else _TCP_PARAMETERS),
-            *(_TLS_PARAMETERS if scheme == "rediss" else ()))
-    return (*(p for p in ours if p in known), *also)
+    typed = [name for name in URL_QUERY_ARGUMENT_PARSERS if name != _POOL_WAIT]
+    names = [*typed, *(name for name in _TEXT_PARAMETERS if name in known)]
+    return (*(name for name in names if (scheme == "rediss" or not name.startswith(_TLS_PREFIX))
+              and not (scheme == "unix" and name in _TCP_PARAMETERS)), *also)
 
 
 @functools.cache
 def _redis_py_parameters() -> frozenset[str]:
-    """What the installed redis-py's connections and pools take (an older one lacks some of `_URL_PARAMETERS`)."""
+    """What the installed redis-py's connections take (an older one lacks some of `_TEXT_PARAMETERS`)."""
     import inspect
 
     from redis import connection
 
-    names = {"max_connections"}
+    names: set[str] = set()
     for kind in ("AbstractConnection", "Connection", "SSLConnection"):
         found = getattr(connection, kind, None)
         if found is not None:
@@ -241,6 +244,16 @@ def credentials_problem(exc: BaseException, credentials: bool) -> str | None:
     return None
 
 
+def redis_failure(exc: BaseException, credentials: bool) -> tuple[str, bool]:
+    """What to say of a Redis command that failed with `exc` (`credentials`: whether the URL carries some), and whether
+    Redis answered it: when it refused the URL's credentials or the command (full, a read-only replica, ...), the
+    text says so and what to do, since "check that Redis is running" would send the reader after the wrong problem.
+    redis-py's words come without what they quote of a pipeline's command (a session's id and state, a log entry)."""
+    words = f"{type(exc).__name__}: {redis_words(exc)}"
+    refused = credentials_problem(exc, credentials) or refusal_problem(exc)
+    return (words, False) if refused is None else (f"{refused} ({words})", True)
+
+
 class RedisSessionStore:
     """Sessions in Redis, one key per session (`{prefix}session:{id}`) holding the state's JSON.
 
@@ -334,15 +347,10 @@ class RedisSessionStore:
                 # outage, and the key is named, as for a string that is not a session's JSON.
                 problem = "it holds a Redis value of another type than a string (WRONGTYPE)"
                 raise unreadable_state(where, problem) from None
-            refused = credentials_problem(exc, self._credentials) or refusal_problem(exc)
-            if refused is not None:
-                raise SessionStoreError(
-                    f"session store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {redis_words(exc)})"
-                ) from None
-            raise SessionStoreError(
-                f"session store {self.url} failed to {what}: {type(exc).__name__}: {redis_words(exc)} "
-                f"(timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
-            ) from None
+            why, answered = redis_failure(exc, self._credentials)
+            if not answered:
+                why += f" (timeout {self.timeout:g} s); check that Redis is running and reachable from this worker"
+            raise SessionStoreError(f"session store {self.url} failed to {what}: {why}") from None
 
     def subset_key(self, ref: str) -> str:
         """The Redis key of a large allowed subset, by its content hash."""

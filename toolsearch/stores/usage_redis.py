@@ -23,14 +23,7 @@ from ..usage import (
     merged_logs,
     settings_problem,
 )
-from .redis import (
-    REDIS_SCHEMES,
-    check_redis_url,
-    credentials_problem,
-    has_credentials,
-    redis_words,
-    refusal_problem,
-)
+from .redis import REDIS_SCHEMES, check_redis_url, has_credentials, redis_failure
 
 __all__ = ["RedisUsageStore", "RedisPendingSearches"]
 
@@ -95,16 +88,11 @@ class _Redis:
             return fn(*args)
         except self.errors as exc:
             unreachable = isinstance(exc, self.unreachable)  # redis-py's credential refusals are among these
-            words = redis_words(exc)  # never what a pipeline's command quoted (a log entry, a session id)
-            refused = credentials_problem(exc, self.credentials) or refusal_problem(exc)
-            if refused is not None:
-                message = f"usage store {self.url} failed to {what}: {refused} ({type(exc).__name__}: {words})"
-                raise (UsageStoreUnreachableError if unreachable else UsageError)(message) from None
-            if unreachable:
-                raise UsageStoreUnreachableError(
-                    f"usage store {self.url} cannot be reached to {what}: {type(exc).__name__}: {words}"
-                ) from None
-            raise UsageError(f"usage store {self.url} failed to {what}: {type(exc).__name__}: {words}") from None
+            why, answered = redis_failure(exc, self.credentials)
+            if unreachable and not answered:
+                raise UsageStoreUnreachableError(f"usage store {self.url} cannot be reached to {what}: {why}") from None
+            error = UsageStoreUnreachableError if unreachable else UsageError
+            raise error(f"usage store {self.url} failed to {what}: {why}") from None
 
 
 class RedisUsageStore:
