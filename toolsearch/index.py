@@ -108,7 +108,18 @@ def _folded(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
-def _warn_near_misses(missing: list[str], catalog: Catalog, removed: set[str]) -> None:
+def _names_to_remove(what: str, names: object, catalog: Catalog) -> list[str]:
+    """The names `what` (`ToolIndex.remove`, `PostgresIndex.remove`) is asked to remove, read once (see `_names_list`)
+    and without repeats, after the one check every index's removal makes against `catalog`: a name it lacks while it
+    holds one differing only in case or Unicode form is warned about (see `_warn_near_misses`)."""
+    asked = list(dict.fromkeys(_names_list(f"{what}: names", names)))
+    missing = [n for n in asked if n not in catalog]
+    if missing:
+        _warn_near_misses(what, missing, catalog, set(asked))
+    return asked
+
+
+def _warn_near_misses(what: str, missing: list[str], catalog: Catalog, removed: set[str]) -> None:
     """Warn about each of `missing` (names the catalog lacks) that equals a catalog name but for case or Unicode
     normalisation, a tool this call does not remove; the catalog's names are folded only when a name is missing.
 
@@ -121,11 +132,11 @@ def _warn_near_misses(missing: list[str], catalog: Catalog, removed: set[str]) -
         asked = wanted.get(_folded(name))
         if asked is not None and name not in removed:
             warnings.warn(
-                f"ToolIndex.remove: no tool is named {asked!r}, so none was removed; {name!r}, whose name differs "
+                f"{what}: no tool is named {asked!r}, so none was removed; {name!r}, whose name differs "
                 "only in case or Unicode form, stays searchable and callable (remove it by its exact name if it "
                 "was meant)",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,  # the caller of `what`, past `_names_to_remove`
             )
 
 
@@ -275,12 +286,8 @@ class ToolIndex:
         (`Delete_Repo` for `delete_repo`) removes nothing and warns (UserWarning), naming the tool that stays, so a
         revocation with a typo does not look done while the tool stays searchable and callable.
         """
-        asked = _names_list("ToolIndex.remove: names", names)
         catalog = self._catalog
-        gone = [n for n in asked if n in catalog]
-        missing = [n for n in asked if n not in catalog]
-        if missing:
-            _warn_near_misses(missing, catalog, set(gone))
+        gone = [n for n in _names_to_remove("ToolIndex.remove", names, catalog) if n in catalog]
         with self._write_lock:
             self._backend.remove(gone)
             self._catalog = self._catalog.updated(remove=gone)

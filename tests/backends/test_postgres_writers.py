@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -178,6 +181,102 @@ def test_a_build_that_waits_for_another_says_which_process_holds_it(
     assert len(waiter_done) == 1 and sorted(waiter_done[0].catalog.names) == sorted(t.name for t in wanted)
     assert not waiter_done[0].wrote  # the holder's build was the one
     waiter_done[0].close()
+
+
+def _build_in_thread(dsn: str, name: str, tools: list[Tool], model: str, **options: object) -> tuple[
+        threading.Thread, list[BaseException | PostgresIndex]]:
+    """A build of `name` in a thread of its own; its outcome (the index, or what it raised) lands in the list."""
+    outcome: list[BaseException | PostgresIndex] = []
+
+    def build() -> None:
+        try:
+            outcome.append(_open(dsn, name, tools, embedder=word_embedder(model_id=model), **options))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_busy_builder_is_waited_for_past_lock_wait(pg_server: PostgresServer) -> None:  # noqa: F811
+    # Its lock connection runs no statement while it embeds; its beat is what tells the waiter it is alive. Without
+    # the beat, a waiter would give up on a build that takes longer than lock_wait (one of many tools on a slow
+    # machine), as one given up on a hung builder.
+    model = "busy-32"  # embeddings of its own: the holder's new tool is embedded, never found stored
+    _open(pg_server.dsn(), "busy-build", TOOLS[:1], embedder=word_embedder(model_id=model)).close()
+    wanted = [TOOLS[0], Tool("busy_report_make", "Make the report only the busy-builder test adds.")]
+    gate, embedding = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: _open(pg_server.dsn(), "busy-build", wanted, embedder=word_embedder(
+        model_id=model, gate=gate, entered=embedding)).close())
+    holder.start()
+    try:
+        assert embedding.wait(30)  # it holds the build lock while its embedding waits on the gate
+        waiter, outcome = _build_in_thread(pg_server.dsn(), "busy-build", wanted, model, timeout=0.3, lock_wait=2.0)
+        waiter.join(6)  # three times lock_wait
+        assert not outcome, f"a waiter gave up on a builder that is busy, not hung: {outcome}"
+    finally:
+        gate.set()
+        holder.join(30)
+    waiter.join(30)
+    [index] = outcome
+    assert isinstance(index, PostgresIndex) and sorted(index.catalog.names) == sorted(t.name for t in wanted)
+    index.close()
+
+
+_STOPPED_BUILDER = """
+import sys, threading
+sys.path.insert(0, sys.argv[3])
+from pg_server import word_embedder
+from toolsearch import Tool
+from toolsearch.pg import PostgresIndex
+
+gate, entered = threading.Event(), threading.Event()
+tools = [Tool("stopped_report_make", "Make the report only the stopped-builder test adds.")]
+threading.Thread(target=lambda: PostgresIndex.open(sys.argv[1], sys.argv[2], tools, poll=None, cache=False,
+    embedder=word_embedder(model_id="stopped-32", gate=gate, entered=entered)), daemon=True).start()
+entered.wait(60)
+print("embedding", flush=True)  # it holds the build lock now
+gate.wait(600)
+"""
+
+
+def test_a_build_gives_up_on_a_stopped_builder_after_lock_wait_naming_it(
+    pg_server: PostgresServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    # Before: a second build waited on the build lock forever behind a builder stopped mid-build (SIGSTOP, a paused
+    # VM), logging a warning every minute and never failing.
+    caplog.set_level(logging.INFO, logger="toolsearch.pg")
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    builder = subprocess.Popen([sys.executable, "-c", _STOPPED_BUILDER, pg_server.dsn(), "stopped", tests_dir],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout is not None and builder.stdout.readline().strip() == "embedding"
+        os.kill(builder.pid, signal.SIGSTOP)  # its beat stops with it; its connection, and the lock, stay
+        waiter, outcome = _build_in_thread(pg_server.dsn(), "stopped", TOOLS[:1], "stopped-32", timeout=0.3,
+                                           lock_wait=1.5)
+        waiter.join(30)
+        assert outcome, "the build still waits for the build lock of a builder that is stopped"
+    finally:
+        builder.kill()  # a stopped process is killed all the same
+        builder.wait(30)
+    error = outcome[0]
+    assert isinstance(error, CatalogStoreError) and error.outage is False, error
+    said = str(error)
+    assert f"toolsearch build lock ({socket.gethostname()}, pid {builder.pid})" in said, said
+    assert "no sign of life" in said and "lock_wait" in said and "1.5 s" in said and "pg_terminate_backend(" in said
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("for another process's build or sync of it to end" in m for m in warned), warned  # the word stays
+    assert wait_until(lambda: _try_open(pg_server.dsn(), "stopped") is not None, timeout=30)  # the lock went with it
+
+
+def _try_open(dsn: str, name: str) -> PostgresIndex | None:
+    try:
+        index = _open(dsn, name, TOOLS[:1], embedder=word_embedder(model_id="stopped-32"), lock_wait=1.5)
+    except CatalogStoreError:
+        return None
+    index.close()
+    return index
 
 
 def test_open_is_exact_when_another_writer_upserts_while_it_embeds(pg_server: PostgresServer) -> None:  # noqa: F811

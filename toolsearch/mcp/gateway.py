@@ -63,6 +63,11 @@ T = TypeVar("T")
 # timeout (`--header-timeout`, 10 s) still closes idle connections first.
 KEEP_ALIVE_SECONDS = 75
 
+# Seconds before a tool-list change the shared catalog could not take is written again, doubled after each failed
+# try up to the longest: a Postgres restart is over in seconds, an outage of hours is tried once a minute.
+_RESYNC_FIRST = 1.0
+_RESYNC_LONGEST = 60.0
+
 
 class Gateway:
     """An MCP server whose clients search one shared index of every upstream tool and call what they find.
@@ -127,6 +132,10 @@ class Gateway:
         self.shared_index = shared_index
         self._epoch_seen: str | None = None
         self._sync_lock = anyio.Lock()
+        # the upstream server whose tool-list change the shared catalog could not take yet (`resync_catalog` writes it)
+        self._catalog_owed: str | None = None
+        self._resync_wake: anyio.Event | None = None  # made by `resync_catalog`, in the event loop
+        self._resync_next = _RESYNC_FIRST  # seconds until `resync_catalog` tries next, at most
         # subscriptions/listen by rights: each stream hears of changes to its own caller's list only
         self.bus = ListenerBus(self.modern)
         self._listen_handler = ListenHandler(self.bus)
@@ -244,21 +253,63 @@ class Gateway:
     # --- upstream changes ------------------------------------------------------------------------
 
     async def _upstream_changed(self, source: MCPToolSource, server: str) -> None:
+        await self._sync_catalog(server, retry=self._resync_next)
+
+    async def _sync_catalog(self, server: str, *, retry: float) -> bool:
+        """Bring the index (the shared catalog, with a store) to the upstreams' tools after `server`'s changed; whether
+        it took them. When the shared catalog could not (Postgres fails, or another writer stopped mid-change holds
+        it), this worker serves on from the catalog as it was, and `resync_catalog` writes it again within `retry` s."""
         async with self._sync_lock:
             try:
-                await self._apply_catalog(source)
+                await self._apply_catalog(self.source)
             except CatalogStoreError as exc:
-                # the shared catalog could not take the change (Postgres fails, or another writer stopped mid-change
-                # holds it): said, and this worker serves on from the catalog as it was; the next change writes it
+                self._catalog_owed = server
+                if self._resync_wake is not None:
+                    self._resync_wake.set()
+                then = ("The next change of an upstream's tools (or a restart) writes it" if self._resync_wake is None
+                        else f"Trying again within {retry:g} s (and on the next change of an upstream's tools)")
                 logger.warning("MCP server %r: its tool list changed, and the shared catalog was not brought to it: "
-                               "%s. The next change of an upstream's tools (or a restart) writes it", server, exc)
-                return
+                               "%s. %s", server, exc, then)
+                return False
+            self._catalog_owed = None  # written: a retry still waiting has nothing left to write
         try:  # every other worker re-lists its upstreams when it sees this
             epoch = await anyio.to_thread.run_sync(self.board.publish, self.index.catalog.hash)
             self._epoch_seen = epoch.token
         except SessionStoreError as exc:
             logger.warning("could not tell the other workers about the catalog change: %s", exc)
         await self._tools_changed()
+        return True
+
+    async def resync_catalog(self, *, first: float = _RESYNC_FIRST, longest: float = _RESYNC_LONGEST) -> None:
+        """Run for the gateway's life: after a tool-list change the shared catalog could not take (Postgres down for
+        a moment), write it again after `first` s, then twice as long each time up to `longest` s, until it takes it
+        or a later change wrote it. Else the catalog every worker searches would stay stale until some upstream's
+        tools changed again, which may be never."""
+        self._resync_wake, self._resync_next = (wake := anyio.Event()), first
+        while True:
+            if self._catalog_owed is None:
+                await wake.wait()
+                self._resync_wake = wake = anyio.Event()
+                continue
+            delay, tries = first, 0
+            while (server := self._catalog_owed) is not None:
+                self._resync_next = delay
+                await anyio.sleep(delay)
+                if self._catalog_owed is None:  # a later change wrote it meanwhile
+                    break
+                tries += 1
+                delay = min(2 * delay, longest)
+                try:
+                    written = await self._sync_catalog(server, retry=delay)
+                except Exception:  # not the store failing (a catalog removed, say): said, as after an upstream change
+                    logger.exception("MCP server %r: writing its tool-list change to the shared catalog again failed; "
+                                     "the next change of an upstream's tools (or a restart) writes it", server)
+                    self._catalog_owed = None
+                    break
+                if written:
+                    logger.info("MCP server %r: the shared catalog took its tool-list change, written again after it "
+                                "failed (try %d)", server, tries)
+            self._resync_next = first
 
     async def _apply_catalog(self, source: MCPToolSource) -> None:
         index = self.rules.index

@@ -178,6 +178,8 @@ async def _serve(
         )
         if workers.shared_store:
             tg.start_soon(gateway.watch_catalog, workers.catalog_poll)
+        # a tool-list change the shared catalog could not take (Postgres down a moment) is written again on its own
+        tg.start_soon(gateway.resync_catalog)
         try:
             if settings.transport == "stdio":
                 await gateway.run_stdio()  # returns when the client closes stdin

@@ -179,7 +179,9 @@ class StoreSettings:
       exact search is reported by benchmarks/postgres.py); filtered walks scan on (`iterative_scan`).
     - `lock_wait`: seconds a change waits for another's that holds the catalog and runs no statement (a writer
       stopped mid-change: SIGSTOP, a paused VM, a cut network keep its transaction open for hours) before it fails;
-      a holder that runs a statement is waited for however long its change takes. Default: `turn_bound`.
+      a holder that runs a statement is waited for however long its change takes. A build or sync that waits for
+      another's build lock gives up on a holder whose lock connection has shown no sign of life this long (a busy
+      holder's beats every few seconds; a stopped one's does not). Default: `turn_bound`.
     """
 
     min_connections: int = 1

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .._errors import CatalogMovedError, CatalogStoreError, IndexNotFoundError, InvalidArgumentError
 from ..backends import get_backend_spec
 from ..catalog import Catalog, CatalogDelta
-from ..index import ToolIndex, _names_list, _warn_near_misses
+from ..index import ToolIndex, _names_list, _names_to_remove
 from ..results import SearchResult
 from ..tools import Tool
 from .locks import Holder, advisory_lock_holder, held_by, wait_turn
@@ -196,11 +196,13 @@ class PostgresIndex(ToolIndex):
             self.catch_up()
 
     def remove(self, names: Iterable[str]) -> None:
-        """Remove tools by name, as `ToolIndex.remove` does (exact names; a near name that stays is warned about)."""
-        gone = list(dict.fromkeys(_names_list("PostgresIndex.remove: names", names)))
-        missing = [n for n in gone if n not in self._catalog]
-        if missing:
-            _warn_near_misses(missing, self._catalog, set(gone))
+        """Remove tools by name, as `ToolIndex.remove` does (exact names; a near name that stays is warned about).
+
+        The names are checked against the catalog as the store holds it now (this process catches up first): its
+        copy may predate another process's change, which would hide a near name, or warn of one already gone."""
+        asked = _names_list("PostgresIndex.remove: names", names)  # a wrong argument is said before the store is read
+        self.catch_up()
+        gone = _names_to_remove("PostgresIndex.remove", asked, self._catalog)
         if gone:
             self._pg.change((), gone)
             self.catch_up()
@@ -308,15 +310,26 @@ def _write_until_settled(backend: PostgresBackend, wanted: Catalog, keep: frozen
     )
 
 
+# Seconds between a build lock holder's beats: fixed, not taken from its own lock_wait, as each waiter judges silence
+# by its own; short, so that a lock_wait of a few seconds still tells (two trivial statements a second, during a build)
+_BEAT_EVERY = 0.5
+
+
 class _advisory_lock:
     """A session-level advisory lock on a connection of its own, per catalog name: writers that build or sync a
-    catalog take turns across processes and machines; the lock goes with the connection if the holder dies."""
+    catalog take turns across processes and machines; the lock goes with the connection if the holder dies.
+
+    While it is held, a thread runs `SELECT 1` on that connection every few seconds (`_beat`): the holder's work
+    (embedding many tools) runs no statement there for minutes, and without a beat a waiter could not tell a busy
+    holder from a stopped one (SIGSTOP, a paused VM), whose beat stops with it."""
 
     def __init__(self, connector: Connector, catalog: str | None) -> None:
         self.connector = connector
         self.catalog = catalog
         self.key = zlib.crc32((catalog or "").encode("utf-8")) - (1 << 31)
         self.conn: Any = None
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
 
     def __enter__(self) -> None:
         connector = self.connector
@@ -326,6 +339,8 @@ class _advisory_lock:
             self.conn = connector.direct(application_name=f"toolsearch build lock ({socket.gethostname()}, "
                                                           f"pid {os.getpid()})")
             self._wait(connector.settings.timeout)
+            self._beat = threading.Thread(target=self._beating, name="toolsearch-build-lock-beat", daemon=True)
+            self._beat.start()
         except connector._errors as exc:
             if self.conn is not None:
                 self.conn.close()
@@ -335,9 +350,20 @@ class _advisory_lock:
                 self.conn.close()
             raise
 
+    def _beating(self) -> None:
+        """The holder's beat: a statement on the lock's connection every `_BEAT_EVERY` seconds, so that a waiter sees
+        it alive however long its work runs; ends at release, or when the connection fails."""
+        while not self._stop_beat.wait(_BEAT_EVERY):
+            try:
+                self.conn.execute("SELECT 1")
+            except Exception:  # the connection is gone, and the lock with it: the work's own writes will say so
+                return
+
     def _wait(self, patience: float) -> None:
-        """Take the lock, waiting as long as another process holds it (a build of many tools takes minutes), saying
-        in the log whom it waits for (see `wait_turn`)."""
+        """Take the lock, waiting while another process holds it (a build of many tools takes minutes), saying in the
+        log whom it waits for (see `wait_turn`). A holder whose lock connection has not beaten for `lock_wait`
+        seconds (`turn_bound`) is stopped, not busy (see the class docstring): this one gives up on it."""
+        bound = self.connector.settings.turn_bound
 
         def take() -> bool:
             return bool(self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0])
@@ -345,14 +371,34 @@ class _advisory_lock:
         def say(waited: float, holder: Holder | None) -> None:
             logger.warning(
                 "catalog %r in %s: waited %.0f s for another process's build or sync of it to end (held by %s); "
-                "this one goes on when that ends or its connection closes. If it is stuck, stop that process "
-                "(or end its session: SELECT pg_terminate_backend(PID))",
-                self.catalog, self.connector.shown, waited, held_by(holder),
+                "this one goes on when that ends or its connection closes, and gives up on a holder silent for %g s "
+                "(lock_wait). "
+                "If it is stuck, stop that process (or end its session: SELECT pg_terminate_backend(%s))",
+                self.catalog, self.connector.shown, waited, held_by(holder), bound,
+                "PID" if holder is None else holder.pid,
             )
 
-        wait_turn(take, lambda: advisory_lock_holder(self.conn, _LOCK_SPACE, self.key), say, patience=patience)
+        wait_turn(take, lambda: advisory_lock_holder(self.conn, _LOCK_SPACE, self.key), say, patience=patience,
+                  bound=bound, stalled=self._stalled, quiet=Holder.quiet_for)
+
+    def _stalled(self, holder: Holder | None, waited: float) -> CatalogStoreError:
+        bound = self.connector.settings.turn_bound
+        error = CatalogStoreError(
+            f"catalog {self.catalog!r} in {self.connector.shown}: another process holds the catalog's build lock "
+            f"and has shown no sign of life on it for {bound:g} s (lock_wait; held by {held_by(holder)}): it is "
+            f"stopped or hung (a busy build keeps its lock connection beating), so this one stopped waiting after "
+            f"{waited:.0f} s and wrote nothing. This is a lock, not an outage (Postgres answers). Stop that process "
+            f"(or end its session: SELECT pg_terminate_backend({'PID' if holder is None else holder.pid})) and try "
+            "again; a holder of an older toolsearch release does not beat: wait for its build to end, or open the "
+            "catalog with a larger lock_wait (PostgresIndex.open(..., lock_wait=SECONDS))"
+        )
+        error.outage = False
+        return error
 
     def __exit__(self, *exc: object) -> None:
+        self._stop_beat.set()
+        if self._beat is not None:
+            self._beat.join()  # its statement ends before the unlock's (one connection)
         try:
             self.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_SPACE, self.key))
         except Exception:  # the connection is gone: so is the lock

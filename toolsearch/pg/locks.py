@@ -44,6 +44,15 @@ class Holder:
             return self.for_seconds
         return None
 
+    def quiet_for(self) -> float | None:
+        """Seconds since it last ran a statement, in a transaction or out of one: what tells a build lock's holder,
+        whose lock connection beats while it works (`_advisory_lock`), from a stopped one; None when not visible."""
+        if self.running():
+            return 0.0
+        if self.state is not None and self.state.startswith("idle"):
+            return self.for_seconds
+        return None
+
     def describe(self) -> str:
         if self.connected is None:
             return f"Postgres session PID {self.pid}"
@@ -111,14 +120,15 @@ def wait_turn(
     patience: float,
     bound: float | None = None,
     stalled: Callable[[Holder | None, float], BaseException] | None = None,
+    quiet: Callable[[Holder], float | None] = Holder.idle_for,
 ) -> None:
     """Call `take` until it says the wait is over (True), pausing 0.05 s and then twice as long each time, up to 0.5 s.
 
     Another's lock is held for as long as its work takes (minutes, for a build of many tools): that is its turn, not
     a failure. After `patience` seconds `say(waited, holder)` logs whom this one waits for, and again every minute,
-    so that a stuck holder is found. With `bound` and `stalled`, a holder that has run no statement for `bound`
-    seconds (one whose state is not visible: this one has waited that long) is given up on: `stalled(holder,
-    waited)` is raised."""
+    so that a stuck holder is found. With `bound` and `stalled`, a holder `quiet` for `bound` seconds (by default
+    idle in its transaction: running no statement; one whose state is not visible, as a session this role may not
+    see: this one has waited that long) is given up on: `stalled(holder, waited)` is raised."""
     started = time.monotonic()
     word_at, pause = started + patience, 0.05
     while not take():
@@ -129,7 +139,7 @@ def wait_turn(
             holder = find_holder()
             if past_bound:
                 assert bound is not None and stalled is not None
-                idle = None if holder is None else holder.idle_for()
+                idle = None if holder is None else quiet(holder)
                 if (waited if idle is None else idle) >= bound:
                     raise stalled(holder, waited)
             if now >= word_at:
