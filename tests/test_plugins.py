@@ -254,6 +254,31 @@ def test_a_plugin_that_fails_to_import_names_its_entry_point_and_distribution(in
         get_backend_spec("acme")
 
 
+def test_a_plugin_that_exits_on_import_is_a_plugin_error_not_the_end_of_the_process(install: Install) -> None:
+    install(
+        "acme-search",
+        {"toolsearch.backends": {"acme": "acme_cli:SPEC", "odd": "acme_odd:SPEC", "stop": "acme_stop:SPEC",
+                                  "quiet": "acme_quiet:SPEC"}},
+        acme_cli="import sys\nsys.exit(3)\n",  # a command-line module named by mistake
+        acme_odd="class Odd(BaseException):\n    pass\nraise Odd('not an Exception')\n",
+        acme_stop="raise KeyboardInterrupt\n",
+        acme_quiet="import sys\nsys.exit()\n",
+    )
+    with pytest.raises(PluginError) as caught:
+        get_backend_spec("acme")
+    message = str(caught.value)
+    assert "backend plug-in 'acme' failed to load (SystemExit: 3)" in message
+    assert "entry point acme = 'acme_cli:SPEC' in group 'toolsearch.backends' of acme-search 1.0" in message
+    assert isinstance(caught.value.__cause__, SystemExit)
+    with pytest.raises(PluginError, match=r"'odd' failed to load \(Odd: not an Exception\); entry point odd"):
+        get_backend_spec("odd")
+    with pytest.raises(PluginError, match=r"'quiet' failed to load \(SystemExit\); entry point quiet"):
+        get_backend_spec("quiet")
+    with pytest.raises(KeyboardInterrupt):  # the user's Ctrl-C still stops the program
+        get_backend_spec("stop")
+    assert get_backend_spec("bm25").name == "bm25"  # the registry still works
+
+
 def test_a_plugin_of_the_wrong_shape_names_its_entry_point(install: Install) -> None:
     install(
         "acme-search",

@@ -341,9 +341,13 @@ class PluginRegistry(Generic[T]):
     def _load(self, entry: PluginEntry) -> T:
         try:
             obj = _resolve(entry.value)
-        except Exception as exc:  # any failure of a plug-in's import is reported, naming the plug-in
+        except (KeyboardInterrupt, GeneratorExit):
+            raise  # the user's interrupt (or a closing generator) is not the plug-in's failure
+        except BaseException as exc:  # any failure of a plug-in's import is reported, naming the plug-in:
+            # a module calling sys.exit() on import (a CLI module named by mistake) must not end the process
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # sys.exit() says nothing
             raise PluginError(
-                f"the {self.kind} plug-in {entry.name!r} failed to load ({type(exc).__name__}: {exc}); "
+                f"the {self.kind} plug-in {entry.name!r} failed to load ({what}); "
                 f"{entry.describe(self.group)}. Reinstall or uninstall that distribution"
             ) from exc
         problem = self._check(obj, entry.name)

@@ -8,6 +8,7 @@ next request sent (against the API rules in tests/fakes/provider_rules.py where 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -19,7 +20,16 @@ from typing import Any
 import pytest
 from fakes.provider_rules import GEMINI_FUNCTION_NAME, Violation, check_anthropic, check_chat
 
-from toolsearch import ProviderError, SessionManager, Tool, ToolIndex, handle_tool_calls, run, tools_for_request
+from toolsearch import (
+    ProviderError,
+    SessionManager,
+    Tool,
+    ToolIndex,
+    arun,
+    handle_tool_calls,
+    run,
+    tools_for_request,
+)
 from toolsearch.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
 from toolsearch.providers.gemini import wire_name
 from toolsearch.session import Session
@@ -29,7 +39,8 @@ Reply = tuple[int, Any] | Callable[[str, Body], tuple[int, Any]]
 
 
 class RawServer:
-    """Answers each POST with the next (status, body): a JSON body, or a list of SSE events; records requests."""
+    """Answers each POST with the next (status, body): a JSON body, a list of SSE events or an SSE body as bytes;
+    records requests."""
 
     def __init__(self, *replies: Reply) -> None:
         self.replies: deque[Reply] = deque(replies)
@@ -48,6 +59,8 @@ class RawServer:
                 if isinstance(payload, list):
                     data = "".join(f"data: {json.dumps(e)}\n\n" for e in payload).encode()
                     ctype = "text/event-stream"
+                elif isinstance(payload, bytes):  # an event stream written out whole (`event:` lines and all)
+                    data, ctype = payload, "text/event-stream"
                 else:
                     data, ctype = json.dumps(payload).encode(), "application/json"
                 self.send_response(status)
@@ -471,3 +484,46 @@ def test_streamed_gemini_call_starts_carry_the_ids_the_calls_run_under(serve: Ca
                  on_event=lambda e: starts.append(e.call_id) if e.type == "tool_call_start" else None)
     ran = [r.call.id for r in result.tool_results]
     assert starts == ran and len(set(ran)) == 2 and all(ran)
+
+
+# --- a stream with no events at all --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+@pytest.mark.parametrize("kind", ["anthropic", "gemini"])
+def test_an_empty_stream_was_cut_short_and_runs_nothing(
+    serve: Callable[..., RawServer], kind: str, asynchronous: bool
+) -> None:
+    # a proxy whose upstream failed before the first event answers 200 and closes an empty event stream: no turn
+    # came, which is a cut (retrying may help) exactly as a stream cut one event later is
+    server = serve((200, []))
+    sent: list[str] = []
+    model = (AnthropicModel(server.anthropic(), "claude-sonnet-4-6") if kind == "anthropic"
+             else GeminiModel(server.gemini(), "gemini-2.5-flash"))
+    settings: dict[str, Any] = {
+        "session": session_with(("send_money", "Send money to someone.")), "tool_search": "off", "stream": True,
+        "functions": {"send_money": lambda to: sent.append(to) or "sent"},
+    }
+    with pytest.raises(ProviderError) as raised:
+        if asynchronous:
+            asyncio.run(arun(model, "Pay bob", **settings))
+        else:
+            run(model, "Pay bob", **settings)
+    api = "Anthropic Messages" if kind == "anthropic" else "Gemini"
+    assert str(raised.value).startswith(f"the {api} stream was cut short: it ended before ")
+    assert (raised.value.status, raised.value.retryable) == (None, True) and "Retrying may help" in str(raised.value)
+    assert sent == [] and len(server.requests) == 1
+
+
+def test_an_anthropic_stream_that_ends_its_turn_without_message_start_is_no_turn(
+    serve: Callable[..., RawServer],
+) -> None:
+    # not a cut (the turn's end came): a server that does not speak the Messages stream protocol, and no retry helps
+    events = [{"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
+              {"type": "message_stop"}]
+    # the Anthropic SDK passes on only the events its `event:` line names
+    server = serve((200, "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()))
+    with pytest.raises(ProviderError, match="without ever sending message_start") as raised:
+        run(AnthropicModel(server.anthropic(), "claude-sonnet-4-6"), "Hello", session=session_with(("a", "b")),
+            tool_search="off", stream=True)
+    assert raised.value.retryable is None

@@ -354,10 +354,15 @@ class AnthropicStreamAssembler:
         return []
 
     def finish(self) -> ModelTurn:
-        if not self.message:
-            raise ProviderError("the Anthropic stream ended before message_start; no turn was received")
+        # an empty stream (a proxy whose upstream failed at once) is cut short as one that stops an event later:
+        # retrying may help. Only a stream that ended properly yet never sent message_start is malformed
         if not self.stopped and self.stop_reason is None:  # neither message_delta's stop_reason nor message_stop
             raise stream_cut_short("Anthropic Messages", "message_stop")
+        if not self.message:
+            raise ProviderError(
+                "the Anthropic stream ended its turn without ever sending message_start, so no turn was received; "
+                "the server or a proxy before it does not speak the Messages stream protocol: check base_url"
+            )
         for index, parts in self.partial_json.items():  # a block the stream never closed
             self.blocks[index]["input"] = "".join(parts)
         message = {

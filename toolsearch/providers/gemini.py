@@ -231,12 +231,10 @@ class GeminiStreamAssembler:
         self.parts: list[Any] = []
         self.usage: Any = None
         self.finish_reason: Any = None
-        self.started = False
         self.candidates = False  # whether any chunk brought a candidate
         self.prompt_feedback: Any = None
 
     def feed(self, chunk: Any) -> list[StreamEvent]:
-        self.started = True
         events: list[StreamEvent] = []
         if _get(chunk, "prompt_feedback") is not None:
             self.prompt_feedback = _get(chunk, "prompt_feedback")
@@ -262,8 +260,8 @@ class GeminiStreamAssembler:
         return events
 
     def finish(self) -> ModelTurn:
-        if not self.started:
-            raise ProviderError("the Gemini stream ended before its first chunk; no turn was received")
+        # a stream with no chunk at all (a proxy whose upstream failed at once) is cut short as one that stops a
+        # chunk later: it gave no finish reason either, so it takes the same error, and retrying may help
         if not self.candidates and _get(self.prompt_feedback, "block_reason") is not None:
             # a blocked prompt, no cut: parse_response raises what the same answer unstreamed raises
             return parse_response({"candidates": [], "prompt_feedback": self.prompt_feedback}, self.names)
