@@ -398,3 +398,106 @@ def _assert_sms_is_never_offered(server: FakeLLMServer, agent: Any, thread: str)
     assert "send_sms" not in server.requests[1].tool_results()[0].text
     assert "'send_sms' is not available" in server.requests[2].tool_results()[0].text
     assert "send_sms" not in state.get(STATE_KEY, []) and RAN == []
+
+
+# --- caps on a thread's discovered tools: the session's own rule ---------------------------------------
+
+
+def _capped_agent(server: FakeLLMServer, **caps: int) -> Any:
+    model = ChatOpenAI(
+        model="gpt-test", base_url=server.openai_base_url, api_key="test-key", max_retries=0,  # type: ignore[arg-type]
+        use_responses_api=False,
+    )
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"], **caps)
+    return create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+
+
+def _find(query: str, call_id: str) -> Turn:
+    return Turn(tool_calls=[("tool_search", {"query": query, "max_results": 1}, call_id)])
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_max_discovered_unloads_the_least_recently_used_tool(server: FakeLLMServer, mode: str) -> None:
+    agent = _capped_agent(server, max_discovered=2)
+    server.enqueue(
+        _find("weather forecast", "s1"),
+        _find("send email message", "s2"),
+        Turn(tool_calls=[("get_weather", ARGUMENTS["get_weather"], "c1")]),  # get_weather is now the most recent
+        _find("create invoice", "s3"),  # a third tool: send_email, the least recently used, is unloaded
+        Turn(tool_calls=[("send_email", ARGUMENTS["send_email"], "c2")]),
+        Turn(text="Done."),
+    )
+    state = _drive(agent, mode, "weather, mail and an invoice", "capped")
+    loaded = [r.tool_names[len(FIRST):] for r in server.requests]
+    assert loaded == [
+        [], ["get_weather"], ["get_weather", "send_email"], ["get_weather", "send_email"],
+        ["get_weather", "create_invoice"], ["get_weather", "create_invoice"],
+    ]
+    refused = server.requests[5].tool_results()[0].text
+    assert "not loaded yet" in refused and RAN == ["get_weather"]  # the unloaded tool's call never ran
+    assert state[STATE_KEY] == ["get_weather", "send_email", "create_invoice"]  # every tool the thread found
+    server.assert_consumed()
+
+
+def test_a_session_of_the_same_caps_unloads_the_same_tools() -> None:
+    # the middleware's rule is the session's: the same steps on a SessionManager leave the same tools loaded
+    from toolsearch import SessionManager, handle_tool_calls
+    from toolsearch.integrations.langchain import tool_from_langchain
+    from toolsearch.providers import ToolCall
+
+    sessions = SessionManager(ToolIndex.build([tool_from_langchain(t) for t in CATALOG], backend="bm25"),
+                              max_discovered=2)
+    functions = {t.name: t.func for t in CATALOG}
+    weather, email = (ToolCall(f"s{i}", "tool_search", {"query": q, "max_results": 1})
+                      for i, q in enumerate(("weather forecast", "send email message")))
+    invoice = ToolCall("s3", "tool_search", {"query": "create invoice", "max_results": 1})
+    call = ToolCall("c1", "get_weather", ARGUMENTS["get_weather"])
+    # the steps of the middleware tests here: a call between searches, and a call in a searching turn
+    for name, turns in (("least-recent", [[weather], [email], [call], [invoice]]),
+                        ("spared", [[weather], [email], [invoice, call]])):
+        session = sessions.create(name, pinned=["get_time"])
+        for turn in turns:
+            handle_tool_calls(session, turn, functions=functions)
+        assert sorted(session.discovered) == ["create_invoice", "get_weather"]
+
+
+def test_a_call_in_a_searching_turn_runs_though_the_search_takes_the_one_slot(server: FakeLLMServer) -> None:
+    agent = _capped_agent(server, max_discovered=1)
+    server.enqueue(
+        _find("weather forecast", "s1"),
+        Turn(tool_calls=[("tool_search", {"query": "send email message", "max_results": 1}, "s2"),
+                         ("get_weather", ARGUMENTS["get_weather"], "c1")]),
+        Turn(text="Done."),
+    )
+    _drive(agent, "invoke", "weather, then mail", "one-slot")
+    assert [r.tool_names[len(FIRST):] for r in server.requests] == [[], ["get_weather"], ["send_email"]]
+    assert RAN == ["get_weather"]  # the request carried it: it ran, as the core executor runs it
+
+
+def test_a_token_cap_is_the_sessions_and_a_bad_cap_is_refused_by_the_session_manager(server: FakeLLMServer) -> None:
+    from toolsearch import InvalidArgumentError
+    from toolsearch.integrations.langchain import tool_from_langchain
+    from toolsearch.tokens import tool_tokens
+
+    weather = tool_tokens(tool_from_langchain(get_weather), "o200k_base")
+    agent = _capped_agent(server, max_discovered_tokens=weather)  # room for get_weather alone
+    server.enqueue(_find("weather forecast", "s1"), _find("send email message", "s2"), Turn(text="Done."))
+    _drive(agent, "invoke", "weather, then mail", "tokens")
+    assert [r.tool_names[len(FIRST):] for r in server.requests] == [[], ["get_weather"], ["send_email"]]
+    with pytest.raises(InvalidArgumentError, match="max_discovered must be at least 1"):
+        ToolSearchMiddleware(CATALOG, max_discovered=0)
+
+
+def test_a_search_unloads_the_tools_its_turn_calls_last(server: FakeLLMServer) -> None:
+    agent = _capped_agent(server, max_discovered=2)
+    server.enqueue(
+        _find("weather forecast", "s1"),
+        _find("send email message", "s2"),
+        # get_weather is the least recently used, but this turn calls it: send_email makes room instead
+        Turn(tool_calls=[("tool_search", {"query": "create invoice", "max_results": 1}, "s3"),
+                         ("get_weather", ARGUMENTS["get_weather"], "c1")]),
+        Turn(text="Done."),
+    )
+    _drive(agent, "invoke", "weather, mail and an invoice", "spared")
+    assert server.requests[-1].tool_names[len(FIRST):] == ["get_weather", "create_invoice"]
+    assert RAN == ["get_weather"]

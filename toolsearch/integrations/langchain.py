@@ -11,6 +11,13 @@ the discovered names live in the agent state (key `toolsearch_discovered`), so a
 checkpointer keeps them per thread. A call to a catalog tool the thread has not discovered is
 answered with an instructive error and never runs. Sync, async and streaming agents alike.
 
+`max_discovered=` / `max_discovered_tokens=` cap the tools a thread has loaded, as they cap a session's
+(`SessionManager`): each hook's scratch session is made under those caps and replays the thread's tools least
+recently used first, so the session's own rule unloads the least recently used over a cap. The order in which
+the tools were last used (found by a search, called) is kept in the state for that (`toolsearch_recent`);
+`toolsearch_discovered` keeps every tool the thread found, in the order found, and a model call carries those
+of them still loaded, in that order (a call keeps the tools array as it was, for the provider's prompt cache).
+
 A catalog tool that a middleware listed before this one took out of `request.tools` (LangChain's way to
 give each user their own tools) is neither sent nor offered by tool_search, and a call to it is refused:
 the names it withheld at the last model call are kept in the agent state (`toolsearch_withheld`), where
@@ -59,7 +66,7 @@ from ..augment import Augmentation, AugmentSpec, OnAugment
 from ..executor import ResultStatus, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
-from ..session import Session, SessionManager
+from ..session import Session, SessionManager, SessionState
 from ..tools import Tool
 from ._gate import (
     agate,
@@ -81,6 +88,8 @@ __all__ = ["STATE_KEY", "ToolSearchMiddleware", "ToolSearchState", "tool_from_la
 STATE_KEY = "toolsearch_discovered"
 # The catalog tools an earlier middleware took out of the last model request, for the tool calls after it.
 WITHHELD_KEY = "toolsearch_withheld"
+# Under a cap: the thread's discovered tools, least recently used first (a search's hits, then the calls).
+RECENT_KEY = "toolsearch_recent"
 
 
 def _merge_discovered(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -88,11 +97,18 @@ def _merge_discovered(left: list[str] | None, right: list[str] | None) -> list[s
     return list(dict.fromkeys([*(left or ()), *(right or ())]))
 
 
+def _merge_recent(left: list[str] | None, right: list[str] | None) -> list[str]:
+    # An update lists the tools it used, least recent first: they become the most recent, after all others.
+    latest = set(right or ())
+    return [*(n for n in left or () if n not in latest), *(right or ())]
+
+
 class ToolSearchState(AgentState[Any]):
     """The agent state plus the names of the tools this thread discovered."""
 
     toolsearch_discovered: NotRequired[Annotated[list[str], _merge_discovered]]
     toolsearch_withheld: NotRequired[list[str]]
+    toolsearch_recent: NotRequired[Annotated[list[str], _merge_recent]]
 
 
 def tool_from_langchain(tool: BaseTool) -> Tool:
@@ -108,6 +124,11 @@ def _discovered_in(state: Any) -> list[str]:
 def _withheld_in(state: Any) -> frozenset[str]:
     value = state.get(WITHHELD_KEY) if isinstance(state, Mapping) else getattr(state, WITHHELD_KEY, None)
     return frozenset(value or ())
+
+
+def _recent_in(state: Any) -> list[str]:
+    value = state.get(RECENT_KEY) if isinstance(state, Mapping) else getattr(state, RECENT_KEY, None)
+    return list(value or ())
 
 
 def _messages_in(state: Any) -> list[Any]:
@@ -155,7 +176,9 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     The catalog's tools are registered with the agent by the middleware (pass them here, not
     also to `create_agent`); tools given to `create_agent` that are not in the catalog pass
     through untouched. `allowed` limits what the agent can find and call (None: every catalog
-    tool); a pinned tool outside it is not sent. `backend` picks the search backend (or pass a
+    tool); a pinned tool outside it is not sent. `max_discovered` / `max_discovered_tokens` cap each
+    thread's loaded tools by the rule of `SessionManager`'s (the least recently used are unloaded).
+    `backend` picks the search backend (or pass a
     built `index` holding the same tools; a search never offers one of its tools that is not in `tools`);
     `metatool` configures the tool_search tool (name, result count, description). `usage` feeds
     a usage log (see docs/learning.md): each search and the catalog tools then called successfully.
@@ -175,6 +198,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         usage: UsageRecorder | None = None,
         augment: AugmentSpec | None = None,
         on_augment: OnAugment | None = None,
+        max_discovered: int | None = None,
+        max_discovered_tokens: int | None = None,
     ) -> None:
         super().__init__()
         self.usage = usage
@@ -196,8 +221,12 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         # An index that holds more tools than `tools` (an application's, which may grow) must not offer what
         # this agent cannot call.
         self.allowed = agent_allowed(self._by_name.keys(), allowed)
-        # sessions here are scratch views (created and closed per hook); the thread's state is the truth
-        self.sessions = SessionManager(self.index, max_sessions=100_000)
+        # sessions here are scratch views (created and closed per hook); the thread's state is the truth. The
+        # caps are the manager's (checked there, applied by its sessions): one home for the rule.
+        self.sessions = SessionManager(
+            self.index, max_sessions=100_000, max_discovered=max_discovered, max_discovered_tokens=max_discovered_tokens
+        )
+        self._capped = max_discovered is not None or max_discovered_tokens is not None
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
             definition = self.metatool.definition(session)
         if self.augment is not None and self.augment.search:
@@ -229,11 +258,13 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             if not (isinstance(t, BaseTool) and (t.name in catalog or t.name == self.search_tool.name))
         ]
         in_reach = self._in_reach(withheld)
-        with scratch_session(self.sessions, self.pinned, _discovered_in(request.state), in_reach) as session:
+        with self._thread_session(request.state, in_reach) as session:
             shown = [t.name for t in session.visible_tools() if t.name in offered]
             pins = set(session.pinned)
         pinned = [offered[n] for n in shown if n in pins]
-        discovered = [offered[n] for n in shown if n not in pins]
+        loaded = set(shown) - pins
+        # in the order the thread found them (the scratch session was seeded in the order of use)
+        discovered = [offered[n] for n in dict.fromkeys(_discovered_in(request.state)) if n in loaded]
         augment = self.augment
         if augment is None:
             return [*passthrough, *pinned, self.search_tool, *discovered], withheld
@@ -277,13 +308,25 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     def _scratch(self, request: Any) -> AbstractContextManager[Session]:
         """The thread's scratch session for a tool call: its discoveries, within what it may reach (a tool an
         earlier middleware withheld from the last model request can be neither found nor called)."""
-        reach = self._in_reach(_withheld_in(request.state))
-        return scratch_session(self.sessions, self.pinned, _discovered_in(request.state), reach)
+        return self._thread_session(request.state, self._in_reach(_withheld_in(request.state)))
 
-    def _check(self, request: Any) -> tuple[ToolResult, list[str]] | None:
+    def _thread_session(self, state: Any, reach: frozenset[str]) -> AbstractContextManager[Session]:
+        """A scratch session holding the thread's discovered tools. Under a cap they are given most recently
+        used first (one discovery: its first name gets the newest use), so the session's own rule keeps
+        those that fit and unloads the least recently used, as it does for a session that lives on."""
+        found = _discovered_in(state)
+        if not self._capped:
+            return scratch_session(self.sessions, self.pinned, found, reach)
+        recent = _recent_in(state)
+        latest = set(recent)
+        # tools found but never used since are older than any used: the later found, the more recent
+        order = [*reversed(recent), *reversed([n for n in found if n not in latest])]
+        return scratch_session(self.sessions, self.pinned, order, reach)
+
+    def _check(self, request: Any) -> tuple[ToolResult, dict[str, Any]] | None:
         """None for an agent's own tool outside the catalog; else the gate's result (`allowed(result)`:
         the call may run, with `result.call.arguments`; otherwise its content is what to send back)
-        and the thread's discovered names after it."""
+        and what a search writes to the thread's state (see `_update`)."""
         if not self._gated(request):
             return None
         call = request.tool_call
@@ -295,29 +338,57 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
                 "(invoke and stream cannot), or pass a sync on_augment"
             )
         with self._settled(request) as session:
+            before = session.state()
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
-            discovered = list(session.discovered)
+            update = self._update(request, session, before, result)
         record_search(self.usage, _conversation(request), result)
-        return result, discovered
+        return result, update
 
-    async def _acheck(self, request: Any) -> tuple[ToolResult, list[str]] | None:
+    async def _acheck(self, request: Any) -> tuple[ToolResult, dict[str, Any]] | None:
         """`_check` for the async agent: an async `on_augment` is awaited."""
         if not self._gated(request):
             return None
         call = request.tool_call
         with self._settled(request) as session:
+            before = session.state()
             result = await agate(
                 session, call.get("id") or "", call["name"], call.get("args"), self.metatool, self.augment
             )
-            discovered = list(session.discovered)
+            update = self._update(request, session, before, result)
         record_search(self.usage, _conversation(request), result)
-        return result, discovered
+        return result, update
+
+    def _update(self, request: Any, session: Session, before: SessionState, result: ToolResult) -> dict[str, Any]:
+        """What a search writes to the thread's state: the tools it found (and, under a cap, what it used).
+
+        Under a cap the turn's calls come after its searches, as the core executor runs them: the tools they
+        call that are still loaded are used once the search has run, and this update says so (a call of a
+        searching turn writes nothing itself, whose update the graph may apply before or after this one)."""
+        if result.status is not ResultStatus.SEARCH:
+            return {}
+        if not self._capped:
+            return {STATE_KEY: list(session.discovered)}
+        called = [c.get("name") for c in _turn_calls(request)]
+        session.touch([n for n in called if n in self._by_name and n not in session.pinned])
+        after = session.state()
+        used = sorted((n for n, tick in after.last_used.items() if before.last_used.get(n) != tick),
+                      key=after.last_used.__getitem__)
+        return {STATE_KEY: [n for n in session.discovered if n not in before.last_used], RECENT_KEY: used}
 
     @contextmanager
     def _settled(self, request: Any) -> Iterator[Session]:
-        """The call's scratch session, with its model turn's searches run first unless it is a search itself."""
+        """The call's scratch session, with its model turn's searches run first unless it is a search itself.
+
+        A call of a tool the model request carried is let through however those searches change what is
+        loaded (under a cap they may unload it), as the core executor lets it. Under a cap a search unloads
+        the tools its turn calls after the others loaded before it: they are marked used first (the core
+        executor spares them on its own snapshot of the session, which the gate's executor takes afresh)."""
         with self._scratch(request) as session:
-            if request.tool_call["name"] != self.search_tool.name:
+            name = request.tool_call["name"]
+            if name == self.search_tool.name:
+                if self._capped:
+                    session.touch([c.get("name") for c in _turn_calls(request) if c.get("name") in self._by_name])
+            elif not session.is_visible(name):
                 self._settle_searches(session, request)
             yield session
 
@@ -333,7 +404,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             if call.get("name") == self.search_tool.name:
                 gate(session, call.get("id") or "", call["name"], call.get("args"), self.metatool, quiet)
 
-    def _runnable(self, request: Any, checked: tuple[ToolResult, list[str]] | None) -> Any:
+    def _runnable(self, request: Any, checked: tuple[ToolResult, dict[str, Any]] | None) -> Any:
         """The request the tool runs with: its own arguments only when the call was augmented."""
         if checked is None or self.augment is None:
             return request
@@ -344,8 +415,22 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         if self.usage is not None and name in self._by_name:
             record_call(self.usage, _conversation(request), name, ok)
 
-    def _answer(self, request: Any, checked: tuple[ToolResult, list[str]]) -> ToolMessage | Command[Any]:
-        result, discovered = checked
+    def _used(self, request: Any, outcome: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
+        """A call's answer, telling the thread's state under a cap that the tool was just used (unless its turn
+        searched: the searches' updates say it, after what they found). A tool's own Command is left as it is."""
+        name = request.tool_call["name"]
+        if (
+            not self._capped
+            or name not in self._by_name
+            or name in self.pinned
+            or not isinstance(outcome, ToolMessage)
+            or any(c.get("name") == self.search_tool.name for c in _turn_calls(request))
+        ):
+            return outcome
+        return Command(update={RECENT_KEY: [name], "messages": [outcome]})
+
+    def _answer(self, request: Any, checked: tuple[ToolResult, dict[str, Any]]) -> ToolMessage | Command[Any]:
+        result, update = checked
         call = request.tool_call
         message = ToolMessage(
             content=result.content,
@@ -354,7 +439,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             status="error" if result.is_error else "success",
         )
         if result.status is ResultStatus.SEARCH:
-            return Command(update={STATE_KEY: discovered, "messages": [message]})
+            return Command(update={**update, "messages": [message]})
         return message
 
     def wrap_tool_call(
@@ -369,7 +454,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             self._ran(request, False)
             raise
         self._ran(request, _succeeded(outcome))
-        return outcome
+        return self._used(request, outcome) if checked is not None else outcome
 
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
@@ -383,4 +468,4 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             self._ran(request, False)
             raise
         self._ran(request, _succeeded(outcome))
-        return outcome
+        return self._used(request, outcome) if checked is not None else outcome
