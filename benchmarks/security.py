@@ -16,6 +16,11 @@ tests/test_integrity.py). Counts only, no timings. Writes benchmarks/results/sec
 "## Security" section of benchmarks/results/reliability.md (the rest of that file is kept).
 
     python benchmarks/security.py [--slow-connections 200]
+    python benchmarks/security.py --smoke --out /tmp/security
+
+`--smoke` sends a few attacks of every kind (every row, with smaller floods and caps: 6 attempts against a cap
+of 2, one hidden augment field, 3 hijacks, 5 half-open connections) to check that the bench works; it needs
+`--out`, since its counts are not the figures benchmarks/results keeps (tests/bench/test_bench_security.py runs it).
 """
 
 from __future__ import annotations
@@ -28,14 +33,37 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: str) -> None:
-    """The same token and Origin attacks against a real `toolsearch mcp serve`, and calls outside the policy."""
+@dataclass(frozen=True)
+class Scale:
+    """How many attacks of each kind a run sends: the full run's, or `--smoke`'s few."""
+
+    attempts: int  # sessions, context handles and bad tokens one caller floods with
+    cap: int  # the per-caller caps and the refused-token budget those floods meet
+    hijacks: int  # other callers' tokens tried on one session
+    nested: int  # augmented fields hidden in allOf / $ref / oneOf (at most 3)
+    flood_burst: int  # the rate burst the single-server flood meets
+    slow_connections: int
+    flood: int
+
+
+FULL = Scale(attempts=20, cap=5, hijacks=10, nested=3, flood_burst=10, slow_connections=200, flood=50)
+SMOKE = Scale(attempts=6, cap=2, hijacks=3, nested=1, flood_burst=3, slow_connections=5, flood=6)
+
+
+def gateway_rows(
+    row: Any, folder: Path, tokens: Path, static: str, unscoped: str, policy_rules: list[dict[str, Any]] | None = None
+) -> None:
+    """The same token and Origin attacks against a real `toolsearch mcp serve`, and calls outside the policy.
+
+    `policy_rules` replaces the bench's tool policy (`ci`, the static token's subject, gets `toy` only); one giving
+    `ci` more lets its calls of the `time` tools in, which is how the bench's test checks that they are counted."""
     import anyio
     import httpx2
     from fakes.attacks import origin_attacks, send, token_attacks
@@ -46,7 +74,8 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
 
     config = write_config(folder / "servers.json", {"toy": toy(), "time": time_server()})
     policy = folder / "policy.json"
-    policy.write_text(json.dumps({"rules": [{"when": {"subjects": ["ci"], "issuer": "static"}, "servers": ["toy"]}]}))
+    rules = [{"when": {"subjects": ["ci"], "issuer": "static"}, "servers": ["toy"]}]
+    policy.write_text(json.dumps({"rules": rules if policy_rules is None else policy_rules}))
     flags = ["--auth-tokens", str(tokens), "--auth-scope", "tools", "--tool-policy", str(policy)]
     with LocalIssuer() as issuer, http_gateway(
         config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, *flags, "--rate-limit", "0",
@@ -81,6 +110,7 @@ def gateway_rows(row: Any, folder: Path, tokens: Path, static: str, unscoped: st
         tried, ran = anyio.run(outside_policy)
         row("a caller's searches and calls of tools its policy does not give it", tried, tried - ran, ran,
             "tool error; not found by search")
+        date_claim_rows(row, url, issuer)  # this gateway trusts the issuer: one process fewer to start
 
 
 def rights_rows(row: Any, folder: Path) -> None:
@@ -190,7 +220,7 @@ def rights_rows(row: Any, folder: Path) -> None:
             named, "only its own servers named; one answer for both")
 
 
-def augment_rows(row: Any, folder: Path) -> None:
+def augment_rows(row: Any, folder: Path, nested_cases: int = 3) -> None:
     """A hostile upstream that adds a parameter named like the gateway's augmented field
     (tests/mcp/test_gateway_augment_schema.py): what it may not do is blank searches or lists, or turn calls
     into protocol errors; a `reason` hidden in `allOf` / `$ref` / `oneOf` must stop the start."""
@@ -207,7 +237,7 @@ def augment_rows(row: Any, folder: Path) -> None:
         {"type": "object", "allOf": [{"properties": {"reason": reason}}]},
         {"type": "object", "$ref": "#/$defs/R", "$defs": {"R": {"type": "object", "properties": {"reason": reason}}}},
         {"type": "object", "oneOf": [{"properties": {"a": reason}}, {"properties": {"reason": reason}}]},
-    ]
+    ][:nested_cases]
     started = 0
     for i, schema in enumerate(nested):
         tool = {"name": "refund", "description": "Refund a payment.", "inputSchema": schema}
@@ -254,7 +284,11 @@ def augment_rows(row: Any, folder: Path) -> None:
 
 def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None:
     """Floods bounded by per-caller caps and limits: sessions and context handles (memory store, and two workers
-    on one Redis, requests alternating between them), refused tokens per address, the request rate across workers."""
+    on one Redis, requests alternating between them), refused tokens per address, the request rate across workers.
+
+    The workers' rate burst is 3 requests for each of the `attempts` searches (each opens a client), so the
+    context-handle flood stays under it; the rate flood then sends `attempts` requests past it, fewer than the burst,
+    so that per worker all would pass."""
     import anyio
     import httpx2
     from fakes.attacks import INITIALIZE, MCP_HEADERS
@@ -291,9 +325,10 @@ def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None
 
     (folder / "redis").mkdir()
     redis = RedisServer(folder / "redis").start()
+    burst = 3 * attempts
     flags = [*auth, "--session-store", redis.url, "--index-dir", str(folder / "limit-indexes"),
              "--sessions-per-caller", str(cap), "--contexts-per-caller", str(cap),
-             "--rate-limit", "1", "--rate-burst", "60", "--auth-failures", str(cap)]
+             "--rate-limit", "1", "--rate-burst", str(burst), "--auth-failures", str(cap)]
     workers = [GatewayProcess(config, *flags) for _ in range(2)]
     try:
         urls = [w.wait_ready(120) for w in workers]
@@ -315,9 +350,11 @@ def limit_rows(row: Any, folder: Path, cap: int = 5, attempts: int = 20) -> None
             attempts - cap, refused, max(0, kept - cap), "search answered, no handle kept, and why")
 
         unknown = [("mcp-session-id", "made-up")]  # opens no session: 404 once past the rate limit
-        statuses = Counter(post(urls[i % 2], "dave", unknown) for i in range(80))
-        row("80 requests from one caller across 2 workers (burst 60, 1/min): those past the shared burst", 20,
-            statuses[429], max(0, 20 - statuses[429]), "429 with Retry-After (per worker, all 80 would pass)")
+        sent = burst + attempts
+        statuses = Counter(post(urls[i % 2], "dave", unknown) for i in range(sent))
+        row(f"{sent} requests from one caller across 2 workers (burst {burst}, 1/min): those past the shared burst",
+            attempts, statuses[429], max(0, attempts - statuses[429]),
+            f"429 with Retry-After (per worker, all {sent} would pass)")
 
         bad = [("authorization", "Bearer " + secrets.token_urlsafe(32))]
         checked = Counter(post(urls[i % 2], None, bad, source="127.0.0.5") for i in range(attempts))
@@ -384,31 +421,24 @@ def upstream_rows(row: Any, folder: Path) -> None:
         len(faults) - max(0, held), "a tool error naming the server at once; the same process answers next")
 
 
-def date_claim_rows(row: Any, folder: Path) -> None:
+def date_claim_rows(row: Any, url: str, issuer: Any) -> None:
     """JWTs whose date claims are not numbers (tests/mcp/test_gateway_jwt_dates.py): PyJWT reads them with int(), so
-    "9999999999" passed as an expiry; a real `toolsearch mcp serve` must refuse each with 401."""
+    "9999999999" passed as an expiry; a real `toolsearch mcp serve` at `url`, trusting `issuer` (a LocalIssuer),
+    must refuse each with 401."""
     import httpx2
     from fakes.attacks import INITIALIZE, MCP_HEADERS
-    from fakes.oauth_issuer import LocalIssuer
-    from mcp_servers import http_gateway, toy, write_config
 
-    config = write_config(folder / "dates-servers.json", {"toy": toy()})
     now = int(time.time())
     dates: list[dict[str, Any]] = [
         {"exp": str(now + 3600)}, {"exp": "9999999999"}, {"exp": True}, {"nbf": "0"}, {"iat": str(now)},
         {"exp": [now + 3600]},
     ]
-    with LocalIssuer() as issuer, http_gateway(
-        config, "--backend", "bm25", "--host", "127.0.0.2", "--auth-issuer", issuer.url, "--auth-scope", "tools",
-        "--rate-limit", "0", "--auth-failures", "0",
-    ) as gateway:  # fmt: skip
-        url = gateway.url or ""
-        statuses = []
-        for forged in dates:
-            claims = {"iss": issuer.url, "sub": "mallory", "aud": url, "iat": now, "exp": now + 600, "scope": "tools"}
-            token = issuer.mint_claims({**claims, **forged})
-            headers = [*MCP_HEADERS, ("authorization", f"Bearer {token}")]
-            statuses.append(httpx2.post(url, headers=headers, content=json.dumps(INITIALIZE), timeout=30).status_code)
+    statuses = []
+    for forged in dates:
+        claims = {"iss": issuer.url, "sub": "mallory", "aud": url, "iat": now, "exp": now + 600, "scope": "tools"}
+        token = issuer.mint_claims({**claims, **forged})
+        headers = [*MCP_HEADERS, ("authorization", f"Bearer {token}")]
+        statuses.append(httpx2.post(url, headers=headers, content=json.dumps(INITIALIZE), timeout=30).status_code)
     row("JWTs whose date claims are not numbers (exp, nbf or iat as a string, true or a list; RFC 7519 NumericDate)",
         len(dates), statuses.count(401), sum(s < 400 for s in statuses), "401 naming the claim")
 
@@ -439,7 +469,7 @@ def manifest_rows(row: Any, folder: Path) -> None:
         "loads and health checks that passed", tried, tried - passed, passed, "refused, naming the field")
 
 
-def run(slow_connections: int, flood: int) -> dict[str, Any]:
+def run(slow_connections: int, flood: int, scale: Scale = FULL) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
     import httpx2
@@ -490,7 +520,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             hijacks = 0
             hijacked = 0
             ping = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"})
-            for i in range(10):
+            for i in range(scale.hijacks):
                 other = issuer.mint(f"mallory{i}", audience=url)
                 headers = [*MCP_HEADERS, ("authorization", f"Bearer {other}"), ("mcp-session-id", session)]
                 hijacks += 1
@@ -502,20 +532,27 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             row("foreign Origin / Host with a valid token (POST, GET, DELETE), 127.0.0.2", len(origin),
                 len(origin) - len(wrong), len(wrong), "403 (Origin), 421 (Host)")
 
-        with serve_protected("--host", "0.0.0.0", "--no-auth", "--rate-limit", "0") as served:
+        timeout = 2.0
+        with serve_protected(
+            "--host", "0.0.0.0", "--no-auth", "--rate-limit", "0", "--header-timeout", str(timeout)
+        ) as served:
             port = served.url.rsplit(":", 1)[1]
             url = f"http://127.0.0.1:{port}"
             origin = origin_attacks("unused", url)[:6]  # the Origin cases: Host is unchecked without --resource-url
             wrong = [a for a in origin if not a.answered(send(url, a).status_code)]
             row("foreign Origin on a gateway bound to 0.0.0.0", len(origin), len(origin) - len(wrong), len(wrong),
                 "403")
+            # the same server, one process fewer to start: its header timeout holds on every interface
+            closed, still_open = slow_headers(url, slow_connections, wait=timeout + 2.5)
+            alive = post(url, []).status_code == 200
+            row(f"half-open connections (header timeout {timeout:g} s; closed after {timeout + 2.5:g} s)",
+                slow_connections, closed, still_open, f"closed; server still answering: {alive}")
 
         gateway_rows(row, Path(folder), tokens, static, unscoped)
         rights_rows(row, Path(folder))
-        augment_rows(row, Path(folder))
-        limit_rows(row, Path(folder))
+        augment_rows(row, Path(folder), scale.nested)
+        limit_rows(row, Path(folder), scale.cap, scale.attempts)
         upstream_rows(row, Path(folder))
-        date_claim_rows(row, Path(folder))
         manifest_rows(row, Path(folder))
 
         servers = Path(folder) / "servers.json"
@@ -529,7 +566,7 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
         row("start on 0.0.0.0 without authentication (test server, `toolsearch mcp serve`)", len(refusals),
             sum(refusals), len(refusals) - sum(refusals), "refused with the flags to give")
 
-        burst = 10
+        burst = scale.flood_burst
         # 1 a minute: no bucket refills while the flood runs, so exactly `burst` requests may pass
         with serve_protected("--host", "127.0.0.2", *flags, "--rate-limit", "1", "--rate-burst", str(burst)) as served:
             headers = [("authorization", f"Bearer {static}")]
@@ -537,12 +574,6 @@ def run(slow_connections: int, flood: int) -> dict[str, Any]:
             row(f"a flood of {flood} requests from one caller (burst {burst}, 1/min): those past the burst",
                 flood - burst, flood_statuses[429], max(0, flood_statuses[200] - burst), "429 with Retry-After")
 
-        timeout = 2.0
-        with serve_protected("--host", "127.0.0.2", "--header-timeout", str(timeout), "--rate-limit", "0") as served:
-            closed, still_open = slow_headers(served.url, slow_connections, wait=timeout + 2.5)
-            alive = post(served.url, []).status_code == 200
-            row(f"half-open connections (header timeout {timeout:g} s; closed after {timeout + 2.5:g} s)",
-                slow_connections, closed, still_open, f"closed; server still answering: {alive}")
     return {"date": time.strftime("%Y-%m-%d"), "rows": rows,
             "command": "python " + " ".join(["benchmarks/security.py", *sys.argv[1:]])}
 
@@ -584,12 +615,18 @@ def write_section(path: Path, section: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slow-connections", type=int, default=200, help="half-open connections opened at once")
-    parser.add_argument("--flood", type=int, default=50, help="requests one caller sends in a row")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--slow-connections", type=int, help="half-open connections opened at once (200)")
+    parser.add_argument("--flood", type=int, help="requests one caller sends in a row (50)")
+    parser.add_argument("--smoke", action="store_true", help="a few attacks of every kind, to check the bench works")
+    parser.add_argument("--out", help="where the report goes (benchmarks/results; --smoke needs one of its own)")
     args = parser.parse_args()
-    report = run(args.slow_connections, args.flood)
-    out = Path(args.out)
+    if args.smoke and args.out is None:
+        # a smoke run's counts are not the published ones: it must not replace them
+        parser.error("--smoke needs --out DIR: benchmarks/results keeps the full run's report")
+    scale = SMOKE if args.smoke else FULL
+    slow = scale.slow_connections if args.slow_connections is None else args.slow_connections
+    report = run(slow, scale.flood if args.flood is None else args.flood, scale)
+    out = Path(args.out or ROOT / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
     (out / "security.json").write_text(json.dumps(report, indent=2) + "\n")
     write_section(out / "reliability.md", render(report))

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
 from fakes.attacks import INITIALIZE, MCP_HEADERS
-from mcp_servers import http_gateway, toy, write_config
+from mcp_servers import GatewayProcess, http_gateway, toy, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +105,26 @@ def test_origins_not_listed_get_no_cors(url: str) -> None:
     local = post(url, ("origin", "http://localhost:5173"), ("authorization", f"Bearer {TOKEN}"))
     assert local.status_code == 200 and "access-control-allow-origin" not in local.headers
     assert preflight(url, "http://localhost:5173").status_code != 204
+
+
+def test_origin_null_is_refused_when_not_listed(url: str) -> None:
+    # `Origin: null` is what sandboxed iframes, data: and file: pages send: any site can make its page send it
+    for answer in (preflight(url, "null"), post(url, ("origin", "null"), ("authorization", f"Bearer {TOKEN}"))):
+        assert answer.status_code == 403, answer.text
+        assert "access-control-allow-origin" not in answer.headers
+        assert "Origin 'null' is not allowed" in answer.text
+
+
+@pytest.mark.parametrize("listed", ["null", f"{APP},NULL"])
+def test_null_in_allowed_origins_stops_the_gateway_at_start(tmp_path: Path, listed: str) -> None:
+    """Listing `null` would give CORS to every sandboxed or data: page, whatever site made it: the gateway refuses
+    to start, naming the flag, the value and what to list instead."""
+    gateway = GatewayProcess(write_config(tmp_path / "servers.json", {"toy": toy()}), "--allowed-origins", listed)
+    try:
+        started = gateway.wait_url(90)  # None once the process has ended without listening
+    finally:
+        code = gateway.stop()
+    assert started is None and code != 0, gateway.stderr
+    value = listed.rsplit(",", 1)[-1]
+    assert f"--allowed-origins {value!r} is sent by any sandboxed or data: page" in gateway.stderr
+    assert "list the page's real origin (scheme://host[:port]) instead" in gateway.stderr
