@@ -104,10 +104,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.line(line)
 
 
+def _run_cache(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's embedding cache folder: in the run's temp folder, the controller's under pytest-xdist."""
+    run_temp = tmp_path_factory.getbasetemp()
+    # a worker's temp folder is <controller's>/<worker id>; asked of the config, not of PYTEST_XDIST_WORKER, which a
+    # pytest started by a test inherits
+    if hasattr(config, "workerinput"):
+        run_temp = run_temp.parent
+    folder = run_temp / "toolsearch-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    # One cache for the whole run: the model embeds each text once across tests.
-    os.environ["TOOLSEARCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("toolsearch-cache"))
+def _embedding_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # One cache for the whole run: the model embeds each text once across tests, and across pytest-xdist's workers
+    # too (each would otherwise embed the demo catalog again, ~8 s of CPU apiece): their temp folders sit in the
+    # controller's, made afresh for each run, and the cache is safe for concurrent processes (atomic shards).
+    os.environ["TOOLSEARCH_CACHE_DIR"] = str(_run_cache(pytestconfig, tmp_path_factory))
     # A model hub cache of the run's own, empty: a model a user once downloaded must never make a test pass, and an
     # unknown model name is looked up there (toolsearch.embeddings.check_model_name), not beside the clone.
     os.environ["HF_HUB_CACHE"] = str(tmp_path_factory.mktemp("hf-hub"))

@@ -193,6 +193,26 @@ def llm_server() -> Iterator[Any]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def demo_embedded() -> None:
+    """The demo catalog in the run's embedding cache (tests/conftest.py: one for every pytest-xdist worker) before any
+    document builds an index of it: the workers start their first documents at once, and each would embed the same
+    197 tools at the same time (~8 s of CPU apiece). The first worker here embeds them under a lock; the others wait
+    for it and find them in the cache, as every later block does."""
+    import fcntl
+
+    from toolsearch import ToolIndex
+    from toolsearch.demo import demo_tools
+
+    cache = Path(os.environ["TOOLSEARCH_CACHE_DIR"])
+    with (cache / ".demo-embedded.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = cache / ".demo-embedded"
+        if not done.exists():
+            ToolIndex.build(demo_tools(), backend="vector")  # the texts every backend embeds (one text builder)
+            done.touch()
+
+
 def _env(folder: Path, server: Any) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     env = {
@@ -315,7 +335,7 @@ def _assert_output(block: Block, command: str, shown: list[str], proc: Ran, fold
 
 # a document without code blocks (docs/testing.md) has nothing to run: no case is generated for it
 @pytest.mark.parametrize("doc", [d for d in DOCS if any(blocks(d))], ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any) -> None:
+def test_every_block_runs(doc: Path, tmp_path: Path, llm_server: Any, demo_embedded: None) -> None:
     env = _env(tmp_path, llm_server)
     if doc.name == "README.md":
         env = _after_the_first_command(tmp_path, env)
@@ -349,6 +369,22 @@ def _after_the_first_command(folder: Path, env: dict[str, str]) -> dict[str, str
 def test_docs_exist() -> None:
     names = {p.name for p in DOCS}
     assert {"README.md", "guide.md", "cli.md"} <= names
+
+
+def test_the_demo_warm_up_embeds_what_the_docs_build(tmp_path: Path, demo_embedded: None) -> None:
+    """After `demo_embedded`, the README's `toolsearch build` of the demo catalog embeds nothing: it writes no cache
+    shard of its own. (Shards are named `<pid>-...`: other workers may write theirs to the shared cache meanwhile.)"""
+    from toolsearch.demo import demo_tools
+
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in demo_tools()]), encoding="utf-8")
+    env = {**os.environ, "TOOLSEARCH_HOME": str(tmp_path / "home")}
+    build = subprocess.Popen([sys.executable, "-m", "toolsearch", "build", "tools.json", "--name", "demo"],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = build.communicate(timeout=BLOCK_TIMEOUT)
+    assert build.returncode == 0, err
+    assert "hybrid backend" in out  # the README's default: the model embeds every tool
+    own = list(Path(os.environ["TOOLSEARCH_CACHE_DIR"]).glob(f"*/{build.pid}-*"))
+    assert not own, f"the build embedded texts the warm-up did not: {own}"
 
 
 def test_only_setup_commands_are_skipped() -> None:
