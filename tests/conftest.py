@@ -22,6 +22,10 @@ import pytest
 # The embedding model ships in a package; nothing may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A benchmark a test runs (in this process or one it starts) skips the wait for its own load to fade before its end
+# reading (benchmarks/lib END_SETTLE_S, read at import, so set before any test module imports it): a report a test
+# writes is no figure, and on a quiet machine the wait cost each small run up to two minutes.
+os.environ["TOOLSEARCH_BENCH_END_SETTLE_S"] = "0"
 
 import clone_only
 from redis_server import RedisServer

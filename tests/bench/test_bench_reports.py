@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.lib import QUIET_BELOW, cli, machine_info, machine_markdown, resolve_datasets, wait_quiet, write_report
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _loads(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
@@ -196,3 +199,14 @@ def test_the_mcp_gateway_report_says_when_it_is_not_a_figure(tmp_path: Path, mon
     markdown = mcp_gateway.write(tmp_path, report)
     _assert_loud_at_the_end(markdown, tmp_path / "mcp_gateway.json")
     assert "## Latency the gateway adds per call" in markdown
+
+
+@pytest.mark.parametrize(("given", "waits"), [(None, 120.0), ("0", 0.0), ("7.5", 7.5)])
+def test_the_end_wait_is_set_by_the_environment(given: str | None, waits: float) -> None:
+    # the suite sets 0 (tests/conftest.py): a report a test writes is no figure, and the wait only adds minutes
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSEARCH_BENCH_END_SETTLE_S"}
+    if given is not None:
+        env["TOOLSEARCH_BENCH_END_SETTLE_S"] = given
+    read = subprocess.run([sys.executable, "-c", "import benchmarks.lib as b; print(b.END_SETTLE_S)"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert float(read.stdout) == waits
