@@ -128,3 +128,20 @@ def test_null_in_allowed_origins_stops_the_gateway_at_start(tmp_path: Path, list
     value = listed.rsplit(",", 1)[-1]
     assert f"--allowed-origins {value!r} is sent by any sandboxed or data: page" in gateway.stderr
     assert "list the page's real origin (scheme://host[:port]) instead" in gateway.stderr
+
+
+@pytest.mark.parametrize("settings", [
+    {"allowed_origins": ("null",)},
+    {"allowed_origins": ("https://app.example",), "rate_limit": float("nan")},
+], ids=["null-origin", "nan-rate"])
+def test_an_application_that_wraps_its_own_app_gets_the_same_refusals(settings: dict[str, object]) -> None:
+    # Before: protect() checked nothing, so a library caller's AuthSettings(allowed_origins=("null",)) gave CORS to
+    # every sandboxed or data: page, which `mcp serve --allowed-origins null` refuses at start.
+    from toolsearch.mcp.auth import AuthConfigError, AuthSettings, protect
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("never reached")
+
+    with pytest.raises(AuthConfigError, match=r"--allowed-origins 'null'|--rate-limit"):
+        protect(app, AuthSettings(no_auth=True, **settings), path="/mcp",  # type: ignore[arg-type]
+                resource_url="http://127.0.0.1:8000/mcp")

@@ -1000,7 +1000,11 @@ def protect(
     `default_resource_url(host, port, path)` once the port is bound); it is the default audience.
     `shared`: limits every worker shares (in a Redis session store) for the request rate and the
     refused-token budget; None keeps them in this process.
+
+    The settings are checked here too (`AuthSettings.check_flags`), not only by the command line: an application
+    that wraps its own app must not get, say, CORS for `Origin: null` that `mcp serve` refuses at start.
     """
+    settings.check_flags()
     guarded: ASGIApp = app
     if settings.rate_limit > 0:
         guarded = RateLimit(guarded, per_minute=settings.rate_limit, burst=settings.rate_burst, shared=shared)
