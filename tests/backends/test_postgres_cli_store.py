@@ -91,3 +91,28 @@ def test_a_keyword_dsn_given_to_a_command_without_store_is_refused_without_its_p
     joined = _cli(tmp_path, "info", "prod", "--store=postgresql://alice:s3cretPW42@db.internal/tools")
     assert joined.returncode == 2 and "s3cretPW42" not in joined.stderr  # and it says where --store goes:
     assert "`toolsearch info` reads no catalog in Postgres: --store goes with build, query, rm" in joined.stderr
+
+
+@pytest.mark.slow
+def test_lock_wait_bounds_build_and_rm_behind_a_silent_holder(pg_server: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
+    # Before: neither command took --lock-wait, so from a shell the wait behind a stopped builder was the default
+    # (ten times the timeout, at least a minute) whatever the operator wanted.
+    from toolsearch.pg.index import _LOCK_SPACE, _advisory_lock
+
+    (tmp_path / "tools.json").write_text(json.dumps([t.to_dict() for t in TOOLS]))
+    dsn = pg_server.dsn()
+    assert _cli(tmp_path, "build", "tools.json", "--store", dsn, "--name", "held").returncode == 0
+    with psycopg.connect(dsn, application_name="silent holder of the test", autocommit=True) as holder:
+        # a holder that never beats: a builder stopped mid-build (SIGSTOP) looks so to a waiter
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, _advisory_lock(None, "held").key))  # type: ignore[arg-type]
+        for command in (["build", "tools.json", "--store", dsn, "--name", "held"], ["rm", "held", "--store", dsn]):
+            run = _cli(tmp_path, *command, "--lock-wait", "1.5")
+            said = run.stderr
+            assert run.returncode == 1 and "no sign of life on it for 1.5 s (lock_wait" in said, (command, said)
+            assert "silent holder of the test" in said and "--lock-wait SECONDS" in said and PASSWORD not in said
+    assert _cli(tmp_path, "rm", "held", "--store", dsn, "--lock-wait", "30").returncode == 0  # the lock went with it
+    for wrong, why in ((["--store", dsn, "--lock-wait", "0"], "positive number of seconds"),
+                       (["--store", dsn, "--lock-wait", "nan"], "positive number of seconds"),
+                       (["--lock-wait", "5"], "give it with --store URL")):
+        refused = _cli(tmp_path, "build", "tools.json", "--name", "held", *wrong)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr

@@ -26,19 +26,32 @@ DEFAULT_NAME = "default"
 
 def add_store_option(parser: argparse.ArgumentParser, *, build: bool = False, command: str | None = None) -> None:
     """`--store URL` on `command` (build, query or rm; `build=True` names build, else query)."""
-    what = _STORE_HELP[command or ("build" if build else "query")]
+    command = command or ("build" if build else "query")
+    what = _STORE_HELP[command]
     parser.add_argument(
         "--store", metavar="URL", default=None,
         help=f"{what}: postgresql://user@host:5432/db (the password from $PGPASSWORD or ~/.pgpass keeps it off the "
         "command line)",
     )
+    if command != "query":  # build and rm write, and wait for another's build of the catalog to end
+        parser.add_argument(
+            "--lock-wait", metavar="SECONDS", type=float, default=None,
+            help="with --store: give up waiting for another process's build of the catalog once it has shown no sign "
+            "of life this long, or for a change of it that runs no statement (default ten times the store's timeout, "
+            "at least 60)",
+        )
 
 
 def check_store(args: argparse.Namespace) -> None:
     """A usage error (exit 2) for a --store that is not a Postgres URL, or one combined with --out."""
     store = getattr(args, "store", None)
+    lock_wait = getattr(args, "lock_wait", None)
     if store is None:
+        if lock_wait is not None:
+            raise InvalidQueryError("--lock-wait applies to a catalog in Postgres: give it with --store URL")
         return
+    if lock_wait is not None and not 0 < lock_wait < float("inf"):
+        raise InvalidQueryError(f"--lock-wait must be a positive number of seconds, got {lock_wait:g}")
     if not is_postgres_url(store):
         raise InvalidQueryError(
             f"--store {display_dsn(store)!r} is not a Postgres URL; use postgresql://user@host:5432/db"
@@ -79,7 +92,7 @@ def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[st
     name = args.name or DEFAULT_NAME
     rebuild = bool(getattr(args, "rebuild", False))
     with console.progress(f"indexing {len(catalog)} tools into {where(args, name)}") as progress:
-        index = PostgresIndex.open(args.store, name, catalog, poll=None, rebuild=rebuild, **options)
+        index = PostgresIndex.open(args.store, name, catalog, poll=None, rebuild=rebuild, **_waits(args), **options)
     reused = not index.wrote
     if args.json:
         console.json({"name": name, "store": display_dsn(args.store), "backend": index.backend_name,
@@ -90,6 +103,11 @@ def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[st
         console.print(f"{verb} index {name!r}: {len(index)} tools, {index.backend_name} backend, "
                       f"{progress.elapsed:.1f}s -> {display_dsn(args.store)}")
     return 0
+
+
+def _waits(args: argparse.Namespace) -> dict[str, Any]:
+    """`lock_wait` for the store's settings, when --lock-wait was given."""
+    return {} if args.lock_wait is None else {"lock_wait": args.lock_wait}
 
 
 def open_catalog(args: argparse.Namespace) -> Any:
@@ -106,7 +124,7 @@ def remove(args: argparse.Namespace, console: Any) -> int:
     from .index import remove_catalog
 
     name = args.index
-    remove_catalog(args.store, name)
+    remove_catalog(args.store, name, **_waits(args))
     if args.json:
         console.json({"removed": name, "store": display_dsn(args.store)})
     else:

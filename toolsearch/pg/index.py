@@ -229,16 +229,18 @@ class PostgresIndex(ToolIndex):
                 f"version {self._version})")
 
 
-def remove_catalog(dsn: str | None, catalog: str, *, timeout: float | None = None) -> None:
+def remove_catalog(dsn: str | None, catalog: str, *, timeout: float | None = None,
+                   lock_wait: float | None = None) -> None:
     """Drop the catalog `catalog` of the store at `dsn` (default: $TOOLSEARCH_STORE): its tables, its row and its
-    change records, in one transaction, after a build or sync of it that is running has ended. The embeddings stay
-    (every catalog shares them). IndexNotFoundError when there is no such catalog."""
+    change records, in one transaction, after a build or sync of it that is running has ended (`timeout` and
+    `lock_wait` as `PostgresIndex.open` takes them). The embeddings stay (every catalog shares them).
+    IndexNotFoundError when there is no such catalog."""
     from ..backends.postgres import store_connector
     from .schema import drop_catalog, find_catalog
 
     if not isinstance(catalog, str) or not catalog.strip():
         raise InvalidArgumentError(f"catalog must be a non-empty name, got {catalog!r}")
-    connector = store_connector(dsn, timeout=timeout)
+    connector = store_connector(dsn, timeout=timeout, lock_wait=lock_wait)
 
     def drop(conn: Any) -> bool:
         with conn.transaction():
@@ -390,7 +392,8 @@ class _advisory_lock:
             f"{waited:.0f} s and wrote nothing. This is a lock, not an outage (Postgres answers). Stop that process "
             f"(or end its session: SELECT pg_terminate_backend({'PID' if holder is None else holder.pid})) and try "
             "again; a holder of an older toolsearch release does not beat: wait for its build to end, or open the "
-            "catalog with a larger lock_wait (PostgresIndex.open(..., lock_wait=SECONDS))"
+            "catalog with a larger lock_wait (PostgresIndex.open(..., lock_wait=SECONDS), `toolsearch build|rm ... "
+            "--lock-wait SECONDS`)"
         )
         error.outage = False
         return error
