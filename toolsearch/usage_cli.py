@@ -288,11 +288,11 @@ def read_usage(source: str, catalog: str) -> UsageLog:
     joined (for `catalog`), and a source with none gives its first log, which `tune` refuses by its
     privacy.
     """
-    from .stores import USAGE_STORES, _named, url_scheme, usage_store_from_url
+    from .stores import USAGE_STORES, scheme_name, url_scheme, usage_store_from_url
     from .usage import FORMAT
 
     # the stores' own lookup: a scheme in any case names a plug-in's store in any case (`AcmeDB://`, `REDIS://`)
-    if "://" in source and _named(USAGE_STORES, url_scheme(source)) is not None:
+    if "://" in source and scheme_name(USAGE_STORES, url_scheme(source)) is not None:
         store = usage_store_from_url(source)
         try:
             logs = stored_logs(store)

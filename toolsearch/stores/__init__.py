@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "scheme_name",
     "SessionState",
     "SessionStore",
     "StateUpdate",
@@ -101,7 +102,7 @@ def url_scheme(url: str) -> str:
     return (url.split("://", 1)[0] if "://" in url else url).lower()
 
 
-def _named(registry: PluginRegistry[Any], scheme: str) -> str | None:
+def scheme_name(registry: PluginRegistry[Any], scheme: str) -> str | None:
     """The name `registry` knows `scheme` by (nothing is loaded): a URL's scheme is read in lower case (RFC 3986: case
     does not matter), so a plug-in's name is matched the same way (`AcmeDB` for `acmedb://` and `AcmeDB://`); an
     exact name first."""
@@ -113,7 +114,7 @@ def _named(registry: PluginRegistry[Any], scheme: str) -> str | None:
 
 
 def _by_scheme(registry: PluginRegistry[Any], scheme: str) -> Any:
-    name = _named(registry, scheme)
+    name = scheme_name(registry, scheme)
     return None if name is None else registry.find(name)
 
 
@@ -184,7 +185,7 @@ def usage_store_from_url(url: str, *, path: str | None = None, **options: Any) -
 
     scheme = url_scheme(url) if isinstance(url, str) else ""
     factory = _by_scheme(USAGE_STORES, scheme)
-    if factory is None and _named(SESSION_STORES, scheme) is not None:
+    if factory is None and scheme_name(SESSION_STORES, scheme) is not None:
         factory = _local_usage
     if factory is None:
         shown = redacted_url(url) if isinstance(url, str) else url
