@@ -137,6 +137,9 @@ class BertEncoder:
         self._onnx: dict[str, Any] = {}
         self._onnx_error: dict[str, str] = {}
         self._onnx_lock = threading.Lock()
+        # What these weights and tokenizer are (`model_digest`), set by `load_encoder`: it keys the onnxruntime graphs
+        # kept on disk (`_bert_onnx`); None (an encoder made directly) builds them in memory each time.
+        self.digest: str | None = None
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         # sentence-transformers strips each text before tokenising.
@@ -545,7 +548,9 @@ def load_encoder(folder: Path, max_length: int, *, digest: str | None = None) ->
         with _LOCK:
             encoder = _ENCODERS.get(key)
             if encoder is None:
-                encoder = _ENCODERS[key] = _read_encoder(folder, max_length)
+                encoder = _read_encoder(folder, max_length)
+                encoder.digest = key[2]
+                _ENCODERS[key] = encoder
     return encoder
 
 

@@ -30,12 +30,36 @@ A query and the clauses of a multi-part request go through one run, their tokens
 side as numpy packs them: an additive attention mask keeps each text to its own tokens, and a
 pooling matrix averages each text's tokens into its row. One run of all the tokens costs less than
 one run per text, whose fixed cost and small products dominate at query sizes.
+
+A graph is built once per machine, not once per process: importing onnx costs ~0.6 s of CPU, and the int8 graph's
+calibration pass, smoothing and rounding ~0.3 s more, on every process's first query. What they make (the serialised
+graph and the int8 arrays; the float arrays are the encoder's own) is kept in the embedding cache's folder under
+`query-graphs/`, named by a digest of everything it is made from: the model's digest (`BertEncoder.digest`), the
+shapes config.json gives, the calibration texts and SMOOTHING, this code's and `_bert`'s source, and what numpy's
+arithmetic depends on (its version, the CPU features it and its BLAS dispatch on, the BLAS it was built with), so a
+file is read only where building afresh would make the same bytes. A file is written under a temporary name and
+renamed, and read only after its BLAKE2b digest and the inputs it records are checked: a damaged or foreign one is
+said (a warning) and built again; a folder that cannot be written is said and the graph kept in memory, as before. The
+`_GRAPHS_KEPT` most recently written files of each precision stay; older versions' go.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import importlib
+import importlib.util
+import io
 import itertools
+import json
+import logging
+import os
+import platform
 import threading
+import uuid
+import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,13 +71,15 @@ __all__ = ["OnnxRunner", "available"]
 
 
 def available() -> bool:
-    """Whether onnxruntime and onnx can be imported (both are in the `vector` extra)."""
+    """Whether onnxruntime can be imported and onnx is installed (both are in the `vector` extra).
+
+    onnx is only looked for: it is imported (~0.6 s of CPU) where a graph is built, not where one is read back.
+    """
     try:
-        import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
     except ImportError:
         return False
-    return True
+    return importlib.util.find_spec("onnx") is not None
 
 
 class OnnxRunner:
@@ -67,7 +93,7 @@ class OnnxRunner:
 
         self._ort = ort
         self.int8 = int8
-        self._model, self._weights = _graph(encoder, int8=int8)
+        self._model, self._weights = _kept_graph(encoder, int8=int8)
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()
         self.session(1)  # fail here, at build time, rather than on a query
@@ -136,8 +162,14 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     small: list[Any] = []
     nodes: list[Any] = []
 
-    def weight(name: str, array: np.ndarray) -> str:
-        weights[name] = np.ascontiguousarray(array, dtype=array.dtype if array.dtype == np.int8 else np.float32)
+    own = _encoder_arrays(encoder)
+
+    def weight(name: str, array: np.ndarray | None = None) -> str:
+        """The encoder's array of that name (None), else one made here, under a name the encoder's arrays do not have
+        (`_kept_graph` keeps only those on disk)."""
+        weights[name] = own[name] if array is None else np.ascontiguousarray(
+            array, dtype=array.dtype if array.dtype == np.int8 else np.float32
+        )
         return name
 
     def const(name: str, values: list[int] | int) -> str:
@@ -154,14 +186,13 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     const("axis0", [0])
     const("qkv_shape", [0, 3, heads, size])  # 0 = copy the token count
     const("hidden_shape", [0, hidden])
-    x = op("Gather", [weight("word", encoder.word), "ids"])
-    x = op("Add", [x, op("Gather", [weight("position", encoder.position), "positions"])])
-    x = op("Add", [x, weight("token_type", encoder.token_type0)])
+    x = op("Gather", [weight("word"), "ids"])
+    x = op("Add", [x, op("Gather", [weight("position"), "positions"])])
+    x = op("Add", [x, weight("token_type")])
     eps = encoder.eps
 
-    def layer_norm(x: str, gain: np.ndarray, bias: np.ndarray, name: str) -> str:
-        return op("LayerNormalization", [x, weight(name + "_g", gain.ravel()), weight(name + "_b", bias.ravel())],
-                  axis=-1, epsilon=eps)
+    def layer_norm(x: str, name: str) -> str:
+        return op("LayerNormalization", [x, weight(name + "_g"), weight(name + "_b")], axis=-1, epsilon=eps)
 
     peaks = _activation_peaks(encoder) if int8 else {}
     if int8:
@@ -173,9 +204,10 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
         # QuantizeLinear along the tokens takes one zero point per token: 128 for each, made once per run.
         nodes.append(h.make_node("Expand", ["zero_point", op("Shape", ["ids"])], ["zero_points"]))
 
-    def dense(x: str, w: np.ndarray, b: np.ndarray, name: str) -> str:
+    def dense(x: str, name: str) -> str:
         if not int8:
-            return op("Gemm", [x, weight(name + "_w", w), weight(name + "_b", b.ravel())], transB=1)
+            return op("Gemm", [x, weight(name + "_w"), weight(name + "_b")], transB=1)
+        w = own[name + "_w"]
         if name in peaks:
             # A layer norm's output carries a few channels ~10x larger than the rest in every token, and
             # they would set each token's scale: moved partly into the weights (x/s @ (W*s).T, the same product).
@@ -190,11 +222,11 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
         columns, column_scales = _int8_columns(w)
         product = op("MatMulIntegerToFloat", [quantised, weight(name + "_q", columns), "one",
                                               weight(name + "_s", column_scales), "zero_point"], domain="com.microsoft")
-        return op("Add", [op("Mul", [product, scale]), weight(name + "_b", b.ravel())])
+        return op("Add", [op("Mul", [product, scale]), weight(name + "_b")])
 
-    x = layer_norm(x, encoder.emb_ln_g, encoder.emb_ln_b, "emb_ln")
-    for i, layer in enumerate(encoder.layers):
-        qkv = op("Reshape", [dense(x, layer.qkv_w, layer.qkv_b, f"l{i}_qkv"), "qkv_shape"])
+    x = layer_norm(x, "emb_ln")
+    for i in range(len(encoder.layers)):
+        qkv = op("Reshape", [dense(x, f"l{i}_qkv"), "qkv_shape"])
         qkv = op("Transpose", [qkv], perm=[1, 2, 0, 3])  # (3, heads, tokens, size)
         q, k, v = (f"l{i}_{n}" for n in "qkv")
         nodes.append(h.make_node("Split", [qkv], [q, k, v], axis=0, num_outputs=3))
@@ -202,11 +234,11 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
         scores = op("MatMul", [q, op("Transpose", [k], perm=[0, 2, 1])])
         scores = op("Softmax", [op("Add", [scores, "mask"])], axis=-1)
         context = op("Reshape", [op("Transpose", [op("MatMul", [scores, v])], perm=[1, 0, 2]), "hidden_shape"])
-        attended = op("Add", [dense(context, layer.out_w, layer.out_b, f"l{i}_out"), x])
-        attended = layer_norm(attended, layer.ln1_g, layer.ln1_b, f"l{i}_ln1")
-        inner = op("Gelu", [dense(attended, layer.up_w, layer.up_b, f"l{i}_up")])
-        x = op("Add", [dense(inner, layer.down_w, layer.down_b, f"l{i}_down"), attended])
-        x = layer_norm(x, layer.ln2_g, layer.ln2_b, f"l{i}_ln2")
+        attended = op("Add", [dense(context, f"l{i}_out"), x])
+        attended = layer_norm(attended, f"l{i}_ln1")
+        inner = op("Gelu", [dense(attended, f"l{i}_up")])
+        x = op("Add", [dense(inner, f"l{i}_down"), attended])
+        x = layer_norm(x, f"l{i}_ln2")
     nodes.append(h.make_node("MatMul", ["pool", x], ["pooled"]))
 
     def external(name: str, array: np.ndarray) -> Any:
@@ -288,3 +320,181 @@ def _int8_columns(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scales = np.maximum(np.abs(w).max(axis=1), np.finfo(np.float32).tiny) / 127.0
     quantised = np.clip(np.rint(w / scales[:, None]), -127, 127).astype(np.int8)
     return np.ascontiguousarray(quantised.T), scales.astype(np.float32)
+
+
+def _encoder_arrays(encoder: BertEncoder) -> dict[str, np.ndarray]:
+    """The encoder's own arrays by the names the graph gives them (float32, contiguous; gains and biases flat).
+
+    A layer's are `l{i}_` and its field's name (`l0_qkv_w`, `l0_ln1_g`); none is copied.
+    """
+    arrays = {"word": encoder.word, "position": encoder.position, "token_type": encoder.token_type0,
+              "emb_ln_g": encoder.emb_ln_g, "emb_ln_b": encoder.emb_ln_b}
+    for i, layer in enumerate(encoder.layers):
+        arrays.update({f"l{i}_{name}": array for name, array in vars(layer).items()})
+    return {
+        name: np.ascontiguousarray(array.ravel() if name.endswith(("_g", "_b")) else array, dtype=np.float32)
+        for name, array in arrays.items()
+    }
+
+
+# --- graphs kept on disk (see the module's docstring) ----------------------------------------------------------------
+
+_GRAPH_MAGIC = b"toolsearch-query-graph-1\n"  # the file's layout; what the graph is made from is in its key
+_GRAPH_DIGEST_BYTES = 32
+_GRAPH_FOLDER = "query-graphs"
+# Graph files of each precision kept, the most recently written: each new model, toolsearch or numpy version writes
+# another (~11 MB in int8), and a few covers installs that share one cache folder.
+_GRAPHS_KEPT = 4
+_log = logging.getLogger("toolsearch")
+
+
+def _kept_graph(encoder: BertEncoder, *, int8: bool) -> tuple[bytes, dict[str, np.ndarray]]:
+    """`_graph(encoder, int8=int8)`, read from the graph cache where it holds it, else built and written there."""
+    key = _graph_key(encoder, int8=int8)
+    if key is None:
+        return _graph(encoder, int8=int8)
+    from .embeddings import default_cache_dir
+
+    path = default_cache_dir() / _GRAPH_FOLDER / f"{'int8' if int8 else 'fp32'}-{_digest(key.encode()).hex()}.graph"
+    own = _encoder_arrays(encoder)
+    kept = _read_graph(path, key, own)
+    if kept is not None:
+        return kept
+    model, weights = _graph(encoder, int8=int8)
+    # only what the build made: the encoder's own arrays are in memory already, and are the larger part (the vocabulary)
+    made = {name: array for name, array in weights.items() if name not in own}
+    _write_graph(path, key, model, list(weights), made)
+    return model, weights
+
+
+def _graph_key(encoder: BertEncoder, *, int8: bool) -> str | None:
+    """Everything a graph is made from, as text; None for an encoder whose weights have no digest (not cached)."""
+    if encoder.digest is None:
+        return None
+    from . import _bert
+
+    try:
+        # the code that builds the graph and runs the calibration pass: a change to either is a new graph
+        code = _digest(Path(__file__).read_bytes() + Path(_bert.__file__).read_bytes()).hex()
+    except OSError:  # sources not on disk (a frozen application): nothing to tell one version from another by
+        return None
+    return json.dumps({
+        "int8": int8,
+        "model": encoder.digest,
+        # from config.json, which the model's digest does not cover
+        "shape": [encoder.hidden, encoder.heads, len(encoder.layers), encoder.max_length, encoder.eps],
+        "smoothing": SMOOTHING,
+        "calibration": _CALIBRATION,
+        "code": code,
+        "arithmetic": _arithmetic(),
+    }, sort_keys=True)
+
+
+@functools.cache
+def _arithmetic() -> list[str]:
+    """What the calibration pass's float32 results depend on besides its inputs: numpy, the CPU features its loops
+    and its BLAS's kernels are chosen by, and the BLAS numpy was built with. (Not threadpoolctl's list of loaded BLAS
+    libraries: faiss or torch add theirs, which numpy never calls, and the key would then change with what a process
+    imported first. onnx only serialises the graph: its version changes no value.)"""
+    parts = [f"numpy {np.__version__}", platform.machine()]
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):  # numpy 2, numpy 1
+        with contextlib.suppress(ImportError):
+            features = getattr(importlib.import_module(module), "__cpu_features__", {})
+            parts.append(" ".join(sorted(name for name, present in features.items() if present)))
+            break
+    with contextlib.suppress(ImportError, AttributeError, KeyError, TypeError):
+        blas = importlib.import_module("numpy.__config__").CONFIG["Build Dependencies"]["blas"]
+        parts.append(f"{blas.get('name')} {blas.get('version')} {blas.get('openblas configuration', '')}".strip())
+    return parts
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=_GRAPH_DIGEST_BYTES).digest()
+
+
+def _read_graph(path: Path, key: str, own: dict[str, np.ndarray]) -> tuple[bytes, dict[str, np.ndarray]] | None:
+    """The graph and weights a graph file holds, after checking its digest and that it was made from `key`.
+
+    None where there is no file; where there is one that cannot be used (damaged, truncated, made from other inputs)
+    also a warning: the graph is built again and the file written anew.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problem = f"it cannot be read ({exc})"
+    else:
+        problem, kept = _parse_graph(raw, key, own)
+        if kept is not None:
+            return kept
+    _log.warning("the query graph kept in %s is unusable (%s); it is built again (about 1 s of CPU) and written anew",
+                 path, problem)
+    return None
+
+
+def _parse_graph(
+    raw: bytes, key: str, own: dict[str, np.ndarray]
+) -> tuple[str, tuple[bytes, dict[str, np.ndarray]] | None]:
+    """(the problem, None) or ("", (graph, weights)) for a graph file's bytes."""
+    head = len(_GRAPH_MAGIC) + _GRAPH_DIGEST_BYTES
+    body = raw[head:]
+    if not raw.startswith(_GRAPH_MAGIC):
+        return "it is not a toolsearch query graph file", None
+    if raw[len(_GRAPH_MAGIC) : head] != _digest(body):
+        return "it does not match its checksum", None
+    try:
+        with np.load(io.BytesIO(body), allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+        made_from = str(arrays["key"])
+        model = arrays["model"].tobytes()
+        names = [str(name) for name in arrays["names"]]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        return f"its contents cannot be read ({type(exc).__name__}: {exc})", None
+    if made_from != key:
+        return "it was made from another model, code or numpy than this process runs", None
+    missing = [name for name in names if f"weight.{name}" not in arrays and name not in own]
+    if missing:
+        return f"it names weights the model does not have ({', '.join(missing[:3])})", None
+    return "", (model, {name: arrays[f"weight.{name}"] if f"weight.{name}" in arrays else own[name] for name in names})
+
+
+def _write_graph(path: Path, key: str, model: bytes, names: list[str], made: dict[str, np.ndarray]) -> None:
+    """Write a graph file atomically (a temporary file renamed over it): concurrent processes write the same bytes,
+    and a reader sees a whole file, old or new. A folder that cannot be written costs each process the build, said."""
+    contents = {"key": np.array(key), "model": np.frombuffer(model, dtype=np.uint8), "names": np.array(names),
+                **{f"weight.{name}": array for name, array in made.items()}}
+    buffer = io.BytesIO()
+    np.savez(buffer, **contents)  # type: ignore[arg-type]  # no name here is savez's own allow_pickle
+    body = buffer.getvalue()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with tmp.open("wb") as fh:
+                fh.write(_GRAPH_MAGIC + _digest(body) + body)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # Ctrl-C or a full disk: leave no temporary file behind
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+    except OSError as exc:
+        _log.warning("the query graph is not kept in %s (%s): each process builds it again on its first query "
+                     "(about 1 s of CPU); set TOOLSEARCH_CACHE_DIR to a folder it can write", path.parent, exc)
+        return
+    _log.info("query graph built and kept in %s", path)
+    _prune(path.parent, path.name.split("-", 1)[0])
+
+
+def _prune(folder: Path, precision: str) -> None:
+    """Remove all but the `_GRAPHS_KEPT` most recently written graph files of a precision (a process still reading
+    one has it whole: it is read in one go)."""
+    found = []
+    for path in folder.glob(f"{precision}-*.graph"):
+        with contextlib.suppress(OSError):
+            found.append((path.stat().st_mtime_ns, path))
+    for _, stale in sorted(found, reverse=True)[_GRAPHS_KEPT:]:
+        with contextlib.suppress(OSError):
+            stale.unlink()

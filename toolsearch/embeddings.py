@@ -226,7 +226,8 @@ class NumpyEmbedder:
     The weights load on the first `embed` (0.1-0.3 s), once per process. Documents are embedded with
     numpy. Queries run where `runtime` says: "auto" (default) uses onnxruntime when it is installed
     (it is in the `vector` extra), its weights quantised to int8 (~3x faster per query than numpy,
-    ranking like float32: nDCG@10 within 0.003; built on the first query in ~1 s), else numpy;
+    ranking like float32: nDCG@10 within 0.003; built on a machine's first query in ~1 s and kept
+    in the cache folder for the next processes), else numpy;
     "numpy" never builds it (a one-shot process: `toolsearch query` uses this); "onnxruntime" (the
     float32 graph, the same vectors as numpy) and "int8" require it. Unset, the runtime comes from
     $TOOLSEARCH_EMBED_RUNTIME, else "auto".
