@@ -82,6 +82,9 @@ def test_a_program_whose_tool_was_abandoned_exits(how: str) -> None:
 
 STOPPED = """
 import asyncio, os, signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, as in any program: a process started by a pytest-xdist worker inherits SIGINT
+# ignored (the controller handles Ctrl-C), and Python installs its handler only where SIGINT is not ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from toolsearch import SessionManager, Tool, ToolIndex, arun, run
 from toolsearch.providers import ScriptedModel, call, reply
 

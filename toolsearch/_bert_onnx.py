@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._cache_dir import default_cache_dir
+
 if TYPE_CHECKING:
     from ._bert import BertEncoder
 
@@ -353,7 +355,6 @@ def _kept_graph(encoder: BertEncoder, *, int8: bool) -> tuple[bytes, dict[str, n
     key = _graph_key(encoder, int8=int8)
     if key is None:
         return _graph(encoder, int8=int8)
-    from .embeddings import default_cache_dir
 
     path = default_cache_dir() / _GRAPH_FOLDER / f"{'int8' if int8 else 'fp32'}-{_digest(key.encode()).hex()}.graph"
     own = _encoder_arrays(encoder)
@@ -371,11 +372,11 @@ def _graph_key(encoder: BertEncoder, *, int8: bool) -> str | None:
     """Everything a graph is made from, as text; None for an encoder whose weights have no digest (not cached)."""
     if encoder.digest is None:
         return None
-    from . import _bert
-
     try:
-        # the code that builds the graph and runs the calibration pass: a change to either is a new graph
-        code = _digest(Path(__file__).read_bytes() + Path(_bert.__file__).read_bytes()).hex()
+        # the code that builds the graph and runs the calibration pass (`_bert`, beside this module; read, not
+        # imported: it imports this one): a change to either is a new graph
+        here = Path(__file__)
+        code = _digest(here.read_bytes() + here.with_name("_bert.py").read_bytes()).hex()
     except OSError:  # sources not on disk (a frozen application): nothing to tell one version from another by
         return None
     return json.dumps({

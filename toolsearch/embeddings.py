@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._cache_dir import default_cache_dir
 from ._errors import (
     BackendError,
     InvalidArgumentError,
@@ -1035,12 +1036,6 @@ def embed_request(embedder: Embedder, query: str, pieces: Sequence[str], clauses
 
 
 # --- on-disk cache ---------------------------------------------------------------------------
-
-
-def default_cache_dir() -> Path:
-    """`$TOOLSEARCH_CACHE_DIR`, else `~/.cache/toolsearch/embeddings`."""
-    env = os.environ.get("TOOLSEARCH_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "toolsearch" / "embeddings"
 
 
 def text_key(text: str) -> bytes:
