@@ -669,7 +669,7 @@ class ToolExecutor:
         # The tools the request carried that the model calls: a search of this turn evicts them last, and
         # their calls run even if it does (with max_discovered=1, its hit takes the one slot).
         loaded = turn.loaded_names().intersection(c.name for c in neutral if not self._is_search(c))
-        turn.spare(loaded)
+        turn.spare(turn.spared | loaded)  # and those the caller's handle spares (a plug-in gating one call at a time)
         for i, call in enumerate(neutral):
             if self._is_search(call):
                 results[i] = self._search(turn, call, iteration, deliveries, i)

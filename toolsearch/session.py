@@ -509,6 +509,7 @@ class Session:
         view._base = state
         view._names = self.name_map  # aliases learned in the view stay known to this handle
         view._namespaces = self._namespaces
+        view._spare = self._spare  # the tools a turn calls stay spared through the handle's snapshot too
         return view
 
     def within(self, names: Collection[str]) -> Session:
@@ -539,6 +540,11 @@ class Session:
         if isinstance(names, str):
             raise SessionError("spare takes a collection of tool names, not a single string")
         self._spare = frozenset(names)
+
+    @property
+    def spared(self) -> frozenset[str]:
+        """The tools `spare` named for this handle (none by default)."""
+        return self._spare
 
     def commit(self) -> None:
         """Write a view's changes in one atomic update (replayed on the newest state, so changes

@@ -501,3 +501,33 @@ def test_a_search_unloads_the_tools_its_turn_calls_last(server: FakeLLMServer) -
     _drive(agent, "invoke", "weather, mail and an invoice", "spared")
     assert server.requests[-1].tool_names[len(FIRST):] == ["get_weather", "create_invoice"]
     assert RAN == ["get_weather"]
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+def test_a_search_of_several_hits_unloads_its_weaker_hit_before_a_tool_its_turn_calls(
+    server: FakeLLMServer, how: str
+) -> None:
+    # Before: the turn's called tool was only marked used before the search, so two hits under max_discovered=2
+    # unloaded it (['send_email', 'create_invoice']), and its next call was refused as not loaded; the core keeps it.
+    agent = _capped_agent(server, max_discovered=2)
+    server.enqueue(
+        _find("weather forecast", "s1"),
+        Turn(tool_calls=[("tool_search", {"query": "send email message invoice", "max_results": 2}, "s2"),
+                         ("get_weather", ARGUMENTS["get_weather"], "c1")]),
+        Turn(tool_calls=[("get_weather", ARGUMENTS["get_weather"], "c2")]),
+        Turn(text="Done."),
+    )
+    _drive(agent, how, "weather, then mail and an invoice", f"several-{how}")
+    assert server.requests[2].tool_names[len(FIRST):] == ["get_weather", "send_email"]
+    assert RAN == ["get_weather", "get_weather"]  # the third turn's call ran: still loaded
+
+
+def test_an_agent_without_a_cap_keeps_the_state_it_kept(server: FakeLLMServer) -> None:
+    # Before: every agent's result and checkpoint gained `toolsearch_recent: []`, the capped agents' key, since
+    # LangGraph gives every declared list key an empty list.
+    server.enqueue(_find("weather forecast", "s1"), Turn(text="Done."))
+    result = _drive(_agent(server), "invoke", "weather", "no-cap")
+    assert set(result) == {"messages", "toolsearch_discovered"}, set(result)
+    server.enqueue(_find("weather forecast", "s1"), Turn(text="Done."))
+    capped = _drive(_capped_agent(server, max_discovered=2), "invoke", "weather", "cap")
+    assert capped["toolsearch_recent"] == ["get_weather"]

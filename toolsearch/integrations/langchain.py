@@ -108,6 +108,12 @@ class ToolSearchState(AgentState[Any]):
 
     toolsearch_discovered: NotRequired[Annotated[list[str], _merge_discovered]]
     toolsearch_withheld: NotRequired[list[str]]
+
+
+class _CappedState(ToolSearchState):
+    """The state of an agent whose middleware caps its tools: with the order of their use (a state key of its own,
+    so an agent without a cap gets none: LangGraph gives every declared list key an empty list)."""
+
     toolsearch_recent: NotRequired[Annotated[list[str], _merge_recent]]
 
 
@@ -227,6 +233,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             self.index, max_sessions=100_000, max_discovered=max_discovered, max_discovered_tokens=max_discovered_tokens
         )
         self._capped = max_discovered is not None or max_discovered_tokens is not None
+        if self._capped:
+            self.state_schema = _CappedState
         with scratch_session(self.sessions, self.pinned, (), self.allowed) as session:
             definition = self.metatool.definition(session)
         if self.augment is not None and self.augment.search:
@@ -380,14 +388,15 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         """The call's scratch session, with its model turn's searches run first unless it is a search itself.
 
         A call of a tool the model request carried is let through however those searches change what is
-        loaded (under a cap they may unload it), as the core executor lets it. Under a cap a search unloads
-        the tools its turn calls after the others loaded before it: they are marked used first (the core
-        executor spares them on its own snapshot of the session, which the gate's executor takes afresh)."""
+        loaded (under a cap they may unload it), as the core executor lets it. Under a cap a search never
+        unloads a loaded tool its turn calls: they are spared (`Session.spare`), as the core executor spares
+        them, and the search's weaker hits go first."""
         with self._scratch(request) as session:
             name = request.tool_call["name"]
             if name == self.search_tool.name:
                 if self._capped:
-                    session.touch([c.get("name") for c in _turn_calls(request) if c.get("name") in self._by_name])
+                    called = {c.get("name") for c in _turn_calls(request)}
+                    session.spare(session.loaded_names().intersection(n for n in called if n in self._by_name))
             elif not session.is_visible(name):
                 self._settle_searches(session, request)
             yield session
