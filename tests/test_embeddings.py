@@ -595,3 +595,27 @@ def test_an_embedder_object_a_caller_passes_is_checked_as_a_plugins_is(given: ob
     with pytest.raises(BackendError) as caught:
         emb.resolve_embedder(embedder=given)  # type: ignore[arg-type]
     assert f"it lacks {lacks} (an embedder has a string `model_id`" in str(caught.value), str(caught.value)
+
+
+class _Logged:
+    """A wrapper that hands every other attribute on to the embedder it wraps, as logging and caching wrappers do."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._inner.embed(texts)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_wrapper_that_hands_on_its_embedders_dimension_is_an_embedder() -> None:
+    # Before (d4eb415): refused as lacking a `dimension`, which it gives through __getattr__.
+    from toolsearch.embeddings import CallableEmbedder
+
+    inner = CallableEmbedder(lambda texts: np.ones((len(texts), 8), dtype=np.float32), model_id="mine-8", dimension=8)
+    wrapped = _Logged(inner)
+    assert emb.resolve_embedder(embedder=wrapped) is wrapped  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="it lacks a `dimension`"):
+        emb.resolve_embedder(embedder=_Logged(_NoDimension()))  # type: ignore[arg-type]

@@ -941,8 +941,10 @@ def _embedder_lacks(obj: object) -> str:
         what
         for what, ok in (
             ("a string `model_id`", isinstance(getattr(obj, "model_id", None), str)),
-            # looked up statically: a built-in's `dimension` may load its model, which only embedding needs
-            ("a `dimension`", inspect.getattr_static(obj, "dimension", _ABSENT) is not _ABSENT),
+            # looked up statically: a built-in's `dimension` may load its model, which only embedding needs; a
+            # wrapper that hands attributes on through `__getattr__` (logging, caching) is asked
+            ("a `dimension`", inspect.getattr_static(obj, "dimension", _ABSENT) is not _ABSENT
+             or (inspect.getattr_static(obj, "__getattr__", None) is not None and hasattr(obj, "dimension"))),
             ("an `embed(texts)` method", callable(getattr(obj, "embed", None))),
         )
         if not ok
