@@ -106,9 +106,9 @@ def test_lock_wait_bounds_build_and_rm_behind_a_silent_holder(pg_server: Postgre
         # a holder that never beats: a builder stopped mid-build (SIGSTOP) looks so to a waiter
         holder.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_SPACE, _advisory_lock(None, "held").key))  # type: ignore[arg-type]
         for command in (["build", "tools.json", "--store", dsn, "--name", "held"], ["rm", "held", "--store", dsn]):
-            run = _cli(tmp_path, *command, "--lock-wait", "1.5")
+            run = _cli(tmp_path, *command, "--lock-wait", "3")
             said = run.stderr
-            assert run.returncode == 1 and "no sign of life on it for 1.5 s (lock_wait" in said, (command, said)
+            assert run.returncode == 1 and "no sign of life on it for 3 s (lock_wait" in said, (command, said)
             assert "silent holder of the test" in said and "--lock-wait SECONDS" in said and PASSWORD not in said
     assert _cli(tmp_path, "rm", "held", "--store", dsn, "--lock-wait", "30").returncode == 0  # the lock went with it
     for wrong, why in ((["--store", dsn, "--lock-wait", "0"], "positive number of seconds"),

@@ -20,7 +20,7 @@ import numpy as np
 import psycopg
 import pytest
 from mcp_servers import wait_until
-from pg_server import PostgresServer, pg_server, word_embedder  # noqa: F401  (a fixture)
+from pg_server import PostgresServer, own_pg_server, pg_server, word_embedder  # noqa: F401  (fixtures)
 
 from toolsearch import Tool, ToolIndex
 from toolsearch._errors import CatalogStoreError, IndexNotFoundError
@@ -254,7 +254,7 @@ def test_a_build_gives_up_on_a_stopped_builder_after_lock_wait_naming_it(
         assert builder.stdout is not None and builder.stdout.readline().strip() == "embedding"
         os.kill(builder.pid, signal.SIGSTOP)  # its beat stops with it; its connection, and the lock, stay
         waiter, outcome = _build_in_thread(pg_server.dsn(), "stopped", TOOLS[:1], "stopped-32", timeout=0.3,
-                                           lock_wait=1.5)
+                                           lock_wait=3.0)  # the shortest silence taken for a stop: six beats
         waiter.join(30)
         assert outcome, "the build still waits for the build lock of a builder that is stopped"
     finally:
@@ -264,7 +264,7 @@ def test_a_build_gives_up_on_a_stopped_builder_after_lock_wait_naming_it(
     assert isinstance(error, CatalogStoreError) and error.outage is False, error
     said = str(error)
     assert f"toolsearch build lock ({socket.gethostname()}, pid {builder.pid})" in said, said
-    assert "no sign of life" in said and "lock_wait" in said and "1.5 s" in said and "pg_terminate_backend(" in said
+    assert "no sign of life" in said and "lock_wait" in said and "3 s" in said and "pg_terminate_backend(" in said
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("for another process's build or sync of it to end" in m for m in warned), warned  # the word stays
     assert wait_until(lambda: _try_open(pg_server.dsn(), "stopped") is not None, timeout=30)  # the lock went with it
@@ -445,3 +445,44 @@ def test_a_private_catalog_goes_with_its_backend_unless_saved(pg_server: Postgre
     saved.backend.close()  # type: ignore[attr-defined]
     kept = [row for row in _private_catalogs(dsn) if row not in before]
     assert len(kept) == 1 and kept[0][1] is True  # the saved one stays, frozen, for the index that names it
+
+
+def test_a_busy_builder_another_role_cannot_see_is_waited_for(own_pg_server: PostgresServer,  # noqa: F811
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    # Before: a waiter whose role may not see the holder's session state (no pg_read_all_stats: a CI role and a
+    # gateway role) took the unseen beat for silence and gave up on a busy build after lock_wait, telling the
+    # operator to stop it.
+    caplog.set_level(logging.INFO, logger="toolsearch.pg")
+    superuser = own_pg_server.dsn()
+    model = "unseen-32"
+    with psycopg.connect(superuser, autocommit=True) as conn:
+        for role in ("builder", "waiter"):
+            conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw' IN ROLE pg_read_all_data, pg_write_all_data")
+        conn.execute("GRANT ALL ON SCHEMA public TO builder, waiter")
+    _open(superuser, "unseen", TOOLS[:1], embedder=word_embedder(model_id=model)).close()  # its tables, made once
+    with psycopg.connect(superuser, autocommit=True) as conn:
+        conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO builder, waiter; "
+                     "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO builder, waiter")
+
+    def as_role(role: str) -> str:
+        return f"postgresql://{role}:pw@127.0.0.1:{own_pg_server.port}/postgres"
+
+    wanted = [TOOLS[0], Tool("unseen_report_make", "Make the report only the unseen-builder test adds.")]
+    gate, embedding = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: _open(as_role("builder"), "unseen", wanted, embedder=word_embedder(
+        model_id=model, gate=gate, entered=embedding)).close())
+    holder.start()
+    try:
+        assert embedding.wait(30)
+        waiter, outcome = _build_in_thread(as_role("waiter"), "unseen", wanted, model, timeout=0.3, lock_wait=3.0)
+        waiter.join(8)  # past lock_wait: it cannot tell a busy holder from a stopped one, so it waits on
+        assert not outcome, f"a waiter gave up on a busy builder it cannot see: {outcome}"
+    finally:
+        gate.set()
+        holder.join(30)
+    waiter.join(30)
+    [index] = outcome
+    assert isinstance(index, PostgresIndex) and sorted(index.catalog.names) == sorted(t.name for t in wanted)
+    index.close()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "this role cannot see whether that session is alive" in said and "pg_read_all_stats" in said, said

@@ -315,6 +315,7 @@ def _write_until_settled(backend: PostgresBackend, wanted: Catalog, keep: frozen
 # Seconds between a build lock holder's beats: fixed, not taken from its own lock_wait, as each waiter judges silence
 # by its own; short, so that a lock_wait of a few seconds still tells (two trivial statements a second, during a build)
 _BEAT_EVERY = 0.5
+_SILENCE_AT_LEAST = 6 * _BEAT_EVERY  # the shortest silence a waiter takes for a stop, whatever its lock_wait
 
 
 class _advisory_lock:
@@ -365,26 +366,33 @@ class _advisory_lock:
         """Take the lock, waiting while another process holds it (a build of many tools takes minutes), saying in the
         log whom it waits for (see `wait_turn`). A holder whose lock connection has not beaten for `lock_wait`
         seconds (`turn_bound`) is stopped, not busy (see the class docstring): this one gives up on it."""
-        bound = self.connector.settings.turn_bound
+        bound = max(self.connector.settings.turn_bound, _SILENCE_AT_LEAST)
 
         def take() -> bool:
             return bool(self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0])
 
         def say(waited: float, holder: Holder | None) -> None:
+            unseen = holder is not None and holder.state is None
             logger.warning(
                 "catalog %r in %s: waited %.0f s for another process's build or sync of it to end (held by %s); "
                 "this one goes on when that ends or its connection closes, and gives up on a holder silent for %g s "
-                "(lock_wait). "
-                "If it is stuck, stop that process (or end its session: SELECT pg_terminate_backend(%s))",
+                "(lock_wait)%s. If it is stuck, stop that process (or end its session: "
+                "SELECT pg_terminate_backend(%s))",
                 self.catalog, self.connector.shown, waited, held_by(holder), bound,
+                "; this role cannot see whether that session is alive, so it waits on however long: grant it "
+                "pg_read_all_stats (or pg_monitor) for a stopped holder to be given up on" if unseen else "",
                 "PID" if holder is None else holder.pid,
             )
 
+        # a silence is judged by this one's lock_wait, but never below a few beats (a tiny lock_wait would take the
+        # gap between two beats of a busy holder for a stop); a holder whose state is not visible (another role,
+        # without pg_read_all_stats) is waited for as before the beat, and one not found has just let go
         wait_turn(take, lambda: advisory_lock_holder(self.conn, _LOCK_SPACE, self.key), say, patience=patience,
-                  bound=bound, stalled=self._stalled, quiet=Holder.quiet_for)
+                  bound=bound, stalled=self._stalled, quiet=Holder.quiet_for,
+                  unseen_counts=False)
 
     def _stalled(self, holder: Holder | None, waited: float) -> CatalogStoreError:
-        bound = self.connector.settings.turn_bound
+        bound = max(self.connector.settings.turn_bound, _SILENCE_AT_LEAST)
         error = CatalogStoreError(
             f"catalog {self.catalog!r} in {self.connector.shown}: another process holds the catalog's build lock "
             f"and has shown no sign of life on it for {bound:g} s (lock_wait; held by {held_by(holder)}): it is "

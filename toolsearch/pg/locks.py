@@ -121,14 +121,17 @@ def wait_turn(
     bound: float | None = None,
     stalled: Callable[[Holder | None, float], BaseException] | None = None,
     quiet: Callable[[Holder], float | None] = Holder.idle_for,
+    unseen_counts: bool = True,
 ) -> None:
     """Call `take` until it says the wait is over (True), pausing 0.05 s and then twice as long each time, up to 0.5 s.
 
     Another's lock is held for as long as its work takes (minutes, for a build of many tools): that is its turn, not
     a failure. After `patience` seconds `say(waited, holder)` logs whom this one waits for, and again every minute,
     so that a stuck holder is found. With `bound` and `stalled`, a holder `quiet` for `bound` seconds (by default
-    idle in its transaction: running no statement; one whose state is not visible, as a session this role may not
-    see: this one has waited that long) is given up on: `stalled(holder, waited)` is raised."""
+    idle in its transaction: running no statement) is given up on: `stalled(holder, waited)` is raised. One whose
+    state is not visible (a session this role may not see, or none found) counts as quiet for as long as this one has
+    waited, unless `unseen_counts` is False: then only a holder seen to be quiet is given up on, and one not found
+    (it may have just let go) is tried again."""
     started = time.monotonic()
     word_at, pause = started + patience, 0.05
     while not take():
@@ -140,6 +143,8 @@ def wait_turn(
             if past_bound:
                 assert bound is not None and stalled is not None
                 idle = None if holder is None else quiet(holder)
+                if idle is None and not unseen_counts:
+                    idle = 0.0  # cannot tell: wait on, as for a busy holder
                 if (waited if idle is None else idle) >= bound:
                     raise stalled(holder, waited)
             if now >= word_at:
