@@ -46,6 +46,7 @@ said (a warning) and built again; a folder that cannot be written is said and th
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import importlib
@@ -57,6 +58,7 @@ import logging
 import os
 import platform
 import threading
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -421,7 +423,7 @@ def _read_graph(path: Path, key: str, own: dict[str, np.ndarray]) -> tuple[bytes
     """
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no graph kept (a file where a folder would be: said on write)
         return None
     except OSError as exc:
         problem = f"it cannot be read ({exc})"
@@ -482,8 +484,13 @@ def _write_graph(path: Path, key: str, model: bytes, names: list[str], made: dic
                 tmp.unlink()
             raise
     except OSError as exc:
-        _log.warning("the query graph is not kept in %s (%s): each process builds it again on its first query "
-                     "(about 1 s of CPU); set TOOLSEARCH_CACHE_DIR to a folder it can write", path.parent, exc)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            # a cache made read-only on purpose (one built ahead, served by another user): no fault, a cost
+            _log.info("the query graph is not kept in %s, which this process may not write (%s): each process builds "
+                      "it on its first query (about 1 s of CPU) until one that may write there does", path.parent, exc)
+        else:
+            _log.warning("the query graph is not kept in %s (%s): each process builds it again on its first query "
+                         "(about 1 s of CPU)", path.parent, exc)
         return
     _log.info("query graph built and kept in %s", path)
     _prune(path.parent, path.name.split("-", 1)[0])
@@ -491,7 +498,8 @@ def _write_graph(path: Path, key: str, model: bytes, names: list[str], made: dic
 
 def _prune(folder: Path, precision: str) -> None:
     """Remove all but the `_GRAPHS_KEPT` most recently written graph files of a precision (a process still reading
-    one has it whole: it is read in one go)."""
+    one has it whole: it is read in one go), and temporary files a process killed while writing left behind (those
+    older than `_TMP_ABANDONED` seconds: a write takes well under one)."""
     found = []
     for path in folder.glob(f"{precision}-*.graph"):
         with contextlib.suppress(OSError):
@@ -499,3 +507,11 @@ def _prune(folder: Path, precision: str) -> None:
     for _, stale in sorted(found, reverse=True)[_GRAPHS_KEPT:]:
         with contextlib.suppress(OSError):
             stale.unlink()
+    now = time.time()
+    for tmp in folder.glob(f".{precision}-*.graph.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > _TMP_ABANDONED:
+                tmp.unlink()
+
+
+_TMP_ABANDONED = 3600.0
