@@ -205,15 +205,21 @@ def test_a_busy_builder_is_waited_for_past_lock_wait(pg_server: PostgresServer) 
     # machine), as one given up on a hung builder.
     model = "busy-32"  # embeddings of its own: the holder's new tool is embedded, never found stored
     _open(pg_server.dsn(), "busy-build", TOOLS[:1], embedder=word_embedder(model_id=model)).close()
-    wanted = [TOOLS[0], Tool("busy_report_make", "Make the report only the busy-builder test adds.")]
+    _waiter_outlasts_a_busy_build(pg_server.dsn(), pg_server.dsn(), "busy-build", model)
+
+
+def _waiter_outlasts_a_busy_build(holder_dsn: str, waiter_dsn: str, name: str, model: str) -> None:
+    """A build of `name` holds the build lock while its embedding waits on a gate (busy, beating); another, with
+    lock_wait 3 s (the shortest taken), waits twice that long without giving up, and builds once the gate opens."""
+    wanted = [TOOLS[0], Tool(f"{model.split('-')[0]}_report_make", "Make the report only this test adds.")]
     gate, embedding = threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: _open(pg_server.dsn(), "busy-build", wanted, embedder=word_embedder(
+    holder = threading.Thread(target=lambda: _open(holder_dsn, name, wanted, embedder=word_embedder(
         model_id=model, gate=gate, entered=embedding)).close())
     holder.start()
     try:
         assert embedding.wait(30)  # it holds the build lock while its embedding waits on the gate
-        waiter, outcome = _build_in_thread(pg_server.dsn(), "busy-build", wanted, model, timeout=0.3, lock_wait=2.0)
-        waiter.join(6)  # three times lock_wait
+        waiter, outcome = _build_in_thread(waiter_dsn, name, wanted, model, timeout=0.3, lock_wait=3.0)
+        waiter.join(6)  # twice lock_wait
         assert not outcome, f"a waiter gave up on a builder that is busy, not hung: {outcome}"
     finally:
         gate.set()
@@ -467,22 +473,6 @@ def test_a_busy_builder_another_role_cannot_see_is_waited_for(own_pg_server: Pos
     def as_role(role: str) -> str:
         return f"postgresql://{role}:pw@127.0.0.1:{own_pg_server.port}/postgres"
 
-    wanted = [TOOLS[0], Tool("unseen_report_make", "Make the report only the unseen-builder test adds.")]
-    gate, embedding = threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: _open(as_role("builder"), "unseen", wanted, embedder=word_embedder(
-        model_id=model, gate=gate, entered=embedding)).close())
-    holder.start()
-    try:
-        assert embedding.wait(30)
-        waiter, outcome = _build_in_thread(as_role("waiter"), "unseen", wanted, model, timeout=0.3, lock_wait=3.0)
-        waiter.join(8)  # past lock_wait: it cannot tell a busy holder from a stopped one, so it waits on
-        assert not outcome, f"a waiter gave up on a busy builder it cannot see: {outcome}"
-    finally:
-        gate.set()
-        holder.join(30)
-    waiter.join(30)
-    [index] = outcome
-    assert isinstance(index, PostgresIndex) and sorted(index.catalog.names) == sorted(t.name for t in wanted)
-    index.close()
+    _waiter_outlasts_a_busy_build(as_role("builder"), as_role("waiter"), "unseen", model)
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "this role cannot see whether that session is alive" in said and "pg_read_all_stats" in said, said
