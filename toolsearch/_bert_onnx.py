@@ -375,10 +375,11 @@ def _graph_key(encoder: BertEncoder, *, int8: bool) -> str | None:
     if encoder.digest is None:
         return None
     try:
-        # the code that builds the graph and runs the calibration pass (`_bert`, beside this module; read, not
-        # imported: it imports this one): a change to either is a new graph
+        # the code that builds the graph, runs the calibration pass and reads the weights (`_bert` and `model_file`,
+        # beside this module; read, not imported: `_bert` imports this one): a change to any is a new graph
         here = Path(__file__)
-        code = _digest(here.read_bytes() + here.with_name("_bert.py").read_bytes()).hex()
+        code = _digest(b"".join(here.with_name(name).read_bytes()
+                                for name in (here.name, "_bert.py", "model_file.py"))).hex()
     except OSError:  # sources not on disk (a frozen application): nothing to tell one version from another by
         return None
     return json.dumps({
@@ -387,7 +388,9 @@ def _graph_key(encoder: BertEncoder, *, int8: bool) -> str | None:
         # from config.json, which the model's digest does not cover
         "shape": [encoder.hidden, encoder.heads, len(encoder.layers), encoder.max_length, encoder.eps],
         "smoothing": SMOOTHING,
-        "calibration": _CALIBRATION,
+        # the calibration pass's input as the tokenizer gives it: a `tokenizers` release that splits a text
+        # otherwise moves the peaks, and with them the int8 weights
+        "calibration": encoder.token_ids(list(_CALIBRATION)),
         "code": code,
         "arithmetic": _arithmetic(),
     }, sort_keys=True)
