@@ -215,11 +215,11 @@ def _queries() -> QueryMode:
     return "hash"
 
 
-def _private(text: str, text_key: str, hash_key: str) -> dict[str, str]:
+def _private(text: str, text_key: str, hash_key: str, mode: QueryMode | None = None) -> dict[str, str]:
     """The attribute that shows text that may quote the user (a query, a name the model made up, an augmented
-    value), under the query setting: `text_key` with the text with "text", `hash_key` with its `digest` with
-    "hash", none with "none"."""
-    mode = _queries()
+    value), under the query setting (`mode`, read here when not given): `text_key` with the text with "text",
+    `hash_key` with its `digest` with "hash", none with "none"."""
+    mode = _queries() if mode is None else mode
     if mode == "text":
         return {text_key: text}
     return {hash_key: digest(text)} if mode == "hash" else {}
@@ -483,8 +483,10 @@ def _shown_tool(name: str, known: Callable[[str], bool]) -> tuple[str, dict[str,
     (`toolsearch.tool.name.sha256`) with "hash"."""
     if known(name):
         return name, {}
-    shown = _private(name, "gen_ai.tool.name", "toolsearch.tool.name.sha256")
-    return shown.pop("gen_ai.tool.name", UNKNOWN_TOOL), shown
+    mode = _queries()
+    if mode == "text":
+        return name, {}
+    return UNKNOWN_TOOL, _private(name, "gen_ai.tool.name", "toolsearch.tool.name.sha256", mode)
 
 
 def _tool_span(
@@ -534,10 +536,11 @@ def augmented(name: str, values: Mapping[str, Any], call_id: str) -> None:
         "gen_ai.tool.call.id": call_id,
         "toolsearch.augment.fields": sorted(values),
     }
+    mode = _queries()  # read once for every field
     for field_name, value in values.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
         key = f"toolsearch.augment.{field_name}"
-        attributes.update(_private(text, key, f"{key}.sha256"))
+        attributes.update(_private(text, key, f"{key}.sha256", mode))
     tracer.start_span(f"augment {name}", attributes=attributes).end()
 
 
