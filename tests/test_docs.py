@@ -446,7 +446,10 @@ def test_ci_sets_up_everything_then_runs_every_check() -> None:
     assert "--fail-on-skip" in pytest_command
     # spread over pytest-xdist workers: tests/conftest.py hands the workers' reads beside the clone to the controller
     assert "-n" in pytest_command and "$PYTEST_WORKERS" in pytest_command
-    assert re.search(r"^PYTEST_WORKERS=\$\{PYTEST_WORKERS:-[^}]+\}\)?\}?$", ci, re.M), "PYTEST_WORKERS sets the count"
+    # twice as many workers as cores, at least four (docs/testing.md says why), unless PYTEST_WORKERS says
+    assert re.search(r"^CORES=\$\(nproc\b", ci, re.M), ".ci/run counts the cores"
+    default = re.escape("PYTEST_WORKERS=${PYTEST_WORKERS:-$(( CORES * 2 > 4 ? CORES * 2 : 4 ))}")
+    assert re.search(rf"^{default}$", ci, re.M), "PYTEST_WORKERS sets the count; by default twice the cores, at least 4"
     assert re.search(r"-eq 5", ci), ".ci/run must treat pytest's exit 5 (no tests) as a failure"
 
 
