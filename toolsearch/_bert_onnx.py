@@ -147,7 +147,9 @@ class OnnxRunner:
 _MASKED = -1e9
 
 
-def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str, np.ndarray]]:
+def _graph(
+    encoder: BertEncoder, *, int8: bool = False, own: dict[str, np.ndarray] | None = None
+) -> tuple[bytes, dict[str, np.ndarray]]:
     """The encoder's forward pass as an ONNX graph over (tokens, hidden) rows, and its weights by name.
 
     Its inputs hold several texts packed side by side: `ids` and `positions` per token, `mask` (tokens,
@@ -166,7 +168,7 @@ def _graph(encoder: BertEncoder, *, int8: bool = False) -> tuple[bytes, dict[str
     small: list[Any] = []
     nodes: list[Any] = []
 
-    own = _encoder_arrays(encoder)
+    own = _encoder_arrays(encoder) if own is None else own  # the encoder's arrays by name (its caller may have them)
 
     def weight(name: str, array: np.ndarray | None = None) -> str:
         """The encoder's array of that name (None), else one made here, under a name the encoder's arrays do not have
@@ -363,7 +365,7 @@ def _kept_graph(encoder: BertEncoder, *, int8: bool) -> tuple[bytes, dict[str, n
     kept = _read_graph(path, key, own)
     if kept is not None:
         return kept
-    model, weights = _graph(encoder, int8=int8)
+    model, weights = _graph(encoder, int8=int8, own=own)
     # only what the build made: the encoder's own arrays are in memory already, and are the larger part (the vocabulary)
     made = {name: array for name, array in weights.items() if name not in own}
     _write_graph(path, key, model, list(weights), made)
