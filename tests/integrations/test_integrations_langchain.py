@@ -439,28 +439,6 @@ def test_max_discovered_unloads_the_least_recently_used_tool(server: FakeLLMServ
     server.assert_consumed()
 
 
-def test_a_session_of_the_same_caps_unloads_the_same_tools() -> None:
-    # the middleware's rule is the session's: the same steps on a SessionManager leave the same tools loaded
-    from toolsearch import SessionManager, handle_tool_calls
-    from toolsearch.integrations.langchain import tool_from_langchain
-    from toolsearch.providers import ToolCall
-
-    sessions = SessionManager(ToolIndex.build([tool_from_langchain(t) for t in CATALOG], backend="bm25"),
-                              max_discovered=2)
-    functions = {t.name: t.func for t in CATALOG}
-    weather, email = (ToolCall(f"s{i}", "tool_search", {"query": q, "max_results": 1})
-                      for i, q in enumerate(("weather forecast", "send email message")))
-    invoice = ToolCall("s3", "tool_search", {"query": "create invoice", "max_results": 1})
-    call = ToolCall("c1", "get_weather", ARGUMENTS["get_weather"])
-    # the steps of the middleware tests here: a call between searches, and a call in a searching turn
-    for name, turns in (("least-recent", [[weather], [email], [call], [invoice]]),
-                        ("spared", [[weather], [email], [invoice, call]])):
-        session = sessions.create(name, pinned=["get_time"])
-        for turn in turns:
-            handle_tool_calls(session, turn, functions=functions)
-        assert sorted(session.discovered) == ["create_invoice", "get_weather"]
-
-
 def test_a_call_in_a_searching_turn_runs_though_the_search_takes_the_one_slot(server: FakeLLMServer) -> None:
     agent = _capped_agent(server, max_discovered=1)
     server.enqueue(

@@ -122,24 +122,25 @@ def tool_from_langchain(tool: BaseTool) -> Tool:
     return Tool.from_openai(convert_to_openai_tool(tool))
 
 
+def _state_value(state: Any, key: str) -> Any:
+    """A key of the agent state, which LangGraph hands over as a mapping or as an object."""
+    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
+
+
 def _discovered_in(state: Any) -> list[str]:
-    value = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
-    return list(value or ())
+    return list(_state_value(state, STATE_KEY) or ())
 
 
 def _withheld_in(state: Any) -> frozenset[str]:
-    value = state.get(WITHHELD_KEY) if isinstance(state, Mapping) else getattr(state, WITHHELD_KEY, None)
-    return frozenset(value or ())
+    return frozenset(_state_value(state, WITHHELD_KEY) or ())
 
 
 def _recent_in(state: Any) -> list[str]:
-    value = state.get(RECENT_KEY) if isinstance(state, Mapping) else getattr(state, RECENT_KEY, None)
-    return list(value or ())
+    return list(_state_value(state, RECENT_KEY) or ())
 
 
 def _messages_in(state: Any) -> list[Any]:
-    value = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
-    return list(value or ())
+    return list(_state_value(state, "messages") or ())
 
 
 def _turn_calls(request: Any) -> list[Any]:
