@@ -388,8 +388,8 @@ def _store_dsn(dsn: object) -> str:
 def store_connector(dsn: str | None, *, timeout: float | None = None, lock_wait: float | None = None) -> Connector:
     """This process's connector to the store at `dsn` (default: $TOOLSEARCH_STORE), for work that embeds nothing
     (removing a catalog): no embedding model is loaded."""
-    given = {"timeout": timeout, "lock_wait": lock_wait}
-    settings = StoreSettings(**{k: v for k, v in given.items() if v is not None})  # type: ignore[arg-type]
+    settings = (StoreSettings(lock_wait=lock_wait) if timeout is None
+                else StoreSettings(timeout=timeout, lock_wait=lock_wait))
     return Connector.shared(_store_dsn(dsn or default_dsn()), settings)
 
 

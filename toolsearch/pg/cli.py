@@ -92,7 +92,8 @@ def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[st
     name = args.name or DEFAULT_NAME
     rebuild = bool(getattr(args, "rebuild", False))
     with console.progress(f"indexing {len(catalog)} tools into {where(args, name)}") as progress:
-        index = PostgresIndex.open(args.store, name, catalog, poll=None, rebuild=rebuild, **_waits(args), **options)
+        index = PostgresIndex.open(args.store, name, catalog, poll=None, rebuild=rebuild,
+                                   lock_wait=args.lock_wait, **options)
     reused = not index.wrote
     if args.json:
         console.json({"name": name, "store": display_dsn(args.store), "backend": index.backend_name,
@@ -103,11 +104,6 @@ def build(args: argparse.Namespace, console: Any, catalog: Any, options: dict[st
         console.print(f"{verb} index {name!r}: {len(index)} tools, {index.backend_name} backend, "
                       f"{progress.elapsed:.1f}s -> {display_dsn(args.store)}")
     return 0
-
-
-def _waits(args: argparse.Namespace) -> dict[str, Any]:
-    """`lock_wait` for the store's settings, when --lock-wait was given."""
-    return {} if args.lock_wait is None else {"lock_wait": args.lock_wait}
 
 
 def open_catalog(args: argparse.Namespace) -> Any:
@@ -124,7 +120,7 @@ def remove(args: argparse.Namespace, console: Any) -> int:
     from .index import remove_catalog
 
     name = args.index
-    remove_catalog(args.store, name, **_waits(args))
+    remove_catalog(args.store, name, lock_wait=args.lock_wait)
     if args.json:
         console.json({"removed": name, "store": display_dsn(args.store)})
     else:

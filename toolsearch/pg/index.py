@@ -388,11 +388,10 @@ class _advisory_lock:
         # gap between two beats of a busy holder for a stop); a holder whose state is not visible (another role,
         # without pg_read_all_stats) is waited for as before the beat, and one not found has just let go
         wait_turn(take, lambda: advisory_lock_holder(self.conn, _LOCK_SPACE, self.key), say, patience=patience,
-                  bound=bound, stalled=self._stalled, quiet=Holder.quiet_for,
-                  unseen_counts=False)
+                  bound=bound, stalled=lambda holder, waited: self._stalled(holder, waited, bound),
+                  quiet=Holder.quiet_for, unseen_counts=False)
 
-    def _stalled(self, holder: Holder | None, waited: float) -> CatalogStoreError:
-        bound = max(self.connector.settings.turn_bound, _SILENCE_AT_LEAST)
+    def _stalled(self, holder: Holder | None, waited: float, bound: float) -> CatalogStoreError:
         error = CatalogStoreError(
             f"catalog {self.catalog!r} in {self.connector.shown}: another process holds the catalog's build lock "
             f"and has shown no sign of life on it for {bound:g} s (lock_wait; held by {held_by(holder)}): it is "

@@ -118,8 +118,8 @@ def wait_turn(
     say: Callable[[float, Holder | None], None],
     *,
     patience: float,
-    bound: float | None = None,
-    stalled: Callable[[Holder | None, float], BaseException] | None = None,
+    bound: float,
+    stalled: Callable[[Holder | None, float], BaseException],
     quiet: Callable[[Holder], float | None] = Holder.idle_for,
     unseen_counts: bool = True,
 ) -> None:
@@ -127,7 +127,7 @@ def wait_turn(
 
     Another's lock is held for as long as its work takes (minutes, for a build of many tools): that is its turn, not
     a failure. After `patience` seconds `say(waited, holder)` logs whom this one waits for, and again every minute,
-    so that a stuck holder is found. With `bound` and `stalled`, a holder `quiet` for `bound` seconds (by default
+    so that a stuck holder is found. A holder `quiet` for `bound` seconds (by default
     idle in its transaction: running no statement) is given up on: `stalled(holder, waited)` is raised. One whose
     state is not visible (a session this role may not see, or none found) counts as quiet for as long as this one has
     waited, unless `unseen_counts` is False: then only a holder seen to be quiet is given up on, and one not found
@@ -137,11 +137,10 @@ def wait_turn(
     while not take():
         now = time.monotonic()
         waited = now - started
-        past_bound = bound is not None and stalled is not None and waited >= bound
+        past_bound = waited >= bound
         if now >= word_at or past_bound:
             holder = find_holder()
             if past_bound:
-                assert bound is not None and stalled is not None
                 idle = None if holder is None else quiet(holder)
                 if idle is None and not unseen_counts:
                     idle = 0.0  # cannot tell: wait on, as for a busy holder
