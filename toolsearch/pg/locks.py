@@ -38,18 +38,18 @@ class Holder:
 
     def idle_for(self) -> float | None:
         """Seconds it has sat in its transaction without running a statement; None when that is not visible."""
-        if self.running():
-            return 0.0
-        if self.state is not None and self.state.startswith("idle in transaction"):
-            return self.for_seconds
-        return None
+        return self._silent_for("idle in transaction")
 
     def quiet_for(self) -> float | None:
         """Seconds since it last ran a statement, in a transaction or out of one: what tells a build lock's holder,
         whose lock connection beats while it works (`_advisory_lock`), from a stopped one; None when not visible."""
+        return self._silent_for("idle")
+
+    def _silent_for(self, states: str) -> float | None:
+        """0 while it runs a statement; the seconds it has been in a state starting `states`; else None."""
         if self.running():
             return 0.0
-        if self.state is not None and self.state.startswith("idle"):
+        if self.state is not None and self.state.startswith(states):
             return self.for_seconds
         return None
 
