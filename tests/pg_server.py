@@ -226,3 +226,14 @@ def word_embedder(dimension: int = 32, model_id: str = "counting-32", *, calls: 
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
     return CallableEmbedder(embed, model_id=model_id, dimension=dimension)
+
+
+def stored_names(dsn: str, name: str, **options: Any) -> set[str]:
+    """The tool names of the catalog `name` as a process that opens it now reads it (another worker's view)."""
+    from toolsearch.pg import PostgresIndex
+
+    index = PostgresIndex.open(dsn, name, poll=None, embedder=word_embedder(), cache=False, **options)
+    try:
+        return set(index.catalog.names)
+    finally:
+        index.close()

@@ -10,29 +10,19 @@ import anyio
 import anyio.to_thread
 import pytest
 from mcp_servers import toy, wait_until
-from pg_server import PostgresServer, own_pg_server, word_embedder  # noqa: F401  (a fixture)
+from pg_server import PostgresServer, own_pg_server, stored_names, word_embedder  # noqa: F401  (a fixture)
 
 from toolsearch.mcp import GatewaySettings, WorkerSettings
 from toolsearch.mcp.gateway import Gateway
 from toolsearch.mcp.source import MCPToolSource
 from toolsearch.mcp.startup import _store_index
-from toolsearch.pg import PostgresIndex
 
 pytestmark = pytest.mark.slow
 
 
-def _stored(dsn: str, name: str) -> set[str]:
-    """The catalog as a process that opens it now reads it (another worker's view)."""
-    index = PostgresIndex.open(dsn, name, poll=None, embedder=word_embedder(), cache=False, timeout=2.0)
-    try:
-        return set(index.catalog.names)
-    finally:
-        index.close()
-
-
 def _has(dsn: str, name: str, tool: str) -> bool:
     try:
-        return tool in _stored(dsn, name)
+        return tool in stored_names(dsn, name, timeout=2.0)
     except Exception:  # Postgres still coming up: not yet
         return False
 

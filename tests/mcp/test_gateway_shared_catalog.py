@@ -13,24 +13,15 @@ import anyio.to_thread
 import psycopg
 import pytest
 from mcp_servers import toy
-from pg_server import PostgresServer, pg_server, word_embedder  # noqa: F401  (a fixture)
+from pg_server import PostgresServer, pg_server, stored_names, word_embedder  # noqa: F401  (a fixture)
 
 from toolsearch import Tool
 from toolsearch.mcp import GatewaySettings, WorkerSettings
 from toolsearch.mcp.gateway import Gateway
 from toolsearch.mcp.source import MCPToolSource
 from toolsearch.mcp.startup import _store_index
-from toolsearch.pg import PostgresIndex
 
 pytestmark = pytest.mark.slow
-
-
-def _stored(dsn: str, name: str) -> set[str]:
-    index = PostgresIndex.open(dsn, name, poll=None, embedder=word_embedder(), cache=False)
-    try:
-        return set(index.catalog.names)
-    finally:
-        index.close()
 
 
 async def test_a_worker_keeps_the_shared_tools_of_a_server_it_could_not_start(
@@ -46,7 +37,7 @@ async def test_a_worker_keeps_the_shared_tools_of_a_server_it_could_not_start(
         async with MCPToolSource({"mcpServers": {"toy": toy(), "calc": toy()}}, errlog=quiet) as healthy:
             first = await anyio.to_thread.run_sync(_store_index, workers, healthy, settings)
             first.close()
-        everything = _stored(pg_server.dsn(), "unlisted")
+        everything = stored_names(pg_server.dsn(), "unlisted")
         assert any(name.startswith("toy__") for name in everything)
 
         servers = {"mcpServers": {"toy": toy(TOY_STARTUP="exit"), "calc": toy()}}
@@ -62,7 +53,7 @@ async def test_a_worker_keeps_the_shared_tools_of_a_server_it_could_not_start(
                 await anyio.to_thread.run_sync(index.upsert, [stray])
                 gateway = await anyio.to_thread.run_sync(lambda: Gateway(one_down, settings, index=index))
                 await gateway._apply_catalog(one_down)
-                assert _stored(pg_server.dsn(), "unlisted") == everything
+                assert stored_names(pg_server.dsn(), "unlisted") == everything
             finally:
                 index.close()
 
