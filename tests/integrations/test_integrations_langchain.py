@@ -11,6 +11,7 @@ import pytest
 from fakes import FakeLLMServer, Turn, toy_tools
 from fakes.toy_tools import RAN
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -509,3 +510,64 @@ def test_an_agent_without_a_cap_keeps_the_state_it_kept(server: FakeLLMServer) -
     server.enqueue(_find("weather forecast", "s1"), Turn(text="Done."))
     capped = _drive(_capped_agent(server, max_discovered=2), "invoke", "weather", "cap")
     assert capped["toolsearch_recent"] == ["get_weather"]
+
+
+class _CountedState(dict[str, Any]):
+    """The agent state a tool call's request carries, counting how often its messages are read."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__(state)
+        self.message_reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.message_reads += key == "messages"
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.message_reads += key == "messages"
+        return super().__getitem__(key)
+
+
+class _MessageReads(AgentMiddleware):  # type: ignore[type-arg]
+    """A middleware before ToolSearchMiddleware: it hands each tool call a state that counts its message reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[str, int] = {}
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        state = _CountedState(request.state)
+        outcome = handler(request.override(state=state))
+        self.reads[request.tool_call["id"]] = state.message_reads
+        return outcome
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        state = _CountedState(request.state)
+        outcome = await handler(request.override(state=state))
+        self.reads[request.tool_call["id"]] = state.message_reads
+        return outcome
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_capped_call_scans_its_turns_messages_once(server: FakeLLMServer, mode: str) -> None:
+    # Before: under a cap a search read the thread's messages twice (sparing its turn's calls, then its update),
+    # and so did a call its turn's search found (settling that search, then its answer): {2, 2, 2}.
+    reads = _MessageReads()
+    model = ChatOpenAI(
+        model="gpt-test", base_url=server.openai_base_url, api_key="test-key", max_retries=0,  # type: ignore[arg-type]
+        use_responses_api=False,
+    )
+    middleware = ToolSearchMiddleware(CATALOG, pinned=["get_time"], max_discovered=2)
+    agent = create_agent(model, middleware=[reads, middleware], checkpointer=InMemorySaver())
+    server.enqueue(
+        _find("weather forecast", "s1"),
+        Turn(tool_calls=[("tool_search", {"query": "send email message", "max_results": 1}, "s2"),
+                         ("send_email", ARGUMENTS["send_email"], "c1")]),
+        Turn(text="Done."),
+    )
+    state = _drive(agent, mode, "weather, then mail", f"scans-{mode}")
+    assert reads.reads == {"s1": 1, "s2": 1, "c1": 1}
+    # and the calls behave as they did: the searches load their tools and the call the second one found runs
+    assert server.requests[-1].tool_names[len(FIRST):] == ["get_weather", "send_email"]
+    assert RAN == ["send_email"] and state[STATE_KEY] == ["get_weather", "send_email"]
+    server.assert_consumed()

@@ -1,5 +1,13 @@
 """What every framework plug-in shares: scratch sessions seeded from framework state, the call gate, and the error
-for a framework that is missing or too old."""
+for a framework that is missing or too old.
+
+The oldest release of each framework a plug-in works with is written once, in `EXTRAS`, a copy of the `>=` pins of
+pyproject.toml's [project.optional-dependencies]; tests/integrations/test_integrations_extras.py fails when any of
+them differs from pyproject's. The pins are not read from toolsearch's installed metadata when an import fails
+because that metadata can be absent (a source tree on the path) or stale (an editable install keeps the pins of
+the day it was installed, until it is installed again), and reading its markers needs `packaging`, which the core
+does not require: a check that runs with the tests holds the copy to pyproject, and the error path reads no file.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InvalidToolError
+from .._errors import InvalidToolError, MissingDependencyError, Requirement, unusable_extra
 from ..executor import ExecutorConfig, ResultStatus, ToolExecutor, ToolResult
 from ..index import ToolIndex
 from ..metatool import ToolSearchMetaTool
@@ -20,6 +28,25 @@ from ..usage import usage_not_recorded
 if TYPE_CHECKING:
     from ..augment import Augmentation
     from ..usage import UsageRecorder
+
+# Each plug-in's extra: the top-level modules it imports from the frameworks, each with how a message names it, its
+# distribution (what pip installs) and the release the extra pins with `>=` in pyproject.toml (the test named in
+# the module's docstring holds these to it). The first is the framework itself.
+EXTRAS: dict[str, dict[str, Requirement]] = {
+    "langchain": {"langchain": ("LangChain", "langchain", "1.5"), "langgraph": ("LangGraph", "langgraph", "1.0")},
+    "pydantic-ai": {"pydantic_ai": ("Pydantic AI", "pydantic-ai-slim", "2.60")},
+    "openai-agents": {"agents": ("the OpenAI Agents SDK", "openai-agents", "0.24")},
+}
+
+
+def unusable_framework(exc: ImportError, extra: str) -> MissingDependencyError:
+    """The error for a plug-in whose framework failed to import (see `unusable_extra`), from its extra's `EXTRAS`
+    entry; a failed module the entry does not name (one the framework imports itself) is asked for as the
+    framework's pin brings it."""
+    packages = EXTRAS[extra]
+    label, _, minimum = next(iter(packages.values()))
+    return unusable_extra(exc, extra, packages, needs=f"{label} {minimum} or later")
+
 
 # The executor decides whether a call may run; the framework runs it (its own error handling,
 # interrupts and streaming stay intact), so the executor only ever "runs" this marker.

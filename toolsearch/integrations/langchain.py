@@ -34,6 +34,7 @@ An async `on_augment` is awaited under `ainvoke` / `astream`; `invoke` / `stream
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
@@ -51,15 +52,10 @@ try:
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess, without the extra or with an old one
-    from .._errors import unusable_extra
+    from ._gate import unusable_framework
 
     # ExtendedModelResponse came with LangChain 1.5: an older one is installed, not missing, and needs `pip -U`
-    raise unusable_extra(
-        exc,
-        "langchain",
-        {"langchain": ("LangChain", "langchain", "1.5"), "langgraph": ("LangGraph", "langgraph", "1.0")},
-        needs="LangChain 1.5 or later",
-    ) from exc
+    raise unusable_framework(exc, "langchain") from exc
 
 from .._errors import ArgumentTypeError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
@@ -153,6 +149,18 @@ def _turn_calls(request: Any) -> list[Any]:
         if any(c.get("id") == call_id for c in calls):
             return calls
     return []
+
+
+class _Turn:
+    """The model turn that made a request's call. Its tool calls are looked up in the thread's messages on first
+    use and kept: under a cap one call needs them twice (to settle or spare, then for its update or its answer)."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+
+    @functools.cached_property
+    def calls(self) -> list[Any]:
+        return _turn_calls(self._request)
 
 
 def _conversation(request: Any) -> str:
@@ -332,7 +340,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         order = [*reversed(recent), *reversed([n for n in found if n not in latest])]
         return scratch_session(self.sessions, self.pinned, order, reach)
 
-    def _check(self, request: Any) -> tuple[ToolResult, dict[str, Any]] | None:
+    def _check(self, request: Any, turn: _Turn) -> tuple[ToolResult, dict[str, Any]] | None:
         """None for an agent's own tool outside the catalog; else the gate's result (`allowed(result)`:
         the call may run, with `result.call.arguments`; otherwise its content is what to send back)
         and what a search writes to the thread's state (see `_update`)."""
@@ -346,28 +354,28 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
                 "ToolSearchMiddleware's on_augment is async: run the agent with ainvoke / astream, which await it "
                 "(invoke and stream cannot), or pass a sync on_augment"
             )
-        with self._settled(request) as session:
+        with self._settled(request, turn) as session:
             before = session.state()
             result = gate(session, call.get("id") or "", name, call.get("args"), self.metatool, self.augment)
-            update = self._update(request, session, before, result)
+            update = self._update(turn, session, before, result)
         record_search(self.usage, _conversation(request), result)
         return result, update
 
-    async def _acheck(self, request: Any) -> tuple[ToolResult, dict[str, Any]] | None:
+    async def _acheck(self, request: Any, turn: _Turn) -> tuple[ToolResult, dict[str, Any]] | None:
         """`_check` for the async agent: an async `on_augment` is awaited."""
         if not self._gated(request):
             return None
         call = request.tool_call
-        with self._settled(request) as session:
+        with self._settled(request, turn) as session:
             before = session.state()
             result = await agate(
                 session, call.get("id") or "", call["name"], call.get("args"), self.metatool, self.augment
             )
-            update = self._update(request, session, before, result)
+            update = self._update(turn, session, before, result)
         record_search(self.usage, _conversation(request), result)
         return result, update
 
-    def _update(self, request: Any, session: Session, before: SessionState, result: ToolResult) -> dict[str, Any]:
+    def _update(self, turn: _Turn, session: Session, before: SessionState, result: ToolResult) -> dict[str, Any]:
         """What a search writes to the thread's state: the tools it found (and, under a cap, what it used).
 
         Under a cap the turn's calls come after its searches, as the core executor runs them: the tools they
@@ -377,7 +385,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             return {}
         if not self._capped:
             return {STATE_KEY: list(session.discovered)}
-        called = [c.get("name") for c in _turn_calls(request)]
+        called = [c.get("name") for c in turn.calls]
         session.touch([n for n in called if n in self._by_name and n not in session.pinned])
         after = session.state()
         used = sorted((n for n, tick in after.last_used.items() if before.last_used.get(n) != tick),
@@ -385,7 +393,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         return {STATE_KEY: [n for n in session.discovered if n not in before.last_used], RECENT_KEY: used}
 
     @contextmanager
-    def _settled(self, request: Any) -> Iterator[Session]:
+    def _settled(self, request: Any, turn: _Turn) -> Iterator[Session]:
         """The call's scratch session, with its model turn's searches run first unless it is a search itself.
 
         A call of a tool the model request carried is let through however those searches change what is
@@ -396,13 +404,13 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             name = request.tool_call["name"]
             if name == self.search_tool.name:
                 if self._capped:
-                    called = {c.get("name") for c in _turn_calls(request)}
+                    called = {c.get("name") for c in turn.calls}
                     session.spare(session.loaded_names().intersection(n for n in called if n in self._by_name))
             elif not session.is_visible(name):
-                self._settle_searches(session, request)
+                self._settle_searches(session, turn)
             yield session
 
-    def _settle_searches(self, session: Session, request: Any) -> None:
+    def _settle_searches(self, session: Session, turn: _Turn) -> None:
         """Run the tool_search calls of this call's model turn on its scratch session first.
 
         The core executor runs a turn's searches before its other calls; ToolNode runs each call
@@ -410,7 +418,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         yet. They run again here (each search's own call answers the model and updates the state),
         with their augmented values checked but not handed to `on_augment` a second time."""
         quiet = None if self.augment is None else dataclasses.replace(self.augment, on_augment=None)
-        for call in _turn_calls(request):
+        for call in turn.calls:
             if call.get("name") == self.search_tool.name:
                 gate(session, call.get("id") or "", call["name"], call.get("args"), self.metatool, quiet)
 
@@ -425,7 +433,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
         if self.usage is not None and name in self._by_name:
             record_call(self.usage, _conversation(request), name, ok)
 
-    def _used(self, request: Any, outcome: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
+    def _used(self, request: Any, turn: _Turn, outcome: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
         """A call's answer, telling the thread's state under a cap that the tool was just used (unless its turn
         searched: the searches' updates say it, after what they found). A tool's own Command is left as it is."""
         name = request.tool_call["name"]
@@ -434,7 +442,7 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             or name not in self._by_name
             or name in self.pinned
             or not isinstance(outcome, ToolMessage)
-            or any(c.get("name") == self.search_tool.name for c in _turn_calls(request))
+            or any(c.get("name") == self.search_tool.name for c in turn.calls)
         ):
             return outcome
         return Command(update={RECENT_KEY: [name], "messages": [outcome]})
@@ -455,7 +463,8 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
     def wrap_tool_call(
         self, request: Any, handler: Callable[[Any], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
-        checked = self._check(request)
+        turn = _Turn(request)  # read from the thread's messages once, if at all, for every step below
+        checked = self._check(request, turn)
         if checked is not None and not allowed(checked[0]):
             return self._answer(request, checked)
         try:
@@ -464,12 +473,13 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             self._ran(request, False)
             raise
         self._ran(request, _succeeded(outcome))
-        return self._used(request, outcome) if checked is not None else outcome
+        return self._used(request, turn, outcome) if checked is not None else outcome
 
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
-        checked = await self._acheck(request)
+        turn = _Turn(request)
+        checked = await self._acheck(request, turn)
         if checked is not None and not allowed(checked[0]):
             return self._answer(request, checked)
         try:
@@ -478,4 +488,4 @@ class ToolSearchMiddleware(AgentMiddleware[ToolSearchState, Any, Any]):
             self._ran(request, False)
             raise
         self._ran(request, _succeeded(outcome))
-        return self._used(request, outcome) if checked is not None else outcome
+        return self._used(request, turn, outcome) if checked is not None else outcome

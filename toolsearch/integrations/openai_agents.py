@@ -38,14 +38,9 @@ try:
     from agents import FunctionTool, RunConfig, RunContextWrapper
     from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    from .._errors import unusable_extra
+    from ._gate import unusable_framework
 
-    raise unusable_extra(
-        exc,
-        "openai-agents",
-        {"agents": ("the OpenAI Agents SDK", "openai-agents", "0.24")},
-        needs="the OpenAI Agents SDK 0.24",
-    ) from exc
+    raise unusable_framework(exc, "openai-agents") from exc
 
 from .._errors import InvalidArgumentError, InvalidToolError, SessionRequiredError, UnknownSessionError
 from ..augment import Augmentation, AugmentSpec, OnAugment

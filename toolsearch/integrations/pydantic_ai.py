@@ -43,12 +43,10 @@ try:
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    from .._errors import unusable_extra
+    from ._gate import unusable_framework
 
     # the extra's pin: a release that imports but lacks a name here is named with the upgrade, not called missing
-    raise unusable_extra(
-        exc, "pydantic-ai", {"pydantic_ai": ("Pydantic AI", "pydantic-ai-slim", "2.60")}, needs="Pydantic AI 2.60"
-    ) from exc
+    raise unusable_framework(exc, "pydantic-ai") from exc
 
 from .._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError
 from ..augment import Augmentation, AugmentSpec, OnAugment
