@@ -12,6 +12,7 @@ model as an exception: the words are searched as plain text and `Ranking.notes` 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -767,21 +768,19 @@ class Bm25Backend:
         return query
 
     def _compile(self, query: str, searcher: Any) -> tuple[_Compiled | None, tuple[str, ...]]:
-        if looks_like_lucene(query):
-            parser = _Parser(query)
-            try:
-                group = parser.parse()
-            except _SyntaxProblem as problem:
-                note = f"query syntax not understood ({problem}); searched its words as plain text instead"
-                compiled, notes = self._plain(query, searcher)
-                return compiled, (note, *notes)
-            budget = _Expansions()
-            compiled = self._group(group, budget)
-            notes = (*parser.notes, *([budget.note()] if budget.capped else []))
-            if compiled is None and any(occur == "not" for occur, _ in group.clauses):
-                return None, (*notes, "the query only excludes words; add at least one word to search for")
-            return (None if compiled is None else _Compiled(compiled)), notes
-        return self._plain(query, searcher)
+        parsed = _parsed(query)
+        if parsed is None:
+            return self._plain(query, searcher)
+        if parsed.group is None:
+            note = f"query syntax not understood ({parsed.problem}); searched its words as plain text instead"
+            compiled, notes = self._plain(query, searcher)
+            return compiled, (note, *notes)
+        budget = _Expansions()
+        compiled = self._group(parsed.group, budget)
+        notes = (*parsed.notes, *([budget.note()] if budget.capped else []))
+        if compiled is None and any(occur == "not" for occur, _ in parsed.group.clauses):
+            return None, (*notes, "the query only excludes words; add at least one word to search for")
+        return (None if compiled is None else _Compiled(compiled)), notes
 
     # --- query building -----------------------------------------------------------------------
 
@@ -1019,18 +1018,44 @@ def lucene_reading(query: str) -> tuple[frozenset[str], bool] | None:
     not parse); else its `lucene_constraints`, which hold for the tools bm25 returns whatever notes it adds (a boost
     lowered, terms capped), and whether it writes a word in part or approximately (`weath*`, `wether~`): only bm25
     reads such a word (an embedding of `weath*` is not one of "weather"), so a hybrid search keeps to bm25's tools
-    for it as for a constraint."""
-    return _reading(query) if looks_like_lucene(query) else None
+    for it as for a constraint.
+
+    It shares bm25's parse of the query (see _parsed): asked right after bm25 searched the query, as a hybrid search
+    asks, it parses nothing again."""
+    parsed = _parsed(query)
+    return None if parsed is None or parsed.group is None else (parsed.constraints, parsed.partial)
 
 
-def _reading(query: str) -> tuple[frozenset[str], bool] | None:
-    """`lucene_reading` of a query known to look like Lucene (hybrid has asked looks_like_lucene already)."""
+@dataclass(frozen=True, slots=True)
+class _Parse:
+    """One parse of a query that looks like Lucene: its clauses (None where it does not parse, and why), with
+    what the parser noted, the constraints it wrote and whether it writes a word in part (see _Parser)."""
+
+    group: _Group | None
+    problem: str = ""  # the syntax error, where group is None
+    notes: tuple[str, ...] = ()
+    constraints: frozenset[str] = frozenset()
+    partial: bool = False
+
+
+# How many queries' parses are kept: a search and the readings asked of its query just after it (hybrid's) share
+# one; a few hundred leave room for the searches that run at the same time.
+_PARSE_CACHE_SIZE = 256
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
+def _parsed(query: str) -> _Parse | None:
+    """How bm25 reads `query`: None for plain words (it does not look like Lucene), else its one parse. Kept by the
+    query string (a parse depends on nothing else, and its clauses are frozen), so bm25's search and lucene_reading
+    parse a query once between them."""
+    if not looks_like_lucene(query):
+        return None
     parser = _Parser(query)
     try:
-        parser.parse()
-    except _SyntaxProblem:
-        return None
-    return frozenset(parser.constraints), parser.partial
+        group = parser.parse()
+    except _SyntaxProblem as problem:
+        return _Parse(None, str(problem))
+    return _Parse(group, "", tuple(parser.notes), frozenset(parser.constraints), parser.partial)
 
 
 def _copy_index_files(source: Path, target: Path) -> None:

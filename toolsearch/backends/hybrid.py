@@ -133,8 +133,9 @@ class HybridBackend:
         lexical_scores = {h.name: h.score for h in lexical.hits}
         lucene = looks_like_lucene(query)
         # The constraints of a query bm25 searched as Lucene; None for plain words (a syntax it fell back from too).
-        # `partial`: a word written in part or approximately (`weath*`, `wether~`), which only bm25 reads.
-        reading = bm25_module._reading(query) if lucene else None  # (lucene_reading, without asking again)
+        # `partial`: a word written in part or approximately (`weath*`, `wether~`), which only bm25 reads. (bm25's
+        # reading of the search above: it keeps its parse of the query, so nothing is parsed again.)
+        reading = bm25_module.lucene_reading(query)
         parsed, partial = (None, False) if reading is None else reading
         instead: str | None = None  # the note on the dense half's answer where bm25's operators let no tool through
         if parsed is not None and not lexical.hits:
