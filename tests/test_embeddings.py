@@ -274,6 +274,40 @@ def test_cache_survives_a_new_process(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.array(json.loads(done.stdout), dtype=np.float32), vectors)
 
 
+SHARD_MAGIC = b"toolsearch-embeddings-2\n"
+
+
+def _shard_keys_file(keys: bytes, matrix_file: bytes) -> bytes:
+    """Format 2's keys file, as every version since it was introduced writes it: magic, BLAKE2b-256 of (keys + the
+    matrix file's bytes), keys."""
+    return SHARD_MAGIC + hashlib.blake2b(keys + matrix_file, digest_size=32).digest() + keys
+
+
+def test_shards_keep_format_2_both_ways(tmp_path: Path) -> None:
+    """A shard an earlier version wrote (laid out here by hand) is read; what this one writes has that layout."""
+    cache = EmbeddingCache(tmp_path)
+    folder = cache.folder("hash-64")
+    folder.mkdir(parents=True)
+    texts = ["earlier text one", "earlier text two"]
+    earlier = hashing_vectors(texts)
+    keys = b"".join(emb.text_key(t) for t in texts)
+    with (folder / "1-earlier.vectors2").open("wb") as fh:  # (np.save would add `.npy` to a name)
+        np.save(fh, earlier)
+    (folder / "1-earlier.keys2").write_bytes(_shard_keys_file(keys, (folder / "1-earlier.vectors2").read_bytes()))
+
+    def refuse(texts: list[str]) -> np.ndarray:
+        raise AssertionError(f"not read from the earlier shard: {texts}")
+
+    np.testing.assert_array_equal(embed_texts(CallableEmbedder(refuse, "hash-64", 64), texts, cache=cache), earlier)
+
+    new = embed_texts(CallableEmbedder(hashing_vectors, "hash-64", 64), ["a new text"], cache=cache)
+    (written,) = (path for path in folder.glob("*.keys2") if path.name != "1-earlier.keys2")
+    matrix_file = written.with_suffix(".vectors2").read_bytes()
+    assert written.read_bytes() == _shard_keys_file(emb.text_key("a new text"), matrix_file)
+    np.testing.assert_array_equal(np.load(written.with_suffix(".vectors2")), new)
+    assert sorted(path.name for path in folder.iterdir() if path.name.startswith(".")) == []  # no temporary file
+
+
 def test_concurrent_processes_share_one_cache_without_corruption(tmp_path: Path) -> None:
     # Four writers, each adding many small shards (forcing merges) into the same folder at once.
     script = textwrap.dedent(

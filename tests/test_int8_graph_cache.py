@@ -4,6 +4,7 @@ cache folder that cannot be written still embeds."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,3 +269,52 @@ def test_a_file_where_the_cache_folder_would_be_is_no_damaged_graph(tmp_path: Pa
     with caplog.at_level(logging.INFO, logger="toolsearch"):
         _bert_onnx.OnnxRunner(_encoder(), int8=True)
     assert "unusable" not in caplog.text and "the query graph is not kept in" in caplog.text, caplog.text
+
+
+def test_a_kept_graph_file_keeps_its_layout(cache: Path) -> None:
+    """Magic, BLAKE2b-256 of the rest, the rest (an npz): the layout every version since the first kept graph writes,
+    so a file one of them wrote is read by another that makes the same graph."""
+    _bert_onnx.OnnxRunner(_encoder(), int8=True)
+    raw = _kept(cache).read_bytes()
+    magic = b"toolsearch-query-graph-1\n"
+    body = raw[len(magic) + 32 :]
+    assert raw == magic + hashlib.blake2b(body, digest_size=32).digest() + body
+    assert body.startswith(b"PK\x03\x04")  # np.savez's zip
+    assert not [path for path in (cache / "query-graphs").iterdir() if path.name.startswith(".")]  # no temporary file
+
+
+# A fresh process embeds TEXTS as documents through `embed_texts` with the float32 graph (runtime "onnxruntime":
+# a few documents run there), with the embedding cache in a folder of its own ("on") or turned off ("off").
+DOCUMENTS = textwrap.dedent("""
+    import json, sys
+    from toolsearch.embeddings import EmbeddingCache, NumpyEmbedder, embed_texts
+    from toolsearch.model_file import SHIPPED
+    embedder = NumpyEmbedder(str(SHIPPED.folder), runtime="onnxruntime")
+    cache = EmbeddingCache(sys.argv[2]) if sys.argv[1] == "on" else None
+    rows = embed_texts(embedder, json.loads(sys.argv[3]), cache=cache)
+    print(json.dumps({"rows": rows.tolist(), "built": "onnx" in sys.modules}))
+""")
+
+
+def test_with_the_embedding_cache_off_the_graph_stays_in_memory(cache: Path, tmp_path_factory: pytest.TempPathFactory
+                                                                ) -> None:
+    # Before: `embed_texts(..., cache=None)` left no vectors on disk but wrote query-graphs/fp32-*.graph all the same.
+    vectors = tmp_path_factory.mktemp("vectors")
+
+    def embed(switch: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-c", DOCUMENTS, switch, str(vectors), json.dumps(TEXTS)],
+                              capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "TOOLSEARCH_CACHE_DIR": str(cache)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        out: dict[str, Any] = json.loads(done.stdout)
+        return out
+
+    off = embed("off")
+    assert off["built"] is True and sorted(cache.iterdir()) == [] and sorted(vectors.iterdir()) == []
+    on = embed("on")  # the same vectors, and the graph kept, as the cache says
+    np.testing.assert_array_equal(np.array(off["rows"]), np.array(on["rows"]))
+    kept = _kept(cache, "fp32")
+    before = _version(kept)
+    off = embed("off")  # not read either: built afresh, the kept file left as it was
+    assert off["built"] is True and _version(kept) == before and sorted(cache.rglob("*")) == [kept.parent, kept]
+    np.testing.assert_array_equal(np.array(off["rows"]), np.array(on["rows"]))

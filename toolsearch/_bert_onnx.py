@@ -38,40 +38,42 @@ graph and the int8 arrays; the float arrays are the encoder's own) is kept in th
 shapes config.json gives, the calibration texts and SMOOTHING, this code's and `_bert`'s source, and what numpy's
 arithmetic depends on (its version, the CPU features it and its BLAS dispatch on, the BLAS it was built with), so a
 file is read only where building afresh would make the same bytes. A file is written under a temporary name and
-renamed, and read only after its BLAKE2b digest and the inputs it records are checked: a damaged or foreign one is
-said (a warning) and built again; a folder that cannot be written is said and the graph kept in memory, as before. The
-`_GRAPHS_KEPT` most recently written files of each precision stay; older versions' go.
+renamed, and read only after its BLAKE2b digest and the inputs it records are checked (`_framed_file`, the embedding
+cache's shards' framing too): a damaged or foreign one is said (a warning) and built again; a folder that cannot be
+written is said and the graph kept in memory, as before. The `_GRAPHS_KEPT` most recently written files of each
+precision stay; older versions' go. A caller that turned the embedding cache off keeps the graph in memory only
+(`in_memory`): the folder is neither read nor written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import functools
-import hashlib
 import importlib
 import importlib.util
 import io
 import itertools
 import json
 import logging
-import os
 import platform
 import threading
 import time
-import uuid
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._cache_dir import default_cache_dir
+from ._framed_file import Framing, checksum, write_whole
 
 if TYPE_CHECKING:
     from ._bert import BertEncoder
 
-__all__ = ["OnnxRunner", "available"]
+__all__ = ["OnnxRunner", "available", "in_memory"]
 
 
 def available() -> bool:
@@ -345,22 +347,35 @@ def _encoder_arrays(encoder: BertEncoder) -> dict[str, np.ndarray]:
 
 # --- graphs kept on disk (see the module's docstring) ----------------------------------------------------------------
 
-_GRAPH_MAGIC = b"toolsearch-query-graph-1\n"  # the file's layout; what the graph is made from is in its key
-_GRAPH_DIGEST_BYTES = 32
+_GRAPH_FILE = Framing(b"toolsearch-query-graph-1\n")  # the file's layout; what the graph is made from is in its key
 _GRAPH_FOLDER = "query-graphs"
 # Graph files of each precision kept, the most recently written: each new model, toolsearch or numpy version writes
 # another (~11 MB in int8), and a few covers installs that share one cache folder.
 _GRAPHS_KEPT = 4
 _log = logging.getLogger("toolsearch")
+# True within `in_memory()`: set by a caller that turned the embedding cache off (`embeddings.graphs_follow`).
+_IN_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("toolsearch_graphs_in_memory", default=False)
+
+
+@contextlib.contextmanager
+def in_memory() -> Iterator[None]:
+    """A graph built within (in this thread or task) is kept in memory only: the cache folder is neither read nor
+    written, as the embedding cache is not when it is turned off. A runner built before is used as it is."""
+    token = _IN_MEMORY.set(True)
+    try:
+        yield
+    finally:
+        _IN_MEMORY.reset(token)
 
 
 def _kept_graph(encoder: BertEncoder, *, int8: bool) -> tuple[bytes, dict[str, np.ndarray]]:
-    """`_graph(encoder, int8=int8)`, read from the graph cache where it holds it, else built and written there."""
-    key = _graph_key(encoder, int8=int8)
+    """`_graph(encoder, int8=int8)`, read from the graph cache where it holds it, else built and written there
+    (in memory only within `in_memory()`)."""
+    key = None if _IN_MEMORY.get() else _graph_key(encoder, int8=int8)
     if key is None:
         return _graph(encoder, int8=int8)
 
-    path = default_cache_dir() / _GRAPH_FOLDER / f"{'int8' if int8 else 'fp32'}-{_digest(key.encode()).hex()}.graph"
+    path = default_cache_dir() / _GRAPH_FOLDER / f"{'int8' if int8 else 'fp32'}-{checksum(key.encode()).hex()}.graph"
     own = _encoder_arrays(encoder)
     kept = _read_graph(path, key, own)
     if kept is not None:
@@ -380,8 +395,8 @@ def _graph_key(encoder: BertEncoder, *, int8: bool) -> str | None:
         # the code that builds the graph, runs the calibration pass and reads the weights (`_bert` and `model_file`,
         # beside this module; read, not imported: `_bert` imports this one): a change to any is a new graph
         here = Path(__file__)
-        code = _digest(b"".join(here.with_name(name).read_bytes()
-                                for name in (here.name, "_bert.py", "model_file.py"))).hex()
+        code = checksum(b"".join(here.with_name(name).read_bytes()
+                                 for name in (here.name, "_bert.py", "model_file.py"))).hex()
     except OSError:  # sources not on disk (a frozen application): nothing to tell one version from another by
         return None
     return json.dumps({
@@ -416,10 +431,6 @@ def _arithmetic() -> list[str]:
     return parts
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_GRAPH_DIGEST_BYTES).digest()
-
-
 def _read_graph(path: Path, key: str, own: dict[str, np.ndarray]) -> tuple[bytes, dict[str, np.ndarray]] | None:
     """The graph and weights a graph file holds, after checking its digest and that it was made from `key`.
 
@@ -445,11 +456,10 @@ def _parse_graph(
     raw: bytes, key: str, own: dict[str, np.ndarray]
 ) -> tuple[str, tuple[bytes, dict[str, np.ndarray]] | None]:
     """(the problem, None) or ("", (graph, weights)) for a graph file's bytes."""
-    head = len(_GRAPH_MAGIC) + _GRAPH_DIGEST_BYTES
-    body = raw[head:]
-    if not raw.startswith(_GRAPH_MAGIC):
+    body, intact = _GRAPH_FILE.unframe(raw)
+    if body is None:
         return "it is not a toolsearch query graph file", None
-    if raw[len(_GRAPH_MAGIC) : head] != _digest(body):
+    if not intact:
         return "it does not match its checksum", None
     try:
         with np.load(io.BytesIO(body), allow_pickle=False) as stored:
@@ -474,20 +484,9 @@ def _write_graph(path: Path, key: str, model: bytes, names: list[str], made: dic
                 **{f"weight.{name}": array for name, array in made.items()}}
     buffer = io.BytesIO()
     np.savez(buffer, **contents)  # type: ignore[arg-type]  # no name here is savez's own allow_pickle
-    body = buffer.getvalue()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with tmp.open("wb") as fh:
-                fh.write(_GRAPH_MAGIC + _digest(body) + body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:  # Ctrl-C or a full disk: leave no temporary file behind
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_whole({path: _GRAPH_FILE.frame(buffer.getvalue())})
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             # a cache made read-only on purpose (one built ahead, served by another user): no fault, a cost

@@ -21,13 +21,13 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._cache_dir import cache_subfolder
 from ._errors import CommandError, UnknownFormatError
 from ._output import write_output
 from .providers.registry import chat_format_names, get_format
@@ -58,13 +58,6 @@ FORMAT_LABELS = {name: get_format(name).label for name in FORMATS}
 def demo_tools() -> list[Tool]:
     """The bundled catalog: realistic tool definitions across several domains."""
     return load_tools(DEMO_CATALOG)
-
-
-def default_cache_dir() -> Path:
-    """`$TOOLSEARCH_CACHE_DIR/demo`, else `~/.cache/toolsearch/demo`."""
-    env = os.environ.get("TOOLSEARCH_CACHE_DIR")
-    base = Path(env).expanduser() if env else Path.home() / ".cache" / "toolsearch"
-    return base / "demo"
 
 
 # --- the local tool implementations: small, deterministic, plausible ------------------------------
@@ -472,7 +465,7 @@ def run_demo(
 
     if format not in FORMATS:
         raise UnknownFormatError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
-    index, index_info = open_index(backend, cache_dir or default_cache_dir(), rebuild=rebuild, progress=progress)
+    index, index_info = open_index(backend, cache_dir or cache_subfolder("demo"), rebuild=rebuild, progress=progress)
     functions = demo_functions()
     sessions = SessionManager(index)
     model = ScriptedModel(policy=demo_policy, format=format)
@@ -652,7 +645,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     if args.save_catalog:
         return save_catalog(Path(args.save_catalog), console, force=args.force)
-    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    cache_dir = Path(args.cache_dir) if args.cache_dir else cache_subfolder("demo")
     if cache_dir.exists() and not cache_dir.is_dir():  # else the first write there fails with a bare "File exists"
         where = "--cache-dir " if args.cache_dir else "the demo's cache folder "
         raise CommandError(f"{where}{cache_dir} is a file, not a folder; give the folder the demo keeps its index in "

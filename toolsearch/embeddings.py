@@ -8,6 +8,7 @@ import fcntl
 import functools
 import hashlib
 import inspect
+import io
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from ._errors import (
     ToolSearchError,
     missing_dependency,
 )
+from ._framed_file import Framing, write_whole
 from .model_file import SHIPPED, WEIGHTS_FILE, card_model_id, is_model_folder, read_card
 from .plugins import PluginRegistry, callable_of
 
@@ -55,6 +57,7 @@ __all__ = [
     "embed_texts",
     "embed_queries",
     "embed_request",
+    "graphs_follow",
     "check_model_name",
     "document_cache_id",
     "default_cache_dir",
@@ -1065,14 +1068,9 @@ _MAX_SHARDS = 16
 # format-1 shards are neither read nor rewritten here.
 _KEYS_SUFFIX = ".keys2"
 _MATRIX_SUFFIX = ".vectors2"
-_MAGIC = b"toolsearch-embeddings-2\n"
-_DIGEST_BYTES = 32
+_SHARD_KEYS = Framing(b"toolsearch-embeddings-2\n")  # its checksum covers the matrix file too
 FLUSH_SECONDS = 2.0  # a build writes what it embedded at least this often: an interrupt keeps it
 _log = logging.getLogger("toolsearch.embeddings")
-
-
-def _shard_digest(keys: bytes, matrix_file: bytes) -> bytes:
-    return hashlib.blake2b(keys + matrix_file, digest_size=_DIGEST_BYTES).digest()
 
 
 def _shard_names(folder: Path) -> list[str]:
@@ -1149,24 +1147,12 @@ class EmbeddingCache:
     @staticmethod
     def _write_shard(folder: Path, keys: bytes, vectors: np.ndarray) -> str:
         shard = f"{os.getpid()}-{uuid.uuid4().hex}"
-        tmp_npy = folder / f".{shard}{_MATRIX_SUFFIX}.tmp"
-        tmp_keys = folder / f".{shard}{_KEYS_SUFFIX}.tmp"
-        try:
-            with tmp_npy.open("wb") as fh:
-                np.save(fh, vectors)
-                fh.flush()
-                os.fsync(fh.fileno())
-            with tmp_keys.open("wb") as fh:
-                fh.write(_MAGIC + _shard_digest(keys, tmp_npy.read_bytes()) + keys)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except BaseException:  # Ctrl-C or a full disk: leave no temporary files behind
-            for tmp in (tmp_npy, tmp_keys):
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            raise
-        os.replace(tmp_npy, folder / f"{shard}{_MATRIX_SUFFIX}")
-        os.replace(tmp_keys, folder / f"{shard}{_KEYS_SUFFIX}")  # the shard exists once its keys do
+        buffer = io.BytesIO()
+        np.save(buffer, vectors)
+        matrix_file = buffer.getvalue()
+        # the matrix first: the shard exists once its keys do
+        write_whole({folder / f"{shard}{_MATRIX_SUFFIX}": matrix_file,
+                     folder / f"{shard}{_KEYS_SUFFIX}": _SHARD_KEYS.frame(keys, covering=matrix_file)})
         return shard
 
     def _merge(self, folder: Path) -> None:
@@ -1233,11 +1219,11 @@ def _read_shard(folder: Path, shard: str, *, transient: bool = False) -> tuple[b
         if transient:
             raise
         return None
-    body = head[len(_MAGIC) + _DIGEST_BYTES :]
+    body, intact = _SHARD_KEYS.unframe(head, covering=matrix_file)
     problem = None
-    if not head.startswith(_MAGIC) or len(body) % _KEY_BYTES:
+    if body is None or len(body) % _KEY_BYTES:
         problem = "its keys file is malformed"
-    elif head[len(_MAGIC) : len(_MAGIC) + _DIGEST_BYTES] != _shard_digest(body, matrix_file):
+    elif not intact:
         problem = "it does not match its checksum"
     else:
         try:
@@ -1249,7 +1235,7 @@ def _read_shard(folder: Path, shard: str, *, transient: bool = False) -> tuple[b
         else:
             if matrix.ndim != 2 or matrix.shape[0] != len(body) // _KEY_BYTES or matrix.dtype != np.float32:
                 problem = f"its matrix has shape {matrix.shape} for {len(body) // _KEY_BYTES} keys"
-    if problem is not None:
+    if problem is not None or body is None:  # (body is None only with a problem)
         _log.warning("embedding cache shard %s in %s is damaged (%s); dropped, its texts will be embedded again",
                      shard, folder, problem)
         _unlink_shard(folder, shard)
@@ -1267,6 +1253,16 @@ def shared_cache(folder: str | Path | None = None) -> EmbeddingCache:
     if cache is None:
         cache = _CACHES.setdefault(root, EmbeddingCache(root))
     return cache
+
+
+def graphs_follow(cache: EmbeddingCache | None) -> contextlib.AbstractContextManager[None]:
+    """Within it, an onnxruntime query graph built (`_bert_onnx`; in this thread or task) is kept as the embedding
+    cache is: in the cache folder, or, with `cache` None (a caller who turned the cache off), in memory only."""
+    if cache is not None:
+        return contextlib.nullcontext()
+    from ._bert_onnx import in_memory  # numpy only: onnxruntime is imported where a graph is built
+
+    return in_memory()
 
 
 def _want_progress(progress: bool | None, count: int) -> bool:
@@ -1293,7 +1289,8 @@ def embed_texts(
     cache: EmbeddingCache | None = None,
     progress: bool | None = None,
 ) -> np.ndarray:
-    """Embed documents through the cache: only texts never seen by this model are embedded.
+    """Embed documents through the cache: only texts never seen by this model are embedded. Without one
+    (`cache=None`), nothing is read from or written to disk: no query graph either (`graphs_follow`).
 
     `progress=None` shows a bar for long runs on a terminal; True/False force it on/off.
     """
@@ -1331,7 +1328,9 @@ def embed_texts(
     try:
         for start in range(0, len(order), _CHUNK):
             chunk = order[start : start + _CHUNK]
-            vectors = _checked_rows(embedder, embedder.embed(chunk), len(chunk), out.shape[1])
+            with graphs_follow(cache):
+                rows = embedder.embed(chunk)
+            vectors = _checked_rows(embedder, rows, len(chunk), out.shape[1])
             for text, vec in zip(chunk, vectors, strict=True):
                 out[unique[text]] = vec
             pending.extend(chunk)

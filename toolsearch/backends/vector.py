@@ -27,6 +27,7 @@ from ..embeddings import (
     _canonical_model,
     embed_queries,
     embed_texts,
+    graphs_follow,
     model_option,
     resolve_embedder,
     shared_cache,
@@ -274,7 +275,8 @@ class VectorBackend:
 
     def warm(self) -> None:
         """Load the embedding model now (it otherwise loads on the first search or add)."""
-        embed_queries(self.embedder, ["warm up"])
+        with graphs_follow(self.cache):  # the embedding cache turned off keeps the query graph off disk too
+            embed_queries(self.embedder, ["warm up"])
 
     def tool_matrix(self, names: Sequence[str]) -> np.ndarray:
         """The stored unit vectors of the named tools, one row each, in the order given."""
@@ -290,7 +292,8 @@ class VectorBackend:
     def query_vectors(self, query: str) -> np.ndarray:
         """The (cached) normalised embeddings of a query and of its clauses, one row each (adapted)."""
         # A message's body says nothing about which tool sends it (toolsearch.entities): embedded without it.
-        rows = self._queries.get(self.embedder, send_request(query) or query, request_parts)
+        with graphs_follow(self.cache):
+            rows = self._queries.get(self.embedder, send_request(query) or query, request_parts)
         return rows if self.adapter is None else adapt(rows, self.adapter)
 
     def search(self, query: str, k: int, allowed: frozenset[str] | None = None) -> Ranking:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._cache_dir import cache_subfolder
 from .._errors import IndexNotFoundError, ToolSearchError
 from ..catalog import Catalog
 from ..index import ToolIndex
@@ -38,9 +38,7 @@ logger = logging.getLogger("toolsearch.mcp")
 
 def default_folder() -> Path:
     """`$TOOLSEARCH_CACHE_DIR/gateway`, else `~/.cache/toolsearch/gateway`."""
-    env = os.environ.get("TOOLSEARCH_CACHE_DIR")
-    base = Path(env).expanduser() if env else Path.home() / ".cache" / "toolsearch"
-    return base / "gateway"
+    return cache_subfolder("gateway")
 
 
 class RememberedCatalog:
