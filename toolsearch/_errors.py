@@ -298,6 +298,13 @@ def wrong_type(what: str, value: object, expected: str) -> ArgumentTypeError:
     return ArgumentTypeError(f"{what} must be {expected}, got {type(value).__name__}")
 
 
+def named_error(exc: BaseException) -> str:
+    """An exception as a message quotes it: `Name: message`, or its class name alone when it says nothing (a bare
+    `sys.exit()`, a `TimeoutError()`), never a dangling `Name: `."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     """Build the error for an optional import that failed, naming the extra to install."""
     return MissingDependencyError(

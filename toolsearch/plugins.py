@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import PluginError as PluginError
 from ._errors import PluginWarning as PluginWarning
-from ._errors import ToolSearchError
+from ._errors import ToolSearchError, named_error
 
 __all__ = [
     "PluginEntry",
@@ -345,9 +345,8 @@ class PluginRegistry(Generic[T]):
             raise  # the user's interrupt (or a closing generator) is not the plug-in's failure
         except BaseException as exc:  # any failure of a plug-in's import is reported, naming the plug-in:
             # a module calling sys.exit() on import (a CLI module named by mistake) must not end the process
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # sys.exit() says nothing
             raise PluginError(
-                f"the {self.kind} plug-in {entry.name!r} failed to load ({what}); "
+                f"the {self.kind} plug-in {entry.name!r} failed to load ({named_error(exc)}); "
                 f"{entry.describe(self.group)}. Reinstall or uninstall that distribution"
             ) from exc
         problem = self._check(obj, entry.name)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +232,40 @@ async def test_failing_servers_are_reported_and_skipped() -> None:
         assert source.ready == ["good"]
         assert {t.namespace for t in source.tools()} == {"good"}
         assert (await source.call_tool("good__echo", {"text": "still here"})).content[0].text == "still here"  # type: ignore[union-attr]
+
+
+@contextmanager
+def web_page_at() -> Iterator[str]:
+    """The URL of a local server that answers every GET with a web page, as a site that is no MCP server does."""
+
+    class Page(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = b"<html><body>Welcome</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/sse"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_failure_without_words_of_its_own_is_named_by_its_class_and_message() -> None:
+    """An error the source has no sentence for (here the SSE client's, for a legacy SSE URL that serves a web page)
+    is quoted as `Name: message`, the form every error quoted for a user takes."""
+    with web_page_at() as url:
+        async with MCPToolSource({"mcpServers": {"page": {"type": "sse", "url": url, "startupTimeout": 5}}}) as source:
+            failure = source.failures["page"]
+    assert failure.startswith("SSEError: ") and "'text/html'" in failure, failure
 
 
 @pytest.mark.slow

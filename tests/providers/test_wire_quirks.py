@@ -112,6 +112,17 @@ def test_one_streamed_call_stays_one_call_however_its_fragments_vary(
     assert ran == ["Porto"]  # once, with what the model asked: never split off with its defaults, nor run twice
 
 
+def test_a_quote_escaped_across_two_fragments_keeps_the_call_whole(serve: Callable[..., RawServer]) -> None:
+    """A fragment that ends inside a string on a backslash, the next starting with the quote it escapes: the string
+    is still open, so the `}` after that quote is text, and a fragment that repeats the name continues the call."""
+    saved: list[str] = []
+    functions = {**FUNCTIONS, "save_rows": lambda rows: saved.append(rows) or "saved"}
+    results = streamed_calls(serve, call_fragment("call_A", "save_rows", '{"rows": "a\\'),
+                             call_fragment(None, "save_rows", '"} '), call_fragment(None, "save_rows", 'b"}'),
+                             functions=functions)
+    assert results == [("call_A", "save_rows", "ok", "saved")] and saved == ['a"} b']
+
+
 @pytest.mark.parametrize(
     "fragments",
     [
@@ -137,8 +148,8 @@ def test_a_long_call_whose_name_comes_with_every_fragment_is_read_once(
     """A streamed call of 2,000 fragments, each repeating the name (MiniMax through NIM) and ending in `}`: telling
     whether a fragment starts another call must not read all the arguments so far again for every fragment (the
     whole loop waits while it does). Every JSON read of the arguments is counted, in characters, and so is every
-    character the assembler's scan of a call's arguments reads (`read`); a call whose name comes once is never
-    scanned at all."""
+    character read out of the fragments themselves, as the assembler gets them (`CountedText`); a call whose name
+    comes once is never scanned at all."""
     pieces = ['{"rows":[{"n":0}', *(f',{{"n":{n}}}' for n in range(1, 2_000)), "]}"]
     arguments = "".join(pieces)
     read: list[int] = []
@@ -157,20 +168,31 @@ def test_a_long_call_whose_name_comes_with_every_fragment_is_read_once(
     assert results == [("call_A", "save_rows", "ok", "saved")] and saved == [2_000]
     assert 0 < sum(read) <= 4 * len(arguments)  # a few whole reads, never one per fragment
 
-    def scanned(*chunks: Body) -> int:
-        """What the scan read, in characters, of the one call the chunks stream (fed as the client hands them on)."""
-        assembler = ChatStreamAssembler(NameMap(["save_rows"]))
-        for c in [*chunks, chunk({}, "tool_calls")]:
-            assembler.feed(c)
-        [call] = assembler.finish().message.tool_calls
-        assert len(call.arguments["rows"]) == 2_000 and len(assembler.calls) == 1
-        return int(assembler.calls[0]["shape"].read)
+    def scanned(name_each_time: bool) -> int:
+        """How many characters were read one by one out of the arguments fragments of the one call a stream sends
+        (fed to the assembler as the client hands them on), a character read twice counted twice."""
+        reads = [0]
 
-    named_each_time = scanned(call_fragment("call_A", "save_rows", ""),
-                              *(call_fragment(None, "save_rows", piece) for piece in pieces))
+        class CountedText(str):
+            """An arguments fragment that counts each character read out of it by index, as the assembler's scan
+            reads them (inside a JSON string it skips to the string's end with a regex, which is not counted)."""
+
+            def __getitem__(self, key: Any) -> str:
+                reads[0] += 1
+                return str.__getitem__(self, key)
+
+        assembler = ChatStreamAssembler(NameMap(["save_rows"]))
+        assembler.feed(call_fragment("call_A", "save_rows", ""))
+        for piece in pieces:
+            assembler.feed(call_fragment(None, "save_rows" if name_each_time else None, CountedText(piece)))
+        assembler.feed(chunk({}, "tool_calls"))
+        [call] = assembler.finish().message.tool_calls
+        assert len(call.arguments["rows"]) == 2_000
+        return reads[0]
+
+    named_each_time = scanned(name_each_time=True)
     assert 0 < named_each_time <= len(arguments)  # each character once at most: never the text so far again
-    named_once = scanned(call_fragment("call_A", "save_rows", ""), *(call_fragment(None, None, p) for p in pieces))
-    assert named_once == 0  # OpenAI's own streams: nothing to tell apart, nothing scanned
+    assert scanned(name_each_time=False) == 0  # OpenAI's own streams: nothing to tell apart, nothing scanned
 
 
 # --- Responses with store=False ------------------------------------------------------------------

@@ -31,7 +31,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._errors import InvalidToolError, MCPConfigError, UpstreamError
+from .._errors import InvalidToolError, MCPConfigError, UpstreamError, named_error
 from .._untrusted import MAX_DEPTH, clean_text
 from ..catalog import Catalog
 from ..executor import DEFAULT_MAX_RESULT_BYTES
@@ -346,7 +346,7 @@ def _describe_failure(config: ServerConfig, exc: BaseException, scrub: Callable[
         # as written, variables unexpanded: a ${VAR} anywhere in it (a hosted service's key in the path, say) may
         # have expanded to a credential
         return f"cannot reach {config.describe()}: {exc or name}"
-    return f"{name}: {exc}" if str(exc) else name
+    return named_error(exc)
 
 
 def _unreadable_line(error: Exception) -> str:

@@ -96,8 +96,9 @@ def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> 
     if module.startswith(modules):
         status = _status_of(exc)
         retry_after = _retry_after_of(exc)
-        retryable = _retryable(exc, status)
-        advice = _retry_advice(status, retry_after, retryable, _error_type_of(exc))
+        reported = _retry_error_type_of(exc)
+        retryable = _retryable(exc, status, reported)
+        advice = _retry_advice(status, retry_after, retryable, reported)
         return ProviderError(
             f"{provider} request failed: {type(exc).__name__}: {exc}{advice}",
             status=status,
@@ -139,17 +140,19 @@ def _status_of(exc: BaseException) -> int | None:
 _RETRY_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "server_error"})
 
 
-def _error_type_of(exc: BaseException) -> str | None:
+def _retry_error_type_of(exc: BaseException) -> str | None:
     """The error's `type` from its body (`{"error": {"type": ...}}` or the error object itself), as Anthropic
-    and OpenAI send it, in an error answer or an error event of a stream; None when there is none."""
+    and OpenAI send it, in an error answer or an error event of a stream, when it is one of `_RETRY_ERROR_TYPES`;
+    None for any other type, or none. Read once per error: whether it may be retried and what its message says
+    both follow from it."""
     body = getattr(exc, "body", None)
+    found: Any = None
     if isinstance(body, Mapping):
         error = body.get("error")
         found = (error if isinstance(error, Mapping) else body).get("type")
-        if isinstance(found, str) and found and found != "error":
-            return found
-    found = getattr(exc, "type", None)
-    return found if isinstance(found, str) and found else None
+    if not isinstance(found, str) or not found or found == "error":
+        found = getattr(exc, "type", None)
+    return found if isinstance(found, str) and found in _RETRY_ERROR_TYPES else None
 
 
 def _headers_of(exc: BaseException) -> Mapping[str, str]:
@@ -194,10 +197,11 @@ def _retry_after_of(exc: BaseException) -> float | None:
     return found
 
 
-def _retryable(exc: BaseException, status: int | None) -> bool | None:
+def _retryable(exc: BaseException, status: int | None, reported: str | None) -> bool | None:
     """Whether sending the request again may help: the provider's own `x-should-retry` header when it sent one,
     else by status (a rate limit, a server error: yes; another refusal: no) or, without an error status, by the
-    error's type (an overload a stream reported: yes), by whether the connection failed (yes), or unknown."""
+    error type `reported` (`_retry_error_type_of`: an overload a stream reported: yes), by whether the connection
+    failed (yes), or unknown."""
     said = str(_headers_of(exc).get("x-should-retry", "")).lower()
     if said in ("true", "false"):
         return said == "true"
@@ -205,21 +209,19 @@ def _retryable(exc: BaseException, status: int | None) -> bool | None:
         if status == 429 and getattr(exc, "code", None) == "insufficient_quota":  # OpenAI: out of credit, no wait helps
             return False
         return status in _RETRY_STATUSES or status >= 500
-    if _error_type_of(exc) in _RETRY_ERROR_TYPES:
+    if reported is not None:
         return True
     if any(cls.__name__ in _TRANSPORT_ERRORS for cls in type(exc).__mro__):
         return True
     return None
 
 
-def _retry_advice(
-    status: int | None, retry_after: float | None, retryable: bool | None, error_type: str | None = None
-) -> str:
+def _retry_advice(status: int | None, retry_after: float | None, retryable: bool | None, reported: str | None) -> str:
     """The sentence a ProviderError's message ends with: whether to send the request again, and when."""
     if status is not None:
         answered = f"HTTP {status}"
-    elif error_type in _RETRY_ERROR_TYPES:
-        answered = f"the provider reported {error_type}"
+    elif reported is not None:
+        answered = f"the provider reported {reported}"
     else:
         answered = "no answer came"
     if retryable:

@@ -356,7 +356,7 @@ class _ArgumentShape:
     once, when the turn is complete.
     """
 
-    __slots__ = ("depth", "escaped", "in_string", "read", "scanned", "state")
+    __slots__ = ("depth", "escaped", "in_string", "scanned", "state")
 
     def __init__(self) -> None:
         self.state = "blank"
@@ -364,7 +364,6 @@ class _ArgumentShape:
         self.in_string = False
         self.escaped = False  # the fragment before ended inside a string on a backslash
         self.scanned = 0  # how many of the call's fragments have been read
-        self.read = 0  # how many characters have been handed to the scan (what the tests check it by)
 
     def caught_up(self, fragments: list[Any]) -> str:
         """The state of a call's arguments `fragments` (the fragments it was last asked about, and any since)."""
@@ -376,7 +375,6 @@ class _ArgumentShape:
     def _add(self, text: str) -> None:
         if not isinstance(text, str) or self.state == "other":
             return
-        self.read += len(text)
         i, end = 0, len(text)
         while i < end:
             if self.in_string:
