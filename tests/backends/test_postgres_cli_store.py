@@ -111,8 +111,22 @@ def test_lock_wait_bounds_build_and_rm_behind_a_silent_holder(pg_server: Postgre
             assert run.returncode == 1 and "no sign of life on it for 3 s (lock_wait" in said, (command, said)
             assert "silent holder of the test" in said and "--lock-wait SECONDS" in said and PASSWORD not in said
     assert _cli(tmp_path, "rm", "held", "--store", dsn, "--lock-wait", "30").returncode == 0  # the lock went with it
-    for wrong, why in ((["--store", dsn, "--lock-wait", "0"], "positive number of seconds"),
-                       (["--store", dsn, "--lock-wait", "nan"], "positive number of seconds"),
+    for wrong, why in ((["--store", dsn, "--lock-wait", "0"], _library_says(0.0)),
+                       (["--store", dsn, "--lock-wait", "nan"], _library_says(float("nan"))),
+                       (["--store", dsn, "--lock-wait", "inf"], _library_says(float("inf"))),
                        (["--lock-wait", "5"], "give it with --store URL")):
         refused = _cli(tmp_path, "build", "tools.json", "--name", "held", *wrong)
-        assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and why in refused.stderr, (why, refused.stderr)
+
+
+def _library_says(lock_wait: float) -> str:
+    """What StoreSettings says of `lock_wait`, as the CLI must say it of --lock-wait (one check, not two that drift:
+    before, the CLI's own said "got 0" where the library said "got 0.0")."""
+    from toolsearch._errors import BackendError
+    from toolsearch.pg._connect import StoreSettings
+
+    with pytest.raises(BackendError) as refused:
+        StoreSettings(lock_wait=lock_wait)
+    said = str(refused.value)
+    assert said.startswith("lock_wait must be a positive number of seconds"), said
+    return "--" + said.replace("_", "-", 1)

@@ -160,37 +160,38 @@ def test_a_build_that_waits_for_another_says_which_process_holds_it(
     _open(pg_server.dsn(), "locked", TOOLS[:1], embedder=word_embedder(model_id=model)).close()
     wanted = [TOOLS[0], Tool("locked_report_make", "Make the report only the build-lock test adds.")]
     gate, embedding = threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: _open(pg_server.dsn(), "locked", wanted,
-                                                   embedder=word_embedder(model_id=model, gate=gate, entered=embedding)
-                                                   ).close())
-    holder.start()
-    assert embedding.wait(30)  # it holds the build lock while its embedding waits for the gate
-    waiter_done: list[PostgresIndex] = []
-    waiter = threading.Thread(target=lambda: waiter_done.append(_open(pg_server.dsn(), "locked", wanted, timeout=1.0,
-                                                                      embedder=word_embedder(model_id=model))))
+    holder, held = _build_in_thread(pg_server.dsn(), "locked", wanted, model, gate=gate, entered=embedding)
     try:
-        waiter.start()
+        assert embedding.wait(30)  # it holds the build lock while its embedding waits for the gate
+        waiter, outcome = _build_in_thread(pg_server.dsn(), "locked", wanted, model, timeout=1.0)
         assert wait_until(lambda: "for another process's build or sync of it to end" in caplog.text, timeout=20)
         said = caplog.text
         assert f"toolsearch build lock ({socket.gethostname()}, pid {os.getpid()})" in said and "PID" in said, said
-        assert not waiter_done
+        assert not outcome  # still waiting, neither built nor failed
     finally:
         gate.set()
         holder.join(30)
-        waiter.join(30)
-    assert len(waiter_done) == 1 and sorted(waiter_done[0].catalog.names) == sorted(t.name for t in wanted)
-    assert not waiter_done[0].wrote  # the holder's build was the one
-    waiter_done[0].close()
+    waiter.join(30)
+    [built] = held
+    assert isinstance(built, PostgresIndex) and built.wrote, built
+    built.close()
+    [index] = outcome
+    assert isinstance(index, PostgresIndex) and sorted(index.catalog.names) == sorted(t.name for t in wanted), index
+    assert not index.wrote  # the holder's build was the one
+    index.close()
 
 
-def _build_in_thread(dsn: str, name: str, tools: list[Tool], model: str, **options: object) -> tuple[
+def _build_in_thread(dsn: str, name: str, tools: list[Tool], model: str, *, gate: threading.Event | None = None,
+                     entered: threading.Event | None = None, **options: object) -> tuple[
         threading.Thread, list[BaseException | PostgresIndex]]:
-    """A build of `name` in a thread of its own; its outcome (the index, or what it raised) lands in the list."""
+    """A build of `name` in a thread of its own; its outcome (the index, or what it raised) lands in the list. With
+    `gate`, its embedding sets `entered` and waits for the gate (a holder of the build lock, busy meanwhile)."""
     outcome: list[BaseException | PostgresIndex] = []
 
     def build() -> None:
         try:
-            outcome.append(_open(dsn, name, tools, embedder=word_embedder(model_id=model), **options))
+            embedder = word_embedder(model_id=model, gate=gate, entered=entered)
+            outcome.append(_open(dsn, name, tools, embedder=embedder, **options))
         except BaseException as exc:
             outcome.append(exc)
 
@@ -213,9 +214,7 @@ def _waiter_outlasts_a_busy_build(holder_dsn: str, waiter_dsn: str, name: str, m
     lock_wait 3 s (the shortest taken), waits twice that long without giving up, and builds once the gate opens."""
     wanted = [TOOLS[0], Tool(f"{model.split('-')[0]}_report_make", "Make the report only this test adds.")]
     gate, embedding = threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: _open(holder_dsn, name, wanted, embedder=word_embedder(
-        model_id=model, gate=gate, entered=embedding)).close())
-    holder.start()
+    holder, held = _build_in_thread(holder_dsn, name, wanted, model, gate=gate, entered=embedding)
     try:
         assert embedding.wait(30)  # it holds the build lock while its embedding waits on the gate
         waiter, outcome = _build_in_thread(waiter_dsn, name, wanted, model, timeout=0.3, lock_wait=3.0)
@@ -225,6 +224,9 @@ def _waiter_outlasts_a_busy_build(holder_dsn: str, waiter_dsn: str, name: str, m
         gate.set()
         holder.join(30)
     waiter.join(30)
+    [built] = held
+    assert isinstance(built, PostgresIndex) and built.wrote, built
+    built.close()
     [index] = outcome
     assert isinstance(index, PostgresIndex) and sorted(index.catalog.names) == sorted(t.name for t in wanted)
     index.close()

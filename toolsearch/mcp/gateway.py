@@ -14,8 +14,10 @@ and serves the transports (stdio, streamable HTTP).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -135,7 +137,8 @@ class Gateway:
         # the upstream server whose tool-list change the shared catalog could not take yet (`resync_catalog` writes it)
         self._catalog_owed: str | None = None
         self._resync_wake: anyio.Event | None = None  # made by `resync_catalog`, in the event loop
-        self._resync_next = _RESYNC_FIRST  # seconds until `resync_catalog` tries next, at most
+        # seconds `resync_catalog` waits before its next try (while a try runs: after it), the one home of its backoff
+        self._resync_next = _RESYNC_FIRST
         # subscriptions/listen by rights: each stream hears of changes to its own caller's list only
         self.bus = ListenerBus(self.modern)
         self._listen_handler = ListenHandler(self.bus)
@@ -253,12 +256,13 @@ class Gateway:
     # --- upstream changes ------------------------------------------------------------------------
 
     async def _upstream_changed(self, source: MCPToolSource, server: str) -> None:
-        await self._sync_catalog(server, retry=self._resync_next)
+        await self._sync_catalog(server)
 
-    async def _sync_catalog(self, server: str, *, retry: float) -> bool:
+    async def _sync_catalog(self, server: str) -> bool:
         """Bring the index (the shared catalog, with a store) to the upstreams' tools after `server`'s changed; whether
         it took them. When the shared catalog could not (Postgres fails, or another writer stopped mid-change holds
-        it), this worker serves on from the catalog as it was, and `resync_catalog` writes it again within `retry` s."""
+        it), this worker serves on from the catalog as it was, and `resync_catalog` writes it again within
+        `_resync_next` s."""
         async with self._sync_lock:
             try:
                 await self._apply_catalog(self.source)
@@ -267,7 +271,8 @@ class Gateway:
                 if self._resync_wake is not None:
                     self._resync_wake.set()
                 then = ("The next change of an upstream's tools (or a restart) writes it" if self._resync_wake is None
-                        else f"Trying again within {retry:g} s (and on the next change of an upstream's tools)")
+                        else f"Trying again within {self._resync_next:g} s (and on the next change of an upstream's "
+                             "tools)")
                 logger.warning("MCP server %r: its tool list changed, and the shared catalog was not brought to it: "
                                "%s. %s", server, exc, then)
                 return False
@@ -291,16 +296,16 @@ class Gateway:
                 await wake.wait()
                 self._resync_wake = wake = anyio.Event()
                 continue
-            delay, tries = first, 0
+            tries = 0
             while (server := self._catalog_owed) is not None:
-                self._resync_next = delay
-                await anyio.sleep(delay)
+                await anyio.sleep(self._resync_next)
                 if self._catalog_owed is None:  # a later change wrote it meanwhile
                     break
                 tries += 1
-                delay = min(2 * delay, longest)
+                # the wait before the next try, set before this one: its failure (logged by _sync_catalog) says it
+                self._resync_next = min(2 * self._resync_next, longest)
                 try:
-                    written = await self._sync_catalog(server, retry=delay)
+                    written = await self._sync_catalog(server)
                 except Exception:  # not the store failing (a catalog removed, say): said, as after an upstream change
                     logger.exception("MCP server %r: writing its tool-list change to the shared catalog again failed; "
                                      "the next change of an upstream's tools (or a restart) writes it", server)
@@ -317,7 +322,9 @@ class Gateway:
             index, _ = await anyio.to_thread.run_sync(self.shared_index.open, source.catalog())
         elif (stored := _in_a_store(index)) is not None:  # every worker's: what this one cannot list is not its to drop
             catalog, unlisted = shared_catalog(source, stored.catalog_name)
-            await anyio.to_thread.run_sync(lambda: stored.sync(catalog, keep_namespaces=unlisted))
+            # may wait minutes for another process's build lock: the gateway's exit abandons it (one transaction)
+            await _abandoned_on_cancel(lambda: stored.sync(catalog, keep_namespaces=unlisted),
+                                       name="toolsearch-catalog-sync")
         else:
             await anyio.to_thread.run_sync(index.sync, source.catalog())
 
@@ -484,6 +491,37 @@ class Gateway:
                 await anyio.sleep_forever()
             finally:
                 server.should_exit = True
+
+
+async def _abandoned_on_cancel(fn: Callable[[], T], *, name: str) -> T:
+    """`fn()` on a daemon thread of its own, awaited; a cancel returns at once and leaves the thread to end by itself,
+    or with the process.
+
+    For a write to the shared catalog, which waits as long as another process's build of it runs (minutes) and up
+    to `timeout` for a hung Postgres: a stdio gateway whose client left must exit meanwhile. `anyio.to_thread` cannot
+    run it: a cancel waits for its call, and the interpreter waits at its exit for its threads, an abandoned call's
+    too. The write is one transaction: abandoned, it commits whole or, when the process ends first, not at all."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+    ended = threading.Event()
+    context = contextvars.copy_context()  # as anyio.to_thread runs a call: in the caller's context (tracing)
+
+    def run() -> None:
+        try:
+            results.append(context.run(fn))
+        except BaseException as exc:  # raised in the task that awaits it, if that one still does
+            errors.append(exc)
+        finally:
+            ended.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    try:
+        await anyio.to_thread.run_sync(ended.wait, abandon_on_cancel=True)
+    finally:
+        ended.set()  # after a cancel: lets go of the worker thread that waits for it (the exit would wait for it)
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 def _in_a_store(index: ToolIndex) -> PostgresIndex | None:

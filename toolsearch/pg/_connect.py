@@ -32,6 +32,7 @@ __all__ = [
     "PG_SCHEMES",
     "OUTAGE_HOLD_SECONDS",
     "StoreSettings",
+    "check_seconds",
     "display_dsn",
     "check_dsn",
     "is_postgres_url",
@@ -169,6 +170,13 @@ def _secrets(dsn: str) -> tuple[str, ...] | None:
 _SHORTEST_PIECE = 3
 
 
+def check_seconds(name: str, value: object, error: type[ToolSearchError] = BackendError) -> None:
+    """The one check of a store setting in seconds (`timeout`, `connect_timeout`, `lock_wait`), also where the CLI
+    takes one (`--lock-wait`, a usage error): `error` naming `name` unless `value` is a finite number above 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise error(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
     """How a process talks to the store: pool size, how long a caller waits, and the HNSW search width.
@@ -202,8 +210,7 @@ class StoreSettings:
             value = getattr(self, name)
             if name == "lock_wait" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-                raise BackendError(f"{name} must be a positive number of seconds, got {value!r}")
+            check_seconds(name, value)
 
     @property
     def turn_bound(self) -> float:

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from .._errors import InvalidIndexNameError, InvalidQueryError
-from ._connect import display_dsn, is_postgres_url
+from ._connect import check_seconds, display_dsn, is_postgres_url
 
 __all__ = ["add_store_option", "check_store", "check_catalog_name", "build", "open_catalog", "remove", "where"]
 
@@ -50,8 +50,8 @@ def check_store(args: argparse.Namespace) -> None:
         if lock_wait is not None:
             raise InvalidQueryError("--lock-wait applies to a catalog in Postgres: give it with --store URL")
         return
-    if lock_wait is not None and not 0 < lock_wait < float("inf"):
-        raise InvalidQueryError(f"--lock-wait must be a positive number of seconds, got {lock_wait:g}")
+    if lock_wait is not None:  # the check StoreSettings makes, said as a usage error before anything connects
+        check_seconds("--lock-wait", lock_wait, InvalidQueryError)
     if not is_postgres_url(store):
         raise InvalidQueryError(
             f"--store {display_dsn(store)!r} is not a Postgres URL; use postgresql://user@host:5432/db"
