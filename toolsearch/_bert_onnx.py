@@ -59,7 +59,6 @@ import json
 import logging
 import platform
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._cache_dir import default_cache_dir
-from ._framed_file import Framing, checksum, write_whole
+from ._framed_file import Framing, checksum, sweep_abandoned, write_whole
 
 if TYPE_CHECKING:
     from ._bert import BertEncoder
@@ -502,8 +501,8 @@ def _write_graph(path: Path, key: str, model: bytes, names: list[str], made: dic
 
 def _prune(folder: Path, precision: str) -> None:
     """Remove all but the `_GRAPHS_KEPT` most recently written graph files of a precision (a process still reading
-    one has it whole: it is read in one go), and temporary files a process killed while writing left behind (those
-    older than `_TMP_ABANDONED` seconds: a write takes well under one)."""
+    one has it whole: it is read in one go), and temporary files a process killed while writing left behind
+    (`sweep_abandoned`: those older than an hour)."""
     found = []
     for path in folder.glob(f"{precision}-*.graph"):
         with contextlib.suppress(OSError):
@@ -511,11 +510,4 @@ def _prune(folder: Path, precision: str) -> None:
     for _, stale in sorted(found, reverse=True)[_GRAPHS_KEPT:]:
         with contextlib.suppress(OSError):
             stale.unlink()
-    now = time.time()
-    for tmp in folder.glob(f".{precision}-*.graph.*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > _TMP_ABANDONED:
-                tmp.unlink()
-
-
-_TMP_ABANDONED = 3600.0
+    sweep_abandoned(folder, f"{precision}-*.graph")

@@ -33,7 +33,7 @@ from ._errors import (
     ToolSearchError,
     missing_dependency,
 )
-from ._framed_file import Framing, write_whole
+from ._framed_file import Framing, sweep_abandoned, write_whole
 from .model_file import SHIPPED, WEIGHTS_FILE, card_model_id, is_model_folder, read_card
 from .plugins import PluginRegistry, callable_of
 
@@ -1086,7 +1086,8 @@ class EmbeddingCache:
     shard and concurrent processes never corrupt each other; when shards pile up they are
     merged under a file lock. A shard whose digest fails (a flipped bit, a truncation) is
     dropped with a warning and its texts are embedded again. Matrices are memory-mapped once
-    their digest has been checked.
+    their digest has been checked. The temporary files of a write killed midway are removed by a
+    later write once an hour old.
     """
 
     def __init__(self, folder: str | Path | None = None) -> None:
@@ -1139,6 +1140,8 @@ class EmbeddingCache:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._write_shard(folder, b"".join(keys), vectors)
+            # a shard's files a process killed while writing left (up to ~6 MB each), once surely not in progress
+            sweep_abandoned(folder, f"*{_MATRIX_SUFFIX}", f"*{_KEYS_SUFFIX}")
             if len(_shard_names(folder)) > _MAX_SHARDS:
                 self._merge(folder)
         except OSError as exc:  # a read-only or full disk costs speed, never a search

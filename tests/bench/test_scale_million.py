@@ -127,7 +127,7 @@ def test_ivf_index_updates_and_round_trips(tmp_path: Path, plan5k) -> None:  # t
     assert loaded.kind == "ivf" and len(loaded) == 5_000
     for row in (3, 99, 4_000):
         assert loaded.search_vectors(vectors[row], 5) == backend.search_vectors(vectors[row], 5)
-    loaded.add_vectors(["extra_tool"], vectors[:1])  # a loaded (memory-mapped) index is copied first
+    loaded.add_vectors(["extra_tool"], vectors[:1])  # a loaded index takes updates
     assert len(loaded) == 5_001
 
 

@@ -135,7 +135,6 @@ class VectorBackend:
         else:
             self.cache = shared_cache(cache)
         self._index: Any = None  # faiss IndexIDMap2 over IndexFlatIP, IndexHNSWFlat or IndexIVFFlat
-        self._mapped = False  # the index's vectors are a read-only view of a saved file
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._dead: set[int] = set()  # tombstoned ids (HNSW and IVF)
@@ -212,12 +211,10 @@ class VectorBackend:
                 # A large first batch goes straight into IVF: no flat copy of a million vectors first.
                 big = len(names) > self.ivf_threshold
                 self._index = _ivf(vectors, self.nprobe) if big else _flat(vectors.shape[1])
-                self._mapped = False
             elif vectors.shape[1] != self._index.d:
                 got, want = vectors.shape[1], self._index.d
                 raise BackendError(f"{what} {got}-d vectors; the index holds {want}-d")
             self._remove_locked([n for n in names if n in self._ids])
-            self._own()
             ids = np.arange(self._next_id, self._next_id + len(names), dtype=np.int64)
             self._next_id += len(names)
             for name, i in zip(names, ids.tolist(), strict=True):
@@ -248,14 +245,7 @@ class VectorBackend:
             if len(self._dead) > _TOMBSTONE_REBUILD * max(len(self._ids), 1):
                 self._rebuild(kind=self._wanted_kind(len(self._ids)))
         else:
-            self._own()
             self._index.remove_ids(ids)
-
-    def _own(self) -> None:
-        """Copy a memory-mapped index into memory before its first change (faiss cannot grow a view)."""
-        if self._mapped:
-            self._index = faiss.deserialize_index(faiss.serialize_index(self._index))
-            self._mapped = False
 
     def _rebuild(self, *, kind: str) -> None:
         """Re-create the faiss index from the live vectors (kind switch or tombstone purge)."""
@@ -268,7 +258,6 @@ class VectorBackend:
         if len(ids):
             index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
         self._index = index
-        self._mapped = False
         self._dead.clear()
 
     # --- search -----------------------------------------------------------------------------
@@ -443,7 +432,7 @@ class VectorBackend:
 
     @classmethod
     def open(cls, folder: Path, tools: Sequence[Tool], embedder: Embedder, **options: Any) -> VectorBackend:
-        """Read a saved index (memory-mapped); never re-embeds. Checks model and tool names."""
+        """Read a saved index into memory (`_read_faiss`); never re-embeds. Checks model and tool names."""
         try:
             meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -469,19 +458,63 @@ class VectorBackend:
                 f"{folder}: the vector index does not match the tools (missing {missing}, unexpected {extra}); "
                 "rebuild the index"
             )
-        try:
-            index = faiss.read_index(str(folder / INDEX_FILE), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
-        except RuntimeError as exc:
-            raise IndexFormatError(f"{folder}/{INDEX_FILE} cannot be read ({exc}); rebuild the index") from None
+        index = _read_faiss(folder / INDEX_FILE)
         if index.ntotal != len(ids) or index.d != meta.get("dimension"):
             raise IndexFormatError(f"{folder}: {INDEX_FILE} does not match {META_FILE}; rebuild the index")
         backend = cls(embedder, **options)
         backend._index = index
-        backend._mapped = True
         backend._ids = dict(zip(names, ids, strict=True))
         backend._names = dict(zip(ids, names, strict=True))
         backend._next_id = max(ids, default=-1) + 1
         return backend
+
+
+def _read_faiss(path: Path) -> Any:
+    """The faiss index saved at `path`, read whole into memory.
+
+    Not memory-mapped (it was, with IO_FLAG_MMAP_IFC): a folder is updated by copying a newer build over it in place
+    (`cp -rL new/. deployed/`, `rsync --inplace`), which rewrites this same file under a process serving it. A map
+    then read the newer build's vectors against the loaded id map (other tools, other scores, said by nothing), or,
+    the file cut shorter, killed the process with SIGBUS. Read into memory, a loaded index never reads the file again.
+
+    Why not a private copy, mapped: mmap's gains are pages shared by every process serving the index, read only
+    where a search touches them (an IVF search reads `nprobe` of its lists), and dropped by the kernel under
+    pressure. A copy of one's own keeps little of that: on a tmpfs $TMPDIR it is memory that can only be swapped, on
+    disk a second write of the whole file at every load (1.6 GB at a million tools, benchmarks/results/
+    scale_million.md) that a killed process leaves behind, and a reflink shares the disk's blocks but not their
+    cached pages (the page cache is per file), so processes still share nothing. Reading costs each process memory
+    of the file's size (what a mapped index cost too once it took an update: faiss copied it whole) and one pass
+    over bytes the load's digest check has just read, which come from the page cache, not the disk.
+
+    The load checked the file's digest just before this; a copy landing during the read would leave a mix of two
+    builds, so the file is stat-ed around the read and a change is refused (not one between the check and the read).
+    """
+    before = _file_identity(path)
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        problem: str | None = f"cannot be read ({exc}); rebuild the index"
+        index = None
+    else:
+        problem = None
+    if _file_identity(path) != before:  # (a file missing throughout is the reader's error, below)
+        raise IndexFormatError(
+            f"{path} changed on disk while it was read (another build copied over the index folder?); open the "
+            "index again once the copy is done"
+        )
+    if problem is not None:
+        raise IndexFormatError(f"{path} {problem}")
+    return index
+
+
+def _file_identity(path: Path) -> tuple[int, ...] | None:
+    """What changes when a file is replaced or rewritten (None: no file): device, inode, size, and its modification
+    and change times (`cp -p` and `rsync -t` set the former back to the copied file's; nothing sets the latter)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _similarities(matrix: np.ndarray, vectors: np.ndarray) -> np.ndarray:
