@@ -439,7 +439,7 @@ def _root(args: argparse.Namespace) -> Any:
         # else the first write there fails with the system's bare "File exists"
         raise CommandError(f"--root {root} is a file, not a folder; give the folder of named indexes (it is created "
                            "when missing)")
-    return IndexStore(root)
+    return IndexStore(root, lock_wait=getattr(args, "lock_wait", None))  # build and rm take --lock-wait
 
 
 def _resolve_index(args: argparse.Namespace) -> Path:
@@ -603,8 +603,8 @@ def load_sources(
         path = Path(source)
         if path.is_dir():
             raise CommandError(f"{path} is a folder; give a .json or .jsonl file of tool definitions")
-        if not path.exists():
-            raise CommandError(f"{path}: file not found")
+        if not path.exists():  # named as given: Path() turns `https://user:pw@h/x` into `https:/...`, unredacted
+            raise CommandError(f"{source}: file not found")
         with _read_once(path) as readable:
             if _is_mcp_config(readable):
                 if namespace is not None:
@@ -786,7 +786,7 @@ def _build_target(args: argparse.Namespace) -> tuple[Any, str | None]:
 
     if args.out:
         target = Path(os.path.abspath(args.out))  # not resolve(): the index folder is a link to its build
-        return IndexStore(target.parent), target.name
+        return IndexStore(target.parent, lock_wait=args.lock_wait), target.name
     return _root(args), args.name
 
 
@@ -921,8 +921,22 @@ def _with_model(index: Any, model: str, path: Path, console: Console) -> Any:
 
 
 def _folder_size(path: Path) -> tuple[int, int]:
-    files = [p for p in path.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), len(files)
+    """Bytes and files of an index folder, of those this user may see (what it may not is for `health` to say)."""
+    size = count = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                size, count = size + p.stat().st_size, count + 1
+        except OSError:
+            continue
+    return size, count
+
+
+def _health(exc: ToolSearchError) -> str:
+    """An index's `health` when it fails its checks: `unreadable` where this user may not read one of its files (the
+    error names it; the index may be whole), else `damaged`."""
+    state = "unreadable" if isinstance(exc.__cause__, PermissionError) else "damaged"
+    return f"{state}: {_error_message(exc)}"
 
 
 def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
@@ -937,7 +951,7 @@ def _manifest_dict(path: Path, manifest: Any) -> dict[str, Any]:
         verify_files(path, manifest)
         data["health"] = "ok"
     except IndexFormatError as exc:
-        data["health"] = f"damaged: {_error_message(exc)}"
+        data["health"] = _health(exc)
     return data
 
 
@@ -1029,8 +1043,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
                        "folder")
             entries.append({"name": name, "path": str(path), "error": problem, "health": f"damaged: {problem}"})
         except ToolSearchError as exc:  # one unreadable index must not hide the others
-            entries.append({"name": name, "path": str(path), "error": _error_message(exc),
-                            "health": f"damaged: {_error_message(exc)}"})
+            entries.append({"name": name, "path": str(path), "error": _error_message(exc), "health": _health(exc)})
     if args.json:
         console.json({"root": str(store.root), "indexes": entries})
         return EXIT_OK
@@ -1040,7 +1053,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     rows = [
         (e["name"], e["backend"], str(e["tool_count"]), _human_size(e["bytes"]), e["created_at"],
          e["health"].split(":", 1)[0] + (" (see below)" if e["health"] != "ok" else ""))
-        if "error" not in e else (e["name"], "?", "?", "?", "?", "damaged (see below)")
+        if "error" not in e else (e["name"], "?", "?", "?", "?", e["health"].split(":", 1)[0] + " (see below)")
         for e in entries
     ]
     console.print(_table(rows, ["name", "backend", "tools", "size", "created", "health"]))
@@ -1058,7 +1071,8 @@ def cmd_rm(args: argparse.Namespace, console: Console) -> int:
             return pg_cli.remove(args, console)
     store = _root(args)
     path = store.path(args.index)  # names only: a path or '..' is refused here
-    log = store.remove(args.index)  # its usage log goes with it
+    with _library_warnings(console):  # a wait for another writer of the name is said, as build says it
+        log = store.remove(args.index)  # its usage log goes with it
     if args.json:
         console.json({"removed": args.index, "path": str(path), "usage_log": str(log) if log else None})
     else:
@@ -1134,7 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     problem = _undecodable_argument(args_list)
     if problem is not None:
-        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        print(f"{PROG}: error: {redacted_words(problem)}", file=sys.stderr)  # credentials never in an error
         return EXIT_USAGE
     # Loading the packaged embedding model draws a bar per model load: noise in a command's output.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -1159,7 +1173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if debug:
                     traceback.print_exc()
                 command = " ".join(filter(None, (args.command, getattr(args, "mcp_command", None))))
-                print(f"{PROG}: error: {_error_message(exc)} (see '{PROG} {command} --help')", file=sys.stderr)
+                print(f"{PROG}: error: {redacted_words(_error_message(exc))} (see '{PROG} {command} --help')",
+                      file=sys.stderr)
                 return EXIT_USAGE
         code: int = args.func(args, console)
         return code
@@ -1175,13 +1190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolSearchError, OSError) as exc:
         if debug:
             traceback.print_exc()
-        print(f"{PROG}: error: {_error_message(exc)}", file=sys.stderr)
+        print(f"{PROG}: error: {redacted_words(_error_message(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as exc:  # a bug: still one line, with the way to the traceback
         if debug:
             traceback.print_exc()
         print(
-            f"{PROG}: error: unexpected {type(exc).__name__}: {_error_message(exc)} "
+            f"{PROG}: error: unexpected {type(exc).__name__}: {redacted_words(_error_message(exc))} "
             "(rerun with --debug for the traceback, and please report it)",
             file=sys.stderr,
         )

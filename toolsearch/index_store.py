@@ -13,7 +13,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import IndexFormatError, IndexNotFoundError, InvalidIndexNameError, StoredIndexError, wrong_type
+from ._errors import (
+    IndexFormatError,
+    IndexNotFoundError,
+    InvalidArgumentError,
+    InvalidIndexNameError,
+    StoredIndexError,
+    wrong_type,
+)
 from ._untrusted import RULES_VERSION
 from .backends import get_backend_spec
 from .catalog import Catalog
@@ -27,6 +34,7 @@ from .store import (  # the pointer's writer side
     _generation,
     _is_our_pointer,
     _publish,
+    _refuse_to_delete_foreign_files,
     _sweep,
     _writer_lock,
     default_root,
@@ -44,12 +52,23 @@ _log = logging.getLogger(__name__)
 
 
 class IndexStore:
-    """Named indexes under one root folder (default `./indexes`); names cannot escape it."""
+    """Named indexes under one root folder (default `./indexes`); names cannot escape it.
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    Writers of one name (`build`, `remove`, `save`) take turns. One that waits says whom for in the log, and gives up
+    with StoredIndexError on a holder that has shown no sign of life for `lock_wait` seconds (default
+    `toolsearch.store.LOCK_WAIT`, 60; never less than 3): one stopped (Ctrl-Z) or hung, where a busy build beats on
+    its lock every half second.
+    """
+
+    def __init__(self, root: str | Path | None = None, *, lock_wait: float | None = None) -> None:
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise wrong_type("IndexStore: root", root, "a folder (str or Path), or None for the default")
+        if lock_wait is not None:
+            from .pg._connect import check_seconds  # the one check of a setting in seconds (`--lock-wait`'s too)
+
+            check_seconds("IndexStore: lock_wait", lock_wait, InvalidArgumentError)
         self.root = Path(root) if root is not None else default_root()
+        self.lock_wait = lock_wait
 
     def path(self, name: str) -> Path:
         """The folder of a named index (its pointer), after checking the name."""
@@ -80,7 +99,7 @@ class IndexStore:
 
     def save(self, index: ToolIndex, name: str | None = None) -> str:
         name = name or f"{index.backend_name}-{index.key[:12]}"
-        save_index(index, self.path(name))
+        save_index(index, self.path(name), lock_wait=self.lock_wait)
         return name
 
     def remove(self, name: str) -> Path | None:
@@ -89,7 +108,8 @@ class IndexStore:
 
         The log goes with the index: it may keep request text, and an index built later under this name would
         read it as its own earlier catalogs' (tune, eval --usage). A folder of that name that is not an index
-        toolsearch wrote (a `manifest.json` of another kind) is refused with StoredIndexError and left as it is.
+        toolsearch wrote (a `manifest.json` of another kind) is refused with StoredIndexError and left as it is, and
+        so is an index whose folder holds files toolsearch did not write there (`build --rebuild` refuses it too).
         """
         from .usage import usage_path
 
@@ -102,8 +122,13 @@ class IndexStore:
                 f"{path} is not a toolsearch index (its {MANIFEST} is not a toolsearch manifest); refusing to remove "
                 "it. Delete it yourself if it should go"
             )
-        with _writer_lock(path):
+        with _writer_lock(path, lock_wait=self.lock_wait):
             current = _generation(path)
+            if (pointer or not path.is_symlink()) and current is not None and current.is_dir():
+                # what goes is a folder (a link of the user's to an index elsewhere is only unlinked)
+                _refuse_to_delete_foreign_files(
+                    path, current, "removing", f"Move them out (or delete them yourself), then remove {name!r} again"
+                )
             if path.is_symlink():
                 path.unlink()  # readers that resolved it keep their generation until they finish
             else:
@@ -146,7 +171,7 @@ class IndexStore:
         path = self.path(name)
         _sweep(self.root)  # also when this build reuses its index and writes nothing
         started_from = _generation(path)
-        with _writer_lock(path):
+        with _writer_lock(path, lock_wait=self.lock_wait):
             now = _generation(path)
             if now != started_from and now is not None:
                 try:

@@ -59,6 +59,8 @@ import os
 import re
 import secrets
 import shutil
+import socket
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -205,11 +207,15 @@ def _verify_digests(folder: Path, manifest: Manifest) -> None:
     kind = _FILE_DIGEST[manifest.version]
     for rel, record in manifest.files.items():
         path = folder / rel
-        if not path.is_file():
-            raise IndexFormatError(f"{folder}: file {rel} is missing; {_REBUILD}")
-        if path.stat().st_size != record.get("bytes"):
+        try:
+            if not path.is_file():
+                raise IndexFormatError(f"{folder}: file {rel} is missing; {_REBUILD}")
+            size = path.stat().st_size
+        except OSError as exc:  # a folder of it this user may not search (is_file raises then)
+            raise _unreadable(folder, rel, exc) from exc
+        if size != record.get("bytes"):
             raise IndexFormatError(
-                f"{folder}: file {rel} is truncated or altered ({path.stat().st_size} bytes, the manifest "
+                f"{folder}: file {rel} is truncated or altered ({size} bytes, the manifest "
                 f"recorded {record.get('bytes')}); {_REBUILD}"
             )
     digests = _digests(folder, sorted(manifest.files, key=lambda rel: -int(manifest.files[rel]["bytes"])), kind)
@@ -222,13 +228,31 @@ def _verify_digests(folder: Path, manifest: Manifest) -> None:
 
 def _digests(folder: Path, rels: list[str], kind: str) -> dict[str, str]:
     """The `kind` digest of each file, hashed by up to one thread per core."""
+    def one(rel: str) -> str:
+        try:
+            return _digest(folder / rel, kind)
+        except OSError as exc:  # a file this user may not read: said as such, naming it, not the system's bare words
+            raise _unreadable(folder, rel, exc) from exc
+
     workers = min(len(rels), os.cpu_count() or 1, 4)
     if workers <= 1:
-        return {rel: _digest(folder / rel, kind) for rel in rels}
+        return {rel: one(rel) for rel in rels}
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolsearch-verify") as pool:
-        return dict(zip(rels, pool.map(lambda rel: _digest(folder / rel, kind), rels), strict=True))
+        return dict(zip(rels, pool.map(one, rels), strict=True))
+
+
+def _unreadable(folder: Path, rel: str, exc: OSError) -> IndexFormatError:
+    """The error for a file of an index the system will not read, raised `from` that OSError (`toolsearch list` tells
+    an index this user may not read from a damaged one by it). For a permission, the advice is not "rebuild": nothing
+    in the files is wrong."""
+    if isinstance(exc, PermissionError):
+        advice = ("this user may not read it: have the index's owner make it readable (chmod -R a+rX on the index "
+                  "folder), or build an index of your own")
+    else:
+        advice = _REBUILD
+    return IndexFormatError(f"{folder}: file {rel} cannot be read ({_os_reason(exc)}); {advice}")
 
 
 def _stored_fields(folder: Path, manifest: Manifest) -> tuple[int, list[str], str]:
@@ -464,8 +488,8 @@ def _reading(folder: Path, held: list[int] | None = None) -> Iterator[tuple[Path
             raise IndexFormatError(
                 f"{folder} has no {MANIFEST}: not an index or an interrupted build; rebuild it"
             ) from None
-        except OSError as exc:
-            raise IndexFormatError(f"{path} cannot be read ({exc}); {_REBUILD}") from None
+        except OSError as exc:  # named by the index, not the generation behind it
+            raise _unreadable(folder, MANIFEST, exc) from exc
         with fh:
             fcntl.flock(fh, fcntl.LOCK_SH)
             if not _same_file(fh, path):
@@ -492,8 +516,18 @@ def _same_file(fh: IO[bytes], path: Path) -> bool:
     return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
 
 
+# A holder of a name's writer lock beats on its lock file (its modification time, from a thread of its own), so that a
+# writer waiting for it tells a busy one (a build of many tools holds the lock for minutes) from one stopped (Ctrl-Z)
+# or hung, whose beat stops with it: as the Postgres store's build lock does (toolsearch.pg.index._advisory_lock).
+_BEAT_EVERY = 0.5
+_SILENCE_AT_LEAST = 3.0  # the shortest silence a waiter takes for a stop, whatever its lock_wait: a few beats
+LOCK_WAIT = 60.0  # seconds a holder may show no sign of life before a waiting writer gives up on it, by default
+_WORD_AFTER = 1.0  # a waiting writer says whom it waits for after this long, and again every _WORD_EVERY
+_WORD_EVERY = 60.0
+
+
 @contextmanager
-def _writer_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
+def _writer_lock(target: Path, *, wait: bool = True, lock_wait: float | None = None) -> Iterator[bool]:
     """Writers of one name take turns (released when the process dies, too). Yields True once held; False at
     once, without waiting, when `wait` is False and another writer holds it.
 
@@ -501,9 +535,15 @@ def _writer_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
     writer that waited on a file so removed locks the one that is there now instead (two writers
     never hold two files of one name). So no lock file outlives its writer, unless the writer was
     killed; the next sweep removes that one.
+
+    The holder writes its pid (and host) into the file and beats on it. A writer that waits says in the log whom for
+    after a second, and again every minute; it gives up, with StoredIndexError and nothing changed, on a holder that
+    has shown no sign of life for `lock_wait` seconds (default LOCK_WAIT; never under 3). A holder that wrote no pid
+    (an older toolsearch, which does not beat either) is waited for however long it takes.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.lock"
+    waiting: _LockWait | None = None
     while True:
         try:
             handle = path.open("ab")
@@ -512,21 +552,149 @@ def _writer_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
                 f"cannot write an index in {target.parent}: {exc}; choose a writable folder"
             ) from None
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.close()
-            yield False
-            return
+            if not wait:
+                handle.close()
+                yield False
+                return
+            waiting = waiting or _LockWait(target, path, lock_wait)
+            waiting.take(handle)  # or StoredIndexError: the holder went silent
         if _same_file(handle, path):
             break
         handle.close()  # its holder removed it while we waited
     with handle:
+        beat = _Beat(handle)
         try:
             yield True
         finally:
+            beat.stop()
             with contextlib.suppress(OSError):
                 path.unlink()  # while still held: see above
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Beat:
+    """A holder's signature and beat on its lock file: its pid and host, for a waiter's message, then a touch every
+    _BEAT_EVERY seconds from a thread until `stop`. A stopped process's threads stop with it: that is the silence a
+    waiter reads."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        with contextlib.suppress(OSError):  # a full disk: unsigned, the holder is waited for as an older one's
+            handle.truncate(0)
+            handle.write(f"{os.getpid()} {socket.gethostname()}\n".encode())
+            handle.flush()
+        self._fd = handle.fileno()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolsearch-writer-beat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(_BEAT_EVERY):
+            try:
+                os.utime(self._fd)
+            except OSError:  # the file system refuses: the holder is then seen as silent, and waiters give up on it
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+
+class _LockWait:
+    """One writer's wait for the holder of its name's lock (see `_writer_lock`)."""
+
+    def __init__(self, target: Path, path: Path, lock_wait: float | None) -> None:
+        self.target, self.path = target, path
+        self.bound = max(LOCK_WAIT if lock_wait is None else lock_wait, _SILENCE_AT_LEAST)
+        self.started = time.monotonic()
+        self.word_at = self.started + _WORD_AFTER
+
+    def take(self, handle: IO[bytes]) -> None:
+        """Lock `handle`, waiting in the kernel's queue (a thread of its own blocks in `flock`: the lock passes on the
+        moment its holder lets go, in turn) while this thread watches the holder. Raises StoredIndexError once the
+        holder has been silent for the bound; the handle is then the blocked thread's, which lets the lock go at once
+        if it ever gets it. Any other end of the wait (Ctrl-C) leaves nothing locked either."""
+        turn = threading.Lock()  # decides between the lock being taken and the wait being given up, once
+        taken, given_up = threading.Event(), threading.Event()
+        failed: list[OSError] = []
+
+        def block() -> None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            except OSError as exc:  # ENOLCK, say: said by the waiting thread
+                failed.append(exc)
+            with turn:
+                if given_up.is_set():
+                    handle.close()  # the waiter is gone: nothing is written under this lock
+                    return
+                taken.set()
+
+        threading.Thread(target=block, name="toolsearch-writer-wait", daemon=True).start()
+        try:
+            self._watch(handle, taken)
+        except BaseException:
+            with turn:
+                if taken.is_set():
+                    handle.close()
+                else:
+                    given_up.set()
+            raise
+        if failed:
+            handle.close()
+            raise StoredIndexError(
+                f"cannot take the writer lock of the index {self.target.name!r} ({self.path}): "
+                f"{_os_reason(failed[0])}; choose a folder on a file system that supports file locks"
+            )
+
+    def _watch(self, handle: IO[bytes], taken: threading.Event) -> None:
+        """Return once `taken` is set; say whom this waits for, and raise StoredIndexError on a holder silent too
+        long. A beat (the file's modification time changing) is a sign of life."""
+        last, heard_at = None, time.monotonic()
+        while not taken.wait(0.25):
+            now = time.monotonic()
+            seen = os.fstat(handle.fileno())
+            if (seen.st_mtime_ns, seen.st_ctime_ns) != last:
+                last, heard_at = (seen.st_mtime_ns, seen.st_ctime_ns), now
+            silent = now - heard_at >= self.bound
+            if not silent and now < self.word_at:
+                continue
+            holder = _lock_holder(self.path)
+            if silent and holder is not None:
+                raise self._stalled(holder, now - self.started)
+            if now >= self.word_at:
+                _log.warning(
+                    "index %r in %s: waiting for another writer of it (%s) to finish (waited %.0f s); this one goes "
+                    "on when it does, and %s",
+                    self.target.name, self.target.parent, holder or "a process that does not say which",
+                    now - self.started,
+                    f"gives up if it shows no sign of life for {self.bound:g} s (lock_wait)" if holder else
+                    "waits for however long it takes (an older toolsearch's writer, which does not beat)",
+                )
+                self.word_at = now + _WORD_EVERY
+
+    def _stalled(self, holder: str, waited: float) -> StoredIndexError:
+        return StoredIndexError(
+            f"another writer of the index {self.target.name!r} in {self.target.parent} ({holder}) holds its lock "
+            f"({self.path.name}) and has shown no sign of life for {self.bound:g} s: it is stopped (Ctrl-Z) or hung "
+            f"(a busy build beats on its lock every half second), so this one stopped waiting after {waited:.0f} s "
+            "and changed nothing. Resume or end that process (`fg` in its terminal, or kill it) and try again, or "
+            "wait longer: --lock-wait SECONDS (IndexStore(root, lock_wait=SECONDS))"
+        )
+
+
+def _lock_holder(path: Path) -> str | None:
+    """The writer that holds the lock file `path` as it signed it ("pid N", "pid N on host H"); None when it did not
+    (an older toolsearch) or the file is gone."""
+    try:
+        with path.open("rb") as fh:
+            words = fh.read(300).decode("utf-8", "replace").split()
+    except OSError:
+        return None
+    if len(words) != 2 or not words[0].isdigit():
+        return None
+    pid, host = words
+    return f"pid {pid}" if host == socket.gethostname() else f"pid {pid} on host {host}"
 
 
 def _retire(folder: Path) -> bool:
@@ -694,11 +862,18 @@ def _check_replaceable(target: Path) -> None:
             "Choose another folder, or move its files out"
         )
     _refuse_a_newer_format(target, current)
+    _refuse_to_delete_foreign_files(target, current, "replacing", "Move them out or choose another folder")
+
+
+def _refuse_to_delete_foreign_files(target: Path, current: Path, doing: str, advice: str) -> None:
+    """The one check before toolsearch deletes an index's folder (`current`, the generation `target` names), whether
+    a build replaces it or `rm` removes it: files it did not write there (a note put into a copied folder, or into
+    `indexes/NAME/` through the link) are the user's, and nothing of theirs goes without a word."""
     foreign = _foreign_files(current)
     if foreign:
         raise StoredIndexError(
-            f"{target} holds files toolsearch did not write ({_shown(foreign)}); replacing the index would delete "
-            "them. Move them out or choose another folder"
+            f"{target} holds files toolsearch did not write ({_shown(foreign)}); {doing} the index would delete "
+            f"them. {advice}"
         )
 
 
@@ -792,11 +967,12 @@ def _write_generation(index: ToolIndex, folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")  # last: marks it complete
 
 
-def save_index(index: ToolIndex, folder: Path) -> Path:
-    """Write a new generation of `folder` (tools, backend files, manifest last) and point `folder` at it."""
+def save_index(index: ToolIndex, folder: Path, *, lock_wait: float | None = None) -> Path:
+    """Write a new generation of `folder` (tools, backend files, manifest last) and point `folder` at it (`lock_wait`:
+    see `_writer_lock`)."""
     folder = Path(folder)
     _sweep(folder.parent)
-    with _writer_lock(folder):
+    with _writer_lock(folder, lock_wait=lock_wait):
         _publish(index, folder)
     return folder
 
@@ -1035,19 +1211,56 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
         return made_backend(spec.name, loaded)
     # A read-only folder (the files were checked above): open a private copy of the backend files.
     copy = new_scratch("readonly-")
+    copied = copy.path / BACKEND_DIR
     try:
-        shutil.copytree(folder / BACKEND_DIR, copy.path / BACKEND_DIR, ignore=shutil.ignore_patterns("*.lock"))
-        backend = made_backend(spec.name, spec.load(copy.path / BACKEND_DIR, tools, **merged))
-    except ToolSearchError:  # a PluginError for a wrong product included
+        _private_copy(folder / BACKEND_DIR, copied)
+    except OSError as exc:
+        copy.remove()
+        raise StoredIndexError(_uncopied(folder, copy.path.parent, exc)) from None
+    try:
+        backend = made_backend(spec.name, spec.load(copied, tools, **merged))
+    except ToolSearchError as exc:  # a PluginError for a wrong product included
         copy.remove()
         _raise_for_carried_model(folder)
+        # Name the index that was opened, not the private copy the user never made (its files are the index's).
+        exc.args = tuple(a.replace(str(copied), str(folder / BACKEND_DIR)) if isinstance(a, str) else a
+                         for a in exc.args)
         raise
     except Exception as exc:
         copy.remove()
         _raise_for_carried_model(folder)
+        said = f"{type(exc).__name__}: {exc}".replace(str(copied), str(folder / BACKEND_DIR))
         raise IndexFormatError(
             f"{folder}: the {manifest.backend} backend files cannot be read from this read-only folder, nor "
-            f"from a private copy ({type(exc).__name__}: {exc}); rebuild the index"
+            f"from a private copy ({said}); rebuild the index"
         ) from None
     copy.goes_with(backend)
     return backend
+
+
+def _private_copy(source: Path, target: Path) -> None:
+    """Copy a read-only backend folder for this process to open, without lock files (they are their writers').
+    The copies get the modes of any file this process writes (0o666 and 0o777 less the umask), never the source's:
+    copied with its read-only modes (an index installed with `chmod -R a-w`, as a package or a Nix store gives),
+    the copy could not be written either, and tantivy could not take its lock in it."""
+    target.mkdir()
+    for entry in source.iterdir():
+        if entry.name.endswith(".lock"):
+            continue
+        if entry.is_dir():
+            _private_copy(entry, target / entry.name)
+        else:
+            shutil.copyfile(entry, target / entry.name)
+
+
+def _uncopied(folder: Path, temporary: Path, exc: OSError) -> str:
+    """Why the private copy of a read-only index could not be made, and what helps (never a rebuild: the index's
+    files were checked whole before)."""
+    said = f"{folder}: its backend folder is read-only, so toolsearch opens a private copy of it (in {temporary}), "
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (f"{said}but this user cannot read {exc.filename or 'its files'}; make the index's files readable "
+                f"(chmod -R a+rX {folder}), or open it as the user who built it")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return (f"{said}and that folder has no room ({_os_reason(exc)}); free space there, or set TMPDIR to another "
+                "folder")
+    return f"{said}and the copy failed ({_os_reason(exc)}); check what it names, or set TMPDIR to another folder"

@@ -75,13 +75,13 @@ def run_tune(args: argparse.Namespace, console: Any, folder: Path) -> int:
     from .usage_cli import describe_refresh, logs_beside, read_usage, refresh_usage, refreshed_json
 
     target = Path(args.out) if args.out else folder
+    # Before the log is read and the model trained: a target that `save` refuses at the end threw the trained encoder
+    # away (minutes of training) for a mistake the command line or the folder held from the start.
     if args.out:
-        from .store import _check_replaceable
-
-        # Before the log is read and the model trained: a target that `save` refuses at the end threw the
-        # trained encoder away (minutes of training) for a mistake the command line held from the start.
-        _check_replaceable(_out_target(args.out))
-    catalog = read_manifest(folder).catalog_hash
+        _check_target(_out_target(args.out))
+    catalog = read_manifest(folder).catalog_hash  # (not an index at all: said first, as that)
+    if not args.out:
+        _check_target(folder, in_place=True)
     if args.usage:
         log = read_usage(args.usage, catalog)
     else:  # every log of the file beside it: those of its earlier catalogs too (docs/cli.md#tune)
@@ -124,6 +124,24 @@ def add_model_export(commands: Any, parents: list[argparse.ArgumentParser], hand
     p.add_argument("index", metavar="INDEX", help="index name or folder")
     p.add_argument("--out", metavar="DIR", required=True, help="the new folder to write the encoder to")
     p.set_defaults(func=handler)
+
+
+def _check_target(target: Path, *, in_place: bool = False) -> None:
+    """Raise the StoredIndexError that saving the tuned index to `target` would raise at the end: a folder holding
+    files toolsearch did not write, one that is no index, an index a newer toolsearch wrote (the check `save` makes),
+    or a folder this user may not write (its writer lock taken and let go at once, as `save` takes it first)."""
+    from ._errors import StoredIndexError
+    from .store import _check_replaceable, _writer_lock
+
+    try:
+        _check_replaceable(target)
+        if target.parent.is_dir():  # a new folder's parents are made by the save: nothing is made here
+            with _writer_lock(target, wait=False):
+                pass  # held by another writer (False) or not: only whether this user may write there counts
+    except StoredIndexError as exc:
+        if not in_place:
+            raise
+        raise StoredIndexError(f"{exc} (tune saves the tuned index into INDEX; --out DIR saves it elsewhere)") from None
 
 
 def run_model_export(args: argparse.Namespace, console: Any, folder: Path) -> int:

@@ -12,11 +12,14 @@ model as an exception: the words are searched as plain text and `Ranking.notes` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import math
+import os
 import re
 import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import BackendError, IndexFormatError, MissingDependencyError
+from .._errors import BackendError, IndexFormatError, MissingDependencyError, StoredIndexError
 from ..entities import lexical_parts
 from ..lucene import QUERY_FIELDS, looks_like_lucene
 from ..results import Hit, Ranking
@@ -494,14 +497,32 @@ class Bm25Backend:
         return out
 
     def _open(self, folder: Path, *, private: bool) -> None:
-        index = tantivy.Index.open(str(folder))
+        index = tantivy.Index.open(self._text_path(folder))
         index.register_tokenizer(ANALYZER, self._analyzer)
         index.config_reader("manual")  # we reload after our own commits; no file watcher thread
         self._index, self._folder, self._private = index, folder, private
         self._searcher = index.searcher()
 
     def _scratch(self) -> Path:
-        return new_scratch("bm25-").goes_with(self)
+        with _writing_scratch(None):
+            return new_scratch("bm25-").goes_with(self)
+
+    def _text_path(self, folder: Path) -> str:
+        """`folder` as tantivy takes it: as text. A path that is not UTF-8 (a Latin-1 user name on a UTF-8 system)
+        cannot be passed to tantivy, so it gets a link of a UTF-8 name in our scratch, which lives as long as this
+        backend (tantivy resolves the link once, and holds the real path from then on)."""
+        text = str(folder)
+        if _is_utf8(text):
+            return text
+        link = self._scratch() / "index"
+        with _writing_scratch(None):
+            os.symlink(os.path.abspath(folder), link)
+        if not _is_utf8(str(link)):
+            raise BackendError(
+                f"bm25 backend: neither {text!r} nor the temporary folder {tempfile.gettempdir()!r} has a UTF-8 path, "
+                "and tantivy opens only such paths; set TMPDIR to a folder whose path is UTF-8 and try again"
+            )
+        return str(link)
 
     def _check_private(self) -> None:
         """Refuse to write when our private folder was removed under us (a cleaner of the temporary folder that
@@ -520,18 +541,21 @@ class Bm25Backend:
             return self._writer
         if self._index is None:
             folder = self._scratch()
-            index = tantivy.Index(self._schema, path=str(folder))
+            with _writing_scratch(folder):
+                index = tantivy.Index(self._schema, path=self._text_path(folder))
             index.register_tokenizer(ANALYZER, self._analyzer)
             index.config_reader("manual")
             self._index, self._folder, self._private = index, folder, True
         elif not self._private:
             assert self._folder is not None
             copy = self._scratch()
-            _copy_index_files(self._folder, copy)
-            self._open(copy, private=True)
+            with _writing_scratch(copy):
+                _copy_index_files(self._folder, copy)
+                self._open(copy, private=True)
         # One segment up to about a million tools (tantivy's arena grows as needed, to ~1.2 GB at a
         # million): a search scores each segment apart, its pruning threshold starting afresh in each.
-        self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        with _writing_scratch(self._folder):
+            self._writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
 
     @contextlib.contextmanager
@@ -540,11 +564,15 @@ class Bm25Backend:
         rolled back whole."""
         writer = self._writable()
         try:
-            yield writer
+            with _writing_scratch(self._folder):  # (tantivy writes a segment out once its arena fills)
+                yield writer
+                writer.commit()
         except BaseException:
-            writer.rollback()  # else the next change would commit what this one added before it failed
+            # Else the next change would commit what this one added before it failed; after a failed commit (a
+            # full temporary folder) the writer silently dropped every later change until rolled back.
+            with contextlib.suppress(ValueError):
+                writer.rollback()
             raise
-        writer.commit()
         if release:
             self._release()
         self._index.reload()
@@ -560,7 +588,8 @@ class Bm25Backend:
         against 17 ms) and opens a writer again.
         """
         if self._writer is not None:
-            self._writer.wait_merging_threads()
+            with _writing_scratch(self._folder):  # (a merge writes a new segment)
+                self._writer.wait_merging_threads()
             self._writer = None
 
     def add(self, tools: Sequence[Tool]) -> None:
@@ -1059,8 +1088,80 @@ def _parsed(query: str) -> _Parse | None:
 
 
 def _copy_index_files(source: Path, target: Path) -> None:
-    """Copy a tantivy folder without its lock files (they belong to the process that made them)."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
+    """Copy a tantivy folder without its lock files (they belong to the process that made them).
+
+    The copies get the modes of any file this process writes (0o666 and 0o777 less the umask), never the source's:
+    the source is our private scratch, made 0700 (saved with that mode, an index could be read by its builder
+    alone, not by the service user of an image it ships in), or an index installed read-only (a private copy with
+    its modes could not be written, nor locked by tantivy)."""
+    target.mkdir(parents=True, exist_ok=True)  # (an existing one is our scratch: its mode stays private)
+    for entry in source.iterdir():
+        if entry.name.endswith(".lock"):
+            continue
+        if entry.is_dir():
+            _copy_index_files(entry, target / entry.name)
+        else:
+            shutil.copyfile(entry, target / entry.name)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a path's undecodable bytes, held as lone surrogates
+        return False
+    return True
+
+
+# What tantivy's errors say of the system error under them: "... (os error 28) ..." or "Os { code: 13, ... }".
+_OS_ERROR = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+# What tantivy says when its writer's thread met an error writing a segment (the system error itself is lost).
+_WRITER_KILLED = "index writer was killed"
+
+
+def _os_error_code(exc: BaseException) -> int | None:
+    """The system error an OSError or a tantivy error carries (None when it carries none)."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    found = _OS_ERROR.search(str(exc))
+    return None if found is None else int(found.group(1) or found.group(2))
+
+
+@contextlib.contextmanager
+def _writing_scratch(folder: Path | None) -> Iterator[None]:
+    """Translate a failure to write our private `folder` in the temporary folder (full, over a quota, read-only) into
+    a BackendError that names the temporary folder and says what to do. tantivy reports it as a bare ValueError,
+    with the system error ("An IO error occurred ... (os error 28)") or, where its writer's thread met it, without
+    ("An index writer was killed"); shutil and mkdtemp as an OSError. tantivy's other errors pass unchanged."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        code = _os_error_code(exc)
+        killed = code is None and _WRITER_KILLED in str(exc)
+        if code is None and not killed:
+            raise
+        reason = os.strerror(code) if code else str(exc)
+        where = f"the temporary folder {tempfile.gettempdir()}"
+        inside = f" (in {folder})" if folder is not None else ""
+        if killed:
+            try:
+                free = f": {shutil.disk_usage(tempfile.gettempdir()).free // 1024:,} kB are free there now"
+            except OSError:
+                free = ""
+            problem = (f"could not be written (tantivy's thread that writes there failed, most likely for want of "
+                       f"room{free})")
+            advice = "Free space there, or set TMPDIR to a folder with room"
+        elif code in _FULL:
+            problem, advice = f"has no room for it ({reason})", "Free space there, or set TMPDIR to a folder with room"
+        elif code in _DENIED:
+            problem, advice = f"cannot be written ({reason})", "Set TMPDIR to a folder this user can write"
+        else:
+            problem, advice = f"cannot be written ({exc})", "Check that folder, or set TMPDIR to another one"
+        raise BackendError(
+            f"bm25 backend: tantivy writes the index in {where}{inside} before it is saved, and that folder "
+            f"{problem}. {advice}, and try again"
+        ) from None
 
 
 def _read_layout(folder: Path) -> tuple[dict[str, Any], list[str]]:
@@ -1082,6 +1183,24 @@ def _read_layout(folder: Path) -> tuple[dict[str, Any], list[str]]:
     if not (folder / TANTIVY_DIR / "meta.json").is_file():
         problems.append(f"{TANTIVY_DIR}/meta.json is missing")
     return layout, problems
+
+
+def _unopenable(folder: Path, exc: ValueError) -> StoredIndexError:
+    """Why tantivy could not open the files in `folder`, saying what helps: a rebuild only where the files are bad
+    (a rebuild writes the same files again, with the same modes, in the same folder)."""
+    code = _os_error_code(exc)
+    files = folder / TANTIVY_DIR
+    if code in _DENIED and "Lockfile" in str(exc):
+        return StoredIndexError(
+            f"{folder}: tantivy takes a lock file in {files} to open it, and this user cannot write there "
+            f"({os.strerror(code)}); make that folder writable for this user, or open a copy of the index"
+        )
+    if code in _DENIED:
+        return StoredIndexError(
+            f"{folder}: this user cannot read the tantivy files in {files} ({os.strerror(code)}); make them "
+            f"readable (chmod -R a+rX on the index folder), or open the index as the user who built it"
+        )
+    return IndexFormatError(f"{folder}: the tantivy files cannot be opened ({exc}); rebuild the index")
 
 
 _OPTIONS = ("boosts", "exact_name_boost", "max_postings")
@@ -1109,7 +1228,7 @@ def load(folder: Path, tools: Sequence[Tool], **options: Any) -> Bm25Backend:
     try:
         backend = Bm25Backend(**options, _folder=folder / TANTIVY_DIR)
     except ValueError as exc:  # tantivy's own error for unreadable files
-        raise IndexFormatError(f"{folder}: the tantivy files cannot be opened ({exc}); rebuild the index") from None
+        raise _unopenable(folder, exc) from None
     if len(backend) != len(tools):
         raise IndexFormatError(
             f"{folder}: the bm25 index holds {len(backend)} tools but the catalog has {len(tools)}; rebuild the index"

@@ -36,22 +36,20 @@ def add_store_option(parser: argparse.ArgumentParser, *, build: bool = False, co
     if command != "query":  # build and rm write, and wait for another's build of the catalog to end
         parser.add_argument(
             "--lock-wait", metavar="SECONDS", type=float, default=None,
-            help="with --store: give up waiting for another process's build of the catalog once it has shown no sign "
-            "of life this long, or for a change of it that runs no statement (default ten times the store's timeout, "
-            "at least 60)",
+            help="give up waiting for another process's build of the index once it has shown no sign of life this "
+            "long (default 60; with --store, also for a change of the catalog that runs no statement, and the "
+            "default is ten times the store's timeout, at least 60)",
         )
 
 
 def check_store(args: argparse.Namespace) -> None:
-    """A usage error (exit 2) for a --store that is not a Postgres URL, or one combined with --out."""
+    """A usage error (exit 2): a --store that is not a Postgres URL, or combined with --out; a bad --lock-wait."""
     store = getattr(args, "store", None)
     lock_wait = getattr(args, "lock_wait", None)
-    if store is None:
-        if lock_wait is not None:
-            raise InvalidQueryError("--lock-wait applies to a catalog in Postgres: give it with --store URL")
-        return
     if lock_wait is not None:  # the check StoreSettings makes, said as a usage error before anything connects
         check_seconds("--lock-wait", lock_wait, InvalidQueryError)
+    if store is None:
+        return
     if not is_postgres_url(store):
         raise InvalidQueryError(
             f"--store {display_dsn(store)!r} is not a Postgres URL; use postgresql://user@host:5432/db"
