@@ -120,3 +120,14 @@ def test_a_faiss_file_changed_while_it_is_read_is_said_not_read_half_old(
         ToolIndex.load(folder, embedder=embedder, cache=False)
     message = str(caught.value)
     assert "vectors.faiss changed on disk while it was read" in message and "open the index again" in message
+
+
+@pytest.mark.parametrize("backend", ["vector", "hybrid"])
+def test_an_index_under_a_path_that_is_not_utf8_saves_and_loads(tmp_path: Path, backend: str) -> None:
+    # Before: faiss takes a path only as UTF-8 text: "Wrong number or type of arguments for overloaded function
+    # 'write_index'" (a TypeError from its bindings) at save
+    folder = tmp_path / os.fsdecode(b"home-\xff") / "ix"  # e.g. a Latin-1 user name on a UTF-8 system
+    embedder = CallableEmbedder(hashing_vectors, "hash-64", 64)
+    tools = [Tool(f"tool_{i}", f"does thing number {i} with widget {i % 7}") for i in range(20)]
+    ToolIndex.build(tools, backend=backend, embedder=embedder, cache=False).save(folder)
+    assert ToolIndex.load(folder, embedder=embedder, cache=False).search("does thing number 7", 1).names == ["tool_7"]

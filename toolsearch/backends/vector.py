@@ -410,7 +410,7 @@ class VectorBackend:
             if self._dead:  # never persist tombstones
                 self._rebuild(kind=_kind(index))
                 index = self._index
-            faiss.write_index(index, str(folder / INDEX_FILE))
+            _write_faiss(index, folder / INDEX_FILE)
             ids = list(self._names)
             meta = {
                 "format": FORMAT_VERSION,
@@ -491,7 +491,8 @@ def _read_faiss(path: Path) -> Any:
     """
     before = _file_identity(path)
     try:
-        index = faiss.read_index(str(path))
+        with path.open("rb") as handle:  # through Python's file: a folder whose path is not UTF-8 (see _write_faiss)
+            index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))
     except RuntimeError as exc:
         problem: str | None = f"cannot be read ({exc}); rebuild the index"
         index = None
@@ -505,6 +506,13 @@ def _read_faiss(path: Path) -> Any:
     if problem is not None:
         raise IndexFormatError(f"{path} {problem}")
     return index
+
+
+def _write_faiss(index: Any, path: Path) -> None:
+    """`faiss.write_index` through Python's file: faiss takes a path only as UTF-8 text, so an index folder whose
+    path is not (bytes a POSIX file name may hold) was a TypeError from its bindings."""
+    with path.open("wb") as handle:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))
 
 
 def _file_identity(path: Path) -> tuple[int, ...] | None:
