@@ -46,6 +46,7 @@ if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the 
 
 from benchmarks.lib import (
     cli,
+    command_line,
     log,
     machine_info,
     machine_markdown,
@@ -437,9 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     held = (held_out_embedders(Path(args.held_out), [ds.name for ds in datasets])
             if args.held_out and "quality" in sections else {})
     cli.wait_if_asked(parser, args)
-    report: dict[str, Any] = {"machine": machine_info(),
-                              "command": "python benchmarks/postgres.py " + " ".join(sys.argv[1:] if argv is None
-                                                                                     else argv),
+    report: dict[str, Any] = {"machine": machine_info(), "command": command_line(__file__, argv),
                               "held_out": args.held_out if held else None, "held_out_models": describe(held)}
     with postgres(args.dsn) as dsn:
         if "quality" in sections:

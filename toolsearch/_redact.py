@@ -3,19 +3,32 @@ in text."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Sequence
+from urllib.parse import unquote
 
 __all__ = [
-    "DSN_SECRET_KEYS", "Scrubber", "command_secrets", "redacted_command", "redacted_url", "redacted_words",
-    "url_secrets",
+    "DSN_SECRET_KEYS", "Scrubber", "basic_auth_secrets", "command_secrets", "redacted_argv", "redacted_command",
+    "redacted_url", "redacted_words", "url_secrets",
 ]
 
 HIDDEN = "***"
 # A flag or variable whose name holds one of these carries a credential (`--api-key`, `--githubToken`, `DB_PASSWORD`)
-_SECRET_INSIDE = ("token", "secret", "passw", "apikey", "credential", "bearer", "cookie", "privatekey")
+_SECRET_INSIDE = ("token", "secret", "passw", "passphrase", "apikey", "credential", "bearer", "cookie", "privatekey")
 # ... and these only as a whole part of the name (`--key`, `--private-key`, not `--keyboard`)
 _SECRET_PARTS = frozenset({"key", "auth", "authorization", "pwd", "pat"})
+# ... and these only as its last part (`DB_PASS`, `--pass`, `--pw`, `--jwt`, `--sig`): a name that goes on says what
+# it is about (`--pass-through`, `--jwt-audience`, `--sig-alg`), and `--passes 3`, `--bypass` are no part of it
+_SECRET_ENDINGS = frozenset({"pass", "pw", "jwt", "sig"})
+# `-p` is a password on the command lines of these programs (`mysql -pSECRET`, `sshpass -p SECRET`, `mongosh -p
+# SECRET`), and a port or something else for most others (`psql -p 5432`, `redis-cli -p`, `ssh -p`, `docker run -p
+# 8080:80`): so it counts only after one of these names on the line (`docker exec db mysql -uroot -pSECRET`)
+_P_IS_PASSWORD = frozenset({
+    "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mysqlpump", "mariadb",
+    "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-show", "mariadb-check", "mongo", "mongosh",
+    "mongodump", "mongorestore", "mongoexport", "mongoimport", "mongostat", "mongotop", "mongofiles", "sshpass",
+})
 _HEADER_FLAGS = frozenset({"-H", "--header", "--headers"})  # `--header "Authorization: Bearer t"`: the value goes
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 _VARIABLE = re.compile(r"\$\{[^${}]*\}")  # `${GITHUB_TOKEN}`: a reference, not a value, so it is shown
@@ -92,8 +105,9 @@ def _hidden_value(parameter: str) -> str:
 DSN_SECRET_KEYS = frozenset({"password", "sslpassword"})
 # Such a secret in libpq's keyword form of a DSN (`host=db user=alice password=s3cret`): spaces may stand around its
 # `=`, and its value may be quoted (`password='a b'`), so its extent is read as libpq reads it
+# (a value already hidden, `password=***"` of a quoted word, keeps the quotes that close that word)
 _KEYWORD_SECRET = re.compile(rf"\b({'|'.join(sorted(DSN_SECRET_KEYS, key=len, reverse=True))})(\s*=\s*)"
-                             r"('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+                             rf"({re.escape(HIDDEN)}(?=[\"'`]*(?:\s|$))|'(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
 
 
 def redacted_words(command: str) -> str:
@@ -132,28 +146,40 @@ def redacted_command(argv: Sequence[str]) -> str:
     and every URL redacted: `server --api-key sk-1 --token=t-1 GITHUB_TOKEN=g-1 -H "Authorization: Bearer b-1"`
     -> `server --api-key *** --token=*** GITHUB_TOKEN=*** -H "Authorization: ***"`.
 
-    What counts is the name (see `_SECRET_INSIDE`, `_SECRET_PARTS`), since a value can look like anything; a
-    false positive costs a log line some detail, a miss would put a credential in it.
+    What counts is the name (see `_SECRET_INSIDE`, `_SECRET_PARTS`, `_SECRET_ENDINGS`), since a value can look like
+    anything; a false positive costs a log line some detail, a miss would put a credential in it.
     """
+    return " ".join(_quoted(arg) for arg in redacted_argv(argv))
+
+
+def redacted_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` word for word as `redacted_command` shows it, unquoted: for a caller that quotes the words its own way
+    (a benchmark report's `shlex`-quoted command line). `-p` hides its value only on a line that names a program
+    whose `-p` is a password (`_P_IS_PASSWORD`: `mysql -pSECRET`, `sshpass -p SECRET`)."""
     shown: list[str] = []
-    hide_next = header_next = False
+    hide_next = header_next = client = False
     for arg in argv:
         if hide_next and not arg.startswith("-"):
             shown.append(arg if _VARIABLE.fullmatch(arg) else HIDDEN)
         elif header_next:
-            shown.append(_quoted(_hidden_header(arg)))
+            shown.append(_hidden_header(arg))
+        elif _short_password(arg, client) is not None:
+            shown.append(f"-p{HIDDEN}")
         else:
-            shown.append(_quoted(_redacted_arg(arg)))
+            shown.append(_redacted_arg(arg))
+        client = client or _password_program(arg)
         flag = arg.startswith("-") and "=" not in arg
-        hide_next, header_next = flag and _secret_name(arg), flag and arg in _HEADER_FLAGS
-    return " ".join(shown)
+        hide_next = flag and (_secret_name(arg) or (client and arg == "-p"))
+        header_next = flag and arg in _HEADER_FLAGS
+    return shown
 
 
 def _redacted_arg(arg: str) -> str:
     name, _, value = arg.partition("=")
     if name in _HEADER_FLAGS and value:
         return f"{name}={_hidden_header(value)}"
-    return _hidden_assignment(arg) or (redacted_words(arg) if "://" in arg else arg)
+    # a URL, or a keyword DSN's `password=` inside a longer word (`--db "host=db password=s3cret"`)
+    return _hidden_assignment(arg) or (redacted_words(arg) if "://" in arg or _KEYWORD_SECRET.search(arg) else arg)
 
 
 def _hidden_header(value: str) -> str:
@@ -163,11 +189,32 @@ def _hidden_header(value: str) -> str:
     return f"{name}: {HIDDEN}" if colon and _NAME.fullmatch(name.strip()) else HIDDEN
 
 
+def _name_parts(name: str) -> list[str]:
+    """The words of a flag's or variable's name: `--db-pass` -> db, pass; `dbPassword` -> db, password."""
+    return [part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", name.lstrip("-")) if part]
+
+
 def _secret_name(name: str) -> bool:
-    bare = name.lstrip("-")
-    folded = re.sub(r"[-_.]", "", bare).lower()
-    parts = {part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", bare) if part}
-    return any(word in folded for word in _SECRET_INSIDE) or bool(parts & _SECRET_PARTS)
+    folded = re.sub(r"[-_.]", "", name.lstrip("-")).lower()
+    parts = _name_parts(name)
+    return (
+        any(word in folded for word in _SECRET_INSIDE)
+        or bool(set(parts) & _SECRET_PARTS)
+        or bool(parts and parts[-1] in _SECRET_ENDINGS)
+    )
+
+
+def _password_program(arg: str) -> bool:
+    """Whether `arg` names a program whose `-p` is a password (`_P_IS_PASSWORD`), by path or not."""
+    name = re.split(r"[\\/]", arg)[-1].lower()
+    return name.removesuffix(".exe") in _P_IS_PASSWORD
+
+
+def _short_password(arg: str, client: bool) -> str | None:
+    """The password `arg` carries attached (`-pSECRET`) on a line where `-p` is one (`client`), or None."""
+    if client and arg.startswith("-p") and len(arg) > 2 and not _VARIABLE.fullmatch(arg[2:]):
+        return arg[2:]
+    return None
 
 
 def _quoted(arg: str) -> str:
@@ -224,7 +271,8 @@ def _named_secret(name: str, value: str) -> bool:
     weak password), or a value that looks like one whatever its name."""
     if _secret_name(name) and value.lower() not in _PLAIN_VALUES:
         # a password is one whatever it looks like (as in a URL); a key or token shorter than this is a setting
-        password = any(word in re.sub(r"[-_.]", "", name).lower() for word in ("passw", "pwd", "passphrase"))
+        password = (any(word in re.sub(r"[-_.]", "", name).lower() for word in ("passw", "pwd", "passphrase"))
+                    or _name_parts(name)[-1:] in (["pass"], ["pw"]))
         if len(value) >= (_SHORTEST_KNOWN if password else _SHORTEST_NAMED):
             return True
     return _token_like(value)
@@ -261,18 +309,41 @@ def url_secrets(url: str) -> list[str]:
     return [text for text in found if text]
 
 
+def basic_auth_secrets(url: str) -> list[str]:
+    """The token an HTTP client sends for the user info of `url` (`https://user:pw@host/mcp`) in its `Authorization:
+    Basic <token>` header, to scrub from text that quotes the header back: base64 of `user:pw` as httpx builds it,
+    each half percent-decoded and a missing one empty (`user:` for a token given as the user name, `:pw`). The user
+    info is read both as httpx reads it (the authority ends at the first `/`, `?` or `#`; the user info at its last
+    `@`) and as `redacted_url` does (a password holding such a delimiter unencoded); [] for a URL without one."""
+    _, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    authority = _DELIMITERS.split(rest, maxsplit=1)[0]
+    end = _user_info_end(rest)
+    readings = [authority.rpartition("@")[0], rest[:end] if end >= 0 else ""]
+    found: list[str] = []
+    for user_info in dict.fromkeys(readings):
+        user, _, password = user_info.partition(":")
+        pair = f"{unquote(user)}:{unquote(password)}"
+        if pair != ":":  # httpx sends no header for an empty user info (`https://@host`, `https://:@host`)
+            found.append(base64.b64encode(pair.encode()).decode())
+    return found
+
+
 def command_secrets(argv: Sequence[str]) -> list[tuple[str, str]]:
     """(name, value) of what `redacted_command` hides on a command line: the values of credential-named flags and
     variables (`--api-key sk-1`, `--token=t-1`, `GITHUB_TOKEN=g-1`) and headers given by flag (`-H "Authorization:
     Bearer b-1"`), to scrub from text that quotes them (`Scrubber`'s `named`)."""
     found: list[tuple[str, str]] = []
     secret_flag: str | None = None
-    header_next = False
+    header_next = client = False
     for arg in argv:
         if secret_flag is not None and not arg.startswith("-"):
             found.append((secret_flag, arg))
         elif header_next:
             found.append(_header_pair(arg))
+        elif (attached := _short_password(arg, client)) is not None:
+            found.append(("password", attached))  # named as what it is: `-p` says nothing to `Scrubber`
         else:
             name, equals, value = arg.partition("=")
             if equals and value and _NAME.fullmatch(name.lstrip("-")):
@@ -280,8 +351,9 @@ def command_secrets(argv: Sequence[str]) -> list[tuple[str, str]]:
                     found.append(_header_pair(value))
                 elif _secret_name(name):
                     found.append((name, value))
+        client = client or _password_program(arg)
         flag = arg.startswith("-") and "=" not in arg
-        secret_flag = arg if flag and _secret_name(arg) else None
+        secret_flag = "password" if flag and client and arg == "-p" else arg if flag and _secret_name(arg) else None
         header_next = flag and arg in _HEADER_FLAGS
     return [(name, value) for name, value in found if value and not _VARIABLE.fullmatch(value)]
 

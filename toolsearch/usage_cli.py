@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -250,8 +251,41 @@ def describe_refresh(refreshed: Refreshed | None, path: Path) -> str:
     return text
 
 
+# A value that reads as a URL rather than a path: a scheme (two characters at least: `C:/` is a Windows drive), a
+# colon and a slash (`valkey://`, `redis+sentinel://`, and the one-slash slip `redis:/host`)
+_URL_LIKE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/+")
+
+
+def _shown_url(source: str, found: re.Match[str]) -> str:
+    """A URL-like `source` as a message shows it: as the URL it means (a one-slash slip too), credentials hidden.
+    Read as a path, it was quoted whole (the OS error's copy, `valkey:/:pw@host`, and a traceback's showed the
+    password)."""
+    from ._redact import redacted_url
+
+    return redacted_url(f"{found[1]}://{source[found.end():]}")
+
+
+def _url_refused(source: str, found: re.Match[str]) -> UsageError:
+    """The error for a URL-like usage source that names no usage store: a one-slash slip, or a scheme no store has
+    (the known ones named)."""
+    from .stores import USAGE_STORES, scheme_name
+
+    scheme = found[1]
+    if found[0] == f"{scheme}:/" and scheme_name(USAGE_STORES, scheme.lower()) is not None:
+        return UsageError(f"the usage source {scheme}:/... has one '/' after '{scheme}:' where a URL has two: write "
+                          f"{_shown_url(source, found)}")
+    return UsageError(
+        f"the usage source {_shown_url(source, found)} names no usage store toolsearch knows (the known schemes: "
+        f"{', '.join(USAGE_STORES.names())}): give a URL of one of those, or the path of a usage file or export. "
+        f"{USAGE_STORES.install_hint()}"
+    )
+
+
 def read_export(path: str) -> UsageLog:
-    """A log written by `toolsearch usage export` ("-": standard input)."""
+    """A log written by `toolsearch usage export` ("-": standard input); a URL is refused, its credentials hidden."""
+    if (url := _URL_LIKE.match(path)) is not None:
+        raise UsageError(f"{_shown_url(path, url)} is a URL, not a usage export: give the path of a file that "
+                         "`toolsearch usage export` wrote, or '-' for standard input")
     source = sys.stdin if path == "-" else None
     try:
         text = source.read() if source else Path(path).read_text(encoding="utf-8")
@@ -292,7 +326,10 @@ def read_usage(source: str, catalog: str) -> UsageLog:
     from .usage import FORMAT
 
     # the stores' own lookup: a scheme in any case names a plug-in's store in any case (`AcmeDB://`, `REDIS://`)
-    if "://" in source and scheme_name(USAGE_STORES, url_scheme(source)) is not None:
+    known = "://" in source and scheme_name(USAGE_STORES, url_scheme(source)) is not None
+    if not known and (url := _URL_LIKE.match(source)) is not None:
+        raise _url_refused(source, url)  # not read as a file: its error would quote it whole
+    if known:
         store = usage_store_from_url(source)
         try:
             logs = stored_logs(store)

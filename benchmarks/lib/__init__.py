@@ -254,7 +254,7 @@ def machine_info() -> dict[str, Any]:
         "speed_probe_ms_at_start": speed_probe(),
         "git_commit": _git_commit(),
         "env": {k: os.environ[k] for k in _ENV_SHOWN if k in os.environ},
-        "argv": sys.argv,
+        "argv": _redacted_argv(sys.argv),
         "command": command_line(),
     }
 
@@ -398,18 +398,29 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def command_line() -> str:
-    """How this run was started, for the report: `python benchmarks/<name>.py ...` ("" when not from a script).
+def command_line(script: str | Path | None = None, args: Sequence[str] | None = None) -> str:
+    """How this run was started, for the report: `python benchmarks/<name>.py ...` ("" when not from a script);
+    `script` and `args` default to `sys.argv`'s. Credentials are hidden (`toolsearch._redact.redacted_argv`:
+    `--dsn postgresql://***@host/db`, `--api-key ***`), since reports are committed.
 
     The script is named from the clone's root, where the docs run it, whatever the working directory was.
     """
-    argv = sys.argv
-    if not (argv and argv[0].endswith(".py")):
-        return ""
-    script = Path(argv[0]).resolve()
+    if script is None:
+        if not (sys.argv and sys.argv[0].endswith(".py")):
+            return ""
+        script = sys.argv[0]
+    path = Path(script).resolve()
     clone = Path(__file__).resolve().parents[2]
-    shown = str(script.relative_to(clone)) if script.is_relative_to(clone) else os.path.relpath(script)
-    return "python " + " ".join(shlex.quote(a) for a in [shown, *argv[1:]])
+    shown = str(path.relative_to(clone)) if path.is_relative_to(clone) else os.path.relpath(path)
+    given = sys.argv[1:] if args is None else args
+    return "python " + " ".join(shlex.quote(a) for a in [shown, *_redacted_argv(given)])
+
+
+def _redacted_argv(argv: Sequence[str]) -> list[str]:
+    # imported here: `toolsearch` is no import of a script's `--help`, which stays instant (standard library only)
+    from toolsearch._redact import redacted_argv
+
+    return redacted_argv(argv)
 
 
 def offline_environment(cache_dir: str | Path | None = None) -> None:

@@ -281,9 +281,9 @@ def test_a_servers_scrubber_hides_what_it_was_configured_with_and_keeps_plain_wo
                     "env": {"API_TOKEN": "${TOKEN}", "PASSWORD": "abc", "MODE": "cursor", "TZ": "UTC", "PORT": "8080",
                             "HOME_DIR": "/home/bob/projects"},
                 },
-                "remote": {
+                "remote": {  # (not `Authorization`: with the URL's user info, that is a config error)
                     "url": "https://u:${PW}@h.example/s/${KEY}/mcp?sig=qs-99",
-                    "headers": {"Authorization": "Bearer ${TOKEN}", "Accept": "application/json"},
+                    "headers": {"Proxy-Authorization": "Bearer ${TOKEN}", "Accept": "application/json"},
                 },
             }
         },

@@ -34,7 +34,15 @@ from urllib.parse import unquote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import MCPConfigError
-from .._redact import Scrubber, command_secrets, redacted_command, redacted_url, redacted_words, url_secrets
+from .._redact import (
+    Scrubber,
+    basic_auth_secrets,
+    command_secrets,
+    redacted_command,
+    redacted_url,
+    redacted_words,
+    url_secrets,
+)
 
 __all__ = [
     "ChangedTools", "MCPConfig", "MCPConfigError", "ServerConfig", "input_variable",
@@ -123,17 +131,19 @@ class ServerConfig:
         """What keeps this server's configured values out of the text it sends back (an error quoting the token it
         was given): its env and header values (and each word of a header: `Bearer <token>`), the values of the
         credential-named flags and headers on its command line (`--api-key sk-...`, `--token=...`: what `describe`
-        hides), the credentials of its URL or of a URL in its env or its arguments, and every value a variable
-        expanded to (a URL's path may hold one). See `Scrubber` for which count."""
+        hides), the credentials of its URL or of a URL in its env or its arguments (in the `Basic` form too, which
+        the HTTP client sends for a URL's `user:password@`), and every value a variable expanded to (a URL's path
+        may hold one). See `Scrubber` for which count."""
         flagged = command_secrets(self.args)
         named = [*self.env.items(), *self.headers.items(), *flagged]
         urls = [self.url or "", *(value for value in [*self.env.values(), *self.args] if "://" in value)]
         secrets = [part for url in urls for part in url_secrets(url)]
+        basic = [token for url in urls for token in basic_auth_secrets(url)]  # already decoded: no `unquote` below
         headers = [*self.headers.values(), *(value for _, value in flagged)]
         values = [*self.variable_values, *(word for value in headers for word in value.split())]
         quoted = [(name, unquote(value)) for name, value in named if "%" in value]  # a server may quote it decoded
         return Scrubber(
-            secrets=[*secrets, *(unquote(s) for s in secrets)], named=[*named, *quoted], values=values
+            secrets=[*secrets, *(unquote(s) for s in secrets), *basic], named=[*named, *quoted], values=values
         )
 
     def describe(self) -> str:
@@ -327,12 +337,23 @@ def _server_entry(
     if not url.startswith(("http://", "https://")):
         # as written: the expanded URL may hold a variable's value
         raise MCPConfigError(f"{where}: url must start with http:// or https://, got {redacted_url(entry.url)!r}")
+    headers = {k: _expand(v, f"{where} header {k}", environ) for k, v in entry.headers.items()}
+    # The HTTP client sends a URL's user info as `Authorization: Basic ...` over any Authorization header given to it:
+    # the configured header would be dropped without a word
+    authorization = next((k for k in headers if k.strip().lower() == "authorization"), None)
+    if authorization is not None and basic_auth_secrets(url):
+        raise MCPConfigError(
+            f"{where}: url {redacted_url(entry.url)!r} carries a user name or password (user:password@), which is "
+            f"sent as an 'Authorization: Basic' header, and 'headers' sets {authorization!r} too: the HTTP client "
+            "would send the URL's and drop the header's; give the credential one way, by removing the user info "
+            "from the url or the Authorization header"
+        )
     return ServerConfig(
         written=entry.url,
         name=name,
         transport=transport,  # type: ignore[arg-type]
         url=url,
-        headers={k: _expand(v, f"{where} header {k}", environ) for k, v in entry.headers.items()},
+        headers=headers,
         startup_timeout=entry.startup_timeout,
         call_timeout=entry.call_timeout,
         max_result_bytes=entry.max_result_bytes,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import regex
 
 from .._errors import InvalidArgumentError
+from .._redact import redacted_words
 from ..augment import Augmentation
 from .auth import AuthSettings, check_exposure
 from .caller import CallerPolicy
@@ -84,6 +85,15 @@ class WorkerSettings:
                 "session_header is a header clients could forge: honour it only behind a proxy that strips it "
                 "from client requests, and say so with trust_proxy_header (--trust-proxy-header)"
             )
+
+    def __repr__(self) -> str:
+        # not the dataclass's: the store URLs hold passwords (`redis://:pw@cache/0`, `postgresql://u:pw@db/x` or a
+        # keyword DSN's `password=`), and a repr goes where a debugger, an error reporter or a test's diff shows it
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        for name in ("session_store", "store"):
+            if isinstance(shown[name], str):
+                shown[name] = redacted_words(shown[name])
+        return f"WorkerSettings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @property
     def shared_store(self) -> bool:
