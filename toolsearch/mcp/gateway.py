@@ -19,7 +19,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -48,6 +48,7 @@ from .settings import DEFAULT_SESSION_TTL, GatewaySettings, url_host
 from .shared import CatalogBoard, SharedIndex
 from .source import MCPToolSource
 from .usage_feed import GatewayUsage
+from .wire import CheckedLines, WireCheck, answered, claimed_stdin
 
 if TYPE_CHECKING:
     from ..pg.index import PostgresIndex
@@ -235,7 +236,9 @@ class Gateway:
             return await self.modern.list_tools(asker)
         return await self.handshake.list_tools(ctx, asker)
 
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self._catalog_answers()
         # Started from the catalog its servers listed last time (toolsearch.mcp.remembered), a gateway admits a call
         # once the called tool's server has listed its own tools: never against a remembered definition.
@@ -362,19 +365,33 @@ class Gateway:
         return self.server.create_initialization_options()
 
     async def run_stdio(self) -> None:
-        """Serve one client over this process's stdin/stdout."""
+        """Serve one client over this process's stdin/stdout.
+
+        Each line is read by toolsearch.mcp.wire before the SDK's transport: a line it would drop unanswered (not
+        JSON, a batch, an id of 1.5) is answered with its JSON-RPC error."""
         from mcp.server.stdio import stdio_server
 
-        async with stdio_server() as (read_stream, write_stream):
-            await self.serve_streams(read_stream, write_stream)
+        with claimed_stdin() as stdin:
+            lines = CheckedLines(anyio.wrap_file(stdin))
+            # The SDK only iterates the stdin it is given (an AsyncFile by its annotation), line by line.
+            async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
+                lines.answer_on(write_stream)
+                await self.serve_streams(read_stream, write_stream)
 
     async def serve_streams(self, read_stream: Any, write_stream: Any) -> None:
-        """Serve one client over a stream pair, in the era its first request opens (the SDK's dual-era loop)."""
+        """Serve one client over a stream pair, in the era its first request opens (the SDK's dual-era loop).
+
+        A message the transport could not read reaches the SDK as an exception, which it drops: it is answered with
+        its JSON-RPC error instead (toolsearch.mcp.wire)."""
         from mcp.server.runner import serve_dual_era_loop
 
         async with self.server.lifespan(self.server) as state:
             await serve_dual_era_loop(
-                self.server, read_stream, write_stream, lifespan_state=state, init_options=self.initialization_options()
+                self.server,
+                answered(read_stream, write_stream),
+                write_stream,
+                lifespan_state=state,
+                init_options=self.initialization_options(),
             )
 
     def http_app(self, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
@@ -382,7 +399,8 @@ class Gateway:
 
         Handshake-era sessions are per connection by default; stateless when sessions are named
         by a header, so that any worker sharing the session store can answer any request. A
-        2026-era request is self-contained either way.
+        2026-era request is self-contained either way. A POST whose body the SDK would drop or answer with a
+        validation dump (a batch, text that is not JSON) is answered 400 with its JSON-RPC error (toolsearch.mcp.wire).
         """
         from mcp.server.transport_security import TransportSecuritySettings
 
@@ -394,16 +412,17 @@ class Gateway:
             app = self.server.streamable_http_app(streamable_http_path=path, host=host, transport_security=checked)
             app = self._outage_answers(app, path)
             if not self.caps.per_connection:
-                return app
+                return WireCheck(app, path=path)
             manager = getattr(self.server, "_session_manager", None)
             idle = getattr(manager, "session_idle_timeout", None)
             limit = self.caps.per_connection
-            return ConnectionCaps(app, limit=limit, path=path, idle_timeout=idle, live=_held_by(manager))
+            capped = ConnectionCaps(app, limit=limit, path=path, idle_timeout=idle, live=_held_by(manager))
+            return WireCheck(capped, path=path)
         app = self.server.streamable_http_app(
             streamable_http_path=path, host=host, stateless_http=True, transport_security=checked
         )
         app = self._outage_answers(app, path)
-        return SessionIdentity(
+        identified = SessionIdentity(
             app,
             header=self.session_header,
             path=path,
@@ -412,6 +431,8 @@ class Gateway:
             register=lambda key: self.store_call(self.handshake.register, key),
             caps=self.caps.sessions,
         )
+        # Outermost: a malformed first POST is answered before a session is issued (and counted) for it.
+        return WireCheck(identified, path=path)
 
     def _outage_answers(self, app: Any, path: str) -> Any:
         """With the catalog in a store (Postgres), a request refused while it fails is answered 503 + Retry-After."""

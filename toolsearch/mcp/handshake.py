@@ -34,8 +34,8 @@ from .errors import protocol_error, tool_error
 from .identity import session_key
 from .metatools import CALL_TOOL, call_tool_definition, call_tool_target, with_text
 from .pinning import repinned_text
-from .rules import Asker, Found, GatewayRules
-from .source import mcp_definition
+from .rules import Asker, Found, GatewayRules, progress_sink
+from .source import ProgressSink, mcp_definition
 
 __all__ = ["HandshakeEra"]
 
@@ -45,6 +45,13 @@ Run = Callable[..., Awaitable[Any]]
 T = TypeVar("T")
 
 _SESSION_KEY = "toolsearch.session"
+
+# The most a session's tool list holds, in bytes of its tools' JSON. A `tools/list` answer is one message, and the MCP
+# Python SDK's client reads at most 1 MiB of one server-sent event (DEFAULT_MAX_SSE_EVENT_SIZE, 1,048,576 bytes): past
+# it, every tools/list of the session fails, and so does every call of a tool by name (that client lists the tools
+# again to check a result against the tool's output schema). 64 KiB are left for what frames the tools: the JSON-RPC
+# envelope with the request's id, the SSE field names and the event id.
+LIST_BYTES = 1024 * 1024 - 64 * 1024
 _CALL_TOOL_HINT = (
     "If these tools do not appear in your tool list, call them through `{call}` with "
     '{{"name": "<tool name>", "arguments": {{...}}}}.'
@@ -85,6 +92,7 @@ class HandshakeEra:
             store = InMemorySessionStore(max_sessions=10_000)
         self.sessions = SessionManager(rules.index, store=store, max_discovered=max_discovered)
         self.clients: dict[str, _Client] = {}  # who to tell when the catalog changes
+        self._pins_over = False  # whether the pinned tools alone were found over LIST_BYTES (logged once)
 
     def rebind(self, index: ToolIndex) -> None:
         """The index was replaced (a shared index for a new catalog): sessions read it from now on."""
@@ -208,13 +216,48 @@ class HandshakeEra:
         return await self._in_session(ctx, asker, lambda session: self._listing(asker, session))
 
     def _listing(self, asker: Asker, session: Session) -> types.ListToolsResult:
+        return self._fitted(asker, session)[0]
+
+    def _fitted(self, asker: Asker, session: Session) -> tuple[types.ListToolsResult, list[str]]:
+        """The session's list, and the found tools unloaded from the session to keep it within LIST_BYTES.
+
+        The one home of that bound, for `tools/list` and for the search that loads tools (which says what it
+        unloaded). Found tools go least recently used first, the session's own eviction order (`max_discovered`):
+        the older ones before this search's, its weaker hits before its best; pinned tools always stay. Unloaded,
+        not just left out of this answer: a tool the session kept but never showed would read as loaded to the next
+        search, which would not offer it again.
+        """
         shown = self.rules.shown(asker, session)  # binds the session to the asker's rights first
         meta = [self.rules.metatool.definition(session)]
         if self.rules.settings.call_tool:
             meta.append(call_tool_definition(self.rules.metatool))
-        return types.ListToolsResult(
-            tools=[types.Tool.model_validate(t.to_mcp()) for t in meta] + [mcp_definition(t) for t in shown]
-        )
+        tools = [types.Tool.model_validate(t.to_mcp()) for t in meta] + [mcp_definition(t) for t in shown]
+        sizes = [len(t.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")) + 1 for t in tools]
+        total = sum(sizes)
+        if total <= LIST_BYTES:
+            return types.ListToolsResult(tools=tools), []
+        last_used = session.state().last_used  # pinned tools are not in it
+        # positions in `tools` of the found tools, least recently used first
+        found = sorted((len(meta) + i for i, t in enumerate(shown) if t.name in last_used),
+                       key=lambda j: last_used[tools[j].name])  # fmt: skip
+        unloaded: list[str] = []
+        dropped: set[int] = set()
+        for j in found:
+            if total <= LIST_BYTES:
+                break
+            dropped.add(j)
+            unloaded.append(tools[j].name)
+            total -= sizes[j]
+        session.forget(unloaded)
+        if total > LIST_BYTES and not self._pins_over:  # said once: every listing of every session would repeat it
+            self._pins_over = True
+            logger.warning(
+                "the pinned tools alone take %d bytes of a session's tool list, over the %d an MCP client reads in one "
+                "message (with the gateway's own tools): pin fewer tools (--pin)",
+                total,
+                LIST_BYTES,
+            )
+        return types.ListToolsResult(tools=[t for j, t in enumerate(tools) if j not in dropped]), unloaded
 
     # --- tools/call ---------------------------------------------------------------------------
 
@@ -231,22 +274,26 @@ class HandshakeEra:
                 if isinstance(target, types.CallToolResult):
                     return target
                 name, arguments = target
-            return await self._forward(ctx, asker, name, arguments, via_call_tool=via_call_tool)
+            progress = progress_sink(ctx, params)  # the upstream's progress, to a client that asked for it
+            return await self._forward(ctx, asker, name, arguments, via_call_tool=via_call_tool, progress=progress)
         except ToolSearchError as exc:
             logger.warning("%s failed: %s", name, exc)
             return tool_error(exc)
 
     async def _search(self, ctx: Any, asker: Asker, arguments: dict[str, Any]) -> types.CallToolResult:
-        def search(session: Session) -> tuple[Found, bool]:
+        def search(session: Session) -> tuple[Found, bool, list[str]]:
             before = session.discovered
             found = self.rules.search(asker, session, arguments, session.id)
-            return found, session.discovered != before
+            unloaded = self._fitted(asker, session)[1] if found.outcome.ok else []  # what the list cannot hold
+            return found, session.discovered != before, unloaded
 
         # The change is written (in the same hop) before the client is told: it lists its tools next, maybe
         # through another worker.
-        found, discovered = await self._in_session(ctx, asker, search)
+        found, discovered, unloaded = await self._in_session(ctx, asker, search)
         outcome = found.outcome
         text = outcome.text
+        if unloaded:  # the model must know that a tool it was just told of is not in its list, and why
+            text += "\n" + self._unloaded_text(unloaded, {t.name for t in found.tools})
         if found.repinned:  # the model is told, not just shown: a changed tool is news it must read
             text += "\n" + repinned_text(found.repinned)
         if outcome.ok and outcome.tools and self.rules.settings.call_tool:
@@ -254,6 +301,22 @@ class HandshakeEra:
         if discovered or found.repinned:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
+
+    def _unloaded_text(self, unloaded: list[str], found: set[str]) -> str:
+        why = f"this session's tool list is kept under {LIST_BYTES:,} bytes (MCP clients read 1 MiB of one message)"
+        lines = []
+        new = [name for name in unloaded if name in found]
+        if new:
+            reach = (
+                f"call them through `{CALL_TOOL}`"
+                if self.rules.settings.call_tool
+                else "search for fewer tools (max_results) or with narrower words to load them"
+            )
+            lines.append(f"Note: not loaded, as {why}: {', '.join(new)}; {reach}.")
+        old = [name for name in unloaded if name not in found]
+        if old:
+            lines.append(f"Note: unloaded, as {why}: {', '.join(old)} (search again to reload one).")
+        return "\n".join(lines)
 
     async def _notify_changed(self, ctx: Any) -> None:
         # Request-scoped, so over HTTP it rides this call's response stream ahead of the result.
@@ -263,7 +326,14 @@ class HandshakeEra:
             logger.warning("could not send tools/list_changed: %s", exc)
 
     async def _forward(
-        self, ctx: Any, asker: Asker, name: str, arguments: dict[str, Any], *, via_call_tool: bool
+        self,
+        ctx: Any,
+        asker: Asker,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        via_call_tool: bool,
+        progress: ProgressSink | None = None,
     ) -> types.CallToolResult:
         # The session is written before the upstream call (its last-use tick, a tool that joined the list): a store
         # that fails then refuses the call before it ran, never after, when an error would invite a second run.
@@ -272,5 +342,6 @@ class HandshakeEra:
             return admitted
         if admitted.joined:  # a tool called by name joins this session's list, like a found one
             await self._notify_changed(ctx)
-        result = await self.rules.call(asker, admitted, str(getattr(ctx, "request_id", "")))
+        # No input_round: a tool that asks for input is a tool error here (this era knows no InputRequiredResult).
+        result = await self.rules.call(asker, admitted, str(getattr(ctx, "request_id", "")), progress=progress)
         return with_text(result) if via_call_tool else result

@@ -11,7 +11,7 @@ import mcp_types as types
 from ..executor import argument_problems
 from ..metatool import ToolSearchMetaTool
 from ..tools import Tool
-from .source import error_result, upstream_of
+from .source import error_result, mcp_definition, upstream_of
 
 __all__ = [
     "CALL_TOOL",
@@ -31,7 +31,8 @@ CONTEXT_ARGUMENT = "context"
 
 MODERN_SEARCH_DESCRIPTION = (
     "Search the tool catalog for tools you do not have yet. Returns the best-matching tools' full definitions "
-    "(name, server, description, input schema); call one next through `call_tool` with its name and arguments. "
+    "(name, server, description, input schema, annotations); call one next through `call_tool` with its name and "
+    "arguments. "
     "Call it whenever you need a capability none of your current tools provides; you may call it several times "
     "with different queries. Pass the `context` it returns to later tool_search and call_tool calls."
 )
@@ -107,13 +108,16 @@ def schema_problems(tool: Tool, arguments: Mapping[str, Any]) -> types.CallToolR
 
 
 def found_definition(tool: Tool) -> dict[str, Any]:
-    """What a modern `tool_search` returns for one found tool: enough to call it next through `call_tool`."""
+    """What a modern `tool_search` returns for one found tool: its server and its full definition, as a
+    handshake-era client's tool list shows it (`mcp_definition`: the title, annotations and output schema the
+    upstream gave, cleaned and bounded when it was listed), so a 2026 client can confirm a destructive tool or check
+    a result's structured content as well."""
     origin = upstream_of(tool)
+    shown = mcp_definition(tool).model_dump(by_alias=True, exclude_none=True, mode="json")
     entry: dict[str, Any] = {"name": tool.name, "server": origin[0] if origin else None}
-    if isinstance(tool.metadata.get("title"), str):
-        entry["title"] = tool.metadata["title"]
-    entry["description"] = tool.description
-    entry["inputSchema"] = dict(tool.input_schema)
+    for key in ("title", "description", "inputSchema", "outputSchema", "annotations"):
+        if key in shown:
+            entry[key] = shown[key]
     return entry
 
 
@@ -124,7 +128,10 @@ def found_text(entry: Mapping[str, Any]) -> str:
     server = f" (server {entry['server']})" if entry.get("server") else ""
     schema = json.dumps(entry["inputSchema"], separators=(",", ":"), ensure_ascii=False)
     description = " ".join(str(entry["description"]).split())
-    return f"- {entry['name']}{server}: {description}\n  input schema: {schema}"
+    text = f"- {entry['name']}{server}: {description}\n  input schema: {schema}"
+    if entry.get("annotations"):  # the upstream's hints (destructive, read-only...): the model weighs a call by them
+        text += f"\n  annotations: {json.dumps(entry['annotations'], separators=(',', ':'), ensure_ascii=False)}"
+    return text
 
 
 def with_text(result: types.CallToolResult) -> types.CallToolResult:

@@ -46,8 +46,8 @@ from .metatools import (
     with_text,
 )
 from .pinning import repinned_text
-from .rules import Admitted, Asker, Found, GatewayRules
-from .source import error_result, mcp_definition
+from .rules import Admitted, Asker, Found, GatewayRules, progress_sink
+from .source import InputRound, ProgressSink, error_result, mcp_definition
 
 __all__ = ["ListenerBus", "ModernEra", "context_key", "LIST_TTL_MS"]
 
@@ -187,13 +187,21 @@ class ModernEra:
 
     # --- tools/call ---------------------------------------------------------------------------
 
-    async def call_tool(self, ctx: Any, asker: Asker, params: types.CallToolRequestParams) -> types.CallToolResult:
-        """tool_search, or a call through call_tool (or by name); what fails in it is a tool error."""
+    async def call_tool(
+        self, ctx: Any, asker: Asker, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """tool_search, or a call through call_tool (or by name); what fails in it is a tool error. A called tool's
+        progress reaches a client that gave a progress token; a tool that asks for input first is answered with its
+        `InputRequiredResult`, and the client's retry (`inputResponses`, `requestState`) reaches it unchanged."""
         name, arguments = params.name, dict(params.arguments or {})
         try:
             if name == self.rules.metatool.name:  # a search may embed the query: always off the event loop
                 return await anyio.to_thread.run_sync(self.search, asker, arguments)
-            return await self.call(asker, name, arguments, str(getattr(ctx, "request_id", "")))
+            asked = InputRound(params.input_responses, params.request_state, _capabilities(ctx))
+            call_id = str(getattr(ctx, "request_id", ""))
+            return await self.call(
+                asker, name, arguments, call_id, progress=progress_sink(ctx, params), input_round=asked
+            )
         except CatalogStoreError as exc:  # never an answer from a catalog that could not be read: a protocol error
             logger.warning("%s failed: %s", name, exc)
             raise protocol_error(exc) from None
@@ -277,11 +285,31 @@ class ModernEra:
         finally:
             self._close(opened)
 
-    async def call(self, asker: Asker, name: str, arguments: dict[str, Any], call_id: str) -> types.CallToolResult:
+    async def call(
+        self,
+        asker: Asker,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        *,
+        progress: ProgressSink | None = None,
+        input_round: InputRound | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """An upstream tool's call, admitted first; its progress to `progress`, and a request for input answered
+        as `input_round` says (`MCPToolSource.call_tool`): a client of this era takes it (see `call_tool`)."""
         admitted = await self.store_call(self.admit, asker, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        return with_text(await self.rules.call(asker, admitted, call_id))
+        result = await self.rules.call(
+            asker, admitted, call_id, progress=progress, input_round=input_round or InputRound()
+        )
+        return with_text(result) if isinstance(result, types.CallToolResult) else result
+
+
+def _capabilities(ctx: Any) -> types.ClientCapabilities | None:
+    """What this request's client declared it can do (in 2026-07-28 every request declares it)."""
+    capabilities = getattr(ctx.session, "client_capabilities", None)
+    return capabilities if isinstance(capabilities, types.ClientCapabilities) else None
 
 
 @dataclass(slots=True)

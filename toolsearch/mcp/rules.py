@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import anyio.to_thread
 import mcp_types as types
@@ -39,10 +39,19 @@ from .caps import owner_of
 from .metatools import CALL_TOOL, schema_problems
 from .pinning import DefinitionPins, Repinned
 from .settings import GatewaySettings
-from .source import SEPARATOR, MCPToolSource, definition_changes, error_result, namespaced_name, upstream_of
+from .source import (
+    SEPARATOR,
+    InputRound,
+    MCPToolSource,
+    ProgressSink,
+    definition_changes,
+    error_result,
+    namespaced_name,
+    upstream_of,
+)
 from .usage_feed import GatewayUsage
 
-__all__ = ["Admitted", "Asker", "Found", "GatewayRules", "resolve_pins"]
+__all__ = ["Admitted", "Asker", "Found", "GatewayRules", "progress_sink", "resolve_pins"]
 
 logger = logging.getLogger("toolsearch.mcp")
 
@@ -68,6 +77,17 @@ def resolve_pins(patterns: Iterable[str], catalog: Catalog) -> tuple[list[str], 
         for name in hits:
             pinned.setdefault(name, None)
     return list(pinned), unmatched
+
+
+def progress_sink(ctx: Any, params: types.CallToolRequestParams) -> ProgressSink | None:
+    """Where an upstream's progress for this tools/call goes, in either era: to its client, under the progress token
+    the client gave (the SDK's request-scoped session sends it with this request's id, so over HTTP it rides the
+    call's own response stream); None when the client gave none, and then none is asked of the upstream."""
+    token = (params.meta or {}).get("progress_token")
+    if token is None or isinstance(token, bool):
+        return None
+    sink: ProgressSink = ctx.session.report_progress
+    return sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,17 +502,57 @@ class GatewayRules:
 
     # --- the call ------------------------------------------------------------------------------
 
-    async def call(self, asker: Asker, admitted: Admitted, call_id: str) -> types.CallToolResult:
+    @overload
+    async def call(
+        self,
+        asker: Asker,
+        admitted: Admitted,
+        call_id: str,
+        *,
+        progress: ProgressSink | None = None,
+        input_round: None = None,
+    ) -> types.CallToolResult: ...
+
+    @overload
+    async def call(
+        self,
+        asker: Asker,
+        admitted: Admitted,
+        call_id: str,
+        *,
+        progress: ProgressSink | None = None,
+        input_round: InputRound,
+    ) -> types.CallToolResult | types.InputRequiredResult: ...
+
+    async def call(
+        self,
+        asker: Asker,
+        admitted: Admitted,
+        call_id: str,
+        *,
+        progress: ProgressSink | None = None,
+        input_round: InputRound | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run an admitted call: its augmented values logged and consumed, the upstream called with its own
-        arguments, its outcome logged for the usage log."""
+        arguments (its progress to `progress`; `input_round`: the client takes a request for input, see
+        `MCPToolSource.call_tool`), its outcome logged for the usage log."""
         if admitted.values is not None:
             # The operator asked to see why each call is made: one log line per call (values cut short).
             values = json.dumps(admitted.values, ensure_ascii=False)[:1000]
             logger.info("augmented call %s by %s: %s", admitted.name, asker.caller.key, values)
             self.executor.consume(admitted.name, admitted.values, call_id)
-        result = await self.source.call_tool(
-            admitted.name, admitted.arguments, max_result_bytes=self.settings.options.max_result_bytes
-        )
+        limit = self.settings.options.max_result_bytes
+        if input_round is None:
+            result = await self.source.call_tool(
+                admitted.name, admitted.arguments, max_result_bytes=limit, progress=progress
+            )
+        else:
+            answer = await self.source.call_tool(
+                admitted.name, admitted.arguments, max_result_bytes=limit, progress=progress, input_round=input_round
+            )
+            if isinstance(answer, types.InputRequiredResult):
+                return answer  # not done yet: the round that completes it is the one the usage log counts
+            result = answer
         ok = not result.is_error
         try:
             if ok and self.usage.remote:  # a Redis round trip: off the event loop, which serves every other request

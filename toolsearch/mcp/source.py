@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import random
 import re
 import secrets
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, overload
 
 import anyio
 import anyio.abc
@@ -51,6 +52,8 @@ __all__ = [
     "mcp_definition",
     "error_result",
     "restart_delay",
+    "InputRound",
+    "ProgressSink",
 ]
 
 logger = logging.getLogger("toolsearch.mcp")
@@ -72,6 +75,7 @@ MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
 # by its `maxResultBytes` (`UpstreamServer.message_limit`), a listing is not, but is not read without end either.
 LISTING_LINE_LIMIT = 64 * 1024 * 1024
 ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
+PROGRESS_CHARS = 500  # of an upstream's progress message passed on: a status line, not a channel for documents
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
 # seconds a ping may take that asks whether an HTTP server is still there after one request's stream ended unanswered
 PING_TIMEOUT = 10.0
@@ -88,6 +92,20 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 State = Literal["idle", "starting", "ready", "failed", "crashed", "stopped"]
 ChangeListener = Callable[["UpstreamServer"], Awaitable[None]]
+ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
+"""Where a call's progress goes (progress, total, message): the calling client, under its own progress token."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRound:
+    """The client's side of a call whose tool may ask for input first (MCP 2026-07-28, SEP-2322): a client of that
+    revision takes the upstream's `InputRequiredResult` as the answer, answers its requests itself (those its
+    `capabilities` cover) and calls again with the `responses` and the echoed `state`, which reach the upstream
+    unchanged (the state is the upstream's, opaque here, and checked by it)."""
+
+    responses: types.InputResponses | None = None
+    state: str | None = None
+    capabilities: types.ClientCapabilities | None = None
 
 
 class _ProbeClosedPipe(Exception):
@@ -361,7 +379,7 @@ def _unreadable_line(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
-def _result_bytes(result: types.CallToolResult, limit: int) -> int:
+def _result_bytes(result: types.CallToolResult | types.InputRequiredResult, limit: int) -> int:
     """The size of a result as JSON, in bytes (counted in characters first: cheap, and a lower bound)."""
     text = result.model_dump_json(by_alias=True, exclude_none=True)
     return len(text) if len(text) > limit else len(text.encode())
@@ -374,22 +392,23 @@ def _reserved(key: str) -> bool:
     return bool(slash) and any(label in ("modelcontextprotocol", "mcp") for label in prefix.lower().split("."))
 
 
+def _kept_meta(meta: Any) -> Any:
+    """A `_meta` without the keys in MCP's own namespace (`meta` itself when it has none)."""
+    if not isinstance(meta, dict) or not any(_reserved(str(k)) for k in meta):
+        return meta
+    return {k: v for k, v in meta.items() if not _reserved(str(k))} or None
+
+
 def _own_meta(result: types.CallToolResult) -> types.CallToolResult:
     """A result without the upstream's protocol `_meta` keys, on it and on its content: they describe the upstream's
     connection (its server info, its request state), not the gateway's, and a client would take them as the
     gateway's. The upstream's own keys pass on."""
-
-    def kept(meta: Any) -> Any:
-        if not isinstance(meta, dict) or not any(_reserved(str(k)) for k in meta):
-            return meta
-        return {k: v for k, v in meta.items() if not _reserved(str(k))} or None
-
     content = []
     for block in result.content:
         own = getattr(block, "meta", None)
-        cleaned = kept(own)
+        cleaned = _kept_meta(own)
         content.append(block if cleaned is own else block.model_copy(update={"meta": cleaned}))
-    meta = kept(result.meta)
+    meta = _kept_meta(result.meta)
     if meta is result.meta and all(a is b for a, b in zip(content, result.content, strict=True)):
         return result
     return result.model_copy(update={"meta": meta, "content": content})
@@ -407,6 +426,76 @@ def _cut(text: str, limit: int) -> str:
 def _short(exc: BaseException, limit: int = 300, *, scrub: Callable[[str], str] = str) -> str:
     text = _plain(scrub(str(exc))) or type(exc).__name__  # an error's text may quote what the server sent
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _ProgressRelay:
+    """One call's progress from its upstream, passed on to the client (`sink`): the numbers as sent, except a value
+    that does not move forward or is not finite (the spec has progress increase with each notification, and the SDK
+    delivers each in a task of its own, so two may arrive out of order); the message cleaned and cut like any text a
+    server sends (`_progress_text`); and nothing once the call has its answer (the client's request is over)."""
+
+    def __init__(self, sink: ProgressSink, scrub: Callable[[str], str]) -> None:
+        self.sink = sink
+        self.scrub = scrub
+        self.last: float | None = None
+        self.done = False
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.done or not math.isfinite(progress) or (self.last is not None and progress <= self.last):
+            return
+        self.last = progress
+        if total is not None and not math.isfinite(total):
+            total = None
+        try:
+            await self.sink(progress, total, _progress_text(message, self.scrub))
+        except Exception as exc:  # the client went away meanwhile: the call's answer is what matters
+            logger.debug("could not pass on a progress notification: %s", exc)
+
+
+def _progress_text(message: str | None, scrub: Callable[[str], str]) -> str | None:
+    """A progress message fit for a client and a model: its configured secrets hidden, on one line without what a
+    reader cannot see (`_plain`), and at most PROGRESS_CHARS characters. Only its start is read at all: a server may
+    send many, each as long as its messages may be."""
+    if message is None:
+        return None
+    text = _plain(scrub(message[: PROGRESS_CHARS * 8]))
+    if len(text) > PROGRESS_CHARS:
+        text = text[:PROGRESS_CHARS] + "..."
+    return text or None
+
+
+def _asked(requests: Iterable[Any]) -> str:
+    """What input requests ask for, in words: `a question for the user (elicitation)`."""
+    kinds: list[str] = []
+    for request in requests:
+        if isinstance(request, types.ElicitRequest):
+            url = isinstance(request.params, types.ElicitRequestURLParams)
+            kind = "the user to open a web page (URL elicitation)" if url else "a question for the user (elicitation)"
+        elif isinstance(request, types.CreateMessageRequest):
+            kind = "a reply from the client's model (sampling)"
+        else:
+            kind = "the client's root folders (roots)"
+        if kind not in kinds:
+            kinds.append(kind)
+    return ", ".join(kinds) or "a call again with the state it returned"
+
+
+def _can_answer(capabilities: types.ClientCapabilities | None, request: Any) -> bool:
+    """Whether a client that declared `capabilities` answers the input request `request` (as the SDK's servers check
+    them before they ask)."""
+    if capabilities is None:
+        return False
+    if isinstance(request, types.ElicitRequest):
+        have = capabilities.elicitation
+        if have is None:
+            return False
+        if isinstance(request.params, types.ElicitRequestURLParams):
+            return have.url is not None
+        return have.form is not None or have.url is None  # a bare `elicitation: {}` (before modes) means forms
+    if isinstance(request, types.CreateMessageRequest):
+        sampling = capabilities.sampling
+        return sampling is not None and (not request.params.tools or sampling.tools is not None)
+    return capabilities.roots is not None
 
 
 def _plain(text: str) -> str:
@@ -1681,22 +1770,61 @@ class UpstreamServer:
                 await self._ready.wait()
         return self._session if self.ready else None
 
+    @overload
     async def call(
-        self, tool: str, arguments: Mapping[str, Any] | None, *, max_result_bytes: int | None = None
-    ) -> types.CallToolResult:
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: None = None,
+    ) -> types.CallToolResult: ...
+
+    @overload
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: InputRound,
+    ) -> types.CallToolResult | types.InputRequiredResult: ...
+
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: InputRound | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Call `tool` (the upstream's own name). Every failure comes back as an `isError` result.
 
         A result larger than the server's `maxResultBytes` (else `max_result_bytes`, else
-        DEFAULT_MAX_RESULT_BYTES) is replaced by an error saying so: see `_oversized`.
+        DEFAULT_MAX_RESULT_BYTES) is replaced by an error saying so: see `_oversized`. With `progress`, the upstream
+        is asked for progress, which goes there (`_ProgressRelay`). A tool that asks for input first (an
+        `InputRequiredResult`) is answered with that result when `input_round` says the client takes it and can
+        answer it, else with a tool error saying so (`_input_required`).
         """
         session = await self._session_for_call()
         if session is None:
             return error_result(self._down_text(tool))
         limit = self.config.max_result_bytes or max_result_bytes or self.max_result_bytes
         self._call_limits.append(limit)  # its answer is read as far as its own limit allows (`message_limit`)
+        relay = None if progress is None else _ProgressRelay(progress, self._scrub)
         try:
+            # Always allowed: refused, the SDK raises with advice for its programmer, which no model can follow.
             result = await session.call_tool(
-                tool, dict(arguments) if arguments else None, read_timeout_seconds=self.config.call_timeout
+                tool,
+                dict(arguments) if arguments else None,
+                read_timeout_seconds=self.config.call_timeout,
+                progress_callback=relay,
+                input_responses=input_round.responses if input_round is not None else None,
+                request_state=input_round.state if input_round is not None else None,
+                allow_input_required=True,
             )
         except MCPError as exc:
             code = exc.error.code
@@ -1741,12 +1869,45 @@ class UpstreamServer:
             return error_result(f"MCP server {self.name!r}: calling {tool!r} failed: {said}")
         finally:
             self._call_limits.remove(limit)
+            if relay is not None:
+                relay.done = True
         size = _result_bytes(result, limit)
         if size > limit:
             return self._oversized(tool, size, limit)
+        if isinstance(result, types.InputRequiredResult):
+            return self._input_required(tool, result, input_round)
         if result.is_error:
             result = self._scrubbed(result)
         return _own_meta(result)
+
+    def _input_required(
+        self, tool: str, result: types.InputRequiredResult, input_round: InputRound | None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The answer to a call of `tool` that asks for input before it can finish: the upstream's result as sent
+        (less its protocol `_meta`) for a client that takes it and can answer each of its requests, else a tool error
+        that says what the tool asks for and where it can be answered (a client that took the result without being
+        able to answer it would fail the call with no word to the model)."""
+        requests = list((result.input_requests or {}).values())
+        asked = _asked(requests)
+        if input_round is not None:
+            unanswered = [r for r in requests if not _can_answer(input_round.capabilities, r)]
+            if not unanswered:
+                meta = _kept_meta(result.meta)
+                return result if meta is result.meta else result.model_copy(update={"meta": meta})
+            missing = _asked(unanswered)
+            why = "did not declare that it can answer " + ("them" if missing == asked else missing)
+        else:
+            # A client of the handshake era knows no InputRequiredResult; asking it in its own terms (elicitation/create
+            # and the like, then the upstream again with the answers) is not done here.
+            why = "speaks an earlier revision"
+        logger.info("MCP server %r: %r asks for input (%s); not passed on: the client %s", self.name, tool, asked, why)
+        return error_result(
+            f"MCP server {self.name!r}: {tool!r} asks for input before it can finish: {asked}. This gateway passes "
+            f"such requests on only to clients of MCP 2026-07-28 that can answer them, and the client in use {why}, "
+            "so the call did not complete. Do not retry it here: tell the user that this tool needs their input; "
+            f"they can give it by running the tool from a client connected to MCP server {self.name!r} directly, or "
+            "from a client of MCP 2026-07-28 that answers such requests."
+        )
 
     def _scrubbed(self, result: types.CallToolResult) -> types.CallToolResult:
         """A tool error with this server's configured secrets hidden in its text: servers report most failures this
@@ -2051,13 +2212,44 @@ class MCPToolSource:
 
     # --- calls ----------------------------------------------------------------------------
 
+    @overload
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, max_result_bytes: int | None = None
-    ) -> types.CallToolResult:
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: None = None,
+    ) -> types.CallToolResult: ...
+
+    @overload
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: InputRound,
+    ) -> types.CallToolResult | types.InputRequiredResult: ...
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        max_result_bytes: int | None = None,
+        progress: ProgressSink | None = None,
+        input_round: InputRound | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Call a tool by its namespaced name; unknown names and upstream failures are `isError` results.
 
         `max_result_bytes` caps the result for servers whose config does not set `maxResultBytes`
-        (default: the source's `max_result_bytes`).
+        (default: the source's `max_result_bytes`). `progress` receives the upstream's progress notifications for
+        this call (numbers as sent, messages cleaned and cut); without it none are asked for. `input_round`: the
+        caller takes an `InputRequiredResult` (MCP 2026-07-28) from a tool that asks for input, and carries the
+        answers and state of its retry; without it such a tool's answer is a tool error saying so.
         """
         await self.listed(name)  # a remembered definition is never called: its server's own listing is
         hit = self._routes.get(name)
@@ -2075,7 +2267,12 @@ class MCPToolSource:
         if hit is None:
             return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")
         server, original = hit
-        return await server.call(original, arguments, max_result_bytes=max_result_bytes or self.max_result_bytes)
+        limit = max_result_bytes or self.max_result_bytes
+        if input_round is None:
+            return await server.call(original, arguments, max_result_bytes=limit, progress=progress)
+        return await server.call(
+            original, arguments, max_result_bytes=limit, progress=progress, input_round=input_round
+        )
 
     def _down_server_of(self, name: str) -> UpstreamServer | None:
         """The configured server whose namespace the tool name `name` is in (its tools are named by its prefix and the

@@ -1,0 +1,77 @@
+"""A handshake-era session's tool list stays within what the MCP SDK's client reads of one message.
+
+The real `mcp` client reads at most 1 MiB of one server-sent event, and a `tools/list` answer is one event. Before
+the bound, five found tools of 250 kB each (every one under the gateway's limit on one schema) made the session's
+list 1.25 MB: from then on every `tools/list` of that session failed ("Server-sent event exceeded the 1048576 byte
+limit"), and so did every call of a found tool by name (the client lists again to check a result against the tool's
+output schema), with no word from the gateway. Now the least recently used found tools are unloaded until the list
+fits (`LIST_BYTES`), and the search that loaded them says which and why. A real gateway process over streamable HTTP,
+in front of tests/mcp_servers/sized_server.py, driven by the real `mcp` client.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import mcp_types as types
+import pytest
+from mcp_servers import HERE, http_gateway, write_config
+from mcp_servers.clients import connect, text
+
+from toolsearch.mcp.handshake import LIST_BYTES
+
+pytestmark = pytest.mark.slow
+
+NAMES = ["alpha", "bravo", "charlie", "delta", "echo"]  # five tools of about 250 kB each: four pass the bound
+META = ["tool_search", "call_tool"]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = [str(HERE / "sized_server.py")]
+    entry = {"command": sys.executable, "args": server, "env": {"SIZED_TOOLS": ",".join(NAMES)}}
+    config = write_config(tmp_path_factory.mktemp("sized") / "servers.json", {"big": entry})
+    with http_gateway(config, "--backend", "bm25") as gateway:
+        yield gateway.url or ""
+
+
+def _size(tools: list[types.Tool]) -> int:
+    return sum(len(t.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")) + 1 for t in tools)
+
+
+async def test_a_search_that_finds_more_than_the_list_holds_loads_what_fits_and_says_what_it_did_not(url: str) -> None:
+    async with connect(url) as client:
+        found = await client.search("ledger export", max_results=5)
+        said = text(found)
+        assert not found.is_error and said.startswith("Found 5 tool(s)")
+        listed = (await client.session.list_tools()).tools  # before: MCPError, the event exceeded 1048576 bytes
+        names = [t.name for t in listed]
+        assert names[:2] == META and len(names) == 2 + 3  # three of 250 kB fit under the bound, four do not
+        assert _size(listed) <= LIST_BYTES
+        left_out = [f"big__{n}_export" for n in NAMES if f"big__{n}_export" not in names]
+        assert len(left_out) == 2
+        note = next(line for line in said.splitlines() if line.startswith("Note: not loaded"))
+        assert all(name in note for name in left_out) and f"{LIST_BYTES:,} bytes" in note and "call_tool" in note
+
+        loaded = names[2]
+        by_name = await client.call(loaded, {"filter": "x"})  # the client lists again here: before, it failed too
+        assert not by_name.is_error and text(by_name) == f"{loaded.removeprefix('big__')} ran"
+        through = await client.call("call_tool", {"name": left_out[0], "arguments": {"filter": "x"}})
+        assert not through.is_error and text(through) == f"{left_out[0].removeprefix('big__')} ran"
+        after = (await client.session.list_tools()).tools  # the called tool joined; the list still fits
+        assert left_out[0] in [t.name for t in after] and _size(after) <= LIST_BYTES
+
+
+async def test_the_least_recently_used_found_tool_is_unloaded_first(url: str) -> None:
+    async with connect(url) as client:
+        for name in ("alpha", "bravo", "charlie"):  # loaded in this order: alpha is the oldest
+            found = await client.search(name, max_results=1)
+            assert "Note:" not in text(found), text(found)
+        used = await client.call("big__alpha_export", {"filter": "x"})  # a call makes alpha the most recent
+        assert not used.is_error
+        found = await client.search("delta", max_results=1)
+        note = next(line for line in text(found).splitlines() if line.startswith("Note: unloaded"))
+        assert "big__bravo_export" in note and "search again to reload one" in note
+        names = await client.names()
+        assert names == [*META, "big__alpha_export", "big__charlie_export", "big__delta_export"]
