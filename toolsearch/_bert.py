@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import BackendError, missing_dependency
+from ._errors import BackendError, missing_dependency, named_error
 from .model_file import CARD_FILE, WEIGHTS_FILE, load_weights, read_card
 
 __all__ = ["BertEncoder", "Observer", "file_digest", "load_encoder", "model_digest"]
@@ -219,7 +219,7 @@ class BertEncoder:
                     try:
                         runner = self._onnx[precision] = _bert_onnx.OnnxRunner(self, int8=precision == "int8")
                     except Exception as exc:  # a broken runtime install must not stop search: numpy stays
-                        self._onnx_error[precision] = f"{type(exc).__name__}: {exc}"
+                        self._onnx_error[precision] = named_error(exc)
                 if runner is None and runtime == "auto":
                     _log.warning(
                         "queries are embedded with numpy, about 3x slower than with onnxruntime (%s); "
@@ -567,7 +567,7 @@ def _read_encoder(folder: Path, max_length: int) -> BertEncoder:
     except unreadable as exc:
         what = "its weights" if type(exc).__name__ == "SafetensorError" else "it"
         raise BackendError(
-            f"cannot load the embedding model in {folder}: {what} cannot be read ({type(exc).__name__}: {exc}); "
+            f"cannot load the embedding model in {folder}: {what} cannot be read ({named_error(exc)}); "
             f"{_load_advice(folder)}"
         ) from None
     except Exception as exc:  # the tokenizers package raises a bare Exception for a damaged tokenizer.json

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._cache_dir import default_cache_dir
+from ._errors import named_error
 from ._framed_file import Framing, checksum, sweep_abandoned, write_whole
 
 if TYPE_CHECKING:
@@ -467,7 +468,7 @@ def _parse_graph(
         model = arrays["model"].tobytes()
         names = [str(name) for name in arrays["names"]]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        return f"its contents cannot be read ({type(exc).__name__}: {exc})", None
+        return f"its contents cannot be read ({named_error(exc)})", None
     if made_from != key:
         return "it was made from another model, code or numpy than this process runs", None
     missing = [name for name in names if f"weight.{name}" not in arrays and name not in own]

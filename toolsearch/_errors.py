@@ -298,11 +298,21 @@ def wrong_type(what: str, value: object, expected: str) -> ArgumentTypeError:
     return ArgumentTypeError(f"{what} must be {expected}, got {type(value).__name__}")
 
 
-def named_error(exc: BaseException) -> str:
+def named_error(exc: BaseException, message: str | None = None) -> str:
     """An exception as a message quotes it: `Name: message`, or its class name alone when it says nothing (a bare
-    `sys.exit()`, a `TimeoutError()`), never a dangling `Name: `."""
-    text = str(exc)
+    `sys.exit()`, a `TimeoutError()`), never a dangling `Name: `. `message` is its message as the caller shows it
+    (cut short, on one line, with what it must not quote left out); `str(exc)` when not given."""
+    text = str(exc) if message is None else message
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def joined_sentences(text: str, sentence: str) -> str:
+    """`text`, then `sentence` after one full stop: none is added after a `text` that ends its own sentence (an SDK's
+    "Request timed out."), so a message never reads `..`; `text` alone when `sentence` is empty."""
+    if not sentence:
+        return text
+    text = text.rstrip()
+    return f"{text}{'' if text.endswith(('.', '!', '?')) else '.'} {sentence}"
 
 
 def missing_dependency(package: str, extra: str) -> MissingDependencyError:

@@ -32,6 +32,7 @@ from ._errors import (
     PluginError,
     ToolSearchError,
     missing_dependency,
+    named_error,
 )
 from ._framed_file import Framing, sweep_abandoned, write_whole
 from .model_file import SHIPPED, WEIGHTS_FILE, card_model_id, is_model_folder, read_card
@@ -527,7 +528,7 @@ def _load_sentence_transformer(source: str, device: str, local: bool, digest: st
             except Exception as exc:
                 where = "its folder" if local else "the local Hugging Face cache (toolsearch never downloads a model)"
                 raise BackendError(
-                    f"cannot load the embedding model {source!r} from {where} ({type(exc).__name__}: {exc}); "
+                    f"cannot load the embedding model {source!r} from {where} ({named_error(exc)}); "
                     "pass a whole local model folder, a model already in the local Hugging Face cache, "
                     "model='default', or an embedder object"
                 ) from None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import tracing
-from ._errors import ArgumentTypeError, InvalidArgumentError, ToolCancelledError, wrong_type
+from ._errors import ArgumentTypeError, InvalidArgumentError, ToolCancelledError, named_error, wrong_type
 from ._signatures import presented
 from ._untrusted import repair_surrogates
 from .augment import Augmentation, AugmentSpec, OnAugment
@@ -609,7 +609,7 @@ class ToolExecutor:
                 if oversized is not None:
                     return ToolResult(call, oversized, ResultStatus.ERROR, outcome.elapsed_ms)
                 return ToolResult(call, text, ResultStatus.OK, outcome.elapsed_ms, value=outcome.value)
-        said = f"Tool {shown!r} failed: {type(error).__name__}: {_said(error)}"
+        said = f"Tool {shown!r} failed: {named_error(error, _said(error))}"
         return ToolResult(call, said, ResultStatus.ERROR, outcome.elapsed_ms)
 
     def _oversized(self, shown: str, text: str) -> str | None:

@@ -868,7 +868,8 @@ class _Run:
                     ResultStatus.SKIPPED,
                 )
             )
-        said = f": {exc}" if isinstance(exc, Exception) or str(exc) else ""  # KeyboardInterrupt() says nothing
+        message = str(exc)
+        said = f": {message}" if message else ""  # a KeyboardInterrupt() or a TimeoutError() says nothing
         partial = self.finish(
             f"The run {how} {type(exc).__name__} after {len(self.requests)} model request(s){said}",
             LoopOutcome.ERROR,

@@ -74,6 +74,7 @@ from ._errors import (
     IndexNotFoundError,
     StoredIndexError,
     ToolSearchError,
+    named_error,
 )
 from ._untrusted import RULES_VERSION
 from .backends import BACKENDS, Backend, get_backend_spec
@@ -1203,7 +1204,7 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
         if os.access(folder / BACKEND_DIR, os.W_OK):
             _raise_for_carried_model(folder)
             raise IndexFormatError(
-                f"{folder}: the {manifest.backend} backend files cannot be read ({type(exc).__name__}: {exc}); "
+                f"{folder}: the {manifest.backend} backend files cannot be read ({named_error(exc)}); "
                 "rebuild the index"
             ) from None
     else:
@@ -1229,7 +1230,7 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
     except Exception as exc:
         copy.remove()
         _raise_for_carried_model(folder)
-        said = f"{type(exc).__name__}: {exc}".replace(str(copied), str(folder / BACKEND_DIR))
+        said = named_error(exc).replace(str(copied), str(folder / BACKEND_DIR))
         raise IndexFormatError(
             f"{folder}: the {manifest.backend} backend files cannot be read from this read-only folder, nor "
             f"from a private copy ({said}); rebuild the index"

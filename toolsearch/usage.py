@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._errors import UsageError as UsageError  # defined in the error tree; importable here as before
+from ._errors import named_error
 from ._untrusted import CONTROL, ESCAPE, describe, first_hidden, repair_surrogates, with_article
 from .index import MAX_QUERY_CHARS
 from .text import WORD_CHUNKS, split_identifier
@@ -937,7 +938,7 @@ def usage_not_recorded(recorder: UsageRecorder, exc: Exception, what: str = "a b
     error: the search's or calls' results stand, and learning goes without it."""
     _log.warning(
         "usage of %s not recorded: %s (pending searches in %r); the results stand",
-        what, f"{type(exc).__name__}: {exc}", getattr(recorder, "pending", recorder),
+        what, named_error(exc), getattr(recorder, "pending", recorder),
     )
 
 

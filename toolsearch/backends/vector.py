@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendError, IndexFormatError, ToolSearchError, missing_dependency
+from .._errors import BackendError, IndexFormatError, ToolSearchError, missing_dependency, named_error
 from ..clauses import query_clauses, request_parts
 from ..embeddings import (
     DEFAULT_MODEL_ID,
@@ -492,7 +492,7 @@ def _read_faiss(path: Path) -> Any:
     before = _file_identity(path)
     try:
         with path.open("rb") as handle:  # through Python's file: a folder whose path is not UTF-8 (see _write_faiss)
-            index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))
+            index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))  # type: ignore[attr-defined]
     except RuntimeError as exc:
         problem: str | None = f"cannot be read ({exc}); rebuild the index"
         index = None
@@ -512,7 +512,7 @@ def _write_faiss(index: Any, path: Path) -> None:
     """`faiss.write_index` through Python's file: faiss takes a path only as UTF-8 text, so an index folder whose
     path is not (bytes a POSIX file name may hold) was a TypeError from its bindings."""
     with path.open("wb") as handle:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))
+        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))  # type: ignore[attr-defined]
 
 
 def _file_identity(path: Path) -> tuple[int, ...] | None:
@@ -657,10 +657,10 @@ def _check_own_model(embedder: Embedder, *, warm: bool) -> None:
     except ToolSearchError:
         raise
     except Exception as exc:  # the tokenizers and safetensors packages raise their own (or bare) exceptions
+        said = named_error(exc, " ".join(str(exc).split()))  # on one line, whatever line breaks it holds
         raise BackendError(
-            f"the model folder {own} cannot be used: it does not load ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())}); export the model to this folder again (toolsearch model export INDEX "
-            "--out DIR) or give another model folder"
+            f"the model folder {own} cannot be used: it does not load ({said}); export the model to this folder again "
+            "(toolsearch model export INDEX --out DIR) or give another model folder"
         ) from None
 
 

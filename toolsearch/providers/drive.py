@@ -20,7 +20,7 @@ from contextlib import aclosing, closing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from .._errors import ArgumentTypeError, InvalidArgumentError, ProviderError
+from .._errors import ArgumentTypeError, InvalidArgumentError, ProviderError, joined_sentences, named_error
 from ._base import ChatRequest, EventHandler, ModelTurn, StreamEvent, turn_events
 
 __all__ = [
@@ -88,7 +88,8 @@ def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> 
     """A ProviderError for an SDK/transport exception; other exceptions are returned unchanged.
 
     Its `status`, `retry_after` and `retryable` are read from the SDK's exception (each SDK names them its own
-    way), and its message ends with what to do: wait and send again, or fix the request.
+    way), and its message ends with what to do: wait and send again, or fix the request (after one full stop, also
+    when the SDK's own message ends with one: "Request timed out.").
     """
     if isinstance(exc, ProviderError):
         return exc
@@ -100,7 +101,7 @@ def translate_error(exc: Exception, provider: str, modules: tuple[str, ...]) -> 
         retryable = _retryable(exc, status, reported)
         advice = _retry_advice(status, retry_after, retryable, reported)
         return ProviderError(
-            f"{provider} request failed: {type(exc).__name__}: {exc}{advice}",
+            joined_sentences(f"{provider} request failed: {named_error(exc)}", advice),
             status=status,
             retry_after=retry_after,
             retryable=retryable,
@@ -217,7 +218,8 @@ def _retryable(exc: BaseException, status: int | None, reported: str | None) -> 
 
 
 def _retry_advice(status: int | None, retry_after: float | None, retryable: bool | None, reported: str | None) -> str:
-    """The sentence a ProviderError's message ends with: whether to send the request again, and when."""
+    """The sentence a ProviderError's message ends with: whether to send the request again, and when ("" when
+    that is unknown)."""
     if status is not None:
         answered = f"HTTP {status}"
     elif reported is not None:
@@ -230,7 +232,7 @@ def _retry_advice(status: int | None, retry_after: float | None, retryable: bool
             if retry_after is not None
             else "send it again after a short wait"
         )
-        return retry_advice(True, answered, wait)
+        return _retry_sentence(True, answered, wait)
     if retryable is None:
         return ""
     todo = {
@@ -238,13 +240,19 @@ def _retry_advice(status: int | None, retry_after: float | None, retryable: bool
         403: "check that the API key may use this model and endpoint",
         404: "check the model name and the client's base_url",
     }.get(status or 0, "fix what the provider names in the request")
-    return retry_advice(False, f"{answered}: the provider refused this request as it is", todo)
+    return _retry_sentence(False, f"{answered}: the provider refused this request as it is", todo)
 
 
 def retry_advice(retryable: bool, why: str, todo: str) -> str:
     """The sentence a ProviderError's message ends with, whoever raises it: `. Retrying may help (why): todo.`, or
-    `will not help`."""
-    return f". Retrying {'may help' if retryable else 'will not help'} ({why}): {todo}."
+    `will not help`. For a message of toolsearch's own; one that quotes an SDK's, which may end its own sentence, is
+    joined to the advice with `joined_sentences` (translate_error)."""
+    return f". {_retry_sentence(retryable, why, todo)}"
+
+
+def _retry_sentence(retryable: bool, why: str, todo: str) -> str:
+    """`Retrying may help (why): todo.` (or `will not help`), as a sentence of its own."""
+    return f"Retrying {'may help' if retryable else 'will not help'} ({why}): {todo}."
 
 
 def unwrapped(fn: Any) -> Any:

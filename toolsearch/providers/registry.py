@@ -23,7 +23,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ArgumentTypeError, InvalidArgumentError, PluginError, PluginWarning, UnknownFormatError
+from .._errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    PluginError,
+    PluginWarning,
+    UnknownFormatError,
+    named_error,
+)
 from ..plugins import PluginRegistry, named_instance
 from ..tools import NameMap, Tool, provider_safe_name
 from ._base import ChatRequest, ToolCall, parse_arguments
@@ -125,7 +132,7 @@ def _skipped(fmt: WireFormat, exc: Exception) -> None:
     entry = FORMATS.entry(fmt.name)
     where = entry.describe(FORMATS.group) if entry is not None else "registered in code (register_format)"
     warnings.warn(
-        f"the tool format {fmt.name!r} ({where}) raised {type(exc).__name__}: {exc!s:.200} in parse_call, so it "
+        f"the tool format {fmt.name!r} ({where}) raised {named_error(exc, str(exc)[:200])} in parse_call, so it "
         "was skipped for this call; a parse_call must return None for a call that is not in its format's shape "
         "(fix or update the plug-in)",
         PluginWarning,

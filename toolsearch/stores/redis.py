@@ -17,6 +17,7 @@ from .._errors import (
     ToolSearchError,
     UnknownSessionError,
     missing_dependency,
+    named_error,
 )
 from .._redact import redacted_url
 from ._state import (
@@ -249,7 +250,7 @@ def redis_failure(exc: BaseException, credentials: bool) -> tuple[str, bool]:
     Redis answered it: when it refused the URL's credentials or the command (full, a read-only replica, ...), the
     text says so and what to do, since "check that Redis is running" would send the reader after the wrong problem.
     redis-py's words come without what they quote of a pipeline's command (a session's id and state, a log entry)."""
-    words = f"{type(exc).__name__}: {redis_words(exc)}"
+    words = named_error(exc, redis_words(exc))
     refused = credentials_problem(exc, credentials) or refusal_problem(exc)
     return (words, False) if refused is None else (f"{refused} ({words})", True)
 
