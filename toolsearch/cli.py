@@ -24,6 +24,7 @@ from ._errors import (
     InvalidIndexNameError,
     InvalidQueryError,
     ToolSearchError,
+    named_error,
 )
 from ._redact import redacted_words
 from ._untrusted import SURROGATES, first_hidden
@@ -1196,7 +1197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(
-            f"{PROG}: error: unexpected {type(exc).__name__}: {redacted_words(_error_message(exc))} "
+            f"{PROG}: error: unexpected {redacted_words(named_error(exc, _one_line(str(exc))))} "
             "(rerun with --debug for the traceback, and please report it)",
             file=sys.stderr,
         )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from . import tracing
-from ._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError, wrong_type
+from ._errors import InvalidArgumentError, InvalidQueryError, InvalidToolError, joined_sentences, wrong_type
 from .index import MAX_QUERY_CHARS
 from .results import SearchResult
 from .tools import Tool
@@ -367,7 +367,9 @@ class ToolSearchMetaTool:
             result = session.search(query, fetch, namespaces=namespaces, record=False)
         except InvalidQueryError as exc:
             _, hint = _backend_syntax(session)
-            text = f"{self.name} could not run the query {query!r}: {exc}. How to search instead: {hint}."
+            text = joined_sentences(
+                f"{self.name} could not run the query {query!r}: {exc}", f"How to search instead: {hint}."
+            )
             return MetaToolOutcome(text=text, error=str(exc), query=query, max_results=k, namespace=args.namespace)
         best = result.hits[0].score if result.hits else 0.0
         result = _without(result, withheld, k)

@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .._errors import BackendError, InvalidQueryError, MissingDependencyError, QueryTimeoutError
+from .._errors import BackendError, InvalidQueryError, MissingDependencyError, QueryTimeoutError, joined_sentences
 from ..results import Hit, Ranking
 from ..text import tool_text
 from ..tools import Tool
@@ -300,10 +300,10 @@ class RegexBackend:
         except regex.error as exc:
             words = _words_pattern(query) if _reads_like_words(query) else None
             if words is None:
-                raise InvalidQueryError(
-                    f"invalid regular expression {query!r}: {exc}. Escape special characters with a "
-                    r"backslash (e.g. \( \. \+) or search with plain words"
-                ) from None
+                raise InvalidQueryError(joined_sentences(
+                    f"invalid regular expression {query!r}: {exc}",
+                    r"Escape special characters with a backslash (e.g. \( \. \+) or search with plain words",
+                )) from None
             notes.append(f"{query!r} is not a valid regular expression ({exc}); searched for any of its words instead")
             pattern, fallback = _compile(words), True
         if pattern.flags & regex.REVERSE:

@@ -6,7 +6,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from .._errors import CatalogStoreError, SessionStoreError, ToolSearchError
+from .._errors import CatalogStoreError, SessionStoreError, ToolSearchError, joined_sentences
 from ..pg._connect import OUTAGE_HOLD_SECONDS
 from .source import error_result
 
@@ -31,10 +31,12 @@ def mcp_error(exc: BaseException, what: str = GATEWAY) -> types.ErrorData:
     is the caller's to fix: invalid params; everything else is the server's: internal error.
     """
     if isinstance(exc, CatalogStoreError) and exc.outage:
-        message = f"{what}: {exc}. Nothing was served; retry in {RETRY_AFTER_SECONDS} s."
+        message = joined_sentences(f"{what}: {exc}", f"Nothing was served; retry in {RETRY_AFTER_SECONDS} s.")
         return types.ErrorData(code=CATALOG_UNAVAILABLE, message=message, data={"retryAfter": RETRY_AFTER_SECONDS})
     if isinstance(exc, SessionStoreError):
-        message = f"{what}: {exc}. This request changed nothing; retry once the session store answers."
+        message = joined_sentences(
+            f"{what}: {exc}", "This request changed nothing; retry once the session store answers."
+        )
         return types.ErrorData(code=INTERNAL_ERROR, message=message)
     caller_fixes = isinstance(exc, ToolSearchError) and isinstance(exc, (ValueError, TypeError))
     return types.ErrorData(code=INVALID_PARAMS if caller_fixes else INTERNAL_ERROR, message=f"{what}: {exc}")
