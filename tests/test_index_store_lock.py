@@ -140,3 +140,39 @@ def test_rm_and_build_take_lock_wait_for_a_local_index(tmp_path: Path, capsys: p
     assert IndexStore(tmp_path).manifest("x").backend == "regex"
     assert main(["rm", "x", "--root", str(tmp_path), "--lock-wait", "0"]) == 2
     assert "--lock-wait must be a positive number of seconds" in capsys.readouterr().err
+
+
+# A writer that signs its lock with a host name holding a space, then stops (Ctrl-Z) while holding it.
+SPACED_HOST_WRITER = textwrap.dedent("""
+    import fcntl, os, signal, sys
+    from pathlib import Path
+    path = Path(sys.argv[1]).parent / f".{Path(sys.argv[1]).name}.lock"
+    with path.open("ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.truncate(0)
+        handle.write(f"{os.getpid()} build box\\n".encode())
+        handle.flush()
+        print("holding", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+""")
+
+
+def test_a_holder_on_a_host_whose_name_holds_a_space_is_given_up_on(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path, lock_wait=3)
+    store.build(TOOLS, backend="regex", name="x")
+    # before: a line of three words read as an older toolsearch's, which does not beat: waited for without end
+    with writer(tmp_path / "x", "stop", SPACED_HOST_WRITER) as stopped:
+        with pytest.raises(StoredIndexError, match=rf"\(pid {stopped.pid} on host build box\) holds its lock"):
+            store.remove("x")
+
+
+def test_a_host_name_that_is_not_utf8_signs_the_lock_and_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    # Linux lets a host name be any bytes; Python reads a Latin-1 `café-box` with a surrogate escape
+    monkeypatch.setattr(socket, "gethostname", lambda: "caf\udce9-box")
+    store = IndexStore(tmp_path)
+    store.build(TOOLS, backend="regex", name="x")  # before: UnicodeEncodeError, from every local write
+    assert store.remove("x") is None and store.names() == []

@@ -56,8 +56,8 @@ class IndexStore:
 
     Writers of one name (`build`, `remove`, `save`) take turns. One that waits says whom for in the log, and gives up
     with StoredIndexError on a holder that has shown no sign of life for `lock_wait` seconds (default
-    `toolsearch.store.LOCK_WAIT`, 60; never less than 3): one stopped (Ctrl-Z) or hung, where a busy build beats on
-    its lock every half second.
+    `toolsearch.store.LOCK_WAIT`, 60; never less than 3): one stopped (Ctrl-Z), where a busy build beats on its lock
+    every half second (so does one hung in a call that never returns: end it).
     """
 
     def __init__(self, root: str | Path | None = None, *, lock_wait: float | None = None) -> None:

@@ -518,8 +518,9 @@ def _same_file(fh: IO[bytes], path: Path) -> bool:
 
 
 # A holder of a name's writer lock beats on its lock file (its modification time, from a thread of its own), so that a
-# writer waiting for it tells a busy one (a build of many tools holds the lock for minutes) from one stopped (Ctrl-Z)
-# or hung, whose beat stops with it: as the Postgres store's build lock does (toolsearch.pg.index._advisory_lock).
+# writer waiting for it tells a busy one (a build of many tools holds the lock for minutes) from one stopped (Ctrl-Z,
+# SIGSTOP), whose beat stops with it: as the Postgres store's build lock does (toolsearch.pg.index._advisory_lock). A
+# process hung in a call that never returns still beats from its thread: it is waited for, and said to be waited for.
 _BEAT_EVERY = 0.5
 _SILENCE_AT_LEAST = 3.0  # the shortest silence a waiter takes for a stop, whatever its lock_wait: a few beats
 LOCK_WAIT = 60.0  # seconds a holder may show no sign of life before a waiting writer gives up on it, by default
@@ -583,7 +584,7 @@ class _Beat:
     def __init__(self, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):  # a full disk: unsigned, the holder is waited for as an older one's
             handle.truncate(0)
-            handle.write(f"{os.getpid()} {socket.gethostname()}\n".encode())
+            handle.write(f"{os.getpid()} {_host()}\n".encode())
             handle.flush()
         self._fd = handle.fileno()
         self._stopped = threading.Event()
@@ -677,7 +678,7 @@ class _LockWait:
     def _stalled(self, holder: str, waited: float) -> StoredIndexError:
         return StoredIndexError(
             f"another writer of the index {self.target.name!r} in {self.target.parent} ({holder}) holds its lock "
-            f"({self.path.name}) and has shown no sign of life for {self.bound:g} s: it is stopped (Ctrl-Z) or hung "
+            f"({self.path.name}) and has shown no sign of life for {self.bound:g} s: it is stopped (Ctrl-Z) "
             f"(a busy build beats on its lock every half second), so this one stopped waiting after {waited:.0f} s "
             "and changed nothing. Resume or end that process (`fg` in its terminal, or kill it) and try again, or "
             "wait longer: --lock-wait SECONDS (IndexStore(root, lock_wait=SECONDS))"
@@ -692,10 +693,16 @@ def _lock_holder(path: Path) -> str | None:
             words = fh.read(300).decode("utf-8", "replace").split()
     except OSError:
         return None
-    if len(words) != 2 or not words[0].isdigit():
+    if not words or not words[0].isdigit():
         return None
-    pid, host = words
-    return f"pid {pid}" if host == socket.gethostname() else f"pid {pid} on host {host}"
+    pid, host = words[0], " ".join(words[1:])  # a host name may hold spaces, or be empty
+    return f"pid {pid}" if host == " ".join(_host().split()) else f"pid {pid} on host {host}"
+
+
+def _host() -> str:
+    """This machine's name as text a lock file and a message can hold: Linux lets it be any bytes, and a name that is
+    not UTF-8 (Latin-1 `café-box`) is written with backslash escapes, not refused (it failed every local write)."""
+    return socket.gethostname().encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _retire(folder: Path) -> bool:
