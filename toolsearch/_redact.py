@@ -4,13 +4,14 @@ in text."""
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote
 
 __all__ = [
-    "DSN_SECRET_KEYS", "Scrubber", "basic_auth_secrets", "command_secrets", "redacted_argv", "redacted_command",
-    "redacted_url", "redacted_words", "url_secrets",
+    "DSN_SECRET_KEYS", "RedactedRecords", "Scrubber", "basic_auth_secrets", "command_secrets", "redacted_argv",
+    "redacted_command", "redacted_url", "redacted_words", "url_secrets",
 ]
 
 HIDDEN = "***"
@@ -394,3 +395,25 @@ class Scrubber:
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
+
+
+class RedactedRecords(logging.Filter):
+    """A logger's filter that shows each record's message and traceback as `redacted_words` does: for the loggers of
+    libraries that log a URL whole (an HTTP client's `HTTP Request: POST https://bob:pw@host/mcp?token=t ...`), which
+    a host's `logging.basicConfig(level=logging.INFO)` would otherwise write with its credentials."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit the format: logging says so when it writes the record
+            return True
+        shown = redacted_words(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        if record.exc_info and not record.exc_text:
+            # an HTTP error's text names its URL too; a formatter writes `exc_text` where it is set
+            trace = logging.Formatter().formatException(record.exc_info)
+            shown = redacted_words(trace)
+            if shown != trace:
+                record.exc_text = shown
+        return True

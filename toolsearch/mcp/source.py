@@ -8,10 +8,12 @@ import itertools
 import json
 import logging
 import math
+import os
 import random
 import re
 import secrets
 import sys
+import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -33,6 +35,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._errors import InvalidToolError, MCPConfigError, UpstreamError, named_error
+from .._redact import RedactedRecords
 from .._untrusted import MAX_DEPTH, clean_text
 from ..catalog import Catalog
 from ..executor import DEFAULT_MAX_RESULT_BYTES
@@ -76,6 +79,7 @@ MAX_PAGES = 1_000  # a server whose cursor never ends cannot hang startup
 LISTING_LINE_LIMIT = 64 * 1024 * 1024
 ERROR_CHARS = 2_000  # of an upstream's error message passed on: the start says what went wrong, 5 MB say no more
 PROGRESS_CHARS = 500  # of an upstream's progress message passed on: a status line, not a channel for documents
+STDERR_CHARS = 1_000  # of a line a stdio server writes on its stderr passed on: a log line, not a channel either
 PROBE_TIMEOUT = 10.0  # seconds a server/discover probe may take; no answer means the handshake era (spec)
 # seconds a ping may take that asks whether an HTTP server is still there after one request's stream ended unanswered
 PING_TIMEOUT = 10.0
@@ -683,6 +687,20 @@ class _QuietParseFailures(logging.Filter):
 
 logging.getLogger("mcp.client.stdio").addFilter(_QuietParseFailures())
 
+# Loggers that write an HTTP upstream's URL whole, user info and `?token=` with it: the HTTP client at INFO (`HTTP
+# Request: POST http://bob:pw@host/mcp?token=t ...`, one line per request) and the SDK's HTTP transports at DEBUG
+# (`Connecting to StreamableHTTP endpoint: <url>`). The gateway quiets them when it sets up logging itself; a library
+# user's `logging.basicConfig(level=logging.INFO)`, or a host's that set up the gateway's logging, does not.
+_URL_LOGGERS = ("httpx2", "httpx", "mcp.client.streamable_http", "mcp.client.sse")
+
+
+def _redact_url_logs() -> None:
+    """Give each of `_URL_LOGGERS` a `RedactedRecords` filter, once: called as an HTTP upstream is connected."""
+    for name in _URL_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(kept, RedactedRecords) for kept in log.filters):
+            log.addFilter(RedactedRecords())
+
 # Error codes the SDK gives its own outcomes. An upstream's error under one of them (JSON-RPC's
 # "server error" range starts at -32000, so servers do send it) must not read as a crash or a timeout.
 _SDK_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
@@ -843,26 +861,32 @@ class _Screen:
     def __call__(self, item: Any) -> Any:
         if isinstance(item, SessionMessage):
             message = item.message
-            if isinstance(message, types.JSONRPCError) and message.error.code in _SDK_CODES:
-                error = message.error
+            if not isinstance(message, types.JSONRPCError):
+                return item
+            error = message.error
+            # Its message scrubbed as it comes in, before the session sees it: the SDK's CLIENT span of the request it
+            # answers (`MCP send tools/call <name>`) takes it as its status, for any tracer provider set
+            # (docs/tracing.md), and a 401 quoting the token the server was given must not reach a trace backend.
+            # (What it is, below, is read from the message as sent: a secret could be a word of the SDK's.)
+            said = self.scrub(error.message)
+            if error.code in _SDK_CODES:
                 if self.http and _transport_made(error):
                     too_large = _EVENT_TOO_LARGE.match(error.message)
                     if too_large is None:
                         # one request's stream ended or broke (a proxy's read timeout does this to a long call; so
                         # does the server dying): still CONNECTION_CLOSED, marked so a call can ask which it was
-                        lost = types.ErrorData(
-                            code=CONNECTION_CLOSED, message=error.message, data=_StreamLost(error.message)
-                        )
+                        lost = types.ErrorData(code=CONNECTION_CLOSED, message=said, data=_StreamLost(said))
                         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=lost))
                     answer = types.ErrorData(
-                        code=INTERNAL_ERROR, message=error.message, data=_TooLarge(int(too_large.group(1)))
+                        code=INTERNAL_ERROR, message=said, data=_TooLarge(int(too_large.group(1)))
                     )
                     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=answer))
-                renamed = types.ErrorData(
-                    code=INTERNAL_ERROR, message=error.message, data=_UpstreamCode(error.code, error.data)
-                )
+                renamed = types.ErrorData(code=INTERNAL_ERROR, message=said, data=_UpstreamCode(error.code, error.data))
                 return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=renamed))
-            return item
+            if said == error.message:
+                return item
+            error = error.model_copy(update={"message": said})
+            return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error), metadata=item.metadata)
         if not isinstance(item, Exception):
             return item
         cut = _cut_line(item)
@@ -973,6 +997,72 @@ async def _screening(read: Any, screen: _Screen) -> AsyncIterator[Any]:
         tg.start_soon(pump)
         yield receive
         tg.cancel_scope.cancel()
+
+
+_STDERR_READ = 8 * STDERR_CHARS  # bytes of one stderr line read (a character may take 4); the rest of it is skipped
+_STDERR_DRAIN = 1.0  # seconds a closed connection waits for the last stderr lines of its stopped server
+_ERRLOG_WRITES = threading.Lock()  # one stream may take the lines of many servers, each read by a thread of its own
+
+
+class _StderrRelay:
+    """A stdio server's stderr, read line by line (by a thread of its own: a pipe is no socket on every platform),
+    and passed on as docs/mcp.md says of the lines a server prints: scrubbed of what it was configured with, on one
+    line without terminal escapes or other characters a reader cannot see (`_plain`: a server could clear the
+    screen, retitle the terminal or forge a line of the gateway's), at most STDERR_CHARS characters.
+
+    Where it goes (`errlog`): left out, or this process's own stderr (where the gateway's log goes), each line is
+    logged on `toolsearch.mcp` at INFO after the server's name (`MCP server 'x' (stderr): ...`), so a host's logging
+    set-up and `mcp serve --quiet` govern it as they do the gateway's own lines; any other stream gets each line as
+    it is, its owner labelling it (`toolsearch build` writes `mcp server: ` before each).
+    """
+
+    def __init__(self, server: str, scrub: Callable[[str], str], errlog: TextIO | None) -> None:
+        self.server = server
+        self.scrub = scrub
+        self.errlog = None if errlog is None or errlog is sys.stderr or errlog is sys.__stderr__ else errlog
+        read_end, write_end = os.pipe()  # not inheritable (PEP 446): only the server gets the write end, as fd 2
+        self._reader = os.fdopen(read_end, "rb")
+        self.pipe: TextIO = os.fdopen(write_end, "w", encoding="utf-8")  # the server's stderr
+        self._thread = threading.Thread(target=self._relay, name=f"toolsearch-mcp-stderr-{server}", daemon=True)
+        self._thread.start()
+
+    def spawned(self) -> None:
+        """The server holds its copy of the pipe (or never started): ours is closed, so its end ends the reading."""
+        if not self.pipe.closed:
+            self.pipe.close()
+
+    async def drained(self) -> None:
+        """Wait (at most _STDERR_DRAIN seconds) for the lines a stopped server wrote last to be passed on: a one-shot
+        listing (`collect_tools`) returns with them. A process it left behind may hold the pipe open for longer."""
+        deadline = anyio.current_time() + _STDERR_DRAIN
+        while self._thread.is_alive() and anyio.current_time() < deadline:
+            await anyio.sleep(0.01)
+
+    def _relay(self) -> None:
+        with self._reader:
+            skipping = False  # the rest of a line longer than _STDERR_READ bytes
+            while raw := self._reader.readline(_STDERR_READ):
+                whole = raw.endswith(b"\n")
+                if not skipping:
+                    self._pass_on(raw.decode("utf-8", errors="replace"), cut=not whole and len(raw) == _STDERR_READ)
+                skipping = not whole
+
+    def _pass_on(self, text: str, *, cut: bool) -> None:
+        # scrubbed before `_plain` too: a secret spanning a line end or a tab would no longer read as one after it
+        line = self.scrub(_plain(self.scrub(text)))
+        if len(line) > STDERR_CHARS or cut:
+            line = line[:STDERR_CHARS] + "..."
+        if not line:
+            return
+        if self.errlog is None:
+            logger.info("MCP server %r (stderr): %s", self.server, line)
+            return
+        try:
+            with _ERRLOG_WRITES:
+                self.errlog.write(line + "\n")
+                self.errlog.flush()
+        except (OSError, ValueError):  # its owner closed it (a server that outlived its connection): nowhere to go
+            pass
 
 
 class UpstreamServer:
@@ -1391,12 +1481,19 @@ class UpstreamServer:
                 cwd=config.cwd,
                 encoding=f"{_STDIO_ENCODING}-{self._reader_key}",  # its lines limited by `line_limit`
             )
-            async with stdio_client(params, errlog=self._errlog or sys.stderr) as streams:
-                yield streams
+            relay = _StderrRelay(self.name, self._scrub, self._errlog)
+            try:
+                async with stdio_client(params, errlog=relay.pipe) as streams:
+                    relay.spawned()
+                    yield streams
+            finally:
+                relay.spawned()
+                await relay.drained()
         elif config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
 
+            _redact_url_logs()
             async with (
                 create_mcp_http_client(headers=dict(config.headers) or None) as client,
                 streamable_http_client(
@@ -1407,6 +1504,7 @@ class UpstreamServer:
         else:
             from mcp.client.sse import sse_client
 
+            _redact_url_logs()
             async with sse_client(config.url or "", headers=dict(config.headers) or None) as streams:
                 yield streams
 
@@ -2031,6 +2129,11 @@ class MCPToolSource:
     until it lists its own, which then replace them (a difference is announced to the listeners as
     any change is, and logged by tool; a server that fails to start loses its remembered tools).
     `listed()` waits for that; a call is routed only once its server listed its own tools.
+
+    `errlog`: where the lines the stdio servers write on their stderr go, each scrubbed of what its server was
+    configured with, without terminal escapes and cut to STDERR_CHARS characters. Left out (or `sys.stderr`), each
+    is logged on `toolsearch.mcp` at INFO after its server's name: `MCP server 'time' (stderr): ...`. Another stream
+    gets each line as it is.
     """
 
     def __init__(
@@ -2304,6 +2407,6 @@ async def acollect_tools(
 def collect_tools(
     config: MCPConfig | Mapping[str, Any] | str | Path, *, separator: str = SEPARATOR, errlog: TextIO | None = None
 ) -> CollectedTools:
-    """Start every configured server, list its tools, stop it: a snapshot for indexing. `errlog` gets the stdio
-    servers' own stderr (default: this process's)."""
+    """Start every configured server, list its tools, stop it: a snapshot for indexing. `errlog` gets the lines the
+    stdio servers write on their stderr, cleaned (default: the `toolsearch.mcp` log; see `MCPToolSource`)."""
     return anyio.run(lambda: acollect_tools(config, separator=separator, errlog=errlog))
