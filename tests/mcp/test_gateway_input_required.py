@@ -120,3 +120,17 @@ async def test_a_handshake_era_client_gets_a_tool_error_that_says_why(target: Ga
         no_sdk_advice(message)
         assert "'confirm' asks for input" in message and "a question for the user (elicitation)" in message
         assert "only to clients of MCP 2026-07-28" in message and "Do not retry it here" in message
+
+
+async def test_an_input_request_over_the_result_limit_says_the_call_did_not_run(tmp_path: Path) -> None:
+    # The upstream asks before running: an input request too large to pass on is no result of a call that "ran".
+    servers = {"relay": {"command": PY, "args": [str(RELAY)], "maxResultBytes": 100}}
+    config = write_config(tmp_path / "servers.json", servers)
+    async with client_of(config, MODERN, []) as client:
+        result = await client.call_tool("call_tool", CONFIRM)
+    assert result.is_error
+    message = text(result)
+    no_sdk_advice(message)
+    # before: "The call to 'confirm' on MCP server 'relay' ran, but its result (... bytes) is larger than ..."
+    assert "asked for input before running 'confirm'" in message and "the call did not run" in message
+    assert " ran, but" not in message

@@ -1970,6 +1970,14 @@ class UpstreamServer:
             if relay is not None:
                 relay.done = True
         size = _result_bytes(result, limit)
+        if size > limit and isinstance(result, types.InputRequiredResult):  # it asked before running: nothing ran
+            logger.warning("MCP server %r: the input request of %r (%s bytes) is over the limit of %s bytes; it was "
+                           "dropped", self.name, tool, f"{size:,}", f"{limit:,}")
+            return error_result(
+                f"MCP server {self.name!r} asked for input before running {tool!r}, in a request ({size:,} bytes) "
+                f"larger than this gateway passes on ({limit:,} bytes), so the call did not run. Run that tool from a "
+                "client connected to the server directly."
+            )
         if size > limit:
             return self._oversized(tool, size, limit)
         if isinstance(result, types.InputRequiredResult):
