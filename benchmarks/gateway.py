@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolsearch._errors import named_error
 from toolsearch.mcp.options import positive_int
 
 if __package__ in (None, ""):  # `python benchmarks/<name>.py`: import from the clone's root, not benchmarks/
@@ -247,7 +248,7 @@ def failure_cause(exc: BaseException) -> str:
             leaves.append(e)
 
     walk(exc)
-    causes = [f"{type(e).__name__}: {e}" if str(e) else type(e).__name__ for e in leaves]
+    causes = [named_error(e) for e in leaves]
     if not isinstance(exc, BaseExceptionGroup):
         return causes[0]
     return f"{'; '.join(causes) or type(exc).__name__} (in an ExceptionGroup from the client's task group)"
@@ -389,7 +390,7 @@ async def run_client(
             in_flight["op"] = "search"
             found = await session.call_tool(SEARCH_TOOL, arguments)
         except Exception as exc:
-            record.fail("search", f"{type(exc).__name__}: {exc}")
+            record.fail("search", named_error(exc))
             return
         t1 = time.perf_counter()
         if era == "modern":
@@ -410,7 +411,7 @@ async def run_client(
             in_flight["op"] = "list"
             listed = await session.list_tools()
         except Exception as exc:
-            record.fail("list", f"{type(exc).__name__}: {exc}")
+            record.fail("list", named_error(exc))
             return
         t2 = time.perf_counter()
         if era == "modern":
@@ -435,7 +436,7 @@ async def run_client(
             else:
                 result = await session.call_tool(target, arguments)
         except Exception as exc:
-            record.fail("call", f"{type(exc).__name__}: {exc}")
+            record.fail("call", named_error(exc))
             return
         t3 = time.perf_counter()
         expected = reply_text(target.split("__", 1)[-1], arguments)

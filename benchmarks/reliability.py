@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # `python benchmarks/reliability.py`: import from
 
 from benchmarks.lib import (  # noqa: E402 - after the path above
     cli,
+    command_line,
     machine_info,
     machine_markdown,
     wait_quiet,
@@ -772,7 +773,7 @@ def _run_note() -> dict[str, str]:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python " + " ".join(["benchmarks/reliability.py", *sys.argv[1:]]),
+        "command": command_line(__file__),
         "note": f"load average {load:.1f} at the start" if load is not None else "",
     }
 

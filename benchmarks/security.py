@@ -477,6 +477,8 @@ def run(slow_connections: int, flood: int, scale: Scale = FULL) -> dict[str, Any
     from fakes.oauth_issuer import LocalIssuer
     from fakes.protected_mcp import run_protected, serve_protected
 
+    from benchmarks.lib import command_line
+
     rows: list[dict[str, Any]] = []
 
     def row(what: str, tried: int, refused: int, got_in: int, answer: str) -> None:
@@ -574,8 +576,7 @@ def run(slow_connections: int, flood: int, scale: Scale = FULL) -> dict[str, Any
             row(f"a flood of {flood} requests from one caller (burst {burst}, 1/min): those past the burst",
                 flood - burst, flood_statuses[429], max(0, flood_statuses[200] - burst), "429 with Retry-After")
 
-    return {"date": time.strftime("%Y-%m-%d"), "rows": rows,
-            "command": "python " + " ".join(["benchmarks/security.py", *sys.argv[1:]])}
+    return {"date": time.strftime("%Y-%m-%d"), "rows": rows, "command": command_line(__file__)}
 
 
 def render(report: dict[str, Any]) -> str:

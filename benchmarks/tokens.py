@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolsearch._errors import named_error
 from toolsearch.loop import DIRECT_MAX_TOKENS
 from toolsearch.providers.registry import chat_format_names
 from toolsearch.tokens import count_wording
@@ -253,7 +254,7 @@ def run_task(
             augment=augment,
         )
     except ProviderError as exc:
-        stats.error = f"{type(exc).__name__}: {exc}"[:300]
+        stats.error = named_error(exc)[:300]
         return stats
     finally:
         sessions.close(session_id)

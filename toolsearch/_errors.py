@@ -298,6 +298,13 @@ def wrong_type(what: str, value: object, expected: str) -> ArgumentTypeError:
     return ArgumentTypeError(f"{what} must be {expected}, got {type(value).__name__}")
 
 
+def check_seconds(name: str, value: object, error: type[ToolSearchError] = BackendError) -> None:
+    """The one check of a setting in seconds (a store's `timeout`, `connect_timeout`, `lock_wait`; a local store's
+    `lock_wait`; `--lock-wait`, `--session-ttl`): `error` naming `name` unless `value` is a finite number above 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise error(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 def named_error(exc: BaseException, message: str | None = None) -> str:
     """An exception as a message quotes it: `Name: message`, or its class name alone when it says nothing (a bare
     `sys.exit()`, a `TimeoutError()`), never a dangling `Name: `. `message` is its message as the caller shows it
@@ -327,13 +334,13 @@ def missing_dependency(package: str, extra: str) -> MissingDependencyError:
 Requirement = tuple[str, str, str | None]
 
 
-def unusable_extra(
-    exc: ImportError, extra: str, packages: Mapping[str, Requirement], *, needs: str
-) -> MissingDependencyError:
+def unusable_extra(exc: ImportError, extra: str, packages: Mapping[str, Requirement]) -> MissingDependencyError:
     """The error for a plug-in's failed import. A package that is not installed is said to be missing; one that is
     installed but lacks a name the plug-in imports is named with the release that is installed, what the extra
-    `needs` and the command that upgrades it (`pip install` alone keeps an older release that meets the pin it
-    was installed under). `packages` maps the extra's modules (top-level names) to their `Requirement`."""
+    needs and the command that upgrades it (`pip install` alone keeps an older release that meets the pin it
+    was installed under). `packages` maps the extra's modules (top-level names) to their `Requirement`, its main
+    package (the framework) first: a package without a release of its own is asked for as that one's pin brings
+    it."""
     import importlib.util  # only on a failed import: the tree stays free of imports
     import sys
 
@@ -345,7 +352,8 @@ def unusable_extra(
     if not installed:
         return missing_dependency(top, extra)
     label, distribution, minimum = packages.get(top, (top, top, None))
-    wanted = f"{label} {minimum} or later" if minimum else f"{needs} and the {label} it requires"
+    main, _, main_minimum = next(iter(packages.values()))
+    wanted = f"{label} {minimum} or later" if minimum else f"{main} {main_minimum} or later and the {label} it requires"
     return MissingDependencyError(
         f"{label} {_release(top, distribution)} is installed, but toolsearch's `{extra}` extra needs {wanted}; "
         f"upgrade it with: pip install -U 'toolsearch[{extra}]' (the import said: {exc})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import unquote
 
 __all__ = [
@@ -21,7 +21,8 @@ _SECRET_INSIDE = ("token", "secret", "passw", "passphrase", "apikey", "credentia
 _SECRET_PARTS = frozenset({"key", "auth", "authorization", "pwd", "pat"})
 # ... and these only as its last part (`DB_PASS`, `--pass`, `--pw`, `--jwt`, `--sig`): a name that goes on says what
 # it is about (`--pass-through`, `--jwt-audience`, `--sig-alg`), and `--passes 3`, `--bypass` are no part of it
-_SECRET_ENDINGS = frozenset({"pass", "pw", "jwt", "sig"})
+_PASSWORD_ENDINGS = frozenset({"pass", "pw"})  # (a password, which `_named_secret` hides however short)
+_SECRET_ENDINGS = _PASSWORD_ENDINGS | {"jwt", "sig"}
 # `-p` is a password on the command lines of these programs (`mysql -pSECRET`, `sshpass -p SECRET`, `mongosh -p
 # SECRET`), and a port or something else for most others (`psql -p 5432`, `redis-cli -p`, `ssh -p`, `docker run -p
 # 8080:80`): so it counts only after one of these names on the line (`docker exec db mysql -uroot -pSECRET`)
@@ -157,30 +158,40 @@ def redacted_argv(argv: Sequence[str]) -> list[str]:
     """`argv` word for word as `redacted_command` shows it, unquoted: for a caller that quotes the words its own way
     (a benchmark report's `shlex`-quoted command line). `-p` hides its value only on a line that names a program
     whose `-p` is a password (`_P_IS_PASSWORD`: `mysql -pSECRET`, `sshpass -p SECRET`)."""
-    shown: list[str] = []
-    hide_next = header_next = client = False
+    return [shown for shown, _ in _argv_words(argv)]
+
+
+def _argv_words(argv: Sequence[str]) -> Iterator[tuple[str, tuple[str, str] | None]]:
+    """Each word of `argv` as `redacted_argv` shows it, with the (name, value) of the credential it carries, or None:
+    the one reading of a command line's grammar, so `command_secrets` gives the scrubber what `redacted_command`
+    hides. A value may be a `${VAR}` reference or empty, which `command_secrets` leaves out."""
+    secret_flag: str | None = None  # the name of the credential the next word is the value of
+    header_next = client = False
     for arg in argv:
-        if hide_next and not arg.startswith("-"):
-            shown.append(arg if _VARIABLE.fullmatch(arg) else HIDDEN)
+        if secret_flag is not None and not arg.startswith("-"):
+            yield (arg if _VARIABLE.fullmatch(arg) else HIDDEN), (secret_flag, arg)
         elif header_next:
-            shown.append(_hidden_header(arg))
-        elif _short_password(arg, client) is not None:
-            shown.append(f"-p{HIDDEN}")
+            yield _hidden_header(arg), _header_pair(arg)
+        elif (attached := _short_password(arg, client)) is not None:
+            yield f"-p{HIDDEN}", ("password", attached)  # named as what it is: `-p` says nothing to `Scrubber`
         else:
-            shown.append(_redacted_arg(arg))
+            yield _redacted_arg(arg)
         client = client or _password_program(arg)
         flag = arg.startswith("-") and "=" not in arg
-        hide_next = flag and (_secret_name(arg) or (client and arg == "-p"))
+        secret_flag = "password" if flag and client and arg == "-p" else arg if flag and _secret_name(arg) else None
         header_next = flag and arg in _HEADER_FLAGS
-    return shown
 
 
-def _redacted_arg(arg: str) -> str:
+def _redacted_arg(arg: str) -> tuple[str, tuple[str, str] | None]:
+    """A word that is no flag's value, shown, with the credential it sets: `--header=Authorization: Bearer b-1`,
+    `--api-key=k-1`, `DB_PASSWORD=pw`."""
     name, _, value = arg.partition("=")
     if name in _HEADER_FLAGS and value:
-        return f"{name}={_hidden_header(value)}"
+        return f"{name}={_hidden_header(value)}", _header_pair(value)
+    if hidden := _hidden_assignment(arg):
+        return hidden, (name, value)
     # a URL, or a keyword DSN's `password=` inside a longer word (`--db "host=db password=s3cret"`)
-    return _hidden_assignment(arg) or (redacted_words(arg) if "://" in arg or _KEYWORD_SECRET.search(arg) else arg)
+    return (redacted_words(arg) if "://" in arg or _KEYWORD_SECRET.search(arg) else arg), None
 
 
 def _hidden_header(value: str) -> str:
@@ -195,8 +206,13 @@ def _name_parts(name: str) -> list[str]:
     return [part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", name.lstrip("-")) if part]
 
 
+def _folded(name: str) -> str:
+    """A flag's or variable's name run together, for words that count anywhere in it: `--db-Pass_word` -> dbpassword."""
+    return re.sub(r"[-_.]", "", name).lower()
+
+
 def _secret_name(name: str) -> bool:
-    folded = re.sub(r"[-_.]", "", name.lstrip("-")).lower()
+    folded = _folded(name)
     parts = _name_parts(name)
     return (
         any(word in folded for word in _SECRET_INSIDE)
@@ -272,16 +288,15 @@ def _named_secret(name: str, value: str) -> bool:
     weak password), or a value that looks like one whatever its name."""
     if _secret_name(name) and value.lower() not in _PLAIN_VALUES:
         # a password is one whatever it looks like (as in a URL); a key or token shorter than this is a setting
-        password = (any(word in re.sub(r"[-_.]", "", name).lower() for word in ("passw", "pwd", "passphrase"))
-                    or _name_parts(name)[-1:] in (["pass"], ["pw"]))
+        password = (any(word in _folded(name) for word in ("passw", "pwd", "passphrase"))
+                    or any(part in _PASSWORD_ENDINGS for part in _name_parts(name)[-1:]))
         if len(value) >= (_SHORTEST_KNOWN if password else _SHORTEST_NAMED):
             return True
     return _token_like(value)
 
 
 def _secret_query_key(name: str) -> bool:
-    parts = {part.lower() for part in re.split(r"[-_.]|(?<=[a-z])(?=[A-Z])", name) if part}
-    return _secret_name(name) or bool(parts & _QUERY_SECRET_PARTS)
+    return _secret_name(name) or bool(set(_name_parts(name)) & _QUERY_SECRET_PARTS)
 
 
 def url_secrets(url: str) -> list[str]:
@@ -335,27 +350,7 @@ def command_secrets(argv: Sequence[str]) -> list[tuple[str, str]]:
     """(name, value) of what `redacted_command` hides on a command line: the values of credential-named flags and
     variables (`--api-key sk-1`, `--token=t-1`, `GITHUB_TOKEN=g-1`) and headers given by flag (`-H "Authorization:
     Bearer b-1"`), to scrub from text that quotes them (`Scrubber`'s `named`)."""
-    found: list[tuple[str, str]] = []
-    secret_flag: str | None = None
-    header_next = client = False
-    for arg in argv:
-        if secret_flag is not None and not arg.startswith("-"):
-            found.append((secret_flag, arg))
-        elif header_next:
-            found.append(_header_pair(arg))
-        elif (attached := _short_password(arg, client)) is not None:
-            found.append(("password", attached))  # named as what it is: `-p` says nothing to `Scrubber`
-        else:
-            name, equals, value = arg.partition("=")
-            if equals and value and _NAME.fullmatch(name.lstrip("-")):
-                if name in _HEADER_FLAGS:
-                    found.append(_header_pair(value))
-                elif _secret_name(name):
-                    found.append((name, value))
-        client = client or _password_program(arg)
-        flag = arg.startswith("-") and "=" not in arg
-        secret_flag = "password" if flag and client and arg == "-p" else arg if flag and _secret_name(arg) else None
-        header_next = flag and arg in _HEADER_FLAGS
+    found = [secret for _, secret in _argv_words(argv) if secret is not None]
     return [(name, value) for name, value in found if value and not _VARIABLE.fullmatch(value)]
 
 

@@ -43,9 +43,7 @@ def unusable_framework(exc: ImportError, extra: str) -> MissingDependencyError:
     """The error for a plug-in whose framework failed to import (see `unusable_extra`), from its extra's `EXTRAS`
     entry; a failed module the entry does not name (one the framework imports itself) is asked for as the
     framework's pin brings it."""
-    packages = EXTRAS[extra]
-    label, _, minimum = next(iter(packages.values()))
-    return unusable_extra(exc, extra, packages, needs=f"{label} {minimum} or later")
+    return unusable_extra(exc, extra, EXTRAS[extra])
 
 
 # The executor decides whether a call may run; the framework runs it (its own error handling,

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._errors import AuthConfigError
+from .._errors import AuthConfigError, named_error
 from .._redact import redacted_url, redacted_words
 from ..stores.limits import CallerLimits, TokenBuckets
 from .caller import ANONYMOUS, CALLER_SCOPE_KEY, Caller
@@ -658,8 +658,8 @@ class JwtVerifier:
             except Exception as exc:
                 # the error may quote a URL from the issuer's metadata (httpx names the URL it failed on)
                 log.warning(
-                    "cannot read the signing keys of %s: %s: %s",
-                    redacted_url(self.issuer), type(exc).__name__, redacted_words(str(exc)),
+                    "cannot read the signing keys of %s: %s",
+                    redacted_url(self.issuer), named_error(exc, redacted_words(str(exc))),
                 )  # fmt: skip
 
     async def check(self, token: str) -> Verified | Refusal:

@@ -38,7 +38,7 @@ __all__ = [
     "is_async_callable",
     "reject_stream_option",
     "replay",
-    "retry_advice",
+    "retry_sentence",
     "run_sync",
     "settle",
     "stream_cut_short",
@@ -232,7 +232,7 @@ def _retry_advice(status: int | None, retry_after: float | None, retryable: bool
             if retry_after is not None
             else "send it again after a short wait"
         )
-        return _retry_sentence(True, answered, wait)
+        return retry_sentence(True, answered, wait)
     if retryable is None:
         return ""
     todo = {
@@ -240,18 +240,12 @@ def _retry_advice(status: int | None, retry_after: float | None, retryable: bool
         403: "check that the API key may use this model and endpoint",
         404: "check the model name and the client's base_url",
     }.get(status or 0, "fix what the provider names in the request")
-    return _retry_sentence(False, f"{answered}: the provider refused this request as it is", todo)
+    return retry_sentence(False, f"{answered}: the provider refused this request as it is", todo)
 
 
-def retry_advice(retryable: bool, why: str, todo: str) -> str:
-    """The sentence a ProviderError's message ends with, whoever raises it: `. Retrying may help (why): todo.`, or
-    `will not help`. For a message of toolsearch's own; one that quotes an SDK's, which may end its own sentence, is
-    joined to the advice with `joined_sentences` (translate_error)."""
-    return f". {_retry_sentence(retryable, why, todo)}"
-
-
-def _retry_sentence(retryable: bool, why: str, todo: str) -> str:
-    """`Retrying may help (why): todo.` (or `will not help`), as a sentence of its own."""
+def retry_sentence(retryable: bool, why: str, todo: str) -> str:
+    """The sentence a ProviderError's message ends with, whoever raises it: `Retrying may help (why): todo.` (or
+    `will not help`), joined to the message with `joined_sentences` (a quoted SDK message may end its own)."""
     return f"Retrying {'may help' if retryable else 'will not help'} ({why}): {todo}."
 
 
@@ -356,9 +350,11 @@ def stream_cut_short(api: str, marker: str, note: str = "") -> ProviderError:
     end a stream so (it follows the likely cause, inside its parentheses).
     """
     return ProviderError(
-        f"the {api} stream was cut short: it ended before {marker}, so the turn is incomplete and none of its tool "
-        f"calls ran (a proxy, a gateway or the connection dropped the rest{note})"
-        + retry_advice(True, "no complete answer came", "send the request again"),
+        joined_sentences(
+            f"the {api} stream was cut short: it ended before {marker}, so the turn is incomplete and none of its "
+            f"tool calls ran (a proxy, a gateway or the connection dropped the rest{note})",
+            retry_sentence(True, "no complete answer came", "send the request again"),
+        ),
         retryable=True,
     )
 

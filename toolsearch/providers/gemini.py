@@ -24,6 +24,7 @@ import itertools
 import re
 from typing import Any
 
+from .._errors import joined_sentences
 from ..tools import NameMap, Tool
 from ._base import (
     ChatRequest,
@@ -47,7 +48,7 @@ from .drive import (
     call_sync,
     check_client,
     reject_stream_option,
-    retry_advice,
+    retry_sentence,
     stream_cut_short,
 )
 
@@ -171,8 +172,12 @@ def parse_response(response: Any, names: NameMap) -> ModelTurn:
         feedback = _dump(_get(response, "prompt_feedback"))
         if _get(feedback, "block_reason") is not None:  # blocked again each time it is sent as it is
             raise ProviderError(
-                f"Gemini returned no candidate (prompt feedback: {feedback})"
-                + retry_advice(False, "the prompt was blocked", "change the prompt, or the request's safety_settings"),
+                joined_sentences(
+                    f"Gemini returned no candidate (prompt feedback: {feedback})",
+                    retry_sentence(
+                        False, "the prompt was blocked", "change the prompt, or the request's safety_settings"
+                    ),
+                ),
                 retryable=False,
             )
         raise ProviderError(f"Gemini returned no candidate (prompt feedback: {feedback or 'none'})")
