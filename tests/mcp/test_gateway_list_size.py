@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import mcp_types as types
 import pytest
-from mcp_servers import HERE, http_gateway, write_config
+from mcp_servers import HERE, http_gateway, toy, write_config
 from mcp_servers.clients import connect, text
 
 from toolsearch.mcp.handshake import LIST_BYTES
@@ -51,8 +52,13 @@ async def test_a_search_that_finds_more_than_the_list_holds_loads_what_fits_and_
         assert _size(listed) <= LIST_BYTES
         left_out = [f"big__{n}_export" for n in NAMES if f"big__{n}_export" not in names]
         assert len(left_out) == 2
-        note = next(line for line in said.splitlines() if line.startswith("Note: not loaded"))
-        assert all(name in note for name in left_out) and f"{LIST_BYTES:,} bytes" in note and "call_tool" in note
+        # said in the opening sentence, which names what it loaded (before: "They are now available", then a note)
+        loaded_part, _, left_out_part = said.splitlines()[0].partition(" Not added to your tool list, as ")
+        assert loaded_part.startswith("Found 5 tool(s) for 'ledger export'. Now available, call them by name: ")
+        assert all(name in loaded_part for name in names[2:]) and not any(name in loaded_part for name in left_out)
+        assert left_out_part.startswith(f"this session's tool list is kept under {LIST_BYTES:,} bytes")
+        assert all(name in left_out_part for name in left_out) and left_out_part.endswith("through `call_tool`.")
+        assert "They are now available" not in said and "Note: not loaded" not in said
 
         loaded = names[2]
         by_name = await client.call(loaded, {"filter": "x"})  # the client lists again here: before, it failed too
@@ -75,3 +81,23 @@ async def test_the_least_recently_used_found_tool_is_unloaded_first(url: str) ->
         assert "big__bravo_export" in note and "search again to reload one" in note
         names = await client.names()
         assert names == [*META, "big__alpha_export", "big__charlie_export", "big__delta_export"]
+
+
+async def test_a_search_whose_found_tool_the_pinned_tools_leave_no_room_for_says_so_in_its_first_sentence(
+    tmp_path: Path,
+) -> None:
+    # Before: "Found 1 tool(s) ... They are now available: call them by name.", then "Note: not loaded, as ...":
+    # the note took back the first sentence, on every search while the pinned tools alone fill the list.
+    sized = {"command": sys.executable, "args": [str(HERE / "sized_server.py")], "env": {"SIZED_TOOLS": "a,b,c,d"}}
+    config = write_config(tmp_path / "servers.json", {"big": sized, "toy": toy()})
+    with http_gateway(config, "--backend", "bm25", "--pin", "big__*") as gateway:
+        async with connect(gateway.url or "") as client:
+            found = await client.search("echo the given text", max_results=1)
+    said = text(found)
+    opening = said.splitlines()[0]
+    assert not found.is_error and "toy__echo" in said
+    assert opening == (
+        "Found 1 tool(s) for 'echo the given text'. Not added to your tool list, as this session's tool list is kept "
+        f"under {LIST_BYTES:,} bytes (MCP clients read 1 MiB of one message): call them through `call_tool`."
+    ), said
+    assert "now available" not in said.lower() and "Note: not loaded" not in said

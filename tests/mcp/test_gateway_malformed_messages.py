@@ -39,6 +39,14 @@ SURROGATE = (
     '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"\\ud800"}}}'
 )
 SHORT = 300  # characters: a message that says what is wrong, never a validation dump
+# Responses (to the server's requests) the SDK's types refuse: JSON-RPC allows any result, MCP's types want an object
+BAD_RESPONSES = (
+    '{"jsonrpc": "2.0", "id": 5, "result": null}',
+    '{"jsonrpc": "2.0", "id": 1.0, "result": {}}',
+    '{"jsonrpc": "2.0", "id": 5, "result": []}',
+    '{"jsonrpc": "2.0", "id": 5, "error": {"code": "x", "message": "no"}}',
+    '{"jsonrpc": "2.0", "id": 5, "result": {"text": "\\ud800"}}',
+)
 
 
 def _refused(answer: Any, code: int, request_id: Any = None) -> str:
@@ -128,6 +136,27 @@ def test_over_stdio_each_malformed_message_is_answered_and_the_connection_serves
     assert [t["name"] for t in listed] == ["tool_search", "call_tool"]
 
 
+def test_over_stdio_a_response_the_sdk_cannot_read_is_dropped_never_answered_under_its_id(
+    stdio_gateway: _StdioGateway,
+) -> None:
+    # Before: each was answered with -32600 under the response's id, an id of the server's own requests: a client
+    # whose own request had that id (here the ping of id 5) took the error for its answer, and the real one came second.
+    gateway = stdio_gateway
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    assert gateway.request(0, "initialize", hello)["result"]["protocolVersion"] == "2025-06-18"
+    gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    for response in BAD_RESPONSES:
+        gateway.send(response)
+    gateway.send({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+    assert gateway.read() == {"jsonrpc": "2.0", "id": 5, "result": {}}  # the first message since: the ping's answer
+    gateway.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert gateway.read() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    # a message that is neither a request nor a response is answered, but under no id: it may be either's
+    gateway.send({"jsonrpc": "2.0", "id": 6})
+    assert '"method"' in _refused(gateway.read(), -32600)
+
+
 async def test_over_http_a_malformed_body_is_answered_400_with_a_short_json_rpc_error(tmp_path: Path) -> None:
     config = write_config(tmp_path / "servers.json", {"toy": toy()})
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
@@ -148,6 +177,8 @@ async def test_over_http_a_malformed_body_is_answered_400_with_a_short_json_rpc_
                 ("{not json", -32700, "Parse error"),
                 ('{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', -32600, "string or an integer"),
                 (SURROGATE, -32700, "lone surrogate"),
+                # a response: its 400 (the POST's own answer) says it is one; before: "(method: Field required)"
+                (BAD_RESPONSES[0], -32600, "not a valid JSON-RPC 2.0 response (result:"),
             ):
                 answer = await http.post(url, content=body, headers=session)
                 assert answer.status_code == 400 and answer.headers["content-type"] == "application/json"
@@ -182,3 +213,27 @@ async def test_serve_streams_answers_a_message_its_transport_could_not_read() ->
                 await to_gateway.aclose()
     assert [a.error.code for a in answers if isinstance(a, types.JSONRPCError)] == [-32600, -32700]
     assert "batches are not supported" in answers[0].error.message  # type: ignore[union-attr]
+
+
+async def test_serve_streams_drops_a_response_its_transport_could_not_read() -> None:
+    # Before: answered with -32600 (`id: null`), although JSON-RPC answers no response.
+    unread = []
+    for raw in (BAD_RESPONSES[0], "{not json"):
+        try:
+            types.jsonrpc_message_adapter.validate_json(raw, by_name=False)
+        except Exception as exc:  # the SDK's own reader, as its stdio transport calls it
+            unread.append(exc)
+    assert len(unread) == 2
+    with open(os.devnull, "w") as quiet:
+        async with MCPToolSource({"mcpServers": {"toy": toy()}}, errlog=quiet) as source:
+            gateway = await anyio.to_thread.run_sync(lambda: Gateway(source, GatewaySettings(backend="bm25")))
+            to_gateway, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](4)
+            write_stream, from_gateway = anyio.create_memory_object_stream[SessionMessage](4)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(gateway.serve_streams, read_stream, write_stream)
+                with anyio.fail_after(20):
+                    for item in unread:
+                        await to_gateway.send(item)
+                    first = (await from_gateway.receive()).message
+                await to_gateway.aclose()
+    assert isinstance(first, types.JSONRPCError) and first.error.code == -32700, first  # the line that is not JSON

@@ -19,7 +19,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -134,7 +134,10 @@ class Gateway:
         self.board = board or CatalogBoard()
         self.shared_index = shared_index
         self._epoch_seen: str | None = None
-        self._sync_lock = anyio.Lock()
+        self._sync_lock = anyio.Lock()  # one catalog write at a time, in the order they were asked for
+        # a catalog write whose caller was cancelled (an upstream's connection ended mid-write), still running on its
+        # thread, and the server whose change it writes: the next write waits for it (`_settled`)
+        self._unfinished: tuple[str, _OwnThread[None]] | None = None
         # the upstream server whose tool-list change the shared catalog could not take yet (`resync_catalog` writes it)
         self._catalog_owed: str | None = None
         self._resync_wake: anyio.Event | None = None  # made by `resync_catalog`, in the event loop
@@ -267,17 +270,11 @@ class Gateway:
         it), this worker serves on from the catalog as it was, and `resync_catalog` writes it again within
         `_resync_next` s."""
         async with self._sync_lock:
+            await self._settled()  # one a cancel left running ends first: else the older catalog could land last
             try:
-                await self._apply_catalog(self.source)
+                await self._apply_catalog(self.source, server)
             except CatalogStoreError as exc:
-                self._catalog_owed = server
-                if self._resync_wake is not None:
-                    self._resync_wake.set()
-                then = ("The next change of an upstream's tools (or a restart) writes it" if self._resync_wake is None
-                        else f"Trying again within {self._resync_next:g} s (and on the next change of an upstream's "
-                             "tools)")
-                logger.warning("MCP server %r: its tool list changed, and the shared catalog was not brought to it: "
-                               "%s. %s", server, exc, then)
+                self._write_failed(server, exc)
                 return False
             self._catalog_owed = None  # written: a retry still waiting has nothing left to write
         try:  # every other worker re-lists its upstreams when it sees this
@@ -288,6 +285,33 @@ class Gateway:
         await self._tools_changed()
         return True
 
+    def _write_failed(self, server: str, exc: CatalogStoreError) -> None:
+        """The shared catalog could not take `server`'s tool-list change: said, and owed to `resync_catalog`."""
+        self._catalog_owed = server
+        if self._resync_wake is not None:
+            self._resync_wake.set()
+        then = ("The next change of an upstream's tools (or a restart) writes it" if self._resync_wake is None
+                else f"Trying again within {self._resync_next:g} s (and on the next change of an upstream's tools)")
+        logger.warning("MCP server %r: its tool list changed, and the shared catalog was not brought to it: %s. %s",
+                       server, exc, then)
+
+    async def _settled(self) -> None:
+        """Under `_sync_lock`: wait for the catalog write a cancel left running, then say its failure as any write's
+        is said (and owed to the resync). A cancel of this wait leaves it to the next writer."""
+        if self._unfinished is None:
+            return
+        server, write = self._unfinished
+        await write.ended()
+        if self._unfinished is not None and self._unfinished[1] is write:
+            self._unfinished = None
+        try:
+            write.outcome()
+        except CatalogStoreError as exc:
+            self._write_failed(server, exc)
+        except Exception:  # not the store failing: said, as after an upstream change (its listener logs it)
+            logger.exception("MCP server %r: writing its tool-list change to the shared catalog failed; the next "
+                             "change of an upstream's tools (or a restart) writes it", server)
+
     async def resync_catalog(self, *, first: float = _RESYNC_FIRST, longest: float = _RESYNC_LONGEST) -> None:
         """Run for the gateway's life: after a tool-list change the shared catalog could not take (Postgres down for
         a moment), write it again after `first` s, then twice as long each time up to `longest` s, until it takes it
@@ -295,6 +319,9 @@ class Gateway:
         tools changed again, which may be never."""
         self._resync_wake, self._resync_next = (wake := anyio.Event()), first
         while True:
+            if self._unfinished is not None:  # a write a cancel left running: its failure must be said and retried
+                async with self._sync_lock:
+                    await self._settled()
             if self._catalog_owed is None:
                 await wake.wait()
                 self._resync_wake = wake = anyio.Event()
@@ -319,15 +346,26 @@ class Gateway:
                                 "failed (try %d)", server, tries)
             self._resync_next = first
 
-    async def _apply_catalog(self, source: MCPToolSource) -> None:
+    async def _apply_catalog(self, source: MCPToolSource, server: str | None = None) -> None:
+        """Bring the index to `source`'s tools; `server`: the upstream whose change this writes (default: every one),
+        named when a write a cancel left running fails."""
         index = self.rules.index
         if self.shared_index is not None:  # the first worker to see a new catalog builds its index; the others load it
             index, _ = await anyio.to_thread.run_sync(self.shared_index.open, source.catalog())
         elif (stored := _in_a_store(index)) is not None:  # every worker's: what this one cannot list is not its to drop
             catalog, unlisted = shared_catalog(source, stored.catalog_name)
-            # may wait minutes for another process's build lock: the gateway's exit abandons it (one transaction)
-            await _abandoned_on_cancel(lambda: stored.sync(catalog, keep_namespaces=unlisted),
-                                       name="toolsearch-catalog-sync")
+            # may wait minutes for another process's build lock: on a thread of its own, which a cancel does not wait
+            # for (the gateway's exit leaves it: one transaction). Any other cancel (the upstream's connection ended
+            # mid-write) leaves it to the next write, which waits for its end (`_settled`), and to the resync.
+            write = _OwnThread(lambda: stored.sync(catalog, keep_namespaces=unlisted), name="toolsearch-catalog-sync")
+            try:
+                await write.ended()
+            except BaseException:  # cancelled: the write goes on
+                self._unfinished = (server if server is not None else ", ".join(source.servers), write)
+                if self._resync_wake is not None:
+                    self._resync_wake.set()
+                raise
+            write.outcome()
         else:
             await anyio.to_thread.run_sync(index.sync, source.catalog())
 
@@ -514,35 +552,55 @@ class Gateway:
                 server.should_exit = True
 
 
-async def _abandoned_on_cancel(fn: Callable[[], T], *, name: str) -> T:
-    """`fn()` on a daemon thread of its own, awaited; a cancel returns at once and leaves the thread to end by itself,
-    or with the process.
+class _OwnThread(Generic[T]):
+    """`fn()` on a daemon thread of its own, which a cancel of the task that waits for it (`ended`) does not stop: it
+    ends by itself, or with the process.
 
     For a write to the shared catalog, which waits as long as another process's build of it runs (minutes) and up
     to `timeout` for a hung Postgres: a stdio gateway whose client left must exit meanwhile. `anyio.to_thread` cannot
     run it: a cancel waits for its call, and the interpreter waits at its exit for its threads, an abandoned call's
-    too. The write is one transaction: abandoned, it commits whole or, when the process ends first, not at all."""
-    results: list[T] = []
-    errors: list[BaseException] = []
-    ended = threading.Event()
-    context = contextvars.copy_context()  # as anyio.to_thread runs a call: in the caller's context (tracing)
+    too. The write is one transaction: left at the exit, it commits whole or, when the process ends first, not at
+    all."""
 
-    def run() -> None:
+    def __init__(self, fn: Callable[[], T], *, name: str) -> None:
+        self._results: list[T] = []
+        self._errors: list[BaseException] = []
+        self._guard = threading.Lock()
+        self._done = False
+        self._wakes: list[threading.Event] = []  # one per task waiting for the end
+        context = contextvars.copy_context()  # as anyio.to_thread runs a call: in the caller's context (tracing)
+
+        def run() -> None:
+            try:
+                self._results.append(context.run(fn))
+            except BaseException as exc:  # raised by `outcome`, in whichever task looks at it
+                self._errors.append(exc)
+            finally:
+                with self._guard:
+                    self._done, wakes, self._wakes = True, self._wakes, []
+                for wake in wakes:
+                    wake.set()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    async def ended(self) -> None:
+        """Return once the thread ended; a cancel returns at once, and the thread goes on."""
+        wake = threading.Event()
+        with self._guard:
+            if not self._done:
+                self._wakes.append(wake)
+            else:
+                wake.set()
         try:
-            results.append(context.run(fn))
-        except BaseException as exc:  # raised in the task that awaits it, if that one still does
-            errors.append(exc)
+            await anyio.to_thread.run_sync(wake.wait, abandon_on_cancel=True)
         finally:
-            ended.set()
+            wake.set()  # after a cancel: lets go of the worker thread that waits for it (the exit would wait for it)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
-    try:
-        await anyio.to_thread.run_sync(ended.wait, abandon_on_cancel=True)
-    finally:
-        ended.set()  # after a cancel: lets go of the worker thread that waits for it (the exit would wait for it)
-    if errors:
-        raise errors[0]
-    return results[0]
+    def outcome(self) -> T:
+        """What `fn` returned, or its exception raised; only once `ended` returned."""
+        if self._errors:
+            raise self._errors[0]
+        return self._results[0]
 
 
 def _in_a_store(index: ToolIndex) -> PostgresIndex | None:

@@ -52,6 +52,9 @@ _SESSION_KEY = "toolsearch.session"
 # again to check a result against the tool's output schema). 64 KiB are left for what frames the tools: the JSON-RPC
 # envelope with the request's id, the SSE field names and the event id.
 LIST_BYTES = 1024 * 1024 - 64 * 1024
+# How the meta-tool's text of a search that found tools ends its opening sentence (ToolSearchMetaTool.render): not
+# true of a found tool the list bound leaves out, so `_search` says what is instead.
+_AVAILABLE = " They are now available: call them by name."
 _CALL_TOOL_HINT = (
     "If these tools do not appear in your tool list, call them through `{call}` with "
     '{{"name": "<tool name>", "arguments": {{...}}}}.'
@@ -293,7 +296,7 @@ class HandshakeEra:
         outcome = found.outcome
         text = outcome.text
         if unloaded:  # the model must know that a tool it was just told of is not in its list, and why
-            text += "\n" + self._unloaded_text(unloaded, {t.name for t in found.tools})
+            text = self._unloaded_said(text, unloaded, [t.name for t in outcome.tools], {t.name for t in found.tools})
         if found.repinned:  # the model is told, not just shown: a changed tool is news it must read
             text += "\n" + repinned_text(found.repinned)
         if outcome.ok and outcome.tools and self.rules.settings.call_tool:
@@ -302,18 +305,33 @@ class HandshakeEra:
             await self._notify_changed(ctx)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not outcome.ok)
 
-    def _unloaded_text(self, unloaded: list[str], found: set[str]) -> str:
+    def _unloaded_said(self, text: str, unloaded: list[str], found: list[str], shown: set[str]) -> str:
+        """The search's `text` saying which tools the list bound left out: the found ones in its opening sentence,
+        in place of "They are now available" (which would say the opposite of a note after it), the others (tools
+        loaded earlier, re-pinned ones) in notes. `found`: the tools this search found, best first; `shown`: every
+        tool the search shows the session (found and re-pinned)."""
         why = f"this session's tool list is kept under {LIST_BYTES:,} bytes (MCP clients read 1 MiB of one message)"
-        lines = []
-        new = [name for name in unloaded if name in found]
+        reach = (
+            f"call them through `{CALL_TOOL}`"
+            if self.rules.settings.call_tool
+            else "search for fewer tools (max_results) or with narrower words to load them"
+        )
+        opening, rest = text.split("\n", 1) if "\n" in text else (text, "")
+        left_out = [name for name in found if name in unloaded]
+        if left_out and opening.endswith(_AVAILABLE):
+            loaded = [name for name in found if name not in unloaded]
+            if loaded:
+                said = (f"Now available, call them by name: {', '.join(loaded)}. Not added to your tool list, as "
+                        f"{why}: {', '.join(left_out)}; {reach}.")
+            else:
+                said = f"Not added to your tool list, as {why}: {reach}."
+            text = opening.removesuffix(_AVAILABLE) + " " + said + ("\n" + rest if rest else "")
+            unloaded = [name for name in unloaded if name not in left_out]
+        lines = [text]
+        new = [name for name in unloaded if name in shown]
         if new:
-            reach = (
-                f"call them through `{CALL_TOOL}`"
-                if self.rules.settings.call_tool
-                else "search for fewer tools (max_results) or with narrower words to load them"
-            )
             lines.append(f"Note: not loaded, as {why}: {', '.join(new)}; {reach}.")
-        old = [name for name in unloaded if name not in found]
+        old = [name for name in unloaded if name not in shown]
         if old:
             lines.append(f"Note: unloaded, as {why}: {', '.join(old)} (search again to reload one).")
         return "\n".join(lines)

@@ -7,10 +7,12 @@ transport answers a batch or a malformed message of the handshake era with 400, 
 pydantic error (a kilobyte of it). The gateway reads each client message before the SDK does (`rejection`, one rule
 for both transports) and answers one it refuses itself, as JSON-RPC 2.0 says: -32700 (parse error) for text its
 parser cannot read, -32600 (invalid request) for JSON that is not one JSON-RPC message, each with `id: null` unless
-the message's id could be read. A batch is refused with -32600 on every protocol version: MCP removed batches in
-2025-06-18 (a Streamable HTTP POST body "MUST be a single JSON-RPC request, notification, or response"), and a
-2025-03-26 session, whose revision had them, is told in the message that batches are not supported and to send each
-request on its own.
+the message is a request whose id could be read. A response (a `result` or `error`, no `method`) is never answered
+over a stream: its id names one of the server's own requests, not the client's (the two are separate spaces), and
+JSON-RPC answers no response; it is logged and dropped, as the SDK drops it. A batch is refused with -32600 on every
+protocol version: MCP removed batches in 2025-06-18 (a Streamable HTTP POST body "MUST be a single JSON-RPC request,
+notification, or response"), and a 2025-03-26 session, whose revision had them, is told in the message that batches
+are not supported and to send each request on its own.
 
 `CheckedLines` applies the rule to the stdio lines, `answered` to the exceptions a stream pair's transport sends,
 and `WireCheck` (ASGI middleware) to the HTTP POST bodies.
@@ -21,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import anyio
 import mcp_types as types
@@ -39,12 +42,20 @@ from .guard import jsonrpc_error_response
 
 __all__ = ["CheckedLines", "WireCheck", "answered", "claimed_stdin", "rejection"]
 
+logger = logging.getLogger("toolsearch.mcp")
+
 BATCH_REFUSED = (
     "Invalid Request: JSON-RPC batches are not supported (MCP removed them in 2025-06-18); "
     "send each request as a message of its own"
 )
 _NOT_AN_OBJECT = "Invalid Request: a message must be one JSON object (a JSON-RPC 2.0 request, notification or response)"
 _BAD_ID = 'Invalid Request: "id" must be a string or an integer'
+_NO_KIND = (
+    'Invalid Request: a message needs a "method" (a request or notification), or a "result" or "error" (a response)'
+)
+# The members of the SDK's message union that each kind of message is read as: the one whose complaint is quoted.
+_MEMBERS = {"request": "JSONRPCRequest", "notification": "JSONRPCNotification", "response": "JSONRPCResponse",
+            "error response": "JSONRPCError"}
 _SURROGATE = (
     "Parse error: the message holds a lone surrogate escape (such as \\ud800): valid JSON, but not Unicode text; "
     "send text as valid Unicode"
@@ -52,45 +63,86 @@ _SURROGATE = (
 _QUOTED = 200  # characters of a parser's or validator's complaint quoted back: enough to say where, never a dump
 
 
+class _Refusal(NamedTuple):
+    error: types.JSONRPCError
+    response: bool  # the message refused is a response: over a stream it is dropped, never answered
+
+
 def rejection(raw: str | bytes) -> types.JSONRPCError | None:
-    """The error to answer one client message with, or None for a message the SDK reads (and answers itself)."""
+    """The error that refuses one client message, or None for a message the SDK reads (and answers itself).
+
+    A response the SDK cannot read is refused with `id: null` (an HTTP POST still needs its answer, and its id is
+    one of the server's own requests); over a stream it is not answered at all (`CheckedLines`, `answered`)."""
+    refused = _refusal(raw)
+    return None if refused is None else refused.error
+
+
+def _refusal(raw: str | bytes) -> _Refusal | None:
     try:
         value = pydantic_core.from_json(raw)  # the SDK's own JSON reader: what it cannot read, it drops
     except ValueError as exc:
         return _unread(raw, exc)
     if isinstance(value, list):
-        return _error(None, INVALID_REQUEST, BATCH_REFUSED)
+        return _Refusal(_error(None, INVALID_REQUEST, BATCH_REFUSED), response=False)
     if not isinstance(value, dict):
-        return _error(None, INVALID_REQUEST, _NOT_AN_OBJECT)
+        return _Refusal(_error(None, INVALID_REQUEST, _NOT_AN_OBJECT), response=False)
+    return _judged(value)
+
+
+def _judged(value: dict[str, Any]) -> _Refusal | None:
+    """`_refusal` of a message read as a JSON object."""
+    kind = _kind(value)
+    response = kind in ("response", "error response")
     request_id = value.get("id")
     if request_id is not None and _request_id(request_id) is None:  # the SDK would take it for a notification
-        return _error(None, INVALID_REQUEST, _BAD_ID)
+        return _Refusal(_error(None, INVALID_REQUEST, _BAD_ID), response)
     try:
         types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
+        if kind is None:
+            return _Refusal(_error(None, INVALID_REQUEST, _NO_KIND), response=False)
+        errors = exc.errors(include_url=False, include_input=False)
+        # the complaint of the member this kind of message is read as: a response's is never "method: Field required"
+        first = next((e for e in errors if e["loc"][:1] == (_MEMBERS[kind],)), errors[0])
         where = ".".join(str(part) for part in first["loc"][1:]) or "message"
         why = f"{where}: {first['msg']}"[:_QUOTED]
-        message = f"Invalid Request: not a JSON-RPC 2.0 request, notification or response ({why})"
-        return _error(_request_id(request_id), INVALID_REQUEST, message)
+        message = f"Invalid Request: not a valid JSON-RPC 2.0 {kind} ({why})"
+        # only a request's own id may be answered: the client waits on it (a notification has none)
+        return _Refusal(_error(_request_id(request_id) if kind == "request" else None, INVALID_REQUEST, message),
+                        response)
     return None
 
 
-def _unread(raw: str | bytes, exc: ValueError) -> types.JSONRPCError:
-    """The SDK's reader refused `raw`: a parse error, with the message's id when the standard library reads it
-    (valid JSON the SDK cannot take, a lone surrogate escape above all: the client can then match the answer)."""
+def _kind(value: dict[str, Any]) -> str | None:
+    """What a JSON-RPC message read as `value` means to be, by its keys: None when it has none of them."""
+    if "method" in value:
+        return "request" if "id" in value else "notification"
+    if "result" in value:
+        return "response"
+    if "error" in value:
+        return "error response"
+    return None
+
+
+def _unread(raw: str | bytes, exc: ValueError) -> _Refusal:
+    """The SDK's reader refused `raw`: a parse error, with the message's id when the standard library reads it and it
+    is a request's (valid JSON the SDK cannot take, a lone surrogate escape above all: the client can then match the
+    answer)."""
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
-        return _error(None, PARSE_ERROR, f"Parse error: the message is not JSON ({str(exc)[:_QUOTED]})")
-    request_id = _request_id(value.get("id")) if isinstance(value, dict) else None
+        return _Refusal(_error(None, PARSE_ERROR, f"Parse error: the message is not JSON ({str(exc)[:_QUOTED]})"),
+                        response=False)
+    kind = _kind(value) if isinstance(value, dict) else None
+    response = kind in ("response", "error response")
+    request_id = _request_id(value.get("id")) if kind == "request" else None
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        return _error(request_id, PARSE_ERROR, _SURROGATE)
+        return _Refusal(_error(request_id, PARSE_ERROR, _SURROGATE), response)
     except (ValueError, RecursionError):  # NaN and the like never get here: the SDK's reader takes them
         pass
-    return _error(request_id, PARSE_ERROR, f"Parse error: {str(exc)[:_QUOTED]}")
+    return _Refusal(_error(request_id, PARSE_ERROR, f"Parse error: {str(exc)[:_QUOTED]}"), response)
 
 
 def _request_id(value: Any) -> str | int | None:
@@ -115,22 +167,31 @@ def _error(request_id: str | int | None, code: int, message: str) -> types.JSONR
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
 
-def _from_exception(exc: Exception) -> types.JSONRPCError:
-    """The answer to a message a transport could not read and sent on as an exception (the SDK's pydantic error):
-    `rejection` of its text where the error carries it, else a plain invalid request."""
+def _from_exception(exc: Exception) -> _Refusal:
+    """The refusal of a message a transport could not read and sent on as an exception (the SDK's pydantic error):
+    `_refusal` of its text or object where the error carries it, else a plain invalid request."""
     errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else []
     for error in errors:
         given = error.get("input")
         if error["type"] == "json_invalid" and isinstance(given, (str, bytes)):
-            return rejection(given) or _error(None, PARSE_ERROR, "Parse error: the message is not JSON")
+            return _refusal(given) or _Refusal(_error(None, PARSE_ERROR, "Parse error: the message is not JSON"), False)
         if error["type"] == "model_type" and len(error["loc"]) <= 1:  # the whole message is no object
             try:
-                found = rejection(json.dumps(given))
+                found = _refusal(json.dumps(given))
             except (TypeError, ValueError):
                 found = None
             if found is not None:
                 return found
-    return _error(None, INVALID_REQUEST, "Invalid Request: the message is not a JSON-RPC 2.0 message")
+        if error["type"] == "missing" and len(error["loc"]) <= 2 and isinstance(given, dict):  # the message itself
+            judged = _judged(given)
+            if judged is not None:
+                return judged
+    return _Refusal(_error(None, INVALID_REQUEST, "Invalid Request: the message is not a JSON-RPC 2.0 message"), False)
+
+
+def _dropped(refused: _Refusal) -> None:
+    logger.debug("a client's response that cannot be read was dropped (JSON-RPC answers no response): %s",
+                 refused.error.error.message)
 
 
 async def _send_answer(write_stream: Any, error: types.JSONRPCError) -> bool:
@@ -143,7 +204,8 @@ async def _send_answer(write_stream: Any, error: types.JSONRPCError) -> bool:
 
 
 class CheckedLines:
-    """A stdio client's lines, less those `rejection` refuses: each is answered on the stream `answer_on` names.
+    """A stdio client's lines, less those `rejection` refuses: each is answered on the stream `answer_on` names, but
+    a response, which is dropped (logged at debug level).
 
     Given to the SDK's `stdio_server` as its stdin (it only iterates the lines). Blank lines are skipped: they carry
     no message. A refused line read before `answer_on` is called waits for it.
@@ -162,12 +224,15 @@ class CheckedLines:
         async for line in self._lines:
             if not line.strip():
                 continue
-            error = rejection(line)
-            if error is None:
+            refused = _refusal(line)
+            if refused is None:
                 yield line
                 continue
+            if refused.response:
+                _dropped(refused)
+                continue
             await self._ready.wait()
-            if not await _send_answer(self._write, error):
+            if not await _send_answer(self._write, refused.error):
                 return
 
 
@@ -229,7 +294,11 @@ class _Answering:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
                 return item
-            await _send_answer(self._write, _from_exception(item))
+            refused = _from_exception(item)
+            if refused.response:
+                _dropped(refused)
+            else:
+                await _send_answer(self._write, refused.error)
 
     def __aiter__(self) -> _Answering:
         return self
@@ -255,7 +324,7 @@ class _Answering:
 
 def answered(read_stream: Any, write_stream: Any) -> Any:
     """`read_stream` with every exception its transport sends (a message it could not read) answered on
-    `write_stream` with the error `rejection` gives, instead of being dropped."""
+    `write_stream` with the error `rejection` gives, instead of being dropped; a response is still dropped."""
     return _Answering(read_stream, write_stream)
 
 
