@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from capabilities import CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, as_any_user
 
 from toolsearch import IndexStore, Tool
 
 TOOLS = [Tool("finance_get_invoice", "Get an invoice by its number."), Tool("weather_now", "Current weather.")]
 
 
-def _as_any_user() -> None:
-    """Drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the child's capability bounding set: a root child then
-    honours a file's mode as any other user does (with them, root reads a mode-000 file)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {capability}) failed")
-
-
 def toolsearch(*argv: str) -> subprocess.CompletedProcess[str]:
     """The real command, in a process that may not read what its mode forbids, whoever runs the tests."""
     return subprocess.run([sys.executable, "-m", "toolsearch", *argv], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, preexec_fn=_as_any_user if os.geteuid() == 0 else None)
+                          stdin=subprocess.DEVNULL, preexec_fn=as_any_user(CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH))
 
 
 @pytest.mark.parametrize(("hidden", "named"), [

@@ -161,9 +161,9 @@ def test_a_holder_on_a_host_whose_name_holds_a_space_is_given_up_on(tmp_path: Pa
     store = IndexStore(tmp_path, lock_wait=3)
     store.build(TOOLS, backend="regex", name="x")
     # before: a line of three words read as an older toolsearch's, which does not beat: waited for without end
-    with writer(tmp_path / "x", "stop", SPACED_HOST_WRITER) as stopped:
-        with pytest.raises(StoredIndexError, match=rf"\(pid {stopped.pid} on host build box\) holds its lock"):
-            store.remove("x")
+    with (writer(tmp_path / "x", "stop", SPACED_HOST_WRITER) as stopped,
+          pytest.raises(StoredIndexError, match=rf"\(pid {stopped.pid} on host build box\) holds its lock")):
+        store.remove("x")
 
 
 def test_a_host_name_that_is_not_utf8_signs_the_lock_and_writes(

@@ -3,7 +3,6 @@ cache folder that cannot be written still embeds."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from capabilities import CAP_DAC_OVERRIDE, as_any_user
 
 from toolsearch import _bert_onnx
 from toolsearch._bert import BertEncoder
@@ -211,19 +211,11 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def _without_dac_override() -> None:
-    """Drop CAP_DAC_OVERRIDE from the child's capability bounding set: root then honours a folder's mode as anyone
-    else does (without it, root writes to a 0555 folder)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(24, 1, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_DAC_OVERRIDE
-        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE) failed")
-
-
 def _embed_in_a_new_process(folder: Path, *, probe: bool = False) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TOOLSEARCH_CACHE_DIR": str(folder)}
     command = [sys.executable, "-c", *([PROBE, str(folder)] if probe else [CHILD, json.dumps(TEXTS)])]
     return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env,
-                          preexec_fn=_without_dac_override if os.geteuid() == 0 else None)
+                          preexec_fn=as_any_user(CAP_DAC_OVERRIDE))  # root writes to a 0555 folder without it
 
 
 def test_only_the_most_recently_written_graphs_stay(cache: Path) -> None:

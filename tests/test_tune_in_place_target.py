@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from capabilities import CAP_DAC_OVERRIDE, as_any_user
 
 from toolsearch import Tool, ToolIndex
 from toolsearch.cli import EXIT_USER_ERROR, main
@@ -45,14 +44,6 @@ def test_an_index_folder_holding_the_users_file_is_refused_before_the_log_is_rea
     assert (copied / "README.txt").exists()
 
 
-def _without_dac_override() -> None:
-    """Drop CAP_DAC_OVERRIDE from the child's capability bounding set: root then honours a folder's mode as anyone
-    else does (with it, root writes into a 0555 folder)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(24, 1, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_DAC_OVERRIDE
-        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE) failed")
-
-
 def test_an_index_in_a_folder_this_user_may_not_write_is_refused_before_the_log_is_read(
     built: Path, tmp_path: Path
 ) -> None:
@@ -64,7 +55,7 @@ def test_an_index_in_a_folder_this_user_may_not_write_is_refused_before_the_log_
         proc = subprocess.run(
             [sys.executable, "-m", "toolsearch", "tune", str(shared / "idx"), "--epochs", "1"], capture_output=True,
             text=True, timeout=300, stdin=subprocess.DEVNULL,
-            preexec_fn=_without_dac_override if os.geteuid() == 0 else None,
+            preexec_fn=as_any_user(CAP_DAC_OVERRIDE),  # with it, root writes into a 0555 folder
         )
     finally:
         shared.chmod(0o755)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ABANDONED_AFTER", "CHECKSUM_BYTES", "Framing", "checksum", "sweep_abandoned", "write_whole"]
+__all__ = ["Framing", "checksum", "sweep_abandoned", "write_whole"]
 
 CHECKSUM_BYTES = 32
 # A temporary file older than this (seconds) was left by a writer that was killed: a write takes well under one.

@@ -19,6 +19,7 @@ from ._errors import (
     InvalidArgumentError,
     InvalidIndexNameError,
     StoredIndexError,
+    check_seconds,
     wrong_type,
 )
 from ._untrusted import RULES_VERSION
@@ -64,8 +65,6 @@ class IndexStore:
         if root is not None and not isinstance(root, (str, os.PathLike)):
             raise wrong_type("IndexStore: root", root, "a folder (str or Path), or None for the default")
         if lock_wait is not None:
-            from .pg._connect import check_seconds  # the one check of a setting in seconds (`--lock-wait`'s too)
-
             check_seconds("IndexStore: lock_wait", lock_wait, InvalidArgumentError)
         self.root = Path(root) if root is not None else default_root()
         self.lock_wait = lock_wait

@@ -15,12 +15,14 @@ then ages the folder as before. Cleaners that do not honour the lock (tmpreaper,
 A forked child inherits the parent's folders; only the process that made a folder removes it, so a
 child that exits normally (running its exit handlers) leaves the parent's scratch in place.
 
-`tempfile` gives the folders; the lock and the per-process folder are what this module adds.
+`tempfile` gives the folders; the lock and the per-process folder are what this module adds, with what filling
+them takes: a copy of an index's files without their lock files, and what a failed write or read of them means.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import logging
 import os
@@ -31,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Scratch", "new_scratch"]
+__all__ = ["Scratch", "new_scratch", "copy_without_locks", "NO_ROOM", "NOT_ALLOWED", "MAKE_READABLE"]
 
 _log = logging.getLogger(__name__)
 
@@ -92,3 +94,28 @@ def _process_folder() -> Path:
 def new_scratch(prefix: str, within: Path | None = None) -> Scratch:
     """A new empty folder named `prefix...`: in this process's locked folder, or in `within` when given."""
     return Scratch(Path(tempfile.mkdtemp(prefix=prefix, dir=within or _process_folder())), os.getpid())
+
+
+def copy_without_locks(source: Path, target: Path) -> None:
+    """Copy a backend's folder without its lock files (they belong to the process that made them).
+
+    The copies get the modes of any file this process writes (0o666 and 0o777 less the umask), never the source's:
+    the source is our private scratch, made 0700 (saved with that mode, an index could be read by its builder
+    alone, not by the service user of an image it ships in), or an index installed read-only (`chmod -R a-w`, as a
+    package or a Nix store gives: a private copy with its modes could not be written, nor locked by tantivy)."""
+    target.mkdir(parents=True, exist_ok=True)  # (an existing one is our scratch: its mode stays private)
+    for entry in source.iterdir():
+        if entry.name.endswith(".lock"):
+            continue
+        if entry.is_dir():
+            copy_without_locks(entry, target / entry.name)
+        else:
+            shutil.copyfile(entry, target / entry.name)
+
+
+# What a failed write's errno says: the folder ran out of room (free space there), or this user may not write it
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)
+# What helps when this user may not read an index's files: nothing in them is wrong, so never a rebuild
+MAKE_READABLE = ("make the index's files readable (chmod -R a+rX on the index folder), or open the index as the user "
+                 "who built it")

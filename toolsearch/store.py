@@ -59,7 +59,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import threading
 import time
 import weakref
@@ -76,10 +75,11 @@ from ._errors import (
     ToolSearchError,
     named_error,
 )
+from ._turns import BEAT_EVERY, SILENCE_AT_LEAST, WORD_EVERY, host_name
 from ._untrusted import RULES_VERSION
 from .backends import BACKENDS, Backend, get_backend_spec
 from .catalog import Catalog
-from .scratch import new_scratch
+from .scratch import MAKE_READABLE, NO_ROOM, NOT_ALLOWED, copy_without_locks, new_scratch
 from .stored_tools import OFFSETS_FILE, TABLE_FILE, LazyCatalog, restore, write_table
 from .tools import Tool
 
@@ -248,11 +248,7 @@ def _unreadable(folder: Path, rel: str, exc: OSError) -> IndexFormatError:
     """The error for a file of an index the system will not read, raised `from` that OSError (`toolsearch list` tells
     an index this user may not read from a damaged one by it). For a permission, the advice is not "rebuild": nothing
     in the files is wrong."""
-    if isinstance(exc, PermissionError):
-        advice = ("this user may not read it: have the index's owner make it readable (chmod -R a+rX on the index "
-                  "folder), or build an index of your own")
-    else:
-        advice = _REBUILD
+    advice = f"this user may not read it: {MAKE_READABLE}" if isinstance(exc, PermissionError) else _REBUILD
     return IndexFormatError(f"{folder}: file {rel} cannot be read ({_os_reason(exc)}); {advice}")
 
 
@@ -517,15 +513,11 @@ def _same_file(fh: IO[bytes], path: Path) -> bool:
     return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
 
 
-# A holder of a name's writer lock beats on its lock file (its modification time, from a thread of its own), so that a
-# writer waiting for it tells a busy one (a build of many tools holds the lock for minutes) from one stopped (Ctrl-Z,
-# SIGSTOP), whose beat stops with it: as the Postgres store's build lock does (toolsearch.pg.index._advisory_lock). A
-# process hung in a call that never returns still beats from its thread: it is waited for, and said to be waited for.
-_BEAT_EVERY = 0.5
-_SILENCE_AT_LEAST = 3.0  # the shortest silence a waiter takes for a stop, whatever its lock_wait: a few beats
+# A holder of a name's writer lock beats on its lock file (its modification time, every BEAT_EVERY seconds from a
+# thread of its own), as the Postgres store's build lock does (toolsearch.pg.index._advisory_lock; toolsearch._turns).
+# A process hung in a call that never returns still beats from its thread: it is waited for, and said to be waited for.
 LOCK_WAIT = 60.0  # seconds a holder may show no sign of life before a waiting writer gives up on it, by default
-_WORD_AFTER = 1.0  # a waiting writer says whom it waits for after this long, and again every _WORD_EVERY
-_WORD_EVERY = 60.0
+_WORD_AFTER = 1.0  # a waiting writer says whom it waits for after this long, and again every WORD_EVERY
 
 
 @contextmanager
@@ -578,13 +570,13 @@ def _writer_lock(target: Path, *, wait: bool = True, lock_wait: float | None = N
 
 class _Beat:
     """A holder's signature and beat on its lock file: its pid and host, for a waiter's message, then a touch every
-    _BEAT_EVERY seconds from a thread until `stop`. A stopped process's threads stop with it: that is the silence a
+    BEAT_EVERY seconds from a thread until `stop`. A stopped process's threads stop with it: that is the silence a
     waiter reads."""
 
     def __init__(self, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):  # a full disk: unsigned, the holder is waited for as an older one's
             handle.truncate(0)
-            handle.write(f"{os.getpid()} {_host()}\n".encode())
+            handle.write(f"{os.getpid()} {host_name()}\n".encode())
             handle.flush()
         self._fd = handle.fileno()
         self._stopped = threading.Event()
@@ -592,7 +584,7 @@ class _Beat:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stopped.wait(_BEAT_EVERY):
+        while not self._stopped.wait(BEAT_EVERY):
             try:
                 os.utime(self._fd)
             except OSError:  # the file system refuses: the holder is then seen as silent, and waiters give up on it
@@ -608,7 +600,7 @@ class _LockWait:
 
     def __init__(self, target: Path, path: Path, lock_wait: float | None) -> None:
         self.target, self.path = target, path
-        self.bound = max(LOCK_WAIT if lock_wait is None else lock_wait, _SILENCE_AT_LEAST)
+        self.bound = max(LOCK_WAIT if lock_wait is None else lock_wait, SILENCE_AT_LEAST)
         self.started = time.monotonic()
         self.word_at = self.started + _WORD_AFTER
 
@@ -673,7 +665,7 @@ class _LockWait:
                     f"gives up if it shows no sign of life for {self.bound:g} s (lock_wait)" if holder else
                     "waits for however long it takes (an older toolsearch's writer, which does not beat)",
                 )
-                self.word_at = now + _WORD_EVERY
+                self.word_at = now + WORD_EVERY
 
     def _stalled(self, holder: str, waited: float) -> StoredIndexError:
         return StoredIndexError(
@@ -696,13 +688,7 @@ def _lock_holder(path: Path) -> str | None:
     if not words or not words[0].isdigit():
         return None
     pid, host = words[0], " ".join(words[1:])  # a host name may hold spaces, or be empty
-    return f"pid {pid}" if host == " ".join(_host().split()) else f"pid {pid} on host {host}"
-
-
-def _host() -> str:
-    """This machine's name as text a lock file and a message can hold: Linux lets it be any bytes, and a name that is
-    not UTF-8 (Latin-1 `café-box`) is written with backslash escapes, not refused (it failed every local write)."""
-    return socket.gethostname().encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"pid {pid}" if host == " ".join(host_name().split()) else f"pid {pid} on host {host}"
 
 
 def _retire(folder: Path) -> bool:
@@ -802,9 +788,9 @@ def _os_reason(exc: OSError) -> str:
 
 def _os_advice(exc: OSError) -> str:
     """What to do about a failed write: free space only when space is what ran out."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if exc.errno in NO_ROOM:
         return "Free space there"
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno in NOT_ALLOWED:
         return "Make the folder writable"
     return "Check the folder and what the message names"
 
@@ -1221,7 +1207,7 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
     copy = new_scratch("readonly-")
     copied = copy.path / BACKEND_DIR
     try:
-        _private_copy(folder / BACKEND_DIR, copied)
+        copy_without_locks(folder / BACKEND_DIR, copied)
     except OSError as exc:
         copy.remove()
         raise StoredIndexError(_uncopied(folder, copy.path.parent, exc)) from None
@@ -1246,29 +1232,13 @@ def _load_backend(folder: Path, manifest: Manifest, tools: Sequence[Tool], optio
     return backend
 
 
-def _private_copy(source: Path, target: Path) -> None:
-    """Copy a read-only backend folder for this process to open, without lock files (they are their writers').
-    The copies get the modes of any file this process writes (0o666 and 0o777 less the umask), never the source's:
-    copied with its read-only modes (an index installed with `chmod -R a-w`, as a package or a Nix store gives),
-    the copy could not be written either, and tantivy could not take its lock in it."""
-    target.mkdir()
-    for entry in source.iterdir():
-        if entry.name.endswith(".lock"):
-            continue
-        if entry.is_dir():
-            _private_copy(entry, target / entry.name)
-        else:
-            shutil.copyfile(entry, target / entry.name)
-
-
 def _uncopied(folder: Path, temporary: Path, exc: OSError) -> str:
     """Why the private copy of a read-only index could not be made, and what helps (never a rebuild: the index's
     files were checked whole before)."""
     said = f"{folder}: its backend folder is read-only, so toolsearch opens a private copy of it (in {temporary}), "
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return (f"{said}but this user cannot read {exc.filename or 'its files'}; make the index's files readable "
-                f"(chmod -R a+rX {folder}), or open it as the user who built it")
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if exc.errno in (errno.EACCES, errno.EPERM):  # (not NOT_ALLOWED: a read-only TMPDIR, EROFS, is said below)
+        return f"{said}but this user cannot read {exc.filename or 'its files'}; {MAKE_READABLE}"
+    if exc.errno in NO_ROOM:
         return (f"{said}and that folder has no room ({_os_reason(exc)}); free space there, or set TMPDIR to another "
                 "folder")
     return f"{said}and the copy failed ({_os_reason(exc)}); check what it names, or set TMPDIR to another folder"

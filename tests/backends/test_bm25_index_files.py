@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import resource
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from capabilities import CAP_DAC_OVERRIDE, drop_capabilities
 
 from toolsearch import IndexStore, Tool, ToolIndex
 from toolsearch.store import _file_records, index_key, manifest_digest
@@ -73,22 +73,14 @@ def test_a_saved_hybrid_index_has_the_modes_of_any_file_written(tmp_path: Path) 
 # --- an index installed read-only ---------------------------------------------------------------------------
 
 
-def _without_dac_override() -> None:
-    """Drop CAP_DAC_OVERRIDE from the child's capability bounding set: root then honours a folder's mode as any user
-    does (without it, root writes to a 0555 folder). The child keeps reading what the test lets everyone read."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(24, 1, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_DAC_OVERRIDE
-        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE) failed")
-
-
 def _as_a_reader(script: str, *args: str, tmpdir: Path, limit: int | None = None) -> subprocess.CompletedProcess[str]:
     """Run `script` in a process for which modes hold (any user; root without its override), with its own TMPDIR,
     and optionally a limit on the size of any file it writes (a write past it fails as on a full disk)."""
     tmpdir.mkdir(exist_ok=True)
 
     def before() -> None:
-        if os.geteuid() == 0:
-            _without_dac_override()
+        if os.geteuid() == 0:  # without it, root writes to a 0555 folder; it reads what the test lets everyone read
+            drop_capabilities(CAP_DAC_OVERRIDE)
         if limit is not None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing the process
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))

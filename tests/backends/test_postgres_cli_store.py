@@ -113,8 +113,8 @@ def test_lock_wait_bounds_build_and_rm_behind_a_silent_holder(pg_server: Postgre
     assert _cli(tmp_path, "rm", "held", "--store", dsn, "--lock-wait", "30").returncode == 0  # the lock went with it
     for wrong, why in ((["--store", dsn, "--lock-wait", "0"], _library_says(0.0)),
                        (["--store", dsn, "--lock-wait", "nan"], _library_says(float("nan"))),
-                       (["--store", dsn, "--lock-wait", "inf"], _library_says(float("inf"))),
-                       (["--lock-wait", "5"], "give it with --store URL")):
+                       (["--store", dsn, "--lock-wait", "inf"], _library_says(float("inf")))):
+        # (--lock-wait without --store bounds the local writer lock: tests/test_index_store_lock.py)
         refused = _cli(tmp_path, "build", "tools.json", "--name", "held", *wrong)
         assert refused.returncode == 2 and why in refused.stderr, (why, refused.stderr)
 

@@ -181,6 +181,22 @@ def test_a_build_that_waits_for_another_says_which_process_holds_it(
     index.close()
 
 
+def test_a_host_name_that_is_not_utf8_names_the_build_lock_and_builds(
+    pg_server: PostgresServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from toolsearch.pg.index import _advisory_lock
+
+    # Linux lets a host name be any bytes; Python reads a Latin-1 `café-box` with a surrogate escape
+    monkeypatch.setattr(socket, "gethostname", lambda: "caf\udce9-box")
+    index = _open(pg_server.dsn(), "cafe", TOOLS)  # before: UnicodeEncodeError naming the build lock's connection
+    assert index.wrote and sorted(index.catalog.names) == sorted(t.name for t in TOOLS)
+    with _advisory_lock(index._pg.connector, "cafe"), psycopg.connect(pg_server.dsn()) as other:
+        names = [row[0] for row in other.execute("SELECT application_name FROM pg_stat_activity")]
+    assert f"toolsearch build lock (caf\\udce9-box, pid {os.getpid()})" in names, names  # as the local lock signs it
+    index.close()
+    remove_catalog(pg_server.dsn(), "cafe")
+
+
 def _build_in_thread(dsn: str, name: str, tools: list[Tool], model: str, *, gate: threading.Event | None = None,
                      entered: threading.Event | None = None, **options: object) -> tuple[
         threading.Thread, list[BaseException | PostgresIndex]]:

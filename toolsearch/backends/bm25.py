@@ -12,7 +12,6 @@ model as an exception: the words are searched as plain text and `Ranking.notes` 
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import math
@@ -31,7 +30,7 @@ from .._errors import BackendError, IndexFormatError, MissingDependencyError, St
 from ..entities import lexical_parts
 from ..lucene import QUERY_FIELDS, looks_like_lucene
 from ..results import Hit, Ranking
-from ..scratch import new_scratch
+from ..scratch import MAKE_READABLE, NO_ROOM, NOT_ALLOWED, copy_without_locks, new_scratch
 from ..stored_tools import tool_names
 from ..text import tool_text
 from ..tools import Tool
@@ -550,7 +549,7 @@ class Bm25Backend:
             assert self._folder is not None
             copy = self._scratch()
             with _writing_scratch(copy):
-                _copy_index_files(self._folder, copy)
+                copy_without_locks(self._folder, copy)
                 self._open(copy, private=True)
         # One segment up to about a million tools (tantivy's arena grows as needed, to ~1.2 GB at a
         # million): a search scores each segment apart, its pruning threshold starting afresh in each.
@@ -685,7 +684,7 @@ class Bm25Backend:
                 if was_ordered:  # (merging keeps a segment's order)
                     self._mark_ordered()
             assert self._folder is not None
-            _copy_index_files(self._folder, folder / TANTIVY_DIR)
+            copy_without_locks(self._folder, folder / TANTIVY_DIR)
             ordered = self._searcher is not None and self._searcher is self._ordered
         layout = {"layout": LAYOUT_VERSION, "fields": ["id", "name_exact", *_TEXT_FIELDS], "analyzer": ANALYZER}
         if ordered:  # (an index saved without it is read through ties, as before)
@@ -1087,23 +1086,6 @@ def _parsed(query: str) -> _Parse | None:
     return _Parse(group, "", tuple(parser.notes), frozenset(parser.constraints), parser.partial)
 
 
-def _copy_index_files(source: Path, target: Path) -> None:
-    """Copy a tantivy folder without its lock files (they belong to the process that made them).
-
-    The copies get the modes of any file this process writes (0o666 and 0o777 less the umask), never the source's:
-    the source is our private scratch, made 0700 (saved with that mode, an index could be read by its builder
-    alone, not by the service user of an image it ships in), or an index installed read-only (a private copy with
-    its modes could not be written, nor locked by tantivy)."""
-    target.mkdir(parents=True, exist_ok=True)  # (an existing one is our scratch: its mode stays private)
-    for entry in source.iterdir():
-        if entry.name.endswith(".lock"):
-            continue
-        if entry.is_dir():
-            _copy_index_files(entry, target / entry.name)
-        else:
-            shutil.copyfile(entry, target / entry.name)
-
-
 def _is_utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -1114,8 +1096,6 @@ def _is_utf8(text: str) -> bool:
 
 # What tantivy's errors say of the system error under them: "... (os error 28) ..." or "Os { code: 13, ... }".
 _OS_ERROR = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 # What tantivy says when its writer's thread met an error writing a segment (the system error itself is lost).
 _WRITER_KILLED = "index writer was killed"
 
@@ -1152,9 +1132,9 @@ def _writing_scratch(folder: Path | None) -> Iterator[None]:
             problem = (f"could not be written (tantivy's thread that writes there failed, most likely for want of "
                        f"room{free})")
             advice = "Free space there, or set TMPDIR to a folder with room"
-        elif code in _FULL:
+        elif code in NO_ROOM:
             problem, advice = f"has no room for it ({reason})", "Free space there, or set TMPDIR to a folder with room"
-        elif code in _DENIED:
+        elif code in NOT_ALLOWED:
             problem, advice = f"cannot be written ({reason})", "Set TMPDIR to a folder this user can write"
         else:
             problem, advice = f"cannot be written ({exc})", "Check that folder, or set TMPDIR to another one"
@@ -1190,15 +1170,14 @@ def _unopenable(folder: Path, exc: ValueError) -> StoredIndexError:
     (a rebuild writes the same files again, with the same modes, in the same folder)."""
     code = _os_error_code(exc)
     files = folder / TANTIVY_DIR
-    if code in _DENIED and "Lockfile" in str(exc):
+    if code in NOT_ALLOWED and "Lockfile" in str(exc):
         return StoredIndexError(
             f"{folder}: tantivy takes a lock file in {files} to open it, and this user cannot write there "
             f"({os.strerror(code)}); make that folder writable for this user, or open a copy of the index"
         )
-    if code in _DENIED:
+    if code in NOT_ALLOWED:
         return StoredIndexError(
-            f"{folder}: this user cannot read the tantivy files in {files} ({os.strerror(code)}); make them "
-            f"readable (chmod -R a+rX on the index folder), or open the index as the user who built it"
+            f"{folder}: this user cannot read the tantivy files in {files} ({os.strerror(code)}); {MAKE_READABLE}"
         )
     return IndexFormatError(f"{folder}: the tantivy files cannot be opened ({exc}); rebuild the index")
 

@@ -516,13 +516,13 @@ def _write_faiss(index: Any, path: Path) -> None:
 
 
 def _file_identity(path: Path) -> tuple[int, ...] | None:
-    """What changes when a file is replaced or rewritten (None: no file): device, inode, size, and its modification
-    and change times (`cp -p` and `rsync -t` set the former back to the copied file's; nothing sets the latter)."""
+    """The file's `file_version`: what changes when it is replaced or rewritten (None: no file)."""
+    from .._bert import file_version  # (as embeddings does: a vector backend over an embedder of its own needs no BERT)
+
     try:
-        stat = os.stat(path)
+        return file_version(path)
     except OSError:
         return None
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _similarities(matrix: np.ndarray, vectors: np.ndarray) -> np.ndarray:

@@ -31,14 +31,9 @@ from ..index import ToolIndex
 from ..index_store import IndexStore
 from .config import MCPConfig
 
-__all__ = ["RememberedCatalog", "default_folder"]
+__all__ = ["RememberedCatalog"]
 
 logger = logging.getLogger("toolsearch.mcp")
-
-
-def default_folder() -> Path:
-    """`$TOOLSEARCH_CACHE_DIR/gateway`, else `~/.cache/toolsearch/gateway`."""
-    return cache_subfolder("gateway")
 
 
 class RememberedCatalog:
@@ -55,7 +50,7 @@ class RememberedCatalog:
     ) -> None:
         self.backend = backend
         self.options = dict(options or {})
-        self.store = IndexStore(folder if folder is not None else default_folder())
+        self.store = IndexStore(folder if folder is not None else cache_subfolder("gateway"))  # (module docstring)
         where = str(config.source.resolve()) if config.source is not None else None
         setup = {
             "config": where,

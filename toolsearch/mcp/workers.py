@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import InvalidArgumentError, SessionStoreError, ToolSearchError
+from .._errors import InvalidArgumentError, SessionStoreError, ToolSearchError, check_seconds
 from ..pg._connect import STORE_ENV, default_dsn, display_dsn, is_postgres_url
 from ..stores import SessionStoreSpec, store_spec, url_scheme
 from .gateway import reuse_port_socket
@@ -130,8 +129,8 @@ def check_worker_arguments(args: argparse.Namespace) -> None:
             f"--session-header {args.session_header} trusts a header any client can send: add "
             "--trust-proxy-header, and have the proxy in front strip that header from client requests"
         )
-    if args.session_ttl is not None and not 0 < args.session_ttl < math.inf:  # (NaN compares false: refused too)
-        raise InvalidArgumentError(f"--session-ttl must be a positive number of seconds, got {args.session_ttl}")
+    if args.session_ttl is not None:
+        check_seconds("--session-ttl", args.session_ttl, InvalidArgumentError)
     if args.store is not None and not is_postgres_url(args.store):
         raise InvalidArgumentError(f"--store {display_dsn(args.store)!r} is not a Postgres URL; use "
                               "postgresql://user@host:5432/db")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote
 
-from .._errors import BackendError, CatalogStoreError, ToolSearchError, missing_dependency
+from .._errors import BackendError, CatalogStoreError, ToolSearchError, check_seconds, missing_dependency
 from .._redact import DSN_SECRET_KEYS, HIDDEN, _user_info_end, redacted_url
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "PG_SCHEMES",
     "OUTAGE_HOLD_SECONDS",
     "StoreSettings",
-    "check_seconds",
     "display_dsn",
     "check_dsn",
     "is_postgres_url",
@@ -168,13 +167,6 @@ def _secrets(dsn: str) -> tuple[str, ...] | None:
 
 # Pieces of a password shorter than this are not scrubbed on their own: they would blank common words and numbers.
 _SHORTEST_PIECE = 3
-
-
-def check_seconds(name: str, value: object, error: type[ToolSearchError] = BackendError) -> None:
-    """The one check of a store setting in seconds (`timeout`, `connect_timeout`, `lock_wait`), also where the CLI
-    takes one (`--lock-wait`, a usage error): `error` naming `name` unless `value` is a finite number above 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-        raise error(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._errors import InvalidIndexNameError, InvalidQueryError
-from ._connect import check_seconds, display_dsn, is_postgres_url
+from .._errors import InvalidIndexNameError, InvalidQueryError, check_seconds
+from ._connect import display_dsn, is_postgres_url
 
 __all__ = ["add_store_option", "check_store", "check_catalog_name", "build", "open_catalog", "remove", "where"]
 

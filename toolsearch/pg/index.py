@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import zlib
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import CatalogMovedError, CatalogStoreError, IndexNotFoundError, InvalidArgumentError
+from .._turns import BEAT_EVERY, SILENCE_AT_LEAST, host_name
 from ..backends import get_backend_spec
 from ..catalog import Catalog, CatalogDelta
 from ..index import ToolIndex, _names_list, _names_to_remove
@@ -312,11 +312,6 @@ def _write_until_settled(backend: PostgresBackend, wanted: Catalog, keep: frozen
     )
 
 
-# Seconds between a build lock holder's beats: fixed, not taken from its own lock_wait, as each waiter judges silence
-# by its own; short, so that a lock_wait of a few seconds still tells (two trivial statements a second, during a build)
-_BEAT_EVERY = 0.5
-_SILENCE_AT_LEAST = 6 * _BEAT_EVERY  # the shortest silence a waiter takes for a stop, whatever its lock_wait
-
 
 class _advisory_lock:
     """A session-level advisory lock on a connection of its own, per catalog name: writers that build or sync a
@@ -339,7 +334,7 @@ class _advisory_lock:
         connector._open()
         try:
             # named, so that a process waiting for this lock can say who holds it (see `_wait`)
-            self.conn = connector.direct(application_name=f"toolsearch build lock ({socket.gethostname()}, "
+            self.conn = connector.direct(application_name=f"toolsearch build lock ({host_name()}, "
                                                           f"pid {os.getpid()})")
             self._wait(connector.settings.timeout)
             self._beat = threading.Thread(target=self._beating, name="toolsearch-build-lock-beat", daemon=True)
@@ -354,9 +349,9 @@ class _advisory_lock:
             raise
 
     def _beating(self) -> None:
-        """The holder's beat: a statement on the lock's connection every `_BEAT_EVERY` seconds, so that a waiter sees
+        """The holder's beat: a statement on the lock's connection every `BEAT_EVERY` seconds, so that a waiter sees
         it alive however long its work runs; ends at release, or when the connection fails."""
-        while not self._stop_beat.wait(_BEAT_EVERY):
+        while not self._stop_beat.wait(BEAT_EVERY):
             try:
                 self.conn.execute("SELECT 1")
             except Exception:  # the connection is gone, and the lock with it: the work's own writes will say so
@@ -366,7 +361,7 @@ class _advisory_lock:
         """Take the lock, waiting while another process holds it (a build of many tools takes minutes), saying in the
         log whom it waits for (see `wait_turn`). A holder whose lock connection has not beaten for `lock_wait`
         seconds (`turn_bound`) is stopped, not busy (see the class docstring): this one gives up on it."""
-        bound = max(self.connector.settings.turn_bound, _SILENCE_AT_LEAST)
+        bound = max(self.connector.settings.turn_bound, SILENCE_AT_LEAST)
 
         def take() -> bool:
             return bool(self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_SPACE, self.key)).fetchone()[0])

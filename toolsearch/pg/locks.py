@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Holder", "row_lock_holder", "advisory_lock_holder", "held_by", "wait_turn"]
+from .._turns import WORD_EVERY
 
-_WORD_EVERY = 60.0  # seconds between the log lines of a process that waits for a lock another holds
+__all__ = ["Holder", "row_lock_holder", "advisory_lock_holder", "held_by", "wait_turn"]
 
 # a session in pg_stat_activity: what a role may see of another's (a role without pg_read_all_stats sees the pid only)
 _SESSION = ("a.application_name, host(a.client_addr), a.backend_start, a.xact_start, a.state, a.wait_event, "
@@ -148,6 +148,6 @@ def wait_turn(
                     raise stalled(holder, waited)
             if now >= word_at:
                 say(waited, holder)
-                word_at = now + _WORD_EVERY
+                word_at = now + WORD_EVERY
         time.sleep(pause)
         pause = min(2 * pause, 0.5)
