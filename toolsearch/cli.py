@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import logging
 import os
@@ -138,6 +139,16 @@ def _error_message(exc: BaseException) -> str:
     return _one_line(str(exc)) or type(exc).__name__
 
 
+def _error_line(text: str, advice: str = "") -> str:
+    """`toolsearch: error: TEXT ADVICE`, the line every error of the CLI is said in: `text` with its credentials hidden
+    (it quotes what the user gave: a store URL holds a password), then `advice`, our own words."""
+    return f"{PROG}: error: {redacted_words(text)}{advice}"
+
+
+def _print_error(text: str, advice: str = "") -> None:
+    print(_error_line(text, advice), file=sys.stderr)
+
+
 def _truncate(text: str, width: int) -> str:
     text = _one_line(text)
     return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
@@ -185,7 +196,7 @@ class _Parser(argparse.ArgumentParser):
         given = any(word == "--store" or word.startswith("--store=") for word in message.split())
         if given and "--store" not in self._option_string_actions and self.prog != PROG:
             message += f"; {pg_cli.store_hint(self.prog.removeprefix(PROG).strip())}"
-        self.exit(EXIT_USAGE, f"{PROG}: error: {redacted_words(_one_line(message))} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, _error_line(_one_line(message), f" (see '{self.prog} --help')") + "\n")
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -515,8 +526,9 @@ def _tools_from_mcp_config(path: Path, console: Console, shown: Path | None = No
                 f"({_error_message(found)}); install them with: pip install 'toolsearch[mcp]'"
             )
         raise CommandError(f"{path} is an MCP servers config, but this installation has no MCP support")
-    with console.progress(f"listing the tools of the MCP servers in {shown or path}"), _library_warnings(console), \
-            _upstream_stderr(console) as errlog:
+    # the servers' own lines: labelled on stderr; under -q to the log, which drops them unread (`_library_warnings`)
+    errlog = None if console.quiet else _UpstreamLines(console)
+    with console.progress(f"listing the tools of the MCP servers in {shown or path}"), _library_warnings(console):
         # a server that fails is logged as skipped; the others still count
         collected = found.collect_tools(path, errlog=errlog)
     if not collected.tools and collected.failures:
@@ -532,32 +544,19 @@ def _tools_from_mcp_config(path: Path, console: Console, shown: Path | None = No
 UPSTREAM_LABEL = "mcp server: "
 
 
-@contextmanager
-def _upstream_stderr(console: Console) -> Iterator[TextIO]:
-    """Where the MCP servers a command starts write their own messages: nowhere under -q, else to stderr with each
-    line labelled as theirs (a server's start-up banner is not toolsearch's output)."""
-    if console.quiet:
-        with open(os.devnull, "w", encoding="utf-8") as devnull:
-            yield devnull
-        return
-    import threading
+class _UpstreamLines(io.StringIO):
+    """Where the MCP servers a command starts write their own messages: each line (whole and cleaned, as
+    toolsearch.mcp.source passes them on) to stderr, labelled as theirs (a server's start-up banner is not
+    toolsearch's output)."""
 
-    read_fd, write_fd = os.pipe()
-    reader = os.fdopen(read_fd, encoding="utf-8", errors="replace")
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self.console = console
 
-    def relay() -> None:
-        with reader:
-            for line in reader:
-                print(f"{UPSTREAM_LABEL}{line.rstrip()}", file=console.err, flush=True)
-
-    thread = threading.Thread(target=relay, name="toolsearch-upstream-stderr", daemon=True)
-    thread.start()
-    writer = os.fdopen(write_fd, "w", encoding="utf-8")
-    try:
-        yield writer
-    finally:
-        writer.close()  # EOF once the servers (which held copies) have exited too
-        thread.join(timeout=5)
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            print(f"{UPSTREAM_LABEL}{line}", file=self.console.err, flush=True)
+        return len(text)
 
 
 class _ConsoleHandler(logging.Handler):
@@ -1149,7 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     problem = _undecodable_argument(args_list)
     if problem is not None:
-        print(f"{PROG}: error: {redacted_words(problem)}", file=sys.stderr)  # credentials never in an error
+        _print_error(problem)
         return EXIT_USAGE
     # Loading the packaged embedding model draws a bar per model load: noise in a command's output.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -1174,8 +1173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if debug:
                     traceback.print_exc()
                 command = " ".join(filter(None, (args.command, getattr(args, "mcp_command", None))))
-                print(f"{PROG}: error: {redacted_words(_error_message(exc))} (see '{PROG} {command} --help')",
-                      file=sys.stderr)
+                _print_error(_error_message(exc), f" (see '{PROG} {command} --help')")
                 return EXIT_USAGE
         code: int = args.func(args, console)
         return code
@@ -1191,14 +1189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ToolSearchError, OSError) as exc:
         if debug:
             traceback.print_exc()
-        print(f"{PROG}: error: {redacted_words(_error_message(exc))}", file=sys.stderr)
+        _print_error(_error_message(exc))
         return EXIT_USER_ERROR
     except Exception as exc:  # a bug: still one line, with the way to the traceback
         if debug:
             traceback.print_exc()
-        print(
-            f"{PROG}: error: unexpected {redacted_words(named_error(exc, _one_line(str(exc))))} "
-            "(rerun with --debug for the traceback, and please report it)",
-            file=sys.stderr,
-        )
+        _print_error(f"unexpected {named_error(exc, _one_line(str(exc)))}",
+                     " (rerun with --debug for the traceback, and please report it)")
         return EXIT_USER_ERROR

@@ -9,9 +9,9 @@ import logging
 import re
 from collections.abc import Iterator
 
-import mcp_types as types
 import pytest
 from fakes.hostile_upstream import hostile_over_http
+from mcp_servers.clients import text
 
 from toolsearch.mcp.config import MCPConfigError, parse_config
 from toolsearch.mcp.source import MCPToolSource
@@ -20,10 +20,6 @@ pytestmark = pytest.mark.slow
 
 PASSWORD = "PWSECRET444"
 TOKEN_USER = "ghpUSERTOKEN0123456789"
-
-
-def said(result: types.CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
 @pytest.fixture
@@ -55,11 +51,11 @@ async def test_the_basic_form_of_a_url_password_reaches_neither_the_model_nor_th
         }}
         async with MCPToolSource(config) as source:
             for name in ("remote", "tokenuser", "encoded"):
-                rejected = said(await source.call_tool(f"{name}__login"))
+                rejected = text(await source.call_tool(f"{name}__login"))
                 # the upstream got the Basic header (what it quotes), and the model sees it hidden
                 assert rejected.endswith("401 Unauthorized: the credential 'Basic ***' was rejected"), rejected
                 assert leaked(rejected) == [], rejected
-                as_tool = said(await source.call_tool(f"{name}__login_result"))
+                as_tool = text(await source.call_tool(f"{name}__login_result"))
                 assert as_tool == "401 Unauthorized: the credential 'Basic ***' was rejected", as_tool
             assert "the credential 'Basic ***' was rejected" in source.failures["broken"]
     assert "MCP server 'broken' skipped" in log.text

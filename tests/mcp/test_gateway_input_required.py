@@ -8,17 +8,14 @@ an upstream written with the `mcp` SDK (tests/mcp_servers/relay_server.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp_types as types
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp_servers import HERE, PY, GatewayProcess, gateway_argv, gateway_env, http_gateway, write_config
-from mcp_servers.clients import text
+from mcp_servers import HERE, PY, GatewayProcess, http_gateway, write_config
+from mcp_servers.clients import gateway_client, text
 from mcp_types import SERVER_INFO_META_KEY
 
 pytestmark = pytest.mark.slow
@@ -46,26 +43,17 @@ def target(request: pytest.FixtureRequest, config: Path) -> GatewayProcess | Pat
     return config if request.param == "stdio" else request.getfixturevalue("gateway")
 
 
-@asynccontextmanager
-async def client_of(target: GatewayProcess | Path, mode: str, asked: list[str] | None) -> AsyncIterator[Client]:
-    """The real `mcp` client in `mode`; with `asked`, it answers an elicitation by accepting (its messages go there),
-    without it, it declares no elicitation at all."""
-    if isinstance(target, GatewayProcess):
-        server: Any = target.url or ""
-    else:
-        argv = gateway_argv(target, "--quiet", "--backend", "bm25")
-        server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
-    options: dict[str, Any] = {}
-    if asked is not None:
+def answering(asked: list[str] | None) -> dict[str, Any]:
+    """The client's options: with `asked`, it answers an elicitation by accepting (its messages go there); without
+    it, it declares no elicitation at all."""
+    if asked is None:
+        return {}
 
-        async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-            asked.append(params.message)
-            return types.ElicitResult(action="accept", content={"ok": True})
+    async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
 
-        options["elicitation_callback"] = on_elicit
-    with anyio.fail_after(120):
-        async with Client(server, mode=mode, **options) as client:
-            yield client
+    return {"elicitation_callback": on_elicit}
 
 
 def no_sdk_advice(message: str) -> None:
@@ -76,7 +64,7 @@ def no_sdk_advice(message: str) -> None:
 
 async def test_a_modern_client_answers_the_upstream_question(target: GatewayProcess | Path) -> None:
     asked: list[str] = []
-    async with client_of(target, MODERN, asked) as client:
+    async with gateway_client(target, MODERN, **answering(asked)) as client:
         result = await client.call_tool("call_tool", CONFIRM)
         assert not result.is_error, text(result)
         assert asked == ["Really wipe the archive?"]  # the user was asked, by the upstream's own words
@@ -84,7 +72,7 @@ async def test_a_modern_client_answers_the_upstream_question(target: GatewayProc
 
 
 async def test_a_modern_retry_carries_its_answers_and_the_state_upstream(gateway: GatewayProcess) -> None:
-    async with client_of(gateway, MODERN, []) as client:
+    async with gateway_client(gateway, MODERN, **answering([])) as client:
         first = await client.session.call_tool("call_tool", CONFIRM, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult)
         assert first.request_state == "relay-state-1" and first.input_requests is not None
@@ -102,7 +90,7 @@ async def test_a_modern_retry_carries_its_answers_and_the_state_upstream(gateway
 
 
 async def test_a_modern_client_that_cannot_answer_gets_a_tool_error(target: GatewayProcess | Path) -> None:
-    async with client_of(target, MODERN, None) as client:
+    async with gateway_client(target, MODERN, **answering(None)) as client:
         result = await client.call_tool("call_tool", CONFIRM)
         assert result.is_error
         message = text(result)
@@ -113,7 +101,7 @@ async def test_a_modern_client_that_cannot_answer_gets_a_tool_error(target: Gate
 
 async def test_a_handshake_era_client_gets_a_tool_error_that_says_why(target: GatewayProcess | Path) -> None:
     asked: list[str] = []
-    async with client_of(target, "legacy", asked) as client:
+    async with gateway_client(target, "legacy", **answering(asked)) as client:
         result = await client.call_tool("call_tool", CONFIRM)
         assert result.is_error and asked == []
         message = text(result)
@@ -126,7 +114,7 @@ async def test_an_input_request_over_the_result_limit_says_the_call_did_not_run(
     # The upstream asks before running: an input request too large to pass on is no result of a call that "ran".
     servers = {"relay": {"command": PY, "args": [str(RELAY)], "maxResultBytes": 100}}
     config = write_config(tmp_path / "servers.json", servers)
-    async with client_of(config, MODERN, []) as client:
+    async with gateway_client(config, MODERN, **answering([])) as client:
         result = await client.call_tool("call_tool", CONFIRM)
     assert result.is_error
     message = text(result)
@@ -134,3 +122,22 @@ async def test_an_input_request_over_the_result_limit_says_the_call_did_not_run(
     # before: "The call to 'confirm' on MCP server 'relay' ran, but its result (... bytes) is larger than ..."
     assert "asked for input before running 'confirm'" in message and "the call did not run" in message
     assert " ran, but" not in message
+
+
+async def test_a_sampling_request_for_tool_use_needs_a_client_that_declared_it(gateway: GatewayProcess) -> None:
+    # The upstream asks for sampling with `tools: []`; the SDK counts that as tool use (`wants_sampling_tools`), which
+    # needs `sampling.tools`. Before, the gateway read an empty list as plain sampling and passed the request on, to a
+    # client that declared no tool use.
+    sampled: list[types.CreateMessageRequestParams] = []
+
+    async def on_sampling(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        sampled.append(params)
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m")
+
+    async with gateway_client(gateway, MODERN, sampling_callback=on_sampling) as client:
+        result = await client.call_tool("call_tool", {"name": "relay__draft", "arguments": {}})
+    assert result.is_error and sampled == [], text(result)
+    message = text(result)
+    no_sdk_advice(message)
+    assert "'draft' asks for input" in message and "a reply from the client's model (sampling)" in message
+    assert "did not declare that it can answer them" in message

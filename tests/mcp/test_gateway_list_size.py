@@ -11,16 +11,24 @@ in front of tests/mcp_servers/sized_server.py, driven by the real `mcp` client.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import mcp_types as types
 import pytest
+from mcp import ClientSession
+from mcp.shared.message import SessionMessage
 from mcp_servers import HERE, http_gateway, toy, write_config
 from mcp_servers.clients import connect, text
 
+from toolsearch.mcp.gateway import Gateway
 from toolsearch.mcp.handshake import LIST_BYTES
+from toolsearch.mcp.settings import GatewaySettings
+from toolsearch.mcp.source import MCPToolSource
+from toolsearch.stores import InMemorySessionStore, SessionState, StateUpdate
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +109,41 @@ async def test_a_search_whose_found_tool_the_pinned_tools_leave_no_room_for_says
         f"under {LIST_BYTES:,} bytes (MCP clients read 1 MiB of one message): call them through `call_tool`."
     ), said
     assert "now available" not in said.lower() and "Note: not loaded" not in said
+
+
+class CountingStore(InMemorySessionStore):
+    """The gateway's own in-memory session store, counting the updates it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(max_sessions=100)
+        self.updates = 0
+
+    def update(self, session_id: str, fn: StateUpdate, *, base: SessionState | None = None) -> SessionState:
+        self.updates += 1
+        return super().update(session_id, fn, base=base)
+
+
+async def test_a_list_the_pinned_tools_alone_fill_asks_the_session_store_for_no_update() -> None:
+    # Before: each tools/list "unloaded" an empty list of found tools (none to drop: the pinned tools alone are over
+    # the bound), which still queued a change, so every listing of every such session was a store update (with
+    # Redis, a compare-and-set script run).
+    sized = {"command": sys.executable, "args": [str(HERE / "sized_server.py")], "env": {"SIZED_TOOLS": "a,b,c,d"}}
+    store = CountingStore()
+    settings = GatewaySettings(backend="bm25", pinned=("big__*",))
+    with open(os.devnull, "w") as quiet:
+        async with MCPToolSource({"mcpServers": {"big": sized}}, errlog=quiet) as source:
+            gateway = await anyio.to_thread.run_sync(lambda: Gateway(source, settings, store=store))
+            to_gateway, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](4)
+            write_stream, from_gateway = anyio.create_memory_object_stream[SessionMessage](4)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(gateway.serve_streams, read_stream, write_stream)
+                with anyio.fail_after(60):
+                    async with ClientSession(from_gateway, to_gateway) as client:
+                        await client.initialize()
+                        first = await client.list_tools()
+                        before = store.updates
+                        for _ in range(3):
+                            assert (await client.list_tools()).tools == first.tools
+                tg.cancel_scope.cancel()
+    assert [t.name for t in first.tools] == [*META, "big__a_export", "big__b_export", "big__c_export", "big__d_export"]
+    assert store.updates == before, store.updates - before  # before: 3 more

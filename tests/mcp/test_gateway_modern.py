@@ -8,28 +8,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp_servers import (
     HERE,
     PY,
     GatewayProcess,
-    gateway_argv,
-    gateway_env,
     http_gateway,
     time_server,
     toy,
     write_config,
 )
-from mcp_servers.clients import change_events, faulty, text
+from mcp_servers.clients import change_events, faulty, gateway_client, text
 
 pytestmark = pytest.mark.slow
 
@@ -49,17 +46,9 @@ def gateway(config: Path) -> Iterator[GatewayProcess]:
         yield process
 
 
-@asynccontextmanager
-async def modern_client(target: GatewayProcess | Path, *extra: str) -> AsyncIterator[Client]:
+def modern_client(target: GatewayProcess | Path, *extra: str) -> AbstractAsyncContextManager[Client]:
     """A modern-only client: over HTTP to a running gateway, or over stdio to one it launches."""
-    if isinstance(target, GatewayProcess):
-        server: Any = target.url or ""
-    else:
-        argv = gateway_argv(target, "--quiet", "--backend", "bm25", *extra)
-        server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
-    with anyio.fail_after(90):
-        async with Client(server, mode=MODERN) as client:
-            yield client
+    return gateway_client(target, MODERN, *extra)
 
 
 async def listed(client: Client) -> list[str]:

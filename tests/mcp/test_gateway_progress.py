@@ -7,16 +7,14 @@ upstream is asked for none.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp_servers import HERE, PY, GatewayProcess, gateway_argv, gateway_env, http_gateway, write_config
-from mcp_servers.clients import text
+from mcp import Client
+from mcp_servers import HERE, PY, GatewayProcess, http_gateway, write_config
+from mcp_servers.clients import gateway_client, text
 
 pytestmark = pytest.mark.slow
 
@@ -41,19 +39,6 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gateway(config: Path) -> Iterator[GatewayProcess]:
     with http_gateway(config, "--backend", "bm25") as process:
         yield process
-
-
-@asynccontextmanager
-async def client_of(target: GatewayProcess | Path, mode: str) -> AsyncIterator[Client]:
-    """The real `mcp` client in `mode`: over HTTP to a running gateway, or over stdio to one it starts."""
-    if isinstance(target, GatewayProcess):
-        server: Any = target.url or ""
-    else:
-        argv = gateway_argv(target, "--quiet", "--backend", "bm25")
-        server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
-    with anyio.fail_after(120):
-        async with Client(server, mode=mode) as client:
-            yield client
 
 
 async def count_steps(client: Client, *, watch: bool) -> tuple[str, list[Progress]]:
@@ -92,25 +77,25 @@ async def progress_flow(client: Client) -> None:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_is_relayed_over_stdio(config: Path, mode: str) -> None:
-    async with client_of(config, mode) as client:
+    async with gateway_client(config, mode) as client:
         await progress_flow(client)
 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_is_relayed_over_http(gateway: GatewayProcess, mode: str) -> None:
-    async with client_of(gateway, mode) as client:
+    async with gateway_client(gateway, mode) as client:
         await progress_flow(client)
 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_of_a_handshake_era_upstream_is_relayed(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path / "servers.json", {"relay": relay(RELAY_ERA="handshake")})
-    async with client_of(config, mode) as client:
+    async with gateway_client(config, mode) as client:
         await progress_flow(client)
 
 
 async def test_a_found_tool_called_by_name_relays_progress_too(gateway: GatewayProcess) -> None:
-    async with client_of(gateway, "legacy") as client:
+    async with gateway_client(gateway, "legacy") as client:
         found = await client.call_tool("tool_search", {"query": "count steps reporting progress"})
         assert "relay__count_steps" in text(found)
         seen: list[Progress] = []
@@ -120,3 +105,30 @@ async def test_a_found_tool_called_by_name_relays_progress_too(gateway: GatewayP
 
         result = await client.call_tool("relay__count_steps", {"steps": 3}, progress_callback=on_progress)
         check_relayed(text(result), seen)
+
+
+SECRET = "sk-live-ENVSECRET111"
+
+
+async def test_a_credential_split_by_an_invisible_character_stays_hidden(tmp_path: Path) -> None:
+    # Before: the progress message read "signing in with sk-live-ENVSECRET111", the model's error "the credential
+    # sk-live-ENVSECRET111 was rejected", and the gateway's log "no subscriptions/listen stream (401 Unauthorized: no
+    # subscriptions for sk-live-ENVSECRET111)": the upstream wrote "sk-live-ENV\u200bSECRET111", which the scrub did
+    # not find, and the cleaning after it dropped the zero-width space, joining the credential again.
+    config = write_config(tmp_path / "servers.json", {"acct": relay(API_TOKEN=SECRET, RELAY_LISTEN="refuse")})
+    seen: list[Progress] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    with http_gateway(config, "--backend", "bm25") as gateway:
+        async with gateway_client(gateway, "legacy") as client:
+            result = await client.call_tool(
+                "call_tool", {"name": "acct__sign_in", "arguments": {}}, progress_callback=on_progress
+            )
+        gateway.stop()
+    assert seen == [(1, 2, "signing in with ***")]
+    assert result.is_error and text(result).endswith("rejected the call to 'sign_in': 401 Unauthorized: the "
+                                                     "credential *** was rejected"), text(result)
+    assert "no subscriptions/listen stream (401 Unauthorized: no subscriptions for ***)" in gateway.stderr
+    assert "SECRET111" not in gateway.stderr, gateway.stderr

@@ -55,7 +55,7 @@ async def test_the_http_clients_request_lines_hide_the_urls_credentials(log: pyt
 
 async def test_a_logged_errors_traceback_hides_the_urls_credentials_too(log: pytest.LogCaptureFixture) -> None:
     with toy_over_http() as url:
-        found = await acollect_tools({"mcpServers": {"remote": {"url": url}}})  # installs the filters
+        found = await acollect_tools({"mcpServers": {"remote": {"url": url}}})
     assert found.tools
     failure = ConnectionError(f"Client error '401 Unauthorized' for url 'http://bob:{PASSWORD}@host/mcp?token={TOKEN}'")
     logging.getLogger("mcp.client.streamable_http").error("Error in post_writer", exc_info=failure)

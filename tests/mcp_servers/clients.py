@@ -10,8 +10,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import Client, ClientSession
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+
+from mcp_servers import GatewayProcess, gateway_argv, gateway_env
 
 FAULTY = Path(__file__).resolve().parent / "faulty_server.py"
 
@@ -74,6 +76,22 @@ async def connect(url: str) -> AsyncIterator[GatewayClient]:
         holder.append(client)
         await s.initialize()
         yield client
+
+
+@asynccontextmanager
+async def gateway_client(
+    target: GatewayProcess | Path, mode: str, *extra: str, **options: Any
+) -> AsyncIterator[Client]:
+    """The real `mcp` client in `mode` (`options`: its callbacks): over HTTP to a running gateway, or over stdio to
+    one it starts from a config (`extra`: that gateway's options, after `--quiet --backend bm25`)."""
+    if isinstance(target, GatewayProcess):
+        server: Any = target.url or ""
+    else:
+        argv = gateway_argv(target, "--quiet", "--backend", "bm25", *extra)
+        server = StdioServerParameters(command=argv[0], args=argv[1:], env=gateway_env())
+    with anyio.fail_after(120):
+        async with Client(server, mode=mode, **options) as client:
+            yield client
 
 
 async def wait_for(predicate: Any, timeout: float = 30) -> None:

@@ -251,7 +251,8 @@ class HandshakeEra:
             dropped.add(j)
             unloaded.append(tools[j].name)
             total -= sizes[j]
-        session.forget(unloaded)
+        if unloaded:  # an empty change is still a change queued: the session would be written for nothing
+            session.forget(unloaded)
         if total > LIST_BYTES and not self._pins_over:  # said once: every listing of every session would repeat it
             self._pins_over = True
             logger.warning(

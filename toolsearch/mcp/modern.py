@@ -293,16 +293,14 @@ class ModernEra:
         call_id: str,
         *,
         progress: ProgressSink | None = None,
-        input_round: InputRound | None = None,
+        input_round: InputRound,
     ) -> types.CallToolResult | types.InputRequiredResult:
         """An upstream tool's call, admitted first; its progress to `progress`, and a request for input answered
         as `input_round` says (`MCPToolSource.call_tool`): a client of this era takes it (see `call_tool`)."""
         admitted = await self.store_call(self.admit, asker, name, arguments)
         if isinstance(admitted, types.CallToolResult):
             return admitted
-        result = await self.rules.call(
-            asker, admitted, call_id, progress=progress, input_round=input_round or InputRound()
-        )
+        result = await self.rules.call(asker, admitted, call_id, progress=progress, input_round=input_round)
         return with_text(result) if isinstance(result, types.CallToolResult) else result
 
 

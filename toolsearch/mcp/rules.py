@@ -82,9 +82,9 @@ def resolve_pins(patterns: Iterable[str], catalog: Catalog) -> tuple[list[str], 
 def progress_sink(ctx: Any, params: types.CallToolRequestParams) -> ProgressSink | None:
     """Where an upstream's progress for this tools/call goes, in either era: to its client, under the progress token
     the client gave (the SDK's request-scoped session sends it with this request's id, so over HTTP it rides the
-    call's own response stream); None when the client gave none, and then none is asked of the upstream."""
-    token = (params.meta or {}).get("progress_token")
-    if token is None or isinstance(token, bool):
+    call's own response stream); None when the client gave none, and then none is asked of the upstream. (A `true`
+    token reaches here as 1, which the SDK's `report_progress` then refuses: validation of the request made it one.)"""
+    if (params.meta or {}).get("progress_token") is None:
         return None
     sink: ProgressSink = ctx.session.report_progress
     return sink
@@ -542,17 +542,11 @@ class GatewayRules:
             logger.info("augmented call %s by %s: %s", admitted.name, asker.caller.key, values)
             self.executor.consume(admitted.name, admitted.values, call_id)
         limit = self.settings.options.max_result_bytes
-        if input_round is None:
-            result = await self.source.call_tool(
-                admitted.name, admitted.arguments, max_result_bytes=limit, progress=progress
-            )
-        else:
-            answer = await self.source.call_tool(
-                admitted.name, admitted.arguments, max_result_bytes=limit, progress=progress, input_round=input_round
-            )
-            if isinstance(answer, types.InputRequiredResult):
-                return answer  # not done yet: the round that completes it is the one the usage log counts
-            result = answer
+        result = await self.source.call_tool(
+            admitted.name, admitted.arguments, max_result_bytes=limit, progress=progress, input_round=input_round
+        )
+        if isinstance(result, types.InputRequiredResult):
+            return result  # not done yet: the round that completes it is the one the usage log counts
         ok = not result.is_error
         try:
             if ok and self.usage.remote:  # a Redis round trip: off the event loop, which serves every other request

@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.server.validation import wants_sampling_tools
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
@@ -362,7 +363,8 @@ def _describe_failure(config: ServerConfig, exc: BaseException, scrub: Callable[
     if isinstance(exc, MCPError):
         data = exc.error.data
         code = data.code if isinstance(data, _UpstreamCode) else exc.error.code
-        return f"the server answered with an error: {_cut(scrub(exc.error.message), ERROR_CHARS)} (code {code})"
+        said = _server_text(exc.error.message, ERROR_CHARS, scrub, counted=True)
+        return f"the server answered with an error: {said} (code {code})"
     name = type(exc).__name__
     if config.transport != "stdio" and ("Connect" in name or "Transport" in name or "HTTP" in name):
         # as written, variables unexpanded: a ${VAR} anywhere in it (a hosted service's key in the path, say) may
@@ -418,18 +420,24 @@ def _own_meta(result: types.CallToolResult) -> types.CallToolResult:
     return result.model_copy(update={"meta": meta, "content": content})
 
 
-def _cut(text: str, limit: int) -> str:
-    """A server's message fit for a model and a log line (`_plain`): all of it, or its first `limit` characters and
-    how many more there were."""
-    text = _plain(text)
-    if len(text) <= limit:
+def _server_text(
+    text: str, limit: int, scrub: Callable[[str], str], *, cut: bool = False, counted: bool = False
+) -> str:
+    """Words a server sent (an error, a progress message, a stderr line), fit for a model, a client and a log line:
+    its configured secrets hidden (`scrub`), on one line without what a reader cannot see (`_plain`), at most `limit`
+    characters and "..." where there were more (`cut`: `text` is the start of a longer one; `counted`: how many more,
+    said). Scrubbed before `_plain` and after it: `_plain` drops an invisible character (a zero-width space) that
+    split a secret, and so joins it again."""
+    text = scrub(_plain(scrub(text)))
+    if len(text) <= limit and not cut:
         return text
-    return f"{text[:limit]}... ({len(text) - limit:,} characters of the server's message left out)"
+    if counted:
+        return f"{text[:limit]}... ({len(text) - limit:,} characters of the server's message left out)"
+    return text[:limit] + "..."
 
 
 def _short(exc: BaseException, limit: int = 300, *, scrub: Callable[[str], str] = str) -> str:
-    text = _plain(scrub(str(exc))) or type(exc).__name__  # an error's text may quote what the server sent
-    return text if len(text) <= limit else text[:limit] + "..."
+    return _server_text(str(exc), limit, scrub) or type(exc).__name__  # an error's text may quote what it was sent
 
 
 class _ProgressRelay:
@@ -462,10 +470,8 @@ def _progress_text(message: str | None, scrub: Callable[[str], str]) -> str | No
     send many, each as long as its messages may be."""
     if message is None:
         return None
-    text = _plain(scrub(message[: PROGRESS_CHARS * 8]))
-    if len(text) > PROGRESS_CHARS:
-        text = text[:PROGRESS_CHARS] + "..."
-    return text or None
+    read = message[: PROGRESS_CHARS * 8]
+    return _server_text(read, PROGRESS_CHARS, scrub, cut=len(read) < len(message)) or None
 
 
 def _asked(requests: Iterable[Any]) -> str:
@@ -498,7 +504,8 @@ def _can_answer(capabilities: types.ClientCapabilities | None, request: Any) -> 
         return have.form is not None or have.url is None  # a bare `elicitation: {}` (before modes) means forms
     if isinstance(request, types.CreateMessageRequest):
         sampling = capabilities.sampling
-        return sampling is not None and (not request.params.tools or sampling.tools is not None)
+        tool_use = wants_sampling_tools(request.params.tools, request.params.tool_choice)  # `tools: []` counts
+        return sampling is not None and (not tool_use or sampling.tools is not None)
     return capabilities.roots is not None
 
 
@@ -691,15 +698,10 @@ logging.getLogger("mcp.client.stdio").addFilter(_QuietParseFailures())
 # Request: POST http://bob:pw@host/mcp?token=t ...`, one line per request) and the SDK's HTTP transports at DEBUG
 # (`Connecting to StreamableHTTP endpoint: <url>`). The gateway quiets them when it sets up logging itself; a library
 # user's `logging.basicConfig(level=logging.INFO)`, or a host's that set up the gateway's logging, does not.
+# Each gets a `RedactedRecords` filter here, once, as `mcp.client.stdio` gets its own above.
 _URL_LOGGERS = ("httpx2", "httpx", "mcp.client.streamable_http", "mcp.client.sse")
-
-
-def _redact_url_logs() -> None:
-    """Give each of `_URL_LOGGERS` a `RedactedRecords` filter, once: called as an HTTP upstream is connected."""
-    for name in _URL_LOGGERS:
-        log = logging.getLogger(name)
-        if not any(isinstance(kept, RedactedRecords) for kept in log.filters):
-            log.addFilter(RedactedRecords())
+for _name in _URL_LOGGERS:
+    logging.getLogger(_name).addFilter(RedactedRecords())
 
 # Error codes the SDK gives its own outcomes. An upstream's error under one of them (JSON-RPC's
 # "server error" range starts at -32000, so servers do send it) must not read as a crash or a timeout.
@@ -1048,10 +1050,9 @@ class _StderrRelay:
                 skipping = not whole
 
     def _pass_on(self, text: str, *, cut: bool) -> None:
-        # scrubbed before `_plain` too: a secret spanning a line end or a tab would no longer read as one after it
-        line = self.scrub(_plain(self.scrub(text)))
-        if len(line) > STDERR_CHARS or cut:
-            line = line[:STDERR_CHARS] + "..."
+        if self.errlog is None and not logger.isEnabledFor(logging.INFO):
+            return  # a log that drops it (`mcp serve --quiet`): not cleaned for nothing
+        line = _server_text(text, STDERR_CHARS, self.scrub, cut=cut)
         if not line:
             return
         if self.errlog is None:
@@ -1492,8 +1493,6 @@ class UpstreamServer:
         elif config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
-
-            _redact_url_logs()
             async with (
                 create_mcp_http_client(headers=dict(config.headers) or None) as client,
                 streamable_http_client(
@@ -1503,8 +1502,6 @@ class UpstreamServer:
                 yield streams
         else:
             from mcp.client.sse import sse_client
-
-            _redact_url_logs()
             async with sse_client(config.url or "", headers=dict(config.headers) or None) as streams:
                 yield streams
 
@@ -1953,7 +1950,7 @@ class UpstreamServer:
                     f"MCP server {self.name!r} answered {tool!r} with a line that {exc.error.data.reason}, so its "
                     "result cannot be read. The tool may have run: check its effect before you retry it."
                 )
-            said = _cut(self._scrub(exc.error.message), ERROR_CHARS)
+            said = _server_text(exc.error.message, ERROR_CHARS, self._scrub, counted=True)
             return error_result(f"MCP server {self.name!r} rejected the call to {tool!r}: {said}")
         except ValidationError as exc:  # an answer that is not a tool result at all
             first = exc.errors()[0]
@@ -2379,8 +2376,6 @@ class MCPToolSource:
             return error_result(f"no MCP server offers a tool named {name!r}; search for tools first")
         server, original = hit
         limit = max_result_bytes or self.max_result_bytes
-        if input_round is None:
-            return await server.call(original, arguments, max_result_bytes=limit, progress=progress)
         return await server.call(
             original, arguments, max_result_bytes=limit, progress=progress, input_round=input_round
         )

@@ -316,7 +316,8 @@ def configure_logging(quiet: bool) -> None:
 def serve(config_path: str | Path, settings: GatewaySettings | None = None, *, quiet: bool = False) -> None:
     """Blocking `aserve`; over HTTP the listening URL is printed to stderr.
 
-    `quiet`: only errors on stderr, and the upstream servers' stderr is discarded.
+    `quiet`: only errors on stderr; the upstream servers' stderr lines are logged at INFO, so they are dropped too
+    (unless the host configured logging).
     """
     settings = settings or GatewaySettings()
     configure_logging(quiet)
@@ -330,10 +331,9 @@ def serve(config_path: str | Path, settings: GatewaySettings | None = None, *, q
 
     _INTERRUPTED.clear()
     with contextlib.ExitStack() as stack:
-        # The upstream servers write to the file descriptor they inherit: a quiet gateway hands them /dev/null.
-        errlog = stack.enter_context(open(os.devnull, "w")) if quiet else sys.stderr
+        # No errlog: the upstream servers' stderr lines go to the log at INFO, which a quiet gateway's drops unread.
         if settings.transport == "stdio":
             stack.enter_context(_numpy_queries())
-        anyio.run(lambda: aserve(config_path, settings, announce=announce, errlog=errlog))
+        anyio.run(lambda: aserve(config_path, settings, announce=announce))
     if _INTERRUPTED.is_set():
         raise KeyboardInterrupt
