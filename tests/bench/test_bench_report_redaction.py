@@ -21,20 +21,25 @@ def test_the_postgres_benchmark_report_keeps_its_dsn_password_out(tmp_path: Path
     # Before: `- Command: ... --dsn postgresql://bench:PWSECRET444@127.0.0.1:1/db ...` in the markdown, and the same in
     # the JSON's machine.argv, machine.command and command. No section runs: nothing connects, the header is written.
     dsn = f"postgresql://bench:{PASSWORD}@127.0.0.1:1/db"
-    argv = [sys.executable, "benchmarks/postgres.py", "--sections", "none", "--dsn", dsn, "--out", str(tmp_path),
-            "--name", "pg"]
+    tiny = tmp_path / "tiny"  # a data set of its own: the shared ones are never needed by a test
+    tiny.mkdir()
+    (tiny / "tools.jsonl").write_text(json.dumps({"name": "send_email", "description": "Send an email."}) + "\n")
+    query = {"id": "tiny-0", "query": "email ana", "relevant": ["send_email"]}
+    (tiny / "queries.jsonl").write_text(json.dumps(query) + "\n")
+    argv = [sys.executable, "benchmarks/postgres.py", "--sections", "none", "--dataset", str(tiny), "--dsn", dsn,
+            "--out", str(tmp_path), "--name", "pg"]
     env = {**os.environ, "TOOLSEARCH_BENCH_END_SETTLE_S": "0", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     markdown, raw = (tmp_path / "pg.md").read_text(), (tmp_path / "pg.json").read_text()
     assert PASSWORD not in markdown and PASSWORD not in raw
-    shown = (f"python benchmarks/postgres.py --sections none --dsn 'postgresql://***@127.0.0.1:1/db' --out {tmp_path} "
-             "--name pg")
+    shown = (f"python benchmarks/postgres.py --sections none --dataset {tiny} --dsn 'postgresql://***@127.0.0.1:1/db' "
+             f"--out {tmp_path} --name pg")
     assert f"- Command: `{shown}`" in markdown
     report = json.loads(raw)
     assert report["command"] == report["machine"]["command"] == shown
-    assert report["machine"]["argv"][3:5] == ["--dsn", "postgresql://***@127.0.0.1:1/db"]
+    assert report["machine"]["argv"][5:7] == ["--dsn", "postgresql://***@127.0.0.1:1/db"]
 
 
 @pytest.mark.parametrize(("args", "shown"), [
