@@ -31,3 +31,15 @@ def test_settings_without_a_credential_show_as_the_dataclass_showed_them() -> No
         "WorkerSettings(session_store='memory', session_header=None, session_ttl=None, index_dir=None, store=None, "
         "catalog='default', catalog_poll=1.0, reuse_port=False, trust_proxy_header=False)"
     )
+
+
+def test_the_auth_settings_repr_hides_the_urls_credentials() -> None:
+    from toolsearch.mcp.auth import AuthSettings
+
+    auth = AuthSettings(issuer="https://bob:PWSECRET444@iss.example/", jwks_url="https://iss.example/keys?token=QT0K",
+                        resource_url="https://gw.example/mcp", rate_limit=5.0)
+    for text in (repr(auth), repr(GatewaySettings(transport="http", auth=auth))):
+        # before: the dataclass repr, the issuer's password and the key set's token whole
+        assert "PWSECRET444" not in text and "QT0K" not in text, text
+        assert "AuthSettings(issuer='https://***@iss.example/', jwks_url='https://iss.example/keys?token=***'" in text
+        assert "resource_url='https://gw.example/mcp'" in text and "rate_limit=5.0" in text

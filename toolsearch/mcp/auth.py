@@ -41,7 +41,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -114,6 +114,15 @@ class AuthSettings:
     # Proxies whose X-Forwarded-For (and -Proto) name the client: none by default, so a client can never pick
     # the address its refused-token budget and session cap are counted against.
     forwarded_allow_ips: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # not the dataclass's: an issuer, key set or resource URL may carry credentials (`https://u:pw@...`,
+        # `?token=...`), and a repr goes where a debugger, an error reporter or a test's diff shows it
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("issuer", "jwks_url", "resource_url"):
+            if isinstance(shown[name], str):
+                shown[name] = redacted_url(shown[name])
+        return f"AuthSettings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @property
     def enabled(self) -> bool:
