@@ -305,3 +305,11 @@ def test_a_name_with_surrounding_whitespace_is_refused(name: str) -> None:
     with pytest.raises(InvalidToolError, match=r"tool .*send_email.*starts or ends with whitespace.*'send_email'"):
         Tool(name, "Send an email")
     assert Tool("send email", "inner spaces stay allowed").name == "send email"
+
+
+def test_a_name_far_over_the_limit_is_quoted_only_up_to_it() -> None:
+    # before: the whole name quoted, a 100 KB error line
+    with pytest.raises(InvalidToolError) as caught:
+        Tool("a" * 100_000, "x")
+    message = str(caught.value)
+    assert message == f"tool '{'a' * 256}'...: name is 100000 chars; the limit is 256"

@@ -52,7 +52,9 @@ class Tool:
     fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"tool {quoted(self.name)}" if isinstance(self.name, str) else "tool"
+        # a name over the limit is quoted only up to it: a 100,000-character one made a 100 KB error line
+        where = (f"tool {quoted(self.name[:MAX_NAME_CHARS])}{'...' if len(self.name) > MAX_NAME_CHARS else ''}"
+                 if isinstance(self.name, str) else "tool")
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidToolError(f"{where}: 'name' must be a non-empty string, got {self.name!r}")
         if self.name != self.name.strip():
