@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from span_export import exported, tracing_children
 
 from toolsearch import InvalidQueryError, Tool, ToolIndex, tracing
 from toolsearch.learning import LearningIndex
@@ -274,35 +275,11 @@ def test_without_a_provider_nothing_imports_opentelemetry(tmp_path: Path) -> Non
     assert json.loads(done.stdout) == []
 
 
-SITECUSTOMIZE = """
-import os
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
-
-_out = open(os.path.join(os.environ["TRACE_DIR"], f"spans-{os.getpid()}.jsonl"), "a", buffering=1)
-_provider = TracerProvider()
-_exporter = ConsoleSpanExporter(out=_out, formatter=lambda span: span.to_json(indent=None) + "\\n")
-_provider.add_span_processor(SimpleSpanProcessor(_exporter))
-trace.set_tracer_provider(_provider)
-"""
-
-
-def _exported(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(folder.glob("spans-*.jsonl")) for line in path.read_text().splitlines()]
-
-
 @pytest.mark.slow
 async def test_gateway_request_continues_the_callers_trace_from_meta(
     telemetry: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    spans = tmp_path / "spans"
-    spans.mkdir()
-    monkeypatch.setenv("TRACE_DIR", str(spans))
-    monkeypatch.setenv("PYTHONPATH", f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    hook, spans = tracing_children(tmp_path, monkeypatch)
     # the upstream server gets the same hook: it shows what the gateway wrote into the forwarded `_meta`
     servers = {"toy": toy(PYTHONPATH=str(hook), TRACE_DIR=str(spans))}
     caller = telemetry.tracer_provider.get_tracer("test-client")
@@ -319,7 +296,7 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
     trace_id, step_id = f"0x{ours.trace_id:032x}", f"0x{ours.span_id:016x}"
 
     def by_name(name: str) -> list[dict[str, Any]]:
-        return [s for s in _exported(spans) if s["name"] == name]
+        return [s for s in exported(spans) if s["name"] == name]
 
     assert wait_until(lambda: by_name("tools/call echo"), timeout=10)
     # the mcp SDK's SERVER span in the gateway, a child of the caller's span through `_meta`
@@ -350,7 +327,7 @@ async def test_gateway_request_continues_the_callers_trace_from_meta(
     ]
     context_digest = modern_span["attributes"]["mcp.session.id"]
     assert len(context_digest) == 16 and context_digest != session_digest
-    assert handle not in json.dumps(_exported(spans))  # the handle is a credential: never in a span
+    assert handle not in json.dumps(exported(spans))  # the handle is a credential: never in a span
 
 
 @pytest.mark.parametrize("mode", ["hash", "text", "none"])

@@ -188,16 +188,16 @@ async def test_over_http_a_malformed_body_is_answered_400_with_a_short_json_rpc_
             assert pong.status_code == 200 and '"result":{}' in pong.text  # the session serves on
 
 
-async def test_serve_streams_answers_a_message_its_transport_could_not_read() -> None:
-    # A transport (the SDK's stdio one among them) sends a message it could not read on as the exception its reader
-    # raised; the SDK's dispatcher only logs it. serve_streams answers it instead.
+async def _served(raws: list[str], answers: int) -> list[types.JSONRPCMessage]:
+    """The first `answers` messages a real gateway's `serve_streams` sends back for `raws`, each given to it as the
+    exception the SDK's own reader raised on it (as its stdio transport passes on a message it could not read)."""
     unread = []
-    for raw in (json.dumps(BATCH), "{not json"):
+    for raw in raws:
         try:
             types.jsonrpc_message_adapter.validate_json(raw, by_name=False)
-        except Exception as exc:  # the SDK's own reader, as its stdio transport calls it
+        except Exception as exc:
             unread.append(exc)
-    assert len(unread) == 2
+    assert len(unread) == len(raws)
     with open(os.devnull, "w") as quiet:
         async with MCPToolSource({"mcpServers": {"toy": toy()}}, errlog=quiet) as source:
             gateway = await anyio.to_thread.run_sync(lambda: Gateway(source, GatewaySettings(backend="bm25")))
@@ -205,35 +205,23 @@ async def test_serve_streams_answers_a_message_its_transport_could_not_read() ->
             write_stream, from_gateway = anyio.create_memory_object_stream[SessionMessage](4)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(gateway.serve_streams, read_stream, write_stream)
-                answers = []
                 with anyio.fail_after(20):  # before: no answer ever came
                     for item in unread:
                         await to_gateway.send(item)
-                        answers.append((await from_gateway.receive()).message)
+                    said = [(await from_gateway.receive()).message for _ in range(answers)]
                 await to_gateway.aclose()
+    return said
+
+
+async def test_serve_streams_answers_a_message_its_transport_could_not_read() -> None:
+    # A transport (the SDK's stdio one among them) sends a message it could not read on as the exception its reader
+    # raised; the SDK's dispatcher only logs it. serve_streams answers it instead.
+    answers = await _served([json.dumps(BATCH), "{not json"], 2)
     assert [a.error.code for a in answers if isinstance(a, types.JSONRPCError)] == [-32600, -32700]
     assert "batches are not supported" in answers[0].error.message  # type: ignore[union-attr]
 
 
 async def test_serve_streams_drops_a_response_its_transport_could_not_read() -> None:
     # Before: answered with -32600 (`id: null`), although JSON-RPC answers no response.
-    unread = []
-    for raw in (BAD_RESPONSES[0], "{not json"):
-        try:
-            types.jsonrpc_message_adapter.validate_json(raw, by_name=False)
-        except Exception as exc:  # the SDK's own reader, as its stdio transport calls it
-            unread.append(exc)
-    assert len(unread) == 2
-    with open(os.devnull, "w") as quiet:
-        async with MCPToolSource({"mcpServers": {"toy": toy()}}, errlog=quiet) as source:
-            gateway = await anyio.to_thread.run_sync(lambda: Gateway(source, GatewaySettings(backend="bm25")))
-            to_gateway, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](4)
-            write_stream, from_gateway = anyio.create_memory_object_stream[SessionMessage](4)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(gateway.serve_streams, read_stream, write_stream)
-                with anyio.fail_after(20):
-                    for item in unread:
-                        await to_gateway.send(item)
-                    first = (await from_gateway.receive()).message
-                await to_gateway.aclose()
+    [first] = await _served([BAD_RESPONSES[0], "{not json"], 1)
     assert isinstance(first, types.JSONRPCError) and first.error.code == -32700, first  # the line that is not JSON

@@ -9,8 +9,6 @@ tests/fakes/hostile_upstream.py, over stdio and over real HTTP.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +16,13 @@ import pytest
 from fakes.hostile_upstream import hostile, hostile_over_http
 from mcp_servers import http_gateway, wait_until, write_config
 from mcp_servers.clients import connect, text
+from span_export import exported, tracing_children
 
 pytestmark = pytest.mark.slow
 
 ENV_SECRET = "ENVSECRET111"
 HEADER_SECRET = "HDRSECRET222"
 LIST_SECRET = "LISTSECRET333"
-
-SITECUSTOMIZE = """
-import os
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
-
-_out = open(os.path.join(os.environ["TRACE_DIR"], f"spans-{os.getpid()}.jsonl"), "a", buffering=1)
-_provider = TracerProvider()
-_exporter = ConsoleSpanExporter(out=_out, formatter=lambda span: span.to_json(indent=None) + "\\n")
-_provider.add_span_processor(SimpleSpanProcessor(_exporter))
-trace.set_tracer_provider(_provider)
-"""
-
-
-def exported(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(folder.glob("spans-*.jsonl")) for line in path.read_text().splitlines()]
-
 
 async def test_an_upstream_error_reaches_the_sdk_client_span_scrubbed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -50,13 +31,7 @@ async def test_an_upstream_error_reaches_the_sdk_client_span_scrubbed(
     # rejected" (and "'Bearer HDRSECRET222'" over HTTP), 'MCP send tools/list' "... 'LISTSECRET333' ...", while the
     # model and the log saw '***'.
     with hostile_over_http() as (_, url):  # started before the hook is on PYTHONPATH: only the gateway traces
-        hook = tmp_path / "hook"
-        hook.mkdir()
-        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        spans = tmp_path / "spans"
-        spans.mkdir()
-        monkeypatch.setenv("TRACE_DIR", str(spans))
-        monkeypatch.setenv("PYTHONPATH", f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        _, spans = tracing_children(tmp_path, monkeypatch)
         monkeypatch.setenv("REMOTE_TOKEN", HEADER_SECRET)
         servers = {
             "acct": hostile(API_TOKEN=ENV_SECRET),
